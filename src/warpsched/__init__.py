@@ -1,0 +1,30 @@
+"""warpsched: warp-specialized GPU kernels as explicit, statically checked schedules.
+
+Port a TS kernel by replacing its task-scheduling imports with ``from warpsched import ...``.
+"""
+from .errors import Finding, ScheduleError, ValidationError
+from .manager import TaskManager, ValidationWarning, VerifyResult
+from .model.enums import (AsyncLoad, AsyncProducerOp, AsyncThread, PipelineGroupMode, PipelineType,
+                          SignalingThreads, WorkAttr)
+from .model.ir import ScheduleResult
+from .model.memory import (BarrierAllocator, SmemAllocation, SmemAllocator, TmemAllocation,
+                           TmemAllocator)
+from .model.pipeline_config import PipelineConfig
+from .model.pipeline_group import PipelineGroup
+from .model.resources import (MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, StageInfo,
+                              TaskLocalVariable, TileSchedulerConfig, WorkQueue, WorkTileInfo,
+                              consumer_work, producer_work)
+from .model.schedule import domain_loop, schedule, when_false, when_true, work_tile_loop
+from .model.task import Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncLoad", "AsyncProducerOp", "AsyncThread", "BarrierAllocator", "Finding", "MemoryResource",
+    "PdlLaunchBarrier", "PdlWaitBarrier", "PipelineConfig", "PipelineGroup", "PipelineGroupMode",
+    "PipelineType", "ScheduleError", "ScheduleResult", "SignalingThreads", "SmemAllocation", "SmemAllocator",
+    "StageInfo", "Task", "TaskLocalVariable", "TaskManager", "TileSchedulerConfig", "TmemAllocation",
+    "TmemAllocator", "ValidationError", "ValidationWarning", "VerifyResult", "WorkAttr", "WorkQueue",
+    "WorkTileInfo", "consumer_work", "domain_loop", "producer_work", "schedule", "when_false", "when_true",
+    "work_tile_loop",
+]

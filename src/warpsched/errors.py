@@ -1,0 +1,62 @@
+"""Findings and the errors that carry them. Every finding says where and how to fix."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, List, Optional
+
+from .model.source import SourceLoc
+
+
+@dataclass
+class Finding:
+    check: str  # the check family, e.g. "work bracketing"
+    message: str  # what is wrong
+    task: Optional[str] = None
+    resource: Optional[str] = None
+    location: Optional[SourceLoc] = None  # the offending schedule call (or declaration)
+    expected: Optional[str] = None  # what was expected, with exact numbers where relevant
+    fix: Optional[str] = None  # the usual fix
+    severity: str = "error"  # "error" | "warning"
+    detail: Optional[str] = None  # multi-line extra (e.g. a counterexample timeline)
+
+    @property
+    def line(self) -> Optional[int]:
+        return self.location.line if self.location else None
+
+    def format(self) -> str:
+        head = f"[{self.check}] {self.message}"
+        parts = [head]
+        who = ", ".join(x for x in (f"task {self.task!r}" if self.task else "",
+                                    f"resource {self.resource!r}" if self.resource else "") if x)
+        if who:
+            parts.append(f"    in: {who}")
+        if self.location is not None and self.location.line:
+            parts.append(f"    at: {self.location}")
+            text = self.location.text
+            if text:
+                parts.append(f"        {text}")
+        if self.expected:
+            parts.append(f"    expected: {self.expected}")
+        if self.fix:
+            parts.append(f"    fix: {self.fix}")
+        if self.detail:
+            parts.extend("    " + ln for ln in self.detail.splitlines())
+        return "\n".join(parts)
+
+
+class ValidationError(ValueError):
+    """A rejected program. ``.findings`` lists every problem found, not just the first."""
+
+    def __init__(self, findings: Iterable[Finding], title: str = "warpsched rejected the program"):
+        self.findings: List[Finding] = list(findings)
+        n = len(self.findings)
+        body = "\n\n".join(f"{i + 1}. {f.format()}" for i, f in enumerate(self.findings))
+        super().__init__(f"{title}: {n} finding{'s' if n != 1 else ''}\n\n{body}")
+
+
+class ScheduleError(ValidationError):
+    """A schedule that cannot be captured (raised when the @schedule function is called)."""
+
+    def __init__(self, finding: Finding):
+        super().__init__([finding], title="malformed schedule")
+        self.finding = finding

@@ -1,0 +1,129 @@
+"""TaskManager: ties tasks, graph and allocators together; verifies at construction."""
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .errors import Finding, ValidationError
+from .model.task import Task
+from .report.printout import memory_summary, register_summary, schedule_table
+from .verify import Options, Program, run_static_checks
+
+
+class ValidationWarning(UserWarning):
+    """A finding reported as a warning (a warning-level check, or ``skip_validation=True``)."""
+
+
+@dataclass
+class VerifyResult:
+    findings: List[Finding] = field(default_factory=list)
+    checker: Any = None  # the exhaustive checker's result, when it ran
+
+    @property
+    def errors(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity != "error"]
+
+    @property
+    def accepted(self) -> bool:
+        return not self.errors
+
+
+class TaskManager:
+    """Owns the program; ``TaskManager(...)`` runs ``print_and_verify()`` immediately.
+
+    A rejected program raises :class:`warpsched.ValidationError` listing every finding;
+    with ``skip_validation=True`` the same findings are issued as warnings.
+    """
+
+    def __init__(self, *, tasks: List[Task], resource_dependency_graph: Optional[Dict[Any, List[Any]]] = None,
+                 smem_allocator=None, tmem_allocator=None, barrier_allocator=None, verbose: bool = True,
+                 skip_validation: bool = False, exhaustive_deadlock_race_check: bool = True,
+                 assume_pdl_wait_completed: bool = False, smem_capacity_bytes: Optional[int] = None,
+                 tmem_capacity_columns: Optional[int] = None, max_states: int = 200_000,
+                 register_file_size: int = 65536, out=None):
+        self.tasks = list(tasks)
+        self.resource_dependency_graph = dict(resource_dependency_graph or {})
+        self.smem_allocator = smem_allocator
+        self.tmem_allocator = tmem_allocator
+        self.barrier_allocator = barrier_allocator
+        self.verbose = verbose
+        self._out = out
+        self.program = Program(
+            tasks=self.tasks, graph=self.resource_dependency_graph, smem_allocator=smem_allocator,
+            tmem_allocator=tmem_allocator, barrier_allocator=barrier_allocator,
+            options=Options(skip_validation=skip_validation,
+                            exhaustive_deadlock_race_check=exhaustive_deadlock_race_check,
+                            assume_pdl_wait_completed=assume_pdl_wait_completed,
+                            smem_capacity_bytes=smem_capacity_bytes, tmem_capacity_columns=tmem_capacity_columns,
+                            max_states=max_states, register_file_size=register_file_size))
+        self.result: Optional[VerifyResult] = None
+        self._lowering = None
+        self.print_and_verify()
+
+    # ------------------------------------------------------------------ verification
+    def _print(self, text: str = "") -> None:
+        if self.verbose:
+            print(text, file=self._out or sys.stdout)
+
+    def print_and_verify(self) -> VerifyResult:
+        """Print the schedule table, budgets and checker output; raise on errors."""
+        program = self.program
+        findings = run_static_checks(program)
+        self._print(schedule_table(program))
+        self._print()
+        self._print(register_summary(program))
+        mem = memory_summary(program)
+        if mem:
+            self._print(mem)
+        checker_result = None
+        structural_errors = [f for f in findings if f.severity == "error"]
+        if program.options.exhaustive_deadlock_race_check and not structural_errors:
+            checker = _optional_module("warpsched.verify.checker")
+            if checker is not None:
+                checker_result = checker.run_checker(program)
+                self._print()
+                self._print(checker_result.report())
+                findings.extend(checker_result.findings)
+        elif program.options.exhaustive_deadlock_race_check:
+            self._print("\nExhaustive checker skipped: fix the static findings first.")
+        self.result = VerifyResult(findings, checker_result)
+        for f in self.result.warnings:
+            warnings.warn(ValidationWarning(f.format()), stacklevel=3)
+        if self.result.errors:
+            if program.options.skip_validation:
+                for f in self.result.errors:
+                    warnings.warn(ValidationWarning(f.format()), stacklevel=3)
+            else:
+                raise ValidationError(self.result.errors)
+        return self.result
+
+    # ------------------------------------------------------------------ lowering
+    def setup_resources_and_tasks(self):
+        """Inside a ``@cute.kernel``: allocate SMEM, create and initialize barriers."""
+        from .lower.kernel import KernelLowering
+
+        self._lowering = KernelLowering(self.program)
+        self._lowering.setup()
+        return self._lowering
+
+    def run(self):
+        """Inside a ``@cute.kernel``: dispatch every task to its warps and run its schedule."""
+        if self._lowering is None:
+            self.setup_resources_and_tasks()
+        self._lowering.run()
+
+
+def _optional_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name == name:
+            return None
+        raise

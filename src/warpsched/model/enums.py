@@ -1,0 +1,104 @@
+"""Enumerations of the TS model: pipeline types, signaling modes, work attributes."""
+from __future__ import annotations
+
+import enum
+
+
+class PipelineType(enum.Enum):
+    """``<Producer><Consumer>``: what physically writes, then what physically reads."""
+
+    AsyncAsync = "AsyncAsync"
+    TmaAsync = "TmaAsync"
+    TmaUmma = "TmaUmma"
+    UmmaAsync = "UmmaAsync"
+    AsyncUmma = "AsyncUmma"
+    UmmaUmma = "UmmaUmma"
+    ClcFetchAsync = "ClcFetchAsync"
+
+    @property
+    def producer_kind(self) -> str:
+        """'async', 'tma', 'umma' or 'clc' -- the engine that fills the buffer."""
+        return _KINDS[self][0]
+
+    @property
+    def consumer_kind(self) -> str:
+        """'async' or 'umma' -- the engine that drains the buffer."""
+        return _KINDS[self][1]
+
+    @property
+    def producer_is_hardware(self) -> bool:
+        """True when the producer completes by a hardware signal (TMA, UMMA, CLC)."""
+        return self.producer_kind in ("tma", "umma", "clc")
+
+    @property
+    def consumer_is_mma(self) -> bool:
+        return self.consumer_kind == "umma"
+
+
+_KINDS = {
+    PipelineType.AsyncAsync: ("async", "async"),
+    PipelineType.TmaAsync: ("tma", "async"),
+    PipelineType.TmaUmma: ("tma", "umma"),
+    PipelineType.UmmaAsync: ("umma", "async"),
+    PipelineType.AsyncUmma: ("async", "umma"),
+    PipelineType.UmmaUmma: ("umma", "umma"),
+    PipelineType.ClcFetchAsync: ("clc", "async"),
+}
+
+
+class SignalingThreads(enum.Flag):
+    """Which threads of a cooperative group execute the barrier instructions.
+
+    ``All`` is exclusive; the legal values are All, CtaLeader, TaskWarpLeader and
+    ``CtaLeader | TaskWarpLeader``.
+    """
+
+    All = enum.auto()
+    CtaLeader = enum.auto()
+    TaskWarpLeader = enum.auto()
+
+    @property
+    def is_legal(self) -> bool:
+        return self in _LEGAL_SIGNALING
+
+    @property
+    def cta_leader(self) -> bool:
+        return bool(self & SignalingThreads.CtaLeader)
+
+    @property
+    def warp_leader(self) -> bool:
+        return bool(self & SignalingThreads.TaskWarpLeader)
+
+
+_LEGAL_SIGNALING = (
+    SignalingThreads.All,
+    SignalingThreads.CtaLeader,
+    SignalingThreads.TaskWarpLeader,
+    SignalingThreads.CtaLeader | SignalingThreads.TaskWarpLeader,
+)
+
+
+class WorkAttr(enum.Flag):
+    NONE = 0
+    AUXILIARY = enum.auto()
+
+
+class PipelineGroupMode(enum.Enum):
+    Merge = "Merge"
+    Fork = "Fork"
+    FusedMerge = "FusedMerge"
+
+    @property
+    def collapsed_side(self) -> str:
+        return "producer" if self is PipelineGroupMode.Fork else "consumer"
+
+
+class AsyncProducerOp(enum.Enum):
+    """How an async producer arrives on the full barrier."""
+
+    AsyncThread = "AsyncThread"  # mbarrier.arrive after the stores
+    AsyncLoad = "AsyncLoad"  # cp.async.mbarrier.arrive: completes when the copies land
+
+
+AsyncThread = AsyncProducerOp.AsyncThread
+AsyncLoad = AsyncProducerOp.AsyncLoad

@@ -1,0 +1,234 @@
+"""SMEM / TMEM / barrier allocators: the layout is pure Python; lowering binds pointers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .source import SourceLoc, caller_location
+
+BARRIER_BYTES_PER_STAGE = 16  # a full and an empty mbarrier, 8 bytes each
+TMEM_COLUMNS = 512
+SM90_SMEM_CAPACITY = 232448  # bytes of dynamic SMEM per block on H100/H200
+SM100_SMEM_CAPACITY = 232448
+
+
+def _dtype_bytes(dtype: Any) -> int:
+    width = getattr(dtype, "width", None)
+    if isinstance(width, int):
+        return max(1, width // 8)
+    if isinstance(dtype, int):
+        return dtype
+    name = getattr(dtype, "__name__", str(dtype)).lower()
+    for key, size in (("64", 8), ("32", 4), ("16", 2), ("8", 1)):
+        if key in name:
+            return size
+    return 4
+
+
+@dataclass(eq=False)
+class SmemAllocation:
+    name: str
+    dtype: Any = None
+    count: int = 0
+    alignment: int = 128
+    offset: Optional[int] = None
+    location: SourceLoc = field(default_factory=caller_location, repr=False)
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self.count) * _dtype_bytes(self.dtype)
+
+    @property
+    def end(self) -> Optional[int]:
+        return None if self.offset is None else self.offset + self.size_bytes
+
+
+@dataclass(eq=False)
+class TmemAllocation:
+    name: str
+    columns: int = 0
+    offset: Optional[int] = None
+    location: SourceLoc = field(default_factory=caller_location, repr=False)
+
+    @property
+    def end(self) -> Optional[int]:
+        return None if self.offset is None else self.offset + self.columns
+
+
+def _align(x: int, a: int) -> int:
+    a = max(1, int(a))
+    return (x + a - 1) // a * a
+
+
+class LayoutError(ValueError):
+    pass
+
+
+class SmemAllocator:
+    """Lays out every resource's SmemAllocation in one block, with alias groups."""
+
+    def __init__(self, capacity_bytes: Optional[int] = None):
+        self.capacity_bytes = capacity_bytes
+        self.resources: List[Any] = []
+        self.allocations: List[SmemAllocation] = []
+        self.alias_groups: List[List[List[SmemAllocation]]] = []
+        self.pipeline_groups: List[Any] = []
+        self.tmem_ptr: Optional[SmemAllocation] = None
+        self.total_bytes: Optional[int] = None
+        self.base = None  # set by the lowering: the SMEM block pointer
+
+    def add_resource(self, resource: Any) -> None:
+        self.resources.append(resource)
+        for a in resource.get_smem_requirements() or []:
+            if a not in self.allocations:
+                self.allocations.append(a)
+
+    def add_pipeline_group(self, group: Any) -> None:
+        self.pipeline_groups.append(group)
+
+    def add_tmem_ptr(self, allocation: SmemAllocation) -> SmemAllocation:
+        self.tmem_ptr = allocation
+        if allocation not in self.allocations:
+            self.allocations.append(allocation)
+        return allocation
+
+    def add_alias_group(self, phases: List[List[SmemAllocation]]) -> None:
+        if self.total_bytes is not None:
+            raise LayoutError("add_alias_group() after compute_layout(); declare alias groups first")
+        self.alias_groups.append([list(p) for p in phases])
+        for phase in phases:
+            for a in phase:
+                if a not in self.allocations:
+                    self.allocations.append(a)
+
+    def aliased(self) -> Dict[int, int]:
+        """id(allocation) -> alias group number (1-based)."""
+        return {id(a): gi + 1 for gi, g in enumerate(self.alias_groups) for p in g for a in p}
+
+    def compute_layout(self) -> int:
+        """Assign offsets: aliased regions first (phases share a base), then the rest by size."""
+        if self.total_bytes is not None:
+            raise LayoutError("compute_layout() was already called; it runs once")
+        cursor = 0
+        placed = set()
+        for group in self.alias_groups:
+            base = _align(cursor, max((a.alignment for p in group for a in p), default=1))
+            region = 0
+            for phase in group:
+                off = base
+                for a in phase:
+                    off = _align(off, a.alignment)
+                    a.offset = off
+                    off += a.size_bytes
+                    placed.add(id(a))
+                region = max(region, off - base)
+            cursor = base + region
+        rest = sorted((a for a in self.allocations if id(a) not in placed),
+                      key=lambda a: (-a.alignment, -a.size_bytes))
+        for a in rest:
+            a.offset = _align(cursor, a.alignment)
+            cursor = a.offset + a.size_bytes
+        self.total_bytes = cursor
+        return cursor
+
+    @property
+    def unaliased_bytes(self) -> int:
+        return sum(a.size_bytes for a in self.allocations)
+
+    def get(self, allocation: SmemAllocation):
+        """Inside a kernel: the typed pointer of ``allocation`` (bound by the lowering)."""
+        if self.base is None:
+            raise LayoutError("SmemAllocator.get() is only available after setup_resources_and_tasks()")
+        from ..lower.memory import smem_pointer
+
+        return smem_pointer(self, allocation)
+
+    def usage_report(self) -> str:
+        aliased = self.aliased()
+        rows = ["[smem-layout] Memory Usage Report",
+                f"  {'Name':<28}{'Size':>8}{'Align':>7}{'Offset':>10}{'End':>10}", "  " + "─" * 62]
+        for a in sorted(self.allocations, key=lambda a: (a.offset or 0, a.name)):
+            star = " *" if id(a) in aliased else ""
+            rows.append(f"  {(a.name + star):<28}{a.size_bytes:>8}{a.alignment:>7}{a.offset!s:>10}{a.end!s:>10}")
+        rows.append("  " + "─" * 62)
+        for gi, g in enumerate(self.alias_groups):
+            rows.append(f"  Alias group {gi + 1}:")
+            for pi, phase in enumerate(g):
+                rows.append(f"    Phase {pi + 1}: " + ", ".join(f"{a.name} ({a.size_bytes} B)" for a in phase))
+        if self.alias_groups:
+            rows.append("  " + "─" * 62)
+        total = self.total_bytes if self.total_bytes is not None else self.unaliased_bytes
+        rows.append(f"  Total:              {total} B")
+        rows.append(f"  Saved (aliasing):   {max(0, self.unaliased_bytes - total)} B")
+        return "\n".join(rows)
+
+
+class TmemAllocator:
+    """Column offsets for TmemAllocations (no allocation intrinsics are emitted here)."""
+
+    def __init__(self, capacity_columns: int = TMEM_COLUMNS):
+        self.capacity_columns = capacity_columns
+        self.allocations: List[TmemAllocation] = []
+        self.total_columns: Optional[int] = None
+
+    def add_resource(self, resource: Any) -> None:
+        for a in resource.get_tmem_requirements() or []:
+            if a not in self.allocations:
+                self.allocations.append(a)
+
+    def compute_layout(self) -> int:
+        if self.total_columns is not None:
+            raise LayoutError("compute_layout() was already called; it runs once")
+        cursor = 0
+        for a in self.allocations:
+            a.offset = cursor
+            cursor += int(a.columns)
+        self.total_columns = cursor
+        return cursor
+
+
+class BarrierAllocator:
+    """One coalesced mbarrier array for every pipeline (resource or group), laid out by bucket."""
+
+    def __init__(self):
+        self.owners: List[Any] = []  # resources and PipelineGroups
+        self.offsets: Dict[int, int] = {}
+        self.num_barriers: Optional[int] = None
+        self.backing: Optional[SmemAllocator] = None
+        self.allocation: Optional[SmemAllocation] = None
+
+    def add_resource(self, resource: Any) -> None:
+        if resource.pipeline_config is None:
+            raise LayoutError(f"BarrierAllocator.add_resource({resource.display_name}): resource has no pipeline")
+        self.owners.append(resource)
+
+    def add_pipeline_group(self, name_or_group: Any, group: Any = None) -> None:
+        self.owners.append(group if group is not None else name_or_group)
+
+    @staticmethod
+    def barriers_of(owner: Any) -> int:
+        from .pipeline_group import PipelineGroup
+
+        if isinstance(owner, PipelineGroup):
+            return owner.num_barriers
+        return 2 * owner.pipeline_config.num_stages
+
+    def compute_layout(self) -> int:
+        if self.num_barriers is not None:
+            raise LayoutError("compute_layout() was already called; it runs once")
+        cursor = 0
+        for owner in self.owners:
+            self.offsets[id(owner)] = cursor
+            cursor += self.barriers_of(owner)
+        self.num_barriers = cursor
+        return cursor
+
+    def set_backing(self, smem_allocator: SmemAllocator) -> None:
+        if self.num_barriers is None:
+            raise LayoutError("BarrierAllocator.set_backing() needs compute_layout() first")
+        self.backing = smem_allocator
+        self.allocation = SmemAllocation("mbarriers", dtype=8, count=self.num_barriers, alignment=8)
+        smem_allocator.allocations.append(self.allocation)
+        if smem_allocator.total_bytes is not None:  # layout already computed: append at the end
+            self.allocation.offset = smem_allocator.total_bytes = _align(smem_allocator.total_bytes, 8)
+            smem_allocator.total_bytes += self.allocation.size_bytes

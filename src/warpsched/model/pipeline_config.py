@@ -1,0 +1,150 @@
+"""PipelineConfig: which barrier protocol guards a resource. Built only by factories."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple, Union
+
+from .enums import AsyncProducerOp, PipelineType, SignalingThreads
+from .source import SourceLoc, caller_location
+
+Stride = Union[int, Tuple[int, int, int, int]]
+ROLE_NAMES = ("producer_acquire", "producer_commit", "consumer_wait", "consumer_release")
+
+
+def group_size(group: Any) -> Optional[int]:
+    """Thread count of a cutlass.pipeline.CooperativeGroup (duck-typed: no MLIR import)."""
+    if group is None:
+        return None
+    size = getattr(group, "size", group if isinstance(group, int) else None)
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+@dataclass(eq=False)
+class PipelineConfig:
+    """Barrier protocol of one pipelined resource. Use the ``create_*_pipeline_cfg`` factories."""
+
+    pipeline_type: PipelineType
+    num_stages: int
+    num_bytes: int = 0
+    producer_group: Any = None
+    consumer_group: Any = None
+    cta_layout_vmnk: Any = None
+    producer_signaling_threads: SignalingThreads = SignalingThreads.All
+    consumer_signaling_threads: SignalingThreads = SignalingThreads.All
+    consumer_wait_signaling_threads: Optional[SignalingThreads] = None
+    interleave_stride: Stride = 1
+    advance_on_wait: bool = False
+    advance_on_acquire: bool = False
+    num_bytes_per_warp_per_cta: Optional[int] = None
+    mcast_mode_mn: Any = None
+    async_producer_op: AsyncProducerOp = AsyncProducerOp.AsyncThread
+    barrier_ptr: Any = None
+    location: SourceLoc = field(default_factory=caller_location, repr=False)
+
+    # ---- derived facts used by checks, the checker and the lowering ----
+    @property
+    def strides(self) -> Tuple[int, int, int, int]:
+        """(producer_acquire, producer_commit, consumer_wait, consumer_release)."""
+        s = self.interleave_stride
+        if isinstance(s, tuple):
+            return tuple(s)  # type: ignore[return-value]
+        return (s, s, s, s)
+
+    @property
+    def is_interleaved(self) -> bool:
+        return any(isinstance(x, int) and x > 1 for x in self.strides)
+
+    @property
+    def producer_size(self) -> Optional[int]:
+        return group_size(self.producer_group)
+
+    @property
+    def consumer_size(self) -> Optional[int]:
+        return group_size(self.consumer_group)
+
+    @property
+    def wait_signaling_threads(self) -> SignalingThreads:
+        return self.consumer_wait_signaling_threads or self.consumer_signaling_threads
+
+    @property
+    def cluster_shape(self) -> Optional[Tuple[int, ...]]:
+        """cta_layout_vmnk as a tuple of ints when it can be inspected, else None."""
+        return cluster_shape_of(self.cta_layout_vmnk)
+
+    @property
+    def num_ctas(self) -> int:
+        shape = self.cluster_shape
+        if not shape:
+            return 1
+        n = 1
+        for x in shape:
+            n *= x
+        return n
+
+    # ---- factories (the only supported constructors) ----
+    @classmethod
+    def create_async_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
+                                        async_producer_op=AsyncProducerOp.AsyncThread, **kw):
+        return cls._make(PipelineType.AsyncAsync, num_stages, producer_group, consumer_group,
+                         async_producer_op=async_producer_op, **kw)
+
+    @classmethod
+    def create_tma_async_pipeline_cfg(cls, *, num_stages, num_bytes, producer_group=None,
+                                      consumer_group=None, **kw):
+        return cls._make(PipelineType.TmaAsync, num_stages, producer_group, consumer_group,
+                         num_bytes=num_bytes, **kw)
+
+    @classmethod
+    def create_tma_umma_pipeline_cfg(cls, *, num_stages, num_bytes, producer_group=None,
+                                     consumer_group=None, **kw):
+        return cls._make(PipelineType.TmaUmma, num_stages, producer_group, consumer_group,
+                         num_bytes=num_bytes, **kw)
+
+    @classmethod
+    def create_umma_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None, **kw):
+        return cls._make(PipelineType.UmmaAsync, num_stages, producer_group, consumer_group, **kw)
+
+    @classmethod
+    def create_async_umma_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
+                                       umma_consumer_producer_op=AsyncProducerOp.AsyncThread, **kw):
+        return cls._make(PipelineType.AsyncUmma, num_stages, producer_group, consumer_group,
+                         async_producer_op=umma_consumer_producer_op, **kw)
+
+    @classmethod
+    def create_umma_umma_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None, **kw):
+        return cls._make(PipelineType.UmmaUmma, num_stages, producer_group, consumer_group, **kw)
+
+    @classmethod
+    def create_clc_fetch_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
+                                            num_bytes=16, **kw):
+        return cls._make(PipelineType.ClcFetchAsync, num_stages, producer_group, consumer_group,
+                         num_bytes=num_bytes, **kw)
+
+    @classmethod
+    def _make(cls, ptype, num_stages, producer_group, consumer_group, **kw):
+        unknown = set(kw) - _OPTIONAL_FIELDS
+        if unknown:
+            raise TypeError(
+                f"{ptype.value} pipeline factory got unknown argument(s) {sorted(unknown)}; "
+                f"accepted: num_stages, producer_group, consumer_group, {', '.join(sorted(_OPTIONAL_FIELDS))}")
+        return cls(pipeline_type=ptype, num_stages=num_stages, producer_group=producer_group,
+                   consumer_group=consumer_group, location=caller_location(), **kw)
+
+
+_OPTIONAL_FIELDS = {
+    "num_bytes", "cta_layout_vmnk", "producer_signaling_threads", "consumer_signaling_threads",
+    "consumer_wait_signaling_threads", "interleave_stride", "advance_on_wait", "advance_on_acquire",
+    "num_bytes_per_warp_per_cta", "mcast_mode_mn", "async_producer_op", "barrier_ptr",
+}
+
+
+def cluster_shape_of(layout: Any) -> Optional[Tuple[int, ...]]:
+    """Extract (v, m, n, k) from a tuple or a CuTe layout's static shape; None when opaque."""
+    if layout is None:
+        return None
+    shape = layout
+    if not isinstance(layout, tuple):
+        shape = getattr(layout, "shape", None)
+    if isinstance(shape, tuple) and shape and all(isinstance(x, int) and not isinstance(x, bool) for x in shape):
+        return shape
+    return None

@@ -1,0 +1,244 @@
+"""Resources: what tasks read and write, their work methods and task-local values."""
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Tuple
+
+from .enums import WorkAttr
+from .pipeline_config import PipelineConfig
+
+
+class _ResourceMeta(type):
+    """Keeps resources hashable by identity even when a subclass is a ``@dataclass``.
+
+    A ``@dataclass`` subclass would otherwise get a field-wise ``__eq__`` and lose
+    ``__hash__``, and resources are dictionary keys of the dependency graph.
+    """
+
+    def __setattr__(cls, name, value):
+        if name == "__hash__" and value is None:
+            return
+        if name == "__eq__" and getattr(getattr(value, "__code__", None), "co_filename", "") == "<string>":
+            return  # a dataclass-generated field-wise __eq__
+        super().__setattr__(name, value)
+
+
+@dataclass(kw_only=True, eq=False)
+class MemoryResource(metaclass=_ResourceMeta):
+    """Base of every resource. Subclass it (usually as ``@dataclass(kw_only=True)``)."""
+
+    name: Optional[str] = None
+    pipeline_config: Optional[PipelineConfig] = None
+
+    def __post_init__(self) -> None:
+        pass
+
+    def __eq__(self, other):
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.display_name!r})"
+
+    @property
+    def display_name(self) -> str:
+        return self.name or type(self).__name__
+
+    @property
+    def is_pipelined(self) -> bool:
+        return self.pipeline_config is not None
+
+    def get_smem_requirements(self):
+        return []
+
+    def get_tmem_requirements(self):
+        return []
+
+    @classmethod
+    def work_methods(cls) -> dict:
+        """name -> WorkSpec for every ``@producer_work`` / ``@consumer_work`` method."""
+        out = {}
+        for klass in reversed(cls.__mro__):
+            for name, value in vars(klass).items():
+                spec = work_spec_of(value)
+                if spec is not None:
+                    out[name] = spec
+        return out
+
+
+# ------------------------------------------------------------------ task-local variables
+class TaskLocalVariable:
+    """A typed value carried between work calls of one task (a register slot)."""
+
+    def __init__(self, dtype: Any = None, default: Any = None, docs: str = "", *, _uninitialized=False):
+        self.dtype = dtype
+        self.default = default
+        self.docs = docs
+        self.is_uninitialized = _uninitialized
+
+    @classmethod
+    def uninitialized(cls) -> "TaskLocalVariable":
+        """Placeholder for the class attribute; bind the real variable in ``__post_init__``."""
+        return cls(_uninitialized=True)
+
+    def __repr__(self) -> str:
+        if self.is_uninitialized:
+            return "TaskLocalVariable.uninitialized()"
+        return f"TaskLocalVariable(dtype={self.dtype!r})"
+
+
+@dataclass
+class StageInfo:
+    """What every work method receives."""
+
+    loop_offset: Any = None
+    stage_idx: Any = None
+    barrier: Any = None
+    work_tile: Any = None
+    context: Any = None
+
+
+# ------------------------------------------------------------------ work decorators
+@dataclass(frozen=True)
+class WorkSpec:
+    role: str  # 'producer' | 'consumer'
+    returns: Tuple[Any, ...]  # TaskLocalVariable placeholders, in order
+    returns_single: bool
+    attrs: WorkAttr
+    fn: Callable
+
+    @property
+    def auxiliary(self) -> bool:
+        return bool(self.attrs & WorkAttr.AUXILIARY)
+
+    def keyword_params(self) -> Optional[Tuple[str, ...]]:
+        """Parameter names after ``stage_info``, or None when the signature is opaque."""
+        try:
+            sig = inspect.signature(self.fn)
+        except (TypeError, ValueError):
+            return None
+        names = [p.name for p in sig.parameters.values()
+                 if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            return None
+        return tuple(names[2:]) if len(names) >= 2 else ()
+
+    def slot_names(self, resource: Any) -> Tuple[Optional[str], ...]:
+        """Attribute names of the ``returns=`` placeholders on the resource's class."""
+        names = []
+        for placeholder in self.returns:
+            names.append(_attribute_name_of(type(resource), placeholder))
+        return tuple(names)
+
+
+def _attribute_name_of(cls: type, placeholder: Any) -> Optional[str]:
+    if isinstance(placeholder, str):
+        return placeholder
+    for klass in cls.__mro__:
+        for name, value in vars(klass).items():
+            if value is placeholder:
+                return name
+        fields = getattr(klass, "__dataclass_fields__", {})
+        for name, f in fields.items():
+            if f.default is placeholder:
+                return name
+    return None
+
+
+WORK_ATTR = "__warpsched_work__"
+
+
+def work_spec_of(obj: Any) -> Optional[WorkSpec]:
+    return getattr(obj, WORK_ATTR, None)
+
+
+def _work_decorator(role: str, fn=None, *, returns=None, work_attrs=WorkAttr.NONE):
+    if returns is None:
+        rets, single = (), False
+    elif isinstance(returns, (tuple, list)):
+        rets, single = tuple(returns), False
+    else:
+        rets, single = (returns,), True
+    if work_attrs is None:
+        work_attrs = WorkAttr.NONE
+
+    def wrap(f):
+        @functools.wraps(f)
+        def work(self, *args, **kwargs):
+            return f(self, *args, **kwargs)
+
+        setattr(work, WORK_ATTR, WorkSpec(role, rets, single, work_attrs, f))
+        return work
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def consumer_work(fn=None, *, returns=None, work_attrs=WorkAttr.NONE):
+    """Mark a method that reads data *out of* its resource.
+
+    ``returns=`` names the TaskLocalVariable (or a tuple of them) the method's result
+    is stored in; the schedule receives a token for it.
+    """
+    return _work_decorator("consumer", fn, returns=returns, work_attrs=work_attrs)
+
+
+def producer_work(fn=None, *, returns=None, work_attrs=WorkAttr.NONE):
+    """Mark a method that writes data *into* its resource."""
+    return _work_decorator("producer", fn, returns=returns, work_attrs=work_attrs)
+
+
+# ------------------------------------------------------------------ work queues and PDL
+@dataclass
+class WorkTileInfo:
+    tile_idx: Any = None
+    is_valid_tile: Any = True
+
+
+@dataclass
+class TileSchedulerConfig:
+    """Static persistent scheduling: tiles are visited block-strided over ``num_tiles``."""
+
+    num_tiles: Any = None  # int or (m, n, l) tile counts
+    cluster_shape_mn: Tuple[int, int] = (1, 1)
+    max_active_clusters: Any = None
+
+
+@dataclass(kw_only=True, eq=False)
+class WorkQueue(MemoryResource):
+    """Persistent tile queue. Static when ``pipeline_config`` is None, CLC dynamic with a
+    ``ClcFetchAsync`` pipeline (then a scheduler task drives the fetch side)."""
+
+    tile_scheduler_config: Optional[TileSchedulerConfig] = None
+
+    @property
+    def is_dynamic(self) -> bool:
+        return self.pipeline_config is not None
+
+    def skip_work_tile_if(self, work_tile) -> bool:  # default predicate: never skip
+        return False
+
+
+QUEUE_VERBS = {"fetch_work_tile", "get_and_advance_work_tile"}
+
+
+@dataclass(kw_only=True, eq=False)
+class PdlWaitBarrier(MemoryResource):
+    """Ordering-only resource: ``wait_griddep()`` waits for the predecessor grid."""
+
+    def wait_griddep(self):  # replaced by the capture proxy inside a schedule
+        raise RuntimeError("wait_griddep() is only meaningful inside a @schedule")
+
+
+@dataclass(kw_only=True, eq=False)
+class PdlLaunchBarrier(MemoryResource):
+    """Notification-only resource: ``launch_griddep()`` lets dependent grids launch."""
+
+    def launch_griddep(self):
+        raise RuntimeError("launch_griddep() is only meaningful inside a @schedule")
+
+
+_ = field  # re-exported helpers stay importable for subclasses

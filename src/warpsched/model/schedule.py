@@ -1,0 +1,370 @@
+"""Schedule capture: ``@schedule`` records resource calls into the IR; nothing executes.
+
+Plain Python ``for`` / ``if`` in the body run at capture time and unroll. Runtime control
+flow is only expressed with the context managers here: ``domain_loop``, ``work_tile_loop``,
+``skippable()``, ``first_iter()``, ``last_iter()``, ``every()``, ``when_true`` / ``when_false``.
+"""
+from __future__ import annotations
+
+import dis
+import functools
+import sys
+from contextlib import contextmanager
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..errors import Finding, ScheduleError
+from .ir import (SYNC_VERBS, DomainLoop, Guard, ScheduleResult, Section, Step, StepKind, Token,
+                 WorkTileLoop)
+from .pipeline_group import PipelineGroup
+from .resources import MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, WorkQueue, work_spec_of
+from .source import SourceLoc, caller_location
+
+_ACTIVE: List["_Capture"] = []
+
+
+def _fail(check: str, message: str, *, location: Optional[SourceLoc] = None, resource=None,
+          expected=None, fix=None) -> None:
+    raise ScheduleError(Finding(check=check, message=message, location=location or caller_location(),
+                                resource=resource, expected=expected, fix=fix))
+
+
+def _current(what: str) -> "_Capture":
+    if not _ACTIVE:
+        _fail("schedule capture", f"{what} used outside a @schedule function",
+              fix="call it inside the body of a function decorated with @schedule")
+    return _ACTIVE[-1]
+
+
+class _Capture:
+    def __init__(self, name: str):
+        self.name = name
+        self.steps: List[Step] = []
+        self.section = Section.HEAD
+        self.guards: List[Guard] = []
+        self.domain_loop: Optional[DomainLoop] = None
+        self.loop_open = False
+        self.work_tile_loop: Optional[WorkTileLoop] = None
+        self.wtl_open = False
+        self.tokens: set = set()
+        self._call_counts: Dict[Tuple[int, StepKind, Section], int] = {}
+
+    def record(self, kind: StepKind, resource: Any, method: str, location: SourceLoc, *,
+               token_args=None, const_args=None, via_group=None, spec=None, unpack: Optional[int] = None):
+        for name, tok in (token_args or {}).items():
+            if tok not in self.tokens:
+                _fail("value routing", f"value {tok!r} passed as {name}= to {method}() is used before it is "
+                      "produced in this schedule", location=location, resource=getattr(resource, "name", None),
+                      fix="produce the value earlier in the same schedule (a consumer work with returns=)")
+        key = (id(resource), kind, self.section)
+        call_idx = self._call_counts.get(key, 0)
+        self._call_counts[key] = call_idx + 1
+        step = Step(index=len(self.steps), kind=kind, resource=resource, method=method, section=self.section,
+                    guards=tuple(self.guards), location=location, token_args=dict(token_args or {}),
+                    const_args=dict(const_args or {}), via_group=via_group, call_idx=call_idx)
+        step.returns = self._make_tokens(step, spec, unpack)
+        self.tokens.update(step.returns)
+        self.steps.append(step)
+        return step
+
+    def _make_tokens(self, step: Step, spec, unpack: Optional[int]) -> Tuple[Token, ...]:
+        if step.kind.is_sync:
+            return ()
+        rname = step.resource_name
+        if spec is not None and spec.returns:
+            slots = spec.slot_names(step.resource)
+            return tuple(Token(s, rname, step.method, step.index, i) for i, s in enumerate(slots))
+        count = unpack if unpack else 1
+        return tuple(Token(None, rname, step.method, step.index, i) for i in range(count))
+
+
+def _unpack_count(frame) -> Optional[int]:
+    """How many values the caller unpacks the call result into (``a, b = r.m()``), if any."""
+    try:
+        for ins in dis.get_instructions(frame.f_code):
+            if ins.offset > frame.f_lasti:
+                return ins.arg if ins.opname == "UNPACK_SEQUENCE" else None
+    except Exception:  # noqa: BLE001 - bytecode introspection is best effort
+        return None
+    return None
+
+
+class _ResourceProxy:
+    """Stands in for a resource inside a schedule body and records every call."""
+
+    def __init__(self, resource: Any, via_group: Optional[PipelineGroup] = None):
+        object.__setattr__(self, "_res", resource)
+        object.__setattr__(self, "_group", via_group)
+
+    def __getattr__(self, attr: str):
+        res = self._res
+        name = getattr(res, "name", None) or type(res).__name__
+        kind = _verb_kind(res, attr)
+        spec = work_spec_of(getattr(type(res), attr, None))
+        if kind is None and spec is None:
+            value = getattr(type(res), attr, _MISSING)
+            if value is _MISSING:
+                inst = getattr(res, attr, _MISSING)
+                if inst is not _MISSING and not callable(inst):
+                    return inst
+                _fail("named work dispatch", f"{name}.{attr}() is not a method of {type(res).__name__}",
+                      resource=name, expected="a @producer_work / @consumer_work method or a sync verb "
+                      "(acquire, try_acquire, commit, wait, try_wait, release)",
+                      fix=f"declare {attr} on {type(res).__name__} with @producer_work or @consumer_work")
+            if callable(value) and not isinstance(value, property):
+                _fail("named work dispatch", f"{name}.{attr}() is not a work method or sync verb",
+                      resource=name, expected="a method decorated with @producer_work or @consumer_work",
+                      fix=f"decorate {type(res).__name__}.{attr} with @producer_work or @consumer_work, "
+                      "or call it from inside a work method")
+            return getattr(res, attr)
+
+        def call(*args, **kwargs):
+            frame = sys._getframe(1)
+            loc = SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+            cap = _current(f"{name}.{attr}()")
+            k = kind
+            if k is None:
+                k = _work_kind(spec)
+            if k.is_sync and (args or kwargs):
+                _fail("schedule capture", f"{name}.{attr}() takes no arguments in a schedule",
+                      location=loc, resource=name)
+            token_args, const_args = _split_args(spec, args, kwargs, loc, name, attr)
+            step = cap.record(k, res, attr, loc, token_args=token_args, const_args=const_args,
+                              via_group=self._group, spec=spec, unpack=_unpack_count(frame))
+            if not step.returns:
+                return None
+            if spec is not None and spec.returns and spec.returns_single:
+                return step.returns[0]
+            return step.returns if len(step.returns) > 1 or (spec and spec.returns) else step.returns[0]
+
+        call.__name__ = attr
+        return call
+
+    def __setattr__(self, attr, value):
+        _fail("schedule capture", f"assigning {attr!r} on a resource inside a schedule has no effect at runtime",
+              fix="set resource fields before capturing the schedule, or inside a work method")
+
+    def __repr__(self):
+        return f"<schedule proxy of {self._res!r}>"
+
+
+_MISSING = object()
+
+
+def _verb_kind(res: Any, attr: str) -> Optional[StepKind]:
+    if attr in SYNC_VERBS:
+        return SYNC_VERBS[attr]
+    if isinstance(res, WorkQueue):
+        if attr == "get_and_advance_work_tile":
+            return StepKind.QueueAdvance
+        if attr == "fetch_work_tile":
+            return StepKind.QueueFetch
+    if isinstance(res, PdlWaitBarrier) and attr == "wait_griddep":
+        return StepKind.PdlWait
+    if isinstance(res, PdlLaunchBarrier) and attr == "launch_griddep":
+        return StepKind.PdlLaunch
+    return None
+
+
+def _work_kind(spec) -> StepKind:
+    if spec.role == "producer":
+        return StepKind.ProducerAux if spec.auxiliary else StepKind.ProducerWork
+    return StepKind.ConsumerAux if spec.auxiliary else StepKind.ConsumerWork
+
+
+def _split_args(spec, args, kwargs, loc, name, attr):
+    token_args: Dict[str, Token] = {}
+    const_args: Dict[str, Any] = {}
+    params = spec.keyword_params() if spec is not None else None
+    for i, value in enumerate(args):
+        pname = params[i] if params is not None and i < len(params) else f"arg{i}"
+        (token_args if isinstance(value, Token) else const_args)[pname] = value
+    for pname, value in kwargs.items():
+        if isinstance(value, _ResourceProxy):
+            _fail("schedule capture", f"{name}.{attr}() got a resource as {pname}=; work methods exchange "
+                  "values through task-local variables", location=loc, resource=name,
+                  fix="return the value from a @consumer_work(returns=...) method and pass that token")
+        (token_args if isinstance(value, Token) else const_args)[pname] = value
+    return token_args, const_args
+
+
+class _GroupProxy:
+    """``group.member`` gives a member proxy; ``group.verb()`` records the collapsed op."""
+
+    def __init__(self, group: PipelineGroup):
+        object.__setattr__(self, "_group", group)
+
+    def __getattr__(self, attr: str):
+        group = self._group
+        member = group.member(attr)
+        if member is not None:
+            return _ResourceProxy(member, via_group=group)
+        if attr in SYNC_VERBS:
+            def call():
+                frame = sys._getframe(1)
+                loc = SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+                _current(f"{group.name}.{attr}()").record(SYNC_VERBS[attr], group, attr, loc)
+            return call
+        _fail("named work dispatch", f"pipeline group {group.name!r} has no member or verb {attr!r}",
+              resource=group.name, expected=f"one of {[m.name for m in group.members]} or a sync verb",
+              fix="use group.<member>.<method>() for per-member work")
+
+
+# ------------------------------------------------------------------ loops and guards
+class DomainLoopHandle:
+    """Returned by ``with domain_loop(...) as d``: iteration guards tied to this loop."""
+
+    def __init__(self, cap: _Capture):
+        self._cap = cap
+
+    def _guard(self, guard: Guard, what: str):
+        cap = _current(what)
+        if cap is not self._cap or not cap.loop_open:
+            _fail("schedule capture", f"d.{what} is used outside its domain_loop",
+                  fix="keep d.first_iter() / d.last_iter() / d.every() blocks inside the domain_loop body")
+        return _push_guard(cap, guard)
+
+    def first_iter(self):
+        """Runs the enclosed calls on the first iteration only."""
+        return self._guard(Guard("first_iter", location=caller_location()), "first_iter()")
+
+    def last_iter(self):
+        """Runs the enclosed calls on the last iteration only."""
+        return self._guard(Guard("last_iter", location=caller_location()), "last_iter()")
+
+    def every(self, period: int, start: int = 0):
+        """Runs the enclosed calls on zero-based iteration counts start, start+period, ..."""
+        loc = caller_location()
+        if type(period) is not int or period <= 0 or type(start) is not int or start < 0:
+            _fail("schedule capture", f"d.every({period!r}, start={start!r}) needs a positive int period and a "
+                  "non-negative int start", location=loc)
+        return self._guard(Guard("every", period=period, start=start, location=loc), f"every({period})")
+
+
+@contextmanager
+def _push_guard(cap: _Capture, guard: Guard):
+    cap.guards.append(guard)
+    try:
+        yield
+    finally:
+        cap.guards.pop()
+
+
+@contextmanager
+def domain_loop(start, end=None, step=1, *, unroll=1):
+    """The schedule's loop over ``range(start, end, step)`` (``domain_loop(n)`` is ``range(n)``).
+
+    A bound may be a ``Task`` method (a dynamic, per-work-tile domain provider).
+    """
+    loc = caller_location()
+    cap = _current("domain_loop()")
+    if end is None:
+        start, end = 0, start
+    if cap.domain_loop is not None:
+        _fail("schedule capture", "a schedule may contain at most one domain_loop", location=loc,
+              expected=f"one domain_loop (the first is at {cap.domain_loop.location})",
+              fix="merge the loops, or split the work into two tasks")
+    cap.domain_loop = DomainLoop(start, end, step, unroll, loc)
+    cap.section, cap.loop_open = Section.LOOP, True
+    try:
+        yield DomainLoopHandle(cap)
+    finally:
+        cap.loop_open = False
+        cap.section = Section.TAIL
+
+
+class WorkTileLoopHandle:
+    def __init__(self, cap: _Capture):
+        self._cap = cap
+
+    def skippable(self):
+        """Runs the enclosed calls only on tiles that ``skip_if`` does not skip."""
+        cap = _current("skippable()")
+        if cap is not self._cap or not cap.wtl_open:
+            _fail("schedule capture", "wtwl.skippable() is used outside its work_tile_loop",
+                  fix="open skippable() inside the work_tile_loop body")
+        cap.work_tile_loop.has_skippable = True
+        return _push_guard(cap, Guard("skippable", location=caller_location()))
+
+
+@contextmanager
+def work_tile_loop(work_queue, skip_if=None):
+    """Persistent loop over the work tiles of ``work_queue``."""
+    loc = caller_location()
+    cap = _current("work_tile_loop()")
+    wq = work_queue._res if isinstance(work_queue, _ResourceProxy) else work_queue
+    if cap.work_tile_loop is not None:
+        _fail("schedule capture", "a schedule may contain at most one work_tile_loop", location=loc)
+    if cap.domain_loop is not None or cap.guards:
+        _fail("schedule capture", "work_tile_loop must enclose the domain_loop and sit at the top level",
+              location=loc, fix="open work_tile_loop first, then the domain_loop inside it")
+    for s in cap.steps:  # what came before the persistent loop runs once per CTA
+        s.section = Section.PROLOGUE
+    cap.work_tile_loop = WorkTileLoop(wq, skip_if, loc)
+    cap.wtl_open = True
+    try:
+        yield WorkTileLoopHandle(cap)
+    finally:
+        cap.wtl_open = False
+        cap.section = Section.EPILOGUE
+
+
+def _condition(cond, key, kind: str, loc: SourceLoc) -> Guard:
+    if not isinstance(cond, Token):
+        _fail("schedule capture", f"{kind}() needs a value returned by a @consumer_work(returns=...) call, "
+              f"got {type(cond).__name__}", location=loc,
+              fix="return the condition from a work method (an auxiliary one is a good fit) and pass its token")
+    if key is None:
+        key = (cond.resource_name, cond.method, cond.slot or cond.position)
+    return Guard(kind, key=key, token=cond, location=loc)
+
+
+def when_true(cond, key=None):
+    """Runs the enclosed calls when the runtime value ``cond`` is true (non-zero)."""
+    loc = caller_location()
+    cap = _current("when_true()")
+    return _push_guard(cap, _condition(cond, key, "when_true", loc))
+
+
+def when_false(cond, key=None):
+    """Runs the enclosed calls when the runtime value ``cond`` is false (zero)."""
+    loc = caller_location()
+    cap = _current("when_false()")
+    return _push_guard(cap, _condition(cond, key, "when_false", loc))
+
+
+# ------------------------------------------------------------------ the decorator
+class ScheduleFunction:
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+        code = fn.__code__
+        self.location = SourceLoc(code.co_filename, code.co_firstlineno)
+
+    def __call__(self, *args, **kwargs) -> ScheduleResult:
+        cap = _Capture(self.fn.__name__)
+        proxied = [_proxy(a) for a in args]
+        kw = {k: _proxy(v) for k, v in kwargs.items()}
+        _ACTIVE.append(cap)
+        try:
+            self.fn(*proxied, **kw)
+        finally:
+            _ACTIVE.pop()
+        params = tuple(a for a in list(args) + list(kwargs.values()))
+        return ScheduleResult(self.fn.__name__, self.location, params, tuple(cap.steps), cap.domain_loop,
+                              cap.work_tile_loop)
+
+    def __repr__(self) -> str:
+        return f"@schedule {self.fn.__name__}"
+
+
+def _proxy(value):
+    if isinstance(value, PipelineGroup):
+        return _GroupProxy(value)
+    if isinstance(value, MemoryResource):
+        return _ResourceProxy(value)
+    return value
+
+
+def schedule(fn) -> ScheduleFunction:
+    """Decorate a function whose body records the order of resource calls for one task."""
+    return ScheduleFunction(fn)

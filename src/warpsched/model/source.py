@@ -1,0 +1,45 @@
+"""Source locations of user calls, so every finding can point at file:line."""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import dataclass
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    file: str
+    line: int
+
+    @property
+    def text(self) -> str:
+        return linecache.getline(self.file, self.line).strip()
+
+    def __str__(self) -> str:
+        return f"{_short(self.file)}:{self.line}"
+
+
+def _short(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return rel if not rel.startswith("..") else path
+
+
+_SKIP = {"contextlib.py", "dataclasses.py", "<string>", "functools.py"}
+UNKNOWN = SourceLoc("<unknown>", 0)
+
+
+def caller_location() -> SourceLoc:
+    """The first frame outside the warpsched package: where the user made the call."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_PACKAGE_DIR + os.sep) and os.path.basename(filename) not in _SKIP:
+            return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+        frame = frame.f_back
+    return UNKNOWN

@@ -1,0 +1,169 @@
+"""Barrier protocol per pipeline type.
+
+Each stage ``s`` of a pipeline owns two mbarriers, ``full[s]`` (producer -> consumer) and
+``empty[s]`` (consumer -> producer). A side's cursor holds ``(stage, phase)``; producers
+start at phase 1 (the empty barriers are free), consumers at phase 0. A blocking wait on
+parity ``p`` passes once the barrier's phase with parity ``p`` has completed, i.e. when
+the barrier's current phase bit differs from ``p``. A phase completes when its pending
+arrival count reaches zero and its transaction bytes are all delivered; the count then
+re-arms with the init count (the cooperative group's ``size``).
+
+What an operation contributes to a barrier depends on the engine on that side:
+
+- ``THREAD``   every signaling thread arrives (``mbarrier.arrive``): async-thread
+               producers (AsyncThread) and the async consumer of AsyncAsync / UmmaAsync.
+- ``CPASYNC``  every signaling thread's ``cp.async.mbarrier.arrive.noinc``; arrives when
+               its copies land (AsyncLoad producers).
+- ``WARP``     one elected thread per signaling warp arrives: TMA arming
+               (``arrive.expect_tx``) and async consumers of TMA / CLC fed pipelines.
+- ``UMMA``     one ``tcgen05.commit`` per issuing CTA; arrives when the MMAs complete.
+
+Cluster (multi-CTA) pipelines are modelled on one representative CTA: an operation counts
+the arrivals of every CTA that signals the same barrier (``signaling_ctas``).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
+from ..model.pipeline_config import PipelineConfig
+
+WARP_SIZE = 32
+
+
+class ArriveKind(enum.Enum):
+    THREAD = "thread"
+    CPASYNC = "cp.async"
+    WARP = "warp"
+    UMMA = "umma"
+
+
+@dataclass(frozen=True)
+class PipelineProtocol:
+    ptype: PipelineType
+    producer_arrive: ArriveKind  # how the producer signals full[s]
+    consumer_arrive: ArriveKind  # how the consumer signals empty[s]
+    transaction_bytes: bool  # full[s] also waits for num_bytes delivered by hardware
+    producer_arms_on_acquire: bool  # TMA / CLC arm the barrier at acquire; commit is a no-op
+    cutlass_class: str  # the cutlass.pipeline class the lowering instantiates
+    interleave_producer: bool
+    interleave_consumer: bool
+    interleave_single_cta_only: bool = False
+
+    @property
+    def producer_async_completion(self) -> bool:
+        """Producer writes land after the issuing thread moved on (TMA, UMMA, CLC, cp.async)."""
+        return self.producer_arrive in (ArriveKind.UMMA, ArriveKind.CPASYNC) or self.transaction_bytes
+
+    @property
+    def consumer_async_release(self) -> bool:
+        """Consumer reads continue after release was issued, until the commit arrives (UMMA)."""
+        return self.consumer_arrive is ArriveKind.UMMA
+
+
+_P = PipelineProtocol
+PROTOCOLS = {
+    PipelineType.AsyncAsync: _P(PipelineType.AsyncAsync, ArriveKind.THREAD, ArriveKind.THREAD, False, False,
+                                "PipelineAsync", True, True),
+    PipelineType.TmaAsync: _P(PipelineType.TmaAsync, ArriveKind.WARP, ArriveKind.WARP, True, True,
+                              "PipelineTmaAsync", True, True, interleave_single_cta_only=True),
+    PipelineType.TmaUmma: _P(PipelineType.TmaUmma, ArriveKind.WARP, ArriveKind.UMMA, True, True,
+                             "PipelineTmaUmma", True, True),
+    PipelineType.UmmaAsync: _P(PipelineType.UmmaAsync, ArriveKind.UMMA, ArriveKind.THREAD, False, False,
+                               "PipelineUmmaAsync", False, True),
+    PipelineType.AsyncUmma: _P(PipelineType.AsyncUmma, ArriveKind.THREAD, ArriveKind.UMMA, False, False,
+                               "PipelineAsyncUmma", True, False),
+    PipelineType.UmmaUmma: _P(PipelineType.UmmaUmma, ArriveKind.UMMA, ArriveKind.UMMA, False, False,
+                              "PipelineUmmaUmma", False, False),
+    PipelineType.ClcFetchAsync: _P(PipelineType.ClcFetchAsync, ArriveKind.WARP, ArriveKind.THREAD, True, True,
+                                   "PipelineClcFetchAsync", False, False),
+}
+ARRIVE_KIND = {t: (p.producer_arrive, p.consumer_arrive) for t, p in PROTOCOLS.items()}
+
+
+def protocol_of(config: PipelineConfig) -> PipelineProtocol:
+    proto = PROTOCOLS[config.pipeline_type]
+    if proto.producer_arrive is ArriveKind.THREAD and config.async_producer_op is AsyncProducerOp.AsyncLoad:
+        proto = PipelineProtocol(**{**proto.__dict__, "producer_arrive": ArriveKind.CPASYNC})
+    return proto
+
+
+def signaling_warps(signaling: SignalingThreads, task_num_warps: int) -> int:
+    """Warps of a task that execute the side's barrier instruction."""
+    return 1 if signaling.warp_leader else task_num_warps
+
+
+def mcast_partners(config: PipelineConfig) -> int:
+    """CTAs whose consumers release into one CTA's empty barrier (TMA multicast)."""
+    shape = config.cluster_shape
+    if not shape or len(shape) < 3:
+        return 1
+    mode = config.mcast_mode_mn
+    if mode is None:
+        return 1
+    m_on, n_on = (bool(mode[0]), bool(mode[1])) if isinstance(mode, tuple) else (bool(mode), bool(mode))
+    m_size = shape[2] if m_on else 0
+    n_size = shape[1] if n_on else 0
+    return max(1, m_size + n_size - (1 if m_on and n_on else 0))
+
+
+def signaling_ctas(config: PipelineConfig, side: str, signaling: SignalingThreads) -> int:
+    """CTAs whose operation arrives on one (representative) CTA's barrier of this side."""
+    if signaling.cta_leader:
+        return 1
+    proto = protocol_of(config)
+    if side == "consumer" and proto.transaction_bytes:
+        return mcast_partners(config)
+    return 1
+
+
+@dataclass(frozen=True)
+class SideCount:
+    """Arrivals one task operation contributes, and how that number was derived."""
+
+    arrivals: int
+    derivation: str
+
+
+def arrivals_per_op(config: PipelineConfig, side: str, task_num_warps: int, *, wait_side: bool = False
+                    ) -> SideCount:
+    """Arrivals that one ``commit`` (producer) / ``release`` (consumer) of a task adds to
+    one barrier of its pipeline."""
+    proto = protocol_of(config)
+    kind = proto.producer_arrive if side == "producer" else proto.consumer_arrive
+    signaling = (config.producer_signaling_threads if side == "producer" else
+                 (config.wait_signaling_threads if wait_side else config.consumer_signaling_threads))
+    warps = signaling_warps(signaling, task_num_warps)
+    ctas = signaling_ctas(config, side, signaling)
+    if kind in (ArriveKind.THREAD, ArriveKind.CPASYNC):
+        per, unit = warps * WARP_SIZE, f"{warps} signaling warp(s) x {WARP_SIZE} threads"
+    elif kind is ArriveKind.WARP:
+        per, unit = warps, f"{warps} signaling warp(s) x 1 elected thread"
+    else:
+        per, unit = 1, "1 tcgen05.commit"
+    cta_txt = f" x {ctas} signaling CTA(s)" if ctas != 1 else ""
+    return SideCount(per * ctas, f"{unit}{cta_txt} ({kind.value} arrivals, {signaling.name or signaling})")
+
+
+def expected_group_size(config: PipelineConfig, side: str, task_num_warps: int) -> SideCount:
+    """The cooperative-group size that makes one operation complete one barrier phase."""
+    return arrivals_per_op(config, side, task_num_warps)
+
+
+def expected_num_bytes(config: PipelineConfig, producer_warps: int) -> Optional[Tuple[int, str]]:
+    """Leader-routed TMA: num_bytes = per-warp-per-CTA bytes x covered warps x covered CTAs."""
+    per = config.num_bytes_per_warp_per_cta
+    if per is None:
+        return None
+    ctas = config.num_ctas if config.producer_signaling_threads.cta_leader else 1
+    total = per * producer_warps * ctas
+    return total, (f"num_bytes_per_warp_per_cta {per} x {producer_warps} producing warp(s) x "
+                   f"{ctas} producing CTA(s) = {total}")
+
+
+def tx_bytes_per_arm(config: PipelineConfig, producer_warps: int) -> int:
+    """Bytes each arming thread expects: the stage total split over the arming warps."""
+    arms = signaling_warps(config.producer_signaling_threads, producer_warps)
+    return config.num_bytes // max(1, arms)

@@ -1,0 +1,157 @@
+"""Text printouts: the schedule table and the register budget (as on the TS printout page)."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from ..model.ir import Section, Step, StepKind
+from ..verify.program import Program, name_of
+
+COL = 30
+PHASES = ("    Phase tags:  P - Prologue (before work_tile_loop) | H - Head (before the loop) |\n"
+          "      F - FirstIter | L - LastIter | N - every(n) | ?/! - when_true/when_false |\n"
+          "      S - skippable | T - Tail (after the loop) | E - Epilogue (after work_tile_loop)")
+
+_ARROWS = {StepKind.ProducerAcquire: ("", "<-"), StepKind.ProducerCommit: ("", "->"),
+           StepKind.ConsumerWait: ("->", ""), StepKind.ConsumerRelease: ("<-", "")}
+
+
+def cell(step: Step) -> str:
+    pre, post = _ARROWS.get(step.kind, ("", ""))
+    stage = f"{pre}{step.kind.short}{post}"
+    tags = step.section.tag + "".join(g.tag for g in step.guards)
+    res = (step.resource_name if step.via_group is None else f"{step.resource_name}")[:11]
+    return f" {res:<11}{stage:>9}  {tags:<3}{step.call_idx:>2} "[:COL]
+
+
+def _simulate(program: Program) -> List[List[Optional[Step]]]:
+    """Rows of a credit simulation (head, one loop iteration, tail): each round, every task
+    whose next step is not blocked takes one step. Blocked steps end the table."""
+    columns = [list(program.steps_of(t)) for t in program.tasks]
+    full: Dict[int, int] = {}
+    empty: Dict[int, int] = {}
+
+    def stages(step):
+        cfg = getattr(step.resource, "pipeline_config", None)
+        if cfg is None and hasattr(step.resource, "members"):
+            cfg = step.resource.members[0].pipeline_config if step.resource.members else None
+        return cfg.num_stages if cfg is not None and isinstance(cfg.num_stages, int) else None
+
+    def blocked(step):
+        s = stages(step)
+        if s is None:
+            return False
+        key = id(step.resource)
+        if step.kind is StepKind.ConsumerWait:
+            return full.get(key, 0) <= 0
+        if step.kind is StepKind.ProducerAcquire:
+            return empty.get(key, s) <= 0
+        return False
+
+    def apply(step):
+        s = stages(step)
+        if s is None:
+            return
+        key = id(step.resource)
+        if step.kind is StepKind.ProducerAcquire:
+            empty[key] = empty.get(key, s) - 1
+        elif step.kind is StepKind.ProducerCommit:
+            full[key] = full.get(key, 0) + 1
+        elif step.kind is StepKind.ConsumerWait:
+            full[key] = full.get(key, 0) - 1
+        elif step.kind is StepKind.ConsumerRelease:
+            empty[key] = empty.get(key, s) + 1
+
+    rows: List[List[Optional[Step]]] = []
+    cursors = [0] * len(columns)
+    while any(c < len(col) for c, col in zip(cursors, columns)):
+        row: List[Optional[Step]] = [None] * len(columns)
+        progressed = False
+        for i, col in enumerate(columns):
+            if cursors[i] < len(col) and not blocked(col[cursors[i]]):
+                row[i] = col[cursors[i]]
+                cursors[i] += 1
+                progressed = True
+        if not progressed:
+            rows.append([col[c] if c < len(col) else None for c, col in zip(cursors, columns)] + ["blocked"])
+            break
+        for step in row:
+            if step is not None:
+                apply(step)
+        rows.append(row)
+    return rows
+
+
+def schedule_table(program: Program) -> str:
+    n = len(program.tasks)
+    width = n * (COL + 1) + 1
+    rule = "=" * width
+    out = [rule, "|" + "|".join(f"{t.header:^{COL}}" for t in program.tasks) + "|", ""]
+    title = "   Full (Prologue + Head + Loop + Tail + Epilogue)   "
+    out.append(f"{title:=^{width}}")
+    for row in _simulate(program):
+        if row and row[-1] == "blocked":
+            for task, step in zip(program.tasks, row[:-1]):
+                if step is not None:
+                    out.append(f"  {task.name}: {name_of(step.resource)} {step.kind.label} {step.call_idx} "
+                               f"is blocked! ({step.location})")
+            break
+        out.append("|" + "|".join(cell(s) if s is not None else " " * COL for s in row) + "|")
+    out.append(f"{'   End Full   ':=^{width}}")
+    out.append(PHASES)
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ registers
+def default_registers(program: Program) -> int:
+    """Per-thread registers every warp gets before reconfiguration (multiple of 8, <= 255)."""
+    threads = max(1, _block_warps(program) * 32)
+    return min(248, (program.options.register_file_size // threads) // 8 * 8)
+
+
+def _block_warps(program: Program) -> int:
+    warps = program.num_warps
+    return (warps + 3) // 4 * 4  # whole warp groups
+
+
+def register_summary(program: Program) -> str:
+    default = default_registers(program)
+    lines = []
+    total = 0
+    assigned = 0
+    budget = 0
+    for i, t in enumerate(program.tasks):
+        regs = t.num_registers if t.num_registers is not None else default
+        contrib = t.num_warps * (default - regs)
+        budget += contrib
+        total += t.num_warps * 32 * regs
+        assigned += t.num_warps
+        lines.append(f"Task {i:>2} {t.name[:20]!r:<22}, numWarps x (defaultMaxNumRegs - numRegsPerThread) = "
+                     f"{t.num_warps} x ({default} - {regs}) = {contrib}")
+    total += max(0, _block_warps(program) - assigned) * 32 * default
+    free_blocks = max(0, (program.options.register_file_size - total) // (32 * 8 * 32))
+    lines.append(f"Num. regs: {total} of {program.options.register_file_size} (free reg blocks: {free_blocks})")
+    lines.append(f"Reg budget: {budget}")
+    return "\n".join(lines)
+
+
+def memory_summary(program: Program) -> str:
+    lines = []
+    smem = program.smem_allocator
+    if smem is not None:
+        data = smem.total_bytes if smem.total_bytes is not None else smem.unaliased_bytes
+        barriers = 16 * sum(r.pipeline_config.num_stages for r in program.pipelined_resources
+                            if isinstance(r.pipeline_config.num_stages, int))
+        cap = program.options.smem_capacity_bytes or smem.capacity_bytes
+        lines.append(f"SMEM usage: {data + barriers} B (data {data} B + barriers {barriers} B)"
+                     + (f" / {cap} B capacity" if cap else ""))
+    tmem = program.tmem_allocator
+    if tmem is not None:
+        cols = tmem.total_columns if tmem.total_columns is not None else sum(a.columns for a in tmem.allocations)
+        cap = program.options.tmem_capacity_columns or tmem.capacity_columns
+        lines.append(f"TMEM usage: {cols} columns / {cap} columns capacity")
+    if smem is not None:
+        lines.append(smem.usage_report())
+    return "\n".join(lines)
+
+
+_ = Section

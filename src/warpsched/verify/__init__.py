@@ -1,0 +1,37 @@
+"""Static checks. Each family is a module with ``check(program) -> Iterable[Finding]``;
+``CHECK_FAMILIES`` lists them in the order their findings are reported."""
+from __future__ import annotations
+
+import importlib
+from typing import List
+
+from ..errors import Finding
+from .program import Options, Program
+
+# Module names under warpsched.verify; a family that is not written yet is skipped.
+CHECK_FAMILIES = [
+    "checks_structure",  # captured domains, stage roles, graph, coverage, named dispatch
+    "checks_bracketing",  # work bracketing, try-before-blocking, value routing, DMA ordering
+    "checks_persistent",  # WorkQueue placement, skip predicate
+    "checks_pipelines",  # thread counts and bytes, leader routing, CTA layout, interleaving
+    "checks_patterns",  # ping-pong, split-consumer, head/loop overlap
+    "checks_groups",  # pipeline groups
+    "checks_resources",  # SMEM/TMEM capacity, registers
+    "checks_pdl",  # PDL ordering
+]
+
+
+def run_static_checks(program: Program) -> List[Finding]:
+    findings: List[Finding] = []
+    for name in CHECK_FAMILIES:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"{__name__}.{name}":
+                continue
+            raise
+        findings.extend(module.check(program))
+    return findings
+
+
+__all__ = ["CHECK_FAMILIES", "Options", "Program", "run_static_checks"]

@@ -1,0 +1,118 @@
+"""The whole program under check: tasks, graph, allocators and options, with lookups."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..model.ir import ScheduleResult, Step
+from ..model.pipeline_group import PipelineGroup
+from ..model.task import Task
+
+
+@dataclass
+class Options:
+    skip_validation: bool = False
+    exhaustive_deadlock_race_check: bool = True
+    assume_pdl_wait_completed: bool = False
+    smem_capacity_bytes: Optional[int] = None
+    tmem_capacity_columns: Optional[int] = None
+    max_states: int = 200_000
+    register_file_size: int = 65536
+    max_threads_per_block: int = 1024
+
+
+@dataclass
+class Program:
+    tasks: List[Task]
+    graph: Dict[Any, List[Any]]
+    smem_allocator: Any = None
+    tmem_allocator: Any = None
+    barrier_allocator: Any = None
+    options: Options = field(default_factory=Options)
+
+    # ---- lookups shared by the check families ----
+    def schedule_of(self, task: Task) -> Optional[ScheduleResult]:
+        s = task.schedule
+        return s if isinstance(s, ScheduleResult) else None
+
+    def steps_of(self, task: Task) -> Tuple[Step, ...]:
+        s = self.schedule_of(task)
+        return s.steps if s is not None else ()
+
+    @property
+    def resources(self) -> List[Any]:
+        """Every resource named by a task, the graph, or a schedule (first-seen order)."""
+        seen: Dict[int, Any] = {}
+        for t in self.tasks:
+            for r in t.src_resources + t.dst_resources:
+                seen.setdefault(id(r), r)
+            for step in self.steps_of(t):
+                for r in step_targets(step):
+                    seen.setdefault(id(r), r)
+        for k, vs in self.graph.items():
+            seen.setdefault(id(k), k)
+            for v in vs or []:
+                seen.setdefault(id(v), v)
+        return list(seen.values())
+
+    @property
+    def pipelined_resources(self) -> List[Any]:
+        return [r for r in self.resources if getattr(r, "pipeline_config", None) is not None]
+
+    @property
+    def pipeline_groups(self) -> List[PipelineGroup]:
+        seen: Dict[int, PipelineGroup] = {}
+        for t in self.tasks:
+            for step in self.steps_of(t):
+                g = step.resource if isinstance(step.resource, PipelineGroup) else step.via_group
+                if g is not None:
+                    seen.setdefault(id(g), g)
+        for alloc in (self.smem_allocator, self.barrier_allocator):
+            for g in getattr(alloc, "pipeline_groups", []) or []:
+                if isinstance(g, PipelineGroup):
+                    seen.setdefault(id(g), g)
+            for g in getattr(alloc, "owners", []) or []:
+                if isinstance(g, PipelineGroup):
+                    seen.setdefault(id(g), g)
+        return list(seen.values())
+
+    def producers_of(self, resource: Any) -> List[Task]:
+        return [t for t in self.tasks if t.writes(resource)]
+
+    def consumers_of(self, resource: Any) -> List[Task]:
+        return [t for t in self.tasks if t.reads(resource)]
+
+    def upstream(self, resource: Any) -> List[Any]:
+        for k, v in self.graph.items():
+            if k is resource:
+                return list(v or [])
+        return []
+
+    def transitive_upstream(self, resource: Any) -> List[Any]:
+        out: Dict[int, Any] = {}
+        stack = self.upstream(resource)
+        while stack:
+            r = stack.pop()
+            if id(r) in out:
+                continue
+            out[id(r)] = r
+            stack.extend(self.upstream(r))
+        return list(out.values())
+
+    def in_graph(self, resource: Any) -> bool:
+        return any(k is resource or any(v is resource for v in (vs or [])) for k, vs in self.graph.items())
+
+    @property
+    def num_warps(self) -> int:
+        return max((t.warp_end for t in self.tasks), default=0)
+
+
+def step_targets(step: Step) -> List[Any]:
+    """The resources a step touches: a group's collapsed op touches all its members."""
+    if isinstance(step.resource, PipelineGroup):
+        return list(step.resource.members)
+    return [step.resource]
+
+
+def name_of(resource: Any) -> str:
+    return getattr(resource, "display_name", None) or getattr(resource, "name", None) or type(resource).__name__
