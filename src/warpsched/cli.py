@@ -344,6 +344,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_USAGE
     try:
         return _check(args)
+    except BrokenPipeError:  # `warpsched check ... | head`: the reader left, not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ACCEPTED
     except UsageError as e:
         if e.tb_text:
             print(e.tb_text, file=sys.stderr, end="" if e.tb_text.endswith("\n") else "\n")
