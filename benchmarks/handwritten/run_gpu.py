@@ -56,9 +56,11 @@ def row(kind, name, shape, ok, err, t, tref, unit_val, unit_ref, unit):
 def run_copy(args, ptx_counts):
     print("== TMA copy ==", flush=True)
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    variants = {
+    variants = {  # persistent, balanced grid (see tma_copy.py)
+        "32KiBx3st,lag1,2cta/sm": dict(num_stages=3, store_lag=1, max_ctas=2 * nsm),
         "32KiBx6st,lag2,1cta/sm": dict(num_stages=6, store_lag=2, max_ctas=nsm),
-        "16KiBx4st,lag1,3cta/sm": dict(num_stages=4, store_lag=1, max_ctas=3 * nsm, tile_rows_bytes=16384),
+        "16KiBx12st,lag6,1cta/sm": dict(num_stages=12, store_lag=6, max_ctas=nsm, tile_rows_bytes=16384),
+        "32KiBx3st,1 tile/CTA(grid=all)": dict(num_stages=3, store_lag=1, max_ctas=1 << 30),
     }
     cases = [(torch.bfloat16, (16384, 8192), True), (torch.float32, (8192, 8192), True),
              (torch.bfloat16, (5000, 3000), True), (torch.float32, (4097, 1020), True),
@@ -136,7 +138,7 @@ def run_gemm(args, ptx_counts):
                     tref = bench(lambda: torch.matmul(a, b.T, out=c3))
             else:
                 t = tref = (float("nan"),) * 3
-            row("gemm", "tma+wgmma 128x256x64 ws", sh, ok, err, t, tref,
+            row("gemm", "tma+wgmma 128x256x64 ws g16", sh, ok, err, t, tref,
                 flops / t[0] / 1e9, flops / tref[0] / 1e9, "TFLOP/s")
             del a, b, c, ref
         except Exception as e:
@@ -144,10 +146,82 @@ def run_gemm(args, ptx_counts):
             ROWS.append(("gemm", "tma+wgmma", sh, False, float("nan"), (0, 0, 0), (0, 0, 0), 0, 1, "FAIL"))
 
 
+def sweep():
+    """Tuning sweep: each config timed twice, interleaved with the torch baseline."""
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    print("== copy sweep (median us: ours x2 | torch x2) ==", flush=True)
+    cfgs = [("32K x3 lag1 2/sm", 32768, dict(num_stages=3, store_lag=1, max_ctas=2 * nsm)),
+            ("32K x3 lag1 2/sm chunked", 32768, dict(num_stages=3, store_lag=1, max_ctas=2 * nsm, chunked=True)),
+            ("32K x6 lag2 1/sm chunked", 32768, dict(num_stages=6, store_lag=2, max_ctas=nsm, chunked=True)),
+            ("32K x1 lag0 6/sm", 32768, dict(num_stages=1, store_lag=0, max_ctas=6 * nsm)),
+            ("32K x2 lag0 3/sm", 32768, dict(num_stages=2, store_lag=0, max_ctas=3 * nsm)),
+            ("16K x2 lag0 6/sm", 16384, dict(num_stages=2, store_lag=0, max_ctas=6 * nsm)),
+            ("32K x3 lag1 grid=all", 32768, dict(num_stages=3, store_lag=1, max_ctas=1 << 30))]
+    if os.environ.get("SWEEP_COPY_OLD"):
+      cfgs = [("32K x6 lag2 1/sm", 32768, dict(num_stages=6, store_lag=2, max_ctas=nsm)),
+            ("32K x6 lag4 1/sm", 32768, dict(num_stages=6, store_lag=4, max_ctas=nsm)),
+            ("32K x3 lag1 2/sm", 32768, dict(num_stages=3, store_lag=1, max_ctas=2 * nsm)),
+            ("32K x3 lag2 2/sm", 32768, dict(num_stages=3, store_lag=2, max_ctas=2 * nsm)),
+            ("16K x12 lag6 1/sm", 16384, dict(num_stages=12, store_lag=6, max_ctas=nsm)),
+            ("16K x6 lag3 2/sm", 16384, dict(num_stages=6, store_lag=3, max_ctas=2 * nsm)),
+            ("32K x2 lag1 3/sm", 32768, dict(num_stages=2, store_lag=1, max_ctas=3 * nsm)),
+            ("32K x6 lag2 grid=all", 32768, dict(num_stages=6, store_lag=2, max_ctas=1 << 30)),
+            ("32K x3 lag1 grid=all", 32768, dict(num_stages=3, store_lag=1, max_ctas=1 << 30))]
+    for dt, shape in [(torch.bfloat16, (16384, 8192)), (torch.float32, (8192, 8192))]:
+        x = torch.randn(shape, device="cuda", dtype=torch.float32).to(dt)
+        y = torch.full_like(x, float("nan"))
+        nbytes = 2 * x.numel() * x.element_size()
+        for name, tb, kw in cfgs:
+            kw = dict(kw, tile_mn=(tb // (256 * x.element_size()), 256))
+            try:
+                y.fill_(float("nan"))
+                launch = tma_copy.tma_copy(x, y, **kw)
+                torch.cuda.synchronize()
+                ok = bool(torch.equal(x, y))
+                ts = []
+                for _ in range(2):
+                    ts.append(bench(launch)[0])
+                    ts.append(bench(lambda: y.copy_(x))[0])
+                print(f"  {str(dt).split('.')[-1]:8s} {name:22s} ok={ok} ours {ts[0]*1e3:6.1f} {ts[2]*1e3:6.1f} | "
+                      f"torch {ts[1]*1e3:6.1f} {ts[3]*1e3:6.1f}  -> {nbytes/min(ts[0],ts[2])/1e6:.0f} vs "
+                      f"{nbytes/min(ts[1],ts[3])/1e6:.0f} GB/s", flush=True)
+            except Exception as e:
+                print(f"  {name} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+    if os.environ.get("SWEEP_COPY_ONLY"):
+        return
+    print("== gemm sweep (median us: ours x2 | torch x2) ==", flush=True)
+    for (M, N, K) in [(4096, 4096, 4096), (8192, 8192, 8192), (3000, 5000, 1000), (2048, 2048, 2048)]:
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        c2 = torch.empty_like(c)
+        ref = torch.matmul(a, b.T).float()
+        for kw in [dict(tile_mn=(128, 256), group_m=8), dict(tile_mn=(128, 256), group_m=16),
+                   dict(tile_mn=(128, 128), group_m=8)]:
+            try:
+                c.fill_(float("nan"))
+                launch = wgmma_gemm.gemm(a, b, c, **kw)
+                torch.cuda.synchronize()
+                err = float((c.float() - ref).norm() / ref.norm())
+                ts = []
+                for _ in range(2):
+                    ts.append(bench(launch)[0])
+                    ts.append(bench(lambda: torch.matmul(a, b.T, out=c2))[0])
+                fl = 2 * M * N * K
+                print(f"  {M}x{N}x{K} {str(kw):40s} err_vs_torch={err:.1e} ours {ts[0]*1e3:7.1f} {ts[2]*1e3:7.1f} | "
+                      f"torch {ts[1]*1e3:7.1f} {ts[3]*1e3:7.1f} -> {fl/min(ts[0],ts[2])/1e9:.0f} vs "
+                      f"{fl/min(ts[1],ts[3])/1e9:.0f} TFLOP/s", flush=True)
+            except Exception as e:
+                print(f"  {kw} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=["copy", "gemm"], default=None)
+    ap.add_argument("--sweep", action="store_true", help="tuning sweep only")
     args = ap.parse_args()
+    if args.sweep:
+        return sweep()
     print(f"device: {torch.cuda.get_device_name()}  SMs: {torch.cuda.get_device_properties(0).multi_processor_count}"
           f"  torch {torch.__version__}  triton {triton.__version__}", flush=True)
     t0 = time.time()

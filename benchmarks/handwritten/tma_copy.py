@@ -4,7 +4,12 @@ Y[M, N] = X[M, N] (row-major, any dtype whose row stride is a multiple of 16 byt
 
 Structure (the "hand-written baseline" our schedule lowering is compared against):
 
-  CTA = 2 warps (64 threads), persistent over tiles (grid = min(#tiles, #SMs * ctas_per_sm)).
+  CTA = 2 warps (64 threads), 3 stages x 32 KiB by default (2 CTAs/SM resident).
+  Persistent over tiles when max_ctas < #tiles: balanced grid = ceil(#tiles / ceil(#tiles / max_ctas))
+  so every CTA gets the same tile count, tiles strided by gridDim (chunked=True: contiguous runs).
+  Host default max_ctas = 2**30, i.e. one tile per CTA: on the H200 that measured 4.10 TB/s
+  (0.99x torch) against 3.90-3.96 TB/s (0.95x) for every persistent grid/depth tried (see
+  benchmarks/README_handwritten.md); the pipeline code is identical either way.
   warp 0  producer: for each tile t owned by this CTA:
               pipe.producer_acquire(state)          # wait EMPTY[i], arrive.expect_tx FULL[i]
               TMA load  X tile -> sBuf[i]           # cp.async.bulk.tensor ... completes FULL[i]
@@ -42,7 +47,7 @@ import cuda.bindings.driver as cuda
 
 
 class TmaCopyKernel:
-    def __init__(self, dtype, tile_mn=None, num_stages=6, store_lag=2, max_ctas=132):
+    def __init__(self, dtype, tile_mn=None, num_stages=3, store_lag=1, max_ctas=264, chunked=False):
         self.dtype = dtype
         elem_bytes = dtype.width // 8
         if tile_mn is None:
@@ -53,6 +58,7 @@ class TmaCopyKernel:
         self.store_lag = store_lag  # TMA-store groups allowed in flight before a stage is released
         assert 0 <= store_lag < num_stages
         self.max_ctas = max_ctas
+        self.chunked = chunked  # CTA b takes tiles [b*T, (b+1)*T) instead of b, b+G, b+2G, ...
         self.threads = 64  # warp 0 = TMA producer, warp 1 = consumer (TMA store)
         self.tile_bytes = self.tile_mn[0] * self.tile_mn[1] * elem_bytes
 
@@ -84,7 +90,10 @@ class TmaCopyKernel:
 
         tiles = cute.ceil_div(mX.shape, self.tile_mn)
         num_tiles = tiles[0] * tiles[1]
-        grid_x = cutlass.min(num_tiles, self.max_ctas)
+        # Balanced persistent grid: every CTA gets the same number of tiles (up to one), so no
+        # almost-empty last round (8192 tiles on 264 CTAs = 31.03 rounds cost ~3% before this).
+        tiles_per_cta = cute.ceil_div(num_tiles, self.max_ctas)
+        grid_x = cute.ceil_div(num_tiles, tiles_per_cta)
         self.kernel(tma_load_atom, tma_x, tma_store_atom, tma_y, smem_layout_staged).launch(
             grid=[grid_x, 1, 1], block=[self.threads, 1, 1], stream=stream
         )
@@ -138,11 +147,16 @@ class TmaCopyKernel:
         )
         tiles_n = cute.size(gX, mode=[3])
         num_tiles = cute.size(gX, mode=[2]) * tiles_n
+        tpc = cute.ceil_div(num_tiles, gdim)  # tiles per CTA (chunked order)
+        if cutlass.const_expr(self.chunked):
+            t_begin, t_end, t_step = bidx * tpc, cutlass.min((bidx + 1) * tpc, num_tiles), 1
+        else:
+            t_begin, t_end, t_step = bidx, num_tiles, gdim
 
         if warp_idx == 0:
             # ---------------- producer warp ----------------
             prod = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, S)
-            for t in cutlass.range(bidx, num_tiles, gdim, unroll=1):
+            for t in cutlass.range(t_begin, t_end, t_step, unroll=1):
                 tm = t // tiles_n
                 tn = t % tiles_n
                 pipe.producer_acquire(prod)
@@ -160,7 +174,7 @@ class TmaCopyKernel:
             # ---------------- consumer warp ----------------
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, S)
             rel = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, S)
-            for t in cutlass.range(bidx, num_tiles, gdim, unroll=1):
+            for t in cutlass.range(t_begin, t_end, t_step, unroll=1):
                 tm = t // tiles_n
                 tn = t % tiles_n
                 pipe.consumer_wait(read)
@@ -224,7 +238,9 @@ def get_compiled(x, y, options="", **kw):
     mX = from_dlpack(x, assumed_align=16).mark_layout_dynamic(leading_dim=1)
     mY = from_dlpack(y, assumed_align=16).mark_layout_dynamic(leading_dim=1)
     if key not in _CACHE:
-        kern = TmaCopyKernel(dt, max_ctas=kw.pop("max_ctas", _num_sms()), **kw)
+        # default: one CTA per tile (grid = #tiles, 2 CTAs/SM resident with 3 x 32 KiB stages):
+        # measured 0.99x torch copy; the persistent grids (max_ctas = k * #SMs) measured 0.95x.
+        kern = TmaCopyKernel(dt, max_ctas=kw.pop("max_ctas", 1 << 30), **kw)
         stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
         _CACHE[key] = cute.compile(kern, mX, mY, stream, options=options)
     return _CACHE[key], mX, mY

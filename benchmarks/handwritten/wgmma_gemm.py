@@ -4,7 +4,7 @@ C[M, N] = A[M, K] @ B[N, K]^T      A, B bf16 (or fp16) row-major (K contiguous),
                                    C bf16/fp16 (TMA-store epilogue through stmatrix) or fp32.
 
 CTA = 3 warpgroups (384 threads), one CTA per SM, non-persistent, grid = #output tiles
-(1D, grouped rasterization: GROUP_M row-tiles share each B column strip for L2 reuse).
+(1D, grouped rasterization: GROUP_M=16 row-tiles share each B column strip for L2 reuse).
 
   WG0 (producer):  setmaxnreg.dec 40; warp 0 only:
                      for k_tile: pipe.producer_acquire(st)      # wait EMPTY[i]; arrive.expect_tx FULL[i]
@@ -51,7 +51,7 @@ class WgmmaGemmKernel:
         c_dtype=cutlass.BFloat16,
         acc_dtype=cutlass.Float32,
         tile_mn=(128, 256),
-        group_m=8,
+        group_m=16,
         producer_regs=40,
         consumer_regs=232,
     ):
