@@ -1,0 +1,50 @@
+"""Shared host helpers for the warpsched examples (CPU compile with fake tensors, torch -> CuTe)."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # must precede `import cutlass`
+PTX_DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), "warpsched_examples_ptx")
+os.makedirs(PTX_DIR, exist_ok=True)
+PTX_OPTIONS = "--keep-ptx --dump-dir=" + PTX_DIR
+
+import cutlass  # noqa: E402
+
+
+def cutlass_dtype(torch_dtype):
+    import torch
+
+    return {torch.float32: cutlass.Float32, torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16,
+            torch.int32: cutlass.Int32}[torch_dtype]
+
+
+def current_stream():
+    import cuda.bindings.driver as cuda
+    import torch
+
+    return cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+
+
+def num_sms() -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def to_cute(t, leading_dim=None):
+    from cutlass.cute.runtime import from_dlpack
+
+    m = from_dlpack(t, assumed_align=16)
+    if leading_dim is not None:
+        m = m.mark_layout_dynamic(leading_dim=leading_dim)
+    return m
+
+
+PTX_PATTERNS = ["mbarrier.init", "mbarrier.arrive", "mbarrier.try_wait", "expect_tx", "cp.async.bulk.tensor",
+                "wgmma.mma_async", "tcgen05.mma", "tcgen05.commit", "tcgen05.alloc", "setmaxnreg",
+                "griddepcontrol"]
+
+
+def count_ptx(ptx: str, patterns=PTX_PATTERNS):
+    lines = ptx.splitlines()
+    return {p: sum(p in line for line in lines) for p in patterns}

@@ -1,0 +1,91 @@
+"""KernelLowering: ``setup()`` allocates memory and barriers, ``run()`` dispatches tasks.
+
+Called by ``TaskManager.setup_resources_and_tasks()`` / ``run()`` inside a ``@cute.kernel``.
+The launch must use ``program.num_warps * 32`` threads per CTA (and
+``min_blocks_per_mp=1`` when tasks set ``num_registers``, so setmaxnreg takes effect).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import cutlass
+import cutlass.cute as cute
+
+from ..model.resources import WorkQueue
+from . import LoweringError
+from .dispatch import dispatch
+from .loops import TaskEmitter
+from .memory import KernelContext, SmemSetup, tmem_columns
+from .pipelines import PipelineLowering
+
+
+class KernelLowering:
+    def __init__(self, program, *, producer_tail: bool = True):
+        self.program = program
+        self.producer_tail = producer_tail
+        self.pipes: Dict[int, PipelineLowering] = {}
+        self.warp_idx = None
+        self.context = KernelContext()
+        self._tmem_cols = 0
+        self._setup_done = False
+
+    # ------------------------------------------------------------------ setup
+    def setup(self):
+        program = self.program
+        self.warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        smem = SmemSetup(program)
+        sa = program.smem_allocator
+        ba = program.barrier_allocator
+        if ba is not None and ba.num_barriers is None:
+            ba.compute_layout()
+        base = smem.block(sa)
+        self.context = KernelContext(smem_allocator=sa, smem_base=base, tmem_allocator=program.tmem_allocator,
+                                     warp_idx=self.warp_idx)
+        ta = program.tmem_allocator
+        if ta is not None:
+            if ta.total_columns is None:
+                ta.compute_layout()
+            self._tmem_cols = tmem_columns(ta.total_columns or 0) if ta.total_columns else 0
+            if self._tmem_cols:
+                self.context.tmem_ptr_i32 = smem.tmem_slot()
+        for res in program.pipelined_resources:
+            if isinstance(res, WorkQueue):
+                continue
+            self.pipes[id(res)] = PipelineLowering(program, res, smem.barriers_for(res))
+        if self.pipes:
+            cute.arch.mbarrier_init_fence()
+        if self._tmem_cols:
+            self._alloc_tmem()
+        if self.pipes or self._tmem_cols:
+            cute.arch.barrier()
+        if self._tmem_cols:
+            self.context.tmem_base = cute.arch.retrieve_tmem_ptr(cutlass.Float32, 16, self.context.tmem_ptr_i32)
+        self._setup_done = True
+
+    def _alloc_tmem(self):
+        def alloc(env):
+            cute.arch.alloc_tmem(self._tmem_cols, self.context.tmem_ptr_i32)
+            cute.arch.relinquish_tmem_alloc_permit()
+        from .dsl import dyn_if
+        dyn_if({}, [], self.warp_idx == 0, alloc)
+
+    def context_for(self, task) -> KernelContext:
+        ctx = self.context
+        ctx.task = task
+        return ctx
+
+    # ------------------------------------------------------------------ run
+    def run(self):
+        if not self._setup_done:
+            raise LoweringError("run() before setup_resources_and_tasks()")
+        dispatch(self, lambda t: TaskEmitter(self, t).emit())
+        if self._tmem_cols:
+            cute.arch.barrier()
+            from .dsl import dyn_if
+
+            def free(env):
+                cute.arch.dealloc_tmem(self.context.tmem_base, self._tmem_cols)
+            dyn_if({}, [], self.warp_idx == 0, free)
+
+
+_ = Any

@@ -1,0 +1,415 @@
+"""Schedule walking: one task's captured steps become straight-line CuTe DSL code.
+
+Sections are emitted in order PROLOGUE, [work tile loop: HEAD, domain loop, TAIL],
+EPILOGUE. Guards become ``scf.if`` on the iteration index (first / last / every), on a
+stored token (when_true / when_false) or on the tile's skip predicate (skippable). The
+domain loop and the static persistent tile loop are ``scf.for`` with runtime bounds.
+
+Values live in one environment per task (a dict): pipeline counters (PipelineState),
+the stage each side last acquired / waited (``cur``), token values, pending try_ tokens.
+A region (loop body, guarded block) carries exactly the entries it rebinds.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, List, Optional, Sequence, Set
+
+import cutlass
+import cutlass.cute as cute
+
+from ..model.ir import Section, StepKind
+from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
+from . import LoweringError
+from .dsl import dyn_for, dyn_if
+from .pdl import emit_pdl
+from .pipelines import VERB_COUNTER, counter_plan, make_state
+
+SYNC_KINDS = set(VERB_COUNTER)
+WORK_KINDS = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.ConsumerWork, StepKind.ConsumerAux}
+
+
+def _side(kind: StepKind) -> str:
+    return kind.side
+
+
+class Frame:
+    """What guards and StageInfo see at a point of the schedule."""
+
+    def __init__(self, loop_offset=None, start=None, end=None, step=None, work_tile=None, skip=None):
+        self.loop_offset, self.start, self.end, self.step = loop_offset, start, end, step
+        self.work_tile, self.skip = work_tile, skip
+
+    def with_(self, **kw) -> "Frame":
+        f = Frame(self.loop_offset, self.start, self.end, self.step, self.work_tile, self.skip)
+        for k, v in kw.items():
+            setattr(f, k, v)
+        return f
+
+
+class TaskEmitter:
+    def __init__(self, lowering, task):
+        self.L = lowering
+        self.task = task
+        self.program = lowering.program
+        self.sched = self.program.schedule_of(task)
+        self.steps = list(self.sched.steps) if self.sched is not None else []
+        self.plans: Dict[int, Dict[str, tuple]] = {}
+        self._readers: Dict[int, List[int]] = {}
+        for s in self.steps:
+            for tok in s.token_args.values():
+                self._readers.setdefault(id(tok), []).append(s.index)
+            for g in s.guards:
+                if g.token is not None:
+                    self._readers.setdefault(id(g.token), []).append(s.index)
+            self._check_step(s)
+
+    # ------------------------------------------------------------------ validation
+    def _check_step(self, s):
+        if s.is_group_op or s.via_group is not None:
+            raise LoweringError("pipeline-group operations are checked but not lowered yet", task=self.task,
+                                resource=s.resource, location=s.location,
+                                fix="drive the member pipelines directly in kernels you lower")
+        res = s.resource
+        if isinstance(res, WorkQueue) and res.is_dynamic:
+            raise LoweringError("CLC dynamic WorkQueues are checked but not lowered yet", task=self.task,
+                                resource=res, location=s.location, fix="use a static WorkQueue (no pipeline_config)")
+        if s.kind in SYNC_KINDS and not isinstance(res, WorkQueue) and getattr(res, "pipeline_config", None) is None:
+            raise LoweringError(f"{s.kind.label} on a resource without a pipeline_config", task=self.task,
+                                resource=res, location=s.location, fix="give the resource a pipeline_config")
+
+    # ------------------------------------------------------------------ env keys
+    def _pipe(self, res):
+        return self.L.pipes[id(res)]
+
+    def _plan(self, res):
+        key = id(res)
+        if key not in self.plans:
+            kinds = [s.kind for s in self.steps if s.resource is res]
+            self.plans[key] = counter_plan(res.pipeline_config, kinds)
+        return self.plans[key]
+
+    def _counter(self, res, kind) -> str:
+        plan = self._plan(res)
+        for name in VERB_COUNTER[kind]:
+            if name in plan:
+                return name
+        raise LoweringError(f"no counter for {kind.label}", task=self.task, resource=res)
+
+    @staticmethod
+    def _skey(res, name):
+        return ("state", id(res), name)
+
+    @staticmethod
+    def _cur(res, side):
+        return ("cur", id(res), side)
+
+    @staticmethod
+    def _tkey(tok):
+        return ("tok", id(tok))
+
+    @staticmethod
+    def _trykey(res, side):
+        return ("try", id(res), side)
+
+    def _pipelined(self, res) -> bool:
+        return getattr(res, "pipeline_config", None) is not None and not isinstance(res, WorkQueue)
+
+    def _writes(self, steps: Sequence) -> Set[Any]:
+        keys: Set[Any] = set()
+        for s in steps:
+            res = s.resource
+            if s.kind in SYNC_KINDS and self._pipelined(res):
+                side = _side(s.kind)
+                for name in self._plan(res):
+                    if (name in ("acq", "cmt", "p")) == (side == "producer"):
+                        keys.add(self._skey(res, name))
+                keys.add(self._cur(res, side))
+            for tok in s.returns:
+                keys.add(self._tkey(tok))
+        return keys
+
+    # ------------------------------------------------------------------ tokens
+    def _slot_var(self, tok, res) -> Optional[TaskLocalVariable]:
+        if tok.slot is None:
+            return None
+        var = getattr(res, tok.slot, None)
+        return var if isinstance(var, TaskLocalVariable) and not var.is_uninitialized else None
+
+    def _seed(self, env, steps: Sequence, is_loop: bool) -> None:
+        """Give tokens produced in a region, and read outside it (or in a later iteration), their default."""
+        inside = {s.index for s in steps}
+        for s in steps:
+            for tok in s.returns:
+                key = self._tkey(tok)
+                readers = self._readers.get(id(tok), [])
+                escapes = any(r not in inside for r in readers) or (is_loop and any(r <= s.index for r in readers))
+                if not escapes or key in env:
+                    continue
+                var = self._slot_var(tok, s.resource)
+                if var is None or var.default is None or not _is_numeric_type(var.dtype):
+                    raise LoweringError(
+                        f"value {tok!r} is produced inside a runtime loop or guard and read outside it (or in a "
+                        "later iteration), so it needs a typed default", task=self.task, resource=s.resource,
+                        location=s.location,
+                        fix=f"declare {tok.slot or 'the result'} as TaskLocalVariable(dtype=cutlass.<Numeric>, "
+                            "default=...)")
+                env[key] = var.dtype(var.default)
+
+    def _store_token(self, env, tok, res, value):
+        key = self._tkey(tok)
+        if key in env:
+            var = self._slot_var(tok, res)
+            if var is not None and _is_numeric_type(var.dtype):
+                value = var.dtype(value)
+        env[key] = value
+
+    # ------------------------------------------------------------------ emission
+    def emit(self):
+        if self.sched is None:
+            return
+        env: Dict[Any, Any] = {}
+        for res in self.sched.resources:
+            if not self._pipelined(res):
+                continue
+            stages = res.pipeline_config.num_stages
+            for name in self._plan(res):
+                env[self._skey(res, name)] = make_state(name, stages)
+            for side in ("producer", "consumer"):
+                names = [n for n in self._plan(res) if (n in ("acq", "cmt", "p")) == (side == "producer")]
+                if names:
+                    env[self._cur(res, side)] = env[self._skey(res, names[0])].clone()
+        wtl = self.sched.work_tile_loop
+        frame = Frame()
+        if wtl is not None:
+            self._block(env, self.sched.by_section(Section.PROLOGUE), frame, 0)
+            self._tile_loop(env, wtl, frame)
+            self._block(env, self.sched.by_section(Section.EPILOGUE), frame, 0)
+        else:
+            self._sections(env, frame)
+        if self.L.producer_tail:
+            for res in self.sched.resources:
+                if self._pipelined(res) and any(s.resource is res and s.kind is StepKind.ProducerAcquire
+                                                for s in self.steps):
+                    self._pipe(res).tail(env[self._skey(res, self._counter(res, StepKind.ProducerAcquire))])
+
+    def _sections(self, env, frame):
+        self._block(env, self.sched.by_section(Section.HEAD), frame, 0)
+        loop_steps = self.sched.by_section(Section.LOOP)
+        dl = self.sched.domain_loop
+        if dl is not None:
+            start, end, step = (self._bound(b, frame, dl) for b in (dl.start, dl.end, dl.step))
+            self._seed(env, loop_steps, True)
+            keys = [k for k in self._writes(loop_steps) if k in env]
+            for k in list(env):  # a try_ token never crosses into a loop: it belongs to one bracket
+                if k[0] == "try":
+                    del env[k]
+
+            def body(i, inner):
+                self._block(inner, loop_steps, frame.with_(loop_offset=i, start=start, end=end, step=step), 0)
+
+            dyn_for(env, keys, start, end, step, body, unroll=dl.unroll)
+            self._drop_try(env, loop_steps)
+        self._block(env, self.sched.by_section(Section.TAIL), frame, 0)
+
+    def _bound(self, b, frame, dl):
+        if callable(b) and not isinstance(b, (int, float)) and not hasattr(b, "ir_value"):
+            tile = frame.work_tile.tile_idx if frame.work_tile is not None else None
+            if inspect.ismethod(b):
+                return b(tile)
+            return b(self.task, tile)
+        return b
+
+    def _tile_loop(self, env, wtl, frame):
+        wq = wtl.work_queue
+        cfg = wq.tile_scheduler_config
+        if cfg is None or cfg.num_tiles is None:
+            raise LoweringError("a static WorkQueue needs tile_scheduler_config=TileSchedulerConfig(num_tiles=...)",
+                                task=self.task, resource=wq, location=wtl.location)
+        dims = cfg.num_tiles if isinstance(cfg.num_tiles, tuple) else (cfg.num_tiles,)
+        total = dims[0]
+        for d in dims[1:]:
+            total = total * d
+        bid, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        inner_steps = [s for s in self.steps if s.section in (Section.HEAD, Section.LOOP, Section.TAIL)]
+        self._seed(env, inner_steps, True)
+        keys = [k for k in self._writes(inner_steps) if k in env]
+
+        def body(t, inner):
+            coords, rest = [], t
+            for d in dims[:-1]:
+                coords.append(rest % d)
+                rest = rest // d
+            coords.append(rest)
+            while len(coords) < 3:
+                coords.append(cutlass.Int32(0))
+            tile = WorkTileInfo(tile_idx=tuple(coords), is_valid_tile=cutlass.Boolean(True))
+            skip = None
+            if wtl.has_skippable and wtl.skip_if is not None:
+                skip = _call_skip(wtl.skip_if, wq, tile)
+            self._sections(inner, frame.with_(work_tile=tile, skip=skip))
+
+        dyn_for(env, keys, bid, total, gdim, body, unroll=1)
+
+    def _drop_try(self, env, steps):
+        touched = {(id(s.resource), _side(s.kind)) for s in steps if s.kind in SYNC_KINDS}
+        for k in list(env):
+            if k[0] == "try" and (k[1], k[2]) in touched:
+                del env[k]
+
+    def _block(self, env, steps: Sequence, frame: Frame, depth: int):
+        i = 0
+        steps = list(steps)
+        while i < len(steps):
+            s = steps[i]
+            if len(s.guards) <= depth:
+                self._step(env, s, frame)
+                i += 1
+                continue
+            g = s.guards[depth]
+            j = i
+            while j < len(steps) and len(steps[j].guards) > depth and steps[j].guards[depth] is g:
+                j += 1
+            run = steps[i:j]
+            self._guarded(env, g, run, frame, depth)
+            i = j
+
+    def _guarded(self, env, g, run, frame, depth):
+        pred = self._predicate(env, g, frame, run[0])
+        self._seed(env, run, False)
+        keys = [k for k in self._writes(run) if k in env]
+        dyn_if(env, keys, pred, lambda inner: self._block(inner, run, frame, depth + 1))
+        self._drop_try(env, run)
+
+    def _predicate(self, env, g, frame, step):
+        i = frame.loop_offset
+        if g.kind in ("first_iter", "last_iter", "every"):
+            if i is None:
+                raise LoweringError(f"{g.describe()} outside the domain loop", task=self.task, location=g.location)
+            if g.kind == "first_iter":
+                return i == frame.start
+            if g.kind == "last_iter":
+                if isinstance(frame.step, int) and frame.step < 0:
+                    return i + frame.step <= frame.end
+                return i + frame.step >= frame.end
+            count = i - frame.start
+            if not (isinstance(frame.step, int) and frame.step == 1):
+                count = count // frame.step
+            if g.period == 1:
+                return count >= g.start
+            return ((count % g.period) == (g.start % g.period)) & (count >= g.start)
+        if g.kind in ("when_true", "when_false"):
+            key = self._tkey(g.token)
+            if key not in env:
+                raise LoweringError(f"{g.describe()} reads {g.token!r}, which has no value at this point", task=self.task,
+                                    location=g.location, fix="produce the value before the guarded block, in "
+                                    "the same loop iteration, or give its TaskLocalVariable a default")
+            v = env[key]
+            if isinstance(v, bool):
+                return v if g.kind == "when_true" else (not v)
+            truth = v if isinstance(v, cutlass.Boolean) else (v != 0)
+            return truth if g.kind == "when_true" else (truth == cutlass.Boolean(False))
+        if g.kind == "skippable":
+            if frame.skip is None:
+                return True
+            if isinstance(frame.skip, bool):
+                return not frame.skip
+            return cutlass.Boolean(frame.skip) == cutlass.Boolean(False)
+        raise LoweringError(f"unknown guard {g.kind}", task=self.task, location=g.location)
+
+    # ------------------------------------------------------------------ one step
+    def _step(self, env, s, frame):
+        res, kind = s.resource, s.kind
+        if kind in (StepKind.PdlWait, StepKind.PdlLaunch):
+            emit_pdl(kind)
+            return
+        if isinstance(res, WorkQueue):
+            return  # static queue: the tile loop's induction variable is the queue state
+        if kind in SYNC_KINDS:
+            self._sync(env, s)
+            return
+        if kind in WORK_KINDS:
+            self._work(env, s, frame)
+            return
+        raise LoweringError(f"step kind {kind.label} is not lowered", task=self.task, resource=res,
+                            location=s.location)
+
+    def _sync(self, env, s):
+        res, kind = s.resource, s.kind
+        pipe = self._pipe(res)
+        side = _side(kind)
+        name = self._counter(res, kind)
+        skey = self._skey(res, name)
+        state = env[skey]
+        warp = self.L.warp_idx
+        if kind is StepKind.ProducerTryAcquire:
+            env[self._trykey(res, side)] = pipe.try_acquire(state)
+            return
+        if kind is StepKind.ConsumerTryWait:
+            env[self._trykey(res, side)] = pipe.try_wait(state)
+            return
+        token = env.pop(self._trykey(res, side), None)
+        if kind is StepKind.ProducerAcquire:
+            pipe.acquire(self.task, warp, state, token)
+        elif kind is StepKind.ConsumerWait:
+            pipe.wait(self.task, warp, state, token)
+        elif kind is StepKind.ProducerCommit:
+            pipe.commit(self.task, warp, state)
+        elif kind is StepKind.ConsumerRelease:
+            pipe.release(self.task, warp, state)
+        if kind in (StepKind.ProducerAcquire, StepKind.ConsumerWait):
+            env[self._cur(res, side)] = state.clone()
+        if kind in self._plan(res)[name]:
+            new = state.clone()
+            new.advance()
+            env[skey] = new
+
+    def _work(self, env, s, frame):
+        res = s.resource
+        spec = work_spec_of(getattr(type(res), s.method, None))
+        if spec is None:
+            raise LoweringError(f"{s.method} is not a work method", task=self.task, resource=res, location=s.location)
+        side = spec.role
+        stage_idx = barrier = None
+        if self._pipelined(res):
+            cur = env.get(self._cur(res, side))
+            if cur is not None:
+                stage_idx = cur.index
+                barrier = self._pipe(res).barrier(side, cur)
+        info = StageInfo(loop_offset=frame.loop_offset, stage_idx=stage_idx, barrier=barrier,
+                         work_tile=frame.work_tile, context=self.L.context_for(self.task))
+        kwargs = dict(s.const_args)
+        for pname, tok in s.token_args.items():
+            key = self._tkey(tok)
+            if key not in env:
+                raise LoweringError(f"{s.method}({pname}=...) reads {tok!r}, which has no value at this point",
+                                    task=self.task, resource=res, location=s.location,
+                                    fix="produce it earlier in the same iteration, or declare its "
+                                        "TaskLocalVariable with dtype= and default=")
+            kwargs[pname] = env[key]
+        out = spec.fn(res, info, **kwargs)
+        if not s.returns:
+            return
+        values = (out,) if len(s.returns) == 1 and not (isinstance(out, tuple) and len(s.returns) > 1) else tuple(out)
+        if len(s.returns) == 1:
+            values = (out,)
+        if len(values) != len(s.returns):
+            raise LoweringError(f"{s.method}() returned {len(values)} value(s), the schedule expects "
+                                f"{len(s.returns)}", task=self.task, resource=res, location=s.location)
+        for tok, v in zip(s.returns, values):
+            self._store_token(env, tok, res, v)
+
+
+def _is_numeric_type(t) -> bool:
+    return isinstance(t, type) and issubclass(t, cutlass.Numeric)
+
+
+def _call_skip(fn, wq, tile):
+    if inspect.ismethod(fn):
+        return fn(tile)
+    try:
+        n = len([p for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)])
+    except (TypeError, ValueError):
+        n = 2
+    return fn(wq, tile) if n >= 2 else fn(tile)

@@ -1,0 +1,121 @@
+"""SMEM / TMEM / barrier storage inside the kernel.
+
+* One SMEM block holds every ``SmemAllocation`` of the user's ``SmemAllocator`` at the
+  offsets ``compute_layout()`` assigned (alias groups share bytes); ``smem_pointer`` gives
+  a typed pointer into it and backs ``SmemAllocator.get()``.
+* Pipeline barriers: from the ``BarrierAllocator``'s coalesced array when the resource
+  (or its group) is registered there, else the config's ``barrier_ptr``, else a
+  self-allocated array of ``2 * num_stages`` mbarriers (full[0..S) then empty[0..S)).
+* TMEM (sm_100a): one warp allocates the allocator's columns (rounded up to a power of
+  two >= 32), publishes the base through an SMEM slot, and frees it at kernel end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory  # noqa: F401  (cutlass.memory.SmemAllocator)
+
+from . import LoweringError
+
+BLOCK_ALIGN = 1024  # 128B-swizzled TMA / WGMMA tiles need 1024-byte aligned stages
+
+
+def _numeric(dtype: Any):
+    return dtype if isinstance(dtype, type) and hasattr(dtype, "width") else None
+
+
+def smem_pointer(allocator, allocation):
+    """Typed SMEM pointer of ``allocation`` inside the block bound to ``allocator``."""
+    if allocation.offset is None:
+        raise LoweringError(f"SMEM allocation {allocation.name!r} has no offset",
+                            location=allocation.location, fix="call SmemAllocator.compute_layout() before lowering")
+    base = allocator.base
+    ptr = base + allocation.offset if allocation.offset else base
+    dtype = _numeric(allocation.dtype)
+    if dtype is None:
+        width = allocation.dtype if isinstance(allocation.dtype, int) else 1
+        dtype = {1: cutlass.Int8, 2: cutlass.Int16, 4: cutlass.Int32, 8: cutlass.Int64}.get(width, cutlass.Int8)
+    align = max(1, min(int(allocation.alignment), BLOCK_ALIGN))
+    return cute.recast_ptr(ptr, dtype=dtype).align(min_align=align) if align > 1 else cute.recast_ptr(ptr, dtype=dtype)
+
+
+@dataclass
+class KernelContext:
+    """``StageInfo.context``: what work methods may need from the kernel setup."""
+
+    smem_allocator: Any = None
+    smem_base: Any = None  # Int8 SMEM pointer of the unified block (None when no allocations)
+    tmem_allocator: Any = None
+    tmem_base: Any = None  # TMEM base address (Int32) on sm_100a, None otherwise
+    tmem_ptr_i32: Any = None  # SMEM slot holding the TMEM base
+    task: Any = None  # the Task being emitted
+    warp_idx: Any = None  # warp-uniform warp index in the CTA
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def smem(self, allocation):
+        return smem_pointer(self.smem_allocator, allocation)
+
+
+class SmemSetup:
+    """Allocates the unified SMEM block and every pipeline's barrier array."""
+
+    def __init__(self, program):
+        self.program = program
+        self.cutlass_alloc = cutlass.memory.SmemAllocator()
+        self.barrier_ptrs: Dict[int, Any] = {}
+
+    def block(self, allocator):
+        if allocator is None:
+            return None
+        if allocator.total_bytes is None:
+            allocator.compute_layout()
+        if not allocator.total_bytes:
+            return None
+        base = self.cutlass_alloc.allocate(int(allocator.total_bytes), BLOCK_ALIGN)
+        allocator.base = base
+        return base
+
+    def barriers_for(self, resource):
+        """mbarrier storage (Int64 pointer) of one pipelined resource."""
+        if id(resource) in self.barrier_ptrs:
+            return self.barrier_ptrs[id(resource)]
+        cfg = resource.pipeline_config
+        ba = self.program.barrier_allocator
+        ptr = None
+        if ba is not None and id(resource) in getattr(ba, "offsets", {}):
+            ptr = self._coalesced(ba) + ba.offsets[id(resource)]
+        elif cfg.barrier_ptr is not None:
+            ptr = cfg.barrier_ptr
+        else:
+            ptr = self.cutlass_alloc.allocate_array(cutlass.Int64, 2 * cfg.num_stages, byte_alignment=8)
+        self.barrier_ptrs[id(resource)] = ptr
+        return ptr
+
+    def _coalesced(self, ba):
+        key = ("coalesced", id(ba))
+        if key not in self.barrier_ptrs:
+            if ba.num_barriers is None:
+                ba.compute_layout()
+            if ba.allocation is not None and ba.backing is not None and ba.backing.base is not None:
+                self.barrier_ptrs[key] = smem_pointer(ba.backing, ba.allocation)
+            else:
+                self.barrier_ptrs[key] = self.cutlass_alloc.allocate_array(cutlass.Int64, ba.num_barriers,
+                                                                          byte_alignment=8)
+        return self.barrier_ptrs[key]
+
+    def tmem_slot(self):
+        return self.cutlass_alloc.allocate_array(cutlass.Int32, 1, byte_alignment=4)
+
+
+def tmem_columns(total: int) -> int:
+    """TMEM allocations are powers of two >= 32 columns, at most 512."""
+    cols = 32
+    while cols < total:
+        cols *= 2
+    if cols > 512:
+        raise LoweringError(f"TMEM request of {total} columns exceeds the 512 columns of one SM",
+                            fix="reduce the TmemAllocation columns")
+    return cols

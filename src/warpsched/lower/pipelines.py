@@ -1,0 +1,192 @@
+"""One ``cutlass.pipeline`` object per pipelined resource, driven by the protocol table.
+
+The class, the arrival kind of each side, whether the producer arms the transaction
+barrier at acquire, and the transaction bytes per arming warp all come from
+``warpsched.protocol.barriers`` -- the same description the checker executes. The
+user's cooperative groups are passed unchanged, so the mbarrier init counts are the
+counts the checker verified.
+
+Signaling threads: a side whose signaling is ``TaskWarpLeader`` arrives from the task's
+first warp only (the other warps still wait); ``CtaLeader`` is the identity on a
+single-CTA launch. Multi-CTA clusters, interleave lanes and pipeline groups are rejected
+with a LoweringError until they are lowered.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as cpipe
+
+from ..model.enums import PipelineType
+from ..model.ir import StepKind
+from ..protocol.barriers import protocol_of, tx_bytes_per_arm
+from . import LoweringError
+from .dsl import dyn_if
+
+PRODUCER_VERBS = (StepKind.ProducerTryAcquire, StepKind.ProducerAcquire, StepKind.ProducerCommit)
+CONSUMER_VERBS = (StepKind.ConsumerTryWait, StepKind.ConsumerWait, StepKind.ConsumerRelease)
+
+
+def _group(g: Any):
+    """The user's CooperativeGroup, or an equivalent one built from a duck-typed ``.size``."""
+    if isinstance(g, cpipe.CooperativeGroup):
+        return g
+    size = getattr(g, "size", g)
+    if not isinstance(size, int):
+        raise LoweringError(f"cooperative group {g!r} has no integer size")
+    return cpipe.CooperativeGroup(cpipe.Agent.Thread, size)
+
+
+def _first_step(program, resource, kinds):
+    for t in program.tasks:
+        for s in program.steps_of(t):
+            if s.resource is resource and s.kind in kinds:
+                return t, s
+    return None, None
+
+
+class PipelineLowering:
+    """Barrier storage, init and the six verbs of one pipelined resource."""
+
+    def __init__(self, program, resource, barrier_ptr):
+        cfg = resource.pipeline_config
+        self.resource, self.config, self.proto = resource, cfg, protocol_of(cfg)
+        loc = cfg.location
+        if cfg.pipeline_type is PipelineType.UmmaUmma:
+            raise LoweringError("UmmaUmma pipelines have no cutlass.pipeline class in CuTe DSL 4.8.1 and are not "
+                                "lowered yet", resource=resource, location=loc,
+                                fix="use a TmaUmma / UmmaAsync pair, or write the barrier traffic by hand")
+        if cfg.is_interleaved:
+            raise LoweringError(f"interleave_stride={cfg.interleave_stride!r} (interleave lanes) is checked but not "
+                                "lowered yet; emitting it without lanes would advance the wrong stages",
+                                resource=resource, location=loc, fix="use interleave_stride=1 for kernels you lower")
+        if cfg.num_ctas != 1:
+            if cfg.cluster_shape is None:
+                raise LoweringError("cta_layout_vmnk must be a static tuple or layout to lower", resource=resource,
+                                    location=loc)
+            raise LoweringError(f"cluster pipelines ({cfg.cluster_shape}) are checked but not lowered yet "
+                                "(multicast masks and CTA-leader routing)", resource=resource, location=loc,
+                                fix="use cta_layout_vmnk=(1, 1, 1, 1)")
+        self.producer_warps = self._side_warps(program, (StepKind.ProducerAcquire, StepKind.ProducerCommit))
+        self.consumer_warps = self._side_warps(program, (StepKind.ConsumerWait, StepKind.ConsumerRelease))
+        self.tx_count = tx_bytes_per_arm(cfg, self.producer_warps) if self.proto.transaction_bytes else 0
+        cls = getattr(cpipe, self.proto.cutlass_class)
+        kw: Dict[str, Any] = dict(num_stages=cfg.num_stages, producer_group=_group(cfg.producer_group),
+                                  consumer_group=_group(cfg.consumer_group), barrier_storage=barrier_ptr,
+                                  defer_sync=True)
+        if cfg.pipeline_type is not PipelineType.AsyncAsync:
+            kw["cta_layout_vmnk"] = cute.make_layout((1, 1, 1, 1))
+        if self.proto.transaction_bytes:
+            kw["tx_count"] = self.tx_count
+        if cfg.pipeline_type is PipelineType.AsyncAsync and self.proto.producer_arrive.value == "cp.async":
+            cls = cpipe.PipelineCpAsync
+        self.pipe = cls.create(**kw)
+
+    def _side_warps(self, program, kinds) -> int:
+        warps = {t.num_warps for t in program.tasks
+                 for s in program.steps_of(t) if s.resource is self.resource and s.kind in kinds}
+        if len(warps) > 1:
+            raise LoweringError(f"tasks with different warp counts {sorted(warps)} drive the same side of the "
+                                "pipeline; the per-warp transaction bytes would differ", resource=self.resource,
+                                location=self.config.location)
+        return warps.pop() if warps else 1
+
+    # ------------------------------------------------------------------ signaling
+    def _leader_only(self, side: str) -> bool:
+        cfg = self.config
+        sig = cfg.producer_signaling_threads if side == "producer" else cfg.consumer_signaling_threads
+        return bool(sig.warp_leader)
+
+    def _gate(self, task, side: str, warp_idx, fn, otherwise=None):
+        if self._leader_only(side) and task.num_warps > 1:
+            dyn_if({}, [], warp_idx == task.warp_idx, lambda env: fn(), (lambda env: otherwise()) if otherwise else None)
+        else:
+            fn()
+
+    # ------------------------------------------------------------------ verbs
+    def try_acquire(self, state):
+        return self.pipe.producer_try_acquire(state)
+
+    def acquire(self, task, warp_idx, state, token=None):
+        if self.proto.producer_arms_on_acquire and self._leader_only("producer") and task.num_warps > 1:
+            # every warp waits for the empty stage; only the leader warp arms the full barrier
+            self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_acquire(state, token),
+                       lambda: self._wait_empty(state, token))
+        else:
+            self.pipe.producer_acquire(state, token)
+
+    def _wait_empty(self, state, token):
+        if token is None:
+            self.pipe.sync_object_empty.wait(state.index, state.phase)
+        else:
+            dyn_if({}, [], token == 0, lambda env: self.pipe.sync_object_empty.wait(state.index, state.phase))
+
+    def commit(self, task, warp_idx, state):
+        if self.proto.producer_arms_on_acquire:
+            return  # the TMA / CLC transaction completes the full barrier
+        self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_commit(state))
+
+    def try_wait(self, state):
+        return self.pipe.consumer_try_wait(state)
+
+    def wait(self, task, warp_idx, state, token=None):
+        self.pipe.consumer_wait(state, token)
+
+    def release(self, task, warp_idx, state):
+        self._gate(task, "consumer", warp_idx, lambda: self.pipe.consumer_release(state))
+
+    def tail(self, state):
+        self.pipe.producer_tail(state.clone())
+
+    def barrier(self, side: str, state):
+        if side == "producer":
+            return self.pipe.producer_get_barrier(state)
+        return self.pipe.consumer_get_barrier(state)
+
+
+# ---------------------------------------------------------------------- counters
+def counter_plan(config, kinds: List[StepKind]) -> Dict[str, Tuple[str, ...]]:
+    """Per side: counter names and which verb advances each.
+
+    One counter per side, advanced by the side's last verb present in the task (commit /
+    release; acquire / wait for acquire-only / wait-only tasks). With ``advance_on_acquire``
+    (``advance_on_wait``) and both verbs in the task, acquire and commit (wait and release)
+    run on split counters, each advanced by its own verb.
+    """
+    plan: Dict[str, Tuple[str, ...]] = {}
+    has = set(kinds)
+    if has & set(PRODUCER_VERBS):
+        if config.advance_on_acquire and StepKind.ProducerAcquire in has and StepKind.ProducerCommit in has:
+            plan["acq"] = (StepKind.ProducerAcquire,)
+            plan["cmt"] = (StepKind.ProducerCommit,)
+        else:
+            plan["p"] = (StepKind.ProducerCommit if StepKind.ProducerCommit in has else StepKind.ProducerAcquire,)
+    if has & set(CONSUMER_VERBS):
+        if config.advance_on_wait and StepKind.ConsumerWait in has and StepKind.ConsumerRelease in has:
+            plan["wait"] = (StepKind.ConsumerWait,)
+            plan["rel"] = (StepKind.ConsumerRelease,)
+        else:
+            plan["c"] = (StepKind.ConsumerRelease if StepKind.ConsumerRelease in has else StepKind.ConsumerWait,)
+    return plan
+
+
+# which counter a verb reads
+VERB_COUNTER = {
+    StepKind.ProducerTryAcquire: ("acq", "p"), StepKind.ProducerAcquire: ("acq", "p"),
+    StepKind.ProducerCommit: ("cmt", "p"), StepKind.ConsumerTryWait: ("wait", "c"),
+    StepKind.ConsumerWait: ("wait", "c"), StepKind.ConsumerRelease: ("rel", "c"),
+}
+
+
+def is_producer_counter(name: str) -> bool:
+    return name in ("acq", "cmt", "p")
+
+
+def make_state(name: str, stages: int):
+    kind = cpipe.PipelineUserType.Producer if is_producer_counter(name) else cpipe.PipelineUserType.Consumer
+    return cpipe.make_pipeline_state(kind, stages)
+
+
+_ = cutlass
