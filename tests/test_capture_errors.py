@@ -282,3 +282,17 @@ def test_domain_loop_outside_a_schedule():
             pass
     assert info.value.finding.check == "schedule capture"
     assert info.value.finding.line == line_of("with domain_loop(0, N, 1):  # not inside @schedule")
+
+
+def test_work_on_a_closed_over_resource_is_refused():
+    r = Res(name="r")
+
+    @schedule
+    def uses_closure(param):
+        param.load()
+        r.load()  # the resource object itself: would execute, not record
+
+    f = capture_error(uses_closure, Res(name="p")).finding
+    assert f.check == "schedule capture" and "resource object itself" in f.message
+    assert f.line == line_of("r.load()  # the resource object itself")
+    assert r.load(None) is None  # outside a capture a work method still runs normally

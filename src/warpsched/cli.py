@@ -113,6 +113,10 @@ def _user_frames(exc: BaseException) -> str:
                 or "site-packages" in parts or "dist-packages" in parts):
             continue
         frames.append(fs)
+    if not frames:  # nothing of the user's in it: a fault inside warpsched, show where
+        lines = ["Internal error inside warpsched (please report it); last frames:\n"]
+        lines += traceback.format_list(traceback.extract_tb(exc.__traceback__)[-4:])
+        return "".join(lines + traceback.format_exception_only(type(exc), exc))
     lines = ["Traceback (your code only):\n"] + traceback.format_list(frames)
     lines += traceback.format_exception_only(type(exc), exc)
     return "".join(lines)

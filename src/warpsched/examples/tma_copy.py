@@ -5,8 +5,10 @@
 
 The load task acquires a stage, issues the TMA load and commits (the TMA transaction bytes
 complete the stage); the four store warps wait for a full stage, read it into registers,
-release it and store to global memory. ``num_bytes`` is the bytes one TMA box writes; the
-consumer group is the 128 store threads that release each stage.
+release it and store to global memory. ``num_bytes`` is the bytes one TMA box writes. On a
+TmaAsync pipeline one elected thread per consumer warp arrives on the empty barrier, so the
+consumer group is sized to the 4 store warps (the reference TS writes the thread count, 128,
+and lets ``enable_multicast_signaling`` recompute it; warpsched checks the arrival count).
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def build(verbose: bool = True, **manager_options) -> TaskManager:
     input_gmem = InputGmemResource(name="InputGmem")
     smem = SmemResource(name="Smem", pipeline_config=PipelineConfig.create_tma_async_pipeline_cfg(
         num_stages=NUM_STAGES, num_bytes=BOX_BYTES, producer_group=thread_group(1),
-        consumer_group=thread_group(STORE_WARPS * 32), cta_layout_vmnk=(1, 1, 1, 1)))
+        consumer_group=thread_group(STORE_WARPS), cta_layout_vmnk=(1, 1, 1, 1)))
     output_gmem = OutputGmemResource(name="OutputGmem")
 
     allocator = SmemAllocator()

@@ -169,12 +169,26 @@ def _work_decorator(role: str, fn=None, *, returns=None, work_attrs=WorkAttr.NON
     def wrap(f):
         @functools.wraps(f)
         def work(self, *args, **kwargs):
+            _refuse_during_capture(self, f.__name__)
             return f(self, *args, **kwargs)
 
         setattr(work, WORK_ATTR, WorkSpec(role, rets, single, work_attrs, f))
         return work
 
     return wrap(fn) if fn is not None else wrap
+
+
+def _refuse_during_capture(resource: Any, method: str) -> None:
+    """A work method called on the resource object itself (not on the schedule's parameter) while a
+    schedule is being captured would run its body and record nothing: refuse it at that line."""
+    from .schedule import _ACTIVE, _fail
+
+    if _ACTIVE:
+        name = getattr(resource, "name", None) or type(resource).__name__
+        _fail("schedule capture", f"{name}.{method}() was called on the resource object itself inside a "
+              "@schedule, so it would execute instead of being recorded", resource=name,
+              fix="pass the resource to the schedule function as an argument and call the method on "
+              "that parameter")
 
 
 def consumer_work(fn=None, *, returns=None, work_attrs=WorkAttr.NONE):

@@ -31,6 +31,8 @@ def _short(path: str) -> str:
 
 
 _SKIP = {"contextlib.py", "dataclasses.py", "<string>", "functools.py"}
+# The bundled examples live inside the package but are user code: their lines are the locations.
+_EXAMPLES_DIR = os.path.join(_PACKAGE_DIR, "examples") + os.sep
 UNKNOWN = SourceLoc("<unknown>", 0)
 
 
@@ -39,7 +41,8 @@ def caller_location() -> SourceLoc:
     frame = sys._getframe(1)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_PACKAGE_DIR + os.sep) and os.path.basename(filename) not in _SKIP:
+        user = not filename.startswith(_PACKAGE_DIR + os.sep) or filename.startswith(_EXAMPLES_DIR)
+        if user and os.path.basename(filename) not in _SKIP:
             return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return UNKNOWN
