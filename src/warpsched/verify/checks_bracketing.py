@@ -1,0 +1,225 @@
+"""Work bracketing (incl. try-before-blocking) and DMA ordering, per task.
+
+Each task's schedule is unrolled into a few concrete executions (checks_traces) and a
+small state machine tracks, per resource, whether the producer bracket (acquire..commit)
+and the consumer bracket (wait..release) are open. Cross-task facts decide the legal
+exceptions: split-consumer (wait in one task, release in another, joined by a proxy that
+is downstream in the graph), split producer/consumer roles of asymmetric interleaved
+pipelines (advance_on_acquire / advance_on_wait), and ping-pong reads inside the
+producer bracket. Value routing lives in checks_dataflow.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List
+
+from ..errors import Finding
+from ..model.ir import TRY_PAIRS, ScheduleResult, Step, StepKind
+from ..model.task import Task
+from . import checks_dataflow
+from .checks_traces import condition, executions
+from .findings_util import (F, TRY_KINDS, config_of, dedupe, good_config, is_pdl, is_queue, rname, self_edge,
+                            steps, targets, tasks_with, transitive_upstream, graph_upstream)
+from .program import Program
+
+BRACKET = "work bracketing"
+DMA = "dma ordering"
+
+_SYNC_NAMES = {StepKind.ProducerAcquire: "acquire", StepKind.ProducerCommit: "commit",
+               StepKind.ConsumerWait: "wait", StepKind.ConsumerRelease: "release"}
+
+
+def check(program: Program) -> Iterable[Finding]:
+    out: List[Finding] = []
+    ctx = _Context(program)
+    for t in program.tasks:
+        if not isinstance(t, Task) or not isinstance(t.schedule, ScheduleResult):
+            continue
+        out += _try_before_blocking(program, t)
+        out += _unpipelined_sync(program, t)
+        for run in executions(t.schedule):
+            out += _simulate(ctx, t, run)
+    out += checks_dataflow.check(program)
+    return dedupe(out)
+
+
+class _Context:
+    """Cross-task facts about every resource."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self._who: Dict = {}
+
+    def tasks(self, r, kind: StepKind) -> List[Task]:
+        key = (id(r), kind)
+        if key not in self._who:
+            self._who[key] = tasks_with(self.program, r, [kind])
+        return self._who[key]
+
+    def others(self, r, kind: StepKind, task: Task) -> bool:
+        return any(t is not task for t in self.tasks(r, kind))
+
+    def bracketed(self, r) -> bool:
+        return is_queue(r) or good_config(r) is not None
+
+    def adv_acquire(self, r) -> bool:
+        cfg = good_config(r)
+        return bool(cfg and cfg.advance_on_acquire)
+
+    def adv_wait(self, r) -> bool:
+        cfg = good_config(r)
+        return bool(cfg and cfg.advance_on_wait)
+
+
+# ------------------------------------------------------------------ try_ before blocking
+def _try_before_blocking(program: Program, t: Task) -> List[Finding]:
+    out = []
+    st = steps(program, t)
+    for i, s in enumerate(st):
+        if s.kind not in TRY_KINDS:
+            continue
+        want = TRY_PAIRS[s.kind]
+        verb = "acquire" if want is StepKind.ProducerAcquire else "wait"
+        nxt = st[i + 1] if i + 1 < len(st) else None
+        problem = None
+        if nxt is None or nxt.kind is not want or nxt.resource is not s.resource:
+            problem = (f"{s.method}() on {rname(s.resource)} is not immediately followed by its blocking {verb}()"
+                       + (f" (the next call is {nxt.resource_name}.{nxt.method}() at {nxt.location})" if nxt else ""))
+        elif nxt.section is not s.section:
+            problem = (f"{s.method}() on {rname(s.resource)} is in the {s.section.value} but its {verb}() is in the "
+                       f"{nxt.section.value}")
+        elif not {condition(g) for g in nxt.guards} <= {condition(g) for g in s.guards}:
+            extra = [g.describe() for g in nxt.guards if condition(g) not in {condition(x) for x in s.guards}]
+            problem = (f"{s.method}() on {rname(s.resource)} runs where its {verb}() does not "
+                       f"(the {verb}() is also guarded by {', '.join(extra)}): the try result would go stale")
+        if problem:
+            out.append(F(BRACKET, problem, task=t, resource=s.resource, location=s.location,
+                         expected=f"{rname(s.resource)}.{verb}() as the very next call, in the same guard context",
+                         fix=f"call {rname(s.resource)}.{verb}() right after {s.method}(), under the same guards "
+                         f"(or drop the {s.method}())"))
+    return out
+
+
+def _unpipelined_sync(program: Program, t: Task) -> List[Finding]:
+    out = []
+    for s in steps(program, t):
+        if s.kind not in _SYNC_NAMES and s.kind not in TRY_KINDS:
+            continue
+        for r in targets(s):
+            if config_of(r) is None and not is_queue(r) and not is_pdl(r) and not s.is_group_op:
+                out.append(F(BRACKET, f"{rname(r)}.{s.method}() but {rname(r)} has no pipeline_config",
+                             task=t, resource=r, location=s.location,
+                             expected="acquire/commit/wait/release only on pipelined resources",
+                             fix=f"attach a PipelineConfig to {rname(r)}, or drop the {s.method}() call"))
+    return out
+
+
+# ------------------------------------------------------------------ the state machine
+def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
+    out: List[Finding] = []
+    prod: Dict[int, List[Step]] = {}  # open producer brackets: the acquire steps
+    cons: Dict[int, List[Step]] = {}  # open consumer brackets: the wait steps
+    released: Dict[int, Step] = {}  # last release of a resource, for DMA messages
+    res: Dict[int, object] = {}
+    program = ctx.program
+
+    def proxy_open(r) -> bool:
+        for pid, opened in cons.items():
+            if opened and any(u is r for u in transitive_upstream(program, res[pid])):
+                return True
+        return False
+
+    def add(msg, s, r, expected, fix, check=BRACKET):
+        out.append(F(check, msg, task=t, resource=r, location=s.location, expected=expected, fix=fix))
+
+    for s, _i in run:
+        k = s.kind
+        if k.is_aux or k in TRY_KINDS or k.side is None:
+            continue
+        for r in targets(s):
+            if not ctx.bracketed(r):
+                if k is StepKind.ProducerWork:
+                    _dma(ctx, t, s, r, cons, released, proxy_open, add)
+                continue
+            rid = id(r)
+            res[rid] = r
+            p, c = prod.setdefault(rid, []), cons.setdefault(rid, [])
+            n = rname(r)
+            if k is StepKind.ProducerAcquire:
+                if p and not ctx.adv_acquire(r):
+                    add(f"{n}.acquire() while the stage acquired at {p[-1].location} is not committed yet", s, r,
+                        "one commit() between consecutive acquire() calls",
+                        "commit the stage before acquiring the next one (or set advance_on_acquire=True)")
+                p.append(s)
+            elif k is StepKind.ProducerCommit:
+                if p:
+                    p.pop(0)
+                elif not (ctx.adv_acquire(r) and ctx.others(r, StepKind.ProducerAcquire, t)):
+                    add(f"{n}.commit() without a preceding acquire()", s, r, f"{n}.acquire() before {n}.commit()",
+                        f"acquire the stage first: {n}.acquire(); <work>; {n}.commit()")
+            elif k in (StepKind.ProducerWork, StepKind.QueueFetch):
+                if not p and not (ctx.adv_acquire(r) and ctx.others(r, StepKind.ProducerAcquire, t)):
+                    add(f"producer work {n}.{s.method}() runs outside an acquire()/commit() bracket", s, r,
+                        f"{n}.acquire() before and {n}.commit() after {s.method}()",
+                        f"move {s.method}() between {n}.acquire() and {n}.commit()")
+                if k is StepKind.ProducerWork:
+                    _dma(ctx, t, s, r, cons, released, proxy_open, add)
+            elif k is StepKind.ConsumerWait:
+                if c and not ctx.adv_wait(r):
+                    add(f"{n}.wait() while the stage waited at {c[-1].location} is not released yet", s, r,
+                        "one release() between consecutive wait() calls",
+                        "release the stage before waiting on the next one (or set advance_on_wait=True)")
+                c.append(s)
+            elif k is StepKind.ConsumerRelease:
+                if c:
+                    c.pop(0)
+                    released[rid] = s
+                elif proxy_open(r) and ctx.others(r, StepKind.ConsumerWait, t):
+                    released[rid] = s  # split consumer: another task waited, a downstream wait covers us
+                elif ctx.adv_wait(r) and ctx.others(r, StepKind.ConsumerWait, t):
+                    released[rid] = s
+                else:
+                    add(f"{n}.release() without a preceding wait()", s, r,
+                        f"{n}.wait() before {n}.release() (or, split-consumer: a wait on a resource downstream of "
+                        f"{n} while another task waits on {n})",
+                        f"wait first: {n}.wait(); <work>; {n}.release()")
+            elif k in (StepKind.ConsumerWork, StepKind.QueueAdvance):
+                ok = c or proxy_open(r) or (p and self_edge(program, r))
+                if not ok:
+                    add(f"consumer work {n}.{s.method}() runs outside a wait()/release() bracket", s, r,
+                        f"{n}.wait() before and {n}.release() after {s.method}()",
+                        f"move {s.method}() between {n}.wait() and {n}.release()")
+    for rid, p in prod.items():
+        if p and not (ctx.adv_acquire(res[rid]) and ctx.others(res[rid], StepKind.ProducerCommit, t)):
+            n = rname(res[rid])
+            add(f"{n}.acquire() is never committed", p[-1], res[rid], f"{n}.commit() after each {n}.acquire()",
+                f"add {n}.commit() after the producer work")
+    for rid, c in cons.items():
+        if c and not ctx.others(res[rid], StepKind.ConsumerRelease, t):
+            n = rname(res[rid])
+            add(f"{n}.wait() is never released (and no other task releases {n})", c[-1], res[rid],
+                f"{n}.release() after each {n}.wait() in some task",
+                f"add {n}.release() after the consumer work (or release it in the split-consumer task)")
+    return out
+
+
+def _dma(ctx: _Context, t: Task, s: Step, down, cons, released, proxy_open, add) -> None:
+    """A hardware producer (TMA/UMMA/CLC) reads its upstream buffers until its work completes:
+    they must still be inside their wait/release window at the producer work."""
+    cfg = good_config(down)
+    if cfg is None or not cfg.pipeline_type.producer_is_hardware:
+        return
+    for up in graph_upstream(ctx.program, down):
+        if up is down or is_queue(up) or is_pdl(up) or good_config(up) is None:
+            continue
+        uses = [x for x in steps(ctx.program, t) if x.kind in (StepKind.ConsumerWait, StepKind.ConsumerRelease)
+                and any(y is up for y in targets(x))]
+        if not uses or cons.get(id(up)) or proxy_open(up):
+            continue
+        rel = released.get(id(up))
+        where = (f"{rname(up)} was released at {rel.location}" if rel is not None
+                 else f"{rname(up)} is not waited yet")
+        add(f"{rname(down)}.{s.method}() ({cfg.pipeline_type.value} producer) reads {rname(up)} outside its "
+            f"wait()/release() window: {where}", rel if rel is not None else s, up,
+            f"{rname(up)}.release() after {rname(down)}.{s.method}()",
+            f"move {rname(up)}.release() after {rname(down)}.{s.method}() so the next load cannot overwrite "
+            "the tile the hardware producer still reads", check=DMA)

@@ -1,0 +1,87 @@
+"""Value routing: TaskLocalVariable tokens flow forward, from a consumer read into a
+producer write, readers take the most recent write, and every argument names a parameter.
+
+(A token read before any write in the same schedule is already rejected at capture time
+by model/schedule.py, with the same check name.)
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List
+
+from ..errors import Finding
+from ..model.ir import ScheduleResult, Step, StepKind
+from ..model.resources import work_spec_of
+from ..model.task import Task
+from .checks_traces import condition
+from .findings_util import F, dedupe, rname, steps
+from .program import Program
+
+ROUTING = "value routing"
+
+_CONSUMER_READS = {StepKind.ConsumerWork, StepKind.ConsumerAux, StepKind.QueueAdvance}
+_PRODUCER_WRITES = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.QueueFetch}
+# Guards under which a writer may not have run at all before the reader runs.
+_MAY_SKIP = {"when_true", "when_false", "skippable", "last_iter"}
+
+
+def check(program: Program) -> Iterable[Finding]:
+    out: List[Finding] = []
+    for t in program.tasks:
+        if isinstance(t, Task) and isinstance(t.schedule, ScheduleResult):
+            out += _task(program, t)
+    return dedupe(out)
+
+
+def _task(program: Program, t: Task) -> List[Finding]:
+    out = []
+    st = steps(program, t)
+    by_index: Dict[int, Step] = {s.index: s for s in st}
+    for s in st:
+        out += _params(t, s)
+        for pname, tok in s.token_args.items():
+            w = by_index.get(tok.producer_index)
+            if w is None:
+                continue
+            where = f"{tok.resource_name}.{tok.method}() at {w.location}"
+            if w.kind in _PRODUCER_WRITES and s.kind in _CONSUMER_READS:
+                out.append(F(ROUTING, f"{s.resource_name}.{s.method}({pname}=...) (consumer work) reads a value "
+                             f"written by producer work {where}: routed the wrong way", task=t, resource=s.resource,
+                             location=s.location, expected="values flow from a consumer read into a producer write",
+                             fix="return the value from a @consumer_work(returns=...) method and pass it to a "
+                             "@producer_work method"))
+            if tok.slot is not None:
+                newer = [k for k in st if tok.producer_index < k.index < s.index and k.resource is w.resource
+                         and k.method == w.method and k.returns and any(x.slot == tok.slot for x in k.returns)]
+                if newer:
+                    out.append(F(ROUTING, f"{s.resource_name}.{s.method}({pname}=...) reads {tok.slot!r} from "
+                                 f"{where}, but {newer[-1].location} wrote it again since", task=t, resource=s.resource,
+                                 location=s.location, expected=f"the most recent write of {tok.slot!r} "
+                                 f"({newer[-1].location})", fix="pass the token returned by the latest call"))
+            mine = {condition(g) for g in s.guards}
+            risky = [g for g in w.guards if condition(g) not in mine and
+                     (g.kind in _MAY_SKIP or (g.kind == "every" and g.start > 0))]
+            if risky:
+                out.append(F(ROUTING, f"{s.resource_name}.{s.method}({pname}=...) reads a value that {where} writes "
+                             f"only under {', '.join(g.describe() for g in risky)}: on other paths it is read with no "
+                             "prior writer", task=t, resource=s.resource, location=s.location,
+                             expected="the reader guarded at least as strictly as its writer",
+                             fix="move the reader under the writer's guard, or compute the value unconditionally"))
+    return out
+
+
+def _params(t: Task, s: Step) -> List[Finding]:
+    if not (s.kind.is_work or s.kind.is_aux) or s.is_group_op:
+        return []
+    spec = work_spec_of(getattr(type(s.resource), s.method, None))
+    if spec is None:
+        return []
+    params = spec.keyword_params()
+    if params is None:
+        return []
+    unknown = [p for p in list(s.token_args) + list(s.const_args) if p not in params]
+    if not unknown:
+        return []
+    return [F(ROUTING, f"{rname(s.resource)}.{s.method}() has no parameter {', '.join(map(repr, unknown))}",
+              task=t, resource=s.resource, location=s.location,
+              expected=f"arguments among {list(params)} (after stage_info)",
+              fix=f"rename the argument, or add the parameter to {type(s.resource).__name__}.{s.method}")]

@@ -1,0 +1,254 @@
+"""Pipeline configuration: field validity, thread counts and bytes, leader-routed
+completions and CTA layout consistency. Interleaving rules are in checks_interleave.
+
+Every expected number comes from protocol/barriers.py, the protocol description the
+exhaustive checker and the lowering share.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable, List, Optional, Tuple
+
+from ..errors import Finding
+from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
+from ..model.ir import StepKind
+from ..model.pipeline_config import PipelineConfig, cluster_shape_of, group_size
+from ..protocol.barriers import (expected_group_size, expected_num_bytes, protocol_of, signaling_warps)
+from . import checks_interleave
+from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
+                            rname, strides_of, tasks_with, valid_config)
+from .program import Program
+
+CONFIG = "pipeline configuration"
+COUNTS = "pipeline thread counts and bytes"
+LEADER = "leader-routed producer completions"
+LAYOUT = "cta layout consistency"
+INTERLEAVE = "interleaved pipelines"
+SPLIT = "split-consumer signaling"
+
+CLC_RESPONSE_BYTES = 16  # a CLC try_cancel response is one 16-byte record
+
+
+def check(program: Program) -> Iterable[Finding]:
+    out: List[Finding] = []
+    resources = _pipelined(program)
+    for r in resources:
+        out += _fields(r)
+    good = [r for r in resources if valid_config(config_of(r))]
+    for r in good:
+        out += _counts(program, r)
+        out += _leader(program, r)
+    out += _layouts(resources)
+    out += checks_interleave.check(program, good)
+    return dedupe(out)
+
+
+def _pipelined(program: Program) -> List[Any]:
+    try:
+        return [r for r in program.resources if config_of(r) is not None]
+    except Exception:  # noqa: BLE001 - malformed task lists are reported by checks_structure
+        return []
+
+
+# ------------------------------------------------------------------ field validity
+def _fields(r: Any) -> List[Finding]:
+    cfg = config_of(r)
+    if not isinstance(cfg, PipelineConfig):
+        return [F(CONFIG, f"pipeline_config of {rname(r)} is {type(cfg).__name__}, not a PipelineConfig",
+                  resource=r, expected="a PipelineConfig from a create_*_pipeline_cfg factory",
+                  fix="build it with PipelineConfig.create_<type>_pipeline_cfg(...)")]
+    out = []
+    loc = cfg.location
+
+    def bad(check, field, value, expected, fix):
+        out.append(F(check, f"{rname(r)}: {field}={value!r:.60} is invalid", resource=r, location=loc,
+                     expected=expected, fix=fix))
+
+    if not isinstance(cfg.pipeline_type, PipelineType):
+        bad(CONFIG, "pipeline_type", cfg.pipeline_type, "a PipelineType", "use a create_*_pipeline_cfg factory")
+    if not is_pos_int(cfg.num_stages):
+        bad(CONFIG, "num_stages", cfg.num_stages, "an int >= 1", "give the pipeline depth, e.g. num_stages=2")
+    for f in ("advance_on_wait", "advance_on_acquire"):
+        if not isinstance(getattr(cfg, f), bool):
+            bad(CONFIG, f, getattr(cfg, f), "True or False", f"pass {f}=True or leave it unset")
+    if not isinstance(cfg.async_producer_op, AsyncProducerOp):
+        bad(CONFIG, "async_producer_op", cfg.async_producer_op, "AsyncThread or AsyncLoad", "use AsyncThread")
+    legal = "All, CtaLeader, TaskWarpLeader or CtaLeader | TaskWarpLeader"
+    for f in ("producer_signaling_threads", "consumer_signaling_threads"):
+        if not legal_signaling(getattr(cfg, f)):
+            bad(COUNTS, f, getattr(cfg, f), legal, "All is exclusive; combine only CtaLeader | TaskWarpLeader")
+    w = cfg.consumer_wait_signaling_threads
+    if w is not None and not legal_signaling(w):
+        bad(SPLIT, "consumer_wait_signaling_threads", w, f"None or one of {legal}", "leave it unset")
+    if not (is_int(cfg.num_bytes) and cfg.num_bytes >= 0):
+        bad(COUNTS, "num_bytes", cfg.num_bytes, "an int >= 0 (bytes per stage)", "give the stage's byte count")
+    per = cfg.num_bytes_per_warp_per_cta
+    if per is not None and not (is_int(per) and per >= 0):
+        bad(LEADER, "num_bytes_per_warp_per_cta", per, "None or an int >= 0", "give one warp's bytes in one CTA")
+    if strides_of(cfg) is None:
+        bad(INTERLEAVE, "interleave_stride", cfg.interleave_stride,
+            "an int >= 1, or a 4-tuple of ints >= 1 (producer_acquire, producer_commit, consumer_wait, "
+            "consumer_release)", "use interleave_stride=1 (no interleaving) or the lane count")
+    if not layout_ok(cfg.cta_layout_vmnk):
+        bad(LAYOUT, "cta_layout_vmnk", cfg.cta_layout_vmnk, "None or an inspectable (v, m, n, k) of ints >= 1",
+            "pass a tuple such as (1, 1, 1, 1), or a static CuTe layout")
+    if not mcast_ok(cfg.mcast_mode_mn):
+        bad(LAYOUT, "mcast_mode_mn", cfg.mcast_mode_mn, "None, a bool, or an (m, n) pair of bools",
+            "pass mcast_mode_mn=(True, False) or leave it unset")
+    return out
+
+
+# ------------------------------------------------------------------ thread counts and bytes
+def _side_tasks(program: Program, r: Any, side: str) -> Tuple[List[Any], int]:
+    """The tasks whose operations arrive on this side's barrier, and the role stride."""
+    cfg = config_of(r)
+    proto = protocol_of(cfg)
+    st = strides_of(cfg)
+    if side == "producer":
+        if proto.producer_arms_on_acquire:  # TMA / CLC arm the full barrier at acquire
+            return tasks_with(program, r, [StepKind.ProducerAcquire]), st[0]
+        return tasks_with(program, r, [StepKind.ProducerCommit]), st[1]
+    return tasks_with(program, r, [StepKind.ConsumerRelease]), st[3]
+
+
+def _lane_warps(task: Any, stride: int) -> int:
+    """Warps that signal one barrier: one warp per lane in warp-lane interleaving."""
+    return 1 if stride > 1 and task.num_warps == stride else task.num_warps
+
+
+def _counts(program: Program, r: Any) -> List[Finding]:
+    cfg: PipelineConfig = config_of(r)
+    out = []
+    for side in ("producer", "consumer"):
+        tasks, stride = _side_tasks(program, r, side)
+        tasks = [t for t in tasks if is_pos_int(getattr(t, "num_warps", None))]
+        if not tasks:
+            continue
+        per_task = [(t, expected_group_size(cfg, side, _lane_warps(t, stride))) for t in tasks]
+        if stride > 1:  # each lane's barrier is signaled by one task (or warp): all must agree
+            targets = per_task
+        else:  # every task arrives on every stage: the counts add up
+            total = sum(sc.arrivals for _, sc in per_task)
+            how = " + ".join(f"{t.name}: {sc.derivation}" for t, sc in per_task)
+            targets = [(per_task[0][0], type(per_task[0][1])(total, how if len(per_task) > 1 else
+                                                              per_task[0][1].derivation))]
+        field = f"{side}_group"
+        size = group_size(getattr(cfg, field))
+        for t, sc in targets:
+            if size == sc.arrivals:
+                continue
+            have = "missing" if getattr(cfg, field) is None else (
+                f"size {size}" if size is not None else f"{getattr(cfg, field)!r:.40} with no integer size")
+            out.append(F(COUNTS, f"{rname(r)}: {field} is {have}, but task {t.name!r} ({t.num_warps} warp(s)) makes "
+                         f"{sc.arrivals} {side} arrival(s) per stage on a {cfg.pipeline_type.value} pipeline",
+                         task=t, resource=r, location=cfg.location,
+                         expected=f"{field} size {sc.arrivals} = {sc.derivation}",
+                         fix=f"{field}=CooperativeGroup(Agent.Thread, {sc.arrivals})"))
+    out += _bytes(program, r)
+    return out
+
+
+def _bytes(program: Program, r: Any) -> List[Finding]:
+    cfg: PipelineConfig = config_of(r)
+    proto = protocol_of(cfg)
+    out = []
+    base = dict(resource=r, location=cfg.location)
+    if not proto.transaction_bytes:
+        if cfg.num_bytes:
+            out.append(F(COUNTS, f"{rname(r)}: num_bytes={cfg.num_bytes} on a {cfg.pipeline_type.value} pipeline, "
+                         "whose producer completes by arrival count, not by transaction bytes",
+                         expected="num_bytes=0", fix="drop num_bytes", severity="warning", **base))
+        if cfg.num_bytes_per_warp_per_cta is not None:
+            out.append(F(LEADER, f"{rname(r)}: num_bytes_per_warp_per_cta on a {cfg.pipeline_type.value} pipeline "
+                         "(no transaction barrier)", expected="only on TMA-produced pipelines",
+                         fix="drop num_bytes_per_warp_per_cta", **base))
+        return out
+    if cfg.pipeline_type is PipelineType.ClcFetchAsync:
+        if cfg.num_bytes != CLC_RESPONSE_BYTES:
+            out.append(F(COUNTS, f"{rname(r)}: num_bytes={cfg.num_bytes} on a ClcFetchAsync pipeline",
+                         expected=f"num_bytes={CLC_RESPONSE_BYTES} (one CLC response per stage)",
+                         fix=f"num_bytes={CLC_RESPONSE_BYTES}", **base))
+        return out
+    if cfg.num_bytes == 0:
+        out.append(F(COUNTS, f"{rname(r)}: num_bytes=0 on a {cfg.pipeline_type.value} pipeline: the full barrier "
+                     "would complete before any TMA byte lands", expected="the bytes one stage's TMA loads deliver",
+                     fix="num_bytes=<tile bytes per stage>", **base))
+        return out
+    armers, _stride = _side_tasks(program, r, "producer")
+    for t in armers:
+        if not is_pos_int(getattr(t, "num_warps", None)):
+            continue
+        arms = signaling_warps(cfg.producer_signaling_threads, t.num_warps)
+        if cfg.num_bytes % arms:
+            out.append(F(COUNTS, f"{rname(r)}: num_bytes={cfg.num_bytes} does not split over the {arms} arming "
+                         f"warp(s) of task {t.name!r}", task=t,
+                         expected=f"a multiple of {arms} ({arms} warps each arm num_bytes / {arms})",
+                         fix="fix num_bytes, or route the completion through TaskWarpLeader", **base))
+    return out
+
+
+# ------------------------------------------------------------------ leader-routed completions
+def _leader(program: Program, r: Any) -> List[Finding]:
+    cfg: PipelineConfig = config_of(r)
+    proto = protocol_of(cfg)
+    if not proto.transaction_bytes or cfg.pipeline_type is PipelineType.ClcFetchAsync:
+        return []
+    out = []
+    base = dict(resource=r, location=cfg.location)
+    sig: SignalingThreads = cfg.producer_signaling_threads
+    per = cfg.num_bytes_per_warp_per_cta
+    armers, stride = _side_tasks(program, r, "producer")
+    armers = [t for t in armers if is_pos_int(getattr(t, "num_warps", None))]
+    if (sig.cta_leader or per is not None) and cfg.cta_layout_vmnk is not None and cfg.cluster_shape is None:
+        out.append(F(LEADER, f"{rname(r)}: cta_layout_vmnk cannot be inspected, so the producing CTAs cannot be "
+                     "counted", expected="cta_layout_vmnk as a tuple of ints", fix="pass e.g. (1, 2, 1, 1)", **base))
+        return out
+    for t in armers:
+        warps = _lane_warps(t, stride)
+        covers = (sig.warp_leader and warps > 1) or (sig.cta_leader and cfg.num_ctas > 1)
+        if per is None:
+            if covers:
+                who = " and ".join(x for x in ("TaskWarpLeader" if sig.warp_leader else "",
+                                               "CtaLeader" if sig.cta_leader else "") if x)
+                out.append(F(LEADER, f"{rname(r)}: {who} arms the transaction barrier for {warps} warp(s) x "
+                             f"{cfg.num_ctas if sig.cta_leader else 1} CTA(s) of task {t.name!r}, but "
+                             "num_bytes_per_warp_per_cta is not set, so the aggregate num_bytes cannot be checked",
+                             task=t, expected="num_bytes_per_warp_per_cta=<one warp's bytes in one CTA>",
+                             fix="declare num_bytes_per_warp_per_cta", **base))
+            continue
+        exp = expected_num_bytes(cfg, warps)
+        if exp is not None and exp[0] != cfg.num_bytes:
+            out.append(F(LEADER, f"{rname(r)}: num_bytes={cfg.num_bytes} does not cover every producer the leader "
+                         f"arms for (task {t.name!r})", task=t, expected=f"num_bytes={exp[0]}: {exp[1]}",
+                         fix=f"num_bytes={exp[0]}", **base))
+    return out
+
+
+# ------------------------------------------------------------------ CTA layout
+def _layouts(resources: List[Any]) -> List[Finding]:
+    out = []
+    shapes = []
+    for r in resources:
+        cfg = config_of(r)
+        if not isinstance(cfg, PipelineConfig) or not layout_ok(cfg.cta_layout_vmnk):
+            continue
+        if cfg.cta_layout_vmnk is None and isinstance(cfg.pipeline_type, PipelineType) and \
+                cfg.pipeline_type.value in ("TmaUmma", "UmmaAsync", "AsyncUmma", "UmmaUmma", "ClcFetchAsync"):
+            out.append(F(LAYOUT, f"{rname(r)}: a {cfg.pipeline_type.value} pipeline needs cta_layout_vmnk",
+                         resource=r, location=cfg.location, expected="cta_layout_vmnk=(v, m, n, k)",
+                         fix="pass the kernel's cluster layout, e.g. cta_layout_vmnk=(1, 1, 1, 1)"))
+        shape: Optional[tuple] = cluster_shape_of(cfg.cta_layout_vmnk) or (1, 1, 1, 1)
+        shapes.append((r, shape))
+    if len({s for _, s in shapes}) <= 1:
+        return out
+    common = Counter(s for _, s in shapes).most_common()
+    top = common[0][1]
+    majority = next(s for _, s in shapes if dict(common)[s] == top)
+    holders = [rname(r) for r, s in shapes if s == majority]
+    for r, s in shapes:
+        if s != majority:
+            out.append(F(LAYOUT, f"{rname(r)}: cta_layout_vmnk {s} disagrees with {majority} of {', '.join(holders)}",
+                         resource=r, location=config_of(r).location,
+                         expected=f"cta_layout_vmnk={majority} (one cluster decomposition for the kernel)",
+                         fix="use the kernel's cluster layout on every pipeline (None means (1, 1, 1, 1))"))
+    return out

@@ -1,0 +1,147 @@
+"""Capacities: SMEM and TMEM against the allocator's capacity, and registers
+(warp-group consistency of num_registers and the per-block register budget)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from ..errors import Finding
+from ..model.memory import BARRIER_BYTES_PER_STAGE, SM90_SMEM_CAPACITY, TMEM_COLUMNS
+from ..model.task import Task
+from .findings_util import F, config_of, dedupe, is_int, is_pos_int, valid_config
+from .program import Program
+
+SMEM = "smem capacity"
+TMEM = "tmem capacity"
+WG_REGS = "warp-group register consistency"
+BUDGET = "register budget"
+
+WARPS_PER_GROUP = 4
+MIN_REGS, MAX_REGS = 24, 256  # setmaxnreg range, in steps of 8
+
+
+def check(program: Program) -> Iterable[Finding]:
+    out: List[Finding] = []
+    out += _smem(program)
+    out += _tmem(program)
+    out += _registers(program)
+    return dedupe(out)
+
+
+def _size(a: Any) -> Optional[int]:
+    try:
+        n = int(a.size_bytes)
+    except Exception:  # noqa: BLE001 - a malformed allocation is reported, not crashed on
+        return None
+    return n if n >= 0 else None
+
+
+def _smem(program: Program) -> List[Finding]:
+    alloc = program.smem_allocator
+    if alloc is None:
+        return []
+    out = []
+    allocations = list(getattr(alloc, "allocations", []) or [])
+    sizes = []
+    for a in allocations:
+        n = _size(a)
+        if n is None:
+            out.append(F(SMEM, f"SMEM allocation {getattr(a, 'name', a)!r} has an invalid size "
+                         f"(count={getattr(a, 'count', None)!r})", resource=str(getattr(a, "name", a)),
+                         location=getattr(a, "location", None), expected="count an int >= 0",
+                         fix="give the element count of the buffer"))
+        else:
+            sizes.append((a, n))
+    total = alloc.total_bytes if is_int(getattr(alloc, "total_bytes", None)) else sum(n for _, n in sizes)
+    backing = getattr(program.barrier_allocator, "backing", None)
+    barriers = 0
+    if backing is not alloc:  # a backed BarrierAllocator already placed its mbarriers in this block
+        barriers = BARRIER_BYTES_PER_STAGE * sum(config_of(r).num_stages for r in program.pipelined_resources
+                                                 if valid_config(config_of(r)))
+    cap = program.options.smem_capacity_bytes or getattr(alloc, "capacity_bytes", None) or SM90_SMEM_CAPACITY
+    if not is_pos_int(cap):
+        return out
+    if total + barriers > cap:
+        big = max(sizes, key=lambda x: x[1])[0] if sizes else None
+        top = ", ".join(f"{a.name} {n} B" for a, n in sorted(sizes, key=lambda x: -x[1])[:3])
+        out.append(F(SMEM, f"shared memory needs {total + barriers} B (data {total} B + barriers {barriers} B = "
+                     f"{BARRIER_BYTES_PER_STAGE} B x stages); largest: {top}",
+                     resource=getattr(big, "name", None), location=getattr(big, "location", None),
+                     expected=f"at most {cap} B (allocator capacity)",
+                     fix="reduce num_stages or tile sizes, or alias buffers that are never live together "
+                     "(SmemAllocator.add_alias_group)"))
+    return out
+
+
+def _tmem(program: Program) -> List[Finding]:
+    alloc = program.tmem_allocator
+    if alloc is None:
+        return []
+    out = []
+    cols = []
+    for a in list(getattr(alloc, "allocations", []) or []):
+        c = getattr(a, "columns", None)
+        if not (is_int(c) and c >= 0):
+            out.append(F(TMEM, f"TMEM allocation {getattr(a, 'name', a)!r} has columns={c!r}",
+                         resource=str(getattr(a, "name", a)), location=getattr(a, "location", None),
+                         expected="an int >= 0", fix="give the number of TMEM columns"))
+        else:
+            cols.append((a, c))
+    total = sum(c for _, c in cols)
+    cap = program.options.tmem_capacity_columns or getattr(alloc, "capacity_columns", None) or TMEM_COLUMNS
+    if is_pos_int(cap) and total > cap:
+        big = max(cols, key=lambda x: x[1])[0]
+        out.append(F(TMEM, f"tensor memory needs {total} columns ("
+                     + ", ".join(f"{a.name} {c}" for a, c in cols) + ")", resource=big.name,
+                     location=getattr(big, "location", None), expected=f"at most {cap} columns",
+                     fix="fewer accumulator stages or a narrower MMA tile"))
+    return out
+
+
+# ------------------------------------------------------------------ registers
+def _registers(program: Program) -> List[Finding]:
+    out = []
+    tasks = [t for t in program.tasks if isinstance(t, Task) and is_int(t.warp_idx) and t.warp_idx >= 0
+             and is_pos_int(t.num_warps)]
+    for t in tasks:
+        r = t.num_registers
+        if r is not None and not (is_int(r) and MIN_REGS <= r <= MAX_REGS and r % 8 == 0):
+            out.append(F(BUDGET, f"num_registers={r!r} of task {t.name!r}", task=t, location=t.location,
+                         expected=f"None or a multiple of 8 in [{MIN_REGS}, {MAX_REGS}] (setmaxnreg)",
+                         fix="round to a multiple of 8"))
+    if not any(t.num_registers is not None for t in tasks):
+        return out
+    from ..report.printout import default_registers  # the same default the printout reports
+
+    default = default_registers(program)
+    groups: Dict[int, List[Tuple[Task, int]]] = {}
+    for t in tasks:
+        regs = t.num_registers if is_int(t.num_registers) else default
+        for w in range(t.warp_idx, t.warp_end):
+            groups.setdefault(w // WARPS_PER_GROUP, []).append((t, regs))
+    for g, members in sorted(groups.items()):
+        values = {}
+        for t, regs in members:
+            values.setdefault(regs, [])
+            if t not in values[regs]:
+                values[regs].append(t)
+        if len(values) > 1:
+            desc = "; ".join(f"{', '.join(t.name for t in ts)}: {v}" for v, ts in values.items())
+            worst = [t for v, ts in values.items() for t in ts][-1]
+            out.append(F(WG_REGS, f"warp group {g} (warps {g * 4}-{g * 4 + 3}) mixes register counts ({desc}); "
+                         "setmaxnreg applies to a whole warp group", task=worst, location=worst.location,
+                         expected="one num_registers for every task in a warp group (None means the default "
+                         f"{default})", fix="align the tasks' num_registers, or move a task to its own warp group"))
+    num_groups = max(groups) + 1 if groups else 0
+    total = 0
+    parts = []
+    for g in range(num_groups):
+        regs = max((r for _, r in groups.get(g, [])), default=default)
+        total += WARPS_PER_GROUP * 32 * regs
+        parts.append(f"{regs}")
+    cap = program.options.register_file_size
+    if is_pos_int(cap) and total > cap:
+        hungry = max(tasks, key=lambda t: (t.num_registers or 0) * t.num_warps)
+        out.append(F(BUDGET, f"the block needs {total} registers: 128 threads x ({' + '.join(parts)}) per warp group",
+                     task=hungry, location=hungry.location, expected=f"at most {cap} registers (the SM register file)",
+                     fix="lower num_registers of the data-movement tasks (they donate) or of the largest task"))
+    return out

@@ -1,0 +1,260 @@
+"""Small helpers shared by the static check families.
+
+The check families must never crash on a malformed program: every accessor here
+tolerates garbage (a config that is not a PipelineConfig, a stride that is a string,
+a group that is None...). Field problems themselves are reported once, by
+``checks_pipelines`` ("pipeline configuration"); the other families skip what
+``valid_config`` rejects.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from ..errors import Finding
+from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
+from ..model.ir import Section, Step, StepKind
+from ..model.pipeline_config import PipelineConfig
+from ..model.pipeline_group import PipelineGroup
+from ..model.resources import MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, WorkQueue
+from ..model.task import Task
+from .program import Program, name_of, step_targets
+
+SECTION_ORDER = {Section.PROLOGUE: 0, Section.HEAD: 1, Section.LOOP: 2, Section.TAIL: 3, Section.EPILOGUE: 4}
+
+OPEN_KINDS = {StepKind.ProducerAcquire, StepKind.ConsumerWait}
+CLOSE_KINDS = {StepKind.ProducerCommit, StepKind.ConsumerRelease}
+TRY_KINDS = {StepKind.ProducerTryAcquire, StepKind.ConsumerTryWait}
+
+
+def is_int(x: Any) -> bool:
+    return type(x) is int
+
+
+def is_pos_int(x: Any) -> bool:
+    return type(x) is int and x >= 1
+
+
+def rname(resource: Any) -> str:
+    try:
+        return name_of(resource)
+    except Exception:  # noqa: BLE001 - a garbage object still needs a printable name
+        return type(resource).__name__
+
+
+def tname(task: Any) -> str:
+    name = getattr(task, "name", None)
+    return name if isinstance(name, str) else type(task).__name__
+
+
+def is_resource(x: Any) -> bool:
+    return isinstance(x, MemoryResource)
+
+
+def config_of(resource: Any) -> Any:
+    """The raw ``pipeline_config`` attribute (may be garbage), None when absent."""
+    try:
+        return getattr(resource, "pipeline_config", None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def strides_of(cfg: Any) -> Optional[Tuple[int, int, int, int]]:
+    """The 4 role strides when ``interleave_stride`` is well formed, else None."""
+    s = getattr(cfg, "interleave_stride", None)
+    if is_pos_int(s):
+        return (s, s, s, s)
+    if isinstance(s, tuple) and len(s) == 4 and all(is_pos_int(x) for x in s):
+        return s  # type: ignore[return-value]
+    return None
+
+
+def legal_signaling(x: Any) -> bool:
+    return isinstance(x, SignalingThreads) and x.is_legal
+
+
+def valid_config(cfg: Any) -> bool:
+    """True when every field the other families compute with is well formed."""
+    if not isinstance(cfg, PipelineConfig):
+        return False
+    if not isinstance(cfg.pipeline_type, PipelineType) or not is_pos_int(cfg.num_stages):
+        return False
+    if strides_of(cfg) is None:
+        return False
+    if not legal_signaling(cfg.producer_signaling_threads) or not legal_signaling(cfg.consumer_signaling_threads):
+        return False
+    if cfg.consumer_wait_signaling_threads is not None and not legal_signaling(cfg.consumer_wait_signaling_threads):
+        return False
+    if not isinstance(cfg.async_producer_op, AsyncProducerOp):
+        return False
+    if not (is_int(cfg.num_bytes) and cfg.num_bytes >= 0):
+        return False
+    per = cfg.num_bytes_per_warp_per_cta
+    if per is not None and not (is_int(per) and per >= 0):
+        return False
+    if not isinstance(cfg.advance_on_wait, bool) or not isinstance(cfg.advance_on_acquire, bool):
+        return False
+    return layout_ok(cfg.cta_layout_vmnk) and mcast_ok(cfg.mcast_mode_mn)
+
+
+def layout_ok(layout: Any) -> bool:
+    """None (single CTA) or an inspectable 4-tuple of positive ints."""
+    if layout is None:
+        return True
+    shape = layout if isinstance(layout, tuple) else getattr(layout, "shape", None)
+    return isinstance(shape, tuple) and len(shape) == 4 and all(is_pos_int(x) for x in shape)
+
+
+def mcast_ok(mode: Any) -> bool:
+    if mode is None or isinstance(mode, bool):
+        return True
+    return isinstance(mode, tuple) and len(mode) == 2 and all(isinstance(x, (bool, int)) for x in mode)
+
+
+def good_config(resource: Any) -> Optional[PipelineConfig]:
+    cfg = config_of(resource)
+    return cfg if valid_config(cfg) else None
+
+
+def task_ok(task: Any) -> bool:
+    return (isinstance(task, Task) and is_int(task.warp_idx) and task.warp_idx >= 0
+            and is_pos_int(task.num_warps))
+
+
+def steps(program: Program, task: Any) -> Tuple[Step, ...]:
+    try:
+        return program.steps_of(task)
+    except Exception:  # noqa: BLE001 - a task without a usable schedule has no steps
+        return ()
+
+
+def declared(task: Any, attr: str) -> List[Any]:
+    lst = getattr(task, attr, None)
+    return list(lst) if isinstance(lst, (list, tuple)) else []
+
+
+def in_list(resource: Any, lst: Iterable[Any]) -> bool:
+    return any(r is resource for r in lst)
+
+
+def targets(step: Step) -> List[Any]:
+    try:
+        return step_targets(step)
+    except Exception:  # noqa: BLE001
+        return [step.resource]
+
+
+def member_steps(program: Program, task: Any, resource: Any) -> List[Tuple[Step, str]]:
+    """(step, role) for every step of ``task`` that touches ``resource``; role is the kind's side."""
+    out = []
+    for s in steps(program, task):
+        if any(t is resource for t in targets(s)):
+            out.append((s, s.kind.side))
+    return out
+
+
+def tasks_with(program: Program, resource: Any, kinds: Iterable[StepKind]) -> List[Any]:
+    kinds = set(kinds)
+    out = []
+    for t in program.tasks:
+        if any(s.kind in kinds and any(x is resource for x in targets(s)) for s in steps(program, t)):
+            out.append(t)
+    return out
+
+
+def is_pdl(resource: Any) -> bool:
+    return isinstance(resource, (PdlWaitBarrier, PdlLaunchBarrier))
+
+
+def is_queue(resource: Any) -> bool:
+    return isinstance(resource, WorkQueue)
+
+
+def self_edge(program: Program, resource: Any) -> bool:
+    return any(u is resource for u in graph_upstream(program, resource))
+
+
+def graph_items(program: Program) -> List[Tuple[Any, List[Any]]]:
+    """(downstream, [upstream...]) pairs, tolerating values that are not lists."""
+    graph = program.graph if isinstance(program.graph, dict) else {}
+    out = []
+    for k, v in graph.items():
+        out.append((k, as_list(v)))
+    return out
+
+
+def as_list(v: Any) -> List[Any]:
+    if v is None:
+        return []
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return list(v)
+    return [v]
+
+
+def graph_upstream(program: Program, resource: Any) -> List[Any]:
+    for k, vs in graph_items(program):
+        if k is resource:
+            return vs
+    return []
+
+
+def transitive_upstream(program: Program, resource: Any) -> List[Any]:
+    out: Dict[int, Any] = {}
+    stack = list(graph_upstream(program, resource))
+    while stack:
+        r = stack.pop()
+        if id(r) in out:
+            continue
+        out[id(r)] = r
+        stack.extend(graph_upstream(program, r))
+    return list(out.values())
+
+
+def groups(program: Program) -> List[PipelineGroup]:
+    try:
+        return program.pipeline_groups
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def first_step_on(program: Program, task: Any, resource: Any) -> Optional[Step]:
+    for s in steps(program, task):
+        if any(t is resource for t in targets(s)):
+            return s
+    return None
+
+
+def location_for(program: Program, resource: Any):
+    """Where to point for a resource-level problem: its config, else its first use."""
+    cfg = config_of(resource)
+    loc = getattr(cfg, "location", None)
+    if loc is not None and getattr(loc, "line", 0):
+        return loc
+    for t in program.tasks:
+        s = first_step_on(program, t, resource)
+        if s is not None:
+            return s.location
+    for t in program.tasks:
+        if in_list(resource, declared(t, "src_resources") + declared(t, "dst_resources")):
+            return getattr(t, "location", None)
+    return None
+
+
+def F(check: str, message: str, *, task: Any = None, resource: Any = None, location=None, expected=None,
+      fix=None, severity: str = "error", detail=None) -> Finding:
+    """Build a Finding from objects (names are derived here)."""
+    tn = task if isinstance(task, str) or task is None else tname(task)
+    rn = resource if isinstance(resource, str) or resource is None else rname(resource)
+    return Finding(check=check, message=message, task=tn, resource=rn, location=location, expected=expected,
+                   fix=fix, severity=severity, detail=detail)
+
+
+def dedupe(findings: Iterable[Finding]) -> List[Finding]:
+    seen = set()
+    out = []
+    for f in findings:
+        key = (f.check, f.message, f.task, f.resource, f.location)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f)
+    return out
