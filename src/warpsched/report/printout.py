@@ -20,7 +20,7 @@ def cell(step: Step) -> str:
     stage = f"{pre}{step.kind.short}{post}"
     tags = step.section.tag + "".join(g.tag for g in step.guards)
     res = (step.resource_name if step.via_group is None else f"{step.resource_name}")[:11]
-    return f" {res:<11}{stage:>9}  {tags:<3}{step.call_idx:>2} "[:COL]
+    return f" {res:<11}{stage:>9}  {tags:<3}{step.call_idx:>2} "[:COL].ljust(COL)  # as wide as an empty cell
 
 
 def _simulate(program: Program) -> List[List[Optional[Step]]]:
@@ -83,7 +83,8 @@ def _simulate(program: Program) -> List[List[Optional[Step]]]:
 
 def schedule_table(program: Program) -> str:
     n = len(program.tasks)
-    width = n * (COL + 1) + 1
+    title = "   Full (Prologue + Head + Loop + Tail + Epilogue)   "
+    width = max(n * (COL + 1) + 1, len(title) + 8)  # a one-task table still frames its title
     rule = "=" * width
     out = [rule, "|" + "|".join(f"{t.header:^{COL}}" for t in program.tasks) + "|", ""]
     title = "   Full (Prologue + Head + Loop + Tail + Epilogue)   "
