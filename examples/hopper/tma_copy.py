@@ -1,0 +1,229 @@
+"""TMA -> SMEM -> TMA copy pipeline: a load task and a store task around a TmaAsync pipeline.
+
+    LoadTask  (warp 0):  for t in range(bx, tiles, grid):      # grid-stride over tiles
+                             coords = gmem_x.tile_coords()
+                             smem.acquire()                      # wait empty[s]; arrive.expect_tx full[s]
+                             smem.tma_load(coords=coords)        # cp.async.bulk.tensor -> full[s]
+                             smem.commit()                       # no-op: TMA completes the transaction
+    StoreTask (warp 1):  for t in range(bx, tiles, grid):
+                             smem.wait()                         # try_wait full[s]
+                             stage = smem.stage()                # consumer work: the stage index token
+                             gmem_y.tma_store(stage=stage)       # lane 0: bulk store, wait until SMEM read
+                             smem.release()                      # lane 0 arrives on empty[s]
+
+Same structure as benchmarks/handwritten/tma_copy.py with store_lag=0 (the zero-overhead
+comparison). Host: ``copy(x, y)`` for 2D row-major torch tensors whose rows are 16-byte aligned.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    from . import _common
+except ImportError:
+    import _common  # type: ignore
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+
+from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
+                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule)
+
+NUM_STAGES = 6
+
+
+def group(n):
+    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
+
+
+@dataclass(kw_only=True)
+class GmemX(MemoryResource):
+    tiles_n: Any = 1
+    coords: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.coords = TaskLocalVariable(dtype=None, docs="(tile_m, tile_n) of this iteration's tile")
+
+    @consumer_work(returns=coords)
+    def tile_coords(self, stage_info: StageInfo):
+        t = stage_info.loop_offset
+        return (t // self.tiles_n, t % self.tiles_n)
+
+
+@dataclass(kw_only=True)
+class SmemTiles(MemoryResource):
+    atom: Any = None  # TMA load atom
+    gmem: Any = None  # TMA tensor of X
+    tile_mn: Any = (64, 256)
+    dtype: Any = cutlass.BFloat16
+    allocator: Any = None
+    alloc: Any = None
+    stage_token: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.stage_token = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="SMEM stage read this iteration")
+
+    def get_smem_requirements(self):
+        return [self.alloc]
+
+    def staged(self):
+        tm, tn = self.tile_mn
+        S = self.pipeline_config.num_stages
+        layout = cute.make_layout((tm, tn, S), stride=(tn, 1, tm * tn))
+        return cute.make_tensor(self.allocator.get(self.alloc), layout)
+
+    @producer_work
+    @cute.jit
+    def tma_load(self, stage_info: StageInfo, coords):
+        s_buf = self.staged()
+        g = cute.local_tile(self.gmem, self.tile_mn, (None, None))
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1),
+                                                     cute.group_modes(s_buf, 0, 2), cute.group_modes(g, 0, 2))
+        cute.copy(self.atom, t_g[(None, coords[0], coords[1])], t_s[(None, stage_info.stage_idx)],
+                  tma_bar_ptr=stage_info.barrier)
+
+    @consumer_work(returns=stage_token)
+    def stage(self, stage_info: StageInfo):
+        return stage_info.stage_idx
+
+
+@dataclass(kw_only=True)
+class GmemY(MemoryResource):
+    atom: Any = None  # TMA store atom
+    gmem: Any = None
+    smem: Any = None  # the SmemTiles resource (layout of the stages)
+    tiles_n: Any = 1
+
+    @producer_work
+    @cute.jit
+    def tma_store(self, stage_info: StageInfo, stage):
+        lane = cute.arch.lane_idx()
+        if lane == 0:
+            s_buf = self.smem.staged()
+            g = cute.local_tile(self.gmem, self.smem.tile_mn, (None, None))
+            t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1),
+                                                         cute.group_modes(s_buf, 0, 2), cute.group_modes(g, 0, 2))
+            t = stage_info.loop_offset
+            cute.copy(self.atom, t_s[(None, stage)], t_g[(None, t // self.tiles_n, t % self.tiles_n)])
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)  # SMEM read done: the stage may be released
+
+
+@schedule
+def load_schedule(gmem_x, smem, start, end, step):
+    with domain_loop(start, end, step):
+        coords = gmem_x.tile_coords()
+        smem.acquire()
+        smem.tma_load(coords=coords)
+        smem.commit()
+
+
+@schedule
+def store_schedule(smem, gmem_y, start, end, step):
+    with domain_loop(start, end, step):
+        smem.wait()
+        stage = smem.stage()
+        gmem_y.tma_store(stage=stage)
+        smem.release()
+
+
+def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BFloat16, tile_mn=(64, 256),
+          num_stages=NUM_STAGES, tiles_n=1, start=0, end=64, step=1, verbose=True):
+    tm, tn = tile_mn
+    tile_bytes = tm * tn * dtype.width // 8
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=num_stages, num_bytes=tile_bytes,
+                                                       producer_group=group(1), consumer_group=group(1))
+    allocator = SmemAllocator()
+    alloc = SmemAllocation("tiles", dtype=dtype, count=tm * tn * num_stages, alignment=1024)
+    gmem_x = GmemX(name="GmemX", tiles_n=tiles_n)
+    smem = SmemTiles(name="SmemTiles", pipeline_config=cfg, atom=load_atom, gmem=mx, tile_mn=tile_mn, dtype=dtype,
+                     allocator=allocator, alloc=alloc)
+    gmem_y = GmemY(name="GmemY", atom=store_atom, gmem=my, smem=smem, tiles_n=tiles_n)
+    allocator.add_resource(smem)
+    allocator.compute_layout()
+    tasks = [
+        Task(name="LoadTask", src_resources=[gmem_x], dst_resources=[smem], warp_idx=0, num_warps=1,
+             schedule=load_schedule(gmem_x, smem, start, end, step)),
+        Task(name="StoreTask", src_resources=[smem], dst_resources=[gmem_y], warp_idx=1, num_warps=1,
+             schedule=store_schedule(smem, gmem_y, start, end, step)),
+    ]
+    return TaskManager(tasks=tasks, resource_dependency_graph={smem: [gmem_x], gmem_y: [smem]},
+                       smem_allocator=allocator, verbose=verbose)
+
+
+class TmaCopy:
+    def __init__(self, dtype, tile_mn=None, num_stages=NUM_STAGES, max_ctas=132):
+        self.dtype = dtype
+        self.tile_mn = tuple(tile_mn or (32 * 1024 // (256 * (dtype.width // 8)), 256))
+        self.num_stages = num_stages
+        self.max_ctas = max_ctas
+
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mY: cute.Tensor, stream):
+        one_stage = cute.make_layout(self.tile_mn, stride=(self.tile_mn[1], 1))
+        load_atom, tma_x = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp(), mX, one_stage, self.tile_mn)
+        store_atom, tma_y = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mY, one_stage, self.tile_mn)
+        tiles = cute.ceil_div(mX.shape, self.tile_mn)
+        grid_x = cutlass.min(tiles[0] * tiles[1], self.max_ctas)
+        self.kernel(load_atom, tma_x, store_atom, tma_y).launch(grid=[grid_x, 1, 1], block=[64, 1, 1],
+                                                                 stream=stream)
+
+    @cute.kernel
+    def kernel(self, load_atom: cute.CopyAtom, mX: cute.Tensor, store_atom: cute.CopyAtom, mY: cute.Tensor):
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(load_atom)
+            cute.nvgpu.cpasync.prefetch_descriptor(store_atom)
+        bidx, _, _ = cute.arch.block_idx()
+        gdim, _, _ = cute.arch.grid_dim()
+        tiles_m = cute.ceil_div(cute.size(mX, mode=[0]), self.tile_mn[0])
+        tiles_n = cute.ceil_div(cute.size(mX, mode=[1]), self.tile_mn[1])
+        mgr = build(load_atom=load_atom, mx=mX, store_atom=store_atom, my=mY, dtype=self.dtype,
+                    tile_mn=self.tile_mn, num_stages=self.num_stages, tiles_n=tiles_n,
+                    start=bidx, end=tiles_m * tiles_n, step=gdim, verbose=False)
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+
+_CACHE = {}
+
+
+def copy(x, y, num_stages=NUM_STAGES, tile_mn=None, max_ctas=None):
+    """y[:] = x for 2D row-major tensors (rows 16-byte aligned). Returns a zero-argument relauncher."""
+    assert x.dim() == 2 and x.shape == y.shape and x.dtype == y.dtype
+    dt = _common.cutlass_dtype(x.dtype)
+    max_ctas = max_ctas or _common.num_sms()
+    key = (dt, num_stages, tile_mn, max_ctas)
+    mx, my = _common.to_cute(x, 1), _common.to_cute(y, 1)
+    stream = _common.current_stream()
+    if key not in _CACHE:
+        _CACHE[key] = cute.compile(TmaCopy(dt, tile_mn, num_stages, max_ctas), mx, my, stream,
+                                   options=_common.PTX_OPTIONS)
+    f = _CACHE[key]
+    f(mx, my, stream)
+    return lambda: f(mx, my, stream)
+
+
+def compiled_for(x, y, num_stages=NUM_STAGES, tile_mn=None, max_ctas=None):
+    dt = _common.cutlass_dtype(x.dtype)
+    return _CACHE[(dt, num_stages, tile_mn, max_ctas or _common.num_sms())]
+
+
+def compile_for_cpu(dtype=cutlass.BFloat16, **kw):
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    div = 16 * 8 // dtype.width
+    M, N = cute.sym_int32(), cute.sym_int32(divisibility=div)
+    ld = cute.sym_int64(divisibility=div)
+    x = make_fake_tensor(dtype, (M, N), (ld, 1), assumed_align=16)
+    y = make_fake_tensor(dtype, (M, N), (ld, 1), assumed_align=16)
+    return cute.compile(TmaCopy(dtype, **kw), x, y, make_fake_stream(), options=_common.PTX_OPTIONS)
+
+
+if __name__ == "__main__":
+    f = compile_for_cpu()
+    print(_common.count_ptx(f.artifacts.PTX))
