@@ -58,6 +58,9 @@ class _Context:
     def others(self, r, kind: StepKind, task: Task) -> bool:
         return any(t is not task for t in self.tasks(r, kind))
 
+    def releases(self, r, task: Task) -> bool:
+        return any(t is task for t in self.tasks(r, StepKind.ConsumerRelease))
+
     def bracketed(self, r) -> bool:
         return is_queue(r) or good_config(r) is not None
 
@@ -164,6 +167,9 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                 if k is StepKind.ProducerWork:
                     _dma(ctx, t, s, r, cons, released, proxy_open, add)
             elif k is StepKind.ConsumerWait:
+                if not ctx.releases(r, t) and ctx.others(r, StepKind.ConsumerRelease, t):
+                    c[:] = [s]  # wait-only consumer: the wait itself advances the state
+                    continue
                 if c and not ctx.adv_wait(r):
                     add(f"{n}.wait() while the stage waited at {c[-1].location} is not released yet", s, r,
                         "one release() between consecutive wait() calls",

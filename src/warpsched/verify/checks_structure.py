@@ -7,6 +7,7 @@ from typing import Any, Iterable, List
 from ..errors import Finding
 from ..model.ir import DomainLoop, ScheduleResult, StepKind
 from ..model.schedule import ScheduleFunction
+from ..model.source import caller_location
 from ..model.task import Task
 from .findings_util import (F, as_list, declared, dedupe, graph_items, in_list, is_int, is_pos_int,
                             is_resource, rname, steps, targets, tname)
@@ -170,8 +171,9 @@ def _roles(program: Program) -> List[Finding]:
 # ------------------------------------------------------------------ graph
 def _graph(program: Program) -> List[Finding]:
     out = []
+    here = caller_location()  # the TaskManager(...) call that passed the graph
     if not isinstance(program.graph, dict):
-        return [F(REALIZABLE, f"resource_dependency_graph is {type(program.graph).__name__}, not a dict",
+        return [F(REALIZABLE, f"resource_dependency_graph is {type(program.graph).__name__}, not a dict", location=here,
                   expected="{downstream: [upstream, ...]}", fix="pass a dict of resource -> list of resources")]
     tasks = [t for t in program.tasks if isinstance(t, Task)]
     used = lambda r: any(t.uses(r) for t in tasks)  # noqa: E731
@@ -181,17 +183,18 @@ def _graph(program: Program) -> List[Finding]:
         ups = as_list(raw)
         if raw is not None and not isinstance(raw, (list, tuple, set, frozenset)):
             out.append(F(REALIZABLE, f"the graph value of {rname(down)} is {type(raw).__name__}, not a list",
-                         resource=down, expected="a list of upstream resources",
+                         resource=down, location=here, expected="a list of upstream resources",
                          fix=f"write {{{rname(down)}: [upstream, ...]}}"))
         for r in [down] + ups:
             if not is_resource(r):
                 out.append(F(REALIZABLE, f"the graph names {type(r).__name__} {r!r:.60}, not a resource",
-                             resource=rname(r), expected="MemoryResource keys and values",
+                             resource=rname(r), location=here, expected="MemoryResource keys and values",
                              fix="use the resource objects the tasks declare"))
         if not is_resource(down):
             continue
         if not used(down):
             out.append(F(REALIZABLE, f"{rname(down)} is in the dependency graph but no task uses it", resource=down,
+                         location=here,
                          expected=f"a task with {rname(down)} in src_resources or dst_resources",
                          fix="remove it from the graph, or add the task that uses it"))
         for up in ups:
@@ -199,7 +202,8 @@ def _graph(program: Program) -> List[Finding]:
                 continue
             if not used(up):
                 out.append(F(REALIZABLE, f"{rname(up)} (upstream of {rname(down)}) is in the dependency graph but no "
-                             "task uses it", resource=up, expected=f"a task with {rname(up)} in src_resources",
+                             "task uses it", resource=up, location=here,
+                             expected=f"a task with {rname(up)} in src_resources",
                              fix="remove it from the graph, or add the task that reads it"))
                 continue
             if up is down or isinstance(up, PdlWaitBarrier) or isinstance(down, PdlLaunchBarrier):
@@ -209,7 +213,8 @@ def _graph(program: Program) -> List[Finding]:
                 writers = [t.name for t in tasks if writes(t, down)]
                 out.append(F(REALIZABLE, f"edge {rname(down)} <- {rname(up)} has no backing task: no task reads "
                              f"{rname(up)} and writes {rname(down)} (readers {readers}, writers {writers})",
-                             resource=down, expected=f"a task with {rname(up)} in src_resources and {rname(down)} "
+                             resource=down, location=here,
+                             expected=f"a task with {rname(up)} in src_resources and {rname(down)} "
                              "in dst_resources", fix="fix the graph edge, or the task's resource lists"))
     in_graph = set()
     for k, vs in graph_items(program):
