@@ -81,6 +81,13 @@ _LEGAL_SIGNALING = (
 class WorkAttr(enum.Flag):
     NONE = 0
     AUXILIARY = enum.auto()
+    # Hopper warpgroup MMA (warpsched extension, additive). A consumer work marked WGMMA
+    # issues wgmma that keeps reading its resource's waited stage after the call returns;
+    # the bytes stay in use until a later WGMMA_WAIT work of the same task retires that
+    # group (``wgmma.wait_group(pending)``; pass ``pending=N`` in the schedule call to keep
+    # the newest N groups in flight, default 0). Releasing the stage before that is a race.
+    WGMMA = enum.auto()
+    WGMMA_WAIT = enum.auto()
 
 
 class PipelineGroupMode(enum.Enum):

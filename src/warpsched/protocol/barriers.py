@@ -167,3 +167,63 @@ def tx_bytes_per_arm(config: PipelineConfig, producer_warps: int) -> int:
     """Bytes each arming thread expects: the stage total split over the arming warps."""
     arms = signaling_warps(config.producer_signaling_threads, producer_warps)
     return config.num_bytes // max(1, arms)
+
+
+# ---------------------------------------------------------------- barrier init and tx accounting
+# Shared by the exhaustive checker (which executes them) and the lowering (which emits them).
+@dataclass(frozen=True)
+class BarrierInit:
+    """What one stage's full / empty mbarrier is initialised with."""
+
+    full_arrivals: int  # init count of full[s]: the producer cooperative group's size
+    empty_arrivals: int  # init count of empty[s]: the consumer cooperative group's size
+    full_tx_bytes: int  # bytes one full[s] phase expects (0 when no transaction barrier)
+
+
+def barrier_init(config: PipelineConfig) -> BarrierInit:
+    """Init counts of one pipeline's barriers, exactly as the lowering initialises them.
+
+    The counts are the declared cooperative-group sizes (the protocol executes what the
+    developer declared; a wrong size shows up as a hang or an over-arrival). A group whose
+    size cannot be read falls back to one arrival.
+    """
+    full = config.producer_size if config.producer_size is not None else 1
+    empty = config.consumer_size if config.consumer_size is not None else 1
+    tx = config.num_bytes if protocol_of(config).transaction_bytes else 0
+    return BarrierInit(full, empty, tx)
+
+
+def group_barrier_init(members, mode) -> Tuple[Optional[BarrierInit], ...]:
+    """Init of a PipelineGroup's shared barrier, per ts_pipeline_groups: returns
+    (shared_full_init, shared_empty_init); the entry for a side that is not shared is None.
+
+    Merge: shared empty (the one consumer's size). Fork: shared full (the one producer's
+    size, member bytes summed). FusedMerge: shared full (producer sizes and bytes summed)
+    and shared empty (the consumer's size).
+    """
+    from ..model.enums import PipelineGroupMode
+
+    inits = [barrier_init(m.pipeline_config) for m in members if m.pipeline_config is not None]
+    if not inits:
+        return (None, None)
+    tx_sum = sum(i.full_tx_bytes for i in inits)
+    if mode is PipelineGroupMode.Merge:
+        return (None, BarrierInit(0, inits[0].empty_arrivals, 0))
+    if mode is PipelineGroupMode.Fork:
+        return (BarrierInit(inits[0].full_arrivals, 0, tx_sum), None)
+    full_sum = sum(i.full_arrivals for i in inits)
+    return (BarrierInit(full_sum, 0, tx_sum), BarrierInit(0, inits[0].empty_arrivals, 0))
+
+
+def delivered_tx_bytes(config: PipelineConfig, producer_warps: int) -> int:
+    """Bytes one producer bracket's hardware copies deliver to full[s].
+
+    With ``num_bytes_per_warp_per_cta`` the copies are per warp and per CTA (leader-routed
+    completions); otherwise the work is assumed to issue exactly ``num_bytes`` (TS cannot see
+    the copy instructions; see the verification gaps).
+    """
+    per = config.num_bytes_per_warp_per_cta
+    if per is None:
+        return config.num_bytes
+    ctas = config.num_ctas if config.producer_signaling_threads.cta_leader else 1
+    return per * producer_warps * ctas

@@ -1,0 +1,537 @@
+"""The state space: executing the compiled barrier protocol, one transition at a time.
+
+A state is a tuple (hashable, so BFS can deduplicate it):
+
+  execs    per executor: pc, loop counter, last-iteration flag, cursors (stage, parity,
+           bytes-delivered), open synchronous window, asynchronous windows (UMMA / WGMMA
+           reads), pending UMMA release arrivals, guard-key values and FIFO positions,
+           "has executed wait_griddep"
+  bars     per mbarrier: (phase bit, pending arrivals, pending tx bytes)
+  hw       hardware producer write windows, each tied to the full barrier whose phase
+           completion ends it
+  tiles    the shared work-tile decision (see loops below) and one record per live tile
+           (skipped flag, domain-loop decisions)
+  fifos    per when_true/when_false key: values chosen but not yet read by every task
+  pdl      some task has executed wait_griddep
+
+Loops: a loop group (tasks whose domain loops share an end bound) keeps ``(decided, bound,
+next value per member)``. Undecided, ``bound`` is the largest value known to be inside the
+domain; decided, it is the end. A task starting an iteration that may be the last chooses
+both ways, so every trip count >= 1 is explored; values are shifted down by the group's
+step lcm once every member has entered, so the state stays finite (see docs/checker.md).
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+from .model import Compiled, Instr
+
+EXITED = 1 << 40
+SPREAD_CAP = 256  # values further apart than this: an uncoupled loop; the search is cut (INCOMPLETE)
+
+
+class Violation(Exception):
+    def __init__(self, kind: str, text: str, exec_index: int, step=None, region=None, barrier=None):
+        super().__init__(text)
+        self.kind, self.text, self.exec_index, self.step = kind, text, exec_index, step
+        self.region, self.barrier = region, barrier
+
+
+class Unbounded(Exception):
+    pass
+
+
+# exec tuple fields
+PC, J, LAST, CUR, SYNC, ASYNC, PEND, TOK, KPOS, WAITED = range(10)
+
+
+def _inc_counter(j, c, p):
+    if j is None:
+        return 0
+    j += 1
+    if j >= c + p:
+        j -= p
+    return j if c or p > 1 else 0
+
+
+class Engine:
+    def __init__(self, comp: Compiled):
+        self.c = comp
+        self.execs = comp.executors
+        self.nb = len(comp.barriers)
+        self.init_bars = tuple((0, b.init, 0) for b in comp.barriers)
+        self.bar_init = [b.init for b in comp.barriers]
+        self.regions = comp.regions
+        self.domain_groups = [g for g in comp.groups if g.label != "work tiles"]
+        self.tile_group = next((g for g in comp.groups if g.label == "work tiles"), None)
+        self.tile_member = {e: i for i, e in enumerate(self.tile_group.members)} if self.tile_group else {}
+
+    # ------------------------------------------------------------------ initial state
+    def initial(self):
+        execs = []
+        for ex in self.execs:
+            curs = tuple((c.lane, 1 if c.side == "producer" else 0, False) for c in ex.cursors)
+            execs.append((0, None, False, curs, None, (), (), tuple(None for _ in ex.keys),
+                          tuple(0 for _ in ex.keys), False))
+        tile = None
+        if self.tile_group is not None:
+            tile = (False, 0, tuple(None for _ in self.tile_group.members))
+        glob = self._fresh_record(False)
+        fifos = tuple(() for _ in self.c.key_names)
+        return (tuple(execs), self.init_bars, (), tile, (), glob, fifos, False)
+
+    def _fresh_record(self, skipped):
+        return (skipped, tuple((False, 0, tuple(None for _ in g.members)) for g in self.c.groups))
+
+    # ------------------------------------------------------------------ successors
+    def successors(self, state, e: int):
+        """All (label, next_state) of executor ``e``; raises Violation / Unbounded."""
+        ex = self.execs[e]
+        es = state[0][e]
+        out = []
+        if es[PEND]:
+            out.append(self._hw_event(state, e))
+        if es[SYNC] is not None:  # the synchronous work call returns: its bytes are free again
+            out.append(((e, "return", es[PC]), self._set_exec(state, e, es[:SYNC] + (None,) + es[SYNC + 1:],
+                                                               pc=es[PC] + 1)))
+            return out
+        ins = ex.program[es[PC]]
+        k = ins.kind
+        if k == "done":
+            return out
+        if k == "jump":
+            out.append(((e, "jump", es[PC]), self._set_exec(state, e, es, pc=ins.target)))
+            return out
+        if k == "tile_head":
+            out.extend(self._tile_head(state, e, ins))
+            return out
+        if k == "loop_head":
+            out.extend(self._loop_head(state, e, ins))
+            return out
+        if not self._guards_hold(state, e, es, ins):
+            out.append(((e, "skip", es[PC]), self._set_exec(state, e, es, pc=es[PC] + 1)))
+            return out
+        out.extend(self._step(state, e, es, ins))
+        return out
+
+    def is_local(self, state, e: int) -> bool:
+        es = state[0][e]
+        if es[PEND] or es[SYNC] is not None:
+            return False
+        ins = self.execs[e].program[es[PC]]
+        if ins.kind == "jump":
+            return True
+        if ins.kind == "loop_head":
+            return len(self.c.groups[ins.group].members) == 1
+        if ins.kind != "step":
+            return False
+        if ins.local:
+            return True
+        return not self._guards_hold(state, e, es, ins)
+
+    def is_done(self, state, e: int) -> bool:
+        es = state[0][e]
+        return self.execs[e].program[es[PC]].kind == "done" and not es[PEND] and es[SYNC] is None
+
+    # ------------------------------------------------------------------ helpers
+    def _set_exec(self, state, e, es, pc=None):
+        if pc is not None:
+            es = (pc,) + es[1:]
+        execs = state[0][:e] + (es,) + state[0][e + 1:]
+        return (execs,) + state[1:]
+
+    def _record_index(self, state, e):
+        if not self.execs[e].persistent:
+            return None
+        nv = state[3][2][self.tile_member[e]]
+        return nv - 1
+
+    def _record(self, state, e):
+        ri = self._record_index(state, e)
+        return state[5] if ri is None else state[4][ri]
+
+    def _guards_hold(self, state, e, es, ins: Instr) -> bool:
+        ex = self.execs[e]
+        for g in ins.guards:
+            k = g.kind
+            if k == "first_iter":
+                if es[J] != 0:
+                    return False
+            elif k == "last_iter":
+                if not es[LAST]:
+                    return False
+            elif k == "every":
+                j = es[J]
+                if j is None:
+                    return False
+                if j < ex.counter_c:
+                    if j < g.start or (j - g.start) % g.period:
+                        return False
+                elif (j - g.start) % g.period:
+                    return False
+            elif k == "skippable":
+                if self._record(state, e)[0]:
+                    return False
+            elif k in ("when_true", "when_false"):
+                kid = self.c.key_names.index(repr(g.key))
+                v = es[TOK][ex.keys.index(kid)]
+                v = bool(v)  # a value never produced reads as its default: false
+                if v != (k == "when_true"):
+                    return False
+        return True
+
+    # ------------------------------------------------------------------ loops
+    def _choose(self, gs, mi, start, step):
+        """Loop-head outcomes for member ``mi``: list of (new group state, 'exit'|'first'|'last'|'more')."""
+        dec, bound, nvs = gs
+        v = nvs[mi] if nvs[mi] is not None else start
+        outs = []
+
+        def put(dec2, bound2, nv2, what):
+            n = list(nvs)
+            n[mi] = nv2
+            outs.append(((dec2, bound2, tuple(n)), what))
+
+        if dec:
+            if v >= bound:
+                put(True, bound, EXITED, "exit")
+            else:
+                put(True, bound, v + step, "last" if v + step >= bound else "more")
+            return outs
+        for n_end in range(bound + 1, v + 1):  # the domain ended before v
+            put(True, n_end, EXITED, "exit")
+        lo = max(bound, v)
+        for n_end in range(lo + 1, v + step + 1):  # v is this member's last value
+            put(True, n_end, v + step, "last")
+        put(False, max(bound, v + step), v + step, "more")
+        return outs
+
+    def _normalize(self, gs, lcm):
+        dec, bound, nvs = gs
+        if any(v is None for v in nvs):
+            if any(v is not None and v != EXITED and v > SPREAD_CAP for v in nvs) or bound > SPREAD_CAP:
+                raise Unbounded()
+            return gs, 0
+        active = [v for v in nvs if v != EXITED]
+        if not active:
+            return (True, 0, tuple(EXITED for _ in nvs)), None
+        m = min(active + [bound])
+        shift = (m // lcm) * lcm
+        if max(active + [bound]) - m > SPREAD_CAP:
+            raise Unbounded()
+        if not shift:
+            return gs, 0
+        return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
+
+    def _loop_head(self, state, e, ins: Instr):
+        es = state[0][e]
+        ri = self._record_index(state, e)
+        rec = state[5] if ri is None else state[4][ri]
+        grp = self.c.groups[ins.group]
+        gs = rec[1][ins.group]
+        ex = self.execs[e]
+        out = []
+        if ins.all_skippable and rec[0]:
+            choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
+        else:
+            choices = self._choose(gs, ins.member, ins.start, ins.step)
+        for gs2, what in choices:
+            gs2, _ = self._normalize(gs2, grp.lcm)
+            rec2 = (rec[0], rec[1][:ins.group] + (gs2,) + rec[1][ins.group + 1:])
+            if what == "exit":
+                es2 = (ins.target, None, False) + es[3:]
+            else:
+                j = _inc_counter(es[J], ex.counter_c, ex.counter_p) if es[J] is not None else 0
+                es2 = (es[PC] + 1, j, what == "last") + es[3:]
+            st = self._set_exec(state, e, es2)
+            if ri is None:
+                st = st[:5] + (rec2,) + st[6:]
+            else:
+                st = st[:4] + (st[4][:ri] + (rec2,) + st[4][ri + 1:],) + st[5:]
+            out.append(((e, "loop:" + what, es[PC]), st))
+        return out
+
+    def _tile_head(self, state, e, ins: Instr):
+        es = state[0][e]
+        mi = self.tile_member[e]
+        tile = state[3]
+        out = []
+        for ts2, what in self._choose(tile, mi, 0, 1):
+            records = state[4]
+            if what == "exit":
+                es2 = (ins.target, None, False) + es[3:]
+                choices = [records]
+            else:
+                es2 = (es[PC] + 1, None, False) + es[3:]
+                idx = ts2[2][mi] - 1
+                if idx < len(records):
+                    choices = [records]
+                else:
+                    choices = [records + (self._fresh_record(sk),) for sk in
+                               ((False, True) if self.c.has_skippable else (False,))]
+            ts3, shift = self._normalize(ts2, 1)
+            for recs in choices:
+                if shift is None:
+                    recs = ()
+                elif shift:
+                    recs = recs[shift:]
+                st = self._set_exec(state, e, es2)
+                st = st[:3] + (ts3, recs) + st[5:]
+                label = "tile:" + ("exit" if what == "exit" else ("skipped" if recs and len(choices) > 1 and
+                                                                   recs[-1][0] else "run"))
+                out.append(((e, label, es[PC]), st))
+        return out
+
+    # ------------------------------------------------------------------ barriers
+    def _arrive(self, bars, b, n, e, step):
+        phase, pending, tx = bars[b]
+        pending -= n
+        if pending < 0:
+            raise Violation("over-arrival", f"{self.c.barriers[b].label} received {n} arrival(s) with only "
+                            f"{pending + n} pending (init count {self.bar_init[b]})", e, step,
+                            barrier=b)
+        bars[b] = (phase, pending, tx)
+        return self._maybe_complete(bars, b)
+
+    def _tx(self, bars, b, delta):
+        phase, pending, tx = bars[b]
+        bars[b] = (phase, pending, tx + delta)
+        return self._maybe_complete(bars, b)
+
+    def _maybe_complete(self, bars, b) -> bool:
+        phase, pending, tx = bars[b]
+        if pending == 0 and tx == 0:
+            bars[b] = (phase ^ 1, self.bar_init[b], 0)
+            return True
+        return False
+
+    # ------------------------------------------------------------------ windows and races
+    def _check_race(self, state, e, region, write, step, hw=None, extra_hw=()):
+        ov = self.regions.overlap
+        for o, os_ in enumerate(state[0]):
+            if o == e:
+                continue
+            w = os_[SYNC]
+            if w is not None and (write or w[1]) and ov(region, w[0]):
+                raise Violation("race", self._race_text(e, region, write, o, w[0], w[1], "synchronous work"), e,
+                                step, region=region)
+            for (r2, w2, tag) in os_[ASYNC]:
+                if (write or w2) and ov(region, r2):
+                    what = "UMMA reads until its commit arrives" if tag == "umma" else \
+                        "WGMMA reads until wgmma.wait_group"
+                    raise Violation("race", self._race_text(e, region, write, o, r2, w2, what), e, step,
+                                    region=region)
+        for (b, o, r2) in tuple(state[2]) + tuple(extra_hw):
+            if o != e and ov(region, r2):
+                raise Violation("race", self._race_text(e, region, write, o, r2, True,
+                                                        f"hardware writes until {self.c.barriers[b].label} "
+                                                        "completes"), e, step, region=region)
+
+    def _race_text(self, e, region, write, o, r2, w2, what):
+        lab = self.regions.label
+        return (f"{self.execs[e].name} {'writes' if write else 'reads'} {lab(region)} while "
+                f"{self.execs[o].name} {'writes' if w2 else 'reads'} {lab(r2)} ({what})")
+
+    def _close_hw(self, hw, completed):
+        return tuple(h for h in hw if h[0] not in completed)
+
+    # ------------------------------------------------------------------ steps
+    def _step(self, state, e, es, ins: Instr):
+        a = ins.action
+        op = a.op
+        ex = self.execs[e]
+        bars = None
+        label = (e, "step", es[PC])
+        if op == "nop":
+            return self._with_keys(state, e, es, a, label, es[PC] + 1)
+        if op == "pdl_wait":
+            es2 = es[:WAITED] + (True,)
+            st = self._set_exec(state, e, es2, pc=es[PC] + 1)
+            return self._with_keys(st[:7] + (True,), e, es2, a, label, es[PC] + 1)
+        if op == "pdl_launch":
+            if not state[7] and not self.c.pdl_assumed:
+                raise Violation("pdl", f"{ex.name} launches dependent grids (launch_griddep) before any task has "
+                                "executed wait_griddep", e, a.step)
+            return self._with_keys(state, e, es, a, label, es[PC] + 1)
+        curs = list(es[CUR])
+        stage = parity = None
+        if a.cursor is not None:
+            stage, parity, delivered = curs[a.cursor]
+        if op in ("acquire", "wait"):
+            b = a.barrier_base + stage
+            if state[1][b][0] == parity:
+                return []  # blocked: the phase with this parity has not completed
+            bars = list(state[1])
+            completed = set()
+            if a.arrivals or a.tx_expect:
+                fb = a.deliver_base + stage
+                if a.tx_expect and self._tx(bars, fb, a.tx_expect):
+                    completed.add(fb)
+                if a.arrivals and self._arrive(bars, fb, a.arrivals, e, a.step):
+                    completed.add(fb)
+            asyncw = es[ASYNC]
+            if a.umma_wait_window:
+                for rid, _ in a.regions:
+                    reg = (rid, stage)
+                    if (reg, False, "umma") not in asyncw:
+                        self._check_race(state, e, reg, False, a.step)
+                        asyncw = asyncw + ((reg, False, "umma"),)
+            self._advance(curs, a.advance, ex)
+            es2 = es[:CUR] + (tuple(curs), es[SYNC], asyncw) + es[PEND:]
+            st = self._set_exec(state, e, es2, pc=es[PC] + 1)
+            st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
+            return self._with_keys(st, e, es2, a, label, es[PC] + 1)
+        if op in ("commit", "release"):
+            bars = list(state[1])
+            completed = set()
+            pend = es[PEND]
+            b = a.barrier_base + stage
+            if a.umma_release:
+                regs = tuple((rid, stage) for rid, _ in a.regions)
+                pend = pend + ((b, a.arrivals, regs),)
+            else:
+                if a.tx_expect and self._tx(bars, b, a.tx_expect):
+                    completed.add(b)
+                if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):
+                    completed.add(b)
+            self._advance(curs, a.advance, ex)
+            es2 = es[:CUR] + (tuple(curs),) + es[SYNC:PEND] + (pend,) + es[PEND + 1:]
+            st = self._set_exec(state, e, es2, pc=es[PC] + 1)
+            st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
+            return self._with_keys(st, e, es2, a, label, es[PC] + 1)
+        # ---- work
+        if a.pdl_dependent and not es[WAITED] and not self.c.pdl_assumed:
+            raise Violation("pdl", f"{ex.name} reads {a.step.resource_name}, which depends on a PdlWaitBarrier, "
+                            "before executing wait_griddep", e, a.step)
+        asyncw = es[ASYNC]
+        if a.wgmma_wait >= 0:
+            wg = [w for w in asyncw if w[2] == "wg"]
+            keep = wg[len(wg) - a.wgmma_wait:] if a.wgmma_wait else []
+            asyncw = tuple(w for w in asyncw if w[2] != "wg" or w in keep)
+            es2 = es[:ASYNC] + (asyncw,) + es[ASYNC + 1:]
+            return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
+        if not a.regions:
+            return self._with_keys(state, e, es, a, label, es[PC] + 1)
+        if stage is not None and a.side.endswith("/after-open"):
+            stage = (stage - a.stride) % a.num_stages
+        rid, sl = a.regions[0]
+        region = (rid, stage if sl is None else sl)
+        st = state
+        if a.deliver_base >= 0 and (a.tx_deliver or a.hw_window):
+            fb = a.deliver_base + stage
+            hw_new = ((fb, e, region),) if a.hw_window else ()
+            self._check_race(state, e, region, a.write, a.step)
+            bars = list(state[1])
+            completed = set()
+            if a.tx_deliver and not delivered:
+                curs[a.cursor] = curs[a.cursor][:2] + (True,)
+                if self._tx(bars, fb, -a.tx_deliver):
+                    completed.add(fb)
+            hw = tuple(sorted(set(state[2] + hw_new)))
+            if fb in completed:
+                hw = self._close_hw(hw, completed)
+            es2 = es[:CUR] + (tuple(curs),) + es[CUR + 1:]
+            st = self._set_exec(state, e, es2, pc=es[PC] + 1)
+            st = (st[0], tuple(bars), hw) + st[3:]
+            return self._with_keys(st, e, es2, a, label, es[PC] + 1)
+        if a.umma_wait_window or a.wgmma:
+            tag = "umma" if a.umma_wait_window else "wg"
+            entry = (region, False, tag)
+            if tag == "wg" or entry not in asyncw:
+                self._check_race(state, e, region, False, a.step)
+                asyncw = asyncw + (entry,)
+            es2 = es[:ASYNC] + (asyncw,) + es[ASYNC + 1:]
+            return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
+        # synchronous work: the bytes are in use until the call returns (a separate transition)
+        self._check_race(state, e, region, a.write, a.step)
+        es2 = es[:SYNC] + ((region, a.write),) + es[SYNC + 1:]
+        return self._with_keys(self._set_exec(state, e, es2), e, es2, a, label, es[PC])
+
+    def _advance(self, curs, slots, ex):
+        for s in slots:
+            c = ex.cursors[s]
+            stage, parity, _ = curs[s]
+            stage += c.stride
+            if stage >= c.num_stages:
+                stage -= c.num_stages
+                parity ^= 1
+            curs[s] = (stage, parity, False)
+
+    def _with_keys(self, state, e, es, a, label, pc):
+        """Apply the token choices of a step that produces when_true / when_false values."""
+        es = state[0][e]
+        if pc != es[PC]:
+            es = (pc,) + es[1:]
+        if not a.keys:
+            return [(label, self._set_exec(state, e, es))]
+        ex = self.execs[e]
+        outs = [(state, es)]
+        for kid in a.keys:
+            nxt = []
+            for st, es_ in outs:
+                i = ex.keys.index(kid)
+                pos = es_[KPOS][i]
+                vals = st[6][kid]
+                options = [vals[pos]] if pos < len(vals) else [True, False]
+                for v in options:
+                    vals2 = vals if pos < len(vals) else vals + (v,)
+                    tok = es_[TOK][:i] + (v,) + es_[TOK][i + 1:]
+                    kp = es_[KPOS][:i] + (pos + 1,) + es_[KPOS][i + 1:]
+                    es2 = es_[:TOK] + (tok, kp) + es_[WAITED:]
+                    st2 = self._set_exec(st, e, es2)
+                    st2 = st2[:6] + (st2[6][:kid] + (vals2,) + st2[6][kid + 1:],) + st2[7:]
+                    nxt.append((self._trim_fifo(st2, kid), es2))
+            outs = nxt
+        res = []
+        for st, es2 in outs:
+            tag = "" if len(outs) == 1 else ":" + "/".join(
+                "T" if es2[TOK][ex.keys.index(k)] else "F" for k in a.keys)
+            res.append(((label[0], label[1] + tag, label[2]), st))
+        return res
+
+    def _trim_fifo(self, state, kid):
+        members = self.c.key_members[kid]
+        m = min(state[0][x][KPOS][self.execs[x].keys.index(kid)] for x in members)
+        if not m:
+            return state
+        execs = list(state[0])
+        for x in members:
+            es = execs[x]
+            i = self.execs[x].keys.index(kid)
+            kp = es[KPOS][:i] + (es[KPOS][i] - m,) + es[KPOS][i + 1:]
+            execs[x] = es[:KPOS] + (kp,) + es[KPOS + 1:]
+        fifos = state[6][:kid] + (state[6][kid][m:],) + state[6][kid + 1:]
+        return (tuple(execs),) + state[1:6] + (fifos,) + state[7:]
+
+    def _hw_event(self, state, e):
+        es = state[0][e]
+        (b, n, regs), rest = es[PEND][0], es[PEND][1:]
+        bars = list(state[1])
+        completed = set()
+        if n and self._arrive(bars, b, n, e, None):
+            completed.add(b)
+        asyncw = tuple(w for w in es[ASYNC] if not (w[2] == "umma" and w[0] in regs))
+        es2 = es[:ASYNC] + (asyncw, rest) + es[PEND + 1:]
+        st = self._set_exec(state, e, es2)
+        st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
+        return ((e, f"hw:{self.c.barriers[b].label}", es[PC]), st)
+
+    # ------------------------------------------------------------------ blocked reasons
+    def blocked_reason(self, state, e) -> Optional[Tuple[str, object]]:
+        es = state[0][e]
+        ex = self.execs[e]
+        ins = ex.program[es[PC]]
+        if ins.kind != "step" or es[SYNC] is not None:
+            return None
+        a = ins.action
+        if a.op not in ("acquire", "wait") or a.cursor is None:
+            return None
+        stage, parity, _ = es[CUR][a.cursor]
+        b = a.barrier_base + stage
+        phase, pending, tx = state[1][b]
+        bar = self.c.barriers[b]
+        more = f"{pending} of {bar.init} arrival(s) still pending"
+        if tx:
+            more += f", {tx} transaction byte(s) outstanding"
+        return (f"{ex.name} blocked in {a.step.kind.label} on {bar.label}: waits for the phase with parity "
+                f"{parity} to complete, barrier is in phase {phase} ({more})", a.step)

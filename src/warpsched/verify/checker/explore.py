@@ -1,0 +1,133 @@
+"""Breadth-first exploration with state hashing and partial-order reduction.
+
+Partial-order reduction (ample sets): when some executor's next transition touches only
+its own state (a jump, a try_ probe, a guard that is off, work on a resource whose bytes
+nobody else can alias, the head of a loop no other task shares), it commutes with every
+other executor's transitions and cannot enable or disable them, so exploring it alone is
+enough. The cycle proviso is kept by expanding fully whenever the reduced successor was
+already seen. Because the search is breadth-first, the first state reached with a given
+problem has a shortest path (within the reduced graph) and that path is the counterexample.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from .engine import Engine, Unbounded, Violation
+
+
+@dataclass
+class Problem:
+    kind: str  # deadlock | race | pdl | over-arrival
+    text: str
+    exec_index: int
+    step: object
+    path: List[Tuple[object, tuple]]  # (pre-state, label) pairs
+    blocked: List[Tuple[str, object]] = field(default_factory=list)
+    barrier: Optional[int] = None
+    region: object = None
+
+
+@dataclass
+class Exploration:
+    states: int = 0
+    complete: int = 0
+    counts: Dict[str, int] = field(default_factory=lambda: {"deadlock": 0, "race": 0, "pdl": 0, "over-arrival": 0})
+    problems: List[Problem] = field(default_factory=list)
+    hit_cap: bool = False
+    unbounded: bool = False
+    seconds: float = 0.0
+
+
+MAX_REPORTED = 8
+
+
+def explore(engine: Engine, max_states: int) -> Exploration:
+    t0 = time.perf_counter()
+    out = Exploration()
+    init = engine.initial()
+    ids: Dict[tuple, int] = {init: 0}
+    states: List[tuple] = [init]
+    parent: List[Tuple[int, Optional[tuple]]] = [(-1, None)]
+    seen_problem = set()
+    queue = deque([0])
+    n = len(engine.execs)
+
+    def path_to(sid):
+        p = []
+        while sid > 0:
+            psid, label = parent[sid]
+            p.append((states[psid], label))
+            sid = psid
+        p.reverse()
+        return p
+
+    def note(kind, sid, text, e, step, extra_label=None, **kw):
+        out.counts[kind] += 1
+        key = (kind, e, getattr(step, "index", None), kw.get("barrier"))
+        if key in seen_problem or len(out.problems) >= MAX_REPORTED:
+            return
+        seen_problem.add(key)
+        path = path_to(sid)
+        if extra_label is not None:
+            path.append((states[sid], extra_label))
+        out.problems.append(Problem(kind, text, e, step, path, **kw))
+
+    while queue:
+        sid = queue.popleft()
+        st = states[sid]
+        succ = None
+        for e in range(n):
+            if engine.is_local(st, e):
+                try:
+                    cand = engine.successors(st, e)
+                except (Violation, Unbounded):
+                    break
+                if cand and all(s not in ids for _, s in cand):
+                    succ = cand
+                break
+        if succ is None:
+            succ = []
+            violated = False
+            for e in range(n):
+                try:
+                    succ.extend(engine.successors(st, e))
+                except Violation as v:
+                    pc = st[0][e][0]
+                    kind = v.kind
+                    violated = True
+                    note(kind, sid, v.text, e, v.step, (e, "violation", pc), barrier=v.barrier, region=v.region)
+                except Unbounded:
+                    out.unbounded = True
+                    violated = True
+            if not succ and not violated:
+                if all(engine.is_done(st, e) for e in range(n)):
+                    out.complete += 1
+                else:
+                    blocked = [(e, r) for e, r in ((e, engine.blocked_reason(st, e)) for e in range(n)) if r]
+                    e0, first = (blocked[0][0], blocked[0][1][1]) if blocked else (0, None)
+                    before = len(out.problems)
+                    note("deadlock", sid, "deadlock: no task can make progress", e0, first)
+                    if len(out.problems) > before:
+                        out.problems[-1].blocked = [r for _, r in blocked]
+                continue
+            if not succ:
+                continue
+        for label, nxt in succ:
+            if nxt in ids:
+                continue
+            if len(ids) >= max_states:
+                out.hit_cap = True
+                queue.clear()
+                break
+            nid = len(states)
+            ids[nxt] = nid
+            states.append(nxt)
+            parent.append((sid, label))
+            queue.append(nid)
+    out.states = len(ids)
+    out.seconds = time.perf_counter() - t0
+    return out
+

@@ -1,0 +1,579 @@
+"""Compile a Program into what the exhaustive checker executes.
+
+Every task becomes one or more *executors* (a warp-lane task on an interleaved side is one
+executor per warp, since each warp walks its own lane). Each executor runs a small control
+program: the schedule's steps in section order, with tile-loop and domain-loop heads. Each
+sync step is resolved here against ``protocol.barriers``: which mbarrier it waits on or
+arrives at, how many arrivals and transaction bytes, which cursor it reads and advances.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ...model.enums import PipelineGroupMode, WorkAttr
+from ...model.ir import Section, Step, StepKind
+from ...model.pipeline_group import PipelineGroup
+from ...model.resources import PdlWaitBarrier, WorkQueue, work_spec_of
+from ...protocol.barriers import (ArriveKind, arrivals_per_op, barrier_init, delivered_tx_bytes,
+                                  group_barrier_init, protocol_of)
+from ..program import Program, name_of
+from .memory import RegionMap
+
+PRODUCER, CONSUMER = "producer", "consumer"
+OPEN_VERBS = {StepKind.ProducerAcquire: PRODUCER, StepKind.ConsumerWait: CONSUMER}
+CLOSE_VERBS = {StepKind.ProducerCommit: PRODUCER, StepKind.ConsumerRelease: CONSUMER}
+NOP_KINDS = {StepKind.ProducerTryAcquire, StepKind.ConsumerTryWait}
+
+
+@dataclass
+class Barrier:
+    """One mbarrier: ``kind`` 'full' / 'empty' of stage ``stage`` of ``owner``."""
+
+    index: int
+    owner: Any
+    kind: str
+    stage: int
+    init: int
+    tx: int
+
+    @property
+    def label(self) -> str:
+        return f"{name_of(self.owner)}.{self.kind}[{self.stage}]"
+
+
+@dataclass
+class Cursor:
+    """A (stage, parity) pipeline state of one executor for one owner side."""
+
+    slot: int
+    owner: Any
+    side: str
+    which: str  # 'open' | 'close' | 'both'
+    stride: int
+    lane: int
+    num_stages: int
+
+
+@dataclass
+class Action:
+    """A resolved step. ``op`` selects the engine rule."""
+
+    op: str  # nop | acquire | commit | wait | release | work | pdl_wait | pdl_launch | token
+    step: Step
+    cursor: Optional[int] = None  # slot read by the op
+    advance: Tuple[int, ...] = ()  # slots advanced after the op
+    stride: int = 1
+    num_stages: int = 1
+    barrier_base: int = 0  # index of stage 0 of the barrier waited on / arrived at
+    arrivals: int = 0
+    tx_expect: int = 0
+    tx_deliver: int = 0
+    deliver_base: int = -1  # full barrier base the work's copies complete_tx on
+    umma_release: bool = False  # empty arrival happens later, when the MMAs complete
+    umma_wait_window: bool = False  # UMMA consumer reads from wait to its async release
+    regions: Tuple[Tuple[Any, int], ...] = ()  # (resource id, stage slot: -1 whole, else None=cursor)
+    write: bool = False
+    hw_window: bool = False  # producer hardware writes until full[s] completes
+    wgmma: bool = False
+    wgmma_wait: int = -1  # pending groups kept by a WGMMA_WAIT work
+    pdl_dependent: bool = False
+    keys: Tuple[int, ...] = ()  # guard keys whose value this step produces
+    arrive_kind: str = ""
+    group_members: Tuple[Any, ...] = ()
+    owner: Any = None
+    side: str = ""
+
+
+@dataclass
+class Instr:
+    kind: str  # step | tile_head | loop_head | jump | done
+    action: Optional[Action] = None
+    guards: Tuple[Any, ...] = ()
+    target: int = 0  # exit (heads) or jump target
+    group: int = -1  # loop group id for loop_head
+    start: int = 0
+    step: int = 1
+    local: bool = False  # touches executor-local state only (partial-order reduction)
+    member: int = 0  # this executor's position in the loop group
+    all_skippable: bool = False
+
+
+@dataclass
+class Executor:
+    index: int
+    name: str
+    task: Any
+    warps: int
+    lane_warp: Optional[int]
+    program: List[Instr] = field(default_factory=list)
+    cursors: List[Cursor] = field(default_factory=list)
+    keys: Tuple[int, ...] = ()  # guard keys this executor reads
+    counter_c: int = 0  # loop counter: exact below C, then periodic with P
+    counter_p: int = 1
+    persistent: bool = False
+    tile_group: int = -1
+
+
+@dataclass
+class LoopGroup:
+    index: int
+    label: str
+    members: List[int]  # executor indices
+    steps: List[int]
+    lcm: int = 1
+
+
+@dataclass
+class Compiled:
+    program: Program
+    executors: List[Executor]
+    barriers: List[Barrier]
+    groups: List[LoopGroup]
+    key_names: List[str]
+    key_members: List[List[int]]
+    regions: RegionMap
+    persistent: bool
+    has_skippable: bool
+    pdl_assumed: bool
+    problems: List[str] = field(default_factory=list)
+
+
+def _cfg(res):
+    return getattr(res, "pipeline_config", None)
+
+
+class _Builder:
+    def __init__(self, program: Program):
+        self.p = program
+        self.barriers: List[Barrier] = []
+        self.bar_base: Dict[Tuple[int, str], int] = {}
+        self.group_of: Dict[int, PipelineGroup] = {}
+        for g in program.pipeline_groups:
+            for m in g.members:
+                self.group_of[id(m)] = g
+        self.key_ids: Dict[str, int] = {}
+        self.key_members: List[List[int]] = []
+        self.group_keys: Dict[Any, int] = {}
+        self.groups: List[LoopGroup] = []
+        self.regions = RegionMap(program)
+        self.problems: List[str] = []
+
+    # ------------------------------------------------------------ barriers
+    def barrier_owner(self, res, kind: str):
+        g = self.group_of.get(id(res))
+        if g is not None:
+            shared_full = g.mode in (PipelineGroupMode.Fork, PipelineGroupMode.FusedMerge)
+            shared_empty = g.mode in (PipelineGroupMode.Merge, PipelineGroupMode.FusedMerge)
+            if (kind == "full" and shared_full) or (kind == "empty" and shared_empty):
+                return g
+        return res
+
+    def base(self, owner, kind: str) -> int:
+        key = (id(owner), kind)
+        if key in self.bar_base:
+            return self.bar_base[key]
+        if isinstance(owner, PipelineGroup):
+            full, empty = group_barrier_init(owner.members, owner.mode)
+            init = full if kind == "full" else empty
+            stages = owner.num_stages or 1
+            count = init.full_arrivals if kind == "full" else init.empty_arrivals
+            tx = init.full_tx_bytes if kind == "full" else 0
+        else:
+            cfg = _cfg(owner)
+            binit = barrier_init(cfg)
+            stages = cfg.num_stages
+            count = binit.full_arrivals if kind == "full" else binit.empty_arrivals
+            tx = binit.full_tx_bytes if kind == "full" else 0
+        b = len(self.barriers)
+        for s in range(stages):
+            self.barriers.append(Barrier(b + s, owner, kind, s, max(1, count), tx))
+        self.bar_base[key] = b
+        return b
+
+    # ------------------------------------------------------------ executors
+    def build(self) -> Compiled:
+        execs: List[Executor] = []
+        for task in self.p.tasks:
+            sched = self.p.schedule_of(task)
+            if sched is None:
+                continue
+            lanes = self._warp_lanes(task, sched)
+            for w in (range(task.num_warps) if lanes else [None]):
+                name = task.name if w is None else f"{task.name}.w{w}"
+                ex = Executor(len(execs), name, task, 1 if w is not None else task.num_warps, w)
+                ex.persistent = sched.work_tile_loop is not None
+                execs.append(ex)
+        self.execs = execs
+        for ex in execs:
+            self._compile(ex, self.p.schedule_of(ex.task))
+        persistent = any(e.persistent for e in execs)
+        if persistent:
+            tg = self._group(("tiles",), "work tiles", execs=[e.index for e in execs if e.persistent])
+            for e in execs:
+                if e.persistent:
+                    e.tile_group = tg
+        for g in self.groups:
+            g.lcm = _lcm(g.steps)
+        # domain starts are relative to the smallest start in their group (lanes keep residues)
+        origin = {}
+        for e in execs:
+            for ins in e.program:
+                if ins.kind == "loop_head":
+                    origin[ins.group] = min(origin.get(ins.group, ins.start), ins.start)
+        for e in execs:
+            for ins in e.program:
+                if ins.kind == "loop_head":
+                    ins.start -= origin[ins.group]
+                    ins.member = self.groups[ins.group].members.index(e.index)
+        key_names = [""] * len(self.key_ids)
+        for k, i in self.key_ids.items():
+            key_names[i] = k
+        skippable = any(g.kind == "skippable" for e in execs for ins in e.program for g in ins.guards)
+        return Compiled(self.p, execs, self.barriers, self.groups, key_names, self.key_members, self.regions,
+                        persistent, skippable, self.p.options.assume_pdl_wait_completed, self.problems)
+
+    def _warp_lanes(self, task, sched) -> bool:
+        """A task is split into per-warp executors when it drives an interleaved role whose
+        stride equals its warp count (warp-lane mode: warp i owns lane i)."""
+        if task.num_warps <= 1:
+            return False
+        for step in sched.steps:
+            for res in _targets(step):
+                cfg = _cfg(res)
+                if cfg is None or not step.kind.is_sync or step.kind.side is None:
+                    continue
+                if _role_stride(cfg, step.kind) == task.num_warps:
+                    return True
+        return False
+
+    def _group(self, key, label, execs=None) -> int:
+        if key not in self.group_keys:
+            self.group_keys[key] = len(self.groups)
+            self.groups.append(LoopGroup(len(self.groups), label, [], []))
+        g = self.groups[self.group_keys[key]]
+        for e in execs or []:
+            g.members.append(e)
+            g.steps.append(1)
+        return g.index
+
+    def _key(self, guard, ex: Executor) -> int:
+        name = repr(guard.key)
+        if name not in self.key_ids:
+            self.key_ids[name] = len(self.key_ids)
+            self.key_members.append([])
+        kid = self.key_ids[name]
+        if ex.index not in self.key_members[kid]:
+            self.key_members[kid].append(ex.index)
+        return kid
+
+    def _compile(self, ex: Executor, sched) -> None:
+        steps = list(sched.steps)
+        # guard keys: which step produces which key's value
+        produces: Dict[int, List[int]] = {}
+        keys: List[int] = []
+        for s in steps:
+            for g in s.guards:
+                if g.kind in ("when_true", "when_false"):
+                    kid = self._key(g, ex)
+                    if kid not in keys:
+                        keys.append(kid)
+                    if g.token is not None:
+                        produces.setdefault(g.token.producer_index, [])
+                        if kid not in produces[g.token.producer_index]:
+                            produces[g.token.producer_index].append(kid)
+        ex.keys = tuple(keys)
+        self._cursors(ex, steps)
+        # loop counter abstraction: exact below C, periodic with P above
+        starts, periods, first = [0], [1], False
+        for s in steps:
+            for g in s.guards:
+                if g.kind == "every":
+                    starts.append(g.start)
+                    periods.append(g.period)
+                elif g.kind == "first_iter":
+                    first = True
+        ex.counter_c = max(starts) + 1 if (first or len(periods) > 1) else 0
+        ex.counter_p = _lcm(periods)
+
+        prog = ex.program
+        by = {sec: [s for s in steps if s.section is sec] for sec in Section}
+
+        def emit(sec):
+            for s in by[sec]:
+                act = self._action(ex, s, produces.get(s.index, ()))
+                prog.append(Instr("step", act, tuple(s.guards), local=_is_local(act, self.regions)))
+
+        emit(Section.PROLOGUE)
+        tile_head = None
+        if sched.work_tile_loop is not None:
+            tile_head = len(prog)
+            prog.append(Instr("tile_head"))
+        emit(Section.HEAD)
+        d = sched.domain_loop
+        loop_steps = by[Section.LOOP]
+        if d is not None and loop_steps and not (d.trip_count == 0):
+            head = len(prog)
+            start = d.start if type(d.start) is int else 0
+            step = d.step if type(d.step) is int and d.step > 0 else 1
+            syncs = any(s.kind.is_sync or s.kind in (StepKind.QueueFetch, StepKind.QueueAdvance) for s in loop_steps)
+            if syncs:
+                end = d.end
+                gkey = ("end", end) if type(end) is int else ("fn", getattr(end, "__func__", end))
+                label = f"domain end {end if type(end) is int else getattr(end, '__name__', end)}"
+            else:  # no barrier traffic in the body: its trip count need not match anyone's
+                gkey, label = ("local", ex.index), f"{ex.name} local loop"
+            gid = self._group(gkey, label)
+            grp = self.groups[gid]
+            grp.members.append(ex.index)
+            grp.steps.append(step)
+            prog.append(Instr("loop_head", group=gid, start=start, step=step))
+            emit(Section.LOOP)
+            prog.append(Instr("jump", target=head))
+            prog[head].target = len(prog)
+        emit(Section.TAIL)
+        if tile_head is not None:
+            prog.append(Instr("jump", target=tile_head))
+            prog[tile_head].target = len(prog)
+        emit(Section.EPILOGUE)
+        prog.append(Instr("done"))
+        for ins in prog:
+            if ins.kind == "loop_head":  # the loop's steps all sit under skippable()
+                body = [x for x in prog if x.kind == "step" and x.action.step.section is Section.LOOP]
+                ins.all_skippable = bool(body) and all(any(g.kind == "skippable" for g in x.guards) for x in body)
+
+    # ------------------------------------------------------------ cursors
+    def _cursors(self, ex: Executor, steps: List[Step]) -> None:
+        opens: Dict[Tuple[int, str], Any] = {}
+        closes: Dict[Tuple[int, str], Any] = {}
+        for s in steps:
+            if s.kind in OPEN_VERBS or s.kind in CLOSE_VERBS:
+                side = OPEN_VERBS.get(s.kind) or CLOSE_VERBS.get(s.kind)
+                book = opens if s.kind in OPEN_VERBS else closes
+                owners = [s.resource]
+                if isinstance(s.resource, PipelineGroup):
+                    owners += list(s.resource.members)
+                for o in owners:
+                    if _cfg_of(o) is not None:
+                        book[(id(o), side)] = o
+        ex._slots = {}
+        sched = self.p.schedule_of(ex.task)
+        start = sched.domain_loop.start if sched.domain_loop is not None else 0
+        for key in list(dict.fromkeys(list(opens) + list(closes))):
+            owner = opens.get(key) or closes.get(key)
+            side = key[1]
+            cfg = _cfg_of(owner)
+            flag = cfg.advance_on_acquire if side == PRODUCER else cfg.advance_on_wait
+            has_open, has_close = key in opens, key in closes
+            o_stride, c_stride = _side_strides(cfg, side)
+            split = flag or not (has_open and has_close)
+            stages = cfg.num_stages
+            for which, stride in ((("open", o_stride), ("close", c_stride)) if split else (("both", c_stride),)):
+                lane = self._lane(ex, stride, start)
+                cur = Cursor(len(ex.cursors), owner, side, which, stride, lane % max(1, stages), stages)
+                ex.cursors.append(cur)
+                if which in ("open", "both"):
+                    ex._slots[(key, "open")] = cur
+                if which in ("close", "both"):
+                    ex._slots[(key, "close")] = cur
+            ex._slots[(key, "split")] = split
+            ex._slots[(key, "open_advances")] = split and (flag or not has_close)
+
+    def _lane(self, ex: Executor, stride: int, start) -> int:
+        if stride <= 1:
+            return 0
+        if ex.lane_warp is not None:
+            return ex.lane_warp % stride
+        return start % stride if type(start) is int else 0  # domain-lane: domain_start owns the lane
+
+    def _slot(self, ex, owner, side, which) -> Optional[Cursor]:
+        return ex._slots.get(((id(owner), side), which))
+
+    # ------------------------------------------------------------ steps
+    def _action(self, ex: Executor, s: Step, keys) -> Action:
+        k = s.kind
+        res = s.resource
+        keys = tuple(keys)
+        if k in NOP_KINDS:
+            return Action("nop", s, keys=keys)
+        if k is StepKind.PdlWait:
+            return Action("pdl_wait", s, keys=keys)
+        if k is StepKind.PdlLaunch:
+            return Action("pdl_launch", s, keys=keys)
+        if isinstance(res, WorkQueue) and _cfg(res) is None:
+            return Action("nop", s, keys=keys)  # static queue: bookkeeping is local arithmetic
+        if k in OPEN_VERBS or k in CLOSE_VERBS:
+            return self._sync(ex, s, keys)
+        return self._work(ex, s, keys)
+
+    def _sync(self, ex: Executor, s: Step, keys) -> Action:
+        side = OPEN_VERBS.get(s.kind) or CLOSE_VERBS.get(s.kind)
+        opening = s.kind in OPEN_VERBS
+        owner = s.resource
+        group = owner if isinstance(owner, PipelineGroup) else None
+        members = list(group.members) if group else [owner]
+        cfg = _cfg_of(owner)
+        if cfg is None:
+            return Action("nop", s, keys=keys)
+        proto = protocol_of(cfg)
+        cur = self._slot(ex, owner, side, "open" if opening else "close")
+        act = Action(("acquire" if side == PRODUCER else "wait") if opening else
+                     ("commit" if side == PRODUCER else "release"), s, keys=keys, owner=owner, side=side)
+        act.cursor = cur.slot
+        act.stride, act.num_stages = cur.stride, cur.num_stages
+        act.group_members = tuple(members)
+        warps = ex.warps
+        signaling = cfg.producer_signaling_threads if side == PRODUCER else cfg.consumer_signaling_threads
+        leader_only = ex.lane_warp is not None and signaling.warp_leader and ex.lane_warp != 0
+        # which barrier
+        if opening:
+            kind = "empty" if side == PRODUCER else "full"
+        else:
+            kind = "full" if side == PRODUCER else "empty"
+        bar_owner = group if group is not None else self.barrier_owner(owner, kind)
+        act.barrier_base = self.base(bar_owner, kind)
+        if opening:
+            adv = ex._slots.get(((id(owner), side), "open_advances"))
+            act.advance = (cur.slot,) if adv else ()
+            if side == PRODUCER and proto.producer_arms_on_acquire:
+                full_owner = self.barrier_owner(owner, "full") if group is None else group
+                shared_fork = isinstance(full_owner, PipelineGroup) and full_owner.mode is PipelineGroupMode.Fork
+                if not shared_fork:  # a Fork's shared full barrier is armed once, by group.commit()
+                    act.deliver_base = self.base(full_owner, "full")
+                    act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
+                    act.tx_expect = cfg.num_bytes
+                    act.arrive_kind = "arrive.expect_tx"
+            if side == CONSUMER and proto.consumer_async_release:
+                act.umma_wait_window = True
+                act.regions = tuple((id(m), None) for m in members)
+            return act
+        # closing op: advance this owner's close slot and, for a group op, every member's
+        slots = [cur.slot]
+        if group is not None:
+            for m in members:
+                c = self._slot(ex, m, side, "close")
+                if c is not None and c.slot not in slots:
+                    slots.append(c.slot)
+        act.advance = tuple(slots)
+        if side == PRODUCER:
+            shared_fork = group is not None and group.mode is PipelineGroupMode.Fork
+            if proto.producer_arms_on_acquire and not shared_fork:
+                act.op = "commit"  # TMA / CLC: the arming happened at acquire; commit is a no-op
+                act.arrivals = 0
+                act.arrive_kind = "none (armed at acquire)"
+            elif proto.producer_arms_on_acquire and shared_fork:
+                act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
+                act.tx_expect = sum(_cfg(m).num_bytes for m in members)
+                act.arrive_kind = "arrive.expect_tx"
+            else:
+                act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
+                act.arrive_kind = proto.producer_arrive.value
+        else:
+            act.arrivals = 0 if leader_only else arrivals_per_op(cfg, CONSUMER, warps).arrivals
+            act.arrive_kind = proto.consumer_arrive.value
+            if proto.consumer_async_release:
+                act.umma_release = True
+                act.regions = tuple((id(m), None) for m in members)
+        return act
+
+    def _work(self, ex: Executor, s: Step, keys) -> Action:
+        res = s.resource
+        act = Action("work", s, keys=keys, owner=res)
+        spec = work_spec_of(getattr(type(res), s.method, None))
+        attrs = spec.attrs if spec is not None else WorkAttr.NONE
+        if WorkAttr.WGMMA_WAIT in attrs:
+            pending = s.const_args.get("pending", 0)
+            act.wgmma_wait = pending if type(pending) is int and pending >= 0 else 0
+            return act
+        side = PRODUCER if s.kind in (StepKind.ProducerWork, StepKind.ProducerAux, StepKind.QueueFetch) else CONSUMER
+        act.side = side
+        if s.kind in (StepKind.ConsumerWork,) and any(isinstance(u, PdlWaitBarrier) for u in self.p.upstream(res)):
+            act.pdl_dependent = True
+        if s.kind.is_aux or (spec is not None and spec.auxiliary):
+            return act
+        cfg = _cfg(res)
+        if cfg is not None:
+            cur = self._slot(ex, res, side, "close") or self._slot(ex, res, side, "open")
+            if cur is None:
+                self.problems.append(f"{ex.name}: {s.describe()} has no {side} bracket on {name_of(res)}")
+                return act
+            act.cursor = cur.slot
+            act.stride, act.num_stages = cur.stride, cur.num_stages
+            # a wait-only consumer works on the stage it just waited (its cursor moved on)
+            act.side = side + ("/after-open" if ex._slots.get(((id(res), side), "open_advances"))
+                               and self._slot(ex, res, side, "close") is None else "")
+            act.regions = ((id(res), None),)
+            proto = protocol_of(cfg)
+            if side == PRODUCER:
+                act.write = True
+                act.hw_window = proto.producer_async_completion
+                full_owner = self.barrier_owner(res, "full")
+                if proto.transaction_bytes:
+                    act.deliver_base = self.base(full_owner, "full")
+                    act.tx_deliver = delivered_tx_bytes(cfg, ex.task.num_warps)
+                elif act.hw_window:
+                    act.deliver_base = self.base(full_owner, "full")
+            else:
+                if proto.consumer_async_release:
+                    act.umma_wait_window = True  # reads continue until the async release arrives
+                elif WorkAttr.WGMMA in attrs:
+                    act.wgmma = True
+        else:
+            if self.regions.has_region(res):
+                act.regions = ((id(res), -1),)
+                act.write = side == PRODUCER
+        return act
+
+
+def _is_local(act: Action, regions) -> bool:
+    """Steps whose effect is private to the executor: reordering them with any other
+    executor's step changes no shared state, so exploring one order is enough."""
+    if act.keys:
+        return False
+    if act.op == "nop":
+        return True
+    if act.op == "work":
+        return not act.regions and not act.pdl_dependent and act.wgmma_wait < 0
+    return False
+
+
+def _targets(step: Step):
+    return list(step.resource.members) if isinstance(step.resource, PipelineGroup) else [step.resource]
+
+
+def _cfg_of(owner):
+    if isinstance(owner, PipelineGroup):
+        if owner.pipeline_config is not None:
+            return owner.pipeline_config
+        for m in owner.members:
+            if _cfg(m) is not None:
+                return _cfg(m)
+        return None
+    return _cfg(owner)
+
+
+def _role_stride(cfg, kind: StepKind) -> int:
+    pa, pc, cw, cr = cfg.strides
+    return {StepKind.ProducerAcquire: pa, StepKind.ProducerTryAcquire: pa, StepKind.ProducerCommit: pc,
+            StepKind.ConsumerWait: cw, StepKind.ConsumerTryWait: cw, StepKind.ConsumerRelease: cr}.get(kind, 1)
+
+
+def _side_strides(cfg, side: str) -> Tuple[int, int]:
+    pa, pc, cw, cr = (x if isinstance(x, int) and x > 0 else 1 for x in cfg.strides)
+    return (pa, pc) if side == PRODUCER else (cw, cr)
+
+
+def _lcm(xs) -> int:
+    out = 1
+    for x in xs:
+        out = out * max(1, x) // math.gcd(out, max(1, x))
+    return out
+
+
+def compile_program(program: Program) -> Compiled:
+    return _Builder(program).build()
+
+
+__all__ = ["Action", "Barrier", "Compiled", "Cursor", "Executor", "Instr", "LoopGroup", "compile_program",
+           "ArriveKind"]
