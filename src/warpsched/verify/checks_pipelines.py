@@ -90,8 +90,16 @@ def _fields(r: Any) -> List[Finding]:
             "an int >= 1, or a 4-tuple of ints >= 1 (producer_acquire, producer_commit, consumer_wait, "
             "consumer_release)", "use interleave_stride=1 (no interleaving) or the lane count")
     if not layout_ok(cfg.cta_layout_vmnk):
-        bad(LAYOUT, "cta_layout_vmnk", cfg.cta_layout_vmnk, "None or an inspectable (v, m, n, k) of ints >= 1",
-            "pass a tuple such as (1, 1, 1, 1), or a static CuTe layout")
+        sig = cfg.producer_signaling_threads
+        leader = (legal_signaling(sig) and (sig.cta_leader or sig.warp_leader)) or per is not None
+        if leader:  # the seed: a leader-routed completion needs the CTA count
+            out.append(F(LEADER, f"{rname(r)}: cta_layout_vmnk={cfg.cta_layout_vmnk!r:.40} cannot be inspected, so "
+                         "the CTAs a leader-routed completion covers cannot be counted", resource=r, location=loc,
+                         expected="cta_layout_vmnk as a (v, m, n, k) tuple of ints >= 1",
+                         fix="pass a tuple such as (1, 2, 1, 1)"))
+        else:
+            bad(LAYOUT, "cta_layout_vmnk", cfg.cta_layout_vmnk, "None or an inspectable (v, m, n, k) of ints >= 1",
+                "pass a tuple such as (1, 1, 1, 1), or a static CuTe layout")
     if not mcast_ok(cfg.mcast_mode_mn):
         bad(LAYOUT, "mcast_mode_mn", cfg.mcast_mode_mn, "None, a bool, or an (m, n) pair of bools",
             "pass mcast_mode_mn=(True, False) or leave it unset")

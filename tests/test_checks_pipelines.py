@@ -1,0 +1,234 @@
+"""Pipeline configuration checks: thread counts and bytes (exact expected values),
+leader-routed completions, CTA layout consistency, malformed fields."""
+from __future__ import annotations
+
+from warpsched import PipelineConfig, SignalingThreads, Task, domain_loop, schedule
+from warpsched.protocol.barriers import expected_group_size, expected_num_bytes
+
+from test_checks_support import Buf, Gmem, accepted, cg, expect, find, line, rejected
+
+K = 4
+NUM_EPILOGUE_WARPS = 4
+
+
+# ------------------------------------------------------------------ the doc's TmemC example
+def tmem_program(cfg, store_warps=NUM_EPILOGUE_WARPS):
+    smem = Buf(name="smem_a", pipeline_config=PipelineConfig.create_tma_umma_pipeline_cfg(
+        num_stages=2, num_bytes=4096, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=(1, 1, 1, 1)))
+    gmem, tmem_c, gmem_d = Gmem(name="gmem_ab"), Buf(name="TmemC", pipeline_config=cfg), Gmem(name="gmem_d")
+
+    @schedule
+    def load(gmem, smem):
+        with domain_loop(0, K, 1):
+            c = gmem.compute_coords()
+            smem.acquire()
+            smem.tma_load_a(coord_k=c)
+            smem.commit()
+
+    @schedule
+    def mma(smem, tmem_c):
+        tmem_c.acquire()
+        with domain_loop(0, K, 1):
+            smem.wait()
+            d = smem.aux_desc()
+            tmem_c.mma(desc_a=d)
+            smem.release()
+        tmem_c.commit()
+
+    @schedule
+    def store(tmem_c, gmem_d):
+        tmem_c.wait()
+        v = tmem_c.read()
+        gmem_d.store(value=v)
+        tmem_c.release()
+
+    tasks = [Task(name="StoreTask", warp_idx=0, num_warps=store_warps, src_resources=[tmem_c],
+                  dst_resources=[gmem_d], schedule=store(tmem_c, gmem_d)),
+             Task(name="LoadTask", warp_idx=4, num_warps=1, src_resources=[gmem], dst_resources=[smem],
+                  schedule=load(gmem, smem)),
+             Task(name="MmaTask", warp_idx=5, num_warps=1, src_resources=[smem], dst_resources=[tmem_c],
+                  schedule=mma(smem, tmem_c))]
+    return tasks, {smem: [gmem], tmem_c: [smem], gmem_d: [tmem_c]}
+
+
+def test_consumer_group_sized_for_the_store_task_doc_pair():
+    wrong = PipelineConfig.create_umma_async_pipeline_cfg(  # @tmem_wrong
+        num_stages=2, producer_group=cg(1), consumer_group=cg(2 * 32), cta_layout_vmnk=(1, 1, 1, 1))
+    f = rejected(*tmem_program(wrong))
+    hit = expect(f, "pipeline thread counts and bytes", "StoreTask", "TmemC", line("tmem_wrong"))
+    want = expected_group_size(wrong, "consumer", NUM_EPILOGUE_WARPS)
+    assert want.arrivals == NUM_EPILOGUE_WARPS * 32
+    assert hit.expected == f"consumer_group size 128 = {want.derivation}"
+    assert "4 signaling warp(s) x 32 threads" in hit.expected
+    right = PipelineConfig.create_umma_async_pipeline_cfg(
+        num_stages=2, producer_group=cg(1), consumer_group=cg(NUM_EPILOGUE_WARPS * 32),
+        cta_layout_vmnk=(1, 1, 1, 1))
+    accepted(*tmem_program(right))
+
+
+def test_wrong_pipeline_type_for_tmem_is_rejected_doc():
+    """create_tma_umma_pipeline_cfg for TmemC declares one tcgen05 commit as the consumer."""
+    wrong = PipelineConfig.create_tma_umma_pipeline_cfg(  # @tmem_tma
+        num_stages=2, num_bytes=0, producer_group=cg(1), consumer_group=cg(NUM_EPILOGUE_WARPS * 32),
+        cta_layout_vmnk=(1, 1, 1, 1))
+    f = rejected(*tmem_program(wrong))
+    hit = expect(f, "pipeline thread counts and bytes", "StoreTask", "TmemC", line("tmem_tma"))
+    assert hit.expected.startswith("consumer_group size 1 = 1 tcgen05.commit")
+
+
+def test_missing_group_names_the_expected_size():
+    cfg = PipelineConfig.create_umma_async_pipeline_cfg(  # @no_group
+        num_stages=2, producer_group=cg(1), consumer_group=None, cta_layout_vmnk=(1, 1, 1, 1))
+    hit = expect(rejected(*tmem_program(cfg)), "pipeline thread counts and bytes", "StoreTask", "TmemC",
+                 line("no_group"))
+    assert "missing" in hit.message and "128" in hit.expected
+
+
+# ------------------------------------------------------------------ bytes
+def tma_async_program(cfg, producer_warps=1, consumer_warps=1):
+    gmem, smem, out = Gmem(name="gmem"), Buf(name="smem", pipeline_config=cfg), Gmem(name="out")
+
+    @schedule
+    def load(gmem, smem):
+        with domain_loop(0, K, 1):
+            c = gmem.compute_coords()
+            smem.acquire()
+            smem.tma_load_a(coord_k=c)
+            smem.commit()
+
+    @schedule
+    def drain(smem, out):
+        with domain_loop(0, K, 1):
+            smem.wait()
+            v = smem.read()
+            out.store(value=v)
+            smem.release()
+
+    tasks = [Task(name="load", src_resources=[gmem], dst_resources=[smem], warp_idx=0, num_warps=producer_warps,
+                  schedule=load(gmem, smem)),
+             Task(name="drain", src_resources=[smem], dst_resources=[out], warp_idx=producer_warps,
+                  num_warps=consumer_warps, schedule=drain(smem, out))]
+    return tasks, {smem: [gmem], out: [smem]}
+
+
+def test_tma_pipeline_needs_transaction_bytes():
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @zero_bytes
+        num_stages=2, num_bytes=0, producer_group=cg(1), consumer_group=cg(1))
+    expect(rejected(*tma_async_program(cfg)), "pipeline thread counts and bytes", None, "smem", line("zero_bytes"))
+    good = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=2, num_bytes=8192, producer_group=cg(1),
+                                                       consumer_group=cg(1))
+    accepted(*tma_async_program(good))
+
+
+def test_tma_async_consumer_arrives_once_per_warp():
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @per_warp
+        num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(4 * 32))
+    hit = expect(rejected(*tma_async_program(cfg, consumer_warps=4)), "pipeline thread counts and bytes", "drain",
+                 "smem", line("per_warp"))
+    assert hit.expected.startswith("consumer_group size 4 = 4 signaling warp(s) x 1 elected thread")
+    good = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=2, num_bytes=8192, producer_group=cg(1),
+                                                       consumer_group=cg(4))
+    accepted(*tma_async_program(good, consumer_warps=4))
+
+
+# ------------------------------------------------------------------ leader-routed completions (seed)
+def test_leader_routed_bytes_aggregate_exact_value_in_the_error():
+    per = 2048
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @leader_wrong
+        num_stages=2, num_bytes=per, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=(1, 1, 1, 1),
+        producer_signaling_threads=SignalingThreads.TaskWarpLeader, num_bytes_per_warp_per_cta=per)
+    f = rejected(*tma_async_program(cfg, producer_warps=4))
+    hit = expect(f, "leader-routed producer completions", "load", "smem", line("leader_wrong"))
+    total, how = expected_num_bytes(cfg, 4)
+    assert total == 8192
+    assert hit.expected == f"num_bytes=8192: {how}"
+    assert "2048 x 4 producing warp(s) x 1 producing CTA(s) = 8192" in hit.expected
+    good = PipelineConfig.create_tma_async_pipeline_cfg(
+        num_stages=2, num_bytes=4 * per, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=(1, 1, 1, 1),
+        producer_signaling_threads=SignalingThreads.TaskWarpLeader, num_bytes_per_warp_per_cta=per)
+    accepted(*tma_async_program(good, producer_warps=4))
+
+
+def test_cta_leader_counts_the_cluster():
+    per = 1024
+    cfg = PipelineConfig.create_tma_umma_pipeline_cfg(  # @cta_leader
+        num_stages=2, num_bytes=per, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=(1, 2, 1, 1),
+        producer_signaling_threads=SignalingThreads.CtaLeader | SignalingThreads.TaskWarpLeader,
+        num_bytes_per_warp_per_cta=per)
+    tasks, graph = tma_async_program(cfg, producer_warps=2)
+    f = rejected(tasks, graph)
+    hit = expect(f, "leader-routed producer completions", "load", "smem", line("cta_leader"))
+    assert "= 4096" in hit.expected and "2 producing CTA(s)" in hit.expected
+
+
+def test_leader_without_per_warp_bytes_and_opaque_layout():
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @no_per
+        num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(1),
+        producer_signaling_threads=SignalingThreads.TaskWarpLeader)
+    expect(rejected(*tma_async_program(cfg, producer_warps=4)), "leader-routed producer completions", "load", "smem",
+           line("no_per"))
+
+    class Opaque:
+        shape = None
+
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @opaque
+        num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=Opaque(),
+        producer_signaling_threads=SignalingThreads.TaskWarpLeader, num_bytes_per_warp_per_cta=2048)
+    hit = expect(rejected(*tma_async_program(cfg, producer_warps=4)), "leader-routed producer completions", None,
+                 "smem", line("opaque"))
+    assert "inspect" in hit.message
+
+
+# ------------------------------------------------------------------ CTA layout consistency
+def test_pipelines_disagreeing_on_the_cluster_shape():
+    def program(shape):
+        cfgs = [PipelineConfig.create_async_async_pipeline_cfg(num_stages=2, producer_group=cg(32),
+                                                               consumer_group=cg(32), cta_layout_vmnk=(1, 1, 1, 1))
+                for _ in range(2)]
+        odd = PipelineConfig.create_async_async_pipeline_cfg(  # @odd_layout
+            num_stages=2, producer_group=cg(32), consumer_group=cg(32), cta_layout_vmnk=shape)
+        src = Gmem(name="src")
+        bufs = [Buf(name=f"b{i}", pipeline_config=c) for i, c in enumerate(cfgs + [odd])]
+        out = Gmem(name="out")
+
+        @schedule
+        def chain(src, b0, b1, b2, out):
+            with domain_loop(0, K, 1):
+                v = src.load()
+                for b in (b0, b1, b2):
+                    b.acquire()
+                    b.produce_tile(value=v)
+                    b.commit()
+                for b in (b0, b1, b2):
+                    b.wait()
+                    v = b.read()
+                    b.release()
+                out.store(value=v)
+
+        t = Task(name="chain", src_resources=[src] + bufs, dst_resources=bufs + [out],
+                 schedule=chain(src, *bufs, out))
+        return [t], {bufs[0]: [src], bufs[1]: [src], bufs[2]: [src], out: bufs}
+
+    f = rejected(*program((2, 1, 1, 1)))
+    hit = expect(f, "cta layout consistency", None, "b2", line("odd_layout"))
+    assert "(1, 1, 1, 1)" in hit.expected
+    accepted(*program((1, 1, 1, 1)))
+    accepted(*program(None))  # unset means a single CTA
+
+
+def test_umma_pipeline_requires_a_layout():
+    cfg = PipelineConfig.create_umma_async_pipeline_cfg(  # @no_layout
+        num_stages=2, producer_group=cg(1), consumer_group=cg(128))
+    expect(rejected(*tmem_program(cfg)), "cta layout consistency", None, "TmemC", line("no_layout"))
+
+
+# ------------------------------------------------------------------ malformed fields
+def test_malformed_fields_are_findings_not_crashes():
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @garbage
+        num_stages=-2, num_bytes="lots", producer_group=None, consumer_group=cg(1), interleave_stride=(1, 2),
+        producer_signaling_threads=SignalingThreads.All | SignalingThreads.CtaLeader, cta_layout_vmnk=(1, 0),
+        consumer_wait_signaling_threads="both")
+    f = rejected(*tma_async_program(cfg))
+    for check in ("pipeline configuration", "pipeline thread counts and bytes", "interleaved pipelines",
+                  "cta layout consistency", "split-consumer signaling"):
+        find(f, check, resource="smem", line_no=line("garbage"))
