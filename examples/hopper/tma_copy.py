@@ -29,7 +29,7 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule)
+                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule)
 
 NUM_STAGES = 6
 
@@ -96,9 +96,15 @@ class GmemY(MemoryResource):
     smem: Any = None  # the SmemTiles resource (layout of the stages)
     tiles_n: Any = 1
 
+    @producer_work(work_attrs=WorkAttr.AUXILIARY)
+    @cute.jit
+    def drain(self, stage_info: StageInfo):
+        if cute.arch.lane_idx() == 0:
+            cute.arch.cp_async_bulk_wait_group(0, read=False)
+
     @producer_work
     @cute.jit
-    def tma_store(self, stage_info: StageInfo, stage):
+    def tma_store(self, stage_info: StageInfo, stage, *, lag: cutlass.Constexpr = 0):
         lane = cute.arch.lane_idx()
         if lane == 0:
             s_buf = self.smem.staged()
@@ -108,7 +114,7 @@ class GmemY(MemoryResource):
             t = stage_info.loop_offset
             cute.copy(self.atom, t_s[(None, stage)], t_g[(None, t // self.tiles_n, t % self.tiles_n)])
             cute.arch.cp_async_bulk_commit_group()
-            cute.arch.cp_async_bulk_wait_group(0, read=True)  # SMEM read done: the stage may be released
+            cute.arch.cp_async_bulk_wait_group(lag, read=True)  # at most `lag` stores still read SMEM
 
 
 @schedule
@@ -129,12 +135,28 @@ def store_schedule(smem, gmem_y, start, end, step):
         smem.release()
 
 
+@schedule
+def store_schedule_lag1(smem, gmem_y, start, end, step):
+    """One TMA store in flight: release each stage one iteration later (split wait/release
+    counters, advance_on_wait=True). Every CTA gets at least one tile (grid <= tiles), so the
+    tail release always has a stage to return."""
+    with domain_loop(start, end, step) as d:
+        smem.wait()
+        stage = smem.stage()
+        gmem_y.tma_store(stage=stage, lag=1)
+        with d.every(1, start=1):
+            smem.release()
+    gmem_y.drain()
+    smem.release()
+
+
 def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BFloat16, tile_mn=(64, 256),
-          num_stages=NUM_STAGES, tiles_n=1, start=0, end=64, step=1, verbose=True):
+          num_stages=NUM_STAGES, store_lag=1, tiles_n=1, start=0, end=64, step=1, verbose=True):
     tm, tn = tile_mn
     tile_bytes = tm * tn * dtype.width // 8
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=num_stages, num_bytes=tile_bytes,
-                                                       producer_group=group(1), consumer_group=group(1))
+                                                       producer_group=group(1), consumer_group=group(1),
+                                                       advance_on_wait=store_lag > 0)
     allocator = SmemAllocator()
     alloc = SmemAllocation("tiles", dtype=dtype, count=tm * tn * num_stages, alignment=1024)
     gmem_x = GmemX(name="GmemX", tiles_n=tiles_n)
@@ -147,14 +169,16 @@ def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BF
         Task(name="LoadTask", src_resources=[gmem_x], dst_resources=[smem], warp_idx=0, num_warps=1,
              schedule=load_schedule(gmem_x, smem, start, end, step)),
         Task(name="StoreTask", src_resources=[smem], dst_resources=[gmem_y], warp_idx=1, num_warps=1,
-             schedule=store_schedule(smem, gmem_y, start, end, step)),
+             schedule=(store_schedule_lag1 if store_lag else store_schedule)(smem, gmem_y, start, end, step)),
     ]
     return TaskManager(tasks=tasks, resource_dependency_graph={smem: [gmem_x], gmem_y: [smem]},
                        smem_allocator=allocator, verbose=verbose)
 
 
 class TmaCopy:
-    def __init__(self, dtype, tile_mn=None, num_stages=NUM_STAGES, max_ctas=132):
+    def __init__(self, dtype, tile_mn=None, num_stages=NUM_STAGES, max_ctas=132, store_lag=1):
+        assert store_lag in (0, 1)
+        self.store_lag = store_lag
         self.dtype = dtype
         self.tile_mn = tuple(tile_mn or (32 * 1024 // (256 * (dtype.width // 8)), 256))
         self.num_stages = num_stages
@@ -183,7 +207,7 @@ class TmaCopy:
         tiles_m = cute.ceil_div(cute.size(mX, mode=[0]), self.tile_mn[0])
         tiles_n = cute.ceil_div(cute.size(mX, mode=[1]), self.tile_mn[1])
         mgr = build(load_atom=load_atom, mx=mX, store_atom=store_atom, my=mY, dtype=self.dtype,
-                    tile_mn=self.tile_mn, num_stages=self.num_stages, tiles_n=tiles_n,
+                    tile_mn=self.tile_mn, num_stages=self.num_stages, store_lag=self.store_lag, tiles_n=tiles_n,
                     start=bidx, end=tiles_m * tiles_n, step=gdim, verbose=False)
         mgr.setup_resources_and_tasks()
         mgr.run()
@@ -192,25 +216,25 @@ class TmaCopy:
 _CACHE = {}
 
 
-def copy(x, y, num_stages=NUM_STAGES, tile_mn=None, max_ctas=None):
+def copy(x, y, num_stages=NUM_STAGES, tile_mn=None, max_ctas=None, store_lag=1):
     """y[:] = x for 2D row-major tensors (rows 16-byte aligned). Returns a zero-argument relauncher."""
     assert x.dim() == 2 and x.shape == y.shape and x.dtype == y.dtype
     dt = _common.cutlass_dtype(x.dtype)
     max_ctas = max_ctas or _common.num_sms()
-    key = (dt, num_stages, tile_mn, max_ctas)
+    key = (dt, num_stages, tile_mn, max_ctas, store_lag)
     mx, my = _common.to_cute(x, 1), _common.to_cute(y, 1)
     stream = _common.current_stream()
     if key not in _CACHE:
-        _CACHE[key] = cute.compile(TmaCopy(dt, tile_mn, num_stages, max_ctas), mx, my, stream,
+        _CACHE[key] = cute.compile(TmaCopy(dt, tile_mn, num_stages, max_ctas, store_lag), mx, my, stream,
                                    options=_common.PTX_OPTIONS)
     f = _CACHE[key]
     f(mx, my, stream)
     return lambda: f(mx, my, stream)
 
 
-def compiled_for(x, y, num_stages=NUM_STAGES, tile_mn=None, max_ctas=None):
+def compiled_for(x, y, num_stages=NUM_STAGES, tile_mn=None, max_ctas=None, store_lag=1):
     dt = _common.cutlass_dtype(x.dtype)
-    return _CACHE[(dt, num_stages, tile_mn, max_ctas or _common.num_sms())]
+    return _CACHE[(dt, num_stages, tile_mn, max_ctas or _common.num_sms(), store_lag)]
 
 
 def compile_for_cpu(dtype=cutlass.BFloat16, **kw):

@@ -38,9 +38,12 @@ class Frame:
     def __init__(self, loop_offset=None, start=None, end=None, step=None, work_tile=None, skip=None):
         self.loop_offset, self.start, self.end, self.step = loop_offset, start, end, step
         self.work_tile, self.skip = work_tile, skip
+        self.first = None  # True in a peeled first iteration, False in the loop after it, None: unknown
+        self.min_count = 0  # smallest zero-based iteration count this code can run at
 
     def with_(self, **kw) -> "Frame":
         f = Frame(self.loop_offset, self.start, self.end, self.step, self.work_tile, self.skip)
+        f.first, f.min_count = self.first, self.min_count
         for k, v in kw.items():
             setattr(f, k, v)
         return f
@@ -204,10 +207,23 @@ class TaskEmitter:
                 if k[0] == "try":
                     del env[k]
 
-            def body(i, inner):
-                self._block(inner, loop_steps, frame.with_(loop_offset=i, start=start, end=end, step=step), 0)
+            base = frame.with_(start=start, end=end, step=step)
+            loop_start = start
+            if any(g.kind == "first_iter" for s in loop_steps for g in s.guards):
+                # Peel iteration 0: first_iter() blocks resolve at compile time, the loop body
+                # runs without them (what a hand-written prologue does).
+                def first(inner):
+                    self._block(inner, loop_steps, base.with_(loop_offset=start, first=True), 0)
 
-            dyn_for(env, keys, start, end, step, body, unroll=dl.unroll)
+                dyn_if(env, keys, start < end, first)
+                self._drop_try(env, loop_steps)
+                loop_start = start + step
+                base = base.with_(first=False, min_count=1)
+
+            def body(i, inner):
+                self._block(inner, loop_steps, base.with_(loop_offset=i), 0)
+
+            dyn_for(env, keys, loop_start, end, step, body, unroll=dl.unroll)
             self._drop_try(env, loop_steps)
         self._block(env, self.sched.by_section(Section.TAIL), frame, 0)
 
@@ -287,16 +303,21 @@ class TaskEmitter:
             if i is None:
                 raise LoweringError(f"{g.describe()} outside the domain loop", task=self.task, location=g.location)
             if g.kind == "first_iter":
-                return i == frame.start
+                return frame.first if frame.first is not None else i == frame.start
             if g.kind == "last_iter":
                 if isinstance(frame.step, int) and frame.step < 0:
                     return i + frame.step <= frame.end
                 return i + frame.step >= frame.end
+            if frame.first:  # peeled iteration: count 0
+                return g.start == 0
+            if g.period == 1:
+                if frame.min_count >= g.start:
+                    return True
+                # count >= start  <=>  i >= loop start + start * step (positive step), no division
+                return i >= frame.start + g.start * frame.step
             count = i - frame.start
             if not (isinstance(frame.step, int) and frame.step == 1):
                 count = count // frame.step
-            if g.period == 1:
-                return count >= g.start
             return ((count % g.period) == (g.start % g.period)) & (count >= g.start)
         if g.kind in ("when_true", "when_false"):
             key = self._tkey(g.token)
@@ -398,6 +419,10 @@ class TaskEmitter:
                                 f"{len(s.returns)}", task=self.task, resource=res, location=s.location)
         for tok, v in zip(s.returns, values):
             self._store_token(env, tok, res, v)
+
+
+def _static_pair(a, b) -> bool:
+    return isinstance(a, int) and isinstance(b, int)
 
 
 def _is_numeric_type(t) -> bool:

@@ -1,0 +1,368 @@
+"""Warp-specialized TMA + WGMMA bf16 GEMM on Hopper, written as a warpsched program.
+
+C[M, N] = A[M, K] @ B[N, K]^T (bf16 in, fp32 accumulate, bf16 out), tile 128x256x64,
+one CTA per output tile (non-persistent), 384 threads:
+
+    LoadTask (warp 0, 40 regs):          for k in range(k_tiles):
+                                             k = gmem_ab.k_coord()
+                                             smem_ab.acquire()            # wait empty[s]; arrive.expect_tx full[s]
+                                             smem_ab.tma_load(k=k)        # TMA A and B tiles -> full[s]
+                                             smem_ab.commit()             # no-op for TMA
+    MmaTask (warps 4-11, 2 warp groups, 232 regs):
+                                         acc, fa, fb = smem_ab.init_acc()  # accumulator + SMEM descriptors
+                                         for k in range(k_tiles) as d:
+                                             smem_ab.wait()
+                                             with d.first_iter():         # peeled by the lowering
+                                                 smem_ab.mma(..., first=True)  # ACCUMULATE=False
+                                             with d.every(1, start=1):
+                                                 smem_ab.mma(...)          # wgmma; wait_group(1)
+                                                 smem_ab.release()        # the previous stage: its wgmmas retired
+                                         smem_ab.drain()                   # wgmma.wait_group(0)
+                                         smem_ab.release()                 # the last stage
+                                         gmem_c.store(acc=acc)             # stmatrix -> SMEM -> TMA store
+
+``advance_on_wait=True`` gives the MMA task split wait / release counters, so the release
+runs one stage behind the wait, exactly like benchmarks/handwritten/wgmma_gemm.py.
+Host: ``gemm(a, b, c)`` for row-major torch tensors (K % 8 == 0, N % 8 == 0).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    from . import _common
+except ImportError:
+    import _common  # type: ignore
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.tensor_utils  # noqa: F401
+import cutlass.utils.hopper_helpers as sm90_utils
+import cutlass.memory  # noqa: F401
+
+from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
+                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work,
+                       schedule)
+
+WGMMA = getattr(WorkAttr, "WGMMA", WorkAttr.NONE)  # Hopper async-MMA attribute where the model has it
+WGMMA_WAIT = getattr(WorkAttr, "WGMMA_WAIT", WorkAttr.AUXILIARY)
+
+
+def group(n):
+    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
+
+
+@dataclass(kw_only=True)
+class GmemAB(MemoryResource):
+    k: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.k = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="K tile index of this iteration")
+
+    @consumer_work(returns=k)
+    def k_coord(self, stage_info: StageInfo):
+        return stage_info.loop_offset
+
+
+@dataclass(kw_only=True)
+class SmemAB(MemoryResource):
+    g: Any = None  # the kernel (layouts, atoms, tiled MMA, global tiles)
+    acc: Any = TaskLocalVariable.uninitialized()
+    frag_a: Any = TaskLocalVariable.uninitialized()
+    frag_b: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.acc = TaskLocalVariable(dtype=None, docs="fp32 accumulator fragment (registers)")
+        self.frag_a = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of A, all stages")
+        self.frag_b = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of B, all stages")
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_a, self.g.alloc_b] if self.g is not None else []
+
+    @producer_work
+    @cute.jit
+    def tma_load(self, stage_info: StageInfo, k):
+        g = self.g
+        sA, sB = g.smem_a(), g.smem_b()
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
+                                                      cute.group_modes(g.gA, 0, 2))
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2),
+                                                      cute.group_modes(g.gB, 0, 2))
+        s = stage_info.stage_idx
+        cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
+        cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
+
+    @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
+    @cute.jit
+    def init_acc(self, stage_info: StageInfo):
+        g = self.g
+        tidx, _, _ = cute.arch.thread_idx()
+        thr_mma = g.tiled_mma.get_slice(tidx - g.first_consumer_thread)
+        tCrA = g.tiled_mma.make_fragment_A(thr_mma.partition_A(g.smem_a()))
+        tCrB = g.tiled_mma.make_fragment_B(thr_mma.partition_B(g.smem_b()))
+        acc = cute.make_rmem_tensor(thr_mma.partition_C(g.gC).shape, g.acc_dtype)
+        return acc, tCrA, tCrB
+
+    @consumer_work(work_attrs=WGMMA)
+    @cute.jit
+    def mma(self, stage_info: StageInfo, acc, frag_a, frag_b, *, first: cutlass.Constexpr = False):
+        """wgmma over one K tile; ``first``: overwrite the accumulator and retire nothing yet."""
+        g = self.g
+        s = stage_info.stage_idx
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
+            # two MMA objects with fixed ACCUMULATE: setting the field inside a loop or branch
+            # would chain a runtime value across regions
+            mma = g.mma_overwrite if cutlass.const_expr(first and kb == 0) else g.tiled_mma
+            cute.gemm(mma, acc, frag_a[(None, None, kb, s)], frag_b[(None, None, kb, s)], acc)
+        cute.nvgpu.warpgroup.commit_group()
+        if cutlass.const_expr(not first):
+            cute.nvgpu.warpgroup.wait_group(1)  # the previous stage's wgmmas have retired
+
+    @consumer_work(work_attrs=WGMMA_WAIT)
+    def drain(self, stage_info: StageInfo):
+        cute.nvgpu.warpgroup.wait_group(0)
+
+
+@dataclass(kw_only=True)
+class GmemC(MemoryResource):
+    g: Any = None
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_c] if self.g is not None else []
+
+    @producer_work
+    @cute.jit
+    def store(self, stage_info: StageInfo, acc):
+        g = self.g
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        ctidx = tidx - g.first_consumer_thread
+        sC = g.smem_c()
+        epi_bar = pipeline.NamedBarrier(barrier_id=1, num_threads=g.num_consumer_threads)
+        copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(g.layout, elem_ty_d=g.c_dtype, elem_ty_acc=g.acc_dtype)
+        copy_atom_C = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(g.layout.is_m_major_c(), 4), g.c_dtype)
+        tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_C, g.epi_tiled_mma))
+        thr_r2s = tiled_copy_r2s.get_slice(ctidx)
+        tRS_sC = thr_r2s.partition_D(sC)
+        tRS_acc = tiled_copy_r2s.retile(acc)
+        rC_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+        tRS_rAcc = cute.make_rmem_tensor(rC_shape, g.acc_dtype)
+        tRS_rC = cute.make_rmem_tensor(rC_shape, g.c_dtype)
+        n_per = cute.size(tRS_rAcc)
+        gC_epi = cute.zipped_divide(g.gC, g.epi_tile)
+        bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(g.tma_c, 0, cute.make_layout(1),
+                                                          cute.group_modes(sC, 0, 2), gC_epi)
+        epi_shape = gC_epi.shape[1]
+        epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
+        store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage,
+                                                      producer_group=group(g.num_consumer_threads))
+        for e in cutlass.range_constexpr(cute.size(epi_shape)):
+            for v in cutlass.range_constexpr(n_per):
+                tRS_rAcc[v] = tRS_acc[e * n_per + v]
+            tRS_rC.store(tRS_rAcc.load().to(g.c_dtype))
+            buf = e % g.epi_stage
+            cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
+            cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy writes -> TMA reads
+            epi_bar.arrive_and_wait()
+            if warp_idx == g.epi_store_warp:
+                cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
+                store_pipe.producer_commit()
+                store_pipe.producer_acquire()
+            epi_bar.arrive_and_wait()
+        if warp_idx == g.epi_store_warp:
+            store_pipe.producer_tail()
+
+
+@schedule
+def load_schedule(gmem_ab, smem_ab, k_tiles):
+    with domain_loop(0, k_tiles, 1):
+        k = gmem_ab.k_coord()
+        smem_ab.acquire()
+        smem_ab.tma_load(k=k)
+        smem_ab.commit()
+
+
+@schedule
+def mma_schedule(smem_ab, gmem_c, k_tiles):
+    acc, frag_a, frag_b = smem_ab.init_acc()
+    with domain_loop(0, k_tiles, 1) as d:
+        smem_ab.wait()
+        with d.first_iter():
+            smem_ab.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
+        with d.every(1, start=1):
+            smem_ab.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
+            smem_ab.release()  # the previous stage: its wgmmas have retired
+    smem_ab.drain()
+    smem_ab.release()
+    gmem_c.store(acc=acc)
+
+
+def build(g=None, *, k_tiles=16, num_stages=4, tile_bytes=(128 + 256) * 64 * 2, consumer_wgs=2,
+          producer_regs=40, consumer_regs=232, verbose=True):
+    """The program. ``g`` is the kernel object inside a trace, None on the CPU."""
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(
+        num_stages=num_stages, num_bytes=tile_bytes, producer_group=group(1),
+        consumer_group=group(consumer_wgs * 4),  # one release arrival per consumer warp
+        advance_on_wait=True)
+    gmem_ab, smem_ab, gmem_c = GmemAB(name="GmemAB"), SmemAB(name="SmemAB", pipeline_config=cfg, g=g), \
+        GmemC(name="GmemC", g=g)
+    allocator = SmemAllocator()
+    if g is not None:
+        allocator.add_resource(smem_ab)
+        allocator.add_resource(gmem_c)
+        allocator.compute_layout()
+        g.allocator = allocator
+    tasks = [
+        Task(name="LoadTask", src_resources=[gmem_ab], dst_resources=[smem_ab], warp_idx=0, num_warps=1,
+             schedule=load_schedule(gmem_ab, smem_ab, k_tiles), num_registers=producer_regs),
+        Task(name="MmaTask", src_resources=[smem_ab], dst_resources=[gmem_c], warp_idx=4, num_warps=4 * consumer_wgs,
+             schedule=mma_schedule(smem_ab, gmem_c, k_tiles), num_registers=consumer_regs),
+    ]
+    return TaskManager(tasks=tasks, resource_dependency_graph={smem_ab: [gmem_ab], gmem_c: [smem_ab]},
+                       smem_allocator=allocator if g is not None else None, verbose=verbose)
+
+
+class WgmmaGemm:
+    def __init__(self, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16, acc_dtype=cutlass.Float32,
+                 tile_mn=(128, 256), group_m=8, producer_regs=40, consumer_regs=232):
+        self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
+        self.tile_mn = tuple(tile_mn)
+        self.group_m = group_m
+        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        self.atom_layout_mnk = (2, 1, 1) if self.tile_mn[0] == 128 else (1, 1, 1)
+        self.num_consumer_wgs = math.prod(self.atom_layout_mnk)
+        self.num_consumer_threads = 128 * self.num_consumer_wgs
+        self.first_consumer_thread = 128
+        self.threads = 128 * (1 + self.num_consumer_wgs)
+        self.epi_store_warp = 4
+        self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
+        self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
+
+    def _make_tiled_mma(self):
+        return sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype, self.ab_dtype, self.layout.sm90_mma_major_mode(), self.layout.sm90_mma_major_mode(),
+            self.acc_dtype, self.atom_layout_mnk, tiler_mn=(64, self.tile_mn[1]))
+
+    def _setup(self):
+        self.tiled_mma = self._make_tiled_mma()
+        mma_k = cute.size(self.tiled_mma.shape_mnk, mode=[2])
+        self.tile_mnk = (*self.tile_mn, mma_k * 4)
+        self.epi_tile = (min(128, self.tile_mn[0]), 32)
+        self.epi_stage = 4
+        ab_bytes = (self.tile_mnk[0] + self.tile_mnk[1]) * self.tile_mnk[2] * self.ab_dtype.width // 8
+        epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.c_dtype.width // 8 * self.epi_stage
+        self.ab_stage = (self.smem_capacity - 1024 - epi_bytes) // ab_bytes
+        self.tile_bytes = ab_bytes
+        self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
+        self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
+        self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
+
+    @cute.jit
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
+        self._setup()
+        bM, bN, bK = self.tile_mnk
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mA, cute.slice_(self.a_staged, (None, None, 0)),
+                                                           (bM, bK))
+        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mB, cute.slice_(self.b_staged, (None, None, 0)),
+                                                           (bN, bK))
+        tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
+                                                           cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
+        tiles_m = cute.ceil_div(cute.size(mC, mode=[0]), bM)
+        tiles_n = cute.ceil_div(cute.size(mC, mode=[1]), bN)
+        self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
+                    self.c_staged).launch(grid=[tiles_m * tiles_n, 1, 1], block=[self.threads, 1, 1],
+                                          min_blocks_per_mp=1, stream=stream)
+
+    # SMEM views (valid after setup_resources_and_tasks bound the allocator's block)
+    def smem_a(self):
+        return self._view(self.alloc_a, self.a_staged_k)
+
+    def smem_b(self):
+        return self._view(self.alloc_b, self.b_staged_k)
+
+    def smem_c(self):
+        return self._view(self.alloc_c, self.c_staged_k)
+
+    def _view(self, alloc, composed):
+        ptr = cute.recast_ptr(self.allocator.get(alloc), composed.inner, dtype=alloc.dtype)
+        return cute.make_tensor(ptr, composed.outer)
+
+    @cute.kernel
+    def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
+               tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
+               b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout):
+        bM, bN, bK = self.tile_mnk
+        bid, _, _ = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
+        tiles_m = cute.ceil_div(cute.size(mC, mode=[0]), bM)
+        tiles_n = cute.ceil_div(cute.size(mC, mode=[1]), bN)
+        per_group = self.group_m * tiles_n
+        first_m = (bid // per_group) * self.group_m
+        group_m = cutlass.min(tiles_m - first_m, self.group_m)
+        pid_m = first_m + (bid % per_group) % group_m
+        pid_n = (bid % per_group) // group_m
+        self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
+        # the mainloop flips ACCUMULATE inside loop regions; the epilogue gets its own copy
+        self.epi_tiled_mma = self._make_tiled_mma()
+        self.mma_overwrite = self._make_tiled_mma()
+        self.mma_overwrite.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        self.a_staged_k, self.b_staged_k, self.c_staged_k = a_staged, b_staged, c_staged
+        self.gA = cute.local_tile(mA, (bM, bK), (pid_m, None))
+        self.gB = cute.local_tile(mB, (bN, bK), (pid_n, None))
+        self.gC = cute.local_tile(mC, (bM, bN), (pid_m, pid_n))
+        self.alloc_a = SmemAllocation("sA", dtype=self.ab_dtype, count=cute.cosize(a_staged), alignment=1024)
+        self.alloc_b = SmemAllocation("sB", dtype=self.ab_dtype, count=cute.cosize(b_staged), alignment=1024)
+        self.alloc_c = SmemAllocation("sC", dtype=self.c_dtype, count=cute.cosize(c_staged), alignment=1024)
+        mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), num_stages=self.ab_stage,
+                    tile_bytes=self.tile_bytes, consumer_wgs=self.num_consumer_wgs,
+                    producer_regs=self.producer_regs, consumer_regs=self.consumer_regs, verbose=False)
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+
+_CACHE = {}
+
+
+def gemm(a, b, c, **kw):
+    """c = a @ b.T (a: [M, K], b: [N, K], c: [M, N], bf16). Returns a zero-argument relauncher."""
+    M, K = a.shape
+    N = b.shape[0]
+    assert b.shape[1] == K and tuple(c.shape) == (M, N) and K % 8 == 0 and N % 8 == 0
+    ma, mb, mc = _common.to_cute(a, 1), _common.to_cute(b, 1), _common.to_cute(c, 1)
+    key = (a.dtype, c.dtype, tuple(sorted(kw.items())))
+    stream = _common.current_stream()
+    if key not in _CACHE:
+        kern = WgmmaGemm(_common.cutlass_dtype(a.dtype), _common.cutlass_dtype(c.dtype), **kw)
+        _CACHE[key] = cute.compile(kern, ma, mb, mc, stream, options=_common.PTX_OPTIONS)
+    f = _CACHE[key]
+    f(ma, mb, mc, stream)
+    return lambda: f(ma, mb, mc, stream)
+
+
+def compiled_for(a, c, **kw):
+    return _CACHE[(a.dtype, c.dtype, tuple(sorted(kw.items())))]
+
+
+def compile_for_cpu(ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16, **kw):
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=8)
+    a = make_fake_tensor(ab_dtype, (M, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    b = make_fake_tensor(ab_dtype, (N, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    c = make_fake_tensor(c_dtype, (M, N), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    return cute.compile(WgmmaGemm(ab_dtype, c_dtype, **kw), a, b, c, make_fake_stream(), options=_common.PTX_OPTIONS)
+
+
+if __name__ == "__main__":
+    f = compile_for_cpu()
+    print(_common.count_ptx(f.artifacts.PTX))
