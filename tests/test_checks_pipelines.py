@@ -121,14 +121,26 @@ def test_tma_pipeline_needs_transaction_bytes():
 
 
 def test_tma_async_consumer_arrives_once_per_warp():
+    # TS and CUTLASS accept the per-warp count (4) or the same warps in threads (128).
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @per_warp
-        num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(4 * 32))
+        num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(32))
     hit = expect(rejected(*tma_async_program(cfg, consumer_warps=4)), "pipeline thread counts and bytes", "drain",
                  "smem", line("per_warp"))
     assert hit.expected.startswith("consumer_group size 4 = 4 signaling warp(s) x 1 elected thread")
-    good = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=2, num_bytes=8192, producer_group=cg(1),
-                                                       consumer_group=cg(4))
-    accepted(*tma_async_program(good, consumer_warps=4))
+    assert "(or 128, the same warps counted in threads)" in hit.expected
+    for size in (4, 4 * 32):
+        good = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=2, num_bytes=8192, producer_group=cg(1),
+                                                           consumer_group=cg(size))
+        accepted(*tma_async_program(good, consumer_warps=4))
+
+
+def test_thread_count_declaration_arms_one_arrival_per_warp():
+    from warpsched.protocol.barriers import barrier_init
+
+    for size in (4, 128):
+        cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=2, num_bytes=8192, producer_group=cg(1),
+                                                          consumer_group=cg(size))
+        assert barrier_init(cfg).empty_arrivals == 4
 
 
 # ------------------------------------------------------------------ leader-routed completions (seed)

@@ -22,6 +22,11 @@ import cutlass.pipeline as cpipe
 from ..model.enums import PipelineType
 from ..model.ir import StepKind
 from ..protocol.barriers import protocol_of, tx_bytes_per_arm
+
+try:  # init counts as the checker models them (shared protocol), where that helper exists
+    from ..protocol.barriers import barrier_init
+except ImportError:  # pragma: no cover - older protocol module: the declared group sizes
+    barrier_init = None
 from . import LoweringError
 from .dsl import dyn_if
 
@@ -73,8 +78,15 @@ class PipelineLowering:
         self.consumer_warps = self._side_warps(program, (StepKind.ConsumerWait, StepKind.ConsumerRelease))
         self.tx_count = tx_bytes_per_arm(cfg, self.producer_warps) if self.proto.transaction_bytes else 0
         cls = getattr(cpipe, self.proto.cutlass_class)
-        kw: Dict[str, Any] = dict(num_stages=cfg.num_stages, producer_group=_group(cfg.producer_group),
-                                  consumer_group=_group(cfg.consumer_group), barrier_storage=barrier_ptr,
+        # Init counts come from the shared protocol (thread-count declarations on per-warp
+        # sides are normalized there), so the barriers are armed exactly as the checker models.
+        if barrier_init is not None:
+            init = barrier_init(cfg)
+            full, empty = _group(init.full_arrivals), _group(init.empty_arrivals)
+        else:
+            full, empty = _group(cfg.producer_group), _group(cfg.consumer_group)
+        kw: Dict[str, Any] = dict(num_stages=cfg.num_stages, producer_group=full,
+                                  consumer_group=empty, barrier_storage=barrier_ptr,
                                   defer_sync=True)
         if cfg.pipeline_type is not PipelineType.AsyncAsync:
             kw["cta_layout_vmnk"] = cute.make_layout((1, 1, 1, 1))

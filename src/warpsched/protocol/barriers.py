@@ -121,10 +121,17 @@ def signaling_ctas(config: PipelineConfig, side: str, signaling: SignalingThread
 
 @dataclass(frozen=True)
 class SideCount:
-    """Arrivals one task operation contributes, and how that number was derived."""
+    """Arrivals one task operation contributes, and how that number was derived.
+
+    ``alternative`` is the other accepted way to declare the same group: on a side where one
+    elected thread per warp arrives (the async consumer of a TMA / CLC fed pipeline), TS and
+    CUTLASS also accept the thread count (warps x 32), from which the per-warp arrival count
+    is recomputed (see ``declared_to_init``).
+    """
 
     arrivals: int
     derivation: str
+    alternative: Optional[int] = None
 
 
 def arrivals_per_op(config: PipelineConfig, side: str, task_num_warps: int, *, wait_side: bool = False
@@ -144,7 +151,25 @@ def arrivals_per_op(config: PipelineConfig, side: str, task_num_warps: int, *, w
     else:
         per, unit = 1, "1 tcgen05.commit"
     cta_txt = f" x {ctas} signaling CTA(s)" if ctas != 1 else ""
-    return SideCount(per * ctas, f"{unit}{cta_txt} ({kind.value} arrivals, {signaling.name or signaling})")
+    alternative = warps * WARP_SIZE if (kind is ArriveKind.WARP and side == "consumer") else None
+    return SideCount(per * ctas, f"{unit}{cta_txt} ({kind.value} arrivals, {signaling.name or signaling})",
+                     alternative)
+
+
+def declared_to_init(config: PipelineConfig, side: str, declared: Optional[int]) -> int:
+    """Barrier init count for a declared cooperative-group size.
+
+    On a per-warp consumer side a multiple of 32 is the thread-count convention: it means
+    ``declared // 32`` warps, each arriving once per multicast partner CTA. Everywhere else the
+    declared size is the init count. An unreadable size falls back to one arrival.
+    """
+    if declared is None:
+        return 1
+    kind = protocol_of(config).consumer_arrive if side == "consumer" else protocol_of(config).producer_arrive
+    if side == "consumer" and kind is ArriveKind.WARP and declared % WARP_SIZE == 0:
+        ctas = signaling_ctas(config, "consumer", config.consumer_signaling_threads)
+        return declared // WARP_SIZE * ctas
+    return declared
 
 
 def expected_group_size(config: PipelineConfig, side: str, task_num_warps: int) -> SideCount:
@@ -187,8 +212,8 @@ def barrier_init(config: PipelineConfig) -> BarrierInit:
     developer declared; a wrong size shows up as a hang or an over-arrival). A group whose
     size cannot be read falls back to one arrival.
     """
-    full = config.producer_size if config.producer_size is not None else 1
-    empty = config.consumer_size if config.consumer_size is not None else 1
+    full = declared_to_init(config, "producer", config.producer_size)
+    empty = declared_to_init(config, "consumer", config.consumer_size)
     tx = config.num_bytes if protocol_of(config).transaction_bytes else 0
     return BarrierInit(full, empty, tx)
 
