@@ -48,3 +48,8 @@ PTX_PATTERNS = ["mbarrier.init", "mbarrier.arrive", "mbarrier.try_wait", "expect
 def count_ptx(ptx: str, patterns=PTX_PATTERNS):
     lines = ptx.splitlines()
     return {p: sum(p in line for line in lines) for p in patterns}
+
+
+def ptx_options(arch: str = "sm_90a") -> str:
+    """Compile options for CPU builds: keep the PTX and pin the target (CI has no GPU to detect)."""
+    return f"{PTX_OPTIONS} --gpu-arch {arch}"

@@ -98,13 +98,13 @@ def copy(x, y, blocks=None):
     return lambda: f(mx, my, cutlass.Int32(blocks), stream)
 
 
-def compile_for_cpu():
+def compile_for_cpu(arch="sm_90a"):
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     n = cute.sym_int32()
     x = make_fake_tensor(cutlass.Float32, (n,), (1,), assumed_align=16)
     y = make_fake_tensor(cutlass.Float32, (n,), (1,), assumed_align=16)
-    return cute.compile(copy_host, x, y, cutlass.Int32(132), make_fake_stream(), options=_common.PTX_OPTIONS)
+    return cute.compile(copy_host, x, y, cutlass.Int32(132), make_fake_stream(), options=_common.ptx_options(arch))
 
 
 if __name__ == "__main__":

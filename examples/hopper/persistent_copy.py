@@ -105,14 +105,14 @@ def copy(x, y, overlaunch_tiles=4, grid=None):
     _CACHE["f"](mx, my, cutlass.Int32(launch), cutlass.Int32(grid), stream)
 
 
-def compile_for_cpu():
+def compile_for_cpu(arch="sm_90a"):
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     M, N = cute.sym_int32(), cute.sym_int32()
     x = make_fake_tensor(cutlass.Float32, (M, N), (cute.sym_int64(), 1), assumed_align=16)
     y = make_fake_tensor(cutlass.Float32, (M, N), (cute.sym_int64(), 1), assumed_align=16)
     return cute.compile(copy_host, x, y, cutlass.Int32(12), cutlass.Int32(4), make_fake_stream(),
-                        options=_common.PTX_OPTIONS)
+                        options=_common.ptx_options(arch))
 
 
 if __name__ == "__main__":

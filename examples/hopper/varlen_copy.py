@@ -101,14 +101,14 @@ def copy(x, y, lengths, grid=None):
     _CACHE["f"](mx, my, mo, cutlass.Int32(grid), stream)
 
 
-def compile_for_cpu():
+def compile_for_cpu(arch="sm_90a"):
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     n, s = cute.sym_int32(), cute.sym_int32()
     x = make_fake_tensor(cutlass.Float32, (n,), (1,), assumed_align=16)
     y = make_fake_tensor(cutlass.Float32, (n,), (1,), assumed_align=16)
     o = make_fake_tensor(cutlass.Int32, (s,), (1,), assumed_align=16)
-    return cute.compile(varlen_host, x, y, o, cutlass.Int32(8), make_fake_stream(), options=_common.PTX_OPTIONS)
+    return cute.compile(varlen_host, x, y, o, cutlass.Int32(8), make_fake_stream(), options=_common.ptx_options(arch))
 
 
 if __name__ == "__main__":
