@@ -12,8 +12,8 @@ import time
 from ...errors import Finding
 from ..program import Program
 from .engine import Engine
-from .explore import explore
-from .model import compile_program
+from .explore import Exploration, explore
+from .model import compile_program, components
 from .report import CHECK, CheckerResult, problem_finding, render
 
 
@@ -26,13 +26,32 @@ def _loop_note(comp) -> str:
     return ("Loop lengths proven: " + "; ".join(parts)) if parts else ""
 
 
+def _merge(results):
+    out = Exploration()
+    for r in results:
+        out.states += r.states
+        out.complete += r.complete
+        for k, v in r.counts.items():
+            out.counts[k] += v
+        out.problems.extend(r.problems)
+        out.hit_cap |= r.hit_cap
+        out.unbounded |= r.unbounded
+    return out
+
+
 def run_checker(program: Program) -> CheckerResult:
     t0 = time.perf_counter()
-    comp = compile_program(program)
-    engine = Engine(comp)
+    whole = compile_program(program)
+    parts = components(whole)
     max_states = program.options.max_states
-    exp = explore(engine, max_states)
-    findings = [problem_finding(engine, p) for p in exp.problems]
+    runs = []
+    for part in parts:
+        comp = whole if len(parts) == 1 else compile_program(program, include=set(part))
+        engine = Engine(comp)
+        runs.append((engine, explore(engine, max(1, max_states - sum(r.states for _, r in runs)))))
+    exp = _merge([r for _, r in runs])
+    engine_of = {id(p): eng for eng, r in runs for p in r.problems}
+    findings = [problem_finding(engine_of[id(p)], p) for p in exp.problems]
     unsafe = any(exp.counts.values())
     if unsafe:
         verdict = "UNSAFE"
@@ -40,7 +59,10 @@ def run_checker(program: Program) -> CheckerResult:
         verdict = "INCOMPLETE"
     else:
         verdict = "SAFE"
-    note = _loop_note(comp)
+    note = _loop_note(whole)
+    if len(parts) > 1:
+        note += (f"\n  Independent parts checked separately: " +
+                 "; ".join("[" + ", ".join(ex.name for ex in eng.execs) + "]" for eng, _ in runs))
     if verdict == "INCOMPLETE":
         findings.append(Finding(
             check=CHECK, severity="warning",
@@ -53,7 +75,7 @@ def run_checker(program: Program) -> CheckerResult:
         findings.append(Finding(check=CHECK, severity="warning", message=f"not modelled: {msg}"))
     seconds = time.perf_counter() - t0
     exp.seconds = seconds
-    text = render(engine, exp, verdict, note, [f for f in findings if f.severity == "error"], max_states)
+    text = render(runs, exp, verdict, note, [f for f in findings if f.severity == "error"], max_states)
     return CheckerResult(verdict, exp.states, seconds, findings, exp, text, note)
 
 

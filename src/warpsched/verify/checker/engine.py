@@ -65,6 +65,8 @@ class Engine:
         self.domain_groups = [g for g in comp.groups if g.label != "work tiles"]
         self.tile_group = next((g for g in comp.groups if g.label == "work tiles"), None)
         self.tile_member = {e: i for i, e in enumerate(self.tile_group.members)} if self.tile_group else {}
+        self.gap = comp.gap
+        self.key_cap = max(1, comp.gap // 2)  # keeps key-coupled tasks inside one loop cluster
 
     # ------------------------------------------------------------------ initial state
     def initial(self):
@@ -75,13 +77,13 @@ class Engine:
                           tuple(0 for _ in ex.keys), False))
         tile = None
         if self.tile_group is not None:
-            tile = (False, 0, tuple(None for _ in self.tile_group.members))
+            tile = (False, 0, tuple(0 for _ in self.tile_group.members))
         glob = self._fresh_record(False)
         fifos = tuple(() for _ in self.c.key_names)
         return (tuple(execs), self.init_bars, (), tile, (), glob, fifos, False)
 
     def _fresh_record(self, skipped):
-        return (skipped, tuple((False, 0, tuple(None for _ in g.members)) for g in self.c.groups))
+        return (skipped, tuple((False, 0, tuple(g.starts)) for g in self.c.groups))
 
     # ------------------------------------------------------------------ successors
     def successors(self, state, e: int):
@@ -143,8 +145,7 @@ class Engine:
     def _record_index(self, state, e):
         if not self.execs[e].persistent:
             return None
-        nv = state[3][2][self.tile_member[e]]
-        return nv - 1
+        return state[3][2][self.tile_member[e]] - 1
 
     def _record(self, state, e):
         ri = self._record_index(state, e)
@@ -184,7 +185,7 @@ class Engine:
     def _choose(self, gs, mi, start, step):
         """Loop-head outcomes for member ``mi``: list of (new group state, 'exit'|'first'|'last'|'more')."""
         dec, bound, nvs = gs
-        v = nvs[mi] if nvs[mi] is not None else start
+        v = nvs[mi]
         outs = []
 
         def put(dec2, bound2, nv2, what):
@@ -207,20 +208,33 @@ class Engine:
         return outs
 
     def _normalize(self, gs, lcm):
+        """Canonical form of a loop-group state: exited members drop out; a gap wider than
+        ``gap`` between two clusters of members (which then cannot be coupled through any
+        pipeline) is shrunk to ``gap``; all values shift down by a multiple of the steps' lcm.
+        Shrinking only shortens the remaining trip count of the lagging cluster, a count the
+        exploration already allows for other end values, so no behaviour is lost."""
         dec, bound, nvs = gs
-        if any(v is None for v in nvs):
-            if any(v is not None and v != EXITED and v > SPREAD_CAP for v in nvs) or bound > SPREAD_CAP:
-                raise Unbounded()
-            return gs, 0
         active = [v for v in nvs if v != EXITED]
         if not active:
             return (True, 0, tuple(EXITED for _ in nvs)), None
+        pts = sorted(set(active + [bound]), reverse=True)
+        gap = self.gap
+        lift = {}
+        acc = 0
+        for hi, lo in zip(pts, pts[1:]):
+            d = hi - lo
+            if d > gap:
+                acc += ((d - gap) // lcm) * lcm
+            if acc:
+                lift[lo] = acc
+        if lift:
+            bound = bound + lift.get(bound, 0)
+            nvs = tuple(v if v == EXITED else v + lift.get(v, 0) for v in nvs)
+            active = [v for v in nvs if v != EXITED]
         m = min(active + [bound])
         shift = (m // lcm) * lcm
-        if max(active + [bound]) - m > SPREAD_CAP:
-            raise Unbounded()
         if not shift:
-            return gs, 0
+            return (dec, bound, nvs), 0
         return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
 
     def _loop_head(self, state, e, ins: Instr):
@@ -472,6 +486,8 @@ class Engine:
                 i = ex.keys.index(kid)
                 pos = es_[KPOS][i]
                 vals = st[6][kid]
+                if pos >= len(vals) and len(vals) >= self.key_cap:
+                    continue  # run-ahead bound: wait until the other tasks read this key's older values
                 options = [vals[pos]] if pos < len(vals) else [True, False]
                 for v in options:
                     vals2 = vals if pos < len(vals) else vals + (v,)
@@ -515,6 +531,14 @@ class Engine:
         st = self._set_exec(state, e, es2)
         st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
         return ((e, f"hw:{self.c.barriers[b].label}", es[PC]), st)
+
+    def key_capped(self, state, e) -> bool:
+        es = state[0][e]
+        ins = self.execs[e].program[es[PC]]
+        if ins.kind != "step" or not ins.action.keys or es[SYNC] is not None:
+            return False
+        ex = self.execs[e]
+        return any(es[KPOS][ex.keys.index(k)] >= len(state[6][k]) >= self.key_cap for k in ins.action.keys)
 
     # ------------------------------------------------------------------ blocked reasons
     def blocked_reason(self, state, e) -> Optional[Tuple[str, object]]:

@@ -42,6 +42,7 @@ class Exploration:
 
 
 MAX_REPORTED = 8
+MAX_PER_KIND = 3
 
 
 def explore(engine: Engine, max_states: int) -> Exploration:
@@ -66,8 +67,9 @@ def explore(engine: Engine, max_states: int) -> Exploration:
 
     def note(kind, sid, text, e, step, extra_label=None, **kw):
         out.counts[kind] += 1
-        key = (kind, e, getattr(step, "index", None), kw.get("barrier"))
-        if key in seen_problem or len(out.problems) >= MAX_REPORTED:
+        key = (kind, getattr(step, "location", None))
+        per_kind = sum(1 for p in out.problems if p.kind == kind)
+        if key in seen_problem or len(out.problems) >= MAX_REPORTED or per_kind >= MAX_PER_KIND:
             return
         seen_problem.add(key)
         path = path_to(sid)
@@ -105,6 +107,8 @@ def explore(engine: Engine, max_states: int) -> Exploration:
             if not succ and not violated:
                 if all(engine.is_done(st, e) for e in range(n)):
                     out.complete += 1
+                elif any(engine.key_capped(st, e) for e in range(n)):
+                    out.unbounded = True  # stuck only because of the run-ahead bound: not a proof either way
                 else:
                     blocked = [(e, r) for e, r in ((e, engine.blocked_reason(st, e)) for e in range(n)) if r]
                     e0, first = (blocked[0][0], blocked[0][1][1]) if blocked else (0, None)

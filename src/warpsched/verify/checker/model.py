@@ -123,6 +123,7 @@ class LoopGroup:
     members: List[int]  # executor indices
     steps: List[int]
     lcm: int = 1
+    starts: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -138,6 +139,7 @@ class Compiled:
     has_skippable: bool
     pdl_assumed: bool
     problems: List[str] = field(default_factory=list)
+    gap: int = 16
 
 
 def _cfg(res):
@@ -145,8 +147,9 @@ def _cfg(res):
 
 
 class _Builder:
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, include=None):
         self.p = program
+        self.include = include
         self.barriers: List[Barrier] = []
         self.bar_base: Dict[Tuple[int, str], int] = {}
         self.group_of: Dict[int, PipelineGroup] = {}
@@ -201,6 +204,8 @@ class _Builder:
                 continue
             lanes = self._warp_lanes(task, sched)
             for w in (range(task.num_warps) if lanes else [None]):
+                if self.include is not None and (id(task), w) not in self.include:
+                    continue
                 name = task.name if w is None else f"{task.name}.w{w}"
                 ex = Executor(len(execs), name, task, 1 if w is not None else task.num_warps, w)
                 ex.persistent = sched.work_tile_loop is not None
@@ -227,12 +232,22 @@ class _Builder:
                 if ins.kind == "loop_head":
                     ins.start -= origin[ins.group]
                     ins.member = self.groups[ins.group].members.index(e.index)
+        for g in self.groups:
+            g.starts = [0] * len(g.members)
+        for e in execs:
+            for ins in e.program:
+                if ins.kind == "loop_head":
+                    self.groups[ins.group].starts[ins.member] = ins.start
+        # members further apart than this cannot be coupled through a pipeline
+        depth = max(1, len(self.barriers) // 2)  # every stage of every pipeline, chained
+        stride = max([1] + [c.stride for e in execs for c in e.cursors] + [g.lcm for g in self.groups])
+        gap = 2 * depth * stride + 2
         key_names = [""] * len(self.key_ids)
         for k, i in self.key_ids.items():
             key_names[i] = k
         skippable = any(g.kind == "skippable" for e in execs for ins in e.program for g in ins.guards)
         return Compiled(self.p, execs, self.barriers, self.groups, key_names, self.key_members, self.regions,
-                        persistent, skippable, self.p.options.assume_pdl_wait_completed, self.problems)
+                        persistent, skippable, self.p.options.assume_pdl_wait_completed, self.problems, gap)
 
     def _warp_lanes(self, task, sched) -> bool:
         """A task is split into per-warp executors when it drives an interleaved role whose
@@ -494,15 +509,16 @@ class _Builder:
             return act
         cfg = _cfg(res)
         if cfg is not None:
-            cur = self._slot(ex, res, side, "close") or self._slot(ex, res, side, "open")
+            # an opening op that advances (advance_on_wait / advance_on_acquire, or a wait-only
+            # consumer) records its stage: the work uses that one, one stride behind the cursor
+            after_open = bool(ex._slots.get(((id(res), side), "open_advances")))
+            cur = self._slot(ex, res, side, "open" if after_open else "close") or self._slot(ex, res, side, "open")
             if cur is None:
                 self.problems.append(f"{ex.name}: {s.describe()} has no {side} bracket on {name_of(res)}")
                 return act
             act.cursor = cur.slot
             act.stride, act.num_stages = cur.stride, cur.num_stages
-            # a wait-only consumer works on the stage it just waited (its cursor moved on)
-            act.side = side + ("/after-open" if ex._slots.get(((id(res), side), "open_advances"))
-                               and self._slot(ex, res, side, "close") is None else "")
+            act.side = side + ("/after-open" if after_open else "")
             act.regions = ((id(res), None),)
             proto = protocol_of(cfg)
             if side == PRODUCER:
@@ -571,8 +587,69 @@ def _lcm(xs) -> int:
     return out
 
 
-def compile_program(program: Program) -> Compiled:
-    return _Builder(program).build()
+def compile_program(program: Program, include=None) -> Compiled:
+    return _Builder(program, include).build()
+
+
+def _stages(cur: Cursor):
+    return {(cur.lane + k * cur.stride) % cur.num_stages for k in range(cur.num_stages)}
+
+
+def components(comp: Compiled) -> List[List[Tuple[int, Optional[int]]]]:
+    """Split executors into independent parts: two executors are coupled when they may touch
+    one mbarrier, overlapping bytes, one when_true key, or PDL. Independent parts are checked
+    separately (their product adds no behaviour), so their trip counts need no correlation."""
+    n = len(comp.executors)
+    parent = list(range(n))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        parent[find(a)] = find(b)
+
+    owners: Dict[Any, int] = {}
+    touched: List[Tuple[int, Tuple[int, int]]] = []
+    pdl = None
+    for ex in comp.executors:
+        for ins in ex.program:
+            a = ins.action
+            if a is None:
+                continue
+            stages = _stages(ex.cursors[a.cursor]) if a.cursor is not None else {0}
+            keys = []
+            for base in (a.barrier_base if a.op in ("acquire", "wait", "commit", "release") else -1, a.deliver_base):
+                if base >= 0:
+                    keys.extend(("bar", base + st) for st in stages)
+            keys.extend(("key", k) for k in a.keys)
+            for k in keys:
+                if k in owners:
+                    union(ex.index, owners[k])
+                else:
+                    owners[k] = ex.index
+            for rid, sl in a.regions:
+                for st in (stages if sl is None else {sl}):
+                    touched.append((ex.index, (rid, st)))
+            if a.op in ("pdl_wait", "pdl_launch") or a.pdl_dependent:
+                if pdl is None:
+                    pdl = ex.index
+                union(ex.index, pdl)
+        for k in ex.keys:
+            if ("key", k) in owners:
+                union(ex.index, owners[("key", k)])
+            else:
+                owners[("key", k)] = ex.index
+    for i, (ea, ra) in enumerate(touched):
+        for eb, rb in touched[i + 1:]:
+            if find(ea) != find(eb) and comp.regions.overlap(ra, rb):
+                union(ea, eb)
+    parts: Dict[int, List[Tuple[int, Optional[int]]]] = {}
+    for ex in comp.executors:
+        parts.setdefault(find(ex.index), []).append((id(ex.task), ex.lane_warp))
+    return list(parts.values())
 
 
 __all__ = ["Action", "Barrier", "Compiled", "Cursor", "Executor", "Instr", "LoopGroup", "compile_program",

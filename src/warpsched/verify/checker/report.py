@@ -73,13 +73,15 @@ def describe(engine: Engine, state, label) -> str:
     if a.step.kind.is_work or a.step.kind.is_aux:
         text += f".{a.step.method}"
     text += ")"
+    if what == "return":
+        return f"return .{a.step.method}()"
     if a.cursor is not None:
         stage, parity, _ = state[0][e][CUR][a.cursor]
+        if a.side.endswith("/after-open"):
+            stage = (stage - a.stride) % a.num_stages
         text += f"[{stage}]" if a.op == "work" else f"[{stage}/p{parity}]"
     if what == "skip":
         return "(off) " + text
-    if what == "return":
-        return "return " + text
     if what == "violation":
         return "!! " + text
     if ":" in what:
@@ -137,15 +139,17 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
                    fix=FIXES[p.kind], severity="error", detail="\n".join(lines))
 
 
-def render(engine: Engine, exp: Exploration, verdict: str, loop_note: str, findings: List[Finding],
+def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[Finding],
            max_states: int) -> str:
     out = [RULE, "Exhaustive interleaving checker — BFS exploration (barrier-level, every loop length)", RULE]
-    for i, ex in enumerate(engine.execs):
+    engine = runs[0][0]
+    execs = [ex for eng, _ in runs for ex in eng.execs]
+    for i, ex in enumerate(execs):
         ops = [f"{ins.action.step.kind.label}({ins.action.step.resource_name})" for ins in ex.program
                if ins.kind == "step"]
         shown = ", ".join(ops[:6]) + (", ..." if len(ops) > 6 else "")
         out.append(f"  Task {i} ({ex.name}): [{shown}]")
-    pairs = engine.regions.pairs
+    pairs = engine.regions.pairs if runs else []
     if pairs:
         out.append("  Alias pairs:")
         out.extend(f"    {a} <-> {b}" for a, b in pairs)
