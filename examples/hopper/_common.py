@@ -53,3 +53,9 @@ def count_ptx(ptx: str, patterns=PTX_PATTERNS):
 def ptx_options(arch: str = "sm_90a") -> str:
     """Compile options for CPU builds: keep the PTX and pin the target (CI has no GPU to detect)."""
     return f"{PTX_OPTIONS} --gpu-arch {arch}"
+
+
+# TaskManager options for the build traced inside a kernel: the static checks run again there,
+# the exhaustive interleaving checker runs on the CPU build (`warpsched check`, the tests), where
+# the loop bounds are plain ints rather than runtime values.
+IN_KERNEL = dict(exhaustive_deadlock_race_check=False)

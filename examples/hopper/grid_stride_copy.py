@@ -16,6 +16,8 @@ try:
 except ImportError:  # run as a script / loaded by path
     import _common  # type: ignore
 
+IN_KERNEL = _common.IN_KERNEL
+
 import cutlass
 import cutlass.cute as cute
 
@@ -57,12 +59,13 @@ def copy_schedule(src, dst, start, end, step):
         dst.store(v=v)
 
 
-def build(src_tensor=None, dst_tensor=None, start=0, end=4096, step=THREADS * 4, verbose=True):
+def build(src_tensor=None, dst_tensor=None, start=0, end=4096, step=THREADS * 4, verbose=True,
+          **manager_options):
     """The program; in a kernel the bounds are runtime values, on the CPU plain ints."""
     src, dst = Src(name="Src", tensor=src_tensor), Dst(name="Dst", tensor=dst_tensor)
     task = Task(name="CopyTask", src_resources=[src], dst_resources=[dst], warp_idx=0, num_warps=NUM_WARPS,
                 schedule=copy_schedule(src, dst, start, end, step))
-    return TaskManager(tasks=[task], resource_dependency_graph={dst: [src]}, verbose=verbose)
+    return TaskManager(tasks=[task], resource_dependency_graph={dst: [src]}, verbose=verbose, **manager_options)
 
 
 @cute.kernel
@@ -71,7 +74,8 @@ def copy_kernel(mx: cute.Tensor, my: cute.Tensor):
     bx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
     n = cute.size(mx, mode=[0])
-    mgr = build(mx, my, start=bx * THREADS + tx, end=n, step=gdim * THREADS, verbose=False)
+    mgr = build(mx, my, start=bx * THREADS + tx, end=n, step=gdim * THREADS, verbose=False,
+                **IN_KERNEL)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

@@ -19,6 +19,8 @@ try:
 except ImportError:
     import _common  # type: ignore
 
+IN_KERNEL = _common.IN_KERNEL
+
 import cutlass
 import cutlass.cute as cute
 
@@ -66,20 +68,22 @@ def copy_schedule(copy, wq, rows):
         wq.release()
 
 
-def build(src=None, dst=None, rows=256, logical_tiles=8, launch_tiles=12, verbose=True):
+def build(src=None, dst=None, rows=256, logical_tiles=8, launch_tiles=12, verbose=True,
+          **manager_options):
     copy = CopyColumns(name="Copy", src=src, dst=dst)
     wq = OverlaunchedQueue(name="WorkQueue", logical_tiles=logical_tiles,
                            tile_scheduler_config=TileSchedulerConfig(num_tiles=launch_tiles))
     task = Task(name="CopyTask", src_resources=[wq], dst_resources=[copy], warp_idx=0, num_warps=THREADS // 32,
                 schedule=copy_schedule(copy, wq, rows))
-    return TaskManager(tasks=[task], resource_dependency_graph={copy: [wq]}, verbose=verbose)
+    return TaskManager(tasks=[task], resource_dependency_graph={copy: [wq]}, verbose=verbose, **manager_options)
 
 
 @cute.kernel
 def copy_kernel(mx: cute.Tensor, my: cute.Tensor, launch_tiles: cutlass.Int32):
     rows = cute.size(mx, mode=[0])
     logical = cute.ceil_div(cute.size(mx, mode=[1]), TILE)
-    mgr = build(mx, my, rows=rows, logical_tiles=logical, launch_tiles=launch_tiles, verbose=False)
+    mgr = build(mx, my, rows=rows, logical_tiles=logical, launch_tiles=launch_tiles, verbose=False,
+                **IN_KERNEL)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

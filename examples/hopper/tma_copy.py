@@ -24,6 +24,8 @@ try:
 except ImportError:
     import _common  # type: ignore
 
+IN_KERNEL = _common.IN_KERNEL
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -152,7 +154,8 @@ def store_schedule_lag1(smem, gmem_y, start, end, step):
 
 
 def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BFloat16, tile_mn=(64, 256),
-          num_stages=NUM_STAGES, store_lag=1, tiles_n=1, start=0, end=64, step=1, verbose=True):
+          num_stages=NUM_STAGES, store_lag=1, tiles_n=1, start=0, end=64, step=1, verbose=True,
+          **manager_options):
     tm, tn = tile_mn
     tile_bytes = tm * tn * dtype.width // 8
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=num_stages, num_bytes=tile_bytes,
@@ -173,7 +176,7 @@ def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BF
              schedule=(store_schedule_lag1 if store_lag else store_schedule)(smem, gmem_y, start, end, step)),
     ]
     return TaskManager(tasks=tasks, resource_dependency_graph={smem: [gmem_x], gmem_y: [smem]},
-                       smem_allocator=allocator, verbose=verbose)
+                       smem_allocator=allocator, verbose=verbose, **manager_options)
 
 
 class TmaCopy:
@@ -209,7 +212,7 @@ class TmaCopy:
         tiles_n = cute.ceil_div(cute.size(mX, mode=[1]), self.tile_mn[1])
         mgr = build(load_atom=load_atom, mx=mX, store_atom=store_atom, my=mY, dtype=self.dtype,
                     tile_mn=self.tile_mn, num_stages=self.num_stages, store_lag=self.store_lag, tiles_n=tiles_n,
-                    start=bidx, end=tiles_m * tiles_n, step=gdim, verbose=False)
+                    start=bidx, end=tiles_m * tiles_n, step=gdim, verbose=False, **IN_KERNEL)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

@@ -18,6 +18,8 @@ try:
 except ImportError:
     import _common  # type: ignore
 
+IN_KERNEL = _common.IN_KERNEL
+
 import cutlass
 import cutlass.cute as cute
 
@@ -64,18 +66,19 @@ def varlen_schedule(seg, wq, start):
         wq.release()
 
 
-def build(src=None, dst=None, offsets=None, num_segments=4, start=0, verbose=True):
+def build(src=None, dst=None, offsets=None, num_segments=4, start=0, verbose=True, **manager_options):
     seg = Segments(name="Segments", src=src, dst=dst, offsets=offsets)
     wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=num_segments))
     task = VarlenTask(offsets=offsets, name="VarlenTask", src_resources=[wq], dst_resources=[seg], warp_idx=0,
                       num_warps=THREADS // 32, schedule=varlen_schedule(seg, wq, start))
-    return TaskManager(tasks=[task], resource_dependency_graph={seg: [wq]}, verbose=verbose)
+    return TaskManager(tasks=[task], resource_dependency_graph={seg: [wq]}, verbose=verbose, **manager_options)
 
 
 @cute.kernel
 def varlen_kernel(mx: cute.Tensor, my: cute.Tensor, offs: cute.Tensor):
     tx, _, _ = cute.arch.thread_idx()
-    mgr = build(mx, my, offs, num_segments=cute.size(offs, mode=[0]) - 1, start=tx, verbose=False)
+    mgr = build(mx, my, offs, num_segments=cute.size(offs, mode=[0]) - 1, start=tx, verbose=False,
+                **IN_KERNEL)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

@@ -15,9 +15,10 @@ one CTA per output tile (non-persistent), 384 threads:
                                              with d.first_iter():         # peeled by the lowering
                                                  smem_ab.mma(..., first=True)  # ACCUMULATE=False
                                              with d.every(1, start=1):
-                                                 smem_ab.mma(...)          # wgmma; wait_group(1)
+                                                 smem_ab.mma(...)          # wgmma (async SMEM reads)
+                                                 smem_ab.retire(pending=1) # wgmma.wait_group(1)
                                                  smem_ab.release()        # the previous stage: its wgmmas retired
-                                         smem_ab.drain()                   # wgmma.wait_group(0)
+                                         smem_ab.retire()                  # wgmma.wait_group(0)
                                          smem_ab.release()                 # the last stage
                                          gmem_c.store(acc=acc)             # stmatrix -> SMEM -> TMA store
 
@@ -35,6 +36,8 @@ try:
     from . import _common
 except ImportError:
     import _common  # type: ignore
+
+IN_KERNEL = _common.IN_KERNEL
 
 import cutlass
 import cutlass.cute as cute
@@ -119,12 +122,11 @@ class SmemAB(MemoryResource):
             mma = g.mma_overwrite if cutlass.const_expr(first and kb == 0) else g.tiled_mma
             cute.gemm(mma, acc, frag_a[(None, None, kb, s)], frag_b[(None, None, kb, s)], acc)
         cute.nvgpu.warpgroup.commit_group()
-        if cutlass.const_expr(not first):
-            cute.nvgpu.warpgroup.wait_group(1)  # the previous stage's wgmmas have retired
 
     @consumer_work(work_attrs=WGMMA_WAIT)
-    def drain(self, stage_info: StageInfo):
-        cute.nvgpu.warpgroup.wait_group(0)
+    def retire(self, stage_info: StageInfo, *, pending: cutlass.Constexpr = 0):
+        """wgmma.wait_group(pending): all but the newest ``pending`` groups have stopped reading SMEM."""
+        cute.nvgpu.warpgroup.wait_group(pending)
 
 
 @dataclass(kw_only=True)
@@ -195,14 +197,15 @@ def mma_schedule(smem_ab, gmem_c, k_tiles):
             smem_ab.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
         with d.every(1, start=1):
             smem_ab.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
-            smem_ab.release()  # the previous stage: its wgmmas have retired
-    smem_ab.drain()
+            smem_ab.retire(pending=1)  # the previous stage's wgmmas have retired ...
+            smem_ab.release()  # ... so it is released (split counters: one stage behind the wait)
+    smem_ab.retire()
     smem_ab.release()
     gmem_c.store(acc=acc)
 
 
 def build(g=None, *, k_tiles=16, num_stages=4, tile_bytes=(128 + 256) * 64 * 2, consumer_wgs=2,
-          producer_regs=40, consumer_regs=232, verbose=True):
+          producer_regs=40, consumer_regs=232, verbose=True, **manager_options):
     """The program. ``g`` is the kernel object inside a trace, None on the CPU."""
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(
         num_stages=num_stages, num_bytes=tile_bytes, producer_group=group(1),
@@ -223,7 +226,7 @@ def build(g=None, *, k_tiles=16, num_stages=4, tile_bytes=(128 + 256) * 64 * 2, 
              schedule=mma_schedule(smem_ab, gmem_c, k_tiles), num_registers=consumer_regs),
     ]
     return TaskManager(tasks=tasks, resource_dependency_graph={smem_ab: [gmem_ab], gmem_c: [smem_ab]},
-                       smem_allocator=allocator if g is not None else None, verbose=verbose)
+                       smem_allocator=allocator if g is not None else None, verbose=verbose, **manager_options)
 
 
 class WgmmaGemm:
@@ -325,7 +328,7 @@ class WgmmaGemm:
         self.alloc_c = SmemAllocation("sC", dtype=self.c_dtype, count=cute.cosize(c_staged), alignment=1024)
         mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), num_stages=self.ab_stage,
                     tile_bytes=self.tile_bytes, consumer_wgs=self.num_consumer_wgs,
-                    producer_regs=self.producer_regs, consumer_regs=self.consumer_regs, verbose=False)
+                    producer_regs=self.producer_regs, consumer_regs=self.consumer_regs, verbose=False, **IN_KERNEL)
         mgr.setup_resources_and_tasks()
         mgr.run()
 
