@@ -37,24 +37,31 @@ class SmemPingPongResource(MemoryResource):
 
 
 def make_config(kind: str = "async_async", warps: int = 1):
+    """The slot's pipeline; ``kind=None`` gives none (a rejected twin: ping-pong needs one)."""
+    if kind is None:
+        return None
     if kind == "async_async":
-        return PipelineConfig.create_async_async_pipeline_cfg(
+        return PipelineConfig.create_async_async_pipeline_cfg(  # @pp_async_async_cfg
             num_stages=1, producer_group=thread_group(32 * warps), consumer_group=thread_group(32 * warps))
     if kind == "tma_async":
-        return PipelineConfig.create_tma_async_pipeline_cfg(
+        return PipelineConfig.create_tma_async_pipeline_cfg(  # @pp_tma_async_cfg
             num_stages=1, num_bytes=4096, producer_group=thread_group(1), consumer_group=thread_group(warps))
+    if kind == "umma_async":  # synchronous consumer too (Blackwell): accepted
+        return PipelineConfig.create_umma_async_pipeline_cfg(  # @pp_umma_async_cfg
+            num_stages=1, producer_group=thread_group(1), consumer_group=thread_group(32 * warps),
+            cta_layout_vmnk=(1, 1, 1, 1))
     factory = {"tma_umma": PipelineConfig.create_tma_umma_pipeline_cfg,
                "async_umma": PipelineConfig.create_async_umma_pipeline_cfg,
                "umma_umma": PipelineConfig.create_umma_umma_pipeline_cfg}[kind]
     extra = {"num_bytes": 4096} if kind == "tma_umma" else {}
-    return factory(num_stages=1, producer_group=thread_group(1), consumer_group=thread_group(1),
+    return factory(num_stages=1, producer_group=thread_group(1), consumer_group=thread_group(1),  # @pp_mma_cfg
                    cta_layout_vmnk=(1, 1, 1, 1), **extra)
 
 
 @schedule
 def producer_schedule(smem_pp):
     with domain_loop(0, NUM_K_TILES, 1):
-        smem_pp.acquire()
+        smem_pp.acquire()  # @pp_producer_acquire
         cur = smem_pp.read_current()
         smem_pp.write_next(cur=cur)
         smem_pp.commit()
@@ -68,14 +75,17 @@ def consumer_schedule(smem_pp):
         smem_pp.release()
 
 
-def build(verbose: bool = True, kind: str = "async_async", **manager_options) -> TaskManager:
+def build(verbose: bool = True, kind: str = "async_async", sides=("producer", "consumer"),
+          **manager_options) -> TaskManager:
+    """``sides`` keeps only some of the two tasks (a rejected twin: ping-pong needs both)."""
     smem_pp = SmemPingPongResource(name="SmemPP", pipeline_config=make_config(kind))
     producer_task = Task(name="Producer", dst_resources=[smem_pp], warp_idx=0, num_warps=1,
                          schedule=producer_schedule(smem_pp))
     consumer_task = Task(name="Consumer", src_resources=[smem_pp], warp_idx=1, num_warps=1,
                          schedule=consumer_schedule(smem_pp))
-    return TaskManager(tasks=[producer_task, consumer_task], resource_dependency_graph={smem_pp: [smem_pp]},
-                       verbose=verbose, **manager_options)
+    tasks = [t for t, side in ((producer_task, "producer"), (consumer_task, "consumer")) if side in sides]
+    return TaskManager(tasks=tasks, resource_dependency_graph={smem_pp: [smem_pp]}, verbose=verbose,
+                       **manager_options)
 
 
 if __name__ == "__main__":
