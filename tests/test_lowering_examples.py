@@ -32,6 +32,10 @@ EXPECTED = {
     "persistent_copy": {"mbarrier.init": 0, "mbarrier.arrive": 0, "mbarrier.try_wait": 0, "ld.global": 1,
                         "st.global": 1},
     "varlen_copy": {"mbarrier.init": 0, "mbarrier.arrive": 0, "ld.global": 4, "st.global": 1},
+    # relu_pipeline (AsyncAsync, 2 stages): init 2 + 2; arrive = the leader-gated commit + the release;
+    # try_wait = try_acquire + acquire + try_wait + wait + producer_tail (2); PDL wait + launch.
+    "relu_pipeline": {"mbarrier.init": 4, "mbarrier.arrive": 2, "mbarrier.try_wait": 6, "expect_tx": 0,
+                      "griddepcontrol.wait": 1, "griddepcontrol.launch_dependents": 1, "setmaxnreg": 0},
     "wgmma_gemm": {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "expect_tx": 1,
                    "cp.async.bulk.tensor": 10, "wgmma.mma_async": 8, "wgmma.commit_group": 2,
                    "wgmma.wait_group": 2, "setmaxnreg": 2, "setmaxnreg.inc.sync.aligned.u32 \t232": 1,

@@ -1,0 +1,160 @@
+"""Lowering pieces that need no kernel (counter plans, register budgets, TMEM sizing) and the
+programs the lowering refuses, with the error naming the task, the resource and the fix."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("cutlass")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+
+import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+import cutlass.pipeline as pipeline  # noqa: E402
+
+from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskLocalVariable, TaskManager,  # noqa: E402
+                       consumer_work, domain_loop, producer_work, schedule)
+from warpsched.lower import LoweringError  # noqa: E402
+from warpsched.lower.dispatch import group_registers, launch_registers  # noqa: E402
+from warpsched.lower.memory import tmem_columns  # noqa: E402
+from warpsched.lower.pipelines import counter_plan  # noqa: E402
+from warpsched.model.ir import StepKind as K  # noqa: E402
+
+
+def group(n):
+    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
+
+
+def _cfg(**kw):
+    return PipelineConfig.create_async_async_pipeline_cfg(num_stages=4, producer_group=group(32),
+                                                          consumer_group=group(32), **kw)
+
+
+def test_counter_plan_single_and_split():
+    assert counter_plan(_cfg(), [K.ProducerAcquire, K.ProducerCommit]) == {"p": (K.ProducerCommit,)}
+    assert counter_plan(_cfg(), [K.ProducerAcquire]) == {"p": (K.ProducerAcquire,)}
+    assert counter_plan(_cfg(advance_on_acquire=True), [K.ProducerAcquire, K.ProducerCommit]) == {
+        "acq": (K.ProducerAcquire,), "cmt": (K.ProducerCommit,)}
+    assert counter_plan(_cfg(advance_on_wait=True), [K.ConsumerWait, K.ConsumerRelease]) == {
+        "wait": (K.ConsumerWait,), "rel": (K.ConsumerRelease,)}
+    assert counter_plan(_cfg(), [K.ConsumerWait]) == {"c": (K.ConsumerWait,)}
+
+
+def test_register_budget_helpers():
+    assert launch_registers(384) == 168
+    assert launch_registers(128) == 255
+    assert tmem_columns(200) == 256 and tmem_columns(1) == 32
+    with pytest.raises(LoweringError):
+        tmem_columns(600)
+
+
+@pytest.mark.parametrize("regs", [(40, 232)])
+def test_group_registers_rejects_mixed_warp_group(regs):
+    class P:
+        tasks = [Task(name="A", warp_idx=0, num_warps=1, num_registers=regs[0]),
+                 Task(name="B", warp_idx=1, num_warps=1, num_registers=regs[1])]
+
+    with pytest.raises(LoweringError, match="warp group 0"):
+        group_registers(P)
+
+
+# ---------------------------------------------------------------- refused programs, traced in a kernel
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+@dataclass(kw_only=True)
+class Stage(MemoryResource):
+    v: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.v = TaskLocalVariable(dtype=None)
+
+    @producer_work
+    def put(self, stage_info: StageInfo):
+        pass
+
+    @consumer_work(returns=v)
+    def get(self, stage_info: StageInfo):
+        return (stage_info.stage_idx, stage_info.stage_idx)  # a tuple: no typed default
+
+
+@dataclass(kw_only=True)
+class Sink(MemoryResource):
+    @producer_work
+    def take(self, stage_info: StageInfo, v):
+        pass
+
+
+@schedule
+def prod(stage, n):
+    with domain_loop(0, n, 1):
+        stage.acquire()
+        stage.put()
+        stage.commit()
+
+
+@schedule
+def cons(stage, sink, n):
+    with domain_loop(0, n, 1):
+        stage.wait()
+        v = stage.get()
+        stage.release()
+    sink.take(v=v)  # read after the loop: needs a typed default to be carried out of it
+
+
+def _program(cfg, n=4, consumer=cons):
+    stage, sink = Stage(name="Stage", pipeline_config=cfg), Sink(name="Sink")
+    tasks = [Task(name="P", dst_resources=[stage], warp_idx=0, num_warps=1, schedule=prod(stage, n)),
+             Task(name="C", src_resources=[stage], dst_resources=[sink], warp_idx=1, num_warps=1,
+                  schedule=consumer(stage, sink, n))]
+    return TaskManager(tasks=tasks, resource_dependency_graph={sink: [stage]}, verbose=False, skip_validation=True,
+                       exhaustive_deadlock_race_check=False)
+
+
+def _trace(make_cfg):
+    @cute.kernel
+    def kern():
+        mgr = _program(make_cfg())
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+    @cute.jit
+    def host():
+        kern().launch(grid=[1, 1, 1], block=[64, 1, 1])
+
+    return cute.compile(host, options=_common.ptx_options())
+
+
+def _message(excinfo) -> str:
+    e, parts = excinfo.value, []
+    while e is not None:
+        parts.append(str(e))
+        e = e.__cause__ or e.__context__
+    return "\n".join(parts)
+
+
+def test_interleave_lanes_are_refused_not_miscompiled():
+    with pytest.raises(Exception) as ei:
+        _trace(lambda: _cfg(interleave_stride=2))
+    msg = _message(ei)
+    assert "interleave_stride=2" in msg and "Stage" in msg and "fix:" in msg
+
+
+def test_cluster_pipelines_are_refused():
+    with pytest.raises(Exception) as ei:
+        _trace(lambda: PipelineConfig.create_tma_async_pipeline_cfg(
+            num_stages=2, num_bytes=1024, producer_group=group(1), consumer_group=group(1),
+            cta_layout_vmnk=(1, 2, 1, 1)))
+    assert "cluster pipelines" in _message(ei)
+
+
+def test_value_escaping_a_loop_without_typed_default_is_refused():
+    with pytest.raises(Exception) as ei:
+        _trace(lambda: _cfg())
+    msg = _message(ei)
+    assert "produced inside a runtime loop or guard" in msg and "task: C" in msg and "TaskLocalVariable" in msg
