@@ -13,8 +13,9 @@ from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, StageIn
 from ._groups import thread_group
 
 NUM_K_TILES = 8
-STAGES = 4
+STAGES = 2  # small enough for the exhaustive checker to finish in seconds
 TILE_BYTES = 128 * 64 * 2
+COMPUTE_WARPS = 1
 
 
 @dataclass(kw_only=True)
@@ -59,9 +60,17 @@ class TmemC(MemoryResource):
         """tcgen05.mma reading both SMEM tiles."""
 
 
-def make_resources(wait_signaling=None, cluster=(1, 1, 1, 1)):
+def make_resources(wait_signaling=None, cluster=(1, 1, 1, 1), kind="umma"):
+    """``kind="umma"``: the seed's Blackwell shape (TmaUmma buffers, UMMA into TMEM);
+    ``kind="hopper"``: TmaAsync buffers and an async-thread compute task (runs on the H200)."""
     def smem_cfg():
-        return PipelineConfig.create_tma_umma_pipeline_cfg(
+        if kind == "hopper":
+            return PipelineConfig.create_tma_async_pipeline_cfg(  # @split_smem_cfg_hopper
+                num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=thread_group(1),
+                consumer_group=thread_group(COMPUTE_WARPS), cta_layout_vmnk=cluster,
+                consumer_signaling_threads=SignalingThreads.CtaLeader if wait_signaling else SignalingThreads.All,
+                consumer_wait_signaling_threads=wait_signaling)
+        return PipelineConfig.create_tma_umma_pipeline_cfg(  # @split_smem_cfg
             num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=thread_group(1),
             consumer_group=thread_group(1), cta_layout_vmnk=cluster,
             consumer_signaling_threads=SignalingThreads.CtaLeader if wait_signaling else SignalingThreads.All,
@@ -70,6 +79,11 @@ def make_resources(wait_signaling=None, cluster=(1, 1, 1, 1)):
     gmem_a, gmem_b = Gmem(name="gmem_a"), Gmem(name="gmem_b")
     smem_a = SmemTile(name="smem_a", pipeline_config=smem_cfg())
     smem_b = SmemTile(name="smem_b", pipeline_config=smem_cfg())
+    if kind == "hopper":
+        proxy = Proxy(name="proxy", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+            num_stages=STAGES, producer_group=thread_group(32), consumer_group=thread_group(32 * COMPUTE_WARPS),
+            cta_layout_vmnk=cluster))
+        return gmem_a, gmem_b, smem_a, smem_b, proxy, None
     proxy = Proxy(name="proxy", pipeline_config=PipelineConfig.create_async_umma_pipeline_cfg(
         num_stages=STAGES, producer_group=thread_group(32), consumer_group=thread_group(1),
         cta_layout_vmnk=cluster))
@@ -90,7 +104,7 @@ def load_schedule(gmem, smem):
 @schedule
 def sync_schedule(smem_a, smem_b, proxy):  # wait-only consumer of both buffers
     with domain_loop(0, NUM_K_TILES, 1):
-        smem_a.wait()
+        smem_a.wait()  # @split_sync_wait_a
         smem_b.wait()
         proxy.acquire()
         proxy.signal_ready()
@@ -125,7 +139,67 @@ def store_schedule(tmem_c, gmem_d):
     tmem_c.release()
 
 
-def build(verbose: bool = True, wait_signaling=None, cluster=(1, 1, 1, 1), **manager_options) -> TaskManager:
+@dataclass(kw_only=True)
+class GmemOut(MemoryResource):
+    @producer_work
+    def add_tiles(self, stage_info: StageInfo, desc_a, desc_b):
+        """out[k] = a[k] + b[k], reading both SMEM tiles (synchronous threads)."""
+
+
+@schedule
+def compute_schedule(proxy, smem_a, smem_b, gmem_out):  # proxy consumer, Hopper: synchronous work
+    with domain_loop(0, NUM_K_TILES, 1):
+        proxy.wait()
+        desc_a = smem_a.build_desc()  # work, no direct wait
+        desc_b = smem_b.build_desc()
+        gmem_out.add_tiles(desc_a=desc_a, desc_b=desc_b)
+        smem_a.release()
+        smem_b.release()
+        proxy.release()
+
+
+@schedule
+def unsplit_schedule(smem_a, smem_b, gmem_out):  # twin: the compute task waits and releases itself
+    with domain_loop(0, NUM_K_TILES, 1):
+        smem_a.wait()
+        smem_b.wait()
+        desc_a = smem_a.build_desc()
+        desc_b = smem_b.build_desc()
+        gmem_out.add_tiles(desc_a=desc_a, desc_b=desc_b)
+        smem_a.release()
+        smem_b.release()
+
+
+def build_hopper(verbose: bool = True, wait_signaling=None, cluster=(1, 1, 1, 1), split=True,
+                 **manager_options) -> TaskManager:
+    """The pattern with Hopper pipeline types; ``split=False`` is the twin without the pattern."""
+    gmem_a, gmem_b, smem_a, smem_b, proxy, _ = make_resources(wait_signaling, cluster, kind="hopper")
+    out = GmemOut(name="gmem_out")
+    tasks = [
+        Task(name="LoadA", src_resources=[gmem_a], dst_resources=[smem_a], warp_idx=0, num_warps=1,
+             schedule=load_schedule(gmem_a, smem_a)),
+        Task(name="LoadB", src_resources=[gmem_b], dst_resources=[smem_b], warp_idx=1, num_warps=1,
+             schedule=load_schedule(gmem_b, smem_b)),
+    ]
+    if split:
+        tasks += [
+            Task(name="SyncTask", src_resources=[smem_a, smem_b], dst_resources=[proxy], warp_idx=2, num_warps=1,
+                 schedule=sync_schedule(smem_a, smem_b, proxy)),
+            Task(name="ComputeTask", src_resources=[proxy, smem_a, smem_b], dst_resources=[out], warp_idx=3,
+                 num_warps=COMPUTE_WARPS, schedule=compute_schedule(proxy, smem_a, smem_b, out)),
+        ]
+        graph = {smem_a: [gmem_a], smem_b: [gmem_b], proxy: [smem_a, smem_b], out: [proxy]}
+    else:
+        tasks.append(Task(name="ComputeTask", src_resources=[smem_a, smem_b], dst_resources=[out], warp_idx=3,
+                          num_warps=COMPUTE_WARPS, schedule=unsplit_schedule(smem_a, smem_b, out)))
+        graph = {smem_a: [gmem_a], smem_b: [gmem_b], out: [smem_a, smem_b]}
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, verbose=verbose, **manager_options)
+
+
+def build(verbose: bool = True, wait_signaling=None, cluster=(1, 1, 1, 1), kind="umma",
+          **manager_options) -> TaskManager:
+    if kind == "hopper":
+        return build_hopper(verbose=verbose, wait_signaling=wait_signaling, cluster=cluster, **manager_options)
     gmem_a, gmem_b, smem_a, smem_b, proxy, tmem_c = make_resources(wait_signaling, cluster)
     gmem_d = GmemD(name="gmem_d")
     tasks = [

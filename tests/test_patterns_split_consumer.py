@@ -1,0 +1,141 @@
+"""Seed pattern 2, split-consumer, end to end on the bundled example
+(src/warpsched/examples/split_consumer.py): a wait-only sync task waits on two TMA-filled
+buffers and signals a proxy declared downstream of them; the compute task waits only on the
+proxy, works on the buffers and releases them. Accepted, proven SAFE for every loop length,
+and one rejected twin per requirement of the seed."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import warpsched
+from warpsched import SignalingThreads
+from warpsched.examples import split_consumer
+from warpsched.model.ir import StepKind
+from warpsched.verify.checker import model as checker_model
+from warpsched.verify.checker import run_checker
+
+from test_checks_support import line
+
+PATH = split_consumer.__file__
+CHECK = "split-consumer signaling"
+
+
+def build(**kw):
+    kw.setdefault("verbose", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", warpsched.ValidationWarning)
+        return split_consumer.build(**kw)
+
+
+def rejected(**kw):
+    kw.setdefault("exhaustive_deadlock_race_check", False)
+    with pytest.raises(warpsched.ValidationError) as info:
+        build(**kw)
+    return info.value.findings
+
+
+def hits(findings, check=CHECK):
+    out = [f for f in findings if f.check == check]
+    assert out, "\n".join(f.format() for f in findings)
+    for f in out:
+        assert f.fix and f.expected, f.format()
+        assert f.location is not None and f.location.file.endswith("examples/split_consumer.py"), f.format()
+    return out
+
+
+WAIT_ONLY_UMMA = ("checker model: a wait on a TmaUmma buffer opens a UMMA read window for the waiting task, which a "
+                  "wait-only task never closes (its release is in the MMA task), so the sync task is reported as "
+                  "still reading the stage the loader refills")
+
+
+@pytest.mark.parametrize("kw", [
+    dict(kind="hopper"),
+    dict(kind="hopper", wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1)),
+    pytest.param(dict(kind="umma"), marks=pytest.mark.xfail(strict=True, reason=WAIT_ONLY_UMMA)),
+    pytest.param(dict(kind="umma", wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1)),
+                 marks=pytest.mark.xfail(strict=True, reason=WAIT_ONLY_UMMA)),
+], ids=["hopper", "hopper-2cta-wait-all", "umma-seed", "umma-2cta-wait-all"])
+def test_accepted_and_proven_safe(kw):
+    tm = build(**kw)
+    assert tm.result.errors == []
+    res = tm.result.checker
+    assert res is not None and res.verdict == "SAFE", res.report() if res else None
+
+
+@pytest.mark.parametrize("kind", ["hopper", "umma"])
+def test_static_checks_accept_the_seed_shapes(kind):
+    tm = build(kind=kind, exhaustive_deadlock_race_check=False)
+    assert tm.result.errors == []
+    tm = build(kind=kind, wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1),
+               exhaustive_deadlock_race_check=False)
+    assert tm.result.errors == []
+
+
+def test_proxy_is_downstream_of_both_buffers():
+    tm = build(kind="hopper", exhaustive_deadlock_race_check=False)
+    by_name = {r.name: (r, ups) for r, ups in tm.resource_dependency_graph.items()}
+    _, ups = by_name["proxy"]
+    assert {u.name for u in ups} == {"smem_a", "smem_b"}
+    sync = next(t for t in tm.tasks if t.name == "SyncTask")
+    kinds = {(s.resource.name, s.kind) for s in tm.program.steps_of(sync)}
+    assert ("smem_a", StepKind.ConsumerWait) in kinds and ("smem_a", StepKind.ConsumerRelease) not in kinds
+    compute = next(t for t in tm.tasks if t.name == "ComputeTask")
+    kinds = {(s.resource.name, s.kind) for s in tm.program.steps_of(compute)}
+    assert ("smem_a", StepKind.ConsumerRelease) in kinds and ("smem_a", StepKind.ConsumerWait) not in kinds
+
+
+# ------------------------------------------------------------------ consumer_wait_signaling_threads
+def test_wait_signaling_without_the_pattern_is_rejected():
+    """Twin: the compute task waits on and releases the buffers itself (no sync task, no proxy)."""
+    marker = "split_smem_cfg_hopper"
+    f = hits(rejected(kind="hopper", wait_signaling=SignalingThreads.All, split=False))
+    assert {x.resource for x in f} == {"smem_a", "smem_b"}
+    for x in f:
+        assert "no split consumer" in x.message and "ComputeTask" in x.message
+        assert x.line == line(marker, PATH)
+        assert "unset" in x.expected
+
+
+@pytest.mark.parametrize("kind,marker", [("hopper", "split_smem_cfg_hopper"), ("umma", "split_smem_cfg")])
+def test_wait_signaling_equal_to_release_signaling_is_rejected(kind, marker):
+    f = hits(rejected(kind=kind, wait_signaling=SignalingThreads.CtaLeader, cluster=(2, 1, 1, 1)))
+    assert {x.resource for x in f} == {"smem_a", "smem_b"}
+    for x in f:
+        assert "equals consumer_signaling_threads" in x.message and "CtaLeader" in x.message
+        assert x.line == line(marker, PATH)
+
+
+# ------------------------------------------------------------------ wait-only state advances on wait
+def test_wait_only_task_advances_on_wait_in_the_lowering_plan():
+    from warpsched.lower.pipelines import counter_plan  # plain Python; no kernel needed
+
+    tm = build(kind="hopper", exhaustive_deadlock_race_check=False)
+    sync = next(t for t in tm.tasks if t.name == "SyncTask")
+    smem_a = next(r for r in tm.resource_dependency_graph if r.name == "smem_a")
+    kinds = [s.kind for s in tm.program.steps_of(sync) if s.resource is smem_a]
+    assert counter_plan(smem_a.pipeline_config, kinds) == {"c": (StepKind.ConsumerWait,)}
+
+
+def test_checker_proves_every_loop_length_and_catches_a_non_advancing_wait(monkeypatch):
+    tm = build(kind="hopper")
+    res = tm.result.checker
+    assert res.verdict == "SAFE"
+    assert "every count >= 1" in res.report()  # proven for every trip count, not one sample length
+
+    # The same program with the sync task's wait-only cursor frozen (what a pipeline that only
+    # advances on release would do): it re-waits stage 0 and signals the proxy too early.
+    orig = checker_model._Builder._cursors
+
+    def frozen(self, ex, steps):
+        orig(self, ex, steps)
+        if ex.task.name == "SyncTask":
+            for k in list(ex._slots):
+                if k[1] == "open_advances":
+                    ex._slots[k] = False
+
+    monkeypatch.setattr(checker_model._Builder, "_cursors", frozen)
+    bad = run_checker(tm.program)
+    assert bad.verdict == "UNSAFE", bad.report()
+    assert any(f.check == "exhaustive interleaving" for f in bad.findings)
