@@ -182,8 +182,27 @@ def run_relu():
         guarded("relu_pipeline", f"f32[{n}x64]", case)
 
 
+def run_interleaved():
+    import interleaved_copy as ex
+
+    for mode in ("warp", "domain"):
+        for n in (1, 2, 3, 17, 1000):
+            name = f"{mode}-lane f32[{n}x{ex.WIDTH}]"
+
+            def case():
+                ok = True
+                for _ in range(2):
+                    x = torch.randn(n, ex.WIDTH, device="cuda")
+                    y = torch.full_like(x, float("nan"))
+                    ex.copy(x, y, mode=mode)
+                    torch.cuda.synchronize()
+                    ok &= bool(torch.equal(x, y))
+                record("interleaved_copy", name, ok, 0.0 if ok else 1.0)
+            guarded("interleaved_copy", name, case)
+
+
 RUNNERS = {"grid_stride": run_grid_stride, "tma_copy": run_tma_copy, "persistent": run_persistent,
-           "varlen": run_varlen, "relu": run_relu, "gemm": run_gemm}
+           "varlen": run_varlen, "relu": run_relu, "interleaved": run_interleaved, "gemm": run_gemm}
 
 
 def main():

@@ -36,6 +36,9 @@ EXPECTED = {
     # try_wait = try_acquire + acquire + try_wait + wait + producer_tail (2); PDL wait + launch.
     "relu_pipeline": {"mbarrier.init": 4, "mbarrier.arrive": 2, "mbarrier.try_wait": 6, "expect_tx": 0,
                       "griddepcontrol.wait": 1, "griddepcontrol.launch_dependents": 1, "setmaxnreg": 0},
+    # interleaved_copy, warp-lane (stride 2, 4 stages): init 4 + 4; arrive = commit + release (each warp
+    # arrives on its own lane's stage); try_wait = acquire + wait (no producer_tail on an interleaved lane).
+    "interleaved_copy": {"mbarrier.init": 8, "mbarrier.arrive": 2, "mbarrier.try_wait": 2, "expect_tx": 0},
     "wgmma_gemm": {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "expect_tx": 1,
                    "cp.async.bulk.tensor": 10, "wgmma.mma_async": 8, "wgmma.commit_group": 2,
                    "wgmma.wait_group": 2, "setmaxnreg": 2, "setmaxnreg.inc.sync.aligned.u32 \t232": 1,
@@ -85,6 +88,16 @@ def test_examples_match_handwritten_barrier_counts(compiled):
     hw = hw_gemm.compile_for_cpu(options=hw_gemm.PTX_OPTIONS + arch)
     pats = MBAR + ("cp.async.bulk.tensor", "wgmma.mma_async", "setmaxnreg")
     assert _counts(hw.artifacts.PTX, pats) == _counts(compiled["wgmma_gemm"].artifacts.PTX, pats)
+
+
+def test_interleaved_domain_lane_counts():
+    """Domain-lane mode: a dense producer (acquire + 4-stage producer_tail) and two sibling
+    1-warp consumers, each with its own wait and release."""
+    ptx = importlib.import_module("interleaved_copy").compile_for_cpu(mode="domain").artifacts.PTX
+    want = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7}
+    assert _counts(ptx, want) == want
+    mgr = importlib.import_module("interleaved_copy").build(mode="domain", verbose=False)
+    assert mgr.result.accepted
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

@@ -138,11 +138,19 @@ def _message(excinfo) -> str:
     return "\n".join(parts)
 
 
-def test_interleave_lanes_are_refused_not_miscompiled():
+def test_interleave_without_a_lane_is_refused_not_miscompiled():
+    """Stride 2 on 1-warp tasks stepping by 1: neither warp-lane nor domain-lane mode."""
     with pytest.raises(Exception) as ei:
         _trace(lambda: _cfg(interleave_stride=2))
     msg = _message(ei)
-    assert "interleave_stride=2" in msg and "Stage" in msg and "fix:" in msg
+    assert "domain-lane interleaving (stride 2)" in msg and "Stage" in msg and "task: P" in msg and "fix:" in msg
+
+
+def test_stride_must_divide_stages():
+    with pytest.raises(Exception) as ei:
+        _trace(lambda: PipelineConfig.create_async_async_pipeline_cfg(
+            num_stages=3, producer_group=group(32), consumer_group=group(32), interleave_stride=2))
+    assert "does not divide num_stages=3" in _message(ei)
 
 
 def test_cluster_pipelines_are_refused():

@@ -22,7 +22,7 @@ from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileI
 from . import LoweringError
 from .dsl import dyn_for, dyn_if
 from .pdl import emit_pdl
-from .pipelines import VERB_COUNTER, counter_plan, make_state
+from .pipelines import VERB_COUNTER, counter_plan, counter_stride, make_state
 
 SYNC_KINDS = set(VERB_COUNTER)
 WORK_KINDS = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.ConsumerWork, StepKind.ConsumerAux}
@@ -176,7 +176,7 @@ class TaskEmitter:
                 continue
             stages = res.pipeline_config.num_stages
             for name in self._plan(res):
-                env[self._skey(res, name)] = make_state(name, stages)
+                env[self._skey(res, name)] = make_state(name, stages, self._lane(res, name))
             for side in ("producer", "consumer"):
                 names = [n for n in self._plan(res) if (n in ("acq", "cmt", "p")) == (side == "producer")]
                 if names:
@@ -189,11 +189,37 @@ class TaskEmitter:
             self._block(env, self.sched.by_section(Section.EPILOGUE), frame, 0)
         else:
             self._sections(env, frame)
-        if self.L.producer_tail:
+        if self.L.producer_tail:  # dense producers only: an interleaved lane cannot drain the others' stages
             for res in self.sched.resources:
                 if self._pipelined(res) and any(s.resource is res and s.kind is StepKind.ProducerAcquire
                                                 for s in self.steps):
-                    self._pipe(res).tail(env[self._skey(res, self._counter(res, StepKind.ProducerAcquire))])
+                    name = self._counter(res, StepKind.ProducerAcquire)
+                    if self._stride(res, name) == 1:
+                        self._pipe(res).tail(env[self._skey(res, name)])
+
+    # ------------------------------------------------------------------ interleave lanes
+    def _stride(self, res, name) -> int:
+        return counter_stride(res.pipeline_config, name, self._plan(res)[name][0])
+
+    def _lane(self, res, name):
+        """Warp-lane mode (task num_warps == stride): warp i of the task owns lane i. Domain-lane
+        mode (sibling tasks): the lane is the compile-time domain start modulo the stride."""
+        stride = self._stride(res, name)
+        if stride <= 1:
+            return 0
+        if self.task.num_warps == stride:
+            return self.L.warp_idx - self.task.warp_idx
+        dl = self.sched.domain_loop
+        if dl is None or type(dl.start) is not int:
+            raise LoweringError(f"domain-lane interleaving (stride {stride}, {self.task.num_warps} warp(s)) needs a "
+                                "compile-time domain_loop start", task=self.task, resource=res,
+                                location=dl.location if dl is not None else self.task.location,
+                                fix=f"give the task {stride} warps (warp-lane), or domain_loop(lane, end, {stride})")
+        if dl.step != stride:
+            raise LoweringError(f"domain-lane interleaving (stride {stride}) needs domain_loop(lane, end, {stride}); "
+                                f"got step {dl.step!r}", task=self.task, resource=res, location=dl.location,
+                                fix=f"step the domain loop by {stride}, or give the task {stride} warps (warp-lane)")
+        return dl.start % stride
 
     def _sections(self, env, frame):
         self._block(env, self.sched.by_section(Section.HEAD), frame, 0)
@@ -382,7 +408,8 @@ class TaskEmitter:
             env[self._cur(res, side)] = state.clone()
         if kind in self._plan(res)[name]:
             new = state.clone()
-            new.advance()
+            stride = self._stride(res, name)
+            new.advance() if stride == 1 else new.advance(stride)
             env[skey] = new
 
     def _work(self, env, s, frame):

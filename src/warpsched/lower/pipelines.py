@@ -63,10 +63,12 @@ class PipelineLowering:
             raise LoweringError("UmmaUmma pipelines have no cutlass.pipeline class in CuTe DSL 4.8.1 and are not "
                                 "lowered yet", resource=resource, location=loc,
                                 fix="use a TmaUmma / UmmaAsync pair, or write the barrier traffic by hand")
-        if cfg.is_interleaved:
-            raise LoweringError(f"interleave_stride={cfg.interleave_stride!r} (interleave lanes) is checked but not "
-                                "lowered yet; emitting it without lanes would advance the wrong stages",
-                                resource=resource, location=loc, fix="use interleave_stride=1 for kernels you lower")
+        for verb, stride in zip(("producer_acquire", "producer_commit", "consumer_wait", "consumer_release"),
+                                cfg.strides):
+            if not isinstance(stride, int) or stride < 1 or cfg.num_stages % stride:
+                raise LoweringError(f"interleave stride {stride!r} of {verb} does not divide num_stages="
+                                    f"{cfg.num_stages}", resource=resource, location=loc,
+                                    fix="use a stride that divides num_stages")
         if cfg.num_ctas != 1:
             if cfg.cluster_shape is None:
                 raise LoweringError("cta_layout_vmnk must be a static tuple or layout to lower", resource=resource,
@@ -76,7 +78,11 @@ class PipelineLowering:
                                 fix="use cta_layout_vmnk=(1, 1, 1, 1)")
         self.producer_warps = self._side_warps(program, (StepKind.ProducerAcquire, StepKind.ProducerCommit))
         self.consumer_warps = self._side_warps(program, (StepKind.ConsumerWait, StepKind.ConsumerRelease))
-        self.tx_count = tx_bytes_per_arm(cfg, self.producer_warps) if self.proto.transaction_bytes else 0
+        self.tx_count = 0
+        if self.proto.transaction_bytes:
+            # warp-lane interleaving: every producer warp arms its own lane's stage with the whole stage
+            warp_lane = self.producer_warps > 1 and self.producer_warps == cfg.strides[0]
+            self.tx_count = cfg.num_bytes if warp_lane else tx_bytes_per_arm(cfg, self.producer_warps)
         cls = getattr(cpipe, self.proto.cutlass_class)
         # Init counts come from the shared protocol (thread-count declarations on per-warp
         # sides are normalized there), so the barriers are armed exactly as the checker models.
@@ -112,6 +118,12 @@ class PipelineLowering:
         return bool(sig.warp_leader)
 
     def _gate(self, task, side: str, warp_idx, fn, otherwise=None):
+        strides = self.config.strides[:2] if side == "producer" else self.config.strides[2:]
+        if self._leader_only(side) and task.num_warps > 1 and task.num_warps in strides:
+            raise LoweringError(f"{side} signaling TaskWarpLeader on a warp-lane interleaved side: each warp "
+                                "owns its own lane's stages, a leader cannot arrive for them", task=task,
+                                resource=self.resource, location=self.config.location,
+                                fix="use SignalingThreads.All with warp-lane interleaving")
         if self._leader_only(side) and task.num_warps > 1:
             dyn_if({}, [], warp_idx == task.warp_idx, lambda env: fn(), (lambda env: otherwise()) if otherwise else None)
         else:
@@ -196,9 +208,26 @@ def is_producer_counter(name: str) -> bool:
     return name in ("acq", "cmt", "p")
 
 
-def make_state(name: str, stages: int):
+def make_state(name: str, stages: int, lane=0):
+    """Initial cursor of a counter: producers start on phase 1 (stages free), consumers on 0;
+    an interleaved counter starts on its lane's first stage."""
     kind = cpipe.PipelineUserType.Producer if is_producer_counter(name) else cpipe.PipelineUserType.Consumer
-    return cpipe.make_pipeline_state(kind, stages)
+    state = cpipe.make_pipeline_state(kind, stages)
+    if isinstance(lane, int) and lane == 0:
+        return state
+    return cpipe.PipelineState(stages, state.count, cutlass.Int32(lane), state.phase)
+
+
+# the interleave stride a counter advances by: the stride of the verb that advances it
+COUNTER_STRIDE_ROLE = {"acq": 0, "cmt": 1, "wait": 2, "rel": 3}
+
+
+def counter_stride(config, name: str, advancing_kind) -> int:
+    if name in COUNTER_STRIDE_ROLE:
+        return config.strides[COUNTER_STRIDE_ROLE[name]]
+    role = {StepKind.ProducerAcquire: 0, StepKind.ProducerCommit: 1, StepKind.ConsumerWait: 2,
+            StepKind.ConsumerRelease: 3}[advancing_kind]
+    return config.strides[role]
 
 
 _ = cutlass
