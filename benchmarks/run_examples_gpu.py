@@ -167,19 +167,22 @@ def run_gemm():
 def run_relu():
     import relu_pipeline as ex
 
-    for n in (1, 2, 7, 1000):
-        def case():
-            ok = True
-            for _ in range(2):
-                x = torch.randn(n, ex.WIDTH, device="cuda")
-                y = torch.full_like(x, float("nan"))
-                z = torch.zeros_like(x)
-                ex.run(x, y, z)
-                torch.cuda.synchronize()
-                ry, rz = ex.reference(x)
-                ok &= bool(torch.equal(y, ry)) and bool(torch.equal(z, rz))
-            record("relu_pipeline", f"f32[{n}x{ex.WIDTH}]", ok, 0.0 if ok else 1.0)
-        guarded("relu_pipeline", f"f32[{n}x64]", case)
+    for coalesced in (False, True):
+        for n in (1, 2, 7, 1000):
+            name = f"f32[{n}x{ex.WIDTH}]" + (" coalesced mbarriers" if coalesced else "")
+
+            def case():
+                ok = True
+                for _ in range(2):
+                    x = torch.randn(n, ex.WIDTH, device="cuda")
+                    y = torch.full_like(x, float("nan"))
+                    z = torch.zeros_like(x)
+                    ex.run(x, y, z, coalesced=coalesced)
+                    torch.cuda.synchronize()
+                    ry, rz = ex.reference(x)
+                    ok &= bool(torch.equal(y, ry)) and bool(torch.equal(z, rz))
+                record("relu_pipeline", name, ok, 0.0 if ok else 1.0)
+            guarded("relu_pipeline", name, case)
 
 
 def run_interleaved():

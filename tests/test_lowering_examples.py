@@ -90,6 +90,15 @@ def test_examples_match_handwritten_barrier_counts(compiled):
     assert _counts(hw.artifacts.PTX, pats) == _counts(compiled["wgmma_gemm"].artifacts.PTX, pats)
 
 
+def test_coalesced_barrier_allocator_counts():
+    """The same program with its mbarriers in a BarrierAllocator array inside the SMEM block."""
+    mod = importlib.import_module("relu_pipeline")
+    ptx = mod.compile_for_cpu(coalesced=True).artifacts.PTX
+    want = {p: EXPECTED["relu_pipeline"][p] for p in MBAR}
+    assert _counts(ptx, want) == want
+    assert mod.build(verbose=False, coalesced_barriers=True).result.accepted
+
+
 def test_interleaved_domain_lane_counts():
     """Domain-lane mode: a dense producer (acquire + 4-stage producer_tail) and two sibling
     1-warp consumers, each with its own wait and release."""

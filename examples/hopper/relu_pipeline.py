@@ -32,7 +32,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
-from warpsched import (MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SignalingThreads,
+from warpsched import (BarrierAllocator, MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SignalingThreads,
                        SmemAllocation, SmemAllocator, StageInfo, Task, TaskLocalVariable, TaskManager, WorkAttr,
                        consumer_work, domain_loop, producer_work, schedule, when_false, when_true)
 
@@ -141,7 +141,9 @@ def consumer_schedule(buf, dst, launch, n):
     launch.launch_griddep()
 
 
-def build(x=None, y=None, z=None, n=8, verbose=True, **manager_options):
+def build(x=None, y=None, z=None, n=8, verbose=True, coalesced_barriers=False, **manager_options):
+    """``coalesced_barriers``: the pipeline's mbarriers live in a BarrierAllocator array placed in the
+    unified SMEM block instead of a self-allocated array."""
     cfg = PipelineConfig.create_async_async_pipeline_cfg(
         num_stages=STAGES, producer_group=group(32), consumer_group=group(2 * 32),
         producer_signaling_threads=SignalingThreads.TaskWarpLeader)
@@ -151,38 +153,44 @@ def build(x=None, y=None, z=None, n=8, verbose=True, **manager_options):
     buf = Buf(name="Buf", pipeline_config=cfg, allocator=allocator,
               alloc=SmemAllocation("buf", dtype=cutlass.Float32, count=WIDTH * STAGES, alignment=128))
     allocator.add_resource(buf)
+    barriers = None
+    if coalesced_barriers:
+        barriers = BarrierAllocator()
+        barriers.add_resource(buf)
+        barriers.compute_layout()
+        barriers.set_backing(allocator)
     allocator.compute_layout()
     tasks = [Task(name="ProducerTask", src_resources=[pdl, src], dst_resources=[buf], warp_idx=0, num_warps=2,
                   schedule=producer_schedule(pdl, src, buf, n)),
              Task(name="ConsumerTask", src_resources=[buf], dst_resources=[dst, launch], warp_idx=2, num_warps=2,
                   schedule=consumer_schedule(buf, dst, launch, n))]
     graph = {src: [pdl], buf: [src], dst: [buf], launch: [dst]}
-    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=allocator, verbose=verbose,
-                       **manager_options)
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=allocator,
+                       barrier_allocator=barriers, verbose=verbose, **manager_options)
 
 
 @cute.kernel
-def relu_kernel(mx: cute.Tensor, my: cute.Tensor, mz: cute.Tensor):
-    mgr = build(mx, my, mz, n=cute.size(mx, mode=[0]), verbose=False, **IN_KERNEL)
+def relu_kernel(mx: cute.Tensor, my: cute.Tensor, mz: cute.Tensor, coalesced: cutlass.Constexpr = False):
+    mgr = build(mx, my, mz, n=cute.size(mx, mode=[0]), verbose=False, coalesced_barriers=coalesced, **IN_KERNEL)
     mgr.setup_resources_and_tasks()
     mgr.run()
 
 
 @cute.jit
-def relu_host(mx: cute.Tensor, my: cute.Tensor, mz: cute.Tensor, stream):
-    relu_kernel(mx, my, mz).launch(grid=[1, 1, 1], block=[128, 1, 1], stream=stream)
+def relu_host(mx: cute.Tensor, my: cute.Tensor, mz: cute.Tensor, stream, coalesced: cutlass.Constexpr = False):
+    relu_kernel(mx, my, mz, coalesced).launch(grid=[1, 1, 1], block=[128, 1, 1], stream=stream)
 
 
 _CACHE = {}
 
 
-def run(x, y, z):
+def run(x, y, z, coalesced=False):
     """x, y, z: [n, 64] fp32 on the GPU; y = relu(x), z marks (see the module doc)."""
     mx, my, mz = _common.to_cute(x, 1), _common.to_cute(y, 1), _common.to_cute(z, 1)
     stream = _common.current_stream()
-    if "f" not in _CACHE:
-        _CACHE["f"] = cute.compile(relu_host, mx, my, mz, stream, options=_common.PTX_OPTIONS)
-    _CACHE["f"](mx, my, mz, stream)
+    if coalesced not in _CACHE:
+        _CACHE[coalesced] = cute.compile(relu_host, mx, my, mz, stream, coalesced, options=_common.PTX_OPTIONS)
+    _CACHE[coalesced](mx, my, mz, stream)
 
 
 def reference(x):
@@ -195,12 +203,12 @@ def reference(x):
     return y, z
 
 
-def compile_for_cpu(arch="sm_90a"):
+def compile_for_cpu(arch="sm_90a", coalesced=False):
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     n = cute.sym_int32()
     t = [make_fake_tensor(cutlass.Float32, (n, WIDTH), (WIDTH, 1), assumed_align=16) for _ in range(3)]
-    return cute.compile(relu_host, *t, make_fake_stream(), options=_common.ptx_options(arch))
+    return cute.compile(relu_host, *t, make_fake_stream(), coalesced, options=_common.ptx_options(arch))
 
 
 if __name__ == "__main__":
