@@ -33,9 +33,11 @@ EXPECTED = {
                         "st.global": 1},
     "varlen_copy": {"mbarrier.init": 0, "mbarrier.arrive": 0, "ld.global": 4, "st.global": 1},
     # relu_pipeline (AsyncAsync, 2 stages): init 2 + 2; arrive = the leader-gated commit + the release;
-    # try_wait = try_acquire + acquire + try_wait + wait + producer_tail (2); PDL wait + launch.
+    # try_wait = try_acquire + acquire + try_wait + wait + producer_tail (2); PDL wait + launch;
+    # bar.sync = the CTA barrier after init + the producer task's named barrier before its leader commits.
     "relu_pipeline": {"mbarrier.init": 4, "mbarrier.arrive": 2, "mbarrier.try_wait": 6, "expect_tx": 0,
-                      "griddepcontrol.wait": 1, "griddepcontrol.launch_dependents": 1, "setmaxnreg": 0},
+                      "griddepcontrol.wait": 1, "griddepcontrol.launch_dependents": 1, "setmaxnreg": 0,
+                      "bar.sync": 2, "bar.sync \t15, 64;": 1},
     # interleaved_copy, warp-lane (stride 2, 4 stages): init 4 + 4; arrive = commit + release (each warp
     # arrives on its own lane's stage); try_wait = acquire + wait (no producer_tail on an interleaved lane).
     "interleaved_copy": {"mbarrier.init": 8, "mbarrier.arrive": 2, "mbarrier.try_wait": 2, "expect_tx": 0},

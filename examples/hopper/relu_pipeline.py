@@ -5,7 +5,8 @@
                                    v = src.load()                    # x[i, t]
                                    buf.try_acquire(); buf.acquire()
                                    buf.write(v=v)                    # SMEM stage
-                                   buf.commit()                      # TaskWarpLeader: warp 0's 32 threads arrive
+                                   buf.commit()                      # TaskWarpLeader: named barrier over the
+                                                                     # task, then warp 0's 32 threads arrive
     ConsumerTask (warps 2-3):  for i in range(n) as d:
                                    buf.try_wait(); buf.wait()
                                    x = buf.read(); pos = buf.is_positive(x=x)

@@ -57,6 +57,7 @@ class PipelineLowering:
 
     def __init__(self, program, resource, barrier_ptr):
         cfg = resource.pipeline_config
+        self.program = program
         self.resource, self.config, self.proto = resource, cfg, protocol_of(cfg)
         loc = cfg.location
         if cfg.pipeline_type is PipelineType.UmmaUmma:
@@ -117,7 +118,7 @@ class PipelineLowering:
         sig = cfg.producer_signaling_threads if side == "producer" else cfg.consumer_signaling_threads
         return bool(sig.warp_leader)
 
-    def _gate(self, task, side: str, warp_idx, fn, otherwise=None):
+    def _gate(self, task, side: str, warp_idx, fn, otherwise=None, sync_task=True):
         strides = self.config.strides[:2] if side == "producer" else self.config.strides[2:]
         if self._leader_only(side) and task.num_warps > 1 and task.num_warps in strides:
             raise LoweringError(f"{side} signaling TaskWarpLeader on a warp-lane interleaved side: each warp "
@@ -125,6 +126,10 @@ class PipelineLowering:
                                 resource=self.resource, location=self.config.location,
                                 fix="use SignalingThreads.All with warp-lane interleaving")
         if self._leader_only(side) and task.num_warps > 1:
+            if sync_task:
+                # the leader arrives for the whole task: every warp's accesses to the stage must be
+                # done first (warps of one task drift apart; the barrier protocol counts one arrival)
+                task_sync(self.program, task)
             dyn_if({}, [], warp_idx == task.warp_idx, lambda env: fn(), (lambda env: otherwise()) if otherwise else None)
         else:
             fn()
@@ -136,8 +141,9 @@ class PipelineLowering:
     def acquire(self, task, warp_idx, state, token=None):
         if self.proto.producer_arms_on_acquire and self._leader_only("producer") and task.num_warps > 1:
             # every warp waits for the empty stage; only the leader warp arms the full barrier
+            # leader-routed TMA: the other warps' copies complete on the barrier the leader armed
             self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_acquire(state, token),
-                       lambda: self._wait_empty(state, token))
+                       lambda: self._wait_empty(state, token), sync_task=False)
         else:
             self.pipe.producer_acquire(state, token)
 
@@ -168,6 +174,15 @@ class PipelineLowering:
         if side == "producer":
             return self.pipe.producer_get_barrier(state)
         return self.pipe.consumer_get_barrier(state)
+
+
+def task_sync(program, task) -> None:
+    """Named barrier over one task's warps (ids from 15 down, one per task; 0 is the CTA barrier)."""
+    idx = next(i for i, t in enumerate(program.tasks) if t is task)
+    bid = 15 - idx
+    if bid < 1:
+        raise LoweringError("more than 15 tasks need a task-wide named barrier", task=task, location=task.location)
+    cute.arch.barrier(barrier_id=bid, number_of_threads=task.num_warps * 32)
 
 
 # ---------------------------------------------------------------------- counters
