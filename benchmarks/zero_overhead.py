@@ -71,7 +71,7 @@ TABLE = []
 def compare(kernel, shape, hw_ptx, ws_ptx, res, extra=""):
     ch, cw = counts(hw_ptx), counts(ws_ptx)
     same = all(ch[p] == cw[p] for p in MBAR)
-    (th, nh), (tw, nw) = res["hw"], res["ws"]
+    (th, nh), (tw, _) = res["hw"], res["ws"]
     TABLE.append((kernel, shape, ch, cw, same, th, tw, tw / th, nh, extra))
     print(f"{kernel} {shape}: hw {th * 1e3:.1f}us ws {tw * 1e3:.1f}us ratio {tw / th:.3f} (hw noise {nh:.3f}) "
           f"mbarrier counts {'equal' if same else 'DIFFER'} {extra}", flush=True)

@@ -12,7 +12,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
-import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 import cutlass.pipeline as pipeline  # noqa: E402
 

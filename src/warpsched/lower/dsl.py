@@ -68,8 +68,3 @@ def dyn_if(env: Dict[Any, Any], keys: Sequence[Any], pred, then: Callable[[Dict]
     out = _ah.if_executor(pred=pred, then_block=branch(then), else_block=branch(otherwise), write_args=vals,
                           full_write_args_count=len(vals), write_args_names=[f"c{j}" for j in range(len(keys))])
     env.update(zip(keys, _as_list(out, len(keys))))
-
-
-def is_dsl_value(v: Any) -> bool:
-    """True for values that can be loop/if carried (have MLIR values)."""
-    return hasattr(v, "__extract_mlir_values__") or hasattr(v, "ir_value")

@@ -6,7 +6,7 @@ The launch must use ``program.num_warps * 32`` threads per CTA (and
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Dict
 
 import cutlass
 import cutlass.cute as cute
@@ -14,6 +14,7 @@ import cutlass.cute as cute
 from ..model.resources import WorkQueue
 from . import LoweringError
 from .dispatch import dispatch
+from .dsl import dyn_if
 from .loops import TaskEmitter
 from .memory import KernelContext, SmemSetup, tmem_columns
 from .pipelines import PipelineLowering
@@ -66,7 +67,6 @@ class KernelLowering:
         def alloc(env):
             cute.arch.alloc_tmem(self._tmem_cols, self.context.tmem_ptr_i32)
             cute.arch.relinquish_tmem_alloc_permit()
-        from .dsl import dyn_if
         dyn_if({}, [], self.warp_idx == 0, alloc)
 
     def context_for(self, task) -> KernelContext:
@@ -80,12 +80,9 @@ class KernelLowering:
             raise LoweringError("run() before setup_resources_and_tasks()")
         dispatch(self, lambda t: TaskEmitter(self, t).emit())
         if self._tmem_cols:
-            cute.arch.barrier()
-            from .dsl import dyn_if
+            cute.arch.barrier()  # every task is done with TMEM
 
             def free(env):
                 cute.arch.dealloc_tmem(self.context.tmem_base, self._tmem_cols)
             dyn_if({}, [], self.warp_idx == 0, free)
 
-
-_ = Any

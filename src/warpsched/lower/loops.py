@@ -438,9 +438,7 @@ class TaskEmitter:
         out = spec.fn(res, info, **kwargs)
         if not s.returns:
             return
-        values = (out,) if len(s.returns) == 1 and not (isinstance(out, tuple) and len(s.returns) > 1) else tuple(out)
-        if len(s.returns) == 1:
-            values = (out,)
+        values = (out,) if len(s.returns) == 1 else tuple(out) if isinstance(out, (tuple, list)) else (out,)
         if len(values) != len(s.returns):
             raise LoweringError(f"{s.method}() returned {len(values)} value(s), the schedule expects "
                                 f"{len(s.returns)}", task=self.task, resource=res, location=s.location)
