@@ -31,14 +31,36 @@ class Tiles(MemoryResource):
     def read(self, stage_info: StageInfo):
         """Read the waited stage."""
 
+    @producer_work
+    def fill_part(self, stage_info: StageInfo, j=0):
+        """Write tile loop_offset + j into the acquired stage."""
+
 
 # ------------------------------------------------------------------ warp-lane
-def build_warp_lane(verbose=True, stride=4, consumer_warps=4, **opts):
+def warp_lane_config(kind, num_stages, stride):
+    if kind == "async_async":  # Hopper-runnable shape of the seed's example
+        return PipelineConfig.create_async_async_pipeline_cfg(  # @wl_async_cfg
+            num_stages=num_stages, producer_group=thread_group(32), consumer_group=thread_group(32),
+            interleave_stride=stride)
+    if kind == "tma_umma":  # the seed's exact config (Blackwell)
+        return PipelineConfig.create_tma_umma_pipeline_cfg(  # @wl_tma_umma_cfg
+            num_stages=num_stages, num_bytes=TILE_BYTES, producer_group=thread_group(1),
+            consumer_group=thread_group(1), cta_layout_vmnk=(1, 1, 1, 1), interleave_stride=stride)
+    if kind == "umma_umma":  # never interleaved (rejected twin)
+        return PipelineConfig.create_umma_umma_pipeline_cfg(  # @wl_umma_umma_cfg
+            num_stages=num_stages, producer_group=thread_group(1), consumer_group=thread_group(1),
+            cta_layout_vmnk=(1, 1, 1, 1), interleave_stride=stride)
+    if kind == "clc_fetch_async":  # never interleaved (rejected twin)
+        return PipelineConfig.create_clc_fetch_async_pipeline_cfg(  # @wl_clc_cfg
+            num_stages=num_stages, producer_group=thread_group(1), consumer_group=thread_group(32),
+            cta_layout_vmnk=(1, 1, 1, 1), interleave_stride=stride)
+    raise ValueError(kind)
+
+
+def build_warp_lane(verbose=True, stride=4, consumer_warps=4, kind="async_async", num_stages=8, **opts):
     # An int stride interleaves every role: each warp of both tasks owns one lane, so one
-    # commit or release is one warp's 32 arrivals.
-    tiles = Tiles(name="tiles", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=8, producer_group=thread_group(32), consumer_group=thread_group(32),
-        interleave_stride=stride))
+    # commit or release is one warp's arrivals.
+    tiles = Tiles(name="tiles", pipeline_config=warp_lane_config(kind, num_stages, stride))
 
     @schedule
     def produce(tiles):
@@ -49,7 +71,7 @@ def build_warp_lane(verbose=True, stride=4, consumer_warps=4, **opts):
 
     @schedule
     def consume(tiles):
-        with domain_loop(0, NUM_TILES, 1):
+        with domain_loop(0, NUM_TILES, 1):  # @wl_consume_loop
             tiles.wait()
             tiles.read()
             tiles.release()
@@ -61,34 +83,85 @@ def build_warp_lane(verbose=True, stride=4, consumer_warps=4, **opts):
 
 
 # ------------------------------------------------------------------ per-role (1, 1, 4, 1)
-def build_per_role(verbose=True, advance_on_wait=True, **opts):
-    tiles = Tiles(name="tiles", pipeline_config=PipelineConfig.create_tma_async_pipeline_cfg(
-        num_stages=8, num_bytes=TILE_BYTES, producer_group=thread_group(1), consumer_group=thread_group(1),
-        cta_layout_vmnk=(1, 1, 1, 1), advance_on_wait=advance_on_wait, interleave_stride=(1, 1, 4, 1)))
+WAIT_LANES = 4
 
+
+@dataclass(kw_only=True)
+class Partials(MemoryResource):
+    """Per-lane results the wait warps hand to the release task (the proxy that orders the
+    release after the reads, as in the split-consumer pattern)."""
+
+    @producer_work
+    def write(self, stage_info: StageInfo):
+        """Write this lane's result of the tile it read."""
+
+    @consumer_work
+    def drain(self, stage_info: StageInfo, j=0):
+        """Read the result of tile loop_offset + j (dense order: tile 0, 1, 2, ...)."""
+
+
+def build_per_role(verbose=True, advance_on_wait=True, strides=(1, 1, WAIT_LANES, 1), advance_on_acquire=False,
+                   same_task=False, cluster=(1, 1, 1, 1), num_stages=8, **opts):
+    """One dense TMA producer warp, a 4-warp wait task (warp i owns tiles i, i+4, ...), a 1-warp
+    release task. The wait warps hand each tile's result to the release task through a
+    ``partials`` pipeline interleaved on its producer side, so the release follows the reads.
+    ``same_task=True`` is the twin that waits and releases in one task."""
+    tiles = Tiles(name="tiles", pipeline_config=PipelineConfig.create_tma_async_pipeline_cfg(  # @pr_cfg
+        num_stages=num_stages, num_bytes=TILE_BYTES, producer_group=thread_group(1), consumer_group=thread_group(1),
+        cta_layout_vmnk=cluster, advance_on_wait=advance_on_wait, advance_on_acquire=advance_on_acquire,
+        interleave_stride=strides))
+    partials = Partials(name="partials", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+        num_stages=WAIT_LANES, producer_group=thread_group(32), consumer_group=thread_group(32),
+        interleave_stride=(WAIT_LANES, WAIT_LANES, 1, 1)))
+
+    # Every task walks the tiles in groups of WAIT_LANES (loop step 4), the dense ones with a
+    # trace-time unrolled inner loop: the three loops then agree for every tile count, which the
+    # checker proves (with step-1 dense loops a tile count that is not a multiple of 4 leaves
+    # wait warps waiting for tiles that are never produced -- the checker shows that deadlock).
     @schedule
     def produce(tiles):
-        with domain_loop(0, NUM_TILES, 1):
-            tiles.acquire()
-            tiles.fill()
-            tiles.commit()
+        with domain_loop(0, NUM_TILES, WAIT_LANES):
+            for j in range(WAIT_LANES):
+                tiles.acquire()
+                tiles.fill_part(j=j)
+                tiles.commit()
 
     @schedule
-    def wait_only(tiles):
-        with domain_loop(0, NUM_TILES, 1):
+    def wait_only(tiles, partials):  # warp i: tiles i, i + 4, ... (loop_offset + lane)
+        with domain_loop(0, NUM_TILES, WAIT_LANES):
             tiles.wait()
             tiles.read()
+            partials.acquire()
+            partials.write()
+            partials.commit()
 
     @schedule
-    def release_only(tiles):
-        with domain_loop(0, NUM_TILES, 1):
+    def wait_and_release(tiles, partials):  # twin: wait and release in one task
+        with domain_loop(0, NUM_TILES, WAIT_LANES):
+            tiles.wait()
+            tiles.read()
+            partials.acquire()
+            partials.write()
+            partials.commit()
             tiles.release()
 
+    @schedule
+    def release_only(partials, tiles):
+        with domain_loop(0, NUM_TILES, WAIT_LANES):
+            for j in range(WAIT_LANES):
+                partials.wait()
+                partials.drain(j=j)
+                tiles.release()
+                partials.release()
+
     tasks = [Task(name="Producer", dst_resources=[tiles], warp_idx=0, num_warps=1, schedule=produce(tiles)),
-             Task(name="WaitTask", src_resources=[tiles], warp_idx=4, num_warps=4, schedule=wait_only(tiles)),
-             Task(name="ReleaseTask", src_resources=[tiles], warp_idx=1, num_warps=1,
-                  schedule=release_only(tiles))]
-    return TaskManager(tasks=tasks, resource_dependency_graph={tiles: []}, verbose=verbose, **opts)
+             Task(name="WaitTask", src_resources=[tiles], dst_resources=[partials], warp_idx=4,
+                  num_warps=WAIT_LANES,
+                  schedule=(wait_and_release if same_task else wait_only)(tiles, partials)),
+             Task(name="ReleaseTask", src_resources=[partials, tiles], warp_idx=1, num_warps=1,
+                  schedule=release_only(partials, tiles))]
+    return TaskManager(tasks=tasks, resource_dependency_graph={tiles: [], partials: [tiles]}, verbose=verbose,
+                       **opts)
 
 
 # ------------------------------------------------------------------ domain-lane softmax
@@ -114,13 +187,30 @@ class Probs(MemoryResource):
         """O += P V reading the waited stage."""
 
 
-def build_domain_lane(verbose=True, lanes=NUM_LANES, **opts):
-    scores = Scores(name="scores", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=2, producer_group=thread_group(32), consumer_group=thread_group(128),
-        interleave_stride=(1, 1, lanes, lanes)))
-    probs = Probs(name="probs", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=2, producer_group=thread_group(128), consumer_group=thread_group(32),
-        interleave_stride=(lanes, lanes, 1, 1)))
+def build_domain_lane(verbose=True, lanes=NUM_LANES, kind="async_async", scores_strides=None, probs_strides=None,
+                      starts=None, step=None, softmax_warps=4, scores_advance_on_wait=False, **opts):
+    """Two 4-warp softmax siblings on even / odd tiles. ``kind="umma"`` uses the seed's types
+    (UmmaAsync scores, AsyncUmma probs); the other keywords build the rejected twins."""
+    scores_strides = scores_strides or (1, 1, lanes, lanes)
+    probs_strides = probs_strides or (lanes, lanes, 1, 1)
+    starts = starts if starts is not None else tuple(range(lanes))
+    step = step if step is not None else lanes
+    if kind == "umma":
+        scores_cfg = PipelineConfig.create_umma_async_pipeline_cfg(  # @dl_scores_cfg_umma
+            num_stages=2, producer_group=thread_group(1), consumer_group=thread_group(128),
+            cta_layout_vmnk=(1, 1, 1, 1), interleave_stride=scores_strides, advance_on_wait=scores_advance_on_wait)
+        probs_cfg = PipelineConfig.create_async_umma_pipeline_cfg(  # @dl_probs_cfg_umma
+            num_stages=2, producer_group=thread_group(128), consumer_group=thread_group(1),
+            cta_layout_vmnk=(1, 1, 1, 1), interleave_stride=probs_strides)
+    else:
+        scores_cfg = PipelineConfig.create_async_async_pipeline_cfg(  # @dl_scores_cfg
+            num_stages=2, producer_group=thread_group(32), consumer_group=thread_group(32 * softmax_warps),
+            interleave_stride=scores_strides, advance_on_wait=scores_advance_on_wait)
+        probs_cfg = PipelineConfig.create_async_async_pipeline_cfg(  # @dl_probs_cfg
+            num_stages=2, producer_group=thread_group(32 * softmax_warps), consumer_group=thread_group(32),
+            interleave_stride=probs_strides)
+    scores = Scores(name="scores", pipeline_config=scores_cfg)
+    probs = Probs(name="probs", pipeline_config=probs_cfg)
 
     @schedule
     def mma(scores, probs):
@@ -132,10 +222,10 @@ def build_domain_lane(verbose=True, lanes=NUM_LANES, **opts):
             probs.mma_pv()
             probs.release()
 
-    def make_softmax_task(lane, warp_idx):
+    def make_softmax_task(lane, warp_idx, i):
         @schedule
         def softmax_lane(scores, probs):
-            with domain_loop(lane, NUM_TILES, NUM_LANES):
+            with domain_loop(lane, NUM_TILES, step):  # @dl_softmax_loop
                 scores.wait()
                 scores.compute_softmax()
                 probs.acquire()
@@ -143,12 +233,14 @@ def build_domain_lane(verbose=True, lanes=NUM_LANES, **opts):
                 probs.commit()
                 scores.release()
 
-        return Task(src_resources=[scores], dst_resources=[probs], warp_idx=warp_idx, num_warps=4,
-                    schedule=softmax_lane(scores, probs), name=f"SoftmaxLane{lane}")
+        return Task(src_resources=[scores], dst_resources=[probs], warp_idx=warp_idx, num_warps=softmax_warps,
+                    schedule=softmax_lane(scores, probs), name=f"SoftmaxLane{i}")
 
-    tasks = [make_softmax_task(lane=0, warp_idx=0), make_softmax_task(lane=1, warp_idx=4),
-             Task(name="Mma", src_resources=[probs], dst_resources=[scores], warp_idx=8, num_warps=1,
-                  schedule=mma(scores, probs))]
+    tasks = []
+    for i, lane in enumerate(starts):
+        tasks.append(make_softmax_task(lane=lane, warp_idx=4 * i, i=i))
+    tasks.append(Task(name="Mma", src_resources=[probs], dst_resources=[scores], warp_idx=4 * len(starts),
+                      num_warps=1, schedule=mma(scores, probs)))
     return TaskManager(tasks=tasks, resource_dependency_graph={scores: [], probs: [scores]}, verbose=verbose,
                        **opts)
 
