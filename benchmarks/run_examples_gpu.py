@@ -204,8 +204,40 @@ def run_interleaved():
             guarded("interleaved_copy", name, case)
 
 
+def run_gemm_cluster():
+    import wgmma_gemm as ex
+
+    for cluster in ((2, 1), (1, 2), (2, 2)):
+        for (M, N, K), timed in (((8192, 8192, 8192), cluster == (2, 1)), ((3000, 5000, 1000), False),
+                                 ((129, 264, 72), False)):
+            name = f"bf16 {M}x{N}x{K} cluster {cluster[0]}x{cluster[1]}"
+
+            def case():
+                errs = []
+                for _ in range(2):
+                    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+                    b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+                    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+                    launch = ex.gemm(a, b, c, cluster_mn=cluster)
+                    torch.cuda.synchronize()
+                    ref = a.double() @ b.double().T
+                    errs.append(float((c.double() - ref).norm() / ref.norm()) if not torch.isnan(c).any()
+                                else float("inf"))
+                err = max(errs)
+                ms = tref = None
+                if timed:
+                    ms = bench(launch)
+                    c2 = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+                    tref = bench(lambda: torch.matmul(a, b.T, out=c2))
+                fl = 2 * M * N * K
+                record("wgmma_gemm", name, err < 2e-2, err, ms, tref, "TFLOP/s", fl / ms / 1e9 if ms else None,
+                       fl / tref / 1e9 if tref else None)
+            guarded("wgmma_gemm", name, case)
+
+
 RUNNERS = {"grid_stride": run_grid_stride, "tma_copy": run_tma_copy, "persistent": run_persistent,
-           "varlen": run_varlen, "relu": run_relu, "interleaved": run_interleaved, "gemm": run_gemm}
+           "varlen": run_varlen, "relu": run_relu, "interleaved": run_interleaved, "gemm": run_gemm,
+           "gemm_cluster": run_gemm_cluster}
 
 
 def main():

@@ -92,6 +92,19 @@ def test_examples_match_handwritten_barrier_counts(compiled):
     assert _counts(hw.artifacts.PTX, pats) == _counts(compiled["wgmma_gemm"].artifacts.PTX, pats)
 
 
+@pytest.mark.parametrize("cluster", [(2, 1), (2, 2)])
+def test_wgmma_gemm_cluster_multicast(cluster):
+    """TmaAsync over a cluster: same barrier counts as one CTA, plus the cluster barrier after init,
+    remote (mapa) release arrivals and multicast TMA loads; the program passes the checker."""
+    mod = importlib.import_module("wgmma_gemm")
+    ptx = mod.compile_for_cpu(cluster_mn=cluster).artifacts.PTX
+    want = {p: EXPECTED["wgmma_gemm"][p] for p in MBAR}
+    want.update({"barrier.cluster.arrive": 1, "barrier.cluster.wait": 1, "mapa": 2,
+                 "multicast::cluster": sum(1 for c in cluster if c > 1)})
+    assert _counts(ptx, want) == want
+    assert mod.build(cluster_mn=cluster, verbose=False).result.accepted
+
+
 def test_coalesced_barrier_allocator_counts():
     """The same program with its mbarriers in a BarrierAllocator array inside the SMEM block."""
     mod = importlib.import_module("relu_pipeline")

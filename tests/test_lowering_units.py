@@ -152,12 +152,20 @@ def test_stride_must_divide_stages():
     assert "does not divide num_stages=3" in _message(ei)
 
 
-def test_cluster_pipelines_are_refused():
+def test_unsupported_cluster_pipelines_are_refused():
+    """Clusters lower for TmaAsync (TMA multicast); other types and leader routing are refused."""
     with pytest.raises(Exception) as ei:
-        _trace(lambda: PipelineConfig.create_tma_async_pipeline_cfg(
+        _trace(lambda: PipelineConfig.create_tma_umma_pipeline_cfg(
             num_stages=2, num_bytes=1024, producer_group=group(1), consumer_group=group(1),
             cta_layout_vmnk=(1, 2, 1, 1)))
-    assert "cluster pipelines" in _message(ei)
+    assert "over a (1, 2, 1, 1) cluster are checked but not lowered yet" in _message(ei)
+    from warpsched import SignalingThreads
+
+    with pytest.raises(Exception) as ei:
+        _trace(lambda: PipelineConfig.create_tma_async_pipeline_cfg(
+            num_stages=2, num_bytes=1024, producer_group=group(1), consumer_group=group(2),
+            cta_layout_vmnk=(1, 2, 1, 1), consumer_signaling_threads=SignalingThreads.CtaLeader))
+    assert "leader signaling inside a cluster pipeline" in _message(ei)
 
 
 def test_value_escaping_a_loop_without_typed_default_is_refused():

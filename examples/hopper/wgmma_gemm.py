@@ -95,8 +95,21 @@ class SmemAB(MemoryResource):
         tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2),
                                                       cute.group_modes(g.gB, 0, 2))
         s = stage_info.stage_idx
-        cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
-        cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
+        if cutlass.const_expr(g.clustered):
+            # cluster: each CTA loads its slice of the shared tile and multicasts it to its peers
+            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
+                g.tma_a, g.cluster_coord[1], cute.make_layout(g.cluster_mn[1]), cute.group_modes(sA, 0, 2),
+                cute.group_modes(g.gA, 0, 2))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
+                g.tma_b, g.cluster_coord[0], cute.make_layout(g.cluster_mn[0]), cute.group_modes(sB, 0, 2),
+                cute.group_modes(g.gB, 0, 2))
+            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier,
+                      mcast_mask=g.a_mcast_mask)
+            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier,
+                      mcast_mask=g.b_mcast_mask)
+        else:
+            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
+            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
 
     @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
     @cute.jit
@@ -205,12 +218,16 @@ def mma_schedule(smem_ab, gmem_c, k_tiles):
 
 
 def build(g=None, *, k_tiles=16, num_stages=4, tile_bytes=(128 + 256) * 64 * 2, consumer_wgs=2,
-          producer_regs=40, consumer_regs=232, verbose=True, **manager_options):
-    """The program. ``g`` is the kernel object inside a trace, None on the CPU."""
+          producer_regs=40, consumer_regs=232, cluster_mn=(1, 1), verbose=True, **manager_options):
+    """The program. ``g`` is the kernel object inside a trace, None on the CPU. With a cluster,
+    every consumer warp releases a stage once per CTA that multicasts into it."""
+    cm, cn = cluster_mn
+    partners = cm + cn - 1
+    cluster = {} if (cm, cn) == (1, 1) else dict(cta_layout_vmnk=(1, cm, cn, 1), mcast_mode_mn=(1, 1))
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(
         num_stages=num_stages, num_bytes=tile_bytes, producer_group=group(1),
-        consumer_group=group(consumer_wgs * 4),  # one release arrival per consumer warp
-        advance_on_wait=True)
+        consumer_group=group(consumer_wgs * 4 * partners),  # one release arrival per consumer warp and CTA
+        advance_on_wait=True, **cluster)
     gmem_ab, smem_ab, gmem_c = GmemAB(name="GmemAB"), SmemAB(name="SmemAB", pipeline_config=cfg, g=g), \
         GmemC(name="GmemC", g=g)
     allocator = SmemAllocator()
@@ -231,8 +248,10 @@ def build(g=None, *, k_tiles=16, num_stages=4, tile_bytes=(128 + 256) * 64 * 2, 
 
 class WgmmaGemm:
     def __init__(self, ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16, acc_dtype=cutlass.Float32,
-                 tile_mn=(128, 256), group_m=8, producer_regs=40, consumer_regs=232):
+                 tile_mn=(128, 256), group_m=8, producer_regs=40, consumer_regs=232, cluster_mn=(1, 1)):
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
+        self.cluster_mn = tuple(cluster_mn)
+        self.clustered = self.cluster_mn != (1, 1)
         self.tile_mn = tuple(tile_mn)
         self.group_m = group_m
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
@@ -269,17 +288,26 @@ class WgmmaGemm:
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mA, cute.slice_(self.a_staged, (None, None, 0)),
-                                                           (bM, bK))
-        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mB, cute.slice_(self.b_staged, (None, None, 0)),
-                                                           (bN, bK))
+        cm, cn = self.cluster_mn
+        a_op = g2s if cn == 1 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
+        b_op = g2s if cm == 1 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
+        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(a_op, mA, cute.slice_(self.a_staged, (None, None, 0)),
+                                                           (bM, bK), num_multicast=cn)
+        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(self.b_staged, (None, None, 0)),
+                                                           (bN, bK), num_multicast=cm)
         tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
                                                            cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
         tiles_m = cute.ceil_div(cute.size(mC, mode=[0]), bM)
         tiles_n = cute.ceil_div(cute.size(mC, mode=[1]), bN)
-        self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                    self.c_staged).launch(grid=[tiles_m * tiles_n, 1, 1], block=[self.threads, 1, 1],
-                                          min_blocks_per_mp=1, stream=stream)
+        kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
+                           self.c_staged)
+        if cutlass.const_expr(self.clustered):  # 2D grid rounded up to whole clusters (TMA clips the rest)
+            grid = [cute.round_up(tiles_m, cm), cute.round_up(tiles_n, cn), 1]
+            kern.launch(grid=grid, block=[self.threads, 1, 1], cluster=[cm, cn, 1], min_blocks_per_mp=1,
+                        stream=stream)
+        else:
+            kern.launch(grid=[tiles_m * tiles_n, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1,
+                        stream=stream)
 
     # SMEM views (valid after setup_resources_and_tasks bound the allocator's block)
     def smem_a(self):
@@ -300,7 +328,7 @@ class WgmmaGemm:
                tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
                b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout):
         bM, bN, bK = self.tile_mnk
-        bid, _, _ = cute.arch.block_idx()
+        bid, bidy, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
@@ -313,6 +341,13 @@ class WgmmaGemm:
         group_m = cutlass.min(tiles_m - first_m, self.group_m)
         pid_m = first_m + (bid % per_group) % group_m
         pid_n = (bid % per_group) // group_m
+        if cutlass.const_expr(self.clustered):
+            pid_m, pid_n = bid, bidy
+            cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
+            rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+            self.cluster_coord = cta_layout_mnk.get_flat_coord(rank)
+            self.a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, self.cluster_coord, mode=1)
+            self.b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, self.cluster_coord, mode=0)
         self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
         # the mainloop flips ACCUMULATE inside loop regions; the epilogue gets its own copy
         self.epi_tiled_mma = self._make_tiled_mma()
@@ -328,7 +363,8 @@ class WgmmaGemm:
         self.alloc_c = SmemAllocation("sC", dtype=self.c_dtype, count=cute.cosize(c_staged), alignment=1024)
         mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), num_stages=self.ab_stage,
                     tile_bytes=self.tile_bytes, consumer_wgs=self.num_consumer_wgs,
-                    producer_regs=self.producer_regs, consumer_regs=self.consumer_regs, verbose=False, **IN_KERNEL)
+                    producer_regs=self.producer_regs, consumer_regs=self.consumer_regs, cluster_mn=self.cluster_mn,
+                    verbose=False, **IN_KERNEL)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

@@ -17,7 +17,7 @@ from .dispatch import dispatch
 from .dsl import dyn_if
 from .loops import TaskEmitter
 from .memory import KernelContext, SmemSetup, tmem_columns
-from .pipelines import PipelineLowering
+from .pipelines import PipelineLowering, cluster_shape_mn
 
 
 class KernelLowering:
@@ -53,11 +53,17 @@ class KernelLowering:
             if isinstance(res, WorkQueue):
                 continue
             self.pipes[id(res)] = PipelineLowering(program, res, smem.barriers_for(res))
+        cluster = cluster_shape_mn(program)
         if self.pipes:
             cute.arch.mbarrier_init_fence()
         if self._tmem_cols:
             self._alloc_tmem()
-        if self.pipes or self._tmem_cols:
+        if cluster != (1, 1):
+            # peers arrive on (and multicast into) this CTA's barriers: the whole cluster must see them
+            # initialized
+            cute.arch.cluster_arrive_relaxed()
+            cute.arch.cluster_wait()
+        elif self.pipes or self._tmem_cols:
             cute.arch.barrier()
         if self._tmem_cols:
             self.context.tmem_base = cute.arch.retrieve_tmem_ptr(cutlass.Float32, 16, self.context.tmem_ptr_i32)

@@ -70,13 +70,9 @@ class PipelineLowering:
                 raise LoweringError(f"interleave stride {stride!r} of {verb} does not divide num_stages="
                                     f"{cfg.num_stages}", resource=resource, location=loc,
                                     fix="use a stride that divides num_stages")
+        self.cluster_shape = cfg.cluster_shape or (1, 1, 1, 1)
         if cfg.num_ctas != 1:
-            if cfg.cluster_shape is None:
-                raise LoweringError("cta_layout_vmnk must be a static tuple or layout to lower", resource=resource,
-                                    location=loc)
-            raise LoweringError(f"cluster pipelines ({cfg.cluster_shape}) are checked but not lowered yet "
-                                "(multicast masks and CTA-leader routing)", resource=resource, location=loc,
-                                fix="use cta_layout_vmnk=(1, 1, 1, 1)")
+            self._check_cluster(cfg, resource, loc)
         self.producer_warps = self._side_warps(program, (StepKind.ProducerAcquire, StepKind.ProducerCommit))
         self.consumer_warps = self._side_warps(program, (StepKind.ConsumerWait, StepKind.ConsumerRelease))
         self.tx_count = 0
@@ -96,12 +92,31 @@ class PipelineLowering:
                                   consumer_group=empty, barrier_storage=barrier_ptr,
                                   defer_sync=True)
         if cfg.pipeline_type is not PipelineType.AsyncAsync:
-            kw["cta_layout_vmnk"] = cute.make_layout((1, 1, 1, 1))
+            kw["cta_layout_vmnk"] = cute.make_layout(tuple(self.cluster_shape))
+        if cfg.num_ctas != 1:
+            # consumer releases reach every CTA whose TMA multicasts into this one (cutlass picks the
+            # signaling lanes and destination ranks from the layout and the multicast mode)
+            kw["mcast_mode_mn"] = _mcast_mode(cfg.mcast_mode_mn)
         if self.proto.transaction_bytes:
             kw["tx_count"] = self.tx_count
         if cfg.pipeline_type is PipelineType.AsyncAsync and self.proto.producer_arrive.value == "cp.async":
             cls = cpipe.PipelineCpAsync
         self.pipe = cls.create(**kw)
+
+    def _check_cluster(self, cfg, resource, loc) -> None:
+        shape = cfg.cluster_shape
+        if shape is None or len(shape) != 4:
+            raise LoweringError("cta_layout_vmnk must be a static (v, m, n, k) tuple or layout to lower a cluster",
+                                resource=resource, location=loc)
+        if cfg.pipeline_type is not PipelineType.TmaAsync or shape[0] != 1 or shape[3] != 1:
+            raise LoweringError(f"{cfg.pipeline_type.value} pipelines over a {shape} cluster are checked but not "
+                                "lowered yet (only TmaAsync with TMA multicast over an (1, m, n, 1) cluster is)",
+                                resource=resource, location=loc, fix="use cta_layout_vmnk=(1, 1, 1, 1)")
+        leaders = [sig for sig in (cfg.producer_signaling_threads, cfg.consumer_signaling_threads)
+                   if sig.warp_leader or sig.cta_leader]
+        if leaders:
+            raise LoweringError("leader signaling inside a cluster pipeline is checked but not lowered yet",
+                                resource=resource, location=loc, fix="use SignalingThreads.All")
 
     def _side_warps(self, program, kinds) -> int:
         warps = {t.num_warps for t in program.tasks
@@ -174,6 +189,24 @@ class PipelineLowering:
         if side == "producer":
             return self.pipe.producer_get_barrier(state)
         return self.pipe.consumer_get_barrier(state)
+
+
+def _mcast_mode(mode) -> Tuple[int, int]:
+    if mode is None:
+        return (1, 1)
+    if isinstance(mode, tuple):
+        return (int(bool(mode[0])), int(bool(mode[1])))
+    return (int(bool(mode)), int(bool(mode)))
+
+
+def cluster_shape_mn(program) -> Tuple[int, int]:
+    """The (m, n) cluster every pipelined resource agrees on; (1, 1) without clusters."""
+    shapes = {tuple(r.pipeline_config.cluster_shape[1:3]) for r in program.pipelined_resources
+              if r.pipeline_config.num_ctas != 1 and r.pipeline_config.cluster_shape}
+    if len(shapes) > 1:
+        raise LoweringError(f"pipelines disagree on the cluster shape: {sorted(shapes)}",
+                            fix="give every pipeline the same cta_layout_vmnk")
+    return shapes.pop() if shapes else (1, 1)
 
 
 def task_sync(program, task) -> None:
