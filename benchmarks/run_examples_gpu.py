@@ -235,8 +235,28 @@ def run_gemm_cluster():
             guarded("wgmma_gemm", name, case)
 
 
+def run_groups():
+    import group_add as ex
+
+    for mode in ("merge", "fused", "fork"):
+        for shape in ((4096, 4096), (1000, 300), (5, 4)):
+            name = f"{mode} f32[{shape[0]}x{shape[1]}]"
+
+            def case():
+                ok = True
+                for _ in range(2):
+                    x, y = torch.randn(shape, device="cuda"), torch.randn(shape, device="cuda")
+                    z, w = torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+                    ex.run(x, y, z, w, mode=mode)
+                    torch.cuda.synchronize()
+                    ok &= bool(torch.equal(z, x) and torch.equal(w, y)) if mode == "fork" else \
+                        bool(torch.equal(z, x + y))
+                record("group_add", name, ok, 0.0 if ok else 1.0)
+            guarded("group_add", name, case)
+
+
 RUNNERS = {"grid_stride": run_grid_stride, "tma_copy": run_tma_copy, "persistent": run_persistent,
-           "varlen": run_varlen, "relu": run_relu, "interleaved": run_interleaved, "gemm": run_gemm,
+           "varlen": run_varlen, "relu": run_relu, "interleaved": run_interleaved, "groups": run_groups, "gemm": run_gemm,
            "gemm_cluster": run_gemm_cluster}
 
 

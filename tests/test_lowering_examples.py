@@ -105,6 +105,22 @@ def test_wgmma_gemm_cluster_multicast(cluster):
     assert mod.build(cluster_mn=cluster, verbose=False).result.accepted
 
 
+# group_add (3 stages): Merge = full_a, full_b, shared empty; FusedMerge = shared full + shared empty;
+# Fork = shared full, empty_a, empty_b. arrive counts the arrive.expect_tx arms (2 loaders, or the one
+# Fork group.commit()) and the releases (one group release, or one per Fork consumer).
+GROUPS = {"merge": {"mbarrier.init": 9, "mbarrier.arrive": 3, "mbarrier.try_wait": 10, "expect_tx": 2},
+          "fused": {"mbarrier.init": 6, "mbarrier.arrive": 3, "mbarrier.try_wait": 9, "expect_tx": 2},
+          "fork": {"mbarrier.init": 9, "mbarrier.arrive": 3, "mbarrier.try_wait": 10, "expect_tx": 1}}
+
+
+@pytest.mark.parametrize("mode", list(GROUPS))
+def test_pipeline_group_barrier_layouts(mode):
+    mod = importlib.import_module("group_add")
+    ptx = mod.compile_for_cpu(mode=mode).artifacts.PTX
+    assert _counts(ptx, GROUPS[mode]) == GROUPS[mode]
+    assert mod.build(mode=mode, verbose=False).result.accepted
+
+
 def test_coalesced_barrier_allocator_counts():
     """The same program with its mbarriers in a BarrierAllocator array inside the SMEM block."""
     mod = importlib.import_module("relu_pipeline")

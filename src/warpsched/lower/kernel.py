@@ -17,6 +17,7 @@ from .dispatch import dispatch
 from .dsl import dyn_if
 from .loops import TaskEmitter
 from .memory import KernelContext, SmemSetup, tmem_columns
+from .groups import GroupLowering
 from .pipelines import PipelineLowering, cluster_shape_mn
 
 
@@ -25,6 +26,7 @@ class KernelLowering:
         self.program = program
         self.producer_tail = producer_tail
         self.pipes: Dict[int, PipelineLowering] = {}
+        self.group_of: Dict[int, object] = {}  # member id -> its PipelineGroup
         self.warp_idx = None
         self.context = KernelContext()
         self._tmem_cols = 0
@@ -49,8 +51,14 @@ class KernelLowering:
             self._tmem_cols = tmem_columns(ta.total_columns or 0) if ta.total_columns else 0
             if self._tmem_cols:
                 self.context.tmem_ptr_i32 = smem.tmem_slot()
+        for group in program.pipeline_groups:
+            gl = GroupLowering(program, group, smem.barriers_for_group(group))
+            self.pipes.update(gl.members)
+            self.pipes[id(group)] = gl.collapsed
+            for m in group.members:
+                self.group_of[id(m)] = group
         for res in program.pipelined_resources:
-            if isinstance(res, WorkQueue):
+            if isinstance(res, WorkQueue) or id(res) in self.pipes:
                 continue
             self.pipes[id(res)] = PipelineLowering(program, res, smem.barriers_for(res))
         cluster = cluster_shape_mn(program)

@@ -68,15 +68,11 @@ class TaskEmitter:
 
     # ------------------------------------------------------------------ validation
     def _check_step(self, s):
-        if s.is_group_op or s.via_group is not None:
-            raise LoweringError("pipeline-group operations are checked but not lowered yet", task=self.task,
-                                resource=s.resource, location=s.location,
-                                fix="drive the member pipelines directly in kernels you lower")
         res = s.resource
         if isinstance(res, WorkQueue) and res.is_dynamic:
             raise LoweringError("CLC dynamic WorkQueues are checked but not lowered yet", task=self.task,
                                 resource=res, location=s.location, fix="use a static WorkQueue (no pipeline_config)")
-        if s.kind in SYNC_KINDS and not isinstance(res, WorkQueue) and getattr(res, "pipeline_config", None) is None:
+        if s.kind in SYNC_KINDS and not isinstance(res, WorkQueue) and _cfg(res) is None:
             raise LoweringError(f"{s.kind.label} on a resource without a pipeline_config", task=self.task,
                                 resource=res, location=s.location, fix="give the resource a pipeline_config")
 
@@ -88,7 +84,7 @@ class TaskEmitter:
         key = id(res)
         if key not in self.plans:
             kinds = [s.kind for s in self.steps if s.resource is res]
-            self.plans[key] = counter_plan(res.pipeline_config, kinds)
+            self.plans[key] = counter_plan(_cfg(res), kinds)
         return self.plans[key]
 
     def _counter(self, res, kind) -> str:
@@ -115,7 +111,7 @@ class TaskEmitter:
         return ("try", id(res), side)
 
     def _pipelined(self, res) -> bool:
-        return getattr(res, "pipeline_config", None) is not None and not isinstance(res, WorkQueue)
+        return _cfg(res) is not None and not isinstance(res, WorkQueue)
 
     def _writes(self, steps: Sequence) -> Set[Any]:
         keys: Set[Any] = set()
@@ -171,10 +167,10 @@ class TaskEmitter:
         if self.sched is None:
             return
         env: Dict[Any, Any] = {}
-        for res in self.sched.resources:
+        for res in self._touched():
             if not self._pipelined(res):
                 continue
-            stages = res.pipeline_config.num_stages
+            stages = _cfg(res).num_stages
             for name in self._plan(res):
                 env[self._skey(res, name)] = make_state(name, stages, self._lane(res, name))
             for side in ("producer", "consumer"):
@@ -190,16 +186,24 @@ class TaskEmitter:
         else:
             self._sections(env, frame)
         if self.L.producer_tail:  # dense producers only: an interleaved lane cannot drain the others' stages
-            for res in self.sched.resources:
+            for res in self._touched():
                 if self._pipelined(res) and any(s.resource is res and s.kind is StepKind.ProducerAcquire
                                                 for s in self.steps):
                     name = self._counter(res, StepKind.ProducerAcquire)
                     if self._stride(res, name) == 1:
                         self._pipe(res).tail(env[self._skey(res, name)])
 
+    def _touched(self):
+        """Resources and pipeline groups the steps name, first use first (a group's collapsed verbs
+        run on the group's own counters)."""
+        seen: Dict[int, Any] = {}
+        for s in self.steps:
+            seen.setdefault(id(s.resource), s.resource)
+        return list(seen.values())
+
     # ------------------------------------------------------------------ interleave lanes
     def _stride(self, res, name) -> int:
-        return counter_stride(res.pipeline_config, name, self._plan(res)[name][0])
+        return counter_stride(_cfg(res), name, self._plan(res)[name][0])
 
     def _lane(self, res, name):
         """Warp-lane mode (task num_warps == stride): warp i of the task owns lane i. Domain-lane
@@ -421,6 +425,9 @@ class TaskEmitter:
         stage_idx = barrier = None
         if self._pipelined(res):
             cur = env.get(self._cur(res, side))
+            group = self.L.group_of.get(id(res))
+            if cur is None and group is not None:  # e.g. FusedMerge: the group waited, the member works
+                cur = env.get(self._cur(group, side))
             if cur is not None:
                 stage_idx = cur.index
                 barrier = self._pipe(res).barrier(side, cur)
@@ -444,6 +451,16 @@ class TaskEmitter:
                                 f"{len(s.returns)}", task=self.task, resource=res, location=s.location)
         for tok, v in zip(s.returns, values):
             self._store_token(env, tok, res, v)
+
+
+def _cfg(res):
+    """The pipeline config driving a resource's counters; a group's collapsed verbs use its members'."""
+    from ..model.pipeline_group import PipelineGroup
+
+    if isinstance(res, PipelineGroup):
+        return res.pipeline_config or next((m.pipeline_config for m in res.members
+                                            if getattr(m, "pipeline_config", None) is not None), None)
+    return getattr(res, "pipeline_config", None)
 
 
 def _static_pair(a, b) -> bool:

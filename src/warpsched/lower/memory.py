@@ -94,6 +94,15 @@ class SmemSetup:
         self.barrier_ptrs[id(resource)] = ptr
         return ptr
 
+    def barriers_for_group(self, group):
+        """mbarrier storage of a PipelineGroup's shared layout (``group.num_barriers`` entries)."""
+        ba = self.program.barrier_allocator
+        if ba is not None and id(group) in getattr(ba, "offsets", {}):
+            return self._coalesced(ba) + ba.offsets[id(group)]
+        if group.barrier_ptr is not None:
+            return group.barrier_ptr
+        return self.cutlass_alloc.allocate_array(cutlass.Int64, group.num_barriers, byte_alignment=8)
+
     def _coalesced(self, ba):
         key = ("coalesced", id(ba))
         if key not in self.barrier_ptrs:

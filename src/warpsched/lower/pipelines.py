@@ -55,10 +55,11 @@ def _first_step(program, resource, kinds):
 class PipelineLowering:
     """Barrier storage, init and the six verbs of one pipelined resource."""
 
-    def __init__(self, program, resource, barrier_ptr):
-        cfg = resource.pipeline_config
+    def __init__(self, program, resource, barrier_ptr, *, pipe=None, config=None):
+        cfg = config if config is not None else resource.pipeline_config
         self.program = program
         self.resource, self.config, self.proto = resource, cfg, protocol_of(cfg)
+        self.arms_on_acquire = self.proto.producer_arms_on_acquire  # a Fork member arms at group.commit()
         loc = cfg.location
         if cfg.pipeline_type is PipelineType.UmmaUmma:
             raise LoweringError("UmmaUmma pipelines have no cutlass.pipeline class in CuTe DSL 4.8.1 and are not "
@@ -101,7 +102,7 @@ class PipelineLowering:
             kw["tx_count"] = self.tx_count
         if cfg.pipeline_type is PipelineType.AsyncAsync and self.proto.producer_arrive.value == "cp.async":
             cls = cpipe.PipelineCpAsync
-        self.pipe = cls.create(**kw)
+        self.pipe = pipe if pipe is not None else cls.create(**kw)
 
     def _check_cluster(self, cfg, resource, loc) -> None:
         shape = cfg.cluster_shape
@@ -154,7 +155,10 @@ class PipelineLowering:
         return self.pipe.producer_try_acquire(state)
 
     def acquire(self, task, warp_idx, state, token=None):
-        if self.proto.producer_arms_on_acquire and self._leader_only("producer") and task.num_warps > 1:
+        if not self.arms_on_acquire:
+            self._wait_empty(state, token)
+            return
+        if self._leader_only("producer") and task.num_warps > 1:
             # every warp waits for the empty stage; only the leader warp arms the full barrier
             # leader-routed TMA: the other warps' copies complete on the barrier the leader armed
             self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_acquire(state, token),
@@ -169,7 +173,7 @@ class PipelineLowering:
             dyn_if({}, [], token == 0, lambda env: self.pipe.sync_object_empty.wait(state.index, state.phase))
 
     def commit(self, task, warp_idx, state):
-        if self.proto.producer_arms_on_acquire:
+        if self.arms_on_acquire:
             return  # the TMA / CLC transaction completes the full barrier
         self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_commit(state))
 
