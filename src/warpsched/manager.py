@@ -49,7 +49,9 @@ class TaskManager:
                  tmem_capacity_columns: Optional[int] = None, max_states: int = 200_000,
                  register_file_size: int = 65536, out=None):
         self.tasks = list(tasks)
-        self.resource_dependency_graph = dict(resource_dependency_graph or {})
+        graph = resource_dependency_graph if resource_dependency_graph is not None else {}
+        # A graph that is not a dict is kept as given and reported by the structure checks.
+        self.resource_dependency_graph = dict(graph) if isinstance(graph, dict) else graph
         self.smem_allocator = smem_allocator
         self.tmem_allocator = tmem_allocator
         self.barrier_allocator = barrier_allocator
@@ -76,14 +78,15 @@ class TaskManager:
         """Print the schedule table, budgets and checker output; raise on errors."""
         program = self.program
         findings = run_static_checks(program)
-        self._print(schedule_table(program))
-        self._print()
-        self._print(register_summary(program))
-        mem = memory_summary(program)
-        if mem:
-            self._print(mem)
-        checker_result = None
         structural_errors = [f for f in findings if f.severity == "error"]
+        if self.verbose:
+            self._print(_render(schedule_table, program, structural_errors))
+            self._print()
+            self._print(_render(register_summary, program, structural_errors))
+            mem = _render(memory_summary, program, structural_errors)
+            if mem:
+                self._print(mem)
+        checker_result = None
         if program.options.exhaustive_deadlock_race_check and not structural_errors:
             checker = _optional_module("warpsched.verify.checker")
             if checker is not None:
@@ -118,6 +121,17 @@ class TaskManager:
         if self._lowering is None:
             self.setup_resources_and_tasks()
         self._lowering.run()
+
+
+def _render(printout, program: Program, errors: List[Finding]) -> str:
+    """A printout of the program. A malformed program (one with static errors) may not be
+    printable; the findings then explain it. On an accepted program a failure is a bug."""
+    try:
+        return printout(program)
+    except Exception:  # noqa: BLE001 - only tolerated when the findings already reject the program
+        if not errors:
+            raise
+        return f"({printout.__name__} skipped: the program is malformed, see the findings)"
 
 
 def _optional_module(name: str):

@@ -141,7 +141,8 @@ class Step:
 
     @property
     def resource_name(self) -> str:
-        return getattr(self.resource, "name", None) or type(self.resource).__name__
+        name = getattr(self.resource, "name", None)
+        return name if isinstance(name, str) and name else type(self.resource).__name__
 
     @property
     def is_group_op(self) -> bool:

@@ -1,6 +1,7 @@
 """SMEM / TMEM / barrier allocators: the layout is pure Python; lowering binds pointers."""
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -36,7 +37,13 @@ class SmemAllocation:
 
     @property
     def size_bytes(self) -> int:
-        return int(self.count) * _dtype_bytes(self.dtype)
+        try:
+            count = operator.index(self.count)  # ints and numpy ints, not floats or strings
+        except TypeError:
+            count = -1
+        if count < 0:
+            raise LayoutError(f"SmemAllocation {self.name!r}: count={self.count!r} is not an int >= 0")
+        return count * _dtype_bytes(self.dtype)
 
     @property
     def end(self) -> Optional[int]:
@@ -181,8 +188,10 @@ class TmemAllocator:
             raise LayoutError("compute_layout() was already called; it runs once")
         cursor = 0
         for a in self.allocations:
+            if type(a.columns) is not int or a.columns < 0:
+                raise LayoutError(f"TmemAllocation {a.name!r}: columns={a.columns!r} is not an int >= 0")
             a.offset = cursor
-            cursor += int(a.columns)
+            cursor += a.columns
         self.total_columns = cursor
         return cursor
 

@@ -27,7 +27,7 @@ class PipelineGroup:
 
     def member(self, attr: str) -> Optional[Any]:
         for m in self.members:
-            if m.name == attr:
+            if getattr(m, "name", None) == attr:  # non-resource members are reported by the checks
                 return m
         return None
 
@@ -37,7 +37,8 @@ class PipelineGroup:
 
     @property
     def num_stages(self) -> Optional[int]:
-        cfgs = [m.pipeline_config for m in self.members if m.pipeline_config is not None]
+        cfgs = [getattr(m, "pipeline_config", None) for m in self.members]
+        cfgs = [c for c in cfgs if c is not None and hasattr(c, "num_stages")]
         return cfgs[0].num_stages if cfgs else None
 
     @property
@@ -56,4 +57,5 @@ class PipelineGroup:
         return m
 
     def __repr__(self) -> str:
-        return f"PipelineGroup({self.name!r}, {self.mode.value}, {[m.name for m in self.members]})"
+        mode = getattr(self.mode, "value", self.mode)
+        return f"PipelineGroup({self.name!r}, {mode}, {[getattr(m, 'name', m) for m in self.members]})"

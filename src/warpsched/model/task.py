@@ -13,8 +13,8 @@ class Task:
                  dst_resources: Optional[List[Any]] = None, warp_idx: int = 0, num_warps: int = 1,
                  schedule: Any = None, num_registers: Optional[int] = None):
         self.name = name or type(self).__name__
-        self.src_resources = list(src_resources or [])
-        self.dst_resources = list(dst_resources or [])
+        self.src_resources = _as_list(src_resources)
+        self.dst_resources = _as_list(dst_resources)
         self.warp_idx = warp_idx
         self.num_warps = num_warps
         self.schedule = schedule
@@ -23,7 +23,10 @@ class Task:
 
     @property
     def warp_end(self) -> int:
-        return self.warp_idx + self.num_warps
+        # Malformed warp fields are reported by the checks; here they only must not crash.
+        start = self.warp_idx if type(self.warp_idx) is int else 0
+        count = self.num_warps if type(self.num_warps) is int and self.num_warps > 0 else 0
+        return start + count
 
     @property
     def header(self) -> str:
@@ -40,3 +43,12 @@ class Task:
 
     def __repr__(self) -> str:
         return f"Task({self.header})"
+
+
+def _as_list(value: Any) -> List[Any]:
+    """A resource list; a lone resource (a common slip) becomes a one-element list."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return list(value)
+    return [value]

@@ -90,13 +90,21 @@ def _lanes(r, st, roles) -> List[Finding]:
         if s == 1:
             continue
         domain_lanes: Dict[int, Any] = {}
+        warp_lane = [t for t in roles[i] if t.num_warps == s]
         for t in roles[i]:
-            if t.num_warps == s:
-                continue  # warp-lane: warp (warp_idx - warp_start) owns its lane
             sched = t.schedule
             d = sched.domain_loop if isinstance(sched, ScheduleResult) else None
             start = d.static_start if d is not None else None
             step = d.static_step if d is not None else None
+            if t.num_warps == s:  # warp-lane: warp (warp_idx - warp_start) owns its lane
+                if step == s and start is not None and (start != 0 or len(warp_lane) > 1):
+                    out.append(F(INTERLEAVE, f"{n}: task {t.name!r} splits its domain into {s} lanes "
+                                 f"(domain_loop({start}, end, {s})) but has num_warps == {s}, which selects "
+                                 f"warp-lane mode for {role}", task=t, resource=r, location=d.location,
+                                 expected=f"num_warps != {s} for a domain-lane sibling (or domain_loop(0, end, 1) "
+                                 "for a warp-lane task)",
+                                 fix=f"give each sibling a warp count other than {s}"))
+                continue
             if start is None or step != s or not (0 <= start < s):
                 got = ("no domain_loop" if d is None else f"domain_loop(start={d.start!r}, step={d.step!r})")
                 out.append(F(INTERLEAVE, f"{n}: task {t.name!r} drives {role} (stride {s}) with {t.num_warps} "

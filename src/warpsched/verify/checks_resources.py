@@ -140,7 +140,7 @@ def _registers(program: Program) -> List[Finding]:
         parts.append(f"{regs}")
     cap = program.options.register_file_size
     if is_pos_int(cap) and total > cap:
-        hungry = max(tasks, key=lambda t: (t.num_registers or 0) * t.num_warps)
+        hungry = max(tasks, key=lambda t: (t.num_registers if is_int(t.num_registers) else default) * t.num_warps)
         out.append(F(BUDGET, f"the block needs {total} registers: 128 threads x ({' + '.join(parts)}) per warp group",
                      task=hungry, location=hungry.location, expected=f"at most {cap} registers (the SM register file)",
                      fix="lower num_registers of the data-movement tasks (they donate) or of the largest task"))

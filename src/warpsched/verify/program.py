@@ -32,7 +32,7 @@ class Program:
 
     # ---- lookups shared by the check families ----
     def schedule_of(self, task: Task) -> Optional[ScheduleResult]:
-        s = task.schedule
+        s = getattr(task, "schedule", None)
         return s if isinstance(s, ScheduleResult) else None
 
     def steps_of(self, task: Task) -> Tuple[Step, ...]:
@@ -44,16 +44,30 @@ class Program:
         """Every resource named by a task, the graph, or a schedule (first-seen order)."""
         seen: Dict[int, Any] = {}
         for t in self.tasks:
-            for r in t.src_resources + t.dst_resources:
+            for r in list(getattr(t, "src_resources", [])) + list(getattr(t, "dst_resources", [])):
                 seen.setdefault(id(r), r)
             for step in self.steps_of(t):
                 for r in step_targets(step):
                     seen.setdefault(id(r), r)
-        for k, vs in self.graph.items():
+        for k, vs in self.graph_items():
             seen.setdefault(id(k), k)
-            for v in vs or []:
+            for v in vs:
                 seen.setdefault(id(v), v)
         return list(seen.values())
+
+    def graph_items(self) -> List[Tuple[Any, List[Any]]]:
+        """(downstream, [upstream, ...]) pairs; a malformed graph or value (reported by the
+        structure checks) is read as leniently as possible instead of crashing."""
+        if not isinstance(self.graph, dict):
+            return []
+        out = []
+        for k, v in self.graph.items():
+            if v is None:
+                v = []
+            elif not isinstance(v, (list, tuple, set, frozenset)):
+                v = [v]
+            out.append((k, list(v)))
+        return out
 
     @property
     def pipelined_resources(self) -> List[Any]:
@@ -83,9 +97,9 @@ class Program:
         return [t for t in self.tasks if t.reads(resource)]
 
     def upstream(self, resource: Any) -> List[Any]:
-        for k, v in self.graph.items():
+        for k, v in self.graph_items():
             if k is resource:
-                return list(v or [])
+                return v
         return []
 
     def transitive_upstream(self, resource: Any) -> List[Any]:
@@ -100,11 +114,11 @@ class Program:
         return list(out.values())
 
     def in_graph(self, resource: Any) -> bool:
-        return any(k is resource or any(v is resource for v in (vs or [])) for k, vs in self.graph.items())
+        return any(k is resource or any(v is resource for v in vs) for k, vs in self.graph_items())
 
     @property
     def num_warps(self) -> int:
-        return max((t.warp_end for t in self.tasks), default=0)
+        return max((t.warp_end for t in self.tasks if isinstance(t, Task)), default=0)
 
 
 def step_targets(step: Step) -> List[Any]:

@@ -1,0 +1,271 @@
+"""Fuzz the model: random (often malformed) resources, configs, schedules, graphs, groups
+and tasks must make warpsched accept the program or raise its own errors -- never crash.
+
+``build_and_check(data)`` is shared with ``benchmarks/fuzz_model.py`` (the longer run).
+"""
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import warpsched
+from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, PipelineGroup,
+                       PipelineGroupMode, ScheduleError, SignalingThreads, SmemAllocation, SmemAllocator, Task,
+                       TaskManager, TmemAllocation, TmemAllocator, ValidationError, WorkQueue, domain_loop,
+                       schedule, when_false, when_true, work_tile_loop)
+from warpsched.model.memory import LayoutError
+from warpsched.model.schedule import ScheduleFunction
+
+from test_checks_support import Buf, Gmem, cg
+
+ST = SignalingThreads
+FACTORIES = ["async_async", "tma_async", "tma_umma", "umma_async", "async_umma", "umma_umma", "clc_fetch_async"]
+GARBAGE = [None, "x", -1, 0, 2.5, (1,), [], object()]
+
+
+@dataclass(kw_only=True)
+class FuzzQueue(WorkQueue):
+    def skip_work_tile_if(self, work_tile):
+        return False
+
+
+class DynTask(Task):
+    def get_domain_size(self, tile_coord):
+        return 3
+
+
+def one_of(data, good, bad=(), p_bad=0.15):
+    """Mostly a sensible value, sometimes garbage."""
+    if bad and data.draw(st.floats(0, 1)) < p_bad:
+        return data.draw(st.sampled_from(list(bad)))
+    return data.draw(st.sampled_from(list(good)))
+
+
+def draw_config(data):
+    kind = data.draw(st.sampled_from(FACTORIES))
+    kw = dict(num_stages=one_of(data, [1, 2, 4, 8], [0, -1, "2", None, 2.5]),
+              producer_group=one_of(data, [cg(1), cg(32), cg(128), cg(4)], [None, "grp", 7, cg(0)]),
+              consumer_group=one_of(data, [cg(1), cg(32), cg(128), cg(4)], [None, "grp", 7, cg(0)]))
+    if kind in ("tma_async", "tma_umma") or data.draw(st.booleans()):
+        kw["num_bytes"] = one_of(data, [1024, 4096, 16, 0], [-5, "x", None])
+    if data.draw(st.booleans()):
+        kw["interleave_stride"] = one_of(data, [1, 2, 4, (1, 1, 2, 1), (2, 2, 1, 1), (1, 1, 2, 2)],
+                                         [(1, 2), "2", 0, -1, (1, 1, 1, "a"), None])
+    if data.draw(st.booleans()):
+        sig = [ST.All, ST.CtaLeader, ST.TaskWarpLeader, ST.CtaLeader | ST.TaskWarpLeader]
+        kw["producer_signaling_threads"] = one_of(data, sig, [ST.All | ST.CtaLeader, None, "All"])
+        kw["consumer_signaling_threads"] = one_of(data, sig, [ST.All | ST.TaskWarpLeader, None])
+        kw["consumer_wait_signaling_threads"] = one_of(data, [None] + sig, ["both", 3])
+    kw["cta_layout_vmnk"] = one_of(data, [None, (1, 1, 1, 1), (1, 2, 1, 1), (2, 1, 1, 1)],
+                                   [(2, 1), "x", (0, 1, 1, 1), (1, "a", 1, 1), object()])
+    if data.draw(st.booleans()):
+        kw["mcast_mode_mn"] = one_of(data, [None, True, (True, False), (False, True)], [(1,), "m", (1, 2, 3)])
+        kw["advance_on_wait"] = one_of(data, [True, False], [None, "yes"])
+        kw["advance_on_acquire"] = one_of(data, [True, False], [None, "yes"])
+        kw["num_bytes_per_warp_per_cta"] = one_of(data, [None, 512, 1024], [-1, "a", 0])
+    if kind == "async_async" and data.draw(st.booleans()):
+        kw["async_producer_op"] = one_of(data, [warpsched.AsyncThread, warpsched.AsyncLoad], ["load", None])
+    return getattr(PipelineConfig, f"create_{kind}_pipeline_cfg")(**kw)
+
+
+def draw_resources(data):
+    out = []
+    for i in range(data.draw(st.integers(1, 5))):
+        cls = data.draw(st.sampled_from(["gmem", "buf", "buf", "queue", "pdl_wait", "pdl_launch"]))
+        name = one_of(data, [f"r{i}"], [None, f"r{max(0, i - 1)}"])
+        cfg = draw_config(data) if data.draw(st.booleans()) else None
+        if cls == "gmem":
+            r = Gmem(name=name, pipeline_config=cfg if data.draw(st.floats(0, 1)) < 0.2 else None)
+        elif cls == "buf":
+            r = Buf(name=name, pipeline_config=cfg)
+        elif cls == "queue":
+            r = FuzzQueue(name=name, pipeline_config=cfg if data.draw(st.booleans()) else None)
+        elif cls == "pdl_wait":
+            r = PdlWaitBarrier(name=name)
+        else:
+            r = PdlLaunchBarrier(name=name)
+        if data.draw(st.floats(0, 1)) < 0.05:
+            r.pipeline_config = data.draw(st.sampled_from(GARBAGE))
+        out.append(r)
+    return out
+
+
+VERBS = ["acquire", "try_acquire", "commit", "wait", "try_wait", "release"]
+WORK = {Gmem: ["compute_coords", "load", "store", "load_header"],
+        Buf: ["tma_load_a", "produce_tile", "mma", "build_desc", "aux_desc", "read", "read_current",
+              "write_next", "needs_epilogue", "consume_tile", "produce_and_report"],
+        FuzzQueue: ["fetch_work_tile", "get_and_advance_work_tile"],
+        PdlWaitBarrier: ["wait_griddep"], PdlLaunchBarrier: ["launch_griddep"]}
+
+
+def draw_ops(data, n_res, group):
+    ops = []
+    for _ in range(data.draw(st.integers(0, 10))):
+        target = data.draw(st.integers(-1 if group is not None else 0, n_res - 1))
+        ops.append((target, data.draw(st.integers(0, 1000)), data.draw(st.integers(0, 6)),
+                    data.draw(st.booleans())))
+    return ops
+
+
+def make_schedule(data, resources, group):
+    """A schedule whose body replays random ops inside random loops and guards."""
+    ops = draw_ops(data, len(resources), group)
+    persistent = data.draw(st.floats(0, 1)) < 0.3
+    queue = one_of(data, [r for r in resources if isinstance(r, WorkQueue)] or [None], resources + ["q"])
+    skip_if = one_of(data, [None, FuzzQueue.skip_work_tile_if, lambda t: False], [5, Gmem.store, lambda a, b, c: 1])
+    bounds = one_of(data, [(0, 4, 1), (0, 3, 1), (1, 8, 2), (0, DynTask.get_domain_size, 1)],
+                    [(0, 4, 0), ("a", 4, 1), (0, None, 1), (0, 4, -1), (0, 2.5, 1), (0, Gmem.store, 1)])
+    has_loop = data.draw(st.booleans())
+    split = data.draw(st.integers(0, len(ops)))
+
+    def run_ops(proxies, g, d, wtl, chunk):
+        tokens = []
+        for target, pick, guard, pass_token in chunk:
+            obj = g if target < 0 else proxies[target]
+            res = group if target < 0 else resources[target]
+            names = VERBS + (WORK.get(type(res), []) if target >= 0 else [m.name for m in group.members
+                                                                           if isinstance(getattr(m, "name", 0), str)])
+            attr = names[pick % len(names)]
+            ctx = None
+            if guard == 1 and d is not None:
+                ctx = d.first_iter()
+            elif guard == 2 and d is not None:
+                ctx = d.last_iter()
+            elif guard == 3 and d is not None:
+                ctx = d.every(2, start=pick % 3)
+            elif guard == 4 and tokens:
+                ctx = (when_true if pick % 2 else when_false)(tokens[pick % len(tokens)])
+            elif guard == 5 and wtl is not None:
+                ctx = wtl.skippable()
+            kwargs = {}
+            if pass_token and tokens and attr not in VERBS:
+                kwargs[["value", "desc_a", "cur", "coord_k", "acc"][pick % 5]] = tokens[-1]
+
+            def call():
+                member = getattr(obj, attr)
+                result = member(**kwargs) if callable(member) else member
+                if isinstance(result, warpsched.model.ir.Token):
+                    tokens.append(result)
+            if ctx is None:
+                call()
+            else:
+                with ctx:
+                    call()
+
+    @schedule
+    def body(*proxies):
+        g = proxies[-1] if group is not None else None
+        proxies = proxies[:-1] if group is not None else proxies
+
+        def inner(wtl):
+            run_ops(proxies, g, None, wtl, ops[:split])
+            if has_loop:
+                with domain_loop(*bounds) as d:
+                    run_ops(proxies, g, d, wtl, ops[split:])
+            else:
+                run_ops(proxies, g, None, wtl, ops[split:])
+
+        if persistent:
+            with work_tile_loop(queue, skip_if=skip_if) as wtl:
+                inner(wtl)
+        else:
+            inner(None)
+
+    args = list(resources) + ([group] if group is not None else [])
+    return body(*args)
+
+
+def draw_group(data, resources):
+    if data.draw(st.floats(0, 1)) > 0.25:
+        return None
+    members = data.draw(st.lists(st.sampled_from(resources + ["junk", 3]), min_size=0, max_size=3))
+    mode = one_of(data, list(PipelineGroupMode), ["Merge", None])
+    return PipelineGroup(name=one_of(data, ["grp"], [None, 4]), members=members, mode=mode)
+
+
+def draw_tasks(data, resources, group):
+    tasks = []
+    for i in range(data.draw(st.integers(1, 4))):
+        src = data.draw(st.lists(st.sampled_from(resources), max_size=4, unique_by=id))
+        dst = data.draw(st.lists(st.sampled_from(resources), max_size=4, unique_by=id))
+        if data.draw(st.floats(0, 1)) < 0.05:
+            src = data.draw(st.sampled_from([None, [5], ["s"], (resources[0],)]))
+        try:
+            sched = make_schedule(data, resources, group) if data.draw(st.floats(0, 1)) < 0.95 else \
+                one_of(data, [None], [ScheduleFunction(lambda: None), "s"])
+        except ScheduleError:
+            sched = None
+        cls = DynTask if data.draw(st.booleans()) else Task
+        tasks.append(cls(name=one_of(data, [f"t{i}"], [None, "t0"]), src_resources=src, dst_resources=dst,
+                         warp_idx=one_of(data, [i, 4 * i, i + 1], [-1, "0", None, 2.5]),
+                         num_warps=one_of(data, [1, 4, 2], [0, -1, "2", None, 64]), schedule=sched,
+                         num_registers=one_of(data, [None, 40, 232, 128], [100, "x", 0, 512])))
+    return tasks
+
+
+def draw_graph(data, resources):
+    if data.draw(st.floats(0, 1)) < 0.03:
+        return data.draw(st.sampled_from([[], "g", 5]))
+    graph = {}
+    for r in data.draw(st.lists(st.sampled_from(resources), max_size=len(resources), unique_by=id)):
+        ups = data.draw(st.lists(st.sampled_from(resources), max_size=3))
+        graph[r] = ups if data.draw(st.floats(0, 1)) > 0.1 else data.draw(st.sampled_from(GARBAGE + resources))
+    return graph
+
+
+def draw_allocators(data, resources):
+    smem = tmem = None
+    if data.draw(st.floats(0, 1)) < 0.3:
+        smem = SmemAllocator(capacity_bytes=one_of(data, [None, 4096, 232448], [0, -1]))
+        for _ in range(data.draw(st.integers(0, 3))):
+            smem.allocations.append(SmemAllocation("a", dtype=one_of(data, [2, 4], ["f16", None]),
+                                                   count=one_of(data, [10, 100_000], [-3, "n", None])))
+        if data.draw(st.booleans()):
+            try:
+                smem.compute_layout()
+            except LayoutError:  # the allocator's own error for a malformed allocation
+                pass
+    if data.draw(st.floats(0, 1)) < 0.2:
+        tmem = TmemAllocator(capacity_columns=one_of(data, [512, 128], [0, None]))
+        for _ in range(data.draw(st.integers(0, 3))):
+            tmem.allocations.append(TmemAllocation("t", one_of(data, [128, 256], [-1, "c", None])))
+    return smem, tmem
+
+
+def build_and_check(data, *, exhaustive=False):
+    """Build one random program; return 'accepted', 'rejected' or raise the internal error."""
+    resources = draw_resources(data)
+    group = draw_group(data, resources)
+    tasks = draw_tasks(data, resources, group)
+    graph = draw_graph(data, resources)
+    smem, tmem = draw_allocators(data, resources)
+    opts = dict(verbose=data.draw(st.booleans()), out=io.StringIO(), exhaustive_deadlock_race_check=exhaustive,
+                max_states=2000,
+                skip_validation=data.draw(st.floats(0, 1)) < 0.1,
+                assume_pdl_wait_completed=data.draw(st.booleans()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, tmem_allocator=tmem,
+                        **opts)
+        except (ValidationError, ScheduleError):
+            return "rejected"
+    return "accepted"
+
+
+def test_random_programs_never_crash():
+    """Bounded (a few seconds): every outcome is acceptance or warpsched's own error."""
+    outcomes = []
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.data())
+    def run(data):
+        outcomes.append(build_and_check(data))
+
+    run()
+    assert set(outcomes) <= {"accepted", "rejected"}
+    assert outcomes.count("rejected") > 0
