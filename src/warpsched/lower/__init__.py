@@ -3,6 +3,40 @@
 Entry point: :class:`warpsched.lower.kernel.KernelLowering` (used by
 ``TaskManager.setup_resources_and_tasks()`` / ``run()``). Importing this package does not
 import CuTe DSL; the submodules do.
+
+Modules: ``kernel`` (setup / run), ``memory`` (one SMEM block, barrier storage, TMEM),
+``pipelines`` (one cutlass.pipeline object per resource, the six verbs, signaling, counters),
+``groups`` (Merge / Fork / FusedMerge shared barriers), ``dispatch`` (warp ranges, setmaxnreg),
+``loops`` (sections, guards, domain / work-tile loops, tokens, StageInfo), ``dsl`` (runtime for / if
+with explicit carries), ``pdl`` (griddepcontrol).
+
+What a schedule becomes:
+  task                  ``if warp_idx in [warp_idx, warp_end)`` (warp uniform); warp groups with
+                        ``num_registers`` first run setmaxnreg (inc above the launch share, dec below)
+  acquire / commit      ``producer_acquire`` / ``producer_commit`` of the protocol's cutlass class
+                        (TMA / CLC arm at acquire, commit is a no-op); try_acquire returns a token the
+                        next acquire consumes (one bracket: never carried into a loop)
+  wait / release        ``consumer_wait`` / ``consumer_release``; try_wait likewise
+  TaskWarpLeader        the side's arrive runs in the task's first warp only, after a named barrier
+                        over the task's warps (bar.sync 15 - task index) when threads arrive
+  counters              one PipelineState per side, advanced by the side's closing verb;
+                        advance_on_acquire / advance_on_wait split it in two; interleave lanes start
+                        a counter on its lane (warp-lane: warp - warp_idx; domain-lane: start % stride)
+                        and advance it by the stride
+  domain_loop           ``scf.for`` (runtime bounds, unroll); first_iter() blocks peel iteration 0
+  guards                first / last / every on the iteration, when_true / when_false on the token,
+                        skippable() on the WorkQueue's skip predicate
+  work_tile_loop        static persistent ``for t in range(blockIdx.x, tiles, gridDim.x)``; queue
+                        verbs are the induction variable; dynamic domains call the Task's provider
+  work                  ``WorkSpec.fn(resource, StageInfo(loop_offset, stage_idx, barrier, work_tile,
+                        context), **tokens, **const_args)``; a value read outside the loop / guard that
+                        produced it is carried with its TaskLocalVariable default
+  end of a task         producer_tail on every dense pipeline the task acquired
+Refused with a LoweringError (never emitted differently from what the checker verified):
+UmmaUmma (no cutlass class), CLC dynamic WorkQueues, clusters other than TmaAsync over
+(1, m, n, 1), leader signaling inside a cluster, interleaved / cluster members of pipeline
+groups, a domain-lane counter without a compile-time start or with step != stride, values
+escaping a runtime region without a typed default.
 """
 from __future__ import annotations
 
