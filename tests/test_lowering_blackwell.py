@@ -40,3 +40,29 @@ def test_tcgen05_gemm_compiles_for_sm100a():
 def test_tcgen05_gemm_program_passes_check():
     mgr = _load().build(verbose=False)
     assert mgr.result.accepted, [f.format() for f in mgr.result.errors]
+
+
+def _load_path(name, rel):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, *rel.split("/")))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# clc_copy (2 stages): init 2 + 2; arrive = the scheduler's arrive.expect_tx (16 bytes) + one release per
+# task (remote-capable arrive on CTA 0); try_wait = scheduler (try + acquire + try + wait + producer_tail 2)
+# + copy task (try + wait); one try_cancel; each task decodes validity (is_canceled), the copy task also
+# the tile's x coordinate.
+CLC = {"mbarrier.init": 4, "mbarrier.arrive": 3, "mbarrier.try_wait": 8, "expect_tx": 1,
+       "clusterlaunchcontrol.try_cancel": 1, "query_cancel.is_canceled": 2, "get_first_ctaid::x": 1,
+       "fence.proxy.async.shared::cta": 2}
+
+
+def test_clc_dynamic_queue_compiles_for_sm100a():
+    mod = _load_path("ws_clc_copy", "examples/blackwell/clc_copy.py")
+    ptx = mod.compile_for_cpu().artifacts.PTX
+    lines = ptx.splitlines()
+    assert ".target sm_100a" in ptx
+    assert {p: sum(p in line for line in lines) for p in CLC} == CLC
+    assert mod.build(verbose=False).result.accepted

@@ -26,14 +26,16 @@ What a schedule becomes:
   domain_loop           ``scf.for`` (runtime bounds, unroll); first_iter() blocks peel iteration 0
   guards                first / last / every on the iteration, when_true / when_false on the token,
                         skippable() on the WorkQueue's skip predicate
-  work_tile_loop        static persistent ``for t in range(blockIdx.x, tiles, gridDim.x)``; queue
-                        verbs are the induction variable; dynamic domains call the Task's provider
+  work_tile_loop        static queue: ``for t in range(blockIdx.x, tiles, gridDim.x)``, its verbs are the
+                        induction variable; CLC queue (ClcFetchAsync): ``while tile valid``, fetch =
+                        clusterlaunchcontrol.try_cancel into the acquired stage, get_and_advance = decode
+                        the waited response; dynamic domains call the Task's provider per tile
   work                  ``WorkSpec.fn(resource, StageInfo(loop_offset, stage_idx, barrier, work_tile,
                         context), **tokens, **const_args)``; a value read outside the loop / guard that
                         produced it is carried with its TaskLocalVariable default
   end of a task         producer_tail on every dense pipeline the task acquired
 Refused with a LoweringError (never emitted differently from what the checker verified):
-UmmaUmma (no cutlass class), CLC dynamic WorkQueues, clusters other than TmaAsync over
+UmmaUmma (no cutlass class), CLC queues over clusters, clusters other than TmaAsync over
 (1, m, n, 1), leader signaling inside a cluster, interleaved / cluster members of pipeline
 groups, a domain-lane counter without a compile-time start or with step != stride, values
 escaping a runtime region without a typed default.

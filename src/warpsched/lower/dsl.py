@@ -68,3 +68,27 @@ def dyn_if(env: Dict[Any, Any], keys: Sequence[Any], pred, then: Callable[[Dict]
     out = _ah.if_executor(pred=pred, then_block=branch(then), else_block=branch(otherwise), write_args=vals,
                           full_write_args_count=len(vals), write_args_names=[f"c{j}" for j in range(len(keys))])
     env.update(zip(keys, _as_list(out, len(keys))))
+
+
+def dyn_while(env: Dict[Any, Any], keys: Sequence[Any], cond: Callable[[Dict], Any],
+              body: Callable[[Dict], None]) -> None:
+    """``while cond(env): body(env)`` as an ``scf.while``; ``body`` rebinds ``keys``."""
+    keys = list(keys)
+    vals = [env[k] for k in keys]
+
+    def bind(carried):
+        inner = dict(env)
+        inner.update(zip(keys, carried))
+        return inner
+
+    def before(*carried):
+        return [cond(bind(carried)), list(carried)]
+
+    def after(*carried):
+        inner = bind(carried)
+        body(inner)
+        return [inner[k] for k in keys]
+
+    out = _ah.while_executor(write_args=vals, full_write_args_count=len(vals), while_before_block=before,
+                             while_after_block=after, write_args_names=[f"c{j}" for j in range(len(keys))])
+    env.update(zip(keys, _as_list(out, len(keys))))

@@ -27,6 +27,7 @@ class KernelLowering:
         self.producer_tail = producer_tail
         self.pipes: Dict[int, PipelineLowering] = {}
         self.group_of: Dict[int, object] = {}  # member id -> its PipelineGroup
+        self.clc_response: Dict[int, object] = {}  # dynamic WorkQueue id -> SMEM response buffer
         self.warp_idx = None
         self.context = KernelContext()
         self._tmem_cols = 0
@@ -58,9 +59,11 @@ class KernelLowering:
             for m in group.members:
                 self.group_of[id(m)] = group
         for res in program.pipelined_resources:
-            if isinstance(res, WorkQueue) or id(res) in self.pipes:
+            if (isinstance(res, WorkQueue) and not res.is_dynamic) or id(res) in self.pipes:
                 continue
             self.pipes[id(res)] = PipelineLowering(program, res, smem.barriers_for(res))
+            if isinstance(res, WorkQueue):  # CLC responses: 16 bytes per stage
+                self.clc_response[id(res)] = smem.cutlass_alloc.allocate(16 * res.pipeline_config.num_stages, 16)
         cluster = cluster_shape_mn(program)
         if self.pipes:
             cute.arch.mbarrier_init_fence()

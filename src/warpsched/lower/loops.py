@@ -20,11 +20,12 @@ import cutlass.cute as cute
 from ..model.ir import Section, StepKind
 from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
 from . import LoweringError
-from .dsl import dyn_for, dyn_if
+from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
 from .pipelines import VERB_COUNTER, counter_plan, counter_stride, make_state
 
 SYNC_KINDS = set(VERB_COUNTER)
+TILE_KEYS = (("tile", "x"), ("tile", "y"), ("tile", "z"), ("tile", "valid"))  # the CLC loop's current tile
 WORK_KINDS = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.ConsumerWork, StepKind.ConsumerAux}
 
 
@@ -69,9 +70,6 @@ class TaskEmitter:
     # ------------------------------------------------------------------ validation
     def _check_step(self, s):
         res = s.resource
-        if isinstance(res, WorkQueue) and res.is_dynamic:
-            raise LoweringError("CLC dynamic WorkQueues are checked but not lowered yet", task=self.task,
-                                resource=res, location=s.location, fix="use a static WorkQueue (no pipeline_config)")
         if s.kind in SYNC_KINDS and not isinstance(res, WorkQueue) and _cfg(res) is None:
             raise LoweringError(f"{s.kind.label} on a resource without a pipeline_config", task=self.task,
                                 resource=res, location=s.location, fix="give the resource a pipeline_config")
@@ -111,7 +109,7 @@ class TaskEmitter:
         return ("try", id(res), side)
 
     def _pipelined(self, res) -> bool:
-        return _cfg(res) is not None and not isinstance(res, WorkQueue)
+        return _cfg(res) is not None  # a static WorkQueue has none: its verbs are the loop's arithmetic
 
     def _writes(self, steps: Sequence) -> Set[Any]:
         keys: Set[Any] = set()
@@ -125,6 +123,8 @@ class TaskEmitter:
                 keys.add(self._cur(res, side))
             for tok in s.returns:
                 keys.add(self._tkey(tok))
+            if s.kind is StepKind.QueueAdvance and self._pipelined(res):
+                keys.update(TILE_KEYS)
         return keys
 
     # ------------------------------------------------------------------ tokens
@@ -267,6 +267,8 @@ class TaskEmitter:
 
     def _tile_loop(self, env, wtl, frame):
         wq = wtl.work_queue
+        if wq.is_dynamic:
+            return self._clc_tile_loop(env, wtl, frame)
         cfg = wq.tile_scheduler_config
         if cfg is None or cfg.num_tiles is None:
             raise LoweringError("a static WorkQueue needs tile_scheduler_config=TileSchedulerConfig(num_tiles=...)",
@@ -296,6 +298,50 @@ class TaskEmitter:
             self._sections(inner, frame.with_(work_tile=tile, skip=skip))
 
         dyn_for(env, keys, bid, total, gdim, body, unroll=1)
+
+    def _clc_tile_loop(self, env, wtl, frame):
+        """CLC dynamic persistent loop: the first tile is this CTA's own; each
+        ``get_and_advance_work_tile()`` decodes the waited response into the next one; the loop ends
+        when a response carries no tile."""
+        wq = wtl.work_queue
+        bx, by, bz = cute.arch.block_idx()
+        env.update(zip(TILE_KEYS, (cutlass.Int32(bx), cutlass.Int32(by), cutlass.Int32(bz), cutlass.Int32(1))))
+        inner_steps = [s for s in self.steps if s.section in (Section.HEAD, Section.LOOP, Section.TAIL)]
+        self._seed(env, inner_steps, True)
+        keys = [k for k in self._writes(inner_steps) if k in env]
+        for k in TILE_KEYS:
+            if k not in keys:
+                keys.append(k)
+
+        def body(inner):
+            x, y, z, valid = (inner[k] for k in TILE_KEYS)
+            tile = WorkTileInfo(tile_idx=(x, y, z), is_valid_tile=valid != 0)
+            skip = None
+            if wtl.has_skippable and wtl.skip_if is not None:
+                skip = _call_skip(wtl.skip_if, wq, tile)
+            self._sections(inner, frame.with_(work_tile=tile, skip=skip))
+
+        dyn_while(env, keys, lambda e: e[TILE_KEYS[3]] != 0, body)
+
+    def _clc_fetch(self, env, s):
+        """``fetch_work_tile()``: one thread asks the hardware to cancel a not-yet-started cluster; the
+        16-byte response lands in the acquired stage and completes its full barrier."""
+        wq = s.resource
+        cur = env[self._cur(wq, "producer")]
+        mbar = self._pipe(wq).pipe.producer_get_barrier(cur)
+        resp = (self.L.clc_response[id(wq)] + cur.index * 16).align(min_align=16)
+        with cute.arch.elect_one():
+            cute.arch.issue_clc_query(mbar, resp)
+
+    def _clc_advance(self, env, s):
+        """``get_and_advance_work_tile()``: decode the waited stage's response into the next tile."""
+        wq = s.resource
+        cur = env[self._cur(wq, "consumer")]
+        resp = (self.L.clc_response[id(wq)] + cur.index * 16).align(min_align=16)
+        x, y, z, valid = cute.arch.clc_response(resp)
+        # the next query (async proxy) may overwrite this stage once it is released
+        cute.arch.fence_proxy("async.shared", space="cta")
+        env.update(zip(TILE_KEYS, (x, y, z, valid)))
 
     def _drop_try(self, env, steps):
         touched = {(id(s.resource), _side(s.kind)) for s in steps if s.kind in SYNC_KINDS}
@@ -374,8 +420,12 @@ class TaskEmitter:
         if kind in (StepKind.PdlWait, StepKind.PdlLaunch):
             emit_pdl(kind)
             return
-        if isinstance(res, WorkQueue):
+        if isinstance(res, WorkQueue) and not res.is_dynamic:
             return  # static queue: the tile loop's induction variable is the queue state
+        if kind is StepKind.QueueFetch:
+            return self._clc_fetch(env, s)
+        if kind is StepKind.QueueAdvance:
+            return self._clc_advance(env, s)
         if kind in SYNC_KINDS:
             self._sync(env, s)
             return

@@ -75,7 +75,6 @@ class PipelineLowering:
         if cfg.num_ctas != 1:
             self._check_cluster(cfg, resource, loc)
         self.producer_warps = self._side_warps(program, (StepKind.ProducerAcquire, StepKind.ProducerCommit))
-        self.consumer_warps = self._side_warps(program, (StepKind.ConsumerWait, StepKind.ConsumerRelease))
         self.tx_count = 0
         if self.proto.transaction_bytes:
             # warp-lane interleaving: every producer warp arms its own lane's stage with the whole stage
