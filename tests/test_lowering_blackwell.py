@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-pytest.importorskip("cutlass")
+cutlass = pytest.importorskip("cutlass")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -66,3 +66,65 @@ def test_clc_dynamic_queue_compiles_for_sm100a():
     assert ".target sm_100a" in ptx
     assert {p: sum(p in line for line in lines) for p in CLC} == CLC
     assert mod.build(verbose=False).result.accepted
+
+
+def test_umma_umma_pipeline_compiles_for_sm100a():
+    """UmmaUmma (no cutlass class in 4.8.1): both sides arrive with tcgen05.commit."""
+    from dataclasses import dataclass
+
+    import cutlass.cute as cute
+    import cutlass.pipeline as pipeline
+
+    sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+    import _common
+
+    from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskManager, consumer_work,
+                           domain_loop, producer_work, schedule)
+
+    @dataclass(kw_only=True)
+    class Acc(MemoryResource):
+        @producer_work
+        def mma1(self, stage_info: StageInfo):
+            pass
+
+        @consumer_work
+        def mma2(self, stage_info: StageInfo):
+            pass
+
+    @schedule
+    def first(acc, n):
+        with domain_loop(0, n, 1):
+            acc.acquire()
+            acc.mma1()
+            acc.commit()
+
+    @schedule
+    def second(acc, n):
+        with domain_loop(0, n, 1):
+            acc.wait()
+            acc.mma2()
+            acc.release()
+
+    def build(n):
+        cg = pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)
+        acc = Acc(name="Acc", pipeline_config=PipelineConfig.create_umma_umma_pipeline_cfg(
+            num_stages=2, producer_group=cg, consumer_group=cg, cta_layout_vmnk=(1, 1, 1, 1)))
+        return TaskManager(tasks=[Task(name="Mma1", dst_resources=[acc], warp_idx=0, schedule=first(acc, n)),
+                                  Task(name="Mma2", src_resources=[acc], warp_idx=1, schedule=second(acc, n))],
+                           resource_dependency_graph={acc: []}, verbose=False, **_common.IN_KERNEL)
+
+    @cute.kernel
+    def kern(n: cutlass.Int32):
+        mgr = build(n)
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+    @cute.jit
+    def host(n: cutlass.Int32):
+        kern(n).launch(grid=[1, 1, 1], block=[64, 1, 1])
+
+    ptx = cute.compile(host, cutlass.Int32(4), options=_common.ptx_options("sm_100a")).artifacts.PTX
+    lines = ptx.splitlines()
+    want = {"mbarrier.init": 4, "tcgen05.commit": 2, "mbarrier.try_wait": 3, "mbarrier.arrive": 0}
+    assert {p: sum(p in line for line in lines) for p in want} == want
+    assert build(4).result.accepted

@@ -34,8 +34,10 @@ What a schedule becomes:
                         context), **tokens, **const_args)``; a value read outside the loop / guard that
                         produced it is carried with its TaskLocalVariable default
   end of a task         producer_tail on every dense pipeline the task acquired
+  UmmaUmma              no cutlass class in 4.8.1: assembled from two TCGen05Mma MbarrierArrays
+                        (tcgen05.commit on both sides)
 Refused with a LoweringError (never emitted differently from what the checker verified):
-UmmaUmma (no cutlass class), CLC queues over clusters, clusters other than TmaAsync over
+CLC queues over clusters, clusters other than TmaAsync over
 (1, m, n, 1), leader signaling inside a cluster, interleaved / cluster members of pipeline
 groups, a domain-lane counter without a compile-time start or with step != stride, values
 escaping a runtime region without a typed default.

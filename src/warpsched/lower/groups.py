@@ -25,7 +25,7 @@ from cutlass.pipeline.helpers import MbarrierArray, PipelineOp
 from ..model.enums import PipelineGroupMode, PipelineType
 from ..protocol.barriers import barrier_init, group_barrier_init, protocol_of
 from . import LoweringError
-from .pipelines import PipelineLowering
+from .pipelines import PipelineLowering, make_umma_umma
 
 # (producer op, consumer op) per pipeline type, as the cutlass classes initialize them
 OPS = {
@@ -34,6 +34,7 @@ OPS = {
     PipelineType.TmaUmma: (PipelineOp.TmaLoad, PipelineOp.TCGen05Mma),
     PipelineType.UmmaAsync: (PipelineOp.TCGen05Mma, PipelineOp.AsyncThread),
     PipelineType.AsyncUmma: (PipelineOp.AsyncThread, PipelineOp.TCGen05Mma),
+    PipelineType.UmmaUmma: (PipelineOp.TCGen05Mma, PipelineOp.TCGen05Mma),
 }
 
 
@@ -43,9 +44,11 @@ def _cg(n: int):
 
 def _assemble(cfg, full, empty):
     """The cutlass pipeline object of ``cfg``'s type over the given sync objects (1 CTA)."""
-    cls = getattr(cpipe, protocol_of(cfg).cutlass_class)
     S = cfg.num_stages
     t = cfg.pipeline_type
+    if t is PipelineType.UmmaUmma:
+        return make_umma_umma(S, None, None, None, full=full, empty=empty)
+    cls = getattr(cpipe, protocol_of(cfg).cutlass_class)
     if t is PipelineType.TmaAsync:
         tidx, _, _ = cute.arch.thread_idx()
         return cls(full, empty, S, None, None, tidx % 32 == 0)
@@ -124,5 +127,3 @@ class GroupLowering:
             pipe.sync_object_full.arrive_and_expect_tx(state.index, self.tx_sum)
         self.collapsed._gate(task, "producer", warp_idx, arm, sync_task=False)
 
-
-_ = PipelineType

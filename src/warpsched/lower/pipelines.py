@@ -13,6 +13,7 @@ with a LoweringError until they are lowered.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
 import cutlass
@@ -61,10 +62,6 @@ class PipelineLowering:
         self.resource, self.config, self.proto = resource, cfg, protocol_of(cfg)
         self.arms_on_acquire = self.proto.producer_arms_on_acquire  # a Fork member arms at group.commit()
         loc = cfg.location
-        if cfg.pipeline_type is PipelineType.UmmaUmma:
-            raise LoweringError("UmmaUmma pipelines have no cutlass.pipeline class in CuTe DSL 4.8.1 and are not "
-                                "lowered yet", resource=resource, location=loc,
-                                fix="use a TmaUmma / UmmaAsync pair, or write the barrier traffic by hand")
         for verb, stride in zip(("producer_acquire", "producer_commit", "consumer_wait", "consumer_release"),
                                 cfg.strides):
             if not isinstance(stride, int) or stride < 1 or cfg.num_stages % stride:
@@ -80,7 +77,7 @@ class PipelineLowering:
             # warp-lane interleaving: every producer warp arms its own lane's stage with the whole stage
             warp_lane = self.producer_warps > 1 and self.producer_warps == cfg.strides[0]
             self.tx_count = cfg.num_bytes if warp_lane else tx_bytes_per_arm(cfg, self.producer_warps)
-        cls = getattr(cpipe, self.proto.cutlass_class)
+        cls = getattr(cpipe, self.proto.cutlass_class, None)
         # Init counts come from the shared protocol (thread-count declarations on per-warp
         # sides are normalized there), so the barriers are armed exactly as the checker models.
         if barrier_init is not None:
@@ -101,6 +98,8 @@ class PipelineLowering:
             kw["tx_count"] = self.tx_count
         if cfg.pipeline_type is PipelineType.AsyncAsync and self.proto.producer_arrive.value == "cp.async":
             cls = cpipe.PipelineCpAsync
+        if pipe is None and cfg.pipeline_type is PipelineType.UmmaUmma:
+            pipe = make_umma_umma(cfg.num_stages, full, empty, barrier_ptr)
         self.pipe = pipe if pipe is not None else cls.create(**kw)
 
     def _check_cluster(self, cfg, resource, loc) -> None:
@@ -192,6 +191,23 @@ class PipelineLowering:
         if side == "producer":
             return self.pipe.producer_get_barrier(state)
         return self.pipe.consumer_get_barrier(state)
+
+
+@dataclass(frozen=True)
+class PipelineUmmaUmma(cpipe.PipelineUmmaAsync):
+    """UMMA producer and UMMA consumer (CuTe DSL 4.8.1 has no class for it): both sides arrive with
+    ``tcgen05.commit``; the consumer's release passes the CTA group like PipelineTmaUmma's."""
+
+    def consumer_release(self, state, *, loc=None, ip=None):
+        self.sync_object_empty.arrive(state.index, self.consumer_mask, self.cta_group, loc=loc, ip=ip)
+
+
+def make_umma_umma(stages, full_group, empty_group, barrier_ptr, full=None, empty=None):
+    from cutlass.pipeline.helpers import MbarrierArray, PipelineOp
+
+    full = full or MbarrierArray(barrier_ptr, stages, (PipelineOp.TCGen05Mma, full_group))
+    empty = empty or MbarrierArray(barrier_ptr + stages, stages, (PipelineOp.TCGen05Mma, empty_group))
+    return PipelineUmmaUmma(full, empty, stages, None, None, cute.nvgpu.tcgen05.CtaGroup.ONE)
 
 
 def _mcast_mode(mode) -> Tuple[int, int]:
