@@ -257,6 +257,130 @@ def build_and_check(data, *, exhaustive=False):
     return "accepted"
 
 
+# ------------------------------------------------------------------ mutated well-formed programs
+# A GEMM-shaped program that passes every check, then 1-3 random mutations: this reaches the
+# deeper checks (bracketing, DMA ordering, counts, interleaving, groups, PDL) with programs
+# that are almost right, which is where real mistakes live.
+GEMM_OPS = {
+    "load": [("head", 4, "wait_griddep"), ("loop", 0, "compute_coords"), ("loop", 1, "try_acquire"),
+             ("loop", 1, "acquire"), ("loop", 1, "tma_load_a"), ("loop", 1, "commit"), ("tail", 5, "launch_griddep")],
+    "mma": [("head", 2, "acquire"), ("loop", 1, "try_wait"), ("loop", 1, "wait"), ("loop", 1, "build_desc"),
+            ("loop", 2, "mma"), ("loop", 1, "release"), ("tail", 2, "commit")],
+    "store": [("head", 2, "wait"), ("head", 2, "read"), ("head", 3, "store"), ("head", 2, "release")],
+}
+ROLES = {"load": ([0, 4], [1, 5]), "mma": ([1], [2]), "store": ([2], [3])}
+QUEUE_TAIL = [("tail", 6, "try_wait"), ("tail", 6, "wait"), ("tail", 6, "get_and_advance_work_tile"),
+              ("tail", 6, "release")]
+
+
+def build_mutated(data, *, exhaustive=False, max_mutations=3):
+    smem_cfg = dict(num_stages=4, num_bytes=4096, producer_group=cg(1), consumer_group=cg(1),
+                    cta_layout_vmnk=(1, 1, 1, 1))
+    tmem_cfg = dict(num_stages=2, producer_group=cg(1), consumer_group=cg(128), cta_layout_vmnk=(1, 1, 1, 1))
+    persistent = data.draw(st.booleans())
+    ops = {k: list(v) + (QUEUE_TAIL if persistent else []) for k, v in GEMM_OPS.items()}
+    warps = {"load": 1, "mma": 1, "store": 4}
+    roles = {k: (list(a), list(b)) for k, (a, b) in ROLES.items()}  # mutated below: copy the template
+    graph_extra = []
+    async_smem = False
+    for _ in range(data.draw(st.integers(min(1, max_mutations), max_mutations))):
+        what = data.draw(st.sampled_from(["drop", "dup", "swap", "section", "smem_cfg", "tmem_cfg", "warps",
+                                          "graph", "role", "type"]))
+        task = data.draw(st.sampled_from(sorted(ops)))
+        seq = ops[task]
+        if what in ("drop", "dup", "swap", "section") and seq:
+            j = data.draw(st.integers(0, len(seq) - 1))
+            if what == "drop":
+                seq.pop(j)
+            elif what == "dup":
+                seq.insert(j, seq[j])
+            elif what == "swap" and j + 1 < len(seq):
+                seq[j], seq[j + 1] = seq[j + 1], seq[j]
+            elif what == "section":
+                seq[j] = (data.draw(st.sampled_from(["head", "loop", "tail"])),) + seq[j][1:]
+        elif what in ("smem_cfg", "tmem_cfg"):
+            cfg = smem_cfg if what == "smem_cfg" else tmem_cfg
+            key = data.draw(st.sampled_from(["num_stages", "num_bytes", "producer_group", "consumer_group",
+                                             "interleave_stride", "cta_layout_vmnk", "advance_on_wait",
+                                             "producer_signaling_threads", "num_bytes_per_warp_per_cta",
+                                             "consumer_wait_signaling_threads"]))
+            cfg[key] = data.draw(st.sampled_from([0, 1, 2, 3, 4, 8, -1, None, "x", cg(1), cg(32), cg(4), (1, 1, 2, 2),
+                                                  (2, 1, 1, 1), True, ST.TaskWarpLeader, ST.CtaLeader, 1024]))
+        elif what == "warps":
+            warps[task] = data.draw(st.sampled_from([1, 2, 4, 0, -1, "w"]))
+        elif what == "graph":
+            graph_extra.append((data.draw(st.integers(0, 6)), data.draw(st.integers(0, 6))))
+        elif what == "type":
+            async_smem = True
+        elif what == "role":
+            src, dst = roles[task]
+            (src if data.draw(st.booleans()) else dst).append(data.draw(st.integers(0, 6)))
+    if async_smem:
+        smem = PipelineConfig.create_async_async_pipeline_cfg(**{k: v for k, v in smem_cfg.items()
+                                                                 if k != "num_bytes"})
+    else:
+        smem_cfg.setdefault("num_bytes", 0)
+        smem = PipelineConfig.create_tma_umma_pipeline_cfg(**smem_cfg)
+    res = [Gmem(name="gmem"), Buf(name="smem", pipeline_config=smem),
+           Buf(name="tmem", pipeline_config=PipelineConfig.create_umma_async_pipeline_cfg(**tmem_cfg)),
+           Gmem(name="out"), PdlWaitBarrier(name="pdl_wait"), PdlLaunchBarrier(name="pdl_launch"),
+           FuzzQueue(name="wq")]
+    graph = {res[1]: [res[0]], res[2]: [res[1]], res[3]: [res[2]], res[0]: [res[4]], res[5]: []}
+    if persistent:
+        graph[res[1]].append(res[6])
+    for a, b in graph_extra:
+        graph.setdefault(res[a], []).append(res[b])
+    tasks = []
+    for i, name in enumerate(sorted(ops)):
+        seq = ops[name]
+
+        @schedule
+        def body(*rs, seq=seq):
+            tokens = []
+
+            def emit(section):
+                for sec, idx, verb in seq:
+                    if sec != section:
+                        continue
+                    kw = {}
+                    if tokens and verb in ("tma_load_a", "mma", "store"):
+                        kw = {"tma_load_a": "coord_k", "mma": "desc_a", "store": "value"}[verb]
+                        kw = {kw: tokens[-1]}
+                    out = getattr(rs[idx], verb)(**kw)
+                    if isinstance(out, warpsched.model.ir.Token):
+                        tokens.append(out)
+
+            def tile():
+                emit("head")
+                with domain_loop(0, 4, 1):
+                    emit("loop")
+                emit("tail")
+
+            if persistent:
+                with work_tile_loop(rs[6]):
+                    tile()
+            else:
+                tile()
+
+        src, dst = roles[name]
+        src_r = [res[j] for j in sorted(set(src) | ({6} if persistent else set()))]
+        dst_r = [res[j] for j in sorted(set(dst))]
+        try:
+            sched = body(*res)
+        except ScheduleError:
+            return "rejected"
+        tasks.append(Task(name=name, src_resources=src_r, dst_resources=dst_r, warp_idx=4 * i, num_warps=warps[name],
+                          schedule=sched))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            TaskManager(tasks=tasks, resource_dependency_graph=graph, verbose=data.draw(st.booleans()),
+                        out=io.StringIO(), exhaustive_deadlock_race_check=exhaustive, max_states=5000)
+        except (ValidationError, ScheduleError):
+            return "rejected"
+    return "accepted"
+
+
 def test_random_programs_never_crash():
     """Bounded (a few seconds): every outcome is acceptance or warpsched's own error."""
     outcomes = []
@@ -269,3 +393,23 @@ def test_random_programs_never_crash():
     run()
     assert set(outcomes) <= {"accepted", "rejected"}
     assert outcomes.count("rejected") > 0
+
+
+def test_mutated_programs_never_crash():
+    outcomes = []
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(st.data())
+    def run(data):
+        outcomes.append(build_mutated(data))
+
+    run()
+    assert set(outcomes) <= {"accepted", "rejected"}
+    assert outcomes.count("rejected") > 0 and outcomes.count("accepted") > 0
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.data())
+def test_unmutated_template_is_accepted(data):
+    """The template the mutations start from is a valid program (else mutations prove little)."""
+    assert build_mutated(data, max_mutations=0) == "accepted"

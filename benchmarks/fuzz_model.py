@@ -1,0 +1,76 @@
+"""Longer fuzz run of the model (the suite's tests/test_fuzz_model.py runs a bounded one).
+
+Builds random, often malformed programs (resources, pipeline configs, schedules, graphs,
+groups, tasks, allocators) and constructs a TaskManager for each. Every outcome must be
+acceptance or warpsched's own ValidationError / ScheduleError; anything else is an
+internal error, counted and shown with its last frame.
+
+    .venv/bin/python benchmarks/fuzz_model.py [--examples 5000] [--mode random|mutated] [--exhaustive] [--seed 0]
+
+``--mode random`` draws whole programs from scratch (mostly malformed); ``--mode mutated``
+starts from a valid GEMM-shaped program and applies 1-3 mutations (almost-right programs).
+
+``--exhaustive`` also runs the exhaustive checker on programs the static checks accept
+(bounded to 2000 states each).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import test_fuzz_model as fuzz  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=5000)
+    ap.add_argument("--exhaustive", action="store_true", help="also run the exhaustive checker")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mode", choices=["random", "mutated"], default="random")
+    args = ap.parse_args(argv)
+
+    outcomes: collections.Counter = collections.Counter()
+    errors: collections.Counter = collections.Counter()
+    samples = {}
+
+    @seed(args.seed)
+    @settings(max_examples=args.examples, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def run(data):
+        try:
+            build = fuzz.build_and_check if args.mode == "random" else fuzz.build_mutated
+            outcomes[build(data, exhaustive=args.exhaustive)] += 1
+        except Exception as e:  # noqa: BLE001 - counting internal errors is the point
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            key = (type(e).__name__, os.path.relpath(frame.filename, ROOT), frame.lineno)
+            errors[key] += 1
+            samples.setdefault(key, traceback.format_exc())
+            outcomes["internal error"] += 1
+
+    t0 = time.time()
+    run()
+    elapsed = time.time() - t0
+    cases = sum(outcomes.values())
+    print(f"fuzz_model: {cases} {args.mode} cases in {elapsed:.1f} s (seed {args.seed}, exhaustive checker "
+          f"{'on' if args.exhaustive else 'off'})")
+    print(f"  accepted: {outcomes['accepted']}  rejected (ValidationError/ScheduleError): {outcomes['rejected']}")
+    print(f"  internal errors: {sum(errors.values())}")
+    for key, n in errors.most_common():
+        print(f"    {n:>5} x {key[0]} at {key[1]}:{key[2]}")
+        print("      " + samples[key].strip().splitlines()[-1])
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
