@@ -45,17 +45,11 @@ def hits(findings, check=CHECK):
     return out
 
 
-WAIT_ONLY_UMMA = ("checker model: a wait on a TmaUmma buffer opens a UMMA read window for the waiting task, which a "
-                  "wait-only task never closes (its release is in the MMA task), so the sync task is reported as "
-                  "still reading the stage the loader refills")
-
-
 @pytest.mark.parametrize("kw", [
     dict(kind="hopper"),
     dict(kind="hopper", wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1)),
-    pytest.param(dict(kind="umma"), marks=pytest.mark.xfail(strict=True, reason=WAIT_ONLY_UMMA)),
-    pytest.param(dict(kind="umma", wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1)),
-                 marks=pytest.mark.xfail(strict=True, reason=WAIT_ONLY_UMMA)),
+    dict(kind="umma"),
+    dict(kind="umma", wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1)),
 ], ids=["hopper", "hopper-2cta-wait-all", "umma-seed", "umma-2cta-wait-all"])
 def test_accepted_and_proven_safe(kw):
     tm = build(**kw)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskManager, consumer_work,
                        domain_loop, producer_work, schedule)
 
-from ._groups import thread_group
+from warpsched.examples._groups import thread_group
 
 NUM_TILES = 16
 NUM_LANES = 2

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, StageInfo, Task, TaskManager,
                        consumer_work, domain_loop, producer_work, schedule)
 
-from ..protocol import mcast_partners
-from ._groups import thread_group
+from warpsched.protocol import mcast_partners
+from warpsched.examples._groups import thread_group
 
 NUM_TILES = 8
 LOAD_WARPS = 4

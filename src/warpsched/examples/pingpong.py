@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskLocalVariable, TaskManager,
                        consumer_work, domain_loop, producer_work, schedule)
 
-from ._groups import thread_group
+from warpsched.examples._groups import thread_group
 
 NUM_K_TILES = 6
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, StageInfo, Task, TaskLocalVariable,
                        TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule)
 
-from ._groups import thread_group
+from warpsched.examples._groups import thread_group
 
 NUM_K_TILES = 8
-STAGES = 2  # small enough for the exhaustive checker to finish in seconds
+STAGES = 4
 TILE_BYTES = 128 * 64 * 2
 COMPUTE_WARPS = 1
 
