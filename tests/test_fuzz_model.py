@@ -273,7 +273,7 @@ QUEUE_TAIL = [("tail", 6, "try_wait"), ("tail", 6, "wait"), ("tail", 6, "get_and
               ("tail", 6, "release")]
 
 
-def build_mutated(data, *, exhaustive=False, max_mutations=3):
+def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None):
     smem_cfg = dict(num_stages=4, num_bytes=4096, producer_group=cg(1), consumer_group=cg(1),
                     cta_layout_vmnk=(1, 1, 1, 1))
     tmem_cfg = dict(num_stages=2, producer_group=cg(1), consumer_group=cg(128), cta_layout_vmnk=(1, 1, 1, 1))
@@ -288,6 +288,7 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3):
                                           "graph", "role", "type"]))
         task = data.draw(st.sampled_from(sorted(ops)))
         seq = ops[task]
+        before = (list(seq), dict(smem_cfg), dict(tmem_cfg), dict(warps), list(graph_extra))
         if what in ("drop", "dup", "swap", "section") and seq:
             j = data.draw(st.integers(0, len(seq) - 1))
             if what == "drop":
@@ -315,6 +316,9 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3):
         elif what == "role":
             src, dst = roles[task]
             (src if data.draw(st.booleans()) else dst).append(data.draw(st.integers(0, 6)))
+        if log is not None:
+            after = (seq, smem_cfg, tmem_cfg, warps, graph_extra)
+            log.append((what, task, [(b, a) for b, a in zip(before, after) if b != a] or roles[task]))
     if async_smem:
         smem = PipelineConfig.create_async_async_pipeline_cfg(**{k: v for k, v in smem_cfg.items()
                                                                  if k != "num_bytes"})
@@ -385,7 +389,7 @@ def test_random_programs_never_crash():
     """Bounded (a few seconds): every outcome is acceptance or warpsched's own error."""
     outcomes = []
 
-    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.data())
     def run(data):
         outcomes.append(build_and_check(data))
@@ -398,7 +402,7 @@ def test_random_programs_never_crash():
 def test_mutated_programs_never_crash():
     outcomes = []
 
-    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     @given(st.data())
     def run(data):
         outcomes.append(build_mutated(data))
