@@ -357,7 +357,7 @@ def test_value_routed_backwards_is_rejected():
     @schedule
     def backwards(src, dst, mid):
         with domain_loop(0, K, 1):
-            v = src.load()
+            src.load()
             dst.acquire()
             r = dst.produce_and_report()
             dst.commit()

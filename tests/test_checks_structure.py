@@ -241,7 +241,10 @@ def test_overlapping_warp_ranges_rejected():
     tmem_c, mma_task = make_mma(smem_a)
     mma_task.warp_idx = 0
     f = rejected([load_task, mma_task], {smem_a: [gmem_a], tmem_c: [smem_a]})
-    assert any(x.check == "task declaration" and "overlap" in x.message for x in f)
+    hit = [x for x in f if x.check == "task declaration" and "overlap" in x.message]
+    assert hit and hit[0].task in ("load_a", "mma") and hit[0].expected.startswith("warp_idx >= 1")
+    mma_task.warp_idx = 1
+    accepted([load_task, mma_task], {smem_a: [gmem_a], tmem_c: [smem_a]})
 
 
 # ------------------------------------------------------------------ manager behaviour
