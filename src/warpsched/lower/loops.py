@@ -466,6 +466,11 @@ class TaskEmitter:
             new.advance() if stride == 1 else new.advance(stride)
             env[skey] = new
 
+    def _opens(self, res, side) -> bool:
+        kinds = ((StepKind.ProducerAcquire, StepKind.ProducerTryAcquire) if side == "producer"
+                 else (StepKind.ConsumerWait, StepKind.ConsumerTryWait))
+        return any(x.resource is res and x.kind in kinds for x in self.steps)
+
     def _work(self, env, s, frame):
         res = s.resource
         spec = work_spec_of(getattr(type(res), s.method, None))
@@ -475,6 +480,11 @@ class TaskEmitter:
         stage_idx = barrier = None
         if self._pipelined(res):
             cur = env.get(self._cur(res, side))
+            if cur is not None and not self._opens(res, side):
+                # split consumer: another task waited; this task works and closes, so the work's
+                # stage is this task's closing counter (its `cur` would stay on stage 0)
+                name = next((n for n in self._plan(res) if (n in ("acq", "cmt", "p")) == (side == "producer")), None)
+                cur = env.get(self._skey(res, name), cur) if name is not None else cur
             group = self.L.group_of.get(id(res))
             if cur is None and group is not None:  # e.g. FusedMerge: the group waited, the member works
                 cur = env.get(self._cur(group, side))
