@@ -92,12 +92,13 @@ class SmemPingPong(MemoryResource):
             cute.arch.fence_proxy("async.global")  # generic GMEM writes -> the TMA's reads
             cute.arch.fence_proxy("async.shared", space="cta")  # consumer's generic slot writes -> TMA write
             cute.arch.sync_warp()
-            if lane == 0:
-                s = cute.make_tensor(self.allocator.get(self.alloc), cute.make_layout((1, WIDTH), stride=(WIDTH, 1)))
-                g = cute.local_tile(self.scratch, (1, WIDTH), (None, None))
-                t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1),
-                                                             cute.group_modes(s, 0, 2), cute.group_modes(g, 0, 2))
-                cute.copy(self.atom, t_g[(None, row, 0)], t_s, tma_bar_ptr=stage_info.barrier)
+            # the whole warp calls the TMA copy: it elects one thread itself (elect.sync over the
+            # full warp), so wrapping it in `if lane == 0` would hang
+            s = cute.make_tensor(self.allocator.get(self.alloc), cute.make_layout((1, WIDTH), stride=(WIDTH, 1)))
+            g = cute.local_tile(self.scratch, (1, WIDTH), (None, None))
+            t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1),
+                                                         cute.group_modes(s, 0, 2), cute.group_modes(g, 0, 2))
+            cute.copy(self.atom, t_g[(None, row, 0)], t_s, tma_bar_ptr=stage_info.barrier)
 
     @consumer_work
     @cute.jit
