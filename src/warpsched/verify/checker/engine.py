@@ -87,7 +87,54 @@ class Engine:
 
     # ------------------------------------------------------------------ successors
     def successors(self, state, e: int):
-        """All (label, next_state) of executor ``e``; raises Violation / Unbounded."""
+        """All (label, next_state) of executor ``e``; raises Violation / Unbounded.
+
+        Each transition is extended with the executor's following *mergeable* steps (see
+        ``mergeable``), executed atomically: arrivals are left movers and window openings
+        only lengthen a window, so running them as early as possible loses no deadlock or
+        race. Labels are (executor, what, pc, merged) with merged = ((what, pc, cursors), ...).
+        """
+        out = []
+        for label, st in self._raw(state, e):
+            if label[1].startswith("hw:"):
+                out.append((label + ((),), st))
+                continue
+            merged = []
+            while self.mergeable(st, e):
+                try:
+                    sub = [x for x in self._raw(st, e) if not x[0][1].startswith("hw:")]
+                except (Violation, Unbounded):
+                    break  # leave it to the explorer, so the counterexample shows it
+                if len(sub) != 1:
+                    break
+                (lab2, st2), = sub
+                merged.append((lab2[1], lab2[2], st[0][e][CUR]))
+                st = st2
+            out.append((label + (tuple(merged),), st))
+        return out
+
+    def mergeable(self, state, e: int) -> bool:
+        es = state[0][e]
+        if es[SYNC] is not None:
+            return False  # a return closes a window: it must stay a separate transition
+        ins = self.execs[e].program[es[PC]]
+        k = ins.kind
+        if k == "jump":
+            return True
+        if k in ("loop_head", "tile_head"):
+            return self.is_local(state, e)
+        if k != "step":
+            return False
+        if not self._guards_hold(state, e, es, ins):
+            return True
+        a = ins.action
+        if a.keys:
+            return False
+        if a.op in ("nop", "commit", "release"):
+            return True
+        return a.op == "work" and a.wgmma_wait < 0 and not a.pdl_dependent
+
+    def _raw(self, state, e: int):
         ex = self.execs[e]
         es = state[0][e]
         out = []
@@ -118,13 +165,26 @@ class Engine:
 
     def is_local(self, state, e: int) -> bool:
         es = state[0][e]
-        if es[PEND] or es[SYNC] is not None:
+        if es[SYNC] is not None:
             return False
         ins = self.execs[e].program[es[PC]]
         if ins.kind == "jump":
             return True
         if ins.kind == "loop_head":
-            return len(self.c.groups[ins.group].members) == 1
+            # deterministic heads commute with every other member's head: the outcome depends
+            # only on this member's value and a bound no other transition can move past it
+            if len(self.c.groups[ins.group].members) == 1:
+                return True
+            ri = self._record_index(state, e)
+            rec = state[5] if ri is None else state[4][ri]
+            if ins.all_skippable and rec[0]:
+                return True
+            dec, bound, nvs = rec[1][ins.group]
+            return dec or nvs[ins.member] + ins.step <= bound
+        if ins.kind == "tile_head":
+            dec, bound, nvs = state[3]
+            v = nvs[self.tile_member[e]]
+            return (dec and v >= bound) or (v < len(state[4]) and (dec or v + 1 <= bound))
         if ins.kind != "step":
             return False
         if ins.local:
@@ -207,7 +267,7 @@ class Engine:
         put(False, max(bound, v + step), v + step, "more")
         return outs
 
-    def _normalize(self, gs, lcm):
+    def _normalize(self, gs, lcm, tiles=False):
         """Canonical form of a loop-group state: exited members drop out; a gap wider than
         ``gap`` between two clusters of members (which then cannot be coupled through any
         pipeline) is shrunk to ``gap``; all values shift down by a multiple of the steps' lcm.
@@ -217,6 +277,11 @@ class Engine:
         active = [v for v in nvs if v != EXITED]
         if not active:
             return (True, 0, tuple(EXITED for _ in nvs)), None
+        if tiles:  # tile records are indexed by tile value: shift only, keep the tile a member is in
+            shift = max(0, min(active) - 1)
+            if not shift:
+                return (dec, bound, nvs), 0
+            return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
         pts = sorted(set(active + [bound]), reverse=True)
         gap = self.gap
         lift = {}
@@ -283,7 +348,7 @@ class Engine:
                 else:
                     choices = [records + (self._fresh_record(sk),) for sk in
                                ((False, True) if self.c.has_skippable else (False,))]
-            ts3, shift = self._normalize(ts2, 1)
+            ts3, shift = self._normalize(ts2, 1, tiles=True)
             for recs in choices:
                 if shift is None:
                     recs = ()
@@ -320,7 +385,7 @@ class Engine:
         return False
 
     # ------------------------------------------------------------------ windows and races
-    def _check_race(self, state, e, region, write, step, hw=None, extra_hw=()):
+    def _check_race(self, state, e, region, write, step, hw=None, extra_hw=(), what=""):
         ov = self.regions.overlap
         for o, os_ in enumerate(state[0]):
             if o == e:
@@ -331,8 +396,8 @@ class Engine:
                                 step, region=region)
             for (r2, w2, tag) in os_[ASYNC]:
                 if (write or w2) and ov(region, r2):
-                    what = "UMMA reads until its commit arrives" if tag == "umma" else \
-                        "WGMMA reads until wgmma.wait_group"
+                    what = {"umma": "UMMA reads until its commit arrives", "wg": "WGMMA reads until wgmma.wait_group",
+                            "hold": f"between its {'acquire and commit' if w2 else 'wait and release'}"}[tag]
                     raise Violation("race", self._race_text(e, region, write, o, r2, w2, what), e, step,
                                     region=region)
         for (b, o, r2) in tuple(state[2]) + tuple(extra_hw):
@@ -384,7 +449,9 @@ class Engine:
                 if a.arrivals and self._arrive(bars, fb, a.arrivals, e, a.step):
                     completed.add(fb)
             asyncw = es[ASYNC]
-            if a.umma_wait_window:
+            if a.hold_open:
+                asyncw = self._open_holds(state, e, asyncw, a, stage)
+            if a.umma_wait_window and not a.private:
                 for rid, _ in a.regions:
                     reg = (rid, stage)
                     if (reg, False, "umma") not in asyncw:
@@ -400,18 +467,24 @@ class Engine:
             completed = set()
             pend = es[PEND]
             b = a.barrier_base + stage
-            if a.umma_release:
-                regs = tuple((rid, stage) for rid, _ in a.regions)
-                pend = pend + ((b, a.arrivals, regs),)
+            asyncw = es[ASYNC]
+            regs = tuple((rid, stage) for rid, _ in a.regions)
+            hw = state[2]
+            if a.umma_release and not a.private:
+                pend = pend + ((b, a.arrivals, regs),)  # holds and UMMA reads end when the MMAs complete
             else:
+                asyncw = tuple(w for w in asyncw if not (w[2] in ("umma", "hold") and w[0] in regs))
                 if a.tx_expect and self._tx(bars, b, a.tx_expect):
                     completed.add(b)
                 if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):
                     completed.add(b)
+                if a.hold_hw and b not in completed and bars[b][0] == 1 - parity:
+                    # hardware writes of this bracket are still landing: held until full[s] completes
+                    hw = tuple(sorted(set(hw + tuple((b, e, r) for r in regs))))
             self._advance(curs, a.advance, ex)
-            es2 = es[:CUR] + (tuple(curs),) + es[SYNC:PEND] + (pend,) + es[PEND + 1:]
+            es2 = es[:CUR] + (tuple(curs), es[SYNC], asyncw, pend) + es[PEND + 1:]
             st = self._set_exec(state, e, es2, pc=es[PC] + 1)
-            st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
+            st = (st[0], tuple(bars), self._close_hw(hw, completed)) + st[3:]
             return self._with_keys(st, e, es2, a, label, es[PC] + 1)
         # ---- work
         if a.pdl_dependent and not es[WAITED] and not self.c.pdl_assumed:
@@ -430,11 +503,14 @@ class Engine:
             stage = (stage - a.stride) % a.num_stages
         rid, sl = a.regions[0]
         region = (rid, stage if sl is None else sl)
-        st = state
+        if a.hold_open and (region, a.hold_open == "w", "hold") not in asyncw:
+            asyncw = self._open_holds(state, e, asyncw, a, stage)
+        es = es[:ASYNC] + (asyncw,) + es[ASYNC + 1:]
         if a.deliver_base >= 0 and (a.tx_deliver or a.hw_window):
             fb = a.deliver_base + stage
-            hw_new = ((fb, e, region),) if a.hw_window else ()
-            self._check_race(state, e, region, a.write, a.step)
+            hw_new = ((fb, e, region),) if a.hw_window and not a.private else ()
+            if hw_new:
+                self._check_race(state, e, region, a.write, a.step)
             bars = list(state[1])
             completed = set()
             if a.tx_deliver and not delivered:
@@ -448,10 +524,15 @@ class Engine:
             st = self._set_exec(state, e, es2, pc=es[PC] + 1)
             st = (st[0], tuple(bars), hw) + st[3:]
             return self._with_keys(st, e, es2, a, label, es[PC] + 1)
-        if a.umma_wait_window or a.wgmma:
-            tag = "umma" if a.umma_wait_window else "wg"
-            entry = (region, False, tag)
-            if tag == "wg" or entry not in asyncw:
+        if a.wgmma:  # wgmma keeps reading after the call: always tracked (same-resource races too)
+            self._check_race(state, e, region, False, a.step)
+            es2 = es[:ASYNC] + (asyncw + ((region, False, "wg"),),) + es[ASYNC + 1:]
+            return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
+        if a.private:  # no other resource aliases these bytes: the bracket hold covers them
+            return self._with_keys(self._set_exec(state, e, es, pc=es[PC] + 1), e, es, a, label, es[PC] + 1)
+        if a.umma_wait_window:
+            entry = (region, False, "umma")
+            if entry not in asyncw:
                 self._check_race(state, e, region, False, a.step)
                 asyncw = asyncw + (entry,)
             es2 = es[:ASYNC] + (asyncw,) + es[ASYNC + 1:]
@@ -460,6 +541,16 @@ class Engine:
         self._check_race(state, e, region, a.write, a.step)
         es2 = es[:SYNC] + ((region, a.write),) + es[SYNC + 1:]
         return self._with_keys(self._set_exec(state, e, es2), e, es2, a, label, es[PC])
+
+    def _open_holds(self, state, e, asyncw, a, stage):
+        write = a.hold_open == "w"
+        for rid, _ in a.regions:
+            reg = (rid, stage)
+            entry = (reg, write, "hold")
+            if entry not in asyncw:
+                self._check_race(state, e, reg, write, a.step, what="bracket")
+                asyncw = asyncw + (entry,)
+        return asyncw
 
     def _advance(self, curs, slots, ex):
         for s in slots:
@@ -526,7 +617,7 @@ class Engine:
         completed = set()
         if n and self._arrive(bars, b, n, e, None):
             completed.add(b)
-        asyncw = tuple(w for w in es[ASYNC] if not (w[2] == "umma" and w[0] in regs))
+        asyncw = tuple(w for w in es[ASYNC] if not (w[2] in ("umma", "hold") and w[0] in regs))
         es2 = es[:ASYNC] + (asyncw, rest) + es[PEND + 1:]
         st = self._set_exec(state, e, es2)
         st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]

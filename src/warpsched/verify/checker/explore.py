@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from .engine import Engine, Unbounded, Violation
+from .symmetry import Canon
 
 
 @dataclass
@@ -48,7 +49,8 @@ MAX_PER_KIND = 3
 def explore(engine: Engine, max_states: int) -> Exploration:
     t0 = time.perf_counter()
     out = Exploration()
-    init = engine.initial()
+    canon = Canon(engine.c)
+    init = canon(engine.initial())
     ids: Dict[tuple, int] = {init: 0}
     states: List[tuple] = [init]
     parent: List[Tuple[int, Optional[tuple]]] = [(-1, None)]
@@ -72,10 +74,19 @@ def explore(engine: Engine, max_states: int) -> Exploration:
         if key in seen_problem or len(out.problems) >= MAX_REPORTED or per_kind >= MAX_PER_KIND:
             return
         seen_problem.add(key)
-        path = path_to(sid)
+        path, final = replay(engine, canon, path_to(sid), states[sid])
         if extra_label is not None:
-            path.append((states[sid], extra_label))
-        out.problems.append(Problem(kind, text, e, step, path, **kw))
+            try:  # the concrete (un-rotated) run names the concrete stages
+                engine.successors(final, e)
+            except Violation as v:
+                text, kw["barrier"], kw["region"] = v.text, v.barrier, v.region
+            path.append((final, extra_label))
+        prob = Problem(kind, text, e, step, path, **kw)
+        if kind == "deadlock":
+            prob.blocked = [r for r in (engine.blocked_reason(final, x) for x in range(n)) if r]
+            if prob.blocked:
+                prob.text = prob.blocked[0][0]
+        out.problems.append(prob)
 
     while queue:
         sid = queue.popleft()
@@ -87,6 +98,7 @@ def explore(engine: Engine, max_states: int) -> Exploration:
                     cand = engine.successors(st, e)
                 except (Violation, Unbounded):
                     break
+                cand = [(lab, canon(s)) for lab, s in cand]
                 if cand and all(s not in ids for _, s in cand):
                     succ = cand
                 break
@@ -95,12 +107,12 @@ def explore(engine: Engine, max_states: int) -> Exploration:
             violated = False
             for e in range(n):
                 try:
-                    succ.extend(engine.successors(st, e))
+                    succ.extend((lab, canon(s)) for lab, s in engine.successors(st, e))
                 except Violation as v:
                     pc = st[0][e][0]
                     kind = v.kind
                     violated = True
-                    note(kind, sid, v.text, e, v.step, (e, "violation", pc), barrier=v.barrier, region=v.region)
+                    note(kind, sid, v.text, e, v.step, (e, "violation", pc, ()), barrier=v.barrier, region=v.region)
                 except Unbounded:
                     out.unbounded = True
                     violated = True
@@ -112,10 +124,7 @@ def explore(engine: Engine, max_states: int) -> Exploration:
                 else:
                     blocked = [(e, r) for e, r in ((e, engine.blocked_reason(st, e)) for e in range(n)) if r]
                     e0, first = (blocked[0][0], blocked[0][1][1]) if blocked else (0, None)
-                    before = len(out.problems)
                     note("deadlock", sid, "deadlock: no task can make progress", e0, first)
-                    if len(out.problems) > before:
-                        out.problems[-1].blocked = [r for _, r in blocked]
                 continue
             if not succ:
                 continue
@@ -135,3 +144,25 @@ def explore(engine: Engine, max_states: int) -> Exploration:
     out.seconds = time.perf_counter() - t0
     return out
 
+
+
+def replay(engine: Engine, canon, path, target):
+    """Re-run a path of canonical states from the real initial state, so the counterexample
+    shows concrete stage numbers. Returns ([(concrete pre-state, label)], final state)."""
+    cur = engine.initial()
+    out = []
+    for i, (pre, label) in enumerate(path):
+        nxt_canon = path[i + 1][0] if i + 1 < len(path) else target
+        chosen = None
+        for lab, s in engine.successors(cur, label[0]):
+            if lab[1] == label[1] or (lab[1].startswith("hw:") and label[1].startswith("hw:")) or \
+                    (lab[1].split(":")[0] == label[1].split(":")[0] and lab[2] == label[2]):
+                if nxt_canon is None or canon(s) == nxt_canon:
+                    chosen = (lab, s)
+                    if lab[1] == label[1]:
+                        break
+        if chosen is None:  # should not happen; fall back to the canonical states
+            return list(path), path[-1][0] if path else cur
+        out.append((cur, chosen[0]))
+        cur = chosen[1]
+    return out, cur

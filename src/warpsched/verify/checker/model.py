@@ -81,6 +81,10 @@ class Action:
     pdl_dependent: bool = False
     keys: Tuple[int, ...] = ()  # guard keys whose value this step produces
     arrive_kind: str = ""
+    private: bool = False  # no other resource's bytes overlap these: no call window needed
+    hold_open: str = ""  # 'r' / 'w': the bracket starts holding (resource, stage) (pipeline window)
+    hold_close: str = ""  # the bracket ends; a hardware producer's hold lasts until full[s] completes
+    hold_hw: bool = False
     group_members: Tuple[Any, ...] = ()
     owner: Any = None
     side: str = ""
@@ -246,6 +250,7 @@ class _Builder:
         for k, i in self.key_ids.items():
             key_names[i] = k
         skippable = any(g.kind == "skippable" for e in execs for ins in e.program for g in ins.guards)
+        _mark_private(execs, self.regions)
         return Compiled(self.p, execs, self.barriers, self.groups, key_names, self.key_members, self.regions,
                         persistent, skippable, self.p.options.assume_pdl_wait_completed, self.problems, gap)
 
@@ -448,9 +453,13 @@ class _Builder:
             kind = "full" if side == PRODUCER else "empty"
         bar_owner = group if group is not None else self.barrier_owner(owner, kind)
         act.barrier_base = self.base(bar_owner, kind)
+        has_close = self._slot(ex, owner, side, "close") is not None
+        act.regions = tuple((id(m), None) for m in members)
         if opening:
             adv = ex._slots.get(((id(owner), side), "open_advances"))
             act.advance = (cur.slot,) if adv else ()
+            if has_close:
+                act.hold_open = "w" if side == PRODUCER else "r"
             if side == PRODUCER and proto.producer_arms_on_acquire:
                 full_owner = self.barrier_owner(owner, "full") if group is None else group
                 shared_fork = isinstance(full_owner, PipelineGroup) and full_owner.mode is PipelineGroupMode.Fork
@@ -461,8 +470,9 @@ class _Builder:
                     act.arrive_kind = "arrive.expect_tx"
             if side == CONSUMER and proto.consumer_async_release:
                 act.umma_wait_window = True
-                act.regions = tuple((id(m), None) for m in members)
             return act
+        act.hold_close = "w" if side == PRODUCER else "r"
+        act.hold_hw = side == PRODUCER and proto.producer_async_completion
         # closing op: advance this owner's close slot and, for a group op, every member's
         slots = [cur.slot]
         if group is not None:
@@ -489,7 +499,6 @@ class _Builder:
             act.arrive_kind = proto.consumer_arrive.value
             if proto.consumer_async_release:
                 act.umma_release = True
-                act.regions = tuple((id(m), None) for m in members)
         return act
 
     def _work(self, ex: Executor, s: Step, keys) -> Action:
@@ -520,6 +529,8 @@ class _Builder:
             act.stride, act.num_stages = cur.stride, cur.num_stages
             act.side = side + ("/after-open" if after_open else "")
             act.regions = ((id(res), None),)
+            if self._slot(ex, res, side, "open") is None:  # split bracket: the work opens the hold
+                act.hold_open = "w" if side == PRODUCER else "r"
             proto = protocol_of(cfg)
             if side == PRODUCER:
                 act.write = True
@@ -550,8 +561,35 @@ def _is_local(act: Action, regions) -> bool:
     if act.op == "nop":
         return True
     if act.op == "work":
-        return not act.regions and not act.pdl_dependent and act.wgmma_wait < 0
+        return ((not act.regions or act.private) and not act.pdl_dependent and act.wgmma_wait < 0
+                and act.deliver_base < 0 and not act.tx_deliver and not act.hold_open and not act.wgmma)
     return False
+
+
+def _mark_private(execs: List[Executor], regions: RegionMap) -> None:
+    """Flag touches whose bytes no other executor can overlap (their windows cannot race)."""
+    touched = []
+    for ex in execs:
+        keys = set()
+        for ins in ex.program:
+            a = ins.action
+            if a is None or not a.regions:
+                continue
+            stages = _stages(ex.cursors[a.cursor]) if a.cursor is not None else {-1}
+            for rid, sl in a.regions:
+                keys.update((rid, st) for st in (stages if sl is None else {sl}))
+        touched.append(keys)
+    for ex in execs:
+        others = [k for o in execs if o.index != ex.index for k in touched[o.index]]
+        for ins in ex.program:
+            a = ins.action
+            if a is None or not a.regions:
+                continue
+            mine = [k for k in touched[ex.index] if k[0] in {rid for rid, _ in a.regions}]
+            # same-resource stage conflicts are caught by the bracket holds; call windows are
+            # only needed where another resource's bytes overlap (aliasing)
+            a.private = not any(regions.overlap(m, o) for m in mine for o in others if o[0] != m[0])
+            ins.local = _is_local(a, regions)
 
 
 def _targets(step: Step):

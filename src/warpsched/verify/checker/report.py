@@ -56,8 +56,7 @@ class CheckerResult:
         return self.text
 
 
-def describe(engine: Engine, state, label) -> str:
-    e, what, pc = label
+def describe(engine: Engine, curs, e, what, pc) -> str:
     ex = engine.execs[e]
     ins = ex.program[pc]
     if what.startswith("hw:"):
@@ -76,7 +75,7 @@ def describe(engine: Engine, state, label) -> str:
     if what == "return":
         return f"return .{a.step.method}()"
     if a.cursor is not None:
-        stage, parity, _ = state[0][e][CUR][a.cursor]
+        stage, parity, _ = curs[a.cursor]
         if a.side.endswith("/after-open"):
             stage = (stage - a.stride) % a.num_stages
         text += f"[{stage}]" if a.op == "work" else f"[{stage}/p{parity}]"
@@ -93,13 +92,14 @@ def timeline(engine: Engine, path) -> str:
     names = [ex.name for ex in engine.execs]
     rows = []
     for state, label in path:
-        if label[1] == "jump":
-            continue
         e = label[0]
-        cell = describe(engine, state, label)
-        ins = engine.execs[e].program[label[2]]
-        loc = ins.action.step.location if ins.kind == "step" else None
-        rows.append((e, cell, loc))
+        steps = [(label[1], label[2], state[0][e][CUR])] + list(label[3] if len(label) > 3 else ())
+        for what, pc, curs in steps:
+            if what == "jump":
+                continue
+            ins = engine.execs[e].program[pc]
+            loc = ins.action.step.location if ins.kind == "step" else None
+            rows.append((e, describe(engine, curs, e, what, pc), loc))
     width = [max(len(n), 4) for n in names]
     for e, cell, _ in rows:
         width[e] = min(CELL, max(width[e], len(cell)))
