@@ -244,3 +244,19 @@ def test_malformed_fields_are_findings_not_crashes():
     for check in ("pipeline configuration", "pipeline thread counts and bytes", "interleaved pipelines",
                   "cta layout consistency", "split-consumer signaling"):
         find(f, check, resource="smem", line_no=line("garbage"))
+
+
+def test_multicast_consumer_count_comes_from_the_protocol():
+    """TMA multicast: the consumers of every CTA that received the tile release into it."""
+    def cfg(size):
+        return PipelineConfig.create_tma_async_pipeline_cfg(  # @mcast_cfg
+            num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(size),
+            cta_layout_vmnk=(1, 2, 1, 1), mcast_mode_mn=(True, True))
+
+    probe = cfg(1)
+    want = expected_group_size(probe, "consumer", 2)
+    f = rejected(*tma_async_program(cfg(2), consumer_warps=2))
+    hit = expect(f, "pipeline thread counts and bytes", "drain", "smem", line("mcast_cfg"))
+    assert hit.expected.startswith(f"consumer_group size {want.arrivals} = {want.derivation}")
+    assert "signaling CTA(s)" in want.derivation and want.arrivals == 2 * 2
+    accepted(*tma_async_program(cfg(want.arrivals), consumer_warps=2))

@@ -31,6 +31,7 @@ from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
 from ..model.pipeline_config import PipelineConfig
 
 WARP_SIZE = 32
+CLC_RESPONSE_BYTES = 16  # one CLC try_cancel response per stage: the ClcFetchAsync transaction bytes
 
 
 class ArriveKind(enum.Enum):

@@ -13,7 +13,8 @@ from ..errors import Finding
 from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_config import PipelineConfig, cluster_shape_of, group_size
-from ..protocol.barriers import (expected_group_size, expected_num_bytes, protocol_of, signaling_warps)
+from ..protocol.barriers import (CLC_RESPONSE_BYTES, expected_group_size, expected_num_bytes, protocol_of,
+                                  signaling_warps)
 from . import checks_interleave
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
                             rname, strides_of, tasks_with, valid_config)
@@ -25,8 +26,6 @@ LEADER = "leader-routed producer completions"
 LAYOUT = "cta layout consistency"
 INTERLEAVE = "interleaved pipelines"
 SPLIT = "split-consumer signaling"
-
-CLC_RESPONSE_BYTES = 16  # a CLC try_cancel response is one 16-byte record
 
 
 def check(program: Program) -> Iterable[Finding]:
