@@ -129,3 +129,38 @@ def test_kernel_programs_pass_the_static_checks(key):
 def test_kernel_programs_proven_safe(key):
     tm = _build(*key)
     assert tm.result.checker.verdict == "SAFE", tm.result.checker.report()
+
+
+# ------------------------------------------------------------------ Blackwell: the seed's UMMA variants
+# warp-lane TmaUmma (8 stages, stride 4): init 8 + 8; arrive = the lane's arrive.expect_tx at acquire;
+# try_wait = acquire + wait (no producer_tail on a lane); the UMMA release is one tcgen05.commit.
+# domain-lane UmmaAsync / AsyncUmma: init 2 x (2 + 2); thread arrivals = the siblings' probs commit and
+# scores release (2 sites x 2 siblings); tcgen05.commit = the MMA task's scores commit and probs release;
+# try_wait = MMA task (scores acquire, probs wait) + 2 siblings x (scores wait, probs acquire) + the
+# scores producer_tail (one runtime loop over the stages).
+UMMA = {
+    "warp_lane_tma_umma": {"mbarrier.init": 16, "mbarrier.arrive": 1, "mbarrier.try_wait": 2, "expect_tx": 1,
+                           "cp.async.bulk.tensor": 1, "tcgen05.commit": 1, "wgmma": 0},
+    "domain_lane_umma": {"mbarrier.init": 8, "mbarrier.arrive": 4, "mbarrier.try_wait": 7, "expect_tx": 0,
+                         "cp.async.bulk.tensor": 0, "tcgen05.commit": 2, "wgmma": 0},
+}
+
+
+def _umma_module():
+    sys.path.insert(0, os.path.join(ROOT, "examples", "blackwell", "patterns"))
+    return importlib.import_module("umma_patterns")
+
+
+@pytest.mark.parametrize("mode", list(UMMA))
+def test_seed_umma_variants_compile_for_sm100a(mode):
+    ptx = _umma_module().compile_for_cpu(mode).artifacts.PTX
+    assert ".target sm_100a" in ptx
+    lines = ptx.splitlines()
+    assert {p: sum(p in ln for ln in lines) for p in UMMA[mode]} == UMMA[mode]
+
+
+@pytest.mark.parametrize("mode", list(UMMA))
+def test_seed_umma_variants_are_accepted(mode):
+    m = _umma_module()
+    tm = m.build_warp_lane(verbose=False) if mode == "warp_lane_tma_umma" else m.build_domain_lane(verbose=False)
+    assert tm.result.errors == []
