@@ -103,7 +103,7 @@ def run_leader():
             ex.run(x, y, max_ctas=ctas)
             torch.cuda.synchronize()
             return compare(y, ex.reference(x), exact=True)
-        case("leader-routed", "TaskWarpLeader x4 warps", f"f32[{rows}x32] ctas<={ctas}", fn)
+        case("leader-routed", "TaskWarpLeader x4", f"f32[{rows}x32] ctas<={ctas}", fn)
 
 
 def main():
