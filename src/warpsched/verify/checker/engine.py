@@ -350,16 +350,33 @@ class Engine:
                                ((False, True) if self.c.has_skippable else (False,))]
             ts3, shift = self._normalize(ts2, 1, tiles=True)
             for recs in choices:
+                label = "tile:" + ("exit" if what == "exit" else ("skipped" if recs and len(choices) > 1 and
+                                                                   recs[-1][0] else "run"))
                 if shift is None:
                     recs = ()
                 elif shift:
                     recs = recs[shift:]
+                ts4, recs = self._tile_lift(ts3, recs)
                 st = self._set_exec(state, e, es2)
-                st = st[:3] + (ts3, recs) + st[5:]
-                label = "tile:" + ("exit" if what == "exit" else ("skipped" if recs and len(choices) > 1 and
-                                                                   recs[-1][0] else "run"))
+                st = st[:3] + (ts4, recs) + st[5:]
                 out.append(((e, label, es[PC]), st))
         return out
+
+    def _tile_lift(self, ts, recs):
+        """Tasks more than ``gap`` tiles apart cannot be coupled through a pipeline: drop the
+        tile records between them that no task is in (the lagging tasks will meet freshly
+        chosen tiles instead, which the exploration allows anyway)."""
+        dec, bound, nvs = ts
+        active = sorted(set(v for v in nvs if v != EXITED))
+        for a, b in reversed(list(zip(active, active[1:]))):
+            d = b - a - self.gap
+            if d <= 0:
+                continue
+            recs = recs[:a] + recs[a + d:]
+            nvs = tuple(v - d if v != EXITED and v >= b else v for v in nvs)
+            if bound > a:
+                bound = max(a, bound - d)
+        return (dec, bound, nvs), recs
 
     # ------------------------------------------------------------------ barriers
     def _arrive(self, bars, b, n, e, step):
