@@ -36,6 +36,7 @@ def _merge(results):
         out.problems.extend(r.problems)
         out.hit_cap |= r.hit_cap
         out.unbounded |= r.unbounded
+        out.truncated |= r.truncated
     return out
 
 

@@ -40,10 +40,13 @@ class Exploration:
     hit_cap: bool = False
     unbounded: bool = False
     seconds: float = 0.0
+    stop_at: Optional[int] = None
+    truncated: bool = False  # stopped early after a counterexample: counts are lower bounds
 
 
 MAX_REPORTED = 8
 MAX_PER_KIND = 3
+AFTER_FIRST_PROBLEM = 5000
 
 
 def explore(engine: Engine, max_states: int) -> Exploration:
@@ -128,9 +131,15 @@ def explore(engine: Engine, max_states: int) -> Exploration:
                 continue
             if not succ:
                 continue
+        if out.problems and out.stop_at is None:
+            out.stop_at = len(ids) + AFTER_FIRST_PROBLEM  # UNSAFE already: a little more, for the counts
         for label, nxt in succ:
             if nxt in ids:
                 continue
+            if out.stop_at is not None and len(ids) >= out.stop_at:
+                out.truncated = True
+                queue.clear()
+                break
             if len(ids) >= max_states:
                 out.hit_cap = True
                 queue.clear()

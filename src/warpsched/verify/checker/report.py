@@ -162,7 +162,9 @@ def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[
         out.extend("  " + ln for ln in (f.detail or "").splitlines())
         out.append(THIN)
     c = exp.counts
-    word = "BFS complete" if verdict != "INCOMPLETE" else "BFS stopped"
+    word = "BFS complete" if verdict == "SAFE" else "BFS stopped"
+    if exp.truncated and verdict == "UNSAFE":
+        word = "BFS stopped after the first counterexamples (counts are lower bounds)"
     out.append(RULE)
     out.append(f"{word}: {exp.states} states explored, {exp.complete} complete, {c['deadlock']} deadlock(s), "
                f"{c['race']} race(s), {c['pdl']} PDL order violation(s), {c['over-arrival']} barrier "
