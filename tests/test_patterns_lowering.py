@@ -164,3 +164,25 @@ def test_seed_umma_variants_are_accepted(mode):
     m = _umma_module()
     tm = m.build_warp_lane(verbose=False) if mode == "warp_lane_tma_umma" else m.build_domain_lane(verbose=False)
     assert tm.result.errors == []
+
+
+# ------------------------------------------------------------------ documented gaps: 2-CTA variants
+# The seed's cluster variants are checked on the CPU (tests/test_patterns_split_consumer.py,
+# tests/test_patterns_leader_routed.py) but not lowered yet; the lowering refuses them by name
+# instead of emitting barrier traffic the checker did not verify.
+CLUSTER_GAPS = {
+    "split_umma_2cta": ("tmem_c", "UmmaAsync pipelines over a (2, 1, 1, 1) cluster are checked but not lowered"),
+    "split_hopper_2cta": ("smem_a", "leader signaling inside a cluster pipeline is checked but not lowered"),
+    "leader_2cta": ("tile", "leader signaling inside a cluster pipeline is checked but not lowered"),
+}
+
+
+@pytest.mark.parametrize("which", list(CLUSTER_GAPS))
+def test_cluster_variants_are_refused_by_the_lowering_with_a_named_error(which):
+    import subprocess
+
+    script = os.path.join(ROOT, "tests", "_patterns_cluster_probe.py")
+    p = subprocess.run([sys.executable, script, which], capture_output=True, text=True, timeout=600)
+    out = p.stdout + p.stderr
+    resource, text = CLUSTER_GAPS[which]
+    assert "LoweringError" in out and text in out and f"resource: {resource}" in out, out[-2000:]

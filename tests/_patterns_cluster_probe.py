@@ -1,0 +1,41 @@
+"""Helper for tests/test_patterns_lowering.py: trace one 2-CTA seed variant inside a kernel for sm_100a
+and print the LoweringError (a @cute.jit host must live in a file, hence this script)."""
+import os, sys, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
+import _common
+import cutlass, cutlass.cute as cute
+from warpsched import SignalingThreads as S
+from warpsched.examples import split_consumer, leader_routed
+
+WHICH = sys.argv[1]
+
+
+def builder():
+    if WHICH == "split_umma_2cta":
+        return split_consumer.build(verbose=False, kind="umma", wait_signaling=S.All, cluster=(2, 1, 1, 1),
+                                    **_common.IN_KERNEL)
+    if WHICH == "split_hopper_2cta":
+        return split_consumer.build(verbose=False, kind="hopper", wait_signaling=S.All, cluster=(1, 2, 1, 1),
+                                    **_common.IN_KERNEL)
+    return leader_routed.build(verbose=False, cluster=(1, 2, 1, 1), signaling=S.CtaLeader | S.TaskWarpLeader,
+                               mcast=(True, True), **_common.IN_KERNEL)
+
+
+@cute.kernel
+def kern():
+    mgr = builder()
+    mgr.setup_resources_and_tasks()
+    mgr.run()
+
+
+@cute.jit
+def host():
+    kern().launch(grid=[2, 1, 1], block=[256, 1, 1], cluster=[2, 1, 1])
+
+
+try:
+    cute.compile(host, options=_common.ptx_options("sm_100a"))
+    print(WHICH, "compiled")
+except Exception as e:
+    print(WHICH, type(e).__name__, str(e)[:600])
