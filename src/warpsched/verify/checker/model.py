@@ -85,6 +85,7 @@ class Action:
     hold_open: str = ""  # 'r' / 'w': the bracket starts holding (resource, stage) (pipeline window)
     hold_close: str = ""  # the bracket ends; a hardware producer's hold lasts until full[s] completes
     hold_hw: bool = False
+    unheld: bool = False  # work of a wait-only task: no bracket hold covers it
     group_members: Tuple[Any, ...] = ()
     owner: Any = None
     side: str = ""
@@ -398,6 +399,8 @@ class _Builder:
                 if which in ("close", "both"):
                     ex._slots[(key, "close")] = cur
             ex._slots[(key, "split")] = split
+            ex._slots[(key, "has_open")] = has_open
+            ex._slots[(key, "has_close")] = has_close
             ex._slots[(key, "open_advances")] = split and (flag or not has_close)
 
     def _lane(self, ex: Executor, stride: int, start) -> int:
@@ -453,7 +456,7 @@ class _Builder:
             kind = "full" if side == PRODUCER else "empty"
         bar_owner = group if group is not None else self.barrier_owner(owner, kind)
         act.barrier_base = self.base(bar_owner, kind)
-        has_close = self._slot(ex, owner, side, "close") is not None
+        has_close = bool(ex._slots.get(((id(owner), side), "has_close")))
         act.regions = tuple((id(m), None) for m in members)
         if opening:
             adv = ex._slots.get(((id(owner), side), "open_advances"))
@@ -529,8 +532,12 @@ class _Builder:
             act.stride, act.num_stages = cur.stride, cur.num_stages
             act.side = side + ("/after-open" if after_open else "")
             act.regions = ((id(res), None),)
-            if self._slot(ex, res, side, "open") is None:  # split bracket: the work opens the hold
+            has_open = bool(ex._slots.get(((id(res), side), "has_open")))
+            has_close = bool(ex._slots.get(((id(res), side), "has_close")))
+            if not has_open:  # release-only half of a split bracket: the work opens the hold
                 act.hold_open = "w" if side == PRODUCER else "r"
+            elif not has_close:  # wait-only half: no hold, the call itself is tracked
+                act.unheld = True
             proto = protocol_of(cfg)
             if side == PRODUCER:
                 act.write = True
@@ -588,7 +595,8 @@ def _mark_private(execs: List[Executor], regions: RegionMap) -> None:
             mine = [k for k in touched[ex.index] if k[0] in {rid for rid, _ in a.regions}]
             # same-resource stage conflicts are caught by the bracket holds; call windows are
             # only needed where another resource's bytes overlap (aliasing)
-            a.private = not any(regions.overlap(m, o) for m in mine for o in others if o[0] != m[0])
+            a.private = not any(regions.overlap(m, o) for m in mine for o in others
+                                if o[0] != m[0] or a.unheld)
             ins.local = _is_local(a, regions)
 
 
