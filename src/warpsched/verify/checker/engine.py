@@ -321,7 +321,7 @@ class Engine:
                 es2 = (ins.target, None, False) + es[3:]
             else:
                 j = _inc_counter(es[J], ex.counter_c, ex.counter_p) if es[J] is not None else 0
-                es2 = (es[PC] + 1, j, what == "last") + es[3:]
+                es2 = (es[PC] + 1, j, what == "last" and ex.uses_last) + es[3:]
             st = self._set_exec(state, e, es2)
             if ri is None:
                 st = st[:5] + (rec2,) + st[6:]

@@ -119,6 +119,7 @@ class Executor:
     counter_p: int = 1
     persistent: bool = False
     tile_group: int = -1
+    uses_last: bool = False  # the last-iteration flag is kept only where a guard reads it
 
 
 @dataclass
@@ -316,6 +317,7 @@ class _Builder:
                 elif g.kind == "first_iter":
                     first = True
         ex.counter_c = max(starts) + 1 if (first or len(periods) > 1) else 0
+        ex.uses_last = any(g.kind == "last_iter" for s in steps for g in s.guards)
         ex.counter_p = _lcm(periods)
 
         prog = ex.program
