@@ -13,7 +13,8 @@ from ...errors import Finding
 from ..program import Program
 from .engine import Engine
 from .explore import Exploration, explore
-from .model import compile_program, components
+from .model import compile_program
+from .parts import components
 from .report import CHECK, CheckerResult, problem_finding, render
 
 
@@ -62,7 +63,7 @@ def run_checker(program: Program) -> CheckerResult:
         verdict = "SAFE"
     note = _loop_note(whole)
     if len(parts) > 1:
-        note += (f"\n  Independent parts checked separately: " +
+        note += ("\n  Independent parts checked separately: " +
                  "; ".join("[" + ", ".join(ex.name for ex in eng.execs) + "]" for eng, _ in runs))
     if verdict == "INCOMPLETE":
         findings.append(Finding(

@@ -11,7 +11,7 @@ stage ``s`` while a consumer reads stage ``s`` is seen as well.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 Interval = Tuple[str, int, int]  # (space, lo, hi) or ('alloc', id, 0)
 

@@ -1,0 +1,162 @@
+"""Loop and work-tile decisions: every trip count, shared by the tasks of a loop group.
+
+A group state is ``(decided, bound, next value per member)``; see the engine's docstring and
+docs/checker.md for what the abstraction proves.
+"""
+from __future__ import annotations
+
+from .model import Instr
+
+EXITED = 1 << 40  # a member's value once it has left the loop
+# fields of an executor's state tuple
+PC, J, LAST, CUR, SYNC, ASYNC, PEND, TOK, KPOS, WAITED = range(10)
+
+
+def _inc_counter(j, c, p):
+    if j is None:
+        return 0
+    j += 1
+    if j >= c + p:
+        j -= p
+    return j if c or p > 1 else 0
+
+
+class LoopsMixin:
+    """Loop heads, tile heads and the normalisation that keeps their state finite."""
+
+    def _choose(self, gs, mi, start, step):
+        """Loop-head outcomes for member ``mi``: list of (new group state, 'exit'|'first'|'last'|'more')."""
+        dec, bound, nvs = gs
+        v = nvs[mi]
+        outs = []
+
+        def put(dec2, bound2, nv2, what):
+            n = list(nvs)
+            n[mi] = nv2
+            outs.append(((dec2, bound2, tuple(n)), what))
+
+        if dec:
+            if v >= bound:
+                put(True, bound, EXITED, "exit")
+            else:
+                put(True, bound, v + step, "last" if v + step >= bound else "more")
+            return outs
+        for n_end in range(bound + 1, v + 1):  # the domain ended before v
+            put(True, n_end, EXITED, "exit")
+        lo = max(bound, v)
+        for n_end in range(lo + 1, v + step + 1):  # v is this member's last value
+            put(True, n_end, v + step, "last")
+        put(False, max(bound, v + step), v + step, "more")
+        return outs
+
+    def _normalize(self, gs, lcm, tiles=False):
+        """Canonical form of a loop-group state: exited members drop out; a gap wider than
+        ``gap`` between two clusters of members (which then cannot be coupled through any
+        pipeline) is shrunk to ``gap``; all values shift down by a multiple of the steps' lcm.
+        Shrinking only shortens the remaining trip count of the lagging cluster, a count the
+        exploration already allows for other end values, so no behaviour is lost."""
+        dec, bound, nvs = gs
+        active = [v for v in nvs if v != EXITED]
+        if not active:
+            return (True, 0, tuple(EXITED for _ in nvs)), None
+        if tiles:  # tile records are indexed by tile value: shift only, keep the tile a member is in
+            shift = max(0, min(active) - 1)
+            if not shift:
+                return (dec, bound, nvs), 0
+            return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
+        pts = sorted(set(active + [bound]), reverse=True)
+        gap = self.gap
+        lift = {}
+        acc = 0
+        for hi, lo in zip(pts, pts[1:]):
+            d = hi - lo
+            if d > gap:
+                acc += ((d - gap) // lcm) * lcm
+            if acc:
+                lift[lo] = acc
+        if lift:
+            bound = bound + lift.get(bound, 0)
+            nvs = tuple(v if v == EXITED else v + lift.get(v, 0) for v in nvs)
+            active = [v for v in nvs if v != EXITED]
+        m = min(active + [bound])
+        shift = (m // lcm) * lcm
+        if not shift:
+            return (dec, bound, nvs), 0
+        return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
+
+    def _loop_head(self, state, e, ins: Instr):
+        es = state[0][e]
+        ri = self._record_index(state, e)
+        rec = state[5] if ri is None else state[4][ri]
+        grp = self.c.groups[ins.group]
+        gs = rec[1][ins.group]
+        ex = self.execs[e]
+        out = []
+        if ins.all_skippable and rec[0]:
+            choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
+        else:
+            choices = self._choose(gs, ins.member, ins.start, ins.step)
+        for gs2, what in choices:
+            gs2, _ = self._normalize(gs2, grp.lcm)
+            rec2 = (rec[0], rec[1][:ins.group] + (gs2,) + rec[1][ins.group + 1:])
+            if what == "exit":
+                es2 = (ins.target, None, False) + es[3:]
+            else:
+                j = _inc_counter(es[J], ex.counter_c, ex.counter_p) if es[J] is not None else 0
+                es2 = (es[PC] + 1, j, what == "last" and ex.uses_last) + es[3:]
+            st = self._set_exec(state, e, es2)
+            if ri is None:
+                st = st[:5] + (rec2,) + st[6:]
+            else:
+                st = st[:4] + (st[4][:ri] + (rec2,) + st[4][ri + 1:],) + st[5:]
+            out.append(((e, "loop:" + what, es[PC]), st))
+        return out
+
+    def _tile_head(self, state, e, ins: Instr):
+        es = state[0][e]
+        mi = self.tile_member[e]
+        tile = state[3]
+        out = []
+        for ts2, what in self._choose(tile, mi, 0, 1):
+            records = state[4]
+            if what == "exit":
+                es2 = (ins.target, None, False) + es[3:]
+                choices = [records]
+            else:
+                es2 = (es[PC] + 1, None, False) + es[3:]
+                idx = ts2[2][mi] - 1
+                if idx < len(records):
+                    choices = [records]
+                else:
+                    choices = [records + (self._fresh_record(sk),) for sk in
+                               ((False, True) if self.c.has_skippable else (False,))]
+            ts3, shift = self._normalize(ts2, 1, tiles=True)
+            for recs in choices:
+                label = "tile:" + ("exit" if what == "exit" else ("skipped" if recs and len(choices) > 1 and
+                                                                   recs[-1][0] else "run"))
+                if shift is None:
+                    recs = ()
+                elif shift:
+                    recs = recs[shift:]
+                ts4, recs = self._tile_lift(ts3, recs)
+                st = self._set_exec(state, e, es2)
+                st = st[:3] + (ts4, recs) + st[5:]
+                out.append(((e, label, es[PC]), st))
+        return out
+
+    def _tile_lift(self, ts, recs):
+        """Tasks more than ``gap`` tiles apart cannot be coupled through a pipeline: drop the
+        tile records between them that no task is in (the lagging tasks will meet freshly
+        chosen tiles instead, which the exploration allows anyway)."""
+        dec, bound, nvs = ts
+        active = sorted(set(v for v in nvs if v != EXITED))
+        for a, b in reversed(list(zip(active, active[1:]))):
+            d = b - a - self.gap
+            if d <= 0:
+                continue
+            recs = recs[:a] + recs[a + d:]
+            nvs = tuple(v - d if v != EXITED and v >= b else v for v in nvs)
+            if bound > a:
+                bound = max(a, bound - d)
+        return (dec, bound, nvs), recs
+

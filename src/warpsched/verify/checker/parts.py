@@ -1,0 +1,109 @@
+"""Which steps are executor-local, which bytes are private, and which executors are
+independent of each other (checked separately)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+
+def _is_local(act, regions) -> bool:
+    """Steps whose effect is private to the executor: reordering them with any other
+    executor's step changes no shared state, so exploring one order is enough."""
+    if act.keys:
+        return False
+    if act.op == "nop":
+        return True
+    if act.op == "work":
+        return ((not act.regions or act.private) and not act.pdl_dependent and act.wgmma_wait < 0
+                and act.deliver_base < 0 and not act.tx_deliver and not act.hold_open and not act.wgmma)
+    return False
+
+
+def _mark_private(execs, regions) -> None:
+    """Flag touches whose bytes no other executor can overlap (their windows cannot race)."""
+    touched = []
+    for ex in execs:
+        keys = set()
+        for ins in ex.program:
+            a = ins.action
+            if a is None or not a.regions:
+                continue
+            stages = _stages(ex.cursors[a.cursor]) if a.cursor is not None else {-1}
+            for rid, sl in a.regions:
+                keys.update((rid, st) for st in (stages if sl is None else {sl}))
+        touched.append(keys)
+    for ex in execs:
+        others = [k for o in execs if o.index != ex.index for k in touched[o.index]]
+        for ins in ex.program:
+            a = ins.action
+            if a is None or not a.regions:
+                continue
+            mine = [k for k in touched[ex.index] if k[0] in {rid for rid, _ in a.regions}]
+            # same-resource stage conflicts are caught by the bracket holds; call windows are
+            # only needed where another resource's bytes overlap (aliasing)
+            a.private = not any(regions.overlap(m, o) for m in mine for o in others
+                                if o[0] != m[0] or a.unheld)
+            ins.local = _is_local(a, regions)
+
+
+def _stages(cur):
+    return {(cur.lane + k * cur.stride) % cur.num_stages for k in range(cur.num_stages)}
+
+
+def components(comp) -> List[List[Tuple[int, Optional[int]]]]:
+    """Split executors into independent parts: two executors are coupled when they may touch
+    one mbarrier, overlapping bytes, one when_true key, or PDL. Independent parts are checked
+    separately (their product adds no behaviour), so their trip counts need no correlation."""
+    n = len(comp.executors)
+    parent = list(range(n))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        parent[find(a)] = find(b)
+
+    owners: Dict[Any, int] = {}
+    touched: List[Tuple[int, Tuple[int, int]]] = []
+    pdl = None
+    for ex in comp.executors:
+        for ins in ex.program:
+            a = ins.action
+            if a is None:
+                continue
+            stages = _stages(ex.cursors[a.cursor]) if a.cursor is not None else {0}
+            keys = []
+            for base in (a.barrier_base if a.op in ("acquire", "wait", "commit", "release") else -1, a.deliver_base):
+                if base >= 0:
+                    keys.extend(("bar", base + st) for st in stages)
+            keys.extend(("key", k) for k in a.keys)
+            for k in keys:
+                if k in owners:
+                    union(ex.index, owners[k])
+                else:
+                    owners[k] = ex.index
+            for rid, sl in a.regions:
+                for st in (stages if sl is None else {sl}):
+                    touched.append((ex.index, (rid, st)))
+            if a.op in ("pdl_wait", "pdl_launch") or a.pdl_dependent:
+                if pdl is None:
+                    pdl = ex.index
+                union(ex.index, pdl)
+        for k in ex.keys:
+            if ("key", k) in owners:
+                union(ex.index, owners[("key", k)])
+            else:
+                owners[("key", k)] = ex.index
+    for i, (ea, ra) in enumerate(touched):
+        for eb, rb in touched[i + 1:]:
+            if find(ea) != find(eb) and comp.regions.overlap(ra, rb):
+                union(ea, eb)
+    parts: Dict[int, List[Tuple[int, Optional[int]]]] = {}
+    for ex in comp.executors:
+        parts.setdefault(find(ex.index), []).append((id(ex.task), ex.lane_warp))
+    return list(parts.values())
+
+
+__all__ = ["components"]
