@@ -27,6 +27,9 @@ from typing import Optional, Tuple
 from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
 from .model import Compiled, Instr
 
+EAGER_DECISIONS = True  # see Engine.is_local
+
+
 class Violation(Exception):
     def __init__(self, kind: str, text: str, exec_index: int, step=None, region=None, barrier=None):
         super().__init__(text)
@@ -108,7 +111,7 @@ class Engine(LoopsMixin):
         if k == "jump":
             return True
         if k in ("loop_head", "tile_head"):
-            return self.is_local(state, e)
+            return self.is_local(state, e, deterministic=True)
         if k != "step":
             return False
         if not self._guards_hold(state, e, es, ins):
@@ -149,12 +152,20 @@ class Engine(LoopsMixin):
         out.extend(self._step(state, e, es, ins))
         return out
 
-    def is_local(self, state, e: int) -> bool:
+    def is_local(self, state, e: int, deterministic: bool = False) -> bool:
+        """Can this executor's next transition(s) be explored alone (an ample set)?
+
+        Loop and tile heads qualify even when they branch: the branch is the environment's
+        choice of a trip count / skip flag, the same set of outcomes whichever task of the
+        group makes it first and whenever it is made, and it touches nothing but the group's
+        decision. ``deterministic=True`` asks for a single outcome (for macro-steps)."""
         es = state[0][e]
         if es[SYNC] is not None:
             return False
         ins = self.execs[e].program[es[PC]]
         if ins.kind == "jump":
+            return True
+        if ins.kind in ("loop_head", "tile_head") and not deterministic and EAGER_DECISIONS:
             return True
         if ins.kind == "loop_head":
             # deterministic heads commute with every other member's head: the outcome depends
