@@ -89,7 +89,22 @@ class Engine(LoopsMixin):
                 out.append((label + ((),), st))
                 continue
             merged = []
-            while self.mergeable(st, e):
+            prog = self.execs[e].program
+            while True:
+                es = st[0][e]
+                if es[SYNC] is None:  # fast-forward over jumps and unguarded local steps
+                    pc = es[PC]
+                    ins = prog[pc]
+                    moved = False
+                    while ins.kind == "jump" or (ins.kind == "step" and ins.local and not ins.guards):
+                        merged.append(("jump" if ins.kind == "jump" else "step", pc, es[CUR]))
+                        pc = ins.target if ins.kind == "jump" else pc + 1
+                        ins = prog[pc]
+                        moved = True
+                    if moved:
+                        st = self._set_exec(st, e, es, pc=pc)
+                if not self.mergeable(st, e):
+                    break
                 try:
                     sub = [x for x in self._raw(st, e) if not x[0][1].startswith("hw:")]
                 except (Violation, Unbounded):
