@@ -40,15 +40,7 @@ def only(findings, check=CHECK):
     return f
 
 
-TMA_WORK_MODEL = ("the checker delivers a TmaAsync producer's transaction bytes at the bracket's first producer "
-                  "work (read_current), so the later synchronous write_next is reported as racing the consumer; "
-                  "the TMA is issued by write_next in this schedule")
-
-
-@pytest.mark.parametrize("kind", ["async_async",
-                                  pytest.param("tma_async", marks=pytest.mark.xfail(strict=True,
-                                                                                    reason=TMA_WORK_MODEL)),
-                                  "umma_async"])
+@pytest.mark.parametrize("kind", ["async_async", "tma_async", "umma_async"])
 def test_accepted_and_proven_safe(kind):
     """The seed's self-edge over one slot, with every synchronous-consumer pipeline type."""
     tm = build(kind=kind)
