@@ -4,7 +4,7 @@ import os, sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
 import _common
-import cutlass, cutlass.cute as cute
+import cutlass.cute as cute
 from warpsched import SignalingThreads as S
 from warpsched.examples import split_consumer, leader_routed
 

@@ -12,7 +12,6 @@ import pytest
 
 import warpsched
 from warpsched.examples import interleaved
-from warpsched.verify.checker import run_checker
 
 from test_checks_support import line
 
