@@ -47,26 +47,67 @@ class Exploration:
 MAX_REPORTED = 8
 MAX_PER_KIND = 3
 AFTER_FIRST_PROBLEM = 5000
+CHAIN_LIMIT = 256  # local steps compressed into one edge at most (a local-only cycle stops there)
+PROGRESS_EVERY = 2.0  # seconds
 
 
-def explore(engine: Engine, max_states: int) -> Exploration:
+def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
+    """Breadth-first search. ``progress``: a callable taking one line of text, called about
+    every PROGRESS_EVERY seconds once the search has run that long (None: silent)."""
     t0 = time.perf_counter()
     out = Exploration()
     canon = Canon(engine.c)
-    init = canon(engine.initial())
+    n = len(engine.execs)
+    successors, is_local = engine.successors, engine.is_local
+
+    def close(st):
+        """Chain compression: run every deterministic local step (a jump, a guard that is off,
+        private work, a loop head whose outcome is already fixed) right away instead of storing
+        the state before it. Such a step alone is an ample set (the explorer would expand it
+        alone anyway); only the intermediate states are not stored. Returns (state, chain) with
+        chain = ((pre-state, label), ...) for the counterexample replay."""
+        chain = ()
+        for _ in range(CHAIN_LIMIT):
+            for e in range(n):
+                if is_local(st, e, deterministic=True):
+                    try:
+                        nxt = successors(st, e)
+                    except (Violation, Unbounded):
+                        continue  # left to the explorer, so the counterexample shows it
+                    if len(nxt) == 1:
+                        chain += ((st, nxt[0][0]),)
+                        st = nxt[0][1]
+                        break
+            else:
+                return st, chain
+        return st, chain
+
+    def expand(st, e):
+        res = []
+        for lab, s in successors(st, e):
+            s, chain = close(s)
+            res.append(((lab, chain) if chain else lab, canon(s)))
+        return res
+
+    init, chain0 = close(engine.initial())
+    init = canon(init)
     ids: Dict[tuple, int] = {init: 0}
     states: List[tuple] = [init]
     parent: List[Tuple[int, Optional[tuple]]] = [(-1, None)]
     seen_problem = set()
     queue = deque([0])
-    n = len(engine.execs)
+    next_report = t0 + PROGRESS_EVERY
 
     def path_to(sid):
         p = []
         while sid > 0:
             psid, label = parent[sid]
+            if isinstance(label[0], tuple):  # a compressed chain: the transition, then its local steps
+                label, chain = label
+                p.extend(reversed(chain))
             p.append((states[psid], label))
             sid = psid
+        p.extend(reversed(chain0))
         p.reverse()
         return p
 
@@ -94,23 +135,34 @@ def explore(engine: Engine, max_states: int) -> Exploration:
     while queue:
         sid = queue.popleft()
         st = states[sid]
+        if progress is not None and not (sid & 255):
+            now = time.perf_counter()
+            if now >= next_report:
+                next_report = now + PROGRESS_EVERY
+                progress(f"exhaustive checker: {len(ids)} states explored, frontier {len(queue) + 1}, "
+                         f"{len(ids) / (now - t0):.0f} states/s, {now - t0:.1f}s")
         succ = None
+        local_e = local_succ = None
         for e in range(n):
-            if engine.is_local(st, e):
+            if is_local(st, e):
                 try:
-                    cand = engine.successors(st, e)
+                    cand = expand(st, e)
                 except (Violation, Unbounded):
                     break
-                cand = [(lab, canon(s)) for lab, s in cand]
                 if cand and all(s not in ids for _, s in cand):
                     succ = cand
+                else:  # cycle proviso: expand fully (reusing what was computed)
+                    local_e, local_succ = e, cand
                 break
         if succ is None:
             succ = []
             violated = False
             for e in range(n):
+                if e == local_e:
+                    succ.extend(local_succ)
+                    continue
                 try:
-                    succ.extend((lab, canon(s)) for lab, s in engine.successors(st, e))
+                    succ.extend(expand(st, e))
                 except Violation as v:
                     pc = st[0][e][0]
                     kind = v.kind
@@ -154,14 +206,13 @@ def explore(engine: Engine, max_states: int) -> Exploration:
     return out
 
 
-
 def replay(engine: Engine, canon, path, target):
     """Re-run a path of canonical states from the real initial state, so the counterexample
     shows concrete stage numbers. Returns ([(concrete pre-state, label)], final state)."""
     cur = engine.initial()
     out = []
     for i, (pre, label) in enumerate(path):
-        nxt_canon = path[i + 1][0] if i + 1 < len(path) else target
+        nxt_canon = canon(path[i + 1][0]) if i + 1 < len(path) else target  # chain states are raw
         chosen = None
         for lab, s in engine.successors(cur, label[0]):
             if lab[1] == label[1] or (lab[1].startswith("hw:") and label[1].startswith("hw:")) or \
