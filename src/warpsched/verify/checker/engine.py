@@ -56,6 +56,15 @@ class Engine(LoopsMixin):
         self.tile_member = {e: i for i, e in enumerate(self.tile_group.members)} if self.tile_group else {}
         self.gap = comp.gap
         self.key_cap = max(1, comp.gap // 2)  # keeps key-coupled tasks inside one loop cluster
+        # per executor and pc: can the instruction there ever be local? (a cheap filter for is_local)
+        self.maybe_local = [tuple(i.kind in ("jump", "loop_head", "tile_head") or
+                                  (i.kind == "step" and (i.local or bool(i.guards))) for i in ex.program)
+                            for ex in self.execs]
+        # per executor and pc: (cursor slot, barrier base) of an unguarded wait / acquire, else None
+        self.wait_at = [tuple((i.action.cursor, i.action.barrier_base)
+                              if i.kind == "step" and not i.guards and i.action.op in ("acquire", "wait")
+                              and i.action.cursor is not None else None for i in ex.program)
+                        for ex in self.execs]
 
     # ------------------------------------------------------------------ initial state
     def initial(self):
@@ -84,8 +93,10 @@ class Engine(LoopsMixin):
         race. Labels are (executor, what, pc, merged) with merged = ((what, pc, cursors), ...).
         """
         out = []
+        hw_first = bool(state[0][e][PEND])  # _raw lists the hardware event first
         for label, st in self._raw(state, e):
-            if label[1].startswith("hw:"):
+            if hw_first:
+                hw_first = False
                 out.append((label + ((),), st))
                 continue
             merged = []
@@ -106,7 +117,7 @@ class Engine(LoopsMixin):
                 if not self.mergeable(st, e):
                     break
                 try:
-                    sub = [x for x in self._raw(st, e) if not x[0][1].startswith("hw:")]
+                    sub = self._raw(st, e, hw=False)
                 except (Violation, Unbounded):
                     break  # leave it to the explorer, so the counterexample shows it
                 if len(sub) != 1:
@@ -138,11 +149,11 @@ class Engine(LoopsMixin):
             return True
         return a.op == "work" and a.wgmma_wait < 0 and not a.pdl_dependent
 
-    def _raw(self, state, e: int):
+    def _raw(self, state, e: int, hw: bool = True):
         ex = self.execs[e]
         es = state[0][e]
         out = []
-        if es[PEND]:
+        if hw and es[PEND]:
             out.append(self._hw_event(state, e))
         if es[SYNC] is not None:  # the synchronous work call returns: its bytes are free again
             out.append(((e, "return", es[PC]), self._set_exec(state, e, es[:SYNC] + (None,) + es[SYNC + 1:],
@@ -175,7 +186,7 @@ class Engine(LoopsMixin):
         group makes it first and whenever it is made, and it touches nothing but the group's
         decision. ``deterministic=True`` asks for a single outcome (for macro-steps)."""
         es = state[0][e]
-        if es[SYNC] is not None:
+        if not self.maybe_local[e][es[PC]] or es[SYNC] is not None:
             return False
         ins = self.execs[e].program[es[PC]]
         if ins.kind == "jump":
@@ -202,6 +213,20 @@ class Engine(LoopsMixin):
         if ins.local:
             return True
         return not self._guards_hold(state, e, es, ins)
+
+    def blocked(self, state, e: int) -> bool:
+        """A cheap sufficient test for 'no transition of e is enabled' (done, or an unguarded
+        wait / acquire on a phase that has not completed, with no hardware event pending):
+        exactly the cases where successors() returns []."""
+        es = state[0][e]
+        if es[PEND] or es[SYNC] is not None:
+            return False
+        pc = es[PC]
+        w = self.wait_at[e][pc]
+        if w is None:
+            return self.execs[e].program[pc].kind == "done"
+        stage, parity, _ = es[CUR][w[0]]
+        return state[1][w[1] + stage][0] == parity
 
     def is_done(self, state, e: int) -> bool:
         es = state[0][e]
@@ -305,6 +330,8 @@ class Engine(LoopsMixin):
                 f"{self.execs[o].name} {'writes' if w2 else 'reads'} {lab(r2)} ({what})")
 
     def _close_hw(self, hw, completed):
+        if not hw or not completed:
+            return hw
         return tuple(h for h in hw if h[0] not in completed)
 
     # ------------------------------------------------------------------ steps
@@ -333,9 +360,11 @@ class Engine(LoopsMixin):
             b = a.barrier_base + stage
             if state[1][b][0] == parity:
                 return []  # blocked: the phase with this parity has not completed
-            bars = list(state[1])
-            completed = set()
+            bars = None
+            completed = ()
             if a.arrivals or a.tx_expect:
+                bars = list(state[1])
+                completed = set()
                 fb = a.deliver_base + stage
                 if a.tx_expect and self._tx(bars, fb, a.tx_expect):
                     completed.add(fb)
@@ -353,7 +382,8 @@ class Engine(LoopsMixin):
             self._advance(curs, a.advance, ex)
             es2 = es[:CUR] + (tuple(curs), es[SYNC], asyncw) + es[PEND:]
             st = self._set_exec(state, e, es2, pc=es[PC] + 1)
-            st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
+            if bars is not None:
+                st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
             return self._with_keys(st, e, es2, a, label, es[PC] + 1)
         if op in ("commit", "release"):
             bars = list(state[1])
@@ -458,10 +488,12 @@ class Engine(LoopsMixin):
     def _with_keys(self, state, e, es, a, label, pc):
         """Apply the token choices of a step that produces when_true / when_false values."""
         es = state[0][e]
+        if not a.keys:
+            if pc == es[PC]:
+                return [(label, state)]
+            return [(label, self._set_exec(state, e, (pc,) + es[1:]))]
         if pc != es[PC]:
             es = (pc,) + es[1:]
-        if not a.keys:
-            return [(label, self._set_exec(state, e, es))]
         ex = self.execs[e]
         outs = [(state, es)]
         for kid in a.keys:

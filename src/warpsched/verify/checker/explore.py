@@ -58,7 +58,9 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
     out = Exploration()
     canon = Canon(engine.c)
     n = len(engine.execs)
-    successors, is_local = engine.successors, engine.is_local
+    successors, is_local, maybe_local = engine.successors, engine.is_local, engine.maybe_local
+    execs_range = range(n)
+    blocked = engine.blocked
 
     def close(st):
         """Chain compression: run every deterministic local step (a jump, a guard that is off,
@@ -68,8 +70,9 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
         chain = ((pre-state, label), ...) for the counterexample replay."""
         chain = ()
         for _ in range(CHAIN_LIMIT):
-            for e in range(n):
-                if is_local(st, e, deterministic=True):
+            ex_states = st[0]
+            for e in execs_range:
+                if maybe_local[e][ex_states[e][0]] and is_local(st, e, deterministic=True):
                     try:
                         nxt = successors(st, e)
                     except (Violation, Unbounded):
@@ -143,8 +146,9 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
                          f"{len(ids) / (now - t0):.0f} states/s, {now - t0:.1f}s")
         succ = None
         local_e = local_succ = None
-        for e in range(n):
-            if is_local(st, e):
+        ex_states = st[0]
+        for e in execs_range:
+            if maybe_local[e][ex_states[e][0]] and is_local(st, e):
                 try:
                     cand = expand(st, e)
                 except (Violation, Unbounded):
@@ -160,6 +164,8 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
             for e in range(n):
                 if e == local_e:
                     succ.extend(local_succ)
+                    continue
+                if blocked(st, e):
                     continue
                 try:
                     succ.extend(expand(st, e))
