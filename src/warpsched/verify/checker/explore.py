@@ -60,7 +60,7 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
     n = len(engine.execs)
     successors, is_local, maybe_local = engine.successors, engine.is_local, engine.maybe_local
     execs_range = range(n)
-    blocked = engine.blocked
+    is_blocked = engine.blocked
 
     def close(st):
         """Chain compression: run every deterministic local step (a jump, a guard that is off,
@@ -165,7 +165,7 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
                 if e == local_e:
                     succ.extend(local_succ)
                     continue
-                if blocked(st, e):
+                if is_blocked(st, e):
                     continue
                 try:
                     succ.extend(expand(st, e))
