@@ -47,7 +47,8 @@ class Exploration:
 MAX_REPORTED = 8
 MAX_PER_KIND = 3
 AFTER_FIRST_PROBLEM = 5000
-CHAIN_LIMIT = 256  # local steps compressed into one edge at most (a local-only cycle stops there)
+CHAIN_LIMIT = 64  # local steps compressed into one expansion, over all its branches (a local-only cycle stops)
+MAX_BRANCH = 4  # a local decision with more outcomes is stored, not compressed
 PROGRESS_EVERY = 2.0  # seconds
 
 
@@ -62,17 +63,21 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
     execs_range = range(n)
     is_blocked = engine.blocked
 
-    def close(st):
-        """Chain compression: run every deterministic local step (a jump, a guard that is off,
-        private work, a loop head whose outcome is already fixed) right away instead of storing
-        the state before it. Such a step alone is an ample set (the explorer would expand it
-        alone anyway); only the intermediate states are not stored. Returns (state, chain) with
-        chain = ((pre-state, label), ...) for the counterexample replay."""
-        chain = ()
-        for _ in range(CHAIN_LIMIT):
+    def close(st, chain=(), budget=None):
+        """Chain compression: a local step (a jump, a guard that is off, private work, a loop
+        or tile head) alone is an ample set, so instead of storing the state before it, run it
+        right away. Deterministic steps go first; then a head with several outcomes (the
+        environment's trip-count / skip choice) branches. Only the intermediate states are not
+        stored; the cycle proviso is checked on the stored ends (see docs/checker.md).
+        Returns [(state, chain)], chain = ((pre-state, label), ...) for the replay."""
+        if budget is None:
+            budget = [CHAIN_LIMIT]  # shared by every branch of one compression
+        while budget[0] > 0:
+            budget[0] -= 1
             ex_states = st[0]
+            branch = None
             for e in execs_range:
-                if maybe_local[e][ex_states[e][0]] and is_local(st, e, deterministic=True):
+                if maybe_local[e][ex_states[e][0]] and is_local(st, e):
                     try:
                         nxt = successors(st, e)
                     except (Violation, Unbounded):
@@ -81,19 +86,25 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
                         chain += ((st, nxt[0][0]),)
                         st = nxt[0][1]
                         break
+                    if nxt and branch is None:
+                        branch = nxt
             else:
-                return st, chain
-        return st, chain
+                if branch is None or len(branch) > MAX_BRANCH:
+                    break
+                out = []
+                for lab, s2 in branch:
+                    out.extend(close(s2, chain + ((st, lab),), budget))
+                return out
+        return [(st, chain)]
 
     def expand(st, e):
         res = []
         for lab, s in successors(st, e):
-            s, chain = close(s)
-            res.append(((lab, chain) if chain else lab, canon(s)))
+            for s2, chain in close(s):
+                res.append(((lab, chain) if chain else lab, canon(s2)))
         return res
 
-    init, chain0 = close(engine.initial())
-    init = canon(init)
+    init = canon(engine.initial())
     ids: Dict[tuple, int] = {init: 0}
     states: List[tuple] = [init]
     parent: List[Tuple[int, Optional[tuple]]] = [(-1, None)]
@@ -110,7 +121,6 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
                 p.extend(reversed(chain))
             p.append((states[psid], label))
             sid = psid
-        p.extend(reversed(chain0))
         p.reverse()
         return p
 
