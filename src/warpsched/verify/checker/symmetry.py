@@ -94,6 +94,9 @@ def families(comp: Compiled) -> List[Family]:
         for r in range(0, fam.S, fam.L):
             fam.perm[r] = {b.index: base[(id(b.owner), b.kind)] + (b.stage - r) % fam.S for b in bars}
             fam.wraps[r] = {b.index: int(b.stage < r) for b in bars}
+        # the same, as lists aligned with fam.bars (the hot path in Canon)
+        fam.perm_list = {r: [p[b] for b in fam.bars] for r, p in fam.perm.items()}
+        fam.wraps_list = {r: [w[b] for b in fam.bars] for r, w in fam.wraps.items()}
         out.append(fam)
     return out
 
@@ -122,23 +125,23 @@ class Canon:
                 execs = [list(x) for x in execs]
                 bars = list(bars)
                 changed = True
-            perm = fam.perm[r]
             S = fam.S
-            old = {b: bars[b] for b in fam.bars}
-            wraps = fam.wraps[r]
-            for b, v in old.items():  # a stage that wraps below 0 is one lap earlier: phase flips
-                bars[perm[b]] = (v[0] ^ f ^ wraps[b], v[1], v[2])
-            rids = fam.rids
-
-            def rot(reg):
-                return (reg[0], (reg[1] - r) % S) if reg[0] in rids and reg[1] >= 0 else reg
-
+            old = [bars[b] for b in fam.bars]
+            for v, pb, w in zip(old, fam.perm_list[r], fam.wraps_list[r]):
+                # a stage that wraps below 0 is one lap earlier: its phase flips
+                bars[pb] = (v[0] ^ f ^ w, v[1], v[2])
             for e, slot in fam.slots:
                 curs = list(execs[e][CUR])
                 s_, p_, d_ = curs[slot]
                 curs[slot] = ((s_ - r) % S, p_ ^ f ^ (s_ < r), d_)
                 execs[e][CUR] = tuple(curs)
             if r:
+                perm = fam.perm[r]
+                rids = fam.rids
+
+                def rot(reg):
+                    return (reg[0], (reg[1] - r) % S) if reg[0] in rids and reg[1] >= 0 else reg
+
                 for x in execs:
                     if x[ASYNC]:
                         x[ASYNC] = tuple((rot(w[0]),) + w[1:] for w in x[ASYNC])
@@ -146,7 +149,8 @@ class Canon:
                         x[SYNC] = (rot(x[SYNC][0]), x[SYNC][1])
                     if x[PEND]:
                         x[PEND] = tuple((perm.get(b, b), n, tuple(rot(g) for g in regs)) for b, n, regs in x[PEND])
-                hw = tuple(sorted((perm.get(b, b), e, rot(reg)) for b, e, reg in hw))
+                if hw:
+                    hw = tuple(sorted((perm.get(b, b), e, rot(reg)) for b, e, reg in hw))
         if changed:
             execs = tuple(tuple(x) for x in execs)
         # windows other than wgmma groups are sets: store them sorted
