@@ -90,7 +90,7 @@ class TaskManager:
         if program.options.exhaustive_deadlock_race_check and not structural_errors:
             checker = _optional_module("warpsched.verify.checker")
             if checker is not None:
-                checker_result = checker.run_checker(program)
+                checker_result = checker.run_checker(program, progress=self.verbose)
                 self._print()
                 self._print(checker_result.report())
                 findings.extend(checker_result.findings)

@@ -7,6 +7,7 @@ over-arrivals, each with the shortest counterexample timeline. See docs/checker.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 from ...errors import Finding
@@ -41,8 +42,16 @@ def _merge(results):
     return out
 
 
-def run_checker(program: Program) -> CheckerResult:
+def _stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def run_checker(program: Program, progress=False) -> CheckerResult:
+    """``progress``: False (silent, the default), True (a line to stderr about every 2 s once
+    the search has run 2 s: states explored, frontier size, states/s), or a callable taking
+    that line."""
     t0 = time.perf_counter()
+    report = progress if callable(progress) else (_stderr_line if progress else None)
     whole = compile_program(program)
     parts = components(whole)
     max_states = program.options.max_states
@@ -50,7 +59,7 @@ def run_checker(program: Program) -> CheckerResult:
     for part in parts:
         comp = whole if len(parts) == 1 else compile_program(program, include=set(part))
         engine = Engine(comp)
-        runs.append((engine, explore(engine, max(1, max_states - sum(r.states for _, r in runs)))))
+        runs.append((engine, explore(engine, max(1, max_states - sum(r.states for _, r in runs)), report)))
     exp = _merge([r for _, r in runs])
     engine_of = {id(p): eng for eng, r in runs for p in r.problems}
     findings = [problem_finding(engine_of[id(p)], p) for p in exp.problems]
