@@ -60,6 +60,11 @@ class Engine(LoopsMixin):
         self.maybe_local = [tuple(i.kind in ("jump", "loop_head", "tile_head") or
                                   (i.kind == "step" and (i.local or bool(i.guards))) for i in ex.program)
                             for ex in self.execs]
+        # per executor and pc: where the fast-forward over jumps and unguarded local steps
+        # lands and what it passes ((what, pc), ...), or None; and mergeable() where it does
+        # not depend on the state (None: ask mergeable())
+        self.ff = [self._fast_forward(ex.program) for ex in self.execs]
+        self.merge_static = [tuple(self._merge_static(i) for i in ex.program) for ex in self.execs]
         # per executor and pc: (cursor slot, barrier base) of an unguarded wait / acquire, else None
         self.wait_at = [tuple((i.action.cursor, i.action.barrier_base)
                               if i.kind == "step" and not i.guards and i.action.op in ("acquire", "wait")
@@ -100,21 +105,22 @@ class Engine(LoopsMixin):
                 out.append((label + ((),), st))
                 continue
             merged = []
-            prog = self.execs[e].program
+            ff, merge_static = self.ff[e], self.merge_static[e]
             while True:
                 es = st[0][e]
-                if es[SYNC] is None:  # fast-forward over jumps and unguarded local steps
-                    pc = es[PC]
-                    ins = prog[pc]
-                    moved = False
-                    while ins.kind == "jump" or (ins.kind == "step" and ins.local and not ins.guards):
-                        merged.append(("jump" if ins.kind == "jump" else "step", pc, es[CUR]))
-                        pc = ins.target if ins.kind == "jump" else pc + 1
-                        ins = prog[pc]
-                        moved = True
-                    if moved:
-                        st = self._set_exec(st, e, es, pc=pc)
-                if not self.mergeable(st, e):
+                if es[SYNC] is not None:
+                    break  # a return closes a window: it must stay a separate transition
+                pc = es[PC]
+                hop = ff[pc]
+                if hop is not None:  # fast-forward over jumps and unguarded local steps
+                    cur = es[CUR]
+                    merged.extend((what, p, cur) for what, p in hop[1])
+                    pc = hop[0]
+                    st = self._set_exec(st, e, es, pc=pc)
+                m = merge_static[pc]
+                if m is None:
+                    m = self.mergeable(st, e)
+                if not m:
                     break
                 try:
                     sub = self._raw(st, e, hw=False)
@@ -127,6 +133,36 @@ class Engine(LoopsMixin):
                 st = st2
             out.append((label + (tuple(merged),), st))
         return out
+
+    @staticmethod
+    def _fast_forward(prog):
+        out = []
+        for pc0 in range(len(prog)):
+            pc, passed, seen = pc0, [], set()
+            ins = prog[pc]
+            while (ins.kind == "jump" or (ins.kind == "step" and ins.local and not ins.guards)) and pc not in seen:
+                seen.add(pc)
+                passed.append(("jump" if ins.kind == "jump" else "step", pc))
+                pc = ins.target if ins.kind == "jump" else pc + 1
+                ins = prog[pc]
+            out.append((pc, tuple(passed)) if passed else None)
+        return out
+
+    @staticmethod
+    def _merge_static(ins):
+        k = ins.kind
+        if k == "jump":
+            return True
+        if k in ("loop_head", "tile_head") or (k == "step" and ins.guards):
+            return None
+        if k != "step":
+            return False
+        a = ins.action
+        if a.keys:
+            return False
+        if a.op in ("nop", "commit", "release"):
+            return True
+        return a.op == "work" and a.wgmma_wait < 0 and not a.pdl_dependent
 
     def mergeable(self, state, e: int) -> bool:
         es = state[0][e]
