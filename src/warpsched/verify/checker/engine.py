@@ -26,6 +26,7 @@ from typing import Optional, Tuple
 
 from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
 from .model import Compiled, Instr
+from .tables import action_mergeable, fast_forward, maybe_local, merge_static, wait_at
 
 EAGER_DECISIONS = True  # see Engine.is_local
 
@@ -56,20 +57,11 @@ class Engine(LoopsMixin):
         self.tile_member = {e: i for i, e in enumerate(self.tile_group.members)} if self.tile_group else {}
         self.gap = comp.gap
         self.key_cap = max(1, comp.gap // 2)  # keeps key-coupled tasks inside one loop cluster
-        # per executor and pc: can the instruction there ever be local? (a cheap filter for is_local)
-        self.maybe_local = [tuple(i.kind in ("jump", "loop_head", "tile_head") or
-                                  (i.kind == "step" and (i.local or bool(i.guards))) for i in ex.program)
-                            for ex in self.execs]
-        # per executor and pc: where the fast-forward over jumps and unguarded local steps
-        # lands and what it passes ((what, pc), ...), or None; and mergeable() where it does
-        # not depend on the state (None: ask mergeable())
-        self.ff = [self._fast_forward(ex.program) for ex in self.execs]
-        self.merge_static = [tuple(self._merge_static(i) for i in ex.program) for ex in self.execs]
-        # per executor and pc: (cursor slot, barrier base) of an unguarded wait / acquire, else None
-        self.wait_at = [tuple((i.action.cursor, i.action.barrier_base)
-                              if i.kind == "step" and not i.guards and i.action.op in ("acquire", "wait")
-                              and i.action.cursor is not None else None for i in ex.program)
-                        for ex in self.execs]
+        # static per-instruction tables for the hot paths (see tables.py)
+        self.maybe_local = [maybe_local(ex.program) for ex in self.execs]
+        self.ff = [fast_forward(ex.program) for ex in self.execs]
+        self.merge_static = [merge_static(ex.program) for ex in self.execs]
+        self.wait_at = [wait_at(ex.program) for ex in self.execs]
 
     # ------------------------------------------------------------------ initial state
     def initial(self):
@@ -134,36 +126,6 @@ class Engine(LoopsMixin):
             out.append((label + (tuple(merged),), st))
         return out
 
-    @staticmethod
-    def _fast_forward(prog):
-        out = []
-        for pc0 in range(len(prog)):
-            pc, passed, seen = pc0, [], set()
-            ins = prog[pc]
-            while (ins.kind == "jump" or (ins.kind == "step" and ins.local and not ins.guards)) and pc not in seen:
-                seen.add(pc)
-                passed.append(("jump" if ins.kind == "jump" else "step", pc))
-                pc = ins.target if ins.kind == "jump" else pc + 1
-                ins = prog[pc]
-            out.append((pc, tuple(passed)) if passed else None)
-        return out
-
-    @staticmethod
-    def _merge_static(ins):
-        k = ins.kind
-        if k == "jump":
-            return True
-        if k in ("loop_head", "tile_head") or (k == "step" and ins.guards):
-            return None
-        if k != "step":
-            return False
-        a = ins.action
-        if a.keys:
-            return False
-        if a.op in ("nop", "commit", "release"):
-            return True
-        return a.op == "work" and a.wgmma_wait < 0 and not a.pdl_dependent
-
     def mergeable(self, state, e: int) -> bool:
         es = state[0][e]
         if es[SYNC] is not None:
@@ -178,12 +140,7 @@ class Engine(LoopsMixin):
             return False
         if not self._guards_hold(state, e, es, ins):
             return True
-        a = ins.action
-        if a.keys:
-            return False
-        if a.op in ("nop", "commit", "release"):
-            return True
-        return a.op == "work" and a.wgmma_wait < 0 and not a.pdl_dependent
+        return action_mergeable(ins.action)
 
     def _raw(self, state, e: int, hw: bool = True):
         ex = self.execs[e]
