@@ -29,6 +29,7 @@ class Problem:
     blocked: List[Tuple[str, object]] = field(default_factory=list)
     barrier: Optional[int] = None
     region: object = None
+    replayed: bool = True  # the path was re-run concretely (False: canonical states shown)
 
 
 @dataclass
@@ -131,14 +132,14 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
         if key in seen_problem or len(out.problems) >= MAX_REPORTED or per_kind >= MAX_PER_KIND:
             return
         seen_problem.add(key)
-        path, final = replay(engine, canon, path_to(sid), states[sid])
+        path, final, replayed = replay(engine, canon, path_to(sid), states[sid])
         if extra_label is not None:
             try:  # the concrete (un-rotated) run names the concrete stages
                 engine.successors(final, e)
             except Violation as v:
                 text, kw["barrier"], kw["region"] = v.text, v.barrier, v.region
             path.append((final, extra_label))
-        prob = Problem(kind, text, e, step, path, **kw)
+        prob = Problem(kind, text, e, step, path, replayed=replayed, **kw)
         if kind == "deadlock":
             prob.blocked = [r for r in (engine.blocked_reason(final, x) for x in range(n)) if r]
             if prob.blocked:
@@ -224,7 +225,7 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
 
 def replay(engine: Engine, canon, path, target):
     """Re-run a path of canonical states from the real initial state, so the counterexample
-    shows concrete stage numbers. Returns ([(concrete pre-state, label)], final state)."""
+    shows concrete stage numbers. Returns ([(concrete pre-state, label)], final state, replayed)."""
     cur = engine.initial()
     out = []
     for i, (pre, label) in enumerate(path):
@@ -238,7 +239,7 @@ def replay(engine: Engine, canon, path, target):
                     if lab[1] == label[1]:
                         break
         if chosen is None:  # should not happen; fall back to the canonical states
-            return list(path), path[-1][0] if path else cur
+            return list(path), path[-1][0] if path else cur, False
         out.append((cur, chosen[0]))
         cur = chosen[1]
-    return out, cur
+    return out, cur, True
