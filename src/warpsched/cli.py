@@ -16,7 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
-from .errors import Finding, ValidationError
+from .errors import Finding, HasFindings, ValidationError
 from .manager import TaskManager, ValidationWarning
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
@@ -67,20 +67,12 @@ exit codes:
 
 # ------------------------------------------------------------------ outcome of one run
 @dataclass
-class Outcome:
+class Outcome(HasFindings):
     target: str
     findings: List[Finding] = field(default_factory=list)
     manager: Optional[TaskManager] = None
     rejected: bool = False
     title: str = ""  # "malformed schedule" / "warpsched rejected the program"
-
-    @property
-    def errors(self) -> List[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
-    @property
-    def warnings(self) -> List[Finding]:
-        return [f for f in self.findings if f.severity != "error"]
 
 
 class UsageError(Exception):

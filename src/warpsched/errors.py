@@ -44,6 +44,20 @@ class Finding:
         return "\n".join(parts)
 
 
+class HasFindings:
+    """Mixin for results that carry ``findings``: splits them by severity."""
+
+    findings: List[Finding]
+
+    @property
+    def errors(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> List[Finding]:
+        return [f for f in self.findings if f.severity != "error"]
+
+
 class ValidationError(ValueError):
     """A rejected program. ``.findings`` lists every problem found, not just the first."""
 

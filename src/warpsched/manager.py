@@ -7,7 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .errors import Finding, ValidationError
+from .errors import Finding, HasFindings, ValidationError
 from .model.task import Task
 from .report.printout import memory_summary, register_summary, schedule_table
 from .verify import Options, Program, run_static_checks
@@ -18,17 +18,9 @@ class ValidationWarning(UserWarning):
 
 
 @dataclass
-class VerifyResult:
+class VerifyResult(HasFindings):
     findings: List[Finding] = field(default_factory=list)
     checker: Any = None  # the exhaustive checker's result, when it ran
-
-    @property
-    def errors(self) -> List[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
-    @property
-    def warnings(self) -> List[Finding]:
-        return [f for f in self.findings if f.severity != "error"]
 
     @property
     def accepted(self) -> bool:
