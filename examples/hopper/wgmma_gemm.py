@@ -50,10 +50,6 @@ from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAlloc
                        TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work,
                        schedule)
 
-WGMMA = getattr(WorkAttr, "WGMMA", WorkAttr.NONE)  # Hopper async-MMA attribute where the model has it
-WGMMA_WAIT = getattr(WorkAttr, "WGMMA_WAIT", WorkAttr.AUXILIARY)
-
-
 def group(n):
     return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
@@ -122,7 +118,7 @@ class SmemAB(MemoryResource):
         acc = cute.make_rmem_tensor(thr_mma.partition_C(g.gC).shape, g.acc_dtype)
         return acc, tCrA, tCrB
 
-    @consumer_work(work_attrs=WGMMA)
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage until the wait below
     @cute.jit
     def mma(self, stage_info: StageInfo, acc, frag_a, frag_b, *, first: cutlass.Constexpr = False):
         """wgmma over one K tile; ``first``: overwrite the accumulator and retire nothing yet."""
@@ -136,7 +132,7 @@ class SmemAB(MemoryResource):
             cute.gemm(mma, acc, frag_a[(None, None, kb, s)], frag_b[(None, None, kb, s)], acc)
         cute.nvgpu.warpgroup.commit_group()
 
-    @consumer_work(work_attrs=WGMMA_WAIT)
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT)
     def retire(self, stage_info: StageInfo, *, pending: cutlass.Constexpr = 0):
         """wgmma.wait_group(pending): all but the newest ``pending`` groups have stopped reading SMEM."""
         cute.nvgpu.warpgroup.wait_group(pending)
