@@ -1,7 +1,6 @@
 """TaskManager: ties tasks, graph and allocators together; verifies at construction."""
 from __future__ import annotations
 
-import importlib
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from .errors import Finding, HasFindings, ValidationError
 from .model.task import Task
 from .report.printout import memory_summary, register_summary, schedule_table
 from .verify import Options, Program, run_static_checks
+from .verify.checker import run_checker
 
 
 class ValidationWarning(UserWarning):
@@ -80,12 +80,10 @@ class TaskManager:
                 self._print(mem)
         checker_result = None
         if program.options.exhaustive_deadlock_race_check and not structural_errors:
-            checker = _optional_module("warpsched.verify.checker")
-            if checker is not None:
-                checker_result = checker.run_checker(program, progress=self.verbose)
-                self._print()
-                self._print(checker_result.report())
-                findings.extend(checker_result.findings)
+            checker_result = run_checker(program, progress=self.verbose)
+            self._print()
+            self._print(checker_result.report())
+            findings.extend(checker_result.findings)
         elif program.options.exhaustive_deadlock_race_check:
             self._print("\nExhaustive checker skipped: fix the static findings first.")
         self.result = VerifyResult(findings, checker_result)
@@ -125,11 +123,3 @@ def _render(printout, program: Program, errors: List[Finding]) -> str:
             raise
         return f"({printout.__name__} skipped: the program is malformed, see the findings)"
 
-
-def _optional_module(name: str):
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name == name:
-            return None
-        raise

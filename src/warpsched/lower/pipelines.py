@@ -22,12 +22,7 @@ import cutlass.pipeline as cpipe
 
 from ..model.enums import PipelineType
 from ..model.ir import StepKind
-from ..protocol.barriers import protocol_of, tx_bytes_per_arm
-
-try:  # init counts as the checker models them (shared protocol), where that helper exists
-    from ..protocol.barriers import barrier_init
-except ImportError:  # pragma: no cover - older protocol module: the declared group sizes
-    barrier_init = None
+from ..protocol.barriers import barrier_init, protocol_of, tx_bytes_per_arm
 from . import LoweringError
 from .dsl import dyn_if
 
@@ -80,11 +75,8 @@ class PipelineLowering:
         cls = getattr(cpipe, self.proto.cutlass_class, None)
         # Init counts come from the shared protocol (thread-count declarations on per-warp
         # sides are normalized there), so the barriers are armed exactly as the checker models.
-        if barrier_init is not None:
-            init = barrier_init(cfg)
-            full, empty = _group(init.full_arrivals), _group(init.empty_arrivals)
-        else:
-            full, empty = _group(cfg.producer_group), _group(cfg.consumer_group)
+        init = barrier_init(cfg)
+        full, empty = _group(init.full_arrivals), _group(init.empty_arrivals)
         kw: Dict[str, Any] = dict(num_stages=cfg.num_stages, producer_group=full,
                                   consumer_group=empty, barrier_storage=barrier_ptr,
                                   defer_sync=True)
