@@ -21,6 +21,19 @@ def _inc_counter(j, c, p):
     return j if c or p > 1 else 0
 
 
+def _round_end(bound, grp):
+    """A decided end is only ever compared with member values (``v >= end``), and member m only
+    takes values congruent to its start modulo its step (shifts are multiples of the lcm). Two
+    ends with no member value between them are the same decision: keep the smallest member
+    value >= end (e.g. step 4 from 0: ends 1, 2, 3, 4 are all 'one iteration')."""
+    best = None
+    for start, step in zip(grp.starts, grp.steps):
+        x = bound + (start - bound) % step
+        if best is None or x < best:
+            best = x
+    return bound if best is None else best
+
+
 class LoopsMixin:
     """Loop heads, tile heads and the normalisation that keeps their state finite."""
 
@@ -49,7 +62,7 @@ class LoopsMixin:
         put(False, max(bound, v + step), v + step, "more")
         return outs
 
-    def _normalize(self, gs, lcm, tiles=False):
+    def _normalize(self, gs, lcm, tiles=False, grp=None):
         """Canonical form of a loop-group state: exited members drop out; a gap wider than
         ``gap`` between two clusters of members (which then cannot be coupled through any
         pipeline) is shrunk to ``gap``; all values shift down by a multiple of the steps' lcm.
@@ -59,6 +72,8 @@ class LoopsMixin:
         active = [v for v in nvs if v != EXITED]
         if not active:
             return (True, 0, tuple(EXITED for _ in nvs)), None
+        if dec and grp is not None:
+            bound = _round_end(bound, grp)
         if tiles:  # tile records are indexed by tile value: shift only, keep the tile a member is in
             shift = max(0, min(active) - 1)
             if not shift:
@@ -97,7 +112,7 @@ class LoopsMixin:
         else:
             choices = self._choose(gs, ins.member, ins.start, ins.step)
         for gs2, what in choices:
-            gs2, _ = self._normalize(gs2, grp.lcm)
+            gs2, _ = self._normalize(gs2, grp.lcm, grp=grp)
             rec2 = (rec[0], rec[1][:ins.group] + (gs2,) + rec[1][ins.group + 1:])
             if what == "exit":
                 es2 = (ins.target, None, False) + es[3:]
