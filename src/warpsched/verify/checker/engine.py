@@ -29,7 +29,6 @@ from .model import Compiled, Instr
 from .tables import action_mergeable, fast_forward, maybe_local, merge_static, wait_at
 
 EAGER_DECISIONS = True  # see Engine.is_local
-WAIT_AMPLE = True
 
 
 class Violation(Exception):
@@ -206,14 +205,7 @@ class Engine(LoopsMixin):
             return False
         if ins.local:
             return True
-        if not self._guards_hold(state, e, es, ins):
-            return True
-        a = ins.action
-        if WAIT_AMPLE and a.op in ("acquire", "wait") and not (a.arrivals or a.tx_expect or a.keys) \
-                and a.cursor is not None:
-            stage, parity, _ = es[CUR][a.cursor]
-            return state[1][a.barrier_base + stage][0] != parity
-        return False
+        return not self._guards_hold(state, e, es, ins)
 
     def blocked(self, state, e: int) -> bool:
         """A cheap sufficient test for 'no transition of e is enabled' (done, or an unguarded

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 def maybe_local(prog):
     """Can the instruction ever be a local step (a cheap filter in front of Engine.is_local)?"""
-    return tuple(i.kind in ("jump", "loop_head", "tile_head") or (i.kind == "step" and (
-        i.local or bool(i.guards) or (i.action.op in ("acquire", "wait") and not (
-            i.action.arrivals or i.action.tx_expect or i.action.keys)))) for i in prog)
+    return tuple(i.kind in ("jump", "loop_head", "tile_head") or (i.kind == "step" and (i.local or bool(i.guards)))
+                 for i in prog)
 
 
 def fast_forward(prog):
