@@ -255,9 +255,23 @@ def run_groups():
             guarded("group_add", name, case)
 
 
+def run_patterns():
+    """The seed's four scheduling patterns (examples/hopper/patterns), via benchmarks/run_patterns_gpu.py."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_patterns_gpu", os.path.join(ROOT, "benchmarks",
+                                                                                   "run_patterns_gpu.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name in ("pingpong", "split", "interleaved", "leader"):
+        getattr(mod, f"run_{name}")()
+    for pattern, variant, shape, ok, err, note in mod.ROWS:
+        record(f"pattern:{pattern}", f"{variant} {shape}", ok, err, note=note)
+
+
 RUNNERS = {"grid_stride": run_grid_stride, "tma_copy": run_tma_copy, "persistent": run_persistent,
            "varlen": run_varlen, "relu": run_relu, "interleaved": run_interleaved, "groups": run_groups, "gemm": run_gemm,
-           "gemm_cluster": run_gemm_cluster}
+           "gemm_cluster": run_gemm_cluster, "patterns": run_patterns}
 
 
 def main():
