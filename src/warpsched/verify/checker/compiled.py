@@ -1,0 +1,136 @@
+"""The compiled form the exhaustive checker executes: barriers, cursors, actions,
+instructions, executors and loop groups (built by ``model.compile_program``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Tuple
+
+from ...model.ir import Step, StepKind
+from ..program import Program, name_of
+from .memory import RegionMap
+
+PRODUCER, CONSUMER = "producer", "consumer"
+OPEN_VERBS = {StepKind.ProducerAcquire: PRODUCER, StepKind.ConsumerWait: CONSUMER}
+CLOSE_VERBS = {StepKind.ProducerCommit: PRODUCER, StepKind.ConsumerRelease: CONSUMER}
+NOP_KINDS = {StepKind.ProducerTryAcquire, StepKind.ConsumerTryWait}
+
+
+@dataclass
+class Barrier:
+    """One mbarrier: ``kind`` 'full' / 'empty' of stage ``stage`` of ``owner``."""
+
+    index: int
+    owner: Any
+    kind: str
+    stage: int
+    init: int
+    tx: int
+
+    @property
+    def label(self) -> str:
+        return f"{name_of(self.owner)}.{self.kind}[{self.stage}]"
+
+
+@dataclass
+class Cursor:
+    """A (stage, parity) pipeline state of one executor for one owner side."""
+
+    slot: int
+    owner: Any
+    side: str
+    which: str  # 'open' | 'close' | 'both'
+    stride: int
+    lane: int
+    num_stages: int
+
+
+@dataclass
+class Action:
+    """A resolved step. ``op`` selects the engine rule."""
+
+    op: str  # nop | acquire | commit | wait | release | work | pdl_wait | pdl_launch | token
+    step: Step
+    cursor: Optional[int] = None  # slot read by the op
+    advance: Tuple[int, ...] = ()  # slots advanced after the op
+    stride: int = 1
+    num_stages: int = 1
+    barrier_base: int = 0  # index of stage 0 of the barrier waited on / arrived at
+    arrivals: int = 0
+    tx_expect: int = 0
+    tx_deliver: int = 0
+    deliver_base: int = -1  # full barrier base the work's copies complete_tx on
+    umma_release: bool = False  # empty arrival happens later, when the MMAs complete
+    umma_wait_window: bool = False  # UMMA consumer reads from wait to its async release
+    regions: Tuple[Tuple[Any, int], ...] = ()  # (resource id, stage slot: -1 whole, else None=cursor)
+    write: bool = False
+    hw_window: bool = False  # producer hardware writes until full[s] completes
+    wgmma: bool = False
+    wgmma_wait: int = -1  # pending groups kept by a WGMMA_WAIT work
+    pdl_dependent: bool = False
+    keys: Tuple[int, ...] = ()  # guard keys whose value this step produces
+    arrive_kind: str = ""
+    private: bool = False  # no other resource's bytes overlap these: no call window needed
+    hold_open: str = ""  # 'r' / 'w': the bracket starts holding (resource, stage) (pipeline window)
+    hold_close: str = ""  # the bracket ends; a hardware producer's hold lasts until full[s] completes
+    hold_hw: bool = False
+    unheld: bool = False  # work of a wait-only task: no bracket hold covers it
+    group_members: Tuple[Any, ...] = ()
+    owner: Any = None
+    side: str = ""
+
+
+@dataclass
+class Instr:
+    kind: str  # step | tile_head | loop_head | jump | done
+    action: Optional[Action] = None
+    guards: Tuple[Any, ...] = ()
+    target: int = 0  # exit (heads) or jump target
+    group: int = -1  # loop group id for loop_head
+    start: int = 0
+    step: int = 1
+    local: bool = False  # touches executor-local state only (partial-order reduction)
+    member: int = 0  # this executor's position in the loop group
+    all_skippable: bool = False
+
+
+@dataclass
+class Executor:
+    index: int
+    name: str
+    task: Any
+    warps: int
+    lane_warp: Optional[int]
+    program: List[Instr] = field(default_factory=list)
+    cursors: List[Cursor] = field(default_factory=list)
+    keys: Tuple[int, ...] = ()  # guard keys this executor reads
+    counter_c: int = 0  # loop counter: exact below C, then periodic with P
+    counter_p: int = 1
+    persistent: bool = False
+    tile_group: int = -1
+    uses_last: bool = False  # the last-iteration flag is kept only where a guard reads it
+
+
+@dataclass
+class LoopGroup:
+    index: int
+    label: str
+    members: List[int]  # executor indices
+    steps: List[int]
+    lcm: int = 1
+    starts: List[int] = field(default_factory=list)
+
+
+@dataclass
+class Compiled:
+    program: Program
+    executors: List[Executor]
+    barriers: List[Barrier]
+    groups: List[LoopGroup]
+    key_names: List[str]
+    key_members: List[List[int]]
+    regions: RegionMap
+    persistent: bool
+    has_skippable: bool
+    pdl_assumed: bool
+    problems: List[str] = field(default_factory=list)
+    gap: int = 16
