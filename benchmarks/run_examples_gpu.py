@@ -133,6 +133,29 @@ def run_varlen():
         guarded("varlen_copy", name, case)
 
 
+def gemm_case(ex, M, N, K, name, timed, **gemm_kwargs):
+    """One GEMM case: two fresh draws against an fp64 reference, NaN-poisoned output, timed vs cuBLAS."""
+    errs = []
+    for _ in range(2):
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch = ex.gemm(a, b, c, **gemm_kwargs)
+        torch.cuda.synchronize()
+        ref = a.double() @ b.double().T
+        errs.append(float((c.double() - ref).norm() / ref.norm()) if not torch.isnan(c).any()
+                    else float("inf"))
+    err = max(errs)
+    ms = tref = None
+    if timed:
+        ms = bench(launch)
+        c2 = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        tref = bench(lambda: torch.matmul(a, b.T, out=c2))
+    fl = 2 * M * N * K
+    record("wgmma_gemm", name, err < 2e-2, err, ms, tref, "TFLOP/s", fl / ms / 1e9 if ms else None,
+           fl / tref / 1e9 if tref else None)
+
+
 def run_gemm():
     import wgmma_gemm as ex
 
@@ -140,28 +163,7 @@ def run_gemm():
              ((129, 264, 72), False), ((128, 256, 64), False)]
     for (M, N, K), timed in cases:
         name = f"bf16 {M}x{N}x{K}"
-
-        def case():
-            errs = []
-            for _ in range(2):
-                a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-                b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
-                c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-                launch = ex.gemm(a, b, c)
-                torch.cuda.synchronize()
-                ref = a.double() @ b.double().T
-                errs.append(float((c.double() - ref).norm() / ref.norm()) if not torch.isnan(c).any()
-                            else float("inf"))
-            err = max(errs)
-            ms = tref = None
-            if timed:
-                ms = bench(launch)
-                c2 = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-                tref = bench(lambda: torch.matmul(a, b.T, out=c2))
-            fl = 2 * M * N * K
-            record("wgmma_gemm", name, err < 2e-2, err, ms, tref, "TFLOP/s", fl / ms / 1e9 if ms else None,
-                   fl / tref / 1e9 if tref else None)
-        guarded("wgmma_gemm", name, case)
+        guarded("wgmma_gemm", name, lambda: gemm_case(ex, M, N, K, name, timed))
 
 
 def run_relu():
@@ -211,28 +213,7 @@ def run_gemm_cluster():
         for (M, N, K), timed in (((8192, 8192, 8192), cluster == (2, 1)), ((3000, 5000, 1000), False),
                                  ((129, 264, 72), False)):
             name = f"bf16 {M}x{N}x{K} cluster {cluster[0]}x{cluster[1]}"
-
-            def case():
-                errs = []
-                for _ in range(2):
-                    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-                    b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
-                    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-                    launch = ex.gemm(a, b, c, cluster_mn=cluster)
-                    torch.cuda.synchronize()
-                    ref = a.double() @ b.double().T
-                    errs.append(float((c.double() - ref).norm() / ref.norm()) if not torch.isnan(c).any()
-                                else float("inf"))
-                err = max(errs)
-                ms = tref = None
-                if timed:
-                    ms = bench(launch)
-                    c2 = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
-                    tref = bench(lambda: torch.matmul(a, b.T, out=c2))
-                fl = 2 * M * N * K
-                record("wgmma_gemm", name, err < 2e-2, err, ms, tref, "TFLOP/s", fl / ms / 1e9 if ms else None,
-                       fl / tref / 1e9 if tref else None)
-            guarded("wgmma_gemm", name, case)
+            guarded("wgmma_gemm", name, lambda: gemm_case(ex, M, N, K, name, timed, cluster_mn=cluster))
 
 
 def run_groups():
