@@ -25,7 +25,7 @@ ROWS = []
 
 def record(pattern, variant, shape, ok, err, note=""):
     ROWS.append((pattern, variant, shape, ok, err, note))
-    print(f"  {pattern:15s} {variant:22s} {shape:26s} {'OK ' if ok else 'BAD'} max|err|={err:.2e} {note}", flush=True)
+    print(f"  {pattern:15s} {variant:24s} {shape:26s} {'OK ' if ok else 'BAD'} max|err|={err:.2e} {note}", flush=True)
 
 
 def compare(out, ref, exact):
@@ -77,6 +77,16 @@ def run_split():
             torch.cuda.synchronize()
             return compare(out, ex.reference(a, b), exact=False)
         case("split-consumer", "TmaAsync+proxy", f"f32[{rows}x32] ctas<={ctas}", fn)
+    # 2-CTA clusters: wait signaling All, release signaling CtaLeader (odd tile counts leave a CTA idle)
+    for rows, ctas in ((8, 132), (24, 132), (1000, 132), (65536, 132), (65536, 6)):
+        def fn():
+            a = torch.randn(rows, ex.WIDTH, device="cuda")
+            b = torch.randn(rows, ex.WIDTH, device="cuda")
+            out = torch.full_like(a, float("nan"))
+            ex.run(a, b, out, max_ctas=ctas, cluster=True)
+            torch.cuda.synchronize()
+            return compare(out, ex.reference(a, b), exact=False)
+        case("split-consumer", "2-CTA wait All/rel Ldr", f"f32[{rows}x32] ctas<={ctas}", fn)
 
 
 def run_interleaved():
@@ -104,6 +114,15 @@ def run_leader():
             torch.cuda.synchronize()
             return compare(y, ex.reference(x), exact=True)
         case("leader-routed", "TaskWarpLeader x4", f"f32[{rows}x32] ctas<={ctas}", fn)
+    # 2-CTA clusters, CtaLeader | TaskWarpLeader, every part multicast into both CTAs
+    for rows, ctas in ((64, 132), (1024, 132), (131072, 132), (131072, 6)):
+        def fn():
+            x = torch.randn(rows, ex.WIDTH, device="cuda")
+            y = torch.full_like(x, float("nan"))
+            ex.run(x, y, max_ctas=ctas, cluster=True)
+            torch.cuda.synchronize()
+            return compare(y, ex.reference(x), exact=True)
+        case("leader-routed", "2-CTA Cta|WarpLdr mcast", f"f32[{rows}x32] ctas<={ctas}", fn)
 
 
 def main():
@@ -112,10 +131,10 @@ def main():
     for name in only:
         globals()[f"run_{name}"]()
     print()
-    print(f"| {'pattern':15s} | {'variant':22s} | {'shape':26s} | ok  | max abs err |")
-    print(f"|{'-' * 17}|{'-' * 24}|{'-' * 28}|-----|-------------|")
+    print(f"| {'pattern':15s} | {'variant':24s} | {'shape':26s} | ok  | max abs err |")
+    print(f"|{'-' * 17}|{'-' * 26}|{'-' * 28}|-----|-------------|")
     for pattern, variant, shape, ok, err, _ in ROWS:
-        print(f"| {pattern:15s} | {variant:22s} | {shape:26s} | {'yes' if ok else 'NO '} | {err:11.2e} |")
+        print(f"| {pattern:15s} | {variant:24s} | {shape:26s} | {'yes' if ok else 'NO '} | {err:11.2e} |")
     bad = sum(not r[3] for r in ROWS)
     print(f"\n{len(ROWS) - bad}/{len(ROWS)} cases correct")
     return 1 if bad else 0

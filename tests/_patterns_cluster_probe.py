@@ -1,5 +1,5 @@
-"""Helper for tests/test_patterns_lowering.py: trace one 2-CTA seed variant inside a kernel for sm_100a
-and print the LoweringError (a @cute.jit host must live in a file, hence this script)."""
+"""Helper for tests/test_patterns_lowering.py: trace one cluster shape the lowering refuses inside a kernel
+for sm_100a and print the LoweringError (a @cute.jit host must live in a file, hence this script)."""
 import os, sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
@@ -15,11 +15,16 @@ def builder():
     if WHICH == "split_umma_2cta":
         return split_consumer.build(verbose=False, kind="umma", wait_signaling=S.All, cluster=(2, 1, 1, 1),
                                     **_common.IN_KERNEL)
-    if WHICH == "split_hopper_2cta":
-        return split_consumer.build(verbose=False, kind="hopper", wait_signaling=S.All, cluster=(1, 2, 1, 1),
+    if WHICH == "split_hopper_v2":
+        return split_consumer.build(verbose=False, kind="hopper", wait_signaling=S.All, cluster=(2, 1, 1, 1),
                                     **_common.IN_KERNEL)
-    return leader_routed.build(verbose=False, cluster=(1, 2, 1, 1), signaling=S.CtaLeader | S.TaskWarpLeader,
-                               mcast=(True, True), **_common.IN_KERNEL)
+    if WHICH == "leader_release_mcast":  # CtaLeader on the release side of a multicast pipeline
+        mgr = leader_routed.build(verbose=False, cluster=(1, 2, 1, 1), signaling=S.CtaLeader | S.TaskWarpLeader,
+                                  mcast=(True, True), **_common.IN_KERNEL)
+        (tile,) = [r for r in mgr.resource_dependency_graph if r.name == "tile"]
+        object.__setattr__(tile.pipeline_config, "consumer_signaling_threads", S.CtaLeader)
+        return mgr
+    raise SystemExit(f"unknown variant {WHICH}")
 
 
 @cute.kernel

@@ -3,7 +3,8 @@ CPU with fake tensors, their PTX barrier traffic pinned with derivations, and th
 kernels build (with plain-int loop bounds) checked on the CPU.
 
 The same kernels ran on the H200: benchmarks/run_patterns_gpu.py, results in
-benchmarks/results/patterns_h200.log (31/31 cases correct)."""
+benchmarks/results/patterns_h200.log (31/31 cases correct), the 2-CTA variants in
+benchmarks/results/patterns_cluster_h200.log."""
 from __future__ import annotations
 
 import importlib
@@ -45,6 +46,12 @@ EXPECTED = {
     # arrive = expect_tx + release; try_wait = 2 + consumer wait + producer_tail (4 stages).
     ("leader_routed", None): {"mbarrier.init": 8, "mbarrier.arrive": 2, "mbarrier.try_wait": 7,
                               "expect_tx": 1, "cp.async.bulk.tensor": 1},
+    # 2-CTA clusters: the same barrier sites as the single-CTA kernels (the cluster changes where the
+    # arrivals go, not how many sites emit them; see the cluster tests below).
+    ("split_consumer", "cluster"): {"mbarrier.init": 24, "mbarrier.arrive": 6, "mbarrier.try_wait": 18,
+                                    "expect_tx": 2, "cp.async.bulk.tensor": 2},
+    ("leader_routed", "cluster"): {"mbarrier.init": 8, "mbarrier.arrive": 2, "mbarrier.try_wait": 7,
+                                   "expect_tx": 1, "cp.async.bulk.tensor": 1},
     # 8 stages; each warp arrives on its own lane's stage: arrive = commit + release; try_wait =
     # acquire + wait (no producer_tail on an interleaved lane).
     ("interleaved", "warp_lane"): {"mbarrier.init": 16, "mbarrier.arrive": 2, "mbarrier.try_wait": 2,
@@ -78,6 +85,8 @@ def compiled():
             kw = dict(kind=variant)
         elif mod == "interleaved":
             kw = dict(mode=variant)
+        elif variant == "cluster":
+            kw = dict(cluster=True)
         out[(mod, variant)] = m.compile_for_cpu(**kw).artifacts.PTX
     return out
 
@@ -113,6 +122,8 @@ def _build(mod, variant, **kw):
             return m.build(kind=variant, **kw)
         if mod == "interleaved":
             return m.build(mode=variant, **kw)
+        if variant == "cluster":
+            return m.build(cluster=True, **kw)
         return m.build(**kw)
 
 
@@ -122,11 +133,7 @@ def test_kernel_programs_pass_the_static_checks(key):
     assert tm.result.errors == []
 
 
-@pytest.mark.parametrize("key", [("pingpong", "async_async"), ("pingpong", "tma_async"), ("split_consumer", None),
-                                 ("leader_routed", None), ("interleaved", "warp_lane"),
-                                 ("interleaved", "per_role"), ("interleaved", "domain_lane")],
-                         ids=["pingpong-async_async", "pingpong-tma_async", "split_consumer", "leader_routed",
-                              "interleaved-warp_lane", "interleaved-per_role", "interleaved-domain_lane"])
+@pytest.mark.parametrize("key", list(EXPECTED), ids=[f"{m}-{v}" if v else m for m, v in EXPECTED])
 def test_kernel_programs_proven_safe(key):
     """The programs the kernels lower, with plain-int loop bounds, proven for every trip count."""
     tm = _build(*key)
@@ -168,19 +175,77 @@ def test_seed_umma_variants_are_accepted(mode):
     assert tm.result.errors == []
 
 
-# ------------------------------------------------------------------ documented gaps: 2-CTA variants
-# The seed's cluster variants are checked on the CPU (tests/test_patterns_split_consumer.py,
-# tests/test_patterns_leader_routed.py) but not lowered yet; the lowering refuses them by name
-# instead of emitting barrier traffic the checker did not verify.
+# ------------------------------------------------------------------ the seed's 2-CTA variants
+def _lines(ptx, text):
+    return [ln.strip() for ln in ptx.splitlines() if text in ln]
+
+
+def test_leader_routed_cluster_ptx(compiled):
+    """CtaLeader | TaskWarpLeader over (1, 2, 1, 1) with multicast: each CTA's leader warp arms its
+    own barrier once for the bytes of 4 warps x 2 CTAs (1 KiB x 8 = 8192), each warp's TMA part is
+    multicast into both CTAs, and each consumer release reaches both CTAs (mapa + remote arrive)."""
+    ptx = compiled[("leader_routed", "cluster")]
+    tma = _lines(ptx, "cp.async.bulk.tensor")
+    assert len(tma) == 1 and "multicast::cluster" in tma[0] and "complete_tx" in tma[0]
+    arm = ptx.splitlines()
+    i = next(k for k, ln in enumerate(arm) if "expect_tx" in ln)
+    reg = arm[i].split(",")[-1].strip(" ;")
+    assert any(f"mov.b32 \t{reg}, 8192;" in ln or f"mov.b32 {reg}, 8192;" in ln for ln in arm[i - 3:i]), arm[i - 3:i + 1]
+    assert len(_lines(ptx, "mapa.shared::cluster")) == 1
+    assert len(_lines(ptx, "mbarrier.arrive.shared::cluster")) == 1
+    assert _lines(ptx, "barrier.cluster.arrive") and _lines(ptx, "barrier.cluster.wait")
+    # the single-CTA kernel: no multicast, no remote arrival
+    plain = compiled[("leader_routed", None)]
+    assert "multicast::cluster" not in plain and not _lines(plain, "mapa")
+
+
+def test_split_consumer_cluster_keeps_releases_local(compiled):
+    """Wait All / release CtaLeader over (1, 2, 1, 1) without multicast: every CTA is the leader of its
+    (V = 1) CTA group and its stages are its own, so every release stays in the CTA (no mapa, no
+    remote arrive); the cluster only adds the init barrier across the cluster."""
+    ptx = compiled[("split_consumer", "cluster")]
+    assert not _lines(ptx, "mapa") and not _lines(ptx, "mbarrier.arrive.shared::cluster")
+    assert "multicast::cluster" not in ptx
+    assert _lines(ptx, "barrier.cluster.arrive") and _lines(ptx, "barrier.cluster.wait")
+
+
+def test_split_consumer_cluster_compiles_for_sm100a():
+    ptx = importlib.import_module("split_consumer").compile_for_cpu("sm_100a", cluster=True).artifacts.PTX
+    assert ".target sm_100a" in ptx
+    assert {k: v for k, v in _counts(ptx).items() if k in EXPECTED[("split_consumer", "cluster")]} == \
+        EXPECTED[("split_consumer", "cluster")]
+
+
+def test_cluster_kernel_configs_are_the_seed_shapes():
+    from warpsched import SignalingThreads as S
+
+    lr = _build("leader_routed", "cluster", exhaustive_deadlock_race_check=False)
+    (tile,) = [r for r in lr.resource_dependency_graph if r.name == "tile"]
+    cfg = tile.pipeline_config
+    assert cfg.cluster_shape == (1, 2, 1, 1) and cfg.producer_signaling_threads == S.CtaLeader | S.TaskWarpLeader
+    assert cfg.num_bytes == cfg.num_bytes_per_warp_per_cta * 4 * 2
+    sc = _build("split_consumer", "cluster", exhaustive_deadlock_race_check=False)
+    for r in sc.resource_dependency_graph:
+        if r.name in ("smem_a", "smem_b"):
+            c = r.pipeline_config
+            assert c.cluster_shape == (1, 2, 1, 1)
+            assert c.consumer_wait_signaling_threads == S.All and c.consumer_signaling_threads == S.CtaLeader
+
+
+# ------------------------------------------------------------------ documented gaps
+# 2-CTA UMMA pairs (V = 2) are checked on the CPU (tests/test_patterns_split_consumer.py) but not lowered:
+# cutlass routes the pair's arrivals to the leader CTA, which the one-representative-CTA checker does
+# not model, so the lowering refuses them by name instead of emitting barrier traffic nobody verified.
+# CtaLeader releases on a multicast V = 1 pipeline are refused for the reason the error gives.
 CLUSTER_GAPS = {
     "split_umma_2cta": ("tmem_c", "UmmaAsync pipelines over a (2, 1, 1, 1) cluster are checked but not lowered"),
-    "split_hopper_2cta": ("smem_a", "leader signaling inside a cluster pipeline is checked but not lowered"),
-    "leader_2cta": ("tile", "leader signaling inside a cluster pipeline is checked but not lowered"),
+    "split_hopper_v2": ("smem_a", "TmaAsync pipelines over a (2, 1, 1, 1) cluster are checked but not lowered"),
+    "leader_release_mcast": ("tile", "consumer_signaling_threads=CtaLeader on a multicast pipeline"),
 }
 
 
 @pytest.mark.parametrize("which", list(CLUSTER_GAPS))
-def test_cluster_variants_are_refused_by_the_lowering_with_a_named_error(which):
+def test_cluster_gaps_are_refused_by_the_lowering_with_a_named_error(which):
     import subprocess
 
     script = os.path.join(ROOT, "tests", "_patterns_cluster_probe.py")

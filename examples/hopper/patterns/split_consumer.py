@@ -13,6 +13,12 @@ works on and releases the original buffers (the seed's schedules, Hopper pipelin
                                                   smem_a.release(); smem_b.release(); proxy.release()
 
 a, b, out: [rows, 32] fp32; a tile is 8 rows (1 KiB); each CTA walks tiles bx, bx + grid, ...
+
+The seed's 2-CTA variant (``run(..., cluster=True)``): clusters of 2 CTAs, cta_layout_vmnk
+(1, 2, 1, 1), the buffers declared with ``consumer_wait_signaling_threads=All`` (the sync task
+waits in every CTA) and ``consumer_signaling_threads=CtaLeader`` (the compute task releases on
+the leader CTA of each CTA group). On Hopper's V = 1 clusters every CTA leads its own group, so
+each CTA still releases its own stages; the V = 2 (UMMA pair) shape is Blackwell-only.
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
-from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
+from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule)
 
 IN_KERNEL = _common.IN_KERNEL
@@ -140,11 +146,19 @@ def compute_schedule(proxy, smem_a, smem_b, out, start, end, step):  # proxy con
         proxy.release()
 
 
+CLUSTER = (1, 2, 1, 1)
+
+
 def build(atom_a=None, ta=None, atom_b=None, tb=None, out=None, start=0, end=16, step=1, verbose=True,
-          **manager_options):
+          cluster=False, **manager_options):
     allocator = SmemAllocator()
 
     def tile_cfg():
+        if cluster:  # wait in every CTA, release on the leader CTA of each CTA group
+            return PipelineConfig.create_tma_async_pipeline_cfg(
+                num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=group(1), consumer_group=group(1),
+                cta_layout_vmnk=CLUSTER, consumer_signaling_threads=SignalingThreads.CtaLeader,
+                consumer_wait_signaling_threads=SignalingThreads.All)
         return PipelineConfig.create_tma_async_pipeline_cfg(num_stages=STAGES, num_bytes=TILE_BYTES,
                                                            producer_group=group(1), consumer_group=group(1))
 
@@ -156,7 +170,8 @@ def build(atom_a=None, ta=None, atom_b=None, tb=None, out=None, start=0, end=16,
                       alloc=SmemAllocation("b", dtype=cutlass.Float32, count=TILE_ROWS * WIDTH * STAGES,
                                            alignment=128))
     proxy = Proxy(name="proxy", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=STAGES, producer_group=group(32), consumer_group=group(32)))
+        num_stages=STAGES, producer_group=group(32), consumer_group=group(32),
+        **(dict(cta_layout_vmnk=CLUSTER) if cluster else {})))
     gout = GmemOut(name="gmem_out", out=out, smem_a=smem_a, smem_b=smem_b)
     allocator.add_resource(smem_a)
     allocator.add_resource(smem_b)
@@ -178,8 +193,8 @@ def build(atom_a=None, ta=None, atom_b=None, tb=None, out=None, start=0, end=16,
 
 
 class SplitConsumer:
-    def __init__(self, max_ctas=132):
-        self.max_ctas = max_ctas
+    def __init__(self, max_ctas=132, cluster=False):
+        self.max_ctas, self.cluster = max_ctas, cluster
 
     @cute.jit
     def __call__(self, ma: cute.Tensor, mb: cute.Tensor, mout: cute.Tensor, stream):
@@ -188,8 +203,14 @@ class SplitConsumer:
         atom_a, ta = cute.nvgpu.cpasync.make_tiled_tma_atom(op, ma, one, TILE)
         atom_b, tb = cute.nvgpu.cpasync.make_tiled_tma_atom(op, mb, one, TILE)
         tiles = cute.ceil_div(cute.size(ma, mode=[0]), TILE_ROWS)
-        grid = cutlass.min(tiles, self.max_ctas)
-        self.kernel(atom_a, ta, atom_b, tb, mout).launch(grid=[grid, 1, 1], block=[128, 1, 1], stream=stream)
+        kern = self.kernel(atom_a, ta, atom_b, tb, mout)
+        if cutlass.const_expr(self.cluster):  # whole clusters; a CTA past the last tile runs no iteration
+            ctas = CLUSTER[1]
+            grid = cutlass.min(cute.ceil_div(tiles, ctas), self.max_ctas // ctas) * ctas
+            kern.launch(grid=[grid, 1, 1], block=[128, 1, 1], cluster=[ctas, 1, 1], stream=stream)
+        else:
+            grid = cutlass.min(tiles, self.max_ctas)
+            kern.launch(grid=[grid, 1, 1], block=[128, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, atom_a: cute.CopyAtom, ta: cute.Tensor, atom_b: cute.CopyAtom, tb: cute.Tensor,
@@ -197,7 +218,8 @@ class SplitConsumer:
         bidx, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         tiles = cute.ceil_div(cute.size(mout, mode=[0]), TILE_ROWS)
-        mgr = build(atom_a, ta, atom_b, tb, mout, start=bidx, end=tiles, step=gdim, verbose=False, **IN_KERNEL)
+        mgr = build(atom_a, ta, atom_b, tb, mout, start=bidx, end=tiles, step=gdim, verbose=False,
+                    cluster=self.cluster, **IN_KERNEL)
         mgr.setup_resources_and_tasks()
         mgr.run()
 
@@ -205,28 +227,34 @@ class SplitConsumer:
 _CACHE = {}
 
 
-def run(a, b, out, max_ctas=132):
+def run(a, b, out, max_ctas=132, cluster=False):
     """out = a + 2 b for [rows, 32] fp32 tensors, rows a multiple of 8."""
     assert a.shape[0] % TILE_ROWS == 0 and a.shape[1] == WIDTH
     ma, mb, mo = (_common.to_cute(t, 1) for t in (a, b, out))
     stream = _common.current_stream()
-    if max_ctas not in _CACHE:
-        _CACHE[max_ctas] = cute.compile(SplitConsumer(max_ctas), ma, mb, mo, stream, options=_common.PTX_OPTIONS)
-    _CACHE[max_ctas](ma, mb, mo, stream)
+    key = (max_ctas, cluster)
+    if key not in _CACHE:
+        _CACHE[key] = cute.compile(SplitConsumer(max_ctas, cluster), ma, mb, mo, stream,
+                                   options=_common.PTX_OPTIONS)
+    _CACHE[key](ma, mb, mo, stream)
 
 
 def reference(a, b):
     return a + 2.0 * b
 
 
-def compile_for_cpu(arch="sm_90a"):
+def compile_for_cpu(arch="sm_90a", cluster=False):
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
     n = cute.sym_int32()
     a, b, o = (make_fake_tensor(cutlass.Float32, (n, WIDTH), (WIDTH, 1), assumed_align=16) for _ in range(3))
-    return cute.compile(SplitConsumer(), a, b, o, make_fake_stream(), options=_common.ptx_options(arch))
+    return cute.compile(SplitConsumer(cluster=cluster), a, b, o, make_fake_stream(),
+                        options=_common.ptx_options(arch))
 
 
 if __name__ == "__main__":
     print(_common.count_ptx(compile_for_cpu().artifacts.PTX))
+    print(_common.count_ptx(compile_for_cpu(cluster=True).artifacts.PTX))
+    print(_common.count_ptx(compile_for_cpu("sm_100a", cluster=True).artifacts.PTX))
     build(verbose=False)
+    build(verbose=False, cluster=True)

@@ -7,9 +7,12 @@ user's cooperative groups are passed unchanged, so the mbarrier init counts are 
 counts the checker verified.
 
 Signaling threads: a side whose signaling is ``TaskWarpLeader`` arrives from the task's
-first warp only (the other warps still wait); ``CtaLeader`` is the identity on a
-single-CTA launch. Multi-CTA clusters, interleave lanes and pipeline groups are rejected
-with a LoweringError until they are lowered.
+first warp only (the other warps still wait). ``CtaLeader`` restricts a side to the leader
+CTA of each CTA group (the V mode of ``cta_layout_vmnk``; the reference TS gates the same
+way). On the (1, m, n, 1) clusters lowered here every CTA leads its own group, so the gate
+is the identity: each CTA arms its own transaction barrier -- for the bytes that every
+CTA multicasts into it when the producer is leader-routed. Clusters with V > 1 (2-CTA UMMA
+pairs) are rejected with a LoweringError until they are lowered.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import cutlass.pipeline as cpipe
 
 from ..model.enums import PipelineType
 from ..model.ir import StepKind
-from ..protocol.barriers import barrier_init, protocol_of, tx_bytes_per_arm
+from ..protocol.barriers import barrier_init, mcast_partners, protocol_of, tx_bytes_per_arm
 from . import LoweringError
 from .dsl import dyn_if
 
@@ -80,9 +83,11 @@ class PipelineLowering:
         kw: Dict[str, Any] = dict(num_stages=cfg.num_stages, producer_group=full,
                                   consumer_group=empty, barrier_storage=barrier_ptr,
                                   defer_sync=True)
+        multicast = cfg.num_ctas != 1 and mcast_partners(cfg) > 1
         if cfg.pipeline_type is not PipelineType.AsyncAsync:
-            kw["cta_layout_vmnk"] = cute.make_layout(tuple(self.cluster_shape))
-        if cfg.num_ctas != 1:
+            # without multicast each CTA's stages are its own: a single-CTA layout keeps the releases local
+            kw["cta_layout_vmnk"] = cute.make_layout(tuple(self.cluster_shape) if multicast else (1, 1, 1, 1))
+        if multicast:
             # consumer releases reach every CTA whose TMA multicasts into this one (cutlass picks the
             # signaling lanes and destination ranks from the layout and the multicast mode)
             kw["mcast_mode_mn"] = _mcast_mode(cfg.mcast_mode_mn)
@@ -99,15 +104,22 @@ class PipelineLowering:
         if shape is None or len(shape) != 4:
             raise LoweringError("cta_layout_vmnk must be a static (v, m, n, k) tuple or layout to lower a cluster",
                                 resource=resource, location=loc)
+        if cfg.pipeline_type is PipelineType.AsyncAsync and shape[0] == 1:
+            return  # thread arrivals stay in the CTA (no cluster routing); CtaLeader is the identity at V = 1
         if cfg.pipeline_type is not PipelineType.TmaAsync or shape[0] != 1 or shape[3] != 1:
             raise LoweringError(f"{cfg.pipeline_type.value} pipelines over a {shape} cluster are checked but not "
-                                "lowered yet (only TmaAsync with TMA multicast over an (1, m, n, 1) cluster is)",
-                                resource=resource, location=loc, fix="use cta_layout_vmnk=(1, 1, 1, 1)")
-        leaders = [sig for sig in (cfg.producer_signaling_threads, cfg.consumer_signaling_threads)
-                   if sig.warp_leader or sig.cta_leader]
-        if leaders:
-            raise LoweringError("leader signaling inside a cluster pipeline is checked but not lowered yet",
-                                resource=resource, location=loc, fix="use SignalingThreads.All")
+                                "lowered yet (only TmaAsync and AsyncAsync over an (1, m, n, 1) cluster are: 2-CTA UMMA pairs, "
+                                "V > 1, need per-CTA barrier routing the checker does not model)",
+                                resource=resource, location=loc, fix="use cta_layout_vmnk=(1, m, n, 1) with "
+                                "TmaAsync pipelines, or (1, 1, 1, 1)")
+        if cfg.consumer_signaling_threads.cta_leader and mcast_partners(cfg) > 1:
+            # every CTA leads its own (V = 1) group, so every CTA's consumer releases into each of its
+            # multicast partners: the barrier would see more arrivals than the one leader CTA declared
+            raise LoweringError("consumer_signaling_threads=CtaLeader on a multicast pipeline over a V=1 cluster: "
+                                f"every CTA is the leader of its CTA group, so each empty barrier receives "
+                                f"{mcast_partners(cfg)} releases where CtaLeader declares one",
+                                resource=resource, location=loc,
+                                fix="use consumer_signaling_threads=SignalingThreads.All with multicast")
 
     def _side_warps(self, program, kinds) -> int:
         warps = {t.num_warps for t in program.tasks
