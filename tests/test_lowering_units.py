@@ -153,7 +153,8 @@ def test_stride_must_divide_stages():
 
 
 def test_unsupported_cluster_pipelines_are_refused():
-    """Clusters lower for TmaAsync (TMA multicast); other types and leader routing are refused."""
+    """Clusters lower for TmaAsync / AsyncAsync over (1, m, n, 1); other types, CTA pairs (V > 1) and
+    CtaLeader releases on a multicast pipeline (every CTA leads its V = 1 group) are refused."""
     with pytest.raises(Exception) as ei:
         _trace(lambda: PipelineConfig.create_tma_umma_pipeline_cfg(
             num_stages=2, num_bytes=1024, producer_group=group(1), consumer_group=group(1),
@@ -164,8 +165,15 @@ def test_unsupported_cluster_pipelines_are_refused():
     with pytest.raises(Exception) as ei:
         _trace(lambda: PipelineConfig.create_tma_async_pipeline_cfg(
             num_stages=2, num_bytes=1024, producer_group=group(1), consumer_group=group(2),
-            cta_layout_vmnk=(1, 2, 1, 1), consumer_signaling_threads=SignalingThreads.CtaLeader))
-    assert "leader signaling inside a cluster pipeline" in _message(ei)
+            cta_layout_vmnk=(1, 2, 1, 1), mcast_mode_mn=(True, True),
+            consumer_signaling_threads=SignalingThreads.CtaLeader))
+    assert "consumer_signaling_threads=CtaLeader on a multicast pipeline over a V=1 cluster" in _message(ei)
+    assert "each empty barrier receives 2 releases" in _message(ei)
+    with pytest.raises(Exception) as ei:
+        _trace(lambda: PipelineConfig.create_tma_async_pipeline_cfg(
+            num_stages=2, num_bytes=1024, producer_group=group(1), consumer_group=group(1),
+            cta_layout_vmnk=(2, 1, 1, 1)))
+    assert "over a (2, 1, 1, 1) cluster are checked but not lowered yet" in _message(ei)
 
 
 def test_value_escaping_a_loop_without_typed_default_is_refused():

@@ -236,6 +236,10 @@ def _leader(program: Program, r: Any) -> List[Finding]:
 
 
 # ------------------------------------------------------------------ CTA layout
+# pipelines whose CUTLASS implementation routes barrier traffic between the CTAs of a V pair
+PAIR_ROUTED = (PipelineType.TmaUmma, PipelineType.UmmaAsync, PipelineType.AsyncUmma, PipelineType.UmmaUmma)
+
+
 def _layouts(resources: List[Any]) -> List[Finding]:
     out = []
     shapes = []
@@ -250,6 +254,15 @@ def _layouts(resources: List[Any]) -> List[Finding]:
                          fix="pass the kernel's cluster layout, e.g. cta_layout_vmnk=(1, 1, 1, 1)"))
         shape: Optional[tuple] = cluster_shape_of(cfg.cta_layout_vmnk) or (1, 1, 1, 1)
         shapes.append((r, shape))
+        if shape[0] > 1 and isinstance(cfg.pipeline_type, PipelineType) and cfg.pipeline_type in PAIR_ROUTED:
+            out.append(F(LAYOUT, f"{rname(r)}: a {cfg.pipeline_type.value} pipeline over CTA pairs (V = {shape[0]}) "
+                         "is verified on one representative CTA, but CUTLASS treats the pair's CTAs differently "
+                         "(the leader CTA alone arms the TMA barrier and receives the pair's thread arrivals); "
+                         "that per-CTA routing is not modelled, and the lowering refuses V > 1",
+                         resource=r, location=cfg.location, severity="warning",
+                         expected="a verdict that covers both CTAs of the pair",
+                         fix="read the verdict as the leader CTA's; size thread groups that the pair routes to "
+                             "the leader for both CTAs (x V)"))
     if len({s for _, s in shapes}) <= 1:
         return out
     common = Counter(s for _, s in shapes).most_common()
