@@ -168,6 +168,11 @@ def build(atom=None, tx=None, y=None, start=0, end=8, step=1, verbose=True, clus
                        verbose=verbose, **manager_options)
 
 
+def build_cluster(verbose=True, **manager_options):
+    """The 2-CTA kernel's program on the CPU: `warpsched check examples/hopper/patterns/leader_routed.py:build_cluster`."""
+    return build(verbose=verbose, cluster=True, **manager_options)
+
+
 class LeaderRouted:
     def __init__(self, max_ctas=132, cluster=False):
         self.max_ctas, self.cluster = max_ctas, cluster

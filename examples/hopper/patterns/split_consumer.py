@@ -192,6 +192,11 @@ def build(atom_a=None, ta=None, atom_b=None, tb=None, out=None, start=0, end=16,
                        **manager_options)
 
 
+def build_cluster(verbose=True, **manager_options):
+    """The 2-CTA kernel's program on the CPU: `warpsched check examples/hopper/patterns/split_consumer.py:build_cluster`."""
+    return build(verbose=verbose, cluster=True, **manager_options)
+
+
 class SplitConsumer:
     def __init__(self, max_ctas=132, cluster=False):
         self.max_ctas, self.cluster = max_ctas, cluster
