@@ -83,7 +83,7 @@ class PipelineLowering:
         kw: Dict[str, Any] = dict(num_stages=cfg.num_stages, producer_group=full,
                                   consumer_group=empty, barrier_storage=barrier_ptr,
                                   defer_sync=True)
-        multicast = cfg.num_ctas != 1 and mcast_partners(cfg) > 1
+        multicast = mcast_partners(cfg) > 1
         if cfg.pipeline_type is not PipelineType.AsyncAsync:
             # without multicast each CTA's stages are its own: a single-CTA layout keeps the releases local
             kw["cta_layout_vmnk"] = cute.make_layout(tuple(self.cluster_shape) if multicast else (1, 1, 1, 1))
@@ -108,10 +108,10 @@ class PipelineLowering:
             return  # thread arrivals stay in the CTA (no cluster routing); CtaLeader is the identity at V = 1
         if cfg.pipeline_type is not PipelineType.TmaAsync or shape[0] != 1 or shape[3] != 1:
             raise LoweringError(f"{cfg.pipeline_type.value} pipelines over a {shape} cluster are checked but not "
-                                "lowered yet (only TmaAsync and AsyncAsync over an (1, m, n, 1) cluster are: 2-CTA UMMA pairs, "
-                                "V > 1, need per-CTA barrier routing the checker does not model)",
-                                resource=resource, location=loc, fix="use cta_layout_vmnk=(1, m, n, 1) with "
-                                "TmaAsync pipelines, or (1, 1, 1, 1)")
+                                "lowered yet (only TmaAsync and AsyncAsync over an (1, m, n, 1) cluster are: "
+                                "2-CTA UMMA pairs, V > 1, need per-CTA barrier routing the checker does not model)",
+                                resource=resource, location=loc,
+                                fix="use TmaAsync / AsyncAsync over cta_layout_vmnk=(1, m, n, 1), or (1, 1, 1, 1)")
         if cfg.consumer_signaling_threads.cta_leader and mcast_partners(cfg) > 1:
             # every CTA leads its own (V = 1) group, so every CTA's consumer releases into each of its
             # multicast partners: the barrier would see more arrivals than the one leader CTA declared
