@@ -68,25 +68,19 @@ def run_pingpong():
 def run_split():
     import split_consumer as ex
 
-    for rows, ctas in ((8, 132), (1000, 132), (65536, 132), (65536, 3)):
-        def fn():
-            a = torch.randn(rows, ex.WIDTH, device="cuda")
-            b = torch.randn(rows, ex.WIDTH, device="cuda")
-            out = torch.full_like(a, float("nan"))
-            ex.run(a, b, out, max_ctas=ctas)
-            torch.cuda.synchronize()
-            return compare(out, ex.reference(a, b), exact=False)
-        case("split-consumer", "TmaAsync+proxy", f"f32[{rows}x32] ctas<={ctas}", fn)
-    # 2-CTA clusters: wait signaling All, release signaling CtaLeader (odd tile counts leave a CTA idle)
-    for rows, ctas in ((8, 132), (24, 132), (1000, 132), (65536, 132), (65536, 6)):
-        def fn():
-            a = torch.randn(rows, ex.WIDTH, device="cuda")
-            b = torch.randn(rows, ex.WIDTH, device="cuda")
-            out = torch.full_like(a, float("nan"))
-            ex.run(a, b, out, max_ctas=ctas, cluster=True)
-            torch.cuda.synchronize()
-            return compare(out, ex.reference(a, b), exact=False)
-        case("split-consumer", "2-CTA wait All/rel Ldr", f"f32[{rows}x32] ctas<={ctas}", fn)
+    # single CTA, then 2-CTA clusters (wait signaling All, release CtaLeader; odd tile counts leave a CTA idle)
+    for variant, cluster, sizes in (
+            ("TmaAsync+proxy", False, ((8, 132), (1000, 132), (65536, 132), (65536, 3))),
+            ("2-CTA wait All/rel Ldr", True, ((8, 132), (24, 132), (1000, 132), (65536, 132), (65536, 6)))):
+        for rows, ctas in sizes:
+            def fn():
+                a = torch.randn(rows, ex.WIDTH, device="cuda")
+                b = torch.randn(rows, ex.WIDTH, device="cuda")
+                out = torch.full_like(a, float("nan"))
+                ex.run(a, b, out, max_ctas=ctas, cluster=cluster)
+                torch.cuda.synchronize()
+                return compare(out, ex.reference(a, b), exact=False)
+            case("split-consumer", variant, f"f32[{rows}x32] ctas<={ctas}", fn)
 
 
 def run_interleaved():
@@ -106,23 +100,18 @@ def run_interleaved():
 def run_leader():
     import leader_routed as ex
 
-    for rows, ctas in ((32, 132), (1024, 132), (131072, 132), (131072, 5)):
-        def fn():
-            x = torch.randn(rows, ex.WIDTH, device="cuda")
-            y = torch.full_like(x, float("nan"))
-            ex.run(x, y, max_ctas=ctas)
-            torch.cuda.synchronize()
-            return compare(y, ex.reference(x), exact=True)
-        case("leader-routed", "TaskWarpLeader x4", f"f32[{rows}x32] ctas<={ctas}", fn)
-    # 2-CTA clusters, CtaLeader | TaskWarpLeader, every part multicast into both CTAs
-    for rows, ctas in ((64, 132), (1024, 132), (131072, 132), (131072, 6)):
-        def fn():
-            x = torch.randn(rows, ex.WIDTH, device="cuda")
-            y = torch.full_like(x, float("nan"))
-            ex.run(x, y, max_ctas=ctas, cluster=True)
-            torch.cuda.synchronize()
-            return compare(y, ex.reference(x), exact=True)
-        case("leader-routed", "2-CTA Cta|WarpLdr mcast", f"f32[{rows}x32] ctas<={ctas}", fn)
+    # single CTA (TaskWarpLeader), then 2-CTA clusters (CtaLeader | TaskWarpLeader, parts multicast into both)
+    for variant, cluster, sizes in (
+            ("TaskWarpLeader x4", False, ((32, 132), (1024, 132), (131072, 132), (131072, 5))),
+            ("2-CTA Cta|WarpLdr mcast", True, ((64, 132), (1024, 132), (131072, 132), (131072, 6)))):
+        for rows, ctas in sizes:
+            def fn():
+                x = torch.randn(rows, ex.WIDTH, device="cuda")
+                y = torch.full_like(x, float("nan"))
+                ex.run(x, y, max_ctas=ctas, cluster=cluster)
+                torch.cuda.synchronize()
+                return compare(y, ex.reference(x), exact=True)
+            case("leader-routed", variant, f"f32[{rows}x32] ctas<={ctas}", fn)
 
 
 def main():
