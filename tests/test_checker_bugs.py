@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 from test_checker_builders import (Buf, Group, aliased_pair, async_cfg, program, task,  # noqa: E402
                                    tma_cfg)
-from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, domain_loop, schedule,  # noqa: E402
+from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, domain_loop, schedule, trip_count,  # noqa: E402
                        when_false, when_true)
 from warpsched.verify.checker import run_checker  # noqa: E402
 
@@ -73,7 +73,9 @@ def _producer_consumer(commit=True, extra_wait=False, stages=2, trip=8):
 
 
 def test_missing_commit_deadlocks():
-    prog, cons = _producer_consumer(commit=False)
+    # one iteration: the consumer waits for a stage that is never committed (at 8 iterations
+    # the producer blocks first, on the stage that is never released)
+    prog, cons = _producer_consumer(commit=False, trip=1)
     hit = _unsafe(run_checker(prog), "deadlock")
     f = next(f for f in hit if f.task == "Consumer")
     assert f.location.line == _line(cons.fn, "b.wait()")
@@ -196,21 +198,21 @@ def test_warp_lanes_are_modelled_per_warp():
 
 
 # ------------------------------------------------------------------ phase error beyond num_stages
-def _batched_release(batched=True):
+def _batched_release(batched=True, trip=2):
     """advance_on_wait consumer that releases all stages only after the loop: correct while
     the loop is no longer than num_stages (the static trip count here), wrong beyond."""
     buf = Buf(name="Ring", pipeline_config=async_cfg(stages=2, advance_on_wait=True))
 
     @schedule
     def prod(b):
-        with domain_loop(0, 2, 1):
+        with domain_loop(0, trip, 1):
             b.acquire()
             b.fill()
             b.commit()
 
     @schedule
     def cons(b):
-        with domain_loop(0, 2, 1):
+        with domain_loop(0, trip, 1):
             b.wait()
             b.read()
             if not batched:
@@ -222,8 +224,15 @@ def _batched_release(batched=True):
     return program([task("Producer", prod(buf), dst=[buf]), task("Consumer", cons(buf), src=[buf], warp=1)]), prod
 
 
+def test_bug_beyond_num_stages_is_exact_for_compile_time_counts():
+    # two iterations never lap the 2-stage ring: exactly 2 is safe, exactly 3 deadlocks
+    _safe(run_checker(_batched_release(True, trip=2)[0]))
+    hit = _unsafe(run_checker(_batched_release(True, trip=3)[0]), "deadlock")
+    assert any("trip counts" in f.detail and "3" in f.detail for f in hit), [f.detail for f in hit]
+
+
 def test_bug_beyond_num_stages_is_caught_for_every_loop_length():
-    prog, prod = _batched_release(True)
+    prog, prod = _batched_release(True, trip=trip_count("K"))
     hit = _unsafe(run_checker(prog), "deadlock")
     f = next(f for f in hit if f.task == "Producer")
     assert f.location.line == _line(prod.fn, "b.acquire()")

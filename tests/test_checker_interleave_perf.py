@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from warpsched import Task, TaskManager, domain_loop, schedule
+from warpsched import Task, TaskManager, domain_loop, schedule, trip_count
 from warpsched.examples import interleaved
 from warpsched.verify.checker import run_checker
 from warpsched.verify.checker.loops import _round_end
@@ -17,8 +17,9 @@ from warpsched.verify.checker.model import LoopGroup
 loops_mod = importlib.import_module("warpsched.verify.checker.loops")
 
 
-def _per_role(num_stages=8, late_read=False):
-    tm = interleaved.build_per_role(verbose=False, exhaustive_deadlock_race_check=False, num_stages=num_stages)
+def _per_role(num_stages=8, late_read=False, num_tiles=interleaved.NUM_TILES):
+    tm = interleaved.build_per_role(verbose=False, exhaustive_deadlock_race_check=False, num_stages=num_stages,
+                                    num_tiles=num_tiles)
     if not late_read:
         return tm.program
     tiles = next(r for r in tm.resource_dependency_graph if r.name == "tiles")
@@ -61,13 +62,16 @@ def test_late_read_race_is_found():
 
 
 def test_rounded_loop_ends_agree_with_the_unrounded_search(monkeypatch):
-    """Same verdict, fewer states (per-role, 4 stages: 21398 unrounded, 8510 rounded)."""
-    prog = _per_role(num_stages=4)
-    rounded = run_checker(prog)
-    monkeypatch.setattr(loops_mod, "ROUND_ENDS", False)
-    plain = run_checker(prog)
-    assert rounded.verdict == plain.verdict == "SAFE"
-    assert rounded.states < plain.states
+    """Same verdict, never more states, for runtime tile counts (rounding only applies to
+    undecided ends: an exact count is decided from the start)."""
+    for tiles, verdict in ((trip_count("tiles", divisibility=4), "SAFE"), (trip_count("tiles"), "UNSAFE")):
+        prog = _per_role(num_stages=4, num_tiles=tiles)
+        monkeypatch.setattr(loops_mod, "ROUND_ENDS", True)
+        rounded = run_checker(prog)
+        monkeypatch.setattr(loops_mod, "ROUND_ENDS", False)
+        plain = run_checker(prog)
+        assert rounded.verdict == plain.verdict == verdict
+        assert rounded.states <= plain.states
 
 
 @pytest.mark.parametrize("starts,steps", [([0, 0, 0], [4, 4, 4]), ([0, 1], [2, 2]), ([0, 0], [1, 3]),

@@ -77,40 +77,29 @@ def test_warp_lane_checker_splits_tasks_into_lanes():
     assert "Consumers.w3" in report and "Producers.w0" in report
 
 
-def test_per_role_with_dense_step_one_loops_deadlocks_in_the_checker():
-    """Why the example walks tiles in groups of 4: with plain step-1 producer / release loops
-    and a step-4 wait task, a tile count that is not a multiple of 4 leaves wait warps blocked;
-    the checker proves every count, so it finds that deadlock."""
-    from warpsched import Task, TaskManager, domain_loop, schedule
+def test_per_role_dense_loops_are_exact_about_the_tile_count():
+    """The seed's per-role shape as written (dense step-1 producer and release loops, step-4 wait
+    warps) is correct exactly when the tile count is a multiple of 4: accepted for 16 tiles and
+    for a runtime count declared divisible by 4; a count of 18, or an undeclared runtime count,
+    leaves wait warps waiting for tiles never produced, and the counterexample says which count."""
+    from warpsched import trip_count
+    from warpsched.verify.checker import run_checker
 
-    tm = build("per_role", num_stages=4, exhaustive_deadlock_race_check=False)
-    tiles = next(r for r in tm.resource_dependency_graph if r.name == "tiles")
-    partials = next(r for r in tm.resource_dependency_graph if r.name == "partials")
+    def check(num_tiles):
+        tm = interleaved.build_per_role(verbose=False, exhaustive_deadlock_race_check=False, num_stages=4,
+                                        num_tiles=num_tiles)
+        return run_checker(tm.program)
 
-    @schedule
-    def produce(tiles):
-        with domain_loop(0, interleaved.NUM_TILES, 1):
-            tiles.acquire()
-            tiles.fill()
-            tiles.commit()
-
-    @schedule
-    def release_only(partials, tiles):
-        with domain_loop(0, interleaved.NUM_TILES, 1):
-            partials.wait()
-            partials.drain()
-            tiles.release()
-            partials.release()
-
-    old = {t.name: t for t in tm.tasks}
-    tasks = [Task(name="Producer", dst_resources=[tiles], warp_idx=0, num_warps=1, schedule=produce(tiles)),
-             old["WaitTask"],
-             Task(name="ReleaseTask", src_resources=[partials, tiles], warp_idx=1, num_warps=1,
-                  schedule=release_only(partials, tiles))]
-    with pytest.raises(warpsched.ValidationError) as info:
-        TaskManager(tasks=tasks, resource_dependency_graph=tm.resource_dependency_graph, verbose=False,
-                    max_states=50_000)
-    assert any(f.check == "exhaustive interleaving" and "deadlock" in f.message for f in info.value.findings)
+    assert check(16).verdict == "SAFE"
+    declared = check(trip_count("tiles", divisibility=4))
+    assert declared.verdict == "SAFE", declared.report()
+    assert "every tiles >= 1, tiles % 4 == 0" in declared.report()
+    for bad, count in ((18, "Producer: 18 iteration(s)"), (trip_count("tiles"), "(tiles)")):
+        res = check(bad)
+        assert res.verdict == "UNSAFE", res.report()
+        dl = [f for f in res.findings if f.severity == "error" and "deadlock" in f.message]
+        assert dl and any(count in f.detail and "trip counts in this counterexample" in f.detail for f in dl), \
+            [f.detail[-400:] for f in dl]
 
 
 # ------------------------------------------------------------------ strides divide num_stages

@@ -116,7 +116,7 @@ def test_checker_proves_every_loop_length_and_catches_a_non_advancing_wait(monke
     tm = build(kind="hopper")
     res = tm.result.checker
     assert res.verdict == "SAFE"
-    assert "every count >= 1" in res.report()  # proven for every trip count, not one sample length
+    assert "exactly 8" in res.report()  # the compile-time trip count, exactly
 
     # The same program with the sync task's wait-only cursor frozen (what a pipeline that only
     # advances on release would do): it re-waits stage 0 and signals the proxy too early.

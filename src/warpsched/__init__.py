@@ -16,6 +16,7 @@ from .model.resources import (MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, 
                               consumer_work, producer_work)
 from .model.schedule import domain_loop, schedule, when_false, when_true, work_tile_loop
 from .model.task import Task
+from .model.tripcount import TripCount, trip_count
 
 __version__ = "0.1.0"
 
@@ -24,7 +25,7 @@ __all__ = [
     "PdlLaunchBarrier", "PdlWaitBarrier", "PipelineConfig", "PipelineGroup", "PipelineGroupMode",
     "PipelineType", "ScheduleError", "ScheduleResult", "SignalingThreads", "SmemAllocation", "SmemAllocator",
     "StageInfo", "Task", "TaskLocalVariable", "TaskManager", "TileSchedulerConfig", "TmemAllocation",
-    "TmemAllocator", "ValidationError", "ValidationWarning", "VerifyResult", "WorkAttr", "WorkQueue",
+    "TmemAllocator", "TripCount", "ValidationError", "ValidationWarning", "VerifyResult", "WorkAttr", "WorkQueue",
     "WorkTileInfo", "consumer_work", "domain_loop", "producer_work", "schedule", "when_false", "when_true",
-    "work_tile_loop",
+    "trip_count", "work_tile_loop",
 ]

@@ -101,11 +101,12 @@ class Partials(MemoryResource):
 
 
 def build_per_role(verbose=True, advance_on_wait=True, strides=(1, 1, WAIT_LANES, 1), advance_on_acquire=False,
-                   same_task=False, cluster=(1, 1, 1, 1), num_stages=8, **opts):
+                   same_task=False, cluster=(1, 1, 1, 1), num_stages=8, num_tiles=NUM_TILES, **opts):
     """One dense TMA producer warp, a 4-warp wait task (warp i owns tiles i, i+4, ...), a 1-warp
     release task. The wait warps hand each tile's result to the release task through a
     ``partials`` pipeline interleaved on its producer side, so the release follows the reads.
-    ``same_task=True`` is the twin that waits and releases in one task."""
+    ``same_task=True`` is the twin that waits and releases in one task. ``num_tiles``: an int
+    (exact) or a ``trip_count`` (e.g. ``trip_count("tiles", divisibility=4)``)."""
     tiles = Tiles(name="tiles", pipeline_config=PipelineConfig.create_tma_async_pipeline_cfg(  # @pr_cfg
         num_stages=num_stages, num_bytes=TILE_BYTES, producer_group=thread_group(1), consumer_group=thread_group(1),
         cta_layout_vmnk=cluster, advance_on_wait=advance_on_wait, advance_on_acquire=advance_on_acquire,
@@ -114,21 +115,20 @@ def build_per_role(verbose=True, advance_on_wait=True, strides=(1, 1, WAIT_LANES
         num_stages=WAIT_LANES, producer_group=thread_group(32), consumer_group=thread_group(32),
         interleave_stride=(WAIT_LANES, WAIT_LANES, 1, 1)))
 
-    # Every task walks the tiles in groups of WAIT_LANES (loop step 4), the dense ones with a
-    # trace-time unrolled inner loop: the three loops then agree for every tile count, which the
-    # checker proves (with step-1 dense loops a tile count that is not a multiple of 4 leaves
-    # wait warps waiting for tiles that are never produced -- the checker shows that deadlock).
+    # The dense tasks walk every tile; wait warp i walks tiles i, i + 4, ... (step 4). The
+    # three loops agree when the tile count is a multiple of 4 (the default 16, or a runtime
+    # count declared with trip_count(..., divisibility=4)); at other counts wait warps wait for
+    # tiles that are never produced, and the checker shows that deadlock.
     @schedule
     def produce(tiles):
-        with domain_loop(0, NUM_TILES, WAIT_LANES):
-            for j in range(WAIT_LANES):
-                tiles.acquire()
-                tiles.fill_part(j=j)
-                tiles.commit()
+        with domain_loop(0, num_tiles, 1):
+            tiles.acquire()
+            tiles.fill()
+            tiles.commit()
 
     @schedule
     def wait_only(tiles, partials):  # warp i: tiles i, i + 4, ... (loop_offset + lane)
-        with domain_loop(0, NUM_TILES, WAIT_LANES):
+        with domain_loop(0, num_tiles, WAIT_LANES):
             tiles.wait()
             tiles.read()
             partials.acquire()
@@ -137,7 +137,7 @@ def build_per_role(verbose=True, advance_on_wait=True, strides=(1, 1, WAIT_LANES
 
     @schedule
     def wait_and_release(tiles, partials):  # twin: wait and release in one task
-        with domain_loop(0, NUM_TILES, WAIT_LANES):
+        with domain_loop(0, num_tiles, WAIT_LANES):
             tiles.wait()
             tiles.read()
             partials.acquire()
@@ -147,12 +147,11 @@ def build_per_role(verbose=True, advance_on_wait=True, strides=(1, 1, WAIT_LANES
 
     @schedule
     def release_only(partials, tiles):
-        with domain_loop(0, NUM_TILES, WAIT_LANES):
-            for j in range(WAIT_LANES):
-                partials.wait()
-                partials.drain(j=j)
-                tiles.release()
-                partials.release()
+        with domain_loop(0, num_tiles, 1):
+            partials.wait()
+            partials.drain()
+            tiles.release()
+            partials.release()
 
     tasks = [Task(name="Producer", dst_resources=[tiles], warp_idx=0, num_warps=1, schedule=produce(tiles)),
              Task(name="WaitTask", src_resources=[tiles], dst_resources=[partials], warp_idx=4,

@@ -19,6 +19,7 @@ import cutlass.cute as cute
 
 from ..model.ir import Section, StepKind
 from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
+from ..model.tripcount import TripCount, runtime_bound
 from . import LoweringError
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
@@ -258,6 +259,8 @@ class TaskEmitter:
         self._block(env, self.sched.by_section(Section.TAIL), frame, 0)
 
     def _bound(self, b, frame, dl):
+        if isinstance(b, TripCount):  # the checker reads the declared set, the kernel the value
+            return runtime_bound(b)
         if callable(b) and not isinstance(b, (int, float)) and not hasattr(b, "ir_value"):
             tile = frame.work_tile.tile_idx if frame.work_tile is not None else None
             if inspect.ismethod(b):

@@ -200,6 +200,7 @@ class WorkTileLoop:
     skip_if: Any
     location: SourceLoc
     has_skippable: bool = False
+    tile_count: Any = None  # int | TripCount | None: the tile counts the checker covers
 
 
 @dataclass(eq=False)

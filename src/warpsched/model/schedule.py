@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import Finding, ScheduleError
+from .tripcount import TripCount
 from .ir import (SYNC_VERBS, DomainLoop, Guard, ScheduleResult, Section, Step, StepKind, Token,
                  WorkTileLoop)
 from .pipeline_group import PipelineGroup
@@ -287,8 +288,11 @@ class WorkTileLoopHandle:
 
 
 @contextmanager
-def work_tile_loop(work_queue, skip_if=None):
-    """Persistent loop over the work tiles of ``work_queue``."""
+def work_tile_loop(work_queue, skip_if=None, tile_count=None):
+    """Persistent loop over the work tiles of ``work_queue``.
+
+    ``tile_count``: what the checker may assume about the number of tiles one CTA runs: an int
+    (exact) or a ``trip_count(...)`` with declared facts; by default every count >= 1."""
     loc = caller_location()
     cap = _current("work_tile_loop()")
     wq = work_queue._res if isinstance(work_queue, _ResourceProxy) else work_queue
@@ -299,7 +303,12 @@ def work_tile_loop(work_queue, skip_if=None):
               location=loc, fix="open work_tile_loop first, then the domain_loop inside it")
     for s in cap.steps:  # what came before the persistent loop runs once per CTA
         s.section = Section.PROLOGUE
-    cap.work_tile_loop = WorkTileLoop(wq, skip_if, loc)
+    if tile_count is not None and not (type(tile_count) is int and tile_count >= 0) \
+            and not isinstance(tile_count, TripCount):
+        _fail("schedule capture", f"work_tile_loop(tile_count={tile_count!r}) is not an int or a trip_count(...)",
+              location=loc, expected="an int >= 0, or trip_count(name, value, min=..., divisibility=...)",
+              fix="declare the tile count with warpsched.trip_count, or leave it out (every count >= 1)")
+    cap.work_tile_loop = WorkTileLoop(wq, skip_if, loc, tile_count=tile_count)
     cap.wtl_open = True
     try:
         yield WorkTileLoopHandle(cap)

@@ -112,12 +112,36 @@ class Executor:
 
 @dataclass
 class LoopGroup:
+    """Loops (or work-tile loops) that share one trip-count variable N.
+
+    Member m runs while ``value - offsets[m] < N``; values are stored relative to the group's
+    smallest ``start - offset``, so the group reads N relative to that origin. The set of N
+    proven: ``exact`` (one value), else every N > ``min_bound`` with ``N % modulus == residue``
+    (all relative)."""
     index: int
     label: str
     members: List[int]  # executor indices
     steps: List[int]
-    lcm: int = 1
+    lcm: int = 1  # values shift by multiples of this (steps and modulus: residues are kept)
     starts: List[int] = field(default_factory=list)
+    offsets: List[int] = field(default_factory=list)
+    exact: Optional[int] = None  # relative end of an exact trip count
+    min_bound: int = 0  # undecided: N > min_bound (relative)
+    modulus: int = 1
+    residue: int = 0
+    lift_period: int = 1  # an exact group's far end moves closer only by multiples of this
+    describe: str = "every count >= 1"  # what the verdict covers, for people
+    symbol: str = "N"
+    abs: tuple = ()  # the declared set before it is made relative: ('exact', N) / ('min', m, d) / ('first', ...)
+
+    def initial(self):
+        """The group state before any member entered: (decided, bound, next values)."""
+        if self.exact is not None:
+            return (True, self.exact, tuple(self.starts))
+        return (False, self.min_bound, tuple(self.starts))
+
+    def allows(self, end: int) -> bool:
+        return self.modulus == 1 or end % self.modulus == self.residue
 
 
 @dataclass

@@ -45,8 +45,12 @@ class Unbounded(Exception):
 
 
 class Engine(LoopsMixin):
-    def __init__(self, comp: Compiled):
+    def __init__(self, comp: Compiled, exact_lift: bool = True):
         self.c = comp
+        # exact trip counts far from their end may be lifted (a superset, see loops._normalize);
+        # exact_lifted records that it happened, so that a problem found is re-checked without
+        self.exact_lift = exact_lift
+        self.exact_lifted = False
         self.execs = comp.executors
         self.nb = len(comp.barriers)
         self.init_bars = tuple((0, b.init, 0) for b in comp.barriers)
@@ -72,13 +76,13 @@ class Engine(LoopsMixin):
                           tuple(0 for _ in ex.keys), False))
         tile = None
         if self.tile_group is not None:
-            tile = (False, 0, tuple(0 for _ in self.tile_group.members))
+            tile = self.tile_group.initial()
         glob = self._fresh_record(False)
         fifos = tuple(() for _ in self.c.key_names)
         return (tuple(execs), self.init_bars, (), tile, (), glob, fifos, False)
 
     def _fresh_record(self, skipped):
-        return (skipped, tuple((False, 0, tuple(g.starts)) for g in self.c.groups))
+        return (skipped, tuple(g.initial() for g in self.c.groups))
 
     # ------------------------------------------------------------------ successors
     def successors(self, state, e: int):

@@ -38,8 +38,11 @@ def _round_end(bound, grp):
 class LoopsMixin:
     """Loop heads, tile heads and the normalisation that keeps their state finite."""
 
-    def _choose(self, gs, mi, start, step):
-        """Loop-head outcomes for member ``mi``: list of (new group state, 'exit'|'first'|'last'|'more')."""
+    def _choose(self, gs, mi, start, step, grp):
+        """Loop-head outcomes for member ``mi``: list of (new group state, 'exit'|'first'|'last'|'more').
+
+        Undecided, the end N is any value > ``bound`` that the group's declared set allows
+        (``grp.allows``: the divisibility residue); decided, it is ``bound``."""
         dec, bound, nvs = gs
         v = nvs[mi]
         outs = []
@@ -55,11 +58,14 @@ class LoopsMixin:
             else:
                 put(True, bound, v + step, "last" if v + step >= bound else "more")
             return outs
+        allows = grp.allows
         for n_end in range(bound + 1, v + 1):  # the domain ended before v
-            put(True, n_end, EXITED, "exit")
+            if allows(n_end):
+                put(True, n_end, EXITED, "exit")
         lo = max(bound, v)
         for n_end in range(lo + 1, v + step + 1):  # v is this member's last value
-            put(True, n_end, v + step, "last")
+            if allows(n_end):
+                put(True, n_end, v + step, "last")
         put(False, max(bound, v + step), v + step, "more")
         return outs
 
@@ -75,7 +81,21 @@ class LoopsMixin:
             return (True, 0, tuple(EXITED for _ in nvs)), None
         if dec and grp is not None and ROUND_ENDS:
             bound = _round_end(bound, grp)
-        if tiles:  # tile records are indexed by tile value: shift only, keep the tile a member is in
+        exact = grp is not None and grp.exact is not None
+        if exact:
+            # an exact trip count far ahead moves closer only by whole periods of everything the
+            # loop drives (steps, guard periods, 2 x stages x stride of every cursor): a superset
+            # of {N}, flagged so that a problem found is re-checked without it (run_checker)
+            if not self.exact_lift:
+                return self._shift_only(dec, bound, nvs, active, lcm, tiles)
+        period = grp.lift_period if exact else lcm
+        if tiles:
+            if exact and dec:
+                far = bound - max(active) - self.gap
+                if far > period:
+                    bound -= (far // period) * period
+                    self.exact_lifted = True
+            # tile records are indexed by tile value: shift only, keep the tile a member is in
             shift = max(0, min(active) - 1)
             if not shift:
                 return (dec, bound, nvs), 0
@@ -87,15 +107,25 @@ class LoopsMixin:
         for hi, lo in zip(pts, pts[1:]):
             d = hi - lo
             if d > gap:
-                acc += ((d - gap) // lcm) * lcm
+                acc += ((d - gap) // period) * period
             if acc:
                 lift[lo] = acc
         if lift:
+            if exact:
+                self.exact_lifted = True
             bound = bound + lift.get(bound, 0)
             nvs = tuple(v if v == EXITED else v + lift.get(v, 0) for v in nvs)
             active = [v for v in nvs if v != EXITED]
         m = min(active + [bound])
         shift = (m // lcm) * lcm
+        if not shift:
+            return (dec, bound, nvs), 0
+        return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
+
+    def _shift_only(self, dec, bound, nvs, active, lcm, tiles):
+        """Exact mode: no lifting, only the shift that forgets how far the loop has come."""
+        m = min(active) - 1 if tiles else min(active + [bound])
+        shift = max(0, m) if tiles else (m // lcm) * lcm
         if not shift:
             return (dec, bound, nvs), 0
         return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
@@ -111,7 +141,7 @@ class LoopsMixin:
         if ins.all_skippable and rec[0]:
             choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
         else:
-            choices = self._choose(gs, ins.member, ins.start, ins.step)
+            choices = self._choose(gs, ins.member, ins.start, ins.step, grp)
         for gs2, what in choices:
             gs2, _ = self._normalize(gs2, grp.lcm, grp=grp)
             rec2 = (rec[0], rec[1][:ins.group] + (gs2,) + rec[1][ins.group + 1:])
@@ -133,7 +163,7 @@ class LoopsMixin:
         mi = self.tile_member[e]
         tile = state[3]
         out = []
-        for ts2, what in self._choose(tile, mi, 0, 1):
+        for ts2, what in self._choose(tile, mi, 0, 1, self.tile_group):
             records = state[4]
             if what == "exit":
                 es2 = (ins.target, None, False) + es[3:]
@@ -146,7 +176,7 @@ class LoopsMixin:
                 else:
                     choices = [records + (self._fresh_record(sk),) for sk in
                                ((False, True) if self.c.has_skippable else (False,))]
-            ts3, shift = self._normalize(ts2, 1, tiles=True)
+            ts3, shift = self._normalize(ts2, 1, tiles=True, grp=self.tile_group)
             for recs in choices:
                 label = "tile:" + ("exit" if what == "exit" else ("skipped" if recs and len(choices) > 1 and
                                                                    recs[-1][0] else "run"))

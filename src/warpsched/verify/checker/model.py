@@ -15,6 +15,7 @@ from ...model.enums import PipelineGroupMode, WorkAttr
 from ...model.ir import Section, Step, StepKind
 from ...model.pipeline_group import PipelineGroup
 from ...model.resources import PdlWaitBarrier, WorkQueue, work_spec_of
+from ...model.tripcount import TripCount
 from ...protocol.barriers import (arrivals_per_op, barrier_init, delivered_tx_bytes,
                                   group_barrier_init, protocol_of)
 from ..program import Program, name_of
@@ -42,6 +43,8 @@ class _Builder:
         self.key_ids: Dict[str, int] = {}
         self.key_members: List[List[int]] = []
         self.group_keys: Dict[Any, int] = {}
+        self.group_bound: Dict[int, Any] = {}  # group -> the end bound its first member declared
+        self.declared_tiles: Any = None
         self.groups: List[LoopGroup] = []
         self.regions = RegionMap(program)
         self.problems: List[str] = []
@@ -98,12 +101,14 @@ class _Builder:
             self._compile(ex, self.p.schedule_of(ex.task))
         persistent = any(e.persistent for e in execs)
         if persistent:
+            self.declared_tiles = self._declared_tile_count(execs)
             tg = self._group(("tiles",), "work tiles", execs=[e.index for e in execs if e.persistent])
             for e in execs:
                 if e.persistent:
                     e.tile_group = tg
         for g in self.groups:
-            g.lcm = _lcm(g.steps)
+            _declare(g, self.group_bound.get(g.index), self.declared_tiles)
+            g.lcm = _lcm(g.steps + [g.modulus])
         # domain starts are relative to the smallest start in their group (lanes keep residues)
         origin = {}
         for e in execs:
@@ -121,6 +126,8 @@ class _Builder:
             for ins in e.program:
                 if ins.kind == "loop_head":
                     self.groups[ins.group].starts[ins.member] = ins.start
+        for g in self.groups:
+            _relative_to_origin(g, origin.get(g.index, 0), execs)
         # members further apart than this cannot be coupled through a pipeline
         depth = max(1, len(self.barriers) // 2)  # every stage of every pipeline, chained
         stride = max([1] + [c.stride for e in execs for c in e.cursors] + [g.lcm for g in self.groups])
@@ -147,6 +154,20 @@ class _Builder:
                     return True
         return False
 
+    def _declared_tile_count(self, execs):
+        """The work-tile count the persistent tasks declare (``work_tile_loop(tile_count=)``)."""
+        seen = {}
+        for e in execs:
+            wtl = self.p.schedule_of(e.task).work_tile_loop if e.persistent else None
+            tc = getattr(wtl, "tile_count", None) if wtl is not None else None
+            if tc is not None:
+                seen.setdefault(id(tc.root) if isinstance(tc, TripCount) else ("int", tc), (tc, e.task.name))
+        if len(seen) > 1:
+            self.problems.append("tasks declare different work_tile_loop(tile_count=...): " + ", ".join(
+                f"{name}: {tc!r}" for tc, name in seen.values()) + "; every tile count >= 1 is checked instead")
+            return None
+        return next(iter(seen.values()))[0] if seen else None
+
     def _group(self, key, label, execs=None) -> int:
         if key not in self.group_keys:
             self.group_keys[key] = len(self.groups)
@@ -155,6 +176,7 @@ class _Builder:
         for e in execs or []:
             g.members.append(e)
             g.steps.append(1)
+            g.offsets.append(0)
         return g.index
 
     def _key(self, guard, ex: Executor) -> int:
@@ -218,17 +240,25 @@ class _Builder:
             start = d.start if type(d.start) is int else 0
             step = d.step if type(d.step) is int and d.step > 0 else 1
             syncs = any(s.kind.is_sync or s.kind in (StepKind.QueueFetch, StepKind.QueueAdvance) for s in loop_steps)
-            if syncs:
-                end = d.end
-                gkey = ("end", end) if type(end) is int else ("fn", getattr(end, "__func__", end))
-                label = f"domain end {end if type(end) is int else getattr(end, '__name__', end)}"
-            else:  # no barrier traffic in the body: its trip count need not match anyone's
+            end = d.end
+            offset = 0
+            if isinstance(end, TripCount):
+                gkey, offset = ("sym", id(end.root)), end.offset
+                label = f"domain end {end.root.name}"
+            elif type(end) is int:  # every compile-time bound: one exact group, ends as offsets
+                gkey, offset, label = ("const",), end, "domain end (compile-time)"
+            else:
+                gkey = ("fn", getattr(end, "__func__", end))
+                label = f"domain end {getattr(end, '__name__', 'runtime value')}"
+            if not syncs:  # no barrier traffic in the body: its trip count need not match anyone's
                 gkey, label = ("local", ex.index), f"{ex.name} local loop"
             gid = self._group(gkey, label)
             grp = self.groups[gid]
             grp.members.append(ex.index)
             grp.steps.append(step)
-            prog.append(Instr("loop_head", group=gid, start=start, step=step))
+            grp.offsets.append(offset)
+            self.group_bound.setdefault(gid, end)
+            prog.append(Instr("loop_head", group=gid, start=start - offset, step=step))
             emit(Section.LOOP)
             prog.append(Instr("jump", target=head))
             prog[head].target = len(prog)
@@ -477,3 +507,57 @@ def compile_program(program: Program, include=None) -> Compiled:
 
 
 __all__ = ["Action", "Barrier", "Compiled", "Cursor", "Executor", "Instr", "LoopGroup", "compile_program"]
+
+
+def _declare(g: LoopGroup, bound, declared_tiles) -> None:
+    """The set of trip counts a group is checked for, in absolute terms (made relative later).
+
+    Member m runs while ``value - offset_m < N``: compile-time ends are offsets of N = 0 (one
+    exact group), a TripCount's offset is its ``+ k``, anything else has offset 0."""
+    if g.label == "work tiles":
+        bound = declared_tiles
+        if bound is None:
+            g.abs = ("min", 1, 1)
+            g.describe = "every count >= 1"
+            return
+    if type(bound) is int:
+        g.abs = ("exact", 0 if g.label != "work tiles" else bound)
+        g.symbol = "tiles" if g.label == "work tiles" else "compile-time"
+        return
+    if isinstance(bound, TripCount):
+        r = bound.root
+        g.symbol = r.name
+        if r.exact is not None:
+            g.abs = ("exact", r.exact)
+        else:
+            g.abs = ("min", r.min, r.divisibility)
+            g.modulus = r.divisibility
+            g.describe = f"every {r.describe()}"
+        return
+    g.abs = ("first", None, 1)  # a runtime value / provider: every count >= 1 of the earliest member
+    g.describe = "every count >= 1"
+
+
+def _relative_to_origin(g: LoopGroup, origin: int, execs) -> None:
+    kind = g.abs[0]
+    if kind == "exact":
+        g.exact = g.abs[1] - origin
+        periods = list(g.steps)
+        for m in dict.fromkeys(g.members):
+            ex = execs[m]
+            periods.append(ex.counter_p)
+            periods.extend(2 * c.num_stages * c.stride for c in ex.cursors)
+        g.lift_period = _lcm(periods)
+        counts = [max(0, -(-(g.exact - st) // sp)) for st, sp in zip(g.starts, g.steps)]
+        if g.label == "work tiles":
+            g.describe = f"exactly {g.abs[1]} tile(s)"
+        elif len(set(counts)) == 1:
+            g.describe = f"exactly {counts[0]}"
+        else:
+            g.describe = "exactly " + ", ".join(f"{execs[m].name}: {n}" for m, n in zip(g.members, counts))
+    elif kind == "min":
+        g.min_bound = g.abs[1] - origin - 1
+        g.modulus = g.abs[2]
+        g.residue = (-origin) % g.modulus
+    else:
+        g.min_bound = 0

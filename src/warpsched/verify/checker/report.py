@@ -7,6 +7,7 @@ from typing import List, Optional
 from ...errors import Finding
 from ..program import name_of
 from .engine import CUR, Engine
+from . import tripcounts
 from .explore import Exploration, Problem
 
 CHECK = "exhaustive interleaving"
@@ -117,6 +118,9 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
     step = p.step
     resource = step.resource_name if step is not None else None
     lines = [timeline(engine, p.path)]
+    counts = tripcounts.summary(engine, p.path)
+    if counts:
+        lines.append(counts)
     if p.kind == "deadlock":
         lines.append("blocked:")
         lines.extend(f"  {txt}  @ {st.location}" for txt, st in p.blocked)
@@ -141,7 +145,7 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
 
 def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[Finding],
            max_states: int) -> str:
-    out = [RULE, "Exhaustive interleaving checker — BFS exploration (barrier-level, every loop length)", RULE]
+    out = [RULE, "Exhaustive interleaving checker — BFS exploration (barrier-level, every declared loop length)", RULE]
     engine = runs[0][0]
     execs = [ex for eng, _ in runs for ex in eng.execs]
     for i, ex in enumerate(execs):
