@@ -99,7 +99,7 @@ def run_checker(program: Program, progress=False) -> CheckerResult:
             location=program.tasks[0].location if program.tasks else None,
             expected="a complete search (Result: SAFE)",
             fix="raise TaskManager(max_states=...), or reduce the number of tasks / stages to check"))
-    for msg in comp.problems:
+    for msg in dict.fromkeys(whole.problems):  # the whole program's: every part's, once each
         findings.append(Finding(check=CHECK, severity="warning", message=f"not modelled: {msg}"))
     seconds = time.perf_counter() - t0
     exp.seconds = seconds

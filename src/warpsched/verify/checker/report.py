@@ -14,6 +14,7 @@ CHECK = "exhaustive interleaving"
 RULE = "=" * 72
 THIN = "-" * 72
 CELL = 30
+HEAD_ROWS, TAIL_ROWS = 60, 120  # a longer counterexample timeline shows its start and its end
 
 FIXES = {
     "deadlock": ("make every wait / acquire matched by the commit / release that completes its barrier phase: "
@@ -108,6 +109,10 @@ def timeline(engine: Engine, path) -> str:
     lines = [f"timeline ({len(rows)} steps):", head,
              "  ─  " + "  ".join(("─" * min(len(n), width[i])).ljust(width[i]) for i, n in enumerate(names))]
     for t, (e, cell, loc) in enumerate(rows):
+        if HEAD_ROWS <= t < len(rows) - TAIL_ROWS:  # long exact counts: the start and the end
+            if t == HEAD_ROWS:
+                lines.append(f"  ... {len(rows) - HEAD_ROWS - TAIL_ROWS} steps of the same loops elided ...")
+            continue
         cells = [("·" if i != e else cell[:width[i]]).ljust(width[i]) for i in range(len(names))]
         lines.append(f"{t:>3}  " + "  ".join(cells) + (f"  @ {loc}" if loc is not None and loc.line else ""))
     return "\n".join(lines)
@@ -146,14 +151,16 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
 def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[Finding],
            max_states: int) -> str:
     out = [RULE, "Exhaustive interleaving checker — BFS exploration (barrier-level, every declared loop length)", RULE]
-    engine = runs[0][0]
+    engine = runs[0][0] if runs else None
     execs = [ex for eng, _ in runs for ex in eng.execs]
+    if not execs:
+        out.append("  no task has a schedule: nothing to explore")
     for i, ex in enumerate(execs):
         ops = [f"{ins.action.step.kind.label}({ins.action.step.resource_name})" for ins in ex.program
                if ins.kind == "step"]
         shown = ", ".join(ops[:6]) + (", ..." if len(ops) > 6 else "")
         out.append(f"  Task {i} ({ex.name}): [{shown}]")
-    pairs = engine.regions.pairs if runs else []
+    pairs = engine.regions.pairs if engine is not None else []
     if pairs:
         out.append("  Alias pairs:")
         out.extend(f"    {a} <-> {b}" for a, b in pairs)
