@@ -97,8 +97,8 @@ def _members(g: PipelineGroup) -> List[Finding]:
 
 def _fork_bytes(g: PipelineGroup, cfgs, base) -> List[Finding]:
     """Fork members (and an explicit group config) declare the bytes of the one shared load."""
-    values = [(rname(m), c.num_bytes, c.location) for m, c in cfgs]
-    if len({n for _, n, _ in values}) <= 1:
+    values = [(rname(m), c.num_bytes, getattr(c, "location", "?")) for m, c in cfgs]
+    if all(n == values[0][1] for _, n, _ in values):
         return []
     listed = ", ".join(f"{nm} num_bytes={n} (config at {loc})" for nm, n, loc in values)
     return [F(GROUP, f"Fork group {g.name!r}: members declare different num_bytes: {listed}; the one producer "
