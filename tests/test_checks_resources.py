@@ -73,6 +73,33 @@ def test_smem_capacity():
     expect(f, "smem capacity", None, "tile_data", line("smem_alloc"))
 
 
+def test_smem_allocation_in_bytes_without_dtype():
+    """TS's SmemAllocation(name, size_bytes=..., alignment=...): no dtype, the size is the bytes given;
+    it is laid out, counted against the capacity, and a malformed size is a finding at its line."""
+    raw = SmemAllocation("raw_tiles", size_bytes=3000, alignment=1024)
+    assert (raw.dtype, raw.size_bytes, raw.alignment) == (None, 3000, 1024)
+    other = SmemAllocation("after", dtype=2, count=8)
+    allocator = SmemAllocator()
+    allocator.allocations += [other, raw]
+    assert allocator.compute_layout() == 3072 + 16 and (raw.offset, other.offset) == (0, 3072)
+    tasks, graph, tile = program(SmemAllocation("tile_bytes", size_bytes=300_000))  # @smem_bytes
+    allocator = SmemAllocator()
+    allocator.add_resource(tile)
+    hit = expect(rejected(tasks, graph, smem_allocator=allocator), "smem capacity", None, "tile_bytes",
+                 line("smem_bytes"))
+    assert "300000 B" in hit.message
+    tasks, graph, tile = program(SmemAllocation("tile_bytes", size_bytes=-4))  # @smem_bad_bytes
+    allocator = SmemAllocator()
+    allocator.add_resource(tile)
+    hit = expect(rejected(tasks, graph, smem_allocator=allocator), "smem capacity", None, "tile_bytes",
+                 line("smem_bad_bytes"))
+    assert "size_bytes=-4" in hit.message and hit.expected == "size_bytes an int >= 0"
+    tasks, graph, tile = program(SmemAllocation("tile_bytes", size_bytes=4096, alignment=128))
+    allocator = SmemAllocator()
+    allocator.add_resource(tile)
+    accepted(tasks, graph, smem_allocator=allocator)
+
+
 def test_tmem_capacity():
     def tm(cols):
         return TmemAllocation("tmem_acc", cols)  # @tmem_alloc

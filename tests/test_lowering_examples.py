@@ -121,6 +121,43 @@ def test_pipeline_group_barrier_layouts(mode):
     assert mod.build(mode=mode, verbose=False).result.accepted
 
 
+def _expect_tx_bytes(ptx):
+    """The byte operand of every mbarrier.arrive.expect_tx (an immediate, or the register's mov)."""
+    import re
+
+    out = []
+    for line in ptx.splitlines():
+        if "mbarrier.arrive.expect_tx" in line:
+            operand = line.strip().rstrip(";").split(",")[-1].strip()
+            if operand.isdigit():
+                out.append(int(operand))
+                continue
+            movs = re.findall(rf"mov\.b32\s+{re.escape(operand)},\s*(\d+);", ptx)
+            assert len(movs) == 1, (line, movs)
+            out.append(int(movs[0]))
+    return out
+
+
+def test_fork_arms_the_bytes_of_the_one_load():
+    """Fork (TS semantics): the two views declare equal num_bytes and the one producer loads once, so
+    the shared full barrier's single arrive.expect_tx carries one member's num_bytes (not the sum)."""
+    mod = importlib.import_module("group_add")
+    mgr = mod.build(mode="fork", verbose=False)
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
+    member_bytes = {m.pipeline_config.num_bytes for m in mgr.program.pipeline_groups[0].members}
+    assert member_bytes == {mod.TILE[0] * mod.TILE[1] * 4}
+    # the one buffer both views read is a TS-style byte allocation (no dtype)
+    block = mod.STAGES * mod.TILE[0] * mod.TILE[1] * 4
+    allocs = mgr.program.smem_allocator.allocations
+    assert [(a.name, a.dtype, a.size_bytes) for a in allocs] == [("smem_ab", None, block)]
+    ptx = mod.compile_for_cpu(mode="fork").artifacts.PTX
+    assert _expect_tx_bytes(ptx) == [mod.TILE[0] * mod.TILE[1] * 4]  # 16384, where the summed arm was 32768
+    assert _counts(ptx, {"cp.async.bulk.tensor": 1}) == {"cp.async.bulk.tensor": 1}
+    # the lowering allocated the byte buffer: the group's mbarriers sit right after its 49152 bytes
+    arm = next(line for line in ptx.splitlines() if "mbarrier.arrive.expect_tx" in line)
+    assert f"+{block}]" in arm, arm
+
+
 def test_coalesced_barrier_allocator_counts():
     """The same program with its mbarriers in a BarrierAllocator array inside the SMEM block."""
     mod = importlib.import_module("relu_pipeline")

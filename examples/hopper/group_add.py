@@ -7,10 +7,14 @@ mode="merge":      LoadA (warp 4) and LoadB (warp 5) fill smem_a / smem_b (own f
                    (one shared empty barrier frees both loaders).
 mode="fused":      same tasks; the loaders arm one shared full barrier (each with its own bytes) and
                    AddTask calls group.wait() / group.release() once.
-mode="fork":       one Load task (warp 4) acquires both members, issues both TMA loads and arms the
-                   shared full barrier once (group.commit(), bytes summed); CopyA (warps 0-3) and
-                   CopyB (warps 8-11) each wait for the tile and release their own member:
-                   u = x, v = y.
+mode="fork":       smem_a and smem_b are two pipeline views of one SMEM buffer (equal num_bytes, as in
+                   TS): one Load task (warp 4) acquires both views, issues ONE TMA load of x and arms
+                   the shared full barrier once with that load's bytes (group.commit()); CopyA
+                   (warps 0-3) and CopyB (warps 8-11) each wait for the tile and release their own
+                   view: z = x, w = x.
+
+The SMEM buffers are declared in bytes (``SmemAllocation(name, size_bytes=..., alignment=...)``,
+no dtype, as in TS) and viewed as fp32 tiles.
 """
 from __future__ import annotations
 
@@ -62,7 +66,7 @@ class SmemTile(MemoryResource):
     def staged(self):
         tm, tn = TILE
         layout = cute.make_layout((tm, tn, STAGES), stride=(tn, 1, tm * tn))
-        return cute.make_tensor(self.allocator.get(self.alloc), layout)
+        return cute.make_tensor(cute.recast_ptr(self.allocator.get(self.alloc), dtype=cutlass.Float32), layout)
 
     @producer_work
     @cute.jit
@@ -135,8 +139,7 @@ def load_fork(grp, start, end, step):
     with domain_loop(start, end, step):
         grp.smem_a.acquire()
         grp.smem_b.acquire()
-        grp.smem_a.load()
-        grp.smem_b.load()
+        grp.smem_a.load()  # one load fills the buffer both views read
         grp.commit()
 
 
@@ -159,8 +162,12 @@ def build(*, mode="merge", atoms=(None, None), gmems=(None, None), outs=(None, N
         return PipelineConfig.create_tma_async_pipeline_cfg(num_stages=STAGES, num_bytes=tile_bytes,
                                                             producer_group=group(1),
                                                             consumer_group=group(consumer_warps))
+    def buffer(name):
+        return SmemAllocation(name, size_bytes=tile_bytes * STAGES, alignment=1024)
+
+    shared = buffer("smem_ab") if mode == "fork" else None  # Fork: both views share one buffer
     smem = [SmemTile(name=n, pipeline_config=cfg(), atom=a, gmem=g, tiles_n=tiles_n, allocator=allocator,
-                     alloc=SmemAllocation(n, dtype=cutlass.Float32, count=TILE[0] * TILE[1] * STAGES, alignment=1024))
+                     alloc=shared or buffer(n))
             for n, a, g in zip(("smem_a", "smem_b"), atoms, gmems)]
     for r in smem:
         allocator.add_resource(r)
@@ -227,7 +234,7 @@ _CACHE = {}
 
 
 def run(x, y, z, w, mode="merge"):
-    """merge / fused: z = x + y; fork: z = x, w = y (fp32 2D, rows 16-byte aligned)."""
+    """merge / fused: z = x + y; fork: z = x, w = x (fp32 2D, rows 16-byte aligned)."""
     m = [_common.to_cute(t, 1) for t in (x, y, z, w)]
     stream = _common.current_stream()
     if mode not in _CACHE:

@@ -10,8 +10,8 @@ Init counts come from ``protocol.barriers.barrier_init`` / ``group_barrier_init`
 executes). Each member keeps a cutlass pipeline object assembled from its own full / empty view;
 the group gets one for its collapsed verbs. A FusedMerge producer arrives on the shared full
 barrier through a view with its own op and transaction bytes; a Fork of TMA producers arms the
-shared full barrier once, at ``group.commit()``, with the members' bytes summed (member acquires
-only wait).
+shared full barrier once, at ``group.commit()``, with the members' common ``num_bytes`` (the data is
+loaded once; member acquires only wait).
 """
 from __future__ import annotations
 
@@ -86,7 +86,6 @@ class GroupLowering:
                                                          (op, _cg(count)), tx)
         fulls: List[Any] = []
         empties: List[Any] = []
-        self.tx_sum = sum(i.full_tx_bytes for i in inits)
         if self.mode is PipelineGroupMode.Merge:
             fulls = [mk(i, OPS[c.pipeline_type][0], inits[i].full_arrivals, inits[i].full_tx_bytes)
                      for i, c in enumerate(cfgs)]
@@ -117,13 +116,14 @@ class GroupLowering:
                                           pipe=_assemble(cfgs[0], group_full, group_empty))
         self.collapsed.resource = group
         if self.mode is PipelineGroupMode.Fork and protocol_of(cfgs[0]).producer_arms_on_acquire:
+            self.fork_tx_bytes = shared_full.full_tx_bytes
             self.collapsed.commit = self._fork_arm_commit
 
     def _fork_arm_commit(self, task, warp_idx, state):
-        """Fork of TMA producers: one arrive.expect_tx with every member's bytes."""
+        """Fork of TMA producers: one arrive.expect_tx with the bytes of the one load."""
         pipe = self.collapsed.pipe
 
         def arm():
-            pipe.sync_object_full.arrive_and_expect_tx(state.index, self.tx_sum)
+            pipe.sync_object_full.arrive_and_expect_tx(state.index, self.fork_tx_bytes)
         self.collapsed._gate(task, "producer", warp_idx, arm, sync_task=False)
 

@@ -26,28 +26,46 @@ def _dtype_bytes(dtype: Any) -> int:
     return 4
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, init=False)
 class SmemAllocation:
+    """A named SMEM region: ``count`` elements of ``dtype``, or ``size_bytes`` raw bytes (as in TS:
+    ``SmemAllocation(name, size_bytes=..., alignment=...)`` needs no dtype; ``get()`` then gives a
+    byte pointer). An explicit ``size_bytes`` wins over ``count x dtype``."""
+
     name: str
     dtype: Any = None
     count: int = 0
     alignment: int = 128
     offset: Optional[int] = None
-    location: SourceLoc = field(default_factory=caller_location, repr=False)
+    declared_bytes: Optional[int] = None
+    location: SourceLoc = field(default=None, repr=False)  # type: ignore[assignment]
+
+    def __init__(self, name: str, dtype: Any = None, count: int = 0, alignment: int = 128,
+                 offset: Optional[int] = None, *, size_bytes: Optional[int] = None,
+                 location: Optional[SourceLoc] = None):
+        self.name, self.dtype, self.count, self.alignment, self.offset = name, dtype, count, alignment, offset
+        self.declared_bytes = size_bytes
+        self.location = location if location is not None else caller_location()
 
     @property
     def size_bytes(self) -> int:
-        try:
-            count = operator.index(self.count)  # ints and numpy ints, not floats or strings
-        except TypeError:
-            count = -1
-        if count < 0:
-            raise LayoutError(f"SmemAllocation {self.name!r}: count={self.count!r} is not an int >= 0")
-        return count * _dtype_bytes(self.dtype)
+        if self.declared_bytes is not None:
+            return _non_negative(self.declared_bytes, f"SmemAllocation {self.name!r}: size_bytes")
+        return _non_negative(self.count, f"SmemAllocation {self.name!r}: count") * _dtype_bytes(self.dtype)
 
     @property
     def end(self) -> Optional[int]:
         return None if self.offset is None else self.offset + self.size_bytes
+
+
+def _non_negative(value: Any, what: str) -> int:
+    try:
+        n = operator.index(value)  # ints and numpy ints, not floats or strings
+    except TypeError:
+        n = -1
+    if n < 0:
+        raise LayoutError(f"{what}={value!r} is not an int >= 0")
+    return n
 
 
 @dataclass(eq=False)

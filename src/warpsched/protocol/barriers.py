@@ -223,21 +223,23 @@ def group_barrier_init(members, mode) -> Tuple[Optional[BarrierInit], ...]:
     """Init of a PipelineGroup's shared barrier, per ts_pipeline_groups: returns
     (shared_full_init, shared_empty_init); the entry for a side that is not shared is None.
 
-    Merge: shared empty (the one consumer's size). Fork: shared full (the one producer's
-    size, member bytes summed). FusedMerge: shared full (producer sizes and bytes summed)
-    and shared empty (the consumer's size).
+    Merge: shared empty (the one consumer's size). Fork: shared full (the one producer's size);
+    the members are views of one buffer that the producer loads once, so the barrier expects
+    the members' common ``num_bytes`` once, not their sum (``checks_groups`` rejects members
+    that differ; the first member's value is armed). FusedMerge: shared full (producer sizes
+    and bytes summed: each producer delivers its own data) and shared empty (the consumer's size).
     """
     from ..model.enums import PipelineGroupMode
 
     inits = [barrier_init(m.pipeline_config) for m in members if m.pipeline_config is not None]
     if not inits:
         return (None, None)
-    tx_sum = sum(i.full_tx_bytes for i in inits)
     if mode is PipelineGroupMode.Merge:
         return (None, BarrierInit(0, inits[0].empty_arrivals, 0))
     if mode is PipelineGroupMode.Fork:
-        return (BarrierInit(inits[0].full_arrivals, 0, tx_sum), None)
+        return (BarrierInit(inits[0].full_arrivals, 0, inits[0].full_tx_bytes), None)
     full_sum = sum(i.full_arrivals for i in inits)
+    tx_sum = sum(i.full_tx_bytes for i in inits)
     return (BarrierInit(full_sum, 0, tx_sum), BarrierInit(0, inits[0].empty_arrivals, 0))
 
 

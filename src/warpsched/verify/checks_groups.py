@@ -1,5 +1,8 @@
 """PipelineGroup consistency: member configs compatible on the collapsed side, and the
-collapsed stage emitted on the group object by the single task that drives it."""
+collapsed stage emitted on the group object by the single task that drives it.
+
+A Fork's members are pipeline views of one buffer that the one producer loads once: they declare
+equal ``num_bytes`` and the shared full barrier expects that value once (protocol.barriers)."""
 from __future__ import annotations
 
 from typing import Iterable, List
@@ -9,7 +12,9 @@ from ..model.enums import PipelineGroupMode
 from ..model.ir import StepKind
 from ..model.pipeline_config import PipelineConfig, group_size
 from ..model.pipeline_group import PipelineGroup
+from ..model.resources import work_spec_of
 from ..model.task import Task
+from ..protocol.barriers import protocol_of
 from .findings_util import F, config_of, dedupe, groups, is_resource, rname, steps, valid_config
 from .program import Program
 
@@ -85,7 +90,23 @@ def _members(g: PipelineGroup) -> List[Finding]:
             out.append(F(GROUP, f"group {g.name!r}: {rname(m)}.{field} size {a} differs from {rname(ref_m)}'s {b}, "
                          f"but one task drives the shared {side} barrier", expected=f"{field} size {b} on every member",
                          fix=f"size every member's {field} for the one task that drives the collapsed side", **base))
+    if g.mode is PipelineGroupMode.Fork:
+        out += _fork_bytes(g, cfgs, base)
     return out
+
+
+def _fork_bytes(g: PipelineGroup, cfgs, base) -> List[Finding]:
+    """Fork members (and an explicit group config) declare the bytes of the one shared load."""
+    values = [(rname(m), c.num_bytes, getattr(c, "location", "?")) for m, c in cfgs]
+    if all(n == values[0][1] for _, n, _ in values):
+        return []
+    listed = ", ".join(f"{nm} num_bytes={n} (config at {loc})" for nm, n, loc in values)
+    return [F(GROUP, f"Fork group {g.name!r}: members declare different num_bytes: {listed}; the one producer "
+              "loads the data once and the shared full barrier expects num_bytes once (not the sum)",
+              expected=f"one num_bytes on every member: the bytes of the one load ({values[0][1]} as "
+              f"{values[0][0]} declares)",
+              fix="give every member the bytes of the one load (Fork members are views of one buffer); "
+              "members that hold different data need separate (ungrouped) pipelines", **base)]
 
 
 def _wiring(program: Program, g: PipelineGroup) -> List[Finding]:
@@ -115,9 +136,48 @@ def _wiring(program: Program, g: PipelineGroup) -> List[Finding]:
                              fix=f"replace the member's {s.method}() with one {g.name}.{_VERB[s.kind]}()"))
             elif id(s.resource) in ids and s.kind.side == side and s.kind in _VERB and t not in drivers:
                 drivers.append(t)
+    if g.mode is PipelineGroupMode.Fork:
+        out += _fork_loads(program, g, ids)
     if len(drivers) > 1:
         out.append(F(GROUP, f"the collapsed {side} side of group {g.name!r} is driven by "
                      f"{len(drivers)} tasks ({', '.join(t.name for t in drivers)})", task=drivers[1], resource=g.name,
                      location=g.location, expected=f"one task drives every member's {side} side",
                      fix="drive all members from one task, or drop the group"))
+    return out
+
+
+def _fork_loads(program: Program, g: PipelineGroup, ids) -> List[Finding]:
+    """A transaction-byte Fork stage is loaded once: producer work on two members delivers the
+    bytes twice to a barrier that expects them once (a hang, or a phase completing early)."""
+    cfg = next((config_of(m) for m in g.members if valid_config(config_of(m))), None)
+    if cfg is None or not protocol_of(cfg).transaction_bytes:
+        return []
+    out = []
+    for t in program.tasks:
+        if not isinstance(t, Task):
+            continue
+        loads = {}
+        for s in steps(program, t):
+            if id(s.resource) not in ids or s.kind is not StepKind.ProducerWork:
+                continue
+            spec = work_spec_of(getattr(type(s.resource), s.method, None))
+            if (spec is not None and spec.auxiliary) or any(gd.kind in ("when_true", "when_false")
+                                                            for gd in s.guards):
+                continue  # auxiliary work delivers no bytes; value-guarded calls may be exclusive
+            loads.setdefault(s.section, {}).setdefault(id(s.resource), s)
+        for per_member in loads.values():
+            if len(per_member) < 2:
+                continue
+            first, *rest = per_member.values()
+            nbytes = getattr(config_of(first.resource), "num_bytes", "?")
+            at = getattr(first.location, "line", "?")
+            for s in rest:
+                out.append(F(GROUP, f"{rname(s.resource)}.{s.method}() loads a second member of Fork group {g.name!r} "
+                             f"in the stage {rname(first.resource)}.{first.method}() (line {at}) "
+                             f"already loads: the shared full barrier expects {nbytes} bytes once per stage, and "
+                             "each member's load delivers its num_bytes", task=t, resource=s.resource,
+                             location=s.location, expected=f"one load per stage ({rname(first.resource)}."
+                             f"{first.method}()) for all members of {g.name!r}",
+                             fix="load the data once through one member (Fork members are views of one buffer); "
+                             "members that hold different data need separate (ungrouped) pipelines"))
     return out

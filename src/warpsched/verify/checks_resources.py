@@ -45,10 +45,12 @@ def _smem(program: Program) -> List[Finding]:
     for a in allocations:
         n = _size(a)
         if n is None:
-            out.append(F(SMEM, f"SMEM allocation {getattr(a, 'name', a)!r} has an invalid size "
-                         f"(count={getattr(a, 'count', None)!r})", resource=str(getattr(a, "name", a)),
-                         location=getattr(a, "location", None), expected="count an int >= 0",
-                         fix="give the element count of the buffer"))
+            raw = getattr(a, "declared_bytes", None)
+            field_ = f"size_bytes={raw!r}" if raw is not None else f"count={getattr(a, 'count', None)!r}"
+            out.append(F(SMEM, f"SMEM allocation {getattr(a, 'name', a)!r} has an invalid size ({field_})",
+                         resource=str(getattr(a, "name", a)), location=getattr(a, "location", None),
+                         expected=f"{field_.split('=')[0]} an int >= 0",
+                         fix="give the byte size (size_bytes=) or the element count (count=) of the buffer"))
         else:
             sizes.append((a, n))
     total = alloc.total_bytes if is_int(getattr(alloc, "total_bytes", None)) else sum(n for _, n in sizes)

@@ -59,6 +59,12 @@ class _Builder:
                 return g
         return res
 
+    def _fork_view(self, res) -> bool:
+        """A Fork member: its producer bracket's hold opens at the load, not at its own acquire
+        (members may be views of one buffer that the other views' readers still hold)."""
+        g = self.group_of.get(id(res))
+        return g is not None and g.mode is PipelineGroupMode.Fork
+
     def base(self, owner, kind: str) -> int:
         key = (id(owner), kind)
         if key in self.bar_base:
@@ -370,7 +376,7 @@ class _Builder:
         if opening:
             adv = ex._slots.get(((id(owner), side), "open_advances"))
             act.advance = (cur.slot,) if adv else ()
-            if has_close:
+            if has_close and not (side == PRODUCER and self._fork_view(owner)):
                 act.hold_open = "w" if side == PRODUCER else "r"
             if side == PRODUCER and proto.producer_arms_on_acquire:
                 full_owner = self.barrier_owner(owner, "full") if group is None else group
@@ -401,7 +407,7 @@ class _Builder:
                 act.arrive_kind = "none (armed at acquire)"
             elif proto.producer_arms_on_acquire and shared_fork:
                 act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
-                act.tx_expect = sum(_cfg(m).num_bytes for m in members)
+                act.tx_expect = group_barrier_init(members, group.mode)[0].full_tx_bytes  # once, not summed
                 act.arrive_kind = "arrive.expect_tx"
             else:
                 act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
@@ -447,6 +453,8 @@ class _Builder:
                 act.hold_open = "w" if side == PRODUCER else "r"
             elif not has_close:  # wait-only half: no hold, the call itself is tracked
                 act.unheld = True
+            elif side == PRODUCER and self._fork_view(res):
+                act.hold_open = "w"  # Fork views of one buffer: written once every view is acquired
             proto = protocol_of(cfg)
             if side == PRODUCER:
                 act.write = True
