@@ -84,8 +84,9 @@ class LoopsMixin:
         exact = grp is not None and grp.exact is not None
         if exact:
             # an exact trip count far ahead moves closer only by whole periods of everything the
-            # loop drives (steps, guard periods, 2 x stages x stride of every cursor): a superset
-            # of {N}, flagged so that a problem found is re-checked without it (run_checker)
+            # loop drives (steps, guard periods, 2 x stages x stride of every cursor), the same
+            # periodicity the symbolic lift rests on; flagged, so that a problem found is
+            # re-checked without lifting (run_checker) and UNSAFE is always real at N
             if not self.exact_lift:
                 return self._shift_only(dec, bound, nvs, active, lcm, tiles)
         period = grp.lift_period if exact else lcm
