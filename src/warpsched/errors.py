@@ -9,6 +9,10 @@ from .model.source import SourceLoc
 
 @dataclass
 class Finding:
+    """One problem (or warning) a check found: the check family, the task, the resource, the
+    schedule call's ``file:line``, what was expected and how to fix it; ``detail`` holds the
+    checker's counterexample timeline."""
+
     check: str  # the check family, e.g. "work bracketing"
     message: str  # what is wrong
     task: Optional[str] = None

@@ -19,6 +19,9 @@ class ValidationWarning(UserWarning):
 
 @dataclass
 class VerifyResult(HasFindings):
+    """What ``TaskManager.print_and_verify()`` found: every finding (errors and warnings) and
+    the exhaustive checker's result (``.checker``: verdict, states, report) when it ran."""
+
     findings: List[Finding] = field(default_factory=list)
     checker: Any = None  # the exhaustive checker's result, when it ran
 

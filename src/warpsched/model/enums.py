@@ -79,6 +79,13 @@ _LEGAL_SIGNALING = (
 
 
 class WorkAttr(enum.Flag):
+    """Attributes of a work method (``@consumer_work(work_attrs=...)``), ORed together.
+
+    ``AUXILIARY``: a work that reads no stage data (a descriptor, a flag) and may run outside
+    the wait/release bracket. ``WGMMA``: issues ``wgmma`` reading the waited stage; the reads
+    continue after the call returns, until a ``WGMMA_WAIT`` work (``wgmma.wait_group(pending)``)
+    retires them, so release the stage only after that wait. See docs/checker.md (WGMMA)."""
+
     NONE = 0
     AUXILIARY = enum.auto()
     # Hopper warpgroup MMA (warpsched extension, additive). A consumer work marked WGMMA
@@ -91,6 +98,12 @@ class WorkAttr(enum.Flag):
 
 
 class PipelineGroupMode(enum.Enum):
+    """How a ``PipelineGroup`` shares barriers between its member pipelines.
+
+    ``Merge``: N producers, one consumer that waits once for all (shared empty barrier);
+    ``Fork``: one producer, N consumers (shared full barrier, armed once with the members'
+    common ``num_bytes``); ``FusedMerge``: shared full and empty barriers."""
+
     Merge = "Merge"
     Fork = "Fork"
     FusedMerge = "FusedMerge"

@@ -70,6 +70,8 @@ def _non_negative(value: Any, what: str) -> int:
 
 @dataclass(eq=False)
 class TmemAllocation:
+    """A named range of TMEM columns (Blackwell); ``offset`` is assigned by ``TmemAllocator``."""
+
     name: str
     columns: int = 0
     offset: Optional[int] = None

@@ -85,38 +85,67 @@ class PipelineConfig:
     @classmethod
     def create_async_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
                                         async_producer_op=AsyncProducerOp.AsyncThread, **kw):
+        """Threads write the stage, threads read it (SMEM produced by ordinary stores or cp.async).
+
+        ``producer_group`` / ``consumer_group``: the threads that arrive per stage, counted in
+        threads (``warpsched.threads(n)`` or ``CooperativeGroup(Agent.Thread, n)``): all threads
+        of the producing / consuming warps unless a signaling mode narrows it.
+        ``async_producer_op``: ``AsyncThread`` (plain stores, one arrival per thread) or
+        ``AsyncLoad`` (cp.async, the arrival is ``cp.async.mbarrier.arrive``)."""
         return cls._make(PipelineType.AsyncAsync, num_stages, producer_group, consumer_group,
                          async_producer_op=async_producer_op, **kw)
 
     @classmethod
     def create_tma_async_pipeline_cfg(cls, *, num_stages, num_bytes, producer_group=None,
                                       consumer_group=None, **kw):
+        """A TMA bulk copy writes the stage, threads read it (the Hopper mainloop shape).
+
+        ``num_bytes``: bytes the TMA delivers per stage *in total*: per-warp-per-CTA bytes x
+        producing warps x CTAs it lands in; the full barrier is armed with it
+        (``arrive.expect_tx``) at acquire. ``producer_group``: one elected thread per producing
+        warp (``warpsched.warps(1)``); ``consumer_group``: the consuming warps, in warps or in
+        threads (both are accepted: they arm the same count)."""
         return cls._make(PipelineType.TmaAsync, num_stages, producer_group, consumer_group,
                          num_bytes=num_bytes, **kw)
 
     @classmethod
     def create_tma_umma_pipeline_cfg(cls, *, num_stages, num_bytes, producer_group=None,
                                      consumer_group=None, **kw):
+        """A TMA bulk copy writes the stage, a tcgen05 MMA reads it (Blackwell mainloop).
+
+        ``num_bytes`` as for TmaAsync. The consumer's release arrives when the MMAs that read the
+        stage complete (``tcgen05.commit``), so release right after issuing the MMA is safe."""
         return cls._make(PipelineType.TmaUmma, num_stages, producer_group, consumer_group,
                          num_bytes=num_bytes, **kw)
 
     @classmethod
     def create_umma_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None, **kw):
+        """A tcgen05 MMA writes the stage (a TMEM accumulator), threads read it (the epilogue).
+
+        The producer's commit is a ``tcgen05.commit``: it arrives when the MMAs complete.
+        ``consumer_group``: the epilogue threads (e.g. ``warpsched.threads(128)``)."""
         return cls._make(PipelineType.UmmaAsync, num_stages, producer_group, consumer_group, **kw)
 
     @classmethod
     def create_async_umma_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
                                        umma_consumer_producer_op=AsyncProducerOp.AsyncThread, **kw):
+        """Threads write the stage, a tcgen05 MMA reads it (e.g. P of attention written by softmax warps).
+
+        ``umma_consumer_producer_op``: how the producing threads arrive (``AsyncThread`` or
+        ``AsyncLoad``)."""
         return cls._make(PipelineType.AsyncUmma, num_stages, producer_group, consumer_group,
                          async_producer_op=umma_consumer_producer_op, **kw)
 
     @classmethod
     def create_umma_umma_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None, **kw):
+        """One tcgen05 MMA chain writes the stage, another reads it (TMEM to TMEM hand-off)."""
         return cls._make(PipelineType.UmmaUmma, num_stages, producer_group, consumer_group, **kw)
 
     @classmethod
     def create_clc_fetch_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
                                             num_bytes=16, **kw):
+        """Cluster launch control: the hardware writes the next work tile (``num_bytes=16``, the CLC
+        response) and threads read it. The pipeline of a dynamic ``WorkQueue``."""
         return cls._make(PipelineType.ClcFetchAsync, num_stages, producer_group, consumer_group,
                          num_bytes=num_bytes, **kw)
 
@@ -148,3 +177,40 @@ def cluster_shape_of(layout: Any) -> Optional[Tuple[int, ...]]:
     if isinstance(shape, tuple) and shape and all(isinstance(x, int) and not isinstance(x, bool) for x in shape):
         return shape
     return None
+
+
+_COMMON_ARGS = """
+
+Keyword arguments every factory takes (defaults in brackets):
+
+- ``num_stages``: stages of the ring; stage ``s`` has a full and an empty mbarrier.
+- ``cta_layout_vmnk`` [(1, 1, 1, 1)]: the cluster as (V, M, N, K); V = 2 is a Blackwell CTA
+  pair. Cluster pipelines must multicast or stay local (see ``mcast_mode_mn``).
+- ``mcast_mode_mn`` [None]: (multicast along M, along N): which peer CTAs a TMA stage is
+  multicast into, and so which CTAs' consumers release it.
+- ``producer_signaling_threads`` / ``consumer_signaling_threads`` [``All``]: which threads
+  execute the barrier instructions: ``All``, ``TaskWarpLeader`` (warp 0 of the task),
+  ``CtaLeader`` (the leader CTA of each V group), or both ORed.
+- ``consumer_wait_signaling_threads`` [same as the release side]: the wait side, when it
+  differs (split-consumer patterns).
+- ``interleave_stride`` [1]: lanes sharing the stages; an int, or a 4-tuple
+  (producer_acquire, producer_commit, consumer_wait, consumer_release) per role. A task
+  with ``num_warps == stride`` is warp-lane (warp i owns lane i); sibling tasks with
+  ``domain_loop(lane, end, stride)`` are domain-lane.
+- ``advance_on_wait`` / ``advance_on_acquire`` [False]: advance the cursor on the opening
+  op instead of the closing one (needed when wait and release, or acquire and commit,
+  use different strides or live in different tasks).
+- ``num_bytes_per_warp_per_cta`` [None]: the bytes one producing warp loads into one CTA
+  (the lowering splits a stage's TMA between warps with it); ``num_bytes`` must equal it
+  times producing warps times CTAs.
+- ``barrier_ptr`` [None]: place the barriers at an explicit SMEM address.
+
+The static checks verify the counts and bytes against the tasks that use the resource
+(docs/validation.md) and the exhaustive checker runs the protocol (docs/checker.md).
+"""
+# the keyword arguments every factory shares are documented once and appended to each docstring
+for _name in ("create_async_async_pipeline_cfg", "create_tma_async_pipeline_cfg", "create_tma_umma_pipeline_cfg",
+              "create_umma_async_pipeline_cfg", "create_async_umma_pipeline_cfg", "create_umma_umma_pipeline_cfg",
+              "create_clc_fetch_async_pipeline_cfg"):
+    _fn = vars(PipelineConfig)[_name].__func__
+    _fn.__doc__ = (_fn.__doc__ or "").rstrip() + "\n" + _COMMON_ARGS

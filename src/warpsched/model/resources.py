@@ -208,6 +208,8 @@ def producer_work(fn=None, *, returns=None, work_attrs=WorkAttr.NONE):
 # ------------------------------------------------------------------ work queues and PDL
 @dataclass
 class WorkTileInfo:
+    """The current work tile of a persistent loop: its index and whether it is valid."""
+
     tile_idx: Any = None
     is_valid_tile: Any = True
 
