@@ -11,6 +11,8 @@ from .model.task import Task
 from .report.printout import memory_summary, register_summary, schedule_table
 from .verify import Options, Program, run_static_checks
 from .verify.checker import run_checker
+from .verify.fingerprint import program_fingerprint
+from .verify.verdicts import VERDICTS
 
 
 class ValidationWarning(UserWarning):
@@ -35,6 +37,11 @@ class TaskManager:
 
     A rejected program raises :class:`warpsched.ValidationError` listing every finding;
     with ``skip_validation=True`` the same findings are issued as warnings.
+
+    Built inside a CuTe DSL trace (``@cute.kernel``), the program checked is the one the kernel
+    is compiled from; the exhaustive checker's verdict is cached in-process by the program's
+    fingerprint, so compiling the same program again does not rerun it (``cache_verdict``:
+    None = cache inside a trace only, True / False = always / never).
     """
 
     def __init__(self, *, tasks: List[Task], resource_dependency_graph: Optional[Dict[Any, List[Any]]] = None,
@@ -42,7 +49,7 @@ class TaskManager:
                  skip_validation: bool = False, exhaustive_deadlock_race_check: bool = True,
                  assume_pdl_wait_completed: bool = False, smem_capacity_bytes: Optional[int] = None,
                  tmem_capacity_columns: Optional[int] = None, max_states: int = 200_000,
-                 register_file_size: int = 65536, out=None):
+                 register_file_size: int = 65536, cache_verdict: Optional[bool] = None, out=None):
         self.tasks = list(tasks)
         graph = resource_dependency_graph if resource_dependency_graph is not None else {}
         # A graph that is not a dict is kept as given and reported by the structure checks.
@@ -62,6 +69,10 @@ class TaskManager:
                             max_states=max_states, register_file_size=register_file_size))
         self.result: Optional[VerifyResult] = None
         self._lowering = None
+        self._fingerprint: Optional[str] = None
+        self.in_trace = _inside_dsl_trace()
+        self.cache_verdict = self.in_trace if cache_verdict is None else bool(cache_verdict)
+        self.verdict_cached = False  # True when the checker's verdict came from the cache
         self.print_and_verify()
 
     # ------------------------------------------------------------------ verification
@@ -83,7 +94,7 @@ class TaskManager:
                 self._print(mem)
         checker_result = None
         if program.options.exhaustive_deadlock_race_check and not structural_errors:
-            checker_result = run_checker(program, progress=self.verbose)
+            checker_result = self._run_checker()
             self._print()
             self._print(checker_result.report())
             findings.extend(checker_result.findings)
@@ -97,8 +108,29 @@ class TaskManager:
                 for f in self.result.errors:
                     warnings.warn(ValidationWarning(f.format()), stacklevel=3)
             else:
-                raise ValidationError(self.result.errors)
+                title = ("warpsched rejected the program traced in this kernel" if self.in_trace
+                         else "warpsched rejected the program")
+                raise ValidationError(self.result.errors, title=title)
         return self.result
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the captured program (``warpsched.verify.fingerprint``): equal fingerprints,
+        equal programs to every check, e.g. ``warpsched check``'s build and the kernel's."""
+        if self._fingerprint is None:
+            self._fingerprint = program_fingerprint(self.program)
+        return self._fingerprint
+
+    def _run_checker(self):
+        if not self.cache_verdict:
+            return run_checker(self.program, progress=self.verbose)
+        cached = VERDICTS.get(self.fingerprint)
+        if cached is not None:
+            self.verdict_cached = True
+            return cached
+        result = run_checker(self.program, progress=self.verbose)
+        VERDICTS.put(self.fingerprint, result)
+        return result
 
     # ------------------------------------------------------------------ lowering
     def setup_resources_and_tasks(self):
@@ -114,6 +146,12 @@ class TaskManager:
         if self._lowering is None:
             self.setup_resources_and_tasks()
         self._lowering.run()
+
+
+def _inside_dsl_trace() -> bool:
+    from .lower.trace import inside_dsl_trace
+
+    return inside_dsl_trace()
 
 
 def _render(printout, program: Program, errors: List[Finding]) -> str:
