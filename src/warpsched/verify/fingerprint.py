@@ -143,7 +143,8 @@ class _Canon:
             return ("group", obj.name, self.value(obj.mode), tuple(self.value(m) for m in obj.members),
                     self.config(obj.pipeline_config), self.value(obj.location))
         if isinstance(obj, SmemAllocation):
-            return ("smem", obj.name, self.value(obj.dtype), self.value(obj.count), self.value(obj.alignment),
+            return ("smem", obj.name, self.value(obj.dtype), self.value(obj.count),
+                    self.value(getattr(obj, "declared_bytes", None)), self.value(obj.alignment),
                     self.value(obj.offset), self.value(obj.location))
         if isinstance(obj, TmemAllocation):
             return ("tmem", obj.name, self.value(obj.columns), self.value(obj.offset), self.value(obj.location))
