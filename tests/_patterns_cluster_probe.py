@@ -13,14 +13,12 @@ WHICH = sys.argv[1]
 
 def builder():
     if WHICH == "split_umma_2cta":
-        return split_consumer.build(verbose=False, kind="umma", wait_signaling=S.All, cluster=(2, 1, 1, 1),
-                                    **_common.IN_KERNEL)
+        return split_consumer.build(verbose=False, kind="umma", wait_signaling=S.All, cluster=(2, 1, 1, 1))
     if WHICH == "split_hopper_v2":
-        return split_consumer.build(verbose=False, kind="hopper", wait_signaling=S.All, cluster=(2, 1, 1, 1),
-                                    **_common.IN_KERNEL)
+        return split_consumer.build(verbose=False, kind="hopper", wait_signaling=S.All, cluster=(2, 1, 1, 1))
     if WHICH == "leader_release_mcast":  # CtaLeader on the release side of a multicast pipeline
         mgr = leader_routed.build(verbose=False, cluster=(1, 2, 1, 1), signaling=S.CtaLeader | S.TaskWarpLeader,
-                                  mcast=(True, True), **_common.IN_KERNEL)
+                                  mcast=(True, True))
         (tile,) = [r for r in mgr.resource_dependency_graph if r.name == "tile"]
         object.__setattr__(tile.pipeline_config, "consumer_signaling_threads", S.CtaLeader)
         return mgr

@@ -1,5 +1,6 @@
 """The Blackwell TMA + tcgen05 GEMM example compiles for sm_100a on the CPU (TmaUmma, UmmaAsync,
-TMEM allocator), with its barrier / tcgen05 instruction counts pinned."""
+TMEM allocator), with its barrier / tcgen05 instruction counts pinned; the program checked inside
+each kernel trace is the example's CPU build (equal fingerprints)."""
 from __future__ import annotations
 
 import importlib.util
@@ -31,10 +32,14 @@ EXPECTED = {"mbarrier.init": 10, "mbarrier.arrive": 2, "mbarrier.try_wait": 14, 
 
 
 def test_tcgen05_gemm_compiles_for_sm100a():
-    ptx = _load().compile_for_cpu().artifacts.PTX
+    from warpsched.verify.verdicts import VERDICTS
+
+    mod = _load()
+    ptx = mod.compile_for_cpu().artifacts.PTX
     assert ".target sm_100a" in ptx
     lines = ptx.splitlines()
     assert {p: sum(p in line for line in lines) for p in EXPECTED} == EXPECTED
+    assert VERDICTS.looked_up[-1] == mod.build(verbose=False, exhaustive_deadlock_race_check=False).fingerprint
 
 
 def test_tcgen05_gemm_program_passes_check():
@@ -65,7 +70,11 @@ def test_clc_dynamic_queue_compiles_for_sm100a():
     lines = ptx.splitlines()
     assert ".target sm_100a" in ptx
     assert {p: sum(p in line for line in lines) for p in CLC} == CLC
-    assert mod.build(verbose=False).result.accepted
+    from warpsched.verify.verdicts import VERDICTS
+
+    traced = VERDICTS.looked_up[-1]
+    mgr = mod.build(verbose=False)
+    assert mgr.result.accepted and mgr.fingerprint == traced
 
 
 def test_umma_umma_pipeline_compiles_for_sm100a():
@@ -111,7 +120,7 @@ def test_umma_umma_pipeline_compiles_for_sm100a():
             num_stages=2, producer_group=cg, consumer_group=cg, cta_layout_vmnk=(1, 1, 1, 1)))
         return TaskManager(tasks=[Task(name="Mma1", dst_resources=[acc], warp_idx=0, schedule=first(acc, n)),
                                   Task(name="Mma2", src_resources=[acc], warp_idx=1, schedule=second(acc, n))],
-                           resource_dependency_graph={acc: []}, verbose=False, **_common.IN_KERNEL)
+                           resource_dependency_graph={acc: []}, verbose=False)
 
     @cute.kernel
     def kern(n: cutlass.Int32):

@@ -1,6 +1,7 @@
 """Every Hopper example traced and compiled for sm_90a with fake tensors (no GPU), with the
-barrier / TMA / wgmma / setmaxnreg instruction counts of its PTX pinned, and every example's
-program accepted by the checker on the CPU (what `warpsched check` runs)."""
+barrier / TMA / wgmma / setmaxnreg instruction counts of its PTX pinned. The static checks and the
+exhaustive checker run inside each trace; the program they checked there is the one its
+``build()`` returns on the CPU (what `warpsched check` runs): equal fingerprints."""
 from __future__ import annotations
 
 import importlib
@@ -14,6 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
+
+from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
 MBAR = ("mbarrier.init", "mbarrier.arrive", "mbarrier.try_wait", "expect_tx")
 
@@ -53,12 +56,23 @@ def _counts(ptx, patterns):
     return {p: sum(p in line for line in lines) for p in patterns}
 
 
+TRACED = {}  # example -> fingerprint of the program its kernel trace checked
+
+
 @pytest.fixture(scope="module")
 def compiled():
     out = {}
     for name in EXPECTED:
         out[name] = importlib.import_module(name).compile_for_cpu()
+        TRACED[name] = VERDICTS.looked_up[-1]
     return out
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_kernel_trace_checked_the_cpu_program(compiled, name):
+    """No twin: the kernel's trace checked exactly the program `warpsched check` checks."""
+    cpu = importlib.import_module(name).build(verbose=False, exhaustive_deadlock_race_check=False)
+    assert TRACED[name] == cpu.fingerprint
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
@@ -98,11 +112,13 @@ def test_wgmma_gemm_cluster_multicast(cluster):
     remote (mapa) release arrivals and multicast TMA loads; the program passes the checker."""
     mod = importlib.import_module("wgmma_gemm")
     ptx = mod.compile_for_cpu(cluster_mn=cluster).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
     want = {p: EXPECTED["wgmma_gemm"][p] for p in MBAR}
     want.update({"barrier.cluster.arrive": 1, "barrier.cluster.wait": 1, "mapa": 2,
                  "multicast::cluster": sum(1 for c in cluster if c > 1)})
     assert _counts(ptx, want) == want
-    assert mod.build(cluster_mn=cluster, verbose=False).result.accepted
+    mgr = mod.build(cluster_mn=cluster, verbose=False)
+    assert mgr.result.accepted and mgr.fingerprint == traced
 
 
 # group_add (3 stages): Merge = full_a, full_b, shared empty; FusedMerge = shared full + shared empty;
@@ -117,8 +133,10 @@ GROUPS = {"merge": {"mbarrier.init": 9, "mbarrier.arrive": 3, "mbarrier.try_wait
 def test_pipeline_group_barrier_layouts(mode):
     mod = importlib.import_module("group_add")
     ptx = mod.compile_for_cpu(mode=mode).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
     assert _counts(ptx, GROUPS[mode]) == GROUPS[mode]
-    assert mod.build(mode=mode, verbose=False).result.accepted
+    mgr = mod.build(mode=mode, verbose=False)
+    assert mgr.result.accepted and mgr.fingerprint == traced
 
 
 def _expect_tx_bytes(ptx):
@@ -162,24 +180,27 @@ def test_coalesced_barrier_allocator_counts():
     """The same program with its mbarriers in a BarrierAllocator array inside the SMEM block."""
     mod = importlib.import_module("relu_pipeline")
     ptx = mod.compile_for_cpu(coalesced=True).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
     want = {p: EXPECTED["relu_pipeline"][p] for p in MBAR}
     assert _counts(ptx, want) == want
-    assert mod.build(verbose=False, coalesced_barriers=True).result.accepted
+    mgr = mod.build(verbose=False, coalesced_barriers=True)
+    assert mgr.result.accepted and mgr.fingerprint == traced
 
 
 def test_interleaved_domain_lane_counts():
     """Domain-lane mode: a dense producer (acquire + 4-stage producer_tail) and two sibling
     1-warp consumers, each with its own wait and release."""
     ptx = importlib.import_module("interleaved_copy").compile_for_cpu(mode="domain").artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
     want = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7}
     assert _counts(ptx, want) == want
     mgr = importlib.import_module("interleaved_copy").build(mode="domain", verbose=False)
-    assert mgr.result.accepted
+    assert mgr.result.accepted and mgr.fingerprint == traced
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_example_program_passes_check(name):
-    """The CPU build of each example (plain ints for the runtime bounds) is accepted."""
+    """The CPU build of each example (its runtime bounds as declared trip counts) is accepted."""
     try:
         mgr = importlib.import_module(name).build(verbose=False)
     except IndexError as e:  # a crash inside the exhaustive checker, not a verdict

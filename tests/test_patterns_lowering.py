@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper", "patterns"))
 import _path  # noqa: E402,F401 (pins CUTE_DSL_ARCH=sm_90a before cutlass compiles anything)
 
 import warpsched  # noqa: E402
+from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
 PATTERNS = ("mbarrier.init", "mbarrier.arrive", "mbarrier.try_wait", "expect_tx", "cp.async.bulk.tensor",
             "tcgen05", "wgmma", "elect.sync")
@@ -88,7 +89,11 @@ def compiled():
         elif variant == "cluster":
             kw = dict(cluster=True)
         out[(mod, variant)] = m.compile_for_cpu(**kw).artifacts.PTX
+        TRACED[(mod, variant)] = VERDICTS.looked_up[-1]
     return out
+
+
+TRACED = {}  # (module, variant) -> fingerprint of the program the kernel trace checked
 
 
 @pytest.mark.parametrize("key", list(EXPECTED), ids=[f"{m}-{v}" if v else m for m, v in EXPECTED])
@@ -128,15 +133,18 @@ def _build(mod, variant, **kw):
 
 
 @pytest.mark.parametrize("key", list(EXPECTED), ids=[f"{m}-{v}" if v else m for m, v in EXPECTED])
-def test_kernel_programs_pass_the_static_checks(key):
+def test_kernel_programs_pass_the_static_checks(compiled, key):
+    """... and the CPU build is the program the kernel's trace checked (equal fingerprints)."""
     tm = _build(*key, exhaustive_deadlock_race_check=False)
     assert tm.result.errors == []
+    assert tm.fingerprint == TRACED[key]
 
 
 @pytest.mark.parametrize("key", list(EXPECTED), ids=[f"{m}-{v}" if v else m for m, v in EXPECTED])
 def test_kernel_programs_proven_safe(key):
-    """The programs the kernels lower, with plain-int loop bounds, proven for every trip count."""
-    tm = _build(*key)
+    """The programs the kernels lower, proven for every trip count their declared bounds allow
+    (cache_verdict: when the kernel trace already checked this very program, its verdict is reused)."""
+    tm = _build(*key, cache_verdict=True)
     assert tm.result.checker.verdict == "SAFE", tm.result.checker.report()
 
 

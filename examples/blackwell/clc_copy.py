@@ -33,9 +33,8 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskManager, WorkQueue, domain_loop,
-                       producer_work, schedule, work_tile_loop)
+                       producer_work, schedule, trip_count, work_tile_loop)
 
-IN_KERNEL = _common.IN_KERNEL
 TILE = 128
 COPY_WARPS = 4
 STAGES = 2
@@ -85,7 +84,9 @@ def copy_schedule(copy, wq, rows):
         wq.release()
 
 
-def build(src=None, dst=None, rows=64, verbose=True, **manager_options):
+def build(src=None, dst=None, rows=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` (CPU: ``rows`` None) and the kernel (rows of x)."""
+    rows = trip_count("rows", rows)
     cfg = PipelineConfig.create_clc_fetch_async_pipeline_cfg(
         num_stages=STAGES, producer_group=group(1),
         consumer_group=group((COPY_WARPS + 1) * 32),  # every thread of both tasks releases a response
@@ -101,7 +102,7 @@ def build(src=None, dst=None, rows=64, verbose=True, **manager_options):
 
 @cute.kernel
 def clc_copy_kernel(mx: cute.Tensor, my: cute.Tensor):
-    mgr = build(mx, my, rows=cute.size(mx, mode=[0]), verbose=False, **IN_KERNEL)
+    mgr = build(mx, my, rows=cute.size(mx, mode=[0]), verbose=False)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

@@ -41,9 +41,8 @@ from cutlass.cute.nvgpu import tcgen05
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, TmemAllocation, TmemAllocator, WorkAttr, consumer_work,
-                       domain_loop, producer_work, schedule)
+                       domain_loop, producer_work, schedule, trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 MMA_INST = (128, 256, 16)
 TILER = (128, 256, 64)
 AB_STAGES = 4
@@ -191,23 +190,33 @@ def store_schedule(tmem_c, gmem_d):
     tmem_c.release()
 
 
-def build(g=None, *, k_tiles=16, tile_bytes=(TILER[0] + TILER[1]) * TILER[2] * 2, verbose=True, **manager_options):
+def build(g=None, *, k_tiles=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
+
+    ``g``: the Tcgen05Gemm being traced; None on the CPU (a default one supplies the same dtype,
+    tile bytes and allocations). ``k_tiles``: the kernel's runtime K-tile count (None on the CPU):
+    every k_tiles >= 1 is checked."""
+    g = g if g is not None else Tcgen05Gemm()
+    k_tiles = trip_count("k_tiles", k_tiles)
+    tile_bytes = (TILER[0] + TILER[1]) * TILER[2] * g.io_dtype.width // 8
     ab_cfg = PipelineConfig.create_tma_umma_pipeline_cfg(num_stages=AB_STAGES, num_bytes=tile_bytes,
                                                          producer_group=group(1), consumer_group=group(1),
                                                          cta_layout_vmnk=(1, 1, 1, 1))
     acc_cfg = PipelineConfig.create_umma_async_pipeline_cfg(num_stages=1, producer_group=group(1),
                                                             consumer_group=group(EPI_WARPS * 32),
                                                             cta_layout_vmnk=(1, 1, 1, 1))
+    g.alloc_a = SmemAllocation("sA", dtype=g.io_dtype, count=TILER[0] * TILER[2] * AB_STAGES, alignment=1024)
+    g.alloc_b = SmemAllocation("sB", dtype=g.io_dtype, count=TILER[1] * TILER[2] * AB_STAGES, alignment=1024)
+    g.tmem_acc = TmemAllocation("acc", columns=TILER[1])
     gmem_ab, gmem_d = GmemAB(name="GmemAB"), GmemD(name="GmemD", g=g)
     smem_ab = SmemAB(name="SmemAB", pipeline_config=ab_cfg, g=g)
     tmem_c = TmemC(name="TmemC", pipeline_config=acc_cfg, g=g)
     smem, tmem = SmemAllocator(), TmemAllocator()
-    if g is not None:
-        smem.add_resource(smem_ab)
-        smem.compute_layout()
-        tmem.add_resource(tmem_c)
-        tmem.compute_layout()
-        g.allocator = smem
+    smem.add_resource(smem_ab)
+    smem.compute_layout()
+    tmem.add_resource(tmem_c)
+    tmem.compute_layout()
+    g.allocator = smem
     tasks = [
         Task(name="StoreTask", src_resources=[tmem_c], dst_resources=[gmem_d], warp_idx=0, num_warps=EPI_WARPS,
              schedule=store_schedule(tmem_c, gmem_d)),
@@ -217,8 +226,8 @@ def build(g=None, *, k_tiles=16, tile_bytes=(TILER[0] + TILER[1]) * TILER[2] * 2
              schedule=mma_schedule(smem_ab, tmem_c, k_tiles)),
     ]
     graph = {smem_ab: [gmem_ab], tmem_c: [smem_ab], gmem_d: [tmem_c]}
-    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem if g is not None else None,
-                       tmem_allocator=tmem if g is not None else None, verbose=verbose, **manager_options)
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, tmem_allocator=tmem,
+                       verbose=verbose, **manager_options)
 
 
 class Tcgen05Gemm:
@@ -275,11 +284,9 @@ class Tcgen05Gemm:
         self.gA = cute.local_tile(mA, TILER, coord, proj=(1, None, 1))
         self.gB = cute.local_tile(mB, TILER, coord, proj=(None, 1, 1))
         self.gC = cute.local_tile(mC, TILER, coord, proj=(1, 1, None))
-        self.alloc_a = SmemAllocation("sA", dtype=self.io_dtype, count=cute.cosize(a_layout), alignment=1024)
-        self.alloc_b = SmemAllocation("sB", dtype=self.io_dtype, count=cute.cosize(b_layout), alignment=1024)
-        self.tmem_acc = TmemAllocation("acc", columns=TILER[1])
-        ab_bytes = (TILER[0] + TILER[1]) * TILER[2] * self.io_dtype.width // 8
-        mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), tile_bytes=ab_bytes, verbose=False, **IN_KERNEL)
+        mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), verbose=False)  # checked here, while tracing
+        for alloc, layout in ((self.alloc_a, a_layout), (self.alloc_b, b_layout)):
+            assert cute.cosize(layout) == alloc.count, "an SMEM layout's size differs from build()'s allocation"
         mgr.setup_resources_and_tasks()
         mgr.run()
 

@@ -1,4 +1,13 @@
-"""Shared host helpers for the warpsched examples (CPU compile with fake tensors, torch -> CuTe)."""
+"""Shared host helpers for the warpsched examples (CPU compile with fake tensors, torch -> CuTe).
+
+Every example has ONE ``build(...)``: ``warpsched check`` calls it on the CPU and the kernel calls
+it while tracing, and TaskManager runs the static checks and the exhaustive checker both times.
+Values the kernel only knows at run time (a loop bound from a tensor shape, the block index of a
+grid-stride loop) are declared once in ``build`` with ``trip_count(name, value, ...)``: the kernel
+passes the DSL value, the CPU passes None, and both check the same declared set of trip counts.
+Everything else (stage counts, tile sizes, SMEM allocations) is computed by the same Python code on
+both sides, so both get the same program fingerprint (``TaskManager.fingerprint``).
+"""
 from __future__ import annotations
 
 import os
@@ -53,9 +62,3 @@ def count_ptx(ptx: str, patterns=PTX_PATTERNS):
 def ptx_options(arch: str = "sm_90a") -> str:
     """Compile options for CPU builds: keep the PTX and pin the target (CI has no GPU to detect)."""
     return f"{PTX_OPTIONS} --gpu-arch {arch}"
-
-
-# TaskManager options for the build traced inside a kernel: the static checks run again there,
-# the exhaustive interleaving checker runs on the CPU build (`warpsched check`, the tests), where
-# the loop bounds are plain ints rather than runtime values.
-IN_KERNEL = dict(exhaustive_deadlock_race_check=False)

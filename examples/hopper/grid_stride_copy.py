@@ -16,13 +16,11 @@ try:
 except ImportError:  # run as a script / loaded by path
     import _common  # type: ignore
 
-IN_KERNEL = _common.IN_KERNEL
-
 import cutlass
 import cutlass.cute as cute
 
 from warpsched import (MemoryResource, StageInfo, Task, TaskLocalVariable, TaskManager, consumer_work,
-                       domain_loop, producer_work, schedule)
+                       domain_loop, producer_work, schedule, trip_count)
 
 NUM_WARPS = 4
 THREADS = NUM_WARPS * 32
@@ -59,9 +57,12 @@ def copy_schedule(src, dst, start, end, step):
         dst.store(v=v)
 
 
-def build(src_tensor=None, dst_tensor=None, start=0, end=4096, step=THREADS * 4, verbose=True,
-          **manager_options):
-    """The program; in a kernel the bounds are runtime values, on the CPU plain ints."""
+def build(src_tensor=None, dst_tensor=None, start=None, end=None, step=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` (CPU: no values) and the kernel (runtime values).
+    A thread may get no element at all (its first index is already past n)."""
+    start = trip_count("first_element", start, min=0)
+    end = trip_count("n", end, min=0)
+    step = trip_count("grid_threads", step)
     src, dst = Src(name="Src", tensor=src_tensor), Dst(name="Dst", tensor=dst_tensor)
     task = Task(name="CopyTask", src_resources=[src], dst_resources=[dst], warp_idx=0, num_warps=NUM_WARPS,
                 schedule=copy_schedule(src, dst, start, end, step))
@@ -74,8 +75,7 @@ def copy_kernel(mx: cute.Tensor, my: cute.Tensor):
     bx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
     n = cute.size(mx, mode=[0])
-    mgr = build(mx, my, start=bx * THREADS + tx, end=n, step=gdim * THREADS, verbose=False,
-                **IN_KERNEL)
+    mgr = build(mx, my, start=bx * THREADS + tx, end=n, step=gdim * THREADS, verbose=False)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

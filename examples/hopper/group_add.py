@@ -32,9 +32,8 @@ import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, PipelineGroup, PipelineGroupMode, SmemAllocation,
                        SmemAllocator, StageInfo, Task, TaskLocalVariable, TaskManager, WorkAttr, consumer_work,
-                       domain_loop, producer_work, schedule)
+                       domain_loop, producer_work, schedule, trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 TILE = (32, 128)
 STAGES = 3
 MODES = {"merge": PipelineGroupMode.Merge, "fused": PipelineGroupMode.FusedMerge, "fork": PipelineGroupMode.Fork}
@@ -152,8 +151,12 @@ def copy_member(member, out, start, end, step):
         member.release()
 
 
-def build(*, mode="merge", atoms=(None, None), gmems=(None, None), outs=(None, None), tiles_n=1, start=0, end=8,
-          step=1, verbose=True, **manager_options):
+def build(*, mode="merge", atoms=(None, None), gmems=(None, None), outs=(None, None), tiles_n=None, start=None,
+          end=None, step=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` (CPU: runtime values None) and the kernel: each CTA walks
+    tiles start, start + step, ... < end; the grid never exceeds the tile count (>= 1 tile per CTA)."""
+    start, step = trip_count("first_tile", start, min=0), trip_count("grid_ctas", step)
+    end = trip_count("tiles", end)
     tile_bytes = TILE[0] * TILE[1] * 4
     allocator = SmemAllocator()
     consumer_warps = 4
@@ -225,7 +228,7 @@ class GroupKernel:
         tiles_m = cute.ceil_div(cute.size(mX, mode=[0]), TILE[0])
         tiles_n = cute.ceil_div(cute.size(mX, mode=[1]), TILE[1])
         mgr = build(mode=self.mode, atoms=(ax, ay), gmems=(mX, mY), outs=(mZ, mW), tiles_n=tiles_n, start=bidx,
-                    end=tiles_m * tiles_n, step=gdim, verbose=False, **IN_KERNEL)
+                    end=tiles_m * tiles_n, step=gdim, verbose=False)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

@@ -23,9 +23,9 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule)
+                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
+                       trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 STAGES = 4
 WIDTH = 32
 
@@ -102,7 +102,9 @@ def consume(rows, out, start, end, step):
         out.store(v=v)
 
 
-def build(x=None, y=None, n=16, mode="warp", verbose=True, **manager_options):
+def build(x=None, y=None, n=None, mode="warp", verbose=True, **manager_options):
+    """The program, for ``warpsched check`` (CPU: ``n`` None) and the kernel (``n`` = rows of x).
+    Warp-lane mode runs ceil(n / 2) iterations (two rows each, one per warp)."""
     warp_lane = mode == "warp"
     cfg = PipelineConfig.create_async_async_pipeline_cfg(
         num_stages=STAGES, producer_group=group(32), consumer_group=group(32),
@@ -114,16 +116,17 @@ def build(x=None, y=None, n=16, mode="warp", verbose=True, **manager_options):
     allocator.add_resource(rows)
     allocator.compute_layout()
     if warp_lane:
-        iters = (n + 1) // 2
+        iters = trip_count("row_pairs", None if n is None else (n + 1) // 2)
         tasks = [Task(name="ProducerTask", dst_resources=[rows], warp_idx=0, num_warps=2,
                       schedule=produce(rows, 0, iters, 1)),
                  Task(name="ConsumerTask", src_resources=[rows], dst_resources=[out], warp_idx=2, num_warps=2,
                       schedule=consume(rows, out, 0, iters, 1))]
     else:
+        rows_n = trip_count("rows", n)
         tasks = [Task(name="ProducerTask", dst_resources=[rows], warp_idx=0, num_warps=1,
-                      schedule=produce(rows, 0, n, 1))]
+                      schedule=produce(rows, 0, rows_n, 1))]
         tasks += [Task(name=f"ConsumerLane{lane}", src_resources=[rows], dst_resources=[out], warp_idx=1 + lane,
-                       num_warps=1, schedule=consume(rows, out, lane, n, 2)) for lane in range(2)]
+                       num_warps=1, schedule=consume(rows, out, lane, rows_n, 2)) for lane in range(2)]
     return TaskManager(tasks=tasks, resource_dependency_graph={out: [rows]}, smem_allocator=allocator,
                        verbose=verbose, **manager_options)
 
@@ -139,7 +142,7 @@ class InterleavedCopy:
 
     @cute.kernel
     def kernel(self, mx: cute.Tensor, my: cute.Tensor):
-        mgr = build(mx, my, n=cute.size(mx, mode=[0]), mode=self.mode, verbose=False, **IN_KERNEL)
+        mgr = build(mx, my, n=cute.size(mx, mode=[0]), mode=self.mode, verbose=False)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

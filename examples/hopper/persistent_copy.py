@@ -19,13 +19,11 @@ try:
 except ImportError:
     import _common  # type: ignore
 
-IN_KERNEL = _common.IN_KERNEL
-
 import cutlass
 import cutlass.cute as cute
 
 from warpsched import (MemoryResource, StageInfo, Task, TaskManager, TileSchedulerConfig, WorkQueue, domain_loop,
-                       producer_work, schedule, work_tile_loop)
+                       producer_work, schedule, trip_count, work_tile_loop)
 
 TILE = 128  # columns per tile: one per thread
 THREADS = TILE
@@ -68,8 +66,11 @@ def copy_schedule(copy, wq, rows):
         wq.release()
 
 
-def build(src=None, dst=None, rows=256, logical_tiles=8, launch_tiles=12, verbose=True,
+def build(src=None, dst=None, rows=None, logical_tiles=None, launch_tiles=None, verbose=True,
           **manager_options):
+    """The program, for ``warpsched check`` (CPU: runtime values None) and the kernel. The tile
+    counts only matter at run time: the checker covers every number of tiles per CTA (>= 1)."""
+    rows = trip_count("rows", rows)
     copy = CopyColumns(name="Copy", src=src, dst=dst)
     wq = OverlaunchedQueue(name="WorkQueue", logical_tiles=logical_tiles,
                            tile_scheduler_config=TileSchedulerConfig(num_tiles=launch_tiles))
@@ -82,8 +83,7 @@ def build(src=None, dst=None, rows=256, logical_tiles=8, launch_tiles=12, verbos
 def copy_kernel(mx: cute.Tensor, my: cute.Tensor, launch_tiles: cutlass.Int32):
     rows = cute.size(mx, mode=[0])
     logical = cute.ceil_div(cute.size(mx, mode=[1]), TILE)
-    mgr = build(mx, my, rows=rows, logical_tiles=logical, launch_tiles=launch_tiles, verbose=False,
-                **IN_KERNEL)
+    mgr = build(mx, my, rows=rows, logical_tiles=logical, launch_tiles=launch_tiles, verbose=False)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

@@ -35,9 +35,8 @@ import cutlass.pipeline as pipeline
 
 from warpsched import (BarrierAllocator, MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SignalingThreads,
                        SmemAllocation, SmemAllocator, StageInfo, Task, TaskLocalVariable, TaskManager, WorkAttr,
-                       consumer_work, domain_loop, producer_work, schedule, when_false, when_true)
+                       consumer_work, domain_loop, producer_work, schedule, trip_count, when_false, when_true)
 
-IN_KERNEL = _common.IN_KERNEL
 STAGES = 2
 WIDTH = 64  # elements per row = threads per task
 
@@ -142,9 +141,11 @@ def consumer_schedule(buf, dst, launch, n):
     launch.launch_griddep()
 
 
-def build(x=None, y=None, z=None, n=8, verbose=True, coalesced_barriers=False, **manager_options):
-    """``coalesced_barriers``: the pipeline's mbarriers live in a BarrierAllocator array placed in the
+def build(x=None, y=None, z=None, n=None, verbose=True, coalesced_barriers=False, **manager_options):
+    """The program, for ``warpsched check`` (CPU: ``n`` None) and the kernel (``n`` = rows of x).
+    ``coalesced_barriers``: the pipeline's mbarriers live in a BarrierAllocator array placed in the
     unified SMEM block instead of a self-allocated array."""
+    n = trip_count("rows", n)
     cfg = PipelineConfig.create_async_async_pipeline_cfg(
         num_stages=STAGES, producer_group=group(32), consumer_group=group(2 * 32),
         producer_signaling_threads=SignalingThreads.TaskWarpLeader)
@@ -172,7 +173,7 @@ def build(x=None, y=None, z=None, n=8, verbose=True, coalesced_barriers=False, *
 
 @cute.kernel
 def relu_kernel(mx: cute.Tensor, my: cute.Tensor, mz: cute.Tensor, coalesced: cutlass.Constexpr = False):
-    mgr = build(mx, my, mz, n=cute.size(mx, mode=[0]), verbose=False, coalesced_barriers=coalesced, **IN_KERNEL)
+    mgr = build(mx, my, mz, n=cute.size(mx, mode=[0]), verbose=False, coalesced_barriers=coalesced)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

@@ -24,14 +24,13 @@ try:
 except ImportError:
     import _common  # type: ignore
 
-IN_KERNEL = _common.IN_KERNEL
-
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule)
+                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
+                       trip_count)
 
 NUM_STAGES = 3  # 3 x 32 KiB stages: two CTAs per SM (the hand-written baseline's tuned setting)
 MAX_CTAS = 1 << 30  # default grid = one CTA per tile
@@ -153,9 +152,20 @@ def store_schedule_lag1(smem, gmem_y, start, end, step):
     smem.release()
 
 
-def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BFloat16, tile_mn=(64, 256),
-          num_stages=NUM_STAGES, store_lag=1, tiles_n=1, start=0, end=64, step=1, verbose=True,
+def default_tile(dtype):
+    """32 KiB tiles, 256 elements wide."""
+    return (32 * 1024 // (256 * (dtype.width // 8)), 256)
+
+
+def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BFloat16, tile_mn=None,
+          num_stages=NUM_STAGES, store_lag=1, tiles_n=None, start=None, end=None, step=None, verbose=True,
           **manager_options):
+    """The program, for ``warpsched check`` (CPU: runtime values None) and the kernel. Each CTA walks
+    tiles start, start + step, ... < end; the grid never exceeds the tile count, so every CTA runs
+    at least one tile (the lag-1 tail release needs one)."""
+    tile_mn = tuple(tile_mn or default_tile(dtype))
+    start, step = trip_count("first_tile", start, min=0), trip_count("grid_ctas", step)
+    end = trip_count("tiles", end)
     tm, tn = tile_mn
     tile_bytes = tm * tn * dtype.width // 8
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=num_stages, num_bytes=tile_bytes,
@@ -184,7 +194,7 @@ class TmaCopy:
         assert store_lag in (0, 1)
         self.store_lag = store_lag
         self.dtype = dtype
-        self.tile_mn = tuple(tile_mn or (32 * 1024 // (256 * (dtype.width // 8)), 256))
+        self.tile_mn = tuple(tile_mn or default_tile(dtype))
         self.num_stages = num_stages
         self.max_ctas = max_ctas
 
@@ -212,7 +222,7 @@ class TmaCopy:
         tiles_n = cute.ceil_div(cute.size(mX, mode=[1]), self.tile_mn[1])
         mgr = build(load_atom=load_atom, mx=mX, store_atom=store_atom, my=mY, dtype=self.dtype,
                     tile_mn=self.tile_mn, num_stages=self.num_stages, store_lag=self.store_lag, tiles_n=tiles_n,
-                    start=bidx, end=tiles_m * tiles_n, step=gdim, verbose=False, **IN_KERNEL)
+                    start=bidx, end=tiles_m * tiles_n, step=gdim, verbose=False)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

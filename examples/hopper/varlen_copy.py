@@ -18,13 +18,11 @@ try:
 except ImportError:
     import _common  # type: ignore
 
-IN_KERNEL = _common.IN_KERNEL
-
 import cutlass
 import cutlass.cute as cute
 
 from warpsched import (MemoryResource, StageInfo, Task, TaskManager, TileSchedulerConfig, WorkQueue, domain_loop,
-                       producer_work, schedule, work_tile_loop)
+                       producer_work, schedule, trip_count, work_tile_loop)
 
 THREADS = 128
 
@@ -66,7 +64,10 @@ def varlen_schedule(seg, wq, start):
         wq.release()
 
 
-def build(src=None, dst=None, offsets=None, num_segments=4, start=0, verbose=True, **manager_options):
+def build(src=None, dst=None, offsets=None, num_segments=None, start=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` (CPU: runtime values None) and the kernel. ``start`` is the
+    thread's first element of each segment; the segment length comes from the task's provider."""
+    start = trip_count("thread", start, min=0)
     seg = Segments(name="Segments", src=src, dst=dst, offsets=offsets)
     wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=num_segments))
     task = VarlenTask(offsets=offsets, name="VarlenTask", src_resources=[wq], dst_resources=[seg], warp_idx=0,
@@ -77,8 +78,7 @@ def build(src=None, dst=None, offsets=None, num_segments=4, start=0, verbose=Tru
 @cute.kernel
 def varlen_kernel(mx: cute.Tensor, my: cute.Tensor, offs: cute.Tensor):
     tx, _, _ = cute.arch.thread_idx()
-    mgr = build(mx, my, offs, num_segments=cute.size(offs, mode=[0]) - 1, start=tx, verbose=False,
-                **IN_KERNEL)
+    mgr = build(mx, my, offs, num_segments=cute.size(offs, mode=[0]) - 1, start=tx, verbose=False)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

@@ -37,8 +37,6 @@ try:
 except ImportError:
     import _common  # type: ignore
 
-IN_KERNEL = _common.IN_KERNEL
-
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -48,7 +46,7 @@ import cutlass.memory  # noqa: F401
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work,
-                       schedule)
+                       schedule, trip_count)
 
 def group(n):
     return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
@@ -213,33 +211,45 @@ def mma_schedule(smem_ab, gmem_c, k_tiles):
     gmem_c.store(acc=acc)
 
 
-def build(g=None, *, k_tiles=16, num_stages=4, tile_bytes=(128 + 256) * 64 * 2, consumer_wgs=2,
-          producer_regs=40, consumer_regs=232, cluster_mn=(1, 1), verbose=True, **manager_options):
-    """The program. ``g`` is the kernel object inside a trace, None on the CPU. With a cluster,
-    every consumer warp releases a stage once per CTA that multicasts into it."""
-    cm, cn = cluster_mn
+def build(g=None, *, k_tiles=None, cluster_mn=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
+
+    ``g``: the WgmmaGemm being traced; None on the CPU, where a default one (with ``cluster_mn``)
+    supplies the same configuration: stage count, tile bytes, warps, registers, SMEM allocations.
+    ``k_tiles``: the kernel's runtime K-tile count (None on the CPU): every k_tiles >= 1 is
+    checked. With a cluster, every consumer warp releases a stage once per CTA that multicasts
+    into it."""
+    if g is None:
+        g = WgmmaGemm(cluster_mn=cluster_mn or (1, 1))
+    elif cluster_mn is not None and tuple(cluster_mn) != g.cluster_mn:
+        raise ValueError(f"build(g, cluster_mn={cluster_mn}): the kernel object says {g.cluster_mn}")
+    K = trip_count("k_tiles", k_tiles)
+    cm, cn = g.cluster_mn
     partners = cm + cn - 1
     cluster = {} if (cm, cn) == (1, 1) else dict(cta_layout_vmnk=(1, cm, cn, 1), mcast_mode_mn=(1, 1))
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(
-        num_stages=num_stages, num_bytes=tile_bytes, producer_group=group(1),
-        consumer_group=group(consumer_wgs * 4 * partners),  # one release arrival per consumer warp and CTA
+        num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=group(1),
+        consumer_group=group(g.num_consumer_wgs * 4 * partners),  # one release arrival per consumer warp and CTA
         advance_on_wait=True, **cluster)
+    g.alloc_a = SmemAllocation("sA", dtype=g.ab_dtype, count=g.a_elems, alignment=1024)
+    g.alloc_b = SmemAllocation("sB", dtype=g.ab_dtype, count=g.b_elems, alignment=1024)
+    g.alloc_c = SmemAllocation("sC", dtype=g.c_dtype, count=g.c_elems, alignment=1024)
     gmem_ab, smem_ab, gmem_c = GmemAB(name="GmemAB"), SmemAB(name="SmemAB", pipeline_config=cfg, g=g), \
         GmemC(name="GmemC", g=g)
     allocator = SmemAllocator()
-    if g is not None:
-        allocator.add_resource(smem_ab)
-        allocator.add_resource(gmem_c)
-        allocator.compute_layout()
-        g.allocator = allocator
+    allocator.add_resource(smem_ab)
+    allocator.add_resource(gmem_c)
+    allocator.compute_layout()
+    g.allocator = allocator
     tasks = [
         Task(name="LoadTask", src_resources=[gmem_ab], dst_resources=[smem_ab], warp_idx=0, num_warps=1,
-             schedule=load_schedule(gmem_ab, smem_ab, k_tiles), num_registers=producer_regs),
-        Task(name="MmaTask", src_resources=[smem_ab], dst_resources=[gmem_c], warp_idx=4, num_warps=4 * consumer_wgs,
-             schedule=mma_schedule(smem_ab, gmem_c, k_tiles), num_registers=consumer_regs),
+             schedule=load_schedule(gmem_ab, smem_ab, K), num_registers=g.producer_regs),
+        Task(name="MmaTask", src_resources=[smem_ab], dst_resources=[gmem_c], warp_idx=4,
+             num_warps=4 * g.num_consumer_wgs, schedule=mma_schedule(smem_ab, gmem_c, K),
+             num_registers=g.consumer_regs),
     ]
     return TaskManager(tasks=tasks, resource_dependency_graph={smem_ab: [gmem_ab], gmem_c: [smem_ab]},
-                       smem_allocator=allocator if g is not None else None, verbose=verbose, **manager_options)
+                       smem_allocator=allocator, verbose=verbose, **manager_options)
 
 
 class WgmmaGemm:
@@ -259,6 +269,22 @@ class WgmmaGemm:
         self.epi_store_warp = 4
         self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
         self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
+        self._plan()
+
+    def _plan(self):
+        """Tile shape, stage counts and SMEM sizes in plain Python: the CPU check and the traced
+        kernel use these same numbers (``build`` reads them; ``_setup`` builds the layouts)."""
+        mma_k = 256 // self.ab_dtype.width  # a WGMMA instruction reads 32 bytes of K
+        self.tile_mnk = (*self.tile_mn, mma_k * 4)
+        self.epi_tile = (min(128, self.tile_mn[0]), 32)
+        self.epi_stage = 4
+        bM, bN, bK = self.tile_mnk
+        ab_bytes = (bM + bN) * bK * self.ab_dtype.width // 8
+        epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.c_dtype.width // 8 * self.epi_stage
+        self.ab_stage = (self.smem_capacity - 1024 - epi_bytes) // ab_bytes
+        self.tile_bytes = ab_bytes
+        self.a_elems, self.b_elems = bM * bK * self.ab_stage, bN * bK * self.ab_stage
+        self.c_elems = self.epi_tile[0] * self.epi_tile[1] * self.epi_stage
 
     def _make_tiled_mma(self):
         return sm90_utils.make_trivial_tiled_mma(
@@ -267,17 +293,13 @@ class WgmmaGemm:
 
     def _setup(self):
         self.tiled_mma = self._make_tiled_mma()
-        mma_k = cute.size(self.tiled_mma.shape_mnk, mode=[2])
-        self.tile_mnk = (*self.tile_mn, mma_k * 4)
-        self.epi_tile = (min(128, self.tile_mn[0]), 32)
-        self.epi_stage = 4
-        ab_bytes = (self.tile_mnk[0] + self.tile_mnk[1]) * self.tile_mnk[2] * self.ab_dtype.width // 8
-        epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.c_dtype.width // 8 * self.epi_stage
-        self.ab_stage = (self.smem_capacity - 1024 - epi_bytes) // ab_bytes
-        self.tile_bytes = ab_bytes
+        assert cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4 == self.tile_mnk[2], "WGMMA K differs from _plan"
         self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
         self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
         self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
+        for staged, elems in ((self.a_staged, self.a_elems), (self.b_staged, self.b_elems),
+                              (self.c_staged, self.c_elems)):
+            assert cute.cosize(staged) == elems, "an SMEM layout's size differs from _plan"
 
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
@@ -354,13 +376,7 @@ class WgmmaGemm:
         self.gA = cute.local_tile(mA, (bM, bK), (pid_m, None))
         self.gB = cute.local_tile(mB, (bN, bK), (pid_n, None))
         self.gC = cute.local_tile(mC, (bM, bN), (pid_m, pid_n))
-        self.alloc_a = SmemAllocation("sA", dtype=self.ab_dtype, count=cute.cosize(a_staged), alignment=1024)
-        self.alloc_b = SmemAllocation("sB", dtype=self.ab_dtype, count=cute.cosize(b_staged), alignment=1024)
-        self.alloc_c = SmemAllocation("sC", dtype=self.c_dtype, count=cute.cosize(c_staged), alignment=1024)
-        mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), num_stages=self.ab_stage,
-                    tile_bytes=self.tile_bytes, consumer_wgs=self.num_consumer_wgs,
-                    producer_regs=self.producer_regs, consumer_regs=self.consumer_regs, cluster_mn=self.cluster_mn,
-                    verbose=False, **IN_KERNEL)
+        mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), verbose=False)  # checked here, while tracing
         mgr.setup_resources_and_tasks()
         mgr.run()
 

@@ -259,6 +259,8 @@ def format_report(outcome: Outcome, *, quiet: bool) -> str:
         verdict = f"REJECTED {outcome.target}: {counts}"
         if outcome.title == "malformed schedule":
             verdict += " (malformed schedule: capture failed)"
+        elif _fingerprint(outcome):
+            verdict += f" ({_fingerprint(outcome)})"
     else:
         tasks = len(outcome.manager.tasks) if outcome.manager is not None else 0
         verdict = f"ACCEPTED {outcome.target}: {tasks} task{'s' if tasks != 1 else ''}, {counts}"
@@ -284,7 +286,19 @@ def _coverage(outcome: Outcome) -> str:
     else:
         ran = "exhaustive checker: not run (static findings first)"
     n = len(CHECK_FAMILIES)
-    return f"static check families: {n}/{n}; {ran}"
+    fp = _fingerprint(outcome)
+    return f"static check families: {n}/{n}; {ran}" + (f"; {fp}" if fp else "")
+
+
+def _fingerprint(outcome: Outcome) -> str:
+    """``program <16 hex digits>``: the kernel traced from this program checks the same fingerprint
+    (``TaskManager.fingerprint``)."""
+    if outcome.manager is None:
+        return ""
+    try:
+        return f"program {outcome.manager.fingerprint[:16]}"
+    except Exception:  # noqa: BLE001 - a malformed program the findings already explain
+        return ""
 
 
 # ------------------------------------------------------------------ examples

@@ -27,9 +27,8 @@ import cutlass.cute as cute  # noqa: E402
 import cutlass.pipeline as pipeline  # noqa: E402
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,  # noqa: E402
-                       TaskManager, consumer_work, domain_loop, producer_work, schedule)
+                       TaskManager, consumer_work, domain_loop, producer_work, schedule, trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 WIDTH, TILE_ROWS, STAGES, LANES = 32, 8, 8, 4
 TILE = (TILE_ROWS, WIDTH)
 TILE_BYTES = TILE_ROWS * WIDTH * 4
@@ -82,7 +81,9 @@ def wl_mma(tiles, iters):
         tiles.release()
 
 
-def build_warp_lane(atom=None, tx=None, iters=4, verbose=True, **manager_options):
+def build_warp_lane(atom=None, tx=None, iters=None, verbose=True, **manager_options):
+    """The warp-lane program, for ``warpsched check`` (CPU: ``iters`` None) and the kernel."""
+    iters = trip_count("iters", iters)
     allocator = SmemAllocator()
     cfg = PipelineConfig.create_tma_umma_pipeline_cfg(  # the seed's config
         num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=group(1), consumer_group=group(1),
@@ -121,7 +122,9 @@ class Probs(MemoryResource):
         """Placeholder for O += P V (tcgen05.mma)."""
 
 
-def build_domain_lane(n=8, verbose=True, **manager_options):
+def build_domain_lane(n=None, verbose=True, **manager_options):
+    """The domain-lane program, for ``warpsched check`` (CPU: ``n`` None) and the kernel."""
+    n = trip_count("n", n)
     scores = Scores(name="scores", pipeline_config=PipelineConfig.create_umma_async_pipeline_cfg(
         num_stages=2, producer_group=group(1), consumer_group=group(128), cta_layout_vmnk=(1, 1, 1, 1),
         interleave_stride=(1, 1, 2, 2)))
@@ -169,14 +172,14 @@ class WarpLane:
 
     @cute.kernel
     def kernel(self, atom: cute.CopyAtom, tx: cute.Tensor, iters: cutlass.Int32):
-        mgr = build_warp_lane(atom, tx, iters, verbose=False, **IN_KERNEL)
+        mgr = build_warp_lane(atom, tx, iters, verbose=False)
         mgr.setup_resources_and_tasks()
         mgr.run()
 
 
 @cute.kernel
 def domain_lane_kernel(n: cutlass.Int32):
-    mgr = build_domain_lane(n, verbose=False, **IN_KERNEL)
+    mgr = build_domain_lane(n, verbose=False)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

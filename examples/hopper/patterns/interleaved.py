@@ -27,9 +27,9 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule)
+                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
+                       trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 LANES, STAGES, WIDTH = 4, 8, 32
 DL_LANES, DL_WIDTH = 2, 128
 BLOCK = {"warp_lane": 8 * 32, "per_role": 8 * 32, "domain_lane": 9 * 32}
@@ -176,7 +176,9 @@ def pr_release(partials, rows, end):
             partials.release()
 
 
-def build_rows(mode, x=None, y=None, n=16, atom=None, tx=None, verbose=True, **manager_options):
+def build_rows(mode, x=None, y=None, n=None, atom=None, tx=None, verbose=True, **manager_options):
+    """Warp-lane and per-role programs, for ``warpsched check`` (CPU: ``n`` None) and the kernel
+    (``n`` = rows of x)."""
     allocator = SmemAllocator()
     if mode == "warp_lane":
         cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=STAGES, producer_group=group(32),
@@ -191,7 +193,7 @@ def build_rows(mode, x=None, y=None, n=16, atom=None, tx=None, verbose=True, **m
     if mode == "warp_lane":
         out = Out(name="out", y=y, n=n)
         allocator.compute_layout()
-        iters = (n + LANES - 1) // LANES
+        iters = trip_count("row_groups", None if n is None else (n + LANES - 1) // LANES)  # LANES rows each
         tasks = [Task(name="Producers", dst_resources=[rows], warp_idx=0, num_warps=LANES,
                       schedule=wl_produce(rows, iters)),
                  Task(name="Consumers", src_resources=[rows], dst_resources=[out], warp_idx=LANES, num_warps=LANES,
@@ -206,7 +208,8 @@ def build_rows(mode, x=None, y=None, n=16, atom=None, tx=None, verbose=True, **m
                                 interleave_stride=(LANES, LANES, 1, 1)))
         allocator.add_resource(partials)
         allocator.compute_layout()
-        end = (n + LANES - 1) // LANES * LANES
+        # rows rounded up to whole groups of LANES (the seed's tile count, a multiple of 4)
+        end = trip_count("rows_rounded", None if n is None else (n + LANES - 1) // LANES * LANES, divisibility=LANES)
         tasks = [Task(name="Producer", dst_resources=[rows], warp_idx=0, num_warps=1, schedule=pr_produce(rows, end)),
                  Task(name="WaitTask", src_resources=[rows], dst_resources=[partials], warp_idx=4, num_warps=LANES,
                       schedule=pr_wait(rows, partials, end)),
@@ -288,7 +291,9 @@ def dl_mma(scores, probs, n):
         probs.release()
 
 
-def build_domain_lane(x=None, y=None, n=16, verbose=True, **manager_options):
+def build_domain_lane(x=None, y=None, n=None, verbose=True, **manager_options):
+    """The domain-lane program, for ``warpsched check`` (CPU: ``n`` None) and the kernel."""
+    n = trip_count("rows", n)
     allocator = SmemAllocator()
     scores = Scores(name="scores", x=x, allocator=allocator,
                     alloc=SmemAllocation("scores", dtype=cutlass.Float32, count=DL_WIDTH * DL_LANES, alignment=128),
@@ -347,9 +352,8 @@ class Interleaved:
 
     @cute.kernel
     def kernel(self, mx: cute.Tensor, my: cute.Tensor, atom, tx):
-        mgr = build(self.mode, x=mx, y=my, n=cute.size(mx, mode=[0]), atom=atom, tx=tx, verbose=False,
-                    **IN_KERNEL) if self.mode != "domain_lane" else \
-            build_domain_lane(x=mx, y=my, n=cute.size(mx, mode=[0]), verbose=False, **IN_KERNEL)
+        mgr = build(self.mode, x=mx, y=my, n=cute.size(mx, mode=[0]), atom=atom, tx=tx, verbose=False) if self.mode != "domain_lane" else \
+            build_domain_lane(x=mx, y=my, n=cute.size(mx, mode=[0]), verbose=False)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

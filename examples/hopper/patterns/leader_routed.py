@@ -30,9 +30,9 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, SmemAllocation, SmemAllocator, StageInfo,
-                       Task, TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule)
+                       Task, TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
+                       trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 WIDTH, LOAD_WARPS, PART_ROWS, STAGES = 32, 4, 8, 4
 TILE_ROWS = LOAD_WARPS * PART_ROWS  # rows one CTA's warps load per tile
 CLUSTER_CTAS = 2  # the 2-CTA variant
@@ -151,7 +151,12 @@ def make_config(cluster=False):
         num_bytes_per_warp_per_cta=BYTES_ONE_WARP_ONE_CTA)
 
 
-def build(atom=None, tx=None, y=None, start=0, end=8, step=1, verbose=True, cluster=False, **manager_options):
+def build(atom=None, tx=None, y=None, start=None, end=None, step=None, verbose=True, cluster=False,
+          **manager_options):
+    """The program, for ``warpsched check`` (CPU: runtime values None) and the kernel: each cluster
+    walks tiles start, start + step, ... < end, and the grid never exceeds the tile count."""
+    start, step = trip_count("first_tile", start, min=0), trip_count("grid_clusters", step)
+    end = trip_count("tiles", end)
     allocator = SmemAllocator()
     ctas = CLUSTER_CTAS if cluster else 1
     tile = TileWithStage(name="tile", pipeline_config=make_config(cluster), atom=atom, gmem=tx, allocator=allocator,
@@ -199,7 +204,7 @@ class LeaderRouted:
         tiles = cute.size(my, mode=[0]) // (TILE_ROWS * self.ctas)
         # both CTAs of a cluster walk the same tiles (each tile is shared through multicast)
         mgr = build(atom, tx, my, start=bidx // self.ctas, end=tiles, step=gdim // self.ctas, verbose=False,
-                    cluster=self.cluster, **IN_KERNEL)
+                    cluster=self.cluster)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

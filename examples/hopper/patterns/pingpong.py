@@ -31,9 +31,9 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule)
+                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
+                       trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 WIDTH = 32
 SLOT_BYTES = WIDTH * 4
 
@@ -136,8 +136,10 @@ def make_config(kind):
                                                          consumer_group=group(32))
 
 
-def build(x=None, y=None, scratch=None, scratch_plain=None, atom=None, n_iters=6, kind="async_async", verbose=True,
+def build(x=None, y=None, scratch=None, scratch_plain=None, atom=None, n_iters=None, kind="async_async", verbose=True,
           **manager_options):
+    """The program, for ``warpsched check`` (CPU: ``n_iters`` None) and the kernel (its Int32 argument)."""
+    n_iters = trip_count("n_iters", n_iters)
     allocator = SmemAllocator()
     smem_pp = SmemPingPong(name="SmemPP", pipeline_config=make_config(kind), x=x, y=y, scratch=scratch, atom=atom,
                            allocator=allocator,
@@ -171,7 +173,7 @@ class PingPong:
     @cute.kernel
     def kernel(self, mx: cute.Tensor, my: cute.Tensor, mscratch: cute.Tensor, tma_s, atom, n_iters: cutlass.Int32):
         mgr = build(mx, my, scratch=tma_s, scratch_plain=mscratch, atom=atom, n_iters=n_iters, kind=self.kind,
-                    verbose=False, **IN_KERNEL)
+                    verbose=False)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

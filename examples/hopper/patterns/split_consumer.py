@@ -35,9 +35,9 @@ import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule)
+                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
+                       trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 WIDTH, TILE_ROWS, STAGES = 32, 8, 4
 TILE = (TILE_ROWS, WIDTH)
 TILE_BYTES = TILE_ROWS * WIDTH * 4
@@ -149,8 +149,13 @@ def compute_schedule(proxy, smem_a, smem_b, out, start, end, step):  # proxy con
 CLUSTER = (1, 2, 1, 1)
 
 
-def build(atom_a=None, ta=None, atom_b=None, tb=None, out=None, start=0, end=16, step=1, verbose=True,
+def build(atom_a=None, ta=None, atom_b=None, tb=None, out=None, start=None, end=None, step=None, verbose=True,
           cluster=False, **manager_options):
+    """The program, for ``warpsched check`` (CPU: runtime values None) and the kernel: each CTA walks
+    tiles start, start + step, ... < end. Without a cluster the grid never exceeds the tile count
+    (>= 1 tile per CTA); with one, a CTA past the last tile runs no iteration (>= 0)."""
+    start, step = trip_count("first_tile", start, min=0), trip_count("grid_ctas", step)
+    end = trip_count("tiles", end, min=0 if cluster else 1)
     allocator = SmemAllocator()
 
     def tile_cfg():
@@ -224,7 +229,7 @@ class SplitConsumer:
         gdim, _, _ = cute.arch.grid_dim()
         tiles = cute.ceil_div(cute.size(mout, mode=[0]), TILE_ROWS)
         mgr = build(atom_a, ta, atom_b, tb, mout, start=bidx, end=tiles, step=gdim, verbose=False,
-                    cluster=self.cluster, **IN_KERNEL)
+                    cluster=self.cluster)
         mgr.setup_resources_and_tasks()
         mgr.run()
 
