@@ -71,8 +71,11 @@ class TaskManager:
         self._lowering = None
         self._fingerprint: Optional[str] = None
         self.in_trace = _inside_dsl_trace()
+        """True when this TaskManager was built while CuTe DSL traced a kernel."""
         self.cache_verdict = self.in_trace if cache_verdict is None else bool(cache_verdict)
-        self.verdict_cached = False  # True when the checker's verdict came from the cache
+        """Whether the checker's verdict is looked up in / stored to the in-process cache."""
+        self.verdict_cached = False
+        """True when the checker's verdict came from the cache (no search was run)."""
         self.print_and_verify()
 
     # ------------------------------------------------------------------ verification
