@@ -218,3 +218,36 @@ def test_not_modelled_warnings_of_every_part_are_kept(monkeypatch):
     res = run_checker(program(pair(a, 0) + pair(b, 2)))
     notes = [f.message for f in res.findings if "planted note" in f.message]
     assert any("PA" in n for n in notes) and any("PB" in n for n in notes), notes
+
+
+# ------------------------------------------------------------------ grid-stride loops
+def _grid_stride(count=None):
+    """Runtime start and step (a grid-stride loop): the count is not the end's."""
+    buf = Buf(name="Ring", pipeline_config=async_cfg(stages=2))
+    first, tiles, grid = trip_count("first", min=0), trip_count("tiles"), trip_count("grid")
+
+    @schedule
+    def prod(b):
+        with domain_loop(first, tiles, grid, count=count):
+            b.acquire()
+            b.fill()
+            b.commit()
+
+    @schedule
+    def cons(b):
+        with domain_loop(first, tiles, grid, count=count):
+            b.wait()
+            b.read()
+            b.release()
+
+    return program([task("Producer", prod(buf), dst=[buf]), task("Consumer", cons(buf), src=[buf], warp=1)])
+
+
+def test_grid_stride_loop_counts_from_zero_unless_declared():
+    res = run_checker(_grid_stride())
+    assert res.verdict == "SAFE", res.report()
+    assert "grid-stride loop [Producer, Consumer]: every count >= 0" in res.report()
+    per_cta = trip_count("tiles_per_cta", min=1)
+    declared = run_checker(_grid_stride(count=per_cta))
+    assert declared.verdict == "SAFE" and "every tiles_per_cta >= 1" in declared.report(), declared.report()
+    assert run_checker(_grid_stride(count=3)).verdict == "SAFE"

@@ -165,6 +165,7 @@ class DomainLoop:
     step: Any
     unroll: Optional[int]
     location: SourceLoc
+    count: Any = None  # int | TripCount: the trip count declared directly (grid-stride loops)
 
     @staticmethod
     def is_provider(bound: Any) -> bool:

@@ -251,20 +251,29 @@ def _push_guard(cap: _Capture, guard: Guard):
 
 
 @contextmanager
-def domain_loop(start, end=None, step=1, *, unroll=1):
+def domain_loop(start, end=None, step=1, *, unroll=1, count=None):
     """The schedule's loop over ``range(start, end, step)`` (``domain_loop(n)`` is ``range(n)``).
 
-    A bound may be a ``Task`` method (a dynamic, per-work-tile domain provider).
+    A bound may be a ``Task`` method (a dynamic, per-work-tile domain provider), a runtime value,
+    or a ``trip_count(...)``. The checker reads the trip count from the end when start and step
+    are ints; with a runtime start or step (a grid-stride loop) it takes every count >= 0 unless
+    ``count=`` declares the trip count itself (an int or a ``trip_count(...)``, e.g.
+    ``count=trip_count("tiles_per_cta", min=1)`` when the grid never exceeds the tile count).
+    Loops declaring the same ``count`` symbol share it.
     """
     loc = caller_location()
     cap = _current("domain_loop()")
     if end is None:
         start, end = 0, start
+    if count is not None and not (type(count) is int and count >= 0) and not isinstance(count, TripCount):
+        _fail("schedule capture", f"domain_loop(count={count!r}) is not an int or a trip_count(...)", location=loc,
+              expected="an int >= 0, or trip_count(name, min=..., divisibility=...)",
+              fix="declare the loop's trip count with warpsched.trip_count, or leave count out")
     if cap.domain_loop is not None:
         _fail("schedule capture", "a schedule may contain at most one domain_loop", location=loc,
               expected=f"one domain_loop (the first is at {cap.domain_loop.location})",
               fix="merge the loops, or split the work into two tasks")
-    cap.domain_loop = DomainLoop(start, end, step, unroll, loc)
+    cap.domain_loop = DomainLoop(start, end, step, unroll, loc, count=count)
     cap.section, cap.loop_open = Section.LOOP, True
     try:
         yield DomainLoopHandle(cap)

@@ -124,7 +124,7 @@ class _Canon:
         d: DomainLoop = sched.domain_loop
         w: WorkTileLoop = sched.work_tile_loop
         loop = None if d is None else (self.value(d.start), self.value(d.end), self.value(d.step), d.unroll,
-                                        self.value(d.location))
+                                        self.value(d.location), self.value(getattr(d, "count", None)))
         tiles = None if w is None else (self.value(w.work_queue), self.value(w.skip_if), self.value(w.location),
                                         w.has_skippable, self.value(w.tile_count))
         return (sched.name, self.value(sched.location), tuple(self.step(s) for s in sched.steps), loop, tiles)

@@ -24,8 +24,7 @@ def _loop_note(comp) -> str:
     parts = []
     for g in comp.groups:
         who = ", ".join(comp.executors[m].name for m in dict.fromkeys(g.members))
-        what = "" if g.exact is not None else (" (tiles)" if g.label == "work tiles" else " (domain end)")
-        parts.append(f"{g.label} [{who}]: {g.describe}{what}")
+        parts.append(f"{g.label} [{who}]: {g.describe}")
     return ("Loop lengths proven: " + "; ".join(parts)) if parts else ""
 
 

@@ -59,12 +59,17 @@ class LoopsMixin:
                 put(True, bound, v + step, "last" if v + step >= bound else "more")
             return outs
         allows = grp.allows
+        # ends with no member value between them are one decision (see _round_end): try one each
+        seen = set()
         for n_end in range(bound + 1, v + 1):  # the domain ended before v
-            if allows(n_end):
+            if allows(n_end) and (_round_end(n_end, grp) if ROUND_ENDS else n_end) not in seen:
+                seen.add(_round_end(n_end, grp) if ROUND_ENDS else n_end)
                 put(True, n_end, EXITED, "exit")
+        seen = set()
         lo = max(bound, v)
         for n_end in range(lo + 1, v + step + 1):  # v is this member's last value
-            if allows(n_end):
+            if allows(n_end) and (_round_end(n_end, grp) if ROUND_ENDS else n_end) not in seen:
+                seen.add(_round_end(n_end, grp) if ROUND_ENDS else n_end)
                 put(True, n_end, v + step, "last")
         put(False, max(bound, v + step), v + step, "more")
         return outs

@@ -248,7 +248,14 @@ class _Builder:
             syncs = any(s.kind.is_sync or s.kind in (StepKind.QueueFetch, StepKind.QueueAdvance) for s in loop_steps)
             end = d.end
             offset = 0
-            if isinstance(end, TripCount):
+            runtime_lattice = type(d.start) is not int or type(d.step) is not int
+            if d.count is not None or runtime_lattice:
+                # a grid-stride loop: the count is not the end's; declared by count=, else >= 0
+                end = d.count if d.count is not None else _AnyCount(d)
+                start, step = 0, 1
+            if isinstance(end, _AnyCount):
+                gkey, label = ("lattice", id(d.start), id(d.end), id(d.step)), "grid-stride loop"
+            elif isinstance(end, TripCount):
                 gkey, offset = ("sym", id(end.root)), end.offset
                 label = f"domain end {end.root.name}"
             elif type(end) is int:  # every compile-time bound: one exact group, ends as offsets
@@ -542,8 +549,20 @@ def _declare(g: LoopGroup, bound, declared_tiles) -> None:
             g.modulus = r.divisibility
             g.describe = f"every {r.describe()}"
         return
+    if isinstance(bound, _AnyCount):
+        g.abs = ("min", 0, 1)
+        g.describe = "every count >= 0 (runtime start/step; declare domain_loop(count=...) to narrow)"
+        g.symbol = "count"
+        return
     g.abs = ("first", None, 1)  # a runtime value / provider: every count >= 1 of the earliest member
     g.describe = "every count >= 1"
+
+
+class _AnyCount:
+    """The trip count of a loop with a runtime start or step and no declared count: any N >= 0."""
+
+    def __init__(self, loop):
+        self.loop = loop
 
 
 def _relative_to_origin(g: LoopGroup, origin: int, execs) -> None:
