@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, Task, TmemAllocation,
                        TmemAllocator, domain_loop, schedule)
 
-from test_checks_support import Buf, Gmem, accepted, cg, expect, line, rejected
+from warpsched.report.printout import register_summary
+
+from test_checks_support import Buf, Gmem, accepted, cg, expect, line, manager, rejected
 
 K = 4
 
@@ -131,10 +133,79 @@ def test_register_budget():
     tasks, graph, _ = program(None, num_registers=(256, 248), warps=(8, 8))
     f = rejected(tasks, graph)
     hit = expect(f, "register budget", "fill", None, line("fill"))
-    assert hit.expected == "at most 65536 registers (the SM register file)"
-    assert "128 threads x (256 + 256 + 248 + 248)" in hit.message
+    assert hit.expected.startswith("at most 65536 (512 threads x 128 registers at launch)")
+    assert "128 threads x (256 + 256 + 248 + 248)" in hit.message and "Reg budget -1984" in hit.message  # 8 x (128 - 256) + 8 x (128 - 248)
     tasks, graph, _ = program(None, num_registers=(120, 120), warps=(8, 8))
     accepted(tasks, graph)
+
+
+def three_task_program(load_regs, consumer_regs, store_regs):
+    """1 load warp and 1 store warp in warp group 0, two 4-warp consumer warp groups (warps 4-11)."""
+    cfg_in = PipelineConfig.create_async_async_pipeline_cfg(num_stages=2, producer_group=cg(32),
+                                                            consumer_group=cg(32 * 8))
+    cfg_out = PipelineConfig.create_async_async_pipeline_cfg(num_stages=2, producer_group=cg(32 * 8),
+                                                             consumer_group=cg(32))
+    src, tile, acc, out = Gmem(name="src"), Buf(name="tile", pipeline_config=cfg_in), \
+        Buf(name="acc", pipeline_config=cfg_out), Gmem(name="out")
+
+    @schedule
+    def load(src, tile):
+        with domain_loop(0, K, 1):
+            tile.acquire()
+            v = src.load()
+            tile.produce_tile(value=v)
+            tile.commit()
+
+    @schedule
+    def consume(tile, acc):
+        with domain_loop(0, K, 1):
+            tile.wait()
+            v = tile.read()
+            tile.release()
+            acc.acquire()
+            acc.produce_tile(value=v)
+            acc.commit()
+
+    @schedule
+    def store(acc, out):
+        with domain_loop(0, K, 1):
+            acc.wait()
+            v = acc.read()
+            out.store(value=v)
+            acc.release()
+
+    tasks = [Task(name="Load", src_resources=[src], dst_resources=[tile], warp_idx=0, num_warps=1,
+                  schedule=load(src, tile), num_registers=load_regs),
+             Task(name="Store", src_resources=[acc], dst_resources=[out], warp_idx=1, num_warps=1,
+                  schedule=store(acc, out), num_registers=store_regs),
+             Task(name="Consumers", src_resources=[tile], dst_resources=[acc], warp_idx=4,  # @consumers
+                  num_warps=8, schedule=consume(tile, acc), num_registers=consumer_regs)]
+    return tasks, {tile: [src], acc: [tile], out: [acc]}
+
+
+def test_register_rule_cutlass_split_is_accepted_with_a_non_negative_budget():
+    """The printout and the check read one plan: 12 warps launch with 168 registers each
+    (65536 / 384, rounded down to 8); setmaxnreg gives warp group 0 (load, store and its two
+    idle warps) 40 and the consumer groups 232: 128 x (40 + 232 + 232) = 64512 = 384 x 168."""
+    tasks, graph = three_task_program(40, 232, 40)
+    m = accepted(tasks, graph)
+    text = register_summary(m.program)
+    assert "Idle warps [2:4) (group 0)" in text and "= 2 x (168 - 40) = 256" in text
+    assert "Num. regs: 64512 of 64512 (384 threads x 168 at launch" in text
+    assert text.splitlines()[-1] == "Reg budget: 0"
+    m = accepted(*three_task_program(40, 224, 40))  # under the pool: a positive budget
+    assert register_summary(m.program).splitlines()[-1] == "Reg budget: 64"
+
+
+def test_register_rule_over_budget_twin_is_rejected():
+    tasks, graph = three_task_program(40, 240, 40)
+    hit = expect(rejected(tasks, graph), "register budget", "Consumers", None, line("consumers"))
+    assert "128 threads x (40 + 240 + 240)" in hit.message and "Reg budget -64" in hit.message
+    assert hit.expected.startswith("at most 64512 (384 threads x 168 registers at launch)")
+    assert "Reg budget: -64" in register_summary(manager(tasks, graph, skip_validation=True).program)
+    # 48 / 232 / 232 fills the 65536-register file exactly, but not the launch's 64512-register pool
+    tasks, graph = three_task_program(48, 232, 48)
+    expect(rejected(tasks, graph), "register budget", "Consumers", None, line("consumers"))
 
 
 def test_num_registers_must_be_a_setmaxnreg_value():

@@ -104,4 +104,7 @@ def test_table_and_registers_from_a_program():
     assert "Solo[2:4)" in table and "End Full" in table
     regs = register_summary(program).splitlines()
     assert regs[0].startswith("Task  0 'Solo'") and regs[0].endswith("= 2 x (248 - 120) = 256")
-    assert regs[-2].startswith("Num. regs: ") and regs[-1] == "Reg budget: 256"
+    # warps 0-1 are idle in Solo's warp group: setmaxnreg is warp-group wide, they move to 120 too
+    assert regs[1].startswith("Idle warps [0:2) (group 0)") and regs[1].endswith("= 2 x (248 - 120) = 256")
+    assert regs[-2].startswith("Num. regs: 15360 of 31744 (128 threads x 248 at launch")
+    assert regs[-1] == "Reg budget: 512"

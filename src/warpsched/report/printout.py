@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from ..model.ir import Section, Step, StepKind
+from ..verify import registers
 from ..verify.program import Program, name_of
 
 COL = 30
@@ -104,34 +105,19 @@ def schedule_table(program: Program) -> str:
 
 # ------------------------------------------------------------------ registers
 def default_registers(program: Program) -> int:
-    """Per-thread registers every warp gets before reconfiguration (multiple of 8, <= 255)."""
-    threads = max(1, _block_warps(program) * 32)
-    return min(248, (program.options.register_file_size // threads) // 8 * 8)
-
-
-def _block_warps(program: Program) -> int:
-    warps = program.num_warps
-    return (warps + 3) // 4 * 4  # whole warp groups
+    """Per-thread registers every warp gets before reconfiguration (see verify/registers.py)."""
+    return registers.plan(program).default
 
 
 def register_summary(program: Program) -> str:
-    default = default_registers(program)
-    lines = []
-    total = 0
-    assigned = 0
-    budget = 0
-    for i, t in enumerate(program.tasks):
-        regs = t.num_registers if t.num_registers is not None else default
-        contrib = t.num_warps * (default - regs)
-        budget += contrib
-        total += t.num_warps * 32 * regs
-        assigned += t.num_warps
-        lines.append(f"Task {i:>2} {t.name[:20]!r:<22}, numWarps x (defaultMaxNumRegs - numRegsPerThread) = "
-                     f"{t.num_warps} x ({default} - {regs}) = {contrib}")
-    total += max(0, _block_warps(program) - assigned) * 32 * default
-    free_blocks = max(0, (program.options.register_file_size - total) // (32 * 8 * 32))
-    lines.append(f"Num. regs: {total} of {program.options.register_file_size} (free reg blocks: {free_blocks})")
-    lines.append(f"Reg budget: {budget}")
+    """The TS register printout, from the same plan the register-budget check uses."""
+    p = registers.plan(program)
+    lines = [f"{r.label}, numWarps x (defaultMaxNumRegs - numRegsPerThread) = "
+             f"{r.num_warps} x ({p.default} - {r.regs}) = {r.contribution}"
+             for r in p.rows if r.task is not None or r.regs != p.default]  # idle warps at the default: 0
+    lines.append(f"Num. regs: {p.used} of {p.pool} ({p.threads} threads x {p.default} at launch, register file "
+                 f"{p.register_file}; free reg blocks: {p.free_blocks})")
+    lines.append(f"Reg budget: {p.budget}" + ("" if p.fits else "  (negative: setmaxnreg.inc would wait forever)"))
     return "\n".join(lines)
 
 

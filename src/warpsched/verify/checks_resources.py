@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 from ..errors import Finding
 from ..model.memory import BARRIER_BYTES_PER_STAGE, SM90_SMEM_CAPACITY, TMEM_COLUMNS
 from ..model.task import Task
+from . import registers
 from .findings_util import F, config_of, dedupe, is_int, is_pos_int, valid_config
 from .program import Program
 
@@ -15,8 +16,7 @@ TMEM = "tmem capacity"
 WG_REGS = "warp-group register consistency"
 BUDGET = "register budget"
 
-WARPS_PER_GROUP = 4
-MIN_REGS, MAX_REGS = 24, 256  # setmaxnreg range, in steps of 8
+WARPS_PER_GROUP, MIN_REGS, MAX_REGS = registers.WARPS_PER_GROUP, registers.MIN_REGS, registers.MAX_REGS
 
 
 def check(program: Program) -> Iterable[Finding]:
@@ -106,15 +106,14 @@ def _registers(program: Program) -> List[Finding]:
              and is_pos_int(t.num_warps)]
     for t in tasks:
         r = t.num_registers
-        if r is not None and not (is_int(r) and MIN_REGS <= r <= MAX_REGS and r % 8 == 0):
+        if r is not None and not registers.is_setmaxnreg_value(r):
             out.append(F(BUDGET, f"num_registers={r!r} of task {t.name!r}", task=t, location=t.location,
                          expected=f"None or a multiple of 8 in [{MIN_REGS}, {MAX_REGS}] (setmaxnreg)",
                          fix="round to a multiple of 8"))
     if not any(t.num_registers is not None for t in tasks):
         return out
-    from ..report.printout import default_registers  # the same default the printout reports
-
-    default = default_registers(program)
+    plan = registers.plan(program)  # the same plan the register printout shows
+    default = plan.default
     groups: Dict[int, List[Tuple[Task, int]]] = {}
     for t in tasks:
         regs = t.num_registers if is_int(t.num_registers) else default
@@ -133,17 +132,13 @@ def _registers(program: Program) -> List[Finding]:
                          "setmaxnreg applies to a whole warp group", task=worst, location=worst.location,
                          expected="one num_registers for every task in a warp group (None means the default "
                          f"{default})", fix="align the tasks' num_registers, or move a task to its own warp group"))
-    num_groups = max(groups) + 1 if groups else 0
-    total = 0
-    parts = []
-    for g in range(num_groups):
-        regs = max((r for _, r in groups.get(g, [])), default=default)
-        total += WARPS_PER_GROUP * 32 * regs
-        parts.append(f"{regs}")
-    cap = program.options.register_file_size
-    if is_pos_int(cap) and total > cap:
+    if not plan.fits:
         hungry = max(tasks, key=lambda t: (t.num_registers if is_int(t.num_registers) else default) * t.num_warps)
-        out.append(F(BUDGET, f"the block needs {total} registers: 128 threads x ({' + '.join(parts)}) per warp group",
-                     task=hungry, location=hungry.location, expected=f"at most {cap} registers (the SM register file)",
-                     fix="lower num_registers of the data-movement tasks (they donate) or of the largest task"))
+        out.append(F(BUDGET, f"the block needs {plan.used} registers, {registers.describe_groups(plan)} per warp "
+                     f"group (idle warps follow their group's setmaxnreg); Reg budget {plan.budget}",
+                     task=hungry, location=hungry.location,
+                     expected=f"at most {registers.pool_text(plan)}: setmaxnreg only redistributes the launch's "
+                     "registers, and setmaxnreg.inc waits until enough are free",
+                     fix="lower num_registers of the data-movement warp groups (they donate) or of the largest "
+                     "task, e.g. 40 / 232 / 232 for one producer and two consumer warp groups"))
     return out
