@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, Task, TmemAllocation,
-                       TmemAllocator, domain_loop, schedule)
+from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
+                       TmemAllocation, TmemAllocator, WorkAttr, consumer_work, domain_loop, schedule)
 
 from warpsched.report.printout import register_summary
 
@@ -206,6 +206,55 @@ def test_register_rule_over_budget_twin_is_rejected():
     # 48 / 232 / 232 fills the 65536-register file exactly, but not the launch's 64512-register pool
     tasks, graph = three_task_program(48, 232, 48)
     expect(rejected(tasks, graph), "register budget", "Consumers", None, line("consumers"))
+
+
+@dataclass(kw_only=True)
+class WgmmaTile(Buf):
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def wgmma(self, stage_info: StageInfo):
+        pass
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT)
+    def retire(self, stage_info: StageInfo, pending=0):
+        pass
+
+
+def wgmma_program(mma_warp_idx, mma_warps):
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=2, num_bytes=1024, producer_group=cg(1),
+                                                       consumer_group=cg(mma_warps))
+    src, tile, out = Gmem(name="src"), WgmmaTile(name="tile", pipeline_config=cfg), Gmem(name="out")
+
+    @schedule
+    def load(src, tile):
+        with domain_loop(0, K, 1):
+            c = src.compute_coords()
+            tile.acquire()
+            tile.tma_load_a(coord_k=c)
+            tile.commit()
+
+    @schedule
+    def mma(tile, out):
+        with domain_loop(0, K, 1):
+            tile.wait()
+            tile.wgmma()  # @wgmma_call
+            tile.retire()
+            tile.release()
+        out.store()
+
+    return [Task(name="Load", src_resources=[src], dst_resources=[tile], warp_idx=0, num_warps=1,
+                 schedule=load(src, tile)),
+            Task(name="Mma", src_resources=[tile], dst_resources=[out], warp_idx=mma_warp_idx, num_warps=mma_warps,
+                 schedule=mma(tile, out))], {tile: [src], out: [tile]}
+
+
+def test_wgmma_needs_whole_aligned_warp_groups():
+    hit = expect(rejected(*wgmma_program(1, 4)), "wgmma warp groups", "Mma", "tile", line("wgmma_call"))
+    assert "warps 1-4 (warp groups 0-1, straddling)" in hit.message and "WorkAttr.WGMMA" in hit.message
+    assert "warp_idx=0, num_warps=4" in hit.fix
+    hit = expect(rejected(*wgmma_program(4, 2)), "wgmma warp groups", "Mma", "tile", line("wgmma_call"))
+    assert "warps 4-5 (warp group 1, part of it)" in hit.message and "warp_idx=4, num_warps=4" in hit.fix
+    accepted(*wgmma_program(4, 4))
+    accepted(*wgmma_program(4, 8))
 
 
 def test_num_registers_must_be_a_setmaxnreg_value():

@@ -1,20 +1,24 @@
-"""Capacities: SMEM and TMEM against the allocator's capacity, and registers
-(warp-group consistency of num_registers and the per-block register budget)."""
+"""Capacities: SMEM and TMEM against the allocator's capacity, registers (warp-group
+consistency of num_registers and the per-block register budget, see registers.py), and
+whole warp groups for WGMMA."""
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import Finding
 from ..model.memory import BARRIER_BYTES_PER_STAGE, SM90_SMEM_CAPACITY, TMEM_COLUMNS
+from ..model.enums import WorkAttr
+from ..model.resources import work_spec_of
 from ..model.task import Task
 from . import registers
 from .findings_util import F, config_of, dedupe, is_int, is_pos_int, valid_config
-from .program import Program
+from .program import Program, name_of
 
 SMEM = "smem capacity"
 TMEM = "tmem capacity"
 WG_REGS = "warp-group register consistency"
 BUDGET = "register budget"
+WGMMA_GROUPS = "wgmma warp groups"
 
 WARPS_PER_GROUP, MIN_REGS, MAX_REGS = registers.WARPS_PER_GROUP, registers.MIN_REGS, registers.MAX_REGS
 
@@ -24,6 +28,7 @@ def check(program: Program) -> Iterable[Finding]:
     out += _smem(program)
     out += _tmem(program)
     out += _registers(program)
+    out += _wgmma_warp_groups(program)
     return dedupe(out)
 
 
@@ -141,4 +146,37 @@ def _registers(program: Program) -> List[Finding]:
                      "registers, and setmaxnreg.inc waits until enough are free",
                      fix="lower num_registers of the data-movement warp groups (they donate) or of the largest "
                      "task, e.g. 40 / 232 / 232 for one producer and two consumer warp groups"))
+    return out
+
+
+# ------------------------------------------------------------------ WGMMA
+def _wgmma_warp_groups(program: Program) -> List[Finding]:
+    """wgmma.mma_async / wait_group are warp-group instructions (.sync.aligned over the 4
+    warps of an aligned warp group): a task issuing them must consist of whole warp groups."""
+    out = []
+    for t in program.tasks:
+        if not (isinstance(t, Task) and is_int(t.warp_idx) and t.warp_idx >= 0 and is_pos_int(t.num_warps)):
+            continue
+        if t.warp_idx % WARPS_PER_GROUP == 0 and t.num_warps % WARPS_PER_GROUP == 0:
+            continue
+        for step in program.steps_of(t):
+            spec = work_spec_of(getattr(type(step.resource), step.method, None)) if step.kind.is_work else None
+            if spec is None or not spec.attrs & (WorkAttr.WGMMA | WorkAttr.WGMMA_WAIT):
+                continue
+            first = t.warp_idx // WARPS_PER_GROUP
+            last = (t.warp_end - 1) // WARPS_PER_GROUP
+            where = (f"warps {t.warp_idx}-{t.warp_end - 1} (warp group{'s' if last > first else ''} "
+                     f"{first}{f'-{last}' if last > first else ''}"
+                     f"{', straddling' if last > first else ', part of it'})")
+            start = t.warp_idx // WARPS_PER_GROUP * WARPS_PER_GROUP
+            size = max(WARPS_PER_GROUP, (t.num_warps + WARPS_PER_GROUP - 1) // WARPS_PER_GROUP * WARPS_PER_GROUP)
+            out.append(F(WGMMA_GROUPS, f"task {t.name!r} issues WGMMA ({name_of(step.resource)}.{step.method}, "
+                         f"WorkAttr.{'WGMMA' if spec.attrs & WorkAttr.WGMMA else 'WGMMA_WAIT'}) on {where}; "
+                         "wgmma needs the 4 warps of one aligned warp group", task=t, resource=step.resource,
+                         location=step.location,
+                         expected=f"warp_idx a multiple of {WARPS_PER_GROUP} and num_warps a multiple of "
+                         f"{WARPS_PER_GROUP} (whole warp groups)",
+                         fix=f"give the task whole warp groups, e.g. warp_idx={start}, num_warps={size}, and move "
+                         "the tasks that shared those warp groups elsewhere"))
+            break
     return out
