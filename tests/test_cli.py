@@ -10,6 +10,7 @@ import pytest
 
 from warpsched.cli import main, split_target
 from warpsched.examples import EXAMPLES
+from warpsched.report.verdict import EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNPROVEN, EXIT_USAGE
 
 PREAMBLE = """\
 from dataclasses import dataclass
@@ -90,10 +91,20 @@ def write(tmp_path):
     return _write
 
 
-def cli(*args):
+def cli(*args, cwd=None):
     """Run the real command (python -m warpsched) and return (rc, stdout, stderr)."""
-    proc = subprocess.run([sys.executable, "-m", "warpsched", *args], capture_output=True, text=True, timeout=120)
+    env = dict(os.environ)
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")  # this checkout, also from another cwd
+    proc = subprocess.run([sys.executable, "-m", "warpsched", *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, env=env)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def verdict_line(out: str) -> str:
+    lines = [ln for ln in out.splitlines() if ln.startswith("warpsched: ") and not ln.startswith("warpsched: wrote")]
+    assert len(lines) == 1, out
+    return lines[0]
 
 
 # ------------------------------------------------------------------ exit codes
@@ -101,7 +112,7 @@ def test_accepted_exits_0_with_printout_and_verdict(write):
     rc, out, err = cli("check", write(GOOD))
     assert rc == 0, out + err
     assert "CopyTask[0:1)" in out and "Reg budget:" in out
-    assert out.strip().splitlines()[-1].startswith("warpsched: ACCEPTED")
+    assert verdict_line(out).startswith("warpsched: ACCEPTED")
     assert "Traceback" not in out + err
 
 
@@ -156,7 +167,8 @@ def test_quiet_prints_only_verdict_and_findings(write):
 
 def test_no_checker_is_reported_in_the_verdict(write):
     rc, out, err = cli("check", write(GOOD), "-q", "--no-checker")
-    assert rc == 0 and "exhaustive checker: off" in out
+    assert rc == 0 and "exhaustive checker: off (--no-checker)" in verdict_line(out)
+    assert "deadlocks, races and PDL order across tasks were NOT checked" in out
 
 
 def test_html_report(write, tmp_path):
@@ -183,8 +195,8 @@ def test_module_level_task_manager_and_verbose_only_builder(write):
 def test_help_teaches():
     rc, out, err = cli("check", "--help")
     assert rc == 0
-    for text in ("PATH[:NAME]", "--example", "--quiet", "--html", "exit codes", "0  accepted", "1  rejected",
-                 "2  usage error", "def build(verbose=True, **manager_options)"):
+    for text in ("PATH[:NAME]", "--example", "--quiet", "--html", "exit codes", "0  ACCEPTED", "1  REJECTED",
+                 "2  usage error", "3  UNPROVEN", "def build(verbose=True, **manager_options)"):
         assert text in out, text
 
 

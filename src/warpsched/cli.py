@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import importlib
 import importlib.util
 import inspect
 import io
 import os
+import re
 import sys
 import sysconfig
 import traceback
@@ -17,29 +17,34 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Tuple
 
 from .errors import Finding, HasFindings, ValidationError
-from .manager import TaskManager, ValidationWarning
-
-EXIT_ACCEPTED, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
+from .manager import TaskManager, ValidationWarning, capture_managers
+from .verify.program import Options
+from .report.verdict import EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNPROVEN, EXIT_USAGE, Verdict, judge
 DEFAULT_NAMES = ("build", "make_task_manager", "main")
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 DESCRIPTION = """\
 warpsched checks warp-specialized GPU kernels written as explicit schedules.
 
-`warpsched check` imports a Python file, calls the function that builds your
-TaskManager (on the CPU: no GPU, no kernel launch), and prints what TaskManager
-verified: the schedule table (one column per task, head + loop + tail walked step
-by step), the register budget, and every finding with the file:line of the
-schedule call it is about, what was expected, and the usual fix.
+`warpsched check` imports a Python file (or module), calls the function that
+builds your TaskManager (on the CPU: no GPU, no kernel launch), and prints what
+TaskManager verified: the schedule table (one column per task, head + loop + tail
+walked step by step), the register budget, the exhaustive checker's search, and
+every finding with the file:line of the schedule call it is about, what was
+expected, and the usual fix. The verdict line says which check families applied
+and what the exhaustive checker proved.
 """
 
 EPILOG = """\
-which function is called:
-  PATH:NAME names it. Without NAME the first of build, make_task_manager, main
-  found in the file is called; failing those, a module-level TaskManager object
-  is used. The function is called with verbose=... when it accepts it, and with
-  the manager options (e.g. exhaustive_deadlock_race_check=False) when it takes
-  **kwargs, e.g.
+what is checked:
+  PATH is a Python file (path/to/kernel.py); MODULE is a dotted module name
+  (pkg.kernels.gemm), imported like `python -m` would (the current directory is
+  on sys.path), so files that use relative imports can be checked.
+  :NAME names the function. Without NAME the first of build, make_task_manager,
+  main found is called; failing those, a module-level TaskManager object is used.
+  The function must return the TaskManager (returning None is a usage error).
+  It is called with verbose=... when it accepts it, and with the manager
+  options (e.g. exhaustive_deadlock_race_check=False) when it takes **kwargs, e.g.
 
       def build(verbose=True, **manager_options):
           ...
@@ -53,15 +58,26 @@ examples:
   warpsched check --list-examples           list the bundled examples
   warpsched check my_kernel.py              call build() in my_kernel.py
   warpsched check my_kernel.py:make_tm -q   call make_tm(), print only the verdict
+  warpsched check pkg.kernels.gemm:build    a module that uses relative imports
+  warpsched check big.py --max-states 2000000 --max-seconds 600
   warpsched check my_kernel.py --html report.html
                                             also write a standalone HTML report
   python -m warpsched check --example tma_copy
 
-exit codes:
-  0  accepted (warnings may still be listed)
-  1  rejected: a ValidationError or ScheduleError, printed as a report
-  2  usage error: file or NAME not found, or the file raised another exception
-     (its traceback is shown, limited to your own code)
+verdicts and exit codes:
+  0  ACCEPTED  no errors; the exhaustive checker proved every interleaving SAFE
+               (or was turned off with --no-checker, which the verdict says)
+  1  REJECTED  a ValidationError or ScheduleError (an UNSAFE counterexample is one),
+               printed as a report
+  2  usage error: file, module or NAME not found, build() returned no TaskManager,
+     or the file raised another exception (its traceback is shown, limited to
+     your own code)
+  3  UNPROVEN  no errors found, but the exhaustive search stopped at --max-states
+               or --max-seconds before covering every interleaving: nothing is
+               proven about deadlocks or races (never exit 0)
+
+  A search running longer than 2 s prints a progress line on stderr about every
+  2 s, also with --quiet.
 """
 
 
@@ -73,6 +89,12 @@ class Outcome(HasFindings):
     manager: Optional[TaskManager] = None
     rejected: bool = False
     title: str = ""  # "malformed schedule" / "warpsched rejected the program"
+    checker_off: Optional[str] = None  # how the exhaustive checker was turned off (e.g. "--no-checker")
+
+    @property
+    def verdict(self) -> Verdict:
+        return judge(rejected=self.rejected, errors=len(self.errors), manager=self.manager,
+                     checker_off=self.checker_off)
 
 
 class UsageError(Exception):
@@ -135,6 +157,35 @@ def load_module(path: str):
     return module
 
 
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def is_module_target(path: str) -> bool:
+    """``pkg.module`` (not an existing file, no path separator, no .py suffix)."""
+    return (not os.path.exists(path) and "/" not in path and os.sep not in path and not path.endswith(".py")
+            and _MODULE_NAME.fullmatch(path) is not None)
+
+
+def import_target_module(name: str):
+    """Import ``pkg.module`` the way ``python -m`` finds it: the current directory first."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (name == e.name or name.startswith(e.name + ".")):
+            raise UsageError(f"no such file or module: {name} (module {e.name!r} not found from {cwd}; "
+                             "give a path to a .py file, or run from the directory that contains the package)"
+                             ) from None
+        raise
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)
+
+
 def resolve(module, name: Optional[str], label: str) -> Any:
     """The builder function, or an already-built TaskManager attribute."""
     if name is not None:
@@ -174,47 +225,35 @@ def _call_builder(fn: Callable, verbose: bool, manager_options: dict) -> Any:
     return fn(**kwargs)
 
 
-@contextlib.contextmanager
-def _manager_overrides(options: dict, built: List[TaskManager]):
-    """Apply the CLI's manager options to every TaskManager built meanwhile, and remember each
-    one (even a rejected one: its program is set before verification raises)."""
-    original = TaskManager.__init__
-
-    @functools.wraps(original)
-    def init(self, *args, **kwargs):
-        kwargs.update(options)
-        built.append(self)
-        original(self, *args, **kwargs)
-
-    TaskManager.__init__ = init
-    try:
-        yield
-    finally:
-        TaskManager.__init__ = original
-
-
 def run_check(load: Callable[[], Any], target: str, *, verbose: bool, manager_options: dict) -> Outcome:
-    """Import/call the user's builder and collect what TaskManager verified."""
-    built: List[TaskManager] = []
+    """Import/call the user's builder and collect what TaskManager verified. ``manager_options``
+    are imposed on every TaskManager built meanwhile (manager.capture_managers)."""
     outcome = Outcome(target)
     overrides = dict(manager_options)
     if not verbose:
         overrides["verbose"] = False
+    overrides.setdefault("progress", True)  # a long search reports on stderr, even with --quiet
     argv = sys.argv
     sink = io.StringIO()
-    with warnings.catch_warnings(record=True) as caught, _manager_overrides(overrides, built):
+    with warnings.catch_warnings(record=True) as caught, capture_managers(**overrides) as built:
         warnings.simplefilter("always", ValidationWarning)
         sys.argv = [target]  # a user's main() may parse sys.argv
         try:
             with contextlib.redirect_stdout(sink) if not verbose else contextlib.nullcontext():
                 result = load()
                 if callable(result) and not isinstance(result, TaskManager):
+                    name = getattr(result, "__name__", "the builder")
                     result = _call_builder(result, verbose, manager_options)
+                    if not isinstance(result, TaskManager):
+                        built_note = (f"; it built {len(built)} TaskManager(s) without returning one: end it with "
+                                      "`return TaskManager(...)`" if built else "")
+                        raise UsageError(f"{target}: {name}() returned {type(result).__name__}, not a TaskManager"
+                                         + built_note)
         except ValidationError as e:  # ScheduleError is a ValidationError
             outcome.rejected = True
             outcome.findings = list(e.findings)
             outcome.title = str(e).split(":", 1)[0]
-            result = None
+            result = built[-1] if built and built[-1].result is not None else None  # the one that raised
         except UsageError:
             raise
         except SystemExit as e:
@@ -226,10 +265,8 @@ def run_check(load: Callable[[], Any], target: str, *, verbose: bool, manager_op
             sys.argv = argv
     if isinstance(result, TaskManager):
         outcome.manager = result
-    elif built:
-        outcome.manager = built[-1]
     elif not outcome.rejected:
-        raise UsageError(f"{target} returned {type(result).__name__}, not a TaskManager, and built none")
+        raise UsageError(f"{target} is {type(result).__name__}, not a TaskManager")
     if not outcome.rejected and outcome.manager is not None and outcome.manager.result is not None:
         outcome.findings = list(outcome.manager.result.findings)
     if not outcome.findings:  # warnings only: recover them from the warning records
@@ -253,41 +290,24 @@ def format_report(outcome: Outcome, *, quiet: bool) -> str:
         lines.append(f"Findings ({outcome.title or 'warpsched'}):" if outcome.rejected else "Findings:")
         for i, f in enumerate(outcome.findings, 1):
             lines.append(f"{i}. {f.severity}: " + f.format())
+    v = outcome.verdict
     n_err, n_warn = len(outcome.errors), len(outcome.warnings)
     counts = f"{n_err} error{'s' if n_err != 1 else ''}, {n_warn} warning{'s' if n_warn != 1 else ''}"
-    if outcome.rejected:
-        verdict = f"REJECTED {outcome.target}: {counts}"
-        if outcome.title == "malformed schedule":
-            verdict += " (malformed schedule: capture failed)"
-        elif _fingerprint(outcome):
-            verdict += f" ({_fingerprint(outcome)})"
+    tasks = len(outcome.manager.tasks) if outcome.manager is not None else 0
+    verdict = f"{v.word} {outcome.target}: "
+    if outcome.rejected and outcome.title == "malformed schedule":
+        verdict += f"{counts} (malformed schedule: capture failed)"
     else:
-        tasks = len(outcome.manager.tasks) if outcome.manager is not None else 0
-        verdict = f"ACCEPTED {outcome.target}: {tasks} task{'s' if tasks != 1 else ''}, {counts}"
-        verdict += f" ({_coverage(outcome)})"
+        extras = [x for x in (v.summary, _fingerprint(outcome)) if x]  # the fingerprint last: tests read it there
+        verdict += f"{tasks} task{'s' if tasks != 1 else ''}, {counts}" + (f" ({'; '.join(extras)})" if extras else "")
     lines.append("")
     lines.append(f"warpsched: {verdict}")
+    lines.extend(f"  {d}" for d in v.details)
     for f in outcome.findings:
         lines.append(_one_line(f))
         if quiet:  # the full block was not printed: keep what makes a finding actionable
-            lines.extend(f"      {k}: {v}" for k, v in (("expected", f.expected), ("fix", f.fix)) if v)
+            lines.extend(f"      {k}: {val}" for k, val in (("expected", f.expected), ("fix", f.fix)) if val)
     return "\n".join(lines)
-
-
-def _coverage(outcome: Outcome) -> str:
-    """Which verification actually ran, so an ACCEPTED verdict is not read as more than it is."""
-    from .verify import CHECK_FAMILIES
-
-    checker = getattr(getattr(outcome.manager, "result", None), "checker", None)
-    if checker is not None:
-        ran = f"exhaustive checker: {checker.verdict}"
-    elif outcome.manager is not None and not outcome.manager.program.options.exhaustive_deadlock_race_check:
-        ran = "exhaustive checker: off"
-    else:
-        ran = "exhaustive checker: not run (static findings first)"
-    n = len(CHECK_FAMILIES)
-    fp = _fingerprint(outcome)
-    return f"static check families: {n}/{n}; {ran}" + (f"; {fp}" if fp else "")
 
 
 def _fingerprint(outcome: Outcome) -> str:
@@ -330,20 +350,41 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="check a schedule program on the CPU and print the report",
                            description=DESCRIPTION, epilog=EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    check.add_argument("target", nargs="?", metavar="PATH[:NAME]",
-                       help="Python file that builds a TaskManager; NAME is the function (or TaskManager "
-                            "attribute) to use")
+    check.add_argument("target", nargs="?", metavar="PATH[:NAME] | MODULE[:NAME]",
+                       help="Python file (or dotted module name) that builds a TaskManager; NAME is the "
+                            "function (or TaskManager attribute) to use")
     check.add_argument("--example", metavar="NAME", help="check a bundled example instead of a file")
     check.add_argument("--list-examples", action="store_true", help="list the bundled examples and exit")
     check.add_argument("-q", "--quiet", action="store_true",
                        help="print only the verdict and the findings (no schedule table)")
     check.add_argument("--no-checker", action="store_true",
-                       help="skip the exhaustive interleaving checker (exhaustive_deadlock_race_check=False)")
+                       help="skip the exhaustive interleaving checker (exhaustive_deadlock_race_check=False); "
+                            "the verdict then says deadlocks and races were not checked")
+    check.add_argument("--max-states", metavar="N", type=_positive(int),
+                       help=f"stop the exhaustive search after N states (default {Options.max_states}); "
+                            "a search that stops is UNPROVEN, exit 3")
+    check.add_argument("--max-seconds", metavar="S", type=_positive(float),
+                       help="stop the exhaustive search after S seconds (default: no limit); a search that "
+                            "stops is UNPROVEN, exit 3")
     check.add_argument("--html", metavar="REPORT.html",
-                       help="also write a standalone HTML report (graph, schedules, findings)")
+                       help="also write a standalone HTML report (verdict, checker timeline, graph, schedules, "
+                            "findings)")
     check.add_argument("--traceback", action="store_true",
                        help="on a usage error, show the full Python traceback (for debugging warpsched)")
     return parser
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -376,13 +417,14 @@ def _check(args) -> int:
         load, target = _example_loader(args.example), f"example {args.example}"
     elif args.target:
         path, name = split_target(args.target)
-        if not os.path.exists(path):
+        as_module = is_module_target(path)
+        if not as_module and not os.path.exists(path):
             raise UsageError(f"no such file: {path}")
         target = args.target
 
         def load():
             try:
-                module = load_module(path)
+                module = import_target_module(path) if as_module else load_module(path)
             except (ValidationError, UsageError):
                 raise
             except SyntaxError as e:
@@ -390,20 +432,27 @@ def _check(args) -> int:
                     traceback.format_exception_only(type(e), e))) from e
             return resolve(module, name, path)
     else:
-        raise UsageError("nothing to check: give PATH[:NAME] or --example NAME (see warpsched check --help)")
-    options = {"exhaustive_deadlock_race_check": False} if args.no_checker else {}
+        raise UsageError("nothing to check: give PATH[:NAME], MODULE[:NAME] or --example NAME "
+                         "(see warpsched check --help)")
+    options: dict = {"exhaustive_deadlock_race_check": False} if args.no_checker else {}
+    if args.max_states is not None:
+        options["max_states"] = args.max_states
+    if args.max_seconds is not None:
+        options["max_seconds"] = args.max_seconds
     outcome = run_check(load, target, verbose=not args.quiet, manager_options=options)
+    if args.no_checker:
+        outcome.checker_off = "--no-checker"
     print(format_report(outcome, quiet=args.quiet))
     if args.html:
         from .report.html import render_report
 
         try:
             with open(args.html, "w", encoding="utf-8") as fh:
-                fh.write(render_report(outcome))
+                fh.write(render_report(outcome, outcome.verdict))
         except OSError as e:
             raise UsageError(f"cannot write {args.html}: {e.strerror}") from e
         print(f"warpsched: wrote {args.html}")
-    return EXIT_REJECTED if outcome.rejected or outcome.errors else EXIT_ACCEPTED
+    return outcome.verdict.exit_code
 
 
 if __name__ == "__main__":

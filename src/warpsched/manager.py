@@ -1,10 +1,12 @@
 """TaskManager: ties tasks, graph and allocators together; verifies at construction."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from .errors import Finding, HasFindings, ValidationError
 from .model.task import Task
@@ -26,10 +28,32 @@ class VerifyResult(HasFindings):
 
     findings: List[Finding] = field(default_factory=list)
     checker: Any = None  # the exhaustive checker's result, when it ran
+    families: List[Any] = field(default_factory=list)  # verify.coverage.FamilyRun per static check family
+    checker_skipped: str = ""  # why the exhaustive checker did not run ("" when it ran)
 
     @property
     def accepted(self) -> bool:
         return not self.errors
+
+
+# Options a caller (the CLI) may impose on every TaskManager built in a capture_managers() block.
+OVERRIDABLE = ("verbose", "exhaustive_deadlock_race_check", "max_states", "max_seconds", "progress")
+_capture: contextvars.ContextVar = contextvars.ContextVar("warpsched_capture", default=None)
+
+
+@contextlib.contextmanager
+def capture_managers(**overrides) -> Iterator[List["TaskManager"]]:
+    """Record every TaskManager constructed inside the block (a rejected one too: it is recorded
+    before verification raises) and impose ``overrides`` (names in OVERRIDABLE) on each."""
+    unknown = set(overrides) - set(OVERRIDABLE)
+    if unknown:
+        raise TypeError(f"capture_managers() cannot override {', '.join(sorted(unknown))}")
+    built: List[TaskManager] = []
+    token = _capture.set((built, dict(overrides)))
+    try:
+        yield built
+    finally:
+        _capture.reset(token)
 
 
 class TaskManager:
@@ -48,8 +72,18 @@ class TaskManager:
                  smem_allocator=None, tmem_allocator=None, barrier_allocator=None, verbose: bool = True,
                  skip_validation: bool = False, exhaustive_deadlock_race_check: bool = True,
                  assume_pdl_wait_completed: bool = False, smem_capacity_bytes: Optional[int] = None,
-                 tmem_capacity_columns: Optional[int] = None, max_states: int = 200_000,
-                 register_file_size: int = 65536, cache_verdict: Optional[bool] = None, out=None):
+                 tmem_capacity_columns: Optional[int] = None, max_states: int = Options.max_states,
+                 max_seconds: Optional[float] = None, register_file_size: int = 65536,
+                 cache_verdict: Optional[bool] = None, out=None, progress: Optional[bool] = None):
+        capture = _capture.get()
+        if capture is not None:
+            capture[0].append(self)
+            o = capture[1]
+            verbose = o.get("verbose", verbose)
+            exhaustive_deadlock_race_check = o.get("exhaustive_deadlock_race_check", exhaustive_deadlock_race_check)
+            max_states = o.get("max_states", max_states)
+            max_seconds = o.get("max_seconds", max_seconds)
+            progress = o.get("progress", progress)
         self.tasks = list(tasks)
         graph = resource_dependency_graph if resource_dependency_graph is not None else {}
         # A graph that is not a dict is kept as given and reported by the structure checks.
@@ -58,6 +92,7 @@ class TaskManager:
         self.tmem_allocator = tmem_allocator
         self.barrier_allocator = barrier_allocator
         self.verbose = verbose
+        self.progress = verbose if progress is None else progress  # checker progress lines on stderr
         self._out = out
         self.program = Program(
             tasks=self.tasks, graph=self.resource_dependency_graph, smem_allocator=smem_allocator,
@@ -66,7 +101,8 @@ class TaskManager:
                             exhaustive_deadlock_race_check=exhaustive_deadlock_race_check,
                             assume_pdl_wait_completed=assume_pdl_wait_completed,
                             smem_capacity_bytes=smem_capacity_bytes, tmem_capacity_columns=tmem_capacity_columns,
-                            max_states=max_states, register_file_size=register_file_size))
+                            max_states=max_states, max_seconds=max_seconds,
+                            register_file_size=register_file_size))
         self.result: Optional[VerifyResult] = None
         self._lowering = None
         self._fingerprint: Optional[str] = None
@@ -86,7 +122,8 @@ class TaskManager:
     def print_and_verify(self) -> VerifyResult:
         """Print the schedule table, budgets and checker output; raise on errors."""
         program = self.program
-        findings = run_static_checks(program)
+        families: List[Any] = []
+        findings = run_static_checks(program, families)
         structural_errors = [f for f in findings if f.severity == "error"]
         if self.verbose:
             self._print(_render(schedule_table, program, structural_errors))
@@ -96,14 +133,18 @@ class TaskManager:
             if mem:
                 self._print(mem)
         checker_result = None
+        skipped = ""
         if program.options.exhaustive_deadlock_race_check and not structural_errors:
             checker_result = self._run_checker()
             self._print()
             self._print(checker_result.report())
             findings.extend(checker_result.findings)
         elif program.options.exhaustive_deadlock_race_check:
+            skipped = "static errors first"
             self._print("\nExhaustive checker skipped: fix the static findings first.")
-        self.result = VerifyResult(findings, checker_result)
+        else:
+            skipped = "exhaustive_deadlock_race_check=False"
+        self.result = VerifyResult(findings, checker_result, families, skipped)
         for f in self.result.warnings:
             warnings.warn(ValidationWarning(f.format()), stacklevel=3)
         if self.result.errors:
@@ -126,14 +167,20 @@ class TaskManager:
 
     def _run_checker(self):
         if not self.cache_verdict:
-            return run_checker(self.program, progress=self.verbose)
+            return run_checker(self.program, progress=self.progress)
         cached = VERDICTS.get(self.fingerprint)
         if cached is not None:
             self.verdict_cached = True
             return cached
-        result = run_checker(self.program, progress=self.verbose)
+        result = run_checker(self.program, progress=self.progress)
         VERDICTS.put(self.fingerprint, result)
         return result
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the same report page as ``warpsched check --html``."""
+        from .report.html import render_manager
+
+        return render_manager(self)
 
     # ------------------------------------------------------------------ lowering
     def setup_resources_and_tasks(self):

@@ -1,4 +1,6 @@
-"""A standalone HTML report: dependency graph (SVG), per-task schedules, findings. No assets."""
+"""A standalone HTML report (no assets): the verdict and what was verified (check families,
+the exhaustive checker's search), findings, the counterexample or a representative
+interleaving as a lane chart, tasks, dependency graph (SVG), schedules and the text printout."""
 from __future__ import annotations
 
 import html
@@ -7,17 +9,25 @@ from typing import Any, Dict, List, Optional, Sequence
 from ..errors import Finding
 from ..model.ir import Section
 from ..verify.program import Program, name_of
+from . import timeline_html
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.4em} h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ccc}
 .verdict{font-weight:bold;padding:.5em .8em;border-radius:4px;display:inline-block}
 .ok{background:#e3f6e3;color:#185c18} .bad{background:#fde4e4;color:#8a1414}
+.unproven{background:#fff1d6;color:#7a4b00}
+.note{color:#555;font-size:.9em;margin:.3em 0}
+.facts td:first-child{font-weight:bold;white-space:nowrap}
+.st-applied{color:#185c18} .st-not{color:#777} .st-skipped{color:#8a5a00;font-weight:bold}
+.big{font-size:1.1em;font-weight:bold} .SAFE{color:#185c18} .UNSAFE{color:#8a1414} .INCOMPLETE,.off{color:#8a5a00}
 table{border-collapse:collapse;font-size:.88em} td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
 th{background:#f2f2f2} .loc{color:#666;font-family:monospace;font-size:.9em}
 .sec-prologue,.sec-epilogue{background:#f3ecfb} .sec-head{background:#eef5fd} .sec-tail{background:#fdf5e8}
 .error{color:#8a1414;font-weight:bold} .warning{color:#8a5a00;font-weight:bold}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em}
+td.what{max-width:42vw} td.what pre{max-height:24em;overflow:auto}
+summary{cursor:pointer;color:#2a5db0;font-size:.9em}
 .tag{font-family:monospace;color:#555}
 """
 
@@ -166,26 +176,117 @@ def findings_table(findings: Sequence[Finding]) -> str:
     for i, f in enumerate(findings, 1):
         where = f.location if f.location is not None and f.location.line else None
         src = f"<br><code>{_e(f.location.text)}</code>" if where is not None and f.location.text else ""
-        detail = f"<pre>{_e(f.detail)}</pre>" if f.detail else ""
+        detail = (f"<details><summary>details (text)</summary><pre>{_e(f.detail)}</pre></details>"
+                  if f.detail else "")
         rows.append(f"<tr><td>{i}</td><td class='{_e(f.severity)}'>{_e(f.severity)}</td><td>{_e(f.check)}</td>"
                     f"<td>{_e(f.task)}</td><td>{_e(f.resource)}</td><td class='loc'>{_e(where)}{src}</td>"
-                    f"<td>{_e(f.message)}{detail}</td><td>{_e(f.expected)}</td><td>{_e(f.fix)}</td></tr>")
+                    f"<td class='what'>{_e(f.message)}{detail}</td><td>{_e(f.expected)}</td><td>{_e(f.fix)}</td></tr>")
     return ("<table><tr><th>#</th><th>severity</th><th>check</th><th>task</th><th>resource</th><th>at</th>"
             "<th>what</th><th>expected</th><th>fix</th></tr>" + "".join(rows) + "</table>")
 
 
+# ------------------------------------------------------------------ what was verified
+def _checker_section(verdict, program: Optional[Program]) -> str:
+    checker = verdict.checker
+    if checker is None:
+        status = verdict.checker_status or "not run"
+        cls = "off" if status.startswith("off") else "INCOMPLETE"
+        why = ("Deadlocks, races and the PDL order across tasks were <b>not</b> checked: "
+               "nothing about them is proven." if status.startswith("off") else
+               "The static checks found errors, so the exhaustive search did not run.")
+        return f"<p class='big {cls}'>Exhaustive checker: {_e(status)}</p><p>{why}</p>"
+    rows = [("result", f"<span class='big {_e(checker.verdict)}'>{_e(checker.verdict)}</span>"),
+            ("states explored", f"{checker.states:,}"), ("time", f"{checker.seconds:.2f} s")]
+    if program is not None:
+        o = program.options
+        rows.append(("limits", f"max_states={o.max_states:,}, max_seconds="
+                     f"{'none' if o.max_seconds is None else f'{o.max_seconds:g}'}"))
+    note = checker.loop_note or ""
+    if note.startswith("Loop lengths proven: "):
+        proven = note[len("Loop lengths proven: "):].split("\n")[0].split("; ")
+        label = "loop / tile lengths proven" if checker.verdict == "SAFE" else "loop / tile lengths searched"
+        rows.append((label, "<br>".join(_e(p) for p in proven)))
+    if "Independent parts" in note:
+        rows.append(("independent parts", _e(note.split("Independent parts checked separately: ", 1)[1])))
+    meaning = {"SAFE": "every interleaving of every task, for every loop and tile length listed, completes "
+                       "without deadlock, race, PDL order violation or barrier over-arrival.",
+               "UNSAFE": "a counterexample was found; its timeline is below.",
+               "INCOMPLETE": f"the search stopped ({_e(_stop_text(verdict))}) before covering every "
+                             "interleaving: nothing is proven (verdict UNPROVEN, exit code 3). Raise "
+                             "--max-states / --max-seconds."}
+    rows.append(("meaning", meaning.get(checker.verdict, "")))
+    return "<table class='facts'>" + "".join(f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows) + "</table>"
+
+
+def _stop_text(verdict) -> str:
+    for d in verdict.details:
+        if d.startswith("exhaustive checker: INCOMPLETE") and "(" in d:
+            return d.split("(", 1)[1].split(")", 1)[0]
+    return "state or time limit"
+
+
+def _families_table(verdict) -> str:
+    if not verdict.families:
+        return "<p>No static check family ran: the schedule could not be captured.</p>"
+    rows = []
+    for f in verdict.families:
+        cls = {"applied": "st-applied", "not applicable": "st-not"}.get(f.status, "st-skipped")
+        rows.append(f"<tr><td>{_e(f.title)}</td><td class='loc'>{_e(f.module)}</td><td class='{cls}'>"
+                    f"{_e(f.status)}</td><td>{f.findings}</td><td>{_e(f.reason)}</td></tr>")
+    applied = sum(f.applied for f in verdict.families)
+    return (f"<p class='note'>{applied} of {len(verdict.families)} static check families applied to this "
+            "program (a family whose subject is absent is listed as not applicable).</p>"
+            "<table><tr><th>family</th><th>module</th><th>status</th><th>findings</th><th>why not</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def _interleavings(verdict) -> List[str]:
+    checker = verdict.checker
+    if checker is None:
+        return []
+    parts: List[str] = []
+    examples = checker.counterexamples()
+    if examples:
+        parts.append("<h2>Counterexample</h2>")
+        for n, (f, tl) in enumerate(examples, 1):
+            parts.append(f"<h3 class='error'>{_e(f.message)}</h3><p class='loc'>at {_e(f.location)} (task "
+                         f"{_e(f.task)}, resource {_e(f.resource)})</p><p class='note'>{_e(f.fix)}</p>")
+            parts.append(timeline_html.timeline_table(tl, anchor_id=f"fault-{n}"))
+    elif checker.verdict == "SAFE":
+        try:
+            runs = checker.representative()
+        except Exception as e:  # noqa: BLE001 - an illustration: the report is still written without it
+            runs = []
+            parts.append(f"<p class='note'>(representative interleaving unavailable: {_e(type(e).__name__)})</p>")
+        if runs:
+            parts.append("<h2>A representative interleaving</h2><p class='note'>One complete run out of every "
+                         "interleaving the checker proved (each task runs until it blocks, then the next takes over; "
+                         "each loop runs a few iterations so the stages fill and drain). It illustrates; the SAFE "
+                         "verdict covers all of them.</p>")
+            for tl in runs:
+                parts.append(timeline_html.timeline_table(tl))
+    return parts
+
+
 # ------------------------------------------------------------------ page
-def render_html(*, title: str, verdict: str, accepted: bool, program: Optional[Program],
+def render_html(*, title: str, verdict_text: str, verdict, program: Optional[Program],
                 findings: Sequence[Finding], printout: str = "") -> str:
+    cls = {"ACCEPTED": "ok", "UNPROVEN": "unproven"}.get(verdict.word, "bad")
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
-             f"<style>{_CSS}</style></head><body>", f"<h1>warpsched report: {_e(title)}</h1>",
-             f"<p class='verdict {'ok' if accepted else 'bad'}'>{_e(verdict)}</p>",
-             "<h2>Findings</h2>", findings_table(findings)]
+             f"<style>{_CSS}{timeline_html.CSS}</style></head><body>", f"<h1>warpsched report: {_e(title)}</h1>",
+             f"<p class='verdict {cls}'>{_e(verdict_text)}</p>"]
+    if verdict.summary:
+        parts.append(f"<p class='note'>{_e(verdict.summary)}</p>")
+    if program is not None:
+        parts += ["<h2>Exhaustive checker</h2>", _checker_section(verdict, program)]
+    parts += ["<h2>Findings</h2>", findings_table(findings)]
     if program is None:
-        parts.append("<p>No program was built (the schedule could not be captured), so there is no graph or "
-                     "schedule table.</p>")
+        parts.append("<p>No program was built (the schedule could not be captured), so nothing was verified and "
+                     "there is no graph or schedule table.</p>")
     else:
-        parts += ["<h2>Tasks</h2>", _tasks_table(program),
+        parts += _interleavings(verdict)
+        parts += ["<h2>Static check families</h2>", _families_table(verdict),
+                  "<h2>Tasks</h2>", _tasks_table(program),
                   "<h2>Dependency graph</h2>", graph_svg(program), _edges_table(program),
                   "<h2>Schedules</h2>", schedules_table(program)]
         if printout:
@@ -194,21 +295,48 @@ def render_html(*, title: str, verdict: str, accepted: bool, program: Optional[P
     return "\n".join(parts)
 
 
-def render_report(outcome: Any) -> str:
-    """From the CLI's Outcome (target, findings, manager, rejected)."""
-    manager = getattr(outcome, "manager", None)
+def _printout(manager) -> str:
     program = getattr(manager, "program", None)
-    printout = ""
-    if program is not None:
-        from .printout import register_summary, schedule_table
+    if program is None:
+        return ""
+    from .printout import register_summary, schedule_table
 
-        try:
-            printout = schedule_table(program) + "\n\n" + register_summary(program)
-        except Exception as e:  # noqa: BLE001 - the report must still be written
-            printout = f"(printout unavailable: {type(e).__name__}: {e})"
-    accepted = not outcome.rejected and not any(f.severity == "error" for f in outcome.findings)
-    n_err = sum(f.severity == "error" for f in outcome.findings)
-    verdict = (f"ACCEPTED ({len(outcome.findings)} warning(s))" if accepted
-               else f"REJECTED ({n_err} error(s), {len(outcome.findings) - n_err} warning(s))")
-    return render_html(title=outcome.target, verdict=verdict, accepted=accepted, program=program,
-                       findings=outcome.findings, printout=printout)
+    try:
+        text = schedule_table(program) + "\n\n" + register_summary(program)
+    except Exception as e:  # noqa: BLE001 - the report must still be written
+        return f"(printout unavailable: {type(e).__name__}: {e})"
+    checker = getattr(getattr(manager, "result", None), "checker", None)
+    return text + ("\n\n" + checker.report() if checker is not None else "")
+
+
+def _verdict_text(verdict, findings: Sequence[Finding], tasks: int) -> str:
+    n_err = sum(f.severity == "error" for f in findings)
+    n_warn = len(findings) - n_err
+    return (f"{verdict.word}: {tasks} task{'s' if tasks != 1 else ''}, {n_err} error{'s' if n_err != 1 else ''}, "
+            f"{n_warn} warning{'s' if n_warn != 1 else ''} (exit code {verdict.exit_code})")
+
+
+def render_report(outcome: Any, verdict=None) -> str:
+    """From the CLI's Outcome (target, findings, manager, rejected) and its Verdict."""
+    from .verdict import judge
+
+    manager = getattr(outcome, "manager", None)
+    if verdict is None:
+        verdict = judge(rejected=outcome.rejected, errors=sum(f.severity == "error" for f in outcome.findings),
+                        manager=manager, checker_off=getattr(outcome, "checker_off", None))
+    program = getattr(manager, "program", None)
+    tasks = len(manager.tasks) if manager is not None else 0
+    return render_html(title=outcome.target, verdict_text=_verdict_text(verdict, outcome.findings, tasks),
+                       verdict=verdict, program=program, findings=outcome.findings, printout=_printout(manager))
+
+
+def render_manager(manager) -> str:
+    """The same page for a TaskManager (``TaskManager._repr_html_`` in Jupyter)."""
+    from .verdict import judge
+
+    findings = list(manager.result.findings) if manager.result is not None else []
+    errors = sum(f.severity == "error" for f in findings)
+    verdict = judge(rejected=False, errors=errors, manager=manager)
+    title = "TaskManager(" + ", ".join(t.header for t in manager.program.tasks) + ")"
+    return render_html(title=title, verdict_text=_verdict_text(verdict, findings, len(manager.tasks)),
+                       verdict=verdict, program=manager.program, findings=findings, printout=_printout(manager))

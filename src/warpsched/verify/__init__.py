@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import List
+from typing import List, Optional
 
 from ..errors import Finding
 from .program import Options, Program
@@ -21,11 +21,18 @@ CHECK_FAMILIES = [
 ]
 
 
-def run_static_checks(program: Program) -> List[Finding]:
+def run_static_checks(program: Program, coverage: Optional[list] = None) -> List[Finding]:
+    """Every family's findings; ``coverage``, when given, receives one ``coverage.FamilyRun``
+    per family (applied / not applicable / skipped, and why)."""
+    from .coverage import classify
+
     findings: List[Finding] = []
     for name in CHECK_FAMILIES:
         module = importlib.import_module(f"{__name__}.{name}")
-        findings.extend(module.check(program))
+        found = list(module.check(program))
+        findings.extend(found)
+        if coverage is not None:
+            coverage.append(classify(name, program, len(found)))
     return findings
 
 

@@ -178,7 +178,7 @@ def canonical_program(program: Program) -> tuple:
     c = _Canon()
     o = program.options
     options = (o.assume_pdl_wait_completed, o.smem_capacity_bytes, o.tmem_capacity_columns, o.max_states,
-               o.register_file_size, o.max_threads_per_block)
+               o.max_seconds, o.register_file_size, o.max_threads_per_block)
     tasks = tuple(c.task(t) for t in program.tasks)
     graph = tuple((c.value(k), tuple(c.value(v) for v in vs)) for k, vs in program.graph_items())
     smem = program.smem_allocator

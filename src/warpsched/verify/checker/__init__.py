@@ -17,7 +17,7 @@ from .engine import Engine
 from .explore import Exploration, explore
 from .model import compile_program
 from .parts import components
-from .report import CHECK, CheckerResult, problem_finding, render
+from .report import CHECK, CheckerResult, problem_finding, render, stop_reason
 
 
 def _loop_note(comp) -> str:
@@ -37,6 +37,7 @@ def _merge(results):
             out.counts[k] += v
         out.problems.extend(r.problems)
         out.hit_cap |= r.hit_cap
+        out.hit_time |= r.hit_time
         out.unbounded |= r.unbounded
         out.truncated |= r.truncated
     return out
@@ -55,6 +56,8 @@ def run_checker(program: Program, progress=False) -> CheckerResult:
     whole = compile_program(program)
     parts = components(whole)
     max_states = program.options.max_states
+    max_seconds = getattr(program.options, "max_seconds", None)
+    deadline = t0 + max_seconds if max_seconds else None
     runs = []
     # the search allocates many small acyclic tuples: the cyclic collector would only rescan
     # the growing state table (about 10% of the run time, more in a process already holding
@@ -66,12 +69,12 @@ def run_checker(program: Program, progress=False) -> CheckerResult:
             comp = whole if len(parts) == 1 else compile_program(program, include=set(part))
             budget = max(1, max_states - sum(r.states for _, r in runs))
             engine = Engine(comp)
-            run = explore(engine, budget, report)
+            run = explore(engine, budget, report, deadline)
             if engine.exact_lifted and any(run.counts.values()):
                 # the problem may come from the superset an exact count far from its end is
                 # checked as (loops._normalize): decide it on the exact count alone
                 engine = Engine(comp, exact_lift=False)
-                run = explore(engine, budget, report)
+                run = explore(engine, budget, report, deadline)
             runs.append((engine, run))
     finally:
         if gc_was_on:
@@ -82,7 +85,7 @@ def run_checker(program: Program, progress=False) -> CheckerResult:
     unsafe = any(exp.counts.values())
     if unsafe:
         verdict = "UNSAFE"
-    elif exp.hit_cap or exp.unbounded:
+    elif exp.hit_cap or exp.hit_time or exp.unbounded:
         verdict = "INCOMPLETE"
     else:
         verdict = "SAFE"
@@ -94,16 +97,19 @@ def run_checker(program: Program, progress=False) -> CheckerResult:
         findings.append(Finding(
             check=CHECK, severity="warning",
             message=("exhaustive checker stopped before covering every interleaving "
-                     f"({exp.states} states, max_states={max_states}); the schedule is NOT proven safe"),
+                     f"({stop_reason(exp, max_states, max_seconds)}, {exp.states} states); "
+                     "the schedule is NOT proven safe"),
             location=program.tasks[0].location if program.tasks else None,
             expected="a complete search (Result: SAFE)",
-            fix="raise TaskManager(max_states=...), or reduce the number of tasks / stages to check"))
+            fix=("raise TaskManager(max_states=..., max_seconds=...) (warpsched check --max-states / "
+                 "--max-seconds), or reduce the number of tasks / stages to check")))
     for msg in dict.fromkeys(whole.problems):  # the whole program's: every part's, once each
         findings.append(Finding(check=CHECK, severity="warning", message=f"not modelled: {msg}"))
     seconds = time.perf_counter() - t0
     exp.seconds = seconds
-    text = render(runs, exp, verdict, note, [f for f in findings if f.severity == "error"], max_states)
-    return CheckerResult(verdict, exp.states, seconds, findings, exp, text, note)
+    text = render(runs, exp, verdict, note, [f for f in findings if f.severity == "error"], max_states,
+                  max_seconds)
+    return CheckerResult(verdict, exp.states, seconds, findings, exp, text, note, runs=runs)
 
 
 __all__ = ["CheckerResult", "run_checker"]

@@ -30,6 +30,7 @@ class Problem:
     barrier: Optional[int] = None
     region: object = None
     replayed: bool = True  # the path was re-run concretely (False: canonical states shown)
+    timeline: object = None  # report.Timeline of the path, for the HTML report
 
 
 @dataclass
@@ -39,10 +40,12 @@ class Exploration:
     counts: Dict[str, int] = field(default_factory=lambda: {"deadlock": 0, "race": 0, "pdl": 0, "over-arrival": 0})
     problems: List[Problem] = field(default_factory=list)
     hit_cap: bool = False
+    hit_time: bool = False  # stopped at the max_seconds deadline
     unbounded: bool = False
     seconds: float = 0.0
     stop_at: Optional[int] = None
     truncated: bool = False  # stopped early after a counterexample: counts are lower bounds
+    shortest_complete: Optional[List[Tuple[object, tuple]]] = None  # (pre-state, label) path to the first end
 
 
 MAX_REPORTED = 8
@@ -53,9 +56,10 @@ MAX_BRANCH = 4  # a local decision with more outcomes is stored, not compressed
 PROGRESS_EVERY = 2.0  # seconds
 
 
-def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
+def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[float] = None) -> Exploration:
     """Breadth-first search. ``progress``: a callable taking one line of text, called about
-    every PROGRESS_EVERY seconds once the search has run that long (None: silent)."""
+    every PROGRESS_EVERY seconds once the search has run that long (None: silent).
+    ``deadline``: a time.perf_counter() value; the search stops there (``hit_time``)."""
     t0 = time.perf_counter()
     out = Exploration()
     canon = Canon(engine.c)
@@ -149,9 +153,12 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
     while queue:
         sid = queue.popleft()
         st = states[sid]
-        if progress is not None and not (sid & 255):
+        if not (sid & 255) and (progress is not None or deadline is not None):
             now = time.perf_counter()
-            if now >= next_report:
+            if deadline is not None and now >= deadline:
+                out.hit_time = True
+                break
+            if progress is not None and now >= next_report:
                 next_report = now + PROGRESS_EVERY
                 progress(f"exhaustive checker: {len(ids)} states explored, frontier {len(queue) + 1}, "
                          f"{len(ids) / (now - t0):.0f} states/s, {now - t0:.1f}s")
@@ -191,6 +198,8 @@ def explore(engine: Engine, max_states: int, progress=None) -> Exploration:
             if not succ and not violated:
                 if all(engine.is_done(st, e) for e in range(n)):
                     out.complete += 1
+                    if out.shortest_complete is None:  # a fallback for representative_run
+                        out.shortest_complete = replay(engine, canon, path_to(sid), st)[0]
                 elif any(engine.key_capped(st, e) for e in range(n)):
                     out.unbounded = True  # stuck only because of the run-ahead bound: not a proof either way
                 else:
@@ -243,3 +252,52 @@ def replay(engine: Engine, canon, path, target):
         out.append((cur, chosen[0]))
         cur = chosen[1]
     return out, cur, True
+
+
+def representative_run(engine: Engine, iterations: int = 3, max_steps: int = 4000):
+    """One complete interleaving, for display only (it proves nothing): an executor runs until
+    it blocks, then the next one in lane order takes over, so producers fill every stage and
+    consumers drain them; each loop runs ``iterations`` times and a work-tile loop two tiles.
+    Returns ([(pre-state, label)], final state), or None when the walk gets stuck."""
+    n = len(engine.execs)
+    st = engine.initial()
+    path = []
+    loop_count: Dict[Tuple[int, int], int] = {}
+    tiles: Dict[int, int] = {}
+    turn = 0
+    for _ in range(max_steps):
+        if all(engine.is_done(st, x) for x in range(n)):
+            return path, st
+        for k in range(n):
+            x = (turn + k) % n
+            if engine.blocked(st, x):
+                continue
+            try:
+                succ = engine.successors(st, x)
+            except (Violation, Unbounded):
+                continue
+            if succ:
+                break
+        else:
+            return None
+        label, st2 = _pick(succ, x, loop_count, tiles, iterations)
+        path.append((st, label))
+        st, turn = st2, x
+    return None
+
+
+def _pick(succ, x, loop_count, tiles, iterations):
+    whats = [lab[1] for lab, _ in succ]
+    pc = succ[0][0][2]
+    if any(w.startswith("loop:") for w in whats):
+        done = loop_count.get((x, pc), 0)
+        want = ("loop:last", "loop:exit") if done >= iterations - 1 else ("loop:more", "loop:first")
+        choice = next((i for i, w in enumerate(whats) if w in want), 0)
+        loop_count[(x, pc)] = 0 if whats[choice] in ("loop:last", "loop:exit") else done + 1
+        return succ[choice]
+    if any(w.startswith("tile:") for w in whats):
+        want = ("tile:run",) if tiles.get(x, 0) < 2 else ("tile:exit",)
+        choice = next((i for i, w in enumerate(whats) if w in want), 0)
+        tiles[x] = tiles.get(x, 0) + (whats[choice] != "tile:exit")
+        return succ[choice]
+    return succ[0]

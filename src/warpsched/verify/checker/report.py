@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import Finding
 from ..program import name_of
 from .engine import CUR, Engine
 from . import tripcounts
-from .explore import Exploration, Problem
+from .explore import Exploration, Problem, representative_run
 
 CHECK = "exhaustive interleaving"
 RULE = "=" * 72
@@ -37,6 +37,7 @@ class CheckerResult:
     exploration: Optional[Exploration] = None
     text: str = ""
     loop_note: str = ""
+    runs: List[Tuple[Engine, Exploration]] = field(default_factory=list, repr=False)  # one per independent part
 
     @property
     def deadlocks(self) -> int:
@@ -56,6 +57,30 @@ class CheckerResult:
 
     def report(self) -> str:
         return self.text
+
+    def counterexamples(self) -> List[Tuple[Finding, "Timeline"]]:
+        """Each reported problem's finding with its counterexample as a structured timeline."""
+        errors = [f for f in self.findings if f.severity == "error"]
+        out = []
+        for p, f in zip(self.exploration.problems if self.exploration else [], errors):
+            if getattr(p, "timeline", None) is not None:
+                out.append((f, p.timeline))
+        return out
+
+    def representative(self, iterations: Optional[int] = None) -> List["Timeline"]:
+        """One complete interleaving per independent part, for display (a SAFE verdict covers
+        all of them). Loops run ``iterations`` times (default: the most stages of any pipeline
+        + 1, at most 6), so the stages fill and drain; the shortest complete path of the search
+        is the fallback."""
+        out = []
+        for engine, exp in self.runs:
+            n = iterations or min(6, 1 + max((b.stage + 1 for b in engine.c.barriers), default=1))
+            run = representative_run(engine, n)
+            if run is None and exp.shortest_complete is not None:
+                run = (exp.shortest_complete, None)
+            if run is not None:
+                out.append(timeline_of(engine, run[0], final=run[1]))
+        return out
 
 
 def describe(engine: Engine, curs, e, what, pc) -> str:
@@ -118,6 +143,125 @@ def timeline(engine: Engine, path) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class TimelineRow:
+    executor: int
+    text: str
+    location: Any  # SourceLocation of the schedule call, or None
+    kind: str  # acquire | commit | wait | release | work | loop | tile | hw | skip | fault | blocked | other
+    stage: Optional[int] = None
+    parity: Optional[int] = None
+    completed: List[Tuple[str, str, int, int]] = field(default_factory=list)  # (pipeline, full|empty, stage, phase)
+    full: Dict[str, Tuple[int, ...]] = field(default_factory=dict)  # pipeline -> per stage: 1 full, 0 empty
+    call: str = ""  # the schedule call as written ("SmemAB.acquire()"), or the loop / hardware event
+
+
+@dataclass
+class Timeline:
+    """An interleaving as data (for the HTML report): one lane per executor (task, or warp of
+    an interleaved task), one row per step; barrier phase completions and the number of full
+    stages per pipeline come from the barrier states along the path, not from the steps."""
+    lanes: List[str]
+    pipelines: List[Tuple[str, int]]  # (name, stages)
+    rows: List[TimelineRow]
+    fault: Optional[int] = None  # first row at fault: the violating step, or a deadlock's first blocked step
+
+
+def _kind(engine: Engine, e, what, pc) -> str:
+    if what == "violation":
+        return "fault"
+    for prefix in ("hw", "loop", "tile"):
+        if what.startswith(prefix + ":"):
+            return prefix
+    if what == "skip":
+        return "skip"
+    ins = engine.execs[e].program[pc]
+    if ins.kind != "step":
+        return "other"
+    op = ins.action.op
+    if op in ("acquire", "commit", "wait", "release", "work"):
+        return op
+    return "other"  # try_ probes, PDL, tokens
+
+
+_ARRIVES = {"full": ("commit", "hw", "work"), "empty": ("release", "hw", "work")}
+
+
+def _causing_row(rows: List[TimelineRow], bar) -> TimelineRow:
+    """The row of one atomic transition (a step and the steps merged into it) whose arrival
+    completed the phase of ``bar``: the last commit (full) / release (empty) or hardware
+    arrival on that pipeline and stage; the transition's last row when none matches."""
+    owner = name_of(bar.owner)
+    for kinds in (_ARRIVES[bar.kind][:1], _ARRIVES[bar.kind]):
+        for row in reversed(rows):
+            if row.kind in kinds and f"({owner}" in row.text and row.stage in (None, bar.stage):
+                return row
+    return rows[-1]
+
+
+def _call_text(ins, what: str, text: str) -> str:
+    if ins.kind != "step" or what.startswith(("hw:", "loop:", "tile:")) or what == "return":
+        return text
+    step = ins.action.step
+    return ("(off) " if what == "skip" else "") + f"{step.resource_name}.{step.method}()"
+
+
+def timeline_of(engine: Engine, path, final=None, fault: bool = False) -> Timeline:
+    """``path``: [(pre-state, label)] as in Problem.path; ``final``: the state after the last
+    label (None: unknown). ``fault``: the last label is the violating step."""
+    bars = engine.c.barriers
+    pipes: Dict[str, int] = {}
+    for b in bars:
+        pipes[name_of(b.owner)] = max(pipes.get(name_of(b.owner), 0), b.stage + 1)
+    full = {name: [0] * n for name, n in pipes.items()}
+    rows: List[TimelineRow] = []
+    for i, (state, label) in enumerate(path):
+        e = label[0]
+        first_row = len(rows)
+        steps = [(label[1], label[2], state[0][e][CUR])] + list(label[3] if len(label) > 3 else ())
+        for what, pc, curs in steps:
+            if what == "jump":
+                continue
+            ins = engine.execs[e].program[pc]
+            loc = ins.action.step.location if ins.kind == "step" else None
+            kind = _kind(engine, e, what, pc)
+            stage = parity = None
+            if ins.kind == "step" and ins.action.cursor is not None and not what.startswith(("hw:", "loop:", "tile:")):
+                stage, parity, _ = curs[ins.action.cursor]
+                if ins.action.side.endswith("/after-open"):
+                    stage = (stage - ins.action.stride) % ins.action.num_stages
+            text = describe(engine, curs, e, what, pc)
+            rows.append(TimelineRow(e, text, loc, kind, stage, parity, call=_call_text(ins, what, text)))
+        after = path[i + 1][0] if i + 1 < len(path) else final
+        mine = rows[first_row:]
+        if after is not None and mine and not (fault and i == len(path) - 1):
+            for b, (old, new) in enumerate(zip(state[1], after[1])):
+                if old[0] != new[0]:  # the phase bit flipped: this transition completed a phase
+                    bar = bars[b]
+                    _causing_row(mine, bar).completed.append((name_of(bar.owner), bar.kind, bar.stage, new[0]))
+        for row in mine:
+            for owner, kind, stage, _ in row.completed:
+                full[owner][stage] = 1 if kind == "full" else 0
+            row.full = {k: tuple(v) for k, v in full.items()}
+    return Timeline([ex.name for ex in engine.execs], sorted(pipes.items()), rows,
+                    len(rows) - 1 if fault and rows else None)
+
+
+def _add_blocked(engine: Engine, tl: Timeline, blocked) -> None:
+    """A deadlock's last rows: each blocked task's blocked step, in its own lane."""
+    first = len(tl.rows)
+    for text, step in blocked:
+        lanes = [i for i, ex in enumerate(engine.execs)
+                 if any(ins.kind == "step" and ins.action.step is step for ins in ex.program)]
+        named = [i for i in lanes if text.startswith(engine.execs[i].name + " ")]
+        e = (named or lanes or [0])[0]
+        full = dict(tl.rows[-1].full) if tl.rows else {name: (0,) * n for name, n in tl.pipelines}
+        tl.rows.append(TimelineRow(e, text, getattr(step, "location", None), "blocked", full=full,
+                                   call=f"blocked: {text.split(' blocked in ', 1)[-1]}"))
+    if len(tl.rows) > first:
+        tl.fault = first
+
+
 def problem_finding(engine: Engine, p: Problem) -> Finding:
     ex = engine.execs[p.exec_index]
     step = p.step
@@ -126,6 +270,9 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
     counts = tripcounts.summary(engine, p.path)
     if counts:
         lines.append(counts)
+    p.timeline = timeline_of(engine, p.path, fault=p.kind != "deadlock")  # for the HTML report
+    if p.kind == "deadlock":
+        _add_blocked(engine, p.timeline, p.blocked)
     if p.kind == "deadlock":
         lines.append("blocked:")
         lines.extend(f"  {txt}  @ {st.location}" for txt, st in p.blocked)
@@ -148,8 +295,16 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
                    fix=FIXES[p.kind], severity="error", detail="\n".join(lines))
 
 
+def stop_reason(exp: Exploration, max_states: int, max_seconds: Optional[float]) -> str:
+    if exp.hit_cap:
+        return f"hit max_states={max_states}"
+    if exp.hit_time:
+        return f"ran past max_seconds={max_seconds:g}"
+    return "found a loop that runs unboundedly ahead of the tasks sharing its trip count"
+
+
 def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[Finding],
-           max_states: int) -> str:
+           max_states: int, max_seconds: Optional[float] = None) -> str:
     out = [RULE, "Exhaustive interleaving checker — BFS exploration (barrier-level, every declared loop length)", RULE]
     engine = runs[0][0] if runs else None
     execs = [ex for eng, _ in runs for ex in eng.execs]
@@ -181,10 +336,10 @@ def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[
                f"{c['race']} race(s), {c['pdl']} PDL order violation(s), {c['over-arrival']} barrier "
                f"over-arrival(s) in {exp.seconds:.3f}s")
     if verdict == "INCOMPLETE":
-        why = (f"hit max_states={max_states}" if exp.hit_cap else
-               "found a loop that runs unboundedly ahead of the tasks sharing its trip count")
+        why = stop_reason(exp, max_states, max_seconds)
         out.append(f"WARNING: exhaustive checker {why} before completing the search; no concrete issue was "
-                   "found. This is not a proof: increase max_states (TaskManager(max_states=...)).")
+                   "found. This is not a proof: increase max_states / max_seconds (TaskManager(max_states=..., "
+                   "max_seconds=...), warpsched check --max-states / --max-seconds).")
     out.append(f"Result: {verdict}")
     out.append(RULE)
     return "\n".join(out)
