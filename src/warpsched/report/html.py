@@ -26,6 +26,8 @@ th{background:#f2f2f2} .loc{color:#666;font-family:monospace;font-size:.9em}
 .sec-prologue,.sec-epilogue{background:#f3ecfb} .sec-head{background:#eef5fd} .sec-tail{background:#fdf5e8}
 .error{color:#8a1414;font-weight:bold} .warning{color:#8a5a00;font-weight:bold}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.8em}
+.wide{max-width:100%;max-height:80vh;overflow:auto;border:1px solid #ddd}
+table.sched th{position:sticky;top:0;z-index:1} table.sched td{min-width:170px;max-width:260px;overflow-wrap:anywhere}
 td.what{max-width:42vw} td.what pre{max-height:24em;overflow:auto}
 summary{cursor:pointer;color:#2a5db0;font-size:.9em}
 .tag{font-family:monospace;color:#555}
@@ -165,7 +167,8 @@ def schedules_table(program: Program) -> str:
               "Sections: " + ", ".join(f"<span class='sec-{s.value}'>{s.value}</span>" for s in Section)
               + ". Tags: P prologue, H head, T tail, E epilogue, F first_iter, L last_iter, N every(n), "
               "?/! when_true/when_false, S skippable.</p>")
-    return legend + "<table><tr>" + head + "</tr>" + "".join(rows) + "</table>"
+    return legend + "<div class='wide'><table class='sched'><tr>" + head + "</tr>" + "".join(rows) + \
+        "</table></div>"
 
 
 # ------------------------------------------------------------------ findings
@@ -263,7 +266,9 @@ def _interleavings(verdict) -> List[str]:
                          "interleaving the checker proved (each task runs until it blocks, then the next takes over; "
                          "each loop runs a few iterations so the stages fill and drain). It illustrates; the SAFE "
                          "verdict covers all of them.</p>")
-            for tl in runs:
+            for i, tl in enumerate(runs, 1):
+                if len(runs) > 1:  # independent parts are checked (and drawn) separately
+                    parts.append(f"<h3>Independent part {i} of {len(runs)}: {_e(', '.join(tl.lanes))}</h3>")
                 parts.append(timeline_html.timeline_table(tl))
     return parts
 
@@ -279,12 +284,12 @@ def render_html(*, title: str, verdict_text: str, verdict, program: Optional[Pro
         parts.append(f"<p class='note'>{_e(verdict.summary)}</p>")
     if program is not None:
         parts += ["<h2>Exhaustive checker</h2>", _checker_section(verdict, program)]
+        parts += _interleavings(verdict)  # the counterexample first: it explains the findings
     parts += ["<h2>Findings</h2>", findings_table(findings)]
     if program is None:
         parts.append("<p>No program was built (the schedule could not be captured), so nothing was verified and "
                      "there is no graph or schedule table.</p>")
     else:
-        parts += _interleavings(verdict)
         parts += ["<h2>Static check families</h2>", _families_table(verdict),
                   "<h2>Tasks</h2>", _tasks_table(program),
                   "<h2>Dependency graph</h2>", graph_svg(program), _edges_table(program),

@@ -44,18 +44,19 @@ tr.fault td{background:#fff3f3} tr.fault td.t{background:#fde4e4;color:#8a1414;f
 .bar span{width:6px;height:9px;border:1px solid #9bb;background:#fff}
 .bar span.on{background:#3d8f9a;border-color:#3d8f9a}
 .bar span.rf{outline:2px solid #1d8a4a;outline-offset:1px} .bar span.re{outline:2px solid #d9822b;outline-offset:1px}
-.legend{font-size:12px;color:#555;margin:.3em 0}
-.legend .chip{display:inline-block;margin-right:.4em}
+.legend{font-size:12px;color:#555;margin:.3em 0;display:flex;flex-wrap:wrap;gap:.3em .5em;align-items:center}
+.legend .chip{display:inline-block} .legend .li{white-space:nowrap}
+.k-done{border-color:#bbb;background:#fff;color:#777;font-style:italic}
 """
 
 LEGEND = ("<div class='legend'><span class='chip k-acquire'>acquire</span><span class='chip k-commit'>commit"
           "</span><span class='chip k-wait'>wait</span><span class='chip k-release'>release</span>"
           "<span class='chip k-work'>work</span><span class='chip k-hw'>hardware arrival</span>"
-          "<span class='chip k-loop'>loop / tile decision</span><span class='chip k-fault'>at fault</span> "
-          "<span class='stage'>s1 p0</span> = barrier stage 1, phase parity 0 &nbsp; "
-          "<span class='bar'><span class='on rf'></span><span class='re'></span><span></span></span>"
-          "= a pipeline's stages after the step: filled = full; ring = the step completed that stage's "
-          "full (green) / empty (orange) barrier phase</div>")
+          "<span class='chip k-loop'>loop / tile decision</span>{fault}"
+          "<span class='li'><span class='stage'>s1 p0</span> barrier stage 1, phase parity 0</span>"
+          "<span class='li'><span class='bar'><span class='on rf'></span><span class='re'></span><span></span></span>"
+          "a pipeline's stages after the step: filled = full; ring = this step completed the stage's full "
+          "(green) / empty (orange) barrier phase</span></div>")
 
 
 def _e(x: Any) -> str:
@@ -72,10 +73,11 @@ def _chip(row, fault: bool) -> str:
     stage = ""
     if row.stage is not None:
         stage = f"<span class='stage'>s{row.stage}{'' if row.parity is None else f' p{row.parity}'}</span>"
-    kind = "fault" if fault and row.kind not in ("blocked",) else row.kind
+    fault = fault and row.kind not in ("blocked", "done")  # a violating step; blocked ones say so
+    kind = "fault" if fault else row.kind
     at = _short_loc(row.location)
     where = f"<span class='at' title='{_e(row.location)}'>@ {_e(at)}</span>" if at else ""
-    mark = "at fault: " if fault and row.kind != "blocked" else ""
+    mark = "at fault: " if fault else ""
     text = row.call or row.text
     return (f"<span class='chip k-{_e(kind)}' title='{_e(row.text)}'>{_e(mark)}{_e(text)}{stage}{where}"
             "</span>")
@@ -120,10 +122,11 @@ def timeline_table(tl, anchor_id: str = "") -> str:
         fault = tl.fault is not None and i >= tl.fault
         cells = [f"<td class='t'>{i}</td>"] + ([_pipe_cell(row, tl.pipelines)] if tl.pipelines else [])
         for lane in range(len(tl.lanes)):
-            cells.append(f"<td class='lane'>{_chip(row, fault) if lane == row.executor else ''}</td>")
+            cells.append(f"<td class='lane'>{_chip(row, i == tl.fault) if lane == row.executor else ''}</td>")
         anchor = f" id='{_e(anchor_id)}'" if anchor_id and i == tl.fault else ""
         body.append(f"<tr class='{'fault' if fault else ''}'{anchor}>" + "".join(cells) + "</tr>")
     jump = (f"<p class='note'><a href='#{_e(anchor_id)}'>jump to step {tl.fault}, at fault</a> "
             f"({len(tl.rows)} steps)</p>" if anchor_id and tl.fault is not None else "")
-    return (LEGEND + jump + "<div class='tl-wrap'><table class='tl'><thead><tr>" + head + "</tr></thead><tbody>"
+    legend = LEGEND.format(fault="<span class='chip k-fault'>at fault</span>" if tl.fault is not None else "")
+    return (legend + jump + "<div class='tl-wrap'><table class='tl'><thead><tr>" + head + "</tr></thead><tbody>"
             + "".join(body) + "</tbody></table></div>")

@@ -165,7 +165,8 @@ def _wgmma_warp_groups(program: Program) -> List[Finding]:
                 continue
             first = t.warp_idx // WARPS_PER_GROUP
             last = (t.warp_end - 1) // WARPS_PER_GROUP
-            where = (f"warps {t.warp_idx}-{t.warp_end - 1} (warp group{'s' if last > first else ''} "
+            warps = f"warp {t.warp_idx}" if t.num_warps == 1 else f"warps {t.warp_idx}-{t.warp_end - 1}"
+            where = (f"{warps} (warp group{'s' if last > first else ''} "
                      f"{first}{f'-{last}' if last > first else ''}"
                      f"{', straddling' if last > first else ', part of it'})")
             start = t.warp_idx // WARPS_PER_GROUP * WARPS_PER_GROUP

@@ -148,7 +148,7 @@ class TimelineRow:
     executor: int
     text: str
     location: Any  # SourceLocation of the schedule call, or None
-    kind: str  # acquire | commit | wait | release | work | loop | tile | hw | skip | fault | blocked | other
+    kind: str  # acquire|commit|wait|release|work|loop|tile|hw|skip|fault|blocked|done|other
     stage: Optional[int] = None
     parity: Optional[int] = None
     completed: List[Tuple[str, str, int, int]] = field(default_factory=list)  # (pipeline, full|empty, stage, phase)
@@ -247,8 +247,20 @@ def timeline_of(engine: Engine, path, final=None, fault: bool = False) -> Timeli
                     len(rows) - 1 if fault and rows else None)
 
 
-def _add_blocked(engine: Engine, tl: Timeline, blocked) -> None:
-    """A deadlock's last rows: each blocked task's blocked step, in its own lane."""
+def _after(engine: Engine, path):
+    """The state the path ends in (its last transition re-run), or None."""
+    if not path:
+        return None
+    pre, label = path[-1]
+    try:
+        return next((s for lab, s in engine.successors(pre, label[0]) if lab == label), None)
+    except Exception:  # noqa: BLE001 - only the drawing of the last phase completions depends on it
+        return None
+
+
+def _add_blocked(engine: Engine, tl: Timeline, blocked, final=None) -> None:
+    """A deadlock's last rows: each blocked task's blocked step, in its own lane, and which
+    tasks had already finished."""
     first = len(tl.rows)
     for text, step in blocked:
         lanes = [i for i, ex in enumerate(engine.execs)
@@ -260,6 +272,11 @@ def _add_blocked(engine: Engine, tl: Timeline, blocked) -> None:
                                    call=f"blocked: {text.split(' blocked in ', 1)[-1]}"))
     if len(tl.rows) > first:
         tl.fault = first
+    if final is not None:
+        full = dict(tl.rows[-1].full) if tl.rows else {}
+        for e in range(len(engine.execs)):
+            if engine.is_done(final, e):
+                tl.rows.append(TimelineRow(e, "finished", None, "done", full=full, call="finished"))
 
 
 def problem_finding(engine: Engine, p: Problem) -> Finding:
@@ -270,9 +287,12 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
     counts = tripcounts.summary(engine, p.path)
     if counts:
         lines.append(counts)
-    p.timeline = timeline_of(engine, p.path, fault=p.kind != "deadlock")  # for the HTML report
-    if p.kind == "deadlock":
-        _add_blocked(engine, p.timeline, p.blocked)
+    if p.kind == "deadlock":  # for the HTML report
+        final = _after(engine, p.path)
+        p.timeline = timeline_of(engine, p.path, final=final)
+        _add_blocked(engine, p.timeline, p.blocked, final)
+    else:
+        p.timeline = timeline_of(engine, p.path, fault=True)
     if p.kind == "deadlock":
         lines.append("blocked:")
         lines.extend(f"  {txt}  @ {st.location}" for txt, st in p.blocked)
