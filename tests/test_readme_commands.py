@@ -1,0 +1,41 @@
+"""The README's test command, as .ci/run runs it, ends with pytest's "N passed" summary line.
+
+It is run here on a two-test file with the repository's pytest configuration, so a `-q` in
+both the command and pyproject's addopts (which makes -qq and drops the summary) is caught.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme_block(n: int) -> str:
+    """The n-th ```bash block of the README (1-based), as .ci/run extracts it."""
+    blocks, cur, inside = [], [], False
+    for line in open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().splitlines():
+        if line == "```bash":
+            inside, cur = True, []
+        elif line == "```" and inside:
+            inside = False
+            blocks.append("\n".join(cur))
+        elif inside:
+            cur.append(line)
+    return blocks[n - 1]
+
+
+def test_readme_test_command_ends_with_a_passed_summary(tmp_path):
+    cmd = shlex.split(readme_block(2))
+    assert cmd[:4] == [".venv/bin/python", "-m", "pytest", "tests"], cmd
+    (tmp_path / "test_two.py").write_text("def test_a():\n    pass\n\n\ndef test_b():\n    pass\n")
+    # the same command on a tiny suite, with the repository's configuration (pyproject.toml)
+    argv = [sys.executable, "-m", "pytest", str(tmp_path / "test_two.py"), *cmd[4:],
+            "-c", os.path.join(ROOT, "pyproject.toml"), "--rootdir", ROOT, "-p", "no:cacheprovider"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert re.match(r"^=*\s*2 passed\b", last), proc.stdout
