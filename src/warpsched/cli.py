@@ -19,7 +19,9 @@ from typing import Any, Callable, List, Optional, Tuple
 from .errors import Finding, HasFindings, ValidationError
 from .manager import TaskManager, ValidationWarning, capture_managers
 from .verify.program import Options
-from .report.verdict import EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNPROVEN, EXIT_USAGE, Verdict, judge
+from .report.verdict import (EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNPROVEN, EXIT_USAGE,  # noqa: F401 - re-exported
+                             Verdict, judge)
+
 DEFAULT_NAMES = ("build", "make_task_manager", "main")
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
