@@ -104,7 +104,7 @@ def test_accepted_is_exit_0_and_says_what_was_proven(write, capsys):
     line = verdict_line(out)
     assert line.startswith("warpsched: ACCEPTED") and "exhaustive checker: SAFE" in line
     assert "exhaustive checker: SAFE, " in out and " states in " in out
-    assert "loop lengths proven: domain end 8 [Load, Store]: every count >= 1 of iterations" in out
+    assert "loop lengths proven: domain end (compile-time) [Load, Store]: exactly 8" in out
 
 
 def test_unsafe_is_rejected_with_exit_1_and_the_counterexample(write, capsys):

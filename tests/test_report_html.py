@@ -46,7 +46,7 @@ def test_safe_report_shows_the_proof_and_a_representative_interleaving(tmp_path,
     assert "<span class='big SAFE'>SAFE</span>" in page
     assert re.search(r"<td>states explored</td><td>\d+</td>", page) and re.search(r"<td>time</td><td>[\d.]+ s</td>",
                                                                                    page)
-    assert "<td>loop / tile lengths proven</td><td>domain end 8 [Load, Mma]: every count &gt;= 1 of iterations" in page
+    assert "<td>loop / tile lengths proven</td><td>domain end (compile-time) [Load, Mma]: exactly 8" in page
     assert "A representative interleaving" in page and "Counterexample" not in page
     assert lanes(page) == ["Load", "Mma"]
     # the stages fill: some row shows both stages of tiles full, and the wgmma retire comes before the release

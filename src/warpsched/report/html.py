@@ -264,8 +264,9 @@ def _interleavings(verdict) -> List[str]:
         if runs:
             parts.append("<h2>A representative interleaving</h2><p class='note'>One complete run out of every "
                          "interleaving the checker proved (each task runs until it blocks, then the next takes over; "
-                         "each loop runs a few iterations so the stages fill and drain). It illustrates; the SAFE "
-                         "verdict covers all of them.</p>")
+                         "loops run a few iterations of the checker's loop model, which stands for the trip counts "
+                         "listed above, so the stages fill and drain). It illustrates; the SAFE verdict covers all of "
+                         "them.</p>")
             for i, tl in enumerate(runs, 1):
                 if len(runs) > 1:  # independent parts are checked (and drawn) separately
                     parts.append(f"<h3>Independent part {i} of {len(runs)}: {_e(', '.join(tl.lanes))}</h3>")

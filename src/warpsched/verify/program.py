@@ -16,7 +16,7 @@ class Options:
     assume_pdl_wait_completed: bool = False
     smem_capacity_bytes: Optional[int] = None
     tmem_capacity_columns: Optional[int] = None
-    max_states: int = 500_000  # the bundled examples need at most ~150k (interleaved build_per_role)
+    max_states: int = 500_000  # generous: the largest bundled builder (interleaved build_per_role) needs ~36k
     max_seconds: Optional[float] = None  # wall-clock limit of the exhaustive search; None: none
     register_file_size: int = 65536
     max_threads_per_block: int = 1024

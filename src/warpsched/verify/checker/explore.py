@@ -257,7 +257,8 @@ def replay(engine: Engine, canon, path, target):
 def representative_run(engine: Engine, iterations: int = 3, max_steps: int = 4000):
     """One complete interleaving, for display only (it proves nothing): an executor runs until
     it blocks, then the next one in lane order takes over, so producers fill every stage and
-    consumers drain them; each loop runs ``iterations`` times and a work-tile loop two tiles.
+    consumers drain them; where the loop model offers the choice, a loop ends after ``iterations``
+    iterations and a work-tile loop after two tiles.
     Returns ([(pre-state, label)], final state), or None when the walk gets stuck."""
     n = len(engine.execs)
     st = engine.initial()
