@@ -154,13 +154,26 @@ def _fake_args(key: str, mod):
     raise KeyError(key)
 
 
-def child(key: str, path: str, impl: str) -> dict:
+def force_unroll(impl: str, unroll) -> None:
+    """Give ``domain_loop`` calls without ``unroll=`` this default (for a same-unroll comparison:
+    the TS docs say 1, the reference 4.8.1 passes None, letting the compiler unroll)."""
+    if impl == "reference":
+        from cutlass.experimental.task_scheduling import schedule_builder as impl_mod
+    else:
+        from warpsched.model import schedule as impl_mod
+    impl_mod.domain_loop.__wrapped__.__kwdefaults__["unroll"] = unroll
+
+
+def child(key: str, path: str, impl: str, unroll: str = "default") -> dict:
     rel, arch, kernel_name = TUTORIALS[key]
     os.environ["CUTE_DSL_ARCH"] = arch
-    out = {"tutorial": key, "impl": impl, "arch": arch}
+    out = {"tutorial": key, "impl": impl, "arch": arch, "unroll": unroll}
     t0 = time.perf_counter()
     try:
         import cutlass.cute as cute
+
+        if unroll != "default":
+            force_unroll(impl, None if unroll == "none" else int(unroll))
 
         mod = _load(path, f"port_{impl}_{key}")
         fn, args = _fake_args(key, mod)
@@ -169,7 +182,7 @@ def child(key: str, path: str, impl: str) -> dict:
         out.update(ok=True, **count_ptx(ptx))
         if os.environ.get("PORT_DUMP_PTX"):  # for reading the two kernels side by side
             os.makedirs(os.environ["PORT_DUMP_PTX"], exist_ok=True)
-            with open(os.path.join(os.environ["PORT_DUMP_PTX"], f"{key}.{impl}.ptx"), "w") as f:
+            with open(os.path.join(os.environ["PORT_DUMP_PTX"], f"{key}.{impl}.unroll-{unroll}.ptx"), "w") as f:
                 f.write(ptx)
     except BaseException as e:  # noqa: BLE001 - the table reports it
         out.update(ok=False, error=_first_line(e))
@@ -245,12 +258,12 @@ def gpu_child(key: str, path: str, impl: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- driver
-def run_child(mode: str, key: str, path: str, impl: str, timeout: int) -> dict:
+def run_child(mode: str, key: str, path: str, impl: str, timeout: int, unroll: str = "default") -> dict:
     env = dict(os.environ)
     env["CUTE_DSL_ARCH"] = TUTORIALS[key][1]
     if impl == "warpsched":
         env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, key, path, impl]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, key, path, impl, unroll]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -262,32 +275,55 @@ def run_child(mode: str, key: str, path: str, impl: str, timeout: int) -> dict:
     return {"tutorial": key, "impl": impl, "ok": False, "error": f"crashed rc={p.returncode}: {tail[0][:200]}"}
 
 
+# unroll mode -> heading. "default": each library's own default (what a ported program gets);
+# "1": both at the TS docs' default (no unrolling); "none": both at the reference 4.8.1's
+# effective default (the compiler chooses).
+MODES = (("default", "as ported (own defaults)"), ("1", "both unroll=1 (TS docs)"),
+         ("none", "both unroll=None (ref. 4.8.1)"))
+
+
 def _cell(r: dict) -> str:
     if not r.get("ok"):
-        return "FAIL"
-    return f"yes  {r['mbarrier']:>3} {r['TMA']:>3} {r['tcgen05']:>3}"
+        return f"{'FAIL':>11}"
+    return f"{r['mbarrier']:>3} {r['TMA']:>3} {r['tcgen05']:>3}"
+
+
+def verdict(ref: dict, ws: dict) -> str:
+    if not ws.get("ok"):
+        return "PORT FAILS" if ref.get("ok") else "both fail"
+    if not ref.get("ok"):
+        return "warpsched only"
+    fewer = ws["mbarrier"] <= ref["mbarrier"]
+    same = ws["TMA"] == ref["TMA"] and ws["tcgen05"] == ref["tcgen05"]
+    if fewer and same:
+        return "OK"
+    return ", ".join(x for x in ("MORE MBARRIER" if not fewer else "",
+                                 "TMA/TCGEN05 DIFFER" if not same else "") if x)
 
 
 def table(rows) -> str:
-    head = (f"{'tutorial':32s} {'arch':8s} | {'reference: ok mbar TMA tc05':28s} | {'warpsched: ok mbar TMA tc05':28s}"
-            f" | verdict")
-    out = [head, "-" * len(head)]
+    """rows: key -> {mode: (ref, ws)}"""
+    w = 25
+    head1 = f"{'':32s} {'':8s}" + "".join(f" | {title:^{w}s}" for _, title in MODES) + " |"
+    head2 = f"{'tutorial':32s} {'arch':8s}" + "".join(f" | {'reference':^11s} {'warpsched':^12s}"[:w + 3]
+                                                     for _ in MODES) + " | compiles (ref/ws) | verdict"
+    head3 = f"{'':32s} {'':8s}" + "".join(f" | {'mb TMA tc5':>11s} {'mb TMA tc5':>12s}"[:w + 3] for _ in MODES) + " |"
+    out = [head1, head2, head3, "-" * len(head2)]
     notes = []
-    for key, ref, ws in rows:
-        verdict = ""
-        if ws.get("ok") and ref.get("ok"):
-            fewer = ws["mbarrier"] <= ref["mbarrier"]
-            same = ws["TMA"] == ref["TMA"] and ws["tcgen05"] == ref["tcgen05"]
-            verdict = "OK" if fewer and same else "COUNTS DIFFER"
-        elif ws.get("ok"):
-            verdict = "warpsched only"
-        else:
-            verdict = "PORT FAILS"
-        out.append(f"{key:32s} {TUTORIALS[key][1]:8s} | {_cell(ref):28s} | {_cell(ws):28s} | {verdict}")
-        for r in (ref, ws):
-            if not r.get("ok"):
-                notes.append(f"  {key} [{r['impl']}]: {r.get('error')}")
-    return "\n".join(out + ([""] + notes if notes else []))
+    for key, by_mode in rows.items():
+        cells = "".join(f" | {_cell(by_mode[m][0])} {_cell(by_mode[m][1]):>12s}"[:w + 3] for m, _ in MODES)
+        ref, ws = by_mode["default"]
+        comp = f"{'yes' if ref.get('ok') else 'NO'}/{'yes' if ws.get('ok') else 'NO'}"
+        v1, vn = verdict(*by_mode["1"]), verdict(*by_mode["none"])
+        out.append(f"{key:32s} {TUTORIALS[key][1]:8s}{cells} | {comp:^17s} | {v1 if v1 == vn else f'{v1} / {vn}'}")
+        for m, _ in MODES:
+            for r in by_mode[m]:
+                if not r.get("ok"):
+                    notes.append(f"  {key} [{r['impl']}, unroll {m}]: {r.get('error')}")
+    legend = ("mb = mbarrier instructions, TMA = cp.async.bulk.tensor, tc5 = tcgen05.* (static PTX lines of the "
+              "TS kernel). Verdict: warpsched emits no more mbarrier instructions and the same TMA / tcgen05 "
+              "counts as the reference at the same unroll (both same-unroll columns).")
+    return "\n".join(out + ["", legend] + ([""] + notes if notes else []))
 
 
 def main(argv=None):
@@ -298,11 +334,11 @@ def main(argv=None):
     ap.add_argument("--out", help="also write the table to this file")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--dump-ptx", metavar="DIR", help="write each counted kernel's PTX to DIR")
-    ap.add_argument("--child", nargs=4, metavar=("MODE", "KEY", "PATH", "IMPL"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=5, metavar=("MODE", "KEY", "PATH", "IMPL", "UNROLL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        mode, key, path, impl = args.child
-        res = child(key, path, impl) if mode == "compile" else gpu_child(key, path, impl)
+        mode, key, path, impl, unroll = args.child
+        res = child(key, path, impl, unroll) if mode == "compile" else gpu_child(key, path, impl)
         print(MARK + json.dumps(res), flush=True)
         return 0
     if not args.cutlass:
@@ -324,15 +360,17 @@ def main(argv=None):
                 print(line, flush=True)
                 lines.append(line)
     else:
-        rows = []
+        rows = {}
         for key in keys:
             rel = TUTORIALS[key][0]
             orig = os.path.join(args.cutlass, TUTORIAL_DIR, rel)
-            ref = run_child("compile", key, orig, "reference", args.timeout)
-            ws = run_child("compile", key, ported_copy(args.cutlass, rel, scratch), "warpsched", args.timeout)
-            print(f"  {key}: reference {_cell(ref)} ({ref.get('seconds')} s), warpsched {_cell(ws)} "
-                  f"({ws.get('seconds')} s)", flush=True)
-            rows.append((key, ref, ws))
+            ported = ported_copy(args.cutlass, rel, scratch)
+            rows[key] = {}
+            for mode, _ in MODES:
+                ref = run_child("compile", key, orig, "reference", args.timeout, mode)
+                ws = run_child("compile", key, ported, "warpsched", args.timeout, mode)
+                rows[key][mode] = (ref, ws)
+                print(f"  {key} unroll={mode}: reference {_cell(ref)}, warpsched {_cell(ws)}", flush=True)
         lines = [table(rows)]
         print()
         print(lines[0])
