@@ -43,13 +43,8 @@ TUTORIALS = {
 }
 COPIES = [k for k, v in TUTORIALS.items() if v[1] == "sm_90a"]
 
-_TS_IMPORT = re.compile(r"from\s+cutlass\.experimental\.task_scheduling(?:\.[A-Za-z_]\w*)*\s+import\b")
-
-
-def port_source(text: str) -> str:
-    """The user's edit: the reference TS import statements become ``from warpsched import``.
-    Line numbers are kept (the statement's module part is replaced in place)."""
-    return _TS_IMPORT.sub("from warpsched import", text)
+sys.path.insert(0, os.path.join(ROOT, "src"))
+from warpsched.compat import port_imports as port_source  # noqa: E402  (pure Python, imports no DSL)
 
 
 def ported_copy(cutlass_root: str, rel: str, scratch: str) -> str:

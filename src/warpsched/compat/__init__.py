@@ -14,10 +14,20 @@ Every deliberate difference a porting user meets is listed in ``docs/porting.md`
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Dict
 
 from ..errors import Finding, ScheduleError
 from ..model.source import caller_location
+
+_REFERENCE_IMPORT = re.compile(r"from\s+cutlass\.experimental\.task_scheduling(?:\.[A-Za-z_]\w*)*\s+import\b")
+
+
+def port_imports(source: str) -> str:
+    """The whole port, as text: every ``from cutlass.experimental.task_scheduling[.module] import``
+    becomes ``from warpsched import`` (in place, so line numbers do not move)."""
+    return _REFERENCE_IMPORT.sub("from warpsched import", source)
+
 
 # keyword -> why warpsched has no use for it (accepted, documented, no effect)
 IGNORED: Dict[str, Dict[str, str]] = {
