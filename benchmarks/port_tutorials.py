@@ -234,9 +234,11 @@ def gpu_child(key: str, path: str, impl: str) -> dict:
                 a = torch.randn(int(offsets[-1]), device="cuda")
                 b = torch.full((n_seg, max_len), float("nan"), device="cuda")
                 offsets = offsets.cuda()
-                ma, mb, mo = from_dlpack(a), from_dlpack(b), from_dlpack(offsets)
-                sms = torch.cuda.get_device_properties(0).multi_processor_count
-                f = cute.compile(mod.host_function, ma, mb, mo, n_seg, sms)
+                ma, mb, mo = (from_dlpack(t).mark_layout_dynamic() for t in (a, b, offsets))
+                import cutlass.utils as utils
+
+                clusters = utils.HardwareInfo().get_max_active_clusters(1)
+                f = cute.compile(mod.host_function, ma, mb, mo, n_seg, clusters)
                 f(ma, mb, mo, n_seg)
                 torch.cuda.synchronize()
                 ok = True
