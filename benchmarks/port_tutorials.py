@@ -172,7 +172,8 @@ def child(key: str, path: str, impl: str, unroll: str = "default") -> dict:
 
         mod = _load(path, f"port_{impl}_{key}")
         fn, args = _fake_args(key, mod)
-        compiled = cute.compile(fn, *args, options=f"--keep-ptx --gpu-arch {arch}")
+        dump = tempfile.mkdtemp(prefix="port_ptx_")  # --keep-ptx writes files: keep them out of the cwd
+        compiled = cute.compile(fn, *args, options=f"--keep-ptx --dump-dir={dump} --gpu-arch {arch}")
         ptx = kernel_ptx(compiled.artifacts.PTX, kernel_name)
         out.update(ok=True, **count_ptx(ptx))
         if os.environ.get("PORT_DUMP_PTX"):  # for reading the two kernels side by side

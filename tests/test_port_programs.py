@@ -40,21 +40,25 @@ def ported(name: str, tmp_path):
     return mod
 
 
-def compile_counts(mod):
+def _compile(mod):
+    import tempfile
+
     import cutlass.cute as cute
 
     fn, args, arch = mod.cpu_build()
-    ptx = cute.compile(fn, *args, options=f"--keep-ptx --gpu-arch {arch}").artifacts.PTX
+    dump = tempfile.mkdtemp(prefix="warpsched_port_ptx_")  # --keep-ptx writes files: not into the repo
+    return cute.compile(fn, *args, options=f"--keep-ptx --dump-dir={dump} --gpu-arch {arch}").artifacts.PTX, arch
+
+
+def compile_counts(mod):
+    ptx, arch = _compile(mod)
     assert f".target {arch}" in ptx
     lines = [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith("//")]
     return {k: sum(p in ln for ln in lines) for k, p in PATTERNS.items()}
 
 
 def _ptx(mod):
-    import cutlass.cute as cute
-
-    fn, args, arch = mod.cpu_build()
-    return cute.compile(fn, *args, options=f"--keep-ptx --gpu-arch {arch}").artifacts.PTX
+    return _compile(mod)[0]
 
 
 # Counts of the TS kernel's PTX; "bar.sync" is warpsched's own CTA barrier after barrier init (the
