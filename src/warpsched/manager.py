@@ -74,7 +74,15 @@ class TaskManager:
                  assume_pdl_wait_completed: bool = False, smem_capacity_bytes: Optional[int] = None,
                  tmem_capacity_columns: Optional[int] = None, max_states: int = Options.max_states,
                  max_seconds: Optional[float] = None, register_file_size: int = 65536,
-                 cache_verdict: Optional[bool] = None, out=None, progress: Optional[bool] = None):
+                 cache_verdict: Optional[bool] = None, out=None, progress: Optional[bool] = None,
+                 tmem_ptr_i32=None, **reference_only):
+        if reference_only:  # profiling / DMA-label keywords of the reference TS: accepted, no effect
+            from .compat import take_extra_keywords
+
+            take_extra_keywords("TaskManager", reference_only)
+        # An SMEM slot holding the TMEM base that the kernel allocates itself (as with
+        # SmemAllocator.add_tmem_ptr): published as StageInfo.context.tmem_ptr_i32.
+        self.tmem_ptr_i32 = tmem_ptr_i32
         capture = _capture.get()
         if capture is not None:
             capture[0].append(self)
@@ -187,7 +195,7 @@ class TaskManager:
         """Inside a ``@cute.kernel``: allocate SMEM, create and initialize barriers."""
         from .lower.kernel import KernelLowering
 
-        self._lowering = KernelLowering(self.program)
+        self._lowering = KernelLowering(self.program, tmem_ptr_i32=self.tmem_ptr_i32)
         self._lowering.setup()
         return self._lowering
 

@@ -48,6 +48,12 @@ def _in_range(warp_idx, lo: int, hi: int):
     return (warp_idx >= lo) & (warp_idx < hi)
 
 
+def warp_in_task(task):
+    """Warp-uniform Boolean: the current warp is one of ``task``'s (``Task.is_selected()``)."""
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    return _in_range(warp_idx, task.warp_idx, task.warp_end)
+
+
 def _ranges(groups: List[int]):
     """Contiguous warp ranges covering the given warp groups."""
     groups = sorted(groups)

@@ -11,6 +11,7 @@ from typing import Dict
 import cutlass
 import cutlass.cute as cute
 
+from ..compat.dsl import smem_block_array
 from ..model.resources import WorkQueue
 from . import LoweringError
 from .dispatch import dispatch
@@ -22,8 +23,9 @@ from .pipelines import PipelineLowering, cluster_shape_mn
 
 
 class KernelLowering:
-    def __init__(self, program, *, producer_tail: bool = True):
+    def __init__(self, program, *, producer_tail: bool = True, tmem_ptr_i32=None):
         self.program = program
+        self.user_tmem_ptr = tmem_ptr_i32  # TaskManager(tmem_ptr_i32=...): the kernel owns TMEM
         self.producer_tail = producer_tail
         self.pipes: Dict[int, PipelineLowering] = {}
         self.group_of: Dict[int, object] = {}  # member id -> its PipelineGroup
@@ -43,10 +45,20 @@ class KernelLowering:
         if ba is not None and ba.num_barriers is None:
             ba.compute_layout()
         base = smem.block(sa)
-        self.context = KernelContext(smem_allocator=sa, smem_base=base, tmem_allocator=program.tmem_allocator,
+        block = smem_block_array(base, sa.total_bytes) if base is not None else None
+        if sa is not None:
+            sa.block = block
+        self.context = KernelContext(smem_allocator=sa, smem_base=block, tmem_allocator=program.tmem_allocator,
                                      warp_idx=self.warp_idx)
         ta = program.tmem_allocator
-        if ta is not None:
+        user_slot = self.user_tmem_ptr
+        if user_slot is None and sa is not None and sa.tmem_ptr is not None:
+            user_slot = sa.get(sa.tmem_ptr)
+        if user_slot is not None:
+            # The kernel allocates TMEM itself around run() (the TS allocator docs' flow): publish its
+            # slot, emit no tcgen05.alloc / dealloc here.
+            self.context.tmem_ptr_i32 = user_slot
+        elif ta is not None:
             if ta.total_columns is None:
                 ta.compute_layout()
             self._tmem_cols = tmem_columns(ta.total_columns or 0) if ta.total_columns else 0

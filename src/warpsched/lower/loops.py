@@ -146,14 +146,14 @@ class TaskEmitter:
                 if not escapes or key in env:
                     continue
                 var = self._slot_var(tok, s.resource)
-                if var is None or var.default is None or not _is_numeric_type(var.dtype):
+                if var is None or var.default_value() is None or not _is_numeric_type(var.dtype):
                     raise LoweringError(
                         f"value {tok!r} is produced inside a runtime loop or guard and read outside it (or in a "
                         "later iteration), so it needs a typed default", task=self.task, resource=s.resource,
                         location=s.location,
                         fix=f"declare {tok.slot or 'the result'} as TaskLocalVariable(dtype=cutlass.<Numeric>, "
                             "default=...)")
-                env[key] = var.dtype(var.default)
+                env[key] = var.dtype(var.default_value())
 
     def _store_token(self, env, tok, res, value):
         key = self._tkey(tok)
@@ -182,6 +182,8 @@ class TaskEmitter:
         frame = Frame()
         if wtl is not None:
             self._block(env, self.sched.by_section(Section.PROLOGUE), frame, 0)
+            for k in [k for k in env if k[0] == "try"]:  # a try_ token never crosses into a loop
+                del env[k]
             self._tile_loop(env, wtl, frame)
             self._block(env, self.sched.by_section(Section.EPILOGUE), frame, 0)
         else:
@@ -227,11 +229,13 @@ class TaskEmitter:
         return dl.start % stride
 
     def _sections(self, env, frame):
-        self._block(env, self.sched.by_section(Section.HEAD), frame, 0)
         loop_steps = self.sched.by_section(Section.LOOP)
         dl = self.sched.domain_loop
-        if dl is not None:
+        if dl is not None:  # bounds first: StageInfo.loop_start / loop_end / loop_step hold in head and tail too
             start, end, step = (self._bound(b, frame, dl) for b in (dl.start, dl.end, dl.step))
+            frame = frame.with_(start=start, end=end, step=step)
+        self._block(env, self.sched.by_section(Section.HEAD), frame, 0)
+        if dl is not None:
             self._seed(env, loop_steps, True)
             keys = [k for k in self._writes(loop_steps) if k in env]
             for k in list(env):  # a try_ token never crosses into a loop: it belongs to one bracket
@@ -273,6 +277,8 @@ class TaskEmitter:
         if wq.is_dynamic:
             return self._clc_tile_loop(env, wtl, frame)
         cfg = wq.tile_scheduler_config
+        if cfg is not None and cfg.tile_scheduler_params is not None:
+            return self._scheduler_tile_loop(env, wtl, frame, cfg.tile_scheduler_params)
         if cfg is None or cfg.num_tiles is None:
             raise LoweringError("a static WorkQueue needs tile_scheduler_config=TileSchedulerConfig(num_tiles=...)",
                                 task=self.task, resource=wq, location=wtl.location)
@@ -301,6 +307,29 @@ class TaskEmitter:
             self._sections(inner, frame.with_(work_tile=tile, skip=skip))
 
         dyn_for(env, keys, bid, total, gdim, body, unroll=1)
+
+    def _scheduler_tile_loop(self, env, wtl, frame, params):
+        """Static queue built from ``PersistentTileSchedulerParams``: the tile order and CTA mapping of
+        ``cutlass.utils.StaticPersistentTileScheduler`` (cluster index from blockIdx.z, stride = the
+        number of persistent clusters), as a runtime loop over the linear cluster index."""
+        from cutlass.utils import StaticPersistentTileScheduler as Sched
+
+        wq = wtl.work_queue
+        sched = Sched.create(params, cute.arch.block_idx(), cute.arch.grid_dim())
+        total = cute.size(sched.params.problem_layout_ncluster_mnl)
+        inner_steps = [s for s in self.steps if s.section in (Section.HEAD, Section.LOOP, Section.TAIL)]
+        self._seed(env, inner_steps, True)
+        keys = [k for k in self._writes(inner_steps) if k in env]
+
+        def body(t, inner):
+            work = Sched(sched.params, sched.num_persistent_clusters, t, sched.cta_id_in_cluster,
+                         cutlass.Int32(0)).get_current_work()
+            tile = WorkTileInfo(tile_idx=tuple(work.tile_idx), is_valid_tile=work.is_valid_tile)
+            skip = _call_skip(wtl.skip_if, wq, tile) if wtl.has_skippable and wtl.skip_if is not None else None
+            self._sections(inner, frame.with_(work_tile=tile, skip=skip))
+
+        _, _, bz = cute.arch.block_idx()
+        dyn_for(env, keys, cutlass.Int32(bz), total, sched.num_persistent_clusters, body, unroll=1)
 
     def _clc_tile_loop(self, env, wtl, frame):
         """CLC dynamic persistent loop: the first tile is this CTA's own; each
@@ -495,7 +524,8 @@ class TaskEmitter:
                 stage_idx = cur.index
                 barrier = self._pipe(res).barrier(side, cur)
         info = StageInfo(loop_offset=frame.loop_offset, stage_idx=stage_idx, barrier=barrier,
-                         work_tile=frame.work_tile, context=self.L.context_for(self.task))
+                         work_tile=frame.work_tile, context=self.L.context_for(self.task),
+                         loop_start=frame.start, loop_end=frame.end, loop_step=frame.step)
         kwargs = dict(s.const_args)
         for pname, tok in s.token_args.items():
             key = self._tkey(tok)

@@ -27,14 +27,15 @@ def _numeric(dtype: Any):
     return dtype if isinstance(dtype, type) and hasattr(dtype, "width") else None
 
 
-def smem_pointer(allocator, allocation):
-    """Typed SMEM pointer of ``allocation`` inside the block bound to ``allocator``."""
+def smem_pointer(allocator, allocation, dtype=None):
+    """Typed SMEM pointer of ``allocation`` inside the block bound to ``allocator`` (``dtype``
+    overrides the allocation's element type)."""
     if allocation.offset is None:
         raise LoweringError(f"SMEM allocation {allocation.name!r} has no offset",
                             location=allocation.location, fix="call SmemAllocator.compute_layout() before lowering")
     base = allocator.base
     ptr = base + allocation.offset if allocation.offset else base
-    dtype = _numeric(allocation.dtype)
+    dtype = _numeric(dtype) or _numeric(allocation.dtype)
     if dtype is None:
         width = allocation.dtype if isinstance(allocation.dtype, int) else 1
         dtype = {1: cutlass.Int8, 2: cutlass.Int16, 4: cutlass.Int32, 8: cutlass.Int64}.get(width, cutlass.Int8)
@@ -47,7 +48,7 @@ class KernelContext:
     """``StageInfo.context``: what work methods may need from the kernel setup."""
 
     smem_allocator: Any = None
-    smem_base: Any = None  # Int8 SMEM pointer of the unified block (None when no allocations)
+    smem_base: Any = None  # the unified SMEM block, a cutlass.Array of Uint8 (None when no allocations)
     tmem_allocator: Any = None
     tmem_base: Any = None  # TMEM base address (Int32) on sm_100a, None otherwise
     tmem_ptr_i32: Any = None  # SMEM slot holding the TMEM base

@@ -28,23 +28,27 @@ def _dtype_bytes(dtype: Any) -> int:
 
 @dataclass(eq=False, init=False)
 class SmemAllocation:
-    """A named SMEM region: ``count`` elements of ``dtype``, or ``size_bytes`` raw bytes (as in TS:
-    ``SmemAllocation(name, size_bytes=..., alignment=...)`` needs no dtype; ``get()`` then gives a
-    byte pointer). An explicit ``size_bytes`` wins over ``count x dtype``."""
+    """A named SMEM region: ``count`` elements of ``dtype``, or ``size_bytes`` raw bytes.
+
+    ``SmemAllocation(name, size_bytes=None, alignment=128, dtype=None, count=1)``: the reference TS
+    order, so ``SmemAllocation("ring", 4096, alignment=128)`` is 4096 bytes; keywords work in either
+    style. Without a dtype, ``get()`` gives a byte pointer. An explicit non-zero ``size_bytes`` wins
+    over ``count x dtype`` (as in TS, 0 with a dtype means "compute it"). ``offset`` is assigned by
+    ``compute_layout()``.
+    """
 
     name: str
     dtype: Any = None
-    count: int = 0
+    count: int = 1
     alignment: int = 128
     offset: Optional[int] = None
     declared_bytes: Optional[int] = None
     location: SourceLoc = field(default=None, repr=False)  # type: ignore[assignment]
 
-    def __init__(self, name: str, dtype: Any = None, count: int = 0, alignment: int = 128,
-                 offset: Optional[int] = None, *, size_bytes: Optional[int] = None,
-                 location: Optional[SourceLoc] = None):
+    def __init__(self, name: str, size_bytes: Optional[int] = None, alignment: int = 128, dtype: Any = None,
+                 count: Any = 1, *, offset: Optional[int] = None, location: Optional[SourceLoc] = None):
         self.name, self.dtype, self.count, self.alignment, self.offset = name, dtype, count, alignment, offset
-        self.declared_bytes = size_bytes
+        self.declared_bytes = None if (size_bytes == 0 and dtype is not None) else size_bytes
         self.location = location if location is not None else caller_location()
 
     @property
@@ -68,14 +72,25 @@ def _non_negative(value: Any, what: str) -> int:
     return n
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, init=False)
 class TmemAllocation:
-    """A named range of TMEM columns (Blackwell); ``offset`` is assigned by ``TmemAllocator``."""
+    """A named range of TMEM columns (Blackwell): ``TmemAllocation(name, columns)`` (or
+    ``num_columns=``, the reference TS keyword); ``offset`` is assigned by ``TmemAllocator``."""
 
     name: str
     columns: int = 0
     offset: Optional[int] = None
-    location: SourceLoc = field(default_factory=caller_location, repr=False)
+    location: SourceLoc = field(default=None, repr=False)
+
+    def __init__(self, name: str, columns: Any = 0, *, num_columns: Any = None, offset: Optional[int] = None):
+        self.name = name
+        self.columns = num_columns if num_columns is not None else columns
+        self.offset = offset
+        self.location = caller_location()
+
+    @property
+    def num_columns(self):
+        return self.columns
 
     @property
     def end(self) -> Optional[int]:
@@ -103,21 +118,43 @@ class SmemAllocator:
         self.tmem_ptr: Optional[SmemAllocation] = None
         self.total_bytes: Optional[int] = None
         self.base = None  # set by the lowering: the SMEM block pointer
+        self.block = None  # set by the lowering: the block as a cutlass.Array of Uint8 (smem_base)
+
+    def add(self, allocation: SmemAllocation) -> SmemAllocation:
+        """Register a standalone allocation (not owned by a resource); returns it."""
+        if allocation not in self.allocations:
+            self.allocations.append(allocation)
+        return allocation
 
     def add_resource(self, resource: Any) -> None:
         self.resources.append(resource)
         for a in resource.get_smem_requirements() or []:
-            if a not in self.allocations:
-                self.allocations.append(a)
+            self.add(a)
 
     def add_pipeline_group(self, group: Any) -> None:
         self.pipeline_groups.append(group)
 
     def add_tmem_ptr(self, allocation: SmemAllocation) -> SmemAllocation:
+        """The SMEM slot the kernel's own ``tcgen05.alloc`` writes the TMEM base into. With it, the
+        kernel allocates and frees TMEM around ``run()`` (the lowering then emits neither) and
+        ``StageInfo.context.tmem_ptr_i32`` points at this slot."""
         self.tmem_ptr = allocation
-        if allocation not in self.allocations:
-            self.allocations.append(allocation)
-        return allocation
+        return self.add(allocation)
+
+    @property
+    def tmem_ptr_alloc(self) -> Optional[SmemAllocation]:
+        return self.tmem_ptr
+
+    @property
+    def smem_base(self):
+        """Inside a kernel, after ``setup_resources_and_tasks()``: the unified block (cutlass.Array)."""
+        return self.block
+
+    @property
+    def total(self) -> int:
+        return self.total_bytes if self.total_bytes is not None else self.unaliased_bytes
+
+    total_smem_bytes = total
 
     def add_alias_group(self, phases: List[List[SmemAllocation]]) -> None:
         if self.total_bytes is not None:
@@ -170,6 +207,19 @@ class SmemAllocator:
 
         return smem_pointer(self, allocation)
 
+    def get_as_type(self, allocation: SmemAllocation, dtype: Any, count: int = 1):
+        """Inside a kernel: ``allocation``'s address as a pointer to ``dtype`` (a reinterpret cast)."""
+        if self.base is None:
+            raise LayoutError("SmemAllocator.get_as_type() is only available after setup_resources_and_tasks()")
+        from ..lower.memory import smem_pointer
+
+        return smem_pointer(self, allocation, dtype=dtype)
+
+    get_typed_ptr = get_as_type
+
+    def print_usage_report(self) -> None:
+        print(self.usage_report())
+
     def usage_report(self) -> str:
         aliased = self.aliased()
         rows = ["[smem-layout] Memory Usage Report",
@@ -198,10 +248,27 @@ class TmemAllocator:
         self.allocations: List[TmemAllocation] = []
         self.total_columns: Optional[int] = None
 
+    def add(self, allocation: TmemAllocation) -> TmemAllocation:
+        if allocation not in self.allocations:
+            self.allocations.append(allocation)
+        return allocation
+
     def add_resource(self, resource: Any) -> None:
         for a in resource.get_tmem_requirements() or []:
-            if a not in self.allocations:
-                self.allocations.append(a)
+            self.add(a)
+
+    @property
+    def total(self) -> int:
+        return self.total_columns if self.total_columns is not None else sum(
+            a.columns for a in self.allocations if type(a.columns) is int)
+
+    total_tmem_columns = total
+
+    def print_usage_report(self) -> None:
+        rows = ["[tmem-layout] TMEM Usage Report"]
+        rows += [f"  {a.name:<28}{a.columns!s:>8} cols at {a.offset!s}" for a in self.allocations]
+        rows.append(f"  Total: {self.total} columns")
+        print("\n".join(rows))
 
     def compute_layout(self) -> int:
         if self.total_columns is not None:

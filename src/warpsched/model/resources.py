@@ -74,11 +74,19 @@ class MemoryResource(metaclass=_ResourceMeta):
 class TaskLocalVariable:
     """A typed value carried between work calls of one task (a register slot)."""
 
-    def __init__(self, dtype: Any = None, default: Any = None, docs: str = "", *, _uninitialized=False):
+    def __init__(self, dtype: Any = None, default: Any = None, docs: str = "", *, default_factory=None,
+                 runtime_slot_name: Optional[str] = None, _uninitialized=False):
         self.dtype = dtype
         self.default = default
+        self.default_factory = default_factory  # called inside the kernel when a default is needed
         self.docs = docs
+        self.runtime_slot_name = runtime_slot_name  # reference-TS naming hint; slots are named by attribute
         self.is_uninitialized = _uninitialized
+
+    def default_value(self) -> Any:
+        if self.default is None and self.default_factory is not None:
+            return self.default_factory()
+        return self.default
 
     @classmethod
     def uninitialized(cls) -> "TaskLocalVariable":
@@ -93,13 +101,28 @@ class TaskLocalVariable:
 
 @dataclass
 class StageInfo:
-    """What every work method receives."""
+    """What every work method receives.
+
+    ``loop_offset`` is the domain-loop index (None outside the loop); ``loop_start`` /
+    ``loop_end`` / ``loop_step`` are that loop's bounds for the current tile. ``stage_idx`` and
+    ``barrier`` (the stage's mbarrier, a pointer TMA copies and mbarrier primitives accept) are
+    None on a resource without a pipeline. ``context`` carries ``smem_base`` (the unified SMEM
+    block, a cutlass.Array of Uint8) and ``tmem_ptr_i32``. ``label``, ``num_active_stages`` and
+    ``task_cache`` exist for reference-TS work methods that read them: warpsched has no named
+    work labels, no delayed commits and no task caches, so they are always None / 0 / None.
+    """
 
     loop_offset: Any = None
     stage_idx: Any = None
     barrier: Any = None
     work_tile: Any = None
     context: Any = None
+    loop_start: Any = None
+    loop_end: Any = None
+    loop_step: Any = None
+    label: Any = None
+    num_active_stages: int = 0
+    task_cache: Any = None
 
 
 # ------------------------------------------------------------------ work decorators
@@ -216,11 +239,32 @@ class WorkTileInfo:
 
 @dataclass
 class TileSchedulerConfig:
-    """Static persistent scheduling: tiles are visited block-strided over ``num_tiles``."""
+    """Static persistent scheduling: tiles are visited block-strided over ``num_tiles``.
+
+    Built from CuTe DSL scheduler params (``create_static_persistent_tile_scheduler_params`` /
+    ``create_clc_dynamic_persistent_tile_scheduler_params``, as in the reference TS), the static
+    loop follows ``cutlass.utils.StaticPersistentTileScheduler``: the same tile order and CTA
+    mapping as a hand-written kernel launched with ``get_grid_shape``.
+    """
 
     num_tiles: Any = None  # int or (m, n, l) tile counts
     cluster_shape_mn: Tuple[int, int] = (1, 1)
     max_active_clusters: Any = None
+    tile_scheduler_params: Any = None  # cutlass.utils.PersistentTileSchedulerParams (or the CLC one)
+    response_ptr: Any = None  # CLC: accepted; the lowering keeps its own response buffer per stage
+
+    @classmethod
+    def create_static_persistent_tile_scheduler_params(cls, tile_scheduler_params) -> "TileSchedulerConfig":
+        from ..compat import tile_scheduler_fields
+
+        return cls(**tile_scheduler_fields(tile_scheduler_params))
+
+    @classmethod
+    def create_clc_dynamic_persistent_tile_scheduler_params(cls, tile_scheduler_params,
+                                                            response_ptr=None) -> "TileSchedulerConfig":
+        from ..compat import tile_scheduler_fields
+
+        return cls(response_ptr=response_ptr, **tile_scheduler_fields(tile_scheduler_params))
 
 
 @dataclass(kw_only=True, eq=False)

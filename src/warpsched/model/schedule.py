@@ -97,6 +97,8 @@ class _ResourceProxy:
         object.__setattr__(self, "_group", via_group)
 
     def __getattr__(self, attr: str):
+        if attr.startswith("__") and attr.endswith("__"):  # protocol probes (hasattr), e.g. by the DSL
+            raise AttributeError(attr)
         res = self._res
         name = getattr(res, "name", None) or type(res).__name__
         kind = _verb_kind(res, attr)

@@ -7,11 +7,20 @@ from .source import SourceLoc, caller_location
 
 
 class Task:
-    """Subclass to provide dynamic-domain providers (methods passed as ``domain_loop`` bounds)."""
+    """Subclass to provide dynamic-domain providers (methods passed as ``domain_loop`` bounds).
 
-    def __init__(self, *, name: Optional[str] = None, src_resources: Optional[List[Any]] = None,
-                 dst_resources: Optional[List[Any]] = None, warp_idx: int = 0, num_warps: int = 1,
-                 schedule: Any = None, num_registers: Optional[int] = None):
+    ``src_resources, dst_resources, warp_idx, num_warps`` may also be passed positionally, in
+    that order (the reference TS signature). Reference-only keywords (``debug_print``,
+    profiling) are accepted and ignored; see ``warpsched.compat.IGNORED``.
+    """
+
+    def __init__(self, src_resources: Optional[List[Any]] = None, dst_resources: Optional[List[Any]] = None,
+                 warp_idx: int = 0, num_warps: int = 1, *, name: Optional[str] = None, schedule: Any = None,
+                 num_registers: Optional[int] = None, **reference_only):
+        if reference_only:
+            from ..compat import take_extra_keywords
+
+            take_extra_keywords("Task", reference_only, name or "")
         self.name = name or type(self).__name__
         self.src_resources = _as_list(src_resources)
         self.dst_resources = _as_list(dst_resources)
@@ -31,6 +40,17 @@ class Task:
     @property
     def header(self) -> str:
         return f"{self.name}[{self.warp_idx}:{self.warp_end})"
+
+    def is_selected(self):
+        """Inside a ``@cute.kernel``: whether the current warp belongs to this task (a warp-uniform
+        runtime Boolean), e.g. to bracket code around ``TaskManager.run()`` for some tasks."""
+        from ..lower.dispatch import warp_in_task
+
+        return warp_in_task(self)
+
+    @property
+    def resources(self) -> List[Any]:
+        return self.src_resources + [r for r in self.dst_resources if r not in self.src_resources]
 
     def uses(self, resource: Any) -> bool:
         return any(r is resource for r in self.src_resources + self.dst_resources)

@@ -75,6 +75,11 @@ class _Context:
 
 # ------------------------------------------------------------------ try_ before blocking
 def _try_before_blocking(program: Program, t: Task) -> List[Finding]:
+    """A try_ result only ever feeds the blocking call right after it, in the same iteration (the
+    lowering never carries a token into a loop or out of a guarded block, so it cannot go stale).
+    Placements where it cannot reach that call are legal but wasted probes: warnings, because the
+    reference TS accepts them and reuses the stored result for later blocking calls (see
+    docs/porting.md)."""
     out = []
     st = steps(program, t)
     for i, s in enumerate(st):
@@ -83,23 +88,32 @@ def _try_before_blocking(program: Program, t: Task) -> List[Finding]:
         want = TRY_PAIRS[s.kind]
         verb = "acquire" if want is StepKind.ProducerAcquire else "wait"
         nxt = st[i + 1] if i + 1 < len(st) else None
-        problem = None
+        problem, severity = None, "error"
         if nxt is None or nxt.kind is not want or nxt.resource is not s.resource:
             problem = (f"{s.method}() on {rname(s.resource)} is not immediately followed by its blocking {verb}()"
                        + (f" (the next call is {nxt.resource_name}.{nxt.method}() at {nxt.location})" if nxt else ""))
         elif nxt.section is not s.section:
-            problem = (f"{s.method}() on {rname(s.resource)} is in the {s.section.value} but its {verb}() is in the "
-                       f"{nxt.section.value}")
-        elif not {condition(g) for g in nxt.guards} <= {condition(g) for g in s.guards}:
-            extra = [g.describe() for g in nxt.guards if condition(g) not in {condition(x) for x in s.guards}]
-            problem = (f"{s.method}() on {rname(s.resource)} runs where its {verb}() does not "
-                       f"(the {verb}() is also guarded by {', '.join(extra)}): the try result would go stale")
+            problem, severity = (f"{s.method}() on {rname(s.resource)} is in the {s.section.value} but its {verb}() "
+                                 f"is in the {nxt.section.value}: the probe's result is discarded at the loop "
+                                 f"boundary, so the {verb}() always blocks (the reference TS would reuse it for every "
+                                 f"later {verb}(), skipping waits on stages that are not ready)"), "warning"
+        else:
+            mine, theirs = {condition(g) for g in s.guards}, {condition(g) for g in nxt.guards}
+            if not (mine <= theirs or theirs <= mine):
+                problem, severity = (f"{s.method}() on {rname(s.resource)} and its {verb}() sit under unrelated "
+                                     f"guards ({_guards(s)} vs {_guards(nxt)}): the probe's result is discarded "
+                                     f"when its guarded block ends, so the {verb}() always blocks"), "warning"
         if problem:
-            out.append(F(BRACKET, problem, task=t, resource=s.resource, location=s.location,
-                         expected=f"{rname(s.resource)}.{verb}() as the very next call, in the same guard context",
+            out.append(F(BRACKET, problem, task=t, resource=s.resource, location=s.location, severity=severity,
+                         expected=f"{rname(s.resource)}.{verb}() as the very next call, in the same section, under "
+                         "the same guards or guards that extend the try's",
                          fix=f"call {rname(s.resource)}.{verb}() right after {s.method}(), under the same guards "
                          f"(or drop the {s.method}())"))
     return out
+
+
+def _guards(s: Step) -> str:
+    return ", ".join(g.describe() for g in s.guards) or "no guard"
 
 
 def _unpipelined_sync(program: Program, t: Task) -> List[Finding]:

@@ -61,6 +61,7 @@ class Action:
     deliver_base: int = -1  # full barrier base the work's copies complete_tx on
     umma_release: bool = False  # empty arrival happens later, when the MMAs complete
     umma_wait_window: bool = False  # UMMA consumer reads from wait to its async release
+    completes_umma: bool = False  # tcgen05.commit of a UMMA producer: every earlier MMA of the task is done
     regions: Tuple[Tuple[Any, int], ...] = ()  # (resource id, stage slot: -1 whole, else None=cursor)
     write: bool = False
     hw_window: bool = False  # producer hardware writes until full[s] completes

@@ -393,7 +393,11 @@ class Engine(LoopsMixin):
             if a.umma_release and not a.private:
                 pend = pend + ((b, a.arrivals, regs),)  # holds and UMMA reads end when the MMAs complete
             else:
-                asyncw = tuple(w for w in asyncw if not (w[2] in ("umma", "hold") and w[0] in regs))
+                done = regs
+                if a.completes_umma:  # the commit's arrival (modelled now) implies every earlier MMA of
+                    # this task completed: their SMEM reads are over, though their own arrivals may lag
+                    done = regs + tuple(r for (_, _, rs) in pend for r in rs)
+                asyncw = tuple(w for w in asyncw if not (w[2] in ("umma", "hold") and w[0] in done))
                 if a.tx_expect and self._tx(bars, b, a.tx_expect):
                     completed.add(b)
                 if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):

@@ -16,7 +16,7 @@ from ...model.ir import Section, Step, StepKind
 from ...model.pipeline_group import PipelineGroup
 from ...model.resources import PdlWaitBarrier, WorkQueue, work_spec_of
 from ...model.tripcount import TripCount
-from ...protocol.barriers import (arrivals_per_op, barrier_init, delivered_tx_bytes,
+from ...protocol.barriers import (ArriveKind, arrivals_per_op, barrier_init, delivered_tx_bytes,
                                   group_barrier_init, protocol_of)
 from ..program import Program, name_of
 from .memory import RegionMap
@@ -419,6 +419,7 @@ class _Builder:
             else:
                 act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
                 act.arrive_kind = proto.producer_arrive.value
+                act.completes_umma = proto.producer_arrive is ArriveKind.UMMA
         else:
             act.arrivals = 0 if leader_only else arrivals_per_op(cfg, CONSUMER, warps).arrivals
             act.arrive_kind = proto.consumer_arrive.value

@@ -1,0 +1,382 @@
+"""NVIDIA's TS tutorials, side by side: the reference TS vs the same file ported to warpsched.
+
+    python benchmarks/port_tutorials.py --cutlass /path/to/cutlass [--out FILE] [--only KEY ...]
+    python benchmarks/port_tutorials.py --cutlass /path/to/cutlass --gpu      # H200: run the copies
+
+The port is what a user does: every ``from cutlass.experimental.task_scheduling[...] import``
+becomes ``from warpsched import`` (nothing else changes; the ported file is written to a
+scratch directory at the same relative path, so paths computed from ``__file__`` still work).
+Each (tutorial, implementation) pair is compiled in its own interpreter for the tutorial's
+architecture (sm_90a for the copies, sm_100a for the GEMMs) with fake tensors, and the
+kernel's PTX is counted: mbarrier instructions, TMA copies (cp.async.bulk.tensor) and tcgen05
+instructions. With ``--gpu`` the Hopper-runnable copies are also launched with real tensors
+and compared with torch.
+
+Only the tutorials that compile against the reference in nvidia-cutlass-dsl 4.8.1 are listed
+(the others fail in the DSL front end with the reference itself).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TUTORIAL_DIR = "examples/python/CuTeDSL/experimental/task_scheduling/blackwell/tutorial"
+MARK = "@@PORT@@"
+
+# key -> (relative path, arch, name of the TS kernel function whose PTX entry is counted)
+TUTORIALS = {
+    "01_copy_grid_stride": ("01_copy_basics_ts/01_copy_grid_stride.py", "sm_90a", "gmem_copy_kernel"),
+    "02_copy_tma": ("01_copy_basics_ts/02_copy_tma.py", "sm_90a", "tma_copy_kernel"),
+    "03_copy_persistent_skip_tile": ("03_persistent_scheduling_dynamic_domain_ts/01_copy_persistent_skip_tile.py",
+                                     "sm_90a", "tma_copy_persistent_skip_kernel"),
+    "03_copy_varlen_dynamic_domain": ("03_persistent_scheduling_dynamic_domain_ts/02_copy_varlen_dynamic_domain.py",
+                                      "sm_90a", "varlen_copy_kernel"),
+    "02_gemm_simple": ("02_gemm_simple_ts/01_fp16_bf16_gemm_3.py", "sm_100a", "kernel"),
+    "06_gemm_split_k": ("06_gemm_split_k_fp16_ts/01_gemm_split_k_fp16.py", "sm_100a", "kernel"),
+}
+COPIES = [k for k, v in TUTORIALS.items() if v[1] == "sm_90a"]
+
+sys.path.insert(0, os.path.join(ROOT, "src"))
+from warpsched.compat import port_imports as port_source  # noqa: E402  (pure Python, imports no DSL)
+
+
+def ported_copy(cutlass_root: str, rel: str, scratch: str) -> str:
+    src = os.path.join(cutlass_root, TUTORIAL_DIR, rel)
+    dst = os.path.join(scratch, TUTORIAL_DIR, rel)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(src) as f:
+        text = f.read()
+    with open(dst, "w") as f:
+        f.write(port_source(text))
+    return dst
+
+
+# ---------------------------------------------------------------------------------------- PTX
+COUNTS = {"mbarrier": ("mbarrier.",), "TMA": ("cp.async.bulk.tensor",), "tcgen05": ("tcgen05.",)}
+
+
+def kernel_ptx(ptx: str, kernel_name: str) -> str:
+    """The PTX of the entry compiled from ``kernel_name`` (a host function may launch several)."""
+    entries = re.split(r"(?m)^(?=\.visible \.entry|\.entry)", ptx)
+    chosen = [e for e in entries if re.match(r"\.(visible \.)?entry\s+\S*" + re.escape(kernel_name) + r"_", e)]
+    if not chosen:  # names are mangled as <module>_<function>_<hash>: fall back to a substring match
+        chosen = [e for e in entries if e.startswith((".entry", ".visible .entry")) and kernel_name in e.split("(")[0]]
+    return "\n".join(chosen) if chosen else ptx
+
+
+def count_ptx(ptx: str) -> dict:
+    lines = [ln.strip() for ln in ptx.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("//")]
+    return {k: sum(any(p in ln for p in pats) for ln in lines) for k, pats in COUNTS.items()}
+
+
+# ---------------------------------------------------------------------------------------- child
+def _first_line(e: BaseException) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def _stub_torch_if_missing():
+    """The tutorials import torch at module level but use it only in their GPU runners; a CPU
+    machine without torch gets a placeholder module so the kernels can still be compiled."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        import types
+
+        stub = types.ModuleType("torch")
+        stub.__getattr__ = lambda name: type(name, (), {})
+        sys.modules["torch"] = stub
+
+
+def _load(path: str, name: str):
+    import importlib.util
+
+    _stub_torch_if_missing()
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _fake_args(key: str, mod):
+    """Arguments of the tutorial's host function for a CPU compile (fake tensors)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    def fake(dtype, shape, stride=None):
+        if stride is None:
+            stride, acc = [], 1
+            for s in reversed(shape):
+                stride.insert(0, acc)
+                acc = acc * s if isinstance(s, int) and isinstance(acc, int) else acc
+        return make_fake_tensor(dtype, tuple(shape), tuple(stride), assumed_align=16)
+
+    if key == "01_copy_grid_stride":
+        n = 1 << 24
+        return mod.gmem_copy_kernel_host, (cutlass.Int32(n), fake(cutlass.Int16, (n,)), fake(cutlass.Int16, (n,)),
+                                           cutlass.Int32(256), 8)
+    if key == "02_copy_tma":
+        rows, cols = 256, 512
+        return mod.tma_copy_kernel_host, ((rows, cols), fake(cutlass.Float16, (rows, cols)),
+                                          fake(cutlass.Float16, (rows, cols)), False)
+    if key == "03_copy_persistent_skip_tile":
+        rows, cols = 256, 512
+        return mod.tma_copy_persistent_skip_kernel_host, ((rows, cols), fake(cutlass.Float16, (rows, cols)),
+                                                          fake(cutlass.Float16, (rows, cols)), cols // 128, 4)
+    if key == "03_copy_varlen_dynamic_domain":
+        n_seg, max_len, total = 8, 512, 2048
+        return mod.host_function, (fake(cutlass.Float32, (total,)), fake(cutlass.Float32, (n_seg, max_len)),
+                                   fake(cutlass.Int32, (n_seg + 1,)), n_seg, 132)
+    if key == "02_gemm_simple":
+        m, n, k = 256, 512, 256
+        a, b, c = (fake(cutlass.Float16, s) for s in ((m, k), (n, k), (m, n)))
+        return mod.host_function, (a, b, c, (m, n, k), make_fake_stream())
+    if key == "06_gemm_split_k":
+        m, n, k = 256, 64, 512
+        a, b, c = (fake(cutlass.Float16, s) for s in ((m, k), (n, k), (m, n)))
+        return mod.host_function, (a, b, c, (m, n, k))
+    raise KeyError(key)
+
+
+def force_unroll(impl: str, unroll) -> None:
+    """Give ``domain_loop`` calls without ``unroll=`` this default (for a same-unroll comparison:
+    the TS docs say 1, the reference 4.8.1 passes None, letting the compiler unroll)."""
+    if impl == "reference":
+        from cutlass.experimental.task_scheduling import schedule_builder as impl_mod
+    else:
+        from warpsched.model import schedule as impl_mod
+    impl_mod.domain_loop.__wrapped__.__kwdefaults__["unroll"] = unroll
+
+
+def child(key: str, path: str, impl: str, unroll: str = "default") -> dict:
+    rel, arch, kernel_name = TUTORIALS[key]
+    os.environ["CUTE_DSL_ARCH"] = arch
+    out = {"tutorial": key, "impl": impl, "arch": arch, "unroll": unroll}
+    t0 = time.perf_counter()
+    try:
+        import cutlass.cute as cute
+
+        if unroll != "default":
+            force_unroll(impl, None if unroll == "none" else int(unroll))
+
+        mod = _load(path, f"port_{impl}_{key}")
+        fn, args = _fake_args(key, mod)
+        dump = tempfile.mkdtemp(prefix="port_ptx_")  # --keep-ptx writes files: keep them out of the cwd
+        compiled = cute.compile(fn, *args, options=f"--keep-ptx --dump-dir={dump} --gpu-arch {arch}")
+        ptx = kernel_ptx(compiled.artifacts.PTX, kernel_name)
+        out.update(ok=True, **count_ptx(ptx))
+        if os.environ.get("PORT_DUMP_PTX"):  # for reading the two kernels side by side
+            os.makedirs(os.environ["PORT_DUMP_PTX"], exist_ok=True)
+            with open(os.path.join(os.environ["PORT_DUMP_PTX"], f"{key}.{impl}.unroll-{unroll}.ptx"), "w") as f:
+                f.write(ptx)
+    except BaseException as e:  # noqa: BLE001 - the table reports it
+        out.update(ok=False, error=_first_line(e))
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------- GPU
+def gpu_child(key: str, path: str, impl: str) -> dict:
+    """Launch the tutorial's host function with real tensors and compare with torch."""
+    os.environ["CUTE_DSL_ARCH"] = TUTORIALS[key][1]
+    out = {"tutorial": key, "impl": impl}
+    try:
+        import torch
+        import cutlass
+        import cutlass.cute as cute
+        from cutlass.cute.runtime import from_dlpack
+
+        mod = _load(path, f"gpu_{impl}_{key}")
+        checks = []
+        if key == "01_copy_grid_stride":
+            for n in (1, 1000, 1 << 24):
+                src = torch.randint(-32768, 32768, (n,), dtype=torch.int16, device="cuda")
+                dst = torch.full_like(src, -1)
+                ms, md = from_dlpack(src), from_dlpack(dst)
+                f = cute.compile(mod.gmem_copy_kernel_host, cutlass.Int32(n), ms, md, cutlass.Int32(256), 8)
+                f(cutlass.Int32(n), ms, md, cutlass.Int32(256))
+                torch.cuda.synchronize()
+                checks.append((f"int16[{n}]", bool(torch.equal(src, dst))))
+        elif key == "02_copy_tma":
+            for rows, cols in ((256, 512), (1000, 1024), (3, 128)):
+                a = torch.randn(rows, cols, device="cuda").to(torch.float16)
+                b = torch.full_like(a, float("nan"))
+                ma, mb = from_dlpack(a), from_dlpack(b)
+                f = cute.compile(mod.tma_copy_kernel_host, (rows, cols), ma, mb, False)
+                f((rows, cols), ma, mb, False)
+                torch.cuda.synchronize()
+                checks.append((f"f16[{rows}x{cols}]", bool(torch.equal(a, b))))
+        elif key == "03_copy_persistent_skip_tile":
+            for rows, cols, over in ((256, 512, 4), (77, 1024, 0), (1, 128, 9)):
+                a = torch.randn(rows, cols, device="cuda").to(torch.float16)
+                b = torch.full_like(a, float("nan"))
+                ma, mb = from_dlpack(a), from_dlpack(b)
+                f = cute.compile(mod.tma_copy_persistent_skip_kernel_host, (rows, cols), ma, mb, cols // 128, over)
+                f((rows, cols), ma, mb)
+                torch.cuda.synchronize()
+                checks.append((f"f16[{rows}x{cols}]+{over}", bool(torch.equal(a, b))))
+        elif key == "03_copy_varlen_dynamic_domain":
+            gen = torch.Generator().manual_seed(7)
+            for n_seg, max_len in ((8, 512), (33, 300), (1, 1)):
+                lens = torch.randint(1, max_len + 1, (n_seg,), generator=gen)
+                offsets = torch.zeros(n_seg + 1, dtype=torch.int32)
+                offsets[1:] = torch.cumsum(lens, 0)
+                a = torch.randn(int(offsets[-1]), device="cuda")
+                b = torch.full((n_seg, max_len), float("nan"), device="cuda")
+                offsets = offsets.cuda()
+                ma, mb, mo = (from_dlpack(t).mark_layout_dynamic() for t in (a, b, offsets))
+                import cutlass.utils as utils
+
+                clusters = utils.HardwareInfo().get_max_active_clusters(1)
+                f = cute.compile(mod.host_function, ma, mb, mo, n_seg, clusters)
+                f(ma, mb, mo, n_seg)
+                torch.cuda.synchronize()
+                ok = True
+                for i in range(n_seg):
+                    s, e = int(offsets[i]), int(offsets[i + 1])
+                    ok &= bool(torch.equal(b[i, :e - s], a[s:e])) and bool(torch.isnan(b[i, e - s:]).all())
+                checks.append((f"f32 {n_seg} segs <= {max_len}", ok))
+        else:
+            raise KeyError(f"{key} does not run on Hopper")
+        out.update(ok=all(c[1] for c in checks), checks=checks)
+    except BaseException as e:  # noqa: BLE001
+        out.update(ok=False, error=_first_line(e))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- driver
+def run_child(mode: str, key: str, path: str, impl: str, timeout: int, unroll: str = "default") -> dict:
+    env = dict(os.environ)
+    env["CUTE_DSL_ARCH"] = TUTORIALS[key][1]
+    if impl == "warpsched":
+        env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, key, path, impl, unroll]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"tutorial": key, "impl": impl, "ok": False, "error": f"timeout after {timeout}s"}
+    for line in p.stdout.splitlines():
+        if line.startswith(MARK):
+            return json.loads(line[len(MARK):])
+    tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["?"]
+    return {"tutorial": key, "impl": impl, "ok": False, "error": f"crashed rc={p.returncode}: {tail[0][:200]}"}
+
+
+# unroll mode -> heading. "default": each library's own default (what a ported program gets);
+# "1": both at the TS docs' default (no unrolling); "none": both at the reference 4.8.1's
+# effective default (the compiler chooses).
+MODES = (("default", "as ported (own defaults)"), ("1", "both unroll=1 (TS docs)"),
+         ("none", "both unroll=None (ref. 4.8.1)"))
+
+
+def _cell(r: dict) -> str:
+    if not r.get("ok"):
+        return f"{'FAIL':>11}"
+    return f"{r['mbarrier']:>3} {r['TMA']:>3} {r['tcgen05']:>3}"
+
+
+def verdict(ref: dict, ws: dict) -> str:
+    if not ws.get("ok"):
+        return "PORT FAILS" if ref.get("ok") else "both fail"
+    if not ref.get("ok"):
+        return "warpsched only"
+    fewer = ws["mbarrier"] <= ref["mbarrier"]
+    same = ws["TMA"] == ref["TMA"] and ws["tcgen05"] == ref["tcgen05"]
+    if fewer and same:
+        return "OK"
+    return ", ".join(x for x in ("MORE MBARRIER" if not fewer else "",
+                                 "TMA/TCGEN05 DIFFER" if not same else "") if x)
+
+
+def table(rows) -> str:
+    """rows: key -> {mode: (ref, ws)}"""
+    w = 25
+    head1 = f"{'':32s} {'':8s}" + "".join(f" | {title:^{w}s}" for _, title in MODES) + " |"
+    head2 = f"{'tutorial':32s} {'arch':8s}" + "".join(f" | {'reference':^11s} {'warpsched':^12s}"[:w + 3]
+                                                     for _ in MODES) + " | compiles (ref/ws) | verdict"
+    head3 = f"{'':32s} {'':8s}" + "".join(f" | {'mb TMA tc5':>11s} {'mb TMA tc5':>12s}"[:w + 3] for _ in MODES) + " |"
+    out = [head1, head2, head3, "-" * len(head2)]
+    notes = []
+    for key, by_mode in rows.items():
+        cells = "".join(f" | {_cell(by_mode[m][0])} {_cell(by_mode[m][1]):>12s}"[:w + 3] for m, _ in MODES)
+        ref, ws = by_mode["default"]
+        comp = f"{'yes' if ref.get('ok') else 'NO'}/{'yes' if ws.get('ok') else 'NO'}"
+        v1, vn = verdict(*by_mode["1"]), verdict(*by_mode["none"])
+        out.append(f"{key:32s} {TUTORIALS[key][1]:8s}{cells} | {comp:^17s} | {v1 if v1 == vn else f'{v1} / {vn}'}")
+        for m, _ in MODES:
+            for r in by_mode[m]:
+                if not r.get("ok"):
+                    notes.append(f"  {key} [{r['impl']}, unroll {m}]: {r.get('error')}")
+    legend = ("mb = mbarrier instructions, TMA = cp.async.bulk.tensor, tc5 = tcgen05.* (static PTX lines of the "
+              "TS kernel). Verdict: warpsched emits no more mbarrier instructions and the same TMA / tcgen05 "
+              "counts as the reference at the same unroll (both same-unroll columns).")
+    return "\n".join(out + ["", legend] + ([""] + notes if notes else []))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cutlass", help="root of a CUTLASS checkout (holds examples/python/CuTeDSL/...)")
+    ap.add_argument("--only", nargs="*", help="tutorial keys (default: all)")
+    ap.add_argument("--gpu", action="store_true", help="run the Hopper copies on the GPU (correctness vs torch)")
+    ap.add_argument("--out", help="also write the table to this file")
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--dump-ptx", metavar="DIR", help="write each counted kernel's PTX to DIR")
+    ap.add_argument("--child", nargs=5, metavar=("MODE", "KEY", "PATH", "IMPL", "UNROLL"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        mode, key, path, impl, unroll = args.child
+        res = child(key, path, impl, unroll) if mode == "compile" else gpu_child(key, path, impl)
+        print(MARK + json.dumps(res), flush=True)
+        return 0
+    if not args.cutlass:
+        ap.error("--cutlass PATH is required")
+    keys = args.only or (COPIES if args.gpu else list(TUTORIALS))
+    scratch = tempfile.mkdtemp(prefix="warpsched_port_")
+    if args.dump_ptx:
+        os.environ["PORT_DUMP_PTX"] = os.path.abspath(args.dump_ptx)
+    lines = []
+    if args.gpu:
+        for key in keys:
+            rel = TUTORIALS[key][0]
+            orig = os.path.join(args.cutlass, TUTORIAL_DIR, rel)
+            for impl, path in (("reference", orig), ("warpsched", ported_copy(args.cutlass, rel, scratch))):
+                r = run_child("gpu", key, path, impl, args.timeout)
+                line = (f"{key:32s} {impl:9s} {'CORRECT' if r.get('ok') else 'WRONG/FAILED'} "
+                        + " ".join(f"{n}:{'ok' if c else 'BAD'}" for n, c in r.get("checks", []))
+                        + (f"  {r['error']}" if r.get("error") else ""))
+                print(line, flush=True)
+                lines.append(line)
+    else:
+        rows = {}
+        for key in keys:
+            rel = TUTORIALS[key][0]
+            orig = os.path.join(args.cutlass, TUTORIAL_DIR, rel)
+            ported = ported_copy(args.cutlass, rel, scratch)
+            rows[key] = {}
+            for mode, _ in MODES:
+                ref = run_child("compile", key, orig, "reference", args.timeout, mode)
+                ws = run_child("compile", key, ported, "warpsched", args.timeout, mode)
+                rows[key][mode] = (ref, ws)
+                print(f"  {key} unroll={mode}: reference {_cell(ref)}, warpsched {_cell(ws)}", flush=True)
+        lines = [table(rows)]
+        print()
+        print(lines[0])
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
