@@ -485,6 +485,43 @@ def test_value_written_under_a_condition_read_unconditionally():
     accepted(*build(cond_both))
 
 
+def test_guard_must_read_the_most_recent_write():
+    """A when_true reads its token's slot where the block opens: a second write of the slot
+    in between makes the handle stale (found by benchmarks/diff_fuzz.py: TS rejects it,
+    warpsched accepted it while rejecting the same staleness on a work argument)."""
+    src, smem, out = Gmem(name="src"), Buf(name="smem", pipeline_config=async_async()), Gmem(name="out")
+
+    @schedule
+    def stale(src, smem):
+        with domain_loop(0, K, 1):
+            smem.acquire()
+            flag = smem.needs_epilogue()
+            smem.needs_epilogue()
+            with when_true(flag):  # @stale_guard
+                v = src.load()
+                smem.produce_tile(value=v)
+            smem.commit()
+
+    @schedule
+    def fresh(src, smem):
+        with domain_loop(0, K, 1):
+            smem.acquire()
+            smem.needs_epilogue()
+            flag = smem.needs_epilogue()
+            with when_true(flag):
+                v = src.load()
+                smem.produce_tile(value=v)
+            smem.commit()
+
+    def build(sched):
+        return ([Task(name="fill", src_resources=[src], dst_resources=[smem], schedule=sched(src, smem)),
+                 consumer_task(smem, out)], {smem: [src], out: [smem]})
+
+    f = expect(rejected(*build(stale)), "value routing", "fill", "smem", line("stale_guard"))
+    assert "'flag'" in f.message and "wrote it again" in f.message
+    accepted(*build(fresh))
+
+
 def test_value_from_another_schedule_is_rejected_at_capture():
     src, out = Gmem(name="src"), Gmem(name="out")
 

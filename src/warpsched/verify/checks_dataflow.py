@@ -1,5 +1,6 @@
 """Value routing: TaskLocalVariable tokens flow forward, from a consumer read into a
-producer write, readers take the most recent write, and every argument names a parameter.
+producer write, readers (work arguments and when_true / when_false guards) take the most
+recent write, and every argument names a parameter.
 
 (A token read before any write in the same schedule is already rejected at capture time
 by model/schedule.py, with the same check name.)
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List
 
 from ..errors import Finding
-from ..model.ir import ScheduleResult, Step, StepKind
+from ..model.ir import ScheduleResult, Step, StepKind, Token
 from ..model.resources import work_spec_of
 from ..model.task import Task
 from .checks_traces import condition
@@ -49,14 +50,12 @@ def _task(program: Program, t: Task) -> List[Finding]:
                              location=s.location, expected="values flow from a consumer read into a producer write",
                              fix="return the value from a @consumer_work(returns=...) method and pass it to a "
                              "@producer_work method"))
-            if tok.slot is not None:
-                newer = [k for k in st if tok.producer_index < k.index < s.index and k.resource is w.resource
-                         and k.method == w.method and k.returns and any(x.slot == tok.slot for x in k.returns)]
-                if newer:
-                    out.append(F(ROUTING, f"{s.resource_name}.{s.method}({pname}=...) reads {tok.slot!r} from "
-                                 f"{where}, but {newer[-1].location} wrote it again since", task=t, resource=s.resource,
-                                 location=s.location, expected=f"the most recent write of {tok.slot!r} "
-                                 f"({newer[-1].location})", fix="pass the token returned by the latest call"))
+            newer = _newer_writes(st, tok, w, s.index)
+            if newer:
+                out.append(F(ROUTING, f"{s.resource_name}.{s.method}({pname}=...) reads {tok.slot!r} from "
+                             f"{where}, but {newer[-1].location} wrote it again since", task=t, resource=s.resource,
+                             location=s.location, expected=f"the most recent write of {tok.slot!r} "
+                             f"({newer[-1].location})", fix="pass the token returned by the latest call"))
             mine = {condition(g) for g in s.guards}
             risky = [g for g in w.guards if condition(g) not in mine and
                      (g.kind in _MAY_SKIP or (g.kind == "every" and g.start > 0))]
@@ -66,6 +65,36 @@ def _task(program: Program, t: Task) -> List[Finding]:
                              "prior writer", task=t, resource=s.resource, location=s.location,
                              expected="the reader guarded at least as strictly as its writer",
                              fix="move the reader under the writer's guard, or compute the value unconditionally"))
+    return out + _stale_guards(t, st, by_index)
+
+
+def _newer_writes(st, tok: Token, w: Step, before: int) -> List[Step]:
+    """Steps after ``w`` and before index ``before`` that write ``tok``'s slot again."""
+    if tok.slot is None:
+        return []
+    return [k for k in st if tok.producer_index < k.index < before and k.resource is w.resource
+            and k.method == w.method and k.returns and any(x.slot == tok.slot for x in k.returns)]
+
+
+def _stale_guards(t: Task, st, by_index: Dict[int, Step]) -> List[Finding]:
+    """A when_true / when_false reads its token where the block opens (its first step): the
+    slot must not have been written again since the token was returned (the same rule as a
+    work argument; TS rejects a stale condition handle)."""
+    out = []
+    opened = {}
+    for s in st:
+        for g in s.guards:
+            if g.token is not None and id(g) not in opened:
+                opened[id(g)] = (g, s.index)
+    for g, first in opened.values():
+        tok = g.token
+        w = by_index.get(tok.producer_index)
+        newer = _newer_writes(st, tok, w, first) if w is not None else []
+        if newer:
+            out.append(F(ROUTING, f"{g.describe()} reads {tok.slot!r} from {tok.resource_name}.{tok.method}() at "
+                         f"{w.location}, but {newer[-1].location} wrote it again since", task=t, resource=w.resource,
+                         location=g.location, expected=f"the most recent write of {tok.slot!r} "
+                         f"({newer[-1].location})", fix="guard on the token returned by the latest call"))
     return out
 
 
