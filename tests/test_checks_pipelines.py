@@ -134,6 +134,39 @@ def test_tma_async_consumer_arrives_once_per_warp():
         accepted(*tma_async_program(good, consumer_warps=4))
 
 
+def test_two_consumer_tasks_are_named_together_with_their_summed_count():
+    # The summed count used to be attributed to the first task alone ("task 'drain' (2 warp(s))
+    # makes 6 ...", found by benchmarks/diff_fuzz.py): the message names both tasks now.
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @broadcast_group
+        num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(2))
+    tasks, graph = tma_async_program(cfg, consumer_warps=2)
+    out2 = Gmem(name="out2")
+    smem = tasks[0].dst_resources[0]
+
+    @schedule
+    def drain2(smem, out2):
+        with domain_loop(0, K, 1):
+            smem.wait()
+            v = smem.read()
+            out2.store(value=v)
+            smem.release()
+
+    tasks.append(Task(name="drain2", src_resources=[smem], dst_resources=[out2], warp_idx=3, num_warps=4,
+                      schedule=drain2(smem, out2)))
+    graph[out2] = [smem]
+    hit = expect(rejected(tasks, graph), "pipeline thread counts and bytes", "drain", "smem", line("broadcast_group"))
+    assert "tasks 'drain' (2 warp(s)) and 'drain2' (4 warp(s)) together make 6 consumer arrival(s)" in hit.message
+    assert hit.expected.startswith("consumer_group size 6 = drain: ")
+    good = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=2, num_bytes=8192, producer_group=cg(1),
+                                                       consumer_group=cg(6))
+    tasks, graph = tma_async_program(good, consumer_warps=2)
+    smem = tasks[0].dst_resources[0]
+    tasks.append(Task(name="drain2", src_resources=[smem], dst_resources=[out2], warp_idx=3, num_warps=4,
+                      schedule=drain2(smem, out2)))
+    graph[out2] = [smem]
+    accepted(tasks, graph)
+
+
 def test_thread_count_declaration_arms_one_arrival_per_warp():
     from warpsched.protocol.barriers import barrier_init
 

@@ -133,22 +133,24 @@ def _counts(program: Program, r: Any) -> List[Finding]:
             continue
         per_task = [(t, expected_group_size(cfg, side, _lane_warps(t, stride))) for t in tasks]
         if stride > 1:  # each lane's barrier is signaled by one task (or warp): all must agree
-            targets = per_task
+            targets = [(t, sc, f"task {t.name!r} ({t.num_warps} warp(s)) makes") for t, sc in per_task]
         else:  # every task arrives on every stage: the counts add up
             total = sum(sc.arrivals for _, sc in per_task)
             alts = [sc.alternative for _, sc in per_task]
             alt_total = sum(alts) if all(a is not None for a in alts) else None
             how = " + ".join(f"{t.name}: {sc.derivation}" for t, sc in per_task)
+            who = " and ".join(f"{t.name!r} ({t.num_warps} warp(s))" for t, _ in per_task)
+            who = f"tasks {who} together make" if len(per_task) > 1 else f"task {who} makes"
             targets = [(per_task[0][0], type(per_task[0][1])(total, how if len(per_task) > 1 else
-                                                              per_task[0][1].derivation, alt_total))]
+                                                              per_task[0][1].derivation, alt_total), who)]
         field = f"{side}_group"
         size = group_size(getattr(cfg, field))
-        for t, sc in targets:
+        for t, sc, who in targets:
             if size == sc.arrivals or (sc.alternative is not None and size == sc.alternative):
                 continue  # per-warp count, or the equivalent thread count (see SideCount)
             have = "missing" if getattr(cfg, field) is None else (
                 f"size {size}" if size is not None else f"{getattr(cfg, field)!r:.40} with no integer size")
-            out.append(F(COUNTS, f"{rname(r)}: {field} is {have}, but task {t.name!r} ({t.num_warps} warp(s)) makes "
+            out.append(F(COUNTS, f"{rname(r)}: {field} is {have}, but {who} "
                          f"{sc.arrivals} {side} arrival(s) per stage on a {cfg.pipeline_type.value} pipeline",
                          task=t, resource=r, location=cfg.location,
                          expected=f"{field} size {sc.arrivals} = {sc.derivation}" + (
