@@ -12,7 +12,7 @@ A region (loop body, guarded block) carries exactly the entries it rebinds.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List, Optional, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence
 
 import cutlass
 import cutlass.cute as cute
@@ -112,21 +112,23 @@ class TaskEmitter:
     def _pipelined(self, res) -> bool:
         return _cfg(res) is not None  # a static WorkQueue has none: its verbs are the loop's arithmetic
 
-    def _writes(self, steps: Sequence) -> Set[Any]:
-        keys: Set[Any] = set()
+    def _writes(self, steps: Sequence) -> List[Any]:
+        """Environment entries the steps rebind, in first-write order (a set of id()-keyed
+        tuples would order the loop-carried values differently from run to run)."""
+        keys: Dict[Any, None] = {}
         for s in steps:
             res = s.resource
             if s.kind in SYNC_KINDS and self._pipelined(res):
                 side = _side(s.kind)
                 for name in self._plan(res):
                     if (name in ("acq", "cmt", "p")) == (side == "producer"):
-                        keys.add(self._skey(res, name))
-                keys.add(self._cur(res, side))
+                        keys[self._skey(res, name)] = None
+                keys[self._cur(res, side)] = None
             for tok in s.returns:
-                keys.add(self._tkey(tok))
+                keys[self._tkey(tok)] = None
             if s.kind is StepKind.QueueAdvance and self._pipelined(res):
-                keys.update(TILE_KEYS)
-        return keys
+                keys.update(dict.fromkeys(TILE_KEYS))
+        return list(keys)
 
     # ------------------------------------------------------------------ tokens
     def _slot_var(self, tok, res) -> Optional[TaskLocalVariable]:
