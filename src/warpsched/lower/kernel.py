@@ -46,10 +46,10 @@ class KernelLowering:
             ba.compute_layout()
         base = smem.block(sa)
         block = smem_block_array(base, sa.total_bytes) if base is not None else None
+        self.context = KernelContext(smem_allocator=sa, smem_base=block, smem_ptr=base,
+                                     tmem_allocator=program.tmem_allocator, warp_idx=self.warp_idx)
         if sa is not None:
-            sa.block = block
-        self.context = KernelContext(smem_allocator=sa, smem_base=block, tmem_allocator=program.tmem_allocator,
-                                     warp_idx=self.warp_idx)
+            sa.bind(self.context)  # SmemAllocator.get() / .smem_base read the context's block
         ta = program.tmem_allocator
         user_slot = self.user_tmem_ptr
         if user_slot is None and sa is not None and sa.tmem_ptr is not None:

@@ -1,8 +1,9 @@
 """SMEM / TMEM / barrier storage inside the kernel.
 
 * One SMEM block holds every ``SmemAllocation`` of the user's ``SmemAllocator`` at the
-  offsets ``compute_layout()`` assigned (alias groups share bytes); ``smem_pointer`` gives
-  a typed pointer into it and backs ``SmemAllocator.get()``.
+  offsets ``compute_layout()`` assigned (alias groups share bytes). The block lives on the
+  ``KernelContext`` only (``smem_base`` / ``smem_ptr``); ``KernelContext.smem`` gives a typed
+  pointer into it, and the context is bound to the allocator for ``SmemAllocator.get()``.
 * Pipeline barriers: from the ``BarrierAllocator``'s coalesced array when the resource
   (or its group) is registered there, else the config's ``barrier_ptr``, else a
   self-allocated array of ``2 * num_stages`` mbarriers (full[0..S) then empty[0..S)).
@@ -27,13 +28,12 @@ def _numeric(dtype: Any):
     return dtype if isinstance(dtype, type) and hasattr(dtype, "width") else None
 
 
-def smem_pointer(allocator, allocation, dtype=None):
-    """Typed SMEM pointer of ``allocation`` inside the block bound to ``allocator`` (``dtype``
+def smem_pointer(base, allocation, dtype=None):
+    """Typed SMEM pointer of ``allocation`` inside the block that starts at ``base`` (``dtype``
     overrides the allocation's element type)."""
     if allocation.offset is None:
         raise LoweringError(f"SMEM allocation {allocation.name!r} has no offset",
                             location=allocation.location, fix="call SmemAllocator.compute_layout() before lowering")
-    base = allocator.base
     ptr = base + allocation.offset if allocation.offset else base
     dtype = _numeric(dtype) or _numeric(allocation.dtype)
     if dtype is None:
@@ -49,6 +49,7 @@ class KernelContext:
 
     smem_allocator: Any = None
     smem_base: Any = None  # the unified SMEM block, a cutlass.Array of Uint8 (None when no allocations)
+    smem_ptr: Any = None  # the block's start as a pointer (what smem() offsets)
     tmem_allocator: Any = None
     tmem_base: Any = None  # TMEM base address (Int32) on sm_100a, None otherwise
     tmem_ptr_i32: Any = None  # SMEM slot holding the TMEM base
@@ -56,8 +57,9 @@ class KernelContext:
     warp_idx: Any = None  # warp-uniform warp index in the CTA
     extra: Dict[str, Any] = field(default_factory=dict)
 
-    def smem(self, allocation):
-        return smem_pointer(self.smem_allocator, allocation)
+    def smem(self, allocation, dtype=None):
+        """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""
+        return smem_pointer(self.smem_ptr, allocation, dtype=dtype)
 
 
 class SmemSetup:
@@ -75,9 +77,7 @@ class SmemSetup:
             allocator.compute_layout()
         if not allocator.total_bytes:
             return None
-        base = self.cutlass_alloc.allocate(int(allocator.total_bytes), BLOCK_ALIGN)
-        allocator.base = base
-        return base
+        return self.cutlass_alloc.allocate(int(allocator.total_bytes), BLOCK_ALIGN)
 
     def barriers_for(self, resource):
         """mbarrier storage (Int64 pointer) of one pipelined resource."""
@@ -109,8 +109,8 @@ class SmemSetup:
         if key not in self.barrier_ptrs:
             if ba.num_barriers is None:
                 ba.compute_layout()
-            if ba.allocation is not None and ba.backing is not None and ba.backing.base is not None:
-                self.barrier_ptrs[key] = smem_pointer(ba.backing, ba.allocation)
+            if ba.allocation is not None and ba.backing is not None and ba.backing.is_bound:
+                self.barrier_ptrs[key] = ba.backing.get(ba.allocation)
             else:
                 self.barrier_ptrs[key] = self.cutlass_alloc.allocate_array(cutlass.Int64, ba.num_barriers,
                                                                           byte_alignment=8)

@@ -117,8 +117,7 @@ class SmemAllocator:
         self.pipeline_groups: List[Any] = []
         self.tmem_ptr: Optional[SmemAllocation] = None
         self.total_bytes: Optional[int] = None
-        self.base = None  # set by the lowering: the SMEM block pointer
-        self.block = None  # set by the lowering: the block as a cutlass.Array of Uint8 (smem_base)
+        self._kernel: Any = None  # bound by the kernel's setup: owns the block and its pointers
 
     def add(self, allocation: SmemAllocation) -> SmemAllocation:
         """Register a standalone allocation (not owned by a resource); returns it."""
@@ -145,10 +144,20 @@ class SmemAllocator:
     def tmem_ptr_alloc(self) -> Optional[SmemAllocation]:
         return self.tmem_ptr
 
+    def bind(self, kernel_context: Any) -> None:
+        """The kernel's setup hands over the context that owns the SMEM block (``smem_base``) and
+        turns an allocation into a typed pointer (``smem(allocation, dtype)``); the model keeps no
+        pointer of its own and imports nothing of the lowering."""
+        self._kernel = kernel_context
+
+    @property
+    def is_bound(self) -> bool:
+        return self._kernel is not None and self._kernel.smem_ptr is not None
+
     @property
     def smem_base(self):
         """Inside a kernel, after ``setup_resources_and_tasks()``: the unified block (cutlass.Array)."""
-        return self.block
+        return self._kernel.smem_base if self._kernel is not None else None
 
     @property
     def total(self) -> int:
@@ -201,19 +210,15 @@ class SmemAllocator:
 
     def get(self, allocation: SmemAllocation):
         """Inside a kernel: the typed pointer of ``allocation`` (bound by the lowering)."""
-        if self.base is None:
+        if not self.is_bound:
             raise LayoutError("SmemAllocator.get() is only available after setup_resources_and_tasks()")
-        from ..lower.memory import smem_pointer
-
-        return smem_pointer(self, allocation)
+        return self._kernel.smem(allocation)
 
     def get_as_type(self, allocation: SmemAllocation, dtype: Any, count: int = 1):
         """Inside a kernel: ``allocation``'s address as a pointer to ``dtype`` (a reinterpret cast)."""
-        if self.base is None:
+        if not self.is_bound:
             raise LayoutError("SmemAllocator.get_as_type() is only available after setup_resources_and_tasks()")
-        from ..lower.memory import smem_pointer
-
-        return smem_pointer(self, allocation, dtype=dtype)
+        return self._kernel.smem(allocation, dtype=dtype)
 
     get_typed_ptr = get_as_type
 

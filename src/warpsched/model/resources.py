@@ -6,6 +6,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Tuple
 
+from .capture import capturing, fail
 from .enums import WorkAttr
 from .pipeline_config import PipelineConfig
 
@@ -204,11 +205,9 @@ def _work_decorator(role: str, fn=None, *, returns=None, work_attrs=WorkAttr.NON
 def _refuse_during_capture(resource: Any, method: str) -> None:
     """A work method called on the resource object itself (not on the schedule's parameter) while a
     schedule is being captured would run its body and record nothing: refuse it at that line."""
-    from .schedule import _ACTIVE, _fail
-
-    if _ACTIVE:
+    if capturing():
         name = getattr(resource, "name", None) or type(resource).__name__
-        _fail("schedule capture", f"{name}.{method}() was called on the resource object itself inside a "
+        fail("schedule capture", f"{name}.{method}() was called on the resource object itself inside a "
               "@schedule, so it would execute instead of being recorded", resource=name,
               fix="pass the resource to the schedule function as an argument and call the method on "
               "that parameter")

@@ -12,22 +12,14 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..errors import Finding, ScheduleError
+from .capture import ACTIVE as _ACTIVE
+from .capture import fail as _fail
 from .tripcount import TripCount
 from .ir import (SYNC_VERBS, DomainLoop, Guard, ScheduleResult, Section, Step, StepKind, Token,
                  WorkTileLoop)
 from .pipeline_group import PipelineGroup
 from .resources import MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, WorkQueue, work_spec_of
 from .source import SourceLoc, caller_location
-
-_ACTIVE: List["_Capture"] = []
-
-
-def _fail(check: str, message: str, *, location: Optional[SourceLoc] = None, resource=None,
-          expected=None, fix=None) -> None:
-    raise ScheduleError(Finding(check=check, message=message, location=location or caller_location(),
-                                resource=resource, expected=expected, fix=fix))
-
 
 def _current(what: str) -> "_Capture":
     if not _ACTIVE:
