@@ -5,6 +5,7 @@ proxy, works on the buffers and releases them. Accepted, proven SAFE for every l
 and one rejected twin per requirement of the seed."""
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -13,7 +14,7 @@ import warpsched
 from warpsched import SignalingThreads
 from warpsched.examples import split_consumer
 from warpsched.model.ir import StepKind
-from warpsched.verify.checker import model as checker_model
+from warpsched.protocol.plan import SyncPlan
 from warpsched.verify.checker import run_checker
 
 from test_checks_support import line
@@ -118,18 +119,19 @@ def test_checker_proves_every_loop_length_and_catches_a_non_advancing_wait(monke
     assert res.verdict == "SAFE"
     assert "exactly 8" in res.report()  # the compile-time trip count, exactly
 
-    # The same program with the sync task's wait-only cursor frozen (what a pipeline that only
-    # advances on release would do): it re-waits stage 0 and signals the proxy too early.
-    orig = checker_model._Builder._cursors
+    # The same program with the sync task's wait-only counter frozen (what a pipeline that only
+    # advances on release would do): it re-waits stage 0 and signals the proxy too early. The
+    # checker reads its counters from the sync plan, so the plan is what gets frozen.
+    orig = SyncPlan.side
 
-    def frozen(self, ex, steps):
-        orig(self, ex, steps)
-        if ex.task.name == "SyncTask":
-            for k in list(ex._slots):
-                if k[1] == "open_advances":
-                    ex._slots[k] = False
+    def frozen(self, task, target, side):
+        sp = orig(self, task, target, side)
+        if sp is not None and task.name == "SyncTask" and side == "consumer":
+            stuck = tuple(dataclasses.replace(c, advanced_by=StepKind.ConsumerRelease) for c in sp.counters)
+            sp = dataclasses.replace(sp, counters=stuck)
+        return sp
 
-    monkeypatch.setattr(checker_model._Builder, "_cursors", frozen)
+    monkeypatch.setattr(SyncPlan, "side", frozen)
     bad = run_checker(tm.program)
     assert bad.verdict == "UNSAFE", bad.report()
     assert any(f.check == "exhaustive interleaving" for f in bad.findings)

@@ -13,6 +13,8 @@ import cutlass.cute as cute
 
 from ..compat.dsl import smem_block_array
 from ..model.resources import WorkQueue
+from ..protocol.barriers import CLC_RESPONSE_BYTES
+from ..protocol.plan import SyncPlan
 from . import LoweringError
 from .dispatch import dispatch
 from .dsl import dyn_if
@@ -26,9 +28,9 @@ class KernelLowering:
     def __init__(self, program, *, producer_tail: bool = True, tmem_ptr_i32=None):
         self.program = program
         self.user_tmem_ptr = tmem_ptr_i32  # TaskManager(tmem_ptr_i32=...): the kernel owns TMEM
+        self.plan = SyncPlan(program)  # the protocol decisions the checker verified
         self.producer_tail = producer_tail
         self.pipes: Dict[int, PipelineLowering] = {}
-        self.group_of: Dict[int, object] = {}  # member id -> its PipelineGroup
         self.clc_response: Dict[int, object] = {}  # dynamic WorkQueue id -> SMEM response buffer
         self.warp_idx = None
         self.context = KernelContext()
@@ -65,17 +67,16 @@ class KernelLowering:
             if self._tmem_cols:
                 self.context.tmem_ptr_i32 = smem.tmem_slot()
         for group in program.pipeline_groups:
-            gl = GroupLowering(program, group, smem.barriers_for_group(group))
+            gl = GroupLowering(self.plan, group, smem.barriers_for_group(group))
             self.pipes.update(gl.members)
             self.pipes[id(group)] = gl.collapsed
-            for m in group.members:
-                self.group_of[id(m)] = group
         for res in program.pipelined_resources:
             if (isinstance(res, WorkQueue) and not res.is_dynamic) or id(res) in self.pipes:
                 continue
-            self.pipes[id(res)] = PipelineLowering(program, res, smem.barriers_for(res))
-            if isinstance(res, WorkQueue):  # CLC responses: 16 bytes per stage
-                self.clc_response[id(res)] = smem.cutlass_alloc.allocate(16 * res.pipeline_config.num_stages, 16)
+            self.pipes[id(res)] = PipelineLowering(self.plan, res, smem.barriers_for(res))
+            if isinstance(res, WorkQueue):  # one CLC response per stage
+                self.clc_response[id(res)] = smem.cutlass_alloc.allocate(
+                    CLC_RESPONSE_BYTES * res.pipeline_config.num_stages, CLC_RESPONSE_BYTES)
         cluster = cluster_shape_mn(program)
         if self.pipes:
             cute.arch.mbarrier_init_fence()

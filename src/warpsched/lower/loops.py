@@ -5,13 +5,15 @@ EPILOGUE. Guards become ``scf.if`` on the iteration index (first / last / every)
 stored token (when_true / when_false) or on the tile's skip predicate (skippable). The
 domain loop and the static persistent tile loop are ``scf.for`` with runtime bounds.
 
-Values live in one environment per task (a dict): pipeline counters (PipelineState),
-the stage each side last acquired / waited (``cur``), token values, pending try_ tokens.
-A region (loop body, guarded block) carries exactly the entries it rebinds.
+Values live in one environment per task (a dict keyed by the typed keys below): pipeline
+counters (PipelineState, one per counter of the sync plan), the stage each side last acquired /
+waited (``cur``), token values, pending try_ tokens and the CLC loop's tile. A region (loop
+body, guarded block) carries exactly the entries it rebinds.
 """
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 import cutlass
@@ -20,18 +22,49 @@ import cutlass.cute as cute
 from ..model.ir import Section, StepKind
 from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
 from ..model.tripcount import TripCount, runtime_bound
+from ..protocol.barriers import CLC_RESPONSE_BYTES
+from ..protocol.plan import SYNC_KINDS, Counter, LaneMode, config_of
 from . import LoweringError
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
-from .pipelines import VERB_COUNTER, counter_plan, counter_stride, make_state
+from .pipelines import make_state
 
-SYNC_KINDS = set(VERB_COUNTER)
-TILE_KEYS = (("tile", "x"), ("tile", "y"), ("tile", "z"), ("tile", "valid"))  # the CLC loop's current tile
 WORK_KINDS = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.ConsumerWork, StepKind.ConsumerAux}
 
 
-def _side(kind: StepKind) -> str:
-    return kind.side
+# ---- environment keys (frozen dataclasses: equal only to keys of the same kind)
+@dataclass(frozen=True)
+class StateKey:
+    """A counter of the sync plan: ``target`` is id() of the resource or group."""
+    target: int
+    counter: str
+
+
+@dataclass(frozen=True)
+class CurKey:
+    """The state the side's last acquire / wait ran with (the stage its work uses)."""
+    target: int
+    side: str
+
+
+@dataclass(frozen=True)
+class TokenKey:
+    token: int
+
+
+@dataclass(frozen=True)
+class TryKey:
+    """A try_acquire / try_wait result waiting for its blocking verb."""
+    target: int
+    side: str
+
+
+@dataclass(frozen=True)
+class TileKey:
+    coord: str
+
+
+TILE_KEYS = tuple(TileKey(c) for c in ("x", "y", "z", "valid"))  # the CLC loop's current tile
 
 
 class Frame:
@@ -58,7 +91,7 @@ class TaskEmitter:
         self.program = lowering.program
         self.sched = self.program.schedule_of(task)
         self.steps = list(self.sched.steps) if self.sched is not None else []
-        self.plans: Dict[int, Dict[str, tuple]] = {}
+        self.plan = lowering.plan
         self._readers: Dict[int, List[int]] = {}
         for s in self.steps:
             for tok in s.token_args.values():
@@ -71,7 +104,7 @@ class TaskEmitter:
     # ------------------------------------------------------------------ validation
     def _check_step(self, s):
         res = s.resource
-        if s.kind in SYNC_KINDS and not isinstance(res, WorkQueue) and _cfg(res) is None:
+        if s.kind in SYNC_KINDS and not isinstance(res, WorkQueue) and config_of(res) is None:
             raise LoweringError(f"{s.kind.label} on a resource without a pipeline_config", task=self.task,
                                 resource=res, location=s.location, fix="give the resource a pipeline_config")
 
@@ -79,38 +112,34 @@ class TaskEmitter:
     def _pipe(self, res):
         return self.L.pipes[id(res)]
 
-    def _plan(self, res):
-        key = id(res)
-        if key not in self.plans:
-            kinds = [s.kind for s in self.steps if s.resource is res]
-            self.plans[key] = counter_plan(_cfg(res), kinds)
-        return self.plans[key]
+    def _side(self, res, side):
+        return self.plan.side(self.task, res, side)
 
-    def _counter(self, res, kind) -> str:
-        plan = self._plan(res)
-        for name in VERB_COUNTER[kind]:
-            if name in plan:
-                return name
-        raise LoweringError(f"no counter for {kind.label}", task=self.task, resource=res)
+    def _counter(self, res, kind) -> Counter:
+        sp = self._side(res, kind.side)
+        c = sp.counter_for(kind) if sp is not None else None
+        if c is None:
+            raise LoweringError(f"no counter for {kind.label}", task=self.task, resource=res)
+        return c
 
     @staticmethod
-    def _skey(res, name):
-        return ("state", id(res), name)
+    def _skey(res, counter: Counter) -> StateKey:
+        return StateKey(id(res), counter.name)
 
     @staticmethod
-    def _cur(res, side):
-        return ("cur", id(res), side)
+    def _cur(res, side) -> CurKey:
+        return CurKey(id(res), side)
 
     @staticmethod
-    def _tkey(tok):
-        return ("tok", id(tok))
+    def _tkey(tok) -> TokenKey:
+        return TokenKey(id(tok))
 
     @staticmethod
-    def _trykey(res, side):
-        return ("try", id(res), side)
+    def _trykey(res, side) -> TryKey:
+        return TryKey(id(res), side)
 
     def _pipelined(self, res) -> bool:
-        return _cfg(res) is not None  # a static WorkQueue has none: its verbs are the loop's arithmetic
+        return config_of(res) is not None  # a static WorkQueue has none: its verbs are the loop's arithmetic
 
     def _writes(self, steps: Sequence) -> List[Any]:
         """Environment entries the steps rebind, in first-write order (a set of id()-keyed
@@ -119,10 +148,9 @@ class TaskEmitter:
         for s in steps:
             res = s.resource
             if s.kind in SYNC_KINDS and self._pipelined(res):
-                side = _side(s.kind)
-                for name in self._plan(res):
-                    if (name in ("acq", "cmt", "p")) == (side == "producer"):
-                        keys[self._skey(res, name)] = None
+                side = s.kind.side
+                for c in self._side(res, side).counters:
+                    keys[self._skey(res, c)] = None
                 keys[self._cur(res, side)] = None
             for tok in s.returns:
                 keys[self._tkey(tok)] = None
@@ -173,13 +201,12 @@ class TaskEmitter:
         for res in self._touched():
             if not self._pipelined(res):
                 continue
-            stages = _cfg(res).num_stages
-            for name in self._plan(res):
-                env[self._skey(res, name)] = make_state(name, stages, self._lane(res, name))
-            for side in ("producer", "consumer"):
-                names = [n for n in self._plan(res) if (n in ("acq", "cmt", "p")) == (side == "producer")]
-                if names:
-                    env[self._cur(res, side)] = env[self._skey(res, names[0])].clone()
+            sides = [sp for sp in (self._side(res, "producer"), self._side(res, "consumer")) if sp is not None]
+            for sp in sides:
+                for c in sp.counters:
+                    env[self._skey(res, c)] = make_state(c, self._lane(res, c))
+            for sp in sides:
+                env[self._cur(res, sp.side)] = env[self._skey(res, sp.counters[0])].clone()
         wtl = self.sched.work_tile_loop
         frame = Frame()
         if wtl is not None:
@@ -194,9 +221,9 @@ class TaskEmitter:
             for res in self._touched():
                 if self._pipelined(res) and any(s.resource is res and s.kind is StepKind.ProducerAcquire
                                                 for s in self.steps):
-                    name = self._counter(res, StepKind.ProducerAcquire)
-                    if self._stride(res, name) == 1:
-                        self._pipe(res).tail(env[self._skey(res, name)])
+                    c = self._counter(res, StepKind.ProducerAcquire)
+                    if c.stride == 1:
+                        self._pipe(res).tail(env[self._skey(res, c)])
 
     def _touched(self):
         """Resources and pipeline groups the steps name, first use first (a group's collapsed verbs
@@ -207,16 +234,14 @@ class TaskEmitter:
         return list(seen.values())
 
     # ------------------------------------------------------------------ interleave lanes
-    def _stride(self, res, name) -> int:
-        return counter_stride(_cfg(res), name, self._plan(res)[name][0])
-
-    def _lane(self, res, name):
-        """Warp-lane mode (task num_warps == stride): warp i of the task owns lane i. Domain-lane
-        mode (sibling tasks): the lane is the compile-time domain start modulo the stride."""
-        stride = self._stride(res, name)
-        if stride <= 1:
+    def _lane(self, res, counter: Counter):
+        """The counter's first stage, as the sync plan decides it. Warp-lane mode (task num_warps ==
+        stride): warp i of the task owns lane i. Domain-lane mode (sibling tasks): the lane is the
+        compile-time domain start modulo the stride."""
+        stride = counter.stride
+        if counter.lane_mode is LaneMode.NONE:
             return 0
-        if self.task.num_warps == stride:
+        if counter.lane_mode is LaneMode.WARP:
             return self.L.warp_idx - self.task.warp_idx
         dl = self.sched.domain_loop
         if dl is None or type(dl.start) is not int:
@@ -228,7 +253,7 @@ class TaskEmitter:
             raise LoweringError(f"domain-lane interleaving (stride {stride}) needs domain_loop(lane, end, {stride}); "
                                 f"got step {dl.step!r}", task=self.task, resource=res, location=dl.location,
                                 fix=f"step the domain loop by {stride}, or give the task {stride} warps (warp-lane)")
-        return dl.start % stride
+        return counter.lane
 
     def _sections(self, env, frame):
         loop_steps = self.sched.by_section(Section.LOOP)
@@ -241,7 +266,7 @@ class TaskEmitter:
             self._seed(env, loop_steps, True)
             keys = [k for k in self._writes(loop_steps) if k in env]
             for k in list(env):  # a try_ token never crosses into a loop: it belongs to one bracket
-                if k[0] == "try":
+                if isinstance(k, TryKey):
                     del env[k]
 
             base = frame.with_(start=start, end=end, step=step)
@@ -363,7 +388,7 @@ class TaskEmitter:
         wq = s.resource
         cur = env[self._cur(wq, "producer")]
         mbar = self._pipe(wq).pipe.producer_get_barrier(cur)
-        resp = (self.L.clc_response[id(wq)] + cur.index * 16).align(min_align=16)
+        resp = (self.L.clc_response[id(wq)] + cur.index * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
         with cute.arch.elect_one():
             cute.arch.issue_clc_query(mbar, resp)
 
@@ -371,16 +396,16 @@ class TaskEmitter:
         """``get_and_advance_work_tile()``: decode the waited stage's response into the next tile."""
         wq = s.resource
         cur = env[self._cur(wq, "consumer")]
-        resp = (self.L.clc_response[id(wq)] + cur.index * 16).align(min_align=16)
+        resp = (self.L.clc_response[id(wq)] + cur.index * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
         x, y, z, valid = cute.arch.clc_response(resp)
         # the next query (async proxy) may overwrite this stage once it is released
         cute.arch.fence_proxy("async.shared", space="cta")
         env.update(zip(TILE_KEYS, (x, y, z, valid)))
 
     def _drop_try(self, env, steps):
-        touched = {(id(s.resource), _side(s.kind)) for s in steps if s.kind in SYNC_KINDS}
+        touched = {self._trykey(s.resource, s.kind.side) for s in steps if s.kind in SYNC_KINDS}
         for k in list(env):
-            if k[0] == "try" and (k[1], k[2]) in touched:
+            if k in touched:
                 del env[k]
 
     def _block(self, env, steps: Sequence, frame: Frame, depth: int):
@@ -472,9 +497,9 @@ class TaskEmitter:
     def _sync(self, env, s):
         res, kind = s.resource, s.kind
         pipe = self._pipe(res)
-        side = _side(kind)
-        name = self._counter(res, kind)
-        skey = self._skey(res, name)
+        side = kind.side
+        counter = self._counter(res, kind)
+        skey = self._skey(res, counter)
         state = env[skey]
         warp = self.L.warp_idx
         if kind is StepKind.ProducerTryAcquire:
@@ -494,16 +519,10 @@ class TaskEmitter:
             pipe.release(self.task, warp, state)
         if kind in (StepKind.ProducerAcquire, StepKind.ConsumerWait):
             env[self._cur(res, side)] = state.clone()
-        if kind in self._plan(res)[name]:
+        if counter.advanced_by is kind:
             new = state.clone()
-            stride = self._stride(res, name)
-            new.advance() if stride == 1 else new.advance(stride)
+            new.advance() if counter.stride == 1 else new.advance(counter.stride)
             env[skey] = new
-
-    def _opens(self, res, side) -> bool:
-        kinds = ((StepKind.ProducerAcquire, StepKind.ProducerTryAcquire) if side == "producer"
-                 else (StepKind.ConsumerWait, StepKind.ConsumerTryWait))
-        return any(x.resource is res and x.kind in kinds for x in self.steps)
 
     def _work(self, env, s, frame):
         res = s.resource
@@ -513,15 +532,13 @@ class TaskEmitter:
         side = spec.role
         stage_idx = barrier = None
         if self._pipelined(res):
-            cur = env.get(self._cur(res, side))
-            if cur is not None and not self._opens(res, side):
+            # the resource's own counters, else its group's (e.g. FusedMerge: the group waited)
+            sp = self.plan.work_side(self.task, res, side)
+            cur = env.get(self._cur(sp.target, side)) if sp is not None else None
+            if cur is not None and not sp.opens:
                 # split consumer: another task waited; this task works and closes, so the work's
                 # stage is this task's closing counter (its `cur` would stay on stage 0)
-                name = next((n for n in self._plan(res) if (n in ("acq", "cmt", "p")) == (side == "producer")), None)
-                cur = env.get(self._skey(res, name), cur) if name is not None else cur
-            group = self.L.group_of.get(id(res))
-            if cur is None and group is not None:  # e.g. FusedMerge: the group waited, the member works
-                cur = env.get(self._cur(group, side))
+                cur = env.get(self._skey(sp.target, sp.counters[0]), cur)
             if cur is not None:
                 stage_idx = cur.index
                 barrier = self._pipe(res).barrier(side, cur)
@@ -546,16 +563,6 @@ class TaskEmitter:
                                 f"{len(s.returns)}", task=self.task, resource=res, location=s.location)
         for tok, v in zip(s.returns, values):
             self._store_token(env, tok, res, v)
-
-
-def _cfg(res):
-    """The pipeline config driving a resource's counters; a group's collapsed verbs use its members'."""
-    from ..model.pipeline_group import PipelineGroup
-
-    if isinstance(res, PipelineGroup):
-        return res.pipeline_config or next((m.pipeline_config for m in res.members
-                                            if getattr(m, "pipeline_config", None) is not None), None)
-    return getattr(res, "pipeline_config", None)
 
 
 def _static_pair(a, b) -> bool:

@@ -1,10 +1,9 @@
-"""One ``cutlass.pipeline`` object per pipelined resource, driven by the protocol table.
+"""One ``cutlass.pipeline`` object per pipelined resource, built from the sync plan.
 
-The class, the arrival kind of each side, whether the producer arms the transaction
-barrier at acquire, and the transaction bytes per arming warp all come from
-``warpsched.protocol.barriers`` -- the same description the checker executes. The
-user's cooperative groups are passed unchanged, so the mbarrier init counts are the
-counts the checker verified.
+The class, the init counts, whether the producer arms the transaction barrier at acquire,
+the transaction bytes per arming warp and the multicast partners all come from
+``warpsched.protocol.plan`` -- the plan the checker executes -- so the mbarriers are
+initialised and armed exactly as the checker verified.
 
 Signaling threads: a side whose signaling is ``TaskWarpLeader`` arrives from the task's
 first warp only (the other warps still wait). ``CtaLeader`` restricts a side to the leader
@@ -17,7 +16,7 @@ pairs) are rejected with a LoweringError until they are lowered.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 import cutlass
 import cutlass.cute as cute
@@ -25,12 +24,10 @@ import cutlass.pipeline as cpipe
 
 from ..model.enums import PipelineType
 from ..model.ir import StepKind
-from ..protocol.barriers import barrier_init, mcast_partners, protocol_of, tx_bytes_per_arm
+from ..protocol.plan import (VERB_COUNTER, Arming, Counter, SyncPlan, config_of, counter_plan,  # noqa: F401
+                             counter_stride, is_producer_counter, tx_per_arming_warp)
 from . import LoweringError
 from .dsl import dyn_if
-
-PRODUCER_VERBS = (StepKind.ProducerTryAcquire, StepKind.ProducerAcquire, StepKind.ProducerCommit)
-CONSUMER_VERBS = (StepKind.ConsumerTryWait, StepKind.ConsumerWait, StepKind.ConsumerRelease)
 
 
 def _group(g: Any):
@@ -54,36 +51,38 @@ def _first_step(program, resource, kinds):
 class PipelineLowering:
     """Barrier storage, init and the six verbs of one pipelined resource."""
 
-    def __init__(self, program, resource, barrier_ptr, *, pipe=None, config=None):
-        cfg = config if config is not None else resource.pipeline_config
-        self.program = program
-        self.resource, self.config, self.proto = resource, cfg, protocol_of(cfg)
-        self.arms_on_acquire = self.proto.producer_arms_on_acquire  # a Fork member arms at group.commit()
+    def __init__(self, plan: SyncPlan, target, barrier_ptr, *, pipe=None):
+        """``target``: a pipelined resource, or a PipelineGroup for its collapsed verbs (then
+        ``pipe`` is the group's assembled pipeline)."""
+        member = target.members[0] if hasattr(target, "members") else target
+        pp = plan.pipeline(member)
+        cfg = config_of(target)
+        self.program = program = plan.program
+        self.resource, self.config, self.proto = target, cfg, pp.protocol
+        self.arms_on_acquire = pp.arming is Arming.AT_ACQUIRE  # a Fork member's is group.commit()'s
         loc = cfg.location
         for verb, stride in zip(("producer_acquire", "producer_commit", "consumer_wait", "consumer_release"),
                                 cfg.strides):
             if not isinstance(stride, int) or stride < 1 or cfg.num_stages % stride:
                 raise LoweringError(f"interleave stride {stride!r} of {verb} does not divide num_stages="
-                                    f"{cfg.num_stages}", resource=resource, location=loc,
+                                    f"{cfg.num_stages}", resource=target, location=loc,
                                     fix="use a stride that divides num_stages")
         self.cluster_shape = cfg.cluster_shape or (1, 1, 1, 1)
         if cfg.num_ctas != 1:
-            self._check_cluster(cfg, resource, loc)
+            self._check_cluster(cfg, target, loc, pp.mcast_partners)
         self.producer_warps = self._side_warps(program, (StepKind.ProducerAcquire, StepKind.ProducerCommit))
         self.tx_count = 0
         if self.proto.transaction_bytes:
-            # warp-lane interleaving: every producer warp arms its own lane's stage with the whole stage
-            warp_lane = self.producer_warps > 1 and self.producer_warps == cfg.strides[0]
-            self.tx_count = cfg.num_bytes if warp_lane else tx_bytes_per_arm(cfg, self.producer_warps)
-        cls = getattr(cpipe, self.proto.cutlass_class, None)
-        # Init counts come from the shared protocol (thread-count declarations on per-warp
-        # sides are normalized there), so the barriers are armed exactly as the checker models.
-        init = barrier_init(cfg)
-        full, empty = _group(init.full_arrivals), _group(init.empty_arrivals)
+            self.tx_count = tx_per_arming_warp(cfg, self.producer_warps)
+        if pipe is not None:
+            self.pipe = pipe
+            return
+        cls = getattr(cpipe, self.proto.cutlass_class)
+        full, empty = _group(pp.full.init), _group(pp.empty.init)
         kw: Dict[str, Any] = dict(num_stages=cfg.num_stages, producer_group=full,
                                   consumer_group=empty, barrier_storage=barrier_ptr,
                                   defer_sync=True)
-        multicast = mcast_partners(cfg) > 1
+        multicast = pp.multicast
         if cfg.pipeline_type is not PipelineType.AsyncAsync:
             # without multicast each CTA's stages are its own: a single-CTA layout keeps the releases local
             kw["cta_layout_vmnk"] = cute.make_layout(tuple(self.cluster_shape) if multicast else (1, 1, 1, 1))
@@ -93,13 +92,12 @@ class PipelineLowering:
             kw["mcast_mode_mn"] = _mcast_mode(cfg.mcast_mode_mn)
         if self.proto.transaction_bytes:
             kw["tx_count"] = self.tx_count
-        if cfg.pipeline_type is PipelineType.AsyncAsync and self.proto.producer_arrive.value == "cp.async":
-            cls = cpipe.PipelineCpAsync
-        if pipe is None and cfg.pipeline_type is PipelineType.UmmaUmma:
-            pipe = make_umma_umma(cfg.num_stages, full, empty, barrier_ptr)
-        self.pipe = pipe if pipe is not None else cls.create(**kw)
+        if cfg.pipeline_type is PipelineType.UmmaUmma:
+            self.pipe = make_umma_umma(cfg.num_stages, full, empty, barrier_ptr)
+        else:
+            self.pipe = cls.create(**kw)
 
-    def _check_cluster(self, cfg, resource, loc) -> None:
+    def _check_cluster(self, cfg, resource, loc, partners: int) -> None:
         shape = cfg.cluster_shape
         if shape is None or len(shape) != 4:
             raise LoweringError("cta_layout_vmnk must be a static (v, m, n, k) tuple or layout to lower a cluster",
@@ -112,12 +110,12 @@ class PipelineLowering:
                                 "2-CTA UMMA pairs, V > 1, need per-CTA barrier routing the checker does not model)",
                                 resource=resource, location=loc,
                                 fix="use TmaAsync / AsyncAsync over cta_layout_vmnk=(1, m, n, 1), or (1, 1, 1, 1)")
-        if cfg.consumer_signaling_threads.cta_leader and mcast_partners(cfg) > 1:
+        if cfg.consumer_signaling_threads.cta_leader and partners > 1:
             # every CTA leads its own (V = 1) group, so every CTA's consumer releases into each of its
             # multicast partners: the barrier would see more arrivals than the one leader CTA declared
             raise LoweringError("consumer_signaling_threads=CtaLeader on a multicast pipeline over a V=1 cluster: "
                                 f"every CTA is the leader of its CTA group, so each empty barrier receives "
-                                f"{mcast_partners(cfg)} releases where CtaLeader declares one",
+                                f"{partners} releases where CtaLeader declares one",
                                 resource=resource, location=loc,
                                 fix="use consumer_signaling_threads=SignalingThreads.All with multicast")
 
@@ -242,63 +240,17 @@ def task_sync(program, task) -> None:
 
 
 # ---------------------------------------------------------------------- counters
-def counter_plan(config, kinds: List[StepKind]) -> Dict[str, Tuple[str, ...]]:
-    """Per side: counter names and which verb advances each.
-
-    One counter per side, advanced by the side's last verb present in the task (commit /
-    release; acquire / wait for acquire-only / wait-only tasks). With ``advance_on_acquire``
-    (``advance_on_wait``) and both verbs in the task, acquire and commit (wait and release)
-    run on split counters, each advanced by its own verb.
-    """
-    plan: Dict[str, Tuple[str, ...]] = {}
-    has = set(kinds)
-    if has & set(PRODUCER_VERBS):
-        if config.advance_on_acquire and StepKind.ProducerAcquire in has and StepKind.ProducerCommit in has:
-            plan["acq"] = (StepKind.ProducerAcquire,)
-            plan["cmt"] = (StepKind.ProducerCommit,)
-        else:
-            plan["p"] = (StepKind.ProducerCommit if StepKind.ProducerCommit in has else StepKind.ProducerAcquire,)
-    if has & set(CONSUMER_VERBS):
-        if config.advance_on_wait and StepKind.ConsumerWait in has and StepKind.ConsumerRelease in has:
-            plan["wait"] = (StepKind.ConsumerWait,)
-            plan["rel"] = (StepKind.ConsumerRelease,)
-        else:
-            plan["c"] = (StepKind.ConsumerRelease if StepKind.ConsumerRelease in has else StepKind.ConsumerWait,)
-    return plan
-
-
-# which counter a verb reads
-VERB_COUNTER = {
-    StepKind.ProducerTryAcquire: ("acq", "p"), StepKind.ProducerAcquire: ("acq", "p"),
-    StepKind.ProducerCommit: ("cmt", "p"), StepKind.ConsumerTryWait: ("wait", "c"),
-    StepKind.ConsumerWait: ("wait", "c"), StepKind.ConsumerRelease: ("rel", "c"),
-}
-
-
-def is_producer_counter(name: str) -> bool:
-    return name in ("acq", "cmt", "p")
-
-
-def make_state(name: str, stages: int, lane=0):
+# counter_plan, VERB_COUNTER and counter_stride live in protocol/plan.py (pure Python; the checker
+# reads the same plan); they stay importable from here.
+def make_state(counter: Counter, lane=0):
     """Initial cursor of a counter: producers start on phase 1 (stages free), consumers on 0;
     an interleaved counter starts on its lane's first stage."""
-    kind = cpipe.PipelineUserType.Producer if is_producer_counter(name) else cpipe.PipelineUserType.Consumer
+    kind = cpipe.PipelineUserType.Producer if counter.side == "producer" else cpipe.PipelineUserType.Consumer
+    stages = counter.num_stages
     state = cpipe.make_pipeline_state(kind, stages)
     if isinstance(lane, int) and lane == 0:
         return state
     return cpipe.PipelineState(stages, state.count, cutlass.Int32(lane), state.phase)
-
-
-# the interleave stride a counter advances by: the stride of the verb that advances it
-COUNTER_STRIDE_ROLE = {"acq": 0, "cmt": 1, "wait": 2, "rel": 3}
-
-
-def counter_stride(config, name: str, advancing_kind) -> int:
-    if name in COUNTER_STRIDE_ROLE:
-        return config.strides[COUNTER_STRIDE_ROLE[name]]
-    role = {StepKind.ProducerAcquire: 0, StepKind.ProducerCommit: 1, StepKind.ConsumerWait: 2,
-            StepKind.ConsumerRelease: 3}[advancing_kind]
-    return config.strides[role]
 
 
 _ = cutlass

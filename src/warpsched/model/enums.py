@@ -14,36 +14,8 @@ class PipelineType(enum.Enum):
     AsyncUmma = "AsyncUmma"
     UmmaUmma = "UmmaUmma"
     ClcFetchAsync = "ClcFetchAsync"
-
-    @property
-    def producer_kind(self) -> str:
-        """'async', 'tma', 'umma' or 'clc' -- the engine that fills the buffer."""
-        return _KINDS[self][0]
-
-    @property
-    def consumer_kind(self) -> str:
-        """'async' or 'umma' -- the engine that drains the buffer."""
-        return _KINDS[self][1]
-
-    @property
-    def producer_is_hardware(self) -> bool:
-        """True when the producer completes by a hardware signal (TMA, UMMA, CLC)."""
-        return self.producer_kind in ("tma", "umma", "clc")
-
-    @property
-    def consumer_is_mma(self) -> bool:
-        return self.consumer_kind == "umma"
-
-
-_KINDS = {
-    PipelineType.AsyncAsync: ("async", "async"),
-    PipelineType.TmaAsync: ("tma", "async"),
-    PipelineType.TmaUmma: ("tma", "umma"),
-    PipelineType.UmmaAsync: ("umma", "async"),
-    PipelineType.AsyncUmma: ("async", "umma"),
-    PipelineType.UmmaUmma: ("umma", "umma"),
-    PipelineType.ClcFetchAsync: ("clc", "async"),
-}
+    # Every per-type fact (engines, arrival kinds, cutlass classes and ops, interleaving support)
+    # lives on the type's entry in protocol/barriers.py PROTOCOLS, nowhere else.
 
 
 class SignalingThreads(enum.Flag):

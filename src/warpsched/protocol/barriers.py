@@ -24,7 +24,7 @@ the arrivals of every CTA that signals the same barrier (``signaling_ctas``).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Tuple
 
 from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
@@ -43,15 +43,33 @@ class ArriveKind(enum.Enum):
 
 @dataclass(frozen=True)
 class PipelineProtocol:
+    """Every per-type fact of one pipeline type; nothing else in warpsched keeps a table per type."""
+
     ptype: PipelineType
+    producer_engine: str  # what fills the buffer: 'async', 'tma', 'umma' or 'clc'
+    consumer_engine: str  # what drains it: 'async' or 'umma'
     producer_arrive: ArriveKind  # how the producer signals full[s]
     consumer_arrive: ArriveKind  # how the consumer signals empty[s]
     transaction_bytes: bool  # full[s] also waits for num_bytes delivered by hardware
     producer_arms_on_acquire: bool  # TMA / CLC arm the barrier at acquire; commit is a no-op
     cutlass_class: str  # the cutlass.pipeline class the lowering instantiates
+    producer_op: str  # the cutlass PipelineOp of full[s] / empty[s] (how each side arrives)
+    consumer_op: str
     interleave_producer: bool
     interleave_consumer: bool
     interleave_single_cta_only: bool = False
+    needs_cta_layout: bool = False  # the cutlass class needs cta_layout_vmnk (no single-CTA default)
+    pair_routed: bool = False  # CUTLASS routes a V pair's barrier traffic to the leader CTA
+
+    @property
+    def producer_is_hardware(self) -> bool:
+        """The producer completes by a hardware signal (TMA, UMMA, CLC), not by thread arrivals."""
+        return self.producer_engine != "async"
+
+    @property
+    def producer_commits_mma(self) -> bool:
+        """The producer's commit is a tcgen05.commit: it completes every earlier MMA of the task."""
+        return self.producer_arrive is ArriveKind.UMMA
 
     @property
     def producer_async_completion(self) -> bool:
@@ -65,29 +83,33 @@ class PipelineProtocol:
 
 
 _P = PipelineProtocol
+_T, _W, _U = ArriveKind.THREAD, ArriveKind.WARP, ArriveKind.UMMA
 PROTOCOLS = {
-    PipelineType.AsyncAsync: _P(PipelineType.AsyncAsync, ArriveKind.THREAD, ArriveKind.THREAD, False, False,
-                                "PipelineAsync", True, True),
-    PipelineType.TmaAsync: _P(PipelineType.TmaAsync, ArriveKind.WARP, ArriveKind.WARP, True, True,
-                              "PipelineTmaAsync", True, True, interleave_single_cta_only=True),
-    PipelineType.TmaUmma: _P(PipelineType.TmaUmma, ArriveKind.WARP, ArriveKind.UMMA, True, True,
-                             "PipelineTmaUmma", True, True),
-    PipelineType.UmmaAsync: _P(PipelineType.UmmaAsync, ArriveKind.UMMA, ArriveKind.THREAD, False, False,
-                               "PipelineUmmaAsync", False, True),
-    PipelineType.AsyncUmma: _P(PipelineType.AsyncUmma, ArriveKind.THREAD, ArriveKind.UMMA, False, False,
-                               "PipelineAsyncUmma", True, False),
-    PipelineType.UmmaUmma: _P(PipelineType.UmmaUmma, ArriveKind.UMMA, ArriveKind.UMMA, False, False,
-                              "PipelineUmmaUmma", False, False),
-    PipelineType.ClcFetchAsync: _P(PipelineType.ClcFetchAsync, ArriveKind.WARP, ArriveKind.THREAD, True, True,
-                                   "PipelineClcFetchAsync", False, False),
+    PipelineType.AsyncAsync: _P(PipelineType.AsyncAsync, "async", "async", _T, _T, False, False, "PipelineAsync",
+                                "AsyncThread", "AsyncThread", True, True),
+    PipelineType.TmaAsync: _P(PipelineType.TmaAsync, "tma", "async", _W, _W, True, True, "PipelineTmaAsync",
+                              "TmaLoad", "AsyncThread", True, True, interleave_single_cta_only=True),
+    PipelineType.TmaUmma: _P(PipelineType.TmaUmma, "tma", "umma", _W, _U, True, True, "PipelineTmaUmma",
+                             "TmaLoad", "TCGen05Mma", True, True, needs_cta_layout=True, pair_routed=True),
+    PipelineType.UmmaAsync: _P(PipelineType.UmmaAsync, "umma", "async", _U, _T, False, False, "PipelineUmmaAsync",
+                               "TCGen05Mma", "AsyncThread", False, True, needs_cta_layout=True, pair_routed=True),
+    PipelineType.AsyncUmma: _P(PipelineType.AsyncUmma, "async", "umma", _T, _U, False, False, "PipelineAsyncUmma",
+                               "AsyncThread", "TCGen05Mma", True, False, needs_cta_layout=True, pair_routed=True),
+    PipelineType.UmmaUmma: _P(PipelineType.UmmaUmma, "umma", "umma", _U, _U, False, False, "PipelineUmmaUmma",
+                              "TCGen05Mma", "TCGen05Mma", False, False, needs_cta_layout=True, pair_routed=True),
+    PipelineType.ClcFetchAsync: _P(PipelineType.ClcFetchAsync, "clc", "async", _W, _T, True, True,
+                                   "PipelineClcFetchAsync", "ClcLoad", "AsyncThread", False, False,
+                                   needs_cta_layout=True),
 }
 ARRIVE_KIND = {t: (p.producer_arrive, p.consumer_arrive) for t, p in PROTOCOLS.items()}
 
 
 def protocol_of(config: PipelineConfig) -> PipelineProtocol:
+    """The type's protocol; an AsyncLoad producer (cp.async) arrives when its copies land."""
     proto = PROTOCOLS[config.pipeline_type]
     if proto.producer_arrive is ArriveKind.THREAD and config.async_producer_op is AsyncProducerOp.AsyncLoad:
-        proto = PipelineProtocol(**{**proto.__dict__, "producer_arrive": ArriveKind.CPASYNC})
+        proto = replace(proto, producer_arrive=ArriveKind.CPASYNC, producer_op="AsyncLoad",
+                        cutlass_class="PipelineCpAsync")
     return proto
 
 
@@ -187,12 +209,6 @@ def expected_num_bytes(config: PipelineConfig, producer_warps: int) -> Optional[
     total = per * producer_warps * ctas
     return total, (f"num_bytes_per_warp_per_cta {per} x {producer_warps} producing warp(s) x "
                    f"{ctas} producing CTA(s) = {total}")
-
-
-def tx_bytes_per_arm(config: PipelineConfig, producer_warps: int) -> int:
-    """Bytes each arming thread expects: the stage total split over the arming warps."""
-    arms = signaling_warps(config.producer_signaling_threads, producer_warps)
-    return config.num_bytes // max(1, arms)
 
 
 # ---------------------------------------------------------------- barrier init and tx accounting

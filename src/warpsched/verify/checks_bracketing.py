@@ -15,6 +15,7 @@ from typing import Dict, Iterable, List
 from ..errors import Finding
 from ..model.ir import TRY_PAIRS, ScheduleResult, Step, StepKind
 from ..model.task import Task
+from ..protocol.barriers import protocol_of
 from . import checks_dataflow
 from .checks_traces import condition, executions
 from .findings_util import (F, TRY_KINDS, config_of, dedupe, good_config, is_pdl, is_queue, rname, self_edge,
@@ -226,7 +227,7 @@ def _dma(ctx: _Context, t: Task, s: Step, down, cons, released, proxy_open, add)
     """A hardware producer (TMA/UMMA/CLC) reads its upstream buffers until its work completes:
     they must still be inside their wait/release window at the producer work."""
     cfg = good_config(down)
-    if cfg is None or not cfg.pipeline_type.producer_is_hardware:
+    if cfg is None or not protocol_of(cfg).producer_is_hardware:
         return
     for up in graph_upstream(ctx.program, down):
         if up is down or is_queue(up) or is_pdl(up) or good_config(up) is None:

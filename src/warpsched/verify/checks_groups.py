@@ -15,17 +15,14 @@ from ..model.pipeline_group import PipelineGroup
 from ..model.resources import work_spec_of
 from ..model.task import Task
 from ..protocol.barriers import protocol_of
+from ..protocol.plan import GROUP_VERBS
 from .findings_util import F, config_of, dedupe, groups, is_resource, rname, steps, valid_config
 from .program import Program
 
 GROUP = "pipeline group consistency"
 
-# The collapsed op(s) each mode emits on the group object; the member verbs it forbids.
-_GROUP_VERBS = {
-    PipelineGroupMode.Merge: {StepKind.ConsumerRelease},
-    PipelineGroupMode.Fork: {StepKind.ProducerCommit},
-    PipelineGroupMode.FusedMerge: {StepKind.ConsumerTryWait, StepKind.ConsumerWait, StepKind.ConsumerRelease},
-}
+# The collapsed op(s) each mode emits on the group object (protocol.plan.GROUP_VERBS); the
+# member verbs it forbids.
 _VERB = {StepKind.ConsumerRelease: "release", StepKind.ProducerCommit: "commit", StepKind.ConsumerWait: "wait",
          StepKind.ConsumerTryWait: "try_wait", StepKind.ProducerAcquire: "acquire",
          StepKind.ProducerTryAcquire: "try_acquire"}
@@ -73,7 +70,7 @@ def _members(g: PipelineGroup) -> List[Finding]:
         return out
     ref_m, ref = cfgs[0]
     side = g.mode.collapsed_side
-    kind = lambda c: c.pipeline_type.producer_kind if side == "producer" else c.pipeline_type.consumer_kind  # noqa
+    kind = lambda c: protocol_of(c).producer_engine if side == "producer" else protocol_of(c).consumer_engine  # noqa
     for m, c in cfgs[1:]:
         if c.num_stages != ref.num_stages:
             out.append(F(GROUP, f"group {g.name!r}: {rname(m)} has num_stages={c.num_stages} but {rname(ref_m)} has "
@@ -113,7 +110,7 @@ def _wiring(program: Program, g: PipelineGroup) -> List[Finding]:
     out = []
     members = [m for m in (g.members if isinstance(g.members, list) else []) if is_resource(m)]
     ids = {id(m) for m in members}
-    allowed = _GROUP_VERBS[g.mode]
+    allowed = GROUP_VERBS[g.mode]
     forbidden_member = allowed - {StepKind.ConsumerTryWait} if g.mode is not PipelineGroupMode.FusedMerge else allowed
     side = g.mode.collapsed_side
     drivers = []

@@ -9,6 +9,7 @@ from ..model.enums import PipelineType
 from ..model.ir import ScheduleResult, Section, StepKind
 from ..model.pipeline_config import PipelineConfig
 from ..model.task import Task
+from ..protocol.barriers import protocol_of
 from .findings_util import (F, config_of, declared, dedupe, good_config, graph_items, in_list, location_for,
                             rname, steps, targets, tasks_with)
 from .program import Program
@@ -16,8 +17,6 @@ from .program import Program
 PINGPONG = "ping-pong resources"
 SPLIT = "split-consumer signaling"
 OVERLAP = "head/loop producer overlap"
-
-_MMA_CONSUMERS = (PipelineType.TmaUmma, PipelineType.AsyncUmma, PipelineType.UmmaUmma)
 
 
 def check(program: Program) -> Iterable[Finding]:
@@ -41,7 +40,8 @@ def _ping_pong(program: Program) -> List[Finding]:
                          location=loc, expected="a pipeline_config with a synchronous consumer (AsyncAsync, TmaAsync "
                          "or UmmaAsync)", fix=f"attach e.g. PipelineConfig.create_async_async_pipeline_cfg(...) to "
                          f"{rname(r)}, or drop the self-edge"))
-        elif isinstance(cfg, PipelineConfig) and cfg.pipeline_type in _MMA_CONSUMERS:
+        elif (isinstance(cfg, PipelineConfig) and isinstance(cfg.pipeline_type, PipelineType)
+              and protocol_of(cfg).consumer_async_release):  # an MMA consumer releases asynchronously
             out.append(F(PINGPONG, f"{rname(r)} is a ping-pong resource on a {cfg.pipeline_type.value} pipeline, whose "
                          "MMA consumer releases asynchronously", resource=r, location=cfg.location,
                          expected="a synchronous consumer: AsyncAsync, TmaAsync or UmmaAsync",

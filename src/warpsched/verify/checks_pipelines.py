@@ -1,8 +1,9 @@
 """Pipeline configuration: field validity, thread counts and bytes, leader-routed
 completions and CTA layout consistency. Interleaving rules are in checks_interleave.
 
-Every expected number comes from protocol/barriers.py, the protocol description the
-exhaustive checker and the lowering share.
+Every expected number comes from protocol/ (barriers.py: arrivals and bytes; plan.py: which
+verb signals a side and how many warps one operation covers), what the exhaustive checker and
+the lowering read too.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..model.ir import StepKind
 from ..model.pipeline_config import PipelineConfig, cluster_shape_of, group_size
 from ..protocol.barriers import (CLC_RESPONSE_BYTES, expected_group_size, expected_num_bytes, protocol_of,
                                   signaling_warps)
+from ..protocol.plan import ROLE, op_warps, signaling_verb
 from . import checks_interleave
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
                             rname, strides_of, tasks_with, valid_config)
@@ -106,33 +108,23 @@ def _fields(r: Any) -> List[Finding]:
 
 
 # ------------------------------------------------------------------ thread counts and bytes
-def _side_tasks(program: Program, r: Any, side: str) -> Tuple[List[Any], int]:
-    """The tasks whose operations arrive on this side's barrier, and the role stride."""
-    cfg = config_of(r)
-    proto = protocol_of(cfg)
-    st = strides_of(cfg)
-    if side == "producer":
-        if proto.producer_arms_on_acquire:  # TMA / CLC arm the full barrier at acquire
-            return tasks_with(program, r, [StepKind.ProducerAcquire]), st[0]
-        return tasks_with(program, r, [StepKind.ProducerCommit]), st[1]
-    return tasks_with(program, r, [StepKind.ConsumerRelease]), st[3]
-
-
-def _lane_warps(task: Any, stride: int) -> int:
-    """Warps that signal one barrier: one warp per lane in warp-lane interleaving."""
-    return 1 if stride > 1 and task.num_warps == stride else task.num_warps
+def _side_tasks(program: Program, r: Any, side: str) -> Tuple[List[Any], StepKind]:
+    """The tasks whose operations arrive on this side's barrier, and the verb that arrives
+    (TMA / CLC producers arm the full barrier at acquire)."""
+    verb = signaling_verb(config_of(r), side)
+    return tasks_with(program, r, [verb]), verb
 
 
 def _counts(program: Program, r: Any) -> List[Finding]:
     cfg: PipelineConfig = config_of(r)
     out = []
     for side in ("producer", "consumer"):
-        tasks, stride = _side_tasks(program, r, side)
+        tasks, verb = _side_tasks(program, r, side)
         tasks = [t for t in tasks if is_pos_int(getattr(t, "num_warps", None))]
         if not tasks:
             continue
-        per_task = [(t, expected_group_size(cfg, side, _lane_warps(t, stride))) for t in tasks]
-        if stride > 1:  # each lane's barrier is signaled by one task (or warp): all must agree
+        per_task = [(t, expected_group_size(cfg, side, op_warps(cfg, verb, t.num_warps))) for t in tasks]
+        if strides_of(cfg)[ROLE[verb]] > 1:  # each lane's barrier is signaled by one task (or warp): all must agree
             targets = [(t, sc, f"task {t.name!r} ({t.num_warps} warp(s)) makes") for t, sc in per_task]
         else:  # every task arrives on every stage: the counts add up
             total = sum(sc.arrivals for _, sc in per_task)
@@ -187,7 +179,7 @@ def _bytes(program: Program, r: Any) -> List[Finding]:
                      "would complete before any TMA byte lands", expected="the bytes one stage's TMA loads deliver",
                      fix="num_bytes=<tile bytes per stage>", **base))
         return out
-    armers, _stride = _side_tasks(program, r, "producer")
+    armers, _verb = _side_tasks(program, r, "producer")
     for t in armers:
         if not is_pos_int(getattr(t, "num_warps", None)):
             continue
@@ -210,14 +202,14 @@ def _leader(program: Program, r: Any) -> List[Finding]:
     base = dict(resource=r, location=cfg.location)
     sig: SignalingThreads = cfg.producer_signaling_threads
     per = cfg.num_bytes_per_warp_per_cta
-    armers, stride = _side_tasks(program, r, "producer")
+    armers, verb = _side_tasks(program, r, "producer")
     armers = [t for t in armers if is_pos_int(getattr(t, "num_warps", None))]
     if (sig.cta_leader or per is not None) and cfg.cta_layout_vmnk is not None and cfg.cluster_shape is None:
         out.append(F(LEADER, f"{rname(r)}: cta_layout_vmnk cannot be inspected, so the producing CTAs cannot be "
                      "counted", expected="cta_layout_vmnk as a tuple of ints", fix="pass e.g. (1, 2, 1, 1)", **base))
         return out
     for t in armers:
-        warps = _lane_warps(t, stride)
+        warps = op_warps(cfg, verb, t.num_warps)
         covers = (sig.warp_leader and warps > 1) or (sig.cta_leader and cfg.num_ctas > 1)
         if per is None:
             if covers:
@@ -238,8 +230,6 @@ def _leader(program: Program, r: Any) -> List[Finding]:
 
 
 # ------------------------------------------------------------------ CTA layout
-# pipelines whose CUTLASS implementation routes barrier traffic between the CTAs of a V pair
-PAIR_ROUTED = (PipelineType.TmaUmma, PipelineType.UmmaAsync, PipelineType.AsyncUmma, PipelineType.UmmaUmma)
 
 
 def _layouts(resources: List[Any]) -> List[Finding]:
@@ -249,14 +239,14 @@ def _layouts(resources: List[Any]) -> List[Finding]:
         cfg = config_of(r)
         if not isinstance(cfg, PipelineConfig) or not layout_ok(cfg.cta_layout_vmnk):
             continue
-        if cfg.cta_layout_vmnk is None and isinstance(cfg.pipeline_type, PipelineType) and \
-                cfg.pipeline_type.value in ("TmaUmma", "UmmaAsync", "AsyncUmma", "UmmaUmma", "ClcFetchAsync"):
+        typed = isinstance(cfg.pipeline_type, PipelineType)
+        if cfg.cta_layout_vmnk is None and typed and protocol_of(cfg).needs_cta_layout:
             out.append(F(LAYOUT, f"{rname(r)}: a {cfg.pipeline_type.value} pipeline needs cta_layout_vmnk",
                          resource=r, location=cfg.location, expected="cta_layout_vmnk=(v, m, n, k)",
                          fix="pass the kernel's cluster layout, e.g. cta_layout_vmnk=(1, 1, 1, 1)"))
         shape: Optional[tuple] = cluster_shape_of(cfg.cta_layout_vmnk) or (1, 1, 1, 1)
         shapes.append((r, shape))
-        if shape[0] > 1 and isinstance(cfg.pipeline_type, PipelineType) and cfg.pipeline_type in PAIR_ROUTED:
+        if shape[0] > 1 and typed and protocol_of(cfg).pair_routed:
             out.append(F(LAYOUT, f"{rname(r)}: a {cfg.pipeline_type.value} pipeline over CTA pairs (V = {shape[0]}) "
                          "is verified on one representative CTA, but CUTLASS treats the pair's CTAs differently "
                          "(the leader CTA alone arms the TMA barrier and receives the pair's thread arrivals); "

@@ -38,7 +38,7 @@ class Cursor:
     slot: int
     owner: Any
     side: str
-    which: str  # 'open' | 'close' | 'both'
+    which: str  # the sync plan's counter name: 'p' / 'c', or split 'acq' + 'cmt' / 'wait' + 'rel'
     stride: int
     lane: int
     num_stages: int
@@ -78,6 +78,7 @@ class Action:
     group_members: Tuple[Any, ...] = ()
     owner: Any = None
     side: str = ""
+    after_open: bool = False  # work after an opening op that advanced: its stage is one stride behind
 
 
 @dataclass

@@ -423,7 +423,7 @@ class Engine(LoopsMixin):
             return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
         if not a.regions:
             return self._with_keys(state, e, es, a, label, es[PC] + 1)
-        if stage is not None and a.side.endswith("/after-open"):
+        if stage is not None and a.after_open:
             stage = (stage - a.stride) % a.num_stages
         rid, sl = a.regions[0]
         region = (rid, stage if sl is None else sl)

@@ -3,8 +3,9 @@
 Every task becomes one or more *executors* (a warp-lane task on an interleaved side is one
 executor per warp, since each warp walks its own lane). Each executor runs a small control
 program: the schedule's steps in section order, with tile-loop and domain-loop heads. Each
-sync step is resolved here against ``protocol.barriers``: which mbarrier it waits on or
-arrives at, how many arrivals and transaction bytes, which cursor it reads and advances.
+sync step is resolved against the sync plan (``protocol.plan``, which the lowering reads too):
+which mbarrier it waits on or arrives at, how many arrivals and transaction bytes, which
+counter (cursor) it reads and advances. Nothing about the protocol is derived here.
 """
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from ...model.ir import Section, Step, StepKind
 from ...model.pipeline_group import PipelineGroup
 from ...model.resources import PdlWaitBarrier, WorkQueue, work_spec_of
 from ...model.tripcount import TripCount
-from ...protocol.barriers import (ArriveKind, arrivals_per_op, barrier_init, delivered_tx_bytes,
-                                  group_barrier_init, protocol_of)
+from ...protocol.plan import CLOSE_KIND, FULL, OPEN_KIND, VERB_BARRIER, BarrierArray, SidePlan, SyncPlan
 from ..program import Program, name_of
 from .memory import RegionMap
 from .parts import _is_local, _mark_private
@@ -34,12 +34,9 @@ class _Builder:
     def __init__(self, program: Program, include=None):
         self.p = program
         self.include = include
+        self.plan = SyncPlan(program)
         self.barriers: List[Barrier] = []
         self.bar_base: Dict[Tuple[int, str], int] = {}
-        self.group_of: Dict[int, PipelineGroup] = {}
-        for g in program.pipeline_groups:
-            for m in g.members:
-                self.group_of[id(m)] = g
         self.key_ids: Dict[str, int] = {}
         self.key_members: List[List[int]] = []
         self.group_keys: Dict[Any, int] = {}
@@ -50,42 +47,20 @@ class _Builder:
         self.problems: List[str] = []
 
     # ------------------------------------------------------------ barriers
-    def barrier_owner(self, res, kind: str):
-        g = self.group_of.get(id(res))
-        if g is not None:
-            shared_full = g.mode in (PipelineGroupMode.Fork, PipelineGroupMode.FusedMerge)
-            shared_empty = g.mode in (PipelineGroupMode.Merge, PipelineGroupMode.FusedMerge)
-            if (kind == "full" and shared_full) or (kind == "empty" and shared_empty):
-                return g
-        return res
-
     def _fork_view(self, res) -> bool:
         """A Fork member: its producer bracket's hold opens at the load, not at its own acquire
         (members may be views of one buffer that the other views' readers still hold)."""
-        g = self.group_of.get(id(res))
+        g = self.plan.group_of.get(id(res))
         return g is not None and g.mode is PipelineGroupMode.Fork
 
-    def base(self, owner, kind: str) -> int:
-        key = (id(owner), kind)
-        if key in self.bar_base:
-            return self.bar_base[key]
-        if isinstance(owner, PipelineGroup):
-            full, empty = group_barrier_init(owner.members, owner.mode)
-            init = full if kind == "full" else empty
-            stages = owner.num_stages or 1
-            count = init.full_arrivals if kind == "full" else init.empty_arrivals
-            tx = init.full_tx_bytes if kind == "full" else 0
-        else:
-            cfg = _cfg(owner)
-            binit = barrier_init(cfg)
-            stages = cfg.num_stages
-            count = binit.full_arrivals if kind == "full" else binit.empty_arrivals
-            tx = binit.full_tx_bytes if kind == "full" else 0
-        b = len(self.barriers)
-        for s in range(stages):
-            self.barriers.append(Barrier(b + s, owner, kind, s, max(1, count), tx))
-        self.bar_base[key] = b
-        return b
+    def base(self, array: BarrierArray) -> int:
+        """Index of stage 0 of one of the plan's barrier arrays (created on first use)."""
+        key = (id(array.owner), array.kind)
+        if key not in self.bar_base:
+            b = self.bar_base[key] = len(self.barriers)
+            for st in range(array.num_stages):
+                self.barriers.append(Barrier(b + st, array.owner, array.kind, st, array.init, array.tx_bytes))
+        return self.bar_base[key]
 
     # ------------------------------------------------------------ executors
     def build(self) -> Compiled:
@@ -94,7 +69,7 @@ class _Builder:
             sched = self.p.schedule_of(task)
             if sched is None:
                 continue
-            lanes = self._warp_lanes(task, sched)
+            lanes = self.plan.splits_by_warp(task)
             for w in (range(task.num_warps) if lanes else [None]):
                 if self.include is not None and (id(task), w) not in self.include:
                     continue
@@ -145,20 +120,6 @@ class _Builder:
         _mark_private(execs, self.regions)
         return Compiled(self.p, execs, self.barriers, self.groups, key_names, self.key_members, self.regions,
                         persistent, skippable, self.p.options.assume_pdl_wait_completed, self.problems, gap)
-
-    def _warp_lanes(self, task, sched) -> bool:
-        """A task is split into per-warp executors when it drives an interleaved role whose
-        stride equals its warp count (warp-lane mode: warp i owns lane i)."""
-        if task.num_warps <= 1:
-            return False
-        for step in sched.steps:
-            for res in _targets(step):
-                cfg = _cfg(res)
-                if cfg is None or not step.kind.is_sync or step.kind.side is None:
-                    continue
-                if _role_stride(cfg, step.kind) == task.num_warps:
-                    return True
-        return False
 
     def _declared_tile_count(self, execs):
         """The work-tile count the persistent tasks declare (``work_tile_loop(tile_count=)``)."""
@@ -211,7 +172,7 @@ class _Builder:
                         if kid not in produces[g.token.producer_index]:
                             produces[g.token.producer_index].append(kid)
         ex.keys = tuple(keys)
-        self._cursors(ex, steps)
+        self._cursors(ex)
         # loop counter abstraction: exact below C, periodic with P above
         starts, periods, first = [0], [1], False
         for s in steps:
@@ -287,53 +248,19 @@ class _Builder:
                 ins.all_skippable = bool(body) and all(any(g.kind == "skippable" for g in x.guards) for x in body)
 
     # ------------------------------------------------------------ cursors
-    def _cursors(self, ex: Executor, steps: List[Step]) -> None:
-        opens: Dict[Tuple[int, str], Any] = {}
-        closes: Dict[Tuple[int, str], Any] = {}
-        for s in steps:
-            if s.kind in OPEN_VERBS or s.kind in CLOSE_VERBS:
-                side = OPEN_VERBS.get(s.kind) or CLOSE_VERBS.get(s.kind)
-                book = opens if s.kind in OPEN_VERBS else closes
-                owners = [s.resource]
-                if isinstance(s.resource, PipelineGroup):
-                    owners += list(s.resource.members)
-                for o in owners:
-                    if _cfg_of(o) is not None:
-                        book[(id(o), side)] = o
+    def _cursors(self, ex: Executor) -> None:
+        """One cursor per counter of the plan (a warp-lane executor starts on its warp's lane)."""
         ex._slots = {}
-        sched = self.p.schedule_of(ex.task)
-        start = sched.domain_loop.start if sched.domain_loop is not None else 0
-        for key in list(dict.fromkeys(list(opens) + list(closes))):
-            owner = opens.get(key) or closes.get(key)
-            side = key[1]
-            cfg = _cfg_of(owner)
-            flag = cfg.advance_on_acquire if side == PRODUCER else cfg.advance_on_wait
-            has_open, has_close = key in opens, key in closes
-            o_stride, c_stride = _side_strides(cfg, side)
-            split = flag or not (has_open and has_close)
-            stages = cfg.num_stages
-            for which, stride in ((("open", o_stride), ("close", c_stride)) if split else (("both", c_stride),)):
-                lane = self._lane(ex, stride, start)
-                cur = Cursor(len(ex.cursors), owner, side, which, stride, lane % max(1, stages), stages)
+        for sp in self.plan.sides_of(ex.task):
+            for c in sp.counters:
+                cur = Cursor(len(ex.cursors), sp.target, sp.side, c.name, c.stride,
+                             c.first_stage(ex.lane_warp) % max(1, c.num_stages), c.num_stages)
                 ex.cursors.append(cur)
-                if which in ("open", "both"):
-                    ex._slots[(key, "open")] = cur
-                if which in ("close", "both"):
-                    ex._slots[(key, "close")] = cur
-            ex._slots[(key, "split")] = split
-            ex._slots[(key, "has_open")] = has_open
-            ex._slots[(key, "has_close")] = has_close
-            ex._slots[(key, "open_advances")] = split and (flag or not has_close)
+                ex._slots[(id(sp.target), sp.side, c.name)] = cur
 
-    def _lane(self, ex: Executor, stride: int, start) -> int:
-        if stride <= 1:
-            return 0
-        if ex.lane_warp is not None:
-            return ex.lane_warp % stride
-        return start % stride if type(start) is int else 0  # domain-lane: domain_start owns the lane
-
-    def _slot(self, ex, owner, side, which) -> Optional[Cursor]:
-        return ex._slots.get(((id(owner), side), which))
+    def _cursor(self, ex: Executor, sp: SidePlan, kind: StepKind) -> Optional[Cursor]:
+        c = sp.counter_for(kind)
+        return ex._slots.get((id(sp.target), sp.side, c.name)) if c is not None else None
 
     # ------------------------------------------------------------ steps
     def _action(self, ex: Executor, s: Step, keys) -> Action:
@@ -353,75 +280,53 @@ class _Builder:
         return self._work(ex, s, keys)
 
     def _sync(self, ex: Executor, s: Step, keys) -> Action:
-        side = OPEN_VERBS.get(s.kind) or CLOSE_VERBS.get(s.kind)
-        opening = s.kind in OPEN_VERBS
+        k = s.kind
+        side = k.side
+        opening = k in OPEN_VERBS
         owner = s.resource
         group = owner if isinstance(owner, PipelineGroup) else None
         members = list(group.members) if group else [owner]
-        cfg = _cfg_of(owner)
-        if cfg is None:
+        sp = self.plan.side(ex.task, owner, side)
+        if sp is None:
             return Action("nop", s, keys=keys)
-        proto = protocol_of(cfg)
-        cur = self._slot(ex, owner, side, "open" if opening else "close")
+        proto = self.plan.pipeline(members[0]).protocol if group else self.plan.pipeline(owner).protocol
+        cur = self._cursor(ex, sp, k)
         act = Action(("acquire" if side == PRODUCER else "wait") if opening else
                      ("commit" if side == PRODUCER else "release"), s, keys=keys, owner=owner, side=side)
         act.cursor = cur.slot
         act.stride, act.num_stages = cur.stride, cur.num_stages
         act.group_members = tuple(members)
-        warps = ex.warps
-        signaling = cfg.producer_signaling_threads if side == PRODUCER else cfg.consumer_signaling_threads
-        leader_only = ex.lane_warp is not None and signaling.warp_leader and ex.lane_warp != 0
-        # which barrier
-        if opening:
-            kind = "empty" if side == PRODUCER else "full"
-        else:
-            kind = "full" if side == PRODUCER else "empty"
-        bar_owner = group if group is not None else self.barrier_owner(owner, kind)
-        act.barrier_base = self.base(bar_owner, kind)
-        has_close = bool(ex._slots.get(((id(owner), side), "has_close")))
+        act.barrier_base = self.base(self.plan.barrier(owner, VERB_BARRIER[k]))
         act.regions = tuple((id(m), None) for m in members)
+        act.advance = (cur.slot,) if sp.advances(k) is not None else ()
+        arrivals = sp.arrivals(ex.lane_warp)  # a warp-lane executor is one warp's own operation
         if opening:
-            adv = ex._slots.get(((id(owner), side), "open_advances"))
-            act.advance = (cur.slot,) if adv else ()
-            if has_close and not (side == PRODUCER and self._fork_view(owner)):
+            if sp.bracket_closes and not (side == PRODUCER and self._fork_view(owner)):
                 act.hold_open = "w" if side == PRODUCER else "r"
-            if side == PRODUCER and proto.producer_arms_on_acquire:
-                full_owner = self.barrier_owner(owner, "full") if group is None else group
-                shared_fork = isinstance(full_owner, PipelineGroup) and full_owner.mode is PipelineGroupMode.Fork
-                if not shared_fork:  # a Fork's shared full barrier is armed once, by group.commit()
-                    act.deliver_base = self.base(full_owner, "full")
-                    act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
-                    act.tx_expect = cfg.num_bytes
-                    act.arrive_kind = "arrive.expect_tx"
+            if side == PRODUCER and sp.arms_at is StepKind.ProducerAcquire:
+                act.deliver_base = self.base(self.plan.barrier(owner, FULL))
+                act.arrivals = arrivals
+                act.tx_expect = sp.arm_tx_bytes
+                act.arrive_kind = "arrive.expect_tx"
             if side == CONSUMER and proto.consumer_async_release:
                 act.umma_wait_window = True
             return act
         act.hold_close = "w" if side == PRODUCER else "r"
         act.hold_hw = side == PRODUCER and proto.producer_async_completion
-        # closing op: advance this owner's close slot and, for a group op, every member's
-        slots = [cur.slot]
-        if group is not None:
-            for m in members:
-                c = self._slot(ex, m, side, "close")
-                if c is not None and c.slot not in slots:
-                    slots.append(c.slot)
-        act.advance = tuple(slots)
         if side == PRODUCER:
-            shared_fork = group is not None and group.mode is PipelineGroupMode.Fork
-            if proto.producer_arms_on_acquire and not shared_fork:
-                act.op = "commit"  # TMA / CLC: the arming happened at acquire; commit is a no-op
-                act.arrivals = 0
+            if sp.arms_at is not StepKind.ProducerCommit:
+                act.arrivals = 0  # TMA / CLC: the arming happened at acquire (a Fork's, at group.commit())
                 act.arrive_kind = "none (armed at acquire)"
-            elif proto.producer_arms_on_acquire and shared_fork:
-                act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
-                act.tx_expect = group_barrier_init(members, group.mode)[0].full_tx_bytes  # once, not summed
+            elif sp.arm_tx_bytes:  # a Fork of TMA producers: the one load's bytes, once
+                act.arrivals = arrivals
+                act.tx_expect = sp.arm_tx_bytes
                 act.arrive_kind = "arrive.expect_tx"
             else:
-                act.arrivals = 0 if leader_only else arrivals_per_op(cfg, PRODUCER, warps).arrivals
+                act.arrivals = arrivals
                 act.arrive_kind = proto.producer_arrive.value
-                act.completes_umma = proto.producer_arrive is ArriveKind.UMMA
+                act.completes_umma = proto.producer_commits_mma
         else:
-            act.arrivals = 0 if leader_only else arrivals_per_op(cfg, CONSUMER, warps).arrivals
+            act.arrivals = arrivals
             act.arrive_kind = proto.consumer_arrive.value
             if proto.consumer_async_release:
                 act.umma_release = True
@@ -444,35 +349,37 @@ class _Builder:
             return act
         cfg = _cfg(res)
         if cfg is not None:
+            # the resource's own counters, else its group's (the group waited, the member works)
+            sp = self.plan.work_side(ex.task, res, side)
+            after_open = sp is not None and sp.open_advances
             # an opening op that advances (advance_on_wait / advance_on_acquire, or a wait-only
             # consumer) records its stage: the work uses that one, one stride behind the cursor
-            after_open = bool(ex._slots.get(((id(res), side), "open_advances")))
-            cur = self._slot(ex, res, side, "open" if after_open else "close") or self._slot(ex, res, side, "open")
+            cur = None
+            if sp is not None:
+                cur = self._cursor(ex, sp, CLOSE_KIND[side]) if not after_open else None
+                cur = cur or self._cursor(ex, sp, OPEN_KIND[side])
             if cur is None:
                 self.problems.append(f"{ex.name}: {s.describe()} has no {side} bracket on {name_of(res)}")
                 return act
             act.cursor = cur.slot
             act.stride, act.num_stages = cur.stride, cur.num_stages
-            act.side = side + ("/after-open" if after_open else "")
+            act.after_open = after_open
             act.regions = ((id(res), None),)
-            has_open = bool(ex._slots.get(((id(res), side), "has_open")))
-            has_close = bool(ex._slots.get(((id(res), side), "has_close")))
+            has_open, has_close = sp.bracket_opens, sp.bracket_closes
             if not has_open:  # release-only half of a split bracket: the work opens the hold
                 act.hold_open = "w" if side == PRODUCER else "r"
             elif not has_close:  # wait-only half: no hold, the call itself is tracked
                 act.unheld = True
             elif side == PRODUCER and self._fork_view(res):
                 act.hold_open = "w"  # Fork views of one buffer: written once every view is acquired
-            proto = protocol_of(cfg)
+            pp = self.plan.pipeline(res)
+            proto = pp.protocol
             if side == PRODUCER:
                 act.write = True
                 act.hw_window = proto.producer_async_completion
-                full_owner = self.barrier_owner(res, "full")
-                if proto.transaction_bytes:
-                    act.deliver_base = self.base(full_owner, "full")
-                    act.tx_deliver = delivered_tx_bytes(cfg, ex.task.num_warps)
-                elif act.hw_window:
-                    act.deliver_base = self.base(full_owner, "full")
+                if proto.transaction_bytes or act.hw_window:
+                    act.deliver_base = self.base(pp.full)
+                    act.tx_deliver = pp.delivered_tx(ex.task.num_warps)
             else:
                 if proto.consumer_async_release:
                     act.umma_wait_window = True  # reads continue until the async release arrives
@@ -483,32 +390,6 @@ class _Builder:
                 act.regions = ((id(res), -1),)
                 act.write = side == PRODUCER
         return act
-
-
-def _targets(step: Step):
-    return list(step.resource.members) if isinstance(step.resource, PipelineGroup) else [step.resource]
-
-
-def _cfg_of(owner):
-    if isinstance(owner, PipelineGroup):
-        if owner.pipeline_config is not None:
-            return owner.pipeline_config
-        for m in owner.members:
-            if _cfg(m) is not None:
-                return _cfg(m)
-        return None
-    return _cfg(owner)
-
-
-def _role_stride(cfg, kind: StepKind) -> int:
-    pa, pc, cw, cr = cfg.strides
-    return {StepKind.ProducerAcquire: pa, StepKind.ProducerTryAcquire: pa, StepKind.ProducerCommit: pc,
-            StepKind.ConsumerWait: cw, StepKind.ConsumerTryWait: cw, StepKind.ConsumerRelease: cr}.get(kind, 1)
-
-
-def _side_strides(cfg, side: str) -> Tuple[int, int]:
-    pa, pc, cw, cr = (x if isinstance(x, int) and x > 0 else 1 for x in cfg.strides)
-    return (pa, pc) if side == PRODUCER else (cw, cr)
 
 
 def _lcm(xs) -> int:

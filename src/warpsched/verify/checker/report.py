@@ -103,7 +103,7 @@ def describe(engine: Engine, curs, e, what, pc) -> str:
         return f"return .{a.step.method}()"
     if a.cursor is not None:
         stage, parity, _ = curs[a.cursor]
-        if a.side.endswith("/after-open"):
+        if a.after_open:
             stage = (stage - a.stride) % a.num_stages
         text += f"[{stage}]" if a.op == "work" else f"[{stage}/p{parity}]"
     if what == "skip":

@@ -1,0 +1,479 @@
+"""The sync plan: every barrier-protocol decision of one program, made once.
+
+``SyncPlan(program)`` answers, per pipelined resource or group and per task side, what the
+static checks, the exhaustive checker (``verify/checker/model.py``) and the lowering
+(``lower/pipelines.py``, ``lower/groups.py``, ``lower/loops.py``) used to work out each on
+their own:
+
+* ``pipeline(resource)``  -> ``PipelinePlan``: the barrier arrays its full / empty sides use
+  (its own, or its group's shared one), their init counts and transaction bytes, who arms
+  full[s] (``Arming``), multicast partners.
+* ``group(group)``        -> ``GroupPlan``: the group's barrier layout, member by member, and
+  the arrays of its collapsed verbs (a Fork of TMA producers arms its shared full once).
+* ``side(task, target, side)`` -> ``SidePlan``: one task's use of one side of a resource
+  or group: its counters (which verb advances each, stride, warp-lane / domain-lane and
+  lane), which counter each verb reads, whether the opening verb advances (the work then
+  uses the stage one stride behind), arrivals per operation, leader gating, arming and bytes.
+
+Pure Python (model and protocol imports only).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..model.enums import PipelineGroupMode, SignalingThreads
+from ..model.ir import StepKind
+from ..model.pipeline_group import PipelineGroup
+from ..model.program import Program
+from .barriers import (PipelineProtocol, arrivals_per_op, barrier_init, delivered_tx_bytes, group_barrier_init,
+                       mcast_partners, protocol_of, signaling_warps)
+
+PRODUCER, CONSUMER = "producer", "consumer"
+FULL, EMPTY = "full", "empty"
+
+# index of each verb's interleave stride in PipelineConfig.strides
+ROLE = {StepKind.ProducerTryAcquire: 0, StepKind.ProducerAcquire: 0, StepKind.ProducerCommit: 1,
+        StepKind.ConsumerTryWait: 2, StepKind.ConsumerWait: 2, StepKind.ConsumerRelease: 3}
+SYNC_KINDS = frozenset(ROLE)
+OPENING = {StepKind.ProducerAcquire: PRODUCER, StepKind.ConsumerWait: CONSUMER}
+CLOSING = {StepKind.ProducerCommit: PRODUCER, StepKind.ConsumerRelease: CONSUMER}
+OPEN_KIND = {side: kind for kind, side in OPENING.items()}
+CLOSE_KIND = {side: kind for kind, side in CLOSING.items()}
+# the barrier each verb waits on (acquire, wait) or arrives at (commit, release)
+VERB_BARRIER = {StepKind.ProducerTryAcquire: EMPTY, StepKind.ProducerAcquire: EMPTY, StepKind.ProducerCommit: FULL,
+                StepKind.ConsumerTryWait: FULL, StepKind.ConsumerWait: FULL, StepKind.ConsumerRelease: EMPTY}
+# the barrier kinds a group's members share, and the verbs the group object itself emits
+SHARED_BARRIERS = {PipelineGroupMode.Merge: (EMPTY,), PipelineGroupMode.Fork: (FULL,),
+                   PipelineGroupMode.FusedMerge: (FULL, EMPTY)}
+GROUP_VERBS = {
+    PipelineGroupMode.Merge: frozenset({StepKind.ConsumerRelease}),
+    PipelineGroupMode.Fork: frozenset({StepKind.ProducerCommit}),
+    PipelineGroupMode.FusedMerge: frozenset({StepKind.ConsumerTryWait, StepKind.ConsumerWait,
+                                             StepKind.ConsumerRelease}),
+}
+
+
+# ---------------------------------------------------------------------- per-config rules
+def role_stride(config, kind: StepKind) -> int:
+    """The interleave stride of a verb (a malformed stride, reported by the checks, reads as 1)."""
+    s = config.strides[ROLE[kind]]
+    return s if isinstance(s, int) and s > 0 else 1
+
+
+def op_warps(config, kind: StepKind, task_num_warps: int) -> int:
+    """Warps one operation of a verb covers: in warp-lane interleaving (the verb's stride equals
+    the task's warp count) every warp runs its own lane's operation."""
+    return 1 if task_num_warps > 1 and role_stride(config, kind) == task_num_warps else task_num_warps
+
+
+def signaling_verb(config, side: str) -> StepKind:
+    """The verb whose operation arrives on the side's barrier: TMA / CLC producers arm full[s] at
+    acquire, every other producer arrives at commit; consumers arrive at release."""
+    if side == PRODUCER:
+        return StepKind.ProducerAcquire if protocol_of(config).producer_arms_on_acquire else StepKind.ProducerCommit
+    return StepKind.ConsumerRelease
+
+
+def tx_per_arming_warp(config, task_num_warps: int) -> int:
+    """Bytes each arming warp's ``arrive.expect_tx`` announces: the stage's bytes split over the
+    warps that arm one operation (a warp-lane producer warp arms its own stage whole)."""
+    warps = op_warps(config, StepKind.ProducerAcquire, task_num_warps)
+    return config.num_bytes // max(1, signaling_warps(config.producer_signaling_threads, warps))
+
+
+def config_of(target) -> Any:
+    """The config a resource's -- or a group's collapsed verbs' -- counters follow."""
+    if isinstance(target, PipelineGroup):
+        if target.pipeline_config is not None:
+            return target.pipeline_config
+        return next((m.pipeline_config for m in target.members
+                     if getattr(m, "pipeline_config", None) is not None), None)
+    return getattr(target, "pipeline_config", None)
+
+
+# ---------------------------------------------------------------------- counters
+PRODUCER_COUNTERS = ("acq", "cmt", "p")
+# which counter a verb reads (the first one the task has)
+VERB_COUNTER = {
+    StepKind.ProducerTryAcquire: ("acq", "p"), StepKind.ProducerAcquire: ("acq", "p"),
+    StepKind.ProducerCommit: ("cmt", "p"), StepKind.ConsumerTryWait: ("wait", "c"),
+    StepKind.ConsumerWait: ("wait", "c"), StepKind.ConsumerRelease: ("rel", "c"),
+}
+
+
+def is_producer_counter(name: str) -> bool:
+    return name in PRODUCER_COUNTERS
+
+
+def counter_plan(config, kinds) -> Dict[str, Tuple[StepKind, ...]]:
+    """Per side: counter names and which verb advances each.
+
+    One counter per side, advanced by the side's last verb present in the task (commit /
+    release; acquire / wait for acquire-only / wait-only tasks). With ``advance_on_acquire``
+    (``advance_on_wait``) and both verbs in the task, acquire and commit (wait and release)
+    run on split counters, each advanced by its own verb.
+    """
+    plan: Dict[str, Tuple[StepKind, ...]] = {}
+    has = set(kinds)
+    P = (StepKind.ProducerTryAcquire, StepKind.ProducerAcquire, StepKind.ProducerCommit)
+    C = (StepKind.ConsumerTryWait, StepKind.ConsumerWait, StepKind.ConsumerRelease)
+    if has & set(P):
+        if config.advance_on_acquire and StepKind.ProducerAcquire in has and StepKind.ProducerCommit in has:
+            plan["acq"] = (StepKind.ProducerAcquire,)
+            plan["cmt"] = (StepKind.ProducerCommit,)
+        else:
+            plan["p"] = (StepKind.ProducerCommit if StepKind.ProducerCommit in has else StepKind.ProducerAcquire,)
+    if has & set(C):
+        if config.advance_on_wait and StepKind.ConsumerWait in has and StepKind.ConsumerRelease in has:
+            plan["wait"] = (StepKind.ConsumerWait,)
+            plan["rel"] = (StepKind.ConsumerRelease,)
+        else:
+            plan["c"] = (StepKind.ConsumerRelease if StepKind.ConsumerRelease in has else StepKind.ConsumerWait,)
+    return plan
+
+
+def counter_stride(config, name: str, advancing_kind: StepKind) -> int:
+    """A counter moves by the stride of the verb that advances it."""
+    return role_stride(config, advancing_kind)
+
+
+class LaneMode(enum.Enum):
+    NONE = "dense"  # stride 1: every stage in turn
+    WARP = "warp-lane"  # the task's warp count equals the stride: warp i owns lane i
+    DOMAIN = "domain-lane"  # sibling tasks: the compile-time domain_loop start owns the lane
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One (stage, phase) pipeline state a task keeps for one side of a resource or group."""
+
+    name: str  # 'p' / 'c' (one per side), or 'acq' + 'cmt' / 'wait' + 'rel' (split)
+    side: str
+    advanced_by: StepKind
+    stride: int
+    num_stages: int
+    lane_mode: LaneMode
+    lane: Optional[int] = None  # DOMAIN: domain start % stride (None: not a compile-time int)
+
+    def first_stage(self, warp: Optional[int] = None) -> int:
+        """The counter's first stage; ``warp`` is the warp's index inside its task (warp-lane)."""
+        if self.lane_mode is LaneMode.WARP:
+            return (warp or 0) % self.stride
+        if self.lane_mode is LaneMode.DOMAIN:
+            return self.lane or 0
+        return 0
+
+
+def _counter(config, name, advancing, task, side, domain_start) -> Counter:
+    stride = counter_stride(config, name, advancing)
+    if stride <= 1:
+        mode, lane = LaneMode.NONE, None
+    elif task.num_warps == stride:
+        mode, lane = LaneMode.WARP, None
+    else:
+        mode, lane = LaneMode.DOMAIN, (domain_start % stride if type(domain_start) is int else None)
+    return Counter(name, side, advancing, stride, config.num_stages, mode, lane)
+
+
+# ---------------------------------------------------------------------- barriers
+class Arming(enum.Enum):
+    """Who completes the producer's part of full[s]."""
+
+    AT_COMMIT = "commit"  # thread / cp.async / tcgen05 arrivals at commit
+    AT_ACQUIRE = "acquire"  # TMA / CLC: arrive.expect_tx at acquire, the copies complete it; commit is a no-op
+    BY_GROUP_COMMIT = "group commit"  # Fork of TMA producers: group.commit() arms the shared full once
+
+
+@dataclass(frozen=True)
+class BarrierArray:
+    """``num_stages`` mbarriers of one kind; ``position`` orders them inside their owner's
+    storage (units of num_stages: a plain resource is [full, empty])."""
+
+    owner: Any  # the resource, or the PipelineGroup whose members share it
+    kind: str  # FULL / EMPTY
+    num_stages: int
+    init: int  # arrivals that complete one phase (the cooperative-group size, >= 1)
+    tx_bytes: int  # bytes one full phase also waits for (0: no transaction barrier)
+    op: str  # cutlass PipelineOp of the side that arrives on it
+    position: int
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    resource: Any
+    config: Any
+    protocol: PipelineProtocol
+    full: BarrierArray  # what its producer arrives at and its consumer waits on
+    empty: BarrierArray
+    arming: Arming
+    arm_tx_bytes: int  # what its own arming operation expects (a FusedMerge member: its own bytes)
+    mcast_partners: int  # CTAs whose consumers release into one CTA's empty barrier
+    group: Optional[PipelineGroup] = None
+
+    @property
+    def multicast(self) -> bool:
+        return self.mcast_partners > 1
+
+    def delivered_tx(self, task_num_warps: int) -> int:
+        """Bytes one producer bracket's copies deliver to full[s] (0 without a transaction barrier)."""
+        return delivered_tx_bytes(self.config, task_num_warps) if self.protocol.transaction_bytes else 0
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    group: PipelineGroup
+    config: Any  # the collapsed verbs' config
+    arrays: Tuple[BarrierArray, ...]  # storage order, ``group.num_barriers`` mbarriers
+    members: Tuple[PipelinePlan, ...]
+    full: BarrierArray  # the collapsed verbs' arrays (the shared one, else member 0's)
+    empty: BarrierArray
+    fork_tx_bytes: int = 0  # a Fork of TMA producers: what group.commit() arms once (0 otherwise)
+
+    @property
+    def fork_arms_once(self) -> bool:
+        return self.group.mode is PipelineGroupMode.Fork and self.members[0].protocol.producer_arms_on_acquire
+
+
+# ---------------------------------------------------------------------- one task's side
+@dataclass(frozen=True)
+class SidePlan:
+    """One task's use of one side of a resource (or of a group's collapsed verbs)."""
+
+    task: Any
+    target: Any  # the resource or group the verbs name
+    side: str
+    config: Any
+    counters: Tuple[Counter, ...]
+    verbs: Tuple[StepKind, ...]  # this side's sync verbs on ``target`` in the task
+    bracket_opens: bool  # the task opens the bracket (on the target, or through its group's verb)
+    bracket_closes: bool
+    leader_only: bool  # TaskWarpLeader over several warps: one warp signals for the task
+    arms_at: Optional[StepKind]  # producer: the verb whose operation arrives on full[s] (None: the group's)
+    arm_tx_bytes: int  # bytes the arming operation expects (TMA / CLC / Fork group commit)
+    tx_per_arming_warp: int  # what each arming warp announces (the lowering's tx_count)
+    signaling: SignalingThreads = field(default=SignalingThreads.All)
+
+    @property
+    def opens(self) -> bool:
+        return OPEN_KIND[self.side] in self.verbs
+
+    @property
+    def closes(self) -> bool:
+        return CLOSE_KIND[self.side] in self.verbs
+
+    def counter_for(self, kind: StepKind) -> Optional[Counter]:
+        for name in VERB_COUNTER[kind]:
+            for c in self.counters:
+                if c.name == name:
+                    return c
+        return None
+
+    @property
+    def open_counter(self) -> Optional[Counter]:
+        return self.counter_for(OPEN_KIND[self.side])
+
+    @property
+    def close_counter(self) -> Optional[Counter]:
+        return self.counter_for(CLOSE_KIND[self.side])
+
+    @property
+    def open_advances(self) -> bool:
+        """The opening verb advances its counter (advance_on_* split, or a wait-only / acquire-only
+        task): the work after it uses the stage one stride behind the counter."""
+        c = self.open_counter
+        return c is not None and c.advanced_by is OPEN_KIND[self.side]
+
+    @property
+    def warp_lane(self) -> bool:
+        return any(c.lane_mode is LaneMode.WARP for c in self.counters)
+
+    def advances(self, kind: StepKind) -> Optional[Counter]:
+        """The counter ``kind`` advances after it runs, if any."""
+        c = self.counter_for(kind)
+        return c if c is not None and c.advanced_by is kind else None
+
+    def arrivals(self, warp: Optional[int] = None) -> int:
+        """Arrivals one operation adds to its barrier: the whole task's (``warp`` None), or one
+        warp's own operation (a warp-lane task runs each warp as its own operation)."""
+        if warp is None:
+            return arrivals_per_op(self.config, self.side, self.task.num_warps).arrivals
+        if self.signaling.warp_leader and warp != 0:
+            return 0
+        return arrivals_per_op(self.config, self.side, 1).arrivals
+
+
+
+# ---------------------------------------------------------------------- the plan
+class SyncPlan:
+    """The sync plan of one program (built on demand, cached per resource, group and task side)."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.group_of: Dict[int, PipelineGroup] = {}
+        for g in program.pipeline_groups:
+            for m in g.members:
+                self.group_of[id(m)] = g
+        self._pipes: Dict[int, PipelinePlan] = {}
+        self._groups: Dict[int, GroupPlan] = {}
+        self._sides: Dict[Tuple[int, int, str], Optional[SidePlan]] = {}
+
+    # ------------------------------------------------------------ barriers
+    def pipeline(self, resource) -> PipelinePlan:
+        key = id(resource)
+        if key not in self._pipes:
+            g = self.group_of.get(key)
+            if g is not None:
+                self.group(g)  # builds every member's plan with the group's layout
+            else:
+                self._pipes[key] = _plain_pipeline(resource)
+        return self._pipes[key]
+
+    def group(self, group: PipelineGroup) -> GroupPlan:
+        key = id(group)
+        if key not in self._groups:
+            gp = _group_plan(group)
+            self._groups[key] = gp
+            for mp in gp.members:
+                self._pipes[id(mp.resource)] = mp
+        return self._groups[key]
+
+    def barrier(self, target, kind: str) -> BarrierArray:
+        """The array a verb on ``target`` (a resource or a group's collapsed verb) uses."""
+        if isinstance(target, PipelineGroup):
+            gp = self.group(target)
+            return gp.full if kind == FULL else gp.empty
+        pp = self.pipeline(target)
+        return pp.full if kind == FULL else pp.empty
+
+    # ------------------------------------------------------------ task sides
+    def side(self, task, target, side: str) -> Optional[SidePlan]:
+        """``task``'s plan for one side of ``target``; None when it names no verb of that side on it."""
+        key = (id(task), id(target), side)
+        if key not in self._sides:
+            self._sides[key] = self._side(task, target, side)
+        return self._sides[key]
+
+    def sides_of(self, task) -> List[SidePlan]:
+        """Every side plan of a task, first use first."""
+        out, seen = [], set()
+        for s in self.program.steps_of(task):
+            if s.kind not in SYNC_KINDS or config_of(s.resource) is None:
+                continue
+            key = (id(s.resource), s.kind.side)
+            if key not in seen:
+                seen.add(key)
+                out.append(self.side(task, s.resource, s.kind.side))
+        return out
+
+    def splits_by_warp(self, task) -> bool:
+        """A task runs as one executor per warp when one of its verbs is warp-lane interleaved."""
+        if task.num_warps <= 1:
+            return False
+        for s in self.program.steps_of(task):
+            if s.kind not in SYNC_KINDS:
+                continue
+            for r in (s.resource.members if isinstance(s.resource, PipelineGroup) else [s.resource]):
+                cfg = getattr(r, "pipeline_config", None)
+                if cfg is not None and role_stride(cfg, s.kind) == task.num_warps:
+                    return True
+        return False
+
+    def work_side(self, task, resource, side: str) -> Optional[SidePlan]:
+        """The side plan whose stage a work call on ``resource`` uses: the resource's own, else its
+        group's (e.g. a FusedMerge consumer waits and releases on the group, then reads a member)."""
+        sp = self.side(task, resource, side)
+        if sp is None and id(resource) in self.group_of:
+            sp = self.side(task, self.group_of[id(resource)], side)
+        return sp
+
+    def _side(self, task, target, side: str) -> Optional[SidePlan]:
+        cfg = config_of(target)
+        steps = self.program.steps_of(task)
+        verbs = tuple(dict.fromkeys(s.kind for s in steps
+                                    if s.resource is target and s.kind in SYNC_KINDS and s.kind.side == side))
+        if cfg is None or not verbs:
+            return None
+        sched = self.program.schedule_of(task)
+        start = sched.domain_loop.start if sched.domain_loop is not None else None
+        counters = tuple(_counter(cfg, name, adv[0], task, side, start)
+                         for name, adv in counter_plan(cfg, verbs).items())
+        # a group's collapsed verb opens / closes the bracket of every member too
+        group = self.group_of.get(id(target))
+        via_group = tuple(s.kind for s in steps if group is not None and s.resource is group and s.kind.side == side)
+        opens = OPEN_KIND[side] in verbs or OPEN_KIND[side] in via_group
+        closes = CLOSE_KIND[side] in verbs or CLOSE_KIND[side] in via_group
+        sig = cfg.producer_signaling_threads if side == PRODUCER else cfg.consumer_signaling_threads
+        arms_at, arm_tx, per_warp = None, 0, 0
+        if side == PRODUCER:
+            if isinstance(target, PipelineGroup):
+                gp = self.group(target)
+                arms_at, arm_tx = StepKind.ProducerCommit, gp.fork_tx_bytes
+            else:
+                pp = self.pipeline(target)
+                arms_at = {Arming.AT_ACQUIRE: StepKind.ProducerAcquire, Arming.AT_COMMIT: StepKind.ProducerCommit,
+                           Arming.BY_GROUP_COMMIT: None}[pp.arming]
+                arm_tx = pp.arm_tx_bytes if pp.arming is Arming.AT_ACQUIRE else 0
+                per_warp = tx_per_arming_warp(cfg, task.num_warps) if pp.protocol.transaction_bytes else 0
+        return SidePlan(task, target, side, cfg, counters, verbs, opens, closes,
+                        bool(sig.warp_leader) and task.num_warps > 1, arms_at, arm_tx, per_warp, sig)
+
+
+# ---------------------------------------------------------------------- builders
+def _plain_pipeline(resource) -> PipelinePlan:
+    cfg = resource.pipeline_config
+    proto = protocol_of(cfg)
+    init = barrier_init(cfg)
+    full = BarrierArray(resource, FULL, cfg.num_stages, max(1, init.full_arrivals), init.full_tx_bytes,
+                        proto.producer_op, 0)
+    empty = BarrierArray(resource, EMPTY, cfg.num_stages, max(1, init.empty_arrivals), 0, proto.consumer_op, 1)
+    arming = Arming.AT_ACQUIRE if proto.producer_arms_on_acquire else Arming.AT_COMMIT
+    return PipelinePlan(resource, cfg, proto, full, empty, arming, init.full_tx_bytes, mcast_partners(cfg))
+
+
+def _group_plan(group: PipelineGroup) -> GroupPlan:
+    """Layouts (S stages, N members): Merge [full_0] .. [full_N-1] [shared empty]; Fork [shared full]
+    [empty_0] .. [empty_N-1]; FusedMerge [shared full] [shared empty]."""
+    members = [m for m in group.members if getattr(m, "pipeline_config", None) is not None]
+    own = [_plain_pipeline(m) for m in members]
+    shared_full, shared_empty = group_barrier_init(members, group.mode)
+    shared = SHARED_BARRIERS[group.mode]
+    n = len(own)
+    S = own[0].config.num_stages if own else 0
+    first = own[0].protocol if own else None
+    arrays: List[BarrierArray] = []
+    sf = se = None
+    if FULL in shared and shared_full is not None:
+        sf = BarrierArray(group, FULL, S, max(1, shared_full.full_arrivals), shared_full.full_tx_bytes,
+                          first.producer_op, 0)
+    if EMPTY in shared and shared_empty is not None:
+        se = BarrierArray(group, EMPTY, S, max(1, shared_empty.empty_arrivals), 0, first.consumer_op,
+                          1 if group.mode is PipelineGroupMode.FusedMerge else n)
+    plans = []
+    for i, pp in enumerate(own):
+        full = sf if sf is not None else BarrierArray(pp.resource, FULL, S, pp.full.init, pp.full.tx_bytes,
+                                                      pp.full.op, i)
+        empty = se if se is not None else BarrierArray(pp.resource, EMPTY, S, pp.empty.init, 0, pp.empty.op, i + 1)
+        arming = pp.arming
+        if group.mode is PipelineGroupMode.Fork and arming is Arming.AT_ACQUIRE:
+            arming = Arming.BY_GROUP_COMMIT  # the members are views of one buffer, loaded once
+        plans.append(PipelinePlan(pp.resource, pp.config, pp.protocol, full, empty, arming, pp.arm_tx_bytes,
+                                  pp.mcast_partners, group))
+    if group.mode is PipelineGroupMode.Merge:
+        arrays = [p.full for p in plans] + ([se] if se is not None else [])
+    elif group.mode is PipelineGroupMode.Fork:
+        arrays = ([sf] if sf is not None else []) + [p.empty for p in plans]
+    else:
+        arrays = [a for a in (sf, se) if a is not None]
+    fork_tx = sf.tx_bytes if (group.mode is PipelineGroupMode.Fork and sf is not None and first is not None
+                              and first.producer_arms_on_acquire) else 0
+    full = sf if sf is not None else (plans[0].full if plans else None)
+    empty = se if se is not None else (plans[0].empty if plans else None)
+    return GroupPlan(group, config_of(group), tuple(arrays), tuple(plans), full, empty, fork_tx)
+
+
+__all__ = ["Arming", "BarrierArray", "CLOSE_KIND", "CLOSING", "Counter", "FULL", "EMPTY", "GROUP_VERBS", "GroupPlan", "LaneMode",
+           "OPEN_KIND", "OPENING", "PipelinePlan", "SHARED_BARRIERS", "SidePlan", "SyncPlan", "VERB_BARRIER", "VERB_COUNTER",
+           "config_of", "counter_plan", "counter_stride", "is_producer_counter", "op_warps", "role_stride",
+           "signaling_verb", "tx_per_arming_warp"]
