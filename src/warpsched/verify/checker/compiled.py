@@ -2,6 +2,7 @@
 instructions, executors and loop groups (built by ``model.compile_program``)."""
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
 
@@ -44,11 +45,28 @@ class Cursor:
     num_stages: int
 
 
+class Op(str, enum.Enum):
+    """The engine rule a resolved step runs (a str enum: ``Op.WORK == "work"``)."""
+
+    NOP = "nop"
+    ACQUIRE = "acquire"
+    COMMIT = "commit"
+    WAIT = "wait"
+    RELEASE = "release"
+    WORK = "work"
+    PDL_WAIT = "pdl_wait"
+    PDL_LAUNCH = "pdl_launch"
+
+
+OPENING_OPS = (Op.ACQUIRE, Op.WAIT)
+SYNC_OPS = (Op.ACQUIRE, Op.WAIT, Op.COMMIT, Op.RELEASE)
+
+
 @dataclass
 class Action:
     """A resolved step. ``op`` selects the engine rule."""
 
-    op: str  # nop | acquire | commit | wait | release | work | pdl_wait | pdl_launch | token
+    op: Op
     step: Step
     cursor: Optional[int] = None  # slot read by the op
     advance: Tuple[int, ...] = ()  # slots advanced after the op

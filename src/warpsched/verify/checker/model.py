@@ -23,7 +23,7 @@ from .memory import RegionMap
 from .parts import _is_local, _mark_private
 
 from .compiled import (CLOSE_VERBS, CONSUMER, NOP_KINDS, OPEN_VERBS, PRODUCER, Action,  # noqa: F401
-                       Barrier, Compiled, Cursor, Executor, Instr, LoopGroup)
+                       Barrier, Compiled, Cursor, Executor, Instr, LoopGroup, Op)
 
 
 def _cfg(res):
@@ -268,13 +268,13 @@ class _Builder:
         res = s.resource
         keys = tuple(keys)
         if k in NOP_KINDS:
-            return Action("nop", s, keys=keys)
+            return Action(Op.NOP, s, keys=keys)
         if k is StepKind.PdlWait:
-            return Action("pdl_wait", s, keys=keys)
+            return Action(Op.PDL_WAIT, s, keys=keys)
         if k is StepKind.PdlLaunch:
-            return Action("pdl_launch", s, keys=keys)
+            return Action(Op.PDL_LAUNCH, s, keys=keys)
         if isinstance(res, WorkQueue) and _cfg(res) is None:
-            return Action("nop", s, keys=keys)  # static queue: bookkeeping is local arithmetic
+            return Action(Op.NOP, s, keys=keys)  # static queue: bookkeeping is local arithmetic
         if k in OPEN_VERBS or k in CLOSE_VERBS:
             return self._sync(ex, s, keys)
         return self._work(ex, s, keys)
@@ -288,11 +288,11 @@ class _Builder:
         members = list(group.members) if group else [owner]
         sp = self.plan.side(ex.task, owner, side)
         if sp is None:
-            return Action("nop", s, keys=keys)
+            return Action(Op.NOP, s, keys=keys)
         proto = self.plan.pipeline(members[0]).protocol if group else self.plan.pipeline(owner).protocol
         cur = self._cursor(ex, sp, k)
-        act = Action(("acquire" if side == PRODUCER else "wait") if opening else
-                     ("commit" if side == PRODUCER else "release"), s, keys=keys, owner=owner, side=side)
+        act = Action((Op.ACQUIRE if side == PRODUCER else Op.WAIT) if opening else
+                     (Op.COMMIT if side == PRODUCER else Op.RELEASE), s, keys=keys, owner=owner, side=side)
         act.cursor = cur.slot
         act.stride, act.num_stages = cur.stride, cur.num_stages
         act.group_members = tuple(members)
@@ -334,7 +334,7 @@ class _Builder:
 
     def _work(self, ex: Executor, s: Step, keys) -> Action:
         res = s.resource
-        act = Action("work", s, keys=keys, owner=res)
+        act = Action(Op.WORK, s, keys=keys, owner=res)
         spec = work_spec_of(getattr(type(res), s.method, None))
         attrs = spec.attrs if spec is not None else WorkAttr.NONE
         if WorkAttr.WGMMA_WAIT in attrs:

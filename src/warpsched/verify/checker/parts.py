@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from .compiled import SYNC_OPS, Op
+
 
 def _is_local(act, regions) -> bool:
     """Steps whose effect is private to the executor: reordering them with any other
     executor's step changes no shared state, so exploring one order is enough."""
     if act.keys:
         return False
-    if act.op == "nop":
+    if act.op is Op.NOP:
         return True
-    if act.op == "work":
+    if act.op is Op.WORK:
         return ((not act.regions or act.private) and not act.pdl_dependent and act.wgmma_wait < 0
                 and act.deliver_base < 0 and not act.tx_deliver and not act.hold_open and not act.wgmma)
     return False
@@ -75,7 +77,7 @@ def components(comp) -> List[List[Tuple[int, Optional[int]]]]:
                 continue
             stages = _stages(ex.cursors[a.cursor]) if a.cursor is not None else {0}
             keys = []
-            for base in (a.barrier_base if a.op in ("acquire", "wait", "commit", "release") else -1, a.deliver_base):
+            for base in (a.barrier_base if a.op in SYNC_OPS else -1, a.deliver_base):
                 if base >= 0:
                     keys.extend(("bar", base + st) for st in stages)
             keys.extend(("key", k) for k in a.keys)
@@ -87,7 +89,7 @@ def components(comp) -> List[List[Tuple[int, Optional[int]]]]:
             for rid, sl in a.regions:
                 for st in (stages if sl is None else {sl}):
                     touched.append((ex.index, (rid, st)))
-            if a.op in ("pdl_wait", "pdl_launch") or a.pdl_dependent:
+            if a.op in (Op.PDL_WAIT, Op.PDL_LAUNCH) or a.pdl_dependent:
                 if pdl is None:
                     pdl = ex.index
                 union(ex.index, pdl)

@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ...errors import Finding
 from ..program import name_of
+from .compiled import Op
 from .engine import CUR, Engine
 from . import tripcounts
 from .explore import Exploration, Problem, representative_run
@@ -105,7 +106,7 @@ def describe(engine: Engine, curs, e, what, pc) -> str:
         stage, parity, _ = curs[a.cursor]
         if a.after_open:
             stage = (stage - a.stride) % a.num_stages
-        text += f"[{stage}]" if a.op == "work" else f"[{stage}/p{parity}]"
+        text += f"[{stage}]" if a.op is Op.WORK else f"[{stage}/p{parity}]"
     if what == "skip":
         return "(off) " + text
     if what == "violation":

@@ -4,6 +4,8 @@ Each function takes an executor's program and returns one entry per pc.
 """
 from __future__ import annotations
 
+from .compiled import OPENING_OPS, Op
+
 
 def maybe_local(prog):
     """Can the instruction ever be a local step (a cheap filter in front of Engine.is_local)?"""
@@ -42,9 +44,9 @@ def action_mergeable(a):
     """A step that runs (its guards hold) can join a macro-step: arrivals, no-ops, work."""
     if a.keys:
         return False
-    if a.op in ("nop", "commit", "release"):
+    if a.op in (Op.NOP, Op.COMMIT, Op.RELEASE):
         return True
-    return a.op == "work" and a.wgmma_wait < 0 and not a.pdl_dependent
+    return a.op is Op.WORK and a.wgmma_wait < 0 and not a.pdl_dependent
 
 
 def merge_static(prog):
@@ -55,5 +57,5 @@ def merge_static(prog):
 def wait_at(prog):
     """(cursor slot, barrier base) of an unguarded wait / acquire, else None (Engine.blocked)."""
     return tuple((i.action.cursor, i.action.barrier_base)
-                 if i.kind == "step" and not i.guards and i.action.op in ("acquire", "wait")
+                 if i.kind == "step" and not i.guards and i.action.op in OPENING_OPS
                  and i.action.cursor is not None else None for i in prog)
