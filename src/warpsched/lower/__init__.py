@@ -22,10 +22,10 @@ What a schedule becomes:
   CtaLeader             the leader CTA of each CTA group (V mode) signals; on the (1, m, n, 1)
                         clusters lowered here every CTA leads its own group (each arms its own
                         barrier, for every byte multicast into it)
-  counters              one PipelineState per side, advanced by the side's closing verb;
-                        advance_on_acquire / advance_on_wait split it in two; interleave lanes start
-                        a counter on its lane (warp-lane: warp - warp_idx; domain-lane: start % stride)
-                        and advance it by the stride
+  counters              one PipelineState per counter of the sync plan (protocol/plan.py): one per
+                        side, advanced by the side's closing verb; advance_on_acquire / advance_on_wait
+                        split it in two; interleave lanes start a counter on its lane (warp-lane:
+                        warp - warp_idx; domain-lane: start % stride) and advance it by the stride
   domain_loop           ``scf.for`` (runtime bounds, unroll); first_iter() blocks peel iteration 0
   guards                first / last / every on the iteration, when_true / when_false on the token,
                         skippable() on the WorkQueue's skip predicate

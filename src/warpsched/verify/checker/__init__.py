@@ -1,6 +1,6 @@
 """The exhaustive interleaving checker.
 
-``run_checker(program)`` executes the barrier protocol of ``warpsched.protocol.barriers``
+``run_checker(program)`` executes the sync plan of ``warpsched.protocol.plan``
 for every interleaving of every task (and every trip count of every loop), and reports
 deadlocks, physical access races on aliased SMEM / TMEM, PDL order violations and barrier
 over-arrivals, each with the shortest counterexample timeline. See docs/checker.md.
