@@ -25,6 +25,8 @@ MAX_LINES = 600
 LAYERS = [  # (module-name prefix, layer, rank); the longest matching prefix wins
     ("warpsched.errors", "model", 0),
     ("warpsched.model", "model", 0),
+    ("warpsched.compat", "model", 0),  # the TS porting surface (pure Python; model objects consult it)
+    ("warpsched.compat.dsl", "lower", 2),  # its CuTe DSL side, used by the lowering
     ("warpsched.protocol", "protocol", 1),
     ("warpsched.verify", "verify", 2),
     ("warpsched.lower", "lower", 2),
@@ -201,6 +203,7 @@ def test_the_house_check_sees_what_it_forbids():
     assert len(plan_bypasses(graph)) == 1
     assert layer_of("warpsched.verify.checker.engine") == ("verify", 2)
     assert layer_of("warpsched.examples.gemm") == ("cli", 5)
+    assert layer_of("warpsched.compat") == ("model", 0) and layer_of("warpsched.compat.dsl") == ("lower", 2)
 
 
 if __name__ == "__main__":

@@ -93,6 +93,9 @@ class TaskManager:
             max_seconds = o.get("max_seconds", max_seconds)
             progress = o.get("progress", progress)
         self.tasks = list(tasks)
+        for t in self.tasks:
+            if isinstance(t, Task):  # Task.is_selected() inside the kernel: the lowering's warp test
+                t.bind_selector(_warp_in_task)
         graph = resource_dependency_graph if resource_dependency_graph is not None else {}
         # A graph that is not a dict is kept as given and reported by the structure checks.
         self.resource_dependency_graph = dict(graph) if isinstance(graph, dict) else graph
@@ -222,3 +225,9 @@ def _render(printout, program: Program, errors: List[Finding]) -> str:
             raise
         return f"({printout.__name__} skipped: the program is malformed, see the findings)"
 
+
+def _warp_in_task(task):
+    """``Task.is_selected()``: whether the current warp is one of the task's (kernel side)."""
+    from .lower.dispatch import warp_in_task
+
+    return warp_in_task(task)

@@ -211,7 +211,7 @@ class TaskEmitter:
         frame = Frame()
         if wtl is not None:
             self._block(env, self.sched.by_section(Section.PROLOGUE), frame, 0)
-            for k in [k for k in env if k[0] == "try"]:  # a try_ token never crosses into a loop
+            for k in [k for k in env if isinstance(k, TryKey)]:  # a try_ token never crosses into a loop
                 del env[k]
             self._tile_loop(env, wtl, frame)
             self._block(env, self.sched.by_section(Section.EPILOGUE), frame, 0)

@@ -77,7 +77,6 @@ class PipelineLowering:
         if pipe is not None:
             self.pipe = pipe
             return
-        cls = getattr(cpipe, self.proto.cutlass_class)
         full, empty = _group(pp.full.init), _group(pp.empty.init)
         kw: Dict[str, Any] = dict(num_stages=cfg.num_stages, producer_group=full,
                                   consumer_group=empty, barrier_storage=barrier_ptr,
@@ -92,10 +91,10 @@ class PipelineLowering:
             kw["mcast_mode_mn"] = _mcast_mode(cfg.mcast_mode_mn)
         if self.proto.transaction_bytes:
             kw["tx_count"] = self.tx_count
-        if cfg.pipeline_type is PipelineType.UmmaUmma:
+        if cfg.pipeline_type is PipelineType.UmmaUmma:  # no cutlass class in 4.8.1: assembled here
             self.pipe = make_umma_umma(cfg.num_stages, full, empty, barrier_ptr)
         else:
-            self.pipe = cls.create(**kw)
+            self.pipe = getattr(cpipe, self.proto.cutlass_class).create(**kw)
 
     def _check_cluster(self, cfg, resource, loc, partners: int) -> None:
         shape = cfg.cluster_shape

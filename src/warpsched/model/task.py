@@ -1,8 +1,9 @@
 """Task: a contiguous warp range bound to one captured schedule."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
+from ..errors import Finding, ScheduleError
 from .source import SourceLoc, caller_location
 
 
@@ -29,6 +30,7 @@ class Task:
         self.schedule = schedule
         self.num_registers = num_registers
         self.location: SourceLoc = caller_location()
+        self._selector: Optional[Callable[["Task"], Any]] = None  # the owning TaskManager's warp test
 
     @property
     def warp_end(self) -> int:
@@ -41,12 +43,21 @@ class Task:
     def header(self) -> str:
         return f"{self.name}[{self.warp_idx}:{self.warp_end})"
 
+    def bind_selector(self, selector: Callable[["Task"], Any]) -> None:
+        """Set by the ``TaskManager`` that owns the task: the kernel-side warp test (the model
+        imports nothing of the lowering)."""
+        self._selector = selector
+
     def is_selected(self):
         """Inside a ``@cute.kernel``: whether the current warp belongs to this task (a warp-uniform
         runtime Boolean), e.g. to bracket code around ``TaskManager.run()`` for some tasks."""
-        from ..lower.dispatch import warp_in_task
-
-        return warp_in_task(self)
+        selector = getattr(self, "_selector", None)
+        if selector is None:
+            raise ScheduleError(Finding(
+                check="task selection", message=f"{self.header}.is_selected() on a task no TaskManager owns",
+                location=caller_location(), task=self.name, expected="a task passed to TaskManager(tasks=[...])",
+                fix="build the TaskManager with this task before calling is_selected()"))
+        return selector(self)
 
     @property
     def resources(self) -> List[Any]:
