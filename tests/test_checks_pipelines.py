@@ -76,12 +76,53 @@ def test_wrong_pipeline_type_for_tmem_is_rejected_doc():
     assert hit.expected.startswith("consumer_group size 1 = 1 tcgen05.commit")
 
 
-def test_missing_group_names_the_expected_size():
+def test_a_left_out_group_is_derived_from_the_tasks_that_signal():
+    """consumer_group / producer_group may be left out: the sync plan derives the size from the
+    tasks whose operations arrive (here the 4-warp store task: 128 thread arrivals), and the
+    checker runs on it (a declared group is still checked, above)."""
+    from warpsched.protocol.plan import SyncPlan
+
     cfg = PipelineConfig.create_umma_async_pipeline_cfg(  # @no_group
-        num_stages=2, producer_group=cg(1), consumer_group=None, cta_layout_vmnk=(1, 1, 1, 1))
-    hit = expect(rejected(*tmem_program(cfg)), "pipeline thread counts and bytes", "StoreTask", "TmemC",
-                 line("no_group"))
-    assert "missing" in hit.message and "128" in hit.expected
+        num_stages=2, producer_group=None, consumer_group=None, cta_layout_vmnk=(1, 1, 1, 1))
+    tasks, graph = tmem_program(cfg)
+    m = accepted(tasks, graph, exhaustive_deadlock_race_check=True)
+    assert m.result.checker.verdict == "SAFE"
+    tmem_c = next(r for r in graph if r.name == "TmemC")
+    pp = SyncPlan(m.program).pipeline(tmem_c)
+    assert (pp.full.init, pp.empty.init) == (1, NUM_EPILOGUE_WARPS * 32)
+
+
+def test_a_left_out_group_over_disagreeing_lanes_is_a_finding():
+    """Interleaved lanes signal their own stages: a derived size needs one count on every lane."""
+    cfg = PipelineConfig.create_async_async_pipeline_cfg(  # @lanes_group
+        num_stages=2, producer_group=cg(32), consumer_group=None, interleave_stride=(1, 1, 2, 2))
+    smem, gmem = Buf(name="smem", pipeline_config=cfg), Gmem(name="gmem")
+
+    @schedule
+    def fill(smem):
+        with domain_loop(0, K, 1):
+            smem.acquire()
+            smem.produce_tile()
+            smem.commit()
+
+    def drain(lane):
+        @schedule
+        def lane_sched(smem, gmem):
+            with domain_loop(lane, K, 2):
+                smem.wait()
+                v = smem.read()
+                smem.release()
+                gmem.store(value=v)
+        return lane_sched(smem, gmem)
+
+    tasks = [Task(name="Fill", warp_idx=0, num_warps=1, dst_resources=[smem], schedule=fill(smem)),
+             Task(name="Lane0", warp_idx=1, num_warps=1, src_resources=[smem], dst_resources=[gmem],
+                  schedule=drain(0)),
+             Task(name="Lane1", warp_idx=2, num_warps=3, src_resources=[smem], dst_resources=[gmem],
+                  schedule=drain(1))]
+    hit = expect(rejected(tasks, {gmem: [smem]}), "pipeline thread counts and bytes", "Lane0", "smem",
+                 line("lanes_group"))
+    assert "left out" in hit.message and "32, 96" in hit.message
 
 
 # ------------------------------------------------------------------ bytes

@@ -214,3 +214,43 @@ def test_checker_barriers_and_cursors_are_the_plans(build, kw):
                 for sp in plan.sides_of(ex.task) for c in sp.counters]
         got = [(id(c.owner), c.side, c.which, c.stride, c.lane) for c in ex.cursors]
         assert got == want, ex.name
+
+
+# ------------------------------------------------------------------ derived cooperative groups
+def test_public_group_helpers():
+    from warpsched import threads, warps
+
+    assert threads(96).size == 96 and warps(3).size == 96 and threads().size == 1
+    pipeline = pytest.importorskip("cutlass.pipeline")
+    g = threads(128)  # with CuTe DSL: the cutlass group itself, usable with cutlass APIs
+    assert isinstance(g, pipeline.CooperativeGroup) and g.agent is pipeline.Agent.Thread
+
+
+@pytest.mark.parametrize("cluster,partners", [((1, 1, 1, 1), 1), ((1, 2, 1, 1), 2), ((1, 2, 2, 1), 3)])
+def test_left_out_groups_are_derived_with_the_multicast_partners(cluster, partners):
+    """A TMA producer's arming warp and every consumer warp of every CTA that multicasts into this
+    one: what wgmma_gemm used to compute as consumer_group(warps x (cm + cn - 1))."""
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=4, num_bytes=4096, advance_on_wait=True,
+                                                       cta_layout_vmnk=cluster, mcast_mode_mn=(1, 1))
+    smem = Buf(name="smem", pipeline_config=cfg)
+
+    @schedule
+    def load(smem):
+        with domain_loop(0, 8, 1):
+            smem.acquire()
+            smem.fill()
+            smem.commit()
+
+    @schedule
+    def mma(smem):
+        with domain_loop(0, 8, 1):
+            smem.wait()
+            smem.read()
+            smem.release()
+
+    prog = program([task("Load", load(smem), dst=[smem], warps=1), task("Mma", mma(smem), src=[smem], warp=4,
+                                                                       warps=8)])
+    pp = SyncPlan(prog).pipeline(smem)
+    assert (pp.full.init, pp.empty.init) == (1, 8 * partners)
+    comp = compile_program(prog)
+    assert sorted({(b.kind, b.init) for b in comp.barriers}) == [("empty", 8 * partners), ("full", 1)]

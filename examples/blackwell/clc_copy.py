@@ -30,18 +30,13 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskManager, WorkQueue, domain_loop,
-                       producer_work, schedule, trip_count, work_tile_loop)
+                       producer_work, schedule, threads, trip_count, work_tile_loop)
 
 TILE = 128
 COPY_WARPS = 4
 STAGES = 2
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -88,8 +83,8 @@ def build(src=None, dst=None, rows=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` (CPU: ``rows`` None) and the kernel (rows of x)."""
     rows = trip_count("rows", rows)
     cfg = PipelineConfig.create_clc_fetch_async_pipeline_cfg(
-        num_stages=STAGES, producer_group=group(1),
-        consumer_group=group((COPY_WARPS + 1) * 32),  # every thread of both tasks releases a response
+        num_stages=STAGES, producer_group=threads(1),
+        consumer_group=threads((COPY_WARPS + 1) * 32),  # every thread of both tasks releases a response
         cta_layout_vmnk=(1, 1, 1, 1))
     wq = WorkQueue(name="ClcQueue", pipeline_config=cfg)
     copy = CopyColumns(name="Copy", src=src, dst=dst)

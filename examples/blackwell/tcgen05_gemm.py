@@ -35,23 +35,18 @@ except ImportError:  # run as a script / loaded by path: share the Hopper exampl
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import tcgen05
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, TmemAllocation, TmemAllocator, WorkAttr, consumer_work,
-                       domain_loop, producer_work, schedule, trip_count)
+                       domain_loop, producer_work, schedule, threads, trip_count)
 
 MMA_INST = (128, 256, 16)
 TILER = (128, 256, 64)
 AB_STAGES = 4
 SUBTILES = 4
 EPI_WARPS = 4
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -200,10 +195,10 @@ def build(g=None, *, k_tiles=None, verbose=True, **manager_options):
     k_tiles = trip_count("k_tiles", k_tiles)
     tile_bytes = (TILER[0] + TILER[1]) * TILER[2] * g.io_dtype.width // 8
     ab_cfg = PipelineConfig.create_tma_umma_pipeline_cfg(num_stages=AB_STAGES, num_bytes=tile_bytes,
-                                                         producer_group=group(1), consumer_group=group(1),
+                                                         producer_group=threads(1), consumer_group=threads(1),
                                                          cta_layout_vmnk=(1, 1, 1, 1))
-    acc_cfg = PipelineConfig.create_umma_async_pipeline_cfg(num_stages=1, producer_group=group(1),
-                                                            consumer_group=group(EPI_WARPS * 32),
+    acc_cfg = PipelineConfig.create_umma_async_pipeline_cfg(num_stages=1, producer_group=threads(1),
+                                                            consumer_group=threads(EPI_WARPS * 32),
                                                             cta_layout_vmnk=(1, 1, 1, 1))
     g.alloc_a = SmemAllocation("sA", dtype=g.io_dtype, count=TILER[0] * TILER[2] * AB_STAGES, alignment=1024)
     g.alloc_b = SmemAllocation("sB", dtype=g.io_dtype, count=TILER[1] * TILER[2] * AB_STAGES, alignment=1024)

@@ -28,19 +28,14 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, PipelineGroup, PipelineGroupMode, SmemAllocation,
                        SmemAllocator, StageInfo, Task, TaskLocalVariable, TaskManager, WorkAttr, consumer_work,
-                       domain_loop, producer_work, schedule, trip_count)
+                       domain_loop, producer_work, schedule, threads, trip_count)
 
 TILE = (32, 128)
 STAGES = 3
 MODES = {"merge": PipelineGroupMode.Merge, "fused": PipelineGroupMode.FusedMerge, "fork": PipelineGroupMode.Fork}
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -163,8 +158,8 @@ def build(*, mode="merge", atoms=(None, None), gmems=(None, None), outs=(None, N
 
     def cfg():
         return PipelineConfig.create_tma_async_pipeline_cfg(num_stages=STAGES, num_bytes=tile_bytes,
-                                                            producer_group=group(1),
-                                                            consumer_group=group(consumer_warps))
+                                                            producer_group=threads(1),
+                                                            consumer_group=threads(consumer_warps))
     def buffer(name):
         return SmemAllocation(name, size_bytes=tile_bytes * STAGES, alignment=1024)
 

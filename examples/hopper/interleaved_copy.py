@@ -20,18 +20,13 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
+                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule, threads,
                        trip_count)
 
 STAGES = 4
 WIDTH = 32
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -107,7 +102,7 @@ def build(x=None, y=None, n=None, mode="warp", verbose=True, **manager_options):
     Warp-lane mode runs ceil(n / 2) iterations (two rows each, one per warp)."""
     warp_lane = mode == "warp"
     cfg = PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=STAGES, producer_group=group(32), consumer_group=group(32),
+        num_stages=STAGES, producer_group=threads(32), consumer_group=threads(32),
         interleave_stride=2 if warp_lane else (1, 1, 2, 2))
     allocator = SmemAllocator()
     rows = Rows(name="Rows", pipeline_config=cfg, x=x, y=y, n=n, lanes_per_iter=2 if warp_lane else 1,

@@ -31,18 +31,14 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
-from warpsched import (BarrierAllocator, MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SignalingThreads,
-                       SmemAllocation, SmemAllocator, StageInfo, Task, TaskLocalVariable, TaskManager, WorkAttr,
-                       consumer_work, domain_loop, producer_work, schedule, trip_count, when_false, when_true)
+from warpsched import (BarrierAllocator, MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig,
+                       SignalingThreads, SmemAllocation, SmemAllocator, StageInfo, Task, TaskLocalVariable,
+                       TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule, threads,
+                       trip_count, when_false, when_true)
 
 STAGES = 2
 WIDTH = 64  # elements per row = threads per task
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 def _lane64():
@@ -147,7 +143,7 @@ def build(x=None, y=None, z=None, n=None, verbose=True, coalesced_barriers=False
     unified SMEM block instead of a self-allocated array."""
     n = trip_count("rows", n)
     cfg = PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=STAGES, producer_group=group(32), consumer_group=group(2 * 32),
+        num_stages=STAGES, producer_group=threads(32), consumer_group=threads(2 * 32),
         producer_signaling_threads=SignalingThreads.TaskWarpLeader)
     allocator = SmemAllocator()
     pdl, launch = PdlWaitBarrier(name="PdlWait"), PdlLaunchBarrier(name="PdlLaunch")

@@ -26,7 +26,6 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
@@ -34,10 +33,6 @@ from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAlloc
 
 NUM_STAGES = 3  # 3 x 32 KiB stages: two CTAs per SM (the hand-written baseline's tuned setting)
 MAX_CTAS = 1 << 30  # default grid = one CTA per tile
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -168,9 +163,8 @@ def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BF
     end = trip_count("tiles", end)
     tm, tn = tile_mn
     tile_bytes = tm * tn * dtype.width // 8
-    cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=num_stages, num_bytes=tile_bytes,
-                                                       producer_group=group(1), consumer_group=group(1),
-                                                       advance_on_wait=store_lag > 0)
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=num_stages, num_bytes=tile_bytes,  # groups:
+                                                       advance_on_wait=store_lag > 0)  # derived from the tasks
     allocator = SmemAllocator()
     alloc = SmemAllocation("tiles", dtype=dtype, count=tm * tn * num_stages, alignment=1024)
     gmem_x = GmemX(name="GmemX", tiles_n=tiles_n)

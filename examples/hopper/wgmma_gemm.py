@@ -45,12 +45,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 import cutlass.memory  # noqa: F401
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work,
-                       schedule, trip_count)
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
-
+                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
+                       threads, trip_count)
 
 @dataclass(kw_only=True)
 class GmemAB(MemoryResource):
@@ -168,7 +164,7 @@ class GmemC(MemoryResource):
         epi_shape = gC_epi.shape[1]
         epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage,
-                                                      producer_group=group(g.num_consumer_threads))
+                                                      producer_group=threads(g.num_consumer_threads))
         for e in cutlass.range_constexpr(cute.size(epi_shape)):
             for v in cutlass.range_constexpr(n_per):
                 tRS_rAcc[v] = tRS_acc[e * n_per + v]
@@ -224,13 +220,11 @@ def build(g=None, *, k_tiles=None, cluster_mn=None, verbose=True, **manager_opti
     elif cluster_mn is not None and tuple(cluster_mn) != g.cluster_mn:
         raise ValueError(f"build(g, cluster_mn={cluster_mn}): the kernel object says {g.cluster_mn}")
     K = trip_count("k_tiles", k_tiles)
-    cm, cn = g.cluster_mn
-    partners = cm + cn - 1
-    cluster = {} if (cm, cn) == (1, 1) else dict(cta_layout_vmnk=(1, cm, cn, 1), mcast_mode_mn=(1, 1))
-    cfg = PipelineConfig.create_tma_async_pipeline_cfg(
-        num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=group(1),
-        consumer_group=group(g.num_consumer_wgs * 4 * partners),  # one release arrival per consumer warp and CTA
-        advance_on_wait=True, **cluster)
+    # the cooperative groups are derived from the tasks: one arming warp; one release arrival per
+    # consumer warp and per CTA that multicasts into this one
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.ab_stage, num_bytes=g.tile_bytes,
+                                                       advance_on_wait=True, cta_layout_vmnk=(1, *g.cluster_mn, 1),
+                                                       mcast_mode_mn=(1, 1))
     g.alloc_a = SmemAllocation("sA", dtype=g.ab_dtype, count=g.a_elems, alignment=1024)
     g.alloc_b = SmemAllocation("sB", dtype=g.ab_dtype, count=g.b_elems, alignment=1024)
     g.alloc_c = SmemAllocation("sC", dtype=g.c_dtype, count=g.c_elems, alignment=1024)

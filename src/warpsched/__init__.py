@@ -2,6 +2,7 @@
 
 Port a TS kernel by replacing its task-scheduling imports with ``from warpsched import ...``.
 """
+from .cooperative import threads, warps
 from .errors import Finding, ScheduleError, ValidationError
 from .manager import TaskManager, ValidationWarning, VerifyResult
 from .model.enums import (AsyncLoad, AsyncProducerOp, AsyncThread, PipelineGroupMode, PipelineType,
@@ -27,5 +28,5 @@ __all__ = [
     "StageInfo", "Task", "TaskLocalVariable", "TaskManager", "TileSchedulerConfig", "TmemAllocation",
     "TmemAllocator", "TripCount", "ValidationError", "ValidationWarning", "VerifyResult", "WorkAttr", "WorkQueue",
     "WorkTileInfo", "consumer_work", "domain_loop", "producer_work", "schedule", "when_false", "when_true",
-    "trip_count", "work_tile_loop",
+    "threads", "trip_count", "warps", "work_tile_loop",
 ]

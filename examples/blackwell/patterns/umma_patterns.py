@@ -24,18 +24,13 @@ import _common  # noqa: E402
 
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-import cutlass.pipeline as pipeline  # noqa: E402
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,  # noqa: E402
-                       TaskManager, consumer_work, domain_loop, producer_work, schedule, trip_count)
+                       TaskManager, consumer_work, domain_loop, producer_work, schedule, threads, trip_count)
 
 WIDTH, TILE_ROWS, STAGES, LANES = 32, 8, 8, 4
 TILE = (TILE_ROWS, WIDTH)
 TILE_BYTES = TILE_ROWS * WIDTH * 4
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -86,7 +81,7 @@ def build_warp_lane(atom=None, tx=None, iters=None, verbose=True, **manager_opti
     iters = trip_count("iters", iters)
     allocator = SmemAllocator()
     cfg = PipelineConfig.create_tma_umma_pipeline_cfg(  # the seed's config
-        num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=group(1), consumer_group=group(1),
+        num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=threads(1), consumer_group=threads(1),
         cta_layout_vmnk=(1, 1, 1, 1), interleave_stride=LANES)
     tiles = SmemTiles(name="tiles", pipeline_config=cfg, atom=atom, gmem=tx, allocator=allocator,
                       alloc=SmemAllocation("tiles", dtype=cutlass.Float32, count=TILE_ROWS * WIDTH * STAGES,
@@ -126,10 +121,10 @@ def build_domain_lane(n=None, verbose=True, **manager_options):
     """The domain-lane program, for ``warpsched check`` (CPU: ``n`` None) and the kernel."""
     n = trip_count("n", n)
     scores = Scores(name="scores", pipeline_config=PipelineConfig.create_umma_async_pipeline_cfg(
-        num_stages=2, producer_group=group(1), consumer_group=group(128), cta_layout_vmnk=(1, 1, 1, 1),
+        num_stages=2, producer_group=threads(1), consumer_group=threads(128), cta_layout_vmnk=(1, 1, 1, 1),
         interleave_stride=(1, 1, 2, 2)))
     probs = Probs(name="probs", pipeline_config=PipelineConfig.create_async_umma_pipeline_cfg(
-        num_stages=2, producer_group=group(128), consumer_group=group(1), cta_layout_vmnk=(1, 1, 1, 1),
+        num_stages=2, producer_group=threads(128), consumer_group=threads(1), cta_layout_vmnk=(1, 1, 1, 1),
         interleave_stride=(2, 2, 1, 1)))
 
     @schedule

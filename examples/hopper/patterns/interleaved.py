@@ -24,19 +24,14 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
+                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule, threads,
                        trip_count)
 
 LANES, STAGES, WIDTH = 4, 8, 32
 DL_LANES, DL_WIDTH = 2, 128
 BLOCK = {"warp_lane": 8 * 32, "per_role": 8 * 32, "domain_lane": 9 * 32}
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 def _warp_in_task():
@@ -181,11 +176,11 @@ def build_rows(mode, x=None, y=None, n=None, atom=None, tx=None, verbose=True, *
     (``n`` = rows of x)."""
     allocator = SmemAllocator()
     if mode == "warp_lane":
-        cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=STAGES, producer_group=group(32),
-                                                            consumer_group=group(32), interleave_stride=LANES)
+        cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=STAGES, producer_group=threads(32),
+                                                            consumer_group=threads(32), interleave_stride=LANES)
     else:
         cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=STAGES, num_bytes=WIDTH * 4,
-                                                          producer_group=group(1), consumer_group=group(1),
+                                                          producer_group=threads(1), consumer_group=threads(1),
                                                           advance_on_wait=True, interleave_stride=(1, 1, LANES, 1))
     rows = Rows(name="rows", pipeline_config=cfg, x=x, n=n, atom=atom, tx=tx, allocator=allocator,
                 alloc=SmemAllocation("rows", dtype=cutlass.Float32, count=WIDTH * STAGES, alignment=128))
@@ -204,7 +199,7 @@ def build_rows(mode, x=None, y=None, n=None, atom=None, tx=None, verbose=True, *
                             alloc=SmemAllocation("partials", dtype=cutlass.Float32, count=WIDTH * LANES,
                                                  alignment=128),
                             pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-                                num_stages=LANES, producer_group=group(32), consumer_group=group(32),
+                                num_stages=LANES, producer_group=threads(32), consumer_group=threads(32),
                                 interleave_stride=(LANES, LANES, 1, 1)))
         allocator.add_resource(partials)
         allocator.compute_layout()
@@ -298,12 +293,12 @@ def build_domain_lane(x=None, y=None, n=None, verbose=True, **manager_options):
     scores = Scores(name="scores", x=x, allocator=allocator,
                     alloc=SmemAllocation("scores", dtype=cutlass.Float32, count=DL_WIDTH * DL_LANES, alignment=128),
                     pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-                        num_stages=DL_LANES, producer_group=group(32), consumer_group=group(128),
+                        num_stages=DL_LANES, producer_group=threads(32), consumer_group=threads(128),
                         interleave_stride=(1, 1, DL_LANES, DL_LANES)))
     probs = Probs(name="probs", y=y, allocator=allocator,
                   alloc=SmemAllocation("probs", dtype=cutlass.Float32, count=DL_WIDTH * DL_LANES, alignment=128),
                   pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-                      num_stages=DL_LANES, producer_group=group(128), consumer_group=group(32),
+                      num_stages=DL_LANES, producer_group=threads(128), consumer_group=threads(32),
                       interleave_stride=(DL_LANES, DL_LANES, 1, 1)))
     allocator.add_resource(scores)
     allocator.add_resource(probs)

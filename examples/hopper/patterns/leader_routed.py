@@ -27,21 +27,16 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, SmemAllocation, SmemAllocator, StageInfo,
                        Task, TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
-                       trip_count)
+                       threads, trip_count)
 
 WIDTH, LOAD_WARPS, PART_ROWS, STAGES = 32, 4, 8, 4
 TILE_ROWS = LOAD_WARPS * PART_ROWS  # rows one CTA's warps load per tile
 CLUSTER_CTAS = 2  # the 2-CTA variant
 PART = (PART_ROWS, WIDTH)
 BYTES_ONE_WARP_ONE_CTA = PART_ROWS * WIDTH * 4
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -139,13 +134,13 @@ def make_config(cluster=False):
     if not cluster:
         return PipelineConfig.create_tma_async_pipeline_cfg(
             num_stages=STAGES, num_bytes=BYTES_ONE_WARP_ONE_CTA * LOAD_WARPS,  # sum across the 4 covered warps
-            producer_group=group(1), consumer_group=group(1), cta_layout_vmnk=(1, 1, 1, 1),
+            producer_group=threads(1), consumer_group=threads(1), cta_layout_vmnk=(1, 1, 1, 1),
             producer_signaling_threads=SignalingThreads.TaskWarpLeader,
             num_bytes_per_warp_per_cta=BYTES_ONE_WARP_ONE_CTA)
     return PipelineConfig.create_tma_async_pipeline_cfg(
         num_stages=STAGES, num_bytes=BYTES_ONE_WARP_ONE_CTA * LOAD_WARPS * CLUSTER_CTAS,  # 4 warps x 2 CTAs
-        producer_group=group(1),
-        consumer_group=group(CLUSTER_CTAS),  # each CTA's consumer warp releases into both CTAs
+        producer_group=threads(1),
+        consumer_group=threads(CLUSTER_CTAS),  # each CTA's consumer warp releases into both CTAs
         cta_layout_vmnk=(1, CLUSTER_CTAS, 1, 1), mcast_mode_mn=(True, True),
         producer_signaling_threads=SignalingThreads.CtaLeader | SignalingThreads.TaskWarpLeader,
         num_bytes_per_warp_per_cta=BYTES_ONE_WARP_ONE_CTA)

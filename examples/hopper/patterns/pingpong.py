@@ -28,18 +28,13 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
+                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule, threads,
                        trip_count)
 
 WIDTH = 32
 SLOT_BYTES = WIDTH * 4
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 def f_ref(v, k):
@@ -131,9 +126,9 @@ def consumer_schedule(smem_pp, n_iters):
 def make_config(kind):
     if kind == "tma_async":
         return PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=SLOT_BYTES,
-                                                           producer_group=group(1), consumer_group=group(1))
-    return PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=group(32),
-                                                         consumer_group=group(32))
+                                                           producer_group=threads(1), consumer_group=threads(1))
+    return PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(32),
+                                                         consumer_group=threads(32))
 
 
 def build(x=None, y=None, scratch=None, scratch_plain=None, atom=None, n_iters=None, kind="async_async", verbose=True,

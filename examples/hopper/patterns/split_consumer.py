@@ -32,19 +32,14 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
-from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
-                       trip_count)
+from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, SmemAllocation, SmemAllocator, StageInfo,
+                       Task, TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work,
+                       schedule, threads, trip_count)
 
 WIDTH, TILE_ROWS, STAGES = 32, 8, 4
 TILE = (TILE_ROWS, WIDTH)
 TILE_BYTES = TILE_ROWS * WIDTH * 4
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -161,11 +156,11 @@ def build(atom_a=None, ta=None, atom_b=None, tb=None, out=None, start=None, end=
     def tile_cfg():
         if cluster:  # wait in every CTA, release on the leader CTA of each CTA group
             return PipelineConfig.create_tma_async_pipeline_cfg(
-                num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=group(1), consumer_group=group(1),
+                num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=threads(1), consumer_group=threads(1),
                 cta_layout_vmnk=CLUSTER, consumer_signaling_threads=SignalingThreads.CtaLeader,
                 consumer_wait_signaling_threads=SignalingThreads.All)
         return PipelineConfig.create_tma_async_pipeline_cfg(num_stages=STAGES, num_bytes=TILE_BYTES,
-                                                           producer_group=group(1), consumer_group=group(1))
+                                                           producer_group=threads(1), consumer_group=threads(1))
 
     gmem_a, gmem_b = Gmem(name="gmem_a"), Gmem(name="gmem_b")
     smem_a = SmemTile(name="smem_a", pipeline_config=tile_cfg(), atom=atom_a, gmem=ta, allocator=allocator,
@@ -175,7 +170,7 @@ def build(atom_a=None, ta=None, atom_b=None, tb=None, out=None, start=None, end=
                       alloc=SmemAllocation("b", dtype=cutlass.Float32, count=TILE_ROWS * WIDTH * STAGES,
                                            alignment=128))
     proxy = Proxy(name="proxy", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=STAGES, producer_group=group(32), consumer_group=group(32),
+        num_stages=STAGES, producer_group=threads(32), consumer_group=threads(32),
         **(dict(cta_layout_vmnk=CLUSTER) if cluster else {})))
     gout = GmemOut(name="gmem_out", out=out, smem_a=smem_a, smem_b=smem_b)
     allocator.add_resource(smem_a)

@@ -184,6 +184,9 @@ _COMMON_ARGS = """
 Keyword arguments every factory takes (defaults in brackets):
 
 - ``num_stages``: stages of the ring; stage ``s`` has a full and an empty mbarrier.
+- ``producer_group`` / ``consumer_group`` [derived]: left out, a group's size is derived from
+  the tasks whose operations signal that side (signaling warps, and the CTAs that multicast
+  into one, counted by the protocol); a declared group is checked against the same count.
 - ``cta_layout_vmnk`` [(1, 1, 1, 1)]: the cluster as (V, M, N, K); V = 2 is a Blackwell CTA
   pair. Cluster pipelines must multicast or stay local (see ``mcast_mode_mn``).
 - ``mcast_mode_mn`` [None]: (multicast along M, along N): which peer CTAs a TMA stage is

@@ -222,20 +222,24 @@ class BarrierInit:
     full_tx_bytes: int  # bytes one full[s] phase expects (0 when no transaction barrier)
 
 
-def barrier_init(config: PipelineConfig) -> BarrierInit:
+def barrier_init(config: PipelineConfig, derived_full: Optional[int] = None,
+                 derived_empty: Optional[int] = None) -> BarrierInit:
     """Init counts of one pipeline's barriers, exactly as the lowering initialises them.
 
     The counts are the declared cooperative-group sizes (the protocol executes what the
-    developer declared; a wrong size shows up as a hang or an over-arrival). A group whose
-    size cannot be read falls back to one arrival.
+    developer declared; a wrong size shows up as a hang or an over-arrival). A group left out
+    (None) takes the count derived from the tasks that signal that side (``derived_*``, from
+    the sync plan); a group whose size cannot be read falls back to one arrival.
     """
-    full = declared_to_init(config, "producer", config.producer_size)
-    empty = declared_to_init(config, "consumer", config.consumer_size)
+    full = (derived_full if config.producer_group is None and derived_full is not None
+            else declared_to_init(config, "producer", config.producer_size))
+    empty = (derived_empty if config.consumer_group is None and derived_empty is not None
+             else declared_to_init(config, "consumer", config.consumer_size))
     tx = config.num_bytes if protocol_of(config).transaction_bytes else 0
     return BarrierInit(full, empty, tx)
 
 
-def group_barrier_init(members, mode) -> Tuple[Optional[BarrierInit], ...]:
+def group_barrier_init(members, mode, inits=None) -> Tuple[Optional[BarrierInit], ...]:
     """Init of a PipelineGroup's shared barrier, per ts_pipeline_groups: returns
     (shared_full_init, shared_empty_init); the entry for a side that is not shared is None.
 
@@ -244,10 +248,12 @@ def group_barrier_init(members, mode) -> Tuple[Optional[BarrierInit], ...]:
     the members' common ``num_bytes`` once, not their sum (``checks_groups`` rejects members
     that differ; the first member's value is armed). FusedMerge: shared full (producer sizes
     and bytes summed: each producer delivers its own data) and shared empty (the consumer's size).
+    ``inits``: the members' own inits when the caller has them (the sync plan: derived sizes).
     """
     from ..model.enums import PipelineGroupMode
 
-    inits = [barrier_init(m.pipeline_config) for m in members if m.pipeline_config is not None]
+    if inits is None:
+        inits = [barrier_init(m.pipeline_config) for m in members if m.pipeline_config is not None]
     if not inits:
         return (None, None)
     if mode is PipelineGroupMode.Merge:

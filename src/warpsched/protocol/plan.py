@@ -26,9 +26,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..model.enums import PipelineGroupMode, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_group import PipelineGroup
-from ..model.program import Program
-from .barriers import (PipelineProtocol, arrivals_per_op, barrier_init, delivered_tx_bytes, group_barrier_init,
-                       mcast_partners, protocol_of, signaling_warps)
+from ..model.program import Program, step_targets
+from .barriers import (BarrierInit, PipelineProtocol, SideCount, arrivals_per_op, barrier_init, delivered_tx_bytes,
+                       expected_group_size, group_barrier_init, mcast_partners, protocol_of, signaling_warps)
 
 PRODUCER, CONSUMER = "producer", "consumer"
 FULL, EMPTY = "full", "empty"
@@ -81,6 +81,33 @@ def tx_per_arming_warp(config, task_num_warps: int) -> int:
     warps that arm one operation (a warp-lane producer warp arms its own stage whole)."""
     warps = op_warps(config, StepKind.ProducerAcquire, task_num_warps)
     return config.num_bytes // max(1, signaling_warps(config.producer_signaling_threads, warps))
+
+
+def expected_groups(program: Program, resource, side: str) -> List[Tuple[Any, SideCount, Tuple[Any, ...]]]:
+    """The cooperative-group size the side's barrier needs, from the tasks whose operations
+    arrive on it: ``[(task, SideCount, tasks that make it)]``, one entry per task when the
+    signaling verb is interleaved (each task or warp signals its own lane's stages, so every
+    entry must be the same size), else one summed entry (every task arrives on every stage).
+    Empty when no task signals the side. The static checks compare a declared group with it; a
+    group left out is derived from it."""
+    cfg = resource.pipeline_config
+    verb = signaling_verb(cfg, side)
+    tasks = [t for t in program.tasks if type(getattr(t, "num_warps", None)) is int and t.num_warps > 0
+             and any(s.kind is verb and any(x is resource for x in step_targets(s)) for s in program.steps_of(t))]
+    per_task = [(t, expected_group_size(cfg, side, op_warps(cfg, verb, t.num_warps)), (t,)) for t in tasks]
+    if len(per_task) <= 1 or role_stride(cfg, verb) > 1:
+        return per_task
+    alts = [sc.alternative for _, sc, _ in per_task]
+    how = " + ".join(f"{t.name}: {sc.derivation}" for t, sc, _ in per_task)
+    return [(per_task[0][0], SideCount(sum(sc.arrivals for _, sc, _ in per_task), how,
+                                       sum(alts) if all(a is not None for a in alts) else None), tuple(tasks))]
+
+
+def derived_group(program: Program, resource, side: str) -> Optional[int]:
+    """The arrivals a left-out cooperative group stands for (None: no task signals the side, or
+    interleaved lanes disagree -- the static checks then ask for an explicit group)."""
+    sizes = {sc.arrivals for _, sc, _ in expected_groups(program, resource, side)}
+    return sizes.pop() if len(sizes) == 1 else None
 
 
 def config_of(target) -> Any:
@@ -210,6 +237,7 @@ class PipelinePlan:
     arming: Arming
     arm_tx_bytes: int  # what its own arming operation expects (a FusedMerge member: its own bytes)
     mcast_partners: int  # CTAs whose consumers release into one CTA's empty barrier
+    init: BarrierInit  # the counts as the protocol derives them (declared, or derived from the tasks)
     group: Optional[PipelineGroup] = None
 
     @property
@@ -327,13 +355,14 @@ class SyncPlan:
             if g is not None:
                 self.group(g)  # builds every member's plan with the group's layout
             else:
-                self._pipes[key] = _plain_pipeline(resource)
+                self._pipes[key] = self._plain(resource)
         return self._pipes[key]
 
     def group(self, group: PipelineGroup) -> GroupPlan:
         key = id(group)
         if key not in self._groups:
-            gp = _group_plan(group)
+            members = [m for m in group.members if getattr(m, "pipeline_config", None) is not None]
+            gp = _group_plan(group, [self._plain(m) for m in members])
             self._groups[key] = gp
             for mp in gp.members:
                 self._pipes[id(mp.resource)] = mp
@@ -420,24 +449,31 @@ class SyncPlan:
                         bool(sig.warp_leader) and task.num_warps > 1, arms_at, arm_tx, per_warp, sig)
 
 
+    def _plain(self, resource) -> PipelinePlan:
+        """A resource's own barriers; a cooperative group left out of its config is derived."""
+        cfg = resource.pipeline_config
+        full = derived_group(self.program, resource, PRODUCER) if cfg.producer_group is None else None
+        empty = derived_group(self.program, resource, CONSUMER) if cfg.consumer_group is None else None
+        return _plain_pipeline(resource, barrier_init(cfg, full, empty))
+
+
 # ---------------------------------------------------------------------- builders
-def _plain_pipeline(resource) -> PipelinePlan:
+def _plain_pipeline(resource, init) -> PipelinePlan:
     cfg = resource.pipeline_config
     proto = protocol_of(cfg)
-    init = barrier_init(cfg)
     full = BarrierArray(resource, FULL, cfg.num_stages, max(1, init.full_arrivals), init.full_tx_bytes,
                         proto.producer_op, 0)
     empty = BarrierArray(resource, EMPTY, cfg.num_stages, max(1, init.empty_arrivals), 0, proto.consumer_op, 1)
     arming = Arming.AT_ACQUIRE if proto.producer_arms_on_acquire else Arming.AT_COMMIT
-    return PipelinePlan(resource, cfg, proto, full, empty, arming, init.full_tx_bytes, mcast_partners(cfg))
+    return PipelinePlan(resource, cfg, proto, full, empty, arming, init.full_tx_bytes, mcast_partners(cfg), init)
 
 
-def _group_plan(group: PipelineGroup) -> GroupPlan:
+def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
     """Layouts (S stages, N members): Merge [full_0] .. [full_N-1] [shared empty]; Fork [shared full]
     [empty_0] .. [empty_N-1]; FusedMerge [shared full] [shared empty]."""
-    members = [m for m in group.members if getattr(m, "pipeline_config", None) is not None]
-    own = [_plain_pipeline(m) for m in members]
-    shared_full, shared_empty = group_barrier_init(members, group.mode)
+    members = [pp.resource for pp in own]
+    inits = [pp.init for pp in own]
+    shared_full, shared_empty = group_barrier_init(members, group.mode, inits)
     shared = SHARED_BARRIERS[group.mode]
     n = len(own)
     S = own[0].config.num_stages if own else 0
@@ -459,7 +495,7 @@ def _group_plan(group: PipelineGroup) -> GroupPlan:
         if group.mode is PipelineGroupMode.Fork and arming is Arming.AT_ACQUIRE:
             arming = Arming.BY_GROUP_COMMIT  # the members are views of one buffer, loaded once
         plans.append(PipelinePlan(pp.resource, pp.config, pp.protocol, full, empty, arming, pp.arm_tx_bytes,
-                                  pp.mcast_partners, group))
+                                  pp.mcast_partners, pp.init, group))
     if group.mode is PipelineGroupMode.Merge:
         arrays = [p.full for p in plans] + ([se] if se is not None else [])
     elif group.mode is PipelineGroupMode.Fork:

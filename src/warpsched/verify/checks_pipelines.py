@@ -14,9 +14,9 @@ from ..errors import Finding
 from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_config import PipelineConfig, cluster_shape_of, group_size
-from ..protocol.barriers import (CLC_RESPONSE_BYTES, expected_group_size, expected_num_bytes, protocol_of,
+from ..protocol.barriers import (CLC_RESPONSE_BYTES, expected_num_bytes, protocol_of,
                                   signaling_warps)
-from ..protocol.plan import ROLE, op_warps, signaling_verb
+from ..protocol.plan import expected_groups, op_warps, signaling_verb
 from . import checks_interleave
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
                             rname, strides_of, tasks_with, valid_config)
@@ -115,40 +115,45 @@ def _side_tasks(program: Program, r: Any, side: str) -> Tuple[List[Any], StepKin
     return tasks_with(program, r, [verb]), verb
 
 
+def _who(task: Any, by: Tuple[Any, ...]) -> str:
+    """The tasks whose arrivals make a count, as the finding names them."""
+    if len(by) <= 1:
+        return f"task {task.name!r} ({task.num_warps} warp(s)) makes"
+    return "tasks " + " and ".join(f"{t.name!r} ({t.num_warps} warp(s))" for t in by) + " together make"
+
+
 def _counts(program: Program, r: Any) -> List[Finding]:
     cfg: PipelineConfig = config_of(r)
     out = []
     for side in ("producer", "consumer"):
-        tasks, verb = _side_tasks(program, r, side)
-        tasks = [t for t in tasks if is_pos_int(getattr(t, "num_warps", None))]
-        if not tasks:
+        # per task when the signaling verb is interleaved (all must agree), else summed
+        needs = expected_groups(program, r, side)
+        if not needs:
             continue
-        per_task = [(t, expected_group_size(cfg, side, op_warps(cfg, verb, t.num_warps))) for t in tasks]
-        if strides_of(cfg)[ROLE[verb]] > 1:  # each lane's barrier is signaled by one task (or warp): all must agree
-            targets = [(t, sc, f"task {t.name!r} ({t.num_warps} warp(s)) makes") for t, sc in per_task]
-        else:  # every task arrives on every stage: the counts add up
-            total = sum(sc.arrivals for _, sc in per_task)
-            alts = [sc.alternative for _, sc in per_task]
-            alt_total = sum(alts) if all(a is not None for a in alts) else None
-            how = " + ".join(f"{t.name}: {sc.derivation}" for t, sc in per_task)
-            who = " and ".join(f"{t.name!r} ({t.num_warps} warp(s))" for t, _ in per_task)
-            who = f"tasks {who} together make" if len(per_task) > 1 else f"task {who} makes"
-            targets = [(per_task[0][0], type(per_task[0][1])(total, how if len(per_task) > 1 else
-                                                              per_task[0][1].derivation, alt_total), who)]
+        targets = [(t, sc, _who(t, by)) for t, sc, by in needs]
         field = f"{side}_group"
+        if getattr(cfg, field) is None:  # left out: the sync plan derives it from these tasks
+            sizes = sorted({sc.arrivals for _, sc, _ in targets})
+            if len(sizes) > 1:
+                t = targets[0][0]
+                out.append(F(COUNTS, f"{rname(r)}: {field} is left out, but the tasks that signal it make "
+                             f"different arrival counts per stage ({', '.join(map(str, sizes))}), so it cannot "
+                             "be derived", task=t, resource=r, location=cfg.location,
+                             expected="one arrival count per stage on every lane",
+                             fix=f"declare {field}=warpsched.threads(n), or give the lanes' tasks equal warps"))
+            continue
         size = group_size(getattr(cfg, field))
         for t, sc, who in targets:
             if size == sc.arrivals or (sc.alternative is not None and size == sc.alternative):
                 continue  # per-warp count, or the equivalent thread count (see SideCount)
-            have = "missing" if getattr(cfg, field) is None else (
-                f"size {size}" if size is not None else f"{getattr(cfg, field)!r:.40} with no integer size")
+            have = f"size {size}" if size is not None else f"{getattr(cfg, field)!r:.40} with no integer size"
             out.append(F(COUNTS, f"{rname(r)}: {field} is {have}, but {who} "
                          f"{sc.arrivals} {side} arrival(s) per stage on a {cfg.pipeline_type.value} pipeline",
                          task=t, resource=r, location=cfg.location,
                          expected=f"{field} size {sc.arrivals} = {sc.derivation}" + (
                              f" (or {sc.alternative}, the same warps counted in threads)"
                              if sc.alternative is not None else ""),
-                         fix=f"{field}=CooperativeGroup(Agent.Thread, {sc.arrivals})"))
+                         fix=f"{field}=warpsched.threads({sc.arrivals}), or leave it out (derived)"))
     out += _bytes(program, r)
     return out
 
