@@ -235,7 +235,8 @@ def gpu_child(key: str, path: str, impl: str) -> dict:
                 a = torch.randn(int(offsets[-1]), device="cuda")
                 b = torch.full((n_seg, max_len), float("nan"), device="cuda")
                 offsets = offsets.cuda()
-                ma, mb, mo = (from_dlpack(t).mark_layout_dynamic() for t in (a, b, offsets))
+                # explicit leading dims: a 1x1 segment table has no dimension cutlass can deduce it from
+                ma, mb, mo = (from_dlpack(t).mark_layout_dynamic(leading_dim=d) for t, d in ((a, 0), (b, 1), (offsets, 0)))
                 import cutlass.utils as utils
 
                 clusters = utils.HardwareInfo().get_max_active_clusters(1)

@@ -152,7 +152,7 @@ def scale(x, y):
     if x.dtype != y.dtype or x.shape != y.shape or x.dim() != 2 or x.shape[1] != WIDTH:
         raise ValueError(f"scale(x, y) needs two float32 [rows, {WIDTH}] tensors, got {tuple(x.shape)} "
                          f"{x.dtype} and {tuple(y.shape)} {y.dtype}")
-    mx, my = _common.to_cute(x), _common.to_cute(y)
+    mx, my = _common.to_cute(x, leading_dim=1), _common.to_cute(y, leading_dim=1)  # dynamic rows: one compile
     stream = _common.current_stream()
     if "f" not in _CACHE:
         _CACHE["f"] = cute.compile(scale_host, mx, my, stream, options=_common.PTX_OPTIONS)
