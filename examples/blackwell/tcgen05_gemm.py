@@ -70,22 +70,21 @@ class SmemAB(MemoryResource):
         self.stage_tok = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="SMEM stage the MMA reads")
 
     def get_smem_requirements(self):
-        return [self.g.alloc_a, self.g.alloc_b] if self.g is not None else []
+        return [self.g.alloc_a, self.g.alloc_b]
 
     @producer_work
     @cute.jit
     def tma_load(self, stage_info: StageInfo, k):
-        g = self.g
-        sA, sB = g.smem_a(), g.smem_b()
-        tCgA = g.thr_mma.partition_A(g.gA)
-        tCgB = g.thr_mma.partition_B(g.gB)
-        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 3),
+        v = stage_info.context.values  # what the kernel passed to mgr.run()
+        tCgA = v.thr_mma.partition_A(v.gA)
+        tCgB = v.thr_mma.partition_B(v.gB)
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(v.tma_a, 0, cute.make_layout(1), cute.group_modes(v.sA, 0, 3),
                                                       cute.group_modes(tCgA, 0, 3))
-        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 3),
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(v.tma_b, 0, cute.make_layout(1), cute.group_modes(v.sB, 0, 3),
                                                       cute.group_modes(tCgB, 0, 3))
         s = stage_info.stage_idx
-        cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
-        cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
+        cute.copy(v.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
+        cute.copy(v.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
 
     @consumer_work(returns=stage_tok, work_attrs=WorkAttr.AUXILIARY)
     def stage(self, stage_info: StageInfo):
@@ -101,31 +100,31 @@ class TmemC(MemoryResource):
         self.frag = TaskLocalVariable(dtype=None, docs="fp32 subtile of the accumulator in registers")
 
     def get_tmem_requirements(self):
-        return [self.g.tmem_acc] if self.g is not None else []
+        return [self.g.tmem_acc]
 
     @producer_work
     @cute.jit
     def mma(self, stage_info: StageInfo, stage, *, first: cutlass.Constexpr = False):
-        g = self.g
-        tCrA = g.tiled_mma.make_fragment_A(g.smem_a())
-        tCrB = g.tiled_mma.make_fragment_B(g.smem_b())
-        acc = g.tmem_acc_tensor(stage_info.context)
+        v = stage_info.context.values
+        tCrA = v.tiled_mma.make_fragment_A(v.sA)
+        tCrB = v.tiled_mma.make_fragment_B(v.sB)
+        acc = tmem_acc(stage_info.context)
         for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
-            mma = g.mma_overwrite if cutlass.const_expr(first and kb == 0) else g.tiled_mma
+            mma = v.mma_overwrite if cutlass.const_expr(first and kb == 0) else v.tiled_mma
             cute.gemm(mma, acc, tCrA[(None, None, kb, stage)], tCrB[(None, None, kb, stage)], acc)
 
     @consumer_work(returns=frag)
     @cute.jit
     def load_subtile(self, stage_info: StageInfo, *, subtile_idx: cutlass.Constexpr = 0):
-        g = self.g
+        v = stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
-        acc = g.tmem_acc_tensor(stage_info.context)
+        acc = tmem_acc(stage_info.context)
         epi_tiler = ((cute.size(acc, mode=[0, 0]), cute.size(acc, mode=[0, 1]) // SUBTILES),)
         acc_epi = cute.zipped_divide(acc, epi_tiler)
         atom = cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition.x64), cutlass.Float32)
         t2r = tcgen05.make_tmem_copy(atom, acc_epi[None, 0]).get_slice(tidx)
         tDtC = t2r.partition_S(acc_epi)
-        tDgC = t2r.partition_D(cute.zipped_divide(g.thr_mma.partition_C(g.gC), epi_tiler))
+        tDgC = t2r.partition_D(cute.zipped_divide(v.thr_mma.partition_C(v.gC), epi_tiler))
         frag = cute.make_rmem_tensor(tDgC[None, None, 0].shape, cutlass.Float32)
         cute.copy(tcgen05.make_tmem_copy(atom, acc_epi[None, 0]), tDtC[None, None, subtile_idx], frag)
         return frag
@@ -138,16 +137,22 @@ class GmemD(MemoryResource):
     @producer_work
     @cute.jit
     def store(self, stage_info: StageInfo, frag, *, subtile_idx: cutlass.Constexpr = 0):
-        g = self.g
+        g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
-        acc = g.tmem_acc_tensor(stage_info.context)
+        acc = tmem_acc(stage_info.context)
         epi_tiler = ((cute.size(acc, mode=[0, 0]), cute.size(acc, mode=[0, 1]) // SUBTILES),)
         atom = cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition.x64), cutlass.Float32)
         t2r = tcgen05.make_tmem_copy(atom, cute.zipped_divide(acc, epi_tiler)[None, 0]).get_slice(tidx)
-        tDgC = t2r.partition_D(cute.zipped_divide(g.thr_mma.partition_C(g.gC), epi_tiler))
+        tDgC = t2r.partition_D(cute.zipped_divide(v.thr_mma.partition_C(v.gC), epi_tiler))
         out = cute.make_rmem_tensor(frag.shape, g.io_dtype)
         out.store(frag.load().to(g.io_dtype))
         cute.autovec_copy(out, tDgC[None, None, subtile_idx])
+
+
+def tmem_acc(context):
+    """The accumulator in TMEM: the lowering allocated it and put its base on the kernel context."""
+    tiled_mma = context.values.tiled_mma
+    return cute.make_tensor(context.tmem_base, tiled_mma.make_fragment_C(tiled_mma.partition_shape_C(TILER[:2])).layout)
 
 
 @schedule
@@ -200,18 +205,9 @@ def build(g=None, *, k_tiles=None, verbose=True, **manager_options):
     acc_cfg = PipelineConfig.create_umma_async_pipeline_cfg(num_stages=1, producer_group=threads(1),
                                                             consumer_group=threads(EPI_WARPS * 32),
                                                             cta_layout_vmnk=(1, 1, 1, 1))
-    g.alloc_a = SmemAllocation("sA", dtype=g.io_dtype, count=TILER[0] * TILER[2] * AB_STAGES, alignment=1024)
-    g.alloc_b = SmemAllocation("sB", dtype=g.io_dtype, count=TILER[1] * TILER[2] * AB_STAGES, alignment=1024)
-    g.tmem_acc = TmemAllocation("acc", columns=TILER[1])
     gmem_ab, gmem_d = GmemAB(name="GmemAB"), GmemD(name="GmemD", g=g)
     smem_ab = SmemAB(name="SmemAB", pipeline_config=ab_cfg, g=g)
     tmem_c = TmemC(name="TmemC", pipeline_config=acc_cfg, g=g)
-    smem, tmem = SmemAllocator(), TmemAllocator()
-    smem.add_resource(smem_ab)
-    smem.compute_layout()
-    tmem.add_resource(tmem_c)
-    tmem.compute_layout()
-    g.allocator = smem
     tasks = [
         Task(name="StoreTask", src_resources=[tmem_c], dst_resources=[gmem_d], warp_idx=0, num_warps=EPI_WARPS,
              schedule=store_schedule(tmem_c, gmem_d)),
@@ -221,13 +217,19 @@ def build(g=None, *, k_tiles=None, verbose=True, **manager_options):
              schedule=mma_schedule(smem_ab, tmem_c, k_tiles)),
     ]
     graph = {smem_ab: [gmem_ab], tmem_c: [smem_ab], gmem_d: [tmem_c]}
-    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, tmem_allocator=tmem,
-                       verbose=verbose, **manager_options)
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=SmemAllocator.for_resources(
+        smem_ab), tmem_allocator=TmemAllocator.for_resources(tmem_c), verbose=verbose, **manager_options)
 
 
 class Tcgen05Gemm:
+    """Configuration only (plain Python, the same on the CPU and in the kernel); the kernel's
+    trace-time values reach the work methods through ``mgr.run(...)``."""
+
     def __init__(self, io_dtype=cutlass.Float16):
         self.io_dtype = io_dtype
+        self.alloc_a = SmemAllocation("sA", dtype=io_dtype, count=TILER[0] * TILER[2] * AB_STAGES, alignment=1024)
+        self.alloc_b = SmemAllocation("sB", dtype=io_dtype, count=TILER[1] * TILER[2] * AB_STAGES, alignment=1024)
+        self.tmem_acc = TmemAllocation("acc", columns=TILER[1])
 
     def _make_tiled_mma(self):
         op = tcgen05.MmaF16BF16Op(self.io_dtype, cutlass.Float32, MMA_INST, tcgen05.CtaGroup.ONE,
@@ -247,20 +249,6 @@ class Tcgen05Gemm:
         self.kernel(tiled_mma, tma_a, tA, tma_b, tB, c, a_layout, b_layout).launch(
             grid=grid, block=(6 * 32, 1, 1), stream=stream)
 
-    def smem_a(self):
-        return self._view(self.alloc_a, self.a_layout)
-
-    def smem_b(self):
-        return self._view(self.alloc_b, self.b_layout)
-
-    def _view(self, alloc, composed):
-        ptr = cute.recast_ptr(self.allocator.get(alloc), composed.inner, dtype=alloc.dtype)
-        return cute.make_tensor(ptr, composed.outer)
-
-    def tmem_acc_tensor(self, context):
-        acc_shape = self.tiled_mma.partition_shape_C(TILER[:2])
-        return cute.make_tensor(context.tmem_base, self.tiled_mma.make_fragment_C(acc_shape).layout)
-
     @cute.kernel
     def kernel(self, tiled_mma: cute.TiledMma, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom,
                mB: cute.Tensor, mC: cute.Tensor, a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout):
@@ -270,20 +258,17 @@ class Tcgen05Gemm:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
         coord = (bidx, bidy, None)
-        self.tiled_mma, self.tma_a, self.tma_b = tiled_mma, tma_a, tma_b
         tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
-        self.mma_overwrite = self._make_tiled_mma()
-        self.mma_overwrite.set(tcgen05.Field.ACCUMULATE, False)
-        self.thr_mma = tiled_mma.get_slice(0)
-        self.a_layout, self.b_layout = a_layout, b_layout
-        self.gA = cute.local_tile(mA, TILER, coord, proj=(1, None, 1))
-        self.gB = cute.local_tile(mB, TILER, coord, proj=(None, 1, 1))
-        self.gC = cute.local_tile(mC, TILER, coord, proj=(1, 1, None))
-        mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), verbose=False)  # checked here, while tracing
-        for alloc, layout in ((self.alloc_a, a_layout), (self.alloc_b, b_layout)):
-            assert cute.cosize(layout) == alloc.count, "an SMEM layout's size differs from build()'s allocation"
+        mma_overwrite = self._make_tiled_mma()
+        mma_overwrite.set(tcgen05.Field.ACCUMULATE, False)
+        gA = cute.local_tile(mA, TILER, coord, proj=(1, None, 1))
+        mgr = build(self, k_tiles=cute.size(gA, mode=[2]), verbose=False)  # checked here, while tracing
         mgr.setup_resources_and_tasks()
-        mgr.run()
+        view = mgr.smem_allocator.view  # a view past its allocation is refused
+        mgr.run(tiled_mma=tiled_mma, mma_overwrite=mma_overwrite, thr_mma=tiled_mma.get_slice(0), tma_a=tma_a,
+                tma_b=tma_b, gA=gA, gB=cute.local_tile(mB, TILER, coord, proj=(None, 1, 1)),
+                gC=cute.local_tile(mC, TILER, coord, proj=(1, 1, None)), sA=view(self.alloc_a, a_layout),
+                sB=view(self.alloc_b, b_layout))
 
 
 def compile_for_cpu(arch="sm_100a", io_dtype=cutlass.Float16):

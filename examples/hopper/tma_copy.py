@@ -55,7 +55,6 @@ class SmemTiles(MemoryResource):
     gmem: Any = None  # TMA tensor of X
     tile_mn: Any = (64, 256)
     dtype: Any = cutlass.BFloat16
-    allocator: Any = None
     alloc: Any = None
     stage_token: Any = TaskLocalVariable.uninitialized()
 
@@ -65,16 +64,16 @@ class SmemTiles(MemoryResource):
     def get_smem_requirements(self):
         return [self.alloc]
 
-    def staged(self):
+    def staged(self, context):
+        """The SMEM stages as one (tm, tn, stages) tensor (``context``: StageInfo.context)."""
         tm, tn = self.tile_mn
         S = self.pipeline_config.num_stages
-        layout = cute.make_layout((tm, tn, S), stride=(tn, 1, tm * tn))
-        return cute.make_tensor(self.allocator.get(self.alloc), layout)
+        return context.smem_view(self.alloc, cute.make_layout((tm, tn, S), stride=(tn, 1, tm * tn)))
 
     @producer_work
     @cute.jit
     def tma_load(self, stage_info: StageInfo, coords):
-        s_buf = self.staged()
+        s_buf = self.staged(stage_info.context)
         g = cute.local_tile(self.gmem, self.tile_mn, (None, None))
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1),
                                                      cute.group_modes(s_buf, 0, 2), cute.group_modes(g, 0, 2))
@@ -104,7 +103,7 @@ class GmemY(MemoryResource):
     def tma_store(self, stage_info: StageInfo, stage, *, lag: cutlass.Constexpr = 0):
         lane = cute.arch.lane_idx()
         if lane == 0:
-            s_buf = self.smem.staged()
+            s_buf = self.smem.staged(stage_info.context)
             g = cute.local_tile(self.gmem, self.smem.tile_mn, (None, None))
             t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1),
                                                          cute.group_modes(s_buf, 0, 2), cute.group_modes(g, 0, 2))
@@ -165,14 +164,11 @@ def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BF
     tile_bytes = tm * tn * dtype.width // 8
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=num_stages, num_bytes=tile_bytes,  # groups:
                                                        advance_on_wait=store_lag > 0)  # derived from the tasks
-    allocator = SmemAllocator()
     alloc = SmemAllocation("tiles", dtype=dtype, count=tm * tn * num_stages, alignment=1024)
     gmem_x = GmemX(name="GmemX", tiles_n=tiles_n)
     smem = SmemTiles(name="SmemTiles", pipeline_config=cfg, atom=load_atom, gmem=mx, tile_mn=tile_mn, dtype=dtype,
-                     allocator=allocator, alloc=alloc)
+                     alloc=alloc)
     gmem_y = GmemY(name="GmemY", atom=store_atom, gmem=my, smem=smem, tiles_n=tiles_n)
-    allocator.add_resource(smem)
-    allocator.compute_layout()
     tasks = [
         Task(name="LoadTask", src_resources=[gmem_x], dst_resources=[smem], warp_idx=0, num_warps=1,
              schedule=load_schedule(gmem_x, smem, start, end, step)),
@@ -180,7 +176,7 @@ def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BF
              schedule=(store_schedule_lag1 if store_lag else store_schedule)(smem, gmem_y, start, end, step)),
     ]
     return TaskManager(tasks=tasks, resource_dependency_graph={smem: [gmem_x], gmem_y: [smem]},
-                       smem_allocator=allocator, verbose=verbose, **manager_options)
+                       smem_allocator=SmemAllocator.for_resources(smem), verbose=verbose, **manager_options)
 
 
 class TmaCopy:

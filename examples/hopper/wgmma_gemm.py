@@ -23,7 +23,10 @@ one CTA per output tile (non-persistent), 384 threads:
                                          gmem_c.store(acc=acc)             # stmatrix -> SMEM -> TMA store
 
 ``advance_on_wait=True`` gives the MMA task split wait / release counters, so the release
-runs one stage behind the wait, exactly like benchmarks/handwritten/wgmma_gemm.py.
+runs one stage behind the wait, exactly like benchmarks/handwritten/wgmma_gemm.py. The kernel
+object holds configuration only; the work methods read its trace-time values (TMA atoms, tiles,
+MMAs, SMEM views: ``mgr.run(name=...)``) and the CTA's cluster coordinate and multicast masks from
+``stage_info.context``. ``cluster_mn=(2, 1) / (1, 2) / (2, 2)``: TMA multicast of B / A / both.
 Host: ``gemm(a, b, c)`` for row-major torch tensors (K % 8 == 0, N % 8 == 0).
 """
 from __future__ import annotations
@@ -46,7 +49,8 @@ import cutlass.memory  # noqa: F401
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
-                       threads, trip_count)
+                       threads, trip_count, wgmma_wait)
+
 
 @dataclass(kw_only=True)
 class GmemAB(MemoryResource):
@@ -62,10 +66,11 @@ class GmemAB(MemoryResource):
 
 @dataclass(kw_only=True)
 class SmemAB(MemoryResource):
-    g: Any = None  # the kernel (layouts, atoms, tiled MMA, global tiles)
+    g: Any = None  # the WgmmaGemm: configuration and SMEM allocations (plain Python)
     acc: Any = TaskLocalVariable.uninitialized()
     frag_a: Any = TaskLocalVariable.uninitialized()
     frag_b: Any = TaskLocalVariable.uninitialized()
+    retire = wgmma_wait  # consumer work: wgmma.wait_group(pending); the stage's WGMMA reads are done
 
     def __post_init__(self):
         self.acc = TaskLocalVariable(dtype=None, docs="fp32 accumulator fragment (registers)")
@@ -73,63 +78,42 @@ class SmemAB(MemoryResource):
         self.frag_b = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of B, all stages")
 
     def get_smem_requirements(self):
-        return [self.g.alloc_a, self.g.alloc_b] if self.g is not None else []
+        return [self.g.alloc_a, self.g.alloc_b]
 
     @producer_work
-    @cute.jit
     def tma_load(self, stage_info: StageInfo, k):
-        g = self.g
-        sA, sB = g.smem_a(), g.smem_b()
-        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2),
-                                                      cute.group_modes(g.gA, 0, 2))
-        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2),
-                                                      cute.group_modes(g.gB, 0, 2))
-        s = stage_info.stage_idx
-        if cutlass.const_expr(g.clustered):
-            # cluster: each CTA loads its slice of the shared tile and multicasts it to its peers
-            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(
-                g.tma_a, g.cluster_coord[1], cute.make_layout(g.cluster_mn[1]), cute.group_modes(sA, 0, 2),
-                cute.group_modes(g.gA, 0, 2))
-            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(
-                g.tma_b, g.cluster_coord[0], cute.make_layout(g.cluster_mn[0]), cute.group_modes(sB, 0, 2),
-                cute.group_modes(g.gB, 0, 2))
-            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier,
-                      mcast_mask=g.a_mcast_mask)
-            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier,
-                      mcast_mask=g.b_mcast_mask)
-        else:
-            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
-            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
+        """TMA A and B tiles into the stage. In a cluster, the CTAs along n share an A tile (along m,
+        a B tile): each loads its slice of it and multicasts the slice to them."""
+        ctx = stage_info.context  # the kernel's values, the cluster coordinate and multicast masks
+        v = ctx.values
+        for atom, smem, gmem, mode in ((v.tma_a, v.sA, v.gA, 1), (v.tma_b, v.sB, v.gB, 0)):
+            cta, ctas = ctx.cluster_coord[mode], cute.make_layout(ctx.cluster_mn[mode])  # alone: 0 of 1
+            t_s, t_g = cute.nvgpu.cpasync.tma_partition(atom, cta, ctas, cute.group_modes(smem, 0, 2),
+                                                        cute.group_modes(gmem, 0, 2))
+            cute.copy(atom, t_g[(None, k)], t_s[(None, stage_info.stage_idx)], tma_bar_ptr=stage_info.barrier,
+                      mcast_mask=ctx.mcast_mask(mode))
 
     @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
-    @cute.jit
     def init_acc(self, stage_info: StageInfo):
-        g = self.g
+        v = stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
-        thr_mma = g.tiled_mma.get_slice(tidx - g.first_consumer_thread)
-        tCrA = g.tiled_mma.make_fragment_A(thr_mma.partition_A(g.smem_a()))
-        tCrB = g.tiled_mma.make_fragment_B(thr_mma.partition_B(g.smem_b()))
-        acc = cute.make_rmem_tensor(thr_mma.partition_C(g.gC).shape, g.acc_dtype)
-        return acc, tCrA, tCrB
+        thr_mma = v.tiled_mma.get_slice(tidx - self.g.first_consumer_thread)
+        tCrA = v.tiled_mma.make_fragment_A(thr_mma.partition_A(v.sA))
+        tCrB = v.tiled_mma.make_fragment_B(thr_mma.partition_B(v.sB))
+        return cute.make_rmem_tensor(thr_mma.partition_C(v.gC).shape, self.g.acc_dtype), tCrA, tCrB
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage until the wait below
     @cute.jit
     def mma(self, stage_info: StageInfo, acc, frag_a, frag_b, *, first: cutlass.Constexpr = False):
         """wgmma over one K tile; ``first``: overwrite the accumulator and retire nothing yet."""
-        g = self.g
-        s = stage_info.stage_idx
+        v, s = stage_info.context.values, stage_info.stage_idx
         cute.nvgpu.warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
             # two MMA objects with fixed ACCUMULATE: setting the field inside a loop or branch
             # would chain a runtime value across regions
-            mma = g.mma_overwrite if cutlass.const_expr(first and kb == 0) else g.tiled_mma
+            mma = v.mma_overwrite if cutlass.const_expr(first and kb == 0) else v.tiled_mma
             cute.gemm(mma, acc, frag_a[(None, None, kb, s)], frag_b[(None, None, kb, s)], acc)
         cute.nvgpu.warpgroup.commit_group()
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT)
-    def retire(self, stage_info: StageInfo, *, pending: cutlass.Constexpr = 0):
-        """wgmma.wait_group(pending): all but the newest ``pending`` groups have stopped reading SMEM."""
-        cute.nvgpu.warpgroup.wait_group(pending)
 
 
 @dataclass(kw_only=True)
@@ -137,44 +121,42 @@ class GmemC(MemoryResource):
     g: Any = None
 
     def get_smem_requirements(self):
-        return [self.g.alloc_c] if self.g is not None else []
+        return [self.g.alloc_c]
 
     @producer_work
     @cute.jit
     def store(self, stage_info: StageInfo, acc):
-        g = self.g
+        """Epilogue per 128x32 sub-tile: registers -> stmatrix -> SMEM (4 buffers) -> TMA store."""
+        g, v, warp_idx = self.g, stage_info.context.values, stage_info.context.warp_idx
         tidx, _, _ = cute.arch.thread_idx()
-        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        ctidx = tidx - g.first_consumer_thread
-        sC = g.smem_c()
         epi_bar = pipeline.NamedBarrier(barrier_id=1, num_threads=g.num_consumer_threads)
         copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(g.layout, elem_ty_d=g.c_dtype, elem_ty_acc=g.acc_dtype)
         copy_atom_C = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(g.layout.is_m_major_c(), 4), g.c_dtype)
-        tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_C, g.epi_tiled_mma))
-        thr_r2s = tiled_copy_r2s.get_slice(ctidx)
-        tRS_sC = thr_r2s.partition_D(sC)
+        tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_C, v.tiled_mma))
+        thr_r2s = tiled_copy_r2s.get_slice(tidx - g.first_consumer_thread)
+        tRS_sC = thr_r2s.partition_D(v.sC)
         tRS_acc = tiled_copy_r2s.retile(acc)
-        rC_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+        rC_shape = cute.shape(thr_r2s.partition_S(v.sC))[:3]
         tRS_rAcc = cute.make_rmem_tensor(rC_shape, g.acc_dtype)
         tRS_rC = cute.make_rmem_tensor(rC_shape, g.c_dtype)
         n_per = cute.size(tRS_rAcc)
-        gC_epi = cute.zipped_divide(g.gC, g.epi_tile)
-        bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(g.tma_c, 0, cute.make_layout(1),
-                                                          cute.group_modes(sC, 0, 2), gC_epi)
+        gC_epi = cute.zipped_divide(v.gC, g.epi_tile)
+        bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(v.tma_c, 0, cute.make_layout(1),
+                                                          cute.group_modes(v.sC, 0, 2), gC_epi)
         epi_shape = gC_epi.shape[1]
         epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage,
                                                       producer_group=threads(g.num_consumer_threads))
         for e in cutlass.range_constexpr(cute.size(epi_shape)):
-            for v in cutlass.range_constexpr(n_per):
-                tRS_rAcc[v] = tRS_acc[e * n_per + v]
+            for i in cutlass.range_constexpr(n_per):
+                tRS_rAcc[i] = tRS_acc[e * n_per + i]
             tRS_rC.store(tRS_rAcc.load().to(g.c_dtype))
             buf = e % g.epi_stage
             cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
             cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy writes -> TMA reads
             epi_bar.arrive_and_wait()
             if warp_idx == g.epi_store_warp:
-                cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
+                cute.copy(v.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
                 store_pipe.producer_commit()
                 store_pipe.producer_acquire()
             epi_bar.arrive_and_wait()
@@ -225,16 +207,8 @@ def build(g=None, *, k_tiles=None, cluster_mn=None, verbose=True, **manager_opti
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.ab_stage, num_bytes=g.tile_bytes,
                                                        advance_on_wait=True, cta_layout_vmnk=(1, *g.cluster_mn, 1),
                                                        mcast_mode_mn=(1, 1))
-    g.alloc_a = SmemAllocation("sA", dtype=g.ab_dtype, count=g.a_elems, alignment=1024)
-    g.alloc_b = SmemAllocation("sB", dtype=g.ab_dtype, count=g.b_elems, alignment=1024)
-    g.alloc_c = SmemAllocation("sC", dtype=g.c_dtype, count=g.c_elems, alignment=1024)
     gmem_ab, smem_ab, gmem_c = GmemAB(name="GmemAB"), SmemAB(name="SmemAB", pipeline_config=cfg, g=g), \
         GmemC(name="GmemC", g=g)
-    allocator = SmemAllocator()
-    allocator.add_resource(smem_ab)
-    allocator.add_resource(gmem_c)
-    allocator.compute_layout()
-    g.allocator = allocator
     tasks = [
         Task(name="LoadTask", src_resources=[gmem_ab], dst_resources=[smem_ab], warp_idx=0, num_warps=1,
              schedule=load_schedule(gmem_ab, smem_ab, K), num_registers=g.producer_regs),
@@ -243,7 +217,8 @@ def build(g=None, *, k_tiles=None, cluster_mn=None, verbose=True, **manager_opti
              num_registers=g.consumer_regs),
     ]
     return TaskManager(tasks=tasks, resource_dependency_graph={smem_ab: [gmem_ab], gmem_c: [smem_ab]},
-                       smem_allocator=allocator, verbose=verbose, **manager_options)
+                       smem_allocator=SmemAllocator.for_resources(smem_ab, gmem_c), verbose=verbose,
+                       **manager_options)
 
 
 class WgmmaGemm:
@@ -251,7 +226,6 @@ class WgmmaGemm:
                  tile_mn=(128, 256), group_m=8, producer_regs=40, consumer_regs=232, cluster_mn=(1, 1)):
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.cluster_mn = tuple(cluster_mn)
-        self.clustered = self.cluster_mn != (1, 1)
         self.tile_mn = tuple(tile_mn)
         self.group_m = group_m
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
@@ -266,8 +240,8 @@ class WgmmaGemm:
         self._plan()
 
     def _plan(self):
-        """Tile shape, stage counts and SMEM sizes in plain Python: the CPU check and the traced
-        kernel use these same numbers (``build`` reads them; ``_setup`` builds the layouts)."""
+        """Tile shape, stage counts and SMEM allocations in plain Python: the CPU check and the traced
+        kernel use these same numbers (``build`` reads them; ``_layouts`` builds the layouts)."""
         mma_k = 256 // self.ab_dtype.width  # a WGMMA instruction reads 32 bytes of K
         self.tile_mnk = (*self.tile_mn, mma_k * 4)
         self.epi_tile = (min(128, self.tile_mn[0]), 32)
@@ -277,63 +251,49 @@ class WgmmaGemm:
         epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.c_dtype.width // 8 * self.epi_stage
         self.ab_stage = (self.smem_capacity - 1024 - epi_bytes) // ab_bytes
         self.tile_bytes = ab_bytes
-        self.a_elems, self.b_elems = bM * bK * self.ab_stage, bN * bK * self.ab_stage
-        self.c_elems = self.epi_tile[0] * self.epi_tile[1] * self.epi_stage
+        self.alloc_a = SmemAllocation("sA", dtype=self.ab_dtype, count=bM * bK * self.ab_stage, alignment=1024)
+        self.alloc_b = SmemAllocation("sB", dtype=self.ab_dtype, count=bN * bK * self.ab_stage, alignment=1024)
+        self.alloc_c = SmemAllocation("sC", dtype=self.c_dtype, count=math.prod(self.epi_tile) * self.epi_stage,
+                                      alignment=1024)
 
     def _make_tiled_mma(self):
         return sm90_utils.make_trivial_tiled_mma(
             self.ab_dtype, self.ab_dtype, self.layout.sm90_mma_major_mode(), self.layout.sm90_mma_major_mode(),
             self.acc_dtype, self.atom_layout_mnk, tiler_mn=(64, self.tile_mn[1]))
 
-    def _setup(self):
-        self.tiled_mma = self._make_tiled_mma()
-        assert cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4 == self.tile_mnk[2], "WGMMA K differs from _plan"
-        self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
-        self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
-        self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
-        for staged, elems in ((self.a_staged, self.a_elems), (self.b_staged, self.b_elems),
-                              (self.c_staged, self.c_elems)):
-            assert cute.cosize(staged) == elems, "an SMEM layout's size differs from _plan"
+    def _layouts(self):
+        """The MMA and the staged SMEM layouts: DSL values, built in the host trace for the TMA atoms
+        and passed to the kernel (a view larger than its ``_plan`` allocation is refused)."""
+        tiled_mma = self._make_tiled_mma()
+        assert cute.size(tiled_mma.shape_mnk, mode=[2]) * 4 == self.tile_mnk[2], "WGMMA K differs from _plan"
+        return (tiled_mma, sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage),
+                sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage),
+                sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage))
 
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
-        self._setup()
+        tiled_mma, a_staged, b_staged, c_staged = self._layouts()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         cm, cn = self.cluster_mn
         a_op = g2s if cn == 1 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
         b_op = g2s if cm == 1 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()
-        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(a_op, mA, cute.slice_(self.a_staged, (None, None, 0)),
+        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(a_op, mA, cute.slice_(a_staged, (None, None, 0)),
                                                            (bM, bK), num_multicast=cn)
-        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(self.b_staged, (None, None, 0)),
+        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(b_staged, (None, None, 0)),
                                                            (bN, bK), num_multicast=cm)
         tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
-                                                           cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
+                                                           cute.slice_(c_staged, (None, None, 0)), self.epi_tile)
         tiles_m = cute.ceil_div(cute.size(mC, mode=[0]), bM)
         tiles_n = cute.ceil_div(cute.size(mC, mode=[1]), bN)
-        kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                           self.c_staged)
-        if cutlass.const_expr(self.clustered):  # 2D grid rounded up to whole clusters (TMA clips the rest)
+        kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, tiled_mma, a_staged, b_staged, c_staged)
+        if cutlass.const_expr(self.cluster_mn != (1, 1)):  # 2D grid of whole clusters (TMA clips the rest)
             grid = [cute.round_up(tiles_m, cm), cute.round_up(tiles_n, cn), 1]
             kern.launch(grid=grid, block=[self.threads, 1, 1], cluster=[cm, cn, 1], min_blocks_per_mp=1,
                         stream=stream)
         else:
             kern.launch(grid=[tiles_m * tiles_n, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1,
                         stream=stream)
-
-    # SMEM views (valid after setup_resources_and_tasks bound the allocator's block)
-    def smem_a(self):
-        return self._view(self.alloc_a, self.a_staged_k)
-
-    def smem_b(self):
-        return self._view(self.alloc_b, self.b_staged_k)
-
-    def smem_c(self):
-        return self._view(self.alloc_c, self.c_staged_k)
-
-    def _view(self, alloc, composed):
-        ptr = cute.recast_ptr(self.allocator.get(alloc), composed.inner, dtype=alloc.dtype)
-        return cute.make_tensor(ptr, composed.outer)
 
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
@@ -353,26 +313,19 @@ class WgmmaGemm:
         group_m = cutlass.min(tiles_m - first_m, self.group_m)
         pid_m = first_m + (bid % per_group) % group_m
         pid_n = (bid % per_group) // group_m
-        if cutlass.const_expr(self.clustered):
+        if cutlass.const_expr(self.cluster_mn != (1, 1)):
             pid_m, pid_n = bid, bidy
-            cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
-            rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-            self.cluster_coord = cta_layout_mnk.get_flat_coord(rank)
-            self.a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, self.cluster_coord, mode=1)
-            self.b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, self.cluster_coord, mode=0)
-        self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
-        # the mainloop flips ACCUMULATE inside loop regions; the epilogue gets its own copy
-        self.epi_tiled_mma = self._make_tiled_mma()
-        self.mma_overwrite = self._make_tiled_mma()
-        self.mma_overwrite.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
-        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-        self.a_staged_k, self.b_staged_k, self.c_staged_k = a_staged, b_staged, c_staged
-        self.gA = cute.local_tile(mA, (bM, bK), (pid_m, None))
-        self.gB = cute.local_tile(mB, (bN, bK), (pid_n, None))
-        self.gC = cute.local_tile(mC, (bM, bN), (pid_m, pid_n))
-        mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), verbose=False)  # checked here, while tracing
+        gA = cute.local_tile(mA, (bM, bK), (pid_m, None))
+        mgr = build(self, k_tiles=cute.size(gA, mode=[2]), verbose=False)  # checked here, while tracing
         mgr.setup_resources_and_tasks()
-        mgr.run()
+        # the first k-block overwrites the accumulator: a second MMA object (ACCUMULATE is fixed per object)
+        mma_overwrite = self._make_tiled_mma()
+        mma_overwrite.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        view = mgr.smem_allocator.view  # the work methods read these as stage_info.context.values.<name>
+        mgr.run(tma_a=tma_a, tma_b=tma_b, tma_c=tma_c, tiled_mma=tiled_mma, mma_overwrite=mma_overwrite, gA=gA,
+                gB=cute.local_tile(mB, (bN, bK), (pid_n, None)), gC=cute.local_tile(mC, (bM, bN), (pid_m, pid_n)),
+                sA=view(self.alloc_a, a_staged), sB=view(self.alloc_b, b_staged), sC=view(self.alloc_c, c_staged))
 
 
 _CACHE = {}

@@ -18,6 +18,7 @@ from .model.resources import (MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, 
 from .model.schedule import domain_loop, schedule, when_false, when_true, work_tile_loop
 from .model.task import Task
 from .model.tripcount import TripCount, trip_count
+from .work import wgmma_wait
 
 __version__ = "0.1.0"
 
@@ -28,5 +29,5 @@ __all__ = [
     "StageInfo", "Task", "TaskLocalVariable", "TaskManager", "TileSchedulerConfig", "TmemAllocation",
     "TmemAllocator", "TripCount", "ValidationError", "ValidationWarning", "VerifyResult", "WorkAttr", "WorkQueue",
     "WorkTileInfo", "consumer_work", "domain_loop", "producer_work", "schedule", "when_false", "when_true",
-    "threads", "trip_count", "warps", "work_tile_loop",
+    "threads", "trip_count", "warps", "wgmma_wait", "work_tile_loop",
 ]

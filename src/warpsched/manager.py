@@ -202,11 +202,16 @@ class TaskManager:
         self._lowering.setup()
         return self._lowering
 
-    def run(self):
-        """Inside a ``@cute.kernel``: dispatch every task to its warps and run its schedule."""
+    def run(self, **values):
+        """Inside a ``@cute.kernel``: dispatch every task to its warps and run its schedule.
+
+        ``values``: the kernel's trace-time values its work methods read (TMA atoms, global tiles,
+        MMAs, SMEM views), by name: a work method reads ``stage_info.context.values.<name>``. They
+        never reach the program (``build()`` is the same on the CPU and in the kernel), and the
+        kernel object carries none of them."""
         if self._lowering is None:
             self.setup_resources_and_tasks()
-        self._lowering.run()
+        self._lowering.run(values)
 
 
 def _inside_dsl_trace() -> bool:

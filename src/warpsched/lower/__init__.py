@@ -4,7 +4,8 @@ Entry point: :class:`warpsched.lower.kernel.KernelLowering` (used by
 ``TaskManager.setup_resources_and_tasks()`` / ``run()``). Importing this package does not
 import CuTe DSL; the submodules do.
 
-Modules: ``kernel`` (setup / run), ``memory`` (one SMEM block, barrier storage, TMEM),
+Modules: ``kernel`` (setup / run), ``memory`` (one SMEM block, barrier storage, TMEM), ``context``
+(KernelContext: what work methods read from the kernel),
 ``pipelines`` (one cutlass.pipeline object per resource, the six verbs, signaling, counters),
 ``groups`` (Merge / Fork / FusedMerge shared barriers), ``dispatch`` (warp ranges, setmaxnreg),
 ``loops`` (sections, guards, domain / work-tile loops, tokens, StageInfo), ``dsl`` (runtime for / if
@@ -35,7 +36,8 @@ What a schedule becomes:
                         the waited response; dynamic domains call the Task's provider per tile
   work                  ``WorkSpec.fn(resource, StageInfo(loop_offset, stage_idx, barrier, work_tile,
                         context), **tokens, **const_args)``; a value read outside the loop / guard that
-                        produced it is carried with its TaskLocalVariable default
+                        produced it is carried with its TaskLocalVariable default; ``context`` is the one
+                        KernelContext (module ``context``: SMEM views, cluster coordinate, the run's values)
   end of a task         producer_tail on every dense pipeline the task acquired
   UmmaUmma              no cutlass class in 4.8.1: assembled from two TCGen05Mma MbarrierArrays
                         (tcgen05.commit on both sides)

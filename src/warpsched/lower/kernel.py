@@ -19,7 +19,8 @@ from . import LoweringError
 from .dispatch import dispatch
 from .dsl import dyn_if
 from .loops import TaskEmitter
-from .memory import KernelContext, SmemSetup, tmem_columns
+from .context import KernelContext, KernelValues, cluster_coordinate
+from .memory import SmemSetup, tmem_columns
 from .groups import GroupLowering
 from .pipelines import PipelineLowering, cluster_shape_mn
 
@@ -78,6 +79,8 @@ class KernelLowering:
                 self.clc_response[id(res)] = smem.cutlass_alloc.allocate(
                     CLC_RESPONSE_BYTES * res.pipeline_config.num_stages, CLC_RESPONSE_BYTES)
         cluster = cluster_shape_mn(program)
+        self.context.cluster_mn = cluster
+        self.context.cluster_coord = cluster_coordinate(cluster)
         if self.pipes:
             cute.arch.mbarrier_init_fence()
         if self._tmem_cols:
@@ -105,9 +108,11 @@ class KernelLowering:
         return ctx
 
     # ------------------------------------------------------------------ run
-    def run(self):
+    def run(self, values=None):
+        """Dispatch every task; ``values`` (name -> trace-time value) become ``StageInfo.context.values``."""
         if not self._setup_done:
             raise LoweringError("run() before setup_resources_and_tasks()")
+        self.context.values = KernelValues(values or {})
         dispatch(self, lambda t: TaskEmitter(self, t).emit())
         if self._tmem_cols:
             cute.arch.barrier()  # every task is done with TMEM

@@ -2,8 +2,8 @@
 
 * One SMEM block holds every ``SmemAllocation`` of the user's ``SmemAllocator`` at the
   offsets ``compute_layout()`` assigned (alias groups share bytes). The block lives on the
-  ``KernelContext`` only (``smem_base`` / ``smem_ptr``); ``KernelContext.smem`` gives a typed
-  pointer into it, and the context is bound to the allocator for ``SmemAllocator.get()``.
+  ``KernelContext`` only (``smem_base`` / ``smem_ptr``, lower/context.py); ``smem_pointer`` gives a
+  typed pointer into it, and the context is bound to the allocator for ``SmemAllocator.get()``.
 * Pipeline barriers: from the ``BarrierAllocator``'s coalesced array when the resource
   (or its group) is registered there, else the config's ``barrier_ptr``, else a
   self-allocated array of ``2 * num_stages`` mbarriers (full[0..S) then empty[0..S)).
@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Dict
 
 import cutlass
@@ -41,25 +40,6 @@ def smem_pointer(base, allocation, dtype=None):
         dtype = {1: cutlass.Int8, 2: cutlass.Int16, 4: cutlass.Int32, 8: cutlass.Int64}.get(width, cutlass.Int8)
     align = max(1, min(int(allocation.alignment), BLOCK_ALIGN))
     return cute.recast_ptr(ptr, dtype=dtype).align(min_align=align) if align > 1 else cute.recast_ptr(ptr, dtype=dtype)
-
-
-@dataclass
-class KernelContext:
-    """``StageInfo.context``: what work methods may need from the kernel setup."""
-
-    smem_allocator: Any = None
-    smem_base: Any = None  # the unified SMEM block, a cutlass.Array of Uint8 (None when no allocations)
-    smem_ptr: Any = None  # the block's start as a pointer (what smem() offsets)
-    tmem_allocator: Any = None
-    tmem_base: Any = None  # TMEM base address (Int32) on sm_100a, None otherwise
-    tmem_ptr_i32: Any = None  # SMEM slot holding the TMEM base
-    task: Any = None  # the Task being emitted
-    warp_idx: Any = None  # warp-uniform warp index in the CTA
-    extra: Dict[str, Any] = field(default_factory=dict)
-
-    def smem(self, allocation, dtype=None):
-        """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""
-        return smem_pointer(self.smem_ptr, allocation, dtype=dtype)
 
 
 class SmemSetup:

@@ -119,6 +119,17 @@ class SmemAllocator:
         self.total_bytes: Optional[int] = None
         self._kernel: Any = None  # bound by the kernel's setup: owns the block and its pointers
 
+    @classmethod
+    def for_resources(cls, *resources: Any, capacity_bytes: Optional[int] = None) -> "SmemAllocator":
+        """An allocator holding every resource's ``get_smem_requirements()``, laid out
+        (``add_resource`` for each, then ``compute_layout()``): pass it to TaskManager as is.
+        Declare alias groups with the step-by-step calls instead."""
+        allocator = cls(capacity_bytes)
+        for resource in resources:
+            allocator.add_resource(resource)
+        allocator.compute_layout()
+        return allocator
+
     def add(self, allocation: SmemAllocation) -> SmemAllocation:
         """Register a standalone allocation (not owned by a resource); returns it."""
         if allocation not in self.allocations:
@@ -222,6 +233,13 @@ class SmemAllocator:
 
     get_typed_ptr = get_as_type
 
+    def view(self, allocation: SmemAllocation, layout: Any):
+        """Inside a kernel: a tensor over ``allocation`` with a cute Layout, or a ComposedLayout
+        (swizzle o layout, e.g. ``sm90_utils.make_smem_layout_a``) whose swizzle goes onto the pointer."""
+        if not self.is_bound:
+            raise LayoutError("SmemAllocator.view() is only available after setup_resources_and_tasks()")
+        return self._kernel.smem_view(allocation, layout)
+
     def print_usage_report(self) -> None:
         print(self.usage_report())
 
@@ -252,6 +270,15 @@ class TmemAllocator:
         self.capacity_columns = capacity_columns
         self.allocations: List[TmemAllocation] = []
         self.total_columns: Optional[int] = None
+
+    @classmethod
+    def for_resources(cls, *resources: Any, capacity_columns: int = TMEM_COLUMNS) -> "TmemAllocator":
+        """An allocator holding every resource's ``get_tmem_requirements()``, laid out."""
+        allocator = cls(capacity_columns)
+        for resource in resources:
+            allocator.add_resource(resource)
+        allocator.compute_layout()
+        return allocator
 
     def add(self, allocation: TmemAllocation) -> TmemAllocation:
         if allocation not in self.allocations:

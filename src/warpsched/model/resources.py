@@ -107,8 +107,10 @@ class StageInfo:
     ``loop_offset`` is the domain-loop index (None outside the loop); ``loop_start`` /
     ``loop_end`` / ``loop_step`` are that loop's bounds for the current tile. ``stage_idx`` and
     ``barrier`` (the stage's mbarrier, a pointer TMA copies and mbarrier primitives accept) are
-    None on a resource without a pipeline. ``context`` carries ``smem_base`` (the unified SMEM
-    block, a cutlass.Array of Uint8) and ``tmem_ptr_i32``. ``label``, ``num_active_stages`` and
+    None on a resource without a pipeline. ``context`` is the kernel context (lower/context.py):
+    ``values`` (what the kernel passed to ``TaskManager.run(**values)``), ``smem_view(allocation,
+    layout)``, ``smem_base`` (the unified SMEM block, a cutlass.Array of Uint8), ``tmem_base`` /
+    ``tmem_ptr_i32``, ``warp_idx``, ``cluster_coord`` / ``mcast_mask(mode)``. ``label``, ``num_active_stages`` and
     ``task_cache`` exist for reference-TS work methods that read them: warpsched has no named
     work labels, no delayed commits and no task caches, so they are always None / 0 / None.
     """
