@@ -27,11 +27,10 @@ except ImportError:
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule,
-                       trip_count)
+                       threads, trip_count)
 
 STAGES = 2
 WIDTH = 32  # elements per row = the 32 lanes of one warp
@@ -113,7 +112,6 @@ def build(x=None, y=None, rows=None, verbose=True, **manager_options):
     """One build for both sides: ``warpsched check`` calls it with no tensors (``rows`` is then
     any count >= 1), the kernel with its tensors and the runtime row count."""
     rows = trip_count("rows", rows)
-    threads = lambda n: pipeline.CooperativeGroup(pipeline.Agent.Thread, n)  # noqa: E731
     cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=STAGES, producer_group=threads(32),
                                                          consumer_group=threads(32))
     allocator = SmemAllocator()
