@@ -62,7 +62,16 @@ class TmemC(MemoryResource):
 
 def make_resources(wait_signaling=None, cluster=(1, 1, 1, 1), kind="umma"):
     """``kind="umma"``: the seed's Blackwell shape (TmaUmma buffers, UMMA into TMEM);
-    ``kind="hopper"``: TmaAsync buffers and an async-thread compute task (runs on the H200)."""
+    ``kind="hopper"``: TmaAsync buffers and an async-thread compute task (runs on the H200).
+
+    Over a CTA pair (``cluster=(2, 1, 1, 1)``, umma): each CTA loads its own tile into the
+    leader's transaction barrier (``num_bytes`` = the tile x 1 warp x 2 CTAs); the sync and MMA
+    tasks run in the leader CTA (every side they signal is ``CtaLeader``); the store task runs
+    in both CTAs and both release into the leader's accumulator barrier (128 threads x 2)."""
+    lead = SignalingThreads.CtaLeader
+    pair = kind == "umma" and cluster[0] == 2
+    sig = lead if pair else SignalingThreads.All
+
     def smem_cfg():
         if kind == "hopper":
             return PipelineConfig.create_tma_async_pipeline_cfg(  # @split_smem_cfg_hopper
@@ -71,10 +80,11 @@ def make_resources(wait_signaling=None, cluster=(1, 1, 1, 1), kind="umma"):
                 consumer_signaling_threads=SignalingThreads.CtaLeader if wait_signaling else SignalingThreads.All,
                 consumer_wait_signaling_threads=wait_signaling)
         return PipelineConfig.create_tma_umma_pipeline_cfg(  # @split_smem_cfg
-            num_stages=STAGES, num_bytes=TILE_BYTES, producer_group=thread_group(1),
+            num_stages=STAGES, num_bytes=TILE_BYTES * (2 if pair else 1), producer_group=thread_group(1),
             consumer_group=thread_group(1), cta_layout_vmnk=cluster,
-            consumer_signaling_threads=SignalingThreads.CtaLeader if wait_signaling else SignalingThreads.All,
-            consumer_wait_signaling_threads=wait_signaling)
+            consumer_signaling_threads=SignalingThreads.CtaLeader if wait_signaling or pair else SignalingThreads.All,
+            consumer_wait_signaling_threads=wait_signaling,
+            num_bytes_per_warp_per_cta=TILE_BYTES if pair else None)
 
     gmem_a, gmem_b = Gmem(name="gmem_a"), Gmem(name="gmem_b")
     smem_a = SmemTile(name="smem_a", pipeline_config=smem_cfg())
@@ -86,9 +96,10 @@ def make_resources(wait_signaling=None, cluster=(1, 1, 1, 1), kind="umma"):
         return gmem_a, gmem_b, smem_a, smem_b, proxy, None
     proxy = Proxy(name="proxy", pipeline_config=PipelineConfig.create_async_umma_pipeline_cfg(
         num_stages=STAGES, producer_group=thread_group(32), consumer_group=thread_group(1),
-        cta_layout_vmnk=cluster))
-    tmem_c = TmemC(name="tmem_c", pipeline_config=PipelineConfig.create_umma_async_pipeline_cfg(
-        num_stages=1, producer_group=thread_group(1), consumer_group=thread_group(128), cta_layout_vmnk=cluster))
+        cta_layout_vmnk=cluster, producer_signaling_threads=sig, consumer_signaling_threads=sig))
+    tmem_c = TmemC(name="tmem_c", pipeline_config=PipelineConfig.create_umma_async_pipeline_cfg(  # @split_tmem_cfg
+        num_stages=1, producer_group=thread_group(1), consumer_group=thread_group(128 * (2 if pair else 1)),
+        cta_layout_vmnk=cluster, producer_signaling_threads=sig))
     return gmem_a, gmem_b, smem_a, smem_b, proxy, tmem_c
 
 

@@ -4,7 +4,8 @@ Tasks are grouped by the register count of their warp groups. Each group becomes
 warp-uniform branch that first runs ``setmaxnreg`` (increase above the launch's
 per-thread share, decrease below it) for every warp of its warp groups -- setmaxnreg is
 warp-group wide, so idle warps of a task's warp group execute it too -- and then the
-``if warp_idx in [warp_idx, warp_end)`` branch of each task.
+``if warp_idx in [warp_idx, warp_end)`` branch of each task (in a CTA pair, a leader-only
+task also tests ``block_idx_in_cluster() % 2 == 0``).
 """
 from __future__ import annotations
 
@@ -54,6 +55,11 @@ def warp_in_task(task):
     return _in_range(warp_idx, task.warp_idx, task.warp_end)
 
 
+def _leader_cta(v: int):
+    """Warp-uniform Boolean: this CTA leads its CTA group of ``v`` CTAs."""
+    return cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster()) % v == 0
+
+
 def _ranges(groups: List[int]):
     """Contiguous warp ranges covering the given warp groups."""
     groups = sorted(groups)
@@ -79,7 +85,10 @@ def dispatch(lowering, emit_task, *, num_threads: Optional[int] = None) -> None:
 
     def run_tasks(tasks):
         for t in tasks:
-            dyn_if({}, [], _in_range(warp_idx, t.warp_idx, t.warp_end), lambda env, t=t: emit_task(t))
+            pred = _in_range(warp_idx, t.warp_idx, t.warp_end)
+            if lowering.plan.leader_only(t):  # CTA pair: every barrier operation is CtaLeader-gated
+                pred = pred & _leader_cta(lowering.plan.cta_pair)
+            dyn_if({}, [], pred, lambda env, t=t: emit_task(t))
 
     if not regs or len(set(regs.values())) == 1 and regs and list(regs.values())[0] == base:
         run_tasks(program.tasks)

@@ -30,6 +30,7 @@ class KernelLowering:
         self.program = program
         self.user_tmem_ptr = tmem_ptr_i32  # TaskManager(tmem_ptr_i32=...): the kernel owns TMEM
         self.plan = SyncPlan(program)  # the protocol decisions the checker verified
+        self.two_cta = self.plan.cta_pair > 1  # a CTA pair: TMEM is allocated for the pair (cta_group::2)
         self.producer_tail = producer_tail
         self.pipes: Dict[int, PipelineLowering] = {}
         self.clc_response: Dict[int, object] = {}  # dynamic WorkQueue id -> SMEM response buffer
@@ -85,7 +86,7 @@ class KernelLowering:
             cute.arch.mbarrier_init_fence()
         if self._tmem_cols:
             self._alloc_tmem()
-        if cluster != (1, 1):
+        if cluster != (1, 1) or self.two_cta:
             # peers arrive on (and multicast into) this CTA's barriers: the whole cluster must see them
             # initialized
             cute.arch.cluster_arrive_relaxed()
@@ -98,8 +99,8 @@ class KernelLowering:
 
     def _alloc_tmem(self):
         def alloc(env):
-            cute.arch.alloc_tmem(self._tmem_cols, self.context.tmem_ptr_i32)
-            cute.arch.relinquish_tmem_alloc_permit()
+            cute.arch.alloc_tmem(self._tmem_cols, self.context.tmem_ptr_i32, is_two_cta=self.two_cta or None)
+            cute.arch.relinquish_tmem_alloc_permit(is_two_cta=self.two_cta or None)
         dyn_if({}, [], self.warp_idx == 0, alloc)
 
     def context_for(self, task) -> KernelContext:
@@ -116,8 +117,11 @@ class KernelLowering:
         dispatch(self, lambda t: TaskEmitter(self, t).emit())
         if self._tmem_cols:
             cute.arch.barrier()  # every task is done with TMEM
+            if self.two_cta:  # the leader's MMAs write the peer's TMEM: free once both CTAs are done
+                cute.arch.cluster_arrive()
+                cute.arch.cluster_wait()
 
             def free(env):
-                cute.arch.dealloc_tmem(self.context.tmem_base, self._tmem_cols)
+                cute.arch.dealloc_tmem(self.context.tmem_base, self._tmem_cols, is_two_cta=self.two_cta or None)
             dyn_if({}, [], self.warp_idx == 0, free)
 

@@ -223,7 +223,7 @@ class TaskEmitter:
                                                 for s in self.steps):
                     c = self._counter(res, StepKind.ProducerAcquire)
                     if c.stride == 1:
-                        self._pipe(res).tail(env[self._skey(res, c)])
+                        self._pipe(res).tail(self.task, env[self._skey(res, c)])
 
     def _touched(self):
         """Resources and pipeline groups the steps name, first use first (a group's collapsed verbs

@@ -6,12 +6,18 @@ the transaction bytes per arming warp and the multicast partners all come from
 initialised and armed exactly as the checker verified.
 
 Signaling threads: a side whose signaling is ``TaskWarpLeader`` arrives from the task's
-first warp only (the other warps still wait). ``CtaLeader`` restricts a side to the leader
-CTA of each CTA group (the V mode of ``cta_layout_vmnk``; the reference TS gates the same
-way). On the (1, m, n, 1) clusters lowered here every CTA leads its own group, so the gate
-is the identity: each CTA arms its own transaction barrier -- for the bytes that every
-CTA multicasts into it when the producer is leader-routed. Clusters with V > 1 (2-CTA UMMA
-pairs) are rejected with a LoweringError until they are lowered.
+first warp only (the other warps still wait). ``CtaLeader`` restricts a verb to the leader
+CTA of each CTA group (the V mode of ``cta_layout_vmnk``, ``block_idx_in_cluster() % V == 0``;
+the reference TS gates the same way): on a V = 1 cluster every CTA leads its own group, so the
+gate is the identity; in a CTA pair (V = 2) the peer skips the barrier operation and its
+counter still advances (the checker runs exactly that), and a task whose every barrier
+operation is gated runs in the leader CTA only (``SyncPlan.leader_only``, dispatch.py).
+
+CTA pairs: TmaUmma / UmmaAsync / AsyncUmma over ``cta_layout_vmnk=(2, 1, 1, 1)`` go through
+CUTLASS's pair-aware sm100 classes with the pair's layout, which route each side as the sync
+plan says (``PipelinePlan.pair_full / pair_empty``): the leader CTA arms the TMA barrier,
+tcgen05.commit ``cta_group::2`` multicasts into both CTAs, thread arrivals of the peer reach
+the leader's barrier through ``mapa`` + a remote ``mbarrier.arrive``.
 """
 from __future__ import annotations
 
@@ -24,8 +30,8 @@ import cutlass.pipeline as cpipe
 
 from ..model.enums import PipelineType
 from ..model.ir import StepKind
-from ..protocol.plan import (VERB_COUNTER, Arming, Counter, SyncPlan, config_of, counter_plan,  # noqa: F401
-                             counter_stride, is_producer_counter, tx_per_arming_warp)
+from ..protocol.plan import (VERB_COUNTER, Arming, Counter, PairRoute, SyncPlan, config_of, counter_plan,  # noqa: F401
+                             counter_stride, cta_gated, is_producer_counter, tx_per_arming_warp)
 from . import LoweringError
 from .dsl import dyn_if
 
@@ -58,7 +64,9 @@ class PipelineLowering:
         pp = plan.pipeline(member)
         cfg = config_of(target)
         self.program = program = plan.program
+        self.plan = plan
         self.resource, self.config, self.proto = target, cfg, pp.protocol
+        self.pair = pp.pair_full is not PairRoute.LOCAL or pp.pair_empty is not PairRoute.LOCAL
         self.arms_on_acquire = pp.arming is Arming.AT_ACQUIRE  # a Fork member's is group.commit()'s
         loc = cfg.location
         for verb, stride in zip(("producer_acquire", "producer_commit", "consumer_wait", "consumer_release"),
@@ -83,8 +91,10 @@ class PipelineLowering:
                                   defer_sync=True)
         multicast = pp.multicast
         if cfg.pipeline_type is not PipelineType.AsyncAsync:
-            # without multicast each CTA's stages are its own: a single-CTA layout keeps the releases local
-            kw["cta_layout_vmnk"] = cute.make_layout(tuple(self.cluster_shape) if multicast else (1, 1, 1, 1))
+            # without multicast each CTA's stages are its own: a single-CTA layout keeps the releases local;
+            # a pair's class needs the pair's layout (leader CTA, commit masks, cta_group::2)
+            kw["cta_layout_vmnk"] = cute.make_layout(tuple(self.cluster_shape) if multicast or self.pair
+                                                     else (1, 1, 1, 1))
         if multicast:
             # consumer releases reach every CTA whose TMA multicasts into this one (cutlass picks the
             # signaling lanes and destination ranks from the layout and the multicast mode)
@@ -101,12 +111,21 @@ class PipelineLowering:
         if shape is None or len(shape) != 4:
             raise LoweringError("cta_layout_vmnk must be a static (v, m, n, k) tuple or layout to lower a cluster",
                                 resource=resource, location=loc)
-        if cfg.pipeline_type is PipelineType.AsyncAsync and shape[0] == 1:
-            return  # thread arrivals stay in the CTA (no cluster routing); CtaLeader is the identity at V = 1
+        if cfg.pipeline_type is PipelineType.AsyncAsync and shape[0] <= 2 and shape[3] == 1:
+            return  # thread arrivals stay in the CTA (no cluster routing); CtaLeader gates on the V group's leader
+        if shape[0] == 2:
+            if self.pair and tuple(shape) == (2, 1, 1, 1) and cfg.pipeline_type is not PipelineType.UmmaUmma \
+                    and self.proto.cutlass_class != "PipelineCpAsync":
+                return  # CUTLASS's pair-aware class routes the pair (see the module docstring)
+            raise LoweringError(f"{cfg.pipeline_type.value} pipelines over a {shape} cluster are checked but not "
+                                "lowered yet (CTA pairs are lowered for TmaUmma, UmmaAsync and AsyncUmma with "
+                                "async-thread producers over (2, 1, 1, 1), through CUTLASS's pair-aware classes)",
+                                resource=resource, location=loc,
+                                fix="use cta_layout_vmnk=(2, 1, 1, 1) with TmaUmma / UmmaAsync / AsyncUmma, or V = 1")
         if cfg.pipeline_type is not PipelineType.TmaAsync or shape[0] != 1 or shape[3] != 1:
             raise LoweringError(f"{cfg.pipeline_type.value} pipelines over a {shape} cluster are checked but not "
-                                "lowered yet (only TmaAsync and AsyncAsync over an (1, m, n, 1) cluster are: "
-                                "2-CTA UMMA pairs, V > 1, need per-CTA barrier routing the checker does not model)",
+                                "lowered yet (only TmaAsync and AsyncAsync over an (1, m, n, 1) cluster, and "
+                                "TmaUmma / UmmaAsync / AsyncUmma pairs over (2, 1, 1, 1), are)",
                                 resource=resource, location=loc,
                                 fix="use TmaAsync / AsyncAsync over cta_layout_vmnk=(1, m, n, 1), or (1, 1, 1, 1)")
         if cfg.consumer_signaling_threads.cta_leader and partners > 1:
@@ -149,17 +168,29 @@ class PipelineLowering:
         else:
             fn()
 
+    def _cta(self, task, kind, fn):
+        """CtaLeader in a CTA pair: the verb runs in the leader CTA only (a leader-only task is
+        already dispatched in the leader alone). The caller advances the counter either way."""
+        if cta_gated(self.config, kind) and not self.plan.leader_only(task):
+            dyn_if({}, [], is_leader_cta(self.config), lambda env: fn())
+        else:
+            fn()
+
     # ------------------------------------------------------------------ verbs
     def try_acquire(self, state):
         return self.pipe.producer_try_acquire(state)
 
     def acquire(self, task, warp_idx, state, token=None):
+        self._cta(task, StepKind.ProducerAcquire, lambda: self._acquire(task, warp_idx, state, token))
+
+    def _acquire(self, task, warp_idx, state, token):
         if not self.arms_on_acquire:
             self._wait_empty(state, token)
             return
         if self._leader_only("producer") and task.num_warps > 1:
             # every warp waits for the empty stage; only the leader warp arms the full barrier
             # leader-routed TMA: the other warps' copies complete on the barrier the leader armed
+            # (in a TmaUmma pair CUTLASS's producer_acquire itself arms in the leader CTA only)
             self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_acquire(state, token),
                        lambda: self._wait_empty(state, token), sync_task=False)
         else:
@@ -174,19 +205,22 @@ class PipelineLowering:
     def commit(self, task, warp_idx, state):
         if self.arms_on_acquire:
             return  # the TMA / CLC transaction completes the full barrier
-        self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_commit(state))
+        self._cta(task, StepKind.ProducerCommit,
+                  lambda: self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_commit(state)))
 
     def try_wait(self, state):
         return self.pipe.consumer_try_wait(state)
 
     def wait(self, task, warp_idx, state, token=None):
-        self.pipe.consumer_wait(state, token)
+        self._cta(task, StepKind.ConsumerWait, lambda: self.pipe.consumer_wait(state, token))
 
     def release(self, task, warp_idx, state):
-        self._gate(task, "consumer", warp_idx, lambda: self.pipe.consumer_release(state))
+        self._cta(task, StepKind.ConsumerRelease,
+                  lambda: self._gate(task, "consumer", warp_idx, lambda: self.pipe.consumer_release(state)))
 
-    def tail(self, state):
-        self.pipe.producer_tail(state.clone())
+    def tail(self, task, state):
+        # a producer gated to the leader CTA has nothing to drain in the peer
+        self._cta(task, StepKind.ProducerAcquire, lambda: self.pipe.producer_tail(state.clone()))
 
     def barrier(self, side: str, state):
         if side == "producer":
@@ -217,6 +251,12 @@ def _mcast_mode(mode) -> Tuple[int, int]:
     if isinstance(mode, tuple):
         return (int(bool(mode[0])), int(bool(mode[1])))
     return (int(bool(mode)), int(bool(mode)))
+
+
+def is_leader_cta(config):
+    """Warp-uniform Boolean: this CTA leads its CTA group (``block_idx_in_cluster() % V == 0``)."""
+    rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+    return rank % config.cluster_shape[0] == 0
 
 
 def cluster_shape_mn(program) -> Tuple[int, int]:

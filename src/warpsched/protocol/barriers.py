@@ -18,8 +18,12 @@ What an operation contributes to a barrier depends on the engine on that side:
                (``arrive.expect_tx``) and async consumers of TMA / CLC fed pipelines.
 - ``UMMA``     one ``tcgen05.commit`` per issuing CTA; arrives when the MMAs complete.
 
-Cluster (multi-CTA) pipelines are modelled on one representative CTA: an operation counts
-the arrivals of every CTA that signals the same barrier (``signaling_ctas``).
+Clusters: the CTAs that multicast into one barrier along M / N are modelled on one
+representative CTA (an operation counts the arrivals of every CTA that signals the same
+barrier, ``signaling_ctas``). The two CTAs of a tcgen05 pair (V = 2) are modelled one by
+one: CUTLASS's sm100 pipeline classes route a pair's traffic per side (``PairRoute``), and
+the static counts multiply by the CTAs of the pair whose operations land on one barrier
+(``pair_ctas``).
 """
 from __future__ import annotations
 
@@ -32,6 +36,15 @@ from ..model.pipeline_config import PipelineConfig
 
 WARP_SIZE = 32
 CLC_RESPONSE_BYTES = 16  # one CLC try_cancel response per stage: the ClcFetchAsync transaction bytes
+
+
+class PairRoute(enum.Enum):
+    """Where one CTA's operation on a side lands in a CTA pair (V = 2), as CUTLASS's sm100
+    classes route it (PipelineTmaUmma / PipelineUmmaAsync / PipelineAsyncUmma)."""
+
+    LOCAL = "local"  # its own CTA's barrier
+    LEADER = "leader"  # the leader CTA's barrier: a remote mbarrier.arrive, or the TMA's masked barrier address
+    PAIR = "pair"  # the barrier of every CTA of the pair: one tcgen05.commit multicast
 
 
 class ArriveKind(enum.Enum):
@@ -60,6 +73,9 @@ class PipelineProtocol:
     interleave_single_cta_only: bool = False
     needs_cta_layout: bool = False  # the cutlass class needs cta_layout_vmnk (no single-CTA default)
     pair_routed: bool = False  # CUTLASS routes a V pair's barrier traffic to the leader CTA
+    pair_full: "PairRoute" = PairRoute.LOCAL  # where a pair CTA's producer arrivals / TMA bytes land
+    pair_empty: "PairRoute" = PairRoute.LOCAL  # where a pair CTA's consumer arrivals land
+    pair_arms_in_leader: bool = False  # TMA: only the leader CTA's acquire arms (arrive.expect_tx)
 
     @property
     def producer_is_hardware(self) -> bool:
@@ -84,19 +100,24 @@ class PipelineProtocol:
 
 _P = PipelineProtocol
 _T, _W, _U = ArriveKind.THREAD, ArriveKind.WARP, ArriveKind.UMMA
+_LOCAL, _LEADER, _PAIR = PairRoute.LOCAL, PairRoute.LEADER, PairRoute.PAIR
 PROTOCOLS = {
     PipelineType.AsyncAsync: _P(PipelineType.AsyncAsync, "async", "async", _T, _T, False, False, "PipelineAsync",
                                 "AsyncThread", "AsyncThread", True, True),
     PipelineType.TmaAsync: _P(PipelineType.TmaAsync, "tma", "async", _W, _W, True, True, "PipelineTmaAsync",
                               "TmaLoad", "AsyncThread", True, True, interleave_single_cta_only=True),
     PipelineType.TmaUmma: _P(PipelineType.TmaUmma, "tma", "umma", _W, _U, True, True, "PipelineTmaUmma",
-                             "TmaLoad", "TCGen05Mma", True, True, needs_cta_layout=True, pair_routed=True),
+                             "TmaLoad", "TCGen05Mma", True, True, needs_cta_layout=True, pair_routed=True,
+                             pair_full=_LEADER, pair_empty=_PAIR, pair_arms_in_leader=True),
     PipelineType.UmmaAsync: _P(PipelineType.UmmaAsync, "umma", "async", _U, _T, False, False, "PipelineUmmaAsync",
-                               "TCGen05Mma", "AsyncThread", False, True, needs_cta_layout=True, pair_routed=True),
+                               "TCGen05Mma", "AsyncThread", False, True, needs_cta_layout=True, pair_routed=True,
+                               pair_full=_PAIR, pair_empty=_LEADER),
     PipelineType.AsyncUmma: _P(PipelineType.AsyncUmma, "async", "umma", _T, _U, False, False, "PipelineAsyncUmma",
-                               "AsyncThread", "TCGen05Mma", True, False, needs_cta_layout=True, pair_routed=True),
+                               "AsyncThread", "TCGen05Mma", True, False, needs_cta_layout=True, pair_routed=True,
+                               pair_full=_LEADER, pair_empty=_PAIR),
     PipelineType.UmmaUmma: _P(PipelineType.UmmaUmma, "umma", "umma", _U, _U, False, False, "PipelineUmmaUmma",
-                              "TCGen05Mma", "TCGen05Mma", False, False, needs_cta_layout=True, pair_routed=True),
+                              "TCGen05Mma", "TCGen05Mma", False, False, needs_cta_layout=True, pair_routed=True,
+                              pair_full=_PAIR, pair_empty=_PAIR),
     PipelineType.ClcFetchAsync: _P(PipelineType.ClcFetchAsync, "clc", "async", _W, _T, True, True,
                                    "PipelineClcFetchAsync", "ClcLoad", "AsyncThread", False, False,
                                    needs_cta_layout=True),
@@ -108,8 +129,9 @@ def protocol_of(config: PipelineConfig) -> PipelineProtocol:
     """The type's protocol; an AsyncLoad producer (cp.async) arrives when its copies land."""
     proto = PROTOCOLS[config.pipeline_type]
     if proto.producer_arrive is ArriveKind.THREAD and config.async_producer_op is AsyncProducerOp.AsyncLoad:
+        # cp.async arrives on its own CTA's barrier, also in a pair
         proto = replace(proto, producer_arrive=ArriveKind.CPASYNC, producer_op="AsyncLoad",
-                        cutlass_class="PipelineCpAsync")
+                        cutlass_class="PipelineCpAsync", pair_full=PairRoute.LOCAL)
     return proto
 
 
@@ -130,6 +152,45 @@ def mcast_partners(config: PipelineConfig) -> int:
     m_size = shape[2] if m_on else 0
     n_size = shape[1] if n_on else 0
     return max(1, m_size + n_size - (1 if m_on and n_on else 0))
+
+
+def cta_group_size(config: PipelineConfig) -> int:
+    """V of ``cta_layout_vmnk``: the CTAs of one CTA group (a tcgen05 pair when 2); ``CtaLeader``
+    is the first CTA of each group. 1 without an inspectable layout."""
+    shape = config.cluster_shape
+    return shape[0] if shape and len(shape) == 4 and shape[0] >= 1 else 1
+
+
+def pair_route(config: PipelineConfig, side: str) -> PairRoute:
+    """Where one CTA's ``side`` operation lands (its arrivals, and a producer's TMA bytes)."""
+    if cta_group_size(config) == 1:
+        return PairRoute.LOCAL
+    proto = protocol_of(config)
+    return proto.pair_full if side == "producer" else proto.pair_empty
+
+
+def pair_ctas(config: PipelineConfig, side: str, signaling: SignalingThreads) -> Tuple[int, str]:
+    """CTAs of one pair whose ``side`` operations arrive on one barrier, and why (static counts)."""
+    route = pair_route(config, side)
+    v = cta_group_size(config)
+    ptype = config.pipeline_type.value
+    if route is PairRoute.LOCAL:
+        return 1, ""
+    if side == "producer" and protocol_of(config).pair_arms_in_leader:
+        return 1, f" (CUTLASS arms the transaction barrier of a {ptype} pair in the leader CTA only)"
+    if signaling.cta_leader:
+        return 1, " (CtaLeader: the leader CTA of the pair alone)"
+    if route is PairRoute.LEADER:
+        return v, f" x {v} CTAs of the pair (CUTLASS routes every CTA's {side} arrivals of a {ptype} pair to the leader CTA)"
+    return v, (f" x {v} CTAs of the pair (each CTA's tcgen05.commit multicasts into the {side} barrier of "
+               "both CTAs)")
+
+
+def tx_pair_ctas(config: PipelineConfig) -> int:
+    """CTAs of one pair whose TMA bytes complete on one transaction barrier (the leader's)."""
+    if protocol_of(config).transaction_bytes and pair_route(config, "producer") is PairRoute.LEADER:
+        return cta_group_size(config)
+    return 1
 
 
 def signaling_ctas(config: PipelineConfig, side: str, signaling: SignalingThreads) -> int:
@@ -196,8 +257,15 @@ def declared_to_init(config: PipelineConfig, side: str, declared: Optional[int])
 
 
 def expected_group_size(config: PipelineConfig, side: str, task_num_warps: int) -> SideCount:
-    """The cooperative-group size that makes one operation complete one barrier phase."""
-    return arrivals_per_op(config, side, task_num_warps)
+    """The cooperative-group size that makes one operation complete one barrier phase: one
+    CTA's arrivals, times the CTAs of a pair that CUTLASS routes onto the same barrier."""
+    sc = arrivals_per_op(config, side, task_num_warps)
+    sig = config.producer_signaling_threads if side == "producer" else config.consumer_signaling_threads
+    ctas, why = pair_ctas(config, side, sig)
+    if ctas == 1:
+        return replace(sc, derivation=sc.derivation + why)
+    return SideCount(sc.arrivals * ctas, sc.derivation + why,
+                     sc.alternative * ctas if sc.alternative is not None else None)
 
 
 def expected_num_bytes(config: PipelineConfig, producer_warps: int) -> Optional[Tuple[int, str]]:
@@ -205,10 +273,18 @@ def expected_num_bytes(config: PipelineConfig, producer_warps: int) -> Optional[
     per = config.num_bytes_per_warp_per_cta
     if per is None:
         return None
-    ctas = config.num_ctas if config.producer_signaling_threads.cta_leader else 1
+    pair = tx_pair_ctas(config)
+    ctas = pair * _leader_covers(config, pair)
     total = per * producer_warps * ctas
+    why = (f" (the {pair} CTAs of a {config.pipeline_type.value} pair load into the leader CTA's barrier)"
+           if pair > 1 else "")
     return total, (f"num_bytes_per_warp_per_cta {per} x {producer_warps} producing warp(s) x "
-                   f"{ctas} producing CTA(s) = {total}")
+                   f"{ctas} producing CTA(s) = {total}{why}")
+
+
+def _leader_covers(config: PipelineConfig, pair: int) -> int:
+    """CTA groups whose bytes a CtaLeader producer arms for (its own when not CtaLeader)."""
+    return config.num_ctas // pair if config.producer_signaling_threads.cta_leader else 1
 
 
 # ---------------------------------------------------------------- barrier init and tx accounting
@@ -270,10 +346,11 @@ def delivered_tx_bytes(config: PipelineConfig, producer_warps: int) -> int:
 
     With ``num_bytes_per_warp_per_cta`` the copies are per warp and per CTA (leader-routed
     completions); otherwise the work is assumed to issue exactly ``num_bytes`` (TS cannot see
-    the copy instructions; see the verification gaps).
+    the copy instructions; see the verification gaps). In a TmaUmma pair each CTA's copies
+    complete on the leader's barrier: this is one CTA's share (``num_bytes / 2`` undeclared).
     """
     per = config.num_bytes_per_warp_per_cta
+    pair = tx_pair_ctas(config)  # each CTA of a pair delivers its own share
     if per is None:
-        return config.num_bytes
-    ctas = config.num_ctas if config.producer_signaling_threads.cta_leader else 1
-    return per * producer_warps * ctas
+        return config.num_bytes // pair
+    return per * producer_warps * _leader_covers(config, pair)

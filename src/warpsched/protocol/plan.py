@@ -14,6 +14,11 @@ their own:
   or group: its counters (which verb advances each, stride, warp-lane / domain-lane and
   lane), which counter each verb reads, whether the opening verb advances (the work then
   uses the stage one stride behind), arrivals per operation, leader gating, arming and bytes.
+* CTA pairs (V = 2): ``cta_pair`` (CTAs of a pair the checker runs), ``leader_only(task)``
+  (a task whose every barrier operation is CtaLeader-gated runs in the leader CTA only),
+  ``SidePlan.cta_gated`` (verbs skipped in the peer CTA; their counters still advance) and
+  ``PipelinePlan.pair_full / pair_empty / arms_in_leader`` (which CTA's barrier an
+  operation lands on, as CUTLASS's sm100 classes route it).
 
 Pure Python (model and protocol imports only).
 """
@@ -21,14 +26,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from ..model.enums import PipelineGroupMode, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_group import PipelineGroup
 from ..model.program import Program, step_targets
-from .barriers import (BarrierInit, PipelineProtocol, SideCount, arrivals_per_op, barrier_init, delivered_tx_bytes,
-                       expected_group_size, group_barrier_init, mcast_partners, protocol_of, signaling_warps)
+from .barriers import (BarrierInit, PairRoute, PipelineProtocol, SideCount, arrivals_per_op, barrier_init,
+                       cta_group_size, delivered_tx_bytes, expected_group_size, group_barrier_init, mcast_partners,
+                       pair_route, protocol_of, signaling_warps)
 
 PRODUCER, CONSUMER = "producer", "consumer"
 FULL, EMPTY = "full", "empty"
@@ -74,6 +80,21 @@ def signaling_verb(config, side: str) -> StepKind:
     if side == PRODUCER:
         return StepKind.ProducerAcquire if protocol_of(config).producer_arms_on_acquire else StepKind.ProducerCommit
     return StepKind.ConsumerRelease
+
+
+def verb_signaling(config, kind: StepKind) -> SignalingThreads:
+    """The signaling set that applies to a verb (the wait side may differ: split consumers)."""
+    if kind.side == PRODUCER:
+        return config.producer_signaling_threads
+    if kind in (StepKind.ConsumerTryWait, StepKind.ConsumerWait):
+        return config.wait_signaling_threads
+    return config.consumer_signaling_threads
+
+
+def cta_gated(config, kind: StepKind) -> bool:
+    """The verb runs in the leader CTA of each CTA group only (CtaLeader over V > 1; on a V = 1
+    cluster every CTA leads its own group, so the gate is the identity)."""
+    return cta_group_size(config) > 1 and bool(verb_signaling(config, kind).cta_leader)
 
 
 def tx_per_arming_warp(config, task_num_warps: int) -> int:
@@ -239,6 +260,9 @@ class PipelinePlan:
     mcast_partners: int  # CTAs whose consumers release into one CTA's empty barrier
     init: BarrierInit  # the counts as the protocol derives them (declared, or derived from the tasks)
     group: Optional[PipelineGroup] = None
+    pair_full: PairRoute = PairRoute.LOCAL  # where a pair CTA's producer arrivals / TMA bytes land
+    pair_empty: PairRoute = PairRoute.LOCAL  # where a pair CTA's consumer arrivals land
+    arms_in_leader: bool = False  # only the leader CTA's acquire arms full[s] (TmaUmma pair)
 
     @property
     def multicast(self) -> bool:
@@ -282,6 +306,7 @@ class SidePlan:
     arm_tx_bytes: int  # bytes the arming operation expects (TMA / CLC / Fork group commit)
     tx_per_arming_warp: int  # what each arming warp announces (the lowering's tx_count)
     signaling: SignalingThreads = field(default=SignalingThreads.All)
+    cta_gated: FrozenSet[StepKind] = frozenset()  # verbs that run in the leader CTA of a pair only
 
     @property
     def opens(self) -> bool:
@@ -346,6 +371,18 @@ class SyncPlan:
         self._pipes: Dict[int, PipelinePlan] = {}
         self._groups: Dict[int, GroupPlan] = {}
         self._sides: Dict[Tuple[int, int, str], Optional[SidePlan]] = {}
+        groups = {cta_group_size(r.pipeline_config) for r in program.pipelined_resources}
+        # CTAs of one CTA group the checker runs one by one: 2 for a tcgen05 pair (V > 2 is refused)
+        self.cta_pair = 2 if max(groups, default=1) > 1 else 1
+
+    def leader_only(self, task) -> bool:
+        """In a CTA pair, a task whose every barrier operation is CtaLeader-gated runs in the
+        leader CTA only (the whole task: its work too, as CUTLASS's MMA warp under is_leader_cta)."""
+        if self.cta_pair == 1:
+            return False
+        kinds = [(s.kind, config_of(s.resource)) for s in self.program.steps_of(task) if s.kind in SYNC_KINDS]
+        kinds = [(k, c) for k, c in kinds if c is not None]
+        return bool(kinds) and all(cta_gated(c, k) for k, c in kinds)
 
     # ------------------------------------------------------------ barriers
     def pipeline(self, resource) -> PipelinePlan:
@@ -445,8 +482,9 @@ class SyncPlan:
                            Arming.BY_GROUP_COMMIT: None}[pp.arming]
                 arm_tx = pp.arm_tx_bytes if pp.arming is Arming.AT_ACQUIRE else 0
                 per_warp = tx_per_arming_warp(cfg, task.num_warps) if pp.protocol.transaction_bytes else 0
+        gated = frozenset(k for k in verbs if cta_gated(cfg, k))
         return SidePlan(task, target, side, cfg, counters, verbs, opens, closes,
-                        bool(sig.warp_leader) and task.num_warps > 1, arms_at, arm_tx, per_warp, sig)
+                        bool(sig.warp_leader) and task.num_warps > 1, arms_at, arm_tx, per_warp, sig, gated)
 
 
     def _plain(self, resource) -> PipelinePlan:
@@ -465,7 +503,9 @@ def _plain_pipeline(resource, init) -> PipelinePlan:
                         proto.producer_op, 0)
     empty = BarrierArray(resource, EMPTY, cfg.num_stages, max(1, init.empty_arrivals), 0, proto.consumer_op, 1)
     arming = Arming.AT_ACQUIRE if proto.producer_arms_on_acquire else Arming.AT_COMMIT
-    return PipelinePlan(resource, cfg, proto, full, empty, arming, init.full_tx_bytes, mcast_partners(cfg), init)
+    pair_full, pair_empty = pair_route(cfg, PRODUCER), pair_route(cfg, CONSUMER)
+    return PipelinePlan(resource, cfg, proto, full, empty, arming, init.full_tx_bytes, mcast_partners(cfg), init,
+                        None, pair_full, pair_empty, pair_full is not PairRoute.LOCAL and proto.pair_arms_in_leader)
 
 
 def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
@@ -495,7 +535,7 @@ def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
         if group.mode is PipelineGroupMode.Fork and arming is Arming.AT_ACQUIRE:
             arming = Arming.BY_GROUP_COMMIT  # the members are views of one buffer, loaded once
         plans.append(PipelinePlan(pp.resource, pp.config, pp.protocol, full, empty, arming, pp.arm_tx_bytes,
-                                  pp.mcast_partners, pp.init, group))
+                                  pp.mcast_partners, pp.init, group, pp.pair_full, pp.pair_empty, pp.arms_in_leader))
     if group.mode is PipelineGroupMode.Merge:
         arrays = [p.full for p in plans] + ([se] if se is not None else [])
     elif group.mode is PipelineGroupMode.Fork:
@@ -510,6 +550,7 @@ def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
 
 
 __all__ = ["Arming", "BarrierArray", "CLOSE_KIND", "CLOSING", "Counter", "FULL", "EMPTY", "GROUP_VERBS", "GroupPlan", "LaneMode",
+           "PairRoute", "cta_gated", "verb_signaling",
            "OPEN_KIND", "OPENING", "PipelinePlan", "SHARED_BARRIERS", "SidePlan", "SyncPlan", "VERB_BARRIER", "VERB_COUNTER",
            "config_of", "counter_plan", "counter_stride", "is_producer_counter", "op_warps", "role_stride",
            "signaling_verb", "tx_per_arming_warp"]

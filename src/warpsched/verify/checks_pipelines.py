@@ -14,9 +14,9 @@ from ..errors import Finding
 from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_config import PipelineConfig, cluster_shape_of, group_size
-from ..protocol.barriers import (CLC_RESPONSE_BYTES, expected_num_bytes, protocol_of,
-                                  signaling_warps)
-from ..protocol.plan import expected_groups, op_warps, signaling_verb
+from ..protocol.barriers import (CLC_RESPONSE_BYTES, PairRoute, cta_group_size, expected_num_bytes, pair_route,
+                                  protocol_of, signaling_warps, tx_pair_ctas)
+from ..protocol.plan import cta_gated, expected_groups, op_warps, signaling_verb
 from . import checks_interleave
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
                             rname, strides_of, tasks_with, valid_config)
@@ -39,6 +39,7 @@ def check(program: Program) -> Iterable[Finding]:
     for r in good:
         out += _counts(program, r)
         out += _leader(program, r)
+        out += _pairs(program, r)
     out += _layouts(resources)
     out += checks_interleave.check(program, good)
     return dedupe(out)
@@ -215,13 +216,16 @@ def _leader(program: Program, r: Any) -> List[Finding]:
         return out
     for t in armers:
         warps = op_warps(cfg, verb, t.num_warps)
-        covers = (sig.warp_leader and warps > 1) or (sig.cta_leader and cfg.num_ctas > 1)
+        pair = tx_pair_ctas(cfg)
+        covers = (sig.warp_leader and warps > 1) or (sig.cta_leader and cfg.num_ctas > 1) or pair > 1
         if per is None:
             if covers:
                 who = " and ".join(x for x in ("TaskWarpLeader" if sig.warp_leader else "",
-                                               "CtaLeader" if sig.cta_leader else "") if x)
+                                               "CtaLeader" if sig.cta_leader else "",
+                                               f"the leader CTA of a {cfg.pipeline_type.value} pair" if pair > 1
+                                               else "") if x)
                 out.append(F(LEADER, f"{rname(r)}: {who} arms the transaction barrier for {warps} warp(s) x "
-                             f"{cfg.num_ctas if sig.cta_leader else 1} CTA(s) of task {t.name!r}, but "
+                             f"{cfg.num_ctas if sig.cta_leader else pair} CTA(s) of task {t.name!r}, but "
                              "num_bytes_per_warp_per_cta is not set, so the aggregate num_bytes cannot be checked",
                              task=t, expected="num_bytes_per_warp_per_cta=<one warp's bytes in one CTA>",
                              fix="declare num_bytes_per_warp_per_cta", **base))
@@ -231,6 +235,69 @@ def _leader(program: Program, r: Any) -> List[Finding]:
             out.append(F(LEADER, f"{rname(r)}: num_bytes={cfg.num_bytes} does not cover every producer the leader "
                          f"arms for (task {t.name!r})", task=t, expected=f"num_bytes={exp[0]}: {exp[1]}",
                          fix=f"num_bytes={exp[0]}", **base))
+    return out
+
+
+# ------------------------------------------------------------------ CTA pairs (V = 2)
+_WAIT = {"full": (StepKind.ConsumerWait, "consumer", "wait()"),
+         "empty": (StepKind.ProducerAcquire, "producer", "acquire()")}
+
+
+def _an(word: str) -> str:
+    return ("an " if word[:1] in "AEIOU" else "a ") + word
+
+
+def _pairs(program: Program, r: Any) -> List[Finding]:
+    """In a CTA pair, a barrier of the peer CTA that no operation reaches never completes
+    (CUTLASS routes the side to the leader, or CtaLeader keeps the peer's own operation from
+    running): whoever waits on it must run in the leader CTA only."""
+    cfg: PipelineConfig = config_of(r)
+    v = cta_group_size(cfg)
+    if v == 1:
+        return []
+    base = dict(resource=r, location=cfg.location)
+    ptype = cfg.pipeline_type.value
+    if v > 2:
+        return [F(LAYOUT, f"{rname(r)}: cta_layout_vmnk V = {v}, but a CTA group is at most a tcgen05 pair",
+                  expected="V = 1 or 2 in cta_layout_vmnk=(V, m, n, k)", fix="use V = 2 (a CTA pair) or 1", **base)]
+    out = []
+    proto = protocol_of(cfg)
+    for kind, side in (("full", "producer"), ("empty", "consumer")):
+        route = pair_route(cfg, side)
+        signal = signaling_verb(cfg, side)
+        if route is PairRoute.LEADER:
+            why = (f"CUTLASS arms only the leader CTA's full barrier of {_an(ptype)} pair and completes every "
+                   "CTA's TMA on it" if proto.pair_arms_in_leader else
+                   f"CUTLASS routes every CTA's {side} arrivals of {_an(ptype)} pair to the leader CTA's {kind} barrier")
+        elif route is PairRoute.LOCAL and cta_gated(cfg, signal):
+            sig = f"{side}_signaling_threads"
+            why = (f"{sig}=CtaLeader keeps the peer CTA's {side} from arriving on its own {kind} barrier "
+                   f"({_an(ptype)} pipeline's barriers are per CTA)")
+        else:
+            continue
+        verb, waiter, call = _WAIT[kind]
+        if cta_gated(cfg, verb):
+            continue
+        wait_field = (f"{waiter}_signaling_threads" if waiter == "producer" or cfg.consumer_wait_signaling_threads
+                      is None else "consumer_wait_signaling_threads")
+        have = getattr(cfg, wait_field)
+        if wait_field == "consumer_wait_signaling_threads" and cfg.consumer_signaling_threads.cta_leader:
+            fix = "drop consumer_wait_signaling_threads (the release side's CtaLeader then applies to the wait)"
+        else:
+            fix = f"pass {wait_field}=SignalingThreads.CtaLeader"
+        if route is PairRoute.LOCAL:
+            fix = f"drop CtaLeader from {side}_signaling_threads (each CTA signals its own barrier), or {fix}"
+        for t in tasks_with(program, r, [verb]):
+            out.append(F(LAYOUT, f"{rname(r)}: task {t.name!r} runs {rname(r)}.{call} in both CTAs of each pair "
+                         f"({wait_field}={have.name or have}), but {why}, so the peer CTA's {call} never "
+                         "completes", task=t, expected=f"a {waiter} side that waits in the leader CTA of each pair "
+                         f"only ({wait_field}=CtaLeader)", fix=fix, **base))
+    if proto.pair_arms_in_leader and cfg.producer_signaling_threads.cta_leader:
+        out.append(F(LAYOUT, f"{rname(r)}: producer_signaling_threads includes CtaLeader on {_an(ptype)} pair: the "
+                     "peer CTA would not load its half of the stage (CUTLASS already arms the pair's barrier in "
+                     "the leader CTA only)", expected="producer_signaling_threads=All or TaskWarpLeader (every CTA "
+                     "of the pair loads; the leader arms for both)", fix="drop CtaLeader from "
+                     "producer_signaling_threads", **base))
     return out
 
 
@@ -251,15 +318,6 @@ def _layouts(resources: List[Any]) -> List[Finding]:
                          fix="pass the kernel's cluster layout, e.g. cta_layout_vmnk=(1, 1, 1, 1)"))
         shape: Optional[tuple] = cluster_shape_of(cfg.cta_layout_vmnk) or (1, 1, 1, 1)
         shapes.append((r, shape))
-        if shape[0] > 1 and typed and protocol_of(cfg).pair_routed:
-            out.append(F(LAYOUT, f"{rname(r)}: a {cfg.pipeline_type.value} pipeline over CTA pairs (V = {shape[0]}) "
-                         "is verified on one representative CTA, but CUTLASS treats the pair's CTAs differently "
-                         "(the leader CTA alone arms the TMA barrier and receives the pair's thread arrivals); "
-                         "that per-CTA routing is not modelled, and the lowering refuses V > 1",
-                         resource=r, location=cfg.location, severity="warning",
-                         expected="a verdict that covers both CTAs of the pair",
-                         fix="read the verdict as the leader CTA's; size thread groups that the pair routes to "
-                             "the leader for both CTAs (x V)"))
     if len({s for _, s in shapes}) <= 1:
         return out
     common = Counter(s for _, s in shapes).most_common()

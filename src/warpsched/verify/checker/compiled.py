@@ -26,10 +26,13 @@ class Barrier:
     stage: int
     init: int
     tx: int
+    cta: int = 0  # the CTA of a pair it lives in (0: the leader)
+    pair: bool = False  # the program runs CTA pairs: the label names the CTA
 
     @property
     def label(self) -> str:
-        return f"{name_of(self.owner)}.{self.kind}[{self.stage}]"
+        where = ("@leader", "@peer")[self.cta] if self.pair else ""
+        return f"{name_of(self.owner)}{where}.{self.kind}[{self.stage}]"
 
 
 @dataclass
@@ -77,6 +80,7 @@ class Action:
     tx_expect: int = 0
     tx_deliver: int = 0
     deliver_base: int = -1  # full barrier base the work's copies complete_tx on
+    also_bases: Tuple[int, ...] = ()  # further barriers the arrivals land on (a pair's tcgen05.commit multicast)
     umma_release: bool = False  # empty arrival happens later, when the MMAs complete
     umma_wait_window: bool = False  # UMMA consumer reads from wait to its async release
     completes_umma: bool = False  # tcgen05.commit of a UMMA producer: every earlier MMA of the task is done
@@ -120,6 +124,7 @@ class Executor:
     task: Any
     warps: int
     lane_warp: Optional[int]
+    cta: int = 0  # the CTA of a pair this executor runs in (0: the leader)
     program: List[Instr] = field(default_factory=list)
     cursors: List[Cursor] = field(default_factory=list)
     keys: Tuple[int, ...] = ()  # guard keys this executor reads

@@ -392,6 +392,8 @@ class Engine(LoopsMixin):
             hw = state[2]
             if a.umma_release and not a.private:
                 pend = pend + ((b, a.arrivals, regs),)  # holds and UMMA reads end when the MMAs complete
+                # a pair's commit multicast: one more hardware arrival per further barrier
+                pend = pend + tuple((x + stage, a.arrivals, ()) for x in a.also_bases)
             else:
                 done = regs
                 if a.completes_umma:  # the commit's arrival (modelled now) implies every earlier MMA of
@@ -402,6 +404,9 @@ class Engine(LoopsMixin):
                     completed.add(b)
                 if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):
                     completed.add(b)
+                for x in a.also_bases:  # the same arrivals on every CTA of a pair (tcgen05.commit multicast)
+                    if a.arrivals and self._arrive(bars, x + stage, a.arrivals, e, a.step):
+                        completed.add(x + stage)
                 if a.hold_hw and b not in completed and bars[b][0] == 1 - parity:
                     # hardware writes of this bracket are still landing: held until full[s] completes
                     hw = tuple(sorted(set(hw + tuple((b, e, r) for r in regs))))

@@ -8,6 +8,9 @@ the layout has not been computed yet, two allocations overlap when they sit in d
 phases of one alias group (whole allocations, no stage slicing). A pipelined resource
 with no declared allocation still has one abstract slot per stage, so a producer writing
 stage ``s`` while a consumer reads stage ``s`` is seen as well.
+
+In a CTA pair each resource has a twin for the peer CTA's copy (``in_cta``): the same layout
+in the peer's own SMEM / TMEM, overlapping nothing of the leader's.
 """
 from __future__ import annotations
 
@@ -41,22 +44,39 @@ class RegionMap:
             cfg = getattr(r, "pipeline_config", None)
             self.stages[id(r)] = cfg.num_stages if cfg is not None else 1
         self._cache: Dict[Tuple, bool] = {}
+        self.twins: Dict[int, int] = {}  # the peer CTA's region id -> the leader's
         self.pairs: List[Tuple[str, str]] = self._alias_pairs()
 
+    def in_cta(self, rid: int, cta: int) -> int:
+        """The region id of resource ``rid``'s copy in CTA ``cta`` of a pair (0: the leader's own)."""
+        if not cta:
+            return rid
+        twin = ~rid  # ids are non-negative: the complement never collides
+        if twin not in self.twins:
+            self.twins[twin] = rid
+            self.allocs[twin] = [(space + "@peer", a) for space, a in self.allocs.get(rid, [])]
+            self.names[twin] = f"{self.names.get(rid, '?')}@peer"
+            self.stages[twin] = self.stages.get(rid, 1)
+            for space, a in self.allocs[twin]:
+                if id(a) in self._alias:  # the peer's alias groups are its own
+                    g, ph = self._alias[id(a)]
+                    self._alias[~id(a)] = (("peer", g), ph)
+        return twin
     def has_region(self, res) -> bool:
         return bool(self.allocs.get(id(res)))
 
     def _intervals(self, rid: int, stage: int) -> List[Interval]:
         out: List[Interval] = []
         n = self.stages.get(rid, 1)
+        peer = rid in self.twins
         for space, a in self.allocs.get(rid, []):
             off = getattr(a, "offset", None)
-            if space == "smem":
+            if space.startswith("smem"):
                 size = a.size_bytes
             else:
                 size = int(getattr(a, "columns", 0))
             if off is None:
-                out.append(("alloc", id(a), 0))
+                out.append(("alloc", ~id(a) if peer else id(a), 0))
                 continue
             if stage >= 0 and n > 1 and size % n == 0:
                 lo = off + stage * (size // n)

@@ -6,6 +6,13 @@ program: the schedule's steps in section order, with tile-loop and domain-loop h
 sync step is resolved against the sync plan (``protocol.plan``, which the lowering reads too):
 which mbarrier it waits on or arrives at, how many arrivals and transaction bytes, which
 counter (cursor) it reads and advances. Nothing about the protocol is derived here.
+
+CTA pairs (V = 2, ``SyncPlan.cta_pair``): every task runs as one executor per CTA of the pair
+(``@leader`` / ``@peer``; a leader-only task in the leader alone), every barrier and every
+resource's bytes exist once per CTA, and each operation lands where the plan routes it
+(``PipelinePlan.pair_full / pair_empty``): its own CTA, the leader's, or both (a tcgen05.commit
+multicast). A CtaLeader-gated verb is skipped in the peer but still advances its counter, as the
+lowering emits it; a pair's MMA (UMMA side) reads / writes both CTAs' bytes.
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ from ...model.ir import Section, Step, StepKind
 from ...model.pipeline_group import PipelineGroup
 from ...model.resources import PdlWaitBarrier, WorkQueue, work_spec_of
 from ...model.tripcount import TripCount
-from ...protocol.plan import CLOSE_KIND, FULL, OPEN_KIND, VERB_BARRIER, BarrierArray, SidePlan, SyncPlan
+from ...protocol.plan import CLOSE_KIND, FULL, OPEN_KIND, VERB_BARRIER, BarrierArray, PairRoute, SidePlan, SyncPlan
 from ..program import Program, name_of
 from .memory import RegionMap
 from .parts import _is_local, _mark_private
@@ -53,30 +60,48 @@ class _Builder:
         g = self.plan.group_of.get(id(res))
         return g is not None and g.mode is PipelineGroupMode.Fork
 
-    def base(self, array: BarrierArray) -> int:
-        """Index of stage 0 of one of the plan's barrier arrays (created on first use)."""
-        key = (id(array.owner), array.kind)
+    def base(self, array: BarrierArray, cta: int = 0) -> int:
+        """Index of stage 0 of one of the plan's barrier arrays in CTA ``cta`` (created on first use)."""
+        key = (id(array.owner), array.kind, cta)
         if key not in self.bar_base:
             b = self.bar_base[key] = len(self.barriers)
             for st in range(array.num_stages):
-                self.barriers.append(Barrier(b + st, array.owner, array.kind, st, array.init, array.tx_bytes))
+                self.barriers.append(Barrier(b + st, array.owner, array.kind, st, array.init, array.tx_bytes, cta,
+                                             self.plan.cta_pair > 1))
         return self.bar_base[key]
+
+    def _dests(self, route: PairRoute, cta: int) -> Tuple[int, ...]:
+        """The CTAs an operation of CTA ``cta`` lands on (the plan's pair routing)."""
+        if self.plan.cta_pair == 1 or route is PairRoute.LOCAL:
+            return (cta,)
+        return (0,) if route is PairRoute.LEADER else tuple(range(self.plan.cta_pair))
+
+    def _rid(self, res, ex: Executor, pair_wide: bool = False) -> Tuple[int, ...]:
+        """Region ids of ``res`` as ``ex`` touches it: its own CTA's copy, or (a pair's MMA) both."""
+        if self.plan.cta_pair == 1:
+            return (id(res),)
+        ctas = range(self.plan.cta_pair) if pair_wide else (ex.cta,)
+        return tuple(self.regions.in_cta(id(res), c) for c in ctas)
 
     # ------------------------------------------------------------ executors
     def build(self) -> Compiled:
         execs: List[Executor] = []
+        pair = self.plan.cta_pair
         for task in self.p.tasks:
             sched = self.p.schedule_of(task)
             if sched is None:
                 continue
             lanes = self.plan.splits_by_warp(task)
-            for w in (range(task.num_warps) if lanes else [None]):
-                if self.include is not None and (id(task), w) not in self.include:
-                    continue
-                name = task.name if w is None else f"{task.name}.w{w}"
-                ex = Executor(len(execs), name, task, 1 if w is not None else task.num_warps, w)
-                ex.persistent = sched.work_tile_loop is not None
-                execs.append(ex)
+            for cta in ((0,) if self.plan.leader_only(task) else range(pair)):
+                for w in (range(task.num_warps) if lanes else [None]):
+                    if self.include is not None and (id(task), w, cta) not in self.include:
+                        continue
+                    name = task.name if w is None else f"{task.name}.w{w}"
+                    if pair > 1:
+                        name += ("@leader", "@peer")[cta]
+                    ex = Executor(len(execs), name, task, 1 if w is not None else task.num_warps, w, cta)
+                    ex.persistent = sched.work_tile_loop is not None
+                    execs.append(ex)
         self.execs = execs
         for ex in execs:
             self._compile(ex, self.p.schedule_of(ex.task))
@@ -289,22 +314,35 @@ class _Builder:
         sp = self.plan.side(ex.task, owner, side)
         if sp is None:
             return Action(Op.NOP, s, keys=keys)
-        proto = self.plan.pipeline(members[0]).protocol if group else self.plan.pipeline(owner).protocol
+        pp = self.plan.pipeline(members[0])
+        proto = pp.protocol
         cur = self._cursor(ex, sp, k)
         act = Action((Op.ACQUIRE if side == PRODUCER else Op.WAIT) if opening else
                      (Op.COMMIT if side == PRODUCER else Op.RELEASE), s, keys=keys, owner=owner, side=side)
         act.cursor = cur.slot
         act.stride, act.num_stages = cur.stride, cur.num_stages
         act.group_members = tuple(members)
-        act.barrier_base = self.base(self.plan.barrier(owner, VERB_BARRIER[k]))
-        act.regions = tuple((id(m), None) for m in members)
         act.advance = (cur.slot,) if sp.advances(k) is not None else ()
+        array = self.plan.barrier(owner, VERB_BARRIER[k])
+        if ex.cta and k in sp.cta_gated:
+            # CtaLeader: the peer CTA skips the barrier operation, its counter still advances
+            act.op, act.barrier_base, act.arrive_kind = Op.COMMIT, self.base(array, ex.cta), "skipped (CtaLeader)"
+            return act
+        # a wait / acquire reads its own CTA's barrier; arrivals land where the pair routes them
+        dests = (ex.cta,) if opening else self._dests(pp.pair_full if side == PRODUCER else pp.pair_empty, ex.cta)
+        act.barrier_base = self.base(array, dests[0])
+        act.also_bases = tuple(self.base(array, c) for c in dests[1:])
+        umma_side = (proto.consumer_engine if side == CONSUMER else proto.producer_engine) == "umma"
+        act.regions = tuple((rid, None) for m in members for rid in self._rid(m, ex, pair_wide=umma_side))
         arrivals = sp.arrivals(ex.lane_warp)  # a warp-lane executor is one warp's own operation
         if opening:
             if sp.bracket_closes and not (side == PRODUCER and self._fork_view(owner)):
                 act.hold_open = "w" if side == PRODUCER else "r"
             if side == PRODUCER and sp.arms_at is StepKind.ProducerAcquire:
-                act.deliver_base = self.base(self.plan.barrier(owner, FULL))
+                act.deliver_base = self.base(self.plan.barrier(owner, FULL), self._dests(pp.pair_full, ex.cta)[0])
+                if ex.cta and pp.arms_in_leader:  # CUTLASS arms the pair's barrier in the leader CTA only
+                    act.arrive_kind = "none (the leader CTA arms the pair's barrier)"
+                    return act
                 act.arrivals = arrivals
                 act.tx_expect = sp.arm_tx_bytes
                 act.arrive_kind = "arrive.expect_tx"
@@ -364,7 +402,9 @@ class _Builder:
             act.cursor = cur.slot
             act.stride, act.num_stages = cur.stride, cur.num_stages
             act.after_open = after_open
-            act.regions = ((id(res), None),)
+            pp = self.plan.pipeline(res)
+            umma = (pp.protocol.producer_engine if side == PRODUCER else pp.protocol.consumer_engine) == "umma"
+            act.regions = tuple((rid, None) for rid in self._rid(res, ex, pair_wide=umma))
             has_open, has_close = sp.bracket_opens, sp.bracket_closes
             if not has_open:  # release-only half of a split bracket: the work opens the hold
                 act.hold_open = "w" if side == PRODUCER else "r"
@@ -372,13 +412,12 @@ class _Builder:
                 act.unheld = True
             elif side == PRODUCER and self._fork_view(res):
                 act.hold_open = "w"  # Fork views of one buffer: written once every view is acquired
-            pp = self.plan.pipeline(res)
             proto = pp.protocol
             if side == PRODUCER:
                 act.write = True
                 act.hw_window = proto.producer_async_completion
-                if proto.transaction_bytes or act.hw_window:
-                    act.deliver_base = self.base(pp.full)
+                if proto.transaction_bytes or act.hw_window:  # a pair's TMA completes on the leader's barrier
+                    act.deliver_base = self.base(pp.full, self._dests(pp.pair_full, ex.cta)[0])
                     act.tx_deliver = pp.delivered_tx(ex.task.num_warps)
             else:
                 if proto.consumer_async_release:
@@ -387,7 +426,7 @@ class _Builder:
                     act.wgmma = True
         else:
             if self.regions.has_region(res):
-                act.regions = ((id(res), -1),)
+                act.regions = ((self._rid(res, ex)[0], -1),)
                 act.write = side == PRODUCER
         return act
 

@@ -51,7 +51,7 @@ def _stages(cur):
     return {(cur.lane + k * cur.stride) % cur.num_stages for k in range(cur.num_stages)}
 
 
-def components(comp) -> List[List[Tuple[int, Optional[int]]]]:
+def components(comp) -> List[List[Tuple[int, Optional[int], int]]]:
     """Split executors into independent parts: two executors are coupled when they may touch
     one mbarrier, overlapping bytes, one when_true key, or PDL. Independent parts are checked
     separately (their product adds no behaviour), so their trip counts need no correlation."""
@@ -77,7 +77,7 @@ def components(comp) -> List[List[Tuple[int, Optional[int]]]]:
                 continue
             stages = _stages(ex.cursors[a.cursor]) if a.cursor is not None else {0}
             keys = []
-            for base in (a.barrier_base if a.op in SYNC_OPS else -1, a.deliver_base):
+            for base in (a.barrier_base if a.op in SYNC_OPS else -1, a.deliver_base) + a.also_bases:
                 if base >= 0:
                     keys.extend(("bar", base + st) for st in stages)
             keys.extend(("key", k) for k in a.keys)
@@ -102,9 +102,9 @@ def components(comp) -> List[List[Tuple[int, Optional[int]]]]:
         for eb, rb in touched[i + 1:]:
             if find(ea) != find(eb) and comp.regions.overlap(ra, rb):
                 union(ea, eb)
-    parts: Dict[int, List[Tuple[int, Optional[int]]]] = {}
+    parts: Dict[int, List[Tuple[int, Optional[int], int]]] = {}
     for ex in comp.executors:
-        parts.setdefault(find(ex.index), []).append((id(ex.task), ex.lane_warp))
+        parts.setdefault(find(ex.index), []).append((id(ex.task), ex.lane_warp, ex.cta))
     return list(parts.values())
 
 

@@ -58,6 +58,7 @@ def families(comp: Compiled) -> List[Family]:
                     link.setdefault(id(m), id(m))
                     link[find(id(m))] = find(id(c.owner))
     fams: Dict[int, Family] = {}
+    twin_of = {rid: twin for twin, rid in comp.regions.twins.items()}
     for oid in list(link):
         root = find(oid)
         fam = fams.get(root)
@@ -65,6 +66,8 @@ def families(comp: Compiled) -> List[Family]:
             fam = fams[root] = Family([], 0)
         fam.owners.append(objs[oid])
         fam.rids.add(oid)
+        if oid in twin_of:  # the peer CTA's copy of its bytes rotates with it
+            fam.rids.add(twin_of[oid])
     out = []
     aliased = {rid for rid in comp.regions.allocs if _has_partner(comp, rid)}
     for fam in fams.values():
@@ -90,9 +93,9 @@ def families(comp: Compiled) -> List[Family]:
         fam.ref = fam.slots[0]
         base = {}
         for b in bars:
-            base.setdefault((id(b.owner), b.kind), b.index - b.stage)
+            base.setdefault((id(b.owner), b.kind, b.cta), b.index - b.stage)
         for r in range(0, fam.S, fam.L):
-            fam.perm[r] = {b.index: base[(id(b.owner), b.kind)] + (b.stage - r) % fam.S for b in bars}
+            fam.perm[r] = {b.index: base[(id(b.owner), b.kind, b.cta)] + (b.stage - r) % fam.S for b in bars}
             fam.wraps[r] = {b.index: int(b.stage < r) for b in bars}
         # the same, as lists aligned with fam.bars (the hot path in Canon)
         fam.perm_list = {r: [p[b] for b in fam.bars] for r, p in fam.perm.items()}
