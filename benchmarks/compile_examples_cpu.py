@@ -60,6 +60,9 @@ CASES = [
     ("clc_copy", {}, {}),
     ("umma_patterns", dict(mode="warp_lane_tma_umma"), None),
     ("umma_patterns", dict(mode="domain_lane_umma"), None),
+    ("tcgen05_gemm_2cta", {}, {}),
+    ("umma_pairs", dict(mode="split_consumer"), dict(mode="split_consumer")),
+    ("umma_pairs", dict(mode="leader_routed"), dict(mode="leader_routed")),
 ]
 
 CHECKER_RUNS = []

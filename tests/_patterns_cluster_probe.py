@@ -12,10 +12,8 @@ WHICH = sys.argv[1]
 
 
 def builder():
-    if WHICH == "split_umma_2cta":
-        return split_consumer.build(verbose=False, kind="umma", wait_signaling=S.All, cluster=(2, 1, 1, 1))
-    if WHICH == "split_hopper_v2":
-        return split_consumer.build(verbose=False, kind="hopper", wait_signaling=S.All, cluster=(2, 1, 1, 1))
+    if WHICH == "split_hopper_v2":  # TmaAsync over a V = 2 group: PipelineTmaAsync is not pair-aware
+        return split_consumer.build(verbose=False, kind="hopper", cluster=(2, 1, 1, 1))
     if WHICH == "leader_release_mcast":  # CtaLeader on the release side of a multicast pipeline
         mgr = leader_routed.build(verbose=False, cluster=(1, 2, 1, 1), signaling=S.CtaLeader | S.TaskWarpLeader,
                                   mcast=(True, True))

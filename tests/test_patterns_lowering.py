@@ -241,12 +241,11 @@ def test_cluster_kernel_configs_are_the_seed_shapes():
 
 
 # ------------------------------------------------------------------ documented gaps
-# 2-CTA UMMA pairs (V = 2) are checked on the CPU (tests/test_patterns_split_consumer.py) but not lowered:
-# cutlass routes the pair's arrivals to the leader CTA, which the one-representative-CTA checker does
-# not model, so the lowering refuses them by name instead of emitting barrier traffic nobody verified.
-# CtaLeader releases on a multicast V = 1 pipeline are refused for the reason the error gives.
+# CTA pairs (V = 2) are lowered for TmaUmma / UmmaAsync / AsyncUmma through CUTLASS's pair-aware classes
+# (tests/test_cta_pairs.py); a TmaAsync pipeline over a V = 2 group is checked but refused by name
+# (PipelineTmaAsync does not route a pair). CtaLeader releases on a multicast V = 1 pipeline are
+# refused for the reason the error gives.
 CLUSTER_GAPS = {
-    "split_umma_2cta": ("tmem_c", "UmmaAsync pipelines over a (2, 1, 1, 1) cluster are checked but not lowered"),
     "split_hopper_v2": ("smem_a", "TmaAsync pipelines over a (2, 1, 1, 1) cluster are checked but not lowered"),
     "leader_release_mcast": ("tile", "consumer_signaling_threads=CtaLeader on a multicast pipeline"),
 }

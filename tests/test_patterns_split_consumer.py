@@ -48,10 +48,10 @@ def hits(findings, check=CHECK):
 
 @pytest.mark.parametrize("kw", [
     dict(kind="hopper"),
-    dict(kind="hopper", wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1)),
+    dict(kind="hopper", wait_signaling=SignalingThreads.All, cluster=(1, 2, 1, 1)),
     dict(kind="umma"),
-    dict(kind="umma", wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1)),
-], ids=["hopper", "hopper-2cta-wait-all", "umma-seed", "umma-2cta-wait-all"])
+    dict(kind="umma", cluster=(2, 1, 1, 1)),
+], ids=["hopper", "hopper-2cta-wait-all", "umma-seed", "umma-cta-pair"])
 def test_accepted_and_proven_safe(kw):
     tm = build(**kw)
     assert tm.result.errors == []
@@ -59,13 +59,41 @@ def test_accepted_and_proven_safe(kw):
     assert res is not None and res.verdict == "SAFE", res.report() if res else None
 
 
+def test_cta_pair_is_checked_on_both_ctas():
+    """The UMMA shape over a CTA pair: the loaders and the store task run in both CTAs, the sync
+    and MMA tasks (every side CtaLeader) in the leader only; the barriers exist per CTA."""
+    res = build(kind="umma", cluster=(2, 1, 1, 1)).result.checker
+    names = {ex.name for eng, _ in res.runs for ex in eng.execs}
+    assert names == {"StoreTask@leader", "StoreTask@peer", "LoadA@leader", "LoadA@peer", "LoadB@leader",
+                     "LoadB@peer", "SyncTask@leader", "MmaTask@leader"}
+    bars = {b.label for eng, _ in res.runs for b in eng.c.barriers}
+    # the peer waits on its own empty (the leader's commit multicasts into it) and accumulator full;
+    # nobody touches the peer's smem full or accumulator empty (the pair routes them to the leader's)
+    assert {"smem_a@leader.full[0]", "smem_a@peer.empty[0]", "tmem_c@peer.full[0]", "tmem_c@leader.empty[0]"} <= bars
+    assert not {"smem_a@peer.full[0]", "tmem_c@peer.empty[0]"} & bars
+
+
 @pytest.mark.parametrize("kind", ["hopper", "umma"])
 def test_static_checks_accept_the_seed_shapes(kind):
     tm = build(kind=kind, exhaustive_deadlock_race_check=False)
     assert tm.result.errors == []
-    tm = build(kind=kind, wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1),
-               exhaustive_deadlock_race_check=False)
+    cluster = (2, 1, 1, 1) if kind == "umma" else (1, 2, 1, 1)
+    wait = None if kind == "umma" else SignalingThreads.All
+    tm = build(kind=kind, wait_signaling=wait, cluster=cluster, exhaustive_deadlock_race_check=False)
     assert tm.result.errors == []
+
+
+@pytest.mark.parametrize("kind,task,call", [("umma", "SyncTask", "wait()"), ("hopper", "LoadA", "acquire()")])
+def test_wait_all_release_leader_over_a_pair_is_rejected(kind, task, call):
+    """Over a V = 2 pair, "wait on every CTA, release on the leader" leaves a barrier of the peer
+    CTA that no operation reaches: a TmaUmma pair arms and completes only the leader's full
+    barrier (umma), and the peer never releases its own TmaAsync stages (hopper)."""
+    f = [x for x in rejected(kind=kind, wait_signaling=SignalingThreads.All, cluster=(2, 1, 1, 1))
+         if x.check == "cta layout consistency"]
+    assert {x.resource for x in f} == {"smem_a", "smem_b"}, "\n".join(x.format() for x in f)
+    hit = next(x for x in f if x.task == task and x.resource == "smem_a")
+    assert f"smem_a.{call} in both CTAs of each pair" in hit.message and "never completes" in hit.message
+    assert "CtaLeader" in hit.expected and hit.fix
 
 
 def test_proxy_is_downstream_of_both_buffers():

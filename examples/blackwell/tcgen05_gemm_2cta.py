@@ -47,17 +47,20 @@ EPI_WARPS = 4
 CTA_AB_BYTES = (TILER[0] // 2 + TILER[1] // 2) * TILER[2] * 2  # one CTA's A + B per stage (fp16)
 
 
-def build(g=None, *, k_tiles=None, verbose=True, **manager_options):
-    """The pair program, for ``warpsched check`` on the CPU and for the kernel while it is traced."""
+def build(g=None, *, k_tiles=None, verbose=True, ab_num_bytes=CTA_AB_BYTES * 1 * 2, acc_threads=EPI_WARPS * 32 * 2,
+          mma_signaling=SignalingThreads.CtaLeader, **manager_options):
+    """The pair program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
+    ``ab_num_bytes`` / ``acc_threads`` / ``mma_signaling``: the declared values (tests build twins with
+    one CTA's bytes, one CTA's epilogue threads, or an MMA side that runs in both CTAs)."""
     g = g if g is not None else Tcgen05Gemm2Cta()
     k_tiles = trip_count("k_tiles", k_tiles)
-    lead = SignalingThreads.CtaLeader
     ab_cfg = PipelineConfig.create_tma_umma_pipeline_cfg(  # @pair_ab_cfg
-        num_stages=AB_STAGES, num_bytes=CTA_AB_BYTES * 1 * 2, num_bytes_per_warp_per_cta=CTA_AB_BYTES,
-        producer_group=threads(1), consumer_group=threads(1), cta_layout_vmnk=PAIR, consumer_signaling_threads=lead)
+        num_stages=AB_STAGES, num_bytes=ab_num_bytes, num_bytes_per_warp_per_cta=CTA_AB_BYTES,
+        producer_group=threads(1), consumer_group=threads(1), cta_layout_vmnk=PAIR,
+        consumer_signaling_threads=mma_signaling)
     acc_cfg = PipelineConfig.create_umma_async_pipeline_cfg(  # @pair_acc_cfg
-        num_stages=1, producer_group=threads(1), consumer_group=threads(EPI_WARPS * 32 * 2), cta_layout_vmnk=PAIR,
-        producer_signaling_threads=lead)
+        num_stages=1, producer_group=threads(1), consumer_group=threads(acc_threads), cta_layout_vmnk=PAIR,
+        producer_signaling_threads=mma_signaling)
     g.alloc_a = SmemAllocation("sA", dtype=g.io_dtype, count=TILER[0] // 2 * TILER[2] * AB_STAGES, alignment=1024)
     g.alloc_b = SmemAllocation("sB", dtype=g.io_dtype, count=TILER[1] // 2 * TILER[2] * AB_STAGES, alignment=1024)
     g.tmem_acc = TmemAllocation("acc", columns=TILER[1])

@@ -229,5 +229,10 @@ def build(verbose: bool = True, wait_signaling=None, cluster=(1, 1, 1, 1), kind=
     return TaskManager(tasks=tasks, resource_dependency_graph=graph, verbose=verbose, **manager_options)
 
 
+def build_pair(verbose: bool = True, **manager_options) -> TaskManager:
+    """The Blackwell shape over a CTA pair, ``cta_layout_vmnk=(2, 1, 1, 1)`` (see ``make_resources``)."""
+    return build(verbose=verbose, kind="umma", cluster=(2, 1, 1, 1), **manager_options)
+
+
 if __name__ == "__main__":
     build()

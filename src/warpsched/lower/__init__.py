@@ -20,9 +20,13 @@ What a schedule becomes:
   wait / release        ``consumer_wait`` / ``consumer_release``; try_wait likewise
   TaskWarpLeader        the side's arrive runs in the task's first warp only, after a named barrier
                         over the task's warps (bar.sync 15 - task index) when threads arrive
-  CtaLeader             the leader CTA of each CTA group (V mode) signals; on the (1, m, n, 1)
-                        clusters lowered here every CTA leads its own group (each arms its own
-                        barrier, for every byte multicast into it)
+  CtaLeader             the leader CTA of each CTA group (V mode) signals; on (1, m, n, 1) clusters
+                        every CTA leads its own group (each arms its own barrier, for every byte
+                        multicast into it); in a CTA pair (V = 2) the peer skips the verb (its counter
+                        still advances), and a task whose every verb is gated runs in the leader only
+  CTA pairs             TmaUmma / UmmaAsync / AsyncUmma over (2, 1, 1, 1): CUTLASS's pair-aware classes
+                        with the pair's layout (leader-only arming, tcgen05.commit cta_group::2
+                        multicast, remote arrivals to the leader); TMEM alloc / dealloc cta_group::2
   counters              one PipelineState per counter of the sync plan (protocol/plan.py): one per
                         side, advanced by the side's closing verb; advance_on_acquire / advance_on_wait
                         split it in two; interleave lanes start a counter on its lane (warp-lane:
@@ -42,9 +46,9 @@ What a schedule becomes:
   UmmaUmma              no cutlass class in 4.8.1: assembled from two TCGen05Mma MbarrierArrays
                         (tcgen05.commit on both sides)
 Refused with a LoweringError (never emitted differently from what the checker verified):
-CLC queues over clusters, clusters other than TmaAsync / AsyncAsync over (1, m, n, 1) (2-CTA
-UMMA pairs, V > 1), CtaLeader releases on a multicast pipeline, interleaved / cluster members of pipeline
-groups, a domain-lane counter without a compile-time start or with step != stride, values
+CLC queues over clusters, clusters other than TmaAsync / AsyncAsync over (1, m, n, 1) and CTA pairs
+other than TmaUmma / UmmaAsync / AsyncUmma (async-thread producers) over (2, 1, 1, 1), CtaLeader
+releases on a multicast pipeline, interleaved / cluster members of pipeline groups, a domain-lane counter without a compile-time start or with step != stride, values
 escaping a runtime region without a typed default.
 """
 from __future__ import annotations

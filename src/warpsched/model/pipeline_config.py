@@ -188,7 +188,11 @@ Keyword arguments every factory takes (defaults in brackets):
   the tasks whose operations signal that side (signaling warps, and the CTAs that multicast
   into one, counted by the protocol); a declared group is checked against the same count.
 - ``cta_layout_vmnk`` [(1, 1, 1, 1)]: the cluster as (V, M, N, K); V = 2 is a Blackwell CTA
-  pair. Cluster pipelines must multicast or stay local (see ``mcast_mode_mn``).
+  pair (one tcgen05.mma.cta_group::2 over both CTAs), whose traffic CUTLASS routes per side:
+  a TmaUmma pair arms and completes only the leader's full barrier, UmmaAsync releases and
+  AsyncUmma commits arrive on the leader's barrier, tcgen05.commit multicasts into both CTAs;
+  the group sizes count both CTAs where they land on one barrier (docs/patterns.md). Cluster
+  pipelines must multicast or stay local (see ``mcast_mode_mn``).
 - ``mcast_mode_mn`` [None]: (multicast along M, along N): which peer CTAs a TMA stage is
   multicast into, and so which CTAs' consumers release it.
 - ``producer_signaling_threads`` / ``consumer_signaling_threads`` [``All``]: which threads

@@ -244,7 +244,7 @@ _WAIT = {"full": (StepKind.ConsumerWait, "consumer", "wait()"),
 
 
 def _an(word: str) -> str:
-    return ("an " if word[:1] in "AEIOU" else "a ") + word
+    return ("an " if word[:1] in "AEIO" else "a ") + word  # "a UmmaAsync", "an AsyncUmma"
 
 
 def _pairs(program: Program, r: Any) -> List[Finding]:

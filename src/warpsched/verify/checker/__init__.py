@@ -17,7 +17,7 @@ from .engine import Engine
 from .explore import Exploration, explore
 from .model import compile_program
 from .parts import components
-from .report import CHECK, CheckerResult, problem_finding, render, stop_reason
+from .report import CHECK, CheckerResult, pair_note, problem_finding, render, stop_reason
 
 
 def _loop_note(comp) -> str:
@@ -90,6 +90,8 @@ def run_checker(program: Program, progress=False) -> CheckerResult:
     else:
         verdict = "SAFE"
     note = _loop_note(whole)
+    if pair_note(whole):
+        note += "\n  " + pair_note(whole)
     if len(parts) > 1:
         note += ("\n  Independent parts checked separately: " +
                  "; ".join("[" + ", ".join(ex.name for ex in eng.execs) + "]" for eng, _ in runs))

@@ -324,6 +324,17 @@ def stop_reason(exp: Exploration, max_states: int, max_seconds: Optional[float])
     return "found a loop that runs unboundedly ahead of the tasks sharing its trip count"
 
 
+def pair_note(comp) -> str:
+    """What a CTA pair's verdict covers: which tasks run in both CTAs, which in the leader only."""
+    if not any(ex.cta for ex in comp.executors):
+        return ""
+    both = {ex.task.name for ex in comp.executors if ex.cta}
+    lead = [n for n in dict.fromkeys(ex.task.name for ex in comp.executors) if n not in both]
+    return ("CTA pair (V = 2): both CTAs run, each with its own barriers and bytes, arrivals routed as CUTLASS's "
+            "sm100 pipelines route them" + (f"; in the leader CTA only (every barrier operation CtaLeader): "
+                                            f"{', '.join(lead)}" if lead else ""))
+
+
 def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[Finding],
            max_states: int, max_seconds: Optional[float] = None) -> str:
     out = [RULE, "Exhaustive interleaving checker — BFS exploration (barrier-level, every declared loop length)", RULE]
