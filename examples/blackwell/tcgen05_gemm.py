@@ -150,9 +150,11 @@ class GmemD(MemoryResource):
 
 
 def tmem_acc(context):
-    """The accumulator in TMEM: the lowering allocated it and put its base on the kernel context."""
-    tiled_mma = context.values.tiled_mma
-    return cute.make_tensor(context.tmem_base, tiled_mma.make_fragment_C(tiled_mma.partition_shape_C(TILER[:2])).layout)
+    """The accumulator in TMEM: the lowering allocated it and put its base on the kernel context
+    (``acc_tile``: the MMA's tile, the CTA pair's in tcgen05_gemm_2cta.py)."""
+    v = context.values
+    return cute.make_tensor(context.tmem_base, v.tiled_mma.make_fragment_C(v.tiled_mma.partition_shape_C(
+        v.acc_tile)).layout)
 
 
 @schedule
@@ -265,8 +267,8 @@ class Tcgen05Gemm:
         mgr = build(self, k_tiles=cute.size(gA, mode=[2]), verbose=False)  # checked here, while tracing
         mgr.setup_resources_and_tasks()
         view = mgr.smem_allocator.view  # a view past its allocation is refused
-        mgr.run(tiled_mma=tiled_mma, mma_overwrite=mma_overwrite, thr_mma=tiled_mma.get_slice(0), tma_a=tma_a,
-                tma_b=tma_b, gA=gA, gB=cute.local_tile(mB, TILER, coord, proj=(None, 1, 1)),
+        mgr.run(tiled_mma=tiled_mma, mma_overwrite=mma_overwrite, thr_mma=tiled_mma.get_slice(0), acc_tile=TILER[:2],
+                tma_a=tma_a, tma_b=tma_b, gA=gA, gB=cute.local_tile(mB, TILER, coord, proj=(None, 1, 1)),
                 gC=cute.local_tile(mC, TILER, coord, proj=(1, 1, None)), sA=view(self.alloc_a, a_layout),
                 sB=view(self.alloc_b, b_layout))
 

@@ -61,18 +61,9 @@ def build(g=None, *, k_tiles=None, verbose=True, ab_num_bytes=CTA_AB_BYTES * 1 *
     acc_cfg = PipelineConfig.create_umma_async_pipeline_cfg(  # @pair_acc_cfg
         num_stages=1, producer_group=threads(1), consumer_group=threads(acc_threads), cta_layout_vmnk=PAIR,
         producer_signaling_threads=mma_signaling)
-    g.alloc_a = SmemAllocation("sA", dtype=g.io_dtype, count=TILER[0] // 2 * TILER[2] * AB_STAGES, alignment=1024)
-    g.alloc_b = SmemAllocation("sB", dtype=g.io_dtype, count=TILER[1] // 2 * TILER[2] * AB_STAGES, alignment=1024)
-    g.tmem_acc = TmemAllocation("acc", columns=TILER[1])
     gmem_ab, gmem_d = base.GmemAB(name="GmemAB"), base.GmemD(name="GmemD", g=g)
     smem_ab = base.SmemAB(name="SmemAB", pipeline_config=ab_cfg, g=g)
     tmem_c = base.TmemC(name="TmemC", pipeline_config=acc_cfg, g=g)
-    smem, tmem = SmemAllocator(), TmemAllocator()
-    smem.add_resource(smem_ab)
-    smem.compute_layout()
-    tmem.add_resource(tmem_c)
-    tmem.compute_layout()
-    g.allocator = smem
     tasks = [
         Task(name="StoreTask", src_resources=[tmem_c], dst_resources=[gmem_d], warp_idx=0, num_warps=EPI_WARPS,
              schedule=base.store_schedule(tmem_c, gmem_d)),
@@ -82,11 +73,19 @@ def build(g=None, *, k_tiles=None, verbose=True, ab_num_bytes=CTA_AB_BYTES * 1 *
              schedule=base.mma_schedule(smem_ab, tmem_c, k_tiles)),
     ]
     graph = {smem_ab: [gmem_ab], tmem_c: [smem_ab], gmem_d: [tmem_c]}
-    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, tmem_allocator=tmem,
-                       verbose=verbose, **manager_options)
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=SmemAllocator.for_resources(
+        smem_ab), tmem_allocator=TmemAllocator.for_resources(tmem_c), verbose=verbose, **manager_options)
 
 
 class Tcgen05Gemm2Cta(base.Tcgen05Gemm):
+    """One CTA's share of the pair: A 128 x 64 and B 128 x 64 per stage, a 128 x 256 accumulator."""
+
+    def __init__(self, io_dtype=cutlass.Float16):
+        super().__init__(io_dtype)
+        self.alloc_a = SmemAllocation("sA", dtype=io_dtype, count=TILER[0] // 2 * TILER[2] * AB_STAGES, alignment=1024)
+        self.alloc_b = SmemAllocation("sB", dtype=io_dtype, count=TILER[1] // 2 * TILER[2] * AB_STAGES, alignment=1024)
+        self.tmem_acc = TmemAllocation("acc", columns=TILER[1])
+
     def _make_tiled_mma(self):
         op = tcgen05.MmaF16BF16Op(self.io_dtype, cutlass.Float32, MMA_INST, tcgen05.CtaGroup.TWO,
                                   tcgen05.OperandSource.SMEM, cute.nvgpu.OperandMajorMode.K,
@@ -119,26 +118,20 @@ class Tcgen05Gemm2Cta(base.Tcgen05Gemm):
         if warp_idx == 4:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
-        v = bidx % PAIR[0]  # this CTA's place in the pair: 0 leads
         coord = (bidx // PAIR[0], bidy, None)  # the pair's tile
-        self.tiled_mma, self.tma_a, self.tma_b = tiled_mma, tma_a, tma_b
         tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
-        self.mma_overwrite = self._make_tiled_mma()
-        self.mma_overwrite.set(tcgen05.Field.ACCUMULATE, False)
-        self.thr_mma = tiled_mma.get_slice(v)  # this CTA's half of the pair's A and C, its share of B
-        self.a_layout, self.b_layout = a_layout, b_layout
-        self.gA = cute.local_tile(mA, TILER, coord, proj=(1, None, 1))
-        self.gB = cute.local_tile(mB, TILER, coord, proj=(None, 1, 1))
-        self.gC = cute.local_tile(mC, TILER, coord, proj=(1, 1, None))
-        mgr = build(self, k_tiles=cute.size(self.gA, mode=[2]), verbose=False)  # checked here, on both CTAs
-        for alloc, layout in ((self.alloc_a, a_layout), (self.alloc_b, b_layout)):
-            assert cute.cosize(layout) == alloc.count, "an SMEM layout's size differs from build()'s allocation"
+        mma_overwrite = self._make_tiled_mma()
+        mma_overwrite.set(tcgen05.Field.ACCUMULATE, False)
+        gA = cute.local_tile(mA, TILER, coord, proj=(1, None, 1))
+        mgr = build(self, k_tiles=cute.size(gA, mode=[2]), verbose=False)  # checked here, on both CTAs
         mgr.setup_resources_and_tasks()
-        mgr.run()
-
-    def tmem_acc_tensor(self, context):
-        acc_shape = self.tiled_mma.partition_shape_C(TILER[:2])
-        return cute.make_tensor(context.tmem_base, self.tiled_mma.make_fragment_C(acc_shape).layout)
+        view = mgr.smem_allocator.view
+        # thr_mma: this CTA's place in the pair (0 leads) selects its half of A and C, its share of B
+        mgr.run(tiled_mma=tiled_mma, mma_overwrite=mma_overwrite, thr_mma=tiled_mma.get_slice(bidx % PAIR[0]),
+                acc_tile=TILER[:2], tma_a=tma_a, tma_b=tma_b, gA=gA,
+                gB=cute.local_tile(mB, TILER, coord, proj=(None, 1, 1)),
+                gC=cute.local_tile(mC, TILER, coord, proj=(1, 1, None)), sA=view(self.alloc_a, a_layout),
+                sB=view(self.alloc_b, b_layout))
 
 
 def compile_for_cpu(arch="sm_100a", io_dtype=cutlass.Float16):
