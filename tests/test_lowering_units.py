@@ -174,6 +174,15 @@ def test_unsupported_cluster_pipelines_are_refused():
             num_stages=2, num_bytes=1024, producer_group=group(1), consumer_group=group(1),
             cta_layout_vmnk=(2, 1, 1, 1)))
     assert "over a (2, 1, 1, 1) cluster are checked but not lowered yet" in _message(ei)
+    # a UmmaUmma pair (the lowering's own class is single-CTA) and a TmaUmma pair over (2, 2, 1, 1)
+    for make, shape in ((PipelineConfig.create_umma_umma_pipeline_cfg, (2, 1, 1, 1)),
+                        (PipelineConfig.create_tma_umma_pipeline_cfg, (2, 2, 1, 1))):
+        kw = dict(num_bytes=2048, num_bytes_per_warp_per_cta=1024) if "tma" in make.__name__ else {}
+        with pytest.raises(Exception) as ei:
+            _trace(lambda: make(num_stages=2, producer_group=group(1), consumer_group=group(1),
+                                cta_layout_vmnk=shape, **kw))
+        msg = _message(ei)
+        assert f"over a {shape} cluster are checked but not lowered yet (CTA pairs are lowered for TmaUmma" in msg
 
 
 def test_value_escaping_a_loop_without_typed_default_is_refused():
