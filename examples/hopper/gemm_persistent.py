@@ -1,0 +1,582 @@
+"""Persistent warp-specialized TMA + WGMMA GEMM for Hopper, written as a warpsched program.
+
+C[M, N] = A[M, K] @ B[N, K]^T, bf16 (or fp16) in, fp32 accumulate, bf16 / fp16 out. The grid is
+min(#SMs, #work units); every CTA walks a static WorkQueue (unit = blockIdx.x, + gridDim.x, ...)
+and maps each unit to output tiles through a grouped rasterization (``raster``, ``group``).
+Two consumer schedules, chosen with ``schedule=``:
+
+cooperative (tile 128x256 by default; one unit = one tile; 384 threads):
+    LoadTask   (warp 0, 40 regs)     per tile: m, n = coords; for k: acquire, TMA A+B, commit
+    MmaTask    (warps 4-11, 232)     per tile: for k: wait, wgmma, retire(1), release(previous);
+                                               retire(0), release; epilogue (stmatrix -> SMEM -> TMA)
+    Both math warp groups share each 128-row tile (64 rows each). The TMA stores of a tile are
+    only waited on when their SMEM buffer comes round again (next tile's epilogue, or the end),
+    and the load warp already fills the ring with the next tile while the epilogue runs.
+
+pingpong (tile 128x128 per warp group by default; one unit = two consecutive tiles; 384 threads):
+    Load0, Load1 (warps 0, 1, 40 regs)  each feeds its own ring (half the stages) for tile 2u / 2u+1
+    Mma0 (warps 4-7, 232)   per unit: order.acquire; mainloop on ring 0; order.commit; epilogue
+    Mma1 (warps 8-11, 232)  per unit: order.wait; mainloop on ring 1; order.release; epilogue
+    MathOrder is a 1-stage AsyncAsync pipeline from Mma0 to Mma1: the two mainloops take turns
+    on the tensor cores (Mma0, Mma1, Mma0, ...), so each warp group's epilogue runs while the other
+    one's mainloop keeps the tensor cores busy. With an odd tile count the last unit's second
+    tile is the last tile again (both warp groups store the same values): no tile is skipped,
+    which keeps every unit's schedule identical (a skipped tile would let Load1 run ahead
+    without bound, and the checker's search with it).
+
+The checker sees every barrier: the rings, the math order, the static queue, with the runtime
+K-tile count and the number of units per CTA declared with ``trip_count`` (every K >= 1 and
+every unit count >= 1 are proven). Host: ``gemm(a, b, c, schedule=..., tile_mn=..., ...)``.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    from . import _common
+except ImportError:
+    import _common  # type: ignore
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory  # noqa: F401
+import cutlass.pipeline as pipeline
+import cutlass.tensor_utils  # noqa: F401
+import cutlass.utils.hopper_helpers as sm90_utils
+
+from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
+                       TaskLocalVariable, TaskManager, TileSchedulerConfig, WorkAttr, WorkQueue, consumer_work,
+                       domain_loop, producer_work, schedule, trip_count, work_tile_loop)
+
+SCHEDULES = ("cooperative", "pingpong")
+DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128)}
+H200_SMS = 132
+
+
+def group(n):
+    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
+
+
+class GemmConfigError(ValueError):
+    """An unsupported tile / schedule / dtype combination or tensor shape (raised on the host)."""
+
+
+# ---------------------------------------------------------------------------------- resources
+@dataclass(kw_only=True)
+class GmemAB(MemoryResource):
+    g: Any = None
+    m: Any = TaskLocalVariable.uninitialized()
+    n: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.m = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="M tile coordinate of the work tile")
+        self.n = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="N tile coordinate of the work tile")
+
+    @consumer_work(returns=(m, n))
+    def tile_coords(self, stage_info: StageInfo, which=0):
+        return self.g.tile_coords(stage_info.work_tile, which)
+
+
+@dataclass(kw_only=True)
+class SmemAB(MemoryResource):
+    """One TMA -> WGMMA ring (``ring``: 0, or 1 for pingpong's second warp group)."""
+
+    g: Any = None
+    ring: int = 0
+    first_thread: int = 128  # first thread of the warp group(s) that run the MMA on this ring
+    acc: Any = TaskLocalVariable.uninitialized()
+    frag_a: Any = TaskLocalVariable.uninitialized()
+    frag_b: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.acc = TaskLocalVariable(dtype=None, docs="fp32 accumulator fragment (registers)")
+        self.frag_a = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of A, all stages")
+        self.frag_b = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of B, all stages")
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_a[self.ring], self.g.alloc_b[self.ring]] if self.g is not None else []
+
+    @producer_work
+    @cute.jit
+    def tma_load(self, stage_info: StageInfo, m, n):
+        g = self.g
+        bM, bN, bK = g.tile_mnk
+        k, s = stage_info.loop_offset, stage_info.stage_idx
+        gA = cute.local_tile(g.mA, (bM, bK), (m, None))
+        gB = cute.local_tile(g.mB, (bN, bK), (n, None))
+        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1),
+                                                      cute.group_modes(g.smem_a(self.ring), 0, 2),
+                                                      cute.group_modes(gA, 0, 2))
+        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1),
+                                                      cute.group_modes(g.smem_b(self.ring), 0, 2),
+                                                      cute.group_modes(gB, 0, 2))
+        cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
+        cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
+
+    @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
+    @cute.jit
+    def init_acc(self, stage_info: StageInfo):
+        g = self.g
+        tidx, _, _ = cute.arch.thread_idx()
+        thr_mma = g.tiled_mma.get_slice(tidx - self.first_thread)
+        frag_a = g.tiled_mma.make_fragment_A(thr_mma.partition_A(g.smem_a(self.ring)))
+        frag_b = g.tiled_mma.make_fragment_B(thr_mma.partition_B(g.smem_b(self.ring)))
+        acc = cute.make_rmem_tensor(g.tiled_mma.partition_shape_C(g.tile_mnk[:2]), g.acc_dtype)
+        return acc, frag_a, frag_b
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage until the retire below
+    @cute.jit
+    def mma(self, stage_info: StageInfo, acc, frag_a, frag_b, *, first: cutlass.Constexpr = False):
+        """wgmma over one K tile; ``first``: overwrite the accumulator (a new output tile)."""
+        g = self.g
+        s = stage_info.stage_idx
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
+            # two MMA objects with a fixed ACCUMULATE field: setting it inside a runtime loop
+            # would carry a runtime value across regions
+            mma = g.mma_overwrite if cutlass.const_expr(first and kb == 0) else g.tiled_mma
+            cute.gemm(mma, acc, frag_a[(None, None, kb, s)], frag_b[(None, None, kb, s)], acc)
+        cute.nvgpu.warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT)
+    def retire(self, stage_info: StageInfo, *, pending: cutlass.Constexpr = 0):
+        """wgmma.wait_group(pending): all but the newest ``pending`` groups stopped reading SMEM."""
+        cute.nvgpu.warpgroup.wait_group(pending)
+
+
+@dataclass(kw_only=True)
+class GmemC(MemoryResource):
+    """The output; ``which`` picks the epilogue's SMEM buffers, warps and named barrier."""
+
+    g: Any = None
+    which: int = 0
+    first_thread: int = 128
+    num_threads: int = 256
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_c[self.which]] if self.g is not None else []
+
+    def _store_warp(self):
+        return self.first_thread // 32
+
+    @producer_work
+    @cute.jit
+    def store(self, stage_info: StageInfo, acc):
+        """acc -> bf16 -> stmatrix into SMEM sub-tiles (bM x 32) -> TMA store, ``epi_stage`` in flight.
+        Buffer e % epi_stage: sub-tiles per tile are a multiple of epi_stage, so a buffer comes
+        round again only after the store that last read it was waited on (wait_group.read)."""
+        g = self.g
+        m, n = g.tile_coords(stage_info.work_tile, self.which)
+        bM, bN, _ = g.tile_mnk
+        gC = cute.local_tile(g.mC, (bM, bN), (m, n))
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        sC = g.smem_c(self.which)
+        epi_bar = pipeline.NamedBarrier(barrier_id=1 + self.which, num_threads=self.num_threads)
+        copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(g.layout, elem_ty_d=g.c_dtype, elem_ty_acc=g.acc_dtype)
+        copy_atom_C = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(g.layout.is_m_major_c(), 4), g.c_dtype)
+        tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_C,
+                                                                                            g.epi_tiled_mma))
+        thr_r2s = tiled_copy_r2s.get_slice(tidx - self.first_thread)
+        tRS_sC = thr_r2s.partition_D(sC)
+        tRS_acc = tiled_copy_r2s.retile(acc)
+        rC_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+        tRS_rAcc = cute.make_rmem_tensor(rC_shape, g.acc_dtype)
+        tRS_rC = cute.make_rmem_tensor(rC_shape, g.c_dtype)
+        # tRS_acc is ((R, 16-column chunks of the tile), M halves, 1) and a sub-tile's registers are
+        # (R, M halves, its chunks): sub-tile e takes chunks [e * Nr, (e + 1) * Nr) of every M half
+        R, Mr, Nr = (cute.size(tRS_rAcc, mode=[i]) for i in range(3))
+        per_half = cute.size(tRS_acc, mode=[0])
+        assert cute.size(tRS_acc.shape[0][0]) == R and per_half * Mr == cute.size(tRS_acc) and \
+            per_half == R * Nr * (g.tile_mnk[1] // g.epi_tile[1]), \
+            "epilogue register layout differs from the sub-tile order"
+        gC_epi = cute.zipped_divide(gC, g.epi_tile)
+        bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(g.tma_c, 0, cute.make_layout(1),
+                                                          cute.group_modes(sC, 0, 2), gC_epi)
+        epi_shape = gC_epi.shape[1]
+        epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
+        store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=group(self.num_threads))
+        for e in cutlass.range_constexpr(cute.size(epi_shape)):
+            for mh in cutlass.range_constexpr(Mr):
+                for c in cutlass.range_constexpr(Nr):
+                    for i in cutlass.range_constexpr(R):
+                        tRS_rAcc[i + R * (mh + Mr * c)] = tRS_acc[i + R * (e * Nr + c) + per_half * mh]
+            tRS_rC.store(tRS_rAcc.load().to(g.c_dtype))
+            buf = e % g.epi_stage
+            cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
+            cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy writes -> TMA reads
+            epi_bar.arrive_and_wait()
+            if warp_idx == self._store_warp():
+                cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
+                store_pipe.producer_commit()
+                store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
+            epi_bar.arrive_and_wait()
+
+    @producer_work
+    @cute.jit
+    def drain(self, stage_info: StageInfo):
+        """After the last tile: the SMEM of every TMA store is read before the CTA exits."""
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == self._store_warp():
+            pipeline.PipelineTmaStore.create(num_stages=self.g.epi_stage,
+                                             producer_group=group(self.num_threads)).producer_tail()
+
+
+@dataclass(kw_only=True)
+class MathOrder(MemoryResource):
+    """Pingpong's turn on the tensor cores: a 1-stage AsyncAsync pipeline with no data."""
+
+
+# ---------------------------------------------------------------------------------- schedules
+@schedule
+def load_schedule(gmem_ab, ring, wq, k_tiles, units, which):
+    with work_tile_loop(wq, tile_count=units):
+        m, n = gmem_ab.tile_coords(which=which)
+        with domain_loop(0, k_tiles, 1):
+            ring.acquire()
+            ring.tma_load(m=m, n=n)
+            ring.commit()
+        wq.try_wait()
+        wq.wait()
+        wq.get_and_advance_work_tile()
+        wq.release()
+
+
+@schedule
+def mma_schedule(ring, gmem_c, wq, k_tiles, units, order, turn):
+    """``turn``: None (cooperative), "first" (produces the math order), "second" (consumes it)."""
+    acc, frag_a, frag_b = ring.init_acc()
+    with work_tile_loop(wq, tile_count=units):
+        if turn == "first":
+            order.acquire()  # Mma1 finished issuing its previous mainloop
+        elif turn == "second":
+            order.wait()  # Mma0 finished issuing this unit's mainloop
+        with domain_loop(0, k_tiles, 1) as d:
+            ring.wait()
+            with d.first_iter():
+                ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
+            with d.every(1, start=1):
+                ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
+                ring.retire(pending=1)  # the previous stage's wgmmas have retired ...
+                ring.release()  # ... so it is released (split counters: one stage behind the wait)
+        if turn == "first":
+            order.commit()  # the other warp group may issue now; this one drains and stores
+        elif turn == "second":
+            order.release()
+        ring.retire()
+        ring.release()
+        gmem_c.store(acc=acc)
+        wq.try_wait()
+        wq.wait()
+        wq.get_and_advance_work_tile()
+        wq.release()
+    gmem_c.drain()
+
+
+# ---------------------------------------------------------------------------------- program
+def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
+
+    ``g``: the PersistentGemm being traced (None on the CPU: a default one for ``schedule``).
+    ``k_tiles`` / ``units_per_cta``: the kernel's runtime K-tile count and the number of work
+    units this CTA runs (None on the CPU); the checker proves every value >= 1 of each."""
+    if g is None:
+        g = PersistentGemm(schedule=schedule or "pingpong")
+    elif schedule is not None and schedule != g.schedule:
+        raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
+    K = trip_count("k_tiles", k_tiles)
+    U = trip_count("units_per_cta", units_per_cta)
+    g.alloc_a = [SmemAllocation(f"sA{r}", dtype=g.ab_dtype, count=g.a_elems, alignment=1024) for r in range(g.rings)]
+    g.alloc_b = [SmemAllocation(f"sB{r}", dtype=g.ab_dtype, count=g.b_elems, alignment=1024) for r in range(g.rings)]
+    g.alloc_c = [SmemAllocation(f"sC{w}", dtype=g.c_dtype, count=g.c_elems, alignment=1024) for w in range(g.rings)]
+    wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
+    gmem_ab = GmemAB(name="GmemAB", g=g)
+    allocator = SmemAllocator()
+    consumer_threads = 128 * g.wgs_per_mma_task
+    rings, outs = [], []
+    for r in range(g.rings):
+        cfg = PipelineConfig.create_tma_async_pipeline_cfg(
+            num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=group(1),
+            consumer_group=group(4 * g.wgs_per_mma_task),  # one release arrival per consumer warp
+            advance_on_wait=True)
+        first = 128 * (1 + r * g.wgs_per_mma_task)
+        rings.append(SmemAB(name=f"SmemAB{r}" if g.rings > 1 else "SmemAB", pipeline_config=cfg, g=g, ring=r,
+                            first_thread=first))
+        outs.append(GmemC(name=f"GmemC{r}" if g.rings > 1 else "GmemC", g=g, which=r, first_thread=first,
+                          num_threads=consumer_threads))
+        allocator.add_resource(rings[-1])
+        allocator.add_resource(outs[-1])
+    allocator.compute_layout()
+    g.allocator = allocator
+    regs = (g.producer_regs, g.consumer_regs) if g.consumer_wgs == 2 else (None, None)
+    tasks, graph = [], {}
+    order = None
+    if g.schedule == "pingpong":
+        order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+            num_stages=1, producer_group=group(consumer_threads), consumer_group=group(consumer_threads)))
+        graph[order] = []
+    for r, (ring, out) in enumerate(zip(rings, outs)):
+        turn = None if order is None else ("first", "second")[r]
+        suffix = str(r) if g.rings > 1 else ""
+        tasks.append(Task(name=f"LoadTask{suffix}", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=r,
+                          num_warps=1, schedule=load_schedule(gmem_ab, ring, wq, K, U, r),
+                          num_registers=regs[0]))
+        order_io = [] if order is None else [order]
+        tasks.append(Task(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if r == 1 else []),
+                          dst_resources=[out] + (order_io if r == 0 else []),
+                          warp_idx=4 * (1 + r * g.wgs_per_mma_task), num_warps=4 * g.wgs_per_mma_task,
+                          schedule=mma_schedule(ring, out, wq, K, U, order, turn), num_registers=regs[1]))
+        graph[ring] = [gmem_ab, wq]
+        graph[out] = [ring, wq]
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=allocator, verbose=verbose,
+                       **manager_options)
+
+
+def build_cooperative(verbose=True, **manager_options):
+    return build(schedule="cooperative", verbose=verbose, **manager_options)
+
+
+def build_pingpong(verbose=True, **manager_options):
+    return build(schedule="pingpong", verbose=verbose, **manager_options)
+
+
+# ---------------------------------------------------------------------------------- kernel
+class PersistentGemm:
+    """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
+
+    ``tile_mn``: the output tile one math task computes: cooperative (64 | 128, 64..256; two
+    warp groups when 128 rows), pingpong (64 | 128, 64..256 with bM * bN <= 16384: one warp
+    group holds the whole fp32 accumulator). ``raster``: "m" (walk ``group`` M tiles down a
+    column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
+    (the SM count). ``ab_stages``: override the ring depth (per ring)."""
+
+    def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                 acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
+                 producer_regs=40, consumer_regs=232, ab_stages=None):
+        if schedule not in SCHEDULES:
+            raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
+        if ab_dtype not in (cutlass.BFloat16, cutlass.Float16) or c_dtype not in (cutlass.BFloat16, cutlass.Float16):
+            raise GemmConfigError(f"dtypes {ab_dtype.__name__} -> {c_dtype.__name__}: A/B and C must be bf16 or fp16")
+        if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
+            raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
+        self.schedule = schedule
+        self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
+        self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
+        bM, bN = self.tile_mn
+        if bM not in (64, 128) or bN not in (64, 128, 192, 256):
+            raise GemmConfigError(f"tile_mn={self.tile_mn}: bM must be 64 or 128, bN one of 64, 128, 192, 256")
+        self.rings = 2 if schedule == "pingpong" else 1
+        self.wgs_per_mma_task = bM // 64 if schedule == "cooperative" else 1
+        if schedule == "pingpong" and bM * bN > 128 * 128:
+            raise GemmConfigError(f"pingpong tile_mn={self.tile_mn}: one warp group holds the whole accumulator, "
+                                  "so bM * bN <= 16384 (128x128, 64x256, ...)")
+        self.consumer_wgs = self.rings * self.wgs_per_mma_task
+        self.raster, self.group = raster, group
+        self.max_ctas = max_ctas
+        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        self.threads = 128 * (1 + self.consumer_wgs)
+        self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
+        self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
+        self.num_units = None  # runtime, set while tracing
+        self._plan(ab_stages)
+
+    def _plan(self, ab_stages):
+        """Tile shape, stage counts and SMEM sizes in plain Python (the CPU check and the traced
+        kernel use the same numbers)."""
+        mma_k = 256 // self.ab_dtype.width  # a WGMMA instruction reads 32 bytes of K
+        bM, bN = self.tile_mn
+        self.tile_mnk = (bM, bN, mma_k * 4)
+        bK = self.tile_mnk[2]
+        # a sub-tile spans every row of the tile (one TMA store per 32 columns)
+        self.epi_tile = (bM, 32)
+        n_epi = bN // 32
+        sub_bytes = bM * 32 * self.c_dtype.width // 8
+        self.epi_stage = next(s for s in (4, 2, 1) if n_epi % s == 0 and s * sub_bytes * self.rings <= 32768)
+        epi_bytes = sub_bytes * self.epi_stage * self.rings
+        self.tile_bytes = (bM + bN) * bK * self.ab_dtype.width // 8
+        fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
+        self.ab_stage = ab_stages or fit
+        if not 2 <= self.ab_stage <= fit:
+            raise GemmConfigError(f"{self.schedule} tile {self.tile_mn}: {self.ab_stage} stages per ring "
+                                  f"(fit: {fit}); need 2 <= stages <= {fit}")
+        self.a_elems, self.b_elems = bM * bK * self.ab_stage, bN * bK * self.ab_stage
+        self.c_elems = self.epi_tile[0] * self.epi_tile[1] * self.epi_stage
+
+    def describe(self):
+        return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"
+                f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}")
+
+    def _make_tiled_mma(self):
+        return sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype, self.ab_dtype, self.layout.sm90_mma_major_mode(), self.layout.sm90_mma_major_mode(),
+            self.acc_dtype, (self.wgs_per_mma_task, 1, 1), tiler_mn=(64, self.tile_mn[1]))
+
+    def _setup(self):
+        self.tiled_mma = self._make_tiled_mma()
+        assert cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4 == self.tile_mnk[2], "WGMMA K differs from _plan"
+        self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
+        self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
+        self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
+        for staged, elems in ((self.a_staged, self.a_elems), (self.b_staged, self.b_elems),
+                              (self.c_staged, self.c_elems)):
+            assert cute.cosize(staged) == elems, "an SMEM layout's size differs from _plan"
+
+    # -------------------------------------------------------------- tile scheduling (device)
+    def tile_coords(self, work_tile, which=0):
+        """(m, n) tile of a work unit: unit u is tile u (cooperative) or tile 2u + which
+        (pingpong), then grouped rasterization: ``group`` tiles along the raster's minor
+        dimension share one strip of the other operand in L2."""
+        unit, _, _ = work_tile.tile_idx
+        t = unit
+        if self.rings > 1:
+            # an odd tile count: the last unit's second warp group recomputes the last tile (the
+            # same bytes are stored twice) rather than skip it, so every unit runs both mainloops
+            t = cutlass.min(unit * 2 + which, self.num_tiles - 1)
+        major, minor = (self.tiles_n, self.tiles_m) if self.raster == "m" else (self.tiles_m, self.tiles_n)
+        per_group = self.group * major
+        first = (t // per_group) * self.group
+        size = cutlass.min(minor - first, self.group)
+        a = first + (t % per_group) % size
+        b = (t % per_group) // size
+        return (a, b) if self.raster == "m" else (b, a)
+
+    def _units(self, tiles_m, tiles_n):
+        tiles = tiles_m * tiles_n
+        return (tiles + self.rings - 1) // self.rings
+
+    @cute.jit
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
+        self._setup()
+        bM, bN, bK = self.tile_mnk
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mA, cute.slice_(self.a_staged, (None, None, 0)),
+                                                           (bM, bK))
+        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mB, cute.slice_(self.b_staged, (None, None, 0)),
+                                                           (bN, bK))
+        tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
+                                                           cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
+        units = self._units(cute.ceil_div(cute.size(mC, mode=[0]), bM), cute.ceil_div(cute.size(mC, mode=[1]), bN))
+        grid = cutlass.min(units, self.max_ctas)
+        self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
+                    self.c_staged).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1,
+                                          stream=stream)
+
+    def smem_a(self, ring):
+        return self._view(self.alloc_a[ring], self.a_staged_k)
+
+    def smem_b(self, ring):
+        return self._view(self.alloc_b[ring], self.b_staged_k)
+
+    def smem_c(self, which):
+        return self._view(self.alloc_c[which], self.c_staged_k)
+
+    def _view(self, alloc, composed):
+        ptr = cute.recast_ptr(self.allocator.get(alloc), composed.inner, dtype=alloc.dtype)
+        return cute.make_tensor(ptr, composed.outer)
+
+    @cute.kernel
+    def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
+               tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
+               b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout):
+        bM, bN, bK = self.tile_mnk
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
+        self.tiles_m = cute.ceil_div(cute.size(mC, mode=[0]), bM)
+        self.tiles_n = cute.ceil_div(cute.size(mC, mode=[1]), bN)
+        self.num_tiles = self.tiles_m * self.tiles_n
+        self.num_units = self._units(self.tiles_m, self.tiles_n)
+        bid, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        self.mA, self.mB, self.mC = mA, mB, mC
+        self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
+        # the mainloop's two MMA objects have a fixed ACCUMULATE field; the epilogue gets its own copy
+        self.epi_tiled_mma = self._make_tiled_mma()
+        self.mma_overwrite = self._make_tiled_mma()
+        self.mma_overwrite.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        self.a_staged_k, self.b_staged_k, self.c_staged_k = a_staged, b_staged, c_staged
+        k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), bK)
+        units_here = (self.num_units - bid + grid - 1) // grid  # >= 1: the grid never exceeds the units
+        mgr = build(self, k_tiles=k_tiles, units_per_cta=units_here, verbose=False)  # checked while tracing
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+
+# ---------------------------------------------------------------------------------- host
+_CACHE = {}
+_TORCH_DTYPES = ("bfloat16", "float16")
+
+
+def check_args(a, b, c):
+    """Shape / dtype / layout validation with the reason and the fix in the message."""
+    for name, t in (("a", a), ("b", b), ("c", c)):
+        if t.dim() != 2:
+            raise GemmConfigError(f"{name} has {t.dim()} dimensions; gemm takes 2-D tensors (a: MxK, b: NxK, c: MxN)")
+        if not t.is_cuda:
+            raise GemmConfigError(f"{name} is on {t.device}; move it to the GPU")
+        if str(t.dtype).split(".")[-1] not in _TORCH_DTYPES:
+            raise GemmConfigError(f"{name} is {t.dtype}; supported: torch.bfloat16, torch.float16")
+        if t.stride(1) != 1:
+            raise GemmConfigError(f"{name} must be row-major with unit column stride (got strides {t.stride()}); "
+                                  f"pass {name}.contiguous()")
+        if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            raise GemmConfigError(f"{name}: TMA needs a 16-byte aligned base and row stride (row stride "
+                                  f"{t.stride(0)} elements); K and N must be multiples of 8")
+    M, K = a.shape
+    N, K2 = b.shape
+    if K2 != K or tuple(c.shape) != (M, N):
+        raise GemmConfigError(f"shapes a{tuple(a.shape)} b{tuple(b.shape)} c{tuple(c.shape)}: expected a: MxK, "
+                              "b: NxK (c = a @ b.T), c: MxN")
+    if a.dtype != b.dtype:
+        raise GemmConfigError(f"a is {a.dtype} but b is {b.dtype}; use one input dtype")
+
+
+def compiled(ma, mb, mc, a, c, **options):
+    """The compiled kernel for these dtypes and options (compiled once per key; shapes are dynamic)."""
+    key = (a.dtype, c.dtype, tuple(sorted(options.items())))
+    if key not in _CACHE:
+        kern = PersistentGemm(ab_dtype=_common.cutlass_dtype(a.dtype), c_dtype=_common.cutlass_dtype(c.dtype),
+                              **{"max_ctas": _common.num_sms(), **options})
+        _CACHE[key] = cute.compile(kern, ma, mb, mc, _common.current_stream(), options=_common.PTX_OPTIONS)
+    return _CACHE[key]
+
+
+def gemm(a, b, c, schedule="pingpong", **tile_options):
+    """c = a @ b.T (a: [M, K], b: [N, K], c: [M, N]; bf16 / fp16, row-major). ``tile_options``:
+    tile_mn, raster, group, ab_stages, max_ctas. Returns a zero-argument relauncher."""
+    check_args(a, b, c)
+    M, K = a.shape
+    N = b.shape[0]
+    if M == 0 or N == 0:
+        return lambda: None
+    if K == 0:
+        c.zero_()
+        return c.zero_
+    ma, mb, mc = _common.to_cute(a, 1), _common.to_cute(b, 1), _common.to_cute(c, 1)
+    f = compiled(ma, mb, mc, a, c, schedule=schedule, **tile_options)
+    stream = _common.current_stream()
+    f(ma, mb, mc, stream)
+    return lambda: f(ma, mb, mc, stream)
+
+
+def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                    **options):
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=8)
+    a = make_fake_tensor(ab_dtype, (M, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    b = make_fake_tensor(ab_dtype, (N, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    c = make_fake_tensor(c_dtype, (M, N), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    kern = PersistentGemm(schedule=schedule, ab_dtype=ab_dtype, c_dtype=c_dtype, **options)
+    return cute.compile(kern, a, b, c, make_fake_stream(), options=_common.ptx_options(arch))
+
+
+if __name__ == "__main__":
+    for s in SCHEDULES:
+        print(s, _common.count_ptx(compile_for_cpu(schedule=s).artifacts.PTX))
