@@ -247,12 +247,13 @@ def load_schedule(gmem_ab, ring, wq, k_tiles, units, which):
 
 @schedule
 def mma_schedule(ring, gmem_c, wq, k_tiles, units, order, turn):
-    """``turn``: None (cooperative), "first" (produces the math order), "second" (consumes it)."""
+    """``turn``: None (cooperative), "first" (produces the math order), "second" (consumes it);
+    "second_keeps_turn" never releases it (the rejected twin: Mma0 waits for its next turn forever)."""
     acc, frag_a, frag_b = ring.init_acc()
     with work_tile_loop(wq, tile_count=units):
         if turn == "first":
             order.acquire()  # Mma1 finished issuing its previous mainloop
-        elif turn == "second":
+        elif turn in ("second", "second_keeps_turn"):
             order.wait()  # Mma0 finished issuing this unit's mainloop
         with domain_loop(0, k_tiles, 1) as d:
             ring.wait()
@@ -277,12 +278,14 @@ def mma_schedule(ring, gmem_c, wq, k_tiles, units, order, turn):
 
 
 # ---------------------------------------------------------------------------------- program
-def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, verbose=True, **manager_options):
+def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), verbose=True,
+          **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the PersistentGemm being traced (None on the CPU: a default one for ``schedule``).
     ``k_tiles`` / ``units_per_cta``: the kernel's runtime K-tile count and the number of work
-    units this CTA runs (None on the CPU); the checker proves every value >= 1 of each."""
+    units this CTA runs (None on the CPU); the checker proves every value >= 1 of each.
+    ``turns``: the MathOrder side of Mma0 and Mma1 (pingpong, see ``mma_schedule``)."""
     if g is None:
         g = PersistentGemm(schedule=schedule or "pingpong")
     elif schedule is not None and schedule != g.schedule:
@@ -319,14 +322,14 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, verbose=Tr
             num_stages=1, producer_group=group(consumer_threads), consumer_group=group(consumer_threads)))
         graph[order] = []
     for r, (ring, out) in enumerate(zip(rings, outs)):
-        turn = None if order is None else ("first", "second")[r]
+        turn = None if order is None else turns[r]
         suffix = str(r) if g.rings > 1 else ""
         tasks.append(Task(name=f"LoadTask{suffix}", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=r,
                           num_warps=1, schedule=load_schedule(gmem_ab, ring, wq, K, U, r),
                           num_registers=regs[0]))
         order_io = [] if order is None else [order]
-        tasks.append(Task(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if r == 1 else []),
-                          dst_resources=[out] + (order_io if r == 0 else []),
+        tasks.append(Task(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if turn and turn.startswith("second") else []),
+                          dst_resources=[out] + (order_io if turn == "first" else []),
                           warp_idx=4 * (1 + r * g.wgs_per_mma_task), num_warps=4 * g.wgs_per_mma_task,
                           schedule=mma_schedule(ring, out, wq, K, U, order, turn), num_registers=regs[1]))
         graph[ring] = [gmem_ab, wq]
@@ -347,8 +350,8 @@ def build_pingpong(verbose=True, **manager_options):
 class PersistentGemm:
     """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
 
-    ``tile_mn``: the output tile one math task computes: cooperative (64 | 128, 64..256; two
-    warp groups when 128 rows), pingpong (64 | 128, 64..256 with bM * bN <= 16384: one warp
+    ``tile_mn``: the output tile one math task computes: cooperative (64 | 128 | 256, 64..256; two
+    warp groups from 128 rows), pingpong (64 | 128, 64..256 with bM * bN <= 16384: one warp
     group holds the whole fp32 accumulator). ``raster``: "m" (walk ``group`` M tiles down a
     column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
     (the SM count). ``ab_stages``: override the ring depth (per ring)."""
@@ -366,10 +369,12 @@ class PersistentGemm:
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
         bM, bN = self.tile_mn
-        if bM not in (64, 128) or bN not in (64, 128, 192, 256):
-            raise GemmConfigError(f"tile_mn={self.tile_mn}: bM must be 64 or 128, bN one of 64, 128, 192, 256")
+        if bM not in (64, 128, 256) or bN not in (64, 128, 192, 256) or (bM == 256 and schedule == "pingpong"):
+            raise GemmConfigError(f"{schedule} tile_mn={self.tile_mn}: bM must be 64, 128 (or 256, cooperative "
+                                  "only), bN one of 64, 128, 192, 256")
         self.rings = 2 if schedule == "pingpong" else 1
-        self.wgs_per_mma_task = bM // 64 if schedule == "cooperative" else 1
+        # cooperative: two warp groups split the rows once the tile has 128 or more (64 or 128 each)
+        self.wgs_per_mma_task = min(2, bM // 64) if schedule == "cooperative" else 1
         if schedule == "pingpong" and bM * bN > 128 * 128:
             raise GemmConfigError(f"pingpong tile_mn={self.tile_mn}: one warp group holds the whole accumulator, "
                                   "so bM * bN <= 16384 (128x128, 64x256, ...)")
