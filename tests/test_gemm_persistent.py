@@ -97,6 +97,43 @@ def test_cooperative_256_rows_compiles():
     assert counts == {"wgmma.mma_async.sync.aligned.m64n128k16": 16, "stmatrix": 16, "bar.sync \t1, 256;": 8}
 
 
+EPILOGUE_TILES = [("cooperative", (128, 256)), ("cooperative", (256, 128)), ("cooperative", (64, 128)),
+                  ("pingpong", (128, 128)), ("pingpong", (64, 256)), ("pingpong", (128, 64))]
+
+
+@pytest.mark.parametrize("schedule,tile", EPILOGUE_TILES)
+def test_epilogue_gather_matches_mma_coordinates(schedule, tile):
+    """Every register the epilogue copies into sub-tile e holds the accumulator element of the tile
+    coordinate the stmatrix copy stores it to (identity tensors, static thread indices): checked on
+    the layouts the kernel builds, for one M half (a flat slice) and two (pingpong's 128 rows)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    g = gp.PersistentGemm(schedule=schedule, tile_mn=tile)
+    bM, bN, _ = g.tile_mnk
+    seen = []
+
+    @cute.jit
+    def trace():
+        tiled_mma = g._make_tiled_mma()
+        copy = g.epilogue_copy(tiled_mma)
+        for tid in cutlass.range_constexpr(0, 128 * g.wgs_per_mma_task, 9):
+            acc = copy.retile(tiled_mma.get_slice(tid).partition_C(cute.make_identity_tensor((bM, bN))))
+            thr = copy.get_slice(tid)
+            sub = thr.partition_S(cute.make_identity_tensor(g.epi_tile))  # where each source register goes
+            regs = cute.make_rmem_tensor(cute.shape(sub)[:3], cutlass.Float32)
+            gather = gp.EpilogueGather(acc, regs, bN // g.epi_tile[1])
+            for e in cutlass.range_constexpr(bN // g.epi_tile[1]):
+                for dst, src in gather.pairs(e):
+                    seen.append((e, tuple(acc[src]), tuple(sub[dst])))
+
+    cute.compile(trace, options=_common.ptx_options("sm_90a"))  # traced for the pinned arch, never run
+    assert seen and all(isinstance(x, int) for x in seen[0][1] + seen[0][2])
+    wrong = [(e, a, s) for e, a, s in seen if a != (s[0], s[1] + 32 * e)]
+    assert not wrong, wrong[:4]
+    assert len({a for _, a, _ in seen}) == len(seen)  # no accumulator element is copied twice
+
+
 def _coords(g, tiles_m, tiles_n):
     g.tiles_m, g.tiles_n, g.num_tiles = tiles_m, tiles_n, tiles_m * tiles_n
     units = g._units(tiles_m, tiles_n)

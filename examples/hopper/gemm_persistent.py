@@ -176,23 +176,14 @@ class GmemC(MemoryResource):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         sC = g.smem_c(self.which)
         epi_bar = pipeline.NamedBarrier(barrier_id=1 + self.which, num_threads=self.num_threads)
-        copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(g.layout, elem_ty_d=g.c_dtype, elem_ty_acc=g.acc_dtype)
-        copy_atom_C = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(g.layout.is_m_major_c(), 4), g.c_dtype)
-        tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_C,
-                                                                                            g.epi_tiled_mma))
+        tiled_copy_r2s = g.epilogue_copy(g.epi_tiled_mma)
         thr_r2s = tiled_copy_r2s.get_slice(tidx - self.first_thread)
         tRS_sC = thr_r2s.partition_D(sC)
         tRS_acc = tiled_copy_r2s.retile(acc)
         rC_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
         tRS_rAcc = cute.make_rmem_tensor(rC_shape, g.acc_dtype)
         tRS_rC = cute.make_rmem_tensor(rC_shape, g.c_dtype)
-        # tRS_acc is ((R, 16-column chunks of the tile), M halves, 1) and a sub-tile's registers are
-        # (R, M halves, its chunks): sub-tile e takes chunks [e * Nr, (e + 1) * Nr) of every M half
-        R, Mr, Nr = (cute.size(tRS_rAcc, mode=[i]) for i in range(3))
-        per_half = cute.size(tRS_acc, mode=[0])
-        assert cute.size(tRS_acc.shape[0][0]) == R and per_half * Mr == cute.size(tRS_acc) and \
-            per_half == R * Nr * (g.tile_mnk[1] // g.epi_tile[1]), \
-            "epilogue register layout differs from the sub-tile order"
+        gather = EpilogueGather(tRS_acc, tRS_rAcc, g.tile_mnk[1] // g.epi_tile[1])
         gC_epi = cute.zipped_divide(gC, g.epi_tile)
         bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(g.tma_c, 0, cute.make_layout(1),
                                                           cute.group_modes(sC, 0, 2), gC_epi)
@@ -200,10 +191,9 @@ class GmemC(MemoryResource):
         epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=group(self.num_threads))
         for e in cutlass.range_constexpr(cute.size(epi_shape)):
-            for mh in cutlass.range_constexpr(Mr):
-                for c in cutlass.range_constexpr(Nr):
-                    for i in cutlass.range_constexpr(R):
-                        tRS_rAcc[i + R * (mh + Mr * c)] = tRS_acc[i + R * (e * Nr + c) + per_half * mh]
+            pairs = gather.pairs(e)
+            for j in cutlass.range_constexpr(len(pairs)):
+                tRS_rAcc[pairs[j][0]] = tRS_acc[pairs[j][1]]
             tRS_rC.store(tRS_rAcc.load().to(g.c_dtype))
             buf = e % g.epi_stage
             cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
@@ -223,6 +213,30 @@ class GmemC(MemoryResource):
         if warp_idx == self._store_warp():
             pipeline.PipelineTmaStore.create(num_stages=self.g.epi_stage,
                                              producer_group=group(self.num_threads)).producer_tail()
+
+
+class EpilogueGather:
+    """Which accumulator registers make up epilogue sub-tile e (trace-time index arithmetic).
+
+    The retiled accumulator is ((R, 16-column chunks of the tile), M halves, 1); a sub-tile's
+    registers are (R, M halves, Nr chunks), and sub-tile e (32 columns, every row) takes chunks
+    [e * Nr, (e + 1) * Nr) of every M half. With one M half this is the flat slice
+    [e * n, (e + 1) * n); with two (a 128-row tile on one warp group) it is not.
+    tests/test_gemm_persistent.py checks the coordinates of both sides with identity tensors."""
+
+    def __init__(self, acc_retiled, sub_regs, sub_tiles):
+        self.R, self.Mr, self.Nr = (cute.size(sub_regs, mode=[i]) for i in range(3))
+        self.per_half = cute.size(acc_retiled, mode=[0])
+        if not (cute.size(acc_retiled.shape[0][0]) == self.R and self.per_half * self.Mr == cute.size(acc_retiled)
+                and self.per_half == self.R * self.Nr * sub_tiles):
+            raise GemmConfigError(f"epilogue register layout {acc_retiled.layout} does not split into {sub_tiles} "
+                                  f"sub-tiles of {sub_regs.layout}")
+
+    def pairs(self, e):
+        """(sub-tile register index, retiled accumulator index) for every register of sub-tile e."""
+        R, Mr, Nr = self.R, self.Mr, self.Nr
+        return [(i + R * (mh + Mr * c), i + R * (e * Nr + c) + self.per_half * mh)
+                for c in range(Nr) for mh in range(Mr) for i in range(R)]
 
 
 @dataclass(kw_only=True)
@@ -413,6 +427,12 @@ class PersistentGemm:
     def describe(self):
         return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"
                 f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}")
+
+    def epilogue_copy(self, tiled_mma):
+        """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""
+        r2s = sm90_utils.sm90_get_smem_store_op(self.layout, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype)
+        atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(self.layout.is_m_major_c(), 4), self.c_dtype)
+        return cute.make_tiled_copy_S(r2s, cute.make_tiled_copy_C_atom(atom, tiled_mma))
 
     def _make_tiled_mma(self):
         return sm90_utils.make_trivial_tiled_mma(
