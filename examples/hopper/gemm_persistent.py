@@ -49,15 +49,11 @@ import cutlass.utils.hopper_helpers as sm90_utils
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, TileSchedulerConfig, WorkAttr, WorkQueue, consumer_work,
-                       domain_loop, producer_work, schedule, trip_count, work_tile_loop)
+                       domain_loop, producer_work, schedule, threads, trip_count, work_tile_loop)
 
 SCHEDULES = ("cooperative", "pingpong")
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128)}
 H200_SMS = 132
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 class GemmConfigError(ValueError):
@@ -189,7 +185,7 @@ class GmemC(MemoryResource):
                                                           cute.group_modes(sC, 0, 2), gC_epi)
         epi_shape = gC_epi.shape[1]
         epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
-        store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=group(self.num_threads))
+        store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=threads(self.num_threads))
         for e in cutlass.range_constexpr(cute.size(epi_shape)):
             pairs = gather.pairs(e)
             for j in cutlass.range_constexpr(len(pairs)):
@@ -212,7 +208,7 @@ class GmemC(MemoryResource):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == self._store_warp():
             pipeline.PipelineTmaStore.create(num_stages=self.g.epi_stage,
-                                             producer_group=group(self.num_threads)).producer_tail()
+                                             producer_group=threads(self.num_threads)).producer_tail()
 
 
 class EpilogueGather:
@@ -316,8 +312,8 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("fi
     rings, outs = [], []
     for r in range(g.rings):
         cfg = PipelineConfig.create_tma_async_pipeline_cfg(
-            num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=group(1),
-            consumer_group=group(4 * g.wgs_per_mma_task),  # one release arrival per consumer warp
+            num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=threads(1),
+            consumer_group=threads(4 * g.wgs_per_mma_task),  # one release arrival per consumer warp
             advance_on_wait=True)
         first = 128 * (1 + r * g.wgs_per_mma_task)
         rings.append(SmemAB(name=f"SmemAB{r}" if g.rings > 1 else "SmemAB", pipeline_config=cfg, g=g, ring=r,
@@ -333,7 +329,7 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("fi
     order = None
     if g.schedule == "pingpong":
         order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-            num_stages=1, producer_group=group(consumer_threads), consumer_group=group(consumer_threads)))
+            num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads)))
         graph[order] = []
     for r, (ring, out) in enumerate(zip(rings, outs)):
         turn = None if order is None else turns[r]
