@@ -558,20 +558,34 @@ def check_args(a, b, c):
         raise GemmConfigError(f"a is {a.dtype} but b is {b.dtype}; use one input dtype")
 
 
+VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
+
+
 def compiled(ma, mb, mc, a, c, **options):
     """The compiled kernel for these dtypes and options (compiled once per key; shapes are dynamic)."""
+    from warpsched.verify.verdicts import VERDICTS
+
     key = (a.dtype, c.dtype, tuple(sorted(options.items())))
     if key not in _CACHE:
         kern = PersistentGemm(ab_dtype=_common.cutlass_dtype(a.dtype), c_dtype=_common.cutlass_dtype(c.dtype),
                               **{"max_ctas": _common.num_sms(), **options})
         _CACHE[key] = cute.compile(kern, ma, mb, mc, _common.current_stream(), options=_common.PTX_OPTIONS)
+        checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
+        VERDICT_OF[key] = getattr(checked, "verdict", "not checked")
     return _CACHE[key]
+
+
+def verdict_for(a, c, **options):
+    """The checker verdict of the compiled kernel for these dtypes and options (after gemm())."""
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+    return VERDICT_OF.get((a.dtype, c.dtype, tuple(sorted(options.items()))))
 
 
 def gemm(a, b, c, schedule="pingpong", **tile_options):
     """c = a @ b.T (a: [M, K], b: [N, K], c: [M, N]; bf16 / fp16, row-major). ``tile_options``:
     tile_mn, raster, group, ab_stages, max_ctas. Returns a zero-argument relauncher."""
     check_args(a, b, c)
+    tile_options = {k: tuple(v) if isinstance(v, list) else v for k, v in tile_options.items()}
     M, K = a.shape
     N = b.shape[0]
     if M == 0 or N == 0:
