@@ -53,6 +53,9 @@ CONFIGS = {
     "coop128x128": dict(schedule="cooperative", tile_mn=(128, 128)),
     "coop64x256": dict(schedule="cooperative", tile_mn=(64, 256)),
     "coop64x128": dict(schedule="cooperative", tile_mn=(64, 128)),
+    # split-K (fp32 partial tiles, summed by torch): few output tiles, long K
+    "coop128x256s": dict(schedule="cooperative", tile_mn=(128, 256), split_k="auto"),
+    "coop64x256s": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto"),
 }
 FIXED = {"coop": "coop128x256", "pingpong": "pp128x128"}  # the two schedules at their default tiles
 SIDES = ["torch", "wgmma_gemm", "coop", "pingpong", "tuned"]
@@ -61,9 +64,9 @@ SIDES = ["torch", "wgmma_gemm", "coop", "pingpong", "tuned"]
 def tune_set(M, N, K):
     """Configurations tried for a shape: the defaults, plus small-M tiles or raster variants."""
     if M <= 64:
-        return ["coop128x256", "pp128x128", "coop64x256", "coop64x128"]
+        return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s"]
     if M <= 256:
-        return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop64x128"]
+        return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s"]
     return ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128"]
 
 
@@ -141,8 +144,9 @@ class Child:
 
     def compile_all(self, names):
         torch = self.torch
-        a = torch.randn(256, 128, device=self.dev, dtype=torch.bfloat16)
-        b = torch.randn(264, 128, device=self.dev, dtype=torch.bfloat16)
+        # K = 1024: long enough that split_k="auto" splits (so the split kernels compile here too)
+        a = torch.randn(256, 1024, device=self.dev, dtype=torch.bfloat16)
+        b = torch.randn(264, 1024, device=self.dev, dtype=torch.bfloat16)
         c = torch.empty(256, 264, device=self.dev, dtype=torch.bfloat16)
         for name in names:
             if not self.usable(name):
@@ -153,7 +157,10 @@ class Child:
                 self.launcher(name, a, b, c)()
                 torch.cuda.synchronize()
                 verdict = self.gp.verdict_for(a, c, **CONFIGS[name]) if name in CONFIGS else "-"
-                desc = self.gp.PersistentGemm(**CONFIGS[name]).describe() if name in CONFIGS else name
+                desc = name
+                if name in CONFIGS:
+                    opts = {k: v for k, v in CONFIGS[name].items() if k != "split_k"}
+                    desc = self.gp.PersistentGemm(split_k="split_k" in CONFIGS[name], **opts).describe()
                 emit("compile", cfg=name, ok=True, seconds=round(time.time() - t0, 1), verdict=verdict, desc=desc)
                 self.compiled.add(name)
             except Exception as e:  # noqa: BLE001
@@ -249,7 +256,10 @@ class Child:
                 continue
             phase("tune", 60, name, shape)
             ms, how = self.graph_time(name, self.launcher(name, a, b, c), est_ms)
-            emit("tune", shape=shape, cfg=name, ms=ms, how=how)
+            cfg = CONFIGS[name]
+            splits = (self.gp.choose_splits(M, N, K, cfg["tile_mn"], torch.cuda.get_device_properties(0)
+                                            .multi_processor_count) if cfg.get("split_k") == "auto" else 1)
+            emit("tune", shape=shape, cfg=name, ms=ms, how=how, splits=splits)
             if ms < best_ms:
                 best, best_ms = name, ms
         sides = {"torch": "torch", "wgmma_gemm": "wgmma_gemm", "coop": FIXED["coop"], "pingpong": FIXED["pingpong"],
@@ -437,7 +447,8 @@ def render_record(rec):
         err = "  n/a   " if rec["err"] is None else f"{rec['err']:.2e}"
         return f"  check {'x'.join(map(str, rec['shape'])):18s} {rec['side']:22s} {'OK ' if rec['ok'] else 'BAD'} err={err} {rec.get('note', '')}"
     if k == "tune":
-        return f"  tune  {'x'.join(map(str, rec['shape'])):18s} {rec['cfg']:15s} {rec['ms'] * 1e3:9.1f} us ({rec['how']})"
+        return (f"  tune  {'x'.join(map(str, rec['shape'])):18s} {rec['cfg']:15s} {rec['ms'] * 1e3:9.1f} us "
+                f"({rec['how']}{', split_k ' + str(rec['splits']) if rec.get('splits', 1) > 1 else ''})")
     if k == "time":
         return (f"  time  {'x'.join(map(str, rec['shape'])):18s} r{rec['round']} {rec['side']:10s} {rec['cfg']:15s} "
                 f"{rec['ms'] * 1e3:9.1f} us {rec['tflops']:7.1f} TFLOP/s ({rec['how']})")

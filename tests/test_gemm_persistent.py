@@ -97,19 +97,21 @@ def test_cooperative_256_rows_compiles():
     assert counts == {"wgmma.mma_async.sync.aligned.m64n128k16": 16, "stmatrix": 16, "bar.sync \t1, 256;": 8}
 
 
-EPILOGUE_TILES = [("cooperative", (128, 256)), ("cooperative", (256, 128)), ("cooperative", (64, 128)),
-                  ("pingpong", (128, 128)), ("pingpong", (64, 256)), ("pingpong", (128, 64))]
+EPILOGUE_TILES = [("cooperative", (128, 256), False), ("cooperative", (256, 128), False),
+                  ("cooperative", (64, 128), False), ("pingpong", (128, 128), False), ("pingpong", (64, 256), False),
+                  ("pingpong", (128, 64), False), ("cooperative", (128, 256), True), ("cooperative", (64, 256), True),
+                  ("cooperative", (256, 128), True)]
 
 
-@pytest.mark.parametrize("schedule,tile", EPILOGUE_TILES)
-def test_epilogue_gather_matches_mma_coordinates(schedule, tile):
+@pytest.mark.parametrize("schedule,tile,split_k", EPILOGUE_TILES)
+def test_epilogue_gather_matches_mma_coordinates(schedule, tile, split_k):
     """Every register the epilogue copies into sub-tile e holds the accumulator element of the tile
     coordinate the stmatrix copy stores it to (identity tensors, static thread indices): checked on
     the layouts the kernel builds, for one M half (a flat slice) and two (pingpong's 128 rows)."""
     import cutlass
     import cutlass.cute as cute
 
-    g = gp.PersistentGemm(schedule=schedule, tile_mn=tile)
+    g = gp.PersistentGemm(schedule=schedule, tile_mn=tile, split_k=split_k)  # split-K: fp32 partial tiles
     bM, bN, _ = g.tile_mnk
     seen = []
 
@@ -134,10 +136,11 @@ def test_epilogue_gather_matches_mma_coordinates(schedule, tile):
     assert len({a for _, a, _ in seen}) == len(seen)  # no accumulator element is copied twice
 
 
-def _coords(g, tiles_m, tiles_n):
-    g.tiles_m, g.tiles_n, g.num_tiles = tiles_m, tiles_n, tiles_m * tiles_n
-    units = g._units(tiles_m, tiles_n)
-    return [g.tile_coords(SimpleNamespace(tile_idx=(u, 0, 0)), w) for u in range(units) for w in range(g.rings)]
+def _coords(g, tiles_m, tiles_n, splits=1, with_split=False):
+    g.tiles_m, g.tiles_n, g.num_tiles, g.splits = tiles_m, tiles_n, tiles_m * tiles_n, splits
+    units = g._units(tiles_m, tiles_n, splits)
+    got = [g.unit_tile(u, w) for u in range(units) for w in range(g.rings)]
+    return got if with_split else [(m, n) for m, n, _ in got]
 
 
 @pytest.mark.parametrize("schedule", gp.SCHEDULES)
@@ -161,6 +164,36 @@ def test_rasterization_groups_tiles_along_the_raster():
     assert _coords(g, 3, 5)[:4] == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
+def test_split_k_units_cover_every_tile_and_k_share_once():
+    g = gp.PersistentGemm(schedule="cooperative", split_k=True, group=4)
+    for tiles_m, tiles_n, splits, k_tiles in [(1, 16, 8, 224), (2, 16, 4, 64), (3, 5, 7, 7), (1, 1, 3, 10)]:
+        got = _coords(g, tiles_m, tiles_n, splits, with_split=True)
+        assert sorted(got) == sorted((m, n, s) for m in range(tiles_m) for n in range(tiles_n) for s in range(splits))
+        g.k_tiles = k_tiles
+        shares = [g.k_range(s) for s in range(splits)]
+        assert all(n >= 1 for _, n in shares)  # splits <= k_tiles: no empty K loop
+        assert [k for first, n in shares for k in range(first, first + n)] == list(range(k_tiles))
+
+
+@pytest.mark.parametrize("M,N,K,want", [(64, 4096, 14336, 8), (256, 4096, 4096, 4), (64, 14336, 4096, 2),
+                                        (4096, 4096, 4096, 1), (64, 256, 256, 1), (64, 4096, 512, 2)])
+def test_choose_splits(M, N, K, want):
+    assert gp.choose_splits(M, N, K, (128, 256), 132) == want
+
+
+def test_split_k_program_is_safe_for_every_k_share():
+    mgr = gp.build_split_k(verbose=False, progress=False, cache_verdict=False)
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
+    assert "domain end k_tiles_of [LoadTask, MmaTask]: every count >= 1" in mgr.result.checker.report()
+
+
+def test_split_k_compiles_with_an_fp32_epilogue():
+    ptx = gp.compile_for_cpu(schedule="cooperative", split_k=True).artifacts.PTX
+    want = {"wgmma.mma_async": 8, "stmatrix": 0, "st.shared.v2.b32": 64, "cp.async.bulk.tensor": 10,
+            "cp.async.bulk.wait_group.read \t1;": 8, "mbarrier.init": 8, "setmaxnreg": 2}
+    assert _common.count_ptx(ptx, want) == want
+
+
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(schedule="pingpong", tile_mn=(256, 64)), "bM must be 64, 128"),
     (dict(schedule="pingpong", tile_mn=(128, 256)), r"bM \* bN <= 16384"),
@@ -168,6 +201,7 @@ def test_rasterization_groups_tiles_along_the_raster():
     (dict(schedule="cooperative", ab_stages=9), "stages per ring"),
     (dict(schedule="cooperative", raster="diagonal"), "raster is 'm' or 'n'"),
     (dict(schedule="split_k"), "expected one of"),
+    (dict(schedule="pingpong", split_k=True), "only the cooperative schedule splits K"),
 ])
 def test_config_errors(kwargs, needle):
     with pytest.raises(gp.GemmConfigError, match=needle):

@@ -24,9 +24,15 @@ pingpong (tile 128x128 per warp group by default; one unit = two consecutive til
     which keeps every unit's schedule identical (a skipped tile would let Load1 run ahead
     without bound, and the checker's search with it).
 
+split-K (cooperative, ``split_k=True``; host ``gemm(..., split_k="auto" | n)``): unit u is tile
+    u % tiles of K share u // tiles; the K loop length is a per-unit domain provider
+    (``GemmTask.k_tiles_of``); the epilogue stores fp32 partial tiles into a workspace (one
+    tile-padded slab per split) and the host sums the slabs into C (torch, same stream).
+
 The checker sees every barrier: the rings, the math order, the static queue, with the runtime
 K-tile count and the number of units per CTA declared with ``trip_count`` (every K >= 1 and
-every unit count >= 1 are proven). Host: ``gemm(a, b, c, schedule=..., tile_mn=..., ...)``.
+every unit count >= 1 are proven; with split-K every per-unit K count >= 1).
+Host: ``gemm(a, b, c, schedule=..., tile_mn=..., raster=..., group=..., split_k=...)``.
 """
 from __future__ import annotations
 
@@ -66,14 +72,17 @@ class GmemAB(MemoryResource):
     g: Any = None
     m: Any = TaskLocalVariable.uninitialized()
     n: Any = TaskLocalVariable.uninitialized()
+    k0: Any = TaskLocalVariable.uninitialized()
 
     def __post_init__(self):
         self.m = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="M tile coordinate of the work tile")
         self.n = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="N tile coordinate of the work tile")
+        self.k0 = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="first K tile of the unit (split-K)")
 
-    @consumer_work(returns=(m, n))
+    @consumer_work(returns=(m, n, k0))
     def tile_coords(self, stage_info: StageInfo, which=0):
-        return self.g.tile_coords(stage_info.work_tile, which)
+        m, n, split = self.g.unit_tile(stage_info.work_tile.tile_idx[0], which)
+        return m, n, self.g.k_range(split)[0]
 
 
 @dataclass(kw_only=True)
@@ -97,10 +106,10 @@ class SmemAB(MemoryResource):
 
     @producer_work
     @cute.jit
-    def tma_load(self, stage_info: StageInfo, m, n):
+    def tma_load(self, stage_info: StageInfo, m, n, k0):
         g = self.g
         bM, bN, bK = g.tile_mnk
-        k, s = stage_info.loop_offset, stage_info.stage_idx
+        k, s = k0 + stage_info.loop_offset, stage_info.stage_idx
         gA = cute.local_tile(g.mA, (bM, bK), (m, None))
         gB = cute.local_tile(g.mB, (bN, bK), (n, None))
         tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1),
@@ -165,9 +174,10 @@ class GmemC(MemoryResource):
         Buffer e % epi_stage: sub-tiles per tile are a multiple of epi_stage, so a buffer comes
         round again only after the store that last read it was waited on (wait_group.read)."""
         g = self.g
-        m, n = g.tile_coords(stage_info.work_tile, self.which)
+        m, n, split = g.unit_tile(stage_info.work_tile.tile_idx[0], self.which)
         bM, bN, _ = g.tile_mnk
-        gC = cute.local_tile(g.mC, (bM, bN), (m, n))
+        # split-K: C is the fp32 workspace, split s owning rows [s * tiles_m * bM, (s + 1) * tiles_m * bM)
+        gC = cute.local_tile(g.mC, (bM, bN), (split * g.tiles_m + m, n))
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         sC = g.smem_c(self.which)
@@ -214,7 +224,7 @@ class GmemC(MemoryResource):
 class EpilogueGather:
     """Which accumulator registers make up epilogue sub-tile e (trace-time index arithmetic).
 
-    The retiled accumulator is ((R, 16-column chunks of the tile), M halves, 1); a sub-tile's
+    The retiled accumulator is ((R values x column chunks of the tile), M halves, 1); a sub-tile's
     registers are (R, M halves, Nr chunks), and sub-tile e (32 columns, every row) takes chunks
     [e * Nr, (e + 1) * Nr) of every M half. With one M half this is the flat slice
     [e * n, (e + 1) * n); with two (a 128-row tile on one warp group) it is not.
@@ -223,8 +233,7 @@ class EpilogueGather:
     def __init__(self, acc_retiled, sub_regs, sub_tiles):
         self.R, self.Mr, self.Nr = (cute.size(sub_regs, mode=[i]) for i in range(3))
         self.per_half = cute.size(acc_retiled, mode=[0])
-        if not (cute.size(acc_retiled.shape[0][0]) == self.R and self.per_half * self.Mr == cute.size(acc_retiled)
-                and self.per_half == self.R * self.Nr * sub_tiles):
+        if not (self.per_half * self.Mr == cute.size(acc_retiled) and self.per_half == self.R * self.Nr * sub_tiles):
             raise GemmConfigError(f"epilogue register layout {acc_retiled.layout} does not split into {sub_tiles} "
                                   f"sub-tiles of {sub_regs.layout}")
 
@@ -244,10 +253,10 @@ class MathOrder(MemoryResource):
 @schedule
 def load_schedule(gmem_ab, ring, wq, k_tiles, units, which):
     with work_tile_loop(wq, tile_count=units):
-        m, n = gmem_ab.tile_coords(which=which)
+        m, n, k0 = gmem_ab.tile_coords(which=which)
         with domain_loop(0, k_tiles, 1):
             ring.acquire()
-            ring.tma_load(m=m, n=n)
+            ring.tma_load(m=m, n=n, k0=k0)
             ring.commit()
         wq.try_wait()
         wq.wait()
@@ -288,6 +297,16 @@ def mma_schedule(ring, gmem_c, wq, k_tiles, units, order, turn):
 
 
 # ---------------------------------------------------------------------------------- program
+class GemmTask(Task):
+    """A GEMM task; with split-K its K loop length is a per-unit domain provider."""
+
+    g = None
+
+    def k_tiles_of(self, tile_idx):
+        """K tiles of this work unit's split (a dynamic domain: the checker takes every count >= 1)."""
+        return self.g.k_range(self.g.unit_tile(tile_idx[0])[2])[1]
+
+
 def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), verbose=True,
           **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
@@ -300,7 +319,6 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("fi
         g = PersistentGemm(schedule=schedule or "pingpong")
     elif schedule is not None and schedule != g.schedule:
         raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
-    K = trip_count("k_tiles", k_tiles)
     U = trip_count("units_per_cta", units_per_cta)
     g.alloc_a = [SmemAllocation(f"sA{r}", dtype=g.ab_dtype, count=g.a_elems, alignment=1024) for r in range(g.rings)]
     g.alloc_b = [SmemAllocation(f"sB{r}", dtype=g.ab_dtype, count=g.b_elems, alignment=1024) for r in range(g.rings)]
@@ -331,17 +349,23 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("fi
         order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
             num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads)))
         graph[order] = []
+    K = trip_count("k_tiles", k_tiles)
     for r, (ring, out) in enumerate(zip(rings, outs)):
         turn = None if order is None else turns[r]
         suffix = str(r) if g.rings > 1 else ""
-        tasks.append(Task(name=f"LoadTask{suffix}", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=r,
-                          num_warps=1, schedule=load_schedule(gmem_ab, ring, wq, K, U, r),
-                          num_registers=regs[0]))
         order_io = [] if order is None else [order]
-        tasks.append(Task(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if turn and turn.startswith("second") else []),
-                          dst_resources=[out] + (order_io if turn == "first" else []),
-                          warp_idx=4 * (1 + r * g.wgs_per_mma_task), num_warps=4 * g.wgs_per_mma_task,
-                          schedule=mma_schedule(ring, out, wq, K, U, order, turn), num_registers=regs[1]))
+        load = GemmTask(name=f"LoadTask{suffix}", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=r,
+                        num_warps=1, num_registers=regs[0])
+        mma = GemmTask(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if turn and turn.startswith(
+                           "second") else []), dst_resources=[out] + (order_io if turn == "first" else []),
+                       warp_idx=4 * (1 + r * g.wgs_per_mma_task), num_warps=4 * g.wgs_per_mma_task,
+                       num_registers=regs[1])
+        load.g = mma.g = g
+        # split-K: every unit has its own K range, read per tile from the tasks' provider
+        k_loop = load.k_tiles_of if g.split_k else K
+        load.schedule = load_schedule(gmem_ab, ring, wq, k_loop, U, r)
+        mma.schedule = mma_schedule(ring, out, wq, mma.k_tiles_of if g.split_k else K, U, order, turn)
+        tasks += [load, mma]
         graph[ring] = [gmem_ab, wq]
         graph[out] = [ring, wq]
     return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=allocator, verbose=verbose,
@@ -356,6 +380,10 @@ def build_pingpong(verbose=True, **manager_options):
     return build(schedule="pingpong", verbose=verbose, **manager_options)
 
 
+def build_split_k(verbose=True, **manager_options):
+    return build(PersistentGemm(schedule="cooperative", split_k=True), verbose=verbose, **manager_options)
+
+
 # ---------------------------------------------------------------------------------- kernel
 class PersistentGemm:
     """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
@@ -368,14 +396,19 @@ class PersistentGemm:
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
-                 producer_regs=40, consumer_regs=232, ab_stages=None):
+                 producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if ab_dtype not in (cutlass.BFloat16, cutlass.Float16) or c_dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise GemmConfigError(f"dtypes {ab_dtype.__name__} -> {c_dtype.__name__}: A/B and C must be bf16 or fp16")
+        if split_k and schedule != "cooperative":
+            raise GemmConfigError("split_k=True: only the cooperative schedule splits K (pingpong pairs tiles)")
         if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
             raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
         self.schedule = schedule
+        self.split_k = bool(split_k)
+        if self.split_k:
+            c_dtype = cutlass.Float32  # the kernel writes fp32 partial tiles into a workspace; the host sums them
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
         bM, bN = self.tile_mn
@@ -446,16 +479,31 @@ class PersistentGemm:
             assert cute.cosize(staged) == elems, "an SMEM layout's size differs from _plan"
 
     # -------------------------------------------------------------- tile scheduling (device)
-    def tile_coords(self, work_tile, which=0):
-        """(m, n) tile of a work unit: unit u is tile u (cooperative) or tile 2u + which
-        (pingpong), then grouped rasterization: ``group`` tiles along the raster's minor
-        dimension share one strip of the other operand in L2."""
-        unit, _, _ = work_tile.tile_idx
-        t = unit
+    def unit_tile(self, unit, which=0):
+        """(m, n, split) of a work unit: unit u is item u (cooperative) or item 2u + which
+        (pingpong), where item v is tile v % tiles of split v // tiles (split-K; else split 0);
+        then grouped rasterization: ``group`` tiles along the raster's minor dimension share
+        one strip of the other operand in L2."""
+        v = unit
         if self.rings > 1:
             # an odd tile count: the last unit's second warp group recomputes the last tile (the
             # same bytes are stored twice) rather than skip it, so every unit runs both mainloops
-            t = cutlass.min(unit * 2 + which, self.num_tiles - 1)
+            v = cutlass.min(unit * 2 + which, self.num_tiles - 1)
+        t, split = v, 0
+        if self.split_k:
+            t, split = v % self.num_tiles, v // self.num_tiles
+        m, n = self._raster(t)
+        return m, n, split
+
+    def k_range(self, split):
+        """(first K tile, K tiles) of a split: an even share of k_tiles (every share >= 1 while
+        splits <= k_tiles, which the host ensures)."""
+        if not self.split_k:
+            return 0, self.k_tiles
+        first = split * self.k_tiles // self.splits
+        return first, (split + 1) * self.k_tiles // self.splits - first
+
+    def _raster(self, t):
         major, minor = (self.tiles_n, self.tiles_m) if self.raster == "m" else (self.tiles_m, self.tiles_n)
         per_group = self.group * major
         first = (t // per_group) * self.group
@@ -464,12 +512,19 @@ class PersistentGemm:
         b = (t % per_group) // size
         return (a, b) if self.raster == "m" else (b, a)
 
-    def _units(self, tiles_m, tiles_n):
-        tiles = tiles_m * tiles_n
-        return (tiles + self.rings - 1) // self.rings
+    def _units(self, tiles_m, tiles_n, splits=1):
+        items = tiles_m * tiles_n * splits
+        return (items + self.rings - 1) // self.rings
+
+    def _tiles_m(self, mC, splits):
+        bM = self.tile_mnk[0]
+        if self.split_k:  # the workspace has splits x tiles_m x bM rows
+            return cute.size(mC, mode=[0]) // (splits * bM)
+        return cute.ceil_div(cute.size(mC, mode=[0]), bM)
 
     @cute.jit
-    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, stream):
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, splits: cutlass.Int32, stream):
+        """``mC``: C, or with split_k the fp32 workspace of ``splits`` x ceil(M / bM) * bM rows."""
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -479,10 +534,11 @@ class PersistentGemm:
                                                            (bN, bK))
         tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
                                                            cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
-        units = self._units(cute.ceil_div(cute.size(mC, mode=[0]), bM), cute.ceil_div(cute.size(mC, mode=[1]), bN))
+        units = self._units(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN),
+                            splits if self.split_k else 1)
         grid = cutlass.min(units, self.max_ctas)
         self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                    self.c_staged).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1,
+                    self.c_staged, splits).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1,
                                           stream=stream)
 
     def smem_a(self, ring):
@@ -501,17 +557,21 @@ class PersistentGemm:
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
                tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
-               b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout):
+               b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout, splits: cutlass.Int32):
         bM, bN, bK = self.tile_mnk
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
-        self.tiles_m = cute.ceil_div(cute.size(mC, mode=[0]), bM)
+        self.splits = 1
+        if cutlass.const_expr(self.split_k):
+            self.splits = splits
+        self.tiles_m = self._tiles_m(mC, splits)
         self.tiles_n = cute.ceil_div(cute.size(mC, mode=[1]), bN)
         self.num_tiles = self.tiles_m * self.tiles_n
-        self.num_units = self._units(self.tiles_m, self.tiles_n)
+        self.num_units = self._units(self.tiles_m, self.tiles_n, self.splits)
+        self.k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), bK)
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         self.mA, self.mB, self.mC = mA, mB, mC
@@ -522,9 +582,8 @@ class PersistentGemm:
         self.mma_overwrite.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         self.a_staged_k, self.b_staged_k, self.c_staged_k = a_staged, b_staged, c_staged
-        k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), bK)
         units_here = (self.num_units - bid + grid - 1) // grid  # >= 1: the grid never exceeds the units
-        mgr = build(self, k_tiles=k_tiles, units_per_cta=units_here, verbose=False)  # checked while tracing
+        mgr = build(self, k_tiles=self.k_tiles, units_per_cta=units_here, verbose=False)  # checked while tracing
         mgr.setup_resources_and_tasks()
         mgr.run()
 
@@ -559,31 +618,55 @@ def check_args(a, b, c):
 
 
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
+_WORKSPACE = {}
+
+
+def _key(ab_dtype, c_dtype, options):
+    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+    return (ab_dtype, c_dtype, tuple(sorted(options.items())))
 
 
 def compiled(ma, mb, mc, a, c, **options):
     """The compiled kernel for these dtypes and options (compiled once per key; shapes are dynamic)."""
     from warpsched.verify.verdicts import VERDICTS
 
-    key = (a.dtype, c.dtype, tuple(sorted(options.items())))
+    key = _key(a.dtype, c.dtype, options)
     if key not in _CACHE:
         kern = PersistentGemm(ab_dtype=_common.cutlass_dtype(a.dtype), c_dtype=_common.cutlass_dtype(c.dtype),
                               **{"max_ctas": _common.num_sms(), **options})
-        _CACHE[key] = cute.compile(kern, ma, mb, mc, _common.current_stream(), options=_common.PTX_OPTIONS)
+        _CACHE[key] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), _common.current_stream(),
+                                   options=_common.PTX_OPTIONS)
         checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
         VERDICT_OF[key] = getattr(checked, "verdict", "not checked")
     return _CACHE[key]
 
 
-def verdict_for(a, c, **options):
-    """The checker verdict of the compiled kernel for these dtypes and options (after gemm())."""
-    options = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
-    return VERDICT_OF.get((a.dtype, c.dtype, tuple(sorted(options.items()))))
+def verdict_for(a, c, split_k=1, **options):
+    """The checker verdict of the kernel gemm() compiled for these dtypes and options."""
+    if split_k != 1:
+        import torch
+
+        return VERDICT_OF.get(_key(a.dtype, torch.float32, {**options, "split_k": True}))
+    return VERDICT_OF.get(_key(a.dtype, c.dtype, options))
 
 
-def gemm(a, b, c, schedule="pingpong", **tile_options):
+def choose_splits(M, N, K, tile_mn, sms):
+    """split_k="auto": split K only when the output tiles fill less than half the SMs; then as
+    many splits as fill the SMs, at most 16 and at most one per 4 K tiles."""
+    tiles = -(-M // tile_mn[0]) * -(-N // tile_mn[1])
+    k_tiles = -(-K // 64)
+    if 2 * tiles > sms:
+        return 1
+    return max(1, min(16, sms // tiles, k_tiles // 4))
+
+
+def gemm(a, b, c, schedule="pingpong", split_k=1, **tile_options):
     """c = a @ b.T (a: [M, K], b: [N, K], c: [M, N]; bf16 / fp16, row-major). ``tile_options``:
-    tile_mn, raster, group, ab_stages, max_ctas. Returns a zero-argument relauncher."""
+    tile_mn, raster, group, ab_stages, max_ctas. ``split_k``: 1, a split count, or "auto"
+    (cooperative only): the kernel writes fp32 partial tiles of each K share into a workspace
+    and torch sums them into c. Returns a zero-argument relauncher."""
+    import torch
+
     check_args(a, b, c)
     tile_options = {k: tuple(v) if isinstance(v, list) else v for k, v in tile_options.items()}
     M, K = a.shape
@@ -593,11 +676,34 @@ def gemm(a, b, c, schedule="pingpong", **tile_options):
     if K == 0:
         c.zero_()
         return c.zero_
-    ma, mb, mc = _common.to_cute(a, 1), _common.to_cute(b, 1), _common.to_cute(c, 1)
-    f = compiled(ma, mb, mc, a, c, schedule=schedule, **tile_options)
+    bM = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[0]
+    if split_k == "auto":
+        split_k = choose_splits(M, N, K, tile_options.get("tile_mn") or DEFAULT_TILES[schedule], _common.num_sms())
+    if not isinstance(split_k, int) or split_k < 1 or split_k > -(-K // 64):
+        raise GemmConfigError(f"split_k={split_k!r}: expected 'auto' or an int in [1, ceil(K / 64) = {-(-K // 64)}]")
+    ma, mb = _common.to_cute(a, 1), _common.to_cute(b, 1)
     stream = _common.current_stream()
-    f(ma, mb, mc, stream)
-    return lambda: f(ma, mb, mc, stream)
+    if split_k == 1:
+        mc = _common.to_cute(c, 1)
+        f = compiled(ma, mb, mc, a, c, schedule=schedule, **tile_options)
+        f(ma, mb, mc, cutlass.Int32(1), stream)
+        return lambda: f(ma, mb, mc, cutlass.Int32(1), stream)
+    rows = -(-M // bM) * bM
+    wkey = (a.device, split_k, rows, M, N)
+    if wkey not in _WORKSPACE:
+        _WORKSPACE[wkey] = (torch.empty(split_k * rows, N, device=a.device, dtype=torch.float32),
+                            torch.empty(M, N, device=a.device, dtype=torch.float32))
+    ws, total = _WORKSPACE[wkey]
+    mw = _common.to_cute(ws, 1)
+    f = compiled(ma, mb, mw, a, ws, schedule=schedule, split_k=True, **tile_options)
+
+    def run():
+        f(ma, mb, mw, cutlass.Int32(split_k), stream)
+        torch.sum(ws.view(split_k, rows, N)[:, :M], dim=0, out=total)  # fp32 sum of the partial tiles ...
+        c.copy_(total)  # ... rounded once into c
+
+    run()
+    return run
 
 
 def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
@@ -609,7 +715,8 @@ def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat1
     b = make_fake_tensor(ab_dtype, (N, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
     c = make_fake_tensor(c_dtype, (M, N), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
     kern = PersistentGemm(schedule=schedule, ab_dtype=ab_dtype, c_dtype=c_dtype, **options)
-    return cute.compile(kern, a, b, c, make_fake_stream(), options=_common.ptx_options(arch))
+    c = make_fake_tensor(kern.c_dtype, (M, N), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    return cute.compile(kern, a, b, c, cutlass.Int32(1), make_fake_stream(), options=_common.ptx_options(arch))
 
 
 if __name__ == "__main__":
