@@ -137,9 +137,8 @@ def test_epilogue_gather_matches_mma_coordinates(schedule, tile, split_k):
 
 
 def _coords(g, tiles_m, tiles_n, splits=1, with_split=False):
-    g.tiles_m, g.tiles_n, g.num_tiles, g.splits = tiles_m, tiles_n, tiles_m * tiles_n, splits
-    units = g._units(tiles_m, tiles_n, splits)
-    got = [g.unit_tile(u, w) for u in range(units) for w in range(g.rings)]
+    g.grid_setup(tiles_m, tiles_n, splits)
+    got = [g.unit_tile(u, w) for u in range(g.num_units) for w in range(g.rings)]
     return got if with_split else [(m, n) for m, n, _ in got]
 
 
@@ -155,6 +154,25 @@ def test_rasterization_covers_every_tile_once(schedule, raster, group, tiles_m, 
     assert extra == (1 if schedule == "pingpong" and (tiles_m * tiles_n) % 2 else 0)
     if extra:
         assert got[-1] == got[-2]
+
+
+@pytest.mark.parametrize("schedule", gp.SCHEDULES)
+@pytest.mark.parametrize("cluster", [(2, 1), (1, 2)])
+@pytest.mark.parametrize("tiles_m,tiles_n", [(1, 1), (3, 5), (8, 8), (17, 9)])
+def test_cluster_units_pair_neighbour_tiles(schedule, cluster, tiles_m, tiles_n):
+    """The CTAs of a cluster (consecutive units, rank = unit % 2) get the two halves of one cluster
+    tile in every step; tiles past the edge (odd tile counts) are only ever TMA-clipped extras."""
+    g = gp.PersistentGemm(schedule=schedule, cluster_mn=cluster)
+    got = _coords(g, tiles_m, tiles_n)
+    assert g.num_units % 2 == 0
+    inside = {(m, n) for m, n in got if m < tiles_m and n < tiles_n}
+    assert inside == {(m, n) for m in range(tiles_m) for n in range(tiles_n)}
+    per_unit = g.rings
+    for u in range(0, g.num_units, 2):  # a cluster step: unit u (rank 0) and u + 1 (rank 1), each warp group
+        for w in range(per_unit):
+            (m0, n0), (m1, n1) = got[u * per_unit + w], got[(u + 1) * per_unit + w]
+            assert (m1 - m0, n1 - n0) == ((1, 0) if cluster == (2, 1) else (0, 1))
+            assert m0 % cluster[0] == 0 and n0 % cluster[1] == 0
 
 
 def test_rasterization_groups_tiles_along_the_raster():
@@ -181,6 +199,22 @@ def test_choose_splits(M, N, K, want):
     assert gp.choose_splits(M, N, K, (128, 256), 132) == want
 
 
+@pytest.mark.parametrize("schedule", gp.SCHEDULES)
+def test_cluster_2x1_multicast_compiles_and_is_safe(schedule):
+    """B multicast to the CTA pair along M: the same per-CTA barriers, plus the cluster barrier after
+    init, remote (mapa) release arrivals and one multicast TMA per ring; SAFE for every K and unit count."""
+    ptx = gp.compile_for_cpu(schedule=schedule, cluster_mn=(2, 1)).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
+    rings = 2 if schedule == "pingpong" else 1
+    want = {p: EXPECTED[schedule][p] for p in ("mbarrier.init", "mbarrier.arrive", "mbarrier.try_wait", "expect_tx",
+                                                "cp.async.bulk.tensor", "wgmma.mma_async")}
+    want.update({"barrier.cluster.arrive": 1, "barrier.cluster.wait": 1, "mapa": 2 * rings,
+                 "multicast::cluster": rings})
+    assert _common.count_ptx(ptx, want) == want
+    mgr = gp.build(gp.PersistentGemm(schedule=schedule, cluster_mn=(2, 1)), verbose=False, progress=False)
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE" and mgr.fingerprint == traced
+
+
 def test_split_k_program_is_safe_for_every_k_share():
     mgr = gp.build_split_k(verbose=False, progress=False, cache_verdict=False)
     assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
@@ -189,6 +223,7 @@ def test_split_k_program_is_safe_for_every_k_share():
 
 def test_split_k_compiles_with_an_fp32_epilogue():
     ptx = gp.compile_for_cpu(schedule="cooperative", split_k=True).artifacts.PTX
+    assert VERDICTS.looked_up[-1] == gp.build_split_k(verbose=False, exhaustive_deadlock_race_check=False).fingerprint
     want = {"wgmma.mma_async": 8, "stmatrix": 0, "st.shared.v2.b32": 64, "cp.async.bulk.tensor": 10,
             "cp.async.bulk.wait_group.read \t1;": 8, "mbarrier.init": 8, "setmaxnreg": 2}
     assert _common.count_ptx(ptx, want) == want
@@ -202,6 +237,8 @@ def test_split_k_compiles_with_an_fp32_epilogue():
     (dict(schedule="cooperative", raster="diagonal"), "raster is 'm' or 'n'"),
     (dict(schedule="split_k"), "expected one of"),
     (dict(schedule="pingpong", split_k=True), "only the cooperative schedule splits K"),
+    (dict(schedule="cooperative", cluster_mn=(2, 2)), "clusters are"),
+    (dict(schedule="cooperative", cluster_mn=(2, 1), split_k=True), "without split-K"),
 ])
 def test_config_errors(kwargs, needle):
     with pytest.raises(gp.GemmConfigError, match=needle):

@@ -112,14 +112,25 @@ class SmemAB(MemoryResource):
         k, s = k0 + stage_info.loop_offset, stage_info.stage_idx
         gA = cute.local_tile(g.mA, (bM, bK), (m, None))
         gB = cute.local_tile(g.mB, (bN, bK), (n, None))
-        tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1),
-                                                      cute.group_modes(g.smem_a(self.ring), 0, 2),
-                                                      cute.group_modes(gA, 0, 2))
-        tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1),
-                                                      cute.group_modes(g.smem_b(self.ring), 0, 2),
-                                                      cute.group_modes(gB, 0, 2))
-        cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
-        cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
+        sA, sB = cute.group_modes(g.smem_a(self.ring), 0, 2), cute.group_modes(g.smem_b(self.ring), 0, 2)
+        if cutlass.const_expr(g.clustered):
+            # each CTA loads its slice of the shared operand and multicasts it to its cluster peers
+            cm, cn = g.cluster_mn
+            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, g.cluster_coord[1], cute.make_layout(cn), sA,
+                                                          cute.group_modes(gA, 0, 2))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, g.cluster_coord[0], cute.make_layout(cm), sB,
+                                                          cute.group_modes(gB, 0, 2))
+            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier,
+                      mcast_mask=g.a_mcast_mask)
+            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier,
+                      mcast_mask=g.b_mcast_mask)
+        else:
+            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1), sA,
+                                                          cute.group_modes(gA, 0, 2))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), sB,
+                                                          cute.group_modes(gB, 0, 2))
+            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
+            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
 
     @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
     @cute.jit
@@ -329,10 +340,12 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("fi
     consumer_threads = 128 * g.wgs_per_mma_task
     rings, outs = [], []
     for r in range(g.rings):
+        cm, cn = g.cluster_mn
         cfg = PipelineConfig.create_tma_async_pipeline_cfg(
             num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=threads(1),
-            consumer_group=threads(4 * g.wgs_per_mma_task),  # one release arrival per consumer warp
-            advance_on_wait=True)
+            # one release arrival per consumer warp and per CTA that multicasts into this one
+            consumer_group=threads(4 * g.wgs_per_mma_task * (cm + cn - 1)), advance_on_wait=True,
+            **(dict(cta_layout_vmnk=(1, cm, cn, 1), mcast_mode_mn=(1, 1)) if g.clustered else {}))
         first = 128 * (1 + r * g.wgs_per_mma_task)
         rings.append(SmemAB(name=f"SmemAB{r}" if g.rings > 1 else "SmemAB", pipeline_config=cfg, g=g, ring=r,
                             first_thread=first))
@@ -347,7 +360,8 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("fi
     order = None
     if g.schedule == "pingpong":
         order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-            num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads)))
+            num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads),
+            **(dict(cta_layout_vmnk=(1, *g.cluster_mn, 1)) if g.clustered else {})))  # CTA-local turns
         graph[order] = []
     K = trip_count("k_tiles", k_tiles)
     for r, (ring, out) in enumerate(zip(rings, outs)):
@@ -396,13 +410,18 @@ class PersistentGemm:
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
-                 producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False):
+                 producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1)):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if ab_dtype not in (cutlass.BFloat16, cutlass.Float16) or c_dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise GemmConfigError(f"dtypes {ab_dtype.__name__} -> {c_dtype.__name__}: A/B and C must be bf16 or fp16")
         if split_k and schedule != "cooperative":
             raise GemmConfigError("split_k=True: only the cooperative schedule splits K (pingpong pairs tiles)")
+        self.cluster_mn = tuple(cluster_mn)
+        self.clustered = self.cluster_mn != (1, 1)
+        if self.cluster_mn not in ((1, 1), (2, 1), (1, 2)) or (self.clustered and split_k):
+            raise GemmConfigError(f"cluster_mn={cluster_mn} (split_k={split_k}): clusters are (1, 1), (2, 1) (B "
+                                  "multicast to 2 CTAs along M) or (1, 2) (A along N), without split-K")
         if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
             raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
         self.schedule = schedule
@@ -455,7 +474,9 @@ class PersistentGemm:
 
     def describe(self):
         return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"
-                f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}")
+                f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}"
+                + (" split-K fp32" if self.split_k else "")
+                + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else ""))
 
     def epilogue_copy(self, tiled_mma):
         """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""
@@ -479,20 +500,37 @@ class PersistentGemm:
             assert cute.cosize(staged) == elems, "an SMEM layout's size differs from _plan"
 
     # -------------------------------------------------------------- tile scheduling (device)
+    def grid_setup(self, tiles_m, tiles_n, splits=1):
+        """Work decomposition (device values in the kernel, ints in tests): clusters of cm x cn
+        tiles, ``splits`` K shares of each, ``rings`` items per unit, one unit per CTA of a cluster."""
+        cm, cn = self.cluster_mn
+        self.tiles_m, self.tiles_n, self.splits = tiles_m, tiles_n, splits
+        self.ctiles_m = (tiles_m + cm - 1) // cm if cm > 1 else tiles_m
+        self.ctiles_n = (tiles_n + cn - 1) // cn if cn > 1 else tiles_n
+        self.num_ctiles = self.ctiles_m * self.ctiles_n
+        self.num_items = self.num_ctiles * splits if self.split_k else self.num_ctiles
+        self.num_units = (self.num_items + self.rings - 1) // self.rings * (cm * cn)
+
     def unit_tile(self, unit, which=0):
-        """(m, n, split) of a work unit: unit u is item u (cooperative) or item 2u + which
-        (pingpong), where item v is tile v % tiles of split v // tiles (split-K; else split 0);
-        then grouped rasterization: ``group`` tiles along the raster's minor dimension share
-        one strip of the other operand in L2."""
-        v = unit
+        """(m, n, split) of a work unit. Unit u is CTA u % (cm * cn) of the cluster's item
+        u // (cm * cn) (cooperative) or of its items 2 * that + which (pingpong); item v is
+        cluster tile v % cluster tiles of K share v // cluster tiles (split-K; else share 0);
+        cluster tiles are rasterized in groups: ``group`` of them along the raster's minor
+        dimension share one strip of the other operand in L2. A CTA's rank in its cluster is
+        blockIdx.x % (cm * cn): the grid and its stride are multiples of the cluster size."""
+        cm, cn = self.cluster_mn
+        csize = cm * cn
+        v, rank = (unit // csize, unit % csize) if csize > 1 else (unit, 0)
         if self.rings > 1:
-            # an odd tile count: the last unit's second warp group recomputes the last tile (the
+            # an odd item count: the last unit's second warp group recomputes the last tile (the
             # same bytes are stored twice) rather than skip it, so every unit runs both mainloops
-            v = cutlass.min(unit * 2 + which, self.num_tiles - 1)
+            v = cutlass.min(v * 2 + which, self.num_items - 1)
         t, split = v, 0
         if self.split_k:
-            t, split = v % self.num_tiles, v // self.num_tiles
+            t, split = v % self.num_ctiles, v // self.num_ctiles
         m, n = self._raster(t)
+        if csize > 1:  # past the edge when the tile count is not a multiple: TMA zero-fills and clips
+            m, n = m * cm + rank % cm, n * cn + rank // cm
         return m, n, split
 
     def k_range(self, split):
@@ -504,17 +542,13 @@ class PersistentGemm:
         return first, (split + 1) * self.k_tiles // self.splits - first
 
     def _raster(self, t):
-        major, minor = (self.tiles_n, self.tiles_m) if self.raster == "m" else (self.tiles_m, self.tiles_n)
+        major, minor = (self.ctiles_n, self.ctiles_m) if self.raster == "m" else (self.ctiles_m, self.ctiles_n)
         per_group = self.group * major
         first = (t // per_group) * self.group
         size = cutlass.min(minor - first, self.group)
         a = first + (t % per_group) % size
         b = (t % per_group) // size
         return (a, b) if self.raster == "m" else (b, a)
-
-    def _units(self, tiles_m, tiles_n, splits=1):
-        items = tiles_m * tiles_n * splits
-        return (items + self.rings - 1) // self.rings
 
     def _tiles_m(self, mC, splits):
         bM = self.tile_mnk[0]
@@ -528,18 +562,24 @@ class PersistentGemm:
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mA, cute.slice_(self.a_staged, (None, None, 0)),
-                                                           (bM, bK))
-        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mB, cute.slice_(self.b_staged, (None, None, 0)),
-                                                           (bN, bK))
+        cm, cn = self.cluster_mn
+        a_op = g2s if cn == 1 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()  # A shared along N
+        b_op = g2s if cm == 1 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()  # B shared along M
+        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(a_op, mA, cute.slice_(self.a_staged, (None, None, 0)),
+                                                           (bM, bK), num_multicast=cn)
+        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(self.b_staged, (None, None, 0)),
+                                                           (bN, bK), num_multicast=cm)
         tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
                                                            cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
-        units = self._units(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN),
-                            splits if self.split_k else 1)
-        grid = cutlass.min(units, self.max_ctas)
-        self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                    self.c_staged, splits).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1,
-                                          stream=stream)
+        self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN), splits)
+        grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
+        kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
+                           self.c_staged, splits)
+        if cutlass.const_expr(cm * cn > 1):
+            kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[cm * cn, 1, 1], min_blocks_per_mp=1,
+                        stream=stream)
+        else:
+            kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
     def smem_a(self, ring):
         return self._view(self.alloc_a[ring], self.a_staged_k)
@@ -564,14 +604,15 @@ class PersistentGemm:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
-        self.splits = 1
-        if cutlass.const_expr(self.split_k):
-            self.splits = splits
-        self.tiles_m = self._tiles_m(mC, splits)
-        self.tiles_n = cute.ceil_div(cute.size(mC, mode=[1]), bN)
-        self.num_tiles = self.tiles_m * self.tiles_n
-        self.num_units = self._units(self.tiles_m, self.tiles_n, self.splits)
+        self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN),
+                        splits if cutlass.const_expr(self.split_k) else 1)
         self.k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), bK)
+        if cutlass.const_expr(self.clustered):
+            cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
+            rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+            self.cluster_coord = cta_layout_mnk.get_flat_coord(rank)
+            self.a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, self.cluster_coord, mode=1)
+            self.b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, self.cluster_coord, mode=0)
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         self.mA, self.mB, self.mC = mA, mB, mC
@@ -633,7 +674,7 @@ def compiled(ma, mb, mc, a, c, **options):
     key = _key(a.dtype, c.dtype, options)
     if key not in _CACHE:
         kern = PersistentGemm(ab_dtype=_common.cutlass_dtype(a.dtype), c_dtype=_common.cutlass_dtype(c.dtype),
-                              **{"max_ctas": _common.num_sms(), **options})
+                              **{"max_ctas": max_ctas(options.get("cluster_mn", (1, 1))), **options})
         _CACHE[key] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), _common.current_stream(),
                                    options=_common.PTX_OPTIONS)
         checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
@@ -648,6 +689,19 @@ def verdict_for(a, c, split_k=1, **options):
 
         return VERDICT_OF.get(_key(a.dtype, torch.float32, {**options, "split_k": True}))
     return VERDICT_OF.get(_key(a.dtype, c.dtype, options))
+
+
+def max_ctas(cluster_mn=(1, 1)):
+    """The persistent grid bound: every SM, or as many whole clusters as can be resident at once."""
+    size = cluster_mn[0] * cluster_mn[1]
+    if size == 1:
+        return _common.num_sms()
+    try:
+        from cutlass.utils import HardwareInfo
+
+        return size * HardwareInfo().get_max_active_clusters(size)
+    except Exception:  # noqa: BLE001 - an older driver: assume every SM pairs up
+        return _common.num_sms() // size * size
 
 
 def choose_splits(M, N, K, tile_mn, sms):
