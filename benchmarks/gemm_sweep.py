@@ -42,6 +42,7 @@ LLM = [(m, n, k) for m in (64, 256, 1024, 4096, 16384) for n, k in ((4096, 4096)
 QUICK = [(4096, 4096, 4096), (8192, 8192, 8192), (256, 4096, 14336), (4096, 14336, 4096)]
 RAGGED = [(1, 8, 8), (129, 264, 72), (200, 136, 40), (127, 4104, 4096), (3000, 5000, 1000), (1000, 2056, 4104),
           (3968, 4224, 200)]  # odd tile counts (pingpong recomputes the last tile), several units per CTA, K % 64 != 0
+FP16 = [(1000, 2056, 4112), (72, 4096, 4104)]  # fp16 correctness after the timed shapes (compiles two more kernels)
 TOL = 1e-2  # bf16 output rounding lands near 2e-3
 
 CONFIGS = {
@@ -53,6 +54,9 @@ CONFIGS = {
     "coop128x128": dict(schedule="cooperative", tile_mn=(128, 128)),
     "coop64x256": dict(schedule="cooperative", tile_mn=(64, 256)),
     "coop64x128": dict(schedule="cooperative", tile_mn=(64, 128)),
+    # 2x1 clusters: B multicast to the CTA pair along M (a third less L2 -> SMEM traffic per tile)
+    "coop128x256c21": dict(schedule="cooperative", tile_mn=(128, 256), cluster_mn=(2, 1)),
+    "pp128x128c21": dict(schedule="pingpong", tile_mn=(128, 128), cluster_mn=(2, 1)),
     # split-K (fp32 partial tiles, summed by torch): few output tiles, long K
     "coop128x256s": dict(schedule="cooperative", tile_mn=(128, 256), split_k="auto"),
     "coop64x256s": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto"),
@@ -67,7 +71,8 @@ def tune_set(M, N, K):
         return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s"]
-    return ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128"]
+    return ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
+            "coop128x256c21", "pp128x128c21"]
 
 
 def emit(kind, **rec):
@@ -123,10 +128,10 @@ class Child:
             return False
         return self.wg is not None if side == "wgmma_gemm" else True
 
-    def check(self, side, a, b, c, ref, ref_norm, shape, launch=None, label=None):
+    def check(self, side, a, b, c, ref, ref_norm, shape, launch=None, label=None, limit=60):
         """Poison C, run once, compare with the fp64 reference (False on a wrong or failed run)."""
         torch = self.torch
-        phase("check", 60, side, shape)
+        phase("check", limit, side, shape)  # limit: a first call may compile (fp16)
         side_label = label or side
         c.fill_(float("nan"))
         try:
@@ -159,7 +164,7 @@ class Child:
                 verdict = self.gp.verdict_for(a, c, **CONFIGS[name]) if name in CONFIGS else "-"
                 desc = name
                 if name in CONFIGS:
-                    opts = {k: v for k, v in CONFIGS[name].items() if k != "split_k"}
+                    opts = {k: v for k, v in CONFIGS[name].items() if k != "split_k"}  # "auto": a host choice
                     desc = self.gp.PersistentGemm(split_k="split_k" in CONFIGS[name], **opts).describe()
                 emit("compile", cfg=name, ok=True, seconds=round(time.time() - t0, 1), verdict=verdict, desc=desc)
                 self.compiled.add(name)
@@ -299,7 +304,24 @@ class Child:
                 continue
             print(f"== {shape[0]}x{shape[1]}x{shape[2]}", flush=True)
             self.shape(*shape)
+        self.fp16()
         phase("finished", 30)
+
+    def fp16(self):
+        """fp16 in / fp16 out through both default schedules (and split-K), untimed."""
+        torch = self.torch
+        for shape in FP16:
+            if tuple(shape) in self.done or time.time() > self.deadline:
+                continue
+            M, N, K = shape
+            a = torch.randn(M, K, device=self.dev, dtype=torch.float16)
+            b = torch.randn(N, K, device=self.dev, dtype=torch.float16)
+            ref = torch.mm(a.double(), b.double().t())
+            c = torch.empty(M, N, device=self.dev, dtype=torch.float16)
+            for name in ("coop128x256", "pp128x128", "coop128x256s"):
+                if self.usable(name):
+                    self.check(name, a, b, c, ref, ref.norm(), list(shape), label=name + " fp16", limit=300)
+            emit("shape_done", shape=list(shape))
 
 
 class SelfTestChild:
