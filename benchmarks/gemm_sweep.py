@@ -61,6 +61,8 @@ CONFIGS = {
     "coop128x256s": dict(schedule="cooperative", tile_mn=(128, 256), split_k="auto"),
     "coop64x256s": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto"),
 }
+for _cfg in CONFIGS.values():
+    _cfg.setdefault("split_k", 1)  # gemm() splits K by itself ("auto") unless told not to
 FIXED = {"coop": "coop128x256", "pingpong": "pp128x128"}  # the two schedules at their default tiles
 SIDES = ["torch", "wgmma_gemm", "coop", "pingpong", "tuned"]
 
@@ -165,7 +167,7 @@ class Child:
                 desc = name
                 if name in CONFIGS:
                     opts = {k: v for k, v in CONFIGS[name].items() if k != "split_k"}  # "auto": a host choice
-                    desc = self.gp.PersistentGemm(split_k="split_k" in CONFIGS[name], **opts).describe()
+                    desc = self.gp.PersistentGemm(split_k=CONFIGS[name]["split_k"] != 1, **opts).describe()
                 emit("compile", cfg=name, ok=True, seconds=round(time.time() - t0, 1), verdict=verdict, desc=desc)
                 self.compiled.add(name)
             except Exception as e:  # noqa: BLE001
@@ -545,7 +547,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="4 timed shapes instead of 20")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--subset", choices=("all", "squares", "llm"), default="all", help="timed shapes (default all)")
-    p.add_argument("--budget", type=float, default=480, help="seconds after which no new shape is started "
+    p.add_argument("--budget", type=float, default=420, help="seconds after which no new shape is started "
                    "(the table is printed with what finished)")
     p.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)
     p.add_argument("--selftest", action="store_true", help="CPU only: fake results through the supervisor "

@@ -32,7 +32,7 @@ split-K (cooperative, ``split_k=True``; host ``gemm(..., split_k="auto" | n)``):
 The checker sees every barrier: the rings, the math order, the static queue, with the runtime
 K-tile count and the number of units per CTA declared with ``trip_count`` (every K >= 1 and
 every unit count >= 1 are proven; with split-K every per-unit K count >= 1).
-Host: ``gemm(a, b, c, schedule=..., tile_mn=..., raster=..., group=..., split_k=...)``.
+Host: ``gemm(a, b, c, schedule=..., split_k="auto", tile_mn=..., raster=..., group=..., cluster_mn=...)``.
 """
 from __future__ import annotations
 
@@ -714,13 +714,18 @@ def choose_splits(M, N, K, tile_mn, sms):
     return max(1, min(16, sms // tiles, k_tiles // 4))
 
 
-def gemm(a, b, c, schedule="pingpong", split_k=1, **tile_options):
-    """c = a @ b.T (a: [M, K], b: [N, K], c: [M, N]; bf16 / fp16, row-major). ``tile_options``:
-    tile_mn, raster, group, ab_stages, max_ctas. ``split_k``: 1, a split count, or "auto"
-    (cooperative only): the kernel writes fp32 partial tiles of each K share into a workspace
-    and torch sums them into c. Returns a zero-argument relauncher."""
+def gemm(a, b, c, schedule="cooperative", split_k="auto", **tile_options):
+    """c = a @ b.T (a: [M, K], b: [N, K], c: [M, N]; bf16 / fp16, row-major).
+
+    ``schedule``: "cooperative" or "pingpong". ``tile_options``: tile_mn, raster, group,
+    cluster_mn, ab_stages, max_ctas (see PersistentGemm). ``split_k``: "auto" (split K only
+    when the output tiles leave most SMs idle; cooperative without a cluster), 1, or a split
+    count: the kernel then writes fp32 partial tiles of each K share into a workspace and torch
+    sums them into c. Returns a zero-argument relauncher."""
     import torch
 
+    if schedule not in SCHEDULES:
+        raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
     check_args(a, b, c)
     tile_options = {k: tuple(v) if isinstance(v, list) else v for k, v in tile_options.items()}
     M, K = a.shape
@@ -732,7 +737,9 @@ def gemm(a, b, c, schedule="pingpong", split_k=1, **tile_options):
         return c.zero_
     bM = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[0]
     if split_k == "auto":
-        split_k = choose_splits(M, N, K, tile_options.get("tile_mn") or DEFAULT_TILES[schedule], _common.num_sms())
+        splittable = schedule == "cooperative" and tuple(tile_options.get("cluster_mn", (1, 1))) == (1, 1)
+        split_k = choose_splits(M, N, K, tile_options.get("tile_mn") or DEFAULT_TILES[schedule],
+                                _common.num_sms()) if splittable else 1
     if not isinstance(split_k, int) or split_k < 1 or split_k > -(-K // 64):
         raise GemmConfigError(f"split_k={split_k!r}: expected 'auto' or an int in [1, ceil(K / 64) = {-(-K // 64)}]")
     ma, mb = _common.to_cute(a, 1), _common.to_cute(b, 1)
