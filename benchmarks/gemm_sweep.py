@@ -7,8 +7,9 @@ Shapes (C[M, N] = A[M, K] @ B[N, K]^T, bf16 in / fp32 accumulate / bf16 out): sq
 and M in {64, 256, 1024, 4096, 16384} x (N, K) in {(4096, 4096), (14336, 4096), (4096, 14336)}.
 Sides: torch.matmul (torch.mm into a preallocated C), wgmma_gemm.gemm (non-persistent), the
 persistent kernel's two schedules at their default tiles (``coop`` 128x256, ``pingpong``
-128x128 per warp group) and ``tuned``: the fastest of a handful of tile / raster configurations,
-timed once per shape. Every side runs on fresh random inputs with a NaN-poisoned output and is
+128x128 per warp group, no split-K, no cluster) and ``tuned``: the fastest of a handful of
+configurations (tiles, raster order / group, 2x1 clusters with B multicast for large shapes,
+split-K with split_k="auto" for M <= 256), each timed once per shape (``tune_set``). Every side runs on fresh random inputs with a NaN-poisoned output and is
 compared with an fp64 reference (relative Frobenius error, any non-finite value fails) on every
 shape, plus untimed ragged shapes. Timing: 3 rounds, the sides in a rotated order each round,
 each a triton do_bench median over CUDA-graph replays of back-to-back launches (host launch cost
