@@ -281,3 +281,15 @@ def test_host_argument_errors(a, b, c, needle):
         return
     with pytest.raises(gp.GemmConfigError, match=needle):
         gp.check_args(a, b, c)
+
+
+def test_split_k_host_path_accepts_its_fp32_workspace():
+    """gemm(..., split_k>1) compiles the kernel for the fp32 workspace tensor: that C dtype is
+    accepted with split_k (it was rejected on the H200, so every split configuration failed to
+    compile), and rejected without it."""
+    import cutlass
+
+    k = gp.PersistentGemm(schedule="cooperative", c_dtype=cutlass.Float32, split_k=True)
+    assert k.c_dtype is cutlass.Float32
+    with pytest.raises(gp.GemmConfigError, match="A/B and C must be bf16 or fp16"):
+        gp.PersistentGemm(schedule="cooperative", c_dtype=cutlass.Float32)

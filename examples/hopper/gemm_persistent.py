@@ -413,7 +413,8 @@ class PersistentGemm:
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1)):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
-        if ab_dtype not in (cutlass.BFloat16, cutlass.Float16) or c_dtype not in (cutlass.BFloat16, cutlass.Float16):
+        c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if split_k else ())  # split-K: fp32 partials
+        if ab_dtype not in (cutlass.BFloat16, cutlass.Float16) or c_dtype not in c_ok:
             raise GemmConfigError(f"dtypes {ab_dtype.__name__} -> {c_dtype.__name__}: A/B and C must be bf16 or fp16")
         if split_k and schedule != "cooperative":
             raise GemmConfigError("split_k=True: only the cooperative schedule splits K (pingpong pairs tiles)")
