@@ -274,12 +274,9 @@ class Tcgen05Gemm:
 
 
 def compile_for_cpu(arch="sm_100a", io_dtype=cutlass.Float16):
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_stream
 
-    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=8)
-    a = make_fake_tensor(io_dtype, (M, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
-    b = make_fake_tensor(io_dtype, (N, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
-    c = make_fake_tensor(io_dtype, (M, N), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    a, b, c = _common.fake_gemm_operands(io_dtype, io_dtype)
     return cute.compile(Tcgen05Gemm(io_dtype), a, b, c, make_fake_stream(), options=_common.ptx_options(arch))
 
 

@@ -62,3 +62,17 @@ def count_ptx(ptx: str, patterns=PTX_PATTERNS):
 def ptx_options(arch: str = "sm_90a") -> str:
     """Compile options for CPU builds: keep the PTX and pin the target (CI has no GPU to detect)."""
     return f"{PTX_OPTIONS} --gpu-arch {arch}"
+
+
+def fake_gemm_operands(ab_dtype, c_dtype):
+    """Fake row-major A (M x K), B (N x K) and C (M x N) for CPU compiles: M any, N and K multiples
+    of 8 (16-byte rows, as TMA needs), leading strides symbolic."""
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_tensor
+
+    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=8)
+
+    def rows(dtype, shape):
+        return make_fake_tensor(dtype, shape, (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+
+    return rows(ab_dtype, (M, K)), rows(ab_dtype, (N, K)), rows(c_dtype, (M, N))

@@ -770,14 +770,10 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", **tile_options):
 
 def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                     **options):
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_stream
 
-    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=8)
-    a = make_fake_tensor(ab_dtype, (M, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
-    b = make_fake_tensor(ab_dtype, (N, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
-    c = make_fake_tensor(c_dtype, (M, N), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
     kern = PersistentGemm(schedule=schedule, ab_dtype=ab_dtype, c_dtype=c_dtype, **options)
-    c = make_fake_tensor(kern.c_dtype, (M, N), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    a, b, c = _common.fake_gemm_operands(ab_dtype, kern.c_dtype)  # split-K: C is the fp32 workspace
     return cute.compile(kern, a, b, c, cutlass.Int32(1), make_fake_stream(), options=_common.ptx_options(arch))
 
 

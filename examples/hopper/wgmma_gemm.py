@@ -352,12 +352,9 @@ def compiled_for(a, c, **kw):
 
 
 def compile_for_cpu(arch="sm_90a", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16, **kw):
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_stream
 
-    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=8)
-    a = make_fake_tensor(ab_dtype, (M, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
-    b = make_fake_tensor(ab_dtype, (N, K), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
-    c = make_fake_tensor(c_dtype, (M, N), (cute.sym_int64(divisibility=8), 1), assumed_align=16)
+    a, b, c = _common.fake_gemm_operands(ab_dtype, c_dtype)
     return cute.compile(WgmmaGemm(ab_dtype, c_dtype, **kw), a, b, c, make_fake_stream(), options=_common.ptx_options(arch))
 
 
