@@ -15,13 +15,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from .balance import Balance
 from .engine import Engine, Unbounded, Violation
 from .symmetry import Canon
 
 
 @dataclass
 class Problem:
-    kind: str  # deadlock | race | pdl | over-arrival
+    kind: str  # deadlock | race | pdl | over-arrival | unconsumed
     text: str
     exec_index: int
     step: object
@@ -37,7 +38,8 @@ class Problem:
 class Exploration:
     states: int = 0
     complete: int = 0
-    counts: Dict[str, int] = field(default_factory=lambda: {"deadlock": 0, "race": 0, "pdl": 0, "over-arrival": 0})
+    counts: Dict[str, int] = field(default_factory=lambda: {"deadlock": 0, "race": 0, "pdl": 0, "over-arrival": 0,
+                                                                    "unconsumed": 0})
     problems: List[Problem] = field(default_factory=list)
     hit_cap: bool = False
     hit_time: bool = False  # stopped at the max_seconds deadline
@@ -63,6 +65,7 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
     t0 = time.perf_counter()
     out = Exploration()
     canon = Canon(engine.c)
+    balance = Balance(engine.c)
     n = len(engine.execs)
     successors, is_local, maybe_local = engine.successors, engine.is_local, engine.maybe_local
     execs_range = range(n)
@@ -200,6 +203,9 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
                     out.complete += 1
                     if out.shortest_complete is None:  # a fallback for representative_run
                         out.shortest_complete = replay(engine, canon, path_to(sid), st)[0]
+                    left = balance.problem(st)  # every commit consumed and released by the end
+                    if left is not None and balance.confirm(left, path_to(sid), st, replay):
+                        note("unconsumed", sid, left[0], left[1], left[2], barrier=left[3])
                 elif any(engine.key_capped(st, e) for e in range(n)):
                     out.unbounded = True  # stuck only because of the run-ahead bound: not a proof either way
                 else:

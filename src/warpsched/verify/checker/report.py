@@ -25,8 +25,11 @@ FIXES = {
     "pdl": "execute wait_griddep() before the launch and before reading predecessor-grid results",
     "over-arrival": ("size the cooperative group to the arrivals one operation makes "
                      "(signaling warps x threads x CTAs, see protocol.barriers.arrivals_per_op)"),
+    "unconsumed": ("make every consumer wait for (and release) each stage produced, on every path: match the "
+                   "producer's and each consumer's trip counts and guards, or drop the extra acquire / commit"),
 }
-TITLES = {"deadlock": "DEADLOCK", "race": "RACE", "pdl": "PDL ORDER VIOLATION", "over-arrival": "BARRIER OVER-ARRIVAL"}
+TITLES = {"deadlock": "DEADLOCK", "race": "RACE", "pdl": "PDL ORDER VIOLATION", "over-arrival": "BARRIER OVER-ARRIVAL",
+          "unconsumed": "UNCONSUMED COMMIT"}
 
 
 @dataclass
@@ -305,6 +308,9 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
     elif p.kind == "pdl":
         message = f"PDL order violation: {p.text}"
         expected = "wait_griddep() executed first on every path, including skipped tiles"
+    elif p.kind == "unconsumed":
+        message = f"unconsumed commit: {p.text}"
+        expected = "at kernel exit, every committed stage waited by each of its consumers and released"
     else:
         message = f"barrier protocol error: {p.text}"
         b = engine.c.barriers[p.barrier] if p.barrier is not None else None
@@ -366,7 +372,7 @@ def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[
     out.append(RULE)
     out.append(f"{word}: {exp.states} states explored, {exp.complete} complete, {c['deadlock']} deadlock(s), "
                f"{c['race']} race(s), {c['pdl']} PDL order violation(s), {c['over-arrival']} barrier "
-               f"over-arrival(s) in {exp.seconds:.3f}s")
+               f"over-arrival(s), {c['unconsumed']} unconsumed commit(s) in {exp.seconds:.3f}s")
     if verdict == "INCOMPLETE":
         why = stop_reason(exp, max_states, max_seconds)
         out.append(f"WARNING: exhaustive checker {why} before completing the search; no concrete issue was "
