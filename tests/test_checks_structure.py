@@ -111,7 +111,8 @@ def test_uncalled_schedule_function_is_rejected():
     f = rejected([bad], {smem_a: [gmem_a]})
     hit = expect(f, "captured domain validity", "nosched", None, line("nosched"))
     assert "call the @schedule function" in hit.fix
-    accepted([load_task], {smem_a: [gmem_a]})
+    tmem_c, mma_task = make_mma(smem_a)  # the load alone leaves every commit unconsumed
+    accepted([load_task, mma_task], {smem_a: [gmem_a], tmem_c: [smem_a]})
 
 
 # ------------------------------------------------------------------ resource stage roles
@@ -205,7 +206,8 @@ def test_declared_but_unused_resource_rejected():
     f = rejected([load_task], {smem_a: [gmem_a, extra]})
     expect(f, "schedule resource coverage", "load_a", "extra", line("load_task"))
     load_task.src_resources.remove(extra)
-    accepted([load_task], {smem_a: [gmem_a]})
+    tmem_c, mma_task = make_mma(smem_a)
+    accepted([load_task, mma_task], {smem_a: [gmem_a], tmem_c: [smem_a]})
 
 
 # ------------------------------------------------------------------ named work dispatch (capture time)

@@ -10,10 +10,14 @@ producer bracket. Value routing lives in checks_dataflow.
 """
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from typing import Dict, Iterable, List
 
 from ..errors import Finding
 from ..model.ir import TRY_PAIRS, ScheduleResult, Step, StepKind
+from ..model.resources import work_spec_of
 from ..model.task import Task
 from ..protocol.barriers import protocol_of
 from . import checks_dataflow
@@ -39,6 +43,7 @@ def check(program: Program) -> Iterable[Finding]:
         out += _unpipelined_sync(program, t)
         for run in executions(t.schedule):
             out += _simulate(ctx, t, run)
+    out += _never_waited(program)
     out += checks_dataflow.check(program)
     return dedupe(out)
 
@@ -151,12 +156,15 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
 
     for s, _i in run:
         k = s.kind
+        if k.is_aux:
+            _stage_aux(ctx, s, prod, cons, proxy_open, add)
         if k.is_aux or k in TRY_KINDS or k.side is None:
             continue
         for r in targets(s):
             if not ctx.bracketed(r):
                 if k is StepKind.ProducerWork:
                     _dma(ctx, t, s, r, cons, released, proxy_open, add)
+                    _reads_upstream(ctx, t, s, r, cons, proxy_open, add)
                 continue
             rid = id(r)
             res[rid] = r
@@ -181,8 +189,10 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                         f"move {s.method}() between {n}.acquire() and {n}.commit()")
                 if k is StepKind.ProducerWork:
                     _dma(ctx, t, s, r, cons, released, proxy_open, add)
+                    _reads_upstream(ctx, t, s, r, cons, proxy_open, add)
             elif k is StepKind.ConsumerWait:
-                if not ctx.releases(r, t) and ctx.others(r, StepKind.ConsumerRelease, t):
+                # a WorkQueue has no split consumers: every task runs its own queue epilogue
+                if not ctx.releases(r, t) and ctx.others(r, StepKind.ConsumerRelease, t) and not is_queue(r):
                     c[:] = [s]  # wait-only consumer: the wait itself advances the state
                     continue
                 if c and not ctx.adv_wait(r):
@@ -215,7 +225,12 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
             add(f"{n}.acquire() is never committed", p[-1], res[rid], f"{n}.commit() after each {n}.acquire()",
                 f"add {n}.commit() after the producer work")
     for rid, c in cons.items():
-        if c and not ctx.others(res[rid], StepKind.ConsumerRelease, t):
+        if c and is_queue(res[rid]):
+            n = rname(res[rid])
+            add(f"{n}.wait() is never released: every persistent task ends each work tile with its own "
+                f"{n}.release()", c[-1], res[rid], f"{n}.release() after {n}.get_and_advance_work_tile()",
+                f"complete the queue epilogue: {n}.wait(); {n}.get_and_advance_work_tile(); {n}.release()")
+        elif c and not ctx.others(res[rid], StepKind.ConsumerRelease, t):
             n = rname(res[rid])
             add(f"{n}.wait() is never released (and no other task releases {n})", c[-1], res[rid],
                 f"{n}.release() after each {n}.wait() in some task",
@@ -244,3 +259,108 @@ def _dma(ctx: _Context, t: Task, s: Step, down, cons, released, proxy_open, add)
             f"{rname(up)}.release() after {rname(down)}.{s.method}()",
             f"move {rname(up)}.release() after {rname(down)}.{s.method}() so the next load cannot overwrite "
             "the tile the hardware producer still reads", check=DMA)
+
+
+# ------------------------------------------------------------------ stage reads outside a bracket
+def _stage_aux(ctx: _Context, s: Step, prod, cons, proxy_open, add) -> None:
+    """Auxiliary work sits outside brackets, but one whose body reads ``stage_info.stage_idx`` (or
+    ``.barrier``) names the stage of the bracket it runs in. Outside every bracket of its resource
+    that is a stage the task does not hold: a descriptor built before the wait points at the previous
+    (released) stage."""
+    for r in targets(s):
+        if is_queue(r) or good_config(r) is None or not _reads_stage(r, s.method):
+            continue
+        if prod.get(id(r)) or cons.get(id(r)) or proxy_open(r):
+            continue
+        n = rname(r)
+        add(f"auxiliary work {n}.{s.method}() reads stage_info.stage_idx outside every {n} bracket: the stage it "
+            "names is not one this task holds", s, r,
+            f"{n}.{s.method}() after {n}.wait() (or acquire(), or a split consumer's proxy wait) and before the "
+            "matching release() / commit()", f"move {n}.{s.method}() after the wait() that opens the bracket")
+
+
+_STAGE_READS: Dict = {}
+
+
+def _reads_stage(resource, method: str) -> bool:
+    key = (type(resource), method)
+    if key not in _STAGE_READS:
+        _STAGE_READS[key] = _body_reads_stage(getattr(type(resource), method, None))
+    return _STAGE_READS[key]
+
+
+def _body_reads_stage(fn) -> bool:
+    spec = work_spec_of(fn)
+    try:
+        src = textwrap.dedent(inspect.getsource(inspect.unwrap(spec.fn if spec is not None else fn)))
+        tree = ast.parse(src)
+    except Exception:  # noqa: BLE001 - no source (built-in, generated): treated as not stage-indexed
+        return False
+    funcs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not funcs or len(funcs[0].args.args) < 2:
+        return False
+    info = funcs[0].args.args[1].arg
+    return any(isinstance(n, ast.Attribute) and n.attr in ("stage_idx", "barrier") and isinstance(n.value, ast.Name)
+               and n.value.id == info for n in ast.walk(funcs[0]))
+
+
+def _reads_upstream(ctx: _Context, t: Task, s: Step, down, cons, proxy_open, add) -> None:
+    """Synchronous producer work reads what its resource depends on (the graph edges): in a task that
+    consumes some upstream buffer of it, the work runs inside the window of one of them (wait() ..
+    release(), or a split consumer's proxy window), or takes a value (an argument or a guard) a read
+    of one of them returned. Hardware producers: ``_dma``."""
+    cfg = good_config(down)
+    if cfg is not None and cfg.pipeline_type.producer_is_hardware:
+        return
+    program = ctx.program
+    consumed = []
+    for up in graph_upstream(program, down):
+        if up is down or is_queue(up) or is_pdl(up) or good_config(up) is None:
+            continue
+        if any(x.kind in (StepKind.ConsumerWait, StepKind.ConsumerRelease) and any(y is up for y in targets(x))
+               for x in steps(program, t)):
+            consumed.append(up)
+    if not consumed or any(cons.get(id(up)) or proxy_open(up) for up in consumed):
+        return
+    if _fed_by(program, t, s, consumed):
+        return
+    n, u = rname(down), rname(consumed[0])
+    add(f"{n}.{s.method}() runs outside the wait()/release() window of {u}, which {n} depends on, and takes "
+        f"no value read from it: it can read {u} before the stage is ready or after it was handed back", s,
+        consumed[0], f"{n}.{s.method}() between {u}.wait() and {u}.release(), or fed by the result of a {u} read",
+        f"move {n}.{s.method}() inside the {u} window (or pass it the value a {u} read returns)")
+
+
+def _fed_by(program: Program, t: Task, s: Step, ups) -> bool:
+    by_index = {x.index: x for x in steps(program, t)}
+    toks = list(s.token_args.values()) + [g.token for g in s.guards if getattr(g, "token", None) is not None]
+    for tok in toks:
+        w = by_index.get(tok.producer_index)
+        if w is not None and w.kind.side == "consumer" and any(y is up for y in targets(w) for up in ups):
+            return True
+    return False
+
+
+def _never_waited(program: Program) -> List[Finding]:
+    """A pipelined resource that some task commits to and no task ever waits on: every commit is left
+    unconsumed (a TMA copy may still be writing when the CTA exits; the producer tail hangs)."""
+    out = []
+    try:
+        resources = program.resources
+    except Exception:  # noqa: BLE001
+        return out
+    for r in resources:
+        if is_queue(r) or good_config(r) is None:
+            continue
+        if tasks_with(program, r, [StepKind.ConsumerWait]):
+            continue
+        for t in tasks_with(program, r, [StepKind.ProducerCommit, StepKind.ProducerAcquire]):
+            s = next(x for x in steps(program, t) if x.kind in (StepKind.ProducerCommit, StepKind.ProducerAcquire)
+                     and any(y is r for y in targets(x)))
+            n = rname(r)
+            out.append(F(BRACKET, f"{t.name} commits stages of {n} but no task ever waits on {n}: every commit is "
+                         "left unconsumed", task=t, resource=r, location=s.location,
+                         expected=f"a consumer task: {n}.wait(); <work>; {n}.release()",
+                         fix=f"add the consumer of {n} (and {n} to its src_resources), or drop the producer"))
+            break
+    return out

@@ -1,0 +1,147 @@
+"""Checker gaps found by mutating the bundled examples (issue 17): each mutant is rejected with a
+finding at the mutated call, and the example itself stays accepted."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import warnings
+
+import pytest
+
+import warpsched
+from warpsched.examples import gemm, gemm_persistent, split_consumer
+
+EXAMPLES = os.path.dirname(gemm.__file__)
+
+
+def _mutant(module, old: str, new: str, tmp_path):
+    """Import a copy of ``module`` with ``old`` replaced by ``new`` (exactly once)."""
+    src = open(module.__file__).read()
+    assert src.count(old) == 1, old
+    path = tmp_path / os.path.basename(module.__file__)
+    path.write_text(src.replace(old, new))
+    name = f"warpsched.examples._mutant_{module.__name__.rsplit('.', 1)[1]}_{abs(hash(new))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod, str(path), path.read_text().splitlines()
+
+
+def _line_of(lines, text, after=0):
+    return next(i + 1 for i, ln in enumerate(lines) if i + 1 > after and text in ln)
+
+
+def _rejected(build, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(warpsched.ValidationError) as info:
+            build(verbose=False, **kw)
+    return info.value.findings
+
+
+def _accepted(build, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = build(verbose=False, **kw)
+    assert m.result.accepted and m.result.checker.verdict == "SAFE"
+
+
+QUEUE_EPILOGUES = ["load_schedule", "mma_schedule", "store_schedule"]
+
+
+@pytest.mark.parametrize("which", range(3))
+def test_persistent_task_without_queue_release(which, tmp_path):
+    src = open(gemm_persistent.__file__).read()
+    tail = "        wq.get_and_advance_work_tile()\n        wq.release()\n"
+    assert src.count(tail) == 3
+    parts = src.split(tail)
+    mutated = tail.join(parts[:which + 1]) + "        wq.get_and_advance_work_tile()\n" + tail.join(parts[which + 1:])
+    path = tmp_path / "gemm_persistent.py"
+    path.write_text(mutated)
+    spec = importlib.util.spec_from_file_location(f"warpsched.examples._mutant_gp{which}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    lines = mutated.splitlines()
+    start = _line_of(lines, f"def {QUEUE_EPILOGUES[which]}")
+    wait_line = _line_of(lines, "wq.wait()", after=start)
+    findings = _rejected(mod.build)
+    hit = [f for f in findings if f.check == "work bracketing" and f.resource == "WorkQueue"
+           and f.location.line == wait_line]
+    assert hit, [f.format() for f in findings]
+    assert any("never released" in f.message and "release()" in f.fix for f in hit), [f.message for f in hit]
+    assert hit[0].task == ["LoadTask", "MmaTask", "StoreTask"][which]
+
+
+def test_persistent_gemm_itself_is_accepted():
+    _accepted(gemm_persistent.build)
+
+
+DESC_BEFORE_PROXY = ("        proxy.wait()\n        desc_a = smem_a.build_desc()  # work, no direct wait\n",
+                     "        desc_a = smem_a.build_desc()  # work, no direct wait\n        proxy.wait()\n")
+
+
+@pytest.mark.parametrize("schedule_name,builder", [("mma_schedule", "build"), ("compute_schedule", "build_hopper")])
+def test_descriptor_built_before_the_proxy_wait(schedule_name, builder, tmp_path):
+    src = open(split_consumer.__file__).read()
+    start = src.index(f"def {schedule_name}")
+    at = src.index(DESC_BEFORE_PROXY[0], start)
+    mutated = src[:at] + DESC_BEFORE_PROXY[1] + src[at + len(DESC_BEFORE_PROXY[0]):]
+    path = tmp_path / "split_consumer.py"
+    path.write_text(mutated)
+    spec = importlib.util.spec_from_file_location(f"warpsched.examples._mutant_sc_{schedule_name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    lines = mutated.splitlines()
+    desc_line = _line_of(lines, "desc_a = smem_a.build_desc()", after=_line_of(lines, f"def {schedule_name}"))
+    findings = _rejected(getattr(mod, builder))
+    hit = [f for f in findings if f.location.line == desc_line and f.resource == "smem_a"]
+    assert hit, [f.format() for f in findings]
+    assert "stage_idx" in hit[0].message and hit[0].check == "work bracketing"
+
+
+def test_descriptor_built_before_the_wait_in_the_plain_gemm(tmp_path):
+    old = "        smem_ab.try_wait()\n        smem_ab.wait()\n        desc = smem_ab.build_desc()\n"
+    new = "        desc = smem_ab.build_desc()\n        smem_ab.try_wait()\n        smem_ab.wait()\n"
+    mod, _, lines = _mutant(gemm, old, new, tmp_path)
+    findings = _rejected(mod.build)
+    assert any(f.location.line == _line_of(lines, "desc = smem_ab.build_desc()") for f in findings)
+
+
+def test_split_consumer_examples_are_accepted():
+    _accepted(split_consumer.build)
+    _accepted(split_consumer.build_hopper)
+
+
+def test_store_before_the_accumulator_wait(tmp_path):
+    mod, _, lines = _mutant(split_consumer, "    tmem_c.wait()\n    gmem_d.store()\n",
+                            "    gmem_d.store()\n    tmem_c.wait()\n", tmp_path)
+    findings = _rejected(mod.build)
+    store_line = _line_of(lines, "    gmem_d.store()")
+    hit = [f for f in findings if f.location.line == store_line]
+    assert hit, [f.format() for f in findings]
+    assert hit[0].task == "StoreTask" and hit[0].resource == "tmem_c" and "window of tmem_c" in hit[0].message
+
+
+def test_store_after_the_accumulator_release(tmp_path):
+    mod, _, lines = _mutant(split_consumer, "    gmem_d.store()\n    tmem_c.release()\n",
+                            "    tmem_c.release()\n    gmem_d.store()\n", tmp_path)
+    findings = _rejected(mod.build)
+    assert any(f.location.line == _line_of(lines, "    gmem_d.store()") for f in findings)
+
+
+def test_tma_load_that_no_task_waits_on(tmp_path):
+    """The GEMM with the MMA task's waits on the tiles removed entirely (and their work): the loads'
+    commits are never consumed."""
+    old = ("            smem_ab.try_wait()\n            smem_ab.wait()\n            desc = smem_ab.build_desc()\n"
+           "            tmem_c.mma(desc=desc)\n            smem_ab.release()\n")
+    src = open(gemm_persistent.__file__).read()
+    assert src.count(old) == 1
+    mod, _, lines = _mutant(gemm_persistent, old, "            tmem_c.mma()\n", tmp_path)
+    findings = _rejected(mod.build)
+    hit = [f for f in findings if "no task ever waits on" in f.message]
+    assert hit and hit[0].task == "LoadTask" and hit[0].resource == "SmemAB"
+    assert hit[0].location.line in (_line_of(lines, "smem_ab.acquire()"), _line_of(lines, "smem_ab.commit()"))
