@@ -10,6 +10,8 @@ import warnings
 import pytest
 
 import warpsched
+
+sys.path.insert(0, os.path.dirname(__file__))
 from warpsched.examples import gemm, gemm_persistent, split_consumer
 
 EXAMPLES = os.path.dirname(gemm.__file__)
@@ -145,3 +147,67 @@ def test_tma_load_that_no_task_waits_on(tmp_path):
     hit = [f for f in findings if "no task ever waits on" in f.message]
     assert hit and hit[0].task == "LoadTask" and hit[0].resource == "SmemAB"
     assert hit[0].location.line in (_line_of(lines, "smem_ab.acquire()"), _line_of(lines, "smem_ab.commit()"))
+
+
+# ------------------------------------------------------------------ num_bytes against the SMEM stage
+def _tma_program(num_bytes):
+    from dataclasses import dataclass
+
+    from test_checks_support import Buf, Gmem, cg, line  # noqa: F401
+    from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, domain_loop, schedule
+
+    @dataclass(kw_only=True)
+    class Tiles(Buf):
+        alloc: object = None
+
+        def get_smem_requirements(self):
+            return [self.alloc]
+
+    smem = SmemAllocator()
+    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @tiles_cfg
+        num_stages=2, num_bytes=num_bytes, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=(1, 1, 1, 1))
+    tiles = Tiles(name="tiles", pipeline_config=cfg, alloc=SmemAllocation("tiles", dtype=2, count=2 * 1024))
+    smem.add_resource(tiles)
+    smem.compute_layout()
+    gmem, out = Gmem(name="gmem"), Gmem(name="out")
+
+    @schedule
+    def load(g, t):
+        with domain_loop(0, 4, 1):
+            c = g.compute_coords()
+            t.acquire()
+            t.tma_load_a(coord_k=c)
+            t.commit()
+
+    @schedule
+    def use(t, o):
+        with domain_loop(0, 4, 1):
+            t.wait()
+            v = t.read()
+            t.release()
+            o.store(value=v)
+
+    tasks = [Task(name="Load", src_resources=[gmem], dst_resources=[tiles], warp_idx=0, num_warps=1,
+                  schedule=load(gmem, tiles)),
+             Task(name="Use", src_resources=[tiles], dst_resources=[out], warp_idx=1, num_warps=1,
+                  schedule=use(tiles, out))]
+    return dict(tasks=tasks, resource_dependency_graph={tiles: [gmem], out: [tiles]}, smem_allocator=smem)
+
+
+def test_num_bytes_larger_than_the_smem_stage_is_an_error():
+    from test_checks_support import line
+
+    with pytest.raises(warpsched.ValidationError) as info:
+        warpsched.TaskManager(verbose=False, **_tma_program(2048 + 1))
+    hit = [f for f in info.value.findings if "one stage of its SMEM allocations is 2048 bytes" in f.message]
+    assert hit and hit[0].location.line == line("tiles_cfg") and hit[0].expected == "num_bytes=2048 (the bytes one " \
+        "stage's TMA loads deliver)"
+
+
+def test_num_bytes_smaller_than_the_smem_stage_is_a_warning_and_exact_is_clean():
+    with pytest.warns(warpsched.ValidationWarning, match="less than a stage holds"):
+        m = warpsched.TaskManager(verbose=False, **_tma_program(2048 - 1))
+    assert m.result.accepted
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", warpsched.ValidationWarning)
+        assert warpsched.TaskManager(verbose=False, **_tma_program(2048)).result.accepted

@@ -185,6 +185,7 @@ def _bytes(program: Program, r: Any) -> List[Finding]:
                      "would complete before any TMA byte lands", expected="the bytes one stage's TMA loads deliver",
                      fix="num_bytes=<tile bytes per stage>", **base))
         return out
+    out += _stage_bytes(r, cfg, base)
     armers, _verb = _side_tasks(program, r, "producer")
     for t in armers:
         if not is_pos_int(getattr(t, "num_warps", None)):
@@ -196,6 +197,32 @@ def _bytes(program: Program, r: Any) -> List[Finding]:
                          expected=f"a multiple of {arms} ({arms} warps each arm num_bytes / {arms})",
                          fix="fix num_bytes, or route the completion through TaskWarpLeader", **base))
     return out
+
+
+def _stage_bytes(r: Any, cfg: PipelineConfig, base) -> List[Finding]:
+    """num_bytes is what one stage's copies deliver into one CTA; the stage itself is the
+    resource's SMEM allocations split in num_stages equal slices. More bytes than the stage holds
+    can never land (the phase never completes, or a copy overflows into the next stage); fewer
+    complete the phase while the rest of a full-stage copy is still landing."""
+    try:
+        allocs = list(r.get_smem_requirements() or [])
+        total = sum(a.size_bytes for a in allocs)
+    except Exception:  # noqa: BLE001 - a requirement hook that needs a kernel context, or no sizes
+        return []
+    if not allocs or not is_int(total) or total <= 0 or total % cfg.num_stages:
+        return []
+    stage = total // cfg.num_stages
+    if cfg.num_bytes == stage:
+        return []
+    more = cfg.num_bytes > stage
+    what = ("more than a stage holds: the copies cannot deliver them, so the full barrier never completes (or a "
+            "copy overflows into the next stage)" if more else
+            "less than a stage holds: a copy that fills the stage completes the phase before its last bytes land")
+    return [F(COUNTS, f"{rname(r)}: num_bytes={cfg.num_bytes}, but one stage of its SMEM allocations is {stage} bytes "
+              f"({total} bytes / {cfg.num_stages} stages): {what}",
+              expected=f"num_bytes={stage} (the bytes one stage's TMA loads deliver)",
+              fix=f"num_bytes={stage}, or size the allocations to num_stages x the tile", severity="error" if more
+              else "warning", **base)]
 
 
 # ------------------------------------------------------------------ leader-routed completions
