@@ -211,3 +211,14 @@ def test_num_bytes_smaller_than_the_smem_stage_is_a_warning_and_exact_is_clean()
     with warnings.catch_warnings():
         warnings.simplefilter("error", warpsched.ValidationWarning)
         assert warpsched.TaskManager(verbose=False, **_tma_program(2048)).result.accepted
+
+
+def test_two_warp_mma_task_makes_two_umma_arrivals(tmp_path):
+    """cutlass elects one thread per warp for tcgen05.commit: a 2-warp MMA task commits twice per
+    stage, so its UMMA sides need cooperative groups of 2 (the example declares 1)."""
+    old = 'Task(name="MmaTask", src_resources=[smem_ab, wq], dst_resources=[tmem_c], warp_idx=5, num_warps=1,'
+    mod, _, lines = _mutant(gemm_persistent, old, old.replace("num_warps=1", "num_warps=2"), tmp_path)
+    findings = _rejected(mod.build)
+    hit = [f for f in findings if f.check == "pipeline thread counts and bytes" and f.task == "MmaTask"]
+    assert {f.resource for f in hit} == {"SmemAB", "TmemC"}, [f.format() for f in findings]
+    assert all("2 signaling warp(s) x 1 tcgen05.commit" in f.expected for f in hit)

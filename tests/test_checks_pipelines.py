@@ -67,13 +67,15 @@ def test_consumer_group_sized_for_the_store_task_doc_pair():
 
 
 def test_wrong_pipeline_type_for_tmem_is_rejected_doc():
-    """create_tma_umma_pipeline_cfg for TmemC declares one tcgen05 commit as the consumer."""
+    """create_tma_umma_pipeline_cfg for TmemC declares tcgen05 commits as the consumer: one per signaling
+    warp (cutlass elects one thread per warp; the docs' single-warp MMA task makes that one commit)."""
     wrong = PipelineConfig.create_tma_umma_pipeline_cfg(  # @tmem_tma
         num_stages=2, num_bytes=0, producer_group=cg(1), consumer_group=cg(NUM_EPILOGUE_WARPS * 32),
         cta_layout_vmnk=(1, 1, 1, 1))
     f = rejected(*tmem_program(wrong))
     hit = expect(f, "pipeline thread counts and bytes", "StoreTask", "TmemC", line("tmem_tma"))
-    assert hit.expected.startswith("consumer_group size 1 = 1 tcgen05.commit")
+    assert hit.expected.startswith(f"consumer_group size {NUM_EPILOGUE_WARPS} = {NUM_EPILOGUE_WARPS} signaling warp(s) "
+                                   "x 1 tcgen05.commit")
 
 
 def test_a_left_out_group_is_derived_from_the_tasks_that_signal():

@@ -232,8 +232,8 @@ def arrivals_per_op(config: PipelineConfig, side: str, task_num_warps: int, *, w
         per, unit = warps * WARP_SIZE, f"{warps} signaling warp(s) x {WARP_SIZE} threads"
     elif kind is ArriveKind.WARP:
         per, unit = warps, f"{warps} signaling warp(s) x 1 elected thread"
-    else:
-        per, unit = 1, "1 tcgen05.commit"
+    else:  # UMMA: each signaling warp's elected thread issues one tcgen05.commit (cutlass elects per warp)
+        per, unit = warps, f"{warps} signaling warp(s) x 1 tcgen05.commit"
     cta_txt = f" x {ctas} signaling CTA(s)" if ctas != 1 else ""
     alternative = warps * WARP_SIZE if (kind is ArriveKind.WARP and side == "consumer") else None
     return SideCount(per * ctas, f"{unit}{cta_txt} ({kind.value} arrivals, {signaling.name or signaling})",

@@ -1,0 +1,506 @@
+"""Mutation testing of warpsched's checks: small bugs planted in the bundled programs and in the
+Hopper examples' CPU builds, each checked by the static checks and the exhaustive checker.
+
+  PYTHONPATH=src python benchmarks/mutate.py [--out benchmarks/results/mutate.txt] [--only SUBSTR] [--jobs 1]
+
+Operators (one edit per mutant, line numbers kept, applied to the module's source text):
+  del-verb        delete one pipeline verb (acquire / commit / wait / release / try_*, queue and PDL
+                  verbs, the WGMMA wait)
+  swap-up/-down   swap a pipeline verb with the statement before / after it in the same block
+  guard-drop      run a guarded block unconditionally (first_iter, last_iter, every, when_*, skippable)
+  guard-flip      first_iter <-> last_iter, when_true <-> when_false; every(p, s): s+1, p+1
+  loop-start/-end/-step   +1 on one argument of a domain_loop
+  group+1 / group-1       a cooperative-group size (producer_group / consumer_group) off by one
+  bytes+1 / bytes-1       num_bytes or num_bytes_per_warp_per_cta off by one
+  stages+1 / stages-1     num_stages off by one
+  stride+1        interleave_stride (or one of its 4 entries) + 1
+  signal=X        a side's signaling threads replaced (or set where the default All applied)
+  warps+1 / warps-1       a task's num_warps off by one
+
+Outcomes: killed (an error finding; the check and file:line are recorded), warned (only a new
+warning), survived, stillborn (the mutant is not a program: an exception outside warpsched),
+crash (an exception inside warpsched: a bug), timeout. Every survivor is classified in
+``CLASSIFIED`` below (equivalent, with the reason) or by a rule in ``classify``; the report
+lists anything left unclassified.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import io
+import itertools
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+for p in (os.path.join(ROOT, "src"), os.path.join(ROOT, "examples", "hopper"),
+          os.path.join(ROOT, "examples", "hopper", "patterns")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+BUNDLED = "src/warpsched/examples"
+HOPPER = "examples/hopper"
+PATTERNS = "examples/hopper/patterns"
+
+# file -> the builder calls whose verdicts decide a mutant (a mutant is killed when any rejects it)
+TARGETS: Dict[str, List[Tuple[str, dict]]] = {
+    f"{BUNDLED}/grid_stride_copy.py": [("build", {})],
+    f"{BUNDLED}/tma_copy.py": [("build", {})],
+    f"{BUNDLED}/gemm.py": [("build", {})],
+    f"{BUNDLED}/gemm_persistent.py": [("build", {})],
+    f"{BUNDLED}/pingpong.py": [("build", {}), ("build", {"kind": "tma_async"})],
+    f"{BUNDLED}/split_consumer.py": [("build", {}), ("build_hopper", {})],
+    f"{BUNDLED}/interleaved.py": [("build_warp_lane", {}), ("build_domain_lane", {}),
+                                  ("build_per_role", {"num_stages": 4})],
+    f"{BUNDLED}/leader_routed.py": [("build", {})],
+    f"{HOPPER}/grid_stride_copy.py": [("build", {})],
+    f"{HOPPER}/group_add.py": [("build", {"mode": "merge"}), ("build", {"mode": "fused"}), ("build", {"mode": "fork"})],
+    f"{HOPPER}/interleaved_copy.py": [("build", {"mode": "warp"}), ("build", {"mode": "domain"})],
+    f"{HOPPER}/persistent_copy.py": [("build", {})],
+    f"{HOPPER}/relu_pipeline.py": [("build", {})],
+    f"{HOPPER}/tma_copy.py": [("build", {})],
+    f"{HOPPER}/varlen_copy.py": [("build", {})],
+    f"{HOPPER}/wgmma_gemm.py": [("build", {})],
+    f"{PATTERNS}/pingpong.py": [("build", {"kind": "async_async"}), ("build", {"kind": "tma_async"})],
+    f"{PATTERNS}/split_consumer.py": [("build", {}), ("build", {"cluster": True})],
+    f"{PATTERNS}/leader_routed.py": [("build", {}), ("build", {"cluster": True})],
+    f"{PATTERNS}/interleaved.py": [("build", {"mode": "warp_lane"}), ("build", {"mode": "domain_lane"})],
+}
+
+VERBS = {"acquire", "try_acquire", "commit", "wait", "try_wait", "release", "get_and_advance_work_tile",
+         "fetch_work_tile", "wait_griddep", "launch_griddep"}
+GUARDS = {"first_iter", "last_iter", "every", "skippable", "when_true", "when_false"}
+SIGNALS = ["SignalingThreads.All", "SignalingThreads.CtaLeader", "SignalingThreads.TaskWarpLeader",
+           "SignalingThreads.CtaLeader | SignalingThreads.TaskWarpLeader"]
+SIG_MOD = "__import__('warpsched').SignalingThreads."
+MAX_STATES = 150_000
+TIMEOUT_S = 60
+
+
+@dataclass
+class Mutant:
+    path: str  # relative to ROOT
+    line: int
+    op: str
+    detail: str
+    source: str  # the whole mutated module
+
+    @property
+    def id(self) -> str:
+        return f"{self.path}:{self.line}:{self.op}" + (f":{self.detail}" if self.detail else "")
+
+
+@dataclass
+class Outcome:
+    kind: str  # killed | warned | survived | stillborn | crash | timeout
+    note: str = ""
+    verdicts: List[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- source editing
+class Source:
+    """The module's text as UTF-8 bytes (ast offsets are byte offsets), with splicing helpers."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.data = text.encode()
+        self.starts = [0]
+        for i, b in enumerate(self.data):
+            if b == 10:
+                self.starts.append(i + 1)
+
+    def off(self, line: int, col: int) -> int:
+        return self.starts[line - 1] + col
+
+    def seg(self, node) -> str:
+        return self.data[self.off(node.lineno, node.col_offset):self.off(node.end_lineno, node.end_col_offset)].decode()
+
+    def replace(self, edits) -> str:
+        """edits: [(start byte, end byte, new text)], non-overlapping."""
+        out = self.data
+        for a, b, new in sorted(edits, reverse=True):
+            out = out[:a] + new.encode() + out[b:]
+        return out.decode()
+
+    def span(self, node):
+        return self.off(node.lineno, node.col_offset), self.off(node.end_lineno, node.end_col_offset)
+
+
+def _called(node) -> Optional[str]:
+    if isinstance(node, ast.Call):
+        f = node.func
+        if isinstance(f, ast.Attribute):
+            return f.attr
+        if isinstance(f, ast.Name):
+            return f.id
+    return None
+
+
+def _is_schedule(fn) -> bool:
+    return any((isinstance(d, ast.Name) and d.id == "schedule") or
+               (isinstance(d, ast.Attribute) and d.attr == "schedule") for d in fn.decorator_list)
+
+
+def _wgmma_wait_methods(tree) -> set:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            for d in node.decorator_list:
+                if isinstance(d, ast.Call) and "WGMMA_WAIT" in ast.dump(d):
+                    names.add(node.name)
+    return names
+
+
+def _blocks(fn):
+    """Every statement list inside a function (its body, with / if / for bodies, ...)."""
+    stack = [fn.body]
+    while stack:
+        body = stack.pop()
+        yield body
+        for st in body:
+            for attr in ("body", "orelse", "finalbody"):
+                sub = getattr(st, attr, None)
+                if isinstance(sub, list) and sub and isinstance(sub[0], ast.stmt):
+                    stack.append(sub)
+
+
+def _verb_of(st, extra) -> Optional[str]:
+    if isinstance(st, ast.Expr):
+        name = _called(st.value)
+    elif isinstance(st, ast.Assign):
+        name = _called(st.value)
+    else:
+        return None
+    return name if name in VERBS or name in extra else None
+
+
+def mutants_of(path: str) -> List[Mutant]:
+    text = open(os.path.join(ROOT, path)).read()
+    src = Source(text)
+    tree = ast.parse(text)
+    extra = _wgmma_wait_methods(tree)
+    out: List[Mutant] = []
+    needs_null = False
+
+    def add(line, op, detail, edits, null=False):
+        new = src.replace(edits)
+        if null:
+            new += "\nfrom contextlib import nullcontext as _mut_nullcontext  # mutate.py\n"
+        out.append(Mutant(path, line, op, detail, new))
+
+    scheds = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_schedule(n)]
+    swapped = set()
+    for fn in scheds:
+        for body in _blocks(fn):
+            for i, st in enumerate(body):
+                verb = _verb_of(st, extra)
+                if verb is not None:
+                    a, b = src.span(st)
+                    add(st.lineno, "del-verb", verb, [(a, b, "pass" + "\n" * (st.end_lineno - st.lineno))])
+                    for j, op in ((i - 1, "swap-up"), (i + 1, "swap-down")):
+                        if not 0 <= j < len(body):
+                            continue
+                        other = body[j]
+                        pair = tuple(sorted((st.lineno, other.lineno)))
+                        if pair in swapped or st.lineno != st.end_lineno or other.lineno != other.end_lineno:
+                            continue
+                        swapped.add(pair)
+                        a2, b2 = src.span(other)
+                        add(st.lineno, op, f"{verb}<->{src.seg(other).split('(')[0][-40:]}",
+                            [(a, b, src.seg(other)), (a2, b2, src.seg(st))])
+                if isinstance(st, ast.With) and len(st.items) == 1:
+                    ce = st.items[0].context_expr
+                    name = _called(ce)
+                    if name in GUARDS:
+                        a, b = src.span(ce)
+                        add(st.lineno, "guard-drop", name, [(a, b, "_mut_nullcontext()")], null=True)
+                        flip = {"first_iter": "last_iter", "last_iter": "first_iter", "when_true": "when_false",
+                                "when_false": "when_true"}.get(name)
+                        if flip:
+                            fa, fb = src.span(ce.func)
+                            seg = src.seg(ce.func)
+                            add(st.lineno, "guard-flip", f"{name}->{flip}",
+                                [(fa, fb, seg[: len(seg) - len(name)] + flip)])
+                        if name == "every":
+                            args = list(ce.args)
+                            kws = {k.arg: k.value for k in ce.keywords}
+                            period = args[0] if args else kws.get("period")
+                            start = args[1] if len(args) > 1 else kws.get("start")
+                            if period is not None:
+                                pa, pb = src.span(period)
+                                add(st.lineno, "guard-flip", "every-period+1", [(pa, pb, f"({src.seg(period)}) + 1")])
+                            if start is not None:
+                                sa, sb = src.span(start)
+                                add(st.lineno, "guard-flip", "every-start+1", [(sa, sb, f"({src.seg(start)}) + 1")])
+                            else:
+                                _, cb = src.span(ce)
+                                add(st.lineno, "guard-flip", "every-start+1", [(cb - 1, cb - 1, ", start=1")])
+                    elif name == "domain_loop":
+                        for k, arg in enumerate(ce.args[:3]):
+                            a, b = src.span(arg)
+                            add(st.lineno, ("loop-start", "loop-end", "loop-step")[k], "+1",
+                                [(a, b, f"({src.seg(arg)}) + 1")])
+    for node in ast.walk(tree):
+        name = _called(node)
+        if name and name.startswith("create_") and name.endswith("_pipeline_cfg"):
+            kws = {k.arg: k.value for k in node.keywords}
+            for key in ("producer_group", "consumer_group"):
+                v = kws.get(key)
+                if isinstance(v, ast.Call) and v.args:
+                    arg = v.args[-1]
+                    a, b = src.span(arg)
+                    for d in (1, -1):
+                        add(v.lineno, f"group{d:+d}", key, [(a, b, f"({src.seg(arg)}) {'+' if d > 0 else '-'} 1")])
+            for key in ("num_bytes", "num_bytes_per_warp_per_cta"):
+                v = kws.get(key)
+                if v is not None and not (isinstance(v, ast.Constant) and v.value is None):
+                    a, b = src.span(v)
+                    for d in (1, -1):
+                        add(v.lineno, f"bytes{d:+d}", key, [(a, b, f"({src.seg(v)}) {'+' if d > 0 else '-'} 1")])
+            v = kws.get("num_stages")
+            if v is not None:
+                a, b = src.span(v)
+                for d in (1, -1):
+                    add(v.lineno, f"stages{d:+d}", "", [(a, b, f"({src.seg(v)}) {'+' if d > 0 else '-'} 1")])
+            v = kws.get("interleave_stride")
+            if v is not None:
+                elts = v.elts if isinstance(v, ast.Tuple) else [v]
+                for k, e in enumerate(elts):
+                    a, b = src.span(e)
+                    add(e.lineno, "stride+1", f"#{k}" if len(elts) > 1 else "", [(a, b, f"({src.seg(e)}) + 1")])
+            for key in ("producer_signaling_threads", "consumer_signaling_threads"):
+                v = kws.get(key)
+                if v is not None:
+                    cur = src.seg(v)
+                    a, b = src.span(v)
+                    for alt in SIGNALS:
+                        if alt.replace(" ", "") != cur.replace(" ", "") and "if" not in cur:
+                            new = " | ".join(SIG_MOD + x.split(".")[1] for x in alt.split(" | "))
+                            add(v.lineno, "signal", f"{key}={alt.replace('SignalingThreads.', '')}",
+                                [(a, b, new)])
+                else:
+                    _, cb = src.span(node)
+                    add(node.lineno, "signal", f"{key}=TaskWarpLeader(added)",
+                        [(cb - 1, cb - 1, f", {key}={SIG_MOD}TaskWarpLeader")])
+        if name == "Task":
+            kws = {k.arg: k.value for k in node.keywords}
+            v = kws.get("num_warps")
+            if v is not None:
+                a, b = src.span(v)
+                for d in (1, -1):
+                    add(v.lineno, f"warps{d:+d}", "", [(a, b, f"({src.seg(v)}) {'+' if d > 0 else '-'} 1")])
+    del needs_null
+    return out
+
+
+# ---------------------------------------------------------------------- running one program
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+_counter = itertools.count()
+
+
+def load_module(path: str, source: str, tmpdir: str):
+    """Import ``source`` as a fresh module, written under ``tmpdir`` with the file's own name (so
+    findings name the same file and line)."""
+    rel = os.path.relpath(os.path.dirname(os.path.join(ROOT, path)), ROOT)
+    d = os.path.join(tmpdir, rel)
+    os.makedirs(d, exist_ok=True)
+    fpath = os.path.join(d, os.path.basename(path))
+    with open(fpath, "w") as f:
+        f.write(source)
+    base = os.path.basename(path)[:-3]
+    name = (f"warpsched.examples._mut_{base}_{next(_counter)}" if path.startswith(BUNDLED)
+            else f"_mut_{base}_{next(_counter)}")
+    spec = importlib.util.spec_from_file_location(name, fpath)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def verdicts(path: str, mod) -> Tuple[List[str], List[str], List[str]]:
+    """(error findings 'check @ file:line', warning messages, checker verdicts) over the target's builders."""
+    import warpsched
+
+    errs, warns, checks = [], [], []
+    for fn, kw in TARGETS[path]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                m = getattr(mod, fn)(verbose=False, max_states=MAX_STATES, **kw)
+            except warpsched.ValidationError as e:
+                errs += [f"{f.check} @ {os.path.basename(str(f.location.file)) if f.location else '?'}:"
+                         f"{f.location.line if f.location else '?'} ({f.message[:90]})" for f in e.findings]
+                continue
+            except warpsched.ScheduleError as e:
+                f = e.finding
+                errs.append(f"{f.check} @ capture:{f.location.line if f.location else '?'} ({f.message[:90]})")
+                continue
+        warns += [f.message for f in m.result.warnings]
+        checks.append(m.result.checker.verdict if m.result.checker else "-")
+    return errs, warns, checks
+
+
+def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(TIMEOUT_S)
+    try:
+        try:
+            mod = load_module(mutant.path, mutant.source, tmpdir)
+        except _Timeout:
+            raise
+        except Exception as e:  # noqa: BLE001 - the mutant does not import: not a program
+            return Outcome("stillborn", f"import: {type(e).__name__}: {str(e)[:80]}")
+        errs, warns, checks = verdicts(mutant.path, mod)
+    except _Timeout:
+        return Outcome("timeout", f"> {TIMEOUT_S}s")
+    except Exception as e:  # noqa: BLE001
+        tb = traceback.extract_tb(e.__traceback__)
+        inside = tb and f"{os.sep}warpsched{os.sep}" in tb[-1].filename and "_mut_" not in tb[-1].filename
+        where = f"{os.path.relpath(tb[-1].filename, ROOT)}:{tb[-1].lineno}" if tb else "?"
+        return Outcome("crash" if inside else "stillborn", f"{type(e).__name__}: {str(e)[:80]} at {where}")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    if errs:
+        return Outcome("killed", errs[0], checks)
+    new_w = [w for w in warns if w not in baseline_warnings]
+    if new_w:
+        return Outcome("warned", new_w[0][:120], checks)
+    if any(c == "INCOMPLETE" for c in checks):
+        return Outcome("survived", "checker INCOMPLETE", checks)
+    return Outcome("survived", "", checks)
+
+
+# ---------------------------------------------------------------------- survivors, classified by hand
+# id -> reason. Equivalent: the mutant is still a correct program (or the mutated code is not
+# reached by any checked build); the reason says why.
+CLASSIFIED: Dict[str, str] = {}
+
+
+def classify(m: Mutant, o: Outcome) -> Optional[str]:
+    """The reason a survivor is equivalent, or None (unclassified: a checker gap)."""
+    if m.id in CLASSIFIED:
+        return CLASSIFIED[m.id]
+    if m.op == "del-verb" and m.detail in ("try_acquire", "try_wait"):
+        return ("a try_ probe only lets the blocking call that follows skip its wait; without it the blocking "
+                "call waits itself")
+    return None
+
+
+# ---------------------------------------------------------------------- report
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "mutate.txt"))
+    ap.add_argument("--only", default=None, help="only targets whose path contains this")
+    ap.add_argument("--limit", type=int, default=0, help="at most this many mutants (0: all)")
+    args = ap.parse_args(argv)
+    t0 = time.time()
+    paths = [p for p in TARGETS if args.only is None or args.only in p]
+    tmpdir = tempfile.mkdtemp(prefix="warpsched_mutants_")
+    base_warn = {}
+    for p in paths:
+        mod = load_module(p, open(os.path.join(ROOT, p)).read(), tmpdir)
+        errs, warns, checks = verdicts(p, mod)
+        if errs or any(c != "SAFE" for c in checks):
+            print(f"baseline of {p} is not accepted/SAFE: {errs[:2]} {checks}", file=sys.stderr)
+            return 2
+        base_warn[p] = set(warns)
+    mutants = [m for p in paths for m in mutants_of(p)]
+    if args.limit:
+        mutants = mutants[:args.limit]
+    rows = []
+    for i, m in enumerate(mutants):
+        o = run(m, tmpdir, base_warn[m.path])
+        rows.append((m, o))
+        if (i + 1) % 25 == 0:
+            print(f"  {i + 1}/{len(mutants)} mutants, {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+    text = report(rows, time.time() - t0)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+def report(rows, seconds) -> str:
+    out = io.StringIO()
+    kinds = Counter(o.kind for _, o in rows)
+    equivalent = [(m, o, classify(m, o)) for m, o in rows if o.kind in ("survived", "warned", "timeout")]
+    eq = [x for x in equivalent if x[2] is not None]
+    unclassified = [x for x in equivalent if x[2] is None]
+    killed = kinds["killed"]
+    valid = len(rows) - kinds["stillborn"]
+    non_eq = valid - len(eq)
+    print("warpsched mutation testing (benchmarks/mutate.py)", file=out)
+    print(f"{len(rows)} mutants of {len({m.path for m, _ in rows})} files, {seconds:.0f}s", file=out)
+    print("", file=out)
+    print("| outcome | mutants |", file=out)
+    print("|---|---|", file=out)
+    for k in ("killed", "warned", "survived", "timeout", "stillborn", "crash"):
+        print(f"| {k} | {kinds[k]} |", file=out)
+    print(f"| equivalent (of warned/survived/timeout) | {len(eq)} |", file=out)
+    print(f"| unclassified survivors | {len(unclassified)} |", file=out)
+    print("", file=out)
+    score = killed / non_eq if non_eq else 1.0
+    print(f"mutation score killed / non-equivalent = {killed} / {non_eq} = {100 * score:.1f}%", file=out)
+    print("", file=out)
+    by_op = defaultdict(Counter)
+    for m, o in rows:
+        by_op[m.op][o.kind] += 1
+    print("| operator | killed | warned | survived | timeout | stillborn | crash |", file=out)
+    print("|---|---|---|---|---|---|---|", file=out)
+    for op in sorted(by_op):
+        c = by_op[op]
+        print(f"| {op} | {c['killed']} | {c['warned']} | {c['survived']} | {c['timeout']} | {c['stillborn']} | "
+              f"{c['crash']} |", file=out)
+    by_file = defaultdict(Counter)
+    for m, o in rows:
+        by_file[m.path][o.kind] += 1
+    print("", file=out)
+    print("| file | killed | warned | survived | stillborn |", file=out)
+    print("|---|---|---|---|---|", file=out)
+    for p in sorted(by_file):
+        c = by_file[p]
+        print(f"| {p} | {c['killed']} | {c['warned']} | {c['survived']} | {c['stillborn']} |", file=out)
+    print("", file=out)
+    print("## Unclassified survivors (checker gaps)", file=out)
+    for m, o, _ in unclassified:
+        print(f"- {m.id}  [{o.kind}] {o.note}", file=out)
+    if not unclassified:
+        print("(none)", file=out)
+    print("", file=out)
+    print("## Equivalent mutants (why each is still a correct program)", file=out)
+    for m, o, why in eq:
+        print(f"- {m.id}  [{o.kind}{': ' + o.note if o.note else ''}]: {why}", file=out)
+    print("", file=out)
+    print("## Crashes and stillborn mutants", file=out)
+    for m, o in rows:
+        if o.kind in ("crash", "stillborn"):
+            print(f"- {m.id}  [{o.kind}] {o.note}", file=out)
+    print("", file=out)
+    print("## Killed mutants (first error finding)", file=out)
+    for m, o in rows:
+        if o.kind == "killed":
+            print(f"- {m.id}  {o.note}", file=out)
+    return out.getvalue()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
