@@ -59,7 +59,7 @@ TARGETS: Dict[str, List[Tuple[str, dict]]] = {
     f"{BUNDLED}/gemm.py": [("build", {})],
     f"{BUNDLED}/gemm_persistent.py": [("build", {})],
     f"{BUNDLED}/pingpong.py": [("build", {}), ("build", {"kind": "tma_async"})],
-    f"{BUNDLED}/split_consumer.py": [("build", {}), ("build_hopper", {})],
+    f"{BUNDLED}/split_consumer.py": [("build", {}), ("build_hopper", {}), ("build_hopper", {"split": False})],
     f"{BUNDLED}/interleaved.py": [("build_warp_lane", {}), ("build_domain_lane", {}),
                                   ("build_per_role", {"num_stages": 4})],
     f"{BUNDLED}/leader_routed.py": [("build", {})],
@@ -74,8 +74,11 @@ TARGETS: Dict[str, List[Tuple[str, dict]]] = {
     f"{PATTERNS}/pingpong.py": [("build", {"kind": "async_async"}), ("build", {"kind": "tma_async"})],
     f"{PATTERNS}/split_consumer.py": [("build", {}), ("build", {"cluster": True})],
     f"{PATTERNS}/leader_routed.py": [("build", {}), ("build", {"cluster": True})],
-    f"{PATTERNS}/interleaved.py": [("build", {"mode": "warp_lane"}), ("build", {"mode": "domain_lane"})],
+    f"{PATTERNS}/interleaved.py": [("build", {"mode": "warp_lane"}), ("build", {"mode": "domain_lane"}),
+                                   ("build", {"mode": "per_role"})],
 }
+# module constants overridden before building (keeps each exhaustive search to a couple of seconds)
+PATCHES: Dict[str, dict] = {f"{PATTERNS}/interleaved.py": {"STAGES": 4}}
 
 VERBS = {"acquire", "try_acquire", "commit", "wait", "try_wait", "release", "get_and_advance_work_tile",
          "fetch_work_tile", "wait_griddep", "launch_griddep"}
@@ -94,6 +97,7 @@ class Mutant:
     op: str
     detail: str
     source: str  # the whole mutated module
+    meta: dict = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -192,11 +196,11 @@ def mutants_of(path: str) -> List[Mutant]:
     out: List[Mutant] = []
     needs_null = False
 
-    def add(line, op, detail, edits, null=False):
+    def add(line, op, detail, edits, null=False, **meta):
         new = src.replace(edits)
         if null:
             new += "\nfrom contextlib import nullcontext as _mut_nullcontext  # mutate.py\n"
-        out.append(Mutant(path, line, op, detail, new))
+        out.append(Mutant(path, line, op, detail, new, meta))
 
     scheds = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _is_schedule(n)]
     swapped = set()
@@ -273,7 +277,7 @@ def mutants_of(path: str) -> List[Mutant]:
                 for d in (1, -1):
                     add(v.lineno, f"stages{d:+d}", "", [(a, b, f"({src.seg(v)}) {'+' if d > 0 else '-'} 1")])
             v = kws.get("interleave_stride")
-            if v is not None:
+            if v is not None and (isinstance(v, ast.Tuple) or isinstance(v, ast.Constant)):
                 elts = v.elts if isinstance(v, ast.Tuple) else [v]
                 for k, e in enumerate(elts):
                     a, b = src.span(e)
@@ -287,11 +291,12 @@ def mutants_of(path: str) -> List[Mutant]:
                         if alt.replace(" ", "") != cur.replace(" ", "") and "if" not in cur:
                             new = " | ".join(SIG_MOD + x.split(".")[1] for x in alt.split(" | "))
                             add(v.lineno, "signal", f"{key}={alt.replace('SignalingThreads.', '')}",
-                                [(a, b, new)])
+                                [(a, b, new)], cfg=(node.lineno, node.end_lineno), key=key, old=cur, new=alt)
                 else:
                     _, cb = src.span(node)
                     add(node.lineno, "signal", f"{key}=TaskWarpLeader(added)",
-                        [(cb - 1, cb - 1, f", {key}={SIG_MOD}TaskWarpLeader")])
+                        [(cb - 1, cb - 1, f", {key}={SIG_MOD}TaskWarpLeader")], cfg=(node.lineno, node.end_lineno),
+                        key=key, old="SignalingThreads.All", new="SignalingThreads.TaskWarpLeader")
         if name == "Task":
             kws = {k.arg: k.value for k in node.keywords}
             v = kws.get("num_warps")
@@ -334,11 +339,37 @@ def load_module(path: str, source: str, tmpdir: str):
     return mod
 
 
-def verdicts(path: str, mod) -> Tuple[List[str], List[str], List[str]]:
+def covered_lines(path: str, mod) -> set:
+    """Lines of the module that the target's builders execute (schedule bodies run at capture)."""
+    fname = mod.__file__
+    lines = set()
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename != fname:
+            return None
+
+        def local(frame, event, arg):
+            if event == "line":
+                lines.add(frame.f_lineno)
+            return local
+        lines.add(frame.f_lineno)
+        return local
+
+    sys.settrace(tracer)
+    try:
+        verdicts(path, mod, SIDES.setdefault(path, {}))
+    finally:
+        sys.settrace(None)
+    return lines
+
+
+def verdicts(path: str, mod, record=None) -> Tuple[List[str], List[str], List[str]]:
     """(error findings 'check @ file:line', warning messages, checker verdicts) over the target's builders."""
     import warpsched
 
     errs, warns, checks = [], [], []
+    for k, v in PATCHES.get(path, {}).items():
+        setattr(mod, k, v)
     for fn, kw in TARGETS[path]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -354,7 +385,25 @@ def verdicts(path: str, mod) -> Tuple[List[str], List[str], List[str]]:
                 continue
         warns += [f.message for f in m.result.warnings]
         checks.append(m.result.checker.verdict if m.result.checker else "-")
+        if record is not None:
+            _record_sides(m.program, record)
     return errs, warns, checks
+
+
+def _record_sides(program, record) -> None:
+    """For each pipeline config: its call's source line, CTA count and the warp counts of the tasks
+    that drive each side (what a signaling-threads mutation can change)."""
+    for r in program.pipelined_resources:
+        cfg = r.pipeline_config
+        line = getattr(getattr(cfg, "location", None), "line", None)
+        if line is None:
+            continue
+        entry = record.setdefault(line, {"ctas": cfg.num_ctas, "producer": set(), "consumer": set()})
+        for t in program.tasks:
+            for st in program.steps_of(t):
+                if st.kind.is_sync and st.kind.side in ("producer", "consumer") and \
+                        any(x is r for x in (list(st.resource.members) if st.is_group_op else [st.resource])):
+                    entry[st.kind.side].add(t.num_warps)
 
 
 def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
@@ -372,7 +421,8 @@ def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
         return Outcome("timeout", f"> {TIMEOUT_S}s")
     except Exception as e:  # noqa: BLE001
         tb = traceback.extract_tb(e.__traceback__)
-        inside = tb and f"{os.sep}warpsched{os.sep}" in tb[-1].filename and "_mut_" not in tb[-1].filename
+        last = tb[-1].filename if tb else ""
+        inside = f"{os.sep}warpsched{os.sep}" in last and not last.startswith(tmpdir)
         where = f"{os.path.relpath(tb[-1].filename, ROOT)}:{tb[-1].lineno}" if tb else "?"
         return Outcome("crash" if inside else "stillborn", f"{type(e).__name__}: {str(e)[:80]} at {where}")
     finally:
@@ -392,12 +442,44 @@ def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
 # id -> reason. Equivalent: the mutant is still a correct program (or the mutated code is not
 # reached by any checked build); the reason says why.
 CLASSIFIED: Dict[str, str] = {}
+COVERED: Dict[str, set] = {}  # path -> lines the checked builds execute (filled at start)
+SIDES: Dict[str, dict] = {}  # path -> config line -> {"ctas", "producer": {warps}, "consumer": {warps}}
+
+
+def _same_signaling(m: Mutant) -> Optional[str]:
+    """A signaling mutation that changes nothing on this program: TaskWarpLeader on single-warp tasks
+    (the leader is the only warp), CtaLeader on a single CTA (the CTA leads itself)."""
+    meta = m.meta
+    lo, hi = meta["cfg"]
+    side = "producer" if meta["key"].startswith("producer") else "consumer"
+    entry = next((e for line, e in SIDES.get(m.path, {}).items() if lo <= line <= hi), None)
+    if entry is None:
+        return None
+    old = set(x.strip().replace("SignalingThreads.", "") for x in meta["old"].split("|"))
+    new = set(x.strip().replace("SignalingThreads.", "") for x in meta["new"].split("|"))
+    diff = (old ^ new) - {"All"}
+    if "TaskWarpLeader" in diff and not entry[side] <= {1}:
+        return None
+    if "CtaLeader" in diff and entry["ctas"] != 1:
+        return None
+    why = []
+    if "TaskWarpLeader" in diff:
+        why.append(f"every {side} task of this pipeline has one warp, so TaskWarpLeader and All signal the same warp")
+    if "CtaLeader" in diff:
+        why.append("the pipeline spans one CTA, which leads itself: CtaLeader and All signal the same CTA")
+    return "; ".join(why) or None
 
 
 def classify(m: Mutant, o: Outcome) -> Optional[str]:
     """The reason a survivor is equivalent, or None (unclassified: a checker gap)."""
     if m.id in CLASSIFIED:
         return CLASSIFIED[m.id]
+    if m.path in COVERED and m.line not in COVERED[m.path]:
+        return "unreached: no checked build of this file executes the mutated line (a twin or variant builder)"
+    if m.op == "signal":
+        why = _same_signaling(m)
+        if why:
+            return why
     if m.op == "del-verb" and m.detail in ("try_acquire", "try_wait"):
         return ("a try_ probe only lets the blocking call that follows skip its wait; without it the blocking "
                 "call waits itself")
@@ -422,6 +504,7 @@ def main(argv=None) -> int:
             print(f"baseline of {p} is not accepted/SAFE: {errs[:2]} {checks}", file=sys.stderr)
             return 2
         base_warn[p] = set(warns)
+        COVERED[p] = covered_lines(p, mod)
     mutants = [m for p in paths for m in mutants_of(p)]
     if args.limit:
         mutants = mutants[:args.limit]

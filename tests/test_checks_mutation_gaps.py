@@ -23,7 +23,9 @@ def _mutant(module, old: str, new: str, tmp_path):
     assert src.count(old) == 1, old
     path = tmp_path / os.path.basename(module.__file__)
     path.write_text(src.replace(old, new))
-    name = f"warpsched.examples._mutant_{module.__name__.rsplit('.', 1)[1]}_{abs(hash(new))}"
+    base = module.__name__.rsplit(".", 1)[-1]
+    prefix = "warpsched.examples." if module.__name__.startswith("warpsched.examples.") else ""
+    name = f"{prefix}_mutant_{base}_{abs(hash(new))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -222,3 +224,126 @@ def test_two_warp_mma_task_makes_two_umma_arrivals(tmp_path):
     hit = [f for f in findings if f.check == "pipeline thread counts and bytes" and f.task == "MmaTask"]
     assert {f.resource for f in hit} == {"SmemAB", "TmemC"}, [f.format() for f in findings]
     assert all("2 signaling warp(s) x 1 tcgen05.commit" in f.expected for f in hit)
+
+
+# ------------------------------------------------------------------ stage references used after the release
+@pytest.mark.parametrize("work,sched,builder", [("gmem_out.add_tiles", "compute_schedule", "build_hopper"),
+                                                ("tmem_c.mma", "mma_schedule", "build")])
+def test_descriptor_used_after_its_stage_was_released(work, sched, builder, tmp_path):
+    old = f"        {work}(desc_a=desc_a, desc_b=desc_b)\n        smem_a.release()\n"
+    new = f"        smem_a.release()\n        {work}(desc_a=desc_a, desc_b=desc_b)\n"
+    src = open(split_consumer.__file__).read()
+    at = src.index(old, src.index(f"def {sched}"))
+    path = tmp_path / "split_consumer.py"
+    path.write_text(src[:at] + new + src[at + len(old):])
+    spec = importlib.util.spec_from_file_location(f"warpsched.examples._mutant_sc_rel_{sched}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    lines = path.read_text().splitlines()
+    findings = _rejected(getattr(mod, builder))
+    hit = [f for f in findings if "after smem_a's stage was released" in f.message]
+    want = _line_of(lines, f"        {work}(", after=_line_of(lines, f"def {sched}"))
+    assert hit and hit[0].location.line == want and hit[0].resource == "smem_a", [f.format() for f in findings]
+
+
+HOPPER_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "hopper")
+
+
+def test_accumulator_read_before_the_last_wgmma_retires(tmp_path):
+    sys.path.insert(0, HOPPER_DIR)
+    import wgmma_gemm
+
+    old = "    smem_ab.retire()\n    smem_ab.release()\n    gmem_c.store(acc=acc)\n"
+    mod, _, lines = _mutant(wgmma_gemm, old, "    smem_ab.release()\n    gmem_c.store(acc=acc)\n", tmp_path)
+    findings = _rejected(mod.build)
+    hit = [f for f in findings if f.check == "value routing" and "still writing" in f.message]
+    want = _line_of(lines, "    gmem_c.store(acc=acc)", after=_line_of(lines, "def mma_schedule"))
+    assert hit and hit[0].location.line == want, [f.format() for f in findings]
+    _accepted(wgmma_gemm.build)
+
+
+# ------------------------------------------------------------------ SMEM stages of an AsyncAsync ring
+def _ring_program(count, stages=2, indexed=True):
+    from dataclasses import dataclass
+
+    from test_checks_support import Gmem, cg
+    from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
+                           TaskLocalVariable, consumer_work, domain_loop, producer_work, schedule)
+
+    @dataclass(kw_only=True)
+    class Ring(MemoryResource):
+        alloc: object = None
+        val: object = TaskLocalVariable.uninitialized()
+
+        def __post_init__(self):
+            self.val = TaskLocalVariable(dtype="Float32", default=0)
+
+        def get_smem_requirements(self):
+            return [self.alloc]
+
+        @producer_work
+        def fill(self, stage_info: StageInfo):
+            return stage_info.stage_idx if indexed else 0
+
+        @consumer_work(returns=val)
+        def read(self, stage_info: StageInfo):
+            return stage_info.stage_idx if indexed else 0
+
+    @dataclass(kw_only=True)
+    class FlatRing(Ring):
+        @producer_work
+        def fill(self, stage_info: StageInfo):
+            return 0
+
+        @consumer_work(returns=Ring.val)
+        def read(self, stage_info: StageInfo):
+            return 0
+
+    smem = SmemAllocator()
+    cls = Ring if indexed else FlatRing
+    ring = cls(name="ring", alloc=SmemAllocation("ring", dtype=4, count=count), pipeline_config=(
+        PipelineConfig.create_async_async_pipeline_cfg(num_stages=stages, producer_group=cg(32),  # @ring_cfg
+                                                       consumer_group=cg(32))))
+    smem.add_resource(ring)
+    smem.compute_layout()
+    out = Gmem(name="out")
+
+    @schedule
+    def prod(r):
+        with domain_loop(0, 4, 1):
+            r.acquire()
+            r.fill()
+            r.commit()
+
+    @schedule
+    def cons(r, o):
+        with domain_loop(0, 4, 1):
+            r.wait()
+            v = r.read()
+            r.release()
+            o.store(value=v)
+
+    tasks = [Task(name="P", dst_resources=[ring], warp_idx=0, num_warps=1, schedule=prod(ring)),
+             Task(name="C", src_resources=[ring], dst_resources=[out], warp_idx=1, num_warps=1, schedule=cons(ring, out))]
+    return dict(tasks=tasks, resource_dependency_graph={out: [ring]}, smem_allocator=smem)
+
+
+def test_allocation_that_does_not_split_into_the_stages():
+    from test_checks_support import line
+
+    with pytest.raises(warpsched.ValidationError) as info:
+        warpsched.TaskManager(verbose=False, **_ring_program(count=96, stages=5))
+    hit = [f for f in info.value.findings if "does not split into num_stages=5" in f.message]
+    assert hit and hit[0].location.line == line("ring_cfg")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", warpsched.ValidationWarning)
+        assert warpsched.TaskManager(verbose=False, **_ring_program(count=96, stages=2)).result.accepted
+
+
+def test_multi_stage_ring_whose_work_ignores_the_stage_index_is_warned():
+    with pytest.warns(warpsched.ValidationWarning, match="every stage addresses the same SMEM bytes"):
+        warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=2, indexed=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", warpsched.ValidationWarning)
+        warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=1, indexed=False))

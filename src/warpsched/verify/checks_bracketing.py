@@ -10,20 +10,16 @@ producer bracket. Value routing lives in checks_dataflow.
 """
 from __future__ import annotations
 
-import ast
-import inspect
-import textwrap
 from typing import Dict, Iterable, List
 
 from ..errors import Finding
 from ..model.ir import TRY_PAIRS, ScheduleResult, Step, StepKind
-from ..model.resources import work_spec_of
 from ..model.task import Task
 from ..protocol.barriers import protocol_of
 from . import checks_dataflow
 from .checks_traces import condition, executions
-from .findings_util import (F, TRY_KINDS, config_of, dedupe, good_config, is_pdl, is_queue, rname, self_edge,
-                            steps, targets, tasks_with, transitive_upstream, graph_upstream)
+from .findings_util import (F, TRY_KINDS, config_of, dedupe, good_config, graph_upstream, is_pdl, is_queue,
+                            reads_stage, rname, self_edge, steps, targets, tasks_with, transitive_upstream)
 from .program import Program
 
 BRACKET = "work bracketing"
@@ -143,7 +139,9 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
     cons: Dict[int, List[Step]] = {}  # open consumer brackets: the wait steps
     released: Dict[int, Step] = {}  # last release of a resource, for DMA messages
     res: Dict[int, object] = {}
+    handed_back = set()  # resources released since their last wait (or their proxy's last wait)
     program = ctx.program
+    by_index = {x.index: x for x in steps(program, t)}
 
     def proxy_open(r) -> bool:
         for pid, opened in cons.items():
@@ -156,6 +154,13 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
 
     for s, _i in run:
         k = s.kind
+        if s.token_args:
+            _stage_refs(s, by_index, prod, cons, proxy_open, handed_back, add)
+        if k is StepKind.ConsumerWait:
+            for r in targets(s):
+                handed_back.difference_update({id(r)} | {id(u) for u in transitive_upstream(program, r)})
+        elif k is StepKind.ConsumerRelease:
+            handed_back.update(id(r) for r in targets(s))
         if k.is_aux:
             _stage_aux(ctx, s, prod, cons, proxy_open, add)
         if k.is_aux or k in TRY_KINDS or k.side is None:
@@ -268,7 +273,7 @@ def _stage_aux(ctx: _Context, s: Step, prod, cons, proxy_open, add) -> None:
     that is a stage the task does not hold: a descriptor built before the wait points at the previous
     (released) stage."""
     for r in targets(s):
-        if is_queue(r) or good_config(r) is None or not _reads_stage(r, s.method):
+        if is_queue(r) or good_config(r) is None or not reads_stage(r, s.method):
             continue
         if prod.get(id(r)) or cons.get(id(r)) or proxy_open(r):
             continue
@@ -279,29 +284,25 @@ def _stage_aux(ctx: _Context, s: Step, prod, cons, proxy_open, add) -> None:
             "matching release() / commit()", f"move {n}.{s.method}() after the wait() that opens the bracket")
 
 
-_STAGE_READS: Dict = {}
-
-
-def _reads_stage(resource, method: str) -> bool:
-    key = (type(resource), method)
-    if key not in _STAGE_READS:
-        _STAGE_READS[key] = _body_reads_stage(getattr(type(resource), method, None))
-    return _STAGE_READS[key]
-
-
-def _body_reads_stage(fn) -> bool:
-    spec = work_spec_of(fn)
-    try:
-        src = textwrap.dedent(inspect.getsource(inspect.unwrap(spec.fn if spec is not None else fn)))
-        tree = ast.parse(src)
-    except Exception:  # noqa: BLE001 - no source (built-in, generated): treated as not stage-indexed
-        return False
-    funcs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    if not funcs or len(funcs[0].args.args) < 2:
-        return False
-    info = funcs[0].args.args[1].arg
-    return any(isinstance(n, ast.Attribute) and n.attr in ("stage_idx", "barrier") and isinstance(n.value, ast.Name)
-               and n.value.id == info for n in ast.walk(funcs[0]))
+def _stage_refs(s: Step, by_index, prod, cons, proxy_open, handed_back, add) -> None:
+    """A value that stage-indexed auxiliary work returned (a descriptor naming the stage) is a
+    reference to that stage: whoever uses it reads the stage, so it must still be held -- its own
+    bracket open, or (split consumer) the proxy window open and the stage not yet released."""
+    for tok in s.token_args.values():
+        w = by_index.get(tok.producer_index)
+        if w is None or not w.kind.is_aux or w.kind.side != "consumer":
+            continue
+        for u in targets(w):
+            if is_queue(u) or good_config(u) is None or not reads_stage(u, w.method):
+                continue
+            rid = id(u)
+            if prod.get(rid) or cons.get(rid) or (proxy_open(u) and rid not in handed_back):
+                continue
+            n = rname(u)
+            add(f"{s.resource_name}.{s.method}() uses {tok!r} (built by {n}.{w.method}() at {w.location} from the "
+                f"stage index) after {n}'s stage was released: the stage it names may already be refilled", s, u,
+                f"{s.resource_name}.{s.method}() before {n}.release()",
+                f"move {n}.release() after {s.resource_name}.{s.method}()")
 
 
 def _reads_upstream(ctx: _Context, t: Task, s: Step, down, cons, proxy_open, add) -> None:

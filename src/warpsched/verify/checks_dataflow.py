@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Dict, Iterable, List
 
 from ..errors import Finding
+from ..model.enums import WorkAttr
 from ..model.ir import ScheduleResult, Step, StepKind, Token
 from ..model.resources import work_spec_of
 from ..model.task import Task
-from .checks_traces import condition
+from .checks_traces import condition, executions
 from .findings_util import F, dedupe, rname, steps
 from .program import Program
 
@@ -30,6 +31,7 @@ def check(program: Program) -> Iterable[Finding]:
     for t in program.tasks:
         if isinstance(t, Task) and isinstance(t.schedule, ScheduleResult):
             out += _task(program, t)
+            out += _wgmma_values(t)
     return dedupe(out)
 
 
@@ -114,3 +116,41 @@ def _params(t: Task, s: Step) -> List[Finding]:
               task=t, resource=s.resource, location=s.location,
               expected=f"arguments among {list(params)} (after stage_info)",
               fix=f"rename the argument, or add the parameter to {type(s.resource).__name__}.{s.method}")]
+
+
+def _attrs(s: Step) -> WorkAttr:
+    spec = work_spec_of(getattr(type(s.resource), s.method, None)) if not s.is_group_op else None
+    return spec.attrs if spec is not None else WorkAttr.NONE
+
+
+def _wgmma_values(t: Task) -> List[Finding]:
+    """A value handed to WGMMA work (its accumulator fragment) is written by the hardware until
+    wgmma.wait_group retires that group: another call reading it before then reads registers the
+    wgmma is still writing. WGMMA work chained on the same accumulator is ordered by the hardware."""
+    if not any(WorkAttr.WGMMA in _attrs(s) for s in t.schedule.steps if s.kind.is_work or s.kind.is_aux):
+        return []
+    out = []
+    for run in executions(t.schedule):
+        groups: List[tuple] = []  # in-flight wgmma groups: (step, token keys)
+        for s, _i in run:
+            if not (s.kind.is_work or s.kind.is_aux):
+                continue
+            attrs = _attrs(s)
+            keys = {(tok.producer_index, tok.position) for tok in s.token_args.values()}
+            if WorkAttr.WGMMA_WAIT in attrs:
+                pending = s.const_args.get("pending", 0)
+                pending = pending if type(pending) is int and pending > 0 else 0
+                groups = groups[len(groups) - pending:] if pending else []
+            elif WorkAttr.WGMMA in attrs:
+                groups.append((s, keys))
+            else:
+                busy = [g for g, k in groups if k & keys]
+                if busy:
+                    w = busy[-1]
+                    out.append(F(ROUTING, f"{s.resource_name}.{s.method}() reads a value that WGMMA work "
+                                 f"{w.resource_name}.{w.method}() at {w.location} is still writing (no "
+                                 "wgmma.wait_group has retired that group)", task=t, resource=s.resource,
+                                 location=s.location, expected="a WGMMA_WAIT work (wgmma.wait_group) that retires the "
+                                 "group first (pending=0, or fewer pending groups than were issued since)",
+                                 fix=f"call the WGMMA_WAIT work (e.g. retire(pending=0)) before {s.method}()"))
+    return out

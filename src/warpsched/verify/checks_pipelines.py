@@ -14,12 +14,13 @@ from ..errors import Finding
 from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_config import PipelineConfig, cluster_shape_of, group_size
+from ..model.resources import work_spec_of
 from ..protocol.barriers import (CLC_RESPONSE_BYTES, PairRoute, cta_group_size, expected_num_bytes, pair_route,
                                   protocol_of, signaling_warps, tx_pair_ctas)
 from ..protocol.plan import cta_gated, expected_groups, op_warps, signaling_verb
 from . import checks_interleave
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
-                            rname, strides_of, tasks_with, valid_config)
+                            reads_stage, rname, strides_of, tasks_with, valid_config)
 from .program import Program
 
 CONFIG = "pipeline configuration"
@@ -40,6 +41,7 @@ def check(program: Program) -> Iterable[Finding]:
         out += _counts(program, r)
         out += _leader(program, r)
         out += _pairs(program, r)
+        out += _stage_slices(r, config_of(r))
     out += _layouts(resources)
     out += checks_interleave.check(program, good)
     return dedupe(out)
@@ -196,6 +198,32 @@ def _bytes(program: Program, r: Any) -> List[Finding]:
                          f"warp(s) of task {t.name!r}", task=t,
                          expected=f"a multiple of {arms} ({arms} warps each arm num_bytes / {arms})",
                          fix="fix num_bytes, or route the completion through TaskWarpLeader", **base))
+    return out
+
+
+def _stage_slices(r: Any, cfg: PipelineConfig) -> List[Finding]:
+    """Stage s of a pipelined resource is the s-th equal slice of each of its SMEM allocations (the
+    checker's access model, and what a staged layout is): an allocation that does not split into
+    num_stages equal slices was sized for another ring."""
+    try:
+        allocs = list(r.get_smem_requirements() or [])
+    except Exception:  # noqa: BLE001 - a requirement hook that needs a kernel context
+        return []
+    out = []
+    if allocs and cfg.num_stages > 1:
+        methods = [m for m in dir(type(r)) if work_spec_of(getattr(type(r), m, None)) is not None]
+        if methods and not any(reads_stage(r, m, ("stage_idx",)) for m in methods):
+            out.append(F(COUNTS, f"{rname(r)}: num_stages={cfg.num_stages}, but none of its work methods reads "
+                         "stage_info.stage_idx, so every stage addresses the same SMEM bytes", resource=r,
+                         location=cfg.location, expected="work that indexes its SMEM by stage_info.stage_idx (or "
+                         "num_stages=1)", fix="index the stage's slice with stage_info.stage_idx", severity="warning"))
+    for a in allocs:
+        size = getattr(a, "size_bytes", None)
+        if is_int(size) and size > 0 and size % cfg.num_stages:
+            out.append(F(COUNTS, f"{rname(r)}: SMEM allocation {getattr(a, 'name', '?')!r} ({size} bytes) does not "
+                         f"split into num_stages={cfg.num_stages} equal stages", resource=r, location=cfg.location,
+                         expected=f"an allocation of num_stages x the stage size (a multiple of {cfg.num_stages})",
+                         fix="size the allocation from the same stage count as the pipeline_config"))
     return out
 
 

@@ -8,6 +8,9 @@ a group that is None...). Field problems themselves are reported once, by
 """
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import Finding
@@ -15,7 +18,7 @@ from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
 from ..model.ir import Section, Step, StepKind
 from ..model.pipeline_config import PipelineConfig
 from ..model.pipeline_group import PipelineGroup
-from ..model.resources import MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, WorkQueue
+from ..model.resources import MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, WorkQueue, work_spec_of
 from ..model.task import Task
 from .program import Program, name_of, step_targets
 
@@ -258,3 +261,30 @@ def dedupe(findings: Iterable[Finding]) -> List[Finding]:
         seen.add(key)
         out.append(f)
     return out
+
+
+_STAGE_READS: Dict = {}
+
+
+def reads_stage(resource, method: str, attrs=("stage_idx", "barrier")) -> bool:
+    """Does the body of ``resource.method`` read ``stage_info.<attr>`` (its stage index or barrier)?
+    Read from the source; a body without source counts as not reading it."""
+    key = (type(resource), method, attrs)
+    if key not in _STAGE_READS:
+        _STAGE_READS[key] = _body_reads_stage(getattr(type(resource), method, None), attrs)
+    return _STAGE_READS[key]
+
+
+def _body_reads_stage(fn, attrs) -> bool:
+    spec = work_spec_of(fn)
+    try:
+        src = textwrap.dedent(inspect.getsource(inspect.unwrap(spec.fn if spec is not None else fn)))
+        tree = ast.parse(src)
+    except Exception:  # noqa: BLE001 - no source (built-in, generated): treated as not stage-indexed
+        return False
+    funcs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not funcs or len(funcs[0].args.args) < 2:
+        return False
+    info = funcs[0].args.args[1].arg
+    return any(isinstance(n, ast.Attribute) and n.attr in attrs and isinstance(n.value, ast.Name)
+               and n.value.id == info for n in ast.walk(funcs[0]))
