@@ -58,9 +58,10 @@ TARGETS: Dict[str, List[Tuple[str, dict]]] = {
     f"{BUNDLED}/tma_copy.py": [("build", {})],
     f"{BUNDLED}/gemm.py": [("build", {})],
     f"{BUNDLED}/gemm_persistent.py": [("build", {})],
-    f"{BUNDLED}/pingpong.py": [("build", {}), ("build", {"kind": "tma_async"})],
+    f"{BUNDLED}/pingpong.py": [("build", {}), ("build", {"kind": "tma_async"}), ("build", {"kind": "umma_async"})],
     f"{BUNDLED}/split_consumer.py": [("build", {}), ("build_hopper", {}), ("build_hopper", {"split": False})],
-    f"{BUNDLED}/interleaved.py": [("build_warp_lane", {}), ("build_domain_lane", {}),
+    f"{BUNDLED}/interleaved.py": [("build_warp_lane", {}), ("build_warp_lane", {"kind": "tma_umma"}),
+                                  ("build_domain_lane", {}), ("build_domain_lane", {"kind": "umma"}),
                                   ("build_per_role", {"num_stages": 4})],
     f"{BUNDLED}/leader_routed.py": [("build", {})],
     f"{HOPPER}/grid_stride_copy.py": [("build", {})],
@@ -68,7 +69,7 @@ TARGETS: Dict[str, List[Tuple[str, dict]]] = {
     f"{HOPPER}/interleaved_copy.py": [("build", {"mode": "warp"}), ("build", {"mode": "domain"})],
     f"{HOPPER}/persistent_copy.py": [("build", {})],
     f"{HOPPER}/relu_pipeline.py": [("build", {})],
-    f"{HOPPER}/tma_copy.py": [("build", {})],
+    f"{HOPPER}/tma_copy.py": [("build", {}), ("build", {"store_lag": 0})],
     f"{HOPPER}/varlen_copy.py": [("build", {})],
     f"{HOPPER}/wgmma_gemm.py": [("build", {})],
     f"{PATTERNS}/pingpong.py": [("build", {"kind": "async_async"}), ("build", {"kind": "tma_async"})],
@@ -288,7 +289,8 @@ def mutants_of(path: str) -> List[Mutant]:
                     cur = src.seg(v)
                     a, b = src.span(v)
                     for alt in SIGNALS:
-                        if alt.replace(" ", "") != cur.replace(" ", "") and "if" not in cur:
+                        literal = cur.startswith("SignalingThreads.") and " if " not in cur
+                        if literal and alt.replace(" ", "") != cur.replace(" ", ""):
                             new = " | ".join(SIG_MOD + x.split(".")[1] for x in alt.split(" | "))
                             add(v.lineno, "signal", f"{key}={alt.replace('SignalingThreads.', '')}",
                                 [(a, b, new)], cfg=(node.lineno, node.end_lineno), key=key, old=cur, new=alt)
@@ -391,6 +393,8 @@ def verdicts(path: str, mod, record=None) -> Tuple[List[str], List[str], List[st
 
 
 def _record_sides(program, record) -> None:
+    from warpsched.model.ir import StepKind
+
     """For each pipeline config: its call's source line, CTA count and the warp counts of the tasks
     that drive each side (what a signaling-threads mutation can change)."""
     for r in program.pipelined_resources:
@@ -398,12 +402,19 @@ def _record_sides(program, record) -> None:
         line = getattr(getattr(cfg, "location", None), "line", None)
         if line is None:
             continue
-        entry = record.setdefault(line, {"ctas": cfg.num_ctas, "producer": set(), "consumer": set()})
+        try:
+            allocs = bool(r.get_smem_requirements())
+        except Exception:  # noqa: BLE001
+            allocs = False
+        entry = record.setdefault(line, {"ctas": cfg.num_ctas, "producer": set(), "consumer": set(),
+                                         "allocs": allocs, "resource": getattr(r, "name", "?")})
+        signals = {StepKind.ProducerAcquire: "producer", StepKind.ProducerCommit: "producer",
+                   StepKind.ConsumerRelease: "consumer"}  # the verbs that arrive
         for t in program.tasks:
             for st in program.steps_of(t):
-                if st.kind.is_sync and st.kind.side in ("producer", "consumer") and \
+                if st.kind in signals and \
                         any(x is r for x in (list(st.resource.members) if st.is_group_op else [st.resource])):
-                    entry[st.kind.side].add(t.num_warps)
+                    entry[signals[st.kind]].add(t.num_warps)
 
 
 def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
@@ -441,9 +452,87 @@ def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
 # ---------------------------------------------------------------------- survivors, classified by hand
 # id -> reason. Equivalent: the mutant is still a correct program (or the mutated code is not
 # reached by any checked build); the reason says why.
-CLASSIFIED: Dict[str, str] = {}
+R_VALUE = ("the moved call uses only a value already read into registers (a token a read returned inside the "
+           "bracket), not the stage: the release may come before or after it")
+R_INDEP_WAITS = "two waits on different pipelines: the work after them runs only once both completed, in either order"
+R_INDEP_RELEASES = ("two releases of different pipelines with no access between them: both stages are handed back "
+                    "after the last read either way")
+R_COORDS = "the coordinates come from the loop offset, not from the stage: computing them after the acquire changes nothing"
+R_ACQ_EARLY = ("the output stage is reserved (acquire) one call earlier, before the input is read: no access leaves its "
+               "bracket, and the acquire waits only on the output pipeline's own consumer")
+R_COMMIT_RELEASE = "adjacent signals (commit, release) on different pipelines after all the work: their order is immaterial"
+R_PROXY_ACQ = "the proxy stage is reserved before the second wait; the proxy's commit (the signal) still follows both waits"
+R_EMPTY_LOOP = "the domain loop has an empty body (it only places the queue epilogue in the tail): its bounds change nothing"
+R_FUNCTIONAL = ("the guard decides which value is written to global memory (the kernel's output), not when a barrier, "
+                "stage or shared byte is touched: outside the synchronization properties the checker proves")
+R_FUNCTIONAL_MMA = ("the zero-initialising MMA runs on other iterations (wrong sums, the kernel's output); every wgmma "
+                    "group is still retired by the same wait_group before its stage is released (the checker proves the "
+                    "mutant SAFE)")
+R_DESC_AFTER_WAIT = "the descriptor of smem_a is still built after smem_a's wait; the wait on smem_b only moves later"
+R_STAGE_AFTER_WAIT = "the stage index of smem_a is read after smem_a's wait, and the store still follows both waits"
+R_GROUP_ACQ = "two acquires of the Fork's members and their loads: each load still follows its own member's acquire"
+R_SPLIT_RELEASE = ("the tile is handed back right after partials.wait(): the wait task committed that partial after it "
+                   "finished reading the tile, so the read is already ordered; the drain reads partials, not tiles")
+R_DRAIN_LAST = ("the release after the loop hands back the last stage once every load was issued: no later load reuses it, "
+                "so its order against the drain of the TMA stores is immaterial in this program")
+R_SHALLOW = ("one stage fewer than the allocation holds: every stage index stays inside the layout and each stage still "
+             "holds a whole tile; a shallower ring is a correct pipeline (the warning, if any, notes the slack)")
+R_RELU_WARPS = ("ProducerTask commits with TaskWarpLeader: one warp arrives 32 times and waits on the same empty barrier "
+                "with one warp or two; with one warp lanes 32..63 of a row are not written (output), nothing else moves")
+R_CLUSTER_LEADER = ("on the (1, 2, 1, 1) cluster every CTA leads its own CTA group (V = 1), so CtaLeader and All release "
+                    "from the same CTAs, and TaskWarpLeader on the 1-warp compute task is All")
+
+
+def _ids(reason, *ids):
+    return {i: reason for i in ids}
+
+
+B, H, P = BUNDLED, HOPPER, PATTERNS
+CLASSIFIED: Dict[str, str] = {
+    **_ids(R_VALUE, f"{B}/tma_copy.py:97:swap-down:release<->output_gmem.store", f"{B}/gemm.py:126:swap-up:release<->gmem_d.store",
+           f"{B}/gemm_persistent.py:85:swap-up:release<->gmem_d.store", f"{H}/interleaved_copy.py:101:swap-down:release<->out.store",
+           f"{H}/relu_pipeline.py:133:swap-up:release<->pos = buf.is_positive", f"{H}/wgmma_gemm.py:212:swap-down:release<->gmem_c.store",
+           f"{P}/leader_routed.py:135:swap-up:release<->out.store_plus_one", f"{P}/interleaved.py:147:swap-up:release<->out.store"),
+    **_ids(R_EMPTY_LOOP, f"{B}/gemm_persistent.py:79:loop-start:+1", f"{B}/gemm_persistent.py:79:loop-end:+1",
+           f"{B}/gemm_persistent.py:79:loop-step:+1"),
+    **_ids(R_COORDS, f"{B}/split_consumer.py:99:swap-up:acquire<->coords = gmem.compute_coords",
+           f"{P}/split_consumer.py:122:swap-up:acquire<->coords = gmem.compute_coords",
+           f"{H}/tma_copy.py:127:swap-up:acquire<->coords = gmem_x.tile_coords", f"{H}/wgmma_gemm.py:195:swap-up:acquire<->k = gmem_ab.k_coord"),
+    **_ids(R_INDEP_WAITS, f"{B}/split_consumer.py:107:swap-down:wait<->smem_b.wait", f"{B}/split_consumer.py:164:swap-down:wait<->smem_b.wait",
+           f"{P}/split_consumer.py:130:swap-down:wait<->smem_b.wait", f"{H}/group_add.py:117:swap-down:wait<->grp.smem_b.wait"),
+    **_ids(R_PROXY_ACQ, f"{B}/split_consumer.py:108:swap-down:wait<->proxy.acquire", f"{P}/split_consumer.py:131:swap-down:wait<->proxy.acquire"),
+    **_ids(R_INDEP_RELEASES, f"{B}/split_consumer.py:122:swap-down:release<->smem_b.release",
+           f"{B}/split_consumer.py:156:swap-down:release<->smem_b.release", f"{B}/split_consumer.py:169:swap-down:release<->smem_b.release",
+           f"{P}/split_consumer.py:144:swap-down:release<->smem_b.release", f"{B}/interleaved.py:154:swap-down:release<->partials.release",
+           f"{P}/interleaved.py:175:swap-down:release<->partials.release"),
+    **_ids(R_DESC_AFTER_WAIT, f"{B}/split_consumer.py:165:swap-down:wait<->desc_a = smem_a.build_desc"),
+    **_ids(R_ACQ_EARLY, f"{B}/interleaved.py:134:swap-up:acquire<->tiles.read", f"{B}/interleaved.py:231:swap-up:acquire<->scores.compute_softmax",
+           f"{P}/interleaved.py:164:swap-up:acquire<->v = rows.read", f"{P}/interleaved.py:313:swap-up:acquire<->p = scores.compute_softmax"),
+    **_ids(R_COMMIT_RELEASE, f"{B}/interleaved.py:233:swap-down:commit<->scores.release", f"{P}/interleaved.py:315:swap-down:commit<->scores.release"),
+    **_ids(R_SPLIT_RELEASE, f"{B}/interleaved.py:154:swap-up:release<->partials.drain", f"{P}/interleaved.py:175:swap-up:release<->partials.drain"),
+    **_ids(R_STAGE_AFTER_WAIT, f"{H}/group_add.py:118:swap-down:wait<->stage = grp.smem_a.stage"),
+    **_ids(R_GROUP_ACQ, f"{H}/group_add.py:136:swap-down:acquire<->grp.smem_b.acquire", f"{H}/group_add.py:137:swap-down:acquire<->grp.smem_a.load"),
+    **_ids(R_FUNCTIONAL, f"{H}/relu_pipeline.py:134:guard-drop:when_true", f"{H}/relu_pipeline.py:134:guard-flip:when_true->when_false",
+           f"{H}/relu_pipeline.py:136:guard-flip:when_false->when_true", f"{H}/relu_pipeline.py:138:guard-drop:every",
+           f"{H}/relu_pipeline.py:138:guard-flip:every-period+1", f"{H}/relu_pipeline.py:138:guard-flip:every-start+1",
+           f"{H}/relu_pipeline.py:140:guard-drop:last_iter", f"{H}/relu_pipeline.py:140:guard-flip:last_iter->first_iter"),
+    **_ids(R_FUNCTIONAL_MMA, f"{H}/wgmma_gemm.py:205:guard-drop:first_iter", f"{H}/wgmma_gemm.py:205:guard-flip:first_iter->last_iter"),
+    **_ids(R_SHALLOW, f"{H}/relu_pipeline.py:149:stages-1", f"{H}/group_add.py:159:stages-1", f"{H}/tma_copy.py:161:stages-1"),
+    **_ids(R_RELU_WARPS, f"{H}/relu_pipeline.py:164:warps-1"),
+    **_ids(R_DRAIN_LAST, f"{H}/tma_copy.py:153:swap-up:release<->gmem_y.drain"),
+    **_ids(R_CLUSTER_LEADER, f"{P}/split_consumer.py:160:signal:consumer_signaling_threads=TaskWarpLeader"),
+}
 COVERED: Dict[str, set] = {}  # path -> lines the checked builds execute (filled at start)
 SIDES: Dict[str, dict] = {}  # path -> config line -> {"ctas", "producer": {warps}, "consumer": {warps}}
+
+
+def _config_at(m: Mutant) -> Optional[dict]:
+    """The recorded pipeline config whose factory call spans the mutated line."""
+    best = None
+    for line, e in SIDES.get(m.path, {}).items():
+        if line <= m.line and (best is None or line > best[0]):
+            best = (line, e)
+    return best[1] if best is not None and m.line - best[0] <= 6 else None
 
 
 def _same_signaling(m: Mutant) -> Optional[str]:
@@ -480,6 +569,16 @@ def classify(m: Mutant, o: Outcome) -> Optional[str]:
         why = _same_signaling(m)
         if why:
             return why
+    if not SIDES.get(m.path):
+        return ("no pipeline in this program: the change decides which elements are copied (functional), no "
+                "barrier, stage or shared byte is involved")
+    if m.op.startswith(("bytes", "stages")):
+        entry = _config_at(m)
+        if entry is not None and not entry["allocs"]:
+            what = "copy size" if m.op.startswith("bytes") else "ring depth"
+            return (f"consistent: {entry['resource']} declares no SMEM allocation, so this value is the program's only "
+                    f"statement of the {what} (the mutant is as consistent as the original; with allocations the "
+                    "stage checks decide, see the Hopper mutants)")
     if m.op == "del-verb" and m.detail in ("try_acquire", "try_wait"):
         return ("a try_ probe only lets the blocking call that follows skip its wait; without it the blocking "
                 "call waits itself")
@@ -527,7 +626,8 @@ def report(rows, seconds) -> str:
     kinds = Counter(o.kind for _, o in rows)
     equivalent = [(m, o, classify(m, o)) for m, o in rows if o.kind in ("survived", "warned", "timeout")]
     eq = [x for x in equivalent if x[2] is not None]
-    unclassified = [x for x in equivalent if x[2] is None]
+    warned = [x for x in equivalent if x[2] is None and x[1].kind == "warned"]
+    unclassified = [x for x in equivalent if x[2] is None and x[1].kind != "warned"]
     killed = kinds["killed"]
     valid = len(rows) - kinds["stillborn"]
     non_eq = valid - len(eq)
@@ -539,10 +639,20 @@ def report(rows, seconds) -> str:
     for k in ("killed", "warned", "survived", "timeout", "stillborn", "crash"):
         print(f"| {k} | {kinds[k]} |", file=out)
     print(f"| equivalent (of warned/survived/timeout) | {len(eq)} |", file=out)
-    print(f"| unclassified survivors | {len(unclassified)} |", file=out)
+    print(f"| non-equivalent, detected by a warning only | {len(warned)} |", file=out)
+    print(f"| unclassified survivors (gaps) | {len(unclassified)} |", file=out)
     print("", file=out)
     score = killed / non_eq if non_eq else 1.0
+    detected = (killed + len(warned)) / non_eq if non_eq else 1.0
     print(f"mutation score killed / non-equivalent = {killed} / {non_eq} = {100 * score:.1f}%", file=out)
+    print(f"detected (killed + warned) / non-equivalent = {killed + len(warned)} / {non_eq} = {100 * detected:.1f}%",
+          file=out)
+    reasons = Counter(why.split(":")[0] if why.startswith(("unreached", "consistent")) else why for _, _, why in eq)
+    print("", file=out)
+    print("| equivalent: reason | mutants |", file=out)
+    print("|---|---|", file=out)
+    for why, n in reasons.most_common():
+        print(f"| {why[:150]} | {n} |", file=out)
     print("", file=out)
     by_op = defaultdict(Counter)
     for m, o in rows:
@@ -562,6 +672,12 @@ def report(rows, seconds) -> str:
     for p in sorted(by_file):
         c = by_file[p]
         print(f"| {p} | {c['killed']} | {c['warned']} | {c['survived']} | {c['stillborn']} |", file=out)
+    print("", file=out)
+    print("## Non-equivalent mutants detected by a warning only", file=out)
+    for m, o, _ in warned:
+        print(f"- {m.id}  {o.note}", file=out)
+    if not warned:
+        print("(none)", file=out)
     print("", file=out)
     print("## Unclassified survivors (checker gaps)", file=out)
     for m, o, _ in unclassified:
