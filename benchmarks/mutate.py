@@ -100,9 +100,18 @@ class Mutant:
     source: str  # the whole mutated module
     meta: dict = field(default_factory=dict)
 
+    func: str = ""  # the innermost def around the mutated line
+    nth: int = 0  # occurrence of (path, func, op, detail) in the file: keeps keys unique
+
     @property
     def id(self) -> str:
         return f"{self.path}:{self.line}:{self.op}" + (f":{self.detail}" if self.detail else "")
+
+    @property
+    def key(self) -> str:
+        """A line-number-free name (the hand classification survives edits above the line)."""
+        return f"{self.path}::{self.func}:{self.op}" + (f":{self.detail}" if self.detail else "") + \
+            (f"#{self.nth}" if self.nth else "")
 
 
 @dataclass
@@ -189,8 +198,21 @@ def _verb_of(st, extra) -> Optional[str]:
     return name if name in VERBS or name in extra else None
 
 
-def mutants_of(path: str) -> List[Mutant]:
-    text = open(os.path.join(ROOT, path)).read()
+def mutants_of(path: str, text: Optional[str] = None) -> List[Mutant]:
+    text = open(os.path.join(ROOT, path)).read() if text is None else text
+    out = _mutants(path, text)
+    funcs = sorted(((n.end_lineno - n.lineno, n.lineno, n.end_lineno, n.name) for n in ast.walk(ast.parse(text))
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))))
+    seen: Counter = Counter()
+    for m in out:
+        m.func = next((name for _, lo, hi, name in funcs if lo <= m.line <= hi), "<module>")
+        k = (m.func, m.op, m.detail)
+        m.nth = seen[k]
+        seen[k] += 1
+    return out
+
+
+def _mutants(path: str, text: str) -> List[Mutant]:
     src = Source(text)
     tree = ast.parse(text)
     extra = _wgmma_wait_methods(tree)
@@ -452,76 +474,7 @@ def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
 # ---------------------------------------------------------------------- survivors, classified by hand
 # id -> reason. Equivalent: the mutant is still a correct program (or the mutated code is not
 # reached by any checked build); the reason says why.
-R_VALUE = ("the moved call uses only a value already read into registers (a token a read returned inside the "
-           "bracket), not the stage: the release may come before or after it")
-R_INDEP_WAITS = "two waits on different pipelines: the work after them runs only once both completed, in either order"
-R_INDEP_RELEASES = ("two releases of different pipelines with no access between them: both stages are handed back "
-                    "after the last read either way")
-R_COORDS = "the coordinates come from the loop offset, not from the stage: computing them after the acquire changes nothing"
-R_ACQ_EARLY = ("the output stage is reserved (acquire) one call earlier, before the input is read: no access leaves its "
-               "bracket, and the acquire waits only on the output pipeline's own consumer")
-R_COMMIT_RELEASE = "adjacent signals (commit, release) on different pipelines after all the work: their order is immaterial"
-R_PROXY_ACQ = "the proxy stage is reserved before the second wait; the proxy's commit (the signal) still follows both waits"
-R_EMPTY_LOOP = "the domain loop has an empty body (it only places the queue epilogue in the tail): its bounds change nothing"
-R_FUNCTIONAL = ("the guard decides which value is written to global memory (the kernel's output), not when a barrier, "
-                "stage or shared byte is touched: outside the synchronization properties the checker proves")
-R_FUNCTIONAL_MMA = ("the zero-initialising MMA runs on other iterations (wrong sums, the kernel's output); every wgmma "
-                    "group is still retired by the same wait_group before its stage is released (the checker proves the "
-                    "mutant SAFE)")
-R_DESC_AFTER_WAIT = "the descriptor of smem_a is still built after smem_a's wait; the wait on smem_b only moves later"
-R_STAGE_AFTER_WAIT = "the stage index of smem_a is read after smem_a's wait, and the store still follows both waits"
-R_GROUP_ACQ = "two acquires of the Fork's members and their loads: each load still follows its own member's acquire"
-R_SPLIT_RELEASE = ("the tile is handed back right after partials.wait(): the wait task committed that partial after it "
-                   "finished reading the tile, so the read is already ordered; the drain reads partials, not tiles")
-R_DRAIN_LAST = ("the release after the loop hands back the last stage once every load was issued: no later load reuses it, "
-                "so its order against the drain of the TMA stores is immaterial in this program")
-R_SHALLOW = ("one stage fewer than the allocation holds: every stage index stays inside the layout and each stage still "
-             "holds a whole tile; a shallower ring is a correct pipeline (the warning, if any, notes the slack)")
-R_RELU_WARPS = ("ProducerTask commits with TaskWarpLeader: one warp arrives 32 times and waits on the same empty barrier "
-                "with one warp or two; with one warp lanes 32..63 of a row are not written (output), nothing else moves")
-R_CLUSTER_LEADER = ("on the (1, 2, 1, 1) cluster every CTA leads its own CTA group (V = 1), so CtaLeader and All release "
-                    "from the same CTAs, and TaskWarpLeader on the 1-warp compute task is All")
-
-
-def _ids(reason, *ids):
-    return {i: reason for i in ids}
-
-
-B, H, P = BUNDLED, HOPPER, PATTERNS
-CLASSIFIED: Dict[str, str] = {
-    **_ids(R_VALUE, f"{B}/tma_copy.py:97:swap-down:release<->output_gmem.store", f"{B}/gemm.py:126:swap-up:release<->gmem_d.store",
-           f"{B}/gemm_persistent.py:85:swap-up:release<->gmem_d.store", f"{H}/interleaved_copy.py:101:swap-down:release<->out.store",
-           f"{H}/relu_pipeline.py:133:swap-up:release<->pos = buf.is_positive", f"{H}/wgmma_gemm.py:212:swap-down:release<->gmem_c.store",
-           f"{P}/leader_routed.py:135:swap-up:release<->out.store_plus_one", f"{P}/interleaved.py:147:swap-up:release<->out.store"),
-    **_ids(R_EMPTY_LOOP, f"{B}/gemm_persistent.py:79:loop-start:+1", f"{B}/gemm_persistent.py:79:loop-end:+1",
-           f"{B}/gemm_persistent.py:79:loop-step:+1"),
-    **_ids(R_COORDS, f"{B}/split_consumer.py:99:swap-up:acquire<->coords = gmem.compute_coords",
-           f"{P}/split_consumer.py:122:swap-up:acquire<->coords = gmem.compute_coords",
-           f"{H}/tma_copy.py:127:swap-up:acquire<->coords = gmem_x.tile_coords", f"{H}/wgmma_gemm.py:195:swap-up:acquire<->k = gmem_ab.k_coord"),
-    **_ids(R_INDEP_WAITS, f"{B}/split_consumer.py:107:swap-down:wait<->smem_b.wait", f"{B}/split_consumer.py:164:swap-down:wait<->smem_b.wait",
-           f"{P}/split_consumer.py:130:swap-down:wait<->smem_b.wait", f"{H}/group_add.py:117:swap-down:wait<->grp.smem_b.wait"),
-    **_ids(R_PROXY_ACQ, f"{B}/split_consumer.py:108:swap-down:wait<->proxy.acquire", f"{P}/split_consumer.py:131:swap-down:wait<->proxy.acquire"),
-    **_ids(R_INDEP_RELEASES, f"{B}/split_consumer.py:122:swap-down:release<->smem_b.release",
-           f"{B}/split_consumer.py:156:swap-down:release<->smem_b.release", f"{B}/split_consumer.py:169:swap-down:release<->smem_b.release",
-           f"{P}/split_consumer.py:144:swap-down:release<->smem_b.release", f"{B}/interleaved.py:154:swap-down:release<->partials.release",
-           f"{P}/interleaved.py:175:swap-down:release<->partials.release"),
-    **_ids(R_DESC_AFTER_WAIT, f"{B}/split_consumer.py:165:swap-down:wait<->desc_a = smem_a.build_desc"),
-    **_ids(R_ACQ_EARLY, f"{B}/interleaved.py:134:swap-up:acquire<->tiles.read", f"{B}/interleaved.py:231:swap-up:acquire<->scores.compute_softmax",
-           f"{P}/interleaved.py:164:swap-up:acquire<->v = rows.read", f"{P}/interleaved.py:313:swap-up:acquire<->p = scores.compute_softmax"),
-    **_ids(R_COMMIT_RELEASE, f"{B}/interleaved.py:233:swap-down:commit<->scores.release", f"{P}/interleaved.py:315:swap-down:commit<->scores.release"),
-    **_ids(R_SPLIT_RELEASE, f"{B}/interleaved.py:154:swap-up:release<->partials.drain", f"{P}/interleaved.py:175:swap-up:release<->partials.drain"),
-    **_ids(R_STAGE_AFTER_WAIT, f"{H}/group_add.py:118:swap-down:wait<->stage = grp.smem_a.stage"),
-    **_ids(R_GROUP_ACQ, f"{H}/group_add.py:136:swap-down:acquire<->grp.smem_b.acquire", f"{H}/group_add.py:137:swap-down:acquire<->grp.smem_a.load"),
-    **_ids(R_FUNCTIONAL, f"{H}/relu_pipeline.py:134:guard-drop:when_true", f"{H}/relu_pipeline.py:134:guard-flip:when_true->when_false",
-           f"{H}/relu_pipeline.py:136:guard-flip:when_false->when_true", f"{H}/relu_pipeline.py:138:guard-drop:every",
-           f"{H}/relu_pipeline.py:138:guard-flip:every-period+1", f"{H}/relu_pipeline.py:138:guard-flip:every-start+1",
-           f"{H}/relu_pipeline.py:140:guard-drop:last_iter", f"{H}/relu_pipeline.py:140:guard-flip:last_iter->first_iter"),
-    **_ids(R_FUNCTIONAL_MMA, f"{H}/wgmma_gemm.py:205:guard-drop:first_iter", f"{H}/wgmma_gemm.py:205:guard-flip:first_iter->last_iter"),
-    **_ids(R_SHALLOW, f"{H}/relu_pipeline.py:149:stages-1", f"{H}/group_add.py:159:stages-1", f"{H}/tma_copy.py:161:stages-1"),
-    **_ids(R_RELU_WARPS, f"{H}/relu_pipeline.py:164:warps-1"),
-    **_ids(R_DRAIN_LAST, f"{H}/tma_copy.py:153:swap-up:release<->gmem_y.drain"),
-    **_ids(R_CLUSTER_LEADER, f"{P}/split_consumer.py:160:signal:consumer_signaling_threads=TaskWarpLeader"),
-}
+from mutate_classified import CLASSIFIED  # noqa: E402  (the hand classification of the survivors)
 COVERED: Dict[str, set] = {}  # path -> lines the checked builds execute (filled at start)
 SIDES: Dict[str, dict] = {}  # path -> config line -> {"ctas", "producer": {warps}, "consumer": {warps}}
 
@@ -561,8 +514,8 @@ def _same_signaling(m: Mutant) -> Optional[str]:
 
 def classify(m: Mutant, o: Outcome) -> Optional[str]:
     """The reason a survivor is equivalent, or None (unclassified: a checker gap)."""
-    if m.id in CLASSIFIED:
-        return CLASSIFIED[m.id]
+    if m.key in CLASSIFIED:
+        return CLASSIFIED[m.key]
     if m.path in COVERED and m.line not in COVERED[m.path]:
         return "unreached: no checked build of this file executes the mutated line (a twin or variant builder)"
     if m.op == "signal":

@@ -104,7 +104,7 @@ def worker(job_ids: List[str], launches_override: Optional[int] = None) -> int:
                 label, base, launcher, run, edits = C.SANITIZE_EXTRA[int(job.split(":")[1])]
                 key = ("extra", job)
                 if key not in modules:
-                    modules[key] = V.load(base, "fixed", edits)
+                    modules[key] = V.for_kernel(V.load(base, "fixed", edits))
                 mod, patch = modules[key], None
             else:
                 key, which, i = job.split(":")
@@ -113,7 +113,7 @@ def worker(job_ids: List[str], launches_override: Optional[int] = None) -> int:
                 if (key, which) in modules:
                     _say("COMPILED")  # the module's kernel was compiled by an earlier run of this variant
                 else:
-                    modules[(key, which)] = V.load(case, which)
+                    modules[(key, which)] = V.for_kernel(V.load(case, which))
                 mod, patch = modules[(key, which)], (case.lowering_patch if which == "bug" else None)
             n = launches_override or run.launches
             bad, detail = 0, ""

@@ -76,7 +76,7 @@ def test_producer_without_any_consumer_hangs_in_its_tail():
 
     @schedule
     def load(s):
-        with domain_loop(0, 4, 1):
+        with domain_loop(0, 2, 1):  # no more loads than stages: the loop itself never blocks
             s.acquire()  # @orphan
             s.fill()
             s.commit()
@@ -188,3 +188,44 @@ def test_stage_waited_but_never_released_hangs_the_producer_tail():
 
 def test_every_stage_released_is_safe():
     _safe(run_checker(_last_not_released(False)[0]))
+
+
+# ------------------------------------------------------------------ a tail release with zero iterations
+def _lag1_release(declare_min_one):
+    """The TMA copy's lag-1 store: each stage is released one iteration later, the last one after the
+    loop. On a grid-stride domain that may run zero times, that tail release completes an empty phase
+    no stage was committed for, and the producer tail hangs (the example declares count >= 1)."""
+    from warpsched import trip_count
+
+    smem = Buf(name="Tiles", pipeline_config=tma_cfg(stages=2, advance_on_wait=True))
+    start, step, end = trip_count("first_tile", min=0), trip_count("grid", min=1), trip_count("tiles")
+    count = trip_count("tiles_per_cta", min=1) if declare_min_one else None
+
+    @schedule
+    def load(s):
+        with domain_loop(start, end, step, count=count):
+            s.acquire()  # @lag_acquire
+            s.fill()
+            s.commit()
+
+    @schedule
+    def store(s):
+        with domain_loop(start, end, step, count=count) as d:
+            s.wait()
+            s.read()
+            with d.every(1, start=1):
+                s.release()
+        s.release()
+
+    return program([task("Load", load(smem), dst=[smem]), task("Store", store(smem), src=[smem], warp=1)]), load
+
+
+def test_tail_release_on_a_loop_that_may_not_run_hangs_the_producer_tail():
+    prog, load = _lag1_release(False)
+    hit = _unconsumed(run_checker(prog))
+    assert hit[0].task == "Load" and "producer tail" in hit[0].message
+    assert "0 iteration(s)" in hit[0].detail
+
+
+def test_tail_release_with_at_least_one_tile_per_cta_is_safe():
+    _safe(run_checker(_lag1_release(True)[0]))

@@ -24,17 +24,12 @@ import _common  # noqa: E402
 
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-import cutlass.pipeline as pipeline  # noqa: E402
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,  # noqa: E402
-                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule)
+                       TaskLocalVariable, TaskManager, consumer_work, domain_loop, producer_work, schedule, threads,
+                       trip_count)
 
-IN_KERNEL = _common.IN_KERNEL
 WIDTH = 32
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True)
@@ -119,13 +114,15 @@ def reader_schedule(tile, scratch, out, n):
         out.store(a=a, b=b)
 
 
-def build(x=None, y=None, n=8, verbose=True, **manager_options):
+def build(x=None, y=None, n=None, verbose=True, **manager_options):
+    """CPU: ``n`` None (every row count); the kernel passes the rows of x."""
+    n = trip_count("rows", n)
     allocator = SmemAllocator()
     tile_alloc = SmemAllocation("tile", dtype=cutlass.Float32, count=WIDTH, alignment=128)
     scratch_alloc = SmemAllocation("scratch", dtype=cutlass.Float32, count=WIDTH, alignment=128)
     allocator.add_alias_group([[tile_alloc], [scratch_alloc]])
-    cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=group(32),
-                                                         consumer_group=group(32))
+    cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(32),
+                                                         consumer_group=threads(32))
     src, out = Src(name="Src", x=x), Out(name="Out", y=y)
     tile = Tile(name="Tile", pipeline_config=cfg, allocator=allocator, alloc=tile_alloc)
     scratch = Scratch(name="Scratch", allocator=allocator, alloc=scratch_alloc)
@@ -143,7 +140,7 @@ def build(x=None, y=None, n=8, verbose=True, **manager_options):
 
 @cute.kernel
 def alias_kernel(mx: cute.Tensor, my: cute.Tensor):
-    mgr = build(mx, my, n=cute.size(mx, mode=[0]), verbose=False, **IN_KERNEL)
+    mgr = build(mx, my, n=cute.size(mx, mode=[0]), verbose=False)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

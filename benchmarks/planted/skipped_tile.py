@@ -24,19 +24,13 @@ import _common  # noqa: E402
 
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-import cutlass.pipeline as pipeline  # noqa: E402
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,  # noqa: E402
                        TaskLocalVariable, TaskManager, TileSchedulerConfig, WorkQueue, consumer_work, domain_loop,
-                       producer_work, schedule, work_tile_loop)
+                       producer_work, schedule, threads, trip_count, work_tile_loop)
 
-IN_KERNEL = _common.IN_KERNEL
 TILE = 32  # columns per tile: one per lane
 STAGES = 2
-
-
-def group(n):
-    return pipeline.CooperativeGroup(pipeline.Agent.Thread, n)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -123,12 +117,14 @@ def consumer_schedule(ring, out, wq, rows):
         wq.release()
 
 
-def build(x=None, y=None, rows=8, logical_tiles=2, launch_tiles=4, verbose=True, **manager_options):
+def build(x=None, y=None, rows=None, logical_tiles=None, launch_tiles=None, verbose=True, **manager_options):
+    """CPU: runtime values None (every row count, every number of tiles per CTA); the kernel passes them."""
+    rows = trip_count("rows", rows)
     allocator = SmemAllocator()
     ring = Ring(name="Ring", x=x, allocator=allocator, alloc=SmemAllocation("ring", dtype=cutlass.Float32,
                                                                             count=TILE * STAGES, alignment=128),
                 pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-                    num_stages=STAGES, producer_group=group(32), consumer_group=group(32)))
+                    num_stages=STAGES, producer_group=threads(32), consumer_group=threads(32)))
     allocator.add_resource(ring)
     allocator.compute_layout()
     out = Out(name="Out", y=y)
@@ -146,7 +142,7 @@ def build(x=None, y=None, rows=8, logical_tiles=2, launch_tiles=4, verbose=True,
 def skip_kernel(mx: cute.Tensor, my: cute.Tensor, launch_tiles: cutlass.Int32):
     rows = cute.size(mx, mode=[0])
     logical = cute.ceil_div(cute.size(mx, mode=[1]), TILE)
-    mgr = build(mx, my, rows=rows, logical_tiles=logical, launch_tiles=launch_tiles, verbose=False, **IN_KERNEL)
+    mgr = build(mx, my, rows=rows, logical_tiles=logical, launch_tiles=launch_tiles, verbose=False)
     mgr.setup_resources_and_tasks()
     mgr.run()
 

@@ -30,15 +30,24 @@ class EditError(ValueError):
     pass
 
 
-def edited_source(base: str, edits: List[Tuple[int, str, str]]) -> str:
+def edited_source(base: str, edits: List[Tuple[object, str, str]]) -> str:
     """The base file with single-line edits applied (line count unchanged, plus a trailing import of
-    the delay helper when an edit uses it)."""
+    the delay helper when an edit uses it). Every edit is located on the unedited lines first."""
     lines = open(os.path.join(ROOT, base)).read().splitlines(keepends=True)
-    for line, old, new in edits:
-        if not (1 <= line <= len(lines)) or old not in lines[line - 1]:
-            raise EditError(f"{base}:{line}: expected {old!r} on that line, found {lines[line - 1].strip()!r}"
-                            if 1 <= line <= len(lines) else f"{base}: no line {line}")
-        lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    where = []
+    for scope, old, new in edits:
+        if isinstance(scope, int):
+            start = scope - 1
+        else:
+            start = next((i for i, ln in enumerate(lines) if scope in ln), None)
+            if start is None:
+                raise EditError(f"{base}: no line contains the scope {scope!r}")
+        at = next((i for i in range(max(0, start), len(lines)) if old in lines[i]), None)
+        if at is None or (isinstance(scope, int) and at != start):
+            raise EditError(f"{base}: {old!r} not found {'on line' if isinstance(scope, int) else 'after'} {scope!r}")
+        where.append((at, old, new))
+    for at, old, new in where:
+        lines[at] = lines[at].replace(old, new, 1)
     text = "".join(lines)
     if any("planted_delay" in new for _, _, new in edits):
         text += "\n" + DELAY_IMPORT
@@ -51,8 +60,7 @@ def edits_of(case: Case, which: str):
 
 def load(case_or_base, which: str = FIXED, edits=None):
     """Import the variant as a fresh module (written to a temp dir under the base file's name, so
-    findings and tracebacks name the same file and lines). Kernels inside it trace with
-    ``skip_validation=True``: a planted bug must compile."""
+    findings and tracebacks name the same file and lines)."""
     global _TMP
     if _TMP is None:
         _TMP = tempfile.mkdtemp(prefix="warpsched_planted_")
@@ -71,8 +79,23 @@ def load(case_or_base, which: str = FIXED, edits=None):
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
-    if hasattr(mod, "IN_KERNEL"):
-        mod.IN_KERNEL = dict(mod.IN_KERNEL, skip_validation=True)
+    return mod
+
+
+def for_kernel(mod):
+    """Make the module's kernels trace with ``skip_validation=True`` (a planted bug must compile): the
+    ``TaskManager`` its ``build`` calls gets that default; the CPU verdicts use the module as is."""
+    import warpsched
+
+    if getattr(mod, "_planted_for_kernel", False):
+        return mod
+
+    def manager(*args, **kw):
+        kw.setdefault("skip_validation", True)
+        return warpsched.TaskManager(*args, **kw)
+
+    mod.TaskManager = manager
+    mod._planted_for_kernel = True
     return mod
 
 
@@ -142,7 +165,7 @@ def lowering_patch(name: Optional[str]):
 
 def compile_cpu(case: Case, which: str, arch: str = "sm_90a"):
     """Compile one variant for ``arch`` on the CPU (no GPU); returns the PTX text."""
-    mod = load(case, which)
+    mod = for_kernel(load(case, which))
     kw = _compile_kwargs(case)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

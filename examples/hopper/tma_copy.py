@@ -114,8 +114,8 @@ class GmemY(MemoryResource):
 
 
 @schedule
-def load_schedule(gmem_x, smem, start, end, step):
-    with domain_loop(start, end, step):
+def load_schedule(gmem_x, smem, start, end, step, count=None):
+    with domain_loop(start, end, step, count=count):
         coords = gmem_x.tile_coords()
         smem.acquire()
         smem.tma_load(coords=coords)
@@ -123,8 +123,8 @@ def load_schedule(gmem_x, smem, start, end, step):
 
 
 @schedule
-def store_schedule(smem, gmem_y, start, end, step):
-    with domain_loop(start, end, step):
+def store_schedule(smem, gmem_y, start, end, step, count=None):
+    with domain_loop(start, end, step, count=count):
         smem.wait()
         stage = smem.stage()
         gmem_y.tma_store(stage=stage)
@@ -132,11 +132,11 @@ def store_schedule(smem, gmem_y, start, end, step):
 
 
 @schedule
-def store_schedule_lag1(smem, gmem_y, start, end, step):
+def store_schedule_lag1(smem, gmem_y, start, end, step, count=None):
     """One TMA store in flight: release each stage one iteration later (split wait/release
     counters, advance_on_wait=True). Every CTA gets at least one tile (grid <= tiles), so the
     tail release always has a stage to return."""
-    with domain_loop(start, end, step) as d:
+    with domain_loop(start, end, step, count=count) as d:
         smem.wait()
         stage = smem.stage()
         gmem_y.tma_store(stage=stage, lag=1)
@@ -160,6 +160,8 @@ def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BF
     tile_mn = tuple(tile_mn or default_tile(dtype))
     start, step = trip_count("first_tile", start, min=0), trip_count("grid_ctas", step)
     end = trip_count("tiles", end)
+    per_cta = trip_count("tiles_per_cta", min=1)  # the grid never exceeds the tile count (the lag-1 tail
+    # release needs a tile: with none, it would complete an empty phase and hang the producer tail)
     tm, tn = tile_mn
     tile_bytes = tm * tn * dtype.width // 8
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=num_stages, num_bytes=tile_bytes,  # groups:
@@ -171,9 +173,9 @@ def build(*, load_atom=None, mx=None, store_atom=None, my=None, dtype=cutlass.BF
     gmem_y = GmemY(name="GmemY", atom=store_atom, gmem=my, smem=smem, tiles_n=tiles_n)
     tasks = [
         Task(name="LoadTask", src_resources=[gmem_x], dst_resources=[smem], warp_idx=0, num_warps=1,
-             schedule=load_schedule(gmem_x, smem, start, end, step)),
+             schedule=load_schedule(gmem_x, smem, start, end, step, per_cta)),
         Task(name="StoreTask", src_resources=[smem], dst_resources=[gmem_y], warp_idx=1, num_warps=1,
-             schedule=(store_schedule_lag1 if store_lag else store_schedule)(smem, gmem_y, start, end, step)),
+             schedule=(store_schedule_lag1 if store_lag else store_schedule)(smem, gmem_y, start, end, step, per_cta)),
     ]
     return TaskManager(tasks=tasks, resource_dependency_graph={smem: [gmem_x], gmem_y: [smem]},
                        smem_allocator=SmemAllocator.for_resources(smem), verbose=verbose, **manager_options)

@@ -140,6 +140,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
     released: Dict[int, Step] = {}  # last release of a resource, for DMA messages
     res: Dict[int, object] = {}
     handed_back = set()  # resources released since their last wait (or their proxy's last wait)
+    opened_ever = set()  # resources this run has waited on (directly or through a proxy)
     program = ctx.program
     by_index = {x.index: x for x in steps(program, t)}
 
@@ -152,13 +153,16 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
     def add(msg, s, r, expected, fix, check=BRACKET):
         out.append(F(check, msg, task=t, resource=r, location=s.location, expected=expected, fix=fix))
 
-    for s, _i in run:
+    run = list(run)
+    for pos, (s, _i) in enumerate(run):
         k = s.kind
         if s.token_args:
             _stage_refs(s, by_index, prod, cons, proxy_open, handed_back, add)
         if k is StepKind.ConsumerWait:
             for r in targets(s):
-                handed_back.difference_update({id(r)} | {id(u) for u in transitive_upstream(program, r)})
+                covered = {id(r)} | {id(u) for u in transitive_upstream(program, r)}
+                handed_back.difference_update(covered)
+                opened_ever.update(covered)
         elif k is StepKind.ConsumerRelease:
             handed_back.update(id(r) for r in targets(s))
         if k.is_aux:
@@ -169,7 +173,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
             if not ctx.bracketed(r):
                 if k is StepKind.ProducerWork:
                     _dma(ctx, t, s, r, cons, released, proxy_open, add)
-                    _reads_upstream(ctx, t, s, r, cons, proxy_open, add)
+                    _reads_upstream(ctx, t, s, r, opened_ever, run[pos + 1:], _i, add)
                 continue
             rid = id(r)
             res[rid] = r
@@ -194,7 +198,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                         f"move {s.method}() between {n}.acquire() and {n}.commit()")
                 if k is StepKind.ProducerWork:
                     _dma(ctx, t, s, r, cons, released, proxy_open, add)
-                    _reads_upstream(ctx, t, s, r, cons, proxy_open, add)
+                    _reads_upstream(ctx, t, s, r, opened_ever, run[pos + 1:], _i, add)
             elif k is StepKind.ConsumerWait:
                 # a WorkQueue has no split consumers: every task runs its own queue epilogue
                 if not ctx.releases(r, t) and ctx.others(r, StepKind.ConsumerRelease, t) and not is_queue(r):
@@ -305,13 +309,18 @@ def _stage_refs(s: Step, by_index, prod, cons, proxy_open, handed_back, add) -> 
                 f"move {n}.release() after {s.resource_name}.{s.method}()")
 
 
-def _reads_upstream(ctx: _Context, t: Task, s: Step, down, cons, proxy_open, add) -> None:
-    """Synchronous producer work reads what its resource depends on (the graph edges): in a task that
-    consumes some upstream buffer of it, the work runs inside the window of one of them (wait() ..
-    release(), or a split consumer's proxy window), or takes a value (an argument or a guard) a read
-    of one of them returned. Hardware producers: ``_dma``."""
+def _reads_upstream(ctx: _Context, t: Task, s: Step, down, opened_ever, rest, i, add) -> None:
+    """Synchronous producer work reads what its resource depends on (the graph edges). In a task that
+    consumes an upstream buffer of it, the work may not run before the wait that the same iteration
+    (or the same section, outside the loop) makes on that buffer later -- it would read the stage
+    before it is ready -- unless the task already waited on it earlier or the work takes a value (an
+    argument or a guard) a read returned. After a wait the work may be an epilogue of values already
+    in registers (a store of the accumulator after the loop), which the schedule cannot tell from a
+    late read. Hardware producers: ``_dma``."""
     cfg = good_config(down)
-    if cfg is not None and cfg.pipeline_type.producer_is_hardware:
+    if cfg is not None and protocol_of(cfg).producer_is_hardware:
+        return
+    if _has_memory(down):  # on-chip bytes: the exhaustive checker follows the work's own accesses
         return
     program = ctx.program
     consumed = []
@@ -321,23 +330,31 @@ def _reads_upstream(ctx: _Context, t: Task, s: Step, down, cons, proxy_open, add
         if any(x.kind in (StepKind.ConsumerWait, StepKind.ConsumerRelease) and any(y is up for y in targets(x))
                for x in steps(program, t)):
             consumed.append(up)
-    if not consumed or any(cons.get(id(up)) or proxy_open(up) for up in consumed):
+    if not consumed or any(id(up) in opened_ever for up in consumed) or s.token_args:
         return
-    if _fed_by(program, t, s, consumed):
+    if any(getattr(g, "token", None) is not None for g in s.guards):
         return
-    n, u = rname(down), rname(consumed[0])
-    add(f"{n}.{s.method}() runs outside the wait()/release() window of {u}, which {n} depends on, and takes "
-        f"no value read from it: it can read {u} before the stage is ready or after it was handed back", s,
-        consumed[0], f"{n}.{s.method}() between {u}.wait() and {u}.release(), or fed by the result of a {u} read",
-        f"move {n}.{s.method}() inside the {u} window (or pass it the value a {u} read returns)")
+    later = []
+    for x, j in rest:
+        if j != i or x.section is not s.section:
+            break
+        if x.kind is StepKind.ConsumerWait:
+            later += [up for up in consumed if any(y is up for y in targets(x))]
+    if not later:
+        return
+    n, u = rname(down), rname(later[0])
+    add(f"{n}.{s.method}() runs before this task has waited on {u}, which {n} depends on, and takes no value: "
+        f"it can read {u} before a stage is ready", s, consumed[0],
+        f"{n}.{s.method}() after {u}.wait() (inside its window), or fed by the result of a {u} read",
+        f"move {n}.{s.method}() after {u}.wait()")
 
 
-def _fed_by(program: Program, t: Task, s: Step, ups) -> bool:
-    by_index = {x.index: x for x in steps(program, t)}
-    toks = list(s.token_args.values()) + [g.token for g in s.guards if getattr(g, "token", None) is not None]
-    for tok in toks:
-        w = by_index.get(tok.producer_index)
-        if w is not None and w.kind.side == "consumer" and any(y is up for y in targets(w) for up in ups):
+def _has_memory(r) -> bool:
+    for getter in ("get_smem_requirements", "get_tmem_requirements"):
+        try:
+            if getattr(r, getter)():
+                return True
+        except Exception:  # noqa: BLE001 - a requirement hook that needs a kernel context
             return True
     return False
 

@@ -218,7 +218,10 @@ def _stage_slices(r: Any, cfg: PipelineConfig) -> List[Finding]:
                          location=cfg.location, expected="work that indexes its SMEM by stage_info.stage_idx (or "
                          "num_stages=1)", fix="index the stage's slice with stage_info.stage_idx", severity="warning"))
     for a in allocs:
-        size = getattr(a, "size_bytes", None)
+        try:
+            size = a.size_bytes
+        except Exception:  # noqa: BLE001 - a malformed allocation is reported by the smem capacity check
+            continue
         if is_int(size) and size > 0 and size % cfg.num_stages:
             out.append(F(COUNTS, f"{rname(r)}: SMEM allocation {getattr(a, 'name', '?')!r} ({size} bytes) does not "
                          f"split into num_stages={cfg.num_stages} equal stages", resource=r, location=cfg.location,

@@ -92,9 +92,10 @@ class Balance:
                     b = barriers[base + s]
                     name = self.c.executors[e].name
                     owner = getattr(step, "resource_name", "?")
-                    return (f"{name} ends with a committed stage of {owner} that is never released: the producer "
-                            f"tail the lowering emits at the end of {name} waits for {b.label} (stage {s}), which "
-                            "no release completes, so the kernel hangs at exit", e, step, base + s)
+                    return (f"{name} ends with {owner}'s releases out of step with its commits: the producer tail "
+                            f"the lowering emits at the end of {name} waits for a phase of {b.label} (stage {s}) that "
+                            "never completes (a committed stage is never released, or a release came for a stage "
+                            "that was never committed), so the kernel hangs at exit", e, step, base + s)
         return None
 
 
