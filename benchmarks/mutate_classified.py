@@ -42,6 +42,21 @@ R_RELU_WARPS = ("ProducerTask commits with TaskWarpLeader: one warp arrives 32 t
 R_CLUSTER_LEADER = ("on the (1, 2, 1, 1) cluster every CTA leads its own CTA group (V = 1), so CtaLeader and All release "
                     "from the same CTAs, and TaskWarpLeader on the 1-warp compute task is All")
 
+R_SAME_COUNT = ("the trip count is unchanged (the end is a multiple of the step, or range(start + 1, end, step) still "
+                "has as many values): only the rows each iteration addresses move (the kernel's output)")
+R_ONE_TILE = ("one tile per kernel: the accumulator stage is written once, so nothing can overwrite it after the "
+              "release and the drain reads the same values (the upstream-read rule does not flag work after the "
+              "task's wait, which a register epilogue cannot be told from)")
+R_LAST_RETIRE = ("the last release after the loop hands back the last stage once every load was issued: no later TMA "
+                 "load reuses it, so the final wgmma wait may come after it in this program")
+R_LEADER_RELEASE = ("the groups are derived from the tasks: with TaskWarpLeader the MMA task's leader warp releases for "
+                    "its 8 warps after the task-wide named barrier, and the derived consumer count follows")
+R_STORE_TWICE = ("both StoreTask warps wait, issue the TMA store of the same tile (the same bytes twice) and release "
+                 "after their own bulk-store wait; the derived consumer count follows the two warps")
+GAP_TMA_SHARE = ("GAP (documented, not modelled): a 2-warp TMA producer arms num_bytes / 2 per warp and the checker "
+                 "assumes each warp's copy delivers its share; this work body copies the whole tile from each warp. "
+                 "Copy sizes live in opaque work bodies (docs/checker.md, Not modelled)")
+
 
 def _ids(reason, *ids):
     return {i: reason for i in ids}
@@ -49,6 +64,16 @@ def _ids(reason, *ids):
 
 B, H, P = BUNDLED, HOPPER, PATTERNS
 CLASSIFIED: Dict[str, str] = {
+    **_ids(R_SAME_COUNT, f"{B}/tma_copy.py::load_schedule:loop-start:+1", f"{B}/tma_copy.py::load_schedule:loop-step:+1",
+           f"{B}/tma_copy.py::store_schedule:loop-start:+1", f"{B}/tma_copy.py::store_schedule:loop-step:+1",
+           f"{B}/interleaved.py::wait_only:loop-step:+1", f"{P}/interleaved.py::pr_produce:loop-start:+1",
+           f"{P}/interleaved.py::pr_release:loop-start:+1"),
+    **_ids(R_ONE_TILE, f"{B}/split_consumer.py::store_schedule:swap-up:release<->gmem_d.store"),
+    f"{H}/relu_pipeline.py::consumer_schedule:guard-drop:when_false": R_FUNCTIONAL,
+    f"{H}/wgmma_gemm.py::mma_schedule:swap-up:release<->smem_ab.retire": R_LAST_RETIRE,
+    f"{H}/wgmma_gemm.py::build:signal:consumer_signaling_threads=TaskWarpLeader(added)": R_LEADER_RELEASE,
+    f"{H}/tma_copy.py::build:warps+1#1": R_STORE_TWICE,
+    f"{H}/wgmma_gemm.py::build:warps+1": GAP_TMA_SHARE,
     **_ids(R_VALUE, f"{B}/tma_copy.py::store_schedule:swap-down:release<->output_gmem.store", f"{B}/gemm.py::store_schedule:swap-up:release<->gmem_d.store",
            f"{B}/gemm_persistent.py::store_schedule:swap-up:release<->gmem_d.store", f"{H}/interleaved_copy.py::consume:swap-down:release<->out.store",
            f"{H}/relu_pipeline.py::consumer_schedule:swap-up:release<->pos = buf.is_positive", f"{H}/wgmma_gemm.py::mma_schedule:swap-down:release<->gmem_c.store",

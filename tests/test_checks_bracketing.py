@@ -371,9 +371,14 @@ def test_dma_ordering_doc_pair():
     accepted(*dma_program(mma_schedule, umma_async()))
 
 
-def test_early_release_before_a_plain_downstream_is_accepted():
-    """An async-thread downstream producer is not a DMA producer: the early release is harmless."""
-    accepted(*dma_program(bad_dma_order_schedule, async_async(32, 32)))
+def test_early_release_before_a_plain_downstream_is_not_dma_ordering():
+    """An async-thread downstream producer is not a DMA producer, so DMA ordering does not apply; but
+    its work takes the descriptor build_desc() returned (smem_a's stage index) after smem_a's release,
+    so it reads a stage that may already be refilled (issue 17: a stage reference used late)."""
+    f = rejected(*dma_program(bad_dma_order_schedule, async_async(32, 32)))
+    assert not [x for x in f if x.check == "dma ordering"]
+    hit = [x for x in f if "after smem_a's stage was released" in x.message]
+    assert hit and hit[0].task == "mma" and "tmem_c.mma" in hit[0].message
 
 
 # ------------------------------------------------------------------ value routing

@@ -340,3 +340,42 @@ def test_multi_stage_ring_whose_work_ignores_the_stage_index_is_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error", warpsched.ValidationWarning)
         warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=1, indexed=False))
+
+
+# ------------------------------------------------------------------ hopper tma_copy: shared counts, stage() tokens
+def _tma_copy_mutant(tmp_path, old, new, scope):
+    sys.path.insert(0, HOPPER_DIR)
+    import tma_copy
+
+    src = open(tma_copy.__file__).read()
+    at = src.index(old, src.index(scope))
+    path = tmp_path / "tma_copy.py"
+    path.write_text(src[:at] + new + src[at + len(old):])
+    spec = importlib.util.spec_from_file_location(f"_mutant_tma_copy_{abs(hash((old, new, scope)))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return tma_copy, mod, path.read_text().splitlines()
+
+
+def test_loops_sharing_a_count_with_different_bounds(tmp_path):
+    old = "    with domain_loop(start, end, step, count=count):"
+    orig, mod, lines = _tma_copy_mutant(tmp_path, old, old.replace("end, step", "end + 1, step"), "def load_schedule")
+    findings = _rejected(mod.build)
+    hit = [f for f in findings if f.check == "captured domain validity" and "count=tiles_per_cta" in f.message]
+    mutated = _line_of(lines, "with domain_loop(start, end + 1, step, count=count)")
+    other = _line_of(lines, "with domain_loop(start, end, step, count=count) as d:")
+    assert hit and hit[0].location.line in (mutated, other)  # the finding at one loop names the other
+    assert f":{mutated if hit[0].location.line == other else other}" in hit[0].message
+    _accepted(orig.build)
+
+
+def test_stage_returned_by_work_used_after_the_release(tmp_path):
+    old = "        gmem_y.tma_store(stage=stage)\n        smem.release()\n"
+    new = "        smem.release()\n        gmem_y.tma_store(stage=stage)\n"
+    orig, mod, lines = _tma_copy_mutant(tmp_path, old, new, "def store_schedule(")
+    findings = _rejected(mod.build, store_lag=0)
+    hit = [f for f in findings if "after SmemTiles's stage was released" in f.message]
+    assert hit and hit[0].location.line == _line_of(lines, "        gmem_y.tma_store(stage=stage)",
+                                                    after=_line_of(lines, "def store_schedule("))
+    _accepted(orig.build, store_lag=0)

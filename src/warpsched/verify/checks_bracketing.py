@@ -19,7 +19,8 @@ from ..protocol.barriers import protocol_of
 from . import checks_dataflow
 from .checks_traces import condition, executions
 from .findings_util import (F, TRY_KINDS, config_of, dedupe, good_config, graph_upstream, is_pdl, is_queue,
-                            reads_stage, rname, self_edge, steps, targets, tasks_with, transitive_upstream)
+                            reads_stage, returns_stage, rname, self_edge, steps, targets, tasks_with,
+                            transitive_upstream)
 from .program import Program
 
 BRACKET = "work bracketing"
@@ -289,15 +290,18 @@ def _stage_aux(ctx: _Context, s: Step, prod, cons, proxy_open, add) -> None:
 
 
 def _stage_refs(s: Step, by_index, prod, cons, proxy_open, handed_back, add) -> None:
-    """A value that stage-indexed auxiliary work returned (a descriptor naming the stage) is a
-    reference to that stage: whoever uses it reads the stage, so it must still be held -- its own
-    bracket open, or (split consumer) the proxy window open and the stage not yet released."""
+    """A value that names a stage -- returned by work whose body returns ``stage_info.stage_idx``, or
+    by stage-indexed auxiliary work (a descriptor) -- is a reference to that stage: whoever uses it
+    reads the stage (a TMA store, an MMA), so it must still be held -- its own bracket open, or
+    (split consumer) the proxy window open and the stage not yet released."""
     for tok in s.token_args.values():
         w = by_index.get(tok.producer_index)
-        if w is None or not w.kind.is_aux or w.kind.side != "consumer":
+        if w is None or w.kind.side != "consumer" or not (w.kind.is_aux or w.kind.is_work):
             continue
         for u in targets(w):
-            if is_queue(u) or good_config(u) is None or not reads_stage(u, w.method):
+            if is_queue(u) or good_config(u) is None:
+                continue
+            if not (returns_stage(u, w.method) or (w.kind.is_aux and reads_stage(u, w.method))):
                 continue
             rid = id(u)
             if prod.get(rid) or cons.get(rid) or (proxy_open(u) and rid not in handed_back):

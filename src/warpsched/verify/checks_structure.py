@@ -118,6 +118,42 @@ def _domains(program: Program) -> List[Finding]:
         if type(d.step) is int and d.step == 0:
             out.append(F(DOMAIN, "domain_loop step is 0: the loop can never advance", task=t, location=d.location,
                          expected="a non-zero step", fix="use step=1 (or the lane count for domain-lane interleaving)"))
+    return out + _shared_counts(program)
+
+
+def _bound_key(b: Any):
+    """Equal keys: the same bound (an int's value, a trip_count's symbol and offset, else the object)."""
+    if type(b) is int:
+        return ("int", b)
+    root = getattr(b, "root", None)
+    if root is not None and hasattr(b, "offset"):
+        return ("sym", id(root), b.offset)
+    return ("obj", id(b))
+
+
+def _shared_counts(program: Program) -> List[Finding]:
+    """Loops declaring one ``count=`` symbol are checked for one trip count: their bounds must be the
+    same range (domain-lane siblings: the same end and step, a lane start each), or their real trip
+    counts can differ while the checker proves them equal."""
+    out, first = [], {}
+    for t in program.tasks:
+        d = getattr(getattr(t, "schedule", None), "domain_loop", None)
+        c = getattr(d, "count", None) if d is not None else None
+        if c is None or type(c) is int:
+            continue
+        key = _bound_key(c)
+        lanes = type(d.start) is int and type(d.step) is int and 0 <= d.start < d.step
+        mine = (_bound_key(d.end), _bound_key(d.step), None if lanes else _bound_key(d.start))
+        if key not in first:
+            first[key] = (t, d, mine)
+            continue
+        t0, d0, theirs = first[key]
+        if mine != theirs:
+            out.append(F(DOMAIN, f"domain_loop({d.start!r}, {d.end!r}, {d.step!r}) declares count={c!r} like "
+                         f"{t0.name!r}'s domain_loop({d0.start!r}, {d0.end!r}, {d0.step!r}) at {d0.location}, but the "
+                         "bounds differ, so the two loops can run different trip counts", task=t, location=d.location,
+                         expected="the same start, end and step in every loop sharing a count symbol",
+                         fix="give both loops the same bounds, or declare a separate count"))
     return out
 
 

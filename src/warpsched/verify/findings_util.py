@@ -288,3 +288,35 @@ def _body_reads_stage(fn, attrs) -> bool:
     info = funcs[0].args.args[1].arg
     return any(isinstance(n, ast.Attribute) and n.attr in attrs and isinstance(n.value, ast.Name)
                and n.value.id == info for n in ast.walk(funcs[0]))
+
+
+def returns_stage(resource, method: str) -> bool:
+    """Does ``resource.method`` return its ``stage_info.stage_idx`` itself (a stage reference, as a
+    descriptor or a ``stage()`` helper does), rather than a value read from the stage?"""
+    key = (type(resource), method, "returns")
+    if key not in _STAGE_READS:
+        _STAGE_READS[key] = _body_returns_stage(getattr(type(resource), method, None))
+    return _STAGE_READS[key]
+
+
+def _body_returns_stage(fn) -> bool:
+    spec = work_spec_of(fn)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(spec.fn if spec is not None else fn))))
+    except Exception:  # noqa: BLE001
+        return False
+    funcs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not funcs or len(funcs[0].args.args) < 2:
+        return False
+    info = funcs[0].args.args[1].arg
+
+    def is_stage(v):
+        return isinstance(v, ast.Attribute) and v.attr == "stage_idx" and isinstance(v.value, ast.Name) and \
+            v.value.id == info
+
+    for n in ast.walk(funcs[0]):
+        if isinstance(n, ast.Return) and n.value is not None:
+            vals = n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]
+            if any(is_stage(v) for v in vals):
+                return True
+    return False

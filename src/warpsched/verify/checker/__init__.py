@@ -70,7 +70,7 @@ def run_checker(program: Program, progress=False) -> CheckerResult:
             budget = max(1, max_states - sum(r.states for _, r in runs))
             engine = Engine(comp)
             run = explore(engine, budget, report, deadline)
-            if engine.exact_lifted and any(run.counts.values()):
+            if engine.exact_lifted and (any(run.counts.values()) or run.unconfirmed):
                 # the problem may come from the superset an exact count far from its end is
                 # checked as (loops._normalize): decide it on the exact count alone
                 engine = Engine(comp, exact_lift=False)

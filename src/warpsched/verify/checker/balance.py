@@ -15,10 +15,12 @@ barriers of its own pipeline, so the stage-rotation / phase-flip symmetry keeps 
   That wait must pass at the end, i.e. every committed stage was released; otherwise the
   kernel hangs at exit.
 
-Counts are global: the loop and tile gap over-approximation (a task more than G tiles ahead lets
-the lagging ones meet fresh tiles) can drop a tile the leader produced in, which no deadlock or
-race notices but a count does. So an imbalance is reported only when its counterexample replays
-step for step on an engine without that over-approximation (``confirm``): then it is a real run.
+Counts are global: the loop and tile gap over-approximations (a task more than G tiles ahead lets
+the lagging ones meet fresh tiles; an exact trip count far from its end is lifted by periods) can
+drop a tile the leader produced in, which no deadlock or race notices but a count does. So an
+imbalance is reported only when its counterexample replays step for step on an engine without them
+(``confirm``): then it is a real run. One that does not replay marks the search ``unconfirmed``, and
+run_checker searches again without the exact-count lift (as it does for any problem found lifted).
 """
 from __future__ import annotations
 
@@ -111,7 +113,7 @@ class Balance:
         if self._exact is None:
             from .symmetry import Canon
 
-            self._exact = Engine(self.c)
+            self._exact = Engine(self.c, exact_lift=False)
             self._exact.gap = self._exact.key_cap = NO_GAP
             self._canon = Canon(self.c)
         _, final, replayed = replay(self._exact, self._canon, path, target)

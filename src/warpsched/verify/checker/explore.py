@@ -48,6 +48,7 @@ class Exploration:
     stop_at: Optional[int] = None
     truncated: bool = False  # stopped early after a counterexample: counts are lower bounds
     shortest_complete: Optional[List[Tuple[object, tuple]]] = None  # (pre-state, label) path to the first end
+    unconfirmed: bool = False  # an imbalance at exit that did not replay exactly (see balance.confirm)
 
 
 MAX_REPORTED = 8
@@ -204,8 +205,11 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
                     if out.shortest_complete is None:  # a fallback for representative_run
                         out.shortest_complete = replay(engine, canon, path_to(sid), st)[0]
                     left = balance.problem(st)  # every commit consumed and released by the end
-                    if left is not None and balance.confirm(left, path_to(sid), st, replay):
-                        note("unconsumed", sid, left[0], left[1], left[2], barrier=left[3])
+                    if left is not None:
+                        if balance.confirm(left, path_to(sid), st, replay):
+                            note("unconsumed", sid, left[0], left[1], left[2], barrier=left[3])
+                        else:
+                            out.unconfirmed = True
                 elif any(engine.key_capped(st, e) for e in range(n)):
                     out.unbounded = True  # stuck only because of the run-ahead bound: not a proof either way
                 else:
