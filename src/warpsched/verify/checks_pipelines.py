@@ -243,16 +243,20 @@ def _stage_bytes(r: Any, cfg: PipelineConfig, base) -> List[Finding]:
     if not allocs or not is_int(total) or total <= 0 or total % cfg.num_stages:
         return []
     stage = total // cfg.num_stages
-    if cfg.num_bytes == stage:
+    ctas = tx_pair_ctas(cfg)  # a CTA pair's loads land in each CTA's own stage, all on the leader's barrier
+    if cfg.num_bytes % ctas or cfg.num_bytes // ctas == stage:
         return []
-    more = cfg.num_bytes > stage
+    more = cfg.num_bytes // ctas > stage
     what = ("more than a stage holds: the copies cannot deliver them, so the full barrier never completes (or a "
             "copy overflows into the next stage)" if more else
             "less than a stage holds: a copy that fills the stage completes the phase before its last bytes land")
-    return [F(COUNTS, f"{rname(r)}: num_bytes={cfg.num_bytes}, but one stage of its SMEM allocations is {stage} bytes "
-              f"({total} bytes / {cfg.num_stages} stages): {what}",
-              expected=f"num_bytes={stage} (the bytes one stage's TMA loads deliver)",
-              fix=f"num_bytes={stage}, or size the allocations to num_stages x the tile", severity="error" if more
+    per = f" ({cfg.num_bytes} over the {ctas} CTAs of a pair)" if ctas > 1 else ""
+    want = stage * ctas
+    return [F(COUNTS, f"{rname(r)}: num_bytes={cfg.num_bytes}{per}, but one stage of its SMEM allocations is {stage} "
+              f"bytes ({total} bytes / {cfg.num_stages} stages): {what}",
+              expected=f"num_bytes={want} (the bytes one stage's TMA loads deliver" +
+              (f", x {ctas} CTAs of a pair)" if ctas > 1 else ")"),
+              fix=f"num_bytes={want}, or size the allocations to num_stages x the tile", severity="error" if more
               else "warning", **base)]
 
 
