@@ -66,6 +66,18 @@ class TaskManager:
     is compiled from; the exhaustive checker's verdict is cached in-process by the program's
     fingerprint, so compiling the same program again does not rerun it (``cache_verdict``:
     None = cache inside a trace only, True / False = always / never).
+
+    Keywords: ``tasks`` and ``resource_dependency_graph`` (resource -> the resources it is
+    computed from) are the program; ``smem_allocator`` / ``tmem_allocator`` / ``barrier_allocator``
+    place its memory. ``verbose`` prints the schedule table, register budget, memory report and the
+    checker's report. ``skip_validation`` turns errors into warnings (the explicit way out).
+    ``exhaustive_deadlock_race_check`` runs the exhaustive checker after clean static checks;
+    ``max_states`` / ``max_seconds`` bound it (a search that stops early is UNPROVEN, never
+    accepted as proven); ``progress`` prints a line to stderr every few seconds of a long search.
+    ``assume_pdl_wait_completed`` treats the predecessor grid as finished.
+    ``smem_capacity_bytes`` / ``tmem_capacity_columns`` / ``register_file_size`` override the
+    device limits the checks use. Keywords only the reference TS uses (profiling, DMA labels) are
+    accepted and ignored (docs/porting.md).
     """
 
     def __init__(self, *, tasks: List[Task], resource_dependency_graph: Optional[Dict[Any, List[Any]]] = None,
