@@ -251,3 +251,15 @@ def test_grid_stride_loop_counts_from_zero_unless_declared():
     declared = run_checker(_grid_stride(count=per_cta))
     assert declared.verdict == "SAFE" and "every tiles_per_cta >= 1" in declared.report(), declared.report()
     assert run_checker(_grid_stride(count=3)).verdict == "SAFE"
+
+
+def test_trip_count_arithmetic_beyond_offsets_is_a_clear_error():
+    import pytest
+
+    K = trip_count("K")
+    assert repr(K + 2) == "K + 2" and repr(K - 1) == "K - 1" and (K + 2).root is K
+    for bad in (lambda: K * 2, lambda: 2 * K, lambda: K // 4, lambda: 5 - K, lambda: -K):
+        with pytest.raises(TypeError, match="supports only \\+ and - of an int"):
+            bad()
+    with pytest.raises(TypeError, match="divisibility an int >= 1"):
+        trip_count("K", divisibility=0)

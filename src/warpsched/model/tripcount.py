@@ -66,6 +66,13 @@ class TripCount:
     def __sub__(self, k):
         return self._shifted(-k) if type(k) is int else NotImplemented
 
+    def _unsupported(self, *_):
+        raise TypeError(f"trip count {self!r} (declared at {self.location}) supports only + and - of an int; "
+                        f"for a scaled or derived count declare its own trip_count(name, value, min=..., "
+                        f"divisibility=...) with the facts it has")
+
+    __mul__ = __rmul__ = __floordiv__ = __truediv__ = __mod__ = __rsub__ = __neg__ = _unsupported
+
     # ------------------------------------------------------------------ queries
     @property
     def runtime_value(self) -> Any:
