@@ -475,6 +475,7 @@ def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
 # id -> reason. Equivalent: the mutant is still a correct program (or the mutated code is not
 # reached by any checked build); the reason says why.
 from mutate_classified import CLASSIFIED  # noqa: E402  (the hand classification of the survivors)
+from mutate_report import report  # noqa: E402
 COVERED: Dict[str, set] = {}  # path -> lines the checked builds execute (filled at start)
 SIDES: Dict[str, dict] = {}  # path -> config line -> {"ctas", "producer": {warps}, "consumer": {warps}}
 
@@ -566,100 +567,12 @@ def main(argv=None) -> int:
         rows.append((m, o))
         if (i + 1) % 25 == 0:
             print(f"  {i + 1}/{len(mutants)} mutants, {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
-    text = report(rows, time.time() - t0)
+    text = report(rows, time.time() - t0, classify)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)
     print(text)
     return 0
-
-
-def report(rows, seconds) -> str:
-    out = io.StringIO()
-    kinds = Counter(o.kind for _, o in rows)
-    equivalent = [(m, o, classify(m, o)) for m, o in rows if o.kind in ("survived", "warned", "timeout")]
-    gaps = [x for x in equivalent if x[2] is not None and x[2].startswith("GAP")]
-    eq = [x for x in equivalent if x[2] is not None and not x[2].startswith("GAP")]
-    warned = [x for x in equivalent if x[2] is None and x[1].kind == "warned"]
-    unclassified = [x for x in equivalent if x[2] is None and x[1].kind != "warned"]
-    killed = kinds["killed"]
-    valid = len(rows) - kinds["stillborn"]
-    non_eq = valid - len(eq)
-    print("warpsched mutation testing (benchmarks/mutate.py)", file=out)
-    print(f"{len(rows)} mutants of {len({m.path for m, _ in rows})} files, {seconds:.0f}s", file=out)
-    print("", file=out)
-    print("| outcome | mutants |", file=out)
-    print("|---|---|", file=out)
-    for k in ("killed", "warned", "survived", "timeout", "stillborn", "crash"):
-        print(f"| {k} | {kinds[k]} |", file=out)
-    print(f"| equivalent (of warned/survived/timeout) | {len(eq)} |", file=out)
-    print(f"| non-equivalent, detected by a warning only | {len(warned)} |", file=out)
-    print(f"| survivors: documented gaps (not modelled) | {len(gaps)} |", file=out)
-    print(f"| unclassified survivors (gaps) | {len(unclassified)} |", file=out)
-    print("", file=out)
-    score = killed / non_eq if non_eq else 1.0
-    detected = (killed + len(warned)) / non_eq if non_eq else 1.0
-    print(f"mutation score killed / non-equivalent = {killed} / {non_eq} = {100 * score:.1f}%", file=out)
-    print(f"detected (killed + warned) / non-equivalent = {killed + len(warned)} / {non_eq} = {100 * detected:.1f}%",
-          file=out)
-    reasons = Counter(why.split(":")[0] if why.startswith(("unreached", "consistent")) else why for _, _, why in eq)
-    print("", file=out)
-    print("| equivalent: reason | mutants |", file=out)
-    print("|---|---|", file=out)
-    for why, n in reasons.most_common():
-        print(f"| {why[:150]} | {n} |", file=out)
-    print("", file=out)
-    by_op = defaultdict(Counter)
-    for m, o in rows:
-        by_op[m.op][o.kind] += 1
-    print("| operator | killed | warned | survived | timeout | stillborn | crash |", file=out)
-    print("|---|---|---|---|---|---|---|", file=out)
-    for op in sorted(by_op):
-        c = by_op[op]
-        print(f"| {op} | {c['killed']} | {c['warned']} | {c['survived']} | {c['timeout']} | {c['stillborn']} | "
-              f"{c['crash']} |", file=out)
-    by_file = defaultdict(Counter)
-    for m, o in rows:
-        by_file[m.path][o.kind] += 1
-    print("", file=out)
-    print("| file | killed | warned | survived | stillborn |", file=out)
-    print("|---|---|---|---|---|", file=out)
-    for p in sorted(by_file):
-        c = by_file[p]
-        print(f"| {p} | {c['killed']} | {c['warned']} | {c['survived']} | {c['stillborn']} |", file=out)
-    print("", file=out)
-    print("## Non-equivalent mutants detected by a warning only", file=out)
-    for m, o, _ in warned:
-        print(f"- {m.id}  {o.note}", file=out)
-    if not warned:
-        print("(none)", file=out)
-    print("", file=out)
-    print("## Survivors that are documented gaps (real bugs the model does not see)", file=out)
-    for m, o, why in gaps:
-        print(f"- {m.id}  {why}", file=out)
-    if not gaps:
-        print("(none)", file=out)
-    print("", file=out)
-    print("## Unclassified survivors (checker gaps)", file=out)
-    for m, o, _ in unclassified:
-        print(f"- {m.id}  [{o.kind}] {o.note}", file=out)
-    if not unclassified:
-        print("(none)", file=out)
-    print("", file=out)
-    print("## Equivalent mutants (why each is still a correct program)", file=out)
-    for m, o, why in eq:
-        print(f"- {m.id}  [{o.kind}{': ' + o.note if o.note else ''}]: {why}", file=out)
-    print("", file=out)
-    print("## Crashes and stillborn mutants", file=out)
-    for m, o in rows:
-        if o.kind in ("crash", "stillborn"):
-            print(f"- {m.id}  [{o.kind}] {o.note}", file=out)
-    print("", file=out)
-    print("## Killed mutants (first error finding)", file=out)
-    for m, o in rows:
-        if o.kind == "killed":
-            print(f"- {m.id}  {o.note}", file=out)
-    return out.getvalue()
 
 
 if __name__ == "__main__":
