@@ -32,6 +32,7 @@ class Problem:
     region: object = None
     replayed: bool = True  # the path was re-run concretely (False: canonical states shown)
     timeline: object = None  # report.Timeline of the path, for the HTML report
+    final: object = None  # the concrete state the problem was found in (the path's end)
 
 
 @dataclass
@@ -147,7 +148,7 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
             except Violation as v:
                 text, kw["barrier"], kw["region"] = v.text, v.barrier, v.region
             path.append((final, extra_label))
-        prob = Problem(kind, text, e, step, path, replayed=replayed, **kw)
+        prob = Problem(kind, text, e, step, path, replayed=replayed, final=final, **kw)
         if kind == "deadlock":
             prob.blocked = [r for r in (engine.blocked_reason(final, x) for x in range(n)) if r]
             if prob.blocked:

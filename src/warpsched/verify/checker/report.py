@@ -288,7 +288,7 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
     step = p.step
     resource = step.resource_name if step is not None else None
     lines = [timeline(engine, p.path)]
-    counts = tripcounts.summary(engine, p.path)
+    counts = tripcounts.summary(engine, p.path, p.final)
     if counts:
         lines.append(counts)
     if p.kind == "deadlock":  # for the HTML report

@@ -9,19 +9,6 @@ from __future__ import annotations
 from .loops import EXITED
 
 
-def _final_state(engine, path):
-    if not path:
-        return None
-    state, label = path[-1]
-    try:
-        for lab, st in engine.successors(state, label[0]):
-            if lab == label:
-                return st
-    except Exception:  # the last step is the violation itself: its pre-state is the answer
-        pass
-    return state
-
-
 def _steps(path):
     for _state, label in path:
         yield label[0], label[1]
@@ -29,8 +16,9 @@ def _steps(path):
             yield label[0], what
 
 
-def summary(engine, path) -> str:
-    """One line: each looping task's trip count in this counterexample, and the tile count."""
+def summary(engine, path, final) -> str:
+    """One line: each looping task's trip count in this counterexample, and the tile count.
+    ``final``: the state the problem was found in (explore's replay computed it)."""
     started = {}  # executor -> iterations started in its current tile
     tiles = {}
     for e, what in _steps(path):
@@ -39,7 +27,6 @@ def summary(engine, path) -> str:
         elif what in ("tile:run", "tile:skipped"):
             tiles[e] = tiles.get(e, 0) + 1
             started[e] = 0
-    final = _final_state(engine, path)
     parts = []
     for e, ex in enumerate(engine.execs):
         heads = [ins for ins in ex.program if ins.kind == "loop_head"]
