@@ -58,19 +58,20 @@ class LoopsMixin:
             else:
                 put(True, bound, v + step, "last" if v + step >= bound else "more")
             return outs
-        allows = grp.allows
-        # ends with no member value between them are one decision (see _round_end): try one each
-        seen = set()
-        for n_end in range(bound + 1, v + 1):  # the domain ended before v
-            if allows(n_end) and (_round_end(n_end, grp) if ROUND_ENDS else n_end) not in seen:
-                seen.add(_round_end(n_end, grp) if ROUND_ENDS else n_end)
-                put(True, n_end, EXITED, "exit")
-        seen = set()
-        lo = max(bound, v)
-        for n_end in range(lo + 1, v + step + 1):  # v is this member's last value
-            if allows(n_end) and (_round_end(n_end, grp) if ROUND_ENDS else n_end) not in seen:
-                seen.add(_round_end(n_end, grp) if ROUND_ENDS else n_end)
-                put(True, n_end, v + step, "last")
+        def ends(lo, hi):
+            """The allowed ends in (lo, hi], one per decision: ends with no member value between
+            them are the same decision (see _round_end)."""
+            seen = set()
+            for n_end in range(lo + 1, hi + 1):
+                key = _round_end(n_end, grp) if ROUND_ENDS else n_end
+                if grp.allows(n_end) and key not in seen:
+                    seen.add(key)
+                    yield n_end
+
+        for n_end in ends(bound, v):  # the domain ended before v
+            put(True, n_end, EXITED, "exit")
+        for n_end in ends(max(bound, v), v + step):  # v is this member's last value
+            put(True, n_end, v + step, "last")
         put(False, max(bound, v + step), v + step, "more")
         return outs
 
