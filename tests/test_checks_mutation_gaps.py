@@ -145,7 +145,7 @@ def test_tma_load_that_no_task_waits_on(tmp_path):
 
 
 # ------------------------------------------------------------------ num_bytes against the SMEM stage
-def _tma_program(num_bytes):
+def _tma_program(num_bytes, **config):
     from dataclasses import dataclass
 
     from test_checks_support import Buf, Gmem, cg, line  # noqa: F401
@@ -160,7 +160,8 @@ def _tma_program(num_bytes):
 
     smem = SmemAllocator()
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @tiles_cfg
-        num_stages=2, num_bytes=num_bytes, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=(1, 1, 1, 1))
+        num_stages=2, num_bytes=num_bytes, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=(1, 1, 1, 1),
+        **config)
     tiles = Tiles(name="tiles", pipeline_config=cfg, alloc=SmemAllocation("tiles", dtype=2, count=2 * 1024))
     smem.add_resource(tiles)
     smem.compute_layout()
@@ -199,13 +200,23 @@ def test_num_bytes_larger_than_the_smem_stage_is_an_error():
         "stage's TMA loads deliver)"
 
 
-def test_num_bytes_smaller_than_the_smem_stage_is_a_warning_and_exact_is_clean():
-    with pytest.warns(warpsched.ValidationWarning, match="less than a stage holds"):
-        m = warpsched.TaskManager(verbose=False, **_tma_program(2048 - 1))
-    assert m.result.accepted
+def test_num_bytes_smaller_than_the_smem_stage_is_an_error_unless_declared_partial():
+    """num_bytes=2047 for a 2048-byte stage: copies that fill the stage underflow the transaction
+    count (the kernel hangs or reads a half-landed stage); partial_stage=True declares a stage the
+    copies deliberately fill in part, and the exact count is clean."""
+    from test_checks_support import line
+
+    with pytest.raises(warpsched.ValidationError) as info:
+        warpsched.TaskManager(verbose=False, **_tma_program(2048 - 1))
+    hit = [f for f in info.value.findings if "less than a stage holds" in f.message]
+    assert len(hit) == 1 and hit[0].location.line == line("tiles_cfg") and hit[0].resource == "tiles"
+    assert hit[0].task == "Load" and hit[0].expected.startswith("num_bytes=2048") and "partial_stage=True" in hit[0].fix
     with warnings.catch_warnings():
         warnings.simplefilter("error", warpsched.ValidationWarning)
         assert warpsched.TaskManager(verbose=False, **_tma_program(2048)).result.accepted
+        assert warpsched.TaskManager(verbose=False, **_tma_program(1024, partial_stage=True)).result.accepted
+    with pytest.raises(warpsched.ValidationError, match="more than a stage holds"):  # partial, not larger
+        warpsched.TaskManager(verbose=False, **_tma_program(2048 + 2, partial_stage=True))
 
 
 def test_two_warp_mma_task_makes_two_umma_arrivals(tmp_path):
@@ -334,12 +345,20 @@ def test_allocation_that_does_not_split_into_the_stages():
         assert warpsched.TaskManager(verbose=False, **_ring_program(count=96, stages=2)).result.accepted
 
 
-def test_multi_stage_ring_whose_work_ignores_the_stage_index_is_warned():
-    with pytest.warns(warpsched.ValidationWarning, match="every stage addresses the same SMEM bytes"):
+def test_multi_stage_ring_whose_work_ignores_the_stage_index_is_an_error():
+    """Two stages over one address: the producer refills the bytes the consumer of the other
+    stage still reads. One stage is the correct twin."""
+    from test_checks_support import line
+
+    with pytest.raises(warpsched.ValidationError) as info:
         warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=2, indexed=False))
+    hit = [f for f in info.value.findings if "every stage addresses the same SMEM bytes" in f.message]
+    assert len(hit) == 1 and hit[0].resource == "ring" and hit[0].task == "P" and hit[0].location.line == line("ring_cfg")
+    assert "num_stages=1" in hit[0].expected and "stage_info.stage_idx" in hit[0].fix
     with warnings.catch_warnings():
         warnings.simplefilter("error", warpsched.ValidationWarning)
         warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=1, indexed=False))
+        warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=2, indexed=True))
 
 
 # ------------------------------------------------------------------ hopper tma_copy: shared counts, stage() tokens

@@ -36,6 +36,7 @@ class PipelineConfig:
     advance_on_wait: bool = False
     advance_on_acquire: bool = False
     num_bytes_per_warp_per_cta: Optional[int] = None
+    partial_stage: bool = False
     mcast_mode_mn: Any = None
     async_producer_op: AsyncProducerOp = AsyncProducerOp.AsyncThread
     barrier_ptr: Any = None
@@ -163,7 +164,7 @@ class PipelineConfig:
 _OPTIONAL_FIELDS = {
     "num_bytes", "cta_layout_vmnk", "producer_signaling_threads", "consumer_signaling_threads",
     "consumer_wait_signaling_threads", "interleave_stride", "advance_on_wait", "advance_on_acquire",
-    "num_bytes_per_warp_per_cta", "mcast_mode_mn", "async_producer_op", "barrier_ptr",
+    "num_bytes_per_warp_per_cta", "mcast_mode_mn", "async_producer_op", "barrier_ptr", "partial_stage",
 }
 
 
@@ -210,6 +211,10 @@ Keyword arguments every factory takes (defaults in brackets):
 - ``num_bytes_per_warp_per_cta`` [None]: the bytes one producing warp loads into one CTA
   (the lowering splits a stage's TMA between warps with it); ``num_bytes`` must equal it
   times producing warps times CTAs.
+- ``partial_stage`` [False]: a transaction-byte pipeline whose copies deliberately fill only part of
+  each SMEM stage (``num_bytes`` less than the resource's allocations / ``num_stages``). Without it
+  such a ``num_bytes`` is an error: the copies of a full stage would complete the phase before
+  their last bytes land, or, fewer than armed, never complete it.
 - ``barrier_ptr`` [None]: place the barriers at an explicit SMEM address.
 
 The static checks verify the counts and bytes against the tasks that use the resource

@@ -20,7 +20,7 @@ from ..protocol.barriers import (CLC_RESPONSE_BYTES, PairRoute, cta_group_size, 
 from ..protocol.plan import cta_gated, expected_groups, op_warps, signaling_verb
 from . import checks_interleave
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
-                            reads_stage, rname, strides_of, tasks_with, valid_config)
+                            ignores_stage, reads_stage, rname, strides_of, tasks_with, valid_config)
 from .program import Program
 
 CONFIG = "pipeline configuration"
@@ -41,7 +41,7 @@ def check(program: Program) -> Iterable[Finding]:
         out += _counts(program, r)
         out += _leader(program, r)
         out += _pairs(program, r)
-        out += _stage_slices(r, config_of(r))
+        out += _stage_slices(program, r, config_of(r))
     out += _layouts(resources)
     out += checks_interleave.check(program, good)
     return dedupe(out)
@@ -187,8 +187,8 @@ def _bytes(program: Program, r: Any) -> List[Finding]:
                      "would complete before any TMA byte lands", expected="the bytes one stage's TMA loads deliver",
                      fix="num_bytes=<tile bytes per stage>", **base))
         return out
-    out += _stage_bytes(r, cfg, base)
     armers, _verb = _side_tasks(program, r, "producer")
+    out += _stage_bytes(r, cfg, dict(base, task=armers[0] if armers else None))
     for t in armers:
         if not is_pos_int(getattr(t, "num_warps", None)):
             continue
@@ -201,7 +201,7 @@ def _bytes(program: Program, r: Any) -> List[Finding]:
     return out
 
 
-def _stage_slices(r: Any, cfg: PipelineConfig) -> List[Finding]:
+def _stage_slices(program: Program, r: Any, cfg: PipelineConfig) -> List[Finding]:
     """Stage s of a pipelined resource is the s-th equal slice of each of its SMEM allocations (the
     checker's access model, and what a staged layout is): an allocation that does not split into
     num_stages equal slices was sized for another ring."""
@@ -212,11 +212,17 @@ def _stage_slices(r: Any, cfg: PipelineConfig) -> List[Finding]:
     out = []
     if allocs and cfg.num_stages > 1:
         methods = [m for m in dir(type(r)) if work_spec_of(getattr(type(r), m, None)) is not None]
-        if methods and not any(reads_stage(r, m, ("stage_idx",)) for m in methods):
+        if methods and all(ignores_stage(r, m) for m in methods):
+            producers = _side_tasks(program, r, "producer")[0]
+            # the checker's proof assumes stage s's work touches the s-th slice only: with one
+            # address for every stage, a producer refills bytes a consumer of another stage still reads
             out.append(F(COUNTS, f"{rname(r)}: num_stages={cfg.num_stages}, but none of its work methods reads "
-                         "stage_info.stage_idx, so every stage addresses the same SMEM bytes", resource=r,
+                         "stage_info.stage_idx, so every stage addresses the same SMEM bytes: the producer of "
+                         "one stage overwrites what the consumer of another still reads", resource=r,
+                         task=producers[0] if producers else None,
                          location=cfg.location, expected="work that indexes its SMEM by stage_info.stage_idx (or "
-                         "num_stages=1)", fix="index the stage's slice with stage_info.stage_idx", severity="warning"))
+                         "num_stages=1)", fix=f"index the stage's slice with stage_info.stage_idx, or num_stages=1 "
+                         f"(an allocation of one stage)"))
     for a in allocs:
         try:
             size = a.size_bytes
@@ -234,7 +240,9 @@ def _stage_bytes(r: Any, cfg: PipelineConfig, base) -> List[Finding]:
     """num_bytes is what one stage's copies deliver into one CTA; the stage itself is the
     resource's SMEM allocations split in num_stages equal slices. More bytes than the stage holds
     can never land (the phase never completes, or a copy overflows into the next stage); fewer
-    complete the phase while the rest of a full-stage copy is still landing."""
+    complete the phase while the rest of a full-stage copy is still landing (or, if the copies
+    deliver fewer bytes than armed, never). A stage that is deliberately filled only in part is
+    declared with ``partial_stage=True``."""
     try:
         allocs = list(r.get_smem_requirements() or [])
         total = sum(a.size_bytes for a in allocs)
@@ -247,17 +255,21 @@ def _stage_bytes(r: Any, cfg: PipelineConfig, base) -> List[Finding]:
     if cfg.num_bytes % ctas or cfg.num_bytes // ctas == stage:
         return []
     more = cfg.num_bytes // ctas > stage
+    if not more and cfg.partial_stage:
+        return []
     what = ("more than a stage holds: the copies cannot deliver them, so the full barrier never completes (or a "
             "copy overflows into the next stage)" if more else
-            "less than a stage holds: a copy that fills the stage completes the phase before its last bytes land")
+            "less than a stage holds: copies that fill the stage complete the phase before their last bytes land "
+            "(the transaction count underflows), and copies of num_bytes leave part of every stage unwritten")
     per = f" ({cfg.num_bytes} over the {ctas} CTAs of a pair)" if ctas > 1 else ""
     want = stage * ctas
+    fix = f"num_bytes={want}, or size the allocations to num_stages x the tile"
+    if not more:
+        fix += ", or, if the copies deliberately fill only part of each stage, declare partial_stage=True"
     return [F(COUNTS, f"{rname(r)}: num_bytes={cfg.num_bytes}{per}, but one stage of its SMEM allocations is {stage} "
               f"bytes ({total} bytes / {cfg.num_stages} stages): {what}",
               expected=f"num_bytes={want} (the bytes one stage's TMA loads deliver" +
-              (f", x {ctas} CTAs of a pair)" if ctas > 1 else ")"),
-              fix=f"num_bytes={want}, or size the allocations to num_stages x the tile", severity="error" if more
-              else "warning", **base)]
+              (f", x {ctas} CTAs of a pair)" if ctas > 1 else ")"), fix=fix, **base)]
 
 
 # ------------------------------------------------------------------ leader-routed completions

@@ -290,6 +290,36 @@ def _body_reads_stage(fn, attrs) -> bool:
                and n.value.id == info for n in ast.walk(funcs[0]))
 
 
+def ignores_stage(resource, method: str) -> bool:
+    """Does ``resource.method`` certainly not depend on its stage index? True only when its source
+    is read and it neither reads ``stage_info.stage_idx`` nor hands ``stage_info`` itself to another
+    call (a helper that may index by it); no source: not known, False."""
+    key = (type(resource), method, "ignores")
+    if key not in _STAGE_READS:
+        _STAGE_READS[key] = _body_ignores_stage(getattr(type(resource), method, None))
+    return _STAGE_READS[key]
+
+
+def _body_ignores_stage(fn) -> bool:
+    spec = work_spec_of(fn)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(spec.fn if spec is not None else fn))))
+    except Exception:  # noqa: BLE001 - no source: unknown
+        return False
+    funcs = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    if not funcs or len(funcs[0].args.args) < 2:
+        return False
+    info = funcs[0].args.args[1].arg
+    attributed = {id(n.value) for n in ast.walk(funcs[0]) if isinstance(n, ast.Attribute)}
+    for n in ast.walk(funcs[0]):
+        if isinstance(n, ast.Name) and n.id == info and id(n) not in attributed:
+            return False  # stage_info passed on whole
+        if isinstance(n, ast.Attribute) and n.attr == "stage_idx" and isinstance(n.value, ast.Name) \
+                and n.value.id == info:
+            return False
+    return True
+
+
 def returns_stage(resource, method: str) -> bool:
     """Does ``resource.method`` return its ``stage_info.stage_idx`` itself (a stage reference, as a
     descriptor or a ``stage()`` helper does), rather than a value read from the stage?"""

@@ -35,7 +35,8 @@ _PLAIN = (type(None), bool, int, float, str)
 _CONFIG_FIELDS = ("pipeline_type", "num_stages", "num_bytes", "producer_group", "consumer_group",
                   "cta_layout_vmnk", "producer_signaling_threads", "consumer_signaling_threads",
                   "consumer_wait_signaling_threads", "interleave_stride", "advance_on_wait", "advance_on_acquire",
-                  "num_bytes_per_warp_per_cta", "mcast_mode_mn", "async_producer_op", "location")
+                  "num_bytes_per_warp_per_cta", "mcast_mode_mn", "async_producer_op", "partial_stage",
+                  "location")
 
 
 def _qualname(obj: Any) -> str:
