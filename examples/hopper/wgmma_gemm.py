@@ -90,8 +90,8 @@ class SmemAB(MemoryResource):
             cta, ctas = ctx.cluster_coord[mode], cute.make_layout(ctx.cluster_mn[mode])  # alone: 0 of 1
             t_s, t_g = cute.nvgpu.cpasync.tma_partition(atom, cta, ctas, cute.group_modes(smem, 0, 2),
                                                         cute.group_modes(gmem, 0, 2))
-            cute.copy(atom, t_g[(None, k)], t_s[(None, stage_info.stage_idx)], tma_bar_ptr=stage_info.barrier,
-                      mcast_mask=ctx.mcast_mask(mode))
+            # on the stage's barrier; warpsched checks the copies' bytes against num_bytes while tracing
+            stage_info.tma_copy(atom, t_g[(None, k)], t_s[(None, stage_info.stage_idx)], mcast_mode=mode)
 
     @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
     def init_acc(self, stage_info: StageInfo):

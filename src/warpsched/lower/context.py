@@ -15,7 +15,7 @@ otherwise hang on its own object for its work methods to find:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import cutlass.cute as cute
 
@@ -63,6 +63,7 @@ class KernelContext:
     cluster_coord: Any = (0, 0, 0)  # this CTA's (m, n, 0) in the cluster: Int32s inside a cluster, else ints
     values: KernelValues = field(default_factory=lambda: KernelValues({}))
     extra: Dict[str, Any] = field(default_factory=dict)
+    tma_copies: List[Tuple[int, str]] = field(default_factory=list)  # (bytes into this CTA, what) per tma_copy()
 
     def smem(self, allocation, dtype=None):
         """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""
@@ -84,6 +85,22 @@ class KernelContext:
         if isinstance(layout, cute.ComposedLayout):
             return cute.make_tensor(cute.recast_ptr(ptr, layout.inner, dtype=ptr.dtype), layout.outer)
         return cute.make_tensor(ptr, layout)
+
+    def tma_copy(self, info, atom, src, dst, *, mcast_mode=None, **copy_kwargs):
+        """``StageInfo.tma_copy``: issue the copy on ``info``'s barrier and record what it delivers
+        into this CTA's stage: dst's static size x its element width. With multicast, ``dst`` (from
+        ``tma_partition``) still spans the whole tile: this CTA's copy sends its slice of it to every
+        CTA along the mode, and receives the other slices from them, so the tile lands whole."""
+        size, width = cute.size(dst), getattr(getattr(dst, "element_type", None), "width", None)
+        if not isinstance(size, int) or not isinstance(width, int):
+            raise LoweringError(f"StageInfo.tma_copy(): the destination {dst} has no compile-time size, so the "
+                                "bytes the copy delivers cannot be checked against num_bytes", task=self.task,
+                                fix="pass the stage's SMEM tensor with a static layout (e.g. t_s[(None, stage)])")
+        self.tma_copies.append((size * width // 8, f"{size} x {width // 8} B"))
+        mask = None if mcast_mode is None else self.mcast_mask(mcast_mode)
+        if mask is not None:
+            copy_kwargs["mcast_mask"] = mask
+        return cute.copy(atom, src, dst, tma_bar_ptr=info.barrier, **copy_kwargs)
 
     @property
     def clustered(self) -> bool:

@@ -28,6 +28,7 @@ from . import LoweringError
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
 from .pipelines import make_state
+from .tx_bytes import TxLedger
 
 WORK_KINDS = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.ConsumerWork, StepKind.ConsumerAux}
 
@@ -93,6 +94,7 @@ class TaskEmitter:
         self.steps = list(self.sched.steps) if self.sched is not None else []
         self.plan = lowering.plan
         self._readers: Dict[int, List[int]] = {}
+        self.tx = TxLedger(task)  # the TMA bytes each producer bracket's copies deliver
         for s in self.steps:
             for tok in s.token_args.values():
                 self._readers.setdefault(id(tok), []).append(s.index)
@@ -511,10 +513,12 @@ class TaskEmitter:
         token = env.pop(self._trykey(res, side), None)
         if kind is StepKind.ProducerAcquire:
             pipe.acquire(self.task, warp, state, token)
+            self.tx.acquired(res, pipe.proto)
         elif kind is StepKind.ConsumerWait:
             pipe.wait(self.task, warp, state, token)
         elif kind is StepKind.ProducerCommit:
             pipe.commit(self.task, warp, state)
+            self.tx.committed(res)
         elif kind is StepKind.ConsumerRelease:
             pipe.release(self.task, warp, state)
         if kind in (StepKind.ProducerAcquire, StepKind.ConsumerWait):
@@ -545,7 +549,7 @@ class TaskEmitter:
         info = StageInfo(loop_offset=frame.loop_offset, stage_idx=stage_idx, barrier=barrier,
                          work_tile=frame.work_tile, context=self.L.context_for(self.task),
                          loop_start=frame.start, loop_end=frame.end, loop_step=frame.step)
-        kwargs = dict(s.const_args)
+        kwargs, copies = dict(s.const_args), len(info.context.tma_copies)
         for pname, tok in s.token_args.items():
             key = self._tkey(tok)
             if key not in env:
@@ -555,6 +559,7 @@ class TaskEmitter:
                                         "TaskLocalVariable with dtype= and default=")
             kwargs[pname] = env[key]
         out = spec.fn(res, info, **kwargs)
+        self.tx.worked(res, s, info.context.tma_copies[copies:])
         if not s.returns:
             return
         values = (out,) if len(s.returns) == 1 else tuple(out) if isinstance(out, (tuple, list)) else (out,)

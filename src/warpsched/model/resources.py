@@ -127,6 +127,20 @@ class StageInfo:
     num_active_stages: int = 0
     task_cache: Any = None
 
+    def tma_copy(self, atom, src, dst, *, mcast_mode=None, **copy_kwargs):
+        """``cute.copy(atom, src, dst, tma_bar_ptr=self.barrier)``: a TMA load of ``src`` into the
+        stage's SMEM tensor ``dst`` that completes on this stage's full barrier, issued by the
+        calling warp. ``mcast_mode`` (0: m, 1: n) multicasts it to the CTAs along that cluster mode
+        (``context.mcast_mask(mode)``). The lowering records the copy's static byte count (dst's
+        size x its element width: the tile that lands in each CTA's stage) and checks each producer bracket's
+        copies against the bytes its acquire arms (``num_bytes``): a mismatch fails the kernel's
+        compilation. Only inside a kernel (``StageInfo.context`` is the lowering's KernelContext)."""
+        copy = getattr(self.context, "tma_copy", None)
+        if copy is None:
+            raise RuntimeError("StageInfo.tma_copy() runs only while a kernel is traced (StageInfo.context is "
+                               "the lowering's KernelContext)")
+        return copy(self, atom, src, dst, mcast_mode=mcast_mode, **copy_kwargs)
+
 
 # ------------------------------------------------------------------ work decorators
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from ..model.pipeline_group import PipelineGroup
 from ..model.program import Program, step_targets
 from .barriers import (BarrierInit, PairRoute, PipelineProtocol, SideCount, arrivals_per_op, barrier_init,
                        cta_group_size, delivered_tx_bytes, expected_group_size, group_barrier_init, mcast_partners,
-                       pair_route, protocol_of, signaling_warps)
+                       pair_route, protocol_of, signaling_warps, tx_pair_ctas)
 
 PRODUCER, CONSUMER = "producer", "consumer"
 FULL, EMPTY = "full", "empty"
@@ -102,6 +102,19 @@ def tx_per_arming_warp(config, task_num_warps: int) -> int:
     warps that arm one operation (a warp-lane producer warp arms its own stage whole)."""
     warps = op_warps(config, StepKind.ProducerAcquire, task_num_warps)
     return config.num_bytes // max(1, signaling_warps(config.producer_signaling_threads, warps))
+
+
+def tma_bytes_per_cta(config, task_num_warps: int) -> Tuple[int, int, str]:
+    """What one producer bracket's TMA copies must deliver into each CTA's stage, as (the warps
+    whose copies make it up, the bytes, the derivation): the lowering compares it with the copies
+    the work really issues (``StageInfo.tma_copy``)."""
+    warps = op_warps(config, StepKind.ProducerAcquire, task_num_warps)
+    per = config.num_bytes_per_warp_per_cta
+    if per is not None:
+        return warps, per * warps, f"num_bytes_per_warp_per_cta={per} x {warps} warp(s)"
+    pair = tx_pair_ctas(config)
+    return warps, config.num_bytes // pair, f"num_bytes={config.num_bytes}" + (
+        f" / {pair} CTAs of a pair" if pair > 1 else "")
 
 
 def expected_groups(program: Program, resource, side: str) -> List[Tuple[Any, SideCount, Tuple[Any, ...]]]:
@@ -553,4 +566,4 @@ __all__ = ["Arming", "BarrierArray", "CLOSE_KIND", "CLOSING", "Counter", "FULL",
            "PairRoute", "cta_gated", "verb_signaling",
            "OPEN_KIND", "OPENING", "PipelinePlan", "SHARED_BARRIERS", "SidePlan", "SyncPlan", "VERB_BARRIER", "VERB_COUNTER",
            "config_of", "counter_plan", "counter_stride", "is_producer_counter", "op_warps", "role_stride",
-           "signaling_verb", "tx_per_arming_warp"]
+           "signaling_verb", "tma_bytes_per_cta", "tx_per_arming_warp"]

@@ -1,0 +1,67 @@
+"""Trace-time TMA byte accounting: the bytes a producer bracket's copies really deliver, against
+what its acquire arms.
+
+A work method that issues its TMA loads through ``StageInfo.tma_copy`` reports each copy's
+compile-time byte count (KernelContext.tma_copies). Between a task's ``acquire`` and ``commit``
+of a transaction-byte pipeline the copies of one warp are summed; every warp that runs the bracket
+issues them (a TMA copy is issued per warp), so the CTA's stage receives that sum x the warps of
+one operation, which must equal what the sync plan says the acquire arms
+(``protocol.plan.tma_bytes_per_cta``). A mismatch hangs the kernel on the hardware (fewer bytes)
+or completes the phase while copies still land (more), so it fails the compilation with a
+finding. Works that issue copies any other way are not counted (the opt-in is the helper)."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+from ..errors import Finding, ValidationError
+from ..protocol.plan import config_of, tma_bytes_per_cta
+
+CHECK = "pipeline thread counts and bytes"
+
+
+class TxLedger:
+    """One task's open producer brackets: resource id -> (the copies recorded so far, the works that issued them)."""
+
+    def __init__(self, task):
+        self.task = task
+        self.open: Dict[int, Tuple[List[Tuple[int, str]], List[Any]]] = {}
+
+    def acquired(self, resource, protocol) -> None:
+        if protocol.transaction_bytes:
+            self.open[id(resource)] = ([], [])
+
+    def worked(self, resource, step, copies: List[Tuple[int, str]]) -> None:
+        bracket = self.open.get(id(resource))
+        if bracket is not None and copies:
+            bracket[0].extend(copies)
+            bracket[1].append(step)
+
+    def committed(self, resource) -> None:
+        copies, works = self.open.pop(id(resource), ([], []))
+        if not copies:
+            return  # no copy went through StageInfo.tma_copy: nothing known to compare
+        cfg = config_of(resource)
+        warps, want, derivation = tma_bytes_per_cta(cfg, self.task.num_warps)
+        per_warp = sum(b for b, _ in copies)
+        if per_warp * warps == want:
+            return
+        name = getattr(resource, "name", None) or type(resource).__name__
+        calls = ", ".join(f"{s.method}()" for s in works)
+        each = " + ".join(what for _, what in copies)
+        many = f"each of its {warps} warps issues" if warps > 1 else "its warp issues"
+        split = f"{want // warps} per warp, " if warps > 1 and want % warps == 0 else ""
+        fix = f"num_bytes={per_warp * warps}" if cfg.num_bytes_per_warp_per_cta is None else \
+            f"num_bytes_per_warp_per_cta={per_warp} (and num_bytes to match)"
+        if warps > 1:
+            fix += f", or let each of the {warps} warps copy its 1/{warps} of the tile, or one producer warp"
+        raise ValidationError([Finding(
+            check=CHECK, task=self.task.name, resource=name, location=works[0].location,
+            message=(f"{name}: in task {self.task.name!r}, {many} TMA copies of {per_warp} bytes per stage "
+                     f"({calls}: {each}), so {per_warp * warps} bytes land in the CTA's stage, but the acquire "
+                     f"arms {want}: the phase " + ("never completes (the kernel hangs)" if per_warp * warps < want
+                                                   else "completes before the last copies land")),
+            expected=f"copies of {split}{want} bytes into each CTA's stage ({derivation})", fix=fix)],
+            title="warpsched rejected the traced kernel")
+
+
+__all__ = ["TxLedger"]
