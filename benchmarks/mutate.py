@@ -17,6 +17,9 @@ Operators (one edit per mutant, line numbers kept, applied to the module's sourc
   signal=X        a side's signaling threads replaced (or set where the default All applied)
   warps+1 / warps-1       a task's num_warps off by one
 
+Files in ``TRACED`` are also compiled for sm_90a on the CPU when the static checks accept a mutant:
+the trace checks the TMA bytes each producer bracket's copies deliver (StageInfo.tma_copy).
+
 Outcomes: killed (an error finding; the check and file:line are recorded), warned (only a new
 warning), survived, stillborn (the mutant is not a program: an exception outside warpsched),
 crash (an exception inside warpsched: a bug), timeout. Every survivor is classified in
@@ -80,6 +83,17 @@ TARGETS: Dict[str, List[Tuple[str, dict]]] = {
 }
 # module constants overridden before building (keeps each exhaustive search to a couple of seconds)
 PATCHES: Dict[str, dict] = {f"{PATTERNS}/interleaved.py": {"STAGES": 4}}
+# files whose kernels issue their TMA loads through StageInfo.tma_copy: a mutant the CPU checks
+# accept is also compiled (sm_90a, fake tensors) with these compile_for_cpu arguments, and the trace
+# checks the bytes its copies deliver against what each acquire arms
+TRACED: Dict[str, List[dict]] = {
+    f"{HOPPER}/wgmma_gemm.py": [{}, {"cluster_mn": (2, 1)}],
+    f"{HOPPER}/tma_copy.py": [{}],
+    f"{HOPPER}/group_add.py": [{"mode": "merge"}, {"mode": "fused"}, {"mode": "fork"}],
+    f"{PATTERNS}/pingpong.py": [{"kind": "tma_async"}],
+    f"{PATTERNS}/split_consumer.py": [{}, {"cluster": True}],
+    f"{PATTERNS}/interleaved.py": [{"mode": "warp_lane"}, {"mode": "domain_lane"}, {"mode": "per_role"}],
+}
 
 VERBS = {"acquire", "try_acquire", "commit", "wait", "try_wait", "release", "get_and_advance_work_tile",
          "fetch_work_tile", "wait_griddep", "launch_griddep"}
@@ -414,6 +428,25 @@ def verdicts(path: str, mod, record=None) -> Tuple[List[str], List[str], List[st
     return errs, warns, checks
 
 
+def traced_verdicts(path: str, mod) -> List[str]:
+    """Error findings of the kernel traces of a TRACED file (a compile that fails otherwise is not
+    counted: only warpsched's findings kill)."""
+    import warpsched
+
+    errs = []
+    for kw in TRACED.get(path, []):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                mod.compile_for_cpu(**kw)
+            except warpsched.ValidationError as e:
+                errs += [f"traced {f.check} @ {os.path.basename(str(f.location.file)) if f.location else '?'}:"
+                         f"{f.location.line if f.location else '?'} ({f.message[:90]})" for f in e.findings]
+            except Exception:  # noqa: BLE001 - not a finding: the CPU verdict stands
+                pass
+    return errs
+
+
 def _record_sides(program, record) -> None:
     from warpsched.model.ir import StepKind
 
@@ -450,6 +483,8 @@ def run(mutant: Mutant, tmpdir: str, baseline_warnings) -> Outcome:
         except Exception as e:  # noqa: BLE001 - the mutant does not import: not a program
             return Outcome("stillborn", f"import: {type(e).__name__}: {str(e)[:80]}")
         errs, warns, checks = verdicts(mutant.path, mod)
+        if not errs:
+            errs = traced_verdicts(mutant.path, mod)
     except _Timeout:
         return Outcome("timeout", f"> {TIMEOUT_S}s")
     except Exception as e:  # noqa: BLE001

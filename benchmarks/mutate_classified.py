@@ -53,9 +53,6 @@ R_LEADER_RELEASE = ("the groups are derived from the tasks: with TaskWarpLeader 
                     "its 8 warps after the task-wide named barrier, and the derived consumer count follows")
 R_STORE_TWICE = ("both StoreTask warps wait, issue the TMA store of the same tile (the same bytes twice) and release "
                  "after their own bulk-store wait; the derived consumer count follows the two warps")
-GAP_TMA_SHARE = ("GAP (documented, not modelled): a 2-warp TMA producer arms num_bytes / 2 per warp and the checker "
-                 "assumes each warp's copy delivers its share; this work body copies the whole tile from each warp. "
-                 "Copy sizes live in opaque work bodies (docs/checker.md, Not modelled)")
 
 
 def _ids(reason, *ids):
@@ -73,7 +70,6 @@ CLASSIFIED: Dict[str, str] = {
     f"{H}/wgmma_gemm.py::mma_schedule:swap-up:release<->smem_ab.retire": R_LAST_RETIRE,
     f"{H}/wgmma_gemm.py::build:signal:consumer_signaling_threads=TaskWarpLeader(added)": R_LEADER_RELEASE,
     f"{H}/tma_copy.py::build:warps+1#1": R_STORE_TWICE,
-    f"{H}/wgmma_gemm.py::build:warps+1": GAP_TMA_SHARE,
     **_ids(R_VALUE, f"{B}/tma_copy.py::store_schedule:swap-down:release<->output_gmem.store", f"{B}/gemm.py::store_schedule:swap-up:release<->gmem_d.store",
            f"{B}/gemm_persistent.py::store_schedule:swap-up:release<->gmem_d.store", f"{H}/interleaved_copy.py::consume:swap-down:release<->out.store",
            f"{H}/relu_pipeline.py::consumer_schedule:swap-up:release<->pos = buf.is_positive", f"{H}/wgmma_gemm.py::mma_schedule:swap-down:release<->gmem_c.store",

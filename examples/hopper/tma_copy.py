@@ -77,8 +77,8 @@ class SmemTiles(MemoryResource):
         g = cute.local_tile(self.gmem, self.tile_mn, (None, None))
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1),
                                                      cute.group_modes(s_buf, 0, 2), cute.group_modes(g, 0, 2))
-        cute.copy(self.atom, t_g[(None, coords[0], coords[1])], t_s[(None, stage_info.stage_idx)],
-                  tma_bar_ptr=stage_info.barrier)
+        # on the stage's barrier; warpsched checks the copy's bytes against num_bytes while tracing
+        stage_info.tma_copy(self.atom, t_g[(None, coords[0], coords[1])], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work(returns=stage_token)
     def stage(self, stage_info: StageInfo):

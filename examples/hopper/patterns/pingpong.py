@@ -93,7 +93,7 @@ class SmemPingPong(MemoryResource):
             g = cute.local_tile(self.scratch, (1, WIDTH), (None, None))
             t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1),
                                                          cute.group_modes(s, 0, 2), cute.group_modes(g, 0, 2))
-            cute.copy(self.atom, t_g[(None, row, 0)], t_s, tma_bar_ptr=stage_info.barrier)
+            stage_info.tma_copy(self.atom, t_g[(None, row, 0)], t_s)
 
     @consumer_work
     @cute.jit

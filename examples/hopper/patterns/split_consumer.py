@@ -79,8 +79,7 @@ class SmemTile(MemoryResource):
         g = cute.local_tile(self.gmem, TILE, (None, None))
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(self.atom, 0, cute.make_layout(1), cute.group_modes(s, 0, 2),
                                                      cute.group_modes(g, 0, 2))
-        cute.copy(self.atom, t_g[(None, coords, 0)], t_s[(None, stage_info.stage_idx)],
-                  tma_bar_ptr=stage_info.barrier)
+        stage_info.tma_copy(self.atom, t_g[(None, coords, 0)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work(returns=desc, work_attrs=WorkAttr.AUXILIARY)
     def build_desc(self, stage_info: StageInfo):
