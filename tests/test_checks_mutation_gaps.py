@@ -268,7 +268,7 @@ def test_accumulator_read_before_the_last_wgmma_retires(tmp_path):
 
 
 # ------------------------------------------------------------------ SMEM stages of an AsyncAsync ring
-def _ring_program(count, stages=2, indexed=True):
+def _ring_program(count, stages=2, indexed=True, stub=False):
     from dataclasses import dataclass
 
     from test_checks_support import Gmem, cg
@@ -295,17 +295,27 @@ def _ring_program(count, stages=2, indexed=True):
             return stage_info.stage_idx if indexed else 0
 
     @dataclass(kw_only=True)
-    class FlatRing(Ring):
+    class FlatRing(Ring):  # real bodies (not placeholders) that address the same bytes in every stage
         @producer_work
         def fill(self, stage_info: StageInfo):
-            return 0
+            return self.alloc.offset
+
+        @consumer_work(returns=Ring.val)
+        def read(self, stage_info: StageInfo):
+            return self.alloc.offset + stage_info.loop_offset
+
+    @dataclass(kw_only=True)
+    class StubRing(Ring):  # a model's placeholders: the kernel's bodies are judged when it is traced
+        @producer_work
+        def fill(self, stage_info: StageInfo):
+            """filled in by the kernel"""
 
         @consumer_work(returns=Ring.val)
         def read(self, stage_info: StageInfo):
             return 0
 
     smem = SmemAllocator()
-    cls = Ring if indexed else FlatRing
+    cls = StubRing if stub else Ring if indexed else FlatRing
     ring = cls(name="ring", alloc=SmemAllocation("ring", dtype=4, count=count), pipeline_config=(
         PipelineConfig.create_async_async_pipeline_cfg(num_stages=stages, producer_group=cg(32),  # @ring_cfg
                                                        consumer_group=cg(32))))
@@ -359,6 +369,7 @@ def test_multi_stage_ring_whose_work_ignores_the_stage_index_is_an_error():
         warnings.simplefilter("error", warpsched.ValidationWarning)
         warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=1, indexed=False))
         warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=2, indexed=True))
+        warpsched.TaskManager(verbose=False, **_ring_program(count=64, stages=2, stub=True))
 
 
 # ------------------------------------------------------------------ hopper tma_copy: shared counts, stage() tokens

@@ -320,6 +320,24 @@ def _body_ignores_stage(fn) -> bool:
     return True
 
 
+def is_stub(resource, method: str) -> bool:
+    """Is ``resource.method`` a placeholder body (a docstring, ``pass``, ``...`` or a constant
+    return), as pure-Python models have before the kernel's work is written? No source: False."""
+    key = (type(resource), method, "stub")
+    if key not in _STAGE_READS:
+        fn = getattr(type(resource), method, None)
+        spec = work_spec_of(fn)
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(spec.fn if spec is not None else fn))))
+            body = tree.body[0].body
+        except Exception:  # noqa: BLE001
+            body = None
+        _STAGE_READS[key] = body is not None and all(
+            isinstance(n, ast.Pass) or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) or
+            (isinstance(n, ast.Return) and (n.value is None or isinstance(n.value, ast.Constant))) for n in body)
+    return _STAGE_READS[key]
+
+
 def returns_stage(resource, method: str) -> bool:
     """Does ``resource.method`` return its ``stage_info.stage_idx`` itself (a stage reference, as a
     descriptor or a ``stage()`` helper does), rather than a value read from the stage?"""
