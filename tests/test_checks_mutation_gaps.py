@@ -409,3 +409,16 @@ def test_stage_returned_by_work_used_after_the_release(tmp_path):
     assert hit and hit[0].location.line == _line_of(lines, "        gmem_y.tma_store(stage=stage)",
                                                     after=_line_of(lines, "def store_schedule("))
     _accepted(orig.build, store_lag=0)
+
+
+def test_allocations_sized_for_a_deeper_ring_name_the_stage_count():
+    """num_stages=2 over allocations of 4 x 1024-byte tiles with num_bytes=1024 (a stage dropped from
+    the config, not from the allocation): rejected, and the fix names num_stages=4 first."""
+    from test_checks_support import line
+
+    with pytest.raises(warpsched.ValidationError) as info:
+        warpsched.TaskManager(verbose=False, **_tma_program(1024))  # 2 stages of 2048 bytes
+    hit = [f for f in info.value.findings if "less than a stage holds" in f.message]
+    assert len(hit) == 1 and hit[0].location.line == line("tiles_cfg")
+    assert "the allocations hold 4 stages of 1024 bytes" in hit[0].message
+    assert hit[0].fix.startswith("num_stages=4, or allocations of 2 x 1024 bytes")

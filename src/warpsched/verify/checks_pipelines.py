@@ -266,6 +266,11 @@ def _stage_bytes(r: Any, cfg: PipelineConfig, base) -> List[Finding]:
     per = f" ({cfg.num_bytes} over the {ctas} CTAs of a pair)" if ctas > 1 else ""
     want = stage * ctas
     fix = f"num_bytes={want}, or size the allocations to num_stages x the tile"
+    held = total // (cfg.num_bytes // ctas) if cfg.num_bytes // ctas and not total % (cfg.num_bytes // ctas) else 0
+    if not more and held > cfg.num_stages:  # sized for a deeper ring of num_bytes tiles (e.g. a stage dropped)
+        what += f"; the allocations hold {held} stages of {cfg.num_bytes // ctas} bytes"
+        fix = (f"num_stages={held}, or allocations of {cfg.num_stages} x {cfg.num_bytes // ctas} bytes (or "
+               f"num_bytes={want} if the copies fill the larger stage)")
     if not more:
         fix += ", or, if the copies deliberately fill only part of each stage, declare partial_stage=True"
     return [F(COUNTS, f"{rname(r)}: num_bytes={cfg.num_bytes}{per}, but one stage of its SMEM allocations is {stage} "
