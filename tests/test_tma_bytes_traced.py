@@ -29,12 +29,15 @@ def gemm():
     VERDICTS.clear()
 
 
-def _mutant(module, old, new, tmp_path):
+def _mutant(module, old, new, tmp_path, *more):
+    """Import a copy of ``module`` with ``old`` -> ``new`` (and the ``more`` pairs) replaced, each exactly once."""
     src = open(module.__file__).read()
-    assert src.count(old) == 1, old
+    for a, b in ((old, new), *more):
+        assert src.count(a) == 1, a
+        src = src.replace(a, b)
     path = tmp_path / "wgmma_gemm.py"
-    path.write_text(src.replace(old, new))
-    name = f"_tx_mutant_wgmma_gemm_{abs(hash(new))}"
+    path.write_text(src)
+    name = f"_tx_mutant_wgmma_gemm_{abs(hash(src))}"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
@@ -78,7 +81,7 @@ def test_two_producer_warps_that_each_copy_the_whole_tile_do_not_compile(gemm, t
     assert f.location.line == _line_of(lines, "        smem_ab.tma_load(k=k)")
     assert "each of its 2 warps issues TMA copies of 49152 bytes" in f.message and "98304 bytes land" in f.message
     assert f.expected == "copies of 24576 per warp, 49152 bytes into each CTA's stage (num_bytes=49152)"
-    assert f.fix.startswith("num_bytes=98304")
+    assert f.fix == "one producer warp (num_warps=1), or let each of the 2 warps copy its 1/2 of the stage (24576 bytes)"
 
 
 def test_a_declared_partial_stage_whose_num_bytes_is_wrong_does_not_compile(gemm, tmp_path):
@@ -90,7 +93,7 @@ def test_a_declared_partial_stage_whose_num_bytes_is_wrong_does_not_compile(gemm
     assert len(findings) == 1 and findings[0].resource == "SmemAB"
     assert "49152 bytes land in the CTA's stage, but the acquire arms 48128" in findings[0].message
     assert "completes before the last copies land" in findings[0].message
-    assert findings[0].fix == "num_bytes=49152"
+    assert findings[0].fix.startswith("copy the whole stage (48128 bytes), or num_bytes=49152 (with SMEM allocations")
 
 
 def test_copies_that_deliver_less_than_armed_do_not_compile(gemm, tmp_path):
@@ -100,3 +103,14 @@ def test_copies_that_deliver_less_than_armed_do_not_compile(gemm, tmp_path):
     findings = _compile_rejected(mod)
     assert len(findings) == 1 and "16384 bytes land" in findings[0].message
     assert "never completes (the kernel hangs)" in findings[0].message
+
+
+def test_skip_validation_reports_the_byte_mismatch_as_a_warning(gemm, tmp_path):
+    """skip_validation=True (how benchmarks/planted builds its buggy kernels) turns the traced finding
+    into a ValidationWarning, as for every static finding, and the kernel compiles."""
+    from warpsched import ValidationWarning
+
+    mod, _ = _mutant(gemm, LOAD_TASK, LOAD_TASK.replace("num_warps=1", "num_warps=2"), tmp_path,
+                     ("verbose=False)  # checked here", "verbose=False, skip_validation=True)  # checked here"))
+    with pytest.warns(ValidationWarning, match="each of its 2 warps issues TMA copies of 49152 bytes"):
+        mod.compile_for_cpu()

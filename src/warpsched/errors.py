@@ -72,6 +72,10 @@ class ValidationError(ValueError):
         super().__init__(f"{title}: {n} finding{'s' if n != 1 else ''}\n\n{body}")
 
 
+class ValidationWarning(UserWarning):
+    """A finding reported as a warning (a warning-level check, or ``skip_validation=True``)."""
+
+
 class ScheduleError(ValidationError):
     """A schedule that cannot be captured (raised when the @schedule function is called)."""
 

@@ -8,17 +8,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
-from .errors import Finding, HasFindings, ValidationError
+from .errors import Finding, HasFindings, ValidationError, ValidationWarning
 from .model.task import Task
 from .report.printout import memory_summary, register_summary, schedule_table
 from .verify import Options, Program, run_static_checks
 from .verify.checker import run_checker
 from .verify.fingerprint import program_fingerprint
 from .verify.verdicts import VERDICTS
-
-
-class ValidationWarning(UserWarning):
-    """A finding reported as a warning (a warning-level check, or ``skip_validation=True``)."""
 
 
 @dataclass

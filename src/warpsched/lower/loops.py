@@ -94,7 +94,7 @@ class TaskEmitter:
         self.steps = list(self.sched.steps) if self.sched is not None else []
         self.plan = lowering.plan
         self._readers: Dict[int, List[int]] = {}
-        self.tx = TxLedger(task)  # the TMA bytes each producer bracket's copies deliver
+        self.tx = TxLedger(task, self.program.options.skip_validation)  # TMA bytes each producer bracket delivers
         for s in self.steps:
             for tok in s.token_args.values():
                 self._readers.setdefault(id(tok), []).append(s.index)

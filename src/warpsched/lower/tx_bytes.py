@@ -11,9 +11,10 @@ or completes the phase while copies still land (more), so it fails the compilati
 finding. Works that issue copies any other way are not counted (the opt-in is the helper)."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Tuple
 
-from ..errors import Finding, ValidationError
+from ..errors import Finding, ValidationError, ValidationWarning
 from ..protocol.plan import config_of, tma_bytes_per_cta
 
 CHECK = "pipeline thread counts and bytes"
@@ -22,8 +23,9 @@ CHECK = "pipeline thread counts and bytes"
 class TxLedger:
     """One task's open producer brackets: resource id -> (the copies recorded so far, the works that issued them)."""
 
-    def __init__(self, task):
+    def __init__(self, task, skip_validation: bool = False):
         self.task = task
+        self.skip_validation = skip_validation  # TaskManager(skip_validation=True): a warning, as for the static findings
         self.open: Dict[int, Tuple[List[Tuple[int, str]], List[Any]]] = {}
 
     def acquired(self, resource, protocol) -> None:
@@ -50,18 +52,24 @@ class TxLedger:
         each = " + ".join(what for _, what in copies)
         many = f"each of its {warps} warps issues" if warps > 1 else "its warp issues"
         split = f"{want // warps} per warp, " if warps > 1 and want % warps == 0 else ""
-        fix = f"num_bytes={per_warp * warps}" if cfg.num_bytes_per_warp_per_cta is None else \
-            f"num_bytes_per_warp_per_cta={per_warp} (and num_bytes to match)"
         if warps > 1:
-            fix += f", or let each of the {warps} warps copy its 1/{warps} of the tile, or one producer warp"
-        raise ValidationError([Finding(
+            fix = (f"one producer warp (num_warps=1), or let each of the {warps} warps copy its 1/{warps} of the "
+                   f"stage ({want // warps} bytes)")
+        else:
+            what = "num_bytes" if cfg.num_bytes_per_warp_per_cta is None else "num_bytes_per_warp_per_cta"
+            fix = (f"copy the whole stage ({want} bytes), or {what}={per_warp} (with SMEM allocations of num_stages x "
+                   f"{per_warp} bytes, or partial_stage=True)")
+        finding = Finding(
             check=CHECK, task=self.task.name, resource=name, location=works[0].location,
             message=(f"{name}: in task {self.task.name!r}, {many} TMA copies of {per_warp} bytes per stage "
                      f"({calls}: {each}), so {per_warp * warps} bytes land in the CTA's stage, but the acquire "
                      f"arms {want}: the phase " + ("never completes (the kernel hangs)" if per_warp * warps < want
                                                    else "completes before the last copies land")),
-            expected=f"copies of {split}{want} bytes into each CTA's stage ({derivation})", fix=fix)],
-            title="warpsched rejected the traced kernel")
+            expected=f"copies of {split}{want} bytes into each CTA's stage ({derivation})", fix=fix)
+        if self.skip_validation:
+            warnings.warn(ValidationWarning(finding.format()), stacklevel=2)
+            return
+        raise ValidationError([finding], title="warpsched rejected the traced kernel")
 
 
 __all__ = ["TxLedger"]
