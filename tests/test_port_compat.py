@@ -124,7 +124,7 @@ class Staging(Gmem):
 
 def _split_k_epilogue(stage_before_wait: bool):
     smem = SmemAllocator()
-    ring_bytes, stage_bytes = SmemAllocation("ring", 2 * 4096), SmemAllocation("staging", 4096)
+    ring_bytes, stage_bytes = SmemAllocation("ring", 2 * 1024), SmemAllocation("staging", 4096)
     gmem, out = Gmem(name="gmem"), Staging(name="staging", alloc=stage_bytes)
     ring = Ring(name="ring", alloc=ring_bytes, pipeline_config=tma_umma())
     acc = Buf(name="acc", pipeline_config=umma_async(warps=4))
