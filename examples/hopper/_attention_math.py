@@ -1,0 +1,152 @@
+"""Register-level math of the FlashAttention forward (examples/hopper/attention.py): accumulator
+views by row and column, the causal / tail mask, one online-softmax step, the final
+normalization with the log-sum-exp, and the fp32 S -> 16-bit P conversion into a WGMMA A operand.
+
+The layout helpers (``layout_separate``, ``layout_acc_mn``, ``reduction_target_n``,
+``c_layout_as_a_layout``) and the shape of the softmax step follow the Hopper FMHA example of the
+CUTLASS repository (examples/python/CuTeDSL/cute/hopper/kernel/attention/fmha.py, BSD-3-Clause,
+Copyright (c) NVIDIA CORPORATION & AFFILIATES); the pipelines and warp roles around them are
+warpsched's (examples/hopper/attention.py), not that example's.
+"""
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+
+LN2 = math.log(2.0)
+
+
+def layout_separate(thr, src, ref):
+    """Split the modes of ``src`` by whether their stride in ``ref`` is below ``thr``."""
+    lt = cute.make_layout(())
+    ge = cute.make_layout(())
+    for k, v in enumerate(ref):
+        if cutlass.const_expr(v < thr):
+            lt = cute.append(lt, src[k])
+        else:
+            ge = cute.append(ge, src[k])
+    if cutlass.const_expr(cute.rank(lt) == 1):
+        return cute.append(lt, ge)
+    return cute.append(cute.append(cute.make_layout(()), lt), ge)
+
+
+def layout_acc_mn(tiled_mma, acc_layout):
+    """The accumulator fragment's layout viewed as (rows of this thread, columns of this thread)."""
+    separated = layout_separate(tiled_mma.shape_mnk[0], acc_layout[0], tiled_mma.tv_layout_C.stride[1])
+    v_m, v_n = separated[0], separated[1]
+    if cutlass.const_expr(cute.rank(v_m) == 1):
+        v_m1 = cute.append(v_m, acc_layout[1])
+    else:
+        v_m1 = cute.append(cute.append(cute.make_layout(()), v_m), acc_layout[1])
+    if cutlass.const_expr(cute.rank(v_n) == 1):
+        v_n1 = cute.append(v_n, acc_layout[2])
+    else:
+        v_n1 = cute.append(cute.append(cute.make_layout(()), v_n), acc_layout[2])
+    if cutlass.const_expr(cute.rank(v_m1) == 1):
+        return cute.append(v_m1, v_n1)
+    return cute.append(cute.append(cute.make_layout(()), v_m1), v_n1)
+
+
+def reduction_target_n(tiled_mma):
+    """The lanes that share one accumulator row (the shuffle widths of a row reduction)."""
+    separated = layout_separate(tiled_mma.shape_mnk[0], cute.make_layout(tiled_mma.tv_layout_C.shape[0]),
+                                tiled_mma.tv_layout_C.stride[0])
+    return separated[1]
+
+
+def c_layout_as_a_layout(c, a):
+    """An accumulator (C) fragment layout re-read as the A-operand fragment of the next MMA."""
+    return cute.make_layout((a, c.shape[1], (c.shape[2], cute.size(c, mode=[0]) // cute.size(a))),
+                            stride=(c.stride[0], c.stride[1], (c.stride[2], cute.size(a, mode=[2]) * c.stride[0][2])))
+
+
+def rows_view(tiled_mma, t):
+    return cute.make_tensor(t.iterator, layout_acc_mn(tiled_mma, t.layout))
+
+
+@cute.jit
+def apply_mask(acc_s, coords, row0, col0, seqlen_k: cutlass.Int32, causal: cutlass.Constexpr):
+    """-inf where the key is past the sequence end or (causal, top-left aligned as torch SDPA's
+    is_causal) after the query. ``coords``: the (row, column) of each accumulator element in the
+    tile; ``row0`` / ``col0``: the tile's first query row and key column."""
+    for i in cutlass.range_constexpr(cute.size(acc_s)):
+        r, c = coords[i]
+        col = col0 + c
+        if col >= seqlen_k:
+            acc_s[i] = -cutlass.Float32.inf
+        if cutlass.const_expr(causal):
+            if col > row0 + r:
+                acc_s[i] = -cutlass.Float32.inf
+
+
+@cute.jit
+def mask_tile(acc_s, qk_mma, row0, col0, seqlen_k: cutlass.Int32, block_n: cutlass.Constexpr,
+              causal: cutlass.Constexpr):
+    """Mask the S tile whose first query row is ``row0`` and first key ``col0``, if it needs it:
+    only the tile at the end of the keys and (causal) the tiles reaching past ``row0`` do."""
+    needs_mask = col0 + block_n > seqlen_k
+    if cutlass.const_expr(causal):
+        needs_mask = needs_mask or col0 + block_n - 1 > row0
+    if needs_mask:
+        tidx, _, _ = cute.arch.thread_idx()
+        coords = qk_mma.get_slice(tidx % 128).partition_C(cute.make_identity_tensor(
+            (cute.size(qk_mma.shape_mnk, mode=[0]), block_n)))
+        apply_mask(acc_s, coords, row0, col0, seqlen_k, causal)
+
+
+@cute.jit
+def online_softmax(acc_s, acc_o, row_max, row_sum, qk_mma, pv_mma, scale_log2: cutlass.Float32):
+    """One step of the online softmax on a masked S tile: new running max per row, P = exp2(S *
+    scale_log2 - max * scale_log2) in place of S, O and the running sum rescaled by the change of
+    the max. A row whose max is still -inf (all keys masked so far) keeps P = 0 and O unchanged."""
+    s_mn = rows_view(qk_mma, acc_s)
+    o_mn = rows_view(pv_mma, acc_o)
+    red = reduction_target_n(qk_mma)
+    for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+        prev = row_max[i]
+        cur = prev
+        for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+            cur = cute.arch.fmax(cur, s_mn[i, j])
+        for r in cutlass.range_constexpr(cute.rank(red)):
+            cur = cute.arch.warp_reduction_max(cur, threads_in_group=red.shape[r])
+        row_max[i] = cur
+        safe = cur
+        if cur == -cutlass.Float32.inf:
+            safe = 0.0
+        max_scaled = safe * scale_log2
+        for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
+            s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - max_scaled, fastmath=True)
+        correction = cute.math.exp2(prev * scale_log2 - max_scaled, fastmath=True)  # prev = -inf: 0
+        for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+            o_mn[i, j] = o_mn[i, j] * correction
+        row_sum[i] = row_sum[i] * correction + s_mn[i, None].load().reduce(cute.ReductionOp.ADD,
+                                                                            cutlass.Float32.zero, 0)
+
+
+@cute.jit
+def finalize(acc_o, row_max, row_sum, lse, pv_mma, scale: cutlass.Float32):
+    """O /= row sum (summed over the row's lanes); lse = max * scale + ln(sum) (+inf for a row with
+    no key, whose O stays 0)."""
+    o_mn = rows_view(pv_mma, acc_o)
+    red = reduction_target_n(pv_mma)
+    for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+        total = row_sum[i]
+        for r in cutlass.range_constexpr(cute.rank(red)):
+            total = cute.arch.warp_reduction_sum(total, threads_in_group=red.shape[r])
+        inv = cute.arch.rcp_approx(total)
+        lse[i] = row_max[i] * scale + cute.math.log2(total, fastmath=True) * LN2
+        if total == 0.0 or total != total:
+            inv = 1.0
+            lse[i] = cutlass.Float32.inf
+        for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+            o_mn[i, j] = o_mn[i, j] * inv
+
+
+def s_as_p(acc_s, pv_mma, dtype):
+    """P (16-bit) in the register layout of the PV WGMMA's A operand (a pure re-read for 16-bit
+    types: an accumulator row pair is an A-fragment row pair)."""
+    p = cute.make_rmem_tensor_like(c_layout_as_a_layout(acc_s.layout, pv_mma.tv_layout_A.shape[1]), dtype)
+    cute.make_tensor(p.iterator, acc_s.layout).store(acc_s.load().to(dtype))
+    return p
