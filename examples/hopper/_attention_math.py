@@ -86,10 +86,10 @@ def mask_tile(acc_s, qk_mma, row0, col0, seqlen_k: cutlass.Int32, block_n: cutla
               causal: cutlass.Constexpr):
     """Mask the S tile whose first query row is ``row0`` and first key ``col0``, if it needs it:
     only the tile at the end of the keys and (causal) the tiles reaching past ``row0`` do."""
-    needs_mask = col0 + block_n > seqlen_k
+    limit = seqlen_k  # keys [0, limit) are unmasked for every row of the tile
     if cutlass.const_expr(causal):
-        needs_mask = needs_mask or col0 + block_n - 1 > row0
-    if needs_mask:
+        limit = cutlass.min(seqlen_k, row0 + 1)
+    if col0 + block_n > limit:
         tidx, _, _ = cute.arch.thread_idx()
         coords = qk_mma.get_slice(tidx % 128).partition_C(cute.make_identity_tensor(
             (cute.size(qk_mma.shape_mnk, mode=[0]), block_n)))

@@ -1,0 +1,120 @@
+"""Correctness of warpsched's FlashAttention forward (examples/hopper/attention.py) on the H200.
+
+  source .devcarry/prelude.sh && python3 benchmarks/attention_correctness.py 2>&1 | tee $OUT/attention_correctness.log
+
+Every configuration (dtype x head dim x causal) runs in its own child process with a timeout, so
+a hang or a crash costs that configuration only. Each case draws fresh random inputs, poisons the
+output and the LSE with NaN (every element must be written), and compares with an fp32 math
+reference (scores, top-left causal mask as torch SDPA's is_causal, softmax, P V, log-sum-exp):
+max and mean absolute error of O and of the LSE, and, for scale, the error of torch SDPA (default
+backend) on the same inputs. Cases: S = 1, 127, 1000, tails, S_q != S_k (both ways, causal
+too), grouped-query attention (H / H_kv = 4 and 8).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+# (B, H, H_kv, S_q, S_k)
+CASES = [(1, 2, 2, 1, 1), (2, 3, 3, 127, 127), (1, 2, 2, 1000, 1000), (2, 4, 4, 128, 128), (1, 2, 2, 129, 300),
+         (1, 2, 2, 256, 1024), (1, 2, 2, 1000, 77), (2, 8, 2, 513, 700), (1, 8, 1, 2048, 2048),
+         (1, 2, 2, 4096, 4096)]
+CONFIGS = [(dtype, d, causal) for dtype in ("bfloat16", "float16") for d in (64, 128) for causal in (False, True)]
+# O: bf16 / fp16 rounding of values up to a few units, plus fp32 reordering; LSE: fp32 only
+TOL = {"bfloat16": (1e-2, 8e-3), "float16": (2e-3, 1e-3)}  # (absolute, relative to |ref|)
+
+
+def reference(q, k, v, causal, scale):
+    import torch
+
+    qf, kf, vf = q.float(), k.float(), v.float()
+    rep = q.shape[1] // k.shape[1]
+    kf, vf = kf.repeat_interleave(rep, dim=1), vf.repeat_interleave(rep, dim=1)
+    s = torch.einsum("bhqd,bhkd->bhqk", qf, kf) * scale
+    if causal:
+        sq, sk = q.shape[2], k.shape[2]
+        keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(0)
+        s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, dim=-1), vf), lse
+
+
+def run_config(dtype_name, d, causal):
+    import torch
+    import torch.nn.functional as F
+
+    import attention as att
+
+    dtype = getattr(torch, dtype_name)
+    ok = True
+    for case in CASES:
+        B, H, Hk, Sq, Sk = case
+        torch.manual_seed(hash((case, d, causal)) % 2**31)
+        q = torch.randn(B, H, Sq, d, device="cuda", dtype=dtype)
+        k = torch.randn(B, Hk, Sk, d, device="cuda", dtype=dtype)
+        v = torch.randn(B, Hk, Sk, d, device="cuda", dtype=dtype)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((B, H, Sq), float("nan"), device="cuda", dtype=torch.float32)
+        scale = 1.0 / math.sqrt(d)
+        t0 = time.time()
+        att.attention(q, k, v, causal=causal, out=out, lse=lse)
+        torch.cuda.synchronize()
+        ref, ref_lse = reference(q, k, v, causal, scale)
+        err = (out.float() - ref).abs()
+        lse_err = (lse - ref_lse).abs()
+        finite = bool(torch.isfinite(out).all()) and bool(torch.isfinite(lse).all())
+        atol, rtol = TOL[dtype_name]
+        o_ok = finite and bool((err <= atol + rtol * ref.abs()).all())
+        l_ok = finite and float(lse_err.max()) <= 1e-3 * max(1.0, float(ref_lse.abs().max()))
+        try:
+            sd = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=Hk != H)
+            sdpa_err = float((sd.float() - ref).abs().max())
+        except Exception as e:  # noqa: BLE001 - context only
+            sdpa_err = f"n/a ({type(e).__name__})"
+        good = o_ok and l_ok
+        ok &= good
+        print(json.dumps(dict(dtype=dtype_name, d=d, causal=causal, B=B, H=H, H_kv=Hk, S_q=Sq, S_k=Sk,
+                              ok=good, finite=finite, o_max=float(err.max()) if finite else None,
+                              o_mean=float(err.mean()) if finite else None,
+                              lse_max=float(lse_err.max()) if finite else None, sdpa_o_max=sdpa_err,
+                              seconds=round(time.time() - t0, 2),
+                              verdict=att.VERDICT_OF.get((att._common.cutlass_dtype(dtype), d, causal)))),
+              flush=True)
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child", nargs=3)
+    ap.add_argument("--timeout", type=int, default=90)
+    args = ap.parse_args()
+    if args.child:
+        dtype_name, d, causal = args.child[0], int(args.child[1]), args.child[2] == "1"
+        sys.exit(0 if run_config(dtype_name, d, causal) else 1)
+    summary = []
+    for dtype_name, d, causal in CONFIGS:
+        name = f"{dtype_name} hd{d} {'causal' if causal else 'non-causal'}"
+        t0 = time.time()
+        try:
+            rc = subprocess.run([sys.executable, __file__, "--child", dtype_name, str(d), "1" if causal else "0"],
+                                timeout=args.timeout).returncode
+            status = "PASS" if rc == 0 else f"FAIL (rc {rc})"
+        except subprocess.TimeoutExpired:
+            status = f"TIMEOUT after {args.timeout} s"
+        summary.append(f"{name:28s} {status}  ({time.time() - t0:.0f} s)")
+        print(summary[-1], flush=True)
+    print("\n".join(["== summary"] + summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""FlashAttention forward sweep on the H200: warpsched's kernel against every torch SDPA backend.
+
+  source .devcarry/prelude.sh && python3 benchmarks/attention_sweep.py 2>&1 | tee $OUT/attention_sweep.log
+
+Shapes: B x H x S in {4x16x4096, 2x16x8192, 16x16x1024, 1x32x16384} x D in {64, 128} x {non-causal,
+causal}, bf16, S_q = S_k. Sides: ``warpsched`` (examples/hopper/attention.py) and torch SDPA
+restricted to one backend each (cuDNN, flash, efficient; a backend that refuses a shape is
+listed as n/a). TFLOP/s = 4 B H S^2 D / time, halved for causal. Timing: ``--rounds`` rounds,
+the sides in a rotated order each round, each a triton do_bench median; the table reports each
+side's median over the rounds and warpsched's ratio to the best backend; the last lines give
+the geomean ratio and the worst shape. Runs in a child with a timeout (``--timeout``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+SHAPES = [(4, 16, 4096), (2, 16, 8192), (16, 16, 1024), (1, 32, 16384)]
+BACKENDS = ("cudnn", "flash", "efficient")
+
+
+def sides(q, k, v, causal):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import attention as att
+
+    out = {}
+    o = q.new_empty(q.shape)
+    lse = q.new_empty(q.shape[:3], dtype=__import__("torch").float32)
+    launch, _, _ = att.prepare(q, k, v, causal=causal, out=o, lse=lse)
+    launch()
+    out["warpsched"] = launch  # the compiled kernel on converted arguments: no host checks timed
+    kinds = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    for name in BACKENDS:
+        def fn(kind=kinds[name]):
+            with sdpa_kernel([kind]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            ref = fn()
+            out[name] = fn
+            err = float((ref.float() - o.float()).abs().max())
+            print(f"  {name}: max |warpsched - {name}| = {err:.3g}", flush=True)
+        except Exception as e:  # noqa: BLE001 - a backend may refuse a shape
+            print(f"  {name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
+    return out
+
+
+def run(rounds, shapes, dims):
+    import torch
+    from triton.testing import do_bench
+
+    rows = []
+    for (B, H, S) in shapes:
+        for D in dims:
+            for causal in (False, True):
+                torch.manual_seed(0)
+                q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                name = f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}"
+                print(name, flush=True)
+                fns = sides(q, k, v, causal)
+                times = {n: [] for n in fns}
+                order = list(fns)
+                for r in range(rounds):
+                    for n in order[r % len(order):] + order[:r % len(order)]:
+                        times[n].append(do_bench(fns[n], warmup=10, rep=40, return_mode="median"))
+                flops = 4 * B * H * S * S * D / (2 if causal else 1)
+                tf = {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
+                best = max((n for n in tf if n != "warpsched"), key=lambda n: tf[n], default=None)
+                ratio = tf["warpsched"] / tf[best] if best else float("nan")
+                rows.append(dict(shape=name, tflops=tf, best=best, ratio=ratio))
+                print("  " + json.dumps(rows[-1]), flush=True)
+                del q, k, v, fns
+                torch.cuda.empty_cache()
+    print("\n| shape | warpsched | " + " | ".join(BACKENDS) + " | best | ratio |")
+    print("|---|---|" + "---|" * len(BACKENDS) + "---|---|")
+    for r in rows:
+        cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + BACKENDS]
+        print(f"| {r['shape']} | " + " | ".join(cells) + f" | {r['best']} | {r['ratio']:.2f}x |")
+    ratios = [r["ratio"] for r in rows if r["best"]]
+    if ratios:
+        worst = min(rows, key=lambda r: r["ratio"])
+        print(f"geomean ratio to the best backend: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x; "
+              f"worst {worst['ratio']:.2f}x ({worst['shape']})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--quick", action="store_true", help="4x16x4096 only")
+    ap.add_argument("--child", action="store_true")
+    args = ap.parse_args()
+    shapes = SHAPES[:1] if args.quick else SHAPES
+    if args.child:
+        run(args.rounds, shapes, (64, 128))
+        return
+    cmd = [sys.executable, __file__, "--child", "--rounds", str(args.rounds)] + (["--quick"] if args.quick else [])
+    try:
+        sys.exit(subprocess.run(cmd, timeout=args.timeout).returncode)
+    except subprocess.TimeoutExpired:
+        print(f"sweep TIMEOUT after {args.timeout} s")
+        sys.exit(124)
+
+
+if __name__ == "__main__":
+    main()
