@@ -53,7 +53,8 @@ def run_config(dtype_name, d, causal):
     import torch
     import torch.nn.functional as F
 
-    import attention as att
+    from warpsched import ops
+    from warpsched.kernels import attention as att
 
     dtype = getattr(torch, dtype_name)
     ok = True
@@ -67,7 +68,7 @@ def run_config(dtype_name, d, causal):
         lse = torch.full((B, H, Sq), float("nan"), device="cuda", dtype=torch.float32)
         scale = 1.0 / math.sqrt(d)
         t0 = time.time()
-        att.attention(q, k, v, causal=causal, out=out, lse=lse)
+        ops.attention(q, k, v, causal=causal, out=out, lse=lse)  # the public entry point
         torch.cuda.synchronize()
         ref, ref_lse = reference(q, k, v, causal, scale)
         err = (out.float() - ref).abs()
@@ -88,7 +89,7 @@ def run_config(dtype_name, d, causal):
                               o_mean=float(err.mean()) if finite else None,
                               lse_max=float(lse_err.max()) if finite else None, sdpa_o_max=sdpa_err,
                               seconds=round(time.time() - t0, 2),
-                              verdict=att.VERDICT_OF.get((att._common.cutlass_dtype(dtype), d, causal)))),
+                              verdict=att.VERDICT_OF.get((att._host.cutlass_dtype(dtype), d, causal)))),
               flush=True)
     return ok
 

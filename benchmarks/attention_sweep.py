@@ -33,7 +33,7 @@ def sides(q, k, v, causal):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    import attention as att
+    from warpsched.kernels import attention as att
 
     out = {}
     o = q.new_empty(q.shape)

@@ -1,0 +1,516 @@
+"""FlashAttention forward for Hopper (H100 / H200, sm_90a), written as a warpsched program.
+
+O = softmax(Q K^T * scale) V per (batch, head), with the log-sum-exp of every row; Q, K, V in the
+layout torch SDPA uses, (B, H, S, D) (K and V may have fewer heads: grouped-query attention);
+bf16 or fp16; head dim 64 or 128; any S_q, S_k >= 1 (tails are masked); causal is top-left
+aligned, as ``scaled_dot_product_attention(is_causal=True)``.
+
+One CTA per 128-row Q block of one (batch, head) (causal: the longest blocks launch first),
+384 threads in three warp groups:
+
+    LoadTask  (warp 0, 24 regs):  q.acquire; TMA both 64-row Q tiles; q.commit
+                                  for j in range(kv_tiles): k.acquire; TMA K[j]; k.commit
+                                                            v.acquire; TMA V[j]; v.commit
+    Softmax0  (warps 4-7, 240):   s, o, m, l = scores.init(); q.wait
+    Softmax1  (warps 8-11, 240)   for j in range(kv_tiles):
+                                      order.acquire (Softmax0) | order.wait (Softmax1)
+                                      k.wait; S = Q K[j]^T (wgmma); order.commit | order.release
+                                      k.retire(0); k.release
+                                      scores.softmax (mask, running max / sum, rescale O, P = exp2)
+                                      v.wait; O += P V[j] (wgmma, P from registers); v.retire(0); v.release
+                                  q.release; o.store (O / sum -> global, LSE)
+
+MathOrder is a 1-stage AsyncAsync pipeline from Softmax0 to Softmax1 with no data: the two warp
+groups issue their S GEMMs in turn (0, 1, 0, 1, ...), so one warp group's softmax runs while the
+other's GEMMs hold the tensor cores. Both warp groups consume every K and V stage (one release
+arrival per consumer warp: 8). The K/V trip count is the runtime ``kv_tiles`` (per CTA: causal
+blocks stop at the diagonal), declared with ``trip_count``: the checker proves every count >= 1.
+Host: ``attention(q, k, v, causal=False, scale=None)``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from . import _host
+from . import attention_math as amath
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory  # noqa: F401
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
+                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
+                       threads, trip_count, wgmma_wait)
+
+HEAD_DIMS = (64, 128)
+WG_ROWS = 64  # Q rows per consumer warp group (one WGMMA M)
+
+
+class AttentionConfigError(ValueError):
+    """An unsupported head dim / dtype / tile, or tensors the kernel cannot take (host side)."""
+
+
+# ---------------------------------------------------------------------------------- resources
+@dataclass(kw_only=True)
+class SmemQ(MemoryResource):
+    """Both warp groups' Q tiles: one stage, one transaction barrier, loaded once per CTA."""
+
+    g: Any = None
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_q]
+
+    @producer_work
+    def tma_load(self, stage_info: StageInfo):
+        v = stage_info.context.values
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
+                                                    cute.group_modes(v.gQ, 0, 2))
+        for w in range(2):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
+            cute.copy(v.tma_q, t_g[(None, v.q_block * 2 + w)], t_s[(None, w)], tma_bar_ptr=stage_info.barrier)
+
+
+@dataclass(kw_only=True)
+class SmemK(MemoryResource):
+    """The K ring: TMA in, S = Q K^T (wgmma, both operands from SMEM) out."""
+
+    g: Any = None
+    retire = wgmma_wait  # wgmma.wait_group(pending): the stage's WGMMA reads are done
+    acc_s: Any = TaskLocalVariable.uninitialized()
+    acc_o: Any = TaskLocalVariable.uninitialized()
+    row_max: Any = TaskLocalVariable.uninitialized()
+    row_sum: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.acc_s = TaskLocalVariable(dtype=None, docs="S = Q K^T, then P (fp32 registers)")
+        self.acc_o = TaskLocalVariable(dtype=None, docs="O accumulator (fp32 registers)")
+        self.row_max = TaskLocalVariable(dtype=None, docs="running row max of S (unscaled)")
+        self.row_sum = TaskLocalVariable(dtype=None, docs="running row sum of P (this thread's columns)")
+
+    @consumer_work(returns=(acc_s, acc_o, row_max, row_sum), work_attrs=WorkAttr.AUXILIARY)
+    def init(self, stage_info: StageInfo):
+        v = stage_info.context.values
+        tidx, _, _ = cute.arch.thread_idx()
+        acc_s = cute.make_rmem_tensor(v.qk_mma.get_slice(tidx % 128).partition_shape_C(self.g.qk_tile[:2]),
+                                      cutlass.Float32)
+        acc_o = cute.make_rmem_tensor(v.pv_mma.get_slice(tidx % 128).partition_shape_C(self.g.pv_tile[:2]),
+                                      cutlass.Float32)
+        acc_o.fill(0.0)
+        rows = cute.size(amath.layout_acc_mn(v.pv_mma, acc_o.layout), mode=[0])
+        row_max = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
+        row_sum = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
+        row_max.fill(-cutlass.Float32.inf)
+        row_sum.fill(0.0)
+        return acc_s, acc_o, row_max, row_sum
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_k]
+
+    @producer_work
+    def tma_load(self, stage_info: StageInfo):
+        v = stage_info.context.values
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
+                                                    cute.group_modes(v.gK, 0, 2))
+        cute.copy(v.tma_k, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)],
+                  tma_bar_ptr=stage_info.barrier)
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage (and Q) until the retire
+    @cute.jit
+    def mma_qk(self, stage_info: StageInfo, acc_s, *, wg: cutlass.Constexpr = 0):
+        v, s = stage_info.context.values, stage_info.stage_idx
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = v.qk_mma.get_slice(tidx % 128)
+        frag_q = v.qk_mma.make_fragment_A(thr.partition_A(v.sQ))
+        frag_k = v.qk_mma.make_fragment_B(thr.partition_B(v.sK))
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
+            mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
+            cute.gemm(mma, acc_s, frag_q[(None, None, kb, wg)], frag_k[(None, None, kb, s)], acc_s)
+        warpgroup.commit_group()
+
+
+@dataclass(kw_only=True)
+class SmemV(MemoryResource):
+    """The V ring: TMA in, O += P V (wgmma, P from registers) out."""
+
+    g: Any = None
+    retire = wgmma_wait
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_v]
+
+    @producer_work
+    def tma_load(self, stage_info: StageInfo):
+        v = stage_info.context.values
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
+                                                    cute.group_modes(v.gV, 0, 2))
+        cute.copy(v.tma_v, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)],
+                  tma_bar_ptr=stage_info.barrier)
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
+    def mma_pv(self, stage_info: StageInfo, acc_s, acc_o):
+        v, s = stage_info.context.values, stage_info.stage_idx
+        tidx, _, _ = cute.arch.thread_idx()
+        frag_v = v.pv_mma.make_fragment_B(v.pv_mma.get_slice(tidx % 128).partition_B(v.sV))
+        p = amath.s_as_p(acc_s, v.pv_mma, self.g.dtype)
+        warpgroup.fence()  # P was written by ordinary instructions
+        cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
+        warpgroup.commit_group()
+
+
+@dataclass(kw_only=True)
+class Scores(MemoryResource):
+    """A warp group's softmax state in registers (S / P, O, running max and sum; SmemK.init makes
+    them, since values flow from consumer reads to producer writes)."""
+
+    g: Any = None
+    @producer_work
+    @cute.jit
+    def softmax(self, stage_info: StageInfo, acc_s, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
+        g, v = self.g, stage_info.context.values
+        bN = g.block_n
+        row0 = v.q_block * 2 * WG_ROWS + wg * WG_ROWS
+        col0 = stage_info.loop_offset * bN
+        amath.mask_tile(acc_s, v.qk_mma, row0, col0, v.seqlen_k, bN, g.causal)
+        amath.online_softmax(acc_s, acc_o, row_max, row_sum, v.qk_mma, v.pv_mma, v.scale_log2)
+
+
+@dataclass(kw_only=True)
+class GmemO(MemoryResource):
+    """A warp group's 64 output rows and their LSE (direct stores, rows past S_q skipped)."""
+
+    g: Any = None
+    wg: int = 0
+
+    @producer_work
+    @cute.jit
+    def store(self, stage_info: StageInfo, acc_o, row_max, row_sum):
+        g, v = self.g, stage_info.context.values
+        tidx, _, _ = cute.arch.thread_idx()
+        lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
+        amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
+        thr = v.pv_mma.get_slice(tidx % 128)
+        block = v.q_block * 2 + self.wg
+        gO = cute.local_tile(v.mO_tiles, (WG_ROWS, g.head_dim), (block, 0))
+        t_g = amath.rows_view(v.pv_mma, thr.partition_C(gO))
+        coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
+        out = cute.make_rmem_tensor_like(acc_o, g.dtype)
+        out.store(acc_o.load().to(g.dtype))
+        o_mn = amath.rows_view(v.pv_mma, out)
+        m_lse, seqlen_q = v.mLSE, v.seqlen_q  # the `if` below may not carry the values object
+        for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+            row = block * WG_ROWS + coords[i, 0][0]
+            if row < seqlen_q:
+                for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                    t_g[i, j] = o_mn[i, j]
+                if coords[i, 0][1] == 0:  # one lane of the row's quad writes its LSE
+                    m_lse[row] = lse[i]
+
+
+@dataclass(kw_only=True)
+class MathOrder(MemoryResource):
+    """The two warp groups' turn on the tensor cores: a 1-stage AsyncAsync pipeline, no data."""
+
+
+# ---------------------------------------------------------------------------------- schedules
+@schedule
+def load_schedule(smem_q, smem_k, smem_v, kv_tiles):
+    smem_q.acquire()
+    smem_q.tma_load()
+    smem_q.commit()
+    with domain_loop(0, kv_tiles, 1):
+        smem_k.acquire()
+        smem_k.tma_load()
+        smem_k.commit()
+        smem_v.acquire()
+        smem_v.tma_load()
+        smem_v.commit()
+
+
+@schedule
+def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg):
+    """``wg`` 0 produces the math order (it goes first), 1 consumes it."""
+    acc_s, acc_o, row_max, row_sum = smem_k.init()  # the warp group's registers
+    smem_q.wait()
+    with domain_loop(0, kv_tiles, 1):
+        if wg == 0:
+            order.acquire()  # warp group 1 has issued its previous S GEMM
+        else:
+            order.wait()  # warp group 0 has issued this one
+        smem_k.wait()
+        smem_k.mma_qk(acc_s=acc_s, wg=wg)
+        if wg == 0:
+            order.commit()
+        else:
+            order.release()
+        smem_k.retire()
+        smem_k.release()
+        scores.softmax(acc_s=acc_s, acc_o=acc_o, row_max=row_max, row_sum=row_sum, wg=wg)
+        smem_v.wait()
+        smem_v.mma_pv(acc_s=acc_s, acc_o=acc_o)
+        smem_v.retire()
+        smem_v.release()
+    smem_q.release()
+    gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+
+
+# ---------------------------------------------------------------------------------- program
+def build(g=None, *, kv_tiles=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
+
+    ``g``: the FlashAttention being traced (None on the CPU: the default configuration).
+    ``kv_tiles``: the CTA's runtime K/V tile count (None on the CPU); every count >= 1 is proven."""
+    if g is None:
+        g = FlashAttention()
+    kv = trip_count("kv_tiles", kv_tiles)
+    q_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=g.q_bytes)
+    k_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.kv_stages, num_bytes=g.kv_bytes)
+    v_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.kv_stages, num_bytes=g.kv_bytes)
+    smem_q = SmemQ(name="SmemQ", pipeline_config=q_cfg, g=g)
+    smem_k = SmemK(name="SmemK", pipeline_config=k_cfg, g=g)
+    smem_v = SmemV(name="SmemV", pipeline_config=v_cfg, g=g)
+    order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+        num_stages=1, producer_group=threads(128), consumer_group=threads(128)))
+    tasks = [Task(name="LoadTask", src_resources=[], dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
+                  num_warps=1, num_registers=g.producer_regs, schedule=load_schedule(smem_q, smem_k, smem_v, kv))]
+    graph = {smem_q: [], smem_k: [], smem_v: [], order: []}
+    for wg in range(2):
+        scores = Scores(name=f"Scores{wg}", g=g)
+        out = GmemO(name=f"GmemO{wg}", g=g, wg=wg)
+        order_io = ([], [order]) if wg == 0 else ([order], [])
+        tasks.append(Task(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + order_io[0],
+                          dst_resources=[scores, out] + order_io[1], warp_idx=4 * (1 + wg), num_warps=4,
+                          num_registers=g.consumer_regs,
+                          schedule=softmax_schedule(smem_q, smem_k, smem_v, scores, order, out, kv, wg)))
+        graph[scores] = [smem_k]
+        graph[out] = [smem_v]
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph,
+                       smem_allocator=SmemAllocator.for_resources(smem_q, smem_k, smem_v), verbose=verbose,
+                       **manager_options)
+
+
+# ---------------------------------------------------------------------------------- kernel
+class FlashAttention:
+    """Compile-time configuration (dtype, head dim, causal, K/V tile, stages) and the kernel."""
+
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
+                 producer_regs=24, consumer_regs=240):
+        if dtype not in (cutlass.BFloat16, cutlass.Float16):
+            raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
+        if head_dim not in HEAD_DIMS:
+            raise AttentionConfigError(f"head_dim={head_dim}: supported head dims are {HEAD_DIMS}")
+        if block_n not in (64, 128, 176, 192):
+            raise AttentionConfigError(f"block_n={block_n}: expected 64, 128, 176 or 192")
+        self.dtype, self.head_dim, self.causal, self.block_n = dtype, head_dim, bool(causal), block_n
+        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        self.threads = 384
+        self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
+        self.pv_tile = (WG_ROWS, head_dim, block_n)  # (M, N, K) of O += P V
+        elem = dtype.width // 8
+        self.q_bytes = 2 * WG_ROWS * head_dim * elem
+        self.kv_bytes = block_n * head_dim * elem
+        capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
+        fit = (capacity - 1024 - self.q_bytes) // (2 * self.kv_bytes)
+        self.kv_stages = kv_stages or min(4, fit)
+        if not 2 <= self.kv_stages <= fit:
+            raise AttentionConfigError(f"kv_stages={self.kv_stages}: K and V rings of {self.kv_bytes} bytes a stage "
+                                       f"fit {fit} stages next to Q; need 2 <= stages <= {fit}")
+        self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=2 * WG_ROWS * head_dim, alignment=1024)
+        self.alloc_k = SmemAllocation("sK", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
+        self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
+
+    def describe(self):
+        return (f"{self.dtype.__name__} hd{self.head_dim} {'causal' if self.causal else 'non-causal'} "
+                f"tile 128x{self.block_n} kv stages {self.kv_stages}")
+
+    def _mmas(self):
+        k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
+        qk = sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, k_major, k_major, cutlass.Float32, (1, 1, 1),
+                                               self.qk_tile[:2])
+        pv = sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, k_major, mn_major, cutlass.Float32, (1, 1, 1),
+                                               self.pv_tile[:2], warpgroup.OperandSource.RMEM)
+        return qk, pv
+
+    def _layouts(self):
+        q = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype, 2)  # one per warp group
+        k = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype, self.kv_stages)
+        v = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, self.pv_tile, self.dtype, self.kv_stages)
+        for staged, alloc in ((q, self.alloc_q), (k, self.alloc_k), (v, self.alloc_v)):
+            assert cute.cosize(staged) == alloc.count, "an SMEM layout's size differs from the allocation"
+        return q, k, v
+
+    @staticmethod
+    def _sdhb(t, modes):
+        """(B, H, S, D) -> the mode order TMA tiles: (S, D, H, B) for Q, K, O; (D, S, H, B) for V."""
+        return cute.make_tensor(t.iterator, cute.select(t.layout, mode=modes))
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor,
+                 scale: cutlass.Float32, stream):
+        q_staged, k_staged, v_staged = self._layouts()
+        qk_mma, pv_mma = self._mmas()
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        q = self._sdhb(mQ, [2, 3, 1, 0])
+        k = self._sdhb(mK, [2, 3, 1, 0])
+        v = self._sdhb(mV, [3, 2, 1, 0])
+        tma_q, tQ = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, q, cute.slice_(q_staged, (None, None, 0)),
+                                                           (WG_ROWS, self.head_dim))
+        tma_k, tK = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, k, cute.slice_(k_staged, (None, None, 0)),
+                                                           (self.block_n, self.head_dim))
+        tma_v, tV = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, v, cute.slice_(v_staged, (None, None, 0)),
+                                                           (self.head_dim, self.block_n))
+        seqlen_q = cute.size(mQ, mode=[2])
+        grid = [cute.ceil_div(seqlen_q, 2 * WG_ROWS), cute.size(mQ, mode=[1]), cute.size(mQ, mode=[0])]
+        self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
+                    scale).launch(grid=grid, block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
+
+    @cute.kernel
+    def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
+               tma_v: cute.CopyAtom, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor, qk_mma: cute.TiledMma,
+               pv_mma: cute.TiledMma, q_staged: cute.ComposedLayout, k_staged: cute.ComposedLayout,
+               v_staged: cute.ComposedLayout, scale: cutlass.Float32):
+        bx, head, batch = cute.arch.block_idx()
+        nblocks, heads, _ = cute.arch.grid_dim()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            for atom in (tma_q, tma_k, tma_v):
+                cute.nvgpu.cpasync.prefetch_descriptor(atom)
+        seqlen_q, seqlen_k = cute.size(mQ, mode=[0]), cute.size(mK, mode=[0])
+        q_block = bx
+        if cutlass.const_expr(self.causal):
+            q_block = nblocks - 1 - bx  # the longest K/V loops launch first
+        kv_head = head // (heads // cute.size(mK, mode=[2]))  # GQA: consecutive Q heads share a K/V head
+        kv_end = seqlen_k
+        if cutlass.const_expr(self.causal):
+            kv_end = cutlass.min(seqlen_k, (q_block + 1) * 2 * WG_ROWS)
+        kv_tiles = cute.ceil_div(kv_end, self.block_n)
+        mgr = build(self, kv_tiles=kv_tiles, verbose=False)  # checked here, while tracing
+        mgr.setup_resources_and_tasks()
+        qk_zero = self._mmas()[0]
+        qk_zero.set(warpgroup.Field.ACCUMULATE, False)
+        qk_mma.set(warpgroup.Field.ACCUMULATE, True)
+        pv_mma.set(warpgroup.Field.ACCUMULATE, True)
+        view = mgr.smem_allocator.view
+        o = self._sdhb(mO, [2, 3, 1, 0])
+        mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, qk_mma=qk_mma, qk_mma_zero=qk_zero, pv_mma=pv_mma,
+                gQ=cute.flat_divide(mQ, (WG_ROWS, self.head_dim))[(None, None, None, 0, head, batch)],
+                gK=cute.flat_divide(mK, (self.block_n, self.head_dim))[(None, None, None, 0, kv_head, batch)],
+                gV=cute.flat_divide(mV, (self.head_dim, self.block_n))[(None, None, 0, None, kv_head, batch)],
+                sQ=view(self.alloc_q, q_staged), sK=view(self.alloc_k, k_staged), sV=view(self.alloc_v, v_staged),
+                mO_tiles=o[(None, None, head, batch)], mLSE=mLSE[(batch, head, None)], q_block=q_block,
+                seqlen_q=seqlen_q, seqlen_k=seqlen_k, scale=scale, scale_log2=scale * math.log2(math.e))
+
+
+# ---------------------------------------------------------------------------------- host
+_CACHE = {}
+VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
+
+
+_DTYPES = ("torch.bfloat16", "torch.float16")
+
+
+def check_args(q, k, v):
+    """Shapes, dtypes and devices the kernel takes; the reason and the fix in every message
+    (duck-typed on ``shape`` / ``dtype`` / ``is_cuda``, so it runs without a GPU)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not all(hasattr(t, a) for a in ("shape", "dtype", "is_cuda")):
+            raise AttentionConfigError(f"{name} is a {type(t).__name__}; pass a torch.Tensor")
+        if len(t.shape) != 4:
+            raise AttentionConfigError(f"{name} has shape {tuple(t.shape)}; expected 4 dimensions (B, H, S, D), "
+                                       "the layout of torch.nn.functional.scaled_dot_product_attention")
+        if str(t.dtype) not in _DTYPES:
+            raise AttentionConfigError(f"{name} is {t.dtype}; supported: torch.bfloat16, torch.float16")
+        if not t.is_cuda:
+            raise AttentionConfigError(f"{name} is on {t.device}; move it to the GPU")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise AttentionConfigError(f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype}); use one dtype")
+    B, H, Sq, D = q.shape
+    Bk, Hk, Sk, Dk = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise AttentionConfigError(f"v has shape {tuple(v.shape)} but k {tuple(k.shape)}; they must match "
+                                   "(a V head dim other than Q's is not supported)")
+    if Bk != B or Dk != D:
+        raise AttentionConfigError(f"q {tuple(q.shape)} and k {tuple(k.shape)}: batch and head dim must match")
+    if D not in HEAD_DIMS:
+        raise AttentionConfigError(f"head dim {D}: supported head dims are {HEAD_DIMS}; pad the head dim "
+                                   "or use torch.nn.functional.scaled_dot_product_attention")
+    if Hk < 1 or H % Hk:
+        raise AttentionConfigError(f"{H} query heads over {Hk} key/value heads: the query heads must be a "
+                                   "multiple of the key/value heads (grouped-query attention)")
+    if min(B, H, Sq, Sk) < 1:
+        raise AttentionConfigError(f"empty input (B={B}, H={H}, S_q={Sq}, S_k={Sk}); every size must be >= 1")
+
+
+def _tma_ready(t):
+    """A (B, H, S, D) tensor with unit D stride and 16-byte aligned strides (a copy if needed)."""
+    ok = t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all((s * t.element_size()) % 16 == 0
+                                                              for s in t.stride()[:3])
+    return t if ok else t.contiguous()
+
+
+def compiled(kern_key, args):
+    from warpsched.verify.verdicts import VERDICTS
+
+    if kern_key not in _CACHE:
+        dtype, head_dim, causal = kern_key
+        kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal)
+        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
+        checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
+        VERDICT_OF[kern_key] = getattr(checked, "verdict", "not checked")
+    return _CACHE[kern_key]
+
+
+def prepare(q, k, v, causal=False, scale=None, out=None, lse=None):
+    """Check the inputs, compile (once per dtype / head dim / causal) and return
+    ``(launch, out, lse)``: ``launch()`` runs the kernel again on the same tensors without the
+    host-side checks and conversions (what a benchmark times)."""
+    check_args(q, k, v)
+    import torch
+
+    B, H, Sq, D = q.shape
+    q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
+    if out is None:
+        out = torch.empty_like(q)
+    if lse is None:
+        lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
+    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.stride(3) != 1:
+        raise AttentionConfigError(f"out {tuple(out.shape)} {out.dtype}: expected q's shape and dtype, unit D stride")
+    if tuple(lse.shape) != (B, H, Sq) or lse.dtype != torch.float32 or lse.stride(2) != 1:
+        raise AttentionConfigError(f"lse {tuple(lse.shape)} {lse.dtype}: expected ({B}, {H}, {Sq}) float32")
+    scale = cutlass.Float32(1.0 / math.sqrt(D) if scale is None else float(scale))
+    args = [_host.to_cute(t, 3) for t in (q, k, v, out)] + [_host.to_cute(lse, 2), scale,
+                                                              _host.current_stream()]
+    f = compiled((_host.cutlass_dtype(q.dtype), D, bool(causal)), args)
+    return (lambda: f(*args)), out, lse
+
+
+def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
+    """softmax(q k^T * scale) v for (B, H, S, D) tensors, as torch SDPA (``is_causal=causal``,
+    top-left aligned); ``scale`` defaults to 1 / sqrt(D). K and V may have fewer heads than Q
+    (grouped-query attention). Returns ``out`` (and the (B, H, S_q) fp32 log-sum-exp with
+    ``return_lse``)."""
+    launch, out, lse = prepare(q, k, v, causal, scale, out, lse)
+    launch()
+    return (out, lse) if return_lse else out
+
+
+def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
+    """Compile for ``arch`` with fake (B, H, S, D) tensors (every size but D symbolic)."""
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    B, H, Hk, Sq, Sk = (cute.sym_int32() for _ in range(5))
+
+    def bhsd(heads, seq):
+        return make_fake_tensor(dtype, (B, heads, seq, head_dim), (cute.sym_int64(divisibility=8),
+                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
+
+    lse = make_fake_tensor(cutlass.Float32, (B, H, Sq), (cute.sym_int64(), cute.sym_int64(), 1), assumed_align=16)
+    kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal, **options)
+    return cute.compile(kern, bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), lse, cutlass.Float32(0.125),
+                        make_fake_stream(), options=_host.ptx_options(arch))
+

@@ -1,0 +1,32 @@
+"""Torch-facing operators backed by warpsched kernels.
+
+The kernels live in ``warpsched.kernels`` and import cutlass (CuTe DSL) and torch only when an
+operator is first called, so ``import warpsched`` stays light. Each kernel is a warpsched program
+whose schedule the checker proves while the kernel is traced; ``warpsched.ops.verdicts()``
+returns the checker's verdict per compiled variant.
+"""
+from __future__ import annotations
+
+
+def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_lse=False):
+    """Scaled dot-product attention forward on Hopper (sm_90a), as
+    ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
+
+    ``q``: (B, H, S_q, D); ``k``, ``v``: (B, H_kv, S_k, D) with H a multiple of H_kv (grouped-query
+    attention); bf16 or fp16; D in (64, 128); any S_q, S_k >= 1. ``causal`` masks key j > query i
+    (top-left aligned, as SDPA's ``is_causal``). ``scale`` defaults to 1 / sqrt(D). Returns the
+    output (B, H, S_q, D) in q's dtype, and with ``return_lse`` also the (B, H, S_q) fp32
+    log-sum-exp of the scaled scores. ``out`` / ``lse``: preallocated results.
+    Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
+    """
+    from warpsched.kernels import attention as _attention
+
+    return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse)
+
+
+def verdicts():
+    """{(dtype, head_dim, causal): checker verdict} for every attention variant compiled so far."""
+    import sys
+
+    mod = sys.modules.get("warpsched.kernels.attention")
+    return dict(mod.VERDICT_OF) if mod is not None else {}
