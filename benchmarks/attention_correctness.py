@@ -89,7 +89,7 @@ def run_config(dtype_name, d, causal):
                               o_mean=float(err.mean()) if finite else None,
                               lse_max=float(lse_err.max()) if finite else None, sdpa_o_max=sdpa_err,
                               seconds=round(time.time() - t0, 2),
-                              verdict=att.VERDICT_OF.get((att._host.cutlass_dtype(dtype), d, causal)))),
+                              verdict=att.VERDICT_OF.get((att._host.cutlass_dtype(dtype), d, causal, ())))),
               flush=True)
     return ok
 

@@ -29,7 +29,16 @@ SHAPES = [(4, 16, 4096), (2, 16, 8192), (16, 16, 1024), (1, 32, 16384)]
 BACKENDS = ("cudnn", "flash", "efficient")
 
 
-def sides(q, k, v, causal):
+def parse_variants(text):
+    """"name:key=value;key=value,name2:..." -> {name: {key: int value}} (extra warpsched configurations)."""
+    out = {}
+    for item in filter(None, (text or "").split(",")):
+        name, _, kv = item.partition(":")
+        out[name] = {k: int(v) for k, v in (p.split("=") for p in kv.split(";") if p)}
+    return out
+
+
+def sides(q, k, v, causal, variants):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -41,6 +50,16 @@ def sides(q, k, v, causal):
     launch, _, _ = att.prepare(q, k, v, causal=causal, out=o, lse=lse)
     launch()
     out["warpsched"] = launch  # the compiled kernel on converted arguments: no host checks timed
+    for name, options in variants.items():
+        try:
+            o2 = q.new_empty(q.shape)
+            launch2, _, _ = att.prepare(q, k, v, causal=causal, out=o2, **options)
+            launch2()
+            err = float((o2.float() - o.float()).abs().max())
+            print(f"  ws-{name} {options}: max |ws-{name} - warpsched| = {err:.3g}", flush=True)
+            out[f"ws-{name}"] = launch2
+        except Exception as e:  # noqa: BLE001 - a configuration may not fit this shape
+            print(f"  ws-{name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:160]})", flush=True)
     kinds = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
              "efficient": SDPBackend.EFFICIENT_ATTENTION}
     for name in BACKENDS:
@@ -57,7 +76,7 @@ def sides(q, k, v, causal):
     return out
 
 
-def run(rounds, shapes, dims):
+def run(rounds, shapes, dims, variants):
     import torch
     from triton.testing import do_bench
 
@@ -69,7 +88,7 @@ def run(rounds, shapes, dims):
                 q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 name = f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}"
                 print(name, flush=True)
-                fns = sides(q, k, v, causal)
+                fns = sides(q, k, v, causal, variants)
                 times = {n: [] for n in fns}
                 order = list(fns)
                 for r in range(rounds):
@@ -77,16 +96,17 @@ def run(rounds, shapes, dims):
                         times[n].append(do_bench(fns[n], warmup=10, rep=40, return_mode="median"))
                 flops = 4 * B * H * S * S * D / (2 if causal else 1)
                 tf = {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
-                best = max((n for n in tf if n != "warpsched"), key=lambda n: tf[n], default=None)
+                best = max((n for n in tf if n in BACKENDS), key=lambda n: tf[n], default=None)
                 ratio = tf["warpsched"] / tf[best] if best else float("nan")
                 rows.append(dict(shape=name, tflops=tf, best=best, ratio=ratio))
                 print("  " + json.dumps(rows[-1]), flush=True)
                 del q, k, v, fns
                 torch.cuda.empty_cache()
-    print("\n| shape | warpsched | " + " | ".join(BACKENDS) + " | best | ratio |")
-    print("|---|---|" + "---|" * len(BACKENDS) + "---|---|")
+    extra = tuple(f"ws-{n}" for n in variants)
+    print("\n| shape | warpsched | " + " | ".join(BACKENDS + extra) + " | best | ratio |")
+    print("|---|---|" + "---|" * len(BACKENDS + extra) + "---|---|")
     for r in rows:
-        cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + BACKENDS]
+        cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + BACKENDS + extra]
         print(f"| {r['shape']} | " + " | ".join(cells) + f" | {r['best']} | {r['ratio']:.2f}x |")
     ratios = [r["ratio"] for r in rows if r["best"]]
     if ratios:
@@ -100,13 +120,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--quick", action="store_true", help="4x16x4096 only")
+    ap.add_argument("--variants", default="", help="extra warpsched configurations timed alongside, e.g. "
+                    "'simple:overlap=0,n176:block_n=176' (reported, not in the ratio)")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     shapes = SHAPES[:1] if args.quick else SHAPES
     if args.child:
-        run(args.rounds, shapes, (64, 128))
+        run(args.rounds, shapes, (64, 128), parse_variants(args.variants))
         return
-    cmd = [sys.executable, __file__, "--child", "--rounds", str(args.rounds)] + (["--quick"] if args.quick else [])
+    cmd = [sys.executable, __file__, "--child", "--rounds", str(args.rounds), "--variants", args.variants] + (
+        ["--quick"] if args.quick else [])
     try:
         sys.exit(subprocess.run(cmd, timeout=args.timeout).returncode)
     except subprocess.TimeoutExpired:

@@ -25,7 +25,7 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
 
 
 def verdicts():
-    """{(dtype, head_dim, causal): checker verdict} for every attention variant compiled so far."""
+    """{(dtype, head_dim, causal, options): checker verdict} for every attention kernel compiled so far."""
     import sys
 
     mod = sys.modules.get("warpsched.kernels.attention")

@@ -84,14 +84,18 @@ class SmemK(MemoryResource):
     acc_o: Any = TaskLocalVariable.uninitialized()
     row_max: Any = TaskLocalVariable.uninitialized()
     row_sum: Any = TaskLocalVariable.uninitialized()
+    p: Any = TaskLocalVariable.uninitialized()
+    corr: Any = TaskLocalVariable.uninitialized()
 
     def __post_init__(self):
         self.acc_s = TaskLocalVariable(dtype=None, docs="S = Q K^T, then P (fp32 registers)")
         self.acc_o = TaskLocalVariable(dtype=None, docs="O accumulator (fp32 registers)")
         self.row_max = TaskLocalVariable(dtype=None, docs="running row max of S (unscaled)")
         self.row_sum = TaskLocalVariable(dtype=None, docs="running row sum of P (this thread's columns)")
+        self.p = TaskLocalVariable(dtype=None, docs="P in 16 bits: the A operand of O += P V (registers)")
+        self.corr = TaskLocalVariable(dtype=None, docs="per row: exp2 of the running max's change (O's rescale)")
 
-    @consumer_work(returns=(acc_s, acc_o, row_max, row_sum), work_attrs=WorkAttr.AUXILIARY)
+    @consumer_work(returns=(acc_s, acc_o, row_max, row_sum, p, corr), work_attrs=WorkAttr.AUXILIARY)
     def init(self, stage_info: StageInfo):
         v = stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
@@ -103,9 +107,10 @@ class SmemK(MemoryResource):
         rows = cute.size(amath.layout_acc_mn(v.pv_mma, acc_o.layout), mode=[0])
         row_max = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
         row_sum = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
+        corr = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
         row_max.fill(-cutlass.Float32.inf)
         row_sum.fill(0.0)
-        return acc_s, acc_o, row_max, row_sum
+        return acc_s, acc_o, row_max, row_sum, amath.make_p(acc_s, v.pv_mma, self.g.dtype), corr
 
     def get_smem_requirements(self):
         return [self.g.alloc_k]
@@ -153,11 +158,11 @@ class SmemV(MemoryResource):
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     @cute.jit
-    def mma_pv(self, stage_info: StageInfo, acc_s, acc_o):
+    def mma_pv(self, stage_info: StageInfo, p, acc_o):
+        """O += P V; P's registers and O are in use until the retire."""
         v, s = stage_info.context.values, stage_info.stage_idx
         tidx, _, _ = cute.arch.thread_idx()
         frag_v = v.pv_mma.make_fragment_B(v.pv_mma.get_slice(tidx % 128).partition_B(v.sV))
-        p = amath.s_as_p(acc_s, v.pv_mma, self.g.dtype)
         warpgroup.fence()  # P was written by ordinary instructions
         cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
         warpgroup.commit_group()
@@ -169,15 +174,25 @@ class Scores(MemoryResource):
     them, since values flow from consumer reads to producer writes)."""
 
     g: Any = None
+
     @producer_work
     @cute.jit
-    def softmax(self, stage_info: StageInfo, acc_s, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
+    def softmax(self, stage_info: StageInfo, acc_s, row_max, row_sum, corr, *, wg: cutlass.Constexpr = 0):
+        """Mask S_j (tile j = the loop offset), P_j = exp2(...) in place, running max / sum, corr."""
         g, v = self.g, stage_info.context.values
         bN = g.block_n
         row0 = v.q_block * 2 * WG_ROWS + wg * WG_ROWS
         col0 = stage_info.loop_offset * bN
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, v.seqlen_k, bN, g.causal)
-        amath.online_softmax(acc_s, acc_o, row_max, row_sum, v.qk_mma, v.pv_mma, v.scale_log2)
+        amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2)
+
+    @producer_work
+    def rescale(self, stage_info: StageInfo, acc_s, p, acc_o, corr):
+        """P_j into the 16-bit A-operand registers, O *= corr: only once the previous O += P V
+        has retired (it reads P's registers and accumulates into O)."""
+        v = stage_info.context.values
+        amath.store_p(acc_s, p, self.g.dtype)
+        amath.rescale_o(acc_o, corr, v.pv_mma)
 
 
 @dataclass(kw_only=True)
@@ -233,26 +248,54 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles):
 
 
 @schedule
-def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg):
-    """``wg`` 0 produces the math order (it goes first), 1 consumes it."""
-    acc_s, acc_o, row_max, row_sum = smem_k.init()  # the warp group's registers
+def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True):
+    """``wg`` 0 produces the math order (it goes first), 1 consumes it. Per K/V tile j:
+
+    overlap=True (FlashAttention-3's intra-warpgroup overlap): issue S_j = Q K_j^T and then
+    O += P_{j-1} V_{j-1}; wait for S_j only (retire(pending=1)) and run softmax_j while the PV
+    GEMM still runs; then retire it, release V_{j-1}, and rescale O. The last P V runs after the
+    loop. The math-order turn covers both GEMM issues.
+    overlap=False: S_j, wait, softmax_j, O += P_j V_j, wait (nothing overlaps inside a warp group)."""
+    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
     smem_q.wait()
-    with domain_loop(0, kv_tiles, 1):
+    with domain_loop(0, kv_tiles, 1) as d:
         if wg == 0:
-            order.acquire()  # warp group 1 has issued its previous S GEMM
+            order.acquire()  # warp group 1 has issued its previous GEMMs
         else:
-            order.wait()  # warp group 0 has issued this one
+            order.wait()  # warp group 0 has issued this turn's
         smem_k.wait()
         smem_k.mma_qk(acc_s=acc_s, wg=wg)
+        if overlap:
+            with d.every(1, start=1):
+                smem_v.wait()
+                smem_v.mma_pv(p=p, acc_o=acc_o)  # P_{j-1} V_{j-1}
         if wg == 0:
             order.commit()
         else:
             order.release()
-        smem_k.retire()
+        if overlap:
+            with d.first_iter():
+                smem_k.retire()
+            with d.every(1, start=1):
+                smem_k.retire(pending=1)  # S_j is done; the PV GEMM may still run
+        else:
+            smem_k.retire()
         smem_k.release()
-        scores.softmax(acc_s=acc_s, acc_o=acc_o, row_max=row_max, row_sum=row_sum, wg=wg)
+        scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+        if overlap:
+            with d.every(1, start=1):
+                smem_v.retire()
+                smem_v.release()
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        else:
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+            smem_v.wait()
+            smem_v.mma_pv(p=p, acc_o=acc_o)
+            smem_v.retire()
+            smem_v.release()
+    if overlap:
         smem_v.wait()
-        smem_v.mma_pv(acc_s=acc_s, acc_o=acc_o)
+        smem_v.mma_pv(p=p, acc_o=acc_o)
         smem_v.retire()
         smem_v.release()
     smem_q.release()
@@ -260,11 +303,12 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
 
 
 # ---------------------------------------------------------------------------------- program
-def build(g=None, *, kv_tiles=None, verbose=True, **manager_options):
+def build(g=None, *, kv_tiles=None, consumer_schedule=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the FlashAttention being traced (None on the CPU: the default configuration).
-    ``kv_tiles``: the CTA's runtime K/V tile count (None on the CPU); every count >= 1 is proven."""
+    ``kv_tiles``: the CTA's runtime K/V tile count (None on the CPU); every count >= 1 is proven.
+    ``consumer_schedule``: replaces ``softmax_schedule`` (tests check twins with planted bugs)."""
     if g is None:
         g = FlashAttention()
     kv = trip_count("kv_tiles", kv_tiles)
@@ -286,7 +330,8 @@ def build(g=None, *, kv_tiles=None, verbose=True, **manager_options):
         tasks.append(Task(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + order_io[0],
                           dst_resources=[scores, out] + order_io[1], warp_idx=4 * (1 + wg), num_warps=4,
                           num_registers=g.consumer_regs,
-                          schedule=softmax_schedule(smem_q, smem_k, smem_v, scores, order, out, kv, wg)))
+                          schedule=(consumer_schedule or softmax_schedule)(smem_q, smem_k, smem_v, scores, order, out, kv, wg,
+                                                            g.overlap)))
         graph[scores] = [smem_k]
         graph[out] = [smem_v]
     return TaskManager(tasks=tasks, resource_dependency_graph=graph,
@@ -299,7 +344,7 @@ class FlashAttention:
     """Compile-time configuration (dtype, head dim, causal, K/V tile, stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
-                 producer_regs=24, consumer_regs=240):
+                 producer_regs=24, consumer_regs=240, overlap=True):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -308,6 +353,7 @@ class FlashAttention:
             raise AttentionConfigError(f"block_n={block_n}: expected 64, 128, 176 or 192")
         self.dtype, self.head_dim, self.causal, self.block_n = dtype, head_dim, bool(causal), block_n
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        self.overlap = bool(overlap)  # intra-warpgroup overlap of softmax_j with O += P_{j-1} V_{j-1}
         self.threads = 384
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
         self.pv_tile = (WG_ROWS, head_dim, block_n)  # (M, N, K) of O += P V
@@ -454,21 +500,23 @@ def _tma_ready(t):
 
 
 def compiled(kern_key, args):
+    """The kernel for (dtype, head dim, causal, options), compiled once (shapes are dynamic)."""
     from warpsched.verify.verdicts import VERDICTS
 
     if kern_key not in _CACHE:
-        dtype, head_dim, causal = kern_key
-        kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal)
+        dtype, head_dim, causal, options = kern_key
+        kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal, **dict(options))
         _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
         checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
         VERDICT_OF[kern_key] = getattr(checked, "verdict", "not checked")
     return _CACHE[kern_key]
 
 
-def prepare(q, k, v, causal=False, scale=None, out=None, lse=None):
+def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
     """Check the inputs, compile (once per dtype / head dim / causal) and return
     ``(launch, out, lse)``: ``launch()`` runs the kernel again on the same tensors without the
-    host-side checks and conversions (what a benchmark times)."""
+    host-side checks and conversions (what a benchmark times). ``options``: FlashAttention's
+    tuning keywords (block_n, kv_stages, overlap, ...)."""
     check_args(q, k, v)
     import torch
 
@@ -485,7 +533,7 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None):
     scale = cutlass.Float32(1.0 / math.sqrt(D) if scale is None else float(scale))
     args = [_host.to_cute(t, 3) for t in (q, k, v, out)] + [_host.to_cute(lse, 2), scale,
                                                               _host.current_stream()]
-    f = compiled((_host.cutlass_dtype(q.dtype), D, bool(causal)), args)
+    f = compiled((_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items()))), args)
     return (lambda: f(*args)), out, lse
 
 

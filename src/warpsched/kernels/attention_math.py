@@ -97,12 +97,12 @@ def mask_tile(acc_s, qk_mma, row0, col0, seqlen_k: cutlass.Int32, block_n: cutla
 
 
 @cute.jit
-def online_softmax(acc_s, acc_o, row_max, row_sum, qk_mma, pv_mma, scale_log2: cutlass.Float32):
-    """One step of the online softmax on a masked S tile: new running max per row, P = exp2(S *
-    scale_log2 - max * scale_log2) in place of S, O and the running sum rescaled by the change of
-    the max. A row whose max is still -inf (all keys masked so far) keeps P = 0 and O unchanged."""
+def softmax_step(acc_s, row_max, row_sum, corr, qk_mma, scale_log2: cutlass.Float32):
+    """One step of the online softmax on a masked S tile, O untouched: the new running max per
+    row, P = exp2(S * scale_log2 - max * scale_log2) in place of S, ``corr`` = exp2((old max -
+    new max) * scale_log2) (0 while nothing was seen) and the running sum rescaled by it plus
+    this tile's P. A row whose max is still -inf (all keys masked so far) keeps P = 0."""
     s_mn = rows_view(qk_mma, acc_s)
-    o_mn = rows_view(pv_mma, acc_o)
     red = reduction_target_n(qk_mma)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         prev = row_max[i]
@@ -118,11 +118,18 @@ def online_softmax(acc_s, acc_o, row_max, row_sum, qk_mma, pv_mma, scale_log2: c
         max_scaled = safe * scale_log2
         for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
             s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - max_scaled, fastmath=True)
-        correction = cute.math.exp2(prev * scale_log2 - max_scaled, fastmath=True)  # prev = -inf: 0
+        corr[i] = cute.math.exp2(prev * scale_log2 - max_scaled, fastmath=True)  # prev = -inf: 0
+        row_sum[i] = row_sum[i] * corr[i] + s_mn[i, None].load().reduce(cute.ReductionOp.ADD,
+                                                                        cutlass.Float32.zero, 0)
+
+
+@cute.jit
+def rescale_o(acc_o, corr, pv_mma):
+    """O *= corr per row (the change of the running max since O was last rescaled)."""
+    o_mn = rows_view(pv_mma, acc_o)
+    for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
         for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-            o_mn[i, j] = o_mn[i, j] * correction
-        row_sum[i] = row_sum[i] * correction + s_mn[i, None].load().reduce(cute.ReductionOp.ADD,
-                                                                            cutlass.Float32.zero, 0)
+            o_mn[i, j] = o_mn[i, j] * corr[i]
 
 
 @cute.jit
@@ -144,9 +151,12 @@ def finalize(acc_o, row_max, row_sum, lse, pv_mma, scale: cutlass.Float32):
             o_mn[i, j] = o_mn[i, j] * inv
 
 
-def s_as_p(acc_s, pv_mma, dtype):
-    """P (16-bit) in the register layout of the PV WGMMA's A operand (a pure re-read for 16-bit
-    types: an accumulator row pair is an A-fragment row pair)."""
-    p = cute.make_rmem_tensor_like(c_layout_as_a_layout(acc_s.layout, pv_mma.tv_layout_A.shape[1]), dtype)
+def make_p(acc_s, pv_mma, dtype):
+    """Registers for P (16-bit) in the layout of the PV WGMMA's A operand."""
+    return cute.make_rmem_tensor_like(c_layout_as_a_layout(acc_s.layout, pv_mma.tv_layout_A.shape[1]), dtype)
+
+
+def store_p(acc_s, p, dtype):
+    """P = S rounded to 16 bits, written into the A-operand registers (for 16-bit types an
+    accumulator row pair is an A-fragment row pair: a re-read, no shuffle)."""
     cute.make_tensor(p.iterator, acc_s.layout).store(acc_s.load().to(dtype))
-    return p

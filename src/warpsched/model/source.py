@@ -31,8 +31,9 @@ def _short(path: str) -> str:
 
 
 _SKIP = {"contextlib.py", "dataclasses.py", "<string>", "functools.py"}
-# The bundled examples live inside the package but are user code: their lines are the locations.
-_EXAMPLES_DIR = os.path.join(_PACKAGE_DIR, "examples") + os.sep
+# The bundled examples and kernels live inside the package but are user code (programs written
+# with warpsched): their lines are the locations.
+_USER_DIRS = tuple(os.path.join(_PACKAGE_DIR, d) + os.sep for d in ("examples", "kernels"))
 UNKNOWN = SourceLoc("<unknown>", 0)
 
 
@@ -41,7 +42,7 @@ def caller_location() -> SourceLoc:
     frame = sys._getframe(1)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
-        user = not filename.startswith(_PACKAGE_DIR + os.sep) or filename.startswith(_EXAMPLES_DIR)
+        user = not filename.startswith(_PACKAGE_DIR + os.sep) or filename.startswith(_USER_DIRS)
         if user and os.path.basename(filename) not in _SKIP:
             return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
