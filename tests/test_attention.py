@@ -30,12 +30,14 @@ from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 #    no overlap: 2 tasks x (8 + 8) = 32, 2 x 2 commits / waits.
 #  TMA: Q (two 64-row boxes) + K + V = 4 copies; a 128-element bf16 row is 2 boxes of 64: 8 for hd128.
 #  setmaxnreg: one dec (producer warp group, 24) and one inc (consumers, 240).
-EXPECTED = {
-    (128, False, True): {"wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n128k16": 64,
+EXPECTED = {  # (head dim, causal, overlap, persistent)
+    (128, False, True, True): {"wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n128k16": 64,
                          "wgmma.commit_group": 8, "wgmma.wait_group": 8, "cp.async.bulk.tensor": 8,
                          "mbarrier.init": 16, "expect_tx": 3, "setmaxnreg": 2,
                          "setmaxnreg.inc.sync.aligned.u32 \t240": 1, "setmaxnreg.dec.sync.aligned.u32 \t24": 1},
-    (64, True, False): {"wgmma.mma_async": 24, "wgmma.mma_async.sync.aligned.m64n128k16": 8,
+    (128, True, True, False): {"wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 8,
+                               "cp.async.bulk.tensor": 8, "mbarrier.init": 16, "expect_tx": 3, "setmaxnreg": 2},
+    (64, True, False, True): {"wgmma.mma_async": 24, "wgmma.mma_async.sync.aligned.m64n128k16": 8,
                         "wgmma.mma_async.sync.aligned.m64n64k16": 16, "wgmma.commit_group": 4,
                         "wgmma.wait_group": 4, "cp.async.bulk.tensor": 4, "mbarrier.init": 20, "expect_tx": 3,
                         "setmaxnreg": 2},
@@ -46,9 +48,11 @@ TRACED = {}
 @pytest.fixture(scope="module")
 def ptx():
     out = {}
-    for hd, causal, overlap in EXPECTED:
-        out[hd, causal, overlap] = att.compile_for_cpu(head_dim=hd, causal=causal, overlap=overlap).artifacts.PTX
-        TRACED[hd, causal, overlap] = VERDICTS.looked_up[-1]
+    for key in EXPECTED:
+        hd, causal, overlap, persistent = key
+        out[key] = att.compile_for_cpu(head_dim=hd, causal=causal, overlap=overlap,
+                                       persistent=persistent).artifacts.PTX
+        TRACED[key] = VERDICTS.looked_up[-1]
     return out
 
 
@@ -60,19 +64,26 @@ def test_ptx_counts(ptx, key):
 
 @pytest.mark.parametrize("key", list(EXPECTED))
 def test_traced_program_is_the_cpu_program(ptx, key):
-    hd, causal, overlap = key
-    cpu = att.build(att.FlashAttention(head_dim=hd, causal=causal, overlap=overlap), verbose=False,
+    hd, causal, overlap, persistent = key
+    cpu = att.build(att.FlashAttention(head_dim=hd, causal=causal, overlap=overlap, persistent=persistent),
+                    verbose=False,
                     exhaustive_deadlock_race_check=False)
     assert TRACED[key] == cpu.fingerprint
     assert VERDICTS.get(TRACED[key]).verdict == "SAFE"  # what the kernel trace was checked with
 
 
 @pytest.mark.parametrize("overlap", [True, False])
-def test_checker_safe_for_every_kv_tile_count(overlap):
-    mgr = att.build(att.FlashAttention(overlap=overlap), verbose=False, progress=False, cache_verdict=False)
+@pytest.mark.parametrize("persistent", [True, False])
+def test_checker_safe_for_every_kv_tile_count(overlap, persistent):
+    mgr = att.build(att.FlashAttention(overlap=overlap, persistent=persistent), verbose=False, progress=False,
+                    cache_verdict=False)
     res = mgr.result.checker
     assert mgr.result.accepted and res.verdict == "SAFE"
-    assert "every kv_tiles >= 1" in res.report()
+    if persistent:  # a K/V count per work tile, any number of work tiles per CTA
+        assert "domain end kv_tiles_of [LoadTask, Softmax0, Softmax1]: every count >= 1" in res.report()
+        assert "every units_per_cta >= 1" in res.report()
+    else:
+        assert "every kv_tiles >= 1" in res.report()
     assert {t.name for t in mgr.tasks} == {"LoadTask", "Softmax0", "Softmax1"}
     pipelined = {r.name for t in mgr.tasks for r in t.src_resources + t.dst_resources
                  if getattr(r, "pipeline_config", None) is not None}
@@ -80,7 +91,8 @@ def test_checker_safe_for_every_kv_tile_count(overlap):
 
 
 @schedule
-def _v_released_before_retire(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True):
+def _v_released_before_retire(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
+                              units=None):
     """The overlapped schedule with V_{j-1} released right after its GEMM is issued."""
     acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
     smem_q.wait()
@@ -106,7 +118,8 @@ def _v_released_before_retire(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_
 
 
 @schedule
-def _second_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True):
+def _second_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
+                       units=None):
     """Warp group 1 waits for its turn but never hands it back."""
     acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
     smem_q.wait()
@@ -133,7 +146,8 @@ def _second_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, 
 
 def test_v_stage_released_before_its_wgmma_retires_is_rejected():
     with pytest.raises(ValidationError) as e:
-        att.build(consumer_schedule=_v_released_before_retire, verbose=False, progress=False, cache_verdict=False)
+        att.build(att.FlashAttention(persistent=False), consumer_schedule=_v_released_before_retire, verbose=False,
+                  progress=False, cache_verdict=False)
     assert "SmemV" in str(e.value) and "race" in str(e.value)
 
 
@@ -141,7 +155,8 @@ def test_math_order_is_part_of_the_checked_program():
     """The turn-taking of the two warp groups is a pipeline the checks see: never handing the
     turn back is rejected at MathOrder."""
     with pytest.raises(ValidationError) as e:
-        att.build(consumer_schedule=_second_keeps_turn, verbose=False, progress=False, cache_verdict=False)
+        att.build(att.FlashAttention(persistent=False), consumer_schedule=_second_keeps_turn, verbose=False,
+                  progress=False, cache_verdict=False)
     assert "MathOrder" in str(e.value)
 
 
@@ -197,3 +212,21 @@ def test_ops_imports_the_kernel_lazily():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}).stdout.split()
     assert out == ["False", "False"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("sq,sk,heads,kv_heads,batches", [(1, 1, 1, 1, 1), (1000, 77, 8, 2, 3), (300, 1000, 4, 4, 2)])
+def test_work_units_cover_every_block_once(causal, sq, sk, heads, kv_heads, batches):
+    """The unit -> (Q block, head, batch) map is a bijection; causal visits the longest K/V loops
+    first; the K/V count stops at the diagonal (top-left aligned) and is >= 1."""
+    g = att.FlashAttention(causal=causal)
+    g.grid_setup(sq, sk, heads, kv_heads, batches)
+    coords = [g.unit_coords(u) for u in range(g.num_units)]
+    assert sorted(c[:3] for c in coords) == [(b, h, n) for b in range(-(-sq // 128)) for h in range(heads)
+                                             for n in range(batches)]
+    assert all(kv == h // (heads // kv_heads) for _, h, _, kv in coords)
+    counts = [g.kv_tiles_of(u) for u in range(g.num_units)]
+    want = [-(-(min(sk, (c[0] + 1) * 128) if causal else sk) // 128) for c in coords]
+    assert counts == want and min(counts) >= 1
+    if causal:
+        assert counts == sorted(counts, reverse=True)

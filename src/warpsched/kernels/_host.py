@@ -39,3 +39,9 @@ def to_cute(t, leading_dim):
     from cutlass.cute.runtime import from_dlpack
 
     return from_dlpack(t, assumed_align=16).mark_layout_dynamic(leading_dim=leading_dim)
+
+
+def num_sms():
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count

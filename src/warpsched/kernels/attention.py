@@ -29,6 +29,7 @@ Host: ``attention(q, k, v, causal=False, scale=None)``.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -44,10 +45,11 @@ from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
-                       threads, trip_count, wgmma_wait)
+                       TaskLocalVariable, TaskManager, TileSchedulerConfig, WorkAttr, WorkQueue, consumer_work,
+                       domain_loop, producer_work, schedule, threads, trip_count, wgmma_wait, work_tile_loop)
 
 HEAD_DIMS = (64, 128)
+H200_SMS = 132
 WG_ROWS = 64  # Q rows per consumer warp group (one WGMMA M)
 
 
@@ -67,11 +69,13 @@ class SmemQ(MemoryResource):
 
     @producer_work
     def tma_load(self, stage_info: StageInfo):
-        v = stage_info.context.values
+        g, v = self.g, stage_info.context.values
+        q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
+        gQ = cute.flat_divide(v.mQ, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
-                                                    cute.group_modes(v.gQ, 0, 2))
+                                                    cute.group_modes(gQ, 0, 2))
         for w in range(2):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
-            cute.copy(v.tma_q, t_g[(None, v.q_block * 2 + w)], t_s[(None, w)], tma_bar_ptr=stage_info.barrier)
+            cute.copy(v.tma_q, t_g[(None, q_block * 2 + w)], t_s[(None, w)], tma_bar_ptr=stage_info.barrier)
 
 
 @dataclass(kw_only=True)
@@ -103,13 +107,10 @@ class SmemK(MemoryResource):
                                       cutlass.Float32)
         acc_o = cute.make_rmem_tensor(v.pv_mma.get_slice(tidx % 128).partition_shape_C(self.g.pv_tile[:2]),
                                       cutlass.Float32)
-        acc_o.fill(0.0)
         rows = cute.size(amath.layout_acc_mn(v.pv_mma, acc_o.layout), mode=[0])
         row_max = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
         row_sum = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
         corr = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
-        row_max.fill(-cutlass.Float32.inf)
-        row_sum.fill(0.0)
         return acc_s, acc_o, row_max, row_sum, amath.make_p(acc_s, v.pv_mma, self.g.dtype), corr
 
     def get_smem_requirements(self):
@@ -117,9 +118,11 @@ class SmemK(MemoryResource):
 
     @producer_work
     def tma_load(self, stage_info: StageInfo):
-        v = stage_info.context.values
+        g, v = self.g, stage_info.context.values
+        _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
+        gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
-                                                    cute.group_modes(v.gK, 0, 2))
+                                                    cute.group_modes(gK, 0, 2))
         cute.copy(v.tma_k, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)],
                   tma_bar_ptr=stage_info.barrier)
 
@@ -150,9 +153,11 @@ class SmemV(MemoryResource):
 
     @producer_work
     def tma_load(self, stage_info: StageInfo):
-        v = stage_info.context.values
+        g, v = self.g, stage_info.context.values
+        _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
+        gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
-                                                    cute.group_modes(v.gV, 0, 2))
+                                                    cute.group_modes(gV, 0, 2))
         cute.copy(v.tma_v, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)],
                   tma_bar_ptr=stage_info.barrier)
 
@@ -181,10 +186,18 @@ class Scores(MemoryResource):
         """Mask S_j (tile j = the loop offset), P_j = exp2(...) in place, running max / sum, corr."""
         g, v = self.g, stage_info.context.values
         bN = g.block_n
-        row0 = v.q_block * 2 * WG_ROWS + wg * WG_ROWS
+        q_block = g.unit_coords(g.unit_of(stage_info))[0]
+        row0 = q_block * 2 * WG_ROWS + wg * WG_ROWS
         col0 = stage_info.loop_offset * bN
-        amath.mask_tile(acc_s, v.qk_mma, row0, col0, v.seqlen_k, bN, g.causal)
+        amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal)
         amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2)
+
+    @producer_work
+    def reset(self, stage_info: StageInfo, acc_o, row_max, row_sum):
+        """A new work tile: O = 0, running max -inf, running sum 0."""
+        acc_o.fill(0.0)
+        row_max.fill(-cutlass.Float32.inf)
+        row_sum.fill(0.0)
 
     @producer_work
     def rescale(self, stage_info: StageInfo, acc_s, p, acc_o, corr):
@@ -210,14 +223,15 @@ class GmemO(MemoryResource):
         lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
         amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
         thr = v.pv_mma.get_slice(tidx % 128)
-        block = v.q_block * 2 + self.wg
-        gO = cute.local_tile(v.mO_tiles, (WG_ROWS, g.head_dim), (block, 0))
+        q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
+        block = q_block * 2 + self.wg
+        gO = cute.local_tile(v.mO[(None, None, head, batch)], (WG_ROWS, g.head_dim), (block, 0))
         t_g = amath.rows_view(v.pv_mma, thr.partition_C(gO))
         coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
         out = cute.make_rmem_tensor_like(acc_o, g.dtype)
         out.store(acc_o.load().to(g.dtype))
         o_mn = amath.rows_view(v.pv_mma, out)
-        m_lse, seqlen_q = v.mLSE, v.seqlen_q  # the `if` below may not carry the values object
+        m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q  # the `if` below may not carry objects
         for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
             row = block * WG_ROWS + coords[i, 0][0]
             if row < seqlen_q:
@@ -233,85 +247,123 @@ class MathOrder(MemoryResource):
 
 
 # ---------------------------------------------------------------------------------- schedules
-@schedule
-def load_schedule(smem_q, smem_k, smem_v, kv_tiles):
-    smem_q.acquire()
-    smem_q.tma_load()
-    smem_q.commit()
-    with domain_loop(0, kv_tiles, 1):
-        smem_k.acquire()
-        smem_k.tma_load()
-        smem_k.commit()
-        smem_v.acquire()
-        smem_v.tma_load()
-        smem_v.commit()
+def _tiles(wq, units):
+    """The persistent loop over this CTA's work tiles, or (one tile per CTA) no loop."""
+    return work_tile_loop(wq, tile_count=units) if wq is not None else contextlib.nullcontext()
+
+
+def _next_tile(wq):
+    if wq is not None:
+        wq.try_wait()
+        wq.wait()
+        wq.get_and_advance_work_tile()
+        wq.release()
 
 
 @schedule
-def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True):
+def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
+    with _tiles(wq, units):
+        smem_q.acquire()  # persistent: the previous tile's Q is released after its last S GEMM
+        smem_q.tma_load()
+        smem_q.commit()
+        with domain_loop(0, kv_tiles, 1):
+            smem_k.acquire()
+            smem_k.tma_load()
+            smem_k.commit()
+            smem_v.acquire()
+            smem_v.tma_load()
+            smem_v.commit()
+        _next_tile(wq)
+
+
+@schedule
+def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
+                     units=None):
     """``wg`` 0 produces the math order (it goes first), 1 consumes it. Per K/V tile j:
 
     overlap=True (FlashAttention-3's intra-warpgroup overlap): issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only (retire(pending=1)) and run softmax_j while the PV
-    GEMM still runs; then retire it, release V_{j-1}, and rescale O. The last P V runs after the
-    loop. The math-order turn covers both GEMM issues.
+    GEMM still runs; then retire it, release V_{j-1}, and rescale O. Q is released after the
+    loop (its last GEMM has retired) and the last P V runs after that. The math-order turn
+    covers both GEMM issues.
     overlap=False: S_j, wait, softmax_j, O += P_j V_j, wait (nothing overlaps inside a warp group)."""
     acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
-    smem_q.wait()
-    with domain_loop(0, kv_tiles, 1) as d:
-        if wg == 0:
-            order.acquire()  # warp group 1 has issued its previous GEMMs
-        else:
-            order.wait()  # warp group 0 has issued this turn's
-        smem_k.wait()
-        smem_k.mma_qk(acc_s=acc_s, wg=wg)
-        if overlap:
-            with d.every(1, start=1):
-                smem_v.wait()
-                smem_v.mma_pv(p=p, acc_o=acc_o)  # P_{j-1} V_{j-1}
-        if wg == 0:
-            order.commit()
-        else:
-            order.release()
-        if overlap:
-            with d.first_iter():
+    with _tiles(wq, units):
+        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        smem_q.wait()
+        with domain_loop(0, kv_tiles, 1) as d:
+            if wg == 0:
+                order.acquire()  # warp group 1 has issued its previous GEMMs
+            else:
+                order.wait()  # warp group 0 has issued this turn's
+            smem_k.wait()
+            smem_k.mma_qk(acc_s=acc_s, wg=wg)
+            if overlap:
+                with d.every(1, start=1):
+                    smem_v.wait()
+                    smem_v.mma_pv(p=p, acc_o=acc_o)  # P_{j-1} V_{j-1}
+            if wg == 0:
+                order.commit()
+            else:
+                order.release()
+            if overlap:
+                with d.first_iter():
+                    smem_k.retire()
+                with d.every(1, start=1):
+                    smem_k.retire(pending=1)  # S_j is done; the PV GEMM may still run
+            else:
                 smem_k.retire()
-            with d.every(1, start=1):
-                smem_k.retire(pending=1)  # S_j is done; the PV GEMM may still run
-        else:
-            smem_k.retire()
-        smem_k.release()
-        scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-        if overlap:
-            with d.every(1, start=1):
+            smem_k.release()
+            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+            if overlap:
+                with d.every(1, start=1):
+                    smem_v.retire()
+                    smem_v.release()
+                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+            else:
+                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+                smem_v.wait()
+                smem_v.mma_pv(p=p, acc_o=acc_o)
                 smem_v.retire()
                 smem_v.release()
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
-        else:
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        smem_q.release()  # every S GEMM of the tile has retired: the next tile's Q may load
+        if overlap:
             smem_v.wait()
             smem_v.mma_pv(p=p, acc_o=acc_o)
             smem_v.retire()
             smem_v.release()
-    if overlap:
-        smem_v.wait()
-        smem_v.mma_pv(p=p, acc_o=acc_o)
-        smem_v.retire()
-        smem_v.release()
-    smem_q.release()
-    gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        _next_tile(wq)
 
 
 # ---------------------------------------------------------------------------------- program
-def build(g=None, *, kv_tiles=None, consumer_schedule=None, verbose=True, **manager_options):
+class AttentionTask(Task):
+    """A task whose K/V loop length is a per-work-tile domain provider (persistent kernels)."""
+
+    g = None
+
+    def kv_tiles_of(self, tile_idx):
+        """K/V tiles of this work tile (causal: up to the diagonal; the checker takes every count >= 1)."""
+        return self.g.kv_tiles_of(tile_idx[0])
+
+
+def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the FlashAttention being traced (None on the CPU: the default configuration).
-    ``kv_tiles``: the CTA's runtime K/V tile count (None on the CPU); every count >= 1 is proven.
-    ``consumer_schedule``: replaces ``softmax_schedule`` (tests check twins with planted bugs)."""
+    ``kv_tiles``: one CTA per tile: the CTA's runtime K/V tile count (None on the CPU); every
+    count >= 1 is proven. Persistent: the count is read per work tile (``kv_tiles_of``; every
+    count >= 1 per tile), and ``units_per_cta`` (the CTA's number of work tiles) is declared:
+    every count >= 1. ``consumer_schedule``: replaces ``softmax_schedule`` (tests check twins
+    with planted bugs)."""
     if g is None:
         g = FlashAttention()
-    kv = trip_count("kv_tiles", kv_tiles)
+    wq = units = None
+    if g.persistent:
+        wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
+        units = trip_count("units_per_cta", units_per_cta)
+    else:
+        kv = trip_count("kv_tiles", kv_tiles)
     q_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=g.q_bytes)
     k_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.kv_stages, num_bytes=g.kv_bytes)
     v_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.kv_stages, num_bytes=g.kv_bytes)
@@ -320,20 +372,27 @@ def build(g=None, *, kv_tiles=None, consumer_schedule=None, verbose=True, **mana
     smem_v = SmemV(name="SmemV", pipeline_config=v_cfg, g=g)
     order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
         num_stages=1, producer_group=threads(128), consumer_group=threads(128)))
-    tasks = [Task(name="LoadTask", src_resources=[], dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
-                  num_warps=1, num_registers=g.producer_regs, schedule=load_schedule(smem_q, smem_k, smem_v, kv))]
-    graph = {smem_q: [], smem_k: [], smem_v: [], order: []}
+    queue = [wq] if wq is not None else []
+    load = AttentionTask(name="LoadTask", src_resources=queue, dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
+                         num_warps=1, num_registers=g.producer_regs)
+    load.g = g
+    load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
+    tasks = [load]
+    graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue), order: []}
     for wg in range(2):
         scores = Scores(name=f"Scores{wg}", g=g)
         out = GmemO(name=f"GmemO{wg}", g=g, wg=wg)
         order_io = ([], [order]) if wg == 0 else ([order], [])
-        tasks.append(Task(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + order_io[0],
-                          dst_resources=[scores, out] + order_io[1], warp_idx=4 * (1 + wg), num_warps=4,
-                          num_registers=g.consumer_regs,
-                          schedule=(consumer_schedule or softmax_schedule)(smem_q, smem_k, smem_v, scores, order, out, kv, wg,
-                                                            g.overlap)))
+        task = AttentionTask(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + queue + order_io[0],
+                             dst_resources=[scores, out] + order_io[1], warp_idx=4 * (1 + wg), num_warps=4,
+                             num_registers=g.consumer_regs)
+        task.g = g
+        task.schedule = (consumer_schedule or softmax_schedule)(
+            smem_q, smem_k, smem_v, scores, order, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
+            wq, units)
+        tasks.append(task)
         graph[scores] = [smem_k]
-        graph[out] = [smem_v]
+        graph[out] = [smem_v] + queue
     return TaskManager(tasks=tasks, resource_dependency_graph=graph,
                        smem_allocator=SmemAllocator.for_resources(smem_q, smem_k, smem_v), verbose=verbose,
                        **manager_options)
@@ -344,7 +403,7 @@ class FlashAttention:
     """Compile-time configuration (dtype, head dim, causal, K/V tile, stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
-                 producer_regs=24, consumer_regs=240, overlap=True):
+                 producer_regs=24, consumer_regs=240, overlap=True, persistent=True, max_ctas=H200_SMS):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -354,6 +413,8 @@ class FlashAttention:
         self.dtype, self.head_dim, self.causal, self.block_n = dtype, head_dim, bool(causal), block_n
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.overlap = bool(overlap)  # intra-warpgroup overlap of softmax_j with O += P_{j-1} V_{j-1}
+        self.persistent, self.max_ctas = bool(persistent), max_ctas
+        self.num_units = None  # runtime, set while tracing
         self.threads = 384
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
         self.pv_tile = (WG_ROWS, head_dim, block_n)  # (M, N, K) of O += P V
@@ -369,6 +430,38 @@ class FlashAttention:
         self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=2 * WG_ROWS * head_dim, alignment=1024)
         self.alloc_k = SmemAllocation("sK", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
+
+    # -------------------------------------------------------------- work tiles (device values)
+    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
+        self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
+        self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
+        self.nblocks = (seqlen_q + 2 * WG_ROWS - 1) // (2 * WG_ROWS)
+        self.num_units = self.nblocks * heads * batches
+
+    def unit_coords(self, unit):
+        """(q_block, head, batch, kv_head) of work unit ``unit``. Causal: Q blocks from the last
+        (the longest K/V loop) to the first, every (batch, head) of a block in turn; else the Q
+        blocks of one (batch, head) in turn (they share K and V in L2). GQA: consecutive Q heads
+        share a K/V head."""
+        hb = self.heads * self.batches
+        if cutlass.const_expr(self.causal):
+            q_block, bh = self.nblocks - 1 - unit // hb, unit % hb
+        else:
+            q_block, bh = unit % self.nblocks, unit // self.nblocks
+        head, batch = bh % self.heads, bh // self.heads
+        return q_block, head, batch, head // (self.heads // self.kv_heads)
+
+    def kv_tiles_of(self, unit):
+        kv_end = self.seqlen_k
+        if cutlass.const_expr(self.causal):
+            kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * 2 * WG_ROWS)
+        return (kv_end + self.block_n - 1) // self.block_n
+
+    def unit_of(self, stage_info):
+        """The work unit a work method runs for: the queue's tile, or the CTA's block index."""
+        if cutlass.const_expr(self.persistent):
+            return stage_info.work_tile.tile_idx[0]
+        return stage_info.context.values.unit
 
     def describe(self):
         return (f"{self.dtype.__name__} hd{self.head_dim} {'causal' if self.causal else 'non-causal'} "
@@ -410,46 +503,41 @@ class FlashAttention:
                                                            (self.block_n, self.head_dim))
         tma_v, tV = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, v, cute.slice_(v_staged, (None, None, 0)),
                                                            (self.head_dim, self.block_n))
-        seqlen_q = cute.size(mQ, mode=[2])
-        grid = [cute.ceil_div(seqlen_q, 2 * WG_ROWS), cute.size(mQ, mode=[1]), cute.size(mQ, mode=[0])]
+        self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
+                        cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
+        grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
-                    scale).launch(grid=grid, block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
+                    scale).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
                tma_v: cute.CopyAtom, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor, qk_mma: cute.TiledMma,
                pv_mma: cute.TiledMma, q_staged: cute.ComposedLayout, k_staged: cute.ComposedLayout,
                v_staged: cute.ComposedLayout, scale: cutlass.Float32):
-        bx, head, batch = cute.arch.block_idx()
-        nblocks, heads, _ = cute.arch.grid_dim()
+        bid, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             for atom in (tma_q, tma_k, tma_v):
                 cute.nvgpu.cpasync.prefetch_descriptor(atom)
-        seqlen_q, seqlen_k = cute.size(mQ, mode=[0]), cute.size(mK, mode=[0])
-        q_block = bx
-        if cutlass.const_expr(self.causal):
-            q_block = nblocks - 1 - bx  # the longest K/V loops launch first
-        kv_head = head // (heads // cute.size(mK, mode=[2]))  # GQA: consecutive Q heads share a K/V head
-        kv_end = seqlen_k
-        if cutlass.const_expr(self.causal):
-            kv_end = cutlass.min(seqlen_k, (q_block + 1) * 2 * WG_ROWS)
-        kv_tiles = cute.ceil_div(kv_end, self.block_n)
-        mgr = build(self, kv_tiles=kv_tiles, verbose=False)  # checked here, while tracing
+        # mQ / mK are the TMA views: (S, D, H, B)
+        self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
+                        cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
+        if cutlass.const_expr(self.persistent):
+            units_here = (self.num_units - bid + grid - 1) // grid  # >= 1: the grid never exceeds the units
+            mgr = build(self, units_per_cta=units_here, verbose=False)  # checked here, while tracing
+        else:
+            mgr = build(self, kv_tiles=self.kv_tiles_of(bid), verbose=False)
         mgr.setup_resources_and_tasks()
         qk_zero = self._mmas()[0]
         qk_zero.set(warpgroup.Field.ACCUMULATE, False)
         qk_mma.set(warpgroup.Field.ACCUMULATE, True)
         pv_mma.set(warpgroup.Field.ACCUMULATE, True)
         view = mgr.smem_allocator.view
-        o = self._sdhb(mO, [2, 3, 1, 0])
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, qk_mma=qk_mma, qk_mma_zero=qk_zero, pv_mma=pv_mma,
-                gQ=cute.flat_divide(mQ, (WG_ROWS, self.head_dim))[(None, None, None, 0, head, batch)],
-                gK=cute.flat_divide(mK, (self.block_n, self.head_dim))[(None, None, None, 0, kv_head, batch)],
-                gV=cute.flat_divide(mV, (self.head_dim, self.block_n))[(None, None, 0, None, kv_head, batch)],
+                mQ=mQ, mK=mK, mV=mV, mO=self._sdhb(mO, [2, 3, 1, 0]), mLSE=mLSE, unit=bid,
                 sQ=view(self.alloc_q, q_staged), sK=view(self.alloc_k, k_staged), sV=view(self.alloc_v, v_staged),
-                mO_tiles=o[(None, None, head, batch)], mLSE=mLSE[(batch, head, None)], q_block=q_block,
-                seqlen_q=seqlen_q, seqlen_k=seqlen_k, scale=scale, scale_log2=scale * math.log2(math.e))
+                scale=scale, scale_log2=scale * math.log2(math.e))
 
 
 # ---------------------------------------------------------------------------------- host
@@ -505,7 +593,8 @@ def compiled(kern_key, args):
 
     if kern_key not in _CACHE:
         dtype, head_dim, causal, options = kern_key
-        kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal, **dict(options))
+        kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal,
+                              **{"max_ctas": _host.num_sms(), **dict(options)})
         _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
         checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
         VERDICT_OF[kern_key] = getattr(checked, "verdict", "not checked")
