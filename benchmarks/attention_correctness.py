@@ -54,7 +54,7 @@ def run_config(dtype_name, d, causal):
     import torch.nn.functional as F
 
     from warpsched import ops
-    from warpsched.kernels import attention as att
+    from warpsched.kernels import attention_host as att
 
     dtype = getattr(torch, dtype_name)
     ok = True

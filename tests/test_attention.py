@@ -20,6 +20,7 @@ import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anythi
 from warpsched import ValidationError, domain_loop, schedule  # noqa: E402
 from warpsched.kernels import _host  # noqa: E402
 from warpsched.kernels import attention as att  # noqa: E402
+from warpsched.kernels import attention_host as host  # noqa: E402
 from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
 # Derivations (two consumer tasks, K and V rings of S stages, 1-stage Q, 1-stage MathOrder; the
@@ -50,7 +51,7 @@ def ptx():
     out = {}
     for key in EXPECTED:
         hd, causal, overlap, persistent = key
-        out[key] = att.compile_for_cpu(head_dim=hd, causal=causal, overlap=overlap,
+        out[key] = host.compile_for_cpu(head_dim=hd, causal=causal, overlap=overlap,
                                        persistent=persistent).artifacts.PTX
         TRACED[key] = VERDICTS.looked_up[-1]
     return out
@@ -201,14 +202,14 @@ _KV = _FakeTensor((2, 2, 300, 128))
 ])
 def test_host_argument_errors(q, k, v, needle):
     if needle is None:
-        att.check_args(q, k, v)
+        host.check_args(q, k, v)
         return
     with pytest.raises(att.AttentionConfigError, match=needle):
-        att.check_args(q, k, v)
+        host.check_args(q, k, v)
 
 
 def test_ops_imports_the_kernel_lazily():
-    code = "import sys, warpsched.ops; print('cutlass' in sys.modules, 'warpsched.kernels.attention' in sys.modules)"
+    code = "import sys, warpsched.ops; print('cutlass' in sys.modules, 'warpsched.kernels.attention_host' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}).stdout.split()
     assert out == ["False", "False"]

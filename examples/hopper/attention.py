@@ -16,7 +16,8 @@ except ImportError:
     import _common  # type: ignore # noqa: F401
 
 from warpsched.kernels.attention import *  # noqa: F401,F403
-from warpsched.kernels.attention import HEAD_DIMS, _host, build, compile_for_cpu  # noqa: F401
+from warpsched.kernels.attention import HEAD_DIMS, _host, build  # noqa: F401
+from warpsched.kernels.attention_host import attention, check_args, compile_for_cpu, prepare  # noqa: F401
 
 if __name__ == "__main__":
     for hd in HEAD_DIMS:

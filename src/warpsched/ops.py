@@ -19,7 +19,7 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     log-sum-exp of the scaled scores. ``out`` / ``lse``: preallocated results.
     Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
     """
-    from warpsched.kernels import attention as _attention
+    from warpsched.kernels import attention_host as _attention
 
     return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse)
 
@@ -28,5 +28,5 @@ def verdicts():
     """{(dtype, head_dim, causal, options): checker verdict} for every attention kernel compiled so far."""
     import sys
 
-    mod = sys.modules.get("warpsched.kernels.attention")
+    mod = sys.modules.get("warpsched.kernels.attention_host")
     return dict(mod.VERDICT_OF) if mod is not None else {}

@@ -1,0 +1,123 @@
+"""Host side of warpsched's FlashAttention forward (``warpsched.kernels.attention``): argument
+checks with actionable messages, the compile cache (one kernel per dtype / head dim / causal /
+options; shapes are dynamic), the torch entry point and the CPU compile used by the tests."""
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+
+from . import _host
+from .attention import HEAD_DIMS, AttentionConfigError, FlashAttention
+
+_CACHE = {}
+VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
+
+
+_DTYPES = ("torch.bfloat16", "torch.float16")
+
+
+def check_args(q, k, v):
+    """Shapes, dtypes and devices the kernel takes; the reason and the fix in every message
+    (duck-typed on ``shape`` / ``dtype`` / ``is_cuda``, so it runs without a GPU)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not all(hasattr(t, a) for a in ("shape", "dtype", "is_cuda")):
+            raise AttentionConfigError(f"{name} is a {type(t).__name__}; pass a torch.Tensor")
+        if len(t.shape) != 4:
+            raise AttentionConfigError(f"{name} has shape {tuple(t.shape)}; expected 4 dimensions (B, H, S, D), "
+                                       "the layout of torch.nn.functional.scaled_dot_product_attention")
+        if str(t.dtype) not in _DTYPES:
+            raise AttentionConfigError(f"{name} is {t.dtype}; supported: torch.bfloat16, torch.float16")
+        if not t.is_cuda:
+            raise AttentionConfigError(f"{name} is on {t.device}; move it to the GPU")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise AttentionConfigError(f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype}); use one dtype")
+    B, H, Sq, D = q.shape
+    Bk, Hk, Sk, Dk = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise AttentionConfigError(f"v has shape {tuple(v.shape)} but k {tuple(k.shape)}; they must match "
+                                   "(a V head dim other than Q's is not supported)")
+    if Bk != B or Dk != D:
+        raise AttentionConfigError(f"q {tuple(q.shape)} and k {tuple(k.shape)}: batch and head dim must match")
+    if D not in HEAD_DIMS:
+        raise AttentionConfigError(f"head dim {D}: supported head dims are {HEAD_DIMS}; pad the head dim "
+                                   "or use torch.nn.functional.scaled_dot_product_attention")
+    if Hk < 1 or H % Hk:
+        raise AttentionConfigError(f"{H} query heads over {Hk} key/value heads: the query heads must be a "
+                                   "multiple of the key/value heads (grouped-query attention)")
+    if min(B, H, Sq, Sk) < 1:
+        raise AttentionConfigError(f"empty input (B={B}, H={H}, S_q={Sq}, S_k={Sk}); every size must be >= 1")
+
+
+def _tma_ready(t):
+    """A (B, H, S, D) tensor with unit D stride and 16-byte aligned strides (a copy if needed)."""
+    ok = t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all((s * t.element_size()) % 16 == 0
+                                                              for s in t.stride()[:3])
+    return t if ok else t.contiguous()
+
+
+def compiled(kern_key, args):
+    """The kernel for (dtype, head dim, causal, options), compiled once (shapes are dynamic)."""
+    from warpsched.verify.verdicts import VERDICTS
+
+    if kern_key not in _CACHE:
+        dtype, head_dim, causal, options = kern_key
+        kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal,
+                              **{"max_ctas": _host.num_sms(), **dict(options)})
+        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
+        checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
+        VERDICT_OF[kern_key] = getattr(checked, "verdict", "not checked")
+    return _CACHE[kern_key]
+
+
+def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
+    """Check the inputs, compile (once per dtype / head dim / causal) and return
+    ``(launch, out, lse)``: ``launch()`` runs the kernel again on the same tensors without the
+    host-side checks and conversions (what a benchmark times). ``options``: FlashAttention's
+    tuning keywords (block_n, kv_stages, overlap, ...)."""
+    check_args(q, k, v)
+    import torch
+
+    B, H, Sq, D = q.shape
+    q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
+    if out is None:
+        out = torch.empty_like(q)
+    if lse is None:
+        lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
+    if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.stride(3) != 1:
+        raise AttentionConfigError(f"out {tuple(out.shape)} {out.dtype}: expected q's shape and dtype, unit D stride")
+    if tuple(lse.shape) != (B, H, Sq) or lse.dtype != torch.float32 or lse.stride(2) != 1:
+        raise AttentionConfigError(f"lse {tuple(lse.shape)} {lse.dtype}: expected ({B}, {H}, {Sq}) float32")
+    scale = cutlass.Float32(1.0 / math.sqrt(D) if scale is None else float(scale))
+    args = [_host.to_cute(t, 3) for t in (q, k, v, out)] + [_host.to_cute(lse, 2), scale,
+                                                              _host.current_stream()]
+    f = compiled((_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items()))), args)
+    return (lambda: f(*args)), out, lse
+
+
+def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
+    """softmax(q k^T * scale) v for (B, H, S, D) tensors, as torch SDPA (``is_causal=causal``,
+    top-left aligned); ``scale`` defaults to 1 / sqrt(D). K and V may have fewer heads than Q
+    (grouped-query attention). Returns ``out`` (and the (B, H, S_q) fp32 log-sum-exp with
+    ``return_lse``)."""
+    launch, out, lse = prepare(q, k, v, causal, scale, out, lse)
+    launch()
+    return (out, lse) if return_lse else out
+
+
+def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
+    """Compile for ``arch`` with fake (B, H, S, D) tensors (every size but D symbolic)."""
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    B, H, Hk, Sq, Sk = (cute.sym_int32() for _ in range(5))
+
+    def bhsd(heads, seq):
+        return make_fake_tensor(dtype, (B, heads, seq, head_dim), (cute.sym_int64(divisibility=8),
+                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
+
+    lse = make_fake_tensor(cutlass.Float32, (B, H, Sq), (cute.sym_int64(), cute.sym_int64(), 1), assumed_align=16)
+    kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal, **options)
+    return cute.compile(kern, bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), lse, cutlass.Float32(0.125),
+                        make_fake_stream(), options=_host.ptx_options(arch))
+
