@@ -100,6 +100,7 @@ def _v_released_before_retire(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_
     with domain_loop(0, kv_tiles, 1) as d:
         order.acquire() if wg == 0 else order.wait()
         smem_k.wait()
+        smem_q.gemm_operand()
         smem_k.mma_qk(acc_s=acc_s, wg=wg)
         with d.every(1, start=1):
             smem_v.wait()
@@ -130,6 +131,7 @@ def _second_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, 
         else:
             order.wait()
         smem_k.wait()
+        smem_q.gemm_operand()
         smem_k.mma_qk(acc_s=acc_s, wg=wg)
         if wg == 0:
             order.commit()
@@ -143,6 +145,45 @@ def _second_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, 
         smem_v.release()
     smem_q.release()
     gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+
+
+@schedule
+def _q_released_with_last_gemm_in_flight(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True,
+                                         wq=None, units=None):
+    """Persistent, no overlap, with Q released on the last K/V tile right after the S GEMM is
+    issued: the next unit's Q TMA may overwrite Q while that GEMM still reads it."""
+    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    with att._tiles(wq, units):
+        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        smem_q.wait()
+        with domain_loop(0, kv_tiles, 1) as d:
+            order.acquire() if wg == 0 else order.wait()
+            smem_k.wait()
+            smem_q.gemm_operand()
+            smem_k.mma_qk(acc_s=acc_s, wg=wg)
+            with d.last_iter():
+                smem_q.release()  # planted: before the retire below
+            order.commit() if wg == 0 else order.release()
+            smem_k.retire()
+            smem_k.release()
+            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+            smem_v.wait()
+            smem_v.mma_pv(p=p, acc_o=acc_o)
+            smem_v.retire()
+            smem_v.release()
+        gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        att._next_tile(wq)
+
+
+def test_q_released_before_its_last_gemm_is_rejected():
+    """Q is read by the S GEMM (declared with SmemQ.gemm_operand): releasing it before that
+    GEMM's retire is a race with the next unit's Q load."""
+    with pytest.raises(ValidationError) as e:
+        att.build(att.FlashAttention(persistent=True), consumer_schedule=_q_released_with_last_gemm_in_flight,
+                  verbose=False,
+                  progress=False, cache_verdict=False)
+    assert "SmemQ" in str(e.value) and "race" in str(e.value)
 
 
 def test_v_stage_released_before_its_wgmma_retires_is_rejected():

@@ -5,27 +5,31 @@ layout torch SDPA uses, (B, H, S, D) (K and V may have fewer heads: grouped-quer
 bf16 or fp16; head dim 64 or 128; any S_q, S_k >= 1 (tails are masked); causal is top-left
 aligned, as ``scaled_dot_product_attention(is_causal=True)``.
 
-One CTA per 128-row Q block of one (batch, head) (causal: the longest blocks launch first),
-384 threads in three warp groups:
+A work unit is a 128-row Q block of one (batch, head). Persistent (default): one CTA per SM
+walks a static WorkQueue of units (causal: the longest K/V loops first); ``persistent=False``:
+one CTA per unit. 384 threads in three warp groups:
 
-    LoadTask  (warp 0, 24 regs):  q.acquire; TMA both 64-row Q tiles; q.commit
-                                  for j in range(kv_tiles): k.acquire; TMA K[j]; k.commit
-                                                            v.acquire; TMA V[j]; v.commit
-    Softmax0  (warps 4-7, 240):   s, o, m, l = scores.init(); q.wait
-    Softmax1  (warps 8-11, 240)   for j in range(kv_tiles):
-                                      order.acquire (Softmax0) | order.wait (Softmax1)
-                                      k.wait; S = Q K[j]^T (wgmma); order.commit | order.release
-                                      k.retire(0); k.release
-                                      scores.softmax (mask, running max / sum, rescale O, P = exp2)
-                                      v.wait; O += P V[j] (wgmma, P from registers); v.retire(0); v.release
-                                  q.release; o.store (O / sum -> global, LSE)
+    LoadTask  (warp 0, 24 regs)   per unit: q.acquire; TMA both 64-row Q tiles; q.commit
+                                            for j < kv_tiles: k.acquire; TMA K_j; k.commit
+                                                              v.acquire; TMA V_j; v.commit
+    Softmax0  (warps 4-7, 240)    per unit: reset O / max / sum; q.wait
+    Softmax1  (warps 8-11, 240)             for j < kv_tiles:
+                                              order.acquire (Softmax0) | order.wait (Softmax1)
+                                              k.wait; S_j = Q K_j^T; j >= 1: v.wait; O += P_{j-1} V_{j-1}
+                                              order.commit | order.release
+                                              k.retire(1); k.release; softmax_j (mask, max, exp2, sum)
+                                              j >= 1: v.retire(0); v.release
+                                              P_j -> 16-bit registers; O *= exp2(max change)
+                                            q.release; v.wait; O += P V (last); v.retire; v.release
+                                            o.store (O / sum -> global, LSE)
 
 MathOrder is a 1-stage AsyncAsync pipeline from Softmax0 to Softmax1 with no data: the two warp
-groups issue their S GEMMs in turn (0, 1, 0, 1, ...), so one warp group's softmax runs while the
-other's GEMMs hold the tensor cores. Both warp groups consume every K and V stage (one release
-arrival per consumer warp: 8). The K/V trip count is the runtime ``kv_tiles`` (per CTA: causal
-blocks stop at the diagonal), declared with ``trip_count``: the checker proves every count >= 1.
-Host: ``attention(q, k, v, causal=False, scale=None)``.
+groups issue their GEMMs in turn (0, 1, 0, 1, ...), so one warp group's softmax runs while the
+other's GEMMs hold the tensor cores. Inside a warp group, softmax_j runs while O += P_{j-1}
+V_{j-1} is in flight (``overlap=False``: no overlap). Both warp groups consume every K and V
+stage. The K/V loop length is read per unit (``AttentionTask.kv_tiles_of``; without persistence
+a ``trip_count``): the checker proves every count >= 1, and every number of units per CTA.
+Host side: ``attention_host`` (``warpsched.ops.attention``). docs/attention.md has the details.
 """
 from __future__ import annotations
 
@@ -76,6 +80,13 @@ class SmemQ(MemoryResource):
                                                     cute.group_modes(gQ, 0, 2))
         for w in range(2):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
             cute.copy(v.tma_q, t_g[(None, q_block * 2 + w)], t_s[(None, w)], tma_bar_ptr=stage_info.barrier)
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def gemm_operand(self, stage_info: StageInfo):
+        """Declares that the S GEMM issued next (``SmemK.mma_qk``, same wgmma commit group) reads
+        this stage: a wgmma reads two SMEM operands but a work method belongs to one resource, so
+        Q's side is stated here and the checker holds Q until the wgmma.wait_group that retires
+        the S GEMM. No instructions of its own."""
 
 
 @dataclass(kw_only=True)
@@ -297,6 +308,7 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
             else:
                 order.wait()  # warp group 0 has issued this turn's
             smem_k.wait()
+            smem_q.gemm_operand()  # Q is read by the S GEMM too, until its retire
             smem_k.mma_qk(acc_s=acc_s, wg=wg)
             if overlap:
                 with d.every(1, start=1):
