@@ -79,7 +79,7 @@ class SmemQ(MemoryResource):
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
                                                     cute.group_modes(gQ, 0, 2))
         for w in range(2):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
-            cute.copy(v.tma_q, t_g[(None, q_block * 2 + w)], t_s[(None, w)], tma_bar_ptr=stage_info.barrier)
+            stage_info.tma_copy(v.tma_q, t_g[(None, q_block * 2 + w)], t_s[(None, w)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     def gemm_operand(self, stage_info: StageInfo):
@@ -134,8 +134,7 @@ class SmemK(MemoryResource):
         gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
                                                     cute.group_modes(gK, 0, 2))
-        cute.copy(v.tma_k, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)],
-                  tma_bar_ptr=stage_info.barrier)
+        stage_info.tma_copy(v.tma_k, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage (and Q) until the retire
     @cute.jit
@@ -169,8 +168,7 @@ class SmemV(MemoryResource):
         gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
                                                     cute.group_modes(gV, 0, 2))
-        cute.copy(v.tma_v, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)],
-                  tma_bar_ptr=stage_info.barrier)
+        stage_info.tma_copy(v.tma_v, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     @cute.jit
