@@ -1,0 +1,251 @@
+"""The persistent GEMM's CuTe DSL kernel: compile-time configuration (tile, schedule, stages,
+rasterization), the static tile scheduler's index arithmetic, and the ``@cute.kernel`` that
+builds and runs the warpsched program (gemm_program.build) while it is traced."""
+from __future__ import annotations
+
+try:
+    from . import _common
+    from .gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
+    from .gemm_program import build
+except ImportError:
+    import _common  # type: ignore
+    from gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError  # type: ignore
+    from gemm_program import build  # type: ignore
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory  # noqa: F401
+import cutlass.tensor_utils  # noqa: F401
+import cutlass.utils.hopper_helpers as sm90_utils
+
+
+class PersistentGemm:
+    """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
+
+    ``tile_mn``: the output tile one math task computes: cooperative (64 | 128 | 256, 64..256; two
+    warp groups from 128 rows), pingpong (64 | 128, 64..256 with bM * bN <= 16384: one warp
+    group holds the whole fp32 accumulator). ``raster``: "m" (walk ``group`` M tiles down a
+    column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
+    (the SM count). ``ab_stages``: override the ring depth (per ring)."""
+
+    def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
+                 acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
+                 producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1)):
+        if schedule not in SCHEDULES:
+            raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
+        c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if split_k else ())  # split-K: fp32 partials
+        if ab_dtype not in (cutlass.BFloat16, cutlass.Float16) or c_dtype not in c_ok:
+            raise GemmConfigError(f"dtypes {ab_dtype.__name__} -> {c_dtype.__name__}: A/B and C must be bf16 or fp16")
+        if split_k and schedule != "cooperative":
+            raise GemmConfigError("split_k=True: only the cooperative schedule splits K (pingpong pairs tiles)")
+        self.cluster_mn = tuple(cluster_mn)
+        self.clustered = self.cluster_mn != (1, 1)
+        if self.cluster_mn not in ((1, 1), (2, 1), (1, 2)) or (self.clustered and split_k):
+            raise GemmConfigError(f"cluster_mn={cluster_mn} (split_k={split_k}): clusters are (1, 1), (2, 1) (B "
+                                  "multicast to 2 CTAs along M) or (1, 2) (A along N), without split-K")
+        if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
+            raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
+        self.schedule = schedule
+        self.split_k = bool(split_k)
+        if self.split_k:
+            c_dtype = cutlass.Float32  # the kernel writes fp32 partial tiles into a workspace; the host sums them
+        self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
+        self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
+        bM, bN = self.tile_mn
+        if bM not in (64, 128, 256) or bN not in (64, 128, 192, 256) or (bM == 256 and schedule == "pingpong"):
+            raise GemmConfigError(f"{schedule} tile_mn={self.tile_mn}: bM must be 64, 128 (or 256, cooperative "
+                                  "only), bN one of 64, 128, 192, 256")
+        self.rings = 2 if schedule == "pingpong" else 1
+        # cooperative: two warp groups split the rows once the tile has 128 or more (64 or 128 each)
+        self.wgs_per_mma_task = min(2, bM // 64) if schedule == "cooperative" else 1
+        if schedule == "pingpong" and bM * bN > 128 * 128:
+            raise GemmConfigError(f"pingpong tile_mn={self.tile_mn}: one warp group holds the whole accumulator, "
+                                  "so bM * bN <= 16384 (128x128, 64x256, ...)")
+        self.consumer_wgs = self.rings * self.wgs_per_mma_task
+        self.raster, self.group = raster, group
+        self.max_ctas = max_ctas
+        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        self.threads = 128 * (1 + self.consumer_wgs)
+        self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
+        self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
+        self.num_units = None  # runtime, set while tracing
+        self._plan(ab_stages)
+
+    def _plan(self, ab_stages):
+        """Tile shape, stage counts and SMEM sizes in plain Python (the CPU check and the traced
+        kernel use the same numbers)."""
+        mma_k = 256 // self.ab_dtype.width  # a WGMMA instruction reads 32 bytes of K
+        bM, bN = self.tile_mn
+        self.tile_mnk = (bM, bN, mma_k * 4)
+        bK = self.tile_mnk[2]
+        # a sub-tile spans every row of the tile (one TMA store per 32 columns)
+        self.epi_tile = (bM, 32)
+        n_epi = bN // 32
+        sub_bytes = bM * 32 * self.c_dtype.width // 8
+        self.epi_stage = next(s for s in (4, 2, 1) if n_epi % s == 0 and s * sub_bytes * self.rings <= 32768)
+        epi_bytes = sub_bytes * self.epi_stage * self.rings
+        self.tile_bytes = (bM + bN) * bK * self.ab_dtype.width // 8
+        fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
+        self.ab_stage = ab_stages or fit
+        if not 2 <= self.ab_stage <= fit:
+            raise GemmConfigError(f"{self.schedule} tile {self.tile_mn}: {self.ab_stage} stages per ring "
+                                  f"(fit: {fit}); need 2 <= stages <= {fit}")
+        self.a_elems, self.b_elems = bM * bK * self.ab_stage, bN * bK * self.ab_stage
+        self.c_elems = self.epi_tile[0] * self.epi_tile[1] * self.epi_stage
+
+    def describe(self):
+        return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"
+                f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}"
+                + (" split-K fp32" if self.split_k else "")
+                + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else ""))
+
+    def epilogue_copy(self, tiled_mma):
+        """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""
+        r2s = sm90_utils.sm90_get_smem_store_op(self.layout, elem_ty_d=self.c_dtype, elem_ty_acc=self.acc_dtype)
+        atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(self.layout.is_m_major_c(), 4), self.c_dtype)
+        return cute.make_tiled_copy_S(r2s, cute.make_tiled_copy_C_atom(atom, tiled_mma))
+
+    def _make_tiled_mma(self):
+        return sm90_utils.make_trivial_tiled_mma(
+            self.ab_dtype, self.ab_dtype, self.layout.sm90_mma_major_mode(), self.layout.sm90_mma_major_mode(),
+            self.acc_dtype, (self.wgs_per_mma_task, 1, 1), tiler_mn=(64, self.tile_mn[1]))
+
+    def _setup(self):
+        self.tiled_mma = self._make_tiled_mma()
+        assert cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4 == self.tile_mnk[2], "WGMMA K differs from _plan"
+        self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
+        self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
+        self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
+        for staged, elems in ((self.a_staged, self.a_elems), (self.b_staged, self.b_elems),
+                              (self.c_staged, self.c_elems)):
+            assert cute.cosize(staged) == elems, "an SMEM layout's size differs from _plan"
+
+    # -------------------------------------------------------------- tile scheduling (device)
+    def grid_setup(self, tiles_m, tiles_n, splits=1):
+        """Work decomposition (device values in the kernel, ints in tests): clusters of cm x cn
+        tiles, ``splits`` K shares of each, ``rings`` items per unit, one unit per CTA of a cluster."""
+        cm, cn = self.cluster_mn
+        self.tiles_m, self.tiles_n, self.splits = tiles_m, tiles_n, splits
+        self.ctiles_m = (tiles_m + cm - 1) // cm if cm > 1 else tiles_m
+        self.ctiles_n = (tiles_n + cn - 1) // cn if cn > 1 else tiles_n
+        self.num_ctiles = self.ctiles_m * self.ctiles_n
+        self.num_items = self.num_ctiles * splits if self.split_k else self.num_ctiles
+        self.num_units = (self.num_items + self.rings - 1) // self.rings * (cm * cn)
+
+    def unit_tile(self, unit, which=0):
+        """(m, n, split) of a work unit. Unit u is CTA u % (cm * cn) of the cluster's item
+        u // (cm * cn) (cooperative) or of its items 2 * that + which (pingpong); item v is
+        cluster tile v % cluster tiles of K share v // cluster tiles (split-K; else share 0);
+        cluster tiles are rasterized in groups: ``group`` of them along the raster's minor
+        dimension share one strip of the other operand in L2. A CTA's rank in its cluster is
+        blockIdx.x % (cm * cn): the grid and its stride are multiples of the cluster size."""
+        cm, cn = self.cluster_mn
+        csize = cm * cn
+        v, rank = (unit // csize, unit % csize) if csize > 1 else (unit, 0)
+        if self.rings > 1:
+            # an odd item count: the last unit's second warp group recomputes the last tile (the
+            # same bytes are stored twice) rather than skip it, so every unit runs both mainloops
+            v = cutlass.min(v * 2 + which, self.num_items - 1)
+        t, split = v, 0
+        if self.split_k:
+            t, split = v % self.num_ctiles, v // self.num_ctiles
+        m, n = self._raster(t)
+        if csize > 1:  # past the edge when the tile count is not a multiple: TMA zero-fills and clips
+            m, n = m * cm + rank % cm, n * cn + rank // cm
+        return m, n, split
+
+    def k_range(self, split):
+        """(first K tile, K tiles) of a split: an even share of k_tiles (every share >= 1 while
+        splits <= k_tiles, which the host ensures)."""
+        if not self.split_k:
+            return 0, self.k_tiles
+        first = split * self.k_tiles // self.splits
+        return first, (split + 1) * self.k_tiles // self.splits - first
+
+    def _raster(self, t):
+        major, minor = (self.ctiles_n, self.ctiles_m) if self.raster == "m" else (self.ctiles_m, self.ctiles_n)
+        per_group = self.group * major
+        first = (t // per_group) * self.group
+        size = cutlass.min(minor - first, self.group)
+        a = first + (t % per_group) % size
+        b = (t % per_group) // size
+        return (a, b) if self.raster == "m" else (b, a)
+
+    def _tiles_m(self, mC, splits):
+        bM = self.tile_mnk[0]
+        if self.split_k:  # the workspace has splits x tiles_m x bM rows
+            return cute.size(mC, mode=[0]) // (splits * bM)
+        return cute.ceil_div(cute.size(mC, mode=[0]), bM)
+
+    @cute.jit
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, splits: cutlass.Int32, stream):
+        """``mC``: C, or with split_k the fp32 workspace of ``splits`` x ceil(M / bM) * bM rows."""
+        self._setup()
+        bM, bN, bK = self.tile_mnk
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        cm, cn = self.cluster_mn
+        a_op = g2s if cn == 1 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()  # A shared along N
+        b_op = g2s if cm == 1 else cute.nvgpu.cpasync.CopyBulkTensorTileG2SMulticastOp()  # B shared along M
+        tma_a, tA = cute.nvgpu.cpasync.make_tiled_tma_atom(a_op, mA, cute.slice_(self.a_staged, (None, None, 0)),
+                                                           (bM, bK), num_multicast=cn)
+        tma_b, tB = cute.nvgpu.cpasync.make_tiled_tma_atom(b_op, mB, cute.slice_(self.b_staged, (None, None, 0)),
+                                                           (bN, bK), num_multicast=cm)
+        tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
+                                                           cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
+        self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN), splits)
+        grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
+        kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
+                           self.c_staged, splits)
+        if cutlass.const_expr(cm * cn > 1):
+            kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[cm * cn, 1, 1], min_blocks_per_mp=1,
+                        stream=stream)
+        else:
+            kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
+
+    def smem_a(self, ring):
+        return self._view(self.alloc_a[ring], self.a_staged_k)
+
+    def smem_b(self, ring):
+        return self._view(self.alloc_b[ring], self.b_staged_k)
+
+    def smem_c(self, which):
+        return self._view(self.alloc_c[which], self.c_staged_k)
+
+    def _view(self, alloc, composed):
+        ptr = cute.recast_ptr(self.allocator.get(alloc), composed.inner, dtype=alloc.dtype)
+        return cute.make_tensor(ptr, composed.outer)
+
+    @cute.kernel
+    def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
+               tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
+               b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout, splits: cutlass.Int32):
+        bM, bN, bK = self.tile_mnk
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
+        self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN),
+                        splits if cutlass.const_expr(self.split_k) else 1)
+        self.k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), bK)
+        if cutlass.const_expr(self.clustered):
+            cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
+            rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+            self.cluster_coord = cta_layout_mnk.get_flat_coord(rank)
+            self.a_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, self.cluster_coord, mode=1)
+            self.b_mcast_mask = cute.make_layout_image_mask(cta_layout_mnk, self.cluster_coord, mode=0)
+        bid, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        self.mA, self.mB, self.mC = mA, mB, mC
+        self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
+        # the mainloop's two MMA objects have a fixed ACCUMULATE field; the epilogue gets its own copy
+        self.epi_tiled_mma = self._make_tiled_mma()
+        self.mma_overwrite = self._make_tiled_mma()
+        self.mma_overwrite.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
+        tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        self.a_staged_k, self.b_staged_k, self.c_staged_k = a_staged, b_staged, c_staged
+        units_here = (self.num_units - bid + grid - 1) // grid  # >= 1: the grid never exceeds the units
+        mgr = build(self, k_tiles=self.k_tiles, units_per_cta=units_here, verbose=False)  # checked while tracing
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+

@@ -1,0 +1,163 @@
+"""The persistent GEMM as a warpsched program: the load and math schedules and ``build()``, which
+``warpsched check`` runs on the CPU and the kernel runs while it is traced (the same program both
+times, with the runtime K-tile count and units per CTA declared with ``trip_count``)."""
+from __future__ import annotations
+
+try:
+    from . import _common  # noqa: F401  (pins the arch before cutlass)
+    from .gemm_resources import GmemAB, GmemC, MathOrder, SmemAB
+except ImportError:
+    import _common  # type: ignore  # noqa: F401
+    from gemm_resources import GmemAB, GmemC, MathOrder, SmemAB  # type: ignore
+
+from warpsched import (PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, TileSchedulerConfig,
+                       WorkQueue, domain_loop, schedule, threads, trip_count, work_tile_loop)
+
+
+# ---------------------------------------------------------------------------------- schedules
+@schedule
+def load_schedule(gmem_ab, ring, wq, k_tiles, units, which):
+    with work_tile_loop(wq, tile_count=units):
+        m, n, k0 = gmem_ab.tile_coords(which=which)
+        with domain_loop(0, k_tiles, 1):
+            ring.acquire()
+            ring.tma_load(m=m, n=n, k0=k0)
+            ring.commit()
+        wq.try_wait()
+        wq.wait()
+        wq.get_and_advance_work_tile()
+        wq.release()
+
+
+@schedule
+def mma_schedule(ring, gmem_c, wq, k_tiles, units, order, turn):
+    """``turn``: None (cooperative), "first" (produces the math order), "second" (consumes it);
+    "second_keeps_turn" never releases it (the rejected twin: Mma0 waits for its next turn forever)."""
+    acc, frag_a, frag_b = ring.init_acc()
+    with work_tile_loop(wq, tile_count=units):
+        if turn == "first":
+            order.acquire()  # Mma1 finished issuing its previous mainloop
+        elif turn in ("second", "second_keeps_turn"):
+            order.wait()  # Mma0 finished issuing this unit's mainloop
+        with domain_loop(0, k_tiles, 1) as d:
+            ring.wait()
+            with d.first_iter():
+                ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
+            with d.every(1, start=1):
+                ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
+                ring.retire(pending=1)  # the previous stage's wgmmas have retired ...
+                ring.release()  # ... so it is released (split counters: one stage behind the wait)
+        if turn == "first":
+            order.commit()  # the other warp group may issue now; this one drains and stores
+        elif turn == "second":
+            order.release()
+        ring.retire()
+        ring.release()
+        gmem_c.store(acc=acc)
+        wq.try_wait()
+        wq.wait()
+        wq.get_and_advance_work_tile()
+        wq.release()
+    gmem_c.drain()
+
+
+# ---------------------------------------------------------------------------------- program
+class GemmTask(Task):
+    """A GEMM task; with split-K its K loop length is a per-unit domain provider."""
+
+    g = None
+
+    def k_tiles_of(self, tile_idx):
+        """K tiles of this work unit's split (a dynamic domain: the checker takes every count >= 1)."""
+        return self.g.k_range(self.g.unit_tile(tile_idx[0])[2])[1]
+
+
+def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), verbose=True,
+          **manager_options):
+    """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
+
+    ``g``: the PersistentGemm being traced (None on the CPU: a default one for ``schedule``).
+    ``k_tiles`` / ``units_per_cta``: the kernel's runtime K-tile count and the number of work
+    units this CTA runs (None on the CPU); the checker proves every value >= 1 of each.
+    ``turns``: the MathOrder side of Mma0 and Mma1 (pingpong, see ``mma_schedule``)."""
+    if g is None:
+        from_kernel = _kernel_module()
+        g = from_kernel.PersistentGemm(schedule=schedule or "pingpong")
+    elif schedule is not None and schedule != g.schedule:
+        raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
+    U = trip_count("units_per_cta", units_per_cta)
+    g.alloc_a = [SmemAllocation(f"sA{r}", dtype=g.ab_dtype, count=g.a_elems, alignment=1024) for r in range(g.rings)]
+    g.alloc_b = [SmemAllocation(f"sB{r}", dtype=g.ab_dtype, count=g.b_elems, alignment=1024) for r in range(g.rings)]
+    g.alloc_c = [SmemAllocation(f"sC{w}", dtype=g.c_dtype, count=g.c_elems, alignment=1024) for w in range(g.rings)]
+    wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
+    gmem_ab = GmemAB(name="GmemAB", g=g)
+    allocator = SmemAllocator()
+    consumer_threads = 128 * g.wgs_per_mma_task
+    rings, outs = [], []
+    for r in range(g.rings):
+        cm, cn = g.cluster_mn
+        cfg = PipelineConfig.create_tma_async_pipeline_cfg(
+            num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=threads(1),
+            # one release arrival per consumer warp and per CTA that multicasts into this one
+            consumer_group=threads(4 * g.wgs_per_mma_task * (cm + cn - 1)), advance_on_wait=True,
+            **(dict(cta_layout_vmnk=(1, cm, cn, 1), mcast_mode_mn=(1, 1)) if g.clustered else {}))
+        first = 128 * (1 + r * g.wgs_per_mma_task)
+        rings.append(SmemAB(name=f"SmemAB{r}" if g.rings > 1 else "SmemAB", pipeline_config=cfg, g=g, ring=r,
+                            first_thread=first))
+        outs.append(GmemC(name=f"GmemC{r}" if g.rings > 1 else "GmemC", g=g, which=r, first_thread=first,
+                          num_threads=consumer_threads))
+        allocator.add_resource(rings[-1])
+        allocator.add_resource(outs[-1])
+    allocator.compute_layout()
+    g.allocator = allocator
+    regs = (g.producer_regs, g.consumer_regs) if g.consumer_wgs == 2 else (None, None)
+    tasks, graph = [], {}
+    order = None
+    if g.schedule == "pingpong":
+        order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+            num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads),
+            **(dict(cta_layout_vmnk=(1, *g.cluster_mn, 1)) if g.clustered else {})))  # CTA-local turns
+        graph[order] = []
+    K = trip_count("k_tiles", k_tiles)
+    for r, (ring, out) in enumerate(zip(rings, outs)):
+        turn = None if order is None else turns[r]
+        suffix = str(r) if g.rings > 1 else ""
+        order_io = [] if order is None else [order]
+        load = GemmTask(name=f"LoadTask{suffix}", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=r,
+                        num_warps=1, num_registers=regs[0])
+        mma = GemmTask(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if turn and turn.startswith(
+                           "second") else []), dst_resources=[out] + (order_io if turn == "first" else []),
+                       warp_idx=4 * (1 + r * g.wgs_per_mma_task), num_warps=4 * g.wgs_per_mma_task,
+                       num_registers=regs[1])
+        load.g = mma.g = g
+        # split-K: every unit has its own K range, read per tile from the tasks' provider
+        k_loop = load.k_tiles_of if g.split_k else K
+        load.schedule = load_schedule(gmem_ab, ring, wq, k_loop, U, r)
+        mma.schedule = mma_schedule(ring, out, wq, mma.k_tiles_of if g.split_k else K, U, order, turn)
+        tasks += [load, mma]
+        graph[ring] = [gmem_ab, wq]
+        graph[out] = [ring, wq]
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=allocator, verbose=verbose,
+                       **manager_options)
+
+
+def build_cooperative(verbose=True, **manager_options):
+    return build(schedule="cooperative", verbose=verbose, **manager_options)
+
+
+def build_pingpong(verbose=True, **manager_options):
+    return build(schedule="pingpong", verbose=verbose, **manager_options)
+
+
+def build_split_k(verbose=True, **manager_options):
+    return build(_kernel_module().PersistentGemm(schedule="cooperative", split_k=True), verbose=verbose, **manager_options)
+
+
+
+def _kernel_module():
+    """gemm_kernel imports this module (the kernel calls build): import it back lazily."""
+    try:
+        from . import gemm_kernel
+    except ImportError:
+        import gemm_kernel  # type: ignore
+    return gemm_kernel

@@ -1,0 +1,215 @@
+"""The persistent GEMM's resources and their work bodies (CuTe DSL): the A/B TMA -> WGMMA rings,
+the tile coordinates, the epilogue (registers -> SMEM -> TMA store) and pingpong's math order.
+``g`` is the PersistentGemm being traced (gemm_kernel.py): the work bodies read its layouts and atoms."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    from . import _common  # noqa: F401  (pins the arch before cutlass)
+    from .gemm_config import GemmConfigError
+except ImportError:
+    import _common  # type: ignore  # noqa: F401
+    from gemm_config import GemmConfigError  # type: ignore
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+
+from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
+                       threads)
+
+
+@dataclass(kw_only=True)
+class GmemAB(MemoryResource):
+    g: Any = None
+    m: Any = TaskLocalVariable.uninitialized()
+    n: Any = TaskLocalVariable.uninitialized()
+    k0: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.m = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="M tile coordinate of the work tile")
+        self.n = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="N tile coordinate of the work tile")
+        self.k0 = TaskLocalVariable(dtype=cutlass.Int32, default=0, docs="first K tile of the unit (split-K)")
+
+    @consumer_work(returns=(m, n, k0))
+    def tile_coords(self, stage_info: StageInfo, which=0):
+        m, n, split = self.g.unit_tile(stage_info.work_tile.tile_idx[0], which)
+        return m, n, self.g.k_range(split)[0]
+
+
+@dataclass(kw_only=True)
+class SmemAB(MemoryResource):
+    """One TMA -> WGMMA ring (``ring``: 0, or 1 for pingpong's second warp group)."""
+
+    g: Any = None
+    ring: int = 0
+    first_thread: int = 128  # first thread of the warp group(s) that run the MMA on this ring
+    acc: Any = TaskLocalVariable.uninitialized()
+    frag_a: Any = TaskLocalVariable.uninitialized()
+    frag_b: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.acc = TaskLocalVariable(dtype=None, docs="fp32 accumulator fragment (registers)")
+        self.frag_a = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of A, all stages")
+        self.frag_b = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of B, all stages")
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_a[self.ring], self.g.alloc_b[self.ring]] if self.g is not None else []
+
+    @producer_work
+    @cute.jit
+    def tma_load(self, stage_info: StageInfo, m, n, k0):
+        g = self.g
+        bM, bN, bK = g.tile_mnk
+        k, s = k0 + stage_info.loop_offset, stage_info.stage_idx
+        gA = cute.local_tile(g.mA, (bM, bK), (m, None))
+        gB = cute.local_tile(g.mB, (bN, bK), (n, None))
+        sA, sB = cute.group_modes(g.smem_a(self.ring), 0, 2), cute.group_modes(g.smem_b(self.ring), 0, 2)
+        if cutlass.const_expr(g.clustered):
+            # each CTA loads its slice of the shared operand and multicasts it to its cluster peers
+            cm, cn = g.cluster_mn
+            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, g.cluster_coord[1], cute.make_layout(cn), sA,
+                                                          cute.group_modes(gA, 0, 2))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, g.cluster_coord[0], cute.make_layout(cm), sB,
+                                                          cute.group_modes(gB, 0, 2))
+            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier,
+                      mcast_mask=g.a_mcast_mask)
+            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier,
+                      mcast_mask=g.b_mcast_mask)
+        else:
+            tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1), sA,
+                                                          cute.group_modes(gA, 0, 2))
+            tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), sB,
+                                                          cute.group_modes(gB, 0, 2))
+            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
+            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
+
+    @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
+    @cute.jit
+    def init_acc(self, stage_info: StageInfo):
+        g = self.g
+        tidx, _, _ = cute.arch.thread_idx()
+        thr_mma = g.tiled_mma.get_slice(tidx - self.first_thread)
+        frag_a = g.tiled_mma.make_fragment_A(thr_mma.partition_A(g.smem_a(self.ring)))
+        frag_b = g.tiled_mma.make_fragment_B(thr_mma.partition_B(g.smem_b(self.ring)))
+        acc = cute.make_rmem_tensor(g.tiled_mma.partition_shape_C(g.tile_mnk[:2]), g.acc_dtype)
+        return acc, frag_a, frag_b
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage until the retire below
+    @cute.jit
+    def mma(self, stage_info: StageInfo, acc, frag_a, frag_b, *, first: cutlass.Constexpr = False):
+        """wgmma over one K tile; ``first``: overwrite the accumulator (a new output tile)."""
+        g = self.g
+        s = stage_info.stage_idx
+        cute.nvgpu.warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
+            # two MMA objects with a fixed ACCUMULATE field: setting it inside a runtime loop
+            # would carry a runtime value across regions
+            mma = g.mma_overwrite if cutlass.const_expr(first and kb == 0) else g.tiled_mma
+            cute.gemm(mma, acc, frag_a[(None, None, kb, s)], frag_b[(None, None, kb, s)], acc)
+        cute.nvgpu.warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT)
+    def retire(self, stage_info: StageInfo, *, pending: cutlass.Constexpr = 0):
+        """wgmma.wait_group(pending): all but the newest ``pending`` groups stopped reading SMEM."""
+        cute.nvgpu.warpgroup.wait_group(pending)
+
+
+@dataclass(kw_only=True)
+class GmemC(MemoryResource):
+    """The output; ``which`` picks the epilogue's SMEM buffers, warps and named barrier."""
+
+    g: Any = None
+    which: int = 0
+    first_thread: int = 128
+    num_threads: int = 256
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_c[self.which]] if self.g is not None else []
+
+    def _store_warp(self):
+        return self.first_thread // 32
+
+    @producer_work
+    @cute.jit
+    def store(self, stage_info: StageInfo, acc):
+        """acc -> bf16 -> stmatrix into SMEM sub-tiles (bM x 32) -> TMA store, ``epi_stage`` in flight.
+        Buffer e % epi_stage: sub-tiles per tile are a multiple of epi_stage, so a buffer comes
+        round again only after the store that last read it was waited on (wait_group.read)."""
+        g = self.g
+        m, n, split = g.unit_tile(stage_info.work_tile.tile_idx[0], self.which)
+        bM, bN, _ = g.tile_mnk
+        # split-K: C is the fp32 workspace, split s owning rows [s * tiles_m * bM, (s + 1) * tiles_m * bM)
+        gC = cute.local_tile(g.mC, (bM, bN), (split * g.tiles_m + m, n))
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        sC = g.smem_c(self.which)
+        epi_bar = pipeline.NamedBarrier(barrier_id=1 + self.which, num_threads=self.num_threads)
+        tiled_copy_r2s = g.epilogue_copy(g.epi_tiled_mma)
+        thr_r2s = tiled_copy_r2s.get_slice(tidx - self.first_thread)
+        tRS_sC = thr_r2s.partition_D(sC)
+        tRS_acc = tiled_copy_r2s.retile(acc)
+        rC_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+        tRS_rAcc = cute.make_rmem_tensor(rC_shape, g.acc_dtype)
+        tRS_rC = cute.make_rmem_tensor(rC_shape, g.c_dtype)
+        gather = EpilogueGather(tRS_acc, tRS_rAcc, g.tile_mnk[1] // g.epi_tile[1])
+        gC_epi = cute.zipped_divide(gC, g.epi_tile)
+        bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(g.tma_c, 0, cute.make_layout(1),
+                                                          cute.group_modes(sC, 0, 2), gC_epi)
+        epi_shape = gC_epi.shape[1]
+        epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
+        store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=threads(self.num_threads))
+        for e in cutlass.range_constexpr(cute.size(epi_shape)):
+            pairs = gather.pairs(e)
+            for j in cutlass.range_constexpr(len(pairs)):
+                tRS_rAcc[pairs[j][0]] = tRS_acc[pairs[j][1]]
+            tRS_rC.store(tRS_rAcc.load().to(g.c_dtype))
+            buf = e % g.epi_stage
+            cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
+            cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy writes -> TMA reads
+            epi_bar.arrive_and_wait()
+            if warp_idx == self._store_warp():
+                cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
+                store_pipe.producer_commit()
+                store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
+            epi_bar.arrive_and_wait()
+
+    @producer_work
+    @cute.jit
+    def drain(self, stage_info: StageInfo):
+        """After the last tile: the SMEM of every TMA store is read before the CTA exits."""
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == self._store_warp():
+            pipeline.PipelineTmaStore.create(num_stages=self.g.epi_stage,
+                                             producer_group=threads(self.num_threads)).producer_tail()
+
+
+class EpilogueGather:
+    """Which accumulator registers make up epilogue sub-tile e (trace-time index arithmetic).
+
+    The retiled accumulator is ((R values x column chunks of the tile), M halves, 1); a sub-tile's
+    registers are (R, M halves, Nr chunks), and sub-tile e (32 columns, every row) takes chunks
+    [e * Nr, (e + 1) * Nr) of every M half. With one M half this is the flat slice
+    [e * n, (e + 1) * n); with two (a 128-row tile on one warp group) it is not.
+    tests/test_gemm_persistent.py checks the coordinates of both sides with identity tensors."""
+
+    def __init__(self, acc_retiled, sub_regs, sub_tiles):
+        self.R, self.Mr, self.Nr = (cute.size(sub_regs, mode=[i]) for i in range(3))
+        self.per_half = cute.size(acc_retiled, mode=[0])
+        if not (self.per_half * self.Mr == cute.size(acc_retiled) and self.per_half == self.R * self.Nr * sub_tiles):
+            raise GemmConfigError(f"epilogue register layout {acc_retiled.layout} does not split into {sub_tiles} "
+                                  f"sub-tiles of {sub_regs.layout}")
+
+    def pairs(self, e):
+        """(sub-tile register index, retiled accumulator index) for every register of sub-tile e."""
+        R, Mr, Nr = self.R, self.Mr, self.Nr
+        return [(i + R * (mh + Mr * c), i + R * (e * Nr + c) + self.per_half * mh)
+                for c in range(Nr) for mh in range(Mr) for i in range(R)]
+
+
+@dataclass(kw_only=True)
+class MathOrder(MemoryResource):
+    """Pingpong's turn on the tensor cores: a 1-stage AsyncAsync pipeline with no data."""
+
