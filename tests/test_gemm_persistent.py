@@ -293,3 +293,64 @@ def test_split_k_host_path_accepts_its_fp32_workspace():
     assert k.c_dtype is cutlass.Float32
     with pytest.raises(gp.GemmConfigError, match="A/B and C must be bf16 or fp16"):
         gp.PersistentGemm(schedule="cooperative", c_dtype=cutlass.Float32)
+
+
+# fp8 (e4m3 A, e4m3 or e5m2 B; bK = 128: a WGMMA reads 32 bytes of K): the barriers, TMA and
+# epilogue are those of the bf16 kernels; the MMA is k32 with the B type in its name, and the
+# epilogue multiplies every accumulator register by alpha (128 per thread at 128x256 over 256
+# threads; pingpong: 128 at 128x128 over one warp group's 128 threads, in each warp group's store).
+FP8_CASES = [("cooperative", "E4M3FN", "m64n256k32.f32.e4m3.e4m3", 8, 128),
+             ("cooperative", "E5M2", "m64n256k32.f32.e4m3.e5m2", 8, 128),
+             ("pingpong", "E4M3FN", "m64n128k32.f32.e4m3.e4m3", 32, 256)]
+
+
+@pytest.mark.parametrize("schedule,b_type,mma,n_mma,n_mul", FP8_CASES)
+def test_fp8_compiles_with_the_bf16_barriers(schedule, b_type, mma, n_mma, n_mul):
+    import cutlass
+
+    b_dtype = getattr(cutlass, "Float8" + b_type)
+    ptx = gp.compile_for_cpu(schedule=schedule, ab_dtype=cutlass.Float8E4M3FN, b_dtype=b_dtype).artifacts.PTX
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+    same = {p: EXPECTED[schedule][p] for p in ("mbarrier.init", "mbarrier.arrive", "mbarrier.try_wait", "expect_tx",
+                                                "cp.async.bulk.tensor", "wgmma.mma_async", "setmaxnreg", "stmatrix")}
+    want = {**same, "wgmma.mma_async.sync.aligned." + mma: n_mma, "mul.f32": n_mul}
+    assert _common.count_ptx(ptx, want) == want
+    k = gp.PersistentGemm(schedule=schedule, ab_dtype=cutlass.Float8E4M3FN, b_dtype=b_dtype)
+    assert k.tile_mnk[2] == 128 and k.scaled
+
+
+def test_bf16_epilogue_does_not_scale(ptx):
+    assert _common.count_ptx(ptx["cooperative"], ["mul.f32"]) == {"mul.f32": 0}
+
+
+def test_fp8_config_errors():
+    import cutlass
+
+    with pytest.raises(gp.GemmConfigError, match="A/B and C must be bf16 or fp16"):
+        gp.PersistentGemm(ab_dtype=cutlass.Float8E4M3FN, b_dtype=cutlass.BFloat16)
+    with pytest.raises(gp.GemmConfigError, match="A/B and C must be bf16 or fp16"):
+        gp.PersistentGemm(ab_dtype=cutlass.BFloat16, b_dtype=cutlass.Float16)
+
+
+@pytest.mark.parametrize("a,b,c,needle", [
+    (_FakeTensor((64, 128), dtype="torch.float8_e4m3fn", itemsize=1),
+     _FakeTensor((32, 128), dtype="torch.float8_e5m2", itemsize=1), _FakeTensor((64, 32)), None),
+    (_FakeTensor((64, 128), dtype="torch.float8_e4m3fn", itemsize=1), _FakeTensor((32, 128)),
+     _FakeTensor((64, 32)), "with fp8 a, b must be"),
+    (_FakeTensor((64, 128), dtype="torch.float8_e4m3fn", itemsize=1),
+     _FakeTensor((32, 128), dtype="torch.float8_e4m3fn", itemsize=1),
+     _FakeTensor((64, 32), dtype="torch.float8_e4m3fn", itemsize=1), "c torch.bfloat16"),
+    (_FakeTensor((64, 24), dtype="torch.float8_e4m3fn", itemsize=1),
+     _FakeTensor((32, 24), dtype="torch.float8_e4m3fn", itemsize=1), _FakeTensor((64, 32)), "fp8: K of 16"),
+])
+def test_fp8_host_argument_errors(a, b, c, needle):
+    if needle is None:
+        gp.check_args(a, b, c)
+        return
+    with pytest.raises(gp.GemmConfigError, match=needle):
+        gp.check_args(a, b, c)
+
+
+def test_choose_splits_counts_fp8_k_tiles_of_128():
+    assert gp.choose_splits(64, 4096, 14336, (128, 256), 132, bK=128) == 8
+    assert gp.choose_splits(64, 4096, 1024, (128, 256), 132, bK=128) == 2

@@ -17,29 +17,40 @@ import cutlass.cute as cute
 
 _CACHE = {}
 _TORCH_DTYPES = ("bfloat16", "float16")
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+
+
+def _dtype_name(t):
+    return str(t.dtype).split(".")[-1]
 
 
 def check_args(a, b, c):
     """Shape / dtype / layout validation with the reason and the fix in the message."""
+    fp8 = _dtype_name(a) in FP8_DTYPES
     for name, t in (("a", a), ("b", b), ("c", c)):
         if t.dim() != 2:
             raise GemmConfigError(f"{name} has {t.dim()} dimensions; gemm takes 2-D tensors (a: MxK, b: NxK, c: MxN)")
         if not t.is_cuda:
             raise GemmConfigError(f"{name} is on {t.device}; move it to the GPU")
-        if str(t.dtype).split(".")[-1] not in _TORCH_DTYPES:
-            raise GemmConfigError(f"{name} is {t.dtype}; supported: torch.bfloat16, torch.float16")
+        allowed = FP8_DTYPES if fp8 and name != "c" else _TORCH_DTYPES
+        if _dtype_name(t) not in allowed:
+            if fp8:
+                raise GemmConfigError(f"{name} is {t.dtype}; with fp8 a, b must be torch.float8_e4m3fn or "
+                                      "torch.float8_e5m2 and c torch.bfloat16 or torch.float16")
+            raise GemmConfigError(f"{name} is {t.dtype}; supported: torch.bfloat16, torch.float16 (or fp8 a and b: "
+                                  "torch.float8_e4m3fn, torch.float8_e5m2)")
         if t.stride(1) != 1:
             raise GemmConfigError(f"{name} must be row-major with unit column stride (got strides {t.stride()}); "
                                   f"pass {name}.contiguous()")
         if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
             raise GemmConfigError(f"{name}: TMA needs a 16-byte aligned base and row stride (row stride "
-                                  f"{t.stride(0)} elements); K and N must be multiples of 8")
+                                  f"{t.stride(0)} elements); K and N must be multiples of 8 (fp8: K of 16)")
     M, K = a.shape
     N, K2 = b.shape
     if K2 != K or tuple(c.shape) != (M, N):
         raise GemmConfigError(f"shapes a{tuple(a.shape)} b{tuple(b.shape)} c{tuple(c.shape)}: expected a: MxK, "
                               "b: NxK (c = a @ b.T), c: MxN")
-    if a.dtype != b.dtype:
+    if a.dtype != b.dtype and not fp8:
         raise GemmConfigError(f"a is {a.dtype} but b is {b.dtype}; use one input dtype")
 
 
@@ -52,16 +63,36 @@ def _key(ab_dtype, c_dtype, options):
     return (ab_dtype, c_dtype, tuple(sorted(options.items())))
 
 
+def cutlass_dtype(torch_dtype):
+    name = str(torch_dtype).split(".")[-1]
+    if name in FP8_DTYPES:
+        return {"float8_e4m3fn": cutlass.Float8E4M3FN, "float8_e5m2": cutlass.Float8E5M2}[name]
+    return _common.cutlass_dtype(torch_dtype)
+
+
+def to_cute(t):
+    """A row-major torch tensor as a CuTe tensor with a dynamic row stride (fp8 through a uint8
+    view: DLPack has no fp8 type; the element type is set back on the CuTe side)."""
+    if _dtype_name(t) in FP8_DTYPES:
+        import torch
+
+        m = _common.to_cute(t.view(torch.uint8))
+        m.element_type = cutlass_dtype(t.dtype)
+        return m
+    return _common.to_cute(t, 1)
+
+
 def compiled(ma, mb, mc, a, c, **options):
     """The compiled kernel for these dtypes and options (compiled once per key; shapes are dynamic)."""
     from warpsched.verify.verdicts import VERDICTS
 
     key = _key(a.dtype, c.dtype, options)
     if key not in _CACHE:
-        kern = PersistentGemm(ab_dtype=_common.cutlass_dtype(a.dtype), c_dtype=_common.cutlass_dtype(c.dtype),
-                              **{"max_ctas": max_ctas(options.get("cluster_mn", (1, 1))), **options})
-        _CACHE[key] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), _common.current_stream(),
-                                   options=_common.PTX_OPTIONS)
+        opts = {k: cutlass_dtype(v) if k == "b_dtype" else v for k, v in options.items()}
+        kern = PersistentGemm(ab_dtype=cutlass_dtype(a.dtype), c_dtype=cutlass_dtype(c.dtype),
+                              **{"max_ctas": max_ctas(options.get("cluster_mn", (1, 1))), **opts})
+        _CACHE[key] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), cutlass.Float32(1.0),
+                                   _common.current_stream(), options=_common.PTX_OPTIONS)
         checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
         VERDICT_OF[key] = getattr(checked, "verdict", "not checked")
     return _CACHE[key]
@@ -89,18 +120,19 @@ def max_ctas(cluster_mn=(1, 1)):
         return _common.num_sms() // size * size
 
 
-def choose_splits(M, N, K, tile_mn, sms):
+def choose_splits(M, N, K, tile_mn, sms, bK=64):
     """split_k="auto": split K only when the output tiles fill less than half the SMs; then as
-    many splits as fill the SMs, at most 16 and at most one per 4 K tiles."""
+    many splits as fill the SMs, at most 16 and at most one per 4 K tiles (``bK``: 64, fp8 128)."""
     tiles = -(-M // tile_mn[0]) * -(-N // tile_mn[1])
-    k_tiles = -(-K // 64)
+    k_tiles = -(-K // bK)
     if 2 * tiles > sms:
         return 1
     return max(1, min(16, sms // tiles, k_tiles // 4))
 
 
-def gemm(a, b, c, schedule="cooperative", split_k="auto", **tile_options):
-    """c = a @ b.T (a: [M, K], b: [N, K], c: [M, N]; bf16 / fp16, row-major).
+def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, **tile_options):
+    """c = alpha * a @ b.T (a: [M, K], b: [N, K], c: [M, N]; row-major; bf16 / fp16 in and out,
+    or fp8 e4m3 / e5m2 in with bf16 / fp16 out and ``alpha`` = scale_a * scale_b).
 
     ``schedule``: "cooperative" or "pingpong". ``tile_options``: tile_mn, raster, group,
     cluster_mn, ab_stages, max_ctas (see PersistentGemm). ``split_k``: "auto" (split K only
@@ -113,8 +145,14 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", **tile_options):
         raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
     check_args(a, b, c)
     tile_options = {k: tuple(v) if isinstance(v, list) else v for k, v in tile_options.items()}
+    fp8 = _dtype_name(a) in FP8_DTYPES
+    if fp8 and b.dtype != a.dtype:
+        tile_options["b_dtype"] = b.dtype  # part of the compile key (the MMA and B's SMEM type)
+    elif alpha != 1.0:
+        raise GemmConfigError(f"alpha={alpha}: only the fp8 kernels scale (bf16 / fp16: scale the inputs)")
     M, K = a.shape
     N = b.shape[0]
+    bK = 128 if fp8 else 64
     if M == 0 or N == 0:
         return lambda: None
     if K == 0:
@@ -124,27 +162,28 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", **tile_options):
     if split_k == "auto":
         splittable = schedule == "cooperative" and tuple(tile_options.get("cluster_mn", (1, 1))) == (1, 1)
         split_k = choose_splits(M, N, K, tile_options.get("tile_mn") or DEFAULT_TILES[schedule],
-                                _common.num_sms()) if splittable else 1
-    if not isinstance(split_k, int) or split_k < 1 or split_k > -(-K // 64):
-        raise GemmConfigError(f"split_k={split_k!r}: expected 'auto' or an int in [1, ceil(K / 64) = {-(-K // 64)}]")
-    ma, mb = _common.to_cute(a, 1), _common.to_cute(b, 1)
+                                _common.num_sms(), bK) if splittable else 1
+    if not isinstance(split_k, int) or split_k < 1 or split_k > -(-K // bK):
+        raise GemmConfigError(f"split_k={split_k!r}: expected 'auto' or an int in [1, ceil(K / {bK}) = {-(-K // bK)}]")
+    ma, mb = to_cute(a), to_cute(b)
     stream = _common.current_stream()
+    scale = cutlass.Float32(float(alpha))
     if split_k == 1:
-        mc = _common.to_cute(c, 1)
+        mc = to_cute(c)
         f = compiled(ma, mb, mc, a, c, schedule=schedule, **tile_options)
-        f(ma, mb, mc, cutlass.Int32(1), stream)
-        return lambda: f(ma, mb, mc, cutlass.Int32(1), stream)
+        f(ma, mb, mc, cutlass.Int32(1), scale, stream)
+        return lambda: f(ma, mb, mc, cutlass.Int32(1), scale, stream)
     rows = -(-M // bM) * bM
     wkey = (a.device, split_k, rows, M, N)
     if wkey not in _WORKSPACE:
         _WORKSPACE[wkey] = (torch.empty(split_k * rows, N, device=a.device, dtype=torch.float32),
                             torch.empty(M, N, device=a.device, dtype=torch.float32))
     ws, total = _WORKSPACE[wkey]
-    mw = _common.to_cute(ws, 1)
+    mw = to_cute(ws)
     f = compiled(ma, mb, mw, a, ws, schedule=schedule, split_k=True, **tile_options)
 
     def run():
-        f(ma, mb, mw, cutlass.Int32(split_k), stream)
+        f(ma, mb, mw, cutlass.Int32(split_k), scale, stream)  # fp8: each partial tile already scaled
         torch.sum(ws.view(split_k, rows, N)[:, :M], dim=0, out=total)  # fp32 sum of the partial tiles ...
         c.copy_(total)  # ... rounded once into c
 
@@ -152,11 +191,26 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", **tile_options):
     return run
 
 
+def fake_operands(ab_dtype, b_dtype, c_dtype):
+    """Fake row-major A (M x K), B (N x K), C (M x N) for CPU compiles, A and B of their own types."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=16)
+
+    def rows(dtype, shape):
+        return make_fake_tensor(dtype, shape, (cute.sym_int64(divisibility=16), 1), assumed_align=16)
+
+    return rows(ab_dtype, (M, K)), rows(b_dtype, (N, K)), rows(c_dtype, (M, N))
+
+
 def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                     **options):
     from cutlass.cute.runtime import make_fake_stream
 
     kern = PersistentGemm(schedule=schedule, ab_dtype=ab_dtype, c_dtype=c_dtype, **options)
-    a, b, c = _common.fake_gemm_operands(ab_dtype, kern.c_dtype)  # split-K: C is the fp32 workspace
-    return cute.compile(kern, a, b, c, cutlass.Int32(1), make_fake_stream(), options=_common.ptx_options(arch))
-
+    if kern.b_dtype is ab_dtype:
+        a, b, c = _common.fake_gemm_operands(ab_dtype, kern.c_dtype)  # split-K: C is the fp32 workspace
+    else:
+        a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype)
+    return cute.compile(kern, a, b, c, cutlass.Int32(1), cutlass.Float32(1.0), make_fake_stream(),
+                        options=_common.ptx_options(arch))

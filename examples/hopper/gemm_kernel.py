@@ -30,12 +30,20 @@ class PersistentGemm:
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
-                 producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1)):
+                 producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
+                 b_dtype=None):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if split_k else ())  # split-K: fp32 partials
-        if ab_dtype not in (cutlass.BFloat16, cutlass.Float16) or c_dtype not in c_ok:
-            raise GemmConfigError(f"dtypes {ab_dtype.__name__} -> {c_dtype.__name__}: A/B and C must be bf16 or fp16")
+        b_dtype = b_dtype or ab_dtype
+        half, fp8 = (cutlass.BFloat16, cutlass.Float16), (cutlass.Float8E4M3FN, cutlass.Float8E5M2)
+        # WGMMA: bf16/fp16 with one type for A and B; fp8 with e4m3 or e5m2 on either side (K-major both)
+        inputs_ok = (ab_dtype in half and b_dtype is ab_dtype) or (ab_dtype in fp8 and b_dtype in fp8)
+        if not inputs_ok or c_dtype not in c_ok:
+            raise GemmConfigError(f"dtypes {ab_dtype.__name__} x {b_dtype.__name__} -> {c_dtype.__name__}: A/B and "
+                                  "C must be bf16 or fp16 (A/B fp8 e4m3 / e5m2 with C bf16 or fp16)")
+        self.b_dtype = b_dtype
+        self.scaled = ab_dtype in fp8  # fp8: the epilogue multiplies by alpha = scale_a * scale_b
         if split_k and schedule != "cooperative":
             raise GemmConfigError("split_k=True: only the cooperative schedule splits K (pingpong pairs tiles)")
         self.cluster_mn = tuple(cluster_mn)
@@ -84,7 +92,7 @@ class PersistentGemm:
         sub_bytes = bM * 32 * self.c_dtype.width // 8
         self.epi_stage = next(s for s in (4, 2, 1) if n_epi % s == 0 and s * sub_bytes * self.rings <= 32768)
         epi_bytes = sub_bytes * self.epi_stage * self.rings
-        self.tile_bytes = (bM + bN) * bK * self.ab_dtype.width // 8
+        self.tile_bytes = (bM * self.ab_dtype.width + bN * self.b_dtype.width) * bK // 8
         fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
         self.ab_stage = ab_stages or fit
         if not 2 <= self.ab_stage <= fit:
@@ -96,6 +104,7 @@ class PersistentGemm:
     def describe(self):
         return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"
                 f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}"
+                + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
                 + (" split-K fp32" if self.split_k else "")
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else ""))
 
@@ -107,14 +116,14 @@ class PersistentGemm:
 
     def _make_tiled_mma(self):
         return sm90_utils.make_trivial_tiled_mma(
-            self.ab_dtype, self.ab_dtype, self.layout.sm90_mma_major_mode(), self.layout.sm90_mma_major_mode(),
+            self.ab_dtype, self.b_dtype, self.layout.sm90_mma_major_mode(), self.layout.sm90_mma_major_mode(),
             self.acc_dtype, (self.wgs_per_mma_task, 1, 1), tiler_mn=(64, self.tile_mn[1]))
 
     def _setup(self):
         self.tiled_mma = self._make_tiled_mma()
         assert cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4 == self.tile_mnk[2], "WGMMA K differs from _plan"
         self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
-        self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
+        self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.b_dtype, self.ab_stage)
         self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
         for staged, elems in ((self.a_staged, self.a_elems), (self.b_staged, self.b_elems),
                               (self.c_staged, self.c_elems)):
@@ -178,8 +187,10 @@ class PersistentGemm:
         return cute.ceil_div(cute.size(mC, mode=[0]), bM)
 
     @cute.jit
-    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, splits: cutlass.Int32, stream):
-        """``mC``: C, or with split_k the fp32 workspace of ``splits`` x ceil(M / bM) * bM rows."""
+    def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, splits: cutlass.Int32,
+                 alpha: cutlass.Float32, stream):
+        """``mC``: C, or with split_k the fp32 workspace of ``splits`` x ceil(M / bM) * bM rows.
+        ``alpha``: the fp8 kernels' output scale (scale_a * scale_b); unused otherwise."""
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -195,7 +206,7 @@ class PersistentGemm:
         self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN), splits)
         grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
         kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                           self.c_staged, splits)
+                           self.c_staged, splits, alpha)
         if cutlass.const_expr(cm * cn > 1):
             kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[cm * cn, 1, 1], min_blocks_per_mp=1,
                         stream=stream)
@@ -218,7 +229,8 @@ class PersistentGemm:
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
                tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
-               b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout, splits: cutlass.Int32):
+               b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout, splits: cutlass.Int32,
+               alpha: cutlass.Float32):
         bM, bN, bK = self.tile_mnk
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
@@ -237,6 +249,7 @@ class PersistentGemm:
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         self.mA, self.mB, self.mC = mA, mB, mC
+        self.alpha = alpha
         self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
         # the mainloop's two MMA objects have a fixed ACCUMULATE field; the epilogue gets its own copy
         self.epi_tiled_mma = self._make_tiled_mma()

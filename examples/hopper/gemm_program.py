@@ -87,7 +87,7 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("fi
         raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
     U = trip_count("units_per_cta", units_per_cta)
     g.alloc_a = [SmemAllocation(f"sA{r}", dtype=g.ab_dtype, count=g.a_elems, alignment=1024) for r in range(g.rings)]
-    g.alloc_b = [SmemAllocation(f"sB{r}", dtype=g.ab_dtype, count=g.b_elems, alignment=1024) for r in range(g.rings)]
+    g.alloc_b = [SmemAllocation(f"sB{r}", dtype=g.b_dtype, count=g.b_elems, alignment=1024) for r in range(g.rings)]
     g.alloc_c = [SmemAllocation(f"sC{w}", dtype=g.c_dtype, count=g.c_elems, alignment=1024) for w in range(g.rings)]
     wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
     gmem_ab = GmemAB(name="GmemAB", g=g)

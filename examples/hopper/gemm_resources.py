@@ -165,7 +165,10 @@ class GmemC(MemoryResource):
             pairs = gather.pairs(e)
             for j in cutlass.range_constexpr(len(pairs)):
                 tRS_rAcc[pairs[j][0]] = tRS_acc[pairs[j][1]]
-            tRS_rC.store(tRS_rAcc.load().to(g.c_dtype))
+            if cutlass.const_expr(g.scaled):  # fp8: per-tensor scales folded into one fp32 factor
+                tRS_rC.store((tRS_rAcc.load() * g.alpha).to(g.c_dtype))
+            else:
+                tRS_rC.store(tRS_rAcc.load().to(g.c_dtype))
             buf = e % g.epi_stage
             cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
             cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy writes -> TMA reads
