@@ -146,8 +146,9 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, **tile_opti
     check_args(a, b, c)
     tile_options = {k: tuple(v) if isinstance(v, list) else v for k, v in tile_options.items()}
     fp8 = _dtype_name(a) in FP8_DTYPES
-    if fp8 and b.dtype != a.dtype:
-        tile_options["b_dtype"] = b.dtype  # part of the compile key (the MMA and B's SMEM type)
+    if fp8:
+        if b.dtype != a.dtype:
+            tile_options["b_dtype"] = b.dtype  # part of the compile key (the MMA and B's SMEM type)
     elif alpha != 1.0:
         raise GemmConfigError(f"alpha={alpha}: only the fp8 kernels scale (bf16 / fp16: scale the inputs)")
     M, K = a.shape

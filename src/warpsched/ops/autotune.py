@@ -1,0 +1,142 @@
+"""The GEMM autotuner's pure-Python half: the cache key, the candidate configurations and the
+on-disk cache of winners (JSON, one file per op, under a user cache directory).
+
+Like Triton's autotune: the first call for a (shape, dtypes, device) key times each candidate
+once and stores the fastest; later calls, in this process or another, reuse it. The cache
+directory is ``$WARPSCHED_CACHE_DIR``, else ``$XDG_CACHE_HOME/warpsched``, else
+``~/.cache/warpsched``. A corrupt or foreign file is reported with a warning, ignored, and
+replaced at the next store; a directory that cannot be written keeps the winners in memory."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import warnings
+from typing import Callable, Dict, List, Optional, Tuple
+
+ENV_CACHE_DIR = "WARPSCHED_CACHE_DIR"
+SCHEMA = 1  # bump when a stored configuration would mean something else
+CONFIG_KEYS = ("schedule", "tile_mn", "raster", "group", "cluster_mn", "split_k")
+
+
+class AutotuneWarning(UserWarning):
+    """The autotune cache could not be read or written (tuning goes on without it)."""
+
+
+def cache_dir() -> str:
+    if os.environ.get(ENV_CACHE_DIR):
+        return os.environ[ENV_CACHE_DIR]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "warpsched")
+
+
+def cache_key(M: int, N: int, K: int, a_dtype, b_dtype, out_dtype, device_name: str) -> str:
+    """One key per problem: shape, the three dtypes (torch or plain names) and the device name."""
+    names = [str(d).replace("torch.", "") for d in (a_dtype, b_dtype, out_dtype)]
+    return "|".join(["gemm", str(int(M)), str(int(N)), str(int(K)), *names, str(device_name)])
+
+
+def normalize(config: Dict) -> Dict:
+    """A configuration as gemm() takes it (JSON lists back to tuples); unknown keys rejected."""
+    unknown = sorted(set(config) - set(CONFIG_KEYS))
+    if unknown:
+        raise ValueError(f"configuration {config}: unknown keys {unknown}; known: {list(CONFIG_KEYS)}")
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
+
+
+def candidates(M: int, N: int, K: int, fp8: bool = False) -> List[Dict]:
+    """The handful of configurations tried for a shape (what won somewhere in the H200 sweep).
+    Few output tiles (small M): narrow tiles and split-K ("auto": only where the tiles leave
+    SMs idle); many: the 128x256 / 256x128 tiles, the other raster order, a wider raster group,
+    B multicast over a 2x1 cluster and ping-pong. fp8 has the same list (its K tile is 128)."""
+    del K, fp8  # the list depends on M and N; split_k="auto" looks at K itself
+    coop = dict(schedule="cooperative", split_k=1)
+    if M <= 64:
+        return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
+                dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
+                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
+    if M <= 256:
+        return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
+                dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(256, 128)),
+                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
+    out = [dict(coop, tile_mn=(128, 256)), dict(coop, tile_mn=(256, 128)), dict(coop, tile_mn=(128, 256), raster="n"),
+           dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
+           dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
+    if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
+        out.append(dict(coop, tile_mn=(128, 128)))
+    return out
+
+
+class TuneCache:
+    """The winners on disk: {"schema": SCHEMA, "entries": {key: {"config": ..., "ms": ...}}}."""
+
+    def __init__(self, path: Optional[str] = None):
+        self.path = path or os.path.join(cache_dir(), "gemm_autotune.json")
+        self.memory: Dict[str, Dict] = {}  # entries this process stored (kept if the disk refuses them)
+
+    def load(self) -> Dict[str, Dict]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return dict(self.memory)
+        except (OSError, ValueError) as e:
+            warnings.warn(f"autotune cache {self.path} unreadable ({type(e).__name__}: {e}); ignoring it (it is "
+                          f"rewritten at the next store; delete it or set {ENV_CACHE_DIR} to move it)",
+                          AutotuneWarning, stacklevel=3)
+            return dict(self.memory)
+        if not (isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("entries"), dict)):
+            warnings.warn(f"autotune cache {self.path} has another format (schema {data.get('schema') if isinstance(data, dict) else None!r}, "
+                          f"expected {SCHEMA}); ignoring it", AutotuneWarning, stacklevel=3)
+            return dict(self.memory)
+        return {**data["entries"], **self.memory}
+
+    def get(self, key: str) -> Optional[Dict]:
+        entry = self.load().get(key)
+        try:
+            return normalize(entry["config"]) if isinstance(entry, dict) and isinstance(entry.get("config"), dict) else None
+        except ValueError:  # a configuration key this version does not know: tune again
+            return None
+
+    def put(self, key: str, config: Dict, ms: Optional[float] = None) -> None:
+        entry = {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}}
+        if ms is not None and math.isfinite(ms):
+            entry["ms"] = ms
+        self.memory[key] = entry
+        entries = self.load()
+        entries[key] = entry
+        try:
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".gemm_autotune.", dir=os.path.dirname(self.path) or ".")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"schema": SCHEMA, "entries": entries}, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)  # atomic: a reader sees the old file or the new one
+        except OSError as e:
+            warnings.warn(f"autotune cache {self.path} not written ({e}); the choice is kept for this process",
+                          AutotuneWarning, stacklevel=3)
+
+
+def autotune(key: str, configs: List[Dict], bench: Callable[[Dict], float],
+             cache: TuneCache) -> Tuple[Dict, Dict[int, object]]:
+    """The cached winner for ``key``, else time every configuration once with ``bench`` (ms; an
+    exception drops that configuration), store the fastest and return it with every timing."""
+    hit = cache.get(key)
+    if hit is not None:
+        return hit, {}
+    timings: Dict[int, object] = {}
+    best, best_ms = None, math.inf
+    for i, cfg in enumerate(configs):
+        try:
+            ms = float(bench(cfg))
+        except Exception as e:  # noqa: BLE001 - a configuration that does not fit this shape
+            timings[i] = f"{type(e).__name__}: {e}"
+            continue
+        timings[i] = ms
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    if best is None:
+        raise RuntimeError(f"autotune {key}: no configuration ran: " + "; ".join(f"{configs[i]}: {t}"
+                                                                                for i, t in timings.items()))
+    cache.put(key, best, best_ms)
+    return normalize(best), timings

@@ -1,0 +1,155 @@
+"""``warpsched.ops.gemm``: out = a @ b (times scale_a * scale_b for fp8) for torch tensors, on
+the persistent warp-specialized Hopper GEMM of examples/hopper (gemm_persistent), autotuned.
+
+Layouts follow ``torch._scaled_mm`` (what WGMMA's fp8 needs, and what a linear layer has):
+a is (M, K) row-major, b is (K, N) column-major, i.e. ``b.t()`` is a row-major (N, K) tensor
+such as an ``nn.Linear`` weight (``gemm(x, w.t())``). torch, cutlass and the example kernels
+are imported by the first call; ``import warpsched.ops`` stays pure Python."""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from typing import Dict, Optional, Union
+
+from . import autotune as _tune
+
+HALF = ("bfloat16", "float16")
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+ENV_EXAMPLES = "WARPSCHED_EXAMPLES_DIR"
+
+
+class GemmArgumentError(ValueError):
+    """A tensor warpsched.ops.gemm cannot take (shape, dtype, device or layout), with the fix."""
+
+
+def _name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def check(a, b, out=None, out_dtype=None):
+    """Validate the operands (no torch import: anything with torch's tensor attributes works).
+    Returns (M, N, K, out dtype name)."""
+    for nm, t in (("a", a), ("b", b)):
+        if t.dim() != 2:
+            raise GemmArgumentError(f"{nm} has {t.dim()} dimensions; gemm takes 2-D a (M, K) and b (K, N)")
+        if not t.is_cuda:
+            raise GemmArgumentError(f"{nm} is on {t.device}; move it to the GPU (.cuda())")
+    a_t, b_t = _name(a.dtype), _name(b.dtype)
+    fp8 = a_t in FP8
+    if a_t not in HALF + FP8:
+        raise GemmArgumentError(f"a is {a.dtype}; supported: torch.bfloat16, torch.float16, torch.float8_e4m3fn, "
+                                "torch.float8_e5m2 (convert with a.to(torch.bfloat16))")
+    if (fp8 and b_t not in FP8) or (not fp8 and b_t != a_t):
+        raise GemmArgumentError(f"a is {a.dtype} but b is {b.dtype}: b must be {a.dtype}" +
+                                (" or another fp8 type" if fp8 else ""))
+    (M, K), (K2, N) = a.shape, b.shape
+    if K2 != K:
+        raise GemmArgumentError(f"a {tuple(a.shape)} @ b {tuple(b.shape)}: a's K ({K}) differs from b's ({K2}); "
+                                "b is (K, N) as in torch.mm (pass w.t() for an (N, K) weight w)")
+    if a.stride(1) != 1 and M > 1:
+        raise GemmArgumentError(f"a {tuple(a.shape)} has strides {a.stride()}: a must be row-major (K contiguous); "
+                                "pass a.contiguous()")
+    if b.stride(0) != 1 and N > 1:
+        raise GemmArgumentError(f"b {tuple(b.shape)} has strides {b.stride()}: b must be column-major (K contiguous, "
+                                "as torch._scaled_mm wants): pass w.t() of a row-major (N, K) weight w, or "
+                                "b.t().contiguous().t()")
+    item = 1 if fp8 else 2
+    for nm, t, lead in (("a", a, a.stride(0)), ("b", b, b.stride(1))):
+        if (lead * item) % 16 or t.data_ptr() % 16:
+            raise GemmArgumentError(f"{nm}: TMA needs a 16-byte aligned base and K stride ({lead} elements); K must be "
+                                    f"a multiple of {16 // item} for {_name(t.dtype)}")
+    o_t = _name(out.dtype) if out is not None else _name(out_dtype) if out_dtype is not None else (
+        "bfloat16" if fp8 else a_t)
+    if out is not None and out_dtype is not None and _name(out_dtype) != o_t:
+        raise GemmArgumentError(f"out is {out.dtype} but out_dtype={out_dtype}; give one of them")
+    if o_t not in HALF or (not fp8 and o_t != a_t):
+        raise GemmArgumentError(f"output dtype {o_t}: " + ("fp8 inputs write torch.bfloat16 or torch.float16" if fp8
+                                else f"{a_t} inputs write {a_t}"))
+    if out is not None:
+        if tuple(out.shape) != (M, N):
+            raise GemmArgumentError(f"out is {tuple(out.shape)}; expected (M, N) = ({M}, {N})")
+        if not out.is_cuda or out.stride(1) != 1 and N > 1 or (out.stride(0) * 2) % 16 or out.data_ptr() % 16:
+            raise GemmArgumentError(f"out {tuple(out.shape)} strides {out.stride()}: out must be a row-major CUDA "
+                                    "tensor with a 16-byte aligned base and rows (N a multiple of 8)")
+    elif N % 8:
+        raise GemmArgumentError(f"N = {N}: the output rows must be 16-byte aligned for the TMA store (N a multiple "
+                                "of 8); pad b with zero columns")
+    return M, N, K, o_t
+
+
+def kernels():
+    """The example GEMM module, imported on first use: from $WARPSCHED_EXAMPLES_DIR, else the
+    repository's examples/hopper next to src/ (an editable install or a checkout)."""
+    if "gemm_persistent" in sys.modules:
+        return sys.modules["gemm_persistent"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.environ.get(ENV_EXAMPLES) or os.path.join(here, "..", "..", "..", "examples", "hopper")
+    path = os.path.abspath(path)
+    if not os.path.isfile(os.path.join(path, "gemm_persistent.py")):
+        raise ImportError(f"warpsched.ops.gemm runs examples/hopper/gemm_persistent.py, not found in {path}: set "
+                          f"{ENV_EXAMPLES} to the examples/hopper folder of a warpsched checkout")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    import gemm_persistent  # noqa: E402 - the examples' own module layout (they import _common flat)
+
+    return gemm_persistent
+
+
+def _time_ms(run, reps=5) -> float:
+    import torch
+
+    run()  # compiles on first use; not timed
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _scale(s) -> float:
+    if s is None:
+        return 1.0
+    return float(s.item() if hasattr(s, "item") else s)  # a device scalar costs one sync here
+
+
+def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
+         config: Union[str, Dict] = "auto", cache: Optional[_tune.TuneCache] = None):
+    """out = a @ b for bf16 / fp16 (out the same dtype), or (a @ b) * scale_a * scale_b for fp8
+    a (e4m3 / e5m2) and b (e4m3 / e5m2) with fp32 accumulation and a bf16 (default) or fp16 out.
+
+    ``a``: (M, K) row-major; ``b``: (K, N) column-major (``w.t()`` of an (N, K) weight);
+    ``out``: an (M, N) row-major tensor to write, else a new one. ``scale_a`` / ``scale_b``:
+    per-tensor scales (floats or one-element tensors). ``config``: "auto" (the tuned choice for
+    this shape, dtypes and device, cached on disk: see warpsched.ops.autotune), "default"
+    (cooperative 128x256, split-K when few tiles) or a configuration dict (schedule, tile_mn,
+    raster, group, cluster_mn, split_k). Returns ``out``."""
+    M, N, K, o_t = check(a, b, out, out_dtype)
+    fp8 = _name(a.dtype) in FP8
+    if not fp8 and (scale_a is not None or scale_b is not None):
+        raise GemmArgumentError("scale_a / scale_b: per-tensor scales are for fp8 inputs only")
+    import torch
+
+    if out is None:
+        out = torch.empty(M, N, device=a.device, dtype=getattr(torch, o_t))
+    gp = kernels()
+    bt = b.t()  # (N, K) row-major: the kernel computes a @ bt.T
+    alpha = _scale(scale_a) * _scale(scale_b)
+    if config == "default":
+        cfg = {}
+    elif isinstance(config, dict):
+        cfg = _tune.normalize(config)
+    elif config == "auto":
+        key = _tune.cache_key(M, N, K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device))
+        cands = _tune.candidates(M, N, K, fp8)
+        cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(gp.gemm(a, bt, out, alpha=alpha, **c)),
+                                cache or _tune.TuneCache())
+    else:
+        raise GemmArgumentError(f"config={config!r}: expected 'auto', 'default' or a configuration dict")
+    gp.gemm(a, bt, out, alpha=alpha, **cfg)
+    return out

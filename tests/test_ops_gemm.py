@@ -1,0 +1,187 @@
+"""warpsched.ops.gemm on the CPU: the import stays pure Python, the argument checks name the fix,
+and the autotuner's key, candidate list and on-disk cache (write, reuse, corrupt / foreign /
+unwritable files) behave. The kernels themselves run in benchmarks/gemm_sweep.py on the H200."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from warpsched.ops import autotune as tune
+
+ops_gemm = importlib.import_module("warpsched.ops.gemm")  # the module (warpsched.ops.gemm is the function)
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+
+def test_import_is_pure_python():
+    code = ("import sys, warpsched, warpsched.ops, warpsched.ops.autotune; "
+            "bad = [m for m in ('torch', 'cutlass', 'gemm_persistent') if m in sys.modules]; "
+            "assert not bad, bad; print(warpsched.ops.gemm.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC}, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "gemm"
+
+
+class T:
+    """What the checks read of a torch tensor."""
+
+    def __init__(self, shape, dtype="torch.bfloat16", strides=None, cuda=True, ptr=4096):
+        self.shape, self.dtype, self.is_cuda, self._ptr = tuple(shape), dtype, cuda, ptr
+        self._strides = strides or (shape[1], 1)
+        self.device = "cuda:0" if cuda else "cpu"
+
+    def dim(self):
+        return len(self.shape)
+
+    def stride(self, i=None):
+        return self._strides if i is None else self._strides[i]
+
+    def data_ptr(self):
+        return self._ptr
+
+
+def col(k, n, dtype="torch.bfloat16"):
+    """(K, N) column-major: w.t() of a row-major (N, K) weight."""
+    return T((k, n), dtype, strides=(1, k))
+
+
+def test_accepts_torch_scaled_mm_layouts():
+    assert ops_gemm.check(T((64, 128)), col(128, 256)) == (64, 256, 128, "bfloat16")
+    e4, e5 = "torch.float8_e4m3fn", "torch.float8_e5m2"
+    assert ops_gemm.check(T((64, 128), e4), col(128, 256, e5)) == (64, 256, 128, "bfloat16")
+    assert ops_gemm.check(T((64, 128), e4), col(128, 256, e4), out_dtype="torch.float16")[3] == "float16"
+    assert ops_gemm.check(T((64, 128), "torch.float16"), col(128, 256, "torch.float16"), T((64, 256), "torch.float16"))
+
+
+@pytest.mark.parametrize("a,b,out,kw,needle", [
+    (T((64, 128)), T((128, 256)), None, {}, "b must be column-major"),
+    (T((64, 128), strides=(1, 64)), col(128, 256), None, {}, "a must be row-major"),
+    (T((64, 128)), col(64, 256), None, {}, "pass w.t()"),
+    (T((64, 128), cuda=False), col(128, 256), None, {}, "move it to the GPU"),
+    (T((64, 128), "torch.float32"), col(128, 256), None, {}, "supported: torch.bfloat16"),
+    (T((64, 128)), col(128, 256, "torch.float16"), None, {}, "b must be torch.bfloat16"),
+    (T((64, 128), "torch.float8_e4m3fn"), col(128, 256), None, {}, "or another fp8 type"),
+    (T((64, 100)), col(100, 256), None, {}, "multiple of 8"),
+    (T((64, 120), "torch.float8_e4m3fn"), col(120, 256, "torch.float8_e4m3fn"), None, {}, "multiple of 16"),
+    (T((64, 128)), col(128, 256), T((64, 255)), {}, r"expected \(M, N\)"),
+    (T((64, 128)), col(128, 250), None, {}, "N a multiple of 8"),
+    (T((64, 128)), col(128, 256), None, {"out_dtype": "torch.float16"}, "bfloat16 inputs write bfloat16"),
+    (T((64, 128), "torch.float8_e4m3fn"), col(128, 256, "torch.float8_e4m3fn"), None, {"out_dtype": "torch.float32"},
+     "fp8 inputs write"),
+    (T((2, 4, 128)), col(128, 256), None, {}, "2-D"),
+])
+def test_argument_errors_name_the_fix(a, b, out, kw, needle):
+    with pytest.raises(ops_gemm.GemmArgumentError, match=needle):
+        ops_gemm.check(a, b, out, **kw)
+
+
+def test_scales_are_for_fp8_only():
+    with pytest.raises(ops_gemm.GemmArgumentError, match="fp8 inputs only"):
+        ops_gemm.gemm(T((64, 128)), col(128, 256), scale_a=2.0)
+
+
+# ------------------------------------------------------------------------------ autotune
+def test_cache_dir_env_override(monkeypatch, tmp_path):
+    monkeypatch.setenv(tune.ENV_CACHE_DIR, str(tmp_path / "c"))
+    assert tune.cache_dir() == str(tmp_path / "c")
+    assert tune.TuneCache().path == str(tmp_path / "c" / "gemm_autotune.json")
+    monkeypatch.delenv(tune.ENV_CACHE_DIR)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert tune.cache_dir() == str(tmp_path / "x" / "warpsched")
+
+
+def test_key_separates_shape_dtypes_and_device():
+    k = tune.cache_key(64, 4096, 4096, "torch.bfloat16", "torch.bfloat16", "torch.bfloat16", "NVIDIA H200")
+    assert k == "gemm|64|4096|4096|bfloat16|bfloat16|bfloat16|NVIDIA H200"
+    others = {tune.cache_key(65, 4096, 4096, "bfloat16", "bfloat16", "bfloat16", "NVIDIA H200"),
+              tune.cache_key(64, 4096, 4096, "float8_e4m3fn", "float8_e5m2", "bfloat16", "NVIDIA H200"),
+              tune.cache_key(64, 4096, 4096, "bfloat16", "bfloat16", "bfloat16", "NVIDIA H100")}
+    assert k not in others and len(others) == 3
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (64, 4096, 14336), (256, 128256, 4096), (1024, 1024, 1024),
+                                   (16384, 4096, 14336)])
+def test_candidates_are_a_handful_of_valid_configurations(M, N, K):
+    pytest.importorskip("cutlass")
+    sys.path.insert(0, os.path.join(os.path.dirname(SRC), "examples", "hopper"))
+    import gemm_persistent as gp
+
+    cands = tune.candidates(M, N, K)
+    assert 3 <= len(cands) <= 8
+    assert len({json.dumps(c, sort_keys=True) for c in cands}) == len(cands)  # no configuration twice
+    for c in cands:
+        opts = {k: v for k, v in tune.normalize(c).items() if k != "split_k"}
+        gp.PersistentGemm(split_k=c["split_k"] != 1 and opts.get("cluster_mn", (1, 1)) == (1, 1), **opts)
+    if M <= 256:
+        assert any(c["split_k"] == "auto" for c in cands)  # few tiles: split-K is tried
+
+
+def test_autotune_times_once_then_reuses_the_disk_cache(tmp_path):
+    path = str(tmp_path / "sub" / "gemm_autotune.json")
+    cands = [dict(schedule="cooperative", tile_mn=(128, 256), split_k=1),
+             dict(schedule="pingpong", tile_mn=(128, 128), split_k=1),
+             dict(schedule="cooperative", tile_mn=(64, 128), split_k="auto")]
+    calls = []
+
+    def bench(cfg):
+        calls.append(cfg)
+        if cfg["tile_mn"] == (64, 128):
+            raise ValueError("does not fit")  # a failing candidate is dropped, not fatal
+        return {(128, 256): 2.0, (128, 128): 1.5}[cfg["tile_mn"]]
+
+    best, timings = tune.autotune("k1", cands, bench, tune.TuneCache(path))
+    assert best == cands[1] and len(calls) == 3
+    assert timings[0] == 2.0 and "does not fit" in timings[2]
+    on_disk = json.load(open(path))
+    assert on_disk["schema"] == tune.SCHEMA and on_disk["entries"]["k1"] == {
+        "config": {"schedule": "pingpong", "tile_mn": [128, 128], "split_k": 1}, "ms": 1.5}
+    again, timings = tune.autotune("k1", cands, bench, tune.TuneCache(path))  # a new process: read from disk
+    assert again == cands[1] and again["tile_mn"] == (128, 128) and timings == {} and len(calls) == 3
+    tune.autotune("k2", cands[:1], bench, tune.TuneCache(path))
+    assert set(json.load(open(path))["entries"]) == {"k1", "k2"}  # stores merge
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"schema": 999, "entries": {}}), json.dumps([1, 2]),
+                                     json.dumps({"schema": tune.SCHEMA, "entries": {"k": {"config": {"bogus": 1}}}})])
+def test_corrupt_or_foreign_cache_is_ignored_and_replaced(tmp_path, content):
+    path = tmp_path / "gemm_autotune.json"
+    path.write_text(content)
+    cache = tune.TuneCache(str(path))
+    with pytest.warns(tune.AutotuneWarning) if "bogus" not in content else _no_warning():
+        assert cache.get("k") is None
+    with pytest.warns(tune.AutotuneWarning) if "bogus" not in content else _no_warning():
+        best, _ = tune.autotune("k", [dict(schedule="cooperative", split_k=1)], lambda c: 1.0, cache)
+    assert best == {"schedule": "cooperative", "split_k": 1}
+    assert tune.TuneCache(str(path)).get("k") == best  # rewritten in the current format
+
+
+def test_unwritable_cache_keeps_the_choice_in_memory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    cache = tune.TuneCache(str(blocker / "gemm_autotune.json"))  # its directory is a file
+    with pytest.warns(tune.AutotuneWarning, match="not written"):
+        tune.autotune("k", [dict(schedule="cooperative", split_k=1)], lambda c: 1.0, cache)
+    assert cache.get("k") == {"schedule": "cooperative", "split_k": 1}
+
+
+def test_no_configuration_runs():
+    with pytest.raises(RuntimeError, match="no configuration ran"):
+        tune.autotune("k", [dict(schedule="cooperative", split_k=1)], lambda c: 1 / 0, tune.TuneCache("/nonexistent/x"))
+
+
+class _no_warning:
+    def __enter__(self):
+        import warnings
+
+        self._w = warnings.catch_warnings()
+        self._w.__enter__()
+        warnings.simplefilter("error", tune.AutotuneWarning)
+
+    def __exit__(self, *exc):
+        self._w.__exit__(*exc)
+        return False
