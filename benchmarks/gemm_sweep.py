@@ -1,17 +1,24 @@
-"""bf16 GEMM sweep on the H200: the persistent warpsched GEMM against torch.matmul and wgmma_gemm.
+"""GEMM sweep on the H200: the persistent warpsched GEMM against torch.matmul and wgmma_gemm (bf16),
+and against torch._scaled_mm (fp8 e4m3, per-tensor scales, bf16 out).
 
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_sweep.py 2>&1 | tee $OUT/gemm_sweep.log
+  source .devcarry/prelude.sh && python3 benchmarks/gemm_sweep.py --budget 230 2>&1 | tee $OUT/gemm_sweep.log
   source .devcarry/prelude.sh && python3 benchmarks/gemm_sweep.py --quick     # 4 shapes
+  ... --shapes squares,vocab        # shape sets (all, squares, llm, vocab, quick) or MxNxK items
+  ... --dtypes bf16                 # bf16 only (default bf16,fp8)
 
-Shapes (C[M, N] = A[M, K] @ B[N, K]^T, bf16 in / fp32 accumulate / bf16 out): squares 1024..16384
-and M in {64, 256, 1024, 4096, 16384} x (N, K) in {(4096, 4096), (14336, 4096), (4096, 14336)}.
+Shapes (C[M, N] = A[M, K] @ B[N, K]^T, fp32 accumulate, bf16 out): squares 1024..16384 and M in
+{64, 256, 1024, 4096, 16384} x (N, K) in {(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)}
+(the last: an LLM vocabulary projection, set "vocab"). fp8: A e4m3 and B e4m3 with per-tensor
+scales, against torch._scaled_mm on the same quantized inputs (``tuned`` among ``FP8_TUNE``);
+e4m3 x e5m2 is checked for correctness (untimed).
 Sides: torch.matmul (torch.mm into a preallocated C), wgmma_gemm.gemm (non-persistent), the
 persistent kernel's two schedules at their default tiles (``coop`` 128x256, ``pingpong``
 128x128 per warp group, no split-K, no cluster) and ``tuned``: the fastest of a handful of
 configurations (tiles, raster order / group, 2x1 clusters with B multicast for large shapes,
 split-K with split_k="auto" for M <= 256), each timed once per shape (``tune_set``). Every side runs on fresh random inputs with a NaN-poisoned output and is
 compared with an fp64 reference (relative Frobenius error, any non-finite value fails) on every
-shape, plus untimed ragged shapes. Timing: 3 rounds, the sides in a rotated order each round,
+shape, plus untimed ragged shapes. warpsched.ops.gemm (autotune with its disk cache under $OUT) is checked on three shapes.
+Timing: 3 rounds, the sides in a rotated order each round,
 each a triton do_bench median over CUDA-graph replays of back-to-back launches (host launch cost
 out of the numbers for every side alike); the table reports each side's median of the rounds.
 
@@ -39,11 +46,32 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 sys.path.insert(0, os.environ.get("WARPSCHED_SRC", os.path.join(ROOT, "src")))
 
 SQUARES = [(n, n, n) for n in (1024, 2048, 4096, 8192, 16384)]
-LLM = [(m, n, k) for m in (64, 256, 1024, 4096, 16384) for n, k in ((4096, 4096), (14336, 4096), (4096, 14336))]
+LLM_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096))
+LLM = [(m, n, k) for m in (64, 256, 1024, 4096, 16384) for n, k in LLM_NK]
+VOCAB = [s for s in LLM if s[1] == 128256]
 QUICK = [(4096, 4096, 4096), (8192, 8192, 8192), (256, 4096, 14336), (4096, 14336, 4096)]
+SHAPE_SETS = {"all": SQUARES + LLM, "squares": SQUARES, "llm": LLM, "vocab": VOCAB, "quick": QUICK}
+
+
+def parse_shapes(text):
+    """'all', 'squares,vocab', '4096x4096x4096,64x128256x4096': shape sets and MxNxK items, in order."""
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        shapes = SHAPE_SETS.get(item)
+        if shapes is None:
+            try:
+                m, n, k = (int(x) for x in item.lower().split("x"))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"--shapes item {item!r}: a set ({', '.join(SHAPE_SETS)}) or MxNxK")
+            shapes = [(m, n, k)]
+        out += [s for s in shapes if s not in out]
+    return out
 RAGGED = [(1, 8, 8), (129, 264, 72), (200, 136, 40), (127, 4104, 4096), (3000, 5000, 1000), (1000, 2056, 4104),
           (3968, 4224, 200)]  # odd tile counts (pingpong recomputes the last tile), several units per CTA, K % 64 != 0
 FP16 = [(1000, 2056, 4112), (72, 4096, 4104)]  # fp16 correctness after the timed shapes (compiles two more kernels)
+FP8_RAGGED = [(1, 16, 16), (129, 264, 80), (200, 136, 48), (3000, 5000, 1008), (1000, 2056, 4112), (72, 4096, 14336)]
+OPS_SHAPES = [(64, 4096, 4096), (1000, 2056, 4112), (4096, 4096, 4096)]  # warpsched.ops.gemm, autotuned
 TOL = 1e-2  # bf16 output rounding lands near 2e-3
 
 CONFIGS = {
@@ -62,10 +90,17 @@ CONFIGS = {
     "coop128x256s": dict(schedule="cooperative", tile_mn=(128, 256), split_k="auto"),
     "coop64x256s": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto"),
 }
+# fp8 (e4m3 x e4m3, K tile 128): the same kernels with an fp8 MMA and the scale in the epilogue
+FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8coop256x128": "coop256x128",
+               "f8coop128x128": "coop128x128", "f8coop64x128": "coop64x128", "f8coop128x256c21": "coop128x256c21",
+               "f8coop128x256s": "coop128x256s", "f8coop64x256s": "coop64x256s"}
+for _f8, _base in FP8_CONFIGS.items():
+    CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
     _cfg.setdefault("split_k", 1)  # gemm() splits K by itself ("auto") unless told not to
 FIXED = {"coop": "coop128x256", "pingpong": "pp128x128"}  # the two schedules at their default tiles
 SIDES = ["torch", "wgmma_gemm", "coop", "pingpong", "tuned"]
+FP8_SIDES = ["torch_fp8", "coop_fp8", "tuned_fp8"]  # torch._scaled_mm, f8coop128x256, the fastest of FP8_TUNE
 
 
 def tune_set(M, N, K):
@@ -76,6 +111,12 @@ def tune_set(M, N, K):
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s"]
     return ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
             "coop128x256c21", "pp128x128c21"]
+
+
+def fp8_tune_set(M, N, K):
+    if M <= 256:
+        return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128"]
+    return ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21"]
 
 
 def emit(kind, **rec):
@@ -90,243 +131,6 @@ def phase(what, limit, cfg=None, shape=None):
 
 
 # ======================================================================================== child
-class Child:
-    def __init__(self, args):
-        import torch
-        import triton.testing
-
-        self.torch, self.do_bench = torch, triton.testing.do_bench
-        import gemm_persistent as gp
-
-        self.gp = gp
-        try:
-            import wgmma_gemm
-
-            self.wg = wgmma_gemm
-        except Exception as e:  # noqa: BLE001 - the baseline is optional; report and continue
-            print(f"wgmma_gemm unavailable: {type(e).__name__}: {e}", flush=True)
-            self.wg = None
-        self.bad = set(args.exclude)  # configurations (or sides) that failed: not used again
-        self.done = set(tuple(s) for s in args.done)
-        self.timed = QUICK if args.quick else {"all": SQUARES + LLM, "squares": SQUARES, "llm": LLM}[args.subset]
-        self.deadline = args.deadline
-        self.rounds = args.rounds
-        self.dev = torch.device("cuda")
-        self.compiled = set()
-        self.no_graph = set()  # sides whose launches could not be captured: timed plainly
-
-    # ---------------------------------------------------------------- launches
-    def launcher(self, side, a, b, c):
-        torch = self.torch
-        if side == "torch":
-            bt = b.t()
-            return lambda: torch.mm(a, bt, out=c)
-        if side == "wgmma_gemm":
-            return lambda: self.wg.gemm(a, b, c)
-        cfg = CONFIGS[side]
-        return lambda: self.gp.gemm(a, b, c, **cfg)
-
-    def usable(self, side):
-        if side in self.bad:
-            return False
-        return self.wg is not None if side == "wgmma_gemm" else True
-
-    def check(self, side, a, b, c, ref, ref_norm, shape, launch=None, label=None, limit=60):
-        """Poison C, run once, compare with the fp64 reference (False on a wrong or failed run)."""
-        torch = self.torch
-        phase("check", limit, side, shape)  # limit: a first call may compile (fp16)
-        side_label = label or side
-        c.fill_(float("nan"))
-        try:
-            (launch or self.launcher(side, a, b, c))()
-            torch.cuda.synchronize()
-            finite = bool(torch.isfinite(c).all())
-            err = float((c.double() - ref).norm() / ref_norm) if finite else float("nan")
-        except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
-            emit("check", shape=shape, side=side_label, ok=False, err=None, note=f"{type(e).__name__}: {str(e)[:160]}")
-            return False
-        ok = finite and err < TOL
-        emit("check", shape=shape, side=side_label, ok=ok, err=err, note="" if finite else "non-finite output")
-        return ok
-
-    def compile_all(self, names):
-        torch = self.torch
-        # K = 1024: long enough that split_k="auto" splits (so the split kernels compile here too)
-        a = torch.randn(256, 1024, device=self.dev, dtype=torch.bfloat16)
-        b = torch.randn(264, 1024, device=self.dev, dtype=torch.bfloat16)
-        c = torch.empty(256, 264, device=self.dev, dtype=torch.bfloat16)
-        for name in names:
-            if not self.usable(name):
-                continue
-            phase("compile", 300, name)
-            t0 = time.time()
-            try:
-                self.launcher(name, a, b, c)()
-                torch.cuda.synchronize()
-                verdict = self.gp.verdict_for(a, c, **CONFIGS[name]) if name in CONFIGS else "-"
-                desc = name
-                if name in CONFIGS:
-                    opts = {k: v for k, v in CONFIGS[name].items() if k != "split_k"}  # "auto": a host choice
-                    desc = self.gp.PersistentGemm(split_k=CONFIGS[name]["split_k"] != 1, **opts).describe()
-                emit("compile", cfg=name, ok=True, seconds=round(time.time() - t0, 1), verdict=verdict, desc=desc)
-                self.compiled.add(name)
-            except Exception as e:  # noqa: BLE001
-                traceback.print_exc()
-                self.bad.add(name)
-                emit("compile", cfg=name, ok=False, seconds=round(time.time() - t0, 1),
-                     note=f"{type(e).__name__}: {str(e)[:300]}")
-
-    # ---------------------------------------------------------------- timing
-    def graph_time(self, name, launch, est_ms):
-        """Median ms per launch: do_bench over replays of a CUDA graph of ``reps`` launches."""
-        torch = self.torch
-        reps = max(1, min(200, int(round(1.0 / max(est_ms, 1e-4)))))  # about a millisecond per replay
-        if name in self.no_graph:
-            return self.do_bench(launch, warmup=25, rep=100, return_mode="median"), "plain"
-        try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                launch()
-            torch.cuda.current_stream().wait_stream(s)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(reps):
-                    launch()
-            torch.cuda.synchronize()
-            ms = self.do_bench(g.replay, warmup=25, rep=100, return_mode="median") / reps
-            del g
-            return ms, "graph"
-        except Exception as e:  # noqa: BLE001 - capture refused: time plain launches
-            print(f"    graph capture of {name} failed ({type(e).__name__}: {str(e)[:120]}); timing plain launches",
-                  flush=True)
-            self.no_graph.add(name)
-            torch.cuda.synchronize()
-            return self.do_bench(launch, warmup=25, rep=100, return_mode="median"), "plain"
-
-    def graph_check(self, name, launch, a, b, c, ref, ref_norm, shape):
-        """The output of a captured launch is right too (the graph path is what gets timed)."""
-        torch = self.torch
-        if name in self.no_graph:
-            return True
-        phase("capture", 60, name, shape)
-        torch.cuda.synchronize()
-        try:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                launch()
-        except Exception as e:  # noqa: BLE001 - timed plainly instead (graph_time)
-            print(f"    graph capture of {name} failed ({type(e).__name__}: {str(e)[:120]})", flush=True)
-            self.no_graph.add(name)
-            torch.cuda.synchronize()
-            return True
-        return self.check(name, a, b, c, ref, ref_norm, shape, launch=g.replay, label=name + " (graph)")
-
-    # ---------------------------------------------------------------- one shape
-    def inputs(self, M, N, K):
-        torch = self.torch
-        a = torch.randn(M, K, device=self.dev, dtype=torch.bfloat16)
-        b = torch.randn(N, K, device=self.dev, dtype=torch.bfloat16)
-        ref = torch.mm(a.double(), b.double().t())
-        return a, b, ref, ref.norm()
-
-    def ragged(self):
-        torch = self.torch
-        names = ["wgmma_gemm"] + [n for n in CONFIGS if n in self.compiled]
-        for shape in RAGGED:
-            if tuple(shape) in self.done:
-                continue
-            M, N, K = shape
-            a, b, ref, rn = self.inputs(M, N, K)
-            c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
-            for name in names:
-                if self.usable(name):
-                    self.check(name, a, b, c, ref, rn, list(shape))
-            emit("shape_done", shape=list(shape))
-
-    def shape(self, M, N, K):
-        torch = self.torch
-        shape = [M, N, K]
-        flops = 2.0 * M * N * K
-        est_ms = flops / 5e14 * 1e3
-        a, b, ref, rn = self.inputs(M, N, K)
-        c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
-        # correctness of every candidate on this shape
-        ok = {}
-        for name in ["torch", "wgmma_gemm"] + tune_set(M, N, K):
-            ok[name] = self.usable(name) and self.check(name, a, b, c, ref, rn, shape)
-        # the tune: each correct configuration timed once
-        best, best_ms = None, math.inf
-        for name in tune_set(M, N, K):
-            if not ok.get(name):
-                continue
-            phase("tune", 60, name, shape)
-            ms, how = self.graph_time(name, self.launcher(name, a, b, c), est_ms)
-            cfg = CONFIGS[name]
-            splits = (self.gp.choose_splits(M, N, K, cfg["tile_mn"], torch.cuda.get_device_properties(0)
-                                            .multi_processor_count) if cfg.get("split_k") == "auto" else 1)
-            emit("tune", shape=shape, cfg=name, ms=ms, how=how, splits=splits)
-            if ms < best_ms:
-                best, best_ms = name, ms
-        sides = {"torch": "torch", "wgmma_gemm": "wgmma_gemm", "coop": FIXED["coop"], "pingpong": FIXED["pingpong"],
-                 "tuned": best}
-        live = [s for s in SIDES if sides[s] is not None and ok.get(sides[s])]
-        # the captured path of every timed warpsched configuration gives the right answer too
-        graph_ok = {}
-        for s in [s for s in live if s in ("coop", "pingpong", "tuned")]:
-            cfg = sides[s]
-            if cfg not in graph_ok:
-                graph_ok[cfg] = self.graph_check(cfg, self.launcher(cfg, a, b, c), a, b, c, ref, rn, shape)
-            if not graph_ok[cfg]:
-                live.remove(s)
-        for r in range(self.rounds):
-            order = live[r % len(live):] + live[:r % len(live)]  # rotate: no side always goes first
-            for s in order:
-                phase("time", 60, sides[s], shape)
-                ms, how = self.graph_time(sides[s], self.launcher(sides[s], a, b, c), est_ms)
-                emit("time", shape=shape, side=s, cfg=sides[s], round=r, ms=ms, how=how,
-                     tflops=flops / ms / 1e9)
-        del a, b, c, ref
-        torch.cuda.empty_cache()
-        emit("shape_done", shape=shape)
-
-    def run(self):
-        torch = self.torch
-        print(f"device: {torch.cuda.get_device_name()}, SMs {torch.cuda.get_device_properties(0).multi_processor_count},"
-              f" torch {torch.__version__}", flush=True)
-        names = ["wgmma_gemm"] + [n for n in CONFIGS if any(n in tune_set(*s) for s in self.timed)]
-        self.compile_all(names)
-        self.ragged()
-        for shape in self.timed:
-            if tuple(shape) in self.done:
-                continue
-            if time.time() > self.deadline:
-                emit("skipped", shape=list(shape), note="time budget spent")
-                continue
-            print(f"== {shape[0]}x{shape[1]}x{shape[2]}", flush=True)
-            self.shape(*shape)
-        self.fp16()
-        phase("finished", 30)
-
-    def fp16(self):
-        """fp16 in / fp16 out through both default schedules (and split-K), untimed."""
-        torch = self.torch
-        for shape in FP16:
-            if tuple(shape) in self.done or time.time() > self.deadline:
-                continue
-            M, N, K = shape
-            a = torch.randn(M, K, device=self.dev, dtype=torch.float16)
-            b = torch.randn(N, K, device=self.dev, dtype=torch.float16)
-            ref = torch.mm(a.double(), b.double().t())
-            c = torch.empty(M, N, device=self.dev, dtype=torch.float16)
-            for name in ("coop128x256", "pp128x128", "coop128x256s"):
-                if self.usable(name):
-                    self.check(name, a, b, c, ref, ref.norm(), list(shape), label=name + " fp16", limit=300)
-            emit("shape_done", shape=list(shape))
-
-
 class SelfTestChild:
     """``--selftest`` (CPU, no torch): fake records through the real supervisor, with one hang (the
     pingpong configuration, until it is excluded) and one crash, to exercise restarts and the table."""
@@ -365,6 +169,12 @@ class SelfTestChild:
                         ms = fl / 6.5e11 * (1 + 0.05 * rnd.random())
                         emit("time", shape=list(shape), side=s, cfg=cfg, round=r, ms=ms, how="graph",
                              tflops=fl / ms / 1e9)
+                if "fp8" in self.args.dtypes:
+                    for s, cfg in (("torch_fp8", "torch_fp8"), ("coop_fp8", "f8coop128x256"),
+                                   ("tuned_fp8", "f8pp128x128")):
+                        ms = fl / 1.2e12 * (1 + 0.05 * rnd.random())
+                        emit("time", shape=list(shape), side=s, cfg=cfg, round=r, ms=ms, how="graph",
+                             tflops=fl / ms / 1e9, dtype="fp8")
             emit("shape_done", shape=list(shape))
         phase("finished", 5)
 
@@ -378,8 +188,8 @@ def supervise(args):
     deadline = t_start + args.budget
     while True:
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--rounds", str(args.rounds),
-               "--subset", args.subset, "--deadline", str(deadline)]
-        cmd += ["--quick"] if args.quick else []
+               "--shapes", args.shapes_text, "--dtypes", ",".join(args.dtypes), "--deadline", str(deadline),
+               "--rep-ms", str(args.rep_ms)]
         cmd += ["--selftest"] if args.selftest else []
         for x in sorted(exclude):
             cmd += ["--exclude", x]
@@ -445,6 +255,7 @@ def supervise(args):
         elif shape is not None:
             action = f"skipping shape {shape}"
             done.add(tuple(shape))
+            done.add(tuple(shape[:3]) + (8,))  # and its fp8 run
         else:
             action = "nothing to exclude"
         print(f"!! child {'hung' if hung else f'exited rc={rc}'} during '{during}' "
@@ -485,15 +296,22 @@ def report(results, seconds):
     for r in results:
         if r["kind"] == "time":
             times.setdefault(tuple(r["shape"]), {}).setdefault(r["side"], []).append(r["ms"])
-            if r["side"] == "tuned":
-                tuned_cfg[tuple(r["shape"])] = r["cfg"]
+            if r["side"] in ("tuned", "tuned_fp8"):
+                tuned_cfg[(tuple(r["shape"]), r["side"])] = r["cfg"]
         if r["kind"] == "check" and not r["ok"]:
             bad.setdefault(tuple(r["shape"]), []).append(r["side"])
     checks = [r for r in results if r["kind"] == "check"]
     lines = ["", f"== correctness: {sum(r['ok'] for r in checks)}/{len(checks)} checks passed "
-             f"(fresh random inputs, NaN-poisoned C, rel. Frobenius error vs fp64 < {TOL})"]
+             f"(fresh random inputs, NaN-poisoned C, rel. Frobenius error vs fp64 < {TOL}; fp8: vs the fp64 "
+             "product of the dequantized inputs)"]
     for shape, sides in bad.items():
         lines.append(f"   FAILED {'x'.join(map(str, shape))}: {', '.join(sides)}")
+    worst = {}
+    for r in checks:
+        if r["ok"] and r["err"] is not None:
+            kind = "fp8" if ("f8" in r["side"] or "fp8" in r["side"]) else "bf16/fp16"
+            worst[kind] = max(worst.get(kind, 0.0), r["err"])
+    lines.append("   largest error of a passing check: " + ", ".join(f"{k} {v:.2e}" for k, v in worst.items()))
     seen_compile = set()
     for r in results:
         if r["kind"] == "skipped":
@@ -504,35 +322,10 @@ def report(results, seconds):
                                                if r["ok"] else f"COMPILE FAILED {r.get('note')}"))
         if r["kind"] == "fault":
             lines.append(f"   FAULT during {r['during']} (hung={r['hung']}, rc={r['rc']})")
-    hdr = ("| M x N x K | torch TFLOP/s | wgmma_gemm | coop | pingpong | tuned (config) | "
-           "wgmma/torch | coop/torch | pingpong/torch | tuned/torch |")
-    lines += ["", f"== bf16 GEMM, TFLOP/s from the median of {max((len(v) for t in times.values() for v in t.values()), default=0)}"
-              " rounds (ratios > 1: faster than torch.matmul)", hdr, "|" + "---|" * 10]
-    ratios = {s: [] for s in SIDES if s != "torch"}
-    for shape, t in times.items():
-        M, N, K = shape
-        fl = 2.0 * M * N * K
-        med = {s: statistics.median(v) for s, v in t.items()}
-
-        def tf(s):
-            return f"{fl / med[s] / 1e9:.0f}" if s in med else "-"
-
-        row = [f"{M}x{N}x{K}", tf("torch"), tf("wgmma_gemm"), tf("coop"), tf("pingpong"),
-               f"{tf('tuned')} ({tuned_cfg.get(shape, '-')})"]
-        for s in ("wgmma_gemm", "coop", "pingpong", "tuned"):
-            if s in med and "torch" in med:
-                x = med["torch"] / med[s]
-                ratios[s].append(x)
-                row.append(f"{x:.3f}")
-            else:
-                row.append("-")
-        lines.append("| " + " | ".join(row) + " |")
-    gm = []
-    for s in ("wgmma_gemm", "coop", "pingpong", "tuned"):
-        v = ratios[s]
-        if v:
-            gm.append(f"{s} {math.exp(sum(map(math.log, v)) / len(v)):.3f} (min {min(v):.3f}, n={len(v)})")
-    lines += ["", "geomean vs torch.matmul: " + "; ".join(gm), f"sweep wall time {seconds:.0f} s"]
+    rounds = max((len(v) for t in times.values() for v in t.values()), default=0)
+    lines += table(times, tuned_cfg, "bf16", "torch", ["wgmma_gemm", "coop", "pingpong", "tuned"], rounds)
+    lines += table(times, tuned_cfg, "fp8", "torch_fp8", ["coop_fp8", "tuned_fp8"], rounds)
+    lines += ["", f"sweep wall time {seconds:.0f} s"]
     text = "\n".join(lines)
     print(text, flush=True)
     out = os.environ.get("OUT")
@@ -543,11 +336,49 @@ def report(results, seconds):
             f.write(text + "\n")
 
 
+def table(times, tuned_cfg, dtype, base, sides, rounds):
+    """One markdown table: the baseline's TFLOP/s, each side's TFLOP/s and its ratio, geomeans."""
+    rows = [(shape, t) for shape, t in times.items() if base in t]
+    if not rows:
+        return []
+    name = "torch.matmul" if base == "torch" else "torch._scaled_mm (use_fast_accum=True)"
+    hdr = f"| M x N x K | {base} TFLOP/s | " + " | ".join(sides) + " | " + " | ".join(f"{s}/{base}" for s in sides) + " |"
+    lines = ["", f"== {dtype} GEMM, TFLOP/s from the median of {rounds} rounds (ratios > 1: faster than {name})", hdr,
+             "|" + "---|" * (2 + 2 * len(sides))]
+    ratios = {s: [] for s in sides}
+    for shape, t in rows:
+        M, N, K = shape
+        fl = 2.0 * M * N * K
+        med = {s: statistics.median(v) for s, v in t.items()}
+
+        def tf(s):
+            return f"{fl / med[s] / 1e9:.0f}" if s in med else "-"
+
+        row = [f"{M}x{N}x{K}", tf(base)]
+        row += [tf(s) + (f" ({tuned_cfg.get((shape, s), '-')})" if s.startswith("tuned") else "") for s in sides]
+        for s in sides:
+            if s in med:
+                x = med[base] / med[s]
+                ratios[s].append(x)
+                row.append(f"{x:.3f}")
+            else:
+                row.append("-")
+        lines.append("| " + " | ".join(row) + " |")
+    gm = [f"{s} {math.exp(sum(map(math.log, v)) / len(v)):.3f} (min {min(v):.3f}, n={len(v)})"
+          for s, v in ratios.items() if v]
+    lines += ["", f"{dtype} geomean vs {name}: " + "; ".join(gm)]
+    return lines
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="4 timed shapes instead of 20")
+    p.add_argument("--quick", action="store_true", help="4 timed shapes (same as --shapes quick)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--subset", choices=("all", "squares", "llm"), default="all", help="timed shapes (default all)")
+    p.add_argument("--rep-ms", type=int, default=100, help="do_bench window per timing in ms (warmup: a quarter)")
+    p.add_argument("--shapes", default="all", help="timed shapes: comma-separated sets (" + ", ".join(SHAPE_SETS)
+                   + ") or MxNxK items (default all: 25 shapes)")
+    p.add_argument("--subset", choices=("all", "squares", "llm", "vocab"), default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dtypes", default="bf16,fp8", help="bf16, fp8 or both (default bf16,fp8)")
     p.add_argument("--budget", type=float, default=420, help="seconds after which no new shape is started "
                    "(the table is printed with what finished)")
     p.add_argument("--deadline", type=float, default=math.inf, help=argparse.SUPPRESS)
@@ -558,8 +389,20 @@ def main():
     p.add_argument("--done", action="append", default=[], type=lambda s: [int(x) for x in s.split(",")],
                    help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.child:
-        (SelfTestChild if args.selftest else Child)(args).run()
+    args.shapes_text = "quick" if args.quick else args.subset or args.shapes
+    try:
+        args.shape_list = parse_shapes(args.shapes_text)
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if not args.dtypes or set(args.dtypes) - {"bf16", "fp8"}:
+        p.error(f"--dtypes {args.dtypes}: bf16, fp8 or bf16,fp8")
+    if args.child and args.selftest:
+        SelfTestChild(args).run()
+    elif args.child:
+        from gemm_sweep_child import Child
+
+        Child(args).run()
     else:
         supervise(args)
 

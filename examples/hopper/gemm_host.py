@@ -76,9 +76,11 @@ def to_cute(t):
     if _dtype_name(t) in FP8_DTYPES:
         import torch
 
-        m = _common.to_cute(t.view(torch.uint8))
+        from cutlass.cute.runtime import from_dlpack
+
+        m = from_dlpack(t.view(torch.uint8), assumed_align=16)
         m.element_type = cutlass_dtype(t.dtype)
-        return m
+        return m.mark_layout_dynamic(leading_dim=1)
     return _common.to_cute(t, 1)
 
 

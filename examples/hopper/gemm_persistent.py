@@ -44,8 +44,8 @@ try:
     from .gemm_program import (GemmTask, build, build_cooperative, build_pingpong, build_split_k, load_schedule,
                                mma_schedule)
     from .gemm_kernel import PersistentGemm
-    from .gemm_host import (VERDICT_OF, check_args, choose_splits, compile_for_cpu, compiled, gemm, max_ctas,
-                            verdict_for)
+    from .gemm_host import (VERDICT_OF, check_args, choose_splits, compile_for_cpu, compiled, cutlass_dtype, gemm,
+                            max_ctas, to_cute, verdict_for)
 except ImportError:
     import _common  # type: ignore
     from gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError  # type: ignore
@@ -53,13 +53,13 @@ except ImportError:
     from gemm_program import (GemmTask, build, build_cooperative, build_pingpong, build_split_k,  # type: ignore
                               load_schedule, mma_schedule)
     from gemm_kernel import PersistentGemm  # type: ignore
-    from gemm_host import (VERDICT_OF, check_args, choose_splits, compile_for_cpu, compiled, gemm,  # type: ignore
-                           max_ctas, verdict_for)
+    from gemm_host import (VERDICT_OF, check_args, choose_splits, compile_for_cpu, compiled,  # type: ignore
+                           cutlass_dtype, gemm, max_ctas, to_cute, verdict_for)
 
 __all__ = ["DEFAULT_TILES", "H200_SMS", "SCHEDULES", "EpilogueGather", "GemmConfigError", "GemmTask", "GmemAB", "GmemC",
            "MathOrder", "PersistentGemm", "SmemAB", "VERDICT_OF", "build", "build_cooperative", "build_pingpong",
-           "build_split_k", "check_args", "choose_splits", "compile_for_cpu", "compiled", "gemm", "load_schedule",
-           "max_ctas", "mma_schedule", "verdict_for"]
+           "build_split_k", "check_args", "choose_splits", "compile_for_cpu", "compiled", "cutlass_dtype", "gemm", "load_schedule",
+           "max_ctas", "mma_schedule", "to_cute", "verdict_for"]
 
 if __name__ == "__main__":
     for s in SCHEDULES:
