@@ -15,7 +15,7 @@ import gemm_sweep as sweep  # noqa: E402
 
 
 def test_shape_sets():
-    assert len(sweep.SHAPE_SETS["all"]) == 25 and len(set(sweep.SHAPE_SETS["all"])) == 25
+    assert len(sweep.SHAPE_SETS["all"]) == 24 and len(set(sweep.SHAPE_SETS["all"])) == 24
     assert sweep.VOCAB == [(m, 128256, 4096) for m in (64, 256, 1024, 4096, 16384)]
     assert sweep.parse_shapes("vocab,64x128256x4096,4096x4096x4096") == sweep.VOCAB + [(4096, 4096, 4096)]
     with pytest.raises(Exception, match="a set"):
