@@ -50,7 +50,8 @@ LLM_NK = ((4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096))
 LLM = [(m, n, k) for m in (64, 256, 1024, 4096, 16384) for n, k in LLM_NK]
 VOCAB = [s for s in LLM if s[1] == 128256]
 QUICK = [(4096, 4096, 4096), (8192, 8192, 8192), (256, 4096, 14336), (4096, 14336, 4096)]
-SHAPE_SETS = {"all": SQUARES + [s for s in LLM if s not in SQUARES],  # 4096^3 is in both "squares": SQUARES, "llm": LLM, "vocab": VOCAB, "quick": QUICK}
+ALL = SQUARES + [s for s in LLM if s not in SQUARES]  # 4096^3 is in both: 24 shapes
+SHAPE_SETS = {"all": ALL, "squares": SQUARES, "llm": LLM, "vocab": VOCAB, "quick": QUICK}
 
 
 def parse_shapes(text):
