@@ -90,11 +90,16 @@ CONFIGS = {
     # split-K (fp32 partial tiles, summed by torch): few output tiles, long K
     "coop128x256s": dict(schedule="cooperative", tile_mn=(128, 256), split_k="auto"),
     "coop64x256s": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto"),
+    # few output tiles: smaller tiles (more CTAs) and split-K over them
+    "coop128x64": dict(schedule="cooperative", tile_mn=(128, 64)),
+    "coop64x128s": dict(schedule="cooperative", tile_mn=(64, 128), split_k="auto"),
+    "coop128x128s": dict(schedule="cooperative", tile_mn=(128, 128), split_k="auto"),
 }
 # fp8 (e4m3 x e4m3, K tile 128): the same kernels with an fp8 MMA and the scale in the epilogue
 FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8coop256x128": "coop256x128",
                "f8coop128x128": "coop128x128", "f8coop64x128": "coop64x128", "f8coop128x256c21": "coop128x256c21",
-               "f8coop128x256s": "coop128x256s", "f8coop64x256s": "coop64x256s"}
+               "f8coop128x256s": "coop128x256s", "f8coop64x256s": "coop64x256s", "f8coop128x64": "coop128x64",
+               "f8coop64x128s": "coop64x128s", "f8coop128x128s": "coop128x128s"}
 for _f8, _base in FP8_CONFIGS.items():
     CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
@@ -105,19 +110,26 @@ FP8_SIDES = ["torch_fp8", "coop_fp8", "tuned_fp8"]  # torch._scaled_mm, f8coop12
 
 
 def tune_set(M, N, K):
-    """Configurations tried for a shape: the defaults, plus small-M tiles or raster variants."""
+    """Configurations tried for a shape: the defaults, plus small-M tiles or raster variants; with
+    few output tiles (small M, or M * N <= 2048^2) also smaller tiles and split-K over them."""
     if M <= 64:
-        return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s"]
+        return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s", "coop64x128s"]
     if M <= 256:
-        return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s"]
-    return ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
-            "coop128x256c21", "pp128x128c21"]
+        return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
+                "coop64x128", "coop128x64", "coop128x128s"]
+    out = ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
+           "coop128x256c21", "pp128x128c21"]
+    return out + (["coop128x64", "coop128x128s"] if M * N <= 2048 * 2048 else [])
 
 
 def fp8_tune_set(M, N, K):
+    if M <= 64:
+        return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop64x128s"]
     if M <= 256:
-        return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128"]
-    return ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21"]
+        return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
+                "f8coop128x128s"]
+    out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21"]
+    return out + (["f8coop128x64", "f8coop128x128s"] if M * N <= 2048 * 2048 else [])
 
 
 def emit(kind, **rec):

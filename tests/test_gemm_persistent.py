@@ -354,3 +354,38 @@ def test_fp8_host_argument_errors(a, b, c, needle):
 def test_choose_splits_counts_fp8_k_tiles_of_128():
     assert gp.choose_splits(64, 4096, 14336, (128, 256), 132, bK=128) == 8
     assert gp.choose_splits(64, 4096, 1024, (128, 256), 132, bK=128) == 2
+
+
+# Serial split-K (split_reduce="serial"): the barriers and TMA of the cooperative kernel, plus the
+# per-tile flag hand-over: two acquire loads (before and inside the bounded spin), one release store
+# (hand on), one relaxed store (reset by the last share), a GPU-scope fence on each side, two more
+# epilogue barriers; the fp32 tile is read and written with 8-byte accesses (128 values per thread).
+SERIAL = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8, "stmatrix": 16,
+          "cp.async.bulk.tensor": 10, "ld.acquire.gpu": 2, "st.release.gpu": 1, "st.relaxed.gpu": 1,
+          "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 18, "ld.global.v2.b32": 64, "st.global.v2.b32": 64}
+
+
+@pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
+def test_serial_split_k_compiles_and_is_safe(ab):
+    import cutlass
+
+    ptx = gp.compile_for_cpu(schedule="cooperative", split_k=True, split_reduce="serial",
+                             ab_dtype=getattr(cutlass, ab)).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
+    assert VERDICTS.get(traced).verdict == "SAFE"
+    assert _common.count_ptx(ptx, SERIAL) == SERIAL
+    g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", ab_dtype=getattr(cutlass, ab))
+    assert g.c_dtype is cutlass.BFloat16 and g.serial  # C itself, not an fp32 workspace
+    mgr = gp.build(g, verbose=False, progress=False, cache_verdict=False)
+    assert mgr.result.checker.verdict == "SAFE" and mgr.fingerprint == traced
+    assert "domain end k_tiles_of [LoadTask, MmaTask]: every count >= 1" in mgr.result.checker.report()
+
+
+def test_bf16_kernels_have_no_flag_traffic(ptx):
+    assert _common.count_ptx(ptx["cooperative"], ["ld.acquire.gpu", "st.release.gpu", "ld.global"]) == {
+        "ld.acquire.gpu": 0, "st.release.gpu": 0, "ld.global": 0}
+
+
+def test_split_reduce_errors():
+    with pytest.raises(gp.GemmConfigError, match="'host' .* or 'serial'"):
+        gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="atomic")

@@ -84,8 +84,9 @@ def to_cute(t):
     return _common.to_cute(t, 1)
 
 
-def compiled(ma, mb, mc, a, c, **options):
-    """The compiled kernel for these dtypes and options (compiled once per key; shapes are dynamic)."""
+def compiled(ma, mb, mc, a, c, serial_args=(), **options):
+    """The compiled kernel for these dtypes and options (compiled once per key; shapes are dynamic).
+    ``serial_args``: the tile workspace and flags of serial split-K (compile-time examples)."""
     from warpsched.verify.verdicts import VERDICTS
 
     key = _key(a.dtype, c.dtype, options)
@@ -94,7 +95,7 @@ def compiled(ma, mb, mc, a, c, **options):
         kern = PersistentGemm(ab_dtype=cutlass_dtype(a.dtype), c_dtype=cutlass_dtype(c.dtype),
                               **{"max_ctas": max_ctas(options.get("cluster_mn", (1, 1))), **opts})
         _CACHE[key] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), cutlass.Float32(1.0),
-                                   _common.current_stream(), options=_common.PTX_OPTIONS)
+                                   _common.current_stream(), *serial_args, options=_common.PTX_OPTIONS)
         checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
         VERDICT_OF[key] = getattr(checked, "verdict", "not checked")
     return _CACHE[key]
@@ -102,6 +103,8 @@ def compiled(ma, mb, mc, a, c, **options):
 
 def verdict_for(a, c, split_k=1, **options):
     """The checker verdict of the kernel gemm() compiled for these dtypes and options."""
+    if split_k != 1 and options.get("split_reduce") == "serial":
+        return VERDICT_OF.get(_key(a.dtype, c.dtype, {**options, "split_k": True}))
     if split_k != 1:
         import torch
 
@@ -132,15 +135,17 @@ def choose_splits(M, N, K, tile_mn, sms, bK=64):
     return max(1, min(16, sms // tiles, k_tiles // 4))
 
 
-def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, **tile_options):
+def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduce="host", **tile_options):
     """c = alpha * a @ b.T (a: [M, K], b: [N, K], c: [M, N]; row-major; bf16 / fp16 in and out,
     or fp8 e4m3 / e5m2 in with bf16 / fp16 out and ``alpha`` = scale_a * scale_b).
 
     ``schedule``: "cooperative" or "pingpong". ``tile_options``: tile_mn, raster, group,
     cluster_mn, ab_stages, max_ctas (see PersistentGemm). ``split_k``: "auto" (split K only
     when the output tiles leave most SMs idle; cooperative without a cluster), 1, or a split
-    count: the kernel then writes fp32 partial tiles of each K share into a workspace and torch
-    sums them into c. Returns a zero-argument relauncher."""
+    count. ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
+    workspace and torch sums them into c) or "serial" (the K shares of a tile add up in one fp32
+    tile workspace in order, handed on by a per-tile GMEM flag; the last share stores c: one
+    kernel). Returns a zero-argument relauncher."""
     import torch
 
     if schedule not in SCHEDULES:
@@ -177,6 +182,10 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, **tile_opti
         f(ma, mb, mc, cutlass.Int32(1), scale, stream)
         return lambda: f(ma, mb, mc, cutlass.Int32(1), scale, stream)
     rows = -(-M // bM) * bM
+    if split_reduce == "serial":
+        return _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, tile_options)
+    if split_reduce != "host":
+        raise GemmConfigError(f"split_reduce={split_reduce!r}: expected 'host' or 'serial'")
     wkey = (a.device, split_k, rows, M, N)
     if wkey not in _WORKSPACE:
         _WORKSPACE[wkey] = (torch.empty(split_k * rows, N, device=a.device, dtype=torch.float32),
@@ -189,6 +198,31 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, **tile_opti
         f(ma, mb, mw, cutlass.Int32(split_k), scale, stream)  # fp8: each partial tile already scaled
         torch.sum(ws.view(split_k, rows, N)[:, :M], dim=0, out=total)  # fp32 sum of the partial tiles ...
         c.copy_(total)  # ... rounded once into c
+
+    run()
+    return run
+
+
+def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, tile_options):
+    """Serial split-K: one launch; the fp32 tile workspace and the zeroed flags are kept per shape
+    (the kernel leaves the flags zero; launches that share them must be on one stream)."""
+    import torch
+
+    bN = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[1]
+    N = b.shape[0]
+    cols = -(-N // bN) * bN
+    wkey = ("serial", a.device, rows, cols)
+    if wkey not in _WORKSPACE:
+        tiles = (rows // tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[0]) * (cols // bN)
+        _WORKSPACE[wkey] = (torch.empty(rows, cols, device=a.device, dtype=torch.float32),
+                            torch.zeros(tiles, device=a.device, dtype=torch.int32))
+    ws, flags = _WORKSPACE[wkey]
+    mc, mw, mf = to_cute(c), _common.to_cute(ws, 1), _common.to_cute(flags, 0)
+    f = compiled(ma, mb, mc, a, c, serial_args=(mw, mf), schedule=schedule, split_k=True, split_reduce="serial",
+                 **tile_options)
+
+    def run():
+        f(ma, mb, mc, cutlass.Int32(split_k), scale, stream, mw, mf)
 
     run()
     return run
@@ -215,5 +249,12 @@ def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat1
         a, b, c = _common.fake_gemm_operands(ab_dtype, kern.c_dtype)  # split-K: C is the fp32 workspace
     else:
         a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype)
-    return cute.compile(kern, a, b, c, cutlass.Int32(1), cutlass.Float32(1.0), make_fake_stream(),
+    extra = ()
+    if kern.serial:  # the fp32 tile workspace (M x N, tile-padded) and one int32 flag per tile
+        from cutlass.cute.runtime import make_fake_tensor
+
+        extra = (make_fake_tensor(cutlass.Float32, (cute.sym_int32(), cute.sym_int32(divisibility=64)),
+                                  (cute.sym_int64(divisibility=64), 1), assumed_align=16),
+                 make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=16))
+    return cute.compile(kern, a, b, c, cutlass.Int32(1), cutlass.Float32(1.0), make_fake_stream(), *extra,
                         options=_common.ptx_options(arch))

@@ -3,6 +3,8 @@ rasterization), the static tile scheduler's index arithmetic, and the ``@cute.ke
 builds and runs the warpsched program (gemm_program.build) while it is traced."""
 from __future__ import annotations
 
+from typing import Optional
+
 try:
     from . import _common
     from .gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
@@ -31,10 +33,15 @@ class PersistentGemm:
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
-                 b_dtype=None):
+                 b_dtype=None, split_reduce="host"):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
-        c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if split_k else ())  # split-K: fp32 partials
+        if split_reduce not in ("host", "serial"):
+            raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch) or 'serial' "
+                                  "(in-kernel, ordered by per-tile GMEM flags)")
+        self.serial = bool(split_k) and split_reduce == "serial"
+        host_split = bool(split_k) and not self.serial
+        c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if host_split else ())  # fp32 partials
         b_dtype = b_dtype or ab_dtype
         half, fp8 = (cutlass.BFloat16, cutlass.Float16), (cutlass.Float8E4M3FN, cutlass.Float8E5M2)
         # WGMMA: bf16/fp16 with one type for A and B; fp8 with e4m3 or e5m2 on either side (K-major both)
@@ -55,7 +62,7 @@ class PersistentGemm:
             raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
         self.schedule = schedule
         self.split_k = bool(split_k)
-        if self.split_k:
+        if host_split:
             c_dtype = cutlass.Float32  # the kernel writes fp32 partial tiles into a workspace; the host sums them
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
@@ -105,7 +112,7 @@ class PersistentGemm:
         return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"
                 f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}"
                 + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
-                + (" split-K fp32" if self.split_k else "")
+                + (" split-K serial" if self.serial else " split-K fp32" if self.split_k else "")
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else ""))
 
     def epilogue_copy(self, tiled_mma):
@@ -182,15 +189,18 @@ class PersistentGemm:
 
     def _tiles_m(self, mC, splits):
         bM = self.tile_mnk[0]
-        if self.split_k:  # the workspace has splits x tiles_m x bM rows
+        if self.split_k and not self.serial:  # the workspace has splits x tiles_m x bM rows
             return cute.size(mC, mode=[0]) // (splits * bM)
         return cute.ceil_div(cute.size(mC, mode=[0]), bM)
 
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, splits: cutlass.Int32,
-                 alpha: cutlass.Float32, stream):
-        """``mC``: C, or with split_k the fp32 workspace of ``splits`` x ceil(M / bM) * bM rows.
-        ``alpha``: the fp8 kernels' output scale (scale_a * scale_b); unused otherwise."""
+                 alpha: cutlass.Float32, stream, mW: Optional[cute.Tensor] = None,
+                 mF: Optional[cute.Tensor] = None):
+        """``mC``: C, or with host-reduced split-K the fp32 workspace of ``splits`` x ceil(M / bM) * bM
+        rows. ``alpha``: the fp8 kernels' output scale (scale_a * scale_b); unused otherwise.
+        Serial split-K: ``mW`` one fp32 tile per output tile (tile-padded M x N), ``mF`` one int32
+        flag per output tile, zero before the launch (the kernel leaves them zero)."""
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -206,7 +216,7 @@ class PersistentGemm:
         self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN), splits)
         grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
         kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                           self.c_staged, splits, alpha)
+                           self.c_staged, splits, alpha, mW, mF)
         if cutlass.const_expr(cm * cn > 1):
             kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[cm * cn, 1, 1], min_blocks_per_mp=1,
                         stream=stream)
@@ -230,7 +240,7 @@ class PersistentGemm:
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
                tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
                b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout, splits: cutlass.Int32,
-               alpha: cutlass.Float32):
+               alpha: cutlass.Float32, mW: Optional[cute.Tensor], mF: Optional[cute.Tensor]):
         bM, bN, bK = self.tile_mnk
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
@@ -250,6 +260,7 @@ class PersistentGemm:
         grid, _, _ = cute.arch.grid_dim()
         self.mA, self.mB, self.mC = mA, mB, mC
         self.alpha = alpha
+        self.mW, self.mF = mW, mF
         self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
         # the mainloop's two MMA objects have a fixed ACCUMULATE field; the epilogue gets its own copy
         self.epi_tiled_mma = self._make_tiled_mma()

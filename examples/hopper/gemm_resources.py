@@ -20,6 +20,8 @@ import cutlass.pipeline as pipeline
 from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
                        threads)
 
+SPIN_LIMIT = 1 << 24  # serial split-K: polls of a tile flag before the tile is poisoned (seconds, not a hang)
+
 
 @dataclass(kw_only=True)
 class GmemAB(MemoryResource):
@@ -141,8 +143,11 @@ class GmemC(MemoryResource):
         g = self.g
         m, n, split = g.unit_tile(stage_info.work_tile.tile_idx[0], self.which)
         bM, bN, _ = g.tile_mnk
-        # split-K: C is the fp32 workspace, split s owning rows [s * tiles_m * bM, (s + 1) * tiles_m * bM)
-        gC = cute.local_tile(g.mC, (bM, bN), (split * g.tiles_m + m, n))
+        if cutlass.const_expr(g.split_k and not g.serial):
+            # host-reduced split-K: C is the fp32 workspace, split s owning rows [s, s + 1) * tiles_m * bM
+            gC = cute.local_tile(g.mC, (bM, bN), (split * g.tiles_m + m, n))
+        else:
+            gC = cute.local_tile(g.mC, (bM, bN), (m, n))
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         sC = g.smem_c(self.which)
@@ -161,6 +166,19 @@ class GmemC(MemoryResource):
         epi_shape = gC_epi.shape[1]
         epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=threads(self.num_threads))
+        if cutlass.const_expr(g.serial):
+            self.serial_fixup(acc, m, n, split, tidx, epi_bar)
+            if split == g.splits - 1:  # the last K share holds the sum: it stores C
+                self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
+                                epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
+        else:
+            self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
+                            epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
+
+    @cute.jit
+    def store_tile(self, acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC, epi_shape,
+                   epi_layout, store_pipe, epi_bar, warp_idx):
+        g = self.g
         for e in cutlass.range_constexpr(cute.size(epi_shape)):
             pairs = gather.pairs(e)
             for j in cutlass.range_constexpr(len(pairs)):
@@ -178,6 +196,46 @@ class GmemC(MemoryResource):
                 store_pipe.producer_commit()
                 store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
             epi_bar.arrive_and_wait()
+
+    @cute.jit
+    def serial_fixup(self, acc, m, n, split, tidx, epi_bar):
+        """Serial split-K, K share ``split`` of tile (m, n): wait until the flag of the tile says the
+        shares before it are in the fp32 tile workspace, add that tile to ``acc``; unless this is
+        the last share, write the sum back and advance the flag (release after a GPU-scope fence
+        and the epilogue barrier); the last share resets the flag for the next launch.
+        Deadlock-free while every CTA of the persistent grid is resident: share s of tile t is
+        unit s * tiles + t, it waits only for unit (s - 1) * tiles + t, and every CTA runs its
+        units in increasing order. The wait is bounded (SPIN_LIMIT polls): past it the tile is
+        poisoned with NaN rather than hang. The flags are GMEM words the checker does not see."""
+        g = self.g
+        bM, bN, _ = g.tile_mnk
+        flag = g.mF.iterator + (m * g.tiles_n + n)
+        thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
+        tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
+        if split > 0:
+            if tidx == self.first_thread:
+                seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+                spins = cutlass.Int32(0)
+                while seen != split:
+                    seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+                    spins = spins + 1
+                    if spins >= SPIN_LIMIT:
+                        seen = split
+                        acc[0] = cutlass.Float32(float("nan"))  # a visible failure instead of a hang
+            epi_bar.arrive_and_wait()  # the other threads read after the acquire (bar.sync orders them)
+            cute.arch.fence_acq_rel_gpu()
+            prev = cute.make_rmem_tensor(acc.layout, g.acc_dtype)
+            cute.autovec_copy(tCgW, prev)
+            acc.store(acc.load() + prev.load())
+        if split < g.splits - 1:
+            cute.autovec_copy(acc, tCgW)
+            cute.arch.fence_acq_rel_gpu()
+            epi_bar.arrive_and_wait()
+            if tidx == self.first_thread:
+                cute.arch.store(flag, split + 1, sem="release", scope="gpu")
+        else:
+            if tidx == self.first_thread:
+                cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
 
     @producer_work
     @cute.jit
