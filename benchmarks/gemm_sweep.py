@@ -94,12 +94,18 @@ CONFIGS = {
     "coop128x64": dict(schedule="cooperative", tile_mn=(128, 64)),
     "coop64x128s": dict(schedule="cooperative", tile_mn=(64, 128), split_k="auto"),
     "coop128x128s": dict(schedule="cooperative", tile_mn=(128, 128), split_k="auto"),
+    # serial split-K: the shares add up in the kernel (per-tile GMEM flags), one launch
+    "coop128x256r": dict(schedule="cooperative", tile_mn=(128, 256), split_k="auto", split_reduce="serial"),
+    "coop64x256r": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto", split_reduce="serial"),
+    "coop64x128r": dict(schedule="cooperative", tile_mn=(64, 128), split_k="auto", split_reduce="serial"),
+    "coop128x128r": dict(schedule="cooperative", tile_mn=(128, 128), split_k="auto", split_reduce="serial"),
 }
 # fp8 (e4m3 x e4m3, K tile 128): the same kernels with an fp8 MMA and the scale in the epilogue
 FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8coop256x128": "coop256x128",
                "f8coop128x128": "coop128x128", "f8coop64x128": "coop64x128", "f8coop128x256c21": "coop128x256c21",
                "f8coop128x256s": "coop128x256s", "f8coop64x256s": "coop64x256s", "f8coop128x64": "coop128x64",
-               "f8coop64x128s": "coop64x128s", "f8coop128x128s": "coop128x128s"}
+               "f8coop64x128s": "coop64x128s", "f8coop128x128s": "coop128x128s", "f8coop128x256r": "coop128x256r",
+               "f8coop64x256r": "coop64x256r", "f8coop64x128r": "coop64x128r", "f8coop128x128r": "coop128x128r"}
 for _f8, _base in FP8_CONFIGS.items():
     CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
@@ -113,23 +119,25 @@ def tune_set(M, N, K):
     """Configurations tried for a shape: the defaults, plus small-M tiles or raster variants; with
     few output tiles (small M, or M * N <= 2048^2) also smaller tiles and split-K over them."""
     if M <= 64:
-        return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s", "coop64x128s"]
+        return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s", "coop64x128s",
+                "coop128x256r", "coop64x256r", "coop64x128r"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
-                "coop64x128", "coop128x64", "coop128x128s"]
+                "coop64x128", "coop128x64", "coop128x128s", "coop128x256r", "coop64x256r", "coop128x128r"]
     out = ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
            "coop128x256c21", "pp128x128c21"]
-    return out + (["coop128x64", "coop128x128s"] if M * N <= 2048 * 2048 else [])
+    return out + (["coop128x64", "coop128x128s", "coop128x128r"] if M * N <= 2048 * 2048 else [])
 
 
 def fp8_tune_set(M, N, K):
     if M <= 64:
-        return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop64x128s"]
+        return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop64x128s",
+                "f8coop128x256r", "f8coop64x256r", "f8coop64x128r"]
     if M <= 256:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
-                "f8coop128x128s"]
+                "f8coop128x128s", "f8coop128x256r", "f8coop64x256r", "f8coop128x128r"]
     out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21"]
-    return out + (["f8coop128x64", "f8coop128x128s"] if M * N <= 2048 * 2048 else [])
+    return out + (["f8coop128x64", "f8coop128x128s", "f8coop128x128r"] if M * N <= 2048 * 2048 else [])
 
 
 def emit(kind, **rec):

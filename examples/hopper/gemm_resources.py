@@ -20,7 +20,7 @@ import cutlass.pipeline as pipeline
 from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
                        threads)
 
-SPIN_LIMIT = 1 << 24  # serial split-K: polls of a tile flag before the tile is poisoned (seconds, not a hang)
+SPIN_LIMIT = 1 << 20  # serial split-K: polls of a tile flag before the tile is poisoned (~1 s, not a hang)
 
 
 @dataclass(kw_only=True)
