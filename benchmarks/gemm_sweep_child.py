@@ -189,6 +189,13 @@ class Child:
         ref = torch.mm(a.double(), b.double().t())
         return a, b, ref, ref.norm()
 
+    @staticmethod
+    def applies(name, K):
+        """A fixed split count needs that many K tiles (gemm() rejects it otherwise)."""
+        split = CONFIGS.get(name, {}).get("split_k", 1)
+        bK = 128 if CONFIGS.get(name, {}).get("fp8") else 64
+        return not isinstance(split, int) or split <= -(-K // bK)
+
     def ragged(self):
         torch = self.torch
         names = ["wgmma_gemm"] + [n for n in CONFIGS if n in self.compiled and not CONFIGS[n].get("fp8")]
@@ -199,7 +206,7 @@ class Child:
             a, b, ref, rn = self.inputs(M, N, K)
             c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
             for name in names:
-                if self.usable(name):
+                if self.usable(name) and self.applies(name, K):
                     self.check(name, a, b, c, ref, rn, list(shape))
             emit("shape_done", shape=list(shape))
         if "fp8" not in self.dtypes:
@@ -214,8 +221,10 @@ class Child:
                 a, b, ref, rn = self.inputs(M, N, K, "fp8", b_fp8=b_type)
                 c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
                 suffix = " e5m2" if b_type == torch.float8_e5m2 else ""
-                for name in names if not suffix else ["f8coop128x256", "f8pp128x128", "f8coop128x256s", "f8coop128x256r"]:
-                    if self.usable(name) and not (name == "torch_fp8" and (M % 16 or N % 16)):  # _scaled_mm
+                e5m2 = ["f8coop128x256", "f8pp128x128", "f8coop128x256s", "f8coop128x256r"]
+                for name in names if not suffix else e5m2:
+                    scaled_mm_ok = not (name == "torch_fp8" and (M % 16 or N % 16))  # _scaled_mm's rule
+                    if self.usable(name) and self.applies(name, K) and scaled_mm_ok:
                         self.check(name, a, b, c, ref, rn, list(shape), label=name + suffix, limit=300)
             emit("shape_done", shape=list(key))
 
@@ -242,7 +251,7 @@ class Child:
             cfg = CONFIGS[name]
             splits = (self.gp.choose_splits(M, N, K, cfg["tile_mn"], torch.cuda.get_device_properties(0)
                                             .multi_processor_count, 128 if fp8 else 64)
-                      if cfg.get("split_k") == "auto" else 1)
+                      if cfg.get("split_k") == "auto" else cfg.get("split_k", 1))
             emit("tune", shape=shape, cfg=name, ms=ms, how=how, splits=splits)
             if ms < best_ms:
                 best, best_ms = name, ms

@@ -58,7 +58,8 @@ except ImportError:
 
 __all__ = ["DEFAULT_TILES", "H200_SMS", "SCHEDULES", "EpilogueGather", "GemmConfigError", "GemmTask", "GmemAB", "GmemC",
            "MathOrder", "PersistentGemm", "SmemAB", "VERDICT_OF", "build", "build_cooperative", "build_pingpong",
-           "build_split_k", "check_args", "choose_splits", "compile_for_cpu", "compiled", "cutlass_dtype", "gemm", "load_schedule",
+           "build_split_k", "check_args", "choose_splits", "compile_for_cpu", "compiled", "cutlass_dtype", "gemm",
+           "load_schedule",
            "max_ctas", "mma_schedule", "to_cute", "verdict_for"]
 
 if __name__ == "__main__":

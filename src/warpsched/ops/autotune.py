@@ -48,8 +48,9 @@ def normalize(config: Dict) -> Dict:
 def candidates(M: int, N: int, K: int, fp8: bool = False) -> List[Dict]:
     """The handful of configurations tried for a shape (what won somewhere in the H200 sweep).
     Few output tiles (small M): narrow tiles and split-K ("auto": only where the tiles leave
-    SMs idle; reduced by torch or serially in the kernel); many: the 128x256 / 256x128 tiles, the other raster order, a wider raster group,
-    B multicast over a 2x1 cluster and ping-pong. fp8 has the same list (its K tile is 128)."""
+    SMs idle; reduced by torch or serially in the kernel); many: the 128x256 / 256x128 tiles,
+    the other raster order, a wider raster group, B multicast over a 2x1 cluster, ping-pong and
+    two serial K shares (a fuller last wave). fp8 has the same list (its K tile is 128)."""
     del K, fp8  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
     serial = dict(coop, split_k="auto", split_reduce="serial")  # in-kernel split-K: one launch
@@ -65,7 +66,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False) -> List[Dict]:
                 dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     out = [dict(coop, tile_mn=(128, 256)), dict(coop, tile_mn=(256, 128)), dict(coop, tile_mn=(128, 256), raster="n"),
            dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
-           dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
+           dict(schedule="pingpong", tile_mn=(128, 128), split_k=1),
+           dict(serial, tile_mn=(128, 256), split_k=2)]  # twice the work units: a fuller last wave
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
         out.append(dict(coop, tile_mn=(128, 128)))
     return out
@@ -90,15 +92,17 @@ class TuneCache:
                           AutotuneWarning, stacklevel=3)
             return dict(self.memory)
         if not (isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("entries"), dict)):
-            warnings.warn(f"autotune cache {self.path} has another format (schema {data.get('schema') if isinstance(data, dict) else None!r}, "
-                          f"expected {SCHEMA}); ignoring it", AutotuneWarning, stacklevel=3)
+            found = data.get("schema") if isinstance(data, dict) else None
+            warnings.warn(f"autotune cache {self.path} has another format (schema {found!r}, expected {SCHEMA}); "
+                          "ignoring it", AutotuneWarning, stacklevel=3)
             return dict(self.memory)
         return {**data["entries"], **self.memory}
 
     def get(self, key: str) -> Optional[Dict]:
         entry = self.load().get(key)
         try:
-            return normalize(entry["config"]) if isinstance(entry, dict) and isinstance(entry.get("config"), dict) else None
+            usable = isinstance(entry, dict) and isinstance(entry.get("config"), dict)
+            return normalize(entry["config"]) if usable else None
         except ValueError:  # a configuration key this version does not know: tune again
             return None
 
