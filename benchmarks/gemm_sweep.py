@@ -15,8 +15,9 @@ Sides: torch.matmul (torch.mm into a preallocated C), wgmma_gemm.gemm (non-persi
 persistent kernel's two schedules at their default tiles (``coop`` 128x256, ``pingpong``
 128x128 per warp group, no split-K, no cluster) and ``tuned``: the fastest of a handful of
 configurations (tiles, raster order / group, 2x1 clusters with B multicast for large shapes,
-split-K with split_k="auto" for few-tile shapes, reduced by torch (``s``) or in the kernel (``r``,
-serial split-K), two serial K shares for many-tile shapes (``r2``)), each timed once per shape
+split-K with split_k="auto" for few-tile shapes, reduced by torch (``s``); the serial in-kernel
+split-K configurations (``r``, ``r2``) were timed in benchmarks/results/gemm_sweep_serial_h200.log,
+never won, and only ``coop64x128r`` stays for its correctness checks), each timed once per shape
 (``tune_set``). Every side runs on fresh random inputs with a NaN-poisoned output and is
 compared with an fp64 reference (relative Frobenius error, any non-finite value fails) on every
 shape, plus untimed ragged shapes. warpsched.ops.gemm (autotune with its disk cache under $OUT) is checked on three shapes.
@@ -123,26 +124,26 @@ FP8_SIDES = ["torch_fp8", "coop_fp8", "tuned_fp8"]  # torch._scaled_mm, f8coop12
 def tune_set(M, N, K):
     """Configurations tried for a shape: the defaults, plus small-M tiles or raster variants; with
     few output tiles (small M, or M * N <= 2048^2) also smaller tiles and split-K over them."""
-    if M <= 64:
+    if M <= 64:  # one serial split-K configuration stays for its correctness checks (it never won)
         return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s", "coop64x128s",
-                "coop128x256r", "coop64x256r", "coop64x128r"]
+                "coop64x128r"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
-                "coop64x128", "coop128x64", "coop128x128s", "coop128x256r", "coop64x256r", "coop128x128r"]
+                "coop64x128", "coop128x64", "coop128x128s"]
     out = ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
-           "coop128x256c21", "pp128x128c21", "coop128x256r2"]
-    return out + (["coop128x64", "coop128x128s", "coop128x128r"] if M * N <= 2048 * 2048 else [])
+           "coop128x256c21", "pp128x128c21"]
+    return out + (["coop128x64", "coop128x128s"] if M * N <= 2048 * 2048 else [])
 
 
 def fp8_tune_set(M, N, K):
     if M <= 64:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop64x128s",
-                "f8coop128x256r", "f8coop64x256r", "f8coop64x128r"]
+                "f8coop64x128r"]
     if M <= 256:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
-                "f8coop128x128s", "f8coop128x256r", "f8coop64x256r", "f8coop128x128r"]
-    out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21", "f8coop128x256r2"]
-    return out + (["f8coop128x64", "f8coop128x128s", "f8coop128x128r"] if M * N <= 2048 * 2048 else [])
+                "f8coop128x128s"]
+    out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21"]
+    return out + (["f8coop128x64", "f8coop128x128s"] if M * N <= 2048 * 2048 else [])
 
 
 def emit(kind, **rec):

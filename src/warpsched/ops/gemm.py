@@ -96,19 +96,37 @@ def kernels():
     return gemm_persistent
 
 
-def _time_ms(run, reps=5) -> float:
+def _time_ms(launch, reps=20, rounds=5) -> float:
+    """Median device milliseconds per launch over replays of a CUDA graph of ``reps`` launches
+    (the host's launch cost is left out, as in benchmarks/gemm_sweep.py: at a few microseconds a
+    kernel, plain launches would time Python); plain event timing where capture is refused.
+    ``launch`` must issue on the current stream each call (it is called inside the capture)."""
     import torch
 
-    run()  # compiles on first use; not timed
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launch()  # compiles on first use; warms up off the capture
+    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(reps):
+                launch()
+        replay, per = graph.replay, reps
+    except Exception:  # noqa: BLE001 - capture refused: time plain launches
+        torch.cuda.synchronize()
+        replay, per = launch, 1
+    replay()
     times = []
-    for _ in range(reps):
+    for _ in range(rounds):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        run()
+        replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / per)
     return statistics.median(times)
 
 
@@ -128,7 +146,7 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     per-tensor scales (floats or one-element tensors). ``config``: "auto" (the tuned choice for
     this shape, dtypes and device, cached on disk: see warpsched.ops.autotune), "default"
     (cooperative 128x256, split-K when few tiles) or a configuration dict (schedule, tile_mn,
-    raster, group, cluster_mn, split_k). Returns ``out``."""
+    raster, group, cluster_mn, split_k, split_reduce). Returns ``out``."""
     M, N, K, o_t = check(a, b, out, out_dtype)
     fp8 = _name(a.dtype) in FP8
     if not fp8 and (scale_a is not None or scale_b is not None):
@@ -147,7 +165,7 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     elif config == "auto":
         key = _tune.cache_key(M, N, K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device))
         cands = _tune.candidates(M, N, K, fp8)
-        cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(gp.gemm(a, bt, out, alpha=alpha, **c)),
+        cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(lambda: gp.gemm(a, bt, out, alpha=alpha, **c)),
                                 cache or _tune.TuneCache())
     else:
         raise GemmArgumentError(f"config={config!r}: expected 'auto', 'default' or a configuration dict")
