@@ -15,10 +15,11 @@ Sides: torch.matmul (torch.mm into a preallocated C), wgmma_gemm.gemm (non-persi
 persistent kernel's two schedules at their default tiles (``coop`` 128x256, ``pingpong``
 128x128 per warp group, no split-K, no cluster) and ``tuned``: the fastest of a handful of
 configurations (tiles, raster order / group, 2x1 clusters with B multicast for large shapes,
-split-K with split_k="auto" for few-tile shapes, reduced by torch (``s``); the serial in-kernel
-split-K configurations (``r``, ``r2``) were timed in benchmarks/results/gemm_sweep_serial_h200.log,
-never won, and only ``coop64x128r`` stays for its correctness checks), each timed once per shape
-(``tune_set``). Every side runs on fresh random inputs with a NaN-poisoned output and is
+split-K with split_k="auto" for few-tile shapes, reduced by torch (``s``) or in the kernel by the
+last share (``p``, parallel split-K; written after the last H200 run, not yet timed); the serial
+in-kernel split-K configurations (``r``, ``r2``) were timed in
+benchmarks/results/gemm_sweep_serial_h200.log, never won, and only ``coop64x128r`` stays for its
+correctness checks), each timed once per shape (``tune_set``). Every side runs on fresh random inputs with a NaN-poisoned output and is
 compared with an fp64 reference (relative Frobenius error, any non-finite value fails) on every
 shape, plus untimed ragged shapes. warpsched.ops.gemm (autotune with its disk cache under $OUT) is checked on three shapes.
 Timing: 3 rounds, the sides in a rotated order each round,
@@ -104,6 +105,10 @@ CONFIGS = {
     "coop128x128r": dict(schedule="cooperative", tile_mn=(128, 128), split_k="auto", split_reduce="serial"),
     # two K shares per tile for many-tile shapes: twice the work units, a smaller last wave
     "coop128x256r2": dict(schedule="cooperative", tile_mn=(128, 256), split_k=2, split_reduce="serial"),
+    # parallel split-K: slabs per share, the last share sums them (one wait per tile; not yet timed)
+    "coop64x128p": dict(schedule="cooperative", tile_mn=(64, 128), split_k="auto", split_reduce="parallel"),
+    "coop64x256p": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto", split_reduce="parallel"),
+    "coop128x128p": dict(schedule="cooperative", tile_mn=(128, 128), split_k="auto", split_reduce="parallel"),
 }
 # fp8 (e4m3 x e4m3, K tile 128): the same kernels with an fp8 MMA and the scale in the epilogue
 FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8coop256x128": "coop256x128",
@@ -111,7 +116,8 @@ FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8co
                "f8coop128x256s": "coop128x256s", "f8coop64x256s": "coop64x256s", "f8coop128x64": "coop128x64",
                "f8coop64x128s": "coop64x128s", "f8coop128x128s": "coop128x128s", "f8coop128x256r": "coop128x256r",
                "f8coop64x256r": "coop64x256r", "f8coop64x128r": "coop64x128r", "f8coop128x128r": "coop128x128r",
-               "f8coop128x256r2": "coop128x256r2"}
+               "f8coop128x256r2": "coop128x256r2", "f8coop64x128p": "coop64x128p", "f8coop64x256p": "coop64x256p",
+               "f8coop128x128p": "coop128x128p"}
 for _f8, _base in FP8_CONFIGS.items():
     CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
@@ -126,24 +132,24 @@ def tune_set(M, N, K):
     few output tiles (small M, or M * N <= 2048^2) also smaller tiles and split-K over them."""
     if M <= 64:  # one serial split-K configuration stays for its correctness checks (it never won)
         return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s", "coop64x128s",
-                "coop64x128r"]
+                "coop64x128r", "coop64x128p", "coop64x256p"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
-                "coop64x128", "coop128x64", "coop128x128s"]
+                "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p"]
     out = ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
            "coop128x256c21", "pp128x128c21"]
-    return out + (["coop128x64", "coop128x128s"] if M * N <= 2048 * 2048 else [])
+    return out + (["coop128x64", "coop128x128s", "coop128x128p"] if M * N <= 2048 * 2048 else [])
 
 
 def fp8_tune_set(M, N, K):
     if M <= 64:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop64x128s",
-                "f8coop64x128r"]
+                "f8coop64x128r", "f8coop64x128p", "f8coop64x256p"]
     if M <= 256:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
-                "f8coop128x128s"]
+                "f8coop128x128s", "f8coop64x128p", "f8coop128x128p"]
     out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21"]
-    return out + (["f8coop128x64", "f8coop128x128s"] if M * N <= 2048 * 2048 else [])
+    return out + (["f8coop128x64", "f8coop128x128s", "f8coop128x128p"] if M * N <= 2048 * 2048 else [])
 
 
 def emit(kind, **rec):

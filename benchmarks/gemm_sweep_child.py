@@ -221,7 +221,7 @@ class Child:
                 a, b, ref, rn = self.inputs(M, N, K, "fp8", b_fp8=b_type)
                 c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
                 suffix = " e5m2" if b_type == torch.float8_e5m2 else ""
-                e5m2 = ["f8coop128x256", "f8pp128x128", "f8coop128x256s", "f8coop64x128r"]
+                e5m2 = ["f8coop128x256", "f8pp128x128", "f8coop128x256s", "f8coop64x128r", "f8coop64x128p"]
                 for name in names if not suffix else e5m2:
                     scaled_mm_ok = not (name == "torch_fp8" and (M % 16 or N % 16))  # _scaled_mm's rule
                     if self.usable(name) and self.applies(name, K) and scaled_mm_ok:
@@ -352,7 +352,7 @@ class Child:
             b = torch.randn(N, K, device=self.dev, dtype=torch.float16)
             ref = torch.mm(a.double(), b.double().t())
             c = torch.empty(M, N, device=self.dev, dtype=torch.float16)
-            for name in ("coop128x256", "pp128x128", "coop128x256s", "coop64x128r"):
+            for name in ("coop128x256", "pp128x128", "coop128x256s", "coop64x128r", "coop64x128p"):
                 if self.usable(name):
                     self.check(name, a, b, c, ref, ref.norm(), list(shape), label=name + " fp16", limit=300)
             emit("shape_done", shape=list(shape))

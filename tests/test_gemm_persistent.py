@@ -387,5 +387,25 @@ def test_bf16_kernels_have_no_flag_traffic(ptx):
 
 
 def test_split_reduce_errors():
-    with pytest.raises(gp.GemmConfigError, match="'host' .* or 'serial'"):
+    with pytest.raises(gp.GemmConfigError, match="'host' .*, 'serial' or 'parallel'"):
         gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="atomic")
+
+
+# Parallel split-K (split_reduce="parallel"): the shares but the last write their own fp32 slab and
+# count themselves on the tile flag (one release atomic add); the last share waits (two acquire
+# loads), resets the flag (relaxed store) and adds the slabs in a runtime loop (one 8-byte load
+# body); GPU-scope fences on both sides, one more epilogue barrier on each side.
+PARALLEL = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8, "stmatrix": 16,
+            "cp.async.bulk.tensor": 10, "ld.acquire.gpu": 2, "atom.global.release.add": 1, "st.release.gpu": 0,
+            "st.relaxed.gpu": 1, "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 18, "ld.global.v2.b32": 64,
+            "st.global.v2.b32": 64}
+
+
+def test_parallel_split_k_compiles_and_is_safe():
+    ptx = gp.compile_for_cpu(schedule="cooperative", split_k=True, split_reduce="parallel").artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
+    assert VERDICTS.get(traced).verdict == "SAFE"
+    assert _common.count_ptx(ptx, PARALLEL) == PARALLEL
+    g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="parallel")
+    assert g.serial and "split-K parallel" in g.describe()
+    assert gp.build(g, verbose=False, exhaustive_deadlock_race_check=False).fingerprint == traced

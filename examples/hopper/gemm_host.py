@@ -103,7 +103,7 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
 
 def verdict_for(a, c, split_k=1, **options):
     """The checker verdict of the kernel gemm() compiled for these dtypes and options."""
-    if split_k != 1 and options.get("split_reduce") == "serial":
+    if split_k != 1 and options.get("split_reduce") in ("serial", "parallel"):
         return VERDICT_OF.get(_key(a.dtype, c.dtype, {**options, "split_k": True}))
     if split_k != 1:
         import torch
@@ -182,10 +182,10 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
         f(ma, mb, mc, cutlass.Int32(1), scale, stream)
         return lambda: f(ma, mb, mc, cutlass.Int32(1), scale, stream)
     rows = -(-M // bM) * bM
-    if split_reduce == "serial":
-        return _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, tile_options)
+    if split_reduce in ("serial", "parallel"):
+        return _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, split_reduce, tile_options)
     if split_reduce != "host":
-        raise GemmConfigError(f"split_reduce={split_reduce!r}: expected 'host' or 'serial'")
+        raise GemmConfigError(f"split_reduce={split_reduce!r}: expected 'host', 'serial' or 'parallel'")
     wkey = (a.device, split_k, rows, M, N)
     if wkey not in _WORKSPACE:
         _WORKSPACE[wkey] = (torch.empty(split_k * rows, N, device=a.device, dtype=torch.float32),
@@ -203,22 +203,24 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
     return run
 
 
-def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, tile_options):
-    """Serial split-K: one launch; the fp32 tile workspace and the zeroed flags are kept per shape
-    (the kernel leaves the flags zero; launches that share them must be on one stream)."""
+def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, mode, tile_options):
+    """In-kernel split-K (``mode`` "serial" or "parallel"): one launch; the fp32 tile workspace
+    (parallel: one slab per share but the last) and the zeroed flags are kept per shape (the
+    kernel leaves the flags zero; launches that share them must be on one stream)."""
     import torch
 
     bN = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[1]
     N = b.shape[0]
     cols = -(-N // bN) * bN
-    wkey = ("serial", a.device, rows, cols)
+    slabs = split_k - 1 if mode == "parallel" else 1
+    wkey = (mode, a.device, rows, cols, slabs)
     if wkey not in _WORKSPACE:
         tiles = (rows // tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[0]) * (cols // bN)
-        _WORKSPACE[wkey] = (torch.empty(rows, cols, device=a.device, dtype=torch.float32),
+        _WORKSPACE[wkey] = (torch.empty(slabs * rows, cols, device=a.device, dtype=torch.float32),
                             torch.zeros(tiles, device=a.device, dtype=torch.int32))
     ws, flags = _WORKSPACE[wkey]
     mc, mw, mf = to_cute(c), _common.to_cute(ws, 1), _common.to_cute(flags, 0)
-    f = compiled(ma, mb, mc, a, c, serial_args=(mw, mf), schedule=schedule, split_k=True, split_reduce="serial",
+    f = compiled(ma, mb, mc, a, c, serial_args=(mw, mf), schedule=schedule, split_k=True, split_reduce=mode,
                  **tile_options)
 
     def run():

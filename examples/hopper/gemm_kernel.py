@@ -36,10 +36,11 @@ class PersistentGemm:
                  b_dtype=None, split_reduce="host"):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
-        if split_reduce not in ("host", "serial"):
-            raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch) or 'serial' "
-                                  "(in-kernel, ordered by per-tile GMEM flags)")
-        self.serial = bool(split_k) and split_reduce == "serial"
+        if split_reduce not in ("host", "serial", "parallel"):
+            raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch), 'serial' or "
+                                  "'parallel' (in-kernel, ordered by per-tile GMEM flags)")
+        self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
+        self.split_reduce = split_reduce
         host_split = bool(split_k) and not self.serial
         c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if host_split else ())  # fp32 partials
         b_dtype = b_dtype or ab_dtype
@@ -112,7 +113,7 @@ class PersistentGemm:
         return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"
                 f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}"
                 + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
-                + (" split-K serial" if self.serial else " split-K fp32" if self.split_k else "")
+                + (f" split-K {self.split_reduce}" if self.serial else " split-K fp32" if self.split_k else "")
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else ""))
 
     def epilogue_copy(self, tiled_mma):
@@ -199,8 +200,9 @@ class PersistentGemm:
                  mF: Optional[cute.Tensor] = None):
         """``mC``: C, or with host-reduced split-K the fp32 workspace of ``splits`` x ceil(M / bM) * bM
         rows. ``alpha``: the fp8 kernels' output scale (scale_a * scale_b); unused otherwise.
-        Serial split-K: ``mW`` one fp32 tile per output tile (tile-padded M x N), ``mF`` one int32
-        flag per output tile, zero before the launch (the kernel leaves them zero)."""
+        In-kernel split-K: ``mW`` one fp32 tile per output tile (tile-padded M x N; parallel:
+        ``splits - 1`` such slabs, stacked along M), ``mF`` one int32 flag per output tile, zero
+        before the launch (the kernel leaves them zero)."""
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()

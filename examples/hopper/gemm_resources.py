@@ -167,7 +167,10 @@ class GmemC(MemoryResource):
         epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=threads(self.num_threads))
         if cutlass.const_expr(g.serial):
-            self.serial_fixup(acc, m, n, split, tidx, epi_bar)
+            if cutlass.const_expr(g.split_reduce == "parallel"):
+                self.parallel_fixup(acc, m, n, split, tidx, epi_bar)
+            else:
+                self.serial_fixup(acc, m, n, split, tidx, epi_bar)
             if split == g.splits - 1:  # the last K share holds the sum: it stores C
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
@@ -236,6 +239,42 @@ class GmemC(MemoryResource):
         else:
             if tidx == self.first_thread:
                 cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
+
+    @cute.jit
+    def parallel_fixup(self, acc, m, n, split, tidx, epi_bar):
+        """Parallel split-K: every share but the last writes its fp32 tile into its own slab and
+        counts itself on the tile's flag (atomic add, release after a GPU-scope fence and the
+        epilogue barrier); the last share waits until the flag counts the others, resets it and
+        adds the slabs to ``acc``. One wait per tile instead of serial_fixup's chain; the same
+        residency argument (the last share is the tile's highest unit) and bounded wait."""
+        g = self.g
+        bM, bN, _ = g.tile_mnk
+        flag = g.mF.iterator + (m * g.tiles_n + n)
+        thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
+        last = g.splits - 1
+        if split < last:
+            cute.autovec_copy(acc, thr.partition_C(cute.local_tile(g.mW, (bM, bN), (split * g.tiles_m + m, n))))
+            cute.arch.fence_acq_rel_gpu()
+            epi_bar.arrive_and_wait()
+            if tidx == self.first_thread:
+                cute.arch.atomic_add(flag, cutlass.Int32(1), sem="release", scope="gpu")
+        else:
+            if tidx == self.first_thread:
+                seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+                spins = cutlass.Int32(0)
+                while seen != last:
+                    seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+                    spins = spins + 1
+                    if spins >= SPIN_LIMIT:
+                        seen = last
+                        acc[0] = cutlass.Float32(float("nan"))  # a visible failure instead of a hang
+                cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")  # for the next launch
+            epi_bar.arrive_and_wait()
+            cute.arch.fence_acq_rel_gpu()
+            prev = cute.make_rmem_tensor(acc.layout, g.acc_dtype)
+            for s in cutlass.range(last):
+                cute.autovec_copy(thr.partition_C(cute.local_tile(g.mW, (bM, bN), (s * g.tiles_m + m, n))), prev)
+                acc.store(acc.load() + prev.load())
 
     @producer_work
     @cute.jit
