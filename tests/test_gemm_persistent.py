@@ -409,3 +409,23 @@ def test_parallel_split_k_compiles_and_is_safe():
     g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="parallel")
     assert g.serial and "split-K parallel" in g.describe()
     assert gp.build(g, verbose=False, exhaustive_deadlock_race_check=False).fingerprint == traced
+
+
+@pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
+def test_ring_arming_other_bytes_than_a_stage_fails_the_compile(ab):
+    """A ring whose num_bytes differs from what one stage's A and B tiles hold (here: 128 B too
+    many, e.g. a wrong fp8 tile size) fails the compilation (the stage-bytes rule) instead of
+    hanging on the GPU. (The loads also go through StageInfo.tma_copy, whose trace-time byte
+    check covers copies that disagree with a consistent ring.)"""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream
+
+    dtype = getattr(cutlass, ab)
+    g = gp.PersistentGemm(schedule="cooperative", ab_dtype=dtype)
+    g.tile_bytes += 128
+    a, b, c = _common.fake_gemm_operands(dtype, g.c_dtype)
+    with pytest.raises(Exception) as e:
+        cute.compile(g, a, b, c, cutlass.Int32(1), cutlass.Float32(1.0), make_fake_stream(),
+                     options=_common.ptx_options("sm_90a"))
+    assert f"num_bytes={g.tile_bytes}" in str(e.value) and f"num_bytes={g.tile_bytes - 128}" in str(e.value)

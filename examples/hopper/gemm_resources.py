@@ -76,17 +76,16 @@ class SmemAB(MemoryResource):
                                                           cute.group_modes(gA, 0, 2))
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, g.cluster_coord[0], cute.make_layout(cm), sB,
                                                           cute.group_modes(gB, 0, 2))
-            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier,
-                      mcast_mask=g.a_mcast_mask)
-            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier,
-                      mcast_mask=g.b_mcast_mask)
+            # on the stage's barrier; warpsched checks the copies' bytes against num_bytes while tracing
+            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], mcast_mask=g.a_mcast_mask)
+            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], mcast_mask=g.b_mcast_mask)
         else:
             tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1), sA,
                                                           cute.group_modes(gA, 0, 2))
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), sB,
                                                           cute.group_modes(gB, 0, 2))
-            cute.copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], tma_bar_ptr=stage_info.barrier)
-            cute.copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], tma_bar_ptr=stage_info.barrier)
+            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)])
+            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)])
 
     @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
     @cute.jit
