@@ -286,7 +286,7 @@ class Child:
         torch = self.torch
         os.environ.setdefault("WARPSCHED_CACHE_DIR", os.path.join(os.environ.get("OUT", "/tmp"), "autotune_cache"))
         from warpsched import ops
-        from warpsched.ops import autotune
+        from warpsched.kernels import gemm_autotune as autotune
 
         cache = autotune.TuneCache()
         for shape in OPS_SHAPES:

@@ -3,7 +3,6 @@ and the autotuner's key, candidate list and on-disk cache (write, reuse, corrupt
 unwritable files) behave. The kernels themselves run in benchmarks/gemm_sweep.py on the H200."""
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -11,14 +10,13 @@ import sys
 
 import pytest
 
-from warpsched.ops import autotune as tune
-
-ops_gemm = importlib.import_module("warpsched.ops.gemm")  # the module (warpsched.ops.gemm is the function)
+from warpsched.kernels import gemm_autotune as tune
+from warpsched.kernels import gemm_ops as ops_gemm
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
 
 def test_import_is_pure_python():
-    code = ("import sys, warpsched, warpsched.ops, warpsched.ops.autotune; "
+    code = ("import sys, warpsched, warpsched.ops, warpsched.kernels.gemm_autotune, warpsched.kernels.gemm_ops; "
             "bad = [m for m in ('torch', 'cutlass', 'gemm_persistent') if m in sys.modules]; "
             "assert not bad, bad; print(warpsched.ops.gemm.__name__)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC}, capture_output=True,

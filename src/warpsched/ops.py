@@ -24,6 +24,19 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse)
 
 
+def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None, config="auto", cache=None):
+    """out = a @ b on Hopper: bf16 / fp16 (out the same dtype), or fp8 e4m3 / e5m2 with per-tensor
+    ``scale_a`` / ``scale_b`` and a bf16 (default) or fp16 ``out_dtype``; layouts as
+    ``torch._scaled_mm``: ``a`` (M, K) row-major, ``b`` (K, N) column-major (``w.t()`` of an
+    (N, K) weight). The persistent warp-specialized GEMM of examples/hopper, autotuned per
+    (shape, dtypes, device) with the choice cached on disk (``config="auto"``; or "default", or
+    a configuration dict). Unsupported input raises ``GemmArgumentError`` (a ``ValueError``)
+    naming the fix. See ``warpsched.kernels.gemm_ops.gemm`` and docs/gemm.md."""
+    from warpsched.kernels import gemm_ops as _gemm
+
+    return _gemm.gemm(a, b, out, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config, cache=cache)
+
+
 def verdicts():
     """{(dtype, head_dim, causal, options): checker verdict} for every attention kernel compiled so far."""
     import sys

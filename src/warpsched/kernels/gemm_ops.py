@@ -1,5 +1,6 @@
-"""``warpsched.ops.gemm``: out = a @ b (times scale_a * scale_b for fp8) for torch tensors, on
-the persistent warp-specialized Hopper GEMM of examples/hopper (gemm_persistent), autotuned.
+"""The implementation of ``warpsched.ops.gemm``: out = a @ b (times scale_a * scale_b for fp8)
+for torch tensors, on the persistent warp-specialized Hopper GEMM of examples/hopper
+(gemm_persistent), autotuned.
 
 Layouts follow ``torch._scaled_mm`` (what WGMMA's fp8 needs, and what a linear layer has):
 a is (M, K) row-major, b is (K, N) column-major, i.e. ``b.t()`` is a row-major (N, K) tensor
@@ -12,7 +13,7 @@ import statistics
 import sys
 from typing import Dict, Optional, Union
 
-from . import autotune as _tune
+from . import gemm_autotune as _tune
 
 HALF = ("bfloat16", "float16")
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -144,7 +145,7 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     ``a``: (M, K) row-major; ``b``: (K, N) column-major (``w.t()`` of an (N, K) weight);
     ``out``: an (M, N) row-major tensor to write, else a new one. ``scale_a`` / ``scale_b``:
     per-tensor scales (floats or one-element tensors). ``config``: "auto" (the tuned choice for
-    this shape, dtypes and device, cached on disk: see warpsched.ops.autotune), "default"
+    this shape, dtypes and device, cached on disk: see warpsched.kernels.gemm_autotune), "default"
     (cooperative 128x256, split-K when few tiles) or a configuration dict (schedule, tile_mn,
     raster, group, cluster_mn, split_k, split_reduce). Returns ``out``."""
     M, N, K, o_t = check(a, b, out, out_dtype)
