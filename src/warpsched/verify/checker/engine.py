@@ -26,25 +26,14 @@ from typing import Optional, Tuple
 
 from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
 from .model import Compiled, Instr
-from .tables import action_mergeable, fast_forward, maybe_local, merge_static, wait_at
+from .macro import MacroMixin
+from .tables import fast_forward, maybe_local, merge_static, wait_at
+from .violations import Unbounded, Violation  # noqa: F401 (re-exported: explore, balance import them here)
 
 EAGER_DECISIONS = True  # see Engine.is_local
 
 
-class Violation(Exception):
-    def __init__(self, kind: str, text: str, exec_index: int, step=None, region=None, barrier=None):
-        super().__init__(text)
-        self.kind, self.text, self.exec_index, self.step = kind, text, exec_index, step
-        self.region, self.barrier = region, barrier
-
-
-class Unbounded(Exception):
-    pass
-
-
-
-
-class Engine(LoopsMixin):
+class Engine(MacroMixin, LoopsMixin):
     def __init__(self, comp: Compiled, exact_lift: bool = True):
         self.c = comp
         # exact trip counts far from their end may be lifted (a superset, see loops._normalize);
@@ -85,67 +74,6 @@ class Engine(LoopsMixin):
         return (skipped, tuple(g.initial() for g in self.c.groups))
 
     # ------------------------------------------------------------------ successors
-    def successors(self, state, e: int):
-        """All (label, next_state) of executor ``e``; raises Violation / Unbounded.
-
-        Each transition is extended with the executor's following *mergeable* steps (see
-        ``mergeable``), executed atomically: arrivals are left movers and window openings
-        only lengthen a window, so running them as early as possible loses no deadlock or
-        race. Labels are (executor, what, pc, merged) with merged = ((what, pc, cursors), ...).
-        """
-        out = []
-        hw_first = bool(state[0][e][PEND])  # _raw lists the hardware event first
-        for label, st in self._raw(state, e):
-            if hw_first:
-                hw_first = False
-                out.append((label + ((),), st))
-                continue
-            merged = []
-            ff, merge_static = self.ff[e], self.merge_static[e]
-            while True:
-                es = st[0][e]
-                if es[SYNC] is not None:
-                    break  # a return closes a window: it must stay a separate transition
-                pc = es[PC]
-                hop = ff[pc]
-                if hop is not None:  # fast-forward over jumps and unguarded local steps
-                    cur = es[CUR]
-                    merged.extend((what, p, cur) for what, p in hop[1])
-                    pc = hop[0]
-                    st = self._set_exec(st, e, es, pc=pc)
-                m = merge_static[pc]
-                if m is None:
-                    m = self.mergeable(st, e)
-                if not m:
-                    break
-                try:
-                    sub = self._raw(st, e, hw=False)
-                except (Violation, Unbounded):
-                    break  # leave it to the explorer, so the counterexample shows it
-                if len(sub) != 1:
-                    break
-                (lab2, st2), = sub
-                merged.append((lab2[1], lab2[2], st[0][e][CUR]))
-                st = st2
-            out.append((label + (tuple(merged),), st))
-        return out
-
-    def mergeable(self, state, e: int) -> bool:
-        es = state[0][e]
-        if es[SYNC] is not None:
-            return False  # a return closes a window: it must stay a separate transition
-        ins = self.execs[e].program[es[PC]]
-        k = ins.kind
-        if k == "jump":
-            return True
-        if k in ("loop_head", "tile_head"):
-            return self.is_local(state, e, deterministic=True)
-        if k != "step":
-            return False
-        if not self._guards_hold(state, e, es, ins):
-            return True
-        return action_mergeable(ins.action)
-
     def _raw(self, state, e: int, hw: bool = True):
         ex = self.execs[e]
         es = state[0][e]

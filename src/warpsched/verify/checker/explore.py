@@ -142,6 +142,9 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
             return
         seen_problem.add(key)
         path, final, replayed = replay(engine, canon, path_to(sid), states[sid])
+        if kind == "deadlock":  # the returns parked executors owe (engine.settle): the deadlock itself
+            owed, final = engine.settle(final)
+            path.extend(owed)
         if extra_label is not None:
             try:  # the concrete (un-rotated) run names the concrete stages
                 engine.successors(final, e)
@@ -211,10 +214,11 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
                             note("unconsumed", sid, left[0], left[1], left[2], barrier=left[3])
                         else:
                             out.unconfirmed = True
-                elif any(engine.key_capped(st, e) for e in range(n)):
+                elif any(engine.key_capped(engine.settle(st)[1], e) for e in range(n)):
                     out.unbounded = True  # stuck only because of the run-ahead bound: not a proof either way
                 else:
-                    blocked = [(e, r) for e, r in ((e, engine.blocked_reason(st, e)) for e in range(n)) if r]
+                    end = engine.settle(st)[1]  # parked executors' returns taken
+                    blocked = [(e, r) for e, r in ((e, engine.blocked_reason(end, e)) for e in range(n)) if r]
                     e0, first = (blocked[0][0], blocked[0][1][1]) if blocked else (0, None)
                     note("deadlock", sid, "deadlock: no task can make progress", e0, first)
                 continue
