@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
-from .model import Compiled, Instr
+from .model import Compiled, Instr, Op
 from .macro import MacroMixin
 from .tables import fast_forward, maybe_local, merge_static, wait_at
 from .violations import Unbounded, Violation  # noqa: F401 (re-exported: explore, balance import them here)
@@ -40,6 +40,7 @@ class Engine(MacroMixin, LoopsMixin):
         # exact_lifted records that it happened, so that a problem found is re-checked without
         self.exact_lift = exact_lift
         self.exact_lifted = False
+        self._head_memo, self._tile_memo = {}, {}  # loop / tile head outcomes (loops.py)
         self.execs = comp.executors
         self.nb = len(comp.barriers)
         self.init_bars = tuple((0, b.init, 0) for b in comp.barriers)
@@ -75,33 +76,27 @@ class Engine(MacroMixin, LoopsMixin):
 
     # ------------------------------------------------------------------ successors
     def _raw(self, state, e: int, hw: bool = True):
-        ex = self.execs[e]
         es = state[0][e]
-        out = []
-        if hw and es[PEND]:
-            out.append(self._hw_event(state, e))
+        if hw and es[PEND]:  # the hardware event first, then the executor's own step
+            return [self._hw_event(state, e)] + self._raw(state, e, hw=False)
+        pc = es[PC]
         if es[SYNC] is not None:  # the synchronous work call returns: its bytes are free again
-            out.append(((e, "return", es[PC]), self._set_exec(state, e, es[:SYNC] + (None,) + es[SYNC + 1:],
-                                                               pc=es[PC] + 1)))
-            return out
-        ins = ex.program[es[PC]]
+            es2 = (pc + 1,) + es[1:SYNC] + (None,) + es[SYNC + 1:]
+            execs = state[0]
+            return [((e, "return", pc), (execs[:e] + (es2,) + execs[e + 1:],) + state[1:])]
+        ins = self.execs[e].program[pc]
         k = ins.kind
+        if k == "step":
+            if ins.guards and not self._guards_hold(state, e, es, ins):
+                return [((e, "skip", pc), self._set_exec(state, e, es, pc=pc + 1))]
+            return self._step(state, e, es, ins)
         if k == "done":
-            return out
+            return []
         if k == "jump":
-            out.append(((e, "jump", es[PC]), self._set_exec(state, e, es, pc=ins.target)))
-            return out
+            return [((e, "jump", pc), self._set_exec(state, e, es, pc=ins.target))]
         if k == "tile_head":
-            out.extend(self._tile_head(state, e, ins))
-            return out
-        if k == "loop_head":
-            out.extend(self._loop_head(state, e, ins))
-            return out
-        if not self._guards_hold(state, e, es, ins):
-            out.append(((e, "skip", es[PC]), self._set_exec(state, e, es, pc=es[PC] + 1)))
-            return out
-        out.extend(self._step(state, e, es, ins))
-        return out
+            return self._tile_head(state, e, ins)
+        return self._loop_head(state, e, ins)
 
     def is_local(self, state, e: int, deterministic: bool = False) -> bool:
         """Can this executor's next transition(s) be explored alone (an ample set)?
@@ -263,87 +258,114 @@ class Engine(MacroMixin, LoopsMixin):
     def _step(self, state, e, es, ins: Instr):
         a = ins.action
         op = a.op
-        ex = self.execs[e]
-        bars = None
+        if op is Op.WAIT or op is Op.ACQUIRE:
+            return self._open_step(state, e, es, a)
+        if op is Op.COMMIT or op is Op.RELEASE:
+            return self._close_step(state, e, es, a)
+        if op is Op.WORK:
+            return self._work_step(state, e, es, a)
         label = (e, "step", es[PC])
-        if op == "nop":
+        if op is Op.NOP:
             return self._with_keys(state, e, es, a, label, es[PC] + 1)
-        if op == "pdl_wait":
+        if op is Op.PDL_WAIT:
             es2 = es[:WAITED] + (True,)
             st = self._set_exec(state, e, es2, pc=es[PC] + 1)
             return self._with_keys(st[:7] + (True,), e, es2, a, label, es[PC] + 1)
-        if op == "pdl_launch":
-            if not state[7] and not self.c.pdl_assumed:
-                raise Violation("pdl", f"{ex.name} launches dependent grids (launch_griddep) before any task has "
-                                "executed wait_griddep", e, a.step)
-            return self._with_keys(state, e, es, a, label, es[PC] + 1)
-        curs = list(es[CUR])
-        stage = parity = None
-        if a.cursor is not None:
-            stage, parity, delivered = curs[a.cursor]
-        if op in ("acquire", "wait"):
-            b = a.barrier_base + stage
-            if state[1][b][0] == parity:
-                return []  # blocked: the phase with this parity has not completed
-            bars = None
-            completed = ()
-            if a.arrivals or a.tx_expect:
-                bars = list(state[1])
-                completed = set()
-                fb = a.deliver_base + stage
-                if a.tx_expect and self._tx(bars, fb, a.tx_expect):
-                    completed.add(fb)
-                if a.arrivals and self._arrive(bars, fb, a.arrivals, e, a.step):
-                    completed.add(fb)
-            asyncw = es[ASYNC]
-            if a.hold_open:
-                asyncw = self._open_holds(state, e, asyncw, a, stage)
-            if a.umma_wait_window and not a.private:
-                for rid, _ in a.regions:
-                    reg = (rid, stage)
-                    if (reg, False, "umma") not in asyncw:
-                        self._check_race(state, e, reg, False, a.step)
-                        asyncw = asyncw + ((reg, False, "umma"),)
-            self._advance(curs, a.advance, ex)
-            es2 = es[:CUR] + (tuple(curs), es[SYNC], asyncw) + es[PEND:]
-            st = self._set_exec(state, e, es2, pc=es[PC] + 1)
-            if bars is not None:
-                st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
-            return self._with_keys(st, e, es2, a, label, es[PC] + 1)
-        if op in ("commit", "release"):
-            bars = list(state[1])
+        if not state[7] and not self.c.pdl_assumed:  # PDL_LAUNCH
+            raise Violation("pdl", f"{self.execs[e].name} launches dependent grids (launch_griddep) before any "
+                            "task has executed wait_griddep", e, a.step)
+        return self._with_keys(state, e, es, a, label, es[PC] + 1)
+
+    def _open_step(self, state, e, es, a):
+        """acquire / wait: passes once the phase with the cursor's parity has completed."""
+        curs = es[CUR]
+        stage, parity, _ = curs[a.cursor]
+        bars = state[1]
+        if bars[a.barrier_base + stage][0] == parity:
+            return []  # blocked: the phase with this parity has not completed
+        hw = state[2]
+        if a.arrivals or a.tx_expect:
+            bars = list(bars)
             completed = set()
-            pend = es[PEND]
-            b = a.barrier_base + stage
-            asyncw = es[ASYNC]
-            regs = tuple((rid, stage) for rid, _ in a.regions)
-            hw = state[2]
-            if a.umma_release and not a.private:
-                pend = pend + ((b, a.arrivals, regs),)  # holds and UMMA reads end when the MMAs complete
-                # a pair's commit multicast: one more hardware arrival per further barrier
-                pend = pend + tuple((x + stage, a.arrivals, ()) for x in a.also_bases)
-            else:
-                done = regs
-                if a.completes_umma:  # the commit's arrival (modelled now) implies every earlier MMA of
-                    # this task completed: their SMEM reads are over, though their own arrivals may lag
-                    done = regs + tuple(r for (_, _, rs) in pend for r in rs)
+            fb = a.deliver_base + stage
+            if a.tx_expect and self._tx(bars, fb, a.tx_expect):
+                completed.add(fb)
+            if a.arrivals and self._arrive(bars, fb, a.arrivals, e, a.step):
+                completed.add(fb)
+            bars = tuple(bars)
+            hw = self._close_hw(hw, completed)
+        asyncw = es[ASYNC]
+        if a.hold_open:
+            asyncw = self._open_holds(state, e, asyncw, a, stage)
+        if a.umma_wait_window and not a.private:
+            for rid, _ in a.regions:
+                reg = (rid, stage)
+                if (reg, False, "umma") not in asyncw:
+                    self._check_race(state, e, reg, False, a.step)
+                    asyncw = asyncw + ((reg, False, "umma"),)
+        if a.advance:
+            curs = list(curs)
+            self._advance(curs, a.advance, self.execs[e])
+            curs = tuple(curs)
+        pc = es[PC]
+        es2 = (pc + 1,) + es[1:CUR] + (curs, es[SYNC], asyncw) + es[PEND:]
+        execs = state[0]
+        st = (execs[:e] + (es2,) + execs[e + 1:], bars, hw) + state[3:]
+        if a.keys:
+            return self._with_keys(st, e, es2, a, (e, "step", pc), pc + 1)
+        return [((e, "step", pc), st)]
+
+    def _close_step(self, state, e, es, a):
+        """commit / release: arrivals (now, or for a UMMA side when the MMAs complete)."""
+        curs = es[CUR]
+        stage, parity, _ = curs[a.cursor]
+        bars = list(state[1])
+        completed = set()
+        pend = es[PEND]
+        b = a.barrier_base + stage
+        asyncw = es[ASYNC]
+        regs = tuple((rid, stage) for rid, _ in a.regions)
+        hw = state[2]
+        if a.umma_release and not a.private:
+            pend = pend + ((b, a.arrivals, regs),)  # holds and UMMA reads end when the MMAs complete
+            # a pair's commit multicast: one more hardware arrival per further barrier
+            pend = pend + tuple((x + stage, a.arrivals, ()) for x in a.also_bases)
+        else:
+            done = regs
+            if a.completes_umma:  # the commit's arrival (modelled now) implies every earlier MMA of
+                # this task completed: their SMEM reads are over, though their own arrivals may lag
+                done = regs + tuple(r for (_, _, rs) in pend for r in rs)
+            if asyncw:
                 asyncw = tuple(w for w in asyncw if not (w[2] in ("umma", "hold") and w[0] in done))
-                if a.tx_expect and self._tx(bars, b, a.tx_expect):
-                    completed.add(b)
-                if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):
-                    completed.add(b)
-                for x in a.also_bases:  # the same arrivals on every CTA of a pair (tcgen05.commit multicast)
-                    if a.arrivals and self._arrive(bars, x + stage, a.arrivals, e, a.step):
-                        completed.add(x + stage)
-                if a.hold_hw and b not in completed and bars[b][0] == 1 - parity:
-                    # hardware writes of this bracket are still landing: held until full[s] completes
-                    hw = tuple(sorted(set(hw + tuple((b, e, r) for r in regs))))
-            self._advance(curs, a.advance, ex)
-            es2 = es[:CUR] + (tuple(curs), es[SYNC], asyncw, pend) + es[PEND + 1:]
-            st = self._set_exec(state, e, es2, pc=es[PC] + 1)
-            st = (st[0], tuple(bars), self._close_hw(hw, completed)) + st[3:]
-            return self._with_keys(st, e, es2, a, label, es[PC] + 1)
-        # ---- work
+            if a.tx_expect and self._tx(bars, b, a.tx_expect):
+                completed.add(b)
+            if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):
+                completed.add(b)
+            for x in a.also_bases:  # the same arrivals on every CTA of a pair (tcgen05.commit multicast)
+                if a.arrivals and self._arrive(bars, x + stage, a.arrivals, e, a.step):
+                    completed.add(x + stage)
+            if a.hold_hw and b not in completed and bars[b][0] == 1 - parity:
+                # hardware writes of this bracket are still landing: held until full[s] completes
+                hw = tuple(sorted(set(hw + tuple((b, e, r) for r in regs))))
+        if a.advance:
+            curs = list(curs)
+            self._advance(curs, a.advance, self.execs[e])
+            curs = tuple(curs)
+        pc = es[PC]
+        es2 = (pc + 1,) + es[1:CUR] + (curs, es[SYNC], asyncw, pend) + es[PEND + 1:]
+        execs = state[0]
+        st = (execs[:e] + (es2,) + execs[e + 1:], tuple(bars), self._close_hw(hw, completed)) + state[3:]
+        if a.keys:
+            return self._with_keys(st, e, es2, a, (e, "step", pc), pc + 1)
+        return [((e, "step", pc), st)]
+
+    def _work_step(self, state, e, es, a):
+        ex = self.execs[e]
+        label = (e, "step", es[PC])
+        curs = list(es[CUR])
+        stage = delivered = None
+        if a.cursor is not None:
+            stage, _, delivered = curs[a.cursor]
         if a.pdl_dependent and not es[WAITED] and not self.c.pdl_assumed:
             raise Violation("pdl", f"{ex.name} reads {a.step.resource_name}, which depends on a PdlWaitBarrier, "
                             "before executing wait_griddep", e, a.step)

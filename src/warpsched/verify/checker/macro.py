@@ -63,7 +63,7 @@ class MacroMixin:
 
     def _extend(self, label, st, e, merged):
         """The transition ``label`` (to ``st``) with the executor's following mergeable steps."""
-        ff, merge_static = self.ff[e], self.merge_static[e]
+        ff, merge_static, prog = self.ff[e], self.merge_static[e], self.execs[e].program
         while True:
             es = st[0][e]
             if es[SYNC] is not None:
@@ -72,22 +72,26 @@ class MacroMixin:
             hop = ff[pc]
             if hop is not None:  # fast-forward over jumps and unguarded local steps
                 cur = es[CUR]
-                merged.extend((what, p, cur) for what, p in hop[1])
+                merged.extend([(what, p, cur) for what, p in hop[1]])
                 pc = hop[0]
-                st = self._set_exec(st, e, es, pc=pc)
+                es = (pc,) + es[1:]
+                execs = st[0]
+                st = (execs[:e] + (es,) + execs[e + 1:],) + st[1:]
             m = merge_static[pc]
-            if m is None:
-                m = self.mergeable(st, e)
-            if not m:
-                break
             try:
-                sub = self._raw(st, e, hw=False)
+                if m is True:  # an unguarded step (merge_static): straight to its rule
+                    ins = prog[pc]
+                    sub = self._step(st, e, es, ins) if ins.kind == "step" else self._raw(st, e, hw=False)
+                elif m is None and self.mergeable(st, e):
+                    sub = self._raw(st, e, hw=False)
+                else:
+                    break
             except (Violation, Unbounded):
                 break  # leave it to the explorer, so the counterexample shows it
             if len(sub) != 1:
                 break
             (lab2, st2), = sub
-            merged.append((lab2[1], lab2[2], st[0][e][CUR]))
+            merged.append((lab2[1], lab2[2], es[CUR]))
             st = st2
         return (label + (tuple(merged),), st)
 
