@@ -56,6 +56,7 @@ class Engine(MacroMixin, LoopsMixin):
         self.ff = [fast_forward(ex.program) for ex in self.execs]
         self.merge_static = [merge_static(ex.program) for ex in self.execs]
         self.wait_at = [wait_at(ex.program) for ex in self.execs]
+        self.rules = [[self._rule(ins) for ins in ex.program] for ex in self.execs]
 
     # ------------------------------------------------------------------ initial state
     def initial(self):
@@ -256,14 +257,21 @@ class Engine(MacroMixin, LoopsMixin):
 
     # ------------------------------------------------------------------ steps
     def _step(self, state, e, es, ins: Instr):
-        a = ins.action
-        op = a.op
+        return self.rules[e][es[PC]](state, e, es, ins.action)
+
+    def _rule(self, ins: Instr):
+        """The method that runs a step instruction (a table, so the hot path skips the dispatch)."""
+        if ins.kind != "step":
+            return None
+        op = ins.action.op
         if op is Op.WAIT or op is Op.ACQUIRE:
-            return self._open_step(state, e, es, a)
+            return self._open_step
         if op is Op.COMMIT or op is Op.RELEASE:
-            return self._close_step(state, e, es, a)
-        if op is Op.WORK:
-            return self._work_step(state, e, es, a)
+            return self._close_step
+        return self._work_step if op is Op.WORK else self._other_step
+
+    def _other_step(self, state, e, es, a):
+        op = a.op
         label = (e, "step", es[PC])
         if op is Op.NOP:
             return self._with_keys(state, e, es, a, label, es[PC] + 1)

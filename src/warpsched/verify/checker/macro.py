@@ -63,7 +63,7 @@ class MacroMixin:
 
     def _extend(self, label, st, e, merged):
         """The transition ``label`` (to ``st``) with the executor's following mergeable steps."""
-        ff, merge_static, prog = self.ff[e], self.merge_static[e], self.execs[e].program
+        ff, merge_static, prog, rules = self.ff[e], self.merge_static[e], self.execs[e].program, self.rules[e]
         while True:
             es = st[0][e]
             if es[SYNC] is not None:
@@ -80,8 +80,8 @@ class MacroMixin:
             m = merge_static[pc]
             try:
                 if m is True:  # an unguarded step (merge_static): straight to its rule
-                    ins = prog[pc]
-                    sub = self._step(st, e, es, ins) if ins.kind == "step" else self._raw(st, e, hw=False)
+                    rule = rules[pc]
+                    sub = rule(st, e, es, prog[pc].action) if rule is not None else self._raw(st, e, hw=False)
                 elif m is None and self.mergeable(st, e):
                     sub = self._raw(st, e, hw=False)
                 else:
