@@ -118,6 +118,7 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
     ids: Dict[tuple, int] = {init: 0}
     states: List[tuple] = [init]
     parent: List[Tuple[int, Optional[tuple]]] = [(-1, None)]
+    setdefault = ids.setdefault
     seen_problem = set()
     queue = deque([0])
     next_report = t0 + PROGRESS_EVERY
@@ -227,18 +228,19 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
         if out.problems and out.stop_at is None:
             out.stop_at = len(ids) + AFTER_FIRST_PROBLEM  # UNSAFE already: a little more, for the counts
         for label, nxt in succ:
-            if nxt in ids:
-                continue
-            if out.stop_at is not None and len(ids) >= out.stop_at:
+            nid = len(states)
+            if setdefault(nxt, nid) != nid:
+                continue  # seen (one hash per successor: insert, then undo on a stop)
+            if out.stop_at is not None and nid >= out.stop_at:
+                del ids[nxt]
                 out.truncated = True
                 queue.clear()
                 break
-            if len(ids) >= max_states:
+            if nid >= max_states:
+                del ids[nxt]
                 out.hit_cap = True
                 queue.clear()
                 break
-            nid = len(states)
-            ids[nxt] = nid
             states.append(nxt)
             parent.append((sid, label))
             queue.append(nid)
