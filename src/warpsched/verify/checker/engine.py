@@ -137,8 +137,8 @@ class Engine(MacroMixin, LoopsMixin):
 
     def blocked(self, state, e: int) -> bool:
         """A cheap sufficient test for 'no transition of e is enabled' (done, or an unguarded
-        wait / acquire on a phase that has not completed, with no hardware event pending):
-        exactly the cases where successors() returns []."""
+        wait / acquire on a phase that has not completed, with no hardware event pending);
+        successors() also returns [] for a parked executor (macro.py), which this does not test."""
         es = state[0][e]
         if es[PEND] or es[SYNC] is not None:
             return False
