@@ -202,25 +202,27 @@ class Engine(MacroMixin, LoopsMixin):
     # ------------------------------------------------------------------ loops
     # ------------------------------------------------------------------ barriers
     def _arrive(self, bars, b, n, e, step):
+        """``n`` arrivals on barrier ``b`` (``bars``: a list, updated); True when its phase completes."""
         phase, pending, tx = bars[b]
         pending -= n
         if pending < 0:
             raise Violation("over-arrival", f"{self.c.barriers[b].label} received {n} arrival(s) with only "
                             f"{pending + n} pending (init count {self.bar_init[b]})", e, step,
                             barrier=b)
-        bars[b] = (phase, pending, tx)
-        return self._maybe_complete(bars, b)
-
-    def _tx(self, bars, b, delta):
-        phase, pending, tx = bars[b]
-        bars[b] = (phase, pending, tx + delta)
-        return self._maybe_complete(bars, b)
-
-    def _maybe_complete(self, bars, b) -> bool:
-        phase, pending, tx = bars[b]
         if pending == 0 and tx == 0:
             bars[b] = (phase ^ 1, self.bar_init[b], 0)
             return True
+        bars[b] = (phase, pending, tx)
+        return False
+
+    def _tx(self, bars, b, delta):
+        """Transaction bytes expected (+) or delivered (-) on ``b``; True when its phase completes."""
+        phase, pending, tx = bars[b]
+        tx += delta
+        if pending == 0 and tx == 0:
+            bars[b] = (phase ^ 1, self.bar_init[b], 0)
+            return True
+        bars[b] = (phase, pending, tx)
         return False
 
     # ------------------------------------------------------------------ windows and races
@@ -328,11 +330,11 @@ class Engine(MacroMixin, LoopsMixin):
         curs = es[CUR]
         stage, parity, _ = curs[a.cursor]
         bars = list(state[1])
-        completed = set()
+        completed = ()
         pend = es[PEND]
         b = a.barrier_base + stage
         asyncw = es[ASYNC]
-        regs = tuple((rid, stage) for rid, _ in a.regions)
+        regs = tuple([(rid, stage) for rid, _ in a.regions])
         hw = state[2]
         if a.umma_release and not a.private:
             pend = pend + ((b, a.arrivals, regs),)  # holds and UMMA reads end when the MMAs complete
@@ -346,12 +348,12 @@ class Engine(MacroMixin, LoopsMixin):
             if asyncw:
                 asyncw = tuple(w for w in asyncw if not (w[2] in ("umma", "hold") and w[0] in done))
             if a.tx_expect and self._tx(bars, b, a.tx_expect):
-                completed.add(b)
+                completed += (b,)
             if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):
-                completed.add(b)
+                completed += (b,)
             for x in a.also_bases:  # the same arrivals on every CTA of a pair (tcgen05.commit multicast)
                 if a.arrivals and self._arrive(bars, x + stage, a.arrivals, e, a.step):
-                    completed.add(x + stage)
+                    completed += (x + stage,)
             if a.hold_hw and b not in completed and bars[b][0] == 1 - parity:
                 # hardware writes of this bracket are still landing: held until full[s] completes
                 hw = tuple(sorted(set(hw + tuple((b, e, r) for r in regs))))
@@ -370,10 +372,9 @@ class Engine(MacroMixin, LoopsMixin):
     def _work_step(self, state, e, es, a):
         ex = self.execs[e]
         label = (e, "step", es[PC])
-        curs = list(es[CUR])
         stage = delivered = None
         if a.cursor is not None:
-            stage, _, delivered = curs[a.cursor]
+            stage, _, delivered = es[CUR][a.cursor]
         if a.pdl_dependent and not es[WAITED] and not self.c.pdl_assumed:
             raise Violation("pdl", f"{ex.name} reads {a.step.resource_name}, which depends on a PdlWaitBarrier, "
                             "before executing wait_griddep", e, a.step)
@@ -400,6 +401,7 @@ class Engine(MacroMixin, LoopsMixin):
                 self._check_race(state, e, region, a.write, a.step)
             bars = list(state[1])
             completed = set()
+            curs = list(es[CUR])
             if a.tx_deliver and not delivered:
                 curs[a.cursor] = curs[a.cursor][:2] + (True,)
                 if self._tx(bars, fb, -a.tx_deliver):
