@@ -198,6 +198,15 @@ def build_program(variant: str, S: int, K: int, max_states: int = 200_000) -> Pr
     return Program(tasks=tasks, graph=graph, options=Options(max_states=max_states))
 
 
+def build_per_role(tiles, num_stages=8):
+    """The per-role interleaved example (src/warpsched/examples/interleaved.py:build_per_role):
+    ``tiles`` an int (exact) or "any" (``trip_count("tiles", divisibility=4)``)."""
+    from warpsched.examples import interleaved
+    num_tiles = trip_count("tiles", divisibility=4) if tiles == "any" else int(tiles)
+    return interleaved.build_per_role(verbose=False, exhaustive_deadlock_race_check=False, num_stages=num_stages,
+                                      num_tiles=num_tiles).program
+
+
 def run_warpsched(variant, S, K, max_states=200_000):
     prog = build_program(variant, S, K, max_states)
     t0 = time.perf_counter()
@@ -213,6 +222,8 @@ def main(argv=None):
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--no-symbolic", dest="symbolic", action="store_false",
                     help="skip the symbolic-K rows (K = trip_count('K'): every K >= 1 in one proof)")
+    ap.add_argument("--no-per-role", dest="per_role", action="store_false",
+                    help="skip the per-role interleaved example rows (8 stages, 16 tiles and any multiple of 4)")
     ap.add_argument("--ref-max-states", type=int, default=None, help="reference cap (default: its own, 1e6)")
     a = ap.parse_args(argv)
     run_reference = None
@@ -243,6 +254,13 @@ def main(argv=None):
                     line += f"{rv:<12}{(ref['states'] or 0):>11}{ref['seconds']:>9.3f}{ratio}"
                 print(line, flush=True)
     print(f"# slowest warpsched configuration: {worst:.3f} s")
+    if a.per_role:
+        print("\n# per-role interleaved example (src/warpsched/examples/interleaved.py:build_per_role), 8 stages")
+        for tiles in ("16", "any"):
+            prog = build_per_role(tiles)
+            t0 = time.perf_counter()
+            r = run_checker(prog)
+            print(f"tiles={tiles:<6} {r.verdict:<6} {r.states:>6} states {time.perf_counter() - t0:6.3f} s", flush=True)
 
 
 if __name__ == "__main__":

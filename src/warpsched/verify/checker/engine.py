@@ -25,32 +25,22 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
-from .model import Compiled, Instr
-from .tables import action_mergeable, fast_forward, maybe_local, merge_static, wait_at
+from .model import Compiled, Instr, Op
+from .macro import MacroMixin
+from .tables import fast_forward, maybe_local, merge_static, wait_at
+from .violations import Unbounded, Violation  # noqa: F401 (re-exported: explore, balance import them here)
 
 EAGER_DECISIONS = True  # see Engine.is_local
 
 
-class Violation(Exception):
-    def __init__(self, kind: str, text: str, exec_index: int, step=None, region=None, barrier=None):
-        super().__init__(text)
-        self.kind, self.text, self.exec_index, self.step = kind, text, exec_index, step
-        self.region, self.barrier = region, barrier
-
-
-class Unbounded(Exception):
-    pass
-
-
-
-
-class Engine(LoopsMixin):
+class Engine(MacroMixin, LoopsMixin):
     def __init__(self, comp: Compiled, exact_lift: bool = True):
         self.c = comp
         # exact trip counts far from their end may be lifted (a superset, see loops._normalize);
         # exact_lifted records that it happened, so that a problem found is re-checked without
         self.exact_lift = exact_lift
         self.exact_lifted = False
+        self._head_memo, self._tile_memo = {}, {}  # loop / tile head outcomes (loops.py)
         self.execs = comp.executors
         self.nb = len(comp.barriers)
         self.init_bars = tuple((0, b.init, 0) for b in comp.barriers)
@@ -66,6 +56,7 @@ class Engine(LoopsMixin):
         self.ff = [fast_forward(ex.program) for ex in self.execs]
         self.merge_static = [merge_static(ex.program) for ex in self.execs]
         self.wait_at = [wait_at(ex.program) for ex in self.execs]
+        self.rules = [[self._rule(ins) for ins in ex.program] for ex in self.execs]
 
     # ------------------------------------------------------------------ initial state
     def initial(self):
@@ -85,95 +76,28 @@ class Engine(LoopsMixin):
         return (skipped, tuple(g.initial() for g in self.c.groups))
 
     # ------------------------------------------------------------------ successors
-    def successors(self, state, e: int):
-        """All (label, next_state) of executor ``e``; raises Violation / Unbounded.
-
-        Each transition is extended with the executor's following *mergeable* steps (see
-        ``mergeable``), executed atomically: arrivals are left movers and window openings
-        only lengthen a window, so running them as early as possible loses no deadlock or
-        race. Labels are (executor, what, pc, merged) with merged = ((what, pc, cursors), ...).
-        """
-        out = []
-        hw_first = bool(state[0][e][PEND])  # _raw lists the hardware event first
-        for label, st in self._raw(state, e):
-            if hw_first:
-                hw_first = False
-                out.append((label + ((),), st))
-                continue
-            merged = []
-            ff, merge_static = self.ff[e], self.merge_static[e]
-            while True:
-                es = st[0][e]
-                if es[SYNC] is not None:
-                    break  # a return closes a window: it must stay a separate transition
-                pc = es[PC]
-                hop = ff[pc]
-                if hop is not None:  # fast-forward over jumps and unguarded local steps
-                    cur = es[CUR]
-                    merged.extend((what, p, cur) for what, p in hop[1])
-                    pc = hop[0]
-                    st = self._set_exec(st, e, es, pc=pc)
-                m = merge_static[pc]
-                if m is None:
-                    m = self.mergeable(st, e)
-                if not m:
-                    break
-                try:
-                    sub = self._raw(st, e, hw=False)
-                except (Violation, Unbounded):
-                    break  # leave it to the explorer, so the counterexample shows it
-                if len(sub) != 1:
-                    break
-                (lab2, st2), = sub
-                merged.append((lab2[1], lab2[2], st[0][e][CUR]))
-                st = st2
-            out.append((label + (tuple(merged),), st))
-        return out
-
-    def mergeable(self, state, e: int) -> bool:
-        es = state[0][e]
-        if es[SYNC] is not None:
-            return False  # a return closes a window: it must stay a separate transition
-        ins = self.execs[e].program[es[PC]]
-        k = ins.kind
-        if k == "jump":
-            return True
-        if k in ("loop_head", "tile_head"):
-            return self.is_local(state, e, deterministic=True)
-        if k != "step":
-            return False
-        if not self._guards_hold(state, e, es, ins):
-            return True
-        return action_mergeable(ins.action)
-
     def _raw(self, state, e: int, hw: bool = True):
-        ex = self.execs[e]
         es = state[0][e]
-        out = []
-        if hw and es[PEND]:
-            out.append(self._hw_event(state, e))
+        if hw and es[PEND]:  # the hardware event first, then the executor's own step
+            return [self._hw_event(state, e)] + self._raw(state, e, hw=False)
+        pc = es[PC]
         if es[SYNC] is not None:  # the synchronous work call returns: its bytes are free again
-            out.append(((e, "return", es[PC]), self._set_exec(state, e, es[:SYNC] + (None,) + es[SYNC + 1:],
-                                                               pc=es[PC] + 1)))
-            return out
-        ins = ex.program[es[PC]]
+            es2 = (pc + 1,) + es[1:SYNC] + (None,) + es[SYNC + 1:]
+            execs = state[0]
+            return [((e, "return", pc), (execs[:e] + (es2,) + execs[e + 1:],) + state[1:])]
+        ins = self.execs[e].program[pc]
         k = ins.kind
+        if k == "step":
+            if ins.guards and not self._guards_hold(state, e, es, ins):
+                return [((e, "skip", pc), self._set_exec(state, e, es, pc=pc + 1))]
+            return self._step(state, e, es, ins)
         if k == "done":
-            return out
+            return []
         if k == "jump":
-            out.append(((e, "jump", es[PC]), self._set_exec(state, e, es, pc=ins.target)))
-            return out
+            return [((e, "jump", pc), self._set_exec(state, e, es, pc=ins.target))]
         if k == "tile_head":
-            out.extend(self._tile_head(state, e, ins))
-            return out
-        if k == "loop_head":
-            out.extend(self._loop_head(state, e, ins))
-            return out
-        if not self._guards_hold(state, e, es, ins):
-            out.append(((e, "skip", es[PC]), self._set_exec(state, e, es, pc=es[PC] + 1)))
-            return out
-        out.extend(self._step(state, e, es, ins))
-        return out
+            return self._tile_head(state, e, ins)
+        return self._loop_head(state, e, ins)
 
     def is_local(self, state, e: int, deterministic: bool = False) -> bool:
         """Can this executor's next transition(s) be explored alone (an ample set)?
@@ -213,8 +137,8 @@ class Engine(LoopsMixin):
 
     def blocked(self, state, e: int) -> bool:
         """A cheap sufficient test for 'no transition of e is enabled' (done, or an unguarded
-        wait / acquire on a phase that has not completed, with no hardware event pending):
-        exactly the cases where successors() returns []."""
+        wait / acquire on a phase that has not completed, with no hardware event pending);
+        successors() also returns [] for a parked executor (macro.py), which this does not test."""
         es = state[0][e]
         if es[PEND] or es[SYNC] is not None:
             return False
@@ -278,25 +202,27 @@ class Engine(LoopsMixin):
     # ------------------------------------------------------------------ loops
     # ------------------------------------------------------------------ barriers
     def _arrive(self, bars, b, n, e, step):
+        """``n`` arrivals on barrier ``b`` (``bars``: a list, updated); True when its phase completes."""
         phase, pending, tx = bars[b]
         pending -= n
         if pending < 0:
             raise Violation("over-arrival", f"{self.c.barriers[b].label} received {n} arrival(s) with only "
                             f"{pending + n} pending (init count {self.bar_init[b]})", e, step,
                             barrier=b)
-        bars[b] = (phase, pending, tx)
-        return self._maybe_complete(bars, b)
-
-    def _tx(self, bars, b, delta):
-        phase, pending, tx = bars[b]
-        bars[b] = (phase, pending, tx + delta)
-        return self._maybe_complete(bars, b)
-
-    def _maybe_complete(self, bars, b) -> bool:
-        phase, pending, tx = bars[b]
         if pending == 0 and tx == 0:
             bars[b] = (phase ^ 1, self.bar_init[b], 0)
             return True
+        bars[b] = (phase, pending, tx)
+        return False
+
+    def _tx(self, bars, b, delta):
+        """Transaction bytes expected (+) or delivered (-) on ``b``; True when its phase completes."""
+        phase, pending, tx = bars[b]
+        tx += delta
+        if pending == 0 and tx == 0:
+            bars[b] = (phase ^ 1, self.bar_init[b], 0)
+            return True
+        bars[b] = (phase, pending, tx)
         return False
 
     # ------------------------------------------------------------------ windows and races
@@ -333,89 +259,122 @@ class Engine(LoopsMixin):
 
     # ------------------------------------------------------------------ steps
     def _step(self, state, e, es, ins: Instr):
-        a = ins.action
+        return self.rules[e][es[PC]](state, e, es, ins.action)
+
+    def _rule(self, ins: Instr):
+        """The method that runs a step instruction (a table, so the hot path skips the dispatch)."""
+        if ins.kind != "step":
+            return None
+        op = ins.action.op
+        if op is Op.WAIT or op is Op.ACQUIRE:
+            return self._open_step
+        if op is Op.COMMIT or op is Op.RELEASE:
+            return self._close_step
+        return self._work_step if op is Op.WORK else self._other_step
+
+    def _other_step(self, state, e, es, a):
         op = a.op
-        ex = self.execs[e]
-        bars = None
         label = (e, "step", es[PC])
-        if op == "nop":
+        if op is Op.NOP:
             return self._with_keys(state, e, es, a, label, es[PC] + 1)
-        if op == "pdl_wait":
+        if op is Op.PDL_WAIT:
             es2 = es[:WAITED] + (True,)
             st = self._set_exec(state, e, es2, pc=es[PC] + 1)
             return self._with_keys(st[:7] + (True,), e, es2, a, label, es[PC] + 1)
-        if op == "pdl_launch":
-            if not state[7] and not self.c.pdl_assumed:
-                raise Violation("pdl", f"{ex.name} launches dependent grids (launch_griddep) before any task has "
-                                "executed wait_griddep", e, a.step)
-            return self._with_keys(state, e, es, a, label, es[PC] + 1)
-        curs = list(es[CUR])
-        stage = parity = None
-        if a.cursor is not None:
-            stage, parity, delivered = curs[a.cursor]
-        if op in ("acquire", "wait"):
-            b = a.barrier_base + stage
-            if state[1][b][0] == parity:
-                return []  # blocked: the phase with this parity has not completed
-            bars = None
-            completed = ()
-            if a.arrivals or a.tx_expect:
-                bars = list(state[1])
-                completed = set()
-                fb = a.deliver_base + stage
-                if a.tx_expect and self._tx(bars, fb, a.tx_expect):
-                    completed.add(fb)
-                if a.arrivals and self._arrive(bars, fb, a.arrivals, e, a.step):
-                    completed.add(fb)
-            asyncw = es[ASYNC]
-            if a.hold_open:
-                asyncw = self._open_holds(state, e, asyncw, a, stage)
-            if a.umma_wait_window and not a.private:
-                for rid, _ in a.regions:
-                    reg = (rid, stage)
-                    if (reg, False, "umma") not in asyncw:
-                        self._check_race(state, e, reg, False, a.step)
-                        asyncw = asyncw + ((reg, False, "umma"),)
-            self._advance(curs, a.advance, ex)
-            es2 = es[:CUR] + (tuple(curs), es[SYNC], asyncw) + es[PEND:]
-            st = self._set_exec(state, e, es2, pc=es[PC] + 1)
-            if bars is not None:
-                st = (st[0], tuple(bars), self._close_hw(st[2], completed)) + st[3:]
-            return self._with_keys(st, e, es2, a, label, es[PC] + 1)
-        if op in ("commit", "release"):
-            bars = list(state[1])
+        if not state[7] and not self.c.pdl_assumed:  # PDL_LAUNCH
+            raise Violation("pdl", f"{self.execs[e].name} launches dependent grids (launch_griddep) before any "
+                            "task has executed wait_griddep", e, a.step)
+        return self._with_keys(state, e, es, a, label, es[PC] + 1)
+
+    def _open_step(self, state, e, es, a):
+        """acquire / wait: passes once the phase with the cursor's parity has completed."""
+        curs = es[CUR]
+        stage, parity, _ = curs[a.cursor]
+        bars = state[1]
+        if bars[a.barrier_base + stage][0] == parity:
+            return []  # blocked: the phase with this parity has not completed
+        hw = state[2]
+        if a.arrivals or a.tx_expect:
+            bars = list(bars)
             completed = set()
-            pend = es[PEND]
-            b = a.barrier_base + stage
-            asyncw = es[ASYNC]
-            regs = tuple((rid, stage) for rid, _ in a.regions)
-            hw = state[2]
-            if a.umma_release and not a.private:
-                pend = pend + ((b, a.arrivals, regs),)  # holds and UMMA reads end when the MMAs complete
-                # a pair's commit multicast: one more hardware arrival per further barrier
-                pend = pend + tuple((x + stage, a.arrivals, ()) for x in a.also_bases)
-            else:
-                done = regs
-                if a.completes_umma:  # the commit's arrival (modelled now) implies every earlier MMA of
-                    # this task completed: their SMEM reads are over, though their own arrivals may lag
-                    done = regs + tuple(r for (_, _, rs) in pend for r in rs)
+            fb = a.deliver_base + stage
+            if a.tx_expect and self._tx(bars, fb, a.tx_expect):
+                completed.add(fb)
+            if a.arrivals and self._arrive(bars, fb, a.arrivals, e, a.step):
+                completed.add(fb)
+            bars = tuple(bars)
+            hw = self._close_hw(hw, completed)
+        asyncw = es[ASYNC]
+        if a.hold_open:
+            asyncw = self._open_holds(state, e, asyncw, a, stage)
+        if a.umma_wait_window and not a.private:
+            for rid, _ in a.regions:
+                reg = (rid, stage)
+                if (reg, False, "umma") not in asyncw:
+                    self._check_race(state, e, reg, False, a.step)
+                    asyncw = asyncw + ((reg, False, "umma"),)
+        if a.advance:
+            curs = list(curs)
+            self._advance(curs, a.advance, self.execs[e])
+            curs = tuple(curs)
+        pc = es[PC]
+        es2 = (pc + 1,) + es[1:CUR] + (curs, es[SYNC], asyncw) + es[PEND:]
+        execs = state[0]
+        st = (execs[:e] + (es2,) + execs[e + 1:], bars, hw) + state[3:]
+        if a.keys:
+            return self._with_keys(st, e, es2, a, (e, "step", pc), pc + 1)
+        return [((e, "step", pc), st)]
+
+    def _close_step(self, state, e, es, a):
+        """commit / release: arrivals (now, or for a UMMA side when the MMAs complete)."""
+        curs = es[CUR]
+        stage, parity, _ = curs[a.cursor]
+        bars = list(state[1])
+        completed = ()
+        pend = es[PEND]
+        b = a.barrier_base + stage
+        asyncw = es[ASYNC]
+        regs = tuple([(rid, stage) for rid, _ in a.regions])
+        hw = state[2]
+        if a.umma_release and not a.private:
+            pend = pend + ((b, a.arrivals, regs),)  # holds and UMMA reads end when the MMAs complete
+            # a pair's commit multicast: one more hardware arrival per further barrier
+            pend = pend + tuple((x + stage, a.arrivals, ()) for x in a.also_bases)
+        else:
+            done = regs
+            if a.completes_umma:  # the commit's arrival (modelled now) implies every earlier MMA of
+                # this task completed: their SMEM reads are over, though their own arrivals may lag
+                done = regs + tuple(r for (_, _, rs) in pend for r in rs)
+            if asyncw:
                 asyncw = tuple(w for w in asyncw if not (w[2] in ("umma", "hold") and w[0] in done))
-                if a.tx_expect and self._tx(bars, b, a.tx_expect):
-                    completed.add(b)
-                if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):
-                    completed.add(b)
-                for x in a.also_bases:  # the same arrivals on every CTA of a pair (tcgen05.commit multicast)
-                    if a.arrivals and self._arrive(bars, x + stage, a.arrivals, e, a.step):
-                        completed.add(x + stage)
-                if a.hold_hw and b not in completed and bars[b][0] == 1 - parity:
-                    # hardware writes of this bracket are still landing: held until full[s] completes
-                    hw = tuple(sorted(set(hw + tuple((b, e, r) for r in regs))))
-            self._advance(curs, a.advance, ex)
-            es2 = es[:CUR] + (tuple(curs), es[SYNC], asyncw, pend) + es[PEND + 1:]
-            st = self._set_exec(state, e, es2, pc=es[PC] + 1)
-            st = (st[0], tuple(bars), self._close_hw(hw, completed)) + st[3:]
-            return self._with_keys(st, e, es2, a, label, es[PC] + 1)
-        # ---- work
+            if a.tx_expect and self._tx(bars, b, a.tx_expect):
+                completed += (b,)
+            if a.arrivals and self._arrive(bars, b, a.arrivals, e, a.step):
+                completed += (b,)
+            for x in a.also_bases:  # the same arrivals on every CTA of a pair (tcgen05.commit multicast)
+                if a.arrivals and self._arrive(bars, x + stage, a.arrivals, e, a.step):
+                    completed += (x + stage,)
+            if a.hold_hw and b not in completed and bars[b][0] == 1 - parity:
+                # hardware writes of this bracket are still landing: held until full[s] completes
+                hw = tuple(sorted(set(hw + tuple((b, e, r) for r in regs))))
+        if a.advance:
+            curs = list(curs)
+            self._advance(curs, a.advance, self.execs[e])
+            curs = tuple(curs)
+        pc = es[PC]
+        es2 = (pc + 1,) + es[1:CUR] + (curs, es[SYNC], asyncw, pend) + es[PEND + 1:]
+        execs = state[0]
+        st = (execs[:e] + (es2,) + execs[e + 1:], tuple(bars), self._close_hw(hw, completed)) + state[3:]
+        if a.keys:
+            return self._with_keys(st, e, es2, a, (e, "step", pc), pc + 1)
+        return [((e, "step", pc), st)]
+
+    def _work_step(self, state, e, es, a):
+        ex = self.execs[e]
+        label = (e, "step", es[PC])
+        stage = delivered = None
+        if a.cursor is not None:
+            stage, _, delivered = es[CUR][a.cursor]
         if a.pdl_dependent and not es[WAITED] and not self.c.pdl_assumed:
             raise Violation("pdl", f"{ex.name} reads {a.step.resource_name}, which depends on a PdlWaitBarrier, "
                             "before executing wait_griddep", e, a.step)
@@ -442,6 +401,7 @@ class Engine(LoopsMixin):
                 self._check_race(state, e, region, a.write, a.step)
             bars = list(state[1])
             completed = set()
+            curs = list(es[CUR])
             if a.tx_deliver and not delivered:
                 curs[a.cursor] = curs[a.cursor][:2] + (True,)
                 if self._tx(bars, fb, -a.tx_deliver):

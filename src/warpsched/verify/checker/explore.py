@@ -118,6 +118,7 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
     ids: Dict[tuple, int] = {init: 0}
     states: List[tuple] = [init]
     parent: List[Tuple[int, Optional[tuple]]] = [(-1, None)]
+    setdefault = ids.setdefault
     seen_problem = set()
     queue = deque([0])
     next_report = t0 + PROGRESS_EVERY
@@ -142,6 +143,9 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
             return
         seen_problem.add(key)
         path, final, replayed = replay(engine, canon, path_to(sid), states[sid])
+        if kind == "deadlock":  # the returns parked executors owe (engine.settle): the deadlock itself
+            owed, final = engine.settle(final)
+            path.extend(owed)
         if extra_label is not None:
             try:  # the concrete (un-rotated) run names the concrete stages
                 engine.successors(final, e)
@@ -211,10 +215,11 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
                             note("unconsumed", sid, left[0], left[1], left[2], barrier=left[3])
                         else:
                             out.unconfirmed = True
-                elif any(engine.key_capped(st, e) for e in range(n)):
+                elif any(engine.key_capped(engine.settle(st)[1], e) for e in range(n)):
                     out.unbounded = True  # stuck only because of the run-ahead bound: not a proof either way
                 else:
-                    blocked = [(e, r) for e, r in ((e, engine.blocked_reason(st, e)) for e in range(n)) if r]
+                    end = engine.settle(st)[1]  # parked executors' returns taken
+                    blocked = [(e, r) for e, r in ((e, engine.blocked_reason(end, e)) for e in range(n)) if r]
                     e0, first = (blocked[0][0], blocked[0][1][1]) if blocked else (0, None)
                     note("deadlock", sid, "deadlock: no task can make progress", e0, first)
                 continue
@@ -223,18 +228,19 @@ def explore(engine: Engine, max_states: int, progress=None, deadline: Optional[f
         if out.problems and out.stop_at is None:
             out.stop_at = len(ids) + AFTER_FIRST_PROBLEM  # UNSAFE already: a little more, for the counts
         for label, nxt in succ:
-            if nxt in ids:
-                continue
-            if out.stop_at is not None and len(ids) >= out.stop_at:
+            nid = len(states)
+            if setdefault(nxt, nid) != nid:
+                continue  # seen (one hash per successor: insert, then undo on a stop)
+            if out.stop_at is not None and nid >= out.stop_at:
+                del ids[nxt]
                 out.truncated = True
                 queue.clear()
                 break
-            if len(ids) >= max_states:
+            if nid >= max_states:
+                del ids[nxt]
                 out.hit_cap = True
                 queue.clear()
                 break
-            nid = len(states)
-            ids[nxt] = nid
             states.append(nxt)
             parent.append((sid, label))
             queue.append(nid)

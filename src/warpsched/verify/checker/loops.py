@@ -137,6 +137,36 @@ class LoopsMixin:
             return (dec, bound, nvs), 0
         return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
 
+    def _head_outcomes(self, ins, gs, grp):
+        """_choose then _normalize for a loop head: a function of (member, group state) alone,
+        so it is memoized per engine (``exact_lifted`` is set again on every hit that lifted)."""
+        key = (ins.group, ins.member, gs)
+        hit = self._head_memo.get(key)
+        if hit is None:
+            was, self.exact_lifted = self.exact_lifted, False
+            outs = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what)
+                    for gs2, what in self._choose(gs, ins.member, ins.start, ins.step, grp)]
+            hit = self._head_memo[key] = (outs, self.exact_lifted)
+            self.exact_lifted = was
+        if hit[1]:
+            self.exact_lifted = True
+        return hit[0]
+
+    def _tile_outcomes(self, mi, tile):
+        """_choose then _normalize for a tile head, memoized like ``_head_outcomes``:
+        [(chosen tile state, what, normalized tile state, shift)]."""
+        key = (mi, tile)
+        hit = self._tile_memo.get(key)
+        if hit is None:
+            was, self.exact_lifted = self.exact_lifted, False
+            outs = [(ts2, what) + self._normalize(ts2, 1, tiles=True, grp=self.tile_group)
+                    for ts2, what in self._choose(tile, mi, 0, 1, self.tile_group)]
+            hit = self._tile_memo[key] = (outs, self.exact_lifted)
+            self.exact_lifted = was
+        if hit[1]:
+            self.exact_lifted = True
+        return hit[0]
+
     def _loop_head(self, state, e, ins: Instr):
         es = state[0][e]
         ri = self._record_index(state, e)
@@ -147,10 +177,10 @@ class LoopsMixin:
         out = []
         if ins.all_skippable and rec[0]:
             choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
+            choices = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what) for gs2, what in choices]
         else:
-            choices = self._choose(gs, ins.member, ins.start, ins.step, grp)
+            choices = self._head_outcomes(ins, gs, grp)
         for gs2, what in choices:
-            gs2, _ = self._normalize(gs2, grp.lcm, grp=grp)
             rec2 = (rec[0], rec[1][:ins.group] + (gs2,) + rec[1][ins.group + 1:])
             if what == "exit":
                 es2 = (ins.target, None, False) + es[3:]
@@ -170,7 +200,7 @@ class LoopsMixin:
         mi = self.tile_member[e]
         tile = state[3]
         out = []
-        for ts2, what in self._choose(tile, mi, 0, 1, self.tile_group):
+        for ts2, what, ts3, shift in self._tile_outcomes(mi, tile):
             records = state[4]
             if what == "exit":
                 es2 = (ins.target, None, False) + es[3:]
@@ -183,7 +213,6 @@ class LoopsMixin:
                 else:
                     choices = [records + (self._fresh_record(sk),) for sk in
                                ((False, True) if self.c.has_skippable else (False,))]
-            ts3, shift = self._normalize(ts2, 1, tiles=True, grp=self.tile_group)
             for recs in choices:
                 label = "tile:" + ("exit" if what == "exit" else ("skipped" if recs and len(choices) > 1 and
                                                                    recs[-1][0] else "run"))

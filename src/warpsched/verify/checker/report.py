@@ -292,7 +292,7 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
     if counts:
         lines.append(counts)
     if p.kind == "deadlock":  # for the HTML report
-        final = _after(engine, p.path)
+        final = p.final if p.final is not None else _after(engine, p.path)
         p.timeline = timeline_of(engine, p.path, final=final)
         _add_blocked(engine, p.timeline, p.blocked, final)
     else:

@@ -125,7 +125,7 @@ class Canon:
             if not r and not f:
                 continue
             if not changed:
-                execs = [list(x) for x in execs]
+                execs = list(execs)  # executor tuples, replaced one by one where they change
                 bars = list(bars)
                 changed = True
             S = fam.S
@@ -134,10 +134,11 @@ class Canon:
                 # a stage that wraps below 0 is one lap earlier: its phase flips
                 bars[pb] = (v[0] ^ f ^ w, v[1], v[2])
             for e, slot in fam.slots:
-                curs = list(execs[e][CUR])
+                x = execs[e]
+                curs = list(x[CUR])
                 s_, p_, d_ = curs[slot]
                 curs[slot] = ((s_ - r) % S, p_ ^ f ^ (s_ < r), d_)
-                execs[e][CUR] = tuple(curs)
+                execs[e] = x[:CUR] + (tuple(curs),) + x[CUR + 1:]
             if r:
                 perm = fam.perm[r]
                 rids = fam.rids
@@ -145,32 +146,40 @@ class Canon:
                 def rot(reg):
                     return (reg[0], (reg[1] - r) % S) if reg[0] in rids and reg[1] >= 0 else reg
 
-                for x in execs:
+                for i, x in enumerate(execs):
+                    if not (x[ASYNC] or x[PEND] or x[SYNC] is not None):
+                        continue
+                    x = list(x)
                     if x[ASYNC]:
                         x[ASYNC] = tuple((rot(w[0]),) + w[1:] for w in x[ASYNC])
                     if x[SYNC] is not None:
                         x[SYNC] = (rot(x[SYNC][0]), x[SYNC][1])
                     if x[PEND]:
                         x[PEND] = tuple((perm.get(b, b), n, tuple(rot(g) for g in regs)) for b, n, regs in x[PEND])
+                    execs[i] = tuple(x)
                 if hw:
                     hw = tuple(sorted((perm.get(b, b), e, rot(reg)) for b, e, reg in hw))
-        if changed:
-            execs = tuple(tuple(x) for x in execs)
         # windows other than wgmma groups are sets: store them sorted
         fixed = None
         for i, x in enumerate(execs):
             w = x[ASYNC]
             if len(w) > 1:
-                wg = tuple(v for v in w if v[2] == "wg")
-                rest = tuple(sorted(v for v in w if v[2] != "wg"))
-                nw = rest + wg
-                if nw != w:
-                    if fixed is None:
-                        fixed = list(execs)
-                    fixed[i] = x[:ASYNC] + (nw,) + x[ASYNC + 1:]
+                if len(w) == 2 and w[0][2] != "wg" and w[1][2] != "wg":
+                    if w[0] <= w[1]:
+                        continue
+                    nw = (w[1], w[0])
+                else:
+                    wg = tuple(v for v in w if v[2] == "wg")
+                    rest = tuple(sorted(v for v in w if v[2] != "wg"))
+                    nw = rest + wg
+                    if nw == w:
+                        continue
+                if fixed is None:
+                    fixed = list(execs)
+                fixed[i] = x[:ASYNC] + (nw,) + x[ASYNC + 1:]
         if fixed is not None:
-            execs = tuple(fixed)
+            execs = fixed
             changed = True
         if not changed:
             return st
-        return (execs, tuple(bars), hw) + st[3:]
+        return (tuple(execs), tuple(bars), hw) + st[3:]
