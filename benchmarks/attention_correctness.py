@@ -9,6 +9,11 @@ reference (scores, top-left causal mask as torch SDPA's is_causal, softmax, P V,
 max and mean absolute error of O and of the LSE, and, for scale, the error of torch SDPA (default
 backend) on the same inputs. Cases: S = 1, 127, 1000, tails, S_q != S_k (both ways, causal
 too), grouped-query attention (H / H_kv = 4 and 8).
+
+``--variants "qring:q_stages=2,n192q:block_n=192;q_stages=2;hd=64"`` also runs each named
+FlashAttention configuration (``warpsched.kernels.attention_host.prepare(**options)``; ``hd=64``
+restricts a variant to that head dim), each configuration of each variant in its own child;
+``--dtypes``, ``--cases`` (indices into CASES) and ``--no-default`` keep a GPU run short.
 """
 from __future__ import annotations
 
@@ -49,7 +54,16 @@ def reference(q, k, v, causal, scale):
     return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, dim=-1), vf), lse
 
 
-def run_config(dtype_name, d, causal):
+def parse_variants(text):
+    """"name:key=value;key=value,name2:..." -> {name: {key: int}} (as benchmarks/attention_sweep.py)."""
+    out = {}
+    for item in filter(None, (text or "").split(",")):
+        name, _, kv = item.partition(":")
+        out[name] = {k: int(v) for k, v in (p.split("=") for p in kv.split(";") if p)}
+    return out
+
+
+def run_config(dtype_name, d, causal, options=None, cases=None):
     import torch
     import torch.nn.functional as F
 
@@ -58,7 +72,7 @@ def run_config(dtype_name, d, causal):
 
     dtype = getattr(torch, dtype_name)
     ok = True
-    for case in CASES:
+    for case in (CASES if cases is None else [CASES[i] for i in cases]):
         B, H, Hk, Sq, Sk = case
         torch.manual_seed(hash((case, d, causal)) % 2**31)
         q = torch.randn(B, H, Sq, d, device="cuda", dtype=dtype)
@@ -68,7 +82,10 @@ def run_config(dtype_name, d, causal):
         lse = torch.full((B, H, Sq), float("nan"), device="cuda", dtype=torch.float32)
         scale = 1.0 / math.sqrt(d)
         t0 = time.time()
-        ops.attention(q, k, v, causal=causal, out=out, lse=lse)  # the public entry point
+        if options:  # a variant: the same host path with FlashAttention options
+            att.prepare(q, k, v, causal=causal, out=out, lse=lse, **options)[0]()
+        else:
+            ops.attention(q, k, v, causal=causal, out=out, lse=lse)  # the public entry point
         torch.cuda.synchronize()
         ref, ref_lse = reference(q, k, v, causal, scale)
         err = (out.float() - ref).abs()
@@ -89,7 +106,8 @@ def run_config(dtype_name, d, causal):
                               o_mean=float(err.mean()) if finite else None,
                               lse_max=float(lse_err.max()) if finite else None, sdpa_o_max=sdpa_err,
                               seconds=round(time.time() - t0, 2),
-                              verdict=att.VERDICT_OF.get((att._host.cutlass_dtype(dtype), d, causal, ())))),
+                              options=options or {}, verdict=att.VERDICT_OF.get(
+                                  (att._host.cutlass_dtype(dtype), d, causal, tuple(sorted((options or {}).items())))))),
               flush=True)
     return ok
 
@@ -97,22 +115,34 @@ def run_config(dtype_name, d, causal):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--child", nargs=3)
+    ap.add_argument("--options", default="{}", help=argparse.SUPPRESS)  # child: the variant's options (JSON)
     ap.add_argument("--timeout", type=int, default=90)
+    ap.add_argument("--variants", default="", help="extra FlashAttention configurations, e.g. 'qring:q_stages=2'")
+    ap.add_argument("--no-default", action="store_true", help="run the variants only")
+    ap.add_argument("--dtypes", default="bfloat16,float16")
+    ap.add_argument("--cases", default="", help="indices into CASES, e.g. 0,1,2,6 (default: all)")
     args = ap.parse_args()
+    cases = [int(i) for i in args.cases.split(",")] if args.cases else None
     if args.child:
         dtype_name, d, causal = args.child[0], int(args.child[1]), args.child[2] == "1"
-        sys.exit(0 if run_config(dtype_name, d, causal) else 1)
+        sys.exit(0 if run_config(dtype_name, d, causal, json.loads(args.options), cases) else 1)
+    runs = [] if args.no_default else [("default", {})]
+    runs += list(parse_variants(args.variants).items())
     summary = []
-    for dtype_name, d, causal in CONFIGS:
-        name = f"{dtype_name} hd{d} {'causal' if causal else 'non-causal'}"
+    for (vname, options), (dtype_name, d, causal) in ((r, c) for r in runs for c in CONFIGS):
+        options = dict(options)
+        if dtype_name not in args.dtypes.split(",") or options.pop("hd", d) != d:
+            continue
+        name = f"{vname:10s} {dtype_name} hd{d} {'causal' if causal else 'non-causal'}"
         t0 = time.time()
         try:
-            rc = subprocess.run([sys.executable, __file__, "--child", dtype_name, str(d), "1" if causal else "0"],
+            rc = subprocess.run([sys.executable, __file__, "--child", dtype_name, str(d), "1" if causal else "0",
+                                 "--options", json.dumps(options)] + (["--cases", args.cases] if cases else []),
                                 timeout=args.timeout).returncode
             status = "PASS" if rc == 0 else f"FAIL (rc {rc})"
         except subprocess.TimeoutExpired:
             status = f"TIMEOUT after {args.timeout} s"
-        summary.append(f"{name:28s} {status}  ({time.time() - t0:.0f} s)")
+        summary.append(f"{name:40s} {status}  ({time.time() - t0:.0f} s)")
         print(summary[-1], flush=True)
     print("\n".join(["== summary"] + summary))
 

@@ -9,6 +9,11 @@ listed as n/a). TFLOP/s = 4 B H S^2 D / time, halved for causal. Timing: ``--rou
 the sides in a rotated order each round, each a triton do_bench median; the table reports each
 side's median over the rounds and warpsched's ratio to the best backend; the last lines give
 the geomean ratio and the worst shape. Runs in a child with a timeout (``--timeout``).
+
+Variants (``--variants "qring:q_stages=2,n192:block_n=192;hd=64"``) are timed in the same
+rounds as the default and the backends, with their own ratio to the best backend and to the
+default (``hd=64`` restricts a variant to that head dim). ``--shapes 16x16x1024,4x16x4096``,
+``--dims`` and ``--backends`` keep a GPU run short.
 """
 from __future__ import annotations
 
@@ -51,6 +56,9 @@ def sides(q, k, v, causal, variants):
     launch()
     out["warpsched"] = launch  # the compiled kernel on converted arguments: no host checks timed
     for name, options in variants.items():
+        options = dict(options)
+        if options.pop("hd", q.shape[3]) != q.shape[3]:
+            continue
         try:
             o2 = q.new_empty(q.shape)
             launch2, _, _ = att.prepare(q, k, v, causal=causal, out=o2, **options)
@@ -76,7 +84,7 @@ def sides(q, k, v, causal, variants):
     return out
 
 
-def run(rounds, shapes, dims, variants):
+def run(rounds, shapes, dims, variants, backends=BACKENDS):
     import torch
     from triton.testing import do_bench
 
@@ -88,7 +96,7 @@ def run(rounds, shapes, dims, variants):
                 q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 name = f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}"
                 print(name, flush=True)
-                fns = sides(q, k, v, causal, variants)
+                fns = {n: f for n, f in sides(q, k, v, causal, variants).items() if n not in BACKENDS or n in backends}
                 times = {n: [] for n in fns}
                 order = list(fns)
                 for r in range(rounds):
@@ -103,16 +111,26 @@ def run(rounds, shapes, dims, variants):
                 del q, k, v, fns
                 torch.cuda.empty_cache()
     extra = tuple(f"ws-{n}" for n in variants)
-    print("\n| shape | warpsched | " + " | ".join(BACKENDS + extra) + " | best | ratio |")
-    print("|---|---|" + "---|" * len(BACKENDS + extra) + "---|---|")
+    cols = tuple(backends) + extra
+    print("\n| shape | warpsched | " + " | ".join(cols) + " | best | ratio |")
+    print("|---|---|" + "---|" * len(cols) + "---|---|")
     for r in rows:
-        cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + BACKENDS + extra]
+        cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + cols]
         print(f"| {r['shape']} | " + " | ".join(cells) + f" | {r['best']} | {r['ratio']:.2f}x |")
-    ratios = [r["ratio"] for r in rows if r["best"]]
-    if ratios:
-        worst = min(rows, key=lambda r: r["ratio"])
-        print(f"geomean ratio to the best backend: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x; "
-              f"worst {worst['ratio']:.2f}x ({worst['shape']})")
+
+    def summary(side):
+        got = [r for r in rows if r["best"] and side in r["tflops"]]
+        if not got:
+            return
+        ratios = [r["tflops"][side] / r["tflops"][r["best"]] for r in got]
+        worst = min(range(len(got)), key=lambda i: ratios[i])
+        vs_default = [r["tflops"][side] / r["tflops"]["warpsched"] for r in got]
+        print(f"{side}: geomean ratio to the best backend {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x "
+              f"over {len(got)} shapes; worst {ratios[worst]:.2f}x ({got[worst]['shape']}); geomean vs the "
+              f"default {math.exp(sum(map(math.log, vs_default)) / len(vs_default)):.3f}x")
+
+    for side in ("warpsched",) + extra:
+        summary(side)
 
 
 def main():
@@ -122,13 +140,20 @@ def main():
     ap.add_argument("--quick", action="store_true", help="4x16x4096 only")
     ap.add_argument("--variants", default="", help="extra warpsched configurations timed alongside, e.g. "
                     "'simple:overlap=0,n176:block_n=176' (reported, not in the ratio)")
+    ap.add_argument("--shapes", default="", help="BxHxS list, e.g. 16x16x1024,4x16x4096 (default: all)")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     shapes = SHAPES[:1] if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     if args.child:
-        run(args.rounds, shapes, (64, 128), parse_variants(args.variants))
+        run(args.rounds, shapes, tuple(int(d) for d in args.dims.split(",")), parse_variants(args.variants),
+            tuple(b for b in args.backends.split(",") if b))
         return
-    cmd = [sys.executable, __file__, "--child", "--rounds", str(args.rounds), "--variants", args.variants] + (
+    cmd = [sys.executable, __file__, "--child", "--rounds", str(args.rounds), "--variants", args.variants,
+           "--shapes", args.shapes, "--dims", args.dims, "--backends", args.backends] + (
         ["--quick"] if args.quick else [])
     try:
         sys.exit(subprocess.run(cmd, timeout=args.timeout).returncode)

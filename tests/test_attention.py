@@ -31,17 +31,31 @@ from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 #    no overlap: 2 tasks x (8 + 8) = 32, 2 x 2 commits / waits.
 #  TMA: Q (two 64-row boxes) + K + V = 4 copies; a 128-element bf16 row is 2 boxes of 64: 8 for hd128.
 #  setmaxnreg: one dec (producer warp group, 24) and one inc (consumers, 240).
-EXPECTED = {  # (head dim, causal, overlap, persistent)
-    (128, False, True, True): {"wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n128k16": 64,
+#  Q ring (q_stages=2): Q has 2 full + 2 empty barriers (mbarrier.init + 2), same GEMMs and copies;
+#    hd128 leaves room for 2 K/V stages (8 K/V barriers, not 12); bN 192 at hd64: S is 4 k-blocks of
+#    m64n192k16, P V 12 k-blocks of m64n64k16: 2 x (2 x 4 + 2 x 12) = 64.
+EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
+    (128, False, True, True, ()): {"wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n128k16": 64,
                          "wgmma.commit_group": 8, "wgmma.wait_group": 8, "cp.async.bulk.tensor": 8,
                          "mbarrier.init": 16, "expect_tx": 3, "setmaxnreg": 2,
                          "setmaxnreg.inc.sync.aligned.u32 \t240": 1, "setmaxnreg.dec.sync.aligned.u32 \t24": 1},
-    (128, True, True, False): {"wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 8,
+    (128, True, True, False, ()): {"wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 8,
                                "cp.async.bulk.tensor": 8, "mbarrier.init": 16, "expect_tx": 3, "setmaxnreg": 2},
-    (64, True, False, True): {"wgmma.mma_async": 24, "wgmma.mma_async.sync.aligned.m64n128k16": 8,
+    (64, True, False, True, ()): {"wgmma.mma_async": 24, "wgmma.mma_async.sync.aligned.m64n128k16": 8,
                         "wgmma.mma_async.sync.aligned.m64n64k16": 16, "wgmma.commit_group": 4,
                         "wgmma.wait_group": 4, "cp.async.bulk.tensor": 4, "mbarrier.init": 20, "expect_tx": 3,
                         "setmaxnreg": 2},
+    (64, False, True, True, (("q_stages", 2),)): {
+        "wgmma.mma_async": 48, "wgmma.mma_async.sync.aligned.m64n128k16": 16,
+        "wgmma.mma_async.sync.aligned.m64n64k16": 32, "wgmma.commit_group": 8, "wgmma.wait_group": 8,
+        "cp.async.bulk.tensor": 4, "mbarrier.init": 22, "expect_tx": 3, "setmaxnreg": 2},
+    (128, False, True, True, (("q_stages", 2),)): {
+        "wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n128k16": 64, "wgmma.commit_group": 8,
+        "wgmma.wait_group": 8, "cp.async.bulk.tensor": 8, "mbarrier.init": 14, "expect_tx": 3, "setmaxnreg": 2},
+    (64, False, True, True, (("block_n", 192), ("q_stages", 2))): {
+        "wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n192k16": 16,
+        "wgmma.mma_async.sync.aligned.m64n64k16": 48, "wgmma.commit_group": 8, "wgmma.wait_group": 8,
+        "cp.async.bulk.tensor": 4, "mbarrier.init": 22, "expect_tx": 3, "setmaxnreg": 2},
 }
 TRACED = {}
 
@@ -50,9 +64,9 @@ TRACED = {}
 def ptx():
     out = {}
     for key in EXPECTED:
-        hd, causal, overlap, persistent = key
+        hd, causal, overlap, persistent, options = key
         out[key] = host.compile_for_cpu(head_dim=hd, causal=causal, overlap=overlap,
-                                       persistent=persistent).artifacts.PTX
+                                       persistent=persistent, **dict(options)).artifacts.PTX
         TRACED[key] = VERDICTS.looked_up[-1]
     return out
 
@@ -65,8 +79,9 @@ def test_ptx_counts(ptx, key):
 
 @pytest.mark.parametrize("key", list(EXPECTED))
 def test_traced_program_is_the_cpu_program(ptx, key):
-    hd, causal, overlap, persistent = key
-    cpu = att.build(att.FlashAttention(head_dim=hd, causal=causal, overlap=overlap, persistent=persistent),
+    hd, causal, overlap, persistent, options = key
+    cpu = att.build(att.FlashAttention(head_dim=hd, causal=causal, overlap=overlap, persistent=persistent,
+                                       **dict(options)),
                     verbose=False,
                     exhaustive_deadlock_race_check=False)
     assert TRACED[key] == cpu.fingerprint
@@ -186,6 +201,59 @@ def test_q_released_before_its_last_gemm_is_rejected():
     assert "SmemQ" in str(e.value) and "race" in str(e.value)
 
 
+@schedule
+def _ring_q_released_with_last_gemm_in_flight(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg,
+                                              overlap=True, wq=None, units=None, q_ring=True):
+    """The Q ring's schedule (overlapped) with Q released on the last K/V tile before its S GEMM
+    retires: two units later the load task refills that stage while the GEMM may still read it."""
+    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    q_idx = smem_q.init_index()
+    with att._tiles(wq, units):
+        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        smem_q.wait()
+        with domain_loop(0, kv_tiles, 1) as d:
+            order.acquire() if wg == 0 else order.wait()
+            smem_k.wait()
+            smem_q.gemm_operand(q_idx=q_idx)
+            smem_k.mma_qk(acc_s=acc_s, q_idx=q_idx, wg=wg)
+            with d.every(1, start=1):
+                smem_v.wait()
+                smem_v.mma_pv(p=p, acc_o=acc_o)
+            with d.last_iter():
+                smem_q.release()  # planted: before the retire below
+            order.commit() if wg == 0 else order.release()
+            with d.first_iter():
+                smem_k.retire()
+            with d.every(1, start=1):
+                smem_k.retire(pending=1)
+            smem_k.release()
+            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+            with d.every(1, start=1):
+                smem_v.retire()
+                smem_v.release()
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        smem_v.wait()
+        smem_v.mma_pv(p=p, acc_o=acc_o)
+        smem_v.retire()
+        smem_v.release()
+        gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        att._next_tile(wq)
+
+
+def test_q_ring_is_checked_and_its_early_release_rejected():
+    """q_stages=2 (the next unit's Q and K / V load during this unit): the ring's program is SAFE
+    for every K/V count and unit count, and releasing a Q stage before its last S GEMM retires is
+    still a race the checker finds (the refill two units later)."""
+    mgr = att.build(att.FlashAttention(head_dim=64, q_stages=2), verbose=False, progress=False, cache_verdict=False)
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
+    assert "every units_per_cta >= 1" in mgr.result.checker.report()
+    with pytest.raises(ValidationError) as e:
+        att.build(att.FlashAttention(head_dim=64, q_stages=2),
+                  consumer_schedule=_ring_q_released_with_last_gemm_in_flight, verbose=False, progress=False,
+                  cache_verdict=False)
+    assert "SmemQ" in str(e.value) and "race" in str(e.value)
+
+
 def test_v_stage_released_before_its_wgmma_retires_is_rejected():
     with pytest.raises(ValidationError) as e:
         att.build(att.FlashAttention(persistent=False), consumer_schedule=_v_released_before_retire, verbose=False,
@@ -207,6 +275,9 @@ def test_math_order_is_part_of_the_checked_program():
     (dict(head_dim=256), "supported head dims are"),
     (dict(block_n=100), "block_n=100"),
     (dict(kv_stages=9), "need 2 <= stages"),
+    (dict(q_stages=3), "q_stages=3"),
+    (dict(q_stages=2, persistent=False), "with persistent=True"),
+    (dict(head_dim=128, q_stages=2, kv_stages=3), "need 2 <= stages"),
 ])
 def test_config_errors(kwargs, needle):
     with pytest.raises(att.AttentionConfigError, match=needle):

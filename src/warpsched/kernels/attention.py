@@ -64,9 +64,18 @@ class AttentionConfigError(ValueError):
 # ---------------------------------------------------------------------------------- resources
 @dataclass(kw_only=True)
 class SmemQ(MemoryResource):
-    """Both warp groups' Q tiles: one stage, one transaction barrier, loaded once per CTA."""
+    """Both warp groups' Q tiles, one transaction barrier per stage. ``q_stages`` 2: a ring, so the
+    load task fetches the next unit's Q (and then its K / V) while this unit is still computing."""
 
     g: Any = None
+    q_idx: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.q_idx = TaskLocalVariable(dtype=None, docs="the Q stage of the current unit (one Int32 register)")
+
+    @consumer_work(returns=q_idx, work_attrs=WorkAttr.AUXILIARY)
+    def init_index(self, stage_info: StageInfo):
+        return cute.make_rmem_tensor(cute.make_layout(1), cutlass.Int32)
 
     def get_smem_requirements(self):
         return [self.g.alloc_q]
@@ -79,14 +88,16 @@ class SmemQ(MemoryResource):
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
                                                     cute.group_modes(gQ, 0, 2))
         for w in range(2):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
-            stage_info.tma_copy(v.tma_q, t_g[(None, q_block * 2 + w)], t_s[(None, w)])
+            stage_info.tma_copy(v.tma_q, t_g[(None, q_block * 2 + w)], t_s[(None, 2 * stage_info.stage_idx + w)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
-    def gemm_operand(self, stage_info: StageInfo):
+    def gemm_operand(self, stage_info: StageInfo, q_idx=None):
         """Declares that the S GEMM issued next (``SmemK.mma_qk``, same wgmma commit group) reads
         this stage: a wgmma reads two SMEM operands but a work method belongs to one resource, so
         Q's side is stated here and the checker holds Q until the wgmma.wait_group that retires
-        the S GEMM. No instructions of its own."""
+        the S GEMM. With a Q ring (``q_idx``): records the stage for ``SmemK.mma_qk``."""
+        if q_idx is not None:
+            q_idx[0] = stage_info.stage_idx
 
 
 @dataclass(kw_only=True)
@@ -138,16 +149,19 @@ class SmemK(MemoryResource):
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage (and Q) until the retire
     @cute.jit
-    def mma_qk(self, stage_info: StageInfo, acc_s, *, wg: cutlass.Constexpr = 0):
+    def mma_qk(self, stage_info: StageInfo, acc_s, q_idx=None, *, wg: cutlass.Constexpr = 0):
         v, s = stage_info.context.values, stage_info.stage_idx
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.qk_mma.get_slice(tidx % 128)
         frag_q = v.qk_mma.make_fragment_A(thr.partition_A(v.sQ))
         frag_k = v.qk_mma.make_fragment_B(thr.partition_B(v.sK))
+        q_stage = wg
+        if cutlass.const_expr(q_idx is not None):
+            q_stage = 2 * q_idx[0] + wg
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
             mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
-            cute.gemm(mma, acc_s, frag_q[(None, None, kb, wg)], frag_k[(None, None, kb, s)], acc_s)
+            cute.gemm(mma, acc_s, frag_q[(None, None, kb, q_stage)], frag_k[(None, None, kb, s)], acc_s)
         warpgroup.commit_group()
 
 
@@ -287,16 +301,17 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
 
 @schedule
 def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
-                     units=None):
+                     units=None, q_ring=False):
     """``wg`` 0 produces the math order (it goes first), 1 consumes it. Per K/V tile j:
 
     overlap=True (FlashAttention-3's intra-warpgroup overlap): issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only (retire(pending=1)) and run softmax_j while the PV
     GEMM still runs; then retire it, release V_{j-1}, and rescale O. Q is released after the
     loop (its last GEMM has retired) and the last P V runs after that. The math-order turn
-    covers both GEMM issues.
+    covers both GEMM issues. ``q_ring``: Q has 2 stages; the S GEMM reads the stage this unit waited on.
     overlap=False: S_j, wait, softmax_j, O += P_j V_j, wait (nothing overlaps inside a warp group)."""
     acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    q_idx = smem_q.init_index() if q_ring else None
     with _tiles(wq, units):
         scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
         smem_q.wait()
@@ -306,8 +321,12 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
             else:
                 order.wait()  # warp group 0 has issued this turn's
             smem_k.wait()
-            smem_q.gemm_operand()  # Q is read by the S GEMM too, until its retire
-            smem_k.mma_qk(acc_s=acc_s, wg=wg)
+            if q_ring:
+                smem_q.gemm_operand(q_idx=q_idx)  # Q is read by the S GEMM too, until its retire
+                smem_k.mma_qk(acc_s=acc_s, q_idx=q_idx, wg=wg)
+            else:
+                smem_q.gemm_operand()
+                smem_k.mma_qk(acc_s=acc_s, wg=wg)
             if overlap:
                 with d.every(1, start=1):
                     smem_v.wait()
@@ -374,7 +393,7 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
         units = trip_count("units_per_cta", units_per_cta)
     else:
         kv = trip_count("kv_tiles", kv_tiles)
-    q_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=g.q_bytes)
+    q_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.q_stages, num_bytes=g.q_bytes)
     k_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.kv_stages, num_bytes=g.kv_bytes)
     v_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.kv_stages, num_bytes=g.kv_bytes)
     smem_q = SmemQ(name="SmemQ", pipeline_config=q_cfg, g=g)
@@ -397,9 +416,10 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
                              dst_resources=[scores, out] + order_io[1], warp_idx=4 * (1 + wg), num_warps=4,
                              num_registers=g.consumer_regs)
         task.g = g
+        ring = {"q_ring": True} if g.q_stages > 1 else {}  # the default program stays as it was
         task.schedule = (consumer_schedule or softmax_schedule)(
             smem_q, smem_k, smem_v, scores, order, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
-            wq, units)
+            wq, units, **ring)
         tasks.append(task)
         graph[scores] = [smem_k]
         graph[out] = [smem_v] + queue
@@ -413,7 +433,7 @@ class FlashAttention:
     """Compile-time configuration (dtype, head dim, causal, K/V tile, stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
-                 producer_regs=24, consumer_regs=240, overlap=True, persistent=True, max_ctas=H200_SMS):
+                 producer_regs=24, consumer_regs=240, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -424,20 +444,24 @@ class FlashAttention:
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.overlap = bool(overlap)  # intra-warpgroup overlap of softmax_j with O += P_{j-1} V_{j-1}
         self.persistent, self.max_ctas = bool(persistent), max_ctas
+        if q_stages not in (1, 2) or (q_stages == 2 and not self.persistent):
+            raise AttentionConfigError(f"q_stages={q_stages}: expected 1, or 2 with persistent=True (a Q ring "
+                                       "prefetches the next work unit's Q)")
+        self.q_stages = q_stages
         self.num_units = None  # runtime, set while tracing
         self.threads = 384
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
         self.pv_tile = (WG_ROWS, head_dim, block_n)  # (M, N, K) of O += P V
         elem = dtype.width // 8
-        self.q_bytes = 2 * WG_ROWS * head_dim * elem
+        self.q_bytes = 2 * WG_ROWS * head_dim * elem  # one Q stage: both warp groups' tiles
         self.kv_bytes = block_n * head_dim * elem
         capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
-        fit = (capacity - 1024 - self.q_bytes) // (2 * self.kv_bytes)
+        fit = (capacity - 1024 - q_stages * self.q_bytes) // (2 * self.kv_bytes)
         self.kv_stages = kv_stages or min(4, fit)
         if not 2 <= self.kv_stages <= fit:
             raise AttentionConfigError(f"kv_stages={self.kv_stages}: K and V rings of {self.kv_bytes} bytes a stage "
                                        f"fit {fit} stages next to Q; need 2 <= stages <= {fit}")
-        self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=2 * WG_ROWS * head_dim, alignment=1024)
+        self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=q_stages * 2 * WG_ROWS * head_dim, alignment=1024)
         self.alloc_k = SmemAllocation("sK", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
 
@@ -475,7 +499,7 @@ class FlashAttention:
 
     def describe(self):
         return (f"{self.dtype.__name__} hd{self.head_dim} {'causal' if self.causal else 'non-causal'} "
-                f"tile 128x{self.block_n} kv stages {self.kv_stages}")
+                f"tile 128x{self.block_n} kv stages {self.kv_stages} q stages {self.q_stages}")
 
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
@@ -486,7 +510,8 @@ class FlashAttention:
         return qk, pv
 
     def _layouts(self):
-        q = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype, 2)  # one per warp group
+        q = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype,
+                                          2 * self.q_stages)  # (stage, warp group): index 2 stage + wg
         k = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype, self.kv_stages)
         v = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, self.pv_tile, self.dtype, self.kv_stages)
         for staged, alloc in ((q, self.alloc_q), (k, self.alloc_k), (v, self.alloc_v)):
