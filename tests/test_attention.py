@@ -56,6 +56,14 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
         "wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n192k16": 16,
         "wgmma.mma_async.sync.aligned.m64n64k16": 48, "wgmma.commit_group": 8, "wgmma.wait_group": 8,
         "cp.async.bulk.tensor": 4, "mbarrier.init": 22, "expect_tx": 3, "setmaxnreg": 2},
+    # tma_store_o: per warp group one TMA store of its 64-row O tile (2 boxes at hd128), one bulk
+    # commit / read-wait, one proxy fence, two named barriers (+1 CTA barrier); O is written to SMEM
+    # as 32 b32 pairs a thread (no 16-bit st.global of O; the LSE still goes out directly).
+    (128, False, True, True, (("q_stages", 2), ("tma_store_o", True))): {
+        "wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 8, "cp.async.bulk.tensor": 12,
+        "cp.async.bulk.tensor.4d.global.shared": 4, "cp.async.bulk.commit_group": 2,
+        "cp.async.bulk.wait_group.read": 2, "fence.proxy.async.shared::cta": 2, "bar.sync": 5,
+        "st.shared.b32": 64, "mbarrier.init": 14, "expect_tx": 3, "setmaxnreg": 2},
 }
 TRACED = {}
 
@@ -254,6 +262,47 @@ def test_q_ring_is_checked_and_its_early_release_rejected():
     assert "SmemQ" in str(e.value) and "race" in str(e.value)
 
 
+@schedule
+def _o_stored_after_q_release(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
+                              units=None, q_ring=True, tma_store_o=True):
+    """tma_store_o with Q released after the loop (as without the TMA store): O is then written
+    into a Q stage the load task may already refill."""
+    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    q_idx = smem_q.init_index()
+    with att._tiles(wq, units):
+        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        smem_q.wait()
+        with domain_loop(0, kv_tiles, 1):
+            order.acquire() if wg == 0 else order.wait()
+            smem_k.wait()
+            smem_q.gemm_operand(q_idx=q_idx)
+            smem_k.mma_qk(acc_s=acc_s, q_idx=q_idx, wg=wg)
+            order.commit() if wg == 0 else order.release()
+            smem_k.retire()
+            smem_k.release()
+            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+            smem_v.wait()
+            smem_v.mma_pv(p=p, acc_o=acc_o)
+            smem_v.retire()
+            smem_v.release()
+        smem_q.release()
+        smem_q.store_o(acc_o=acc_o, row_max=row_max, row_sum=row_sum, wg=wg)  # planted: after the release
+        att._next_tile(wq)
+
+
+def test_tma_store_epilogue_is_checked_and_a_store_after_release_rejected():
+    """tma_store_o writes O into the unit's Q stage and TMA-stores it (SmemQ.store_o, a consumer
+    work of Q): SAFE when Q is released after it; a twin that releases Q first is rejected."""
+    mgr = att.build(att.FlashAttention(head_dim=128, q_stages=2, tma_store_o=True), verbose=False, progress=False,
+                    cache_verdict=False)
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
+    with pytest.raises(ValidationError) as e:
+        att.build(att.FlashAttention(head_dim=128, q_stages=2, tma_store_o=True),
+                  consumer_schedule=_o_stored_after_q_release, verbose=False, progress=False, cache_verdict=False)
+    assert "SmemQ" in str(e.value) and "store_o" in str(e.value)
+
+
 def test_v_stage_released_before_its_wgmma_retires_is_rejected():
     with pytest.raises(ValidationError) as e:
         att.build(att.FlashAttention(persistent=False), consumer_schedule=_v_released_before_retire, verbose=False,
@@ -276,6 +325,7 @@ def test_math_order_is_part_of_the_checked_program():
     (dict(block_n=100), "block_n=100"),
     (dict(kv_stages=9), "need 2 <= stages"),
     (dict(q_stages=3), "q_stages=3"),
+    (dict(tma_store_o=True), "needs q_stages=2"),
     (dict(q_stages=2, persistent=False), "with persistent=True"),
     (dict(head_dim=128, q_stages=2, kv_stages=3), "need 2 <= stages"),
 ])

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _host
+from . import attention_epilogue as epilogue
 from . import attention_math as amath
+from .attention_epilogue import WG_ROWS, GmemO
 
 import cutlass
 import cutlass.cute as cute
@@ -54,7 +56,6 @@ from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAlloc
 
 HEAD_DIMS = (64, 128)
 H200_SMS = 132
-WG_ROWS = 64  # Q rows per consumer warp group (one WGMMA M)
 
 
 class AttentionConfigError(ValueError):
@@ -98,6 +99,13 @@ class SmemQ(MemoryResource):
         the S GEMM. With a Q ring (``q_idx``): records the stage for ``SmemK.mma_qk``."""
         if q_idx is not None:
             q_idx[0] = stage_info.stage_idx
+
+    @consumer_work
+    def store_o(self, stage_info: StageInfo, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
+        """``tma_store_o``: O / sum through this warp group's tile of the Q stage (every S GEMM that read
+        it has retired) and one TMA store; its SMEM reads finish before the work returns, so the
+        stage may be released after it (``attention_epilogue.store_o_tma``)."""
+        epilogue.store_o_tma(self.g, stage_info, acc_o, row_max, row_sum, wg=wg)
 
 
 @dataclass(kw_only=True)
@@ -231,38 +239,6 @@ class Scores(MemoryResource):
         amath.rescale_o(acc_o, corr, v.pv_mma)
 
 
-@dataclass(kw_only=True)
-class GmemO(MemoryResource):
-    """A warp group's 64 output rows and their LSE (direct stores, rows past S_q skipped)."""
-
-    g: Any = None
-    wg: int = 0
-
-    @producer_work
-    @cute.jit
-    def store(self, stage_info: StageInfo, acc_o, row_max, row_sum):
-        g, v = self.g, stage_info.context.values
-        tidx, _, _ = cute.arch.thread_idx()
-        lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
-        amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
-        thr = v.pv_mma.get_slice(tidx % 128)
-        q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
-        block = q_block * 2 + self.wg
-        gO = cute.local_tile(v.mO[(None, None, head, batch)], (WG_ROWS, g.head_dim), (block, 0))
-        t_g = amath.rows_view(v.pv_mma, thr.partition_C(gO))
-        coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
-        out = cute.make_rmem_tensor_like(acc_o, g.dtype)
-        out.store(acc_o.load().to(g.dtype))
-        o_mn = amath.rows_view(v.pv_mma, out)
-        m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q  # the `if` below may not carry objects
-        for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
-            row = block * WG_ROWS + coords[i, 0][0]
-            if row < seqlen_q:
-                for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
-                    t_g[i, j] = o_mn[i, j]
-                if coords[i, 0][1] == 0:  # one lane of the row's quad writes its LSE
-                    m_lse[row] = lse[i]
-
 
 @dataclass(kw_only=True)
 class MathOrder(MemoryResource):
@@ -301,7 +277,7 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
 
 @schedule
 def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
-                     units=None, q_ring=False):
+                     units=None, q_ring=False, tma_store_o=False):
     """``wg`` 0 produces the math order (it goes first), 1 consumes it. Per K/V tile j:
 
     overlap=True (FlashAttention-3's intra-warpgroup overlap): issue S_j = Q K_j^T and then
@@ -309,6 +285,8 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
     GEMM still runs; then retire it, release V_{j-1}, and rescale O. Q is released after the
     loop (its last GEMM has retired) and the last P V runs after that. The math-order turn
     covers both GEMM issues. ``q_ring``: Q has 2 stages; the S GEMM reads the stage this unit waited on.
+    ``tma_store_o`` (with ``q_ring``): O goes out through the unit's Q stage (``SmemQ.store_o``), so
+    Q is released after the epilogue, not after the loop.
     overlap=False: S_j, wait, softmax_j, O += P_j V_j, wait (nothing overlaps inside a warp group)."""
     acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
     q_idx = smem_q.init_index() if q_ring else None
@@ -355,13 +333,18 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                 smem_v.mma_pv(p=p, acc_o=acc_o)
                 smem_v.retire()
                 smem_v.release()
-        smem_q.release()  # every S GEMM of the tile has retired: the next tile's Q may load
+        if not tma_store_o:
+            smem_q.release()  # every S GEMM of the tile has retired: the next tile's Q may load
         if overlap:
             smem_v.wait()
             smem_v.mma_pv(p=p, acc_o=acc_o)
             smem_v.retire()
             smem_v.release()
-        gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        if tma_store_o:
+            smem_q.store_o(acc_o=acc_o, row_max=row_max, row_sum=row_sum, wg=wg)
+            smem_q.release()
+        else:
+            gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
         _next_tile(wq)
 
 
@@ -413,16 +396,19 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
         out = GmemO(name=f"GmemO{wg}", g=g, wg=wg)
         order_io = ([], [order]) if wg == 0 else ([order], [])
         task = AttentionTask(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + queue + order_io[0],
-                             dst_resources=[scores, out] + order_io[1], warp_idx=4 * (1 + wg), num_warps=4,
+                             dst_resources=[scores] + ([] if g.tma_store_o else [out]) + order_io[1], warp_idx=4 * (1 + wg), num_warps=4,
                              num_registers=g.consumer_regs)
         task.g = g
         ring = {"q_ring": True} if g.q_stages > 1 else {}  # the default program stays as it was
+        if g.tma_store_o:
+            ring["tma_store_o"] = True
         task.schedule = (consumer_schedule or softmax_schedule)(
             smem_q, smem_k, smem_v, scores, order, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
             wq, units, **ring)
         tasks.append(task)
         graph[scores] = [smem_k]
-        graph[out] = [smem_v] + queue
+        if not g.tma_store_o:  # else O leaves through SmemQ.store_o
+            graph[out] = [smem_v] + queue
     return TaskManager(tasks=tasks, resource_dependency_graph=graph,
                        smem_allocator=SmemAllocator.for_resources(smem_q, smem_k, smem_v), verbose=verbose,
                        **manager_options)
@@ -433,7 +419,8 @@ class FlashAttention:
     """Compile-time configuration (dtype, head dim, causal, K/V tile, stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
-                 producer_regs=24, consumer_regs=240, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1):
+                 producer_regs=24, consumer_regs=240, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
+                 tma_store_o=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -448,6 +435,10 @@ class FlashAttention:
             raise AttentionConfigError(f"q_stages={q_stages}: expected 1, or 2 with persistent=True (a Q ring "
                                        "prefetches the next work unit's Q)")
         self.q_stages = q_stages
+        if tma_store_o and q_stages != 2:
+            raise AttentionConfigError("tma_store_o=True writes O through the unit's Q stage: it needs q_stages=2 "
+                                       "(else the next unit's Q waits for the epilogue)")
+        self.tma_store_o = bool(tma_store_o)
         self.num_units = None  # runtime, set while tracing
         self.threads = 384
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
@@ -538,15 +529,21 @@ class FlashAttention:
                                                            (self.block_n, self.head_dim))
         tma_v, tV = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, v, cute.slice_(v_staged, (None, None, 0)),
                                                            (self.head_dim, self.block_n))
+        # O's TMA store (used by tma_store_o only): O's 64-row tile has Q's tile shape and SMEM layout
+        tma_o, tO = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
+                                                           self._sdhb(mO, [2, 3, 1, 0]),
+                                                           cute.slice_(q_staged, (None, None, 0)),
+                                                           (WG_ROWS, self.head_dim))
         self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
                         cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
-        self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
+        self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
                     scale).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
-               tma_v: cute.CopyAtom, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor, qk_mma: cute.TiledMma,
+               tma_v: cute.CopyAtom, mV: cute.Tensor, tma_o: cute.CopyAtom, mO_tma: cute.Tensor, mO: cute.Tensor,
+               mLSE: cute.Tensor, qk_mma: cute.TiledMma,
                pv_mma: cute.TiledMma, q_staged: cute.ComposedLayout, k_staged: cute.ComposedLayout,
                v_staged: cute.ComposedLayout, scale: cutlass.Float32):
         bid, _, _ = cute.arch.block_idx()
@@ -555,6 +552,8 @@ class FlashAttention:
         if warp_idx == 0:
             for atom in (tma_q, tma_k, tma_v):
                 cute.nvgpu.cpasync.prefetch_descriptor(atom)
+            if cutlass.const_expr(self.tma_store_o):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_o)
         # mQ / mK are the TMA views: (S, D, H, B)
         self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                         cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
@@ -570,6 +569,7 @@ class FlashAttention:
         pv_mma.set(warpgroup.Field.ACCUMULATE, True)
         view = mgr.smem_allocator.view
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, qk_mma=qk_mma, qk_mma_zero=qk_zero, pv_mma=pv_mma,
-                mQ=mQ, mK=mK, mV=mV, mO=self._sdhb(mO, [2, 3, 1, 0]), mLSE=mLSE, unit=bid,
+                mQ=mQ, mK=mK, mV=mV, mO=self._sdhb(mO, [2, 3, 1, 0]), mLSE=mLSE, unit=bid, tma_o=tma_o,
+                mO_tma=mO_tma,
                 sQ=view(self.alloc_q, q_staged), sK=view(self.alloc_k, k_staged), sV=view(self.alloc_v, v_staged),
                 scale=scale, scale_log2=scale * math.log2(math.e))

@@ -1,0 +1,86 @@
+"""The epilogues of warpsched's FlashAttention forward (``warpsched.kernels.attention``): O / sum
+and the LSE out of a consumer warp group's registers, either directly (``GmemO.store``, 16-bit
+global stores, rows past S_q skipped) or through the unit's Q stage and a TMA store
+(``store_o_tma``, the ``tma_store_o`` option)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+
+from warpsched import MemoryResource, StageInfo, producer_work
+
+from . import attention_math as amath
+
+WG_ROWS = 64  # Q rows per consumer warp group (one WGMMA M)
+O_BARRIER = 2  # named barriers 2, 3: a warp group's TMA-store epilogue (warpsched's task barriers count down from 15)
+
+
+@dataclass(kw_only=True)
+class GmemO(MemoryResource):
+    """A warp group's 64 output rows and their LSE (direct stores, rows past S_q skipped)."""
+
+    g: Any = None
+    wg: int = 0
+
+    @producer_work
+    @cute.jit
+    def store(self, stage_info: StageInfo, acc_o, row_max, row_sum):
+        g, v = self.g, stage_info.context.values
+        tidx, _, _ = cute.arch.thread_idx()
+        lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
+        amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
+        thr = v.pv_mma.get_slice(tidx % 128)
+        q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
+        block = q_block * 2 + self.wg
+        gO = cute.local_tile(v.mO[(None, None, head, batch)], (WG_ROWS, g.head_dim), (block, 0))
+        t_g = amath.rows_view(v.pv_mma, thr.partition_C(gO))
+        coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
+        out = cute.make_rmem_tensor_like(acc_o, g.dtype)
+        out.store(acc_o.load().to(g.dtype))
+        o_mn = amath.rows_view(v.pv_mma, out)
+        m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q  # the `if` below may not carry objects
+        for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+            row = block * WG_ROWS + coords[i, 0][0]
+            if row < seqlen_q:
+                for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                    t_g[i, j] = o_mn[i, j]
+                if coords[i, 0][1] == 0:  # one lane of the row's quad writes its LSE
+                    m_lse[row] = lse[i]
+
+
+@cute.jit
+def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
+    """``tma_store_o``: O / sum into this warp group's tile of the Q stage (every S GEMM that
+    read it has retired), one TMA store of the tile (rows past S_q are clipped by TMA), its
+    SMEM reads finished before the work returns, so the stage may be released after it; the
+    LSE is stored directly (one lane per row)."""
+    v = stage_info.context.values
+    tidx, _, _ = cute.arch.thread_idx()
+    lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
+    amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
+    thr = v.pv_mma.get_slice(tidx % 128)
+    q_stage = 2 * stage_info.stage_idx + wg
+    out = cute.make_rmem_tensor_like(acc_o, g.dtype)
+    out.store(acc_o.load().to(g.dtype))
+    cute.autovec_copy(out, thr.partition_C(v.sQ[(None, None, q_stage)]))
+    cute.arch.fence_proxy("async.shared", space="cta")  # the TMA store (async proxy) reads these writes
+    cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)
+    q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
+    if tidx % 128 == 0:
+        gO = cute.flat_divide(v.mO_tma, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_o, 0, cute.make_layout(1),
+                                                    cute.group_modes(v.sQ, 0, 2), cute.group_modes(gO, 0, 2))
+        cute.copy(v.tma_o, t_s[(None, q_stage)], t_g[(None, q_block * 2 + wg)])
+        cute.arch.cp_async_bulk_commit_group()
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
+    cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)  # reads done before the release
+    block = q_block * 2 + wg
+    coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
+    m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
+    for i in cutlass.range_constexpr(cute.size(lse)):
+        row = block * WG_ROWS + coords[i, 0][0]
+        if row < seqlen_q and coords[i, 0][1] == 0:
+            m_lse[row] = lse[i]
