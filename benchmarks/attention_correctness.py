@@ -13,7 +13,9 @@ too), grouped-query attention (H / H_kv = 4 and 8).
 ``--variants "qring:q_stages=2,n192q:block_n=192;q_stages=2;hd=64"`` also runs each named
 FlashAttention configuration (``warpsched.kernels.attention_host.prepare(**options)``; ``hd=64``
 restricts a variant to that head dim), each configuration of each variant in its own child;
-``--dtypes``, ``--cases`` (indices into CASES) and ``--no-default`` keep a GPU run short.
+``--dtypes``, ``--cases`` (indices into CASES) and ``--no-default`` keep a GPU run short; a
+variant whose configuration times out or crashes skips its remaining configurations, and
+``--passed-out FILE`` writes {variant: all passed} for ``attention_sweep.py --only-passed FILE``.
 """
 from __future__ import annotations
 
@@ -121,6 +123,7 @@ def main():
     ap.add_argument("--no-default", action="store_true", help="run the variants only")
     ap.add_argument("--dtypes", default="bfloat16,float16")
     ap.add_argument("--cases", default="", help="indices into CASES, e.g. 0,1,2,6 (default: all)")
+    ap.add_argument("--passed-out", default="", help="write {variant: every configuration passed} (JSON)")
     args = ap.parse_args()
     cases = [int(i) for i in args.cases.split(",")] if args.cases else None
     if args.child:
@@ -128,10 +131,12 @@ def main():
         sys.exit(0 if run_config(dtype_name, d, causal, json.loads(args.options), cases) else 1)
     runs = [] if args.no_default else [("default", {})]
     runs += list(parse_variants(args.variants).items())
-    summary = []
+    summary, passed = [], {}
     for (vname, options), (dtype_name, d, causal) in ((r, c) for r in runs for c in CONFIGS):
         options = dict(options)
         if dtype_name not in args.dtypes.split(",") or options.pop("hd", d) != d:
+            continue
+        if passed.get(vname) is None and vname in passed:  # a hang or crash: skip the rest of the variant
             continue
         name = f"{vname:10s} {dtype_name} hd{d} {'causal' if causal else 'non-causal'}"
         t0 = time.time()
@@ -140,11 +145,18 @@ def main():
                                  "--options", json.dumps(options)] + (["--cases", args.cases] if cases else []),
                                 timeout=args.timeout).returncode
             status = "PASS" if rc == 0 else f"FAIL (rc {rc})"
+            passed[vname] = passed.get(vname, True) and rc == 0
+            if rc not in (0, 1):  # 1: wrong results; anything else: a crash
+                passed[vname] = None
         except subprocess.TimeoutExpired:
             status = f"TIMEOUT after {args.timeout} s"
+            passed[vname] = None
         summary.append(f"{name:40s} {status}  ({time.time() - t0:.0f} s)")
         print(summary[-1], flush=True)
     print("\n".join(["== summary"] + summary))
+    if args.passed_out:
+        with open(args.passed_out, "w") as f:
+            json.dump({k: bool(v) for k, v in passed.items()}, f)
 
 
 if __name__ == "__main__":

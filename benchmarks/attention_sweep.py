@@ -13,7 +13,8 @@ the geomean ratio and the worst shape. Runs in a child with a timeout (``--timeo
 Variants (``--variants "qring:q_stages=2,n192:block_n=192;hd=64"``) are timed in the same
 rounds as the default and the backends, with their own ratio to the best backend and to the
 default (``hd=64`` restricts a variant to that head dim). ``--shapes 16x16x1024,4x16x4096``,
-``--dims`` and ``--backends`` keep a GPU run short.
+``--dims`` and ``--backends`` keep a GPU run short; ``--only-passed FILE`` (written by
+``attention_correctness.py --passed-out FILE``) times only the variants that passed there.
 """
 from __future__ import annotations
 
@@ -143,8 +144,16 @@ def main():
     ap.add_argument("--shapes", default="", help="BxHxS list, e.g. 16x16x1024,4x16x4096 (default: all)")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--only-passed", default="", help="JSON {variant: passed} from attention_correctness.py")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
+    if args.only_passed and not args.child:
+        with open(args.only_passed) as f:
+            ok = json.load(f)
+        keep = [item for item in filter(None, args.variants.split(",")) if ok.get(item.partition(":")[0])]
+        dropped = sorted(set(parse_variants(args.variants)) - set(parse_variants(",".join(keep))))
+        print(f"variants kept: {[k.partition(':')[0] for k in keep]}; dropped (not passed): {dropped}", flush=True)
+        args.variants = ",".join(keep)
     shapes = SHAPES[:1] if args.quick else SHAPES
     if args.shapes:
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]

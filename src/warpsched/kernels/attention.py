@@ -529,11 +529,12 @@ class FlashAttention:
                                                            (self.block_n, self.head_dim))
         tma_v, tV = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, v, cute.slice_(v_staged, (None, None, 0)),
                                                            (self.head_dim, self.block_n))
-        # O's TMA store (used by tma_store_o only): O's 64-row tile has Q's tile shape and SMEM layout
-        tma_o, tO = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
-                                                           self._sdhb(mO, [2, 3, 1, 0]),
-                                                           cute.slice_(q_staged, (None, None, 0)),
-                                                           (WG_ROWS, self.head_dim))
+        tma_o, tO = tma_q, tQ  # unused placeholders unless tma_store_o (O's strides are not checked for TMA then)
+        if cutlass.const_expr(self.tma_store_o):  # O's 64-row tile has Q's tile shape and SMEM layout
+            tma_o, tO = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(),
+                                                               self._sdhb(mO, [2, 3, 1, 0]),
+                                                               cute.slice_(q_staged, (None, None, 0)),
+                                                               (WG_ROWS, self.head_dim))
         self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
                         cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units

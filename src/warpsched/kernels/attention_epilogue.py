@@ -82,5 +82,6 @@ def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr
     m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
     for i in cutlass.range_constexpr(cute.size(lse)):
         row = block * WG_ROWS + coords[i, 0][0]
-        if row < seqlen_q and coords[i, 0][1] == 0:
-            m_lse[row] = lse[i]
+        if row < seqlen_q:
+            if coords[i, 0][1] == 0:  # one lane of the row's quad writes its LSE
+                m_lse[row] = lse[i]

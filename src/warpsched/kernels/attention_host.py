@@ -87,6 +87,9 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
         lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
     if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.stride(3) != 1:
         raise AttentionConfigError(f"out {tuple(out.shape)} {out.dtype}: expected q's shape and dtype, unit D stride")
+    if options.get("tma_store_o") and _tma_ready(out) is not out:
+        raise AttentionConfigError(f"out strides {tuple(out.stride())}: tma_store_o writes O with TMA, which needs "
+                                   "16-byte aligned strides and address; pass a contiguous out")
     if tuple(lse.shape) != (B, H, Sq) or lse.dtype != torch.float32 or lse.stride(2) != 1:
         raise AttentionConfigError(f"lse {tuple(lse.shape)} {lse.dtype}: expected ({B}, {H}, {Sq}) float32")
     scale = cutlass.Float32(1.0 / math.sqrt(D) if scale is None else float(scale))
