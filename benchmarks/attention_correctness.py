@@ -110,7 +110,8 @@ def run_config(dtype_name, d, causal, options=None, cases=None):
                               lse_max=float(lse_err.max()) if finite else None, sdpa_o_max=sdpa_err,
                               seconds=round(time.time() - t0, 2),
                               options=options or {}, verdict=att.VERDICT_OF.get(
-                                  (att._host.cutlass_dtype(dtype), d, causal, tuple(sorted((options or {}).items())))))),
+                                  (att._host.cutlass_dtype(dtype), d, causal,
+                                   tuple(sorted((options or {}).items())))))),
               flush=True)
     return ok
 
@@ -124,6 +125,7 @@ def main():
     ap.add_argument("--no-default", action="store_true", help="run the variants only")
     ap.add_argument("--dtypes", default="bfloat16,float16")
     ap.add_argument("--cases", default="", help="indices into CASES, e.g. 0,1,2,6 (default: all)")
+    ap.add_argument("--budget", type=float, default=0, help="seconds: start no configuration after this (0: none)")
     ap.add_argument("--passed-out", default="", help="write {variant: every configuration passed} (JSON)")
     args = ap.parse_args()
     cases = [int(i) for i in args.cases.split(",")] if args.cases else None
@@ -132,12 +134,16 @@ def main():
         sys.exit(0 if run_config(dtype_name, d, causal, json.loads(args.options), cases) else 1)
     runs = [] if args.no_default else [("default", {})]
     runs += list(parse_variants(args.variants).items())
-    summary, passed = [], {}
+    summary, passed, start = [], {}, time.time()
     for (vname, options), (dtype_name, d, causal) in ((r, c) for r in runs for c in CONFIGS):
         options = dict(options)
         if dtype_name not in args.dtypes.split(",") or options.pop("hd", d) != d:
             continue
         if passed.get(vname) is None and vname in passed:  # a hang or crash: skip the rest of the variant
+            continue
+        if args.budget and time.time() - start > args.budget:
+            summary.append(f"{vname} {dtype_name} hd{d} causal={causal}: not run (--budget {args.budget:.0f} s spent)")
+            passed[vname] = False
             continue
         name = f"{vname:10s} {dtype_name} hd{d} {'causal' if causal else 'non-causal'}"
         t0 = time.time()

@@ -86,14 +86,20 @@ def sides(q, k, v, causal, variants):
     return out
 
 
-def run(rounds, shapes, dims, variants, backends=BACKENDS):
+def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0):
+    import time
+
     import torch
     from triton.testing import do_bench
 
-    rows = []
+    rows, start = [], time.time()
     for (B, H, S) in shapes:
         for D in dims:
             for causal in (False, True):
+                if budget and time.time() - start > budget:
+                    print(f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}: not run (--budget {budget:.0f} s "
+                          "spent)", flush=True)
+                    continue
                 torch.manual_seed(0)
                 q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
                 name = f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}"
@@ -145,6 +151,7 @@ def main():
     ap.add_argument("--shapes", default="", help="BxHxS list, e.g. 16x16x1024,4x16x4096 (default: all)")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--budget", type=float, default=0, help="seconds: start no shape after this (0: none)")
     ap.add_argument("--only-passed", default="", help="JSON {variant: passed} from attention_correctness.py")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
@@ -160,10 +167,11 @@ def main():
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     if args.child:
         run(args.rounds, shapes, tuple(int(d) for d in args.dims.split(",")), parse_variants(args.variants),
-            tuple(b for b in args.backends.split(",") if b))
+            tuple(b for b in args.backends.split(",") if b), args.budget)
         return
     cmd = [sys.executable, __file__, "--child", "--rounds", str(args.rounds), "--variants", args.variants,
-           "--shapes", args.shapes, "--dims", args.dims, "--backends", args.backends] + (
+           "--shapes", args.shapes, "--dims", args.dims, "--backends", args.backends,
+           "--budget", str(args.budget)] + (
         ["--quick"] if args.quick else [])
     try:
         sys.exit(subprocess.run(cmd, timeout=args.timeout).returncode)

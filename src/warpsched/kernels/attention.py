@@ -396,7 +396,8 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
         out = GmemO(name=f"GmemO{wg}", g=g, wg=wg)
         order_io = ([], [order]) if wg == 0 else ([order], [])
         task = AttentionTask(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + queue + order_io[0],
-                             dst_resources=[scores] + ([] if g.tma_store_o else [out]) + order_io[1], warp_idx=4 * (1 + wg), num_warps=4,
+                             dst_resources=[scores] + ([] if g.tma_store_o else [out]) + order_io[1],
+                             warp_idx=4 * (1 + wg), num_warps=4,
                              num_registers=g.consumer_regs)
         task.g = g
         ring = {"q_ring": True} if g.q_stages > 1 else {}  # the default program stays as it was
