@@ -393,3 +393,13 @@ def test_work_units_cover_every_block_once(causal, sq, sk, heads, kv_heads, batc
     assert counts == want and min(counts) >= 1
     if causal:
         assert counts == sorted(counts, reverse=True)
+
+
+def test_tuned_default_is_a_checked_program(ptx):
+    """ops.attention's default (attention_host.TUNED) is the program `warpsched check
+    examples/hopper/attention.py:build_tuned` proves: same fingerprint as the kernel's trace."""
+    key = (128, False, True, True, tuple(sorted(host.TUNED.items())))
+    assert key in TRACED, "the tuned configuration's PTX must be pinned in EXPECTED"
+    mgr = att.build_tuned(verbose=False, exhaustive_deadlock_race_check=False)
+    assert mgr.fingerprint == TRACED[key]
+    assert VERDICTS.get(TRACED[key]).verdict == "SAFE"

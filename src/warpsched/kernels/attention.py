@@ -359,6 +359,12 @@ class AttentionTask(Task):
         return self.g.kv_tiles_of(tile_idx[0])
 
 
+def build_tuned(verbose=True, **manager_options):
+    """The program ``warpsched.ops.attention`` runs by default (attention_host.TUNED: Q ring and
+    TMA-store epilogue): ``warpsched check examples/hopper/attention.py:build_tuned``."""
+    return build(FlashAttention(q_stages=2, tma_store_o=True), verbose=verbose, **manager_options)
+
+
 def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
