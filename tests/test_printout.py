@@ -108,3 +108,42 @@ def test_table_and_registers_from_a_program():
     assert regs[1].startswith("Idle warps [0:2) (group 0)") and regs[1].endswith("= 2 x (248 - 120) = 256")
     assert regs[-2].startswith("Num. regs: 15360 of 31744 (128 threads x 248 at launch")
     assert regs[-1] == "Reg budget: 512"
+
+
+def test_broadcast_ring_and_lagged_steps_walk_to_the_end():
+    """Two consumer tasks waiting on one ring (a broadcast, as attention's K and V) each get the
+    stage, and a step under every(1, start=1) is shown but takes no credit in the walked iteration
+    0: the FlashAttention program (both at once) used to end its table with a false 'is blocked!'."""
+    from warpsched.kernels import attention as att
+
+    table = schedule_table(att.build(verbose=False, exhaustive_deadlock_race_check=False).program)
+    assert "is blocked!" not in table
+    walked = [ln for ln in table.splitlines() if ln.startswith("|")]
+    # each warp group: the loop's lagged V wait (N, shown, no credit) and the tail's, and its K wait
+    assert sum(ln.count("SmemV      ->ConsWai") for ln in walked) == 4
+    assert sum(ln.count("SmemK      ->ConsWai") for ln in walked) == 2
+
+
+def test_a_real_shortage_still_stops_the_walk():
+    """A consumer task that waits twice on a ring its producer commits once is still shown blocked."""
+    buf = Buf(name="Buf", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(num_stages=2))
+
+    @schedule
+    def produce(b):
+        with domain_loop(0, 4, 1):
+            b.acquire()
+            b.fill()
+            b.commit()
+
+    @schedule
+    def consume(b):
+        with domain_loop(0, 4, 1):
+            b.wait()
+            b.wait()
+            b.peek()
+            b.release()
+
+    tasks = [Task(name="P", src_resources=[], dst_resources=[buf], warp_idx=0, num_warps=1, schedule=produce(buf)),
+             Task(name="C", src_resources=[buf], dst_resources=[], warp_idx=1, num_warps=1, schedule=consume(buf))]
+    table = schedule_table(Program(tasks=tasks, graph={buf: [buf]}))
+    assert "C: Buf ConsumerWait 1 is blocked!" in table

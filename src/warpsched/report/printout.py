@@ -24,12 +24,27 @@ def cell(step: Step) -> str:
     return f" {res:<11}{stage:>9}  {tags:<3}{step.call_idx:>2} "[:COL].ljust(COL)  # as wide as an empty cell
 
 
+def _not_in_iteration_0(step) -> bool:
+    return any(g.kind == "every" and g.start > 0 for g in step.guards)
+
+
 def _simulate(program: Program) -> List[List[Optional[Step]]]:
     """Rows of a credit simulation (head, one loop iteration, tail): each round, every task
-    whose next step is not blocked takes one step. Blocked steps end the table."""
+    whose next step is not blocked takes one step. Blocked steps end the table. The iteration
+    walked is iteration 0: a step under ``every(n, start=s)`` with s > 0 is shown in the loop body
+    but takes and gives no credit (it does not run in iteration 0; a lagged wait would otherwise
+    take a credit the walk never gives back and stop the table)."""
     columns = [list(program.steps_of(t)) for t in program.tasks]
-    full: Dict[int, int] = {}
-    empty: Dict[int, int] = {}
+    # credits per consumer task: a broadcast stage is waited on by every consumer task of its
+    # resource, and its empty slot comes back once all of them released it
+    consumers: Dict[int, set] = {}
+    for i, col in enumerate(columns):
+        for step in col:
+            if step.kind is StepKind.ConsumerWait:
+                consumers.setdefault(id(step.resource), set()).add(i)
+    full: Dict[tuple, int] = {}
+    released: Dict[tuple, int] = {}
+    acquired: Dict[int, int] = {}
 
     def stages(step):
         cfg = getattr(step.resource, "pipeline_config", None)
@@ -37,30 +52,35 @@ def _simulate(program: Program) -> List[List[Optional[Step]]]:
             cfg = step.resource.members[0].pipeline_config if step.resource.members else None
         return cfg.num_stages if cfg is not None and isinstance(cfg.num_stages, int) else None
 
-    def blocked(step):
+    def empty_slots(key, s):
+        back = min((released.get((key, c), 0) for c in consumers.get(key, ())), default=0)
+        return s - acquired.get(key, 0) + back
+
+    def blocked(step, task):
         s = stages(step)
-        if s is None:
+        if s is None or _not_in_iteration_0(step):
             return False
         key = id(step.resource)
         if step.kind is StepKind.ConsumerWait:
-            return full.get(key, 0) <= 0
+            return full.get((key, task), 0) <= 0
         if step.kind is StepKind.ProducerAcquire:
-            return empty.get(key, s) <= 0
+            return empty_slots(key, s) <= 0
         return False
 
-    def apply(step):
+    def apply(step, task):
         s = stages(step)
-        if s is None:
+        if s is None or _not_in_iteration_0(step):
             return
         key = id(step.resource)
         if step.kind is StepKind.ProducerAcquire:
-            empty[key] = empty.get(key, s) - 1
+            acquired[key] = acquired.get(key, 0) + 1
         elif step.kind is StepKind.ProducerCommit:
-            full[key] = full.get(key, 0) + 1
+            for c in consumers.get(key, ()):
+                full[(key, c)] = full.get((key, c), 0) + 1
         elif step.kind is StepKind.ConsumerWait:
-            full[key] = full.get(key, 0) - 1
+            full[(key, task)] = full.get((key, task), 0) - 1
         elif step.kind is StepKind.ConsumerRelease:
-            empty[key] = empty.get(key, s) + 1
+            released[(key, task)] = released.get((key, task), 0) + 1
 
     rows: List[List[Optional[Step]]] = []
     cursors = [0] * len(columns)
@@ -68,16 +88,16 @@ def _simulate(program: Program) -> List[List[Optional[Step]]]:
         row: List[Optional[Step]] = [None] * len(columns)
         progressed = False
         for i, col in enumerate(columns):
-            if cursors[i] < len(col) and not blocked(col[cursors[i]]):
+            if cursors[i] < len(col) and not blocked(col[cursors[i]], i):
                 row[i] = col[cursors[i]]
                 cursors[i] += 1
                 progressed = True
         if not progressed:
             rows.append([col[c] if c < len(col) else None for c, col in zip(cursors, columns)] + ["blocked"])
             break
-        for step in row:
+        for i, step in enumerate(row):
             if step is not None:
-                apply(step)
+                apply(step, i)
         rows.append(row)
     return rows
 
