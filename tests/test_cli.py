@@ -236,3 +236,24 @@ def test_every_listed_example_exists():
     here = os.path.dirname(importlib.import_module("warpsched.examples").__file__)
     modules = {f[:-3] for f in os.listdir(here) if f.endswith(".py") and not f.startswith("_")}
     assert set(EXAMPLES) <= modules
+
+
+def test_a_package_module_with_relative_imports_is_checked_by_path(tmp_path):
+    """`warpsched check pkg/kernels/prog.py`, where prog.py does `from ._shared import ...`: the
+    file is imported as pkg.kernels.prog (its package's relative imports work), and a finding's
+    location is still that file."""
+    pkg = tmp_path / "mypkg" / "kernels"
+    pkg.mkdir(parents=True)
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "_shared.py").write_text(textwrap.dedent(PREAMBLE))
+    (pkg / "prog.py").write_text("from ._shared import *  # noqa\nfrom ._shared import Src, Dst, copy\n"
+                                 + textwrap.dedent(GOOD.replace(PREAMBLE, "")))
+    rc, out, err = cli("check", str(pkg / "prog.py"), "-q", cwd=str(tmp_path))
+    assert rc == 0, out + err
+    assert verdict_line(out).startswith("warpsched: ACCEPTED")
+    (pkg / "bad.py").write_text("from ._shared import *  # noqa\nfrom ._shared import Src, Dst\n"
+                                + textwrap.dedent(TWO_LOOPS.replace(PREAMBLE, "")))
+    rc, out, err = cli("check", str(pkg / "bad.py"), "-q", cwd=str(tmp_path))
+    assert rc == 1, out + err
+    assert "bad.py:" in out and "Internal error" not in out + err

@@ -138,12 +138,37 @@ def _user_frames(exc: BaseException) -> str:
     return "".join(lines)
 
 
+def _package_module(path: str):
+    """(dotted name, directory above the top package) of a .py file inside a package (its
+    directory has an ``__init__.py``), else (None, None)."""
+    stem = os.path.splitext(os.path.basename(path))[0]
+    folder, parts = os.path.dirname(path), []
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parts.insert(0, os.path.basename(folder))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    names = parts + ([] if stem == "__init__" else [stem])
+    if not parts or not all(_MODULE_NAME.fullmatch(n) and "." not in n for n in names):
+        return None, None
+    return ".".join(names), folder
+
+
 def load_module(path: str):
     if not os.path.exists(path):
         raise UsageError(f"no such file: {path}")
     if os.path.isdir(path):
         raise UsageError(f"{path} is a directory; give the Python file that builds the TaskManager")
     path = os.path.abspath(path)
+    dotted, root = _package_module(path)
+    if dotted is not None:  # a module of a package: import it as one, so its relative imports work
+        sys.path.insert(0, root)
+        try:
+            return importlib.import_module(dotted)
+        finally:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(root)
     name = "_warpsched_user_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_").replace(".", "_")
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
