@@ -58,7 +58,7 @@ def reference(q, k, v, causal, scale):
 
 
 def parse_variants(text):
-    """"name:key=value;key=value,name2:..." -> {name: {key: int}} (as benchmarks/attention_sweep.py)."""
+    """"name:key=value;key=value,name2:..." -> {name: {key: int}} (also attention_sweep.py's --variants)."""
     out = {}
     for item in filter(None, (text or "").split(",")):
         name, _, kv = item.partition(":")

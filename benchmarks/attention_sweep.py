@@ -35,13 +35,7 @@ SHAPES = [(4, 16, 4096), (2, 16, 8192), (16, 16, 1024), (1, 32, 16384)]
 BACKENDS = ("cudnn", "flash", "efficient")
 
 
-def parse_variants(text):
-    """"name:key=value;key=value,name2:..." -> {name: {key: int value}} (extra warpsched configurations)."""
-    out = {}
-    for item in filter(None, (text or "").split(",")):
-        name, _, kv = item.partition(":")
-        out[name] = {k: int(v) for k, v in (p.split("=") for p in kv.split(";") if p)}
-    return out
+from attention_correctness import parse_variants  # noqa: E402  (one spelling of --variants for both scripts)
 
 
 def sides(q, k, v, causal, variants):

@@ -206,8 +206,13 @@ def test_module_target_with_relative_imports(tmp_path):
     rc, out, err = cli("check", "mykernels.copy_kernel:build", "-q", cwd=str(tmp_path))
     assert rc == 0, out + err
     assert verdict_line(out).startswith("warpsched: ACCEPTED mykernels.copy_kernel:build: 1 task")
-    rc, out, err = cli("check", str(pkg / "copy_kernel.py"), "-q")  # as a file, the relative import fails
-    assert rc == EXIT_USAGE and "ImportError" in err
+    rc, out, err = cli("check", str(pkg / "copy_kernel.py"), "-q")  # as a file of the package: imported as
+    assert rc == 0, out + err  # mykernels.copy_kernel, so its relative import works from any cwd
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "copy_kernel.py").write_text((pkg / "copy_kernel.py").read_text())  # no package around it
+    rc, out, err = cli("check", str(loose / "copy_kernel.py"), "-q")
+    assert rc == EXIT_USAGE and "ImportError" in err and "Internal error" not in err
     rc, out, err = cli("check", "mykernels.nope", cwd=str(tmp_path))
     assert rc == EXIT_USAGE and "no such file or module: mykernels.nope" in err
 

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from _fake_tensor import FakeTensor
 from warpsched.kernels import gemm_autotune as tune
 from warpsched.kernels import gemm_ops as ops_gemm
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
@@ -25,22 +26,7 @@ def test_import_is_pure_python():
     assert out.stdout.strip() == "gemm"
 
 
-class T:
-    """What the checks read of a torch tensor."""
-
-    def __init__(self, shape, dtype="torch.bfloat16", strides=None, cuda=True, ptr=4096):
-        self.shape, self.dtype, self.is_cuda, self._ptr = tuple(shape), dtype, cuda, ptr
-        self._strides = strides or (shape[1], 1)
-        self.device = "cuda:0" if cuda else "cpu"
-
-    def dim(self):
-        return len(self.shape)
-
-    def stride(self, i=None):
-        return self._strides if i is None else self._strides[i]
-
-    def data_ptr(self):
-        return self._ptr
+T = FakeTensor  # what the checks read of a torch tensor
 
 
 def col(k, n, dtype="torch.bfloat16"):

@@ -39,9 +39,10 @@ and what the exhaustive checker proved.
 
 EPILOG = """\
 what is checked:
-  PATH is a Python file (path/to/kernel.py); MODULE is a dotted module name
-  (pkg.kernels.gemm), imported like `python -m` would (the current directory is
-  on sys.path), so files that use relative imports can be checked.
+  PATH is a Python file (path/to/kernel.py; inside a package, next to an
+  __init__.py, it is imported as that package's module, so its relative imports
+  work); MODULE is a dotted module name (pkg.kernels.gemm), imported like
+  `python -m` would (the current directory is on sys.path).
   :NAME names the function. Without NAME the first of build, make_task_manager,
   main found is called; failing those, a module-level TaskManager object is used.
   The function must return the TaskManager (returning None is a usage error).

@@ -1,0 +1,22 @@
+"""A stand-in for a torch tensor with just what the GEMM hosts' argument checks read (the CPU
+runners have no torch)."""
+from __future__ import annotations
+
+
+class FakeTensor:
+    def __init__(self, shape, dtype="torch.bfloat16", strides=None, cuda=True, ptr=4096, itemsize=2):
+        self.shape, self.dtype, self.is_cuda, self._ptr, self._item = tuple(shape), dtype, cuda, ptr, itemsize
+        self._strides = strides or (shape[1], 1)
+        self.device = "cuda:0" if cuda else "cpu"
+
+    def dim(self):
+        return len(self.shape)
+
+    def stride(self, i=None):
+        return self._strides if i is None else self._strides[i]
+
+    def element_size(self):
+        return self._item
+
+    def data_ptr(self):
+        return self._ptr
