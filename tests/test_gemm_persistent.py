@@ -1,6 +1,7 @@
-"""examples/hopper/gemm_persistent.py on the CPU: both consumer schedules traced and compiled for
-sm_90a with fake tensors (the static checks and the exhaustive checker run inside the trace), the
-PTX's barrier / TMA / wgmma / setmaxnreg counts pinned, the traced program equal to the one
+"""The persistent GEMM (warpsched.kernels.gemm_*, through examples/hopper/gemm_persistent.py) on
+the CPU: both consumer schedules traced and compiled for sm_90a with fake tensors (the static
+checks and the exhaustive checker run inside the trace), the PTX's barrier / TMA / wgmma /
+setmaxnreg counts pinned, the traced program equal to the one
 ``warpsched check`` builds, SAFE for every K-tile count and every number of work units per CTA,
 the tile rasterization a bijection, and the configuration / argument errors."""
 from __future__ import annotations
@@ -87,6 +88,8 @@ def test_math_order_is_part_of_the_checked_program():
     with pytest.raises(ValidationError) as e:
         gp.build(schedule="pingpong", turns=("first", "second_keeps_turn"), verbose=False, progress=False)
     assert "MathOrder" in str(e.value) and "never released" in str(e.value)
+    # the package's kernel modules are user code: the finding points at the schedule call there
+    assert os.path.join("warpsched", "kernels", "gemm_program.py:") in str(e.value)
 
 
 def test_cooperative_256_rows_compiles():

@@ -1,5 +1,10 @@
 """Persistent warp-specialized TMA + WGMMA GEMM for Hopper, written as a warpsched program.
 
+The kernel ships in the package (``warpsched.kernels.gemm_*``; torch entry point
+``warpsched.ops.gemm``); this file is its examples/ entry, so that ``warpsched check
+examples/hopper/gemm_persistent.py`` and ``CUTE_DSL_ARCH=sm_90a python
+examples/hopper/gemm_persistent.py`` (compile both schedules) work like the other examples.
+
 C[M, N] = A[M, K] @ B[N, K]^T, bf16 (or fp16) in, fp32 accumulate, bf16 / fp16 out. The grid is
 min(#SMs, #work units); every CTA walks a static WorkQueue (unit = blockIdx.x, + gridDim.x, ...)
 and maps each unit to output tiles through a grouped rasterization (``raster``, ``group``).
@@ -36,25 +41,19 @@ Host: ``gemm(a, b, c, schedule=..., split_k="auto", tile_mn=..., raster=..., gro
 """
 from __future__ import annotations
 
-# The example in modules with one job each; this module keeps the names tests, benchmarks and docs use.
+# The names tests, benchmarks and docs use, from the package's modules (one job each).
 try:
-    from . import _common
-    from .gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
-    from .gemm_resources import EpilogueGather, GmemAB, GmemC, MathOrder, SmemAB
-    from .gemm_program import (GemmTask, build, build_cooperative, build_pingpong, build_split_k, load_schedule,
-                               mma_schedule)
-    from .gemm_kernel import PersistentGemm
-    from .gemm_host import (VERDICT_OF, check_args, choose_splits, compile_for_cpu, compiled, cutlass_dtype, gemm,
-                            max_ctas, to_cute, verdict_for)
+    from . import _common  # noqa: F401  (pins CUTE_DSL_ARCH before cutlass is imported)
 except ImportError:
     import _common  # type: ignore
-    from gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError  # type: ignore
-    from gemm_resources import EpilogueGather, GmemAB, GmemC, MathOrder, SmemAB  # type: ignore
-    from gemm_program import (GemmTask, build, build_cooperative, build_pingpong, build_split_k,  # type: ignore
-                              load_schedule, mma_schedule)
-    from gemm_kernel import PersistentGemm  # type: ignore
-    from gemm_host import (VERDICT_OF, check_args, choose_splits, compile_for_cpu, compiled,  # type: ignore
-                           cutlass_dtype, gemm, max_ctas, to_cute, verdict_for)
+
+from warpsched.kernels.gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
+from warpsched.kernels.gemm_resources import EpilogueGather, GmemAB, GmemC, MathOrder, SmemAB
+from warpsched.kernels.gemm_program import GemmTask, load_schedule, mma_schedule
+from warpsched.kernels.gemm_kernel import PersistentGemm
+from warpsched.kernels.gemm_host import (VERDICT_OF, build, build_cooperative, build_pingpong, build_split_k,
+                                         check_args, choose_splits, compile_for_cpu, compiled, cutlass_dtype, gemm,
+                                         max_ctas, to_cute, verdict_for)
 
 __all__ = ["DEFAULT_TILES", "H200_SMS", "SCHEDULES", "EpilogueGather", "GemmConfigError", "GemmTask", "GmemAB", "GmemC",
            "MathOrder", "PersistentGemm", "SmemAB", "VERDICT_OF", "build", "build_cooperative", "build_pingpong",

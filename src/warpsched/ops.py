@@ -28,7 +28,7 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None, config="
     """out = a @ b on Hopper: bf16 / fp16 (out the same dtype), or fp8 e4m3 / e5m2 with per-tensor
     ``scale_a`` / ``scale_b`` and a bf16 (default) or fp16 ``out_dtype``; layouts as
     ``torch._scaled_mm``: ``a`` (M, K) row-major, ``b`` (K, N) column-major (``w.t()`` of an
-    (N, K) weight). The persistent warp-specialized GEMM of examples/hopper, autotuned per
+    (N, K) weight). The persistent warp-specialized GEMM (``warpsched.kernels.gemm_*``), autotuned per
     (shape, dtypes, device) with the choice cached on disk (``config="auto"``; or "default", or
     a configuration dict). Unsupported input raises ``GemmArgumentError`` (a ``ValueError``)
     naming the fix. See ``warpsched.kernels.gemm_ops.gemm`` and docs/gemm.md."""

@@ -1,23 +1,20 @@
 """The implementation of ``warpsched.ops.gemm``: out = a @ b (times scale_a * scale_b for fp8)
-for torch tensors, on the persistent warp-specialized Hopper GEMM of examples/hopper
-(gemm_persistent), autotuned.
+for torch tensors, on the persistent warp-specialized Hopper GEMM (``gemm_host``, ``gemm_kernel``,
+``gemm_program``, ``gemm_resources`` next to this module), autotuned.
 
 Layouts follow ``torch._scaled_mm`` (what WGMMA's fp8 needs, and what a linear layer has):
 a is (M, K) row-major, b is (K, N) column-major, i.e. ``b.t()`` is a row-major (N, K) tensor
-such as an ``nn.Linear`` weight (``gemm(x, w.t())``). torch, cutlass and the example kernels
+such as an ``nn.Linear`` weight (``gemm(x, w.t())``). torch, cutlass and the kernel modules
 are imported by the first call; ``import warpsched.ops`` stays pure Python."""
 from __future__ import annotations
 
-import os
 import statistics
-import sys
 from typing import Dict, Optional, Union
 
 from . import gemm_autotune as _tune
 
 HALF = ("bfloat16", "float16")
 FP8 = ("float8_e4m3fn", "float8_e5m2")
-ENV_EXAMPLES = "WARPSCHED_EXAMPLES_DIR"
 
 
 class GemmArgumentError(ValueError):
@@ -79,24 +76,6 @@ def check(a, b, out=None, out_dtype=None):
     return M, N, K, o_t
 
 
-def kernels():
-    """The example GEMM module, imported on first use: from $WARPSCHED_EXAMPLES_DIR, else the
-    repository's examples/hopper next to src/ (an editable install or a checkout)."""
-    if "gemm_persistent" in sys.modules:
-        return sys.modules["gemm_persistent"]
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.environ.get(ENV_EXAMPLES) or os.path.join(here, "..", "..", "..", "examples", "hopper")
-    path = os.path.abspath(path)
-    if not os.path.isfile(os.path.join(path, "gemm_persistent.py")):
-        raise ImportError(f"warpsched.ops.gemm runs examples/hopper/gemm_persistent.py, not found in {path}: set "
-                          f"{ENV_EXAMPLES} to the examples/hopper folder of a warpsched checkout")
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    import gemm_persistent  # noqa: E402 - the examples' own module layout (they import _common flat)
-
-    return gemm_persistent
-
-
 def _time_ms(launch, reps=20, rounds=5) -> float:
     """Median device milliseconds per launch over replays of a CUDA graph of ``reps`` launches
     (the host's launch cost is left out, as in benchmarks/gemm_sweep.py: at a few microseconds a
@@ -156,7 +135,8 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
 
     if out is None:
         out = torch.empty(M, N, device=a.device, dtype=getattr(torch, o_t))
-    gp = kernels()
+    from . import gemm_host as gp  # imports cutlass
+
     bt = b.t()  # (N, K) row-major: the kernel computes a @ bt.T
     alpha = _scale(scale_a) * _scale(scale_b)
     if config == "default":

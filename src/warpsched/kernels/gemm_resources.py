@@ -6,12 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    from . import _common  # noqa: F401  (pins the arch before cutlass)
-    from .gemm_config import GemmConfigError
-except ImportError:
-    import _common  # type: ignore  # noqa: F401
-    from gemm_config import GemmConfigError  # type: ignore
+from .gemm_config import GemmConfigError
 
 import cutlass
 import cutlass.cute as cute

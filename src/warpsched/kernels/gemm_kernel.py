@@ -5,20 +5,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-try:
-    from . import _common
-    from .gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
-    from .gemm_program import build
-except ImportError:
-    import _common  # type: ignore
-    from gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError  # type: ignore
-    from gemm_program import build  # type: ignore
-
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory  # noqa: F401
 import cutlass.tensor_utils  # noqa: F401
 import cutlass.utils.hopper_helpers as sm90_utils
+
+from .gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
+from .gemm_program import build
 
 
 class PersistentGemm:

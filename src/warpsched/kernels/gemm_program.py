@@ -1,14 +1,10 @@
-"""The persistent GEMM as a warpsched program: the load and math schedules and ``build()``, which
-``warpsched check`` runs on the CPU and the kernel runs while it is traced (the same program both
-times, with the runtime K-tile count and units per CTA declared with ``trip_count``)."""
+"""The persistent GEMM as a warpsched program: the load and math schedules and ``build(g)``, which
+``warpsched check`` runs on the CPU (through ``gemm_host.build``) and the kernel runs while it is
+traced (the same program both times, with the runtime K-tile count and units per CTA declared
+with ``trip_count``)."""
 from __future__ import annotations
 
-try:
-    from . import _common  # noqa: F401  (pins the arch before cutlass)
-    from .gemm_resources import GmemAB, GmemC, MathOrder, SmemAB
-except ImportError:
-    import _common  # type: ignore  # noqa: F401
-    from gemm_resources import GmemAB, GmemC, MathOrder, SmemAB  # type: ignore
+from .gemm_resources import GmemAB, GmemC, MathOrder, SmemAB
 
 from warpsched import (PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, TileSchedulerConfig,
                        WorkQueue, domain_loop, schedule, threads, trip_count, work_tile_loop)
@@ -72,18 +68,16 @@ class GemmTask(Task):
         return self.g.k_range(self.g.unit_tile(tile_idx[0])[2])[1]
 
 
-def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), verbose=True,
+def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), verbose=True,
           **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
-    ``g``: the PersistentGemm being traced (None on the CPU: a default one for ``schedule``).
-    ``k_tiles`` / ``units_per_cta``: the kernel's runtime K-tile count and the number of work
-    units this CTA runs (None on the CPU); the checker proves every value >= 1 of each.
-    ``turns``: the MathOrder side of Mma0 and Mma1 (pingpong, see ``mma_schedule``)."""
-    if g is None:
-        from_kernel = _kernel_module()
-        g = from_kernel.PersistentGemm(schedule=schedule or "pingpong")
-    elif schedule is not None and schedule != g.schedule:
+    ``g``: the PersistentGemm being traced (on the CPU: ``gemm_host.build`` makes a default one;
+    this module does not import the kernel, which imports it). ``k_tiles`` / ``units_per_cta``:
+    the kernel's runtime K-tile count and the number of work units this CTA runs (None on the
+    CPU); the checker proves every value >= 1 of each. ``turns``: the MathOrder side of Mma0 and
+    Mma1 (pingpong, see ``mma_schedule``)."""
+    if schedule is not None and schedule != g.schedule:
         raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
     U = trip_count("units_per_cta", units_per_cta)
     g.alloc_a = [SmemAllocation(f"sA{r}", dtype=g.ab_dtype, count=g.a_elems, alignment=1024) for r in range(g.rings)]
@@ -139,25 +133,3 @@ def build(g=None, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("fi
         graph[out] = [ring, wq]
     return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=allocator, verbose=verbose,
                        **manager_options)
-
-
-def build_cooperative(verbose=True, **manager_options):
-    return build(schedule="cooperative", verbose=verbose, **manager_options)
-
-
-def build_pingpong(verbose=True, **manager_options):
-    return build(schedule="pingpong", verbose=verbose, **manager_options)
-
-
-def build_split_k(verbose=True, **manager_options):
-    return build(_kernel_module().PersistentGemm(schedule="cooperative", split_k=True), verbose=verbose, **manager_options)
-
-
-
-def _kernel_module():
-    """gemm_kernel imports this module (the kernel calls build): import it back lazily."""
-    try:
-        from . import gemm_kernel
-    except ImportError:
-        import gemm_kernel  # type: ignore
-    return gemm_kernel

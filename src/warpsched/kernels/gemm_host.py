@@ -1,18 +1,15 @@
 """The persistent GEMM's host side: argument validation, the compile cache, split-K's workspace,
-``gemm()`` and the CPU compile used by the tests."""
+``gemm()``, and on the CPU the compile and the program (``build``) that the tests and
+``warpsched check`` use."""
 from __future__ import annotations
-
-try:
-    from . import _common
-    from .gemm_config import DEFAULT_TILES, SCHEDULES, GemmConfigError
-    from .gemm_kernel import PersistentGemm
-except ImportError:
-    import _common  # type: ignore
-    from gemm_config import DEFAULT_TILES, SCHEDULES, GemmConfigError  # type: ignore
-    from gemm_kernel import PersistentGemm  # type: ignore
 
 import cutlass
 import cutlass.cute as cute
+
+from . import _host
+from . import gemm_program
+from .gemm_config import DEFAULT_TILES, SCHEDULES, GemmConfigError
+from .gemm_kernel import PersistentGemm
 
 
 _CACHE = {}
@@ -67,7 +64,7 @@ def cutlass_dtype(torch_dtype):
     name = str(torch_dtype).split(".")[-1]
     if name in FP8_DTYPES:
         return {"float8_e4m3fn": cutlass.Float8E4M3FN, "float8_e5m2": cutlass.Float8E5M2}[name]
-    return _common.cutlass_dtype(torch_dtype)
+    return _host.cutlass_dtype(torch_dtype)
 
 
 def to_cute(t):
@@ -81,7 +78,7 @@ def to_cute(t):
         m = from_dlpack(t.view(torch.uint8), assumed_align=16)
         m.element_type = cutlass_dtype(t.dtype)
         return m.mark_layout_dynamic(leading_dim=1)
-    return _common.to_cute(t, 1)
+    return _host.to_cute(t, 1)
 
 
 def compiled(ma, mb, mc, a, c, serial_args=(), **options):
@@ -95,7 +92,7 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
         kern = PersistentGemm(ab_dtype=cutlass_dtype(a.dtype), c_dtype=cutlass_dtype(c.dtype),
                               **{"max_ctas": max_ctas(options.get("cluster_mn", (1, 1))), **opts})
         _CACHE[key] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), cutlass.Float32(1.0),
-                                   _common.current_stream(), *serial_args, options=_common.PTX_OPTIONS)
+                                   _host.current_stream(), *serial_args, options=_host.ptx_options())
         checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
         VERDICT_OF[key] = getattr(checked, "verdict", "not checked")
     return _CACHE[key]
@@ -116,13 +113,13 @@ def max_ctas(cluster_mn=(1, 1)):
     """The persistent grid bound: every SM, or as many whole clusters as can be resident at once."""
     size = cluster_mn[0] * cluster_mn[1]
     if size == 1:
-        return _common.num_sms()
+        return _host.num_sms()
     try:
         from cutlass.utils import HardwareInfo
 
         return size * HardwareInfo().get_max_active_clusters(size)
     except Exception:  # noqa: BLE001 - an older driver: assume every SM pairs up
-        return _common.num_sms() // size * size
+        return _host.num_sms() // size * size
 
 
 def choose_splits(M, N, K, tile_mn, sms, bK=64):
@@ -170,11 +167,11 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
     if split_k == "auto":
         splittable = schedule == "cooperative" and tuple(tile_options.get("cluster_mn", (1, 1))) == (1, 1)
         split_k = choose_splits(M, N, K, tile_options.get("tile_mn") or DEFAULT_TILES[schedule],
-                                _common.num_sms(), bK) if splittable else 1
+                                _host.num_sms(), bK) if splittable else 1
     if not isinstance(split_k, int) or split_k < 1 or split_k > -(-K // bK):
         raise GemmConfigError(f"split_k={split_k!r}: expected 'auto' or an int in [1, ceil(K / {bK}) = {-(-K // bK)}]")
     ma, mb = to_cute(a), to_cute(b)
-    stream = _common.current_stream()
+    stream = _host.current_stream()
     scale = cutlass.Float32(float(alpha))
     if split_k == 1:
         mc = to_cute(c)
@@ -219,7 +216,7 @@ def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, mode, tile_
         _WORKSPACE[wkey] = (torch.empty(slabs * rows, cols, device=a.device, dtype=torch.float32),
                             torch.zeros(tiles, device=a.device, dtype=torch.int32))
     ws, flags = _WORKSPACE[wkey]
-    mc, mw, mf = to_cute(c), _common.to_cute(ws, 1), _common.to_cute(flags, 0)
+    mc, mw, mf = to_cute(c), _host.to_cute(ws, 1), _host.to_cute(flags, 0)
     f = compiled(ma, mb, mc, a, c, serial_args=(mw, mf), schedule=schedule, split_k=True, split_reduce=mode,
                  **tile_options)
 
@@ -230,14 +227,15 @@ def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, mode, tile_
     return run
 
 
-def fake_operands(ab_dtype, b_dtype, c_dtype):
-    """Fake row-major A (M x K), B (N x K), C (M x N) for CPU compiles, A and B of their own types."""
+def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16):
+    """Fake row-major A (M x K), B (N x K), C (M x N) for CPU compiles, A and B of their own types:
+    M any, N a multiple of 8, K and the (symbolic) leading strides multiples of ``k_align``."""
     from cutlass.cute.runtime import make_fake_tensor
 
-    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=16)
+    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=k_align)
 
     def rows(dtype, shape):
-        return make_fake_tensor(dtype, shape, (cute.sym_int64(divisibility=16), 1), assumed_align=16)
+        return make_fake_tensor(dtype, shape, (cute.sym_int64(divisibility=k_align), 1), assumed_align=16)
 
     return rows(ab_dtype, (M, K)), rows(b_dtype, (N, K)), rows(c_dtype, (M, N))
 
@@ -247,10 +245,9 @@ def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat1
     from cutlass.cute.runtime import make_fake_stream
 
     kern = PersistentGemm(schedule=schedule, ab_dtype=ab_dtype, c_dtype=c_dtype, **options)
-    if kern.b_dtype is ab_dtype:
-        a, b, c = _common.fake_gemm_operands(ab_dtype, kern.c_dtype)  # split-K: C is the fp32 workspace
-    else:
-        a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype)
+    # split-K: C is the fp32 workspace. K aligned to 8 when A and B share a type (what the other
+    # examples' fake operands declare, fp8 too), to 16 for mixed fp8
+    a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is ab_dtype else 16)
     extra = ()
     if kern.serial:  # the fp32 tile workspace (M x N, tile-padded) and one int32 flag per tile
         from cutlass.cute.runtime import make_fake_tensor
@@ -259,4 +256,27 @@ def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat1
                                   (cute.sym_int64(divisibility=64), 1), assumed_align=16),
                  make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=16))
     return cute.compile(kern, a, b, c, cutlass.Int32(1), cutlass.Float32(1.0), make_fake_stream(), *extra,
-                        options=_common.ptx_options(arch))
+                        options=_host.ptx_options(arch))
+
+
+# ------------------------------------------------------------------ the program on the CPU
+def build(g=None, *, schedule=None, **options):
+    """The program ``warpsched check`` and the tests check on the CPU: ``gemm_program.build`` (what
+    the kernel runs while it is traced) of ``g``, a PersistentGemm, or of a default one for
+    ``schedule`` (pingpong when None). ``options``: gemm_program.build's (k_tiles, units_per_cta,
+    turns, verbose) and TaskManager's."""
+    if g is None:
+        g = PersistentGemm(schedule=schedule or "pingpong")
+    return gemm_program.build(g, schedule=schedule, **options)
+
+
+def build_cooperative(verbose=True, **manager_options):
+    return build(schedule="cooperative", verbose=verbose, **manager_options)
+
+
+def build_pingpong(verbose=True, **manager_options):
+    return build(schedule="pingpong", verbose=verbose, **manager_options)
+
+
+def build_split_k(verbose=True, **manager_options):
+    return build(PersistentGemm(schedule="cooperative", split_k=True), verbose=verbose, **manager_options)
