@@ -211,14 +211,7 @@ class GmemC(MemoryResource):
         tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
         if split > 0:
             if tidx == self.first_thread:
-                seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
-                spins = cutlass.Int32(0)
-                while seen != split:
-                    seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
-                    spins = spins + 1
-                    if spins >= SPIN_LIMIT:
-                        seen = split
-                        acc[0] = cutlass.Float32(float("nan"))  # a visible failure instead of a hang
+                self.wait_flag(flag, split, acc)
             epi_bar.arrive_and_wait()  # the other threads read after the acquire (bar.sync orders them)
             cute.arch.fence_acq_rel_gpu()
             prev = cute.make_rmem_tensor(acc.layout, g.acc_dtype)
@@ -233,6 +226,19 @@ class GmemC(MemoryResource):
         else:
             if tidx == self.first_thread:
                 cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
+
+    @cute.jit
+    def wait_flag(self, flag, target, acc):
+        """Spin (acquire loads, GPU scope) until the tile's GMEM flag reads ``target``; bounded by
+        SPIN_LIMIT polls, past which the tile is poisoned with NaN (a visible failure, not a hang)."""
+        seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+        spins = cutlass.Int32(0)
+        while seen != target:
+            seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+            spins = spins + 1
+            if spins >= SPIN_LIMIT:
+                seen = target
+                acc[0] = cutlass.Float32(float("nan"))
 
     @cute.jit
     def parallel_fixup(self, acc, m, n, split, tidx, epi_bar):
@@ -254,14 +260,7 @@ class GmemC(MemoryResource):
                 cute.arch.atomic_add(flag, cutlass.Int32(1), sem="release", scope="gpu")
         else:
             if tidx == self.first_thread:
-                seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
-                spins = cutlass.Int32(0)
-                while seen != last:
-                    seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
-                    spins = spins + 1
-                    if spins >= SPIN_LIMIT:
-                        seen = last
-                        acc[0] = cutlass.Float32(float("nan"))  # a visible failure instead of a hang
+                self.wait_flag(flag, last, acc)
                 cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")  # for the next launch
             epi_bar.arrive_and_wait()
             cute.arch.fence_acq_rel_gpu()
