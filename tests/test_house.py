@@ -24,6 +24,7 @@ MAX_LINES = 600
 # rank of each layer: a module may import modules of its own rank or below, never above
 LAYERS = [  # (module-name prefix, layer, rank); the longest matching prefix wins
     ("warpsched.errors", "model", 0),
+    ("warpsched.cachedir", "model", 0),  # a leaf (os only): where on-disk caches live
     ("warpsched.model", "model", 0),
     ("warpsched.compat", "model", 0),  # the TS porting surface (pure Python; model objects consult it)
     ("warpsched.compat.dsl", "lower", 2),  # its CuTe DSL side, used by the lowering

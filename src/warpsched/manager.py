@@ -14,7 +14,7 @@ from .report.printout import memory_summary, register_summary, schedule_table
 from .verify import Options, Program, run_static_checks
 from .verify.checker import run_checker
 from .verify.fingerprint import program_fingerprint
-from .verify.verdicts import VERDICTS
+from .verify.verdicts import DISK, VERDICTS
 
 
 @dataclass
@@ -188,11 +188,16 @@ class TaskManager:
         if not self.cache_verdict:
             return run_checker(self.program, progress=self.progress)
         cached = VERDICTS.get(self.fingerprint)
+        if cached is None:
+            cached = DISK.load(self.fingerprint)  # a SAFE verdict this exact code stored in another process
+            if cached is not None:
+                VERDICTS.remember(self.fingerprint, cached)
         if cached is not None:
             self.verdict_cached = True
             return cached
         result = run_checker(self.program, progress=self.progress)
         VERDICTS.put(self.fingerprint, result)
+        DISK.store(self.fingerprint, result)
         return result
 
     def _repr_html_(self) -> str:

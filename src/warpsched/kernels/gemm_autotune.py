@@ -15,20 +15,13 @@ import tempfile
 import warnings
 from typing import Callable, Dict, List, Optional, Tuple
 
-ENV_CACHE_DIR = "WARPSCHED_CACHE_DIR"
+from ..cachedir import ENV_CACHE_DIR, cache_dir  # noqa: F401  (shared with the verdict cache)
 SCHEMA = 1  # bump when a stored configuration would mean something else
 CONFIG_KEYS = ("schedule", "tile_mn", "raster", "group", "cluster_mn", "split_k", "split_reduce")
 
 
 class AutotuneWarning(UserWarning):
     """The autotune cache could not be read or written (tuning goes on without it)."""
-
-
-def cache_dir() -> str:
-    if os.environ.get(ENV_CACHE_DIR):
-        return os.environ[ENV_CACHE_DIR]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "warpsched")
 
 
 def cache_key(M: int, N: int, K: int, a_dtype, b_dtype, out_dtype, device_name: str) -> str:
