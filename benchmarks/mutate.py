@@ -46,6 +46,7 @@ from typing import Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+os.environ["WARPSCHED_VERDICT_CACHE"] = "0"  # mutants are throwaway programs: no verdict of theirs belongs on disk
 for p in (os.path.join(ROOT, "src"), os.path.join(ROOT, "examples", "hopper"),
           os.path.join(ROOT, "examples", "hopper", "patterns")):
     if p not in sys.path:
