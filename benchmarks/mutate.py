@@ -52,49 +52,7 @@ for p in (os.path.join(ROOT, "src"), os.path.join(ROOT, "examples", "hopper"),
     if p not in sys.path:
         sys.path.insert(0, p)
 
-BUNDLED = "src/warpsched/examples"
-HOPPER = "examples/hopper"
-PATTERNS = "examples/hopper/patterns"
-
-# file -> the builder calls whose verdicts decide a mutant (a mutant is killed when any rejects it)
-TARGETS: Dict[str, List[Tuple[str, dict]]] = {
-    f"{BUNDLED}/grid_stride_copy.py": [("build", {})],
-    f"{BUNDLED}/tma_copy.py": [("build", {})],
-    f"{BUNDLED}/gemm.py": [("build", {})],
-    f"{BUNDLED}/gemm_persistent.py": [("build", {})],
-    f"{BUNDLED}/pingpong.py": [("build", {}), ("build", {"kind": "tma_async"}), ("build", {"kind": "umma_async"})],
-    f"{BUNDLED}/split_consumer.py": [("build", {}), ("build_hopper", {}), ("build_hopper", {"split": False})],
-    f"{BUNDLED}/interleaved.py": [("build_warp_lane", {}), ("build_warp_lane", {"kind": "tma_umma"}),
-                                  ("build_domain_lane", {}), ("build_domain_lane", {"kind": "umma"}),
-                                  ("build_per_role", {"num_stages": 4})],
-    f"{BUNDLED}/leader_routed.py": [("build", {})],
-    f"{HOPPER}/grid_stride_copy.py": [("build", {})],
-    f"{HOPPER}/group_add.py": [("build", {"mode": "merge"}), ("build", {"mode": "fused"}), ("build", {"mode": "fork"})],
-    f"{HOPPER}/interleaved_copy.py": [("build", {"mode": "warp"}), ("build", {"mode": "domain"})],
-    f"{HOPPER}/persistent_copy.py": [("build", {})],
-    f"{HOPPER}/relu_pipeline.py": [("build", {})],
-    f"{HOPPER}/tma_copy.py": [("build", {}), ("build", {"store_lag": 0})],
-    f"{HOPPER}/varlen_copy.py": [("build", {})],
-    f"{HOPPER}/wgmma_gemm.py": [("build", {})],
-    f"{PATTERNS}/pingpong.py": [("build", {"kind": "async_async"}), ("build", {"kind": "tma_async"})],
-    f"{PATTERNS}/split_consumer.py": [("build", {}), ("build", {"cluster": True})],
-    f"{PATTERNS}/leader_routed.py": [("build", {}), ("build", {"cluster": True})],
-    f"{PATTERNS}/interleaved.py": [("build", {"mode": "warp_lane"}), ("build", {"mode": "domain_lane"}),
-                                   ("build", {"mode": "per_role"})],
-}
-# module constants overridden before building (keeps each exhaustive search to a couple of seconds)
-PATCHES: Dict[str, dict] = {f"{PATTERNS}/interleaved.py": {"STAGES": 4}}
-# files whose kernels issue their TMA loads through StageInfo.tma_copy: a mutant the CPU checks
-# accept is also compiled (sm_90a, fake tensors) with these compile_for_cpu arguments, and the trace
-# checks the bytes its copies deliver against what each acquire arms
-TRACED: Dict[str, List[dict]] = {
-    f"{HOPPER}/wgmma_gemm.py": [{}, {"cluster_mn": (2, 1)}],
-    f"{HOPPER}/tma_copy.py": [{}],
-    f"{HOPPER}/group_add.py": [{"mode": "merge"}, {"mode": "fused"}, {"mode": "fork"}],
-    f"{PATTERNS}/pingpong.py": [{"kind": "tma_async"}],
-    f"{PATTERNS}/split_consumer.py": [{}, {"cluster": True}],
-    f"{PATTERNS}/interleaved.py": [{"mode": "warp_lane"}, {"mode": "domain_lane"}, {"mode": "per_role"}],
-}
+from mutate_targets import BUNDLED, PATCHES, TARGETS, TRACED  # noqa: E402  (the mutated programs)
 
 VERBS = {"acquire", "try_acquire", "commit", "wait", "try_wait", "release", "get_and_advance_work_tile",
          "fetch_work_tile", "wait_griddep", "launch_griddep"}
@@ -402,6 +360,12 @@ def covered_lines(path: str, mod) -> set:
     return lines
 
 
+def _finding_key(f) -> str:
+    """'check @ file:line (message)': how a killing finding is recorded."""
+    where = f"{os.path.basename(str(f.location.file))}:{f.location.line}" if f.location else "?:?"
+    return f"{f.check} @ {where} ({f.message[:90]})"
+
+
 def verdicts(path: str, mod, record=None) -> Tuple[List[str], List[str], List[str]]:
     """(error findings 'check @ file:line', warning messages, checker verdicts) over the target's builders."""
     import warpsched
@@ -415,8 +379,7 @@ def verdicts(path: str, mod, record=None) -> Tuple[List[str], List[str], List[st
             try:
                 m = getattr(mod, fn)(verbose=False, max_states=MAX_STATES, **kw)
             except warpsched.ValidationError as e:
-                errs += [f"{f.check} @ {os.path.basename(str(f.location.file)) if f.location else '?'}:"
-                         f"{f.location.line if f.location else '?'} ({f.message[:90]})" for f in e.findings]
+                errs += [_finding_key(f) for f in e.findings]
                 continue
             except warpsched.ScheduleError as e:
                 f = e.finding
@@ -441,8 +404,7 @@ def traced_verdicts(path: str, mod) -> List[str]:
             try:
                 mod.compile_for_cpu(**kw)
             except warpsched.ValidationError as e:
-                errs += [f"traced {f.check} @ {os.path.basename(str(f.location.file)) if f.location else '?'}:"
-                         f"{f.location.line if f.location else '?'} ({f.message[:90]})" for f in e.findings]
+                errs += ["traced " + _finding_key(f) for f in e.findings]
             except Exception:  # noqa: BLE001 - not a finding: the CPU verdict stands
                 pass
     return errs

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import Dict
 
-BUNDLED = "src/warpsched/examples"
-HOPPER = "examples/hopper"
-PATTERNS = "examples/hopper/patterns"
+from mutate_targets import BUNDLED, HOPPER, PATTERNS
 
 R_VALUE = ("the moved call uses only a value already read into registers (a token a read returned inside the "
            "bracket), not the stage: the release may come before or after it")
