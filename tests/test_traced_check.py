@@ -20,7 +20,6 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 
-import warpsched.manager as manager_mod  # noqa: E402
 from warpsched import ValidationError, ValidationWarning, cli, domain_loop, schedule  # noqa: E402
 from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
@@ -69,22 +68,6 @@ def mma_one_tile_too_many(smem_ab, gmem_c, k_tiles):
 @pytest.fixture
 def gemm():
     return importlib.import_module("wgmma_gemm")
-
-
-@pytest.fixture
-def checker_runs(monkeypatch):
-    """Counts the exhaustive checker's runs made by TaskManager; starts from an empty verdict cache."""
-    runs = []
-    real = manager_mod.run_checker
-
-    def counting(program, progress=False):
-        runs.append(program)
-        return real(program, progress=progress)
-
-    monkeypatch.setattr(manager_mod, "run_checker", counting)
-    VERDICTS.clear()
-    yield runs
-    VERDICTS.clear()
 
 
 def _formatted(findings):

@@ -7,27 +7,16 @@ import os
 
 import pytest
 
-import warpsched.manager as manager_mod
 from warpsched.examples import gemm, pingpong
 from warpsched.verify import verdicts
 from warpsched.verify.verdicts import DISK, VERDICTS
 
 
 @pytest.fixture
-def disk(tmp_path, monkeypatch):
+def disk(tmp_path, monkeypatch, checker_runs):
     monkeypatch.setenv("WARPSCHED_VERDICT_CACHE", "1")
     monkeypatch.setenv("WARPSCHED_CACHE_DIR", str(tmp_path))
-    runs = []
-    real = manager_mod.run_checker
-
-    def counting(program, progress=False):
-        runs.append(program)
-        return real(program, progress=progress)
-
-    monkeypatch.setattr(manager_mod, "run_checker", counting)
-    VERDICTS.clear()
-    yield tmp_path, runs
-    VERDICTS.clear()
+    return tmp_path, checker_runs
 
 
 def _fresh_process():
