@@ -50,11 +50,15 @@ def check_args(q, k, v):
         raise AttentionConfigError(f"empty input (B={B}, H={H}, S_q={Sq}, S_k={Sk}); every size must be >= 1")
 
 
+def _tma_aligned(t) -> bool:
+    """Unit D stride, 16-byte aligned address and strides: TMA can read or write it as it is."""
+    return t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all((s * t.element_size()) % 16 == 0
+                                                                for s in t.stride()[:3])
+
+
 def _tma_ready(t):
-    """A (B, H, S, D) tensor with unit D stride and 16-byte aligned strides (a copy if needed)."""
-    ok = t.stride(3) == 1 and t.data_ptr() % 16 == 0 and all((s * t.element_size()) % 16 == 0
-                                                              for s in t.stride()[:3])
-    return t if ok else t.contiguous()
+    """A (B, H, S, D) tensor TMA can use: ``t`` itself, or a contiguous copy."""
+    return t if _tma_aligned(t) else t.contiguous()
 
 
 def compiled(kern_key, args):
@@ -87,7 +91,7 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
     import torch
 
     if not options:
-        options = dict(TUNED) if out is None or _tma_ready(out) is out else {}
+        options = dict(TUNED) if out is None or _tma_aligned(out) else {}
 
     B, H, Sq, D = q.shape
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
@@ -97,7 +101,7 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
         lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
     if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.stride(3) != 1:
         raise AttentionConfigError(f"out {tuple(out.shape)} {out.dtype}: expected q's shape and dtype, unit D stride")
-    if options.get("tma_store_o") and _tma_ready(out) is not out:
+    if options.get("tma_store_o") and not _tma_aligned(out):
         raise AttentionConfigError(f"out strides {tuple(out.stride())}: tma_store_o writes O with TMA, which needs "
                                    "16-byte aligned strides and address; pass a contiguous out")
     if tuple(lse.shape) != (B, H, Sq) or lse.dtype != torch.float32 or lse.stride(2) != 1:
