@@ -62,16 +62,22 @@ class PersistentGemm:
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
         bM, bN = self.tile_mn
-        if bM not in (64, 128, 256) or bN not in (64, 128, 192, 256) or (bM == 256 and schedule == "pingpong"):
+        pingpong = schedule != "cooperative"
+        if bM not in (64, 128, 256) or bN not in (64, 128, 192, 256) or (bM == 256 and pingpong):
             raise GemmConfigError(f"{schedule} tile_mn={self.tile_mn}: bM must be 64, 128 (or 256, cooperative "
                                   "only), bN one of 64, 128, 192, 256")
+        # ping-pong: two math tasks, each owning one of a unit's two tiles; "pingpong" gives each its
+        # own ring (and load warp), "pingpong_shared" one ring both release, loaded in tile order
+        self.math_tasks = 2 if pingpong else 1
         self.rings = 2 if schedule == "pingpong" else 1
+        self.shared_ring = schedule == "pingpong_shared"
+        self.tiles_per_unit = self.rings  # two-ring pingpong: a unit is a pair (one tile per ring)
         # cooperative: two warp groups split the rows once the tile has 128 or more (64 or 128 each)
         self.wgs_per_mma_task = min(2, bM // 64) if schedule == "cooperative" else 1
-        if schedule == "pingpong" and bM * bN > 128 * 128:
+        if pingpong and bM * bN > 128 * 128:
             raise GemmConfigError(f"pingpong tile_mn={self.tile_mn}: one warp group holds the whole accumulator, "
                                   "so bM * bN <= 16384 (128x128, 64x256, ...)")
-        self.consumer_wgs = self.rings * self.wgs_per_mma_task
+        self.consumer_wgs = self.math_tasks * self.wgs_per_mma_task
         self.raster, self.group = raster, group
         self.max_ctas = max_ctas
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
@@ -92,8 +98,8 @@ class PersistentGemm:
         self.epi_tile = (bM, 32)
         n_epi = bN // 32
         sub_bytes = bM * 32 * self.c_dtype.width // 8
-        self.epi_stage = next(s for s in (4, 2, 1) if n_epi % s == 0 and s * sub_bytes * self.rings <= 32768)
-        epi_bytes = sub_bytes * self.epi_stage * self.rings
+        self.epi_stage = next(s for s in (4, 2, 1) if n_epi % s == 0 and s * sub_bytes * self.math_tasks <= 32768)
+        epi_bytes = sub_bytes * self.epi_stage * self.math_tasks
         self.tile_bytes = (bM * self.ab_dtype.width + bN * self.b_dtype.width) * bK // 8
         fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
         self.ab_stage = ab_stages or fit
@@ -134,14 +140,14 @@ class PersistentGemm:
     # -------------------------------------------------------------- tile scheduling (device)
     def grid_setup(self, tiles_m, tiles_n, splits=1):
         """Work decomposition (device values in the kernel, ints in tests): clusters of cm x cn
-        tiles, ``splits`` K shares of each, ``rings`` items per unit, one unit per CTA of a cluster."""
+        tiles, ``splits`` K shares of each, ``tiles_per_unit`` items per unit, one unit per CTA of a cluster."""
         cm, cn = self.cluster_mn
         self.tiles_m, self.tiles_n, self.splits = tiles_m, tiles_n, splits
         self.ctiles_m = (tiles_m + cm - 1) // cm if cm > 1 else tiles_m
         self.ctiles_n = (tiles_n + cn - 1) // cn if cn > 1 else tiles_n
         self.num_ctiles = self.ctiles_m * self.ctiles_n
         self.num_items = self.num_ctiles * splits if self.split_k else self.num_ctiles
-        self.num_units = (self.num_items + self.rings - 1) // self.rings * (cm * cn)
+        self.num_units = (self.num_items + self.tiles_per_unit - 1) // self.tiles_per_unit * (cm * cn)
 
     def unit_tile(self, unit, which=0):
         """(m, n, split) of a work unit. Unit u is CTA u % (cm * cn) of the cluster's item
@@ -153,7 +159,7 @@ class PersistentGemm:
         cm, cn = self.cluster_mn
         csize = cm * cn
         v, rank = (unit // csize, unit % csize) if csize > 1 else (unit, 0)
-        if self.rings > 1:
+        if self.tiles_per_unit > 1:
             # an odd item count: the last unit's second warp group recomputes the last tile (the
             # same bytes are stored twice) rather than skip it, so every unit runs both mainloops
             v = cutlass.min(v * 2 + which, self.num_items - 1)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from .gemm_resources import GmemAB, GmemC, MathOrder, SmemAB
 
 from warpsched import (PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, TileSchedulerConfig,
-                       WorkQueue, domain_loop, schedule, threads, trip_count, work_tile_loop)
+                       WorkQueue, domain_loop, schedule, threads, trip_count, when_false, when_true,
+                       work_tile_loop)
 
 
 # ---------------------------------------------------------------------------------- schedules
@@ -57,6 +58,52 @@ def mma_schedule(ring, gmem_c, wq, k_tiles, units, order, turn):
     gmem_c.drain()
 
 
+@schedule
+def mma_shared_schedule(ring, gmem_c, wq, k_tiles, units, wg, pass_release=True):
+    """pingpong_shared's math warp group ``wg``: the CTA's work tiles alternate between the two
+    (``ring.owns``: Mma0 the even ones of this CTA, Mma1 the odd ones), and both wait for and
+    release every stage of the one ring, which the load warp fills in tile order. On its own tile
+    a warp group runs the mainloop and the epilogue; on the other's it only passes over the
+    stages (wait, release one behind, as the mainloop does), so the warp group whose tile is
+    loading sees every stage of the ring, and one's epilogue overlaps the other's mainloop.
+    The checker takes every ownership sequence (the condition is a runtime value, the same in
+    both tasks, read both ways), so odd tile counts per CTA are covered.
+    ``pass_release=False``: the rejected twin that releases only the stages of its own tiles."""
+    acc, frag_a, frag_b = ring.init_acc()
+    with work_tile_loop(wq, tile_count=units):
+        even = ring.owns()  # this CTA's tile count so far is even: Mma0's tile
+        own = when_true if wg == 0 else when_false
+        with domain_loop(0, k_tiles, 1) as d:
+            ring.wait()
+            with own(even):
+                with d.first_iter():
+                    ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
+                with d.every(1, start=1):
+                    ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
+                    ring.retire(pending=1)  # the previous stage's wgmmas have retired ...
+            if pass_release:
+                with d.every(1, start=1):
+                    ring.release()  # ... so it is released (on the other's tile: at once)
+            else:
+                with own(even):
+                    with d.every(1, start=1):
+                        ring.release()
+        with own(even):
+            ring.retire()
+        if pass_release:
+            ring.release()
+        else:
+            with own(even):
+                ring.release()
+        with own(even):
+            gmem_c.store(acc=acc)
+        wq.try_wait()
+        wq.wait()
+        wq.get_and_advance_work_tile()
+        wq.release()
+    gmem_c.drain()
+
+
 # ---------------------------------------------------------------------------------- program
 class GemmTask(Task):
     """A GEMM task; with split-K its K loop length is a per-unit domain provider."""
@@ -68,55 +115,75 @@ class GemmTask(Task):
         return self.g.k_range(self.g.unit_tile(tile_idx[0])[2])[1]
 
 
-def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), verbose=True,
-          **manager_options):
+def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), pass_release=True,
+          verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the PersistentGemm being traced (on the CPU: ``gemm_host.build`` makes a default one;
     this module does not import the kernel, which imports it). ``k_tiles`` / ``units_per_cta``:
     the kernel's runtime K-tile count and the number of work units this CTA runs (None on the
     CPU); the checker proves every value >= 1 of each. ``turns``: the MathOrder side of Mma0 and
-    Mma1 (pingpong, see ``mma_schedule``)."""
+    Mma1 (pingpong, see ``mma_schedule``). ``pass_release``: pingpong_shared's Mma0 releases
+    Mma1's stages (False: the rejected twin, see ``mma_shared_schedule``)."""
     if schedule is not None and schedule != g.schedule:
         raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
     U = trip_count("units_per_cta", units_per_cta)
     g.alloc_a = [SmemAllocation(f"sA{r}", dtype=g.ab_dtype, count=g.a_elems, alignment=1024) for r in range(g.rings)]
     g.alloc_b = [SmemAllocation(f"sB{r}", dtype=g.b_dtype, count=g.b_elems, alignment=1024) for r in range(g.rings)]
-    g.alloc_c = [SmemAllocation(f"sC{w}", dtype=g.c_dtype, count=g.c_elems, alignment=1024) for w in range(g.rings)]
+    g.alloc_c = [SmemAllocation(f"sC{w}", dtype=g.c_dtype, count=g.c_elems, alignment=1024)
+                 for w in range(g.math_tasks)]
     wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
     gmem_ab = GmemAB(name="GmemAB", g=g)
     allocator = SmemAllocator()
     consumer_threads = 128 * g.wgs_per_mma_task
     rings, outs = [], []
+    cm, cn = g.cluster_mn
+    # one release arrival per consumer warp and per CTA that multicasts into this one (shared: both math tasks')
+    releasing_warps = 4 * g.wgs_per_mma_task * (g.math_tasks if g.shared_ring else 1) * (cm + cn - 1)
     for r in range(g.rings):
-        cm, cn = g.cluster_mn
         cfg = PipelineConfig.create_tma_async_pipeline_cfg(
             num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=threads(1),
-            # one release arrival per consumer warp and per CTA that multicasts into this one
-            consumer_group=threads(4 * g.wgs_per_mma_task * (cm + cn - 1)), advance_on_wait=True,
+            consumer_group=threads(releasing_warps), advance_on_wait=True,
             **(dict(cta_layout_vmnk=(1, cm, cn, 1), mcast_mode_mn=(1, 1)) if g.clustered else {}))
-        first = 128 * (1 + r * g.wgs_per_mma_task)
         rings.append(SmemAB(name=f"SmemAB{r}" if g.rings > 1 else "SmemAB", pipeline_config=cfg, g=g, ring=r,
-                            first_thread=first))
-        outs.append(GmemC(name=f"GmemC{r}" if g.rings > 1 else "GmemC", g=g, which=r, first_thread=first,
-                          num_threads=consumer_threads))
+                            shared=g.shared_ring, first_thread=128 * (1 + r * g.wgs_per_mma_task)))
         allocator.add_resource(rings[-1])
+    for w in range(g.math_tasks):
+        outs.append(GmemC(name=f"GmemC{w}" if g.math_tasks > 1 else "GmemC", g=g, which=w,
+                          first_thread=128 * (1 + w * g.wgs_per_mma_task), num_threads=consumer_threads))
         allocator.add_resource(outs[-1])
     allocator.compute_layout()
     g.allocator = allocator
     regs = (g.producer_regs, g.consumer_regs) if g.consumer_wgs == 2 else (None, None)
     tasks, graph = [], {}
     order = None
-    if g.schedule == "pingpong":
+    if g.rings > 1:
         order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
             num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads),
             **(dict(cta_layout_vmnk=(1, *g.cluster_mn, 1)) if g.clustered else {})))  # CTA-local turns
         graph[order] = []
     K = trip_count("k_tiles", k_tiles)
-    for r, (ring, out) in enumerate(zip(rings, outs)):
+    order_io = [] if order is None else [order]
+    if g.shared_ring:
+        # every ownership sequence of two tasks on a 6-stage ring: ~450k states (the default cap is 500k)
+        manager_options.setdefault("max_states", 2_000_000)
+        ring = rings[0]
+        load = GemmTask(name="LoadTask", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=0,
+                        num_warps=1, num_registers=regs[0])
+        load.g = g
+        load.schedule = load_schedule(gmem_ab, ring, wq, K, U, 0)
+        tasks.append(load)
+        graph[ring] = [gmem_ab, wq]
+        for w, out in enumerate(outs):
+            mma = GemmTask(name=f"MmaTask{w}", src_resources=[ring, wq], dst_resources=[out], warp_idx=4 * (1 + w),
+                           num_warps=4, num_registers=regs[1])
+            mma.g = g
+            mma.schedule = mma_shared_schedule(ring, out, wq, K, U, w, pass_release)
+            tasks.append(mma)
+            graph[out] = [ring, wq]
+    for r, (ring, out) in enumerate(zip(rings, outs) if not g.shared_ring else ()):
         turn = None if order is None else turns[r]
         suffix = str(r) if g.rings > 1 else ""
-        order_io = [] if order is None else [order]
         load = GemmTask(name=f"LoadTask{suffix}", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=r,
                         num_warps=1, num_registers=regs[0])
         mma = GemmTask(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if turn and turn.startswith(

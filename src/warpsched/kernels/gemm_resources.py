@@ -38,16 +38,22 @@ class GmemAB(MemoryResource):
 
 @dataclass(kw_only=True)
 class SmemAB(MemoryResource):
-    """One TMA -> WGMMA ring (``ring``: 0, or 1 for pingpong's second warp group)."""
+    """One TMA -> WGMMA ring (``ring``: 0, or 1 for pingpong's second warp group). ``shared``:
+    pingpong_shared's one ring, read by both math warp groups (each slices the MMA by its own
+    thread index within its warp group)."""
 
     g: Any = None
     ring: int = 0
+    shared: bool = False
     first_thread: int = 128  # first thread of the warp group(s) that run the MMA on this ring
     acc: Any = TaskLocalVariable.uninitialized()
     frag_a: Any = TaskLocalVariable.uninitialized()
     frag_b: Any = TaskLocalVariable.uninitialized()
+    even: Any = TaskLocalVariable.uninitialized()
 
     def __post_init__(self):
+        self.even = TaskLocalVariable(dtype=cutlass.Int32, default=0,
+                                      docs="pingpong_shared: 1 on this CTA's 1st, 3rd, ... work tile (Mma0's)")
         self.acc = TaskLocalVariable(dtype=None, docs="fp32 accumulator fragment (registers)")
         self.frag_a = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of A, all stages")
         self.frag_b = TaskLocalVariable(dtype=None, docs="WGMMA SMEM descriptors of B, all stages")
@@ -87,11 +93,20 @@ class SmemAB(MemoryResource):
     def init_acc(self, stage_info: StageInfo):
         g = self.g
         tidx, _, _ = cute.arch.thread_idx()
-        thr_mma = g.tiled_mma.get_slice(tidx - self.first_thread)
+        thr_mma = g.tiled_mma.get_slice(tidx % 128 if cutlass.const_expr(self.shared) else tidx - self.first_thread)
         frag_a = g.tiled_mma.make_fragment_A(thr_mma.partition_A(g.smem_a(self.ring)))
         frag_b = g.tiled_mma.make_fragment_B(thr_mma.partition_B(g.smem_b(self.ring)))
         acc = cute.make_rmem_tensor(g.tiled_mma.partition_shape_C(g.tile_mnk[:2]), g.acc_dtype)
         return acc, frag_a, frag_b
+
+    @consumer_work(returns=even, work_attrs=WorkAttr.AUXILIARY)
+    def owns(self, stage_info: StageInfo):
+        """pingpong_shared: whether this work tile is the CTA's 1st, 3rd, ... (the static queue
+        gives CTA b the units b, b + grid, ...): 1 for Mma0's tiles, 0 for Mma1's."""
+        bid, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        local = (stage_info.work_tile.tile_idx[0] - bid) // grid
+        return 1 - local % 2
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage until the retire below
     @cute.jit
