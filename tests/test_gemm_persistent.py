@@ -44,7 +44,19 @@ EXPECTED = {
                  "setmaxnreg.inc.sync.aligned.u32 \t232": 1, "setmaxnreg.dec.sync.aligned.u32 \t40": 1,
                  "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8, "cp.async.bulk.wait_group.read \t1;": 8,
                  "cp.async.bulk.wait_group.read \t0;": 2, "stmatrix": 32},
+    # pingpong_shared 128x128 (one ring of S = 6 stages, no MathOrder): init 2S; arrive = expect_tx + 2 tasks x
+    #   (in-loop release + tail release); try_wait = acquire + producer_tail (S) + 2 x (peeled + loop wait);
+    #   one load (A + B) and 2 x 4 stores; the wgmma and epilogue of pingpong
+    "pingpong_shared": {"mbarrier.init": 12, "mbarrier.arrive": 5, "mbarrier.try_wait": 11, "expect_tx": 1,
+                        "cp.async.bulk.tensor": 10, "wgmma.mma_async": 32,
+                        "wgmma.mma_async.sync.aligned.m64n128k16": 32, "wgmma.commit_group": 4,
+                        "wgmma.wait_group": 4, "setmaxnreg": 2, "setmaxnreg.inc.sync.aligned.u32 \t232": 1,
+                        "setmaxnreg.dec.sync.aligned.u32 \t40": 1, "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8,
+                        "cp.async.bulk.wait_group.read \t1;": 8, "cp.async.bulk.wait_group.read \t0;": 2,
+                        "stmatrix": 32},
 }
+TASKS = {"cooperative": {"LoadTask", "MmaTask"}, "pingpong": {"LoadTask0", "LoadTask1", "MmaTask0", "MmaTask1"},
+         "pingpong_shared": {"LoadTask", "MmaTask0", "MmaTask1"}}
 TRACED = {}
 
 
@@ -77,9 +89,7 @@ def test_checker_safe_for_every_k_and_unit_count(schedule):
     assert mgr.result.accepted and res.verdict == "SAFE"
     report = res.report()
     assert "every k_tiles >= 1" in report and "every units_per_cta >= 1" in report
-    tasks = {t.name for t in mgr.tasks}
-    assert tasks == ({"LoadTask", "MmaTask"} if schedule == "cooperative"
-                     else {"LoadTask0", "LoadTask1", "MmaTask0", "MmaTask1"})
+    assert {t.name for t in mgr.tasks} == TASKS[schedule]
 
 
 def test_math_order_is_part_of_the_checked_program():
@@ -90,6 +100,30 @@ def test_math_order_is_part_of_the_checked_program():
     assert "MathOrder" in str(e.value) and "never released" in str(e.value)
     # the package's kernel modules are user code: the finding points at the schedule call there
     assert os.path.join("warpsched", "kernels", "gemm_program.py:") in str(e.value)
+
+
+def test_shared_ring_twin_that_releases_only_its_own_stages_is_rejected():
+    """pingpong_shared's one ring is released by both math warp groups; the twin whose warp groups
+    release only the stages of their own tiles (never the other's) hangs the load warp: rejected,
+    at the ring."""
+    with pytest.raises(ValidationError) as e:
+        gp.build(gp.PersistentGemm(schedule="pingpong_shared"), pass_release=False, verbose=False, progress=False)
+    assert "SmemAB" in str(e.value) and "never released" in str(e.value)
+    assert os.path.join("warpsched", "kernels", "gemm_program.py:") in str(e.value)
+
+
+def test_shared_ring_program_shape():
+    """One load warp, one ring of every stage that fits next to the two epilogue buffers (6 at 128x128
+    bf16, against 3 per ring for pingpong), work units of one tile (odd counts per CTA are the
+    checker's too: it takes every count), both math tasks release every stage."""
+    g = gp.PersistentGemm(schedule="pingpong_shared")
+    assert (g.rings, g.math_tasks, g.tiles_per_unit, g.ab_stage) == (1, 2, 1, 6)
+    assert gp.PersistentGemm(schedule="pingpong").ab_stage == 3
+    mgr = gp.build(g, verbose=False, exhaustive_deadlock_race_check=False)
+    ring = next(r for r in mgr.resource_dependency_graph if getattr(r, "name", "") == "SmemAB")
+    assert ring.pipeline_config.consumer_size == 8  # one release arrival per warp of both math tasks
+    g.grid_setup(5, 3)
+    assert g.num_units == 15  # one tile per unit: CTAs may run odd counts
 
 
 def test_cooperative_256_rows_compiles():
@@ -159,7 +193,7 @@ def test_rasterization_covers_every_tile_once(schedule, raster, group, tiles_m, 
         assert got[-1] == got[-2]
 
 
-@pytest.mark.parametrize("schedule", gp.SCHEDULES)
+@pytest.mark.parametrize("schedule", ["cooperative", "pingpong"])
 @pytest.mark.parametrize("cluster", [(2, 1), (1, 2)])
 @pytest.mark.parametrize("tiles_m,tiles_n", [(1, 1), (3, 5), (8, 8), (17, 9)])
 def test_cluster_units_pair_neighbour_tiles(schedule, cluster, tiles_m, tiles_n):
@@ -202,7 +236,7 @@ def test_choose_splits(M, N, K, want):
     assert gp.choose_splits(M, N, K, (128, 256), 132) == want
 
 
-@pytest.mark.parametrize("schedule", gp.SCHEDULES)
+@pytest.mark.parametrize("schedule", ["cooperative", "pingpong"])
 def test_cluster_2x1_multicast_compiles_and_is_safe(schedule):
     """B multicast to the CTA pair along M: the same per-CTA barriers, plus the cluster barrier after
     init, remote (mapa) release arrivals and one multicast TMA per ring; SAFE for every K and unit count."""
@@ -241,6 +275,7 @@ def test_split_k_compiles_with_an_fp32_epilogue():
     (dict(schedule="split_k"), "expected one of"),
     (dict(schedule="pingpong", split_k=True), "only the cooperative schedule splits K"),
     (dict(schedule="cooperative", cluster_mn=(2, 2)), "clusters are"),
+    (dict(schedule="pingpong_shared", cluster_mn=(2, 1)), "pingpong_shared runs without a cluster"),
     (dict(schedule="cooperative", cluster_mn=(2, 1), split_k=True), "without split-K"),
 ])
 def test_config_errors(kwargs, needle):

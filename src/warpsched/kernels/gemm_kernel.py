@@ -53,6 +53,9 @@ class PersistentGemm:
         if self.cluster_mn not in ((1, 1), (2, 1), (1, 2)) or (self.clustered and split_k):
             raise GemmConfigError(f"cluster_mn={cluster_mn} (split_k={split_k}): clusters are (1, 1), (2, 1) (B "
                                   "multicast to 2 CTAs along M) or (1, 2) (A along N), without split-K")
+        if self.clustered and schedule == "pingpong_shared":
+            raise GemmConfigError(f"cluster_mn={cluster_mn}: pingpong_shared runs without a cluster (its shared ring's "
+                                  "multicast is not built); use pingpong or cooperative for clusters")
         if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
             raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
         self.schedule = schedule

@@ -1,0 +1,174 @@
+"""The shared-ring ping-pong GEMM (schedule="pingpong_shared") on the H200: correctness on ragged
+shapes and odd tile counts per CTA, then timing against torch.matmul (cuBLAS), the cooperative
+128x256 kernel and the two-ring ping-pong, alternating, median of the rounds.
+
+  source .devcarry/prelude.sh && python3 benchmarks/gemm_pp_shared.py 2>&1 | tee $OUT/gemm_pp_shared.log
+
+Every check is fresh random bf16 inputs, a NaN-poisoned C, and the relative Frobenius error against
+an fp64 reference (< 1e-2, any non-finite value fails), once launched directly and once through a
+CUDA graph (the path that is timed). Timing: ``--rounds`` rounds, the sides in a rotated order each
+round, each a triton do_bench median over CUDA-graph replays of back-to-back launches; the table
+gives each side's median over the rounds. The work runs in a child process with a time limit, so a
+hanging kernel ends the run with what was printed so far instead of hanging it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SIDES = {
+    "coop128x256": dict(schedule="cooperative", tile_mn=(128, 256)),
+    "pp128x128": dict(schedule="pingpong", tile_mn=(128, 128)),
+    "pps128x128": dict(schedule="pingpong_shared", tile_mn=(128, 128)),
+    "pps128x128g16": dict(schedule="pingpong_shared", tile_mn=(128, 128), group=16),
+    "pps64x256": dict(schedule="pingpong_shared", tile_mn=(64, 256)),
+}
+CHECKED = ["pps128x128", "pps128x128g16", "pps64x256"]  # the new variant: every ragged shape
+# M = 1; N not a tile multiple; K % 64 != 0; K < one tile; one tile (Mma1 never owns one); tile counts
+# that give some CTAs an odd number of tiles (the last without a partner) and others an even one
+RAGGED = [(1, 8, 8), (1, 4096, 4096), (129, 264, 72), (200, 136, 40), (128, 128, 64), (127, 4104, 4096),
+          (3000, 5000, 1000), (1000, 2056, 4104), (3968, 4224, 200), (128 * 133, 128, 136), (2048, 128 * 67, 520)]
+TIMED = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (16384, 4096, 4096), (1024, 4096, 14336)]
+TOL = 1e-2
+
+
+def child(args):
+    import torch
+    import triton.testing
+
+    sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+    import gemm_persistent as gp
+
+    dev = torch.device("cuda")
+    print(f"device {torch.cuda.get_device_name()}, {torch.cuda.get_device_properties(0).multi_processor_count} SMs",
+          flush=True)
+
+    def inputs(M, N, K):
+        a = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(N, K, device=dev, dtype=torch.bfloat16)
+        return a, b
+
+    def launcher(side, a, b, c):
+        if side == "torch":
+            bt = b.t()
+            return lambda: torch.mm(a, bt, out=c)
+        return gp.gemm(a, b, c, **SIDES[side], split_k=1)
+
+    def check(side, M, N, K, graph=False):
+        a, b = inputs(M, N, K)
+        ref = torch.mm(a.double(), b.double().t())
+        c = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+        run = launcher(side, a, b, c)
+        c.fill_(float("nan"))
+        if graph:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                run()
+            c.fill_(float("nan"))
+            g.replay()
+        else:
+            run()
+        torch.cuda.synchronize()
+        finite = bool(torch.isfinite(c).all())
+        err = float((c.double() - ref).norm() / ref.norm()) if finite else float("nan")
+        ok = finite and err < TOL
+        print(f"check {side:14s} {M}x{N}x{K}{' graph' if graph else ''}: {'ok' if ok else 'FAIL'} err {err:.2e}",
+              flush=True)
+        return ok
+
+    # compile (the first call traces, checks and compiles; report the checker's verdict)
+    for side in SIDES:
+        t0 = time.time()
+        a, b = inputs(256, 264, 1024)
+        c = torch.empty(256, 264, device=dev, dtype=torch.bfloat16)
+        launcher(side, a, b, c)
+        torch.cuda.synchronize()
+        verdict = gp.verdict_for(a, c, **SIDES[side])
+        print(f"compile {side}: {time.time() - t0:.1f} s, checker {verdict}, "
+              f"{gp.PersistentGemm(**SIDES[side]).describe()}", flush=True)
+    failures = 0
+    for shape in RAGGED:
+        for side in CHECKED:
+            failures += not check(side, *shape)
+    for shape in RAGGED[4:7]:
+        failures += not check("pps128x128", *shape, graph=True)
+    for shape in TIMED:
+        for side in SIDES:
+            failures += not check(side, *shape, graph=side != "torch")
+    print(f"correctness: {failures} failure(s)", flush=True)
+
+    def graph_ms(run, est_ms):
+        reps = max(1, min(200, int(round(1.0 / max(est_ms, 1e-4)))))
+        run()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(reps):
+                run()
+        torch.cuda.synchronize()
+        ms = triton.testing.do_bench(g.replay, warmup=args.rep_ms // 4, rep=args.rep_ms, return_mode="median") / reps
+        del g
+        return ms
+
+    sides = ["torch"] + list(SIDES)
+    results = {}
+    for M, N, K in TIMED:
+        a, b = inputs(M, N, K)
+        c = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
+        runs = {s: launcher(s, a, b, c) for s in sides}
+        est = 2.0 * M * N * K / 600e12 * 1e3
+        times = {s: [] for s in sides}
+        for r in range(args.rounds):
+            order = sides[r % len(sides):] + sides[:r % len(sides)]
+            for s in order:
+                times[s].append(graph_ms(runs[s], est))
+        med = {s: statistics.median(v) for s, v in times.items()}
+        results[(M, N, K)] = med
+        fl = 2.0 * M * N * K
+        print(f"{M}x{N}x{K}: " + ", ".join(f"{s} {med[s] * 1e3:.1f} us ({fl / med[s] / 1e9:.0f} TF, "
+                                           f"x{med['torch'] / med[s]:.3f})" for s in sides)
+              + " | rounds " + "; ".join(f"{s} " + "/".join(f"{t * 1e3:.0f}" for t in times[s]) for s in sides),
+              flush=True)
+    print("\n| M x N x K | torch TFLOP/s | " + " | ".join(f"{s}/torch" for s in SIDES) + " | pps/coop |")
+    print("|---|---|" + "---|" * (len(SIDES) + 1))
+    geo = {s: 1.0 for s in SIDES}
+    for shape, med in results.items():
+        fl = 2.0 * shape[0] * shape[1] * shape[2]
+        for s in SIDES:
+            geo[s] *= med["torch"] / med[s]
+        print(f"| {'x'.join(map(str, shape))} | {fl / med['torch'] / 1e9:.0f} | "
+              + " | ".join(f"{med['torch'] / med[s]:.3f}" for s in SIDES)
+              + f" | {med['coop128x256'] / med['pps128x128']:.3f} |")
+    n = len(results)
+    print("geomean vs torch: " + ", ".join(f"{s} {geo[s] ** (1 / n):.3f}" for s in SIDES), flush=True)
+    return failures
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rep-ms", type=int, default=40)
+    p.add_argument("--limit", type=int, default=220, help="seconds the child may run")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        sys.exit(1 if child(args) else 0)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--rounds", str(args.rounds), "--rep-ms",
+           str(args.rep_ms)]
+    try:
+        rc = subprocess.run(cmd, timeout=args.limit).returncode
+    except subprocess.TimeoutExpired:
+        print(f"child ran past {args.limit} s (a hang?): stopped", flush=True)
+        rc = 124
+    print(f"child exit {rc}", flush=True)
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()
