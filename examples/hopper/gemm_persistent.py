@@ -29,6 +29,13 @@ pingpong (tile 128x128 per warp group by default; one unit = two consecutive til
     which keeps every unit's schedule identical (a skipped tile would let Load1 run ahead
     without bound, and the checker's search with it).
 
+pingpong_shared (tile 128x128 per warp group; one unit = one tile; 384 threads):
+    LoadTask (warp 0, 40 regs)  one ring of every stage that fits (6), filled in tile order
+    Mma0, Mma1 (warps 4-7, 8-11, 232)  the CTA's tiles alternate (Mma0 the 1st, 3rd, ...); per tile
+        each waits for every stage and releases it (one behind); the owner also issues the wgmmas
+        and then runs the epilogue, which overlaps the other's mainloop. The ring order alone
+        makes the mainloops take turns (no MathOrder); the checker takes every ownership sequence.
+
 split-K (cooperative, ``split_k=True``; host ``gemm(..., split_k="auto" | n)``): unit u is tile
     u % tiles of K share u // tiles; the K loop length is a per-unit domain provider
     (``GemmTask.k_tiles_of``); the epilogue stores fp32 partial tiles into a workspace (one
@@ -49,17 +56,18 @@ except ImportError:
 
 from warpsched.kernels.gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
 from warpsched.kernels.gemm_resources import EpilogueGather, GmemAB, GmemC, MathOrder, SmemAB
-from warpsched.kernels.gemm_program import GemmTask, load_schedule, mma_schedule
+from warpsched.kernels.gemm_program import GemmTask, load_schedule, mma_schedule, mma_shared_schedule
 from warpsched.kernels.gemm_kernel import PersistentGemm
-from warpsched.kernels.gemm_host import (VERDICT_OF, build, build_cooperative, build_pingpong, build_split_k,
+from warpsched.kernels.gemm_host import (VERDICT_OF, build, build_cooperative, build_pingpong, build_pingpong_shared,
+                                         build_split_k,
                                          check_args, choose_splits, compile_for_cpu, compiled, cutlass_dtype, gemm,
                                          max_ctas, to_cute, verdict_for)
 
 __all__ = ["DEFAULT_TILES", "H200_SMS", "SCHEDULES", "EpilogueGather", "GemmConfigError", "GemmTask", "GmemAB", "GmemC",
            "MathOrder", "PersistentGemm", "SmemAB", "VERDICT_OF", "build", "build_cooperative", "build_pingpong",
-           "build_split_k", "check_args", "choose_splits", "compile_for_cpu", "compiled", "cutlass_dtype", "gemm",
+           "build_pingpong_shared", "build_split_k", "check_args", "choose_splits", "compile_for_cpu", "compiled", "cutlass_dtype", "gemm",
            "load_schedule",
-           "max_ctas", "mma_schedule", "to_cute", "verdict_for"]
+           "max_ctas", "mma_schedule", "mma_shared_schedule", "to_cute", "verdict_for"]
 
 if __name__ == "__main__":
     for s in SCHEDULES:

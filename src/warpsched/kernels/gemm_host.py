@@ -136,7 +136,8 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
     """c = alpha * a @ b.T (a: [M, K], b: [N, K], c: [M, N]; row-major; bf16 / fp16 in and out,
     or fp8 e4m3 / e5m2 in with bf16 / fp16 out and ``alpha`` = scale_a * scale_b).
 
-    ``schedule``: "cooperative" or "pingpong". ``tile_options``: tile_mn, raster, group,
+    ``schedule``: "cooperative", "pingpong" (a ring per math warp group) or "pingpong_shared" (one
+    ring both math warp groups release; no cluster). ``tile_options``: tile_mn, raster, group,
     cluster_mn, ab_stages, max_ctas (see PersistentGemm). ``split_k``: "auto" (split K only
     when the output tiles leave most SMs idle; cooperative without a cluster), 1, or a split
     count. ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
@@ -276,6 +277,11 @@ def build_cooperative(verbose=True, **manager_options):
 
 def build_pingpong(verbose=True, **manager_options):
     return build(schedule="pingpong", verbose=verbose, **manager_options)
+
+
+def build_pingpong_shared(verbose=True, **manager_options):
+    """``warpsched check examples/hopper/gemm_persistent.py:build_pingpong_shared``."""
+    return build(schedule="pingpong_shared", verbose=verbose, **manager_options)
 
 
 def build_split_k(verbose=True, **manager_options):

@@ -19,8 +19,9 @@ class PersistentGemm:
     """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
 
     ``tile_mn``: the output tile one math task computes: cooperative (64 | 128 | 256, 64..256; two
-    warp groups from 128 rows), pingpong (64 | 128, 64..256 with bM * bN <= 16384: one warp
-    group holds the whole fp32 accumulator). ``raster``: "m" (walk ``group`` M tiles down a
+    warp groups from 128 rows), pingpong and pingpong_shared (64 | 128, 64..256 with bM * bN <=
+    16384: one warp group holds the whole fp32 accumulator; pingpong: a ring per warp group,
+    pingpong_shared: one ring both release, see gemm_program.mma_shared_schedule). ``raster``: "m" (walk ``group`` M tiles down a
     column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
     (the SM count). ``ab_stages``: override the ring depth (per ring)."""
 
