@@ -30,9 +30,9 @@ class PersistentGemm:
                  b_dtype=None, split_reduce="host"):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
-        if split_reduce not in ("host", "serial", "parallel"):
-            raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch), 'serial' or "
-                                  "'parallel' (in-kernel, ordered by per-tile GMEM flags)")
+        if split_reduce not in ("host", "serial", "parallel", "atomic"):
+            raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch), 'serial', "
+                                  "'parallel' or 'atomic' (in-kernel, ordered by per-tile GMEM flags)")
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
         self.split_reduce = split_reduce
         host_split = bool(split_k) and not self.serial
