@@ -4,7 +4,8 @@ unsplit small tiles, against torch.matmul / torch._scaled_mm; correctness first.
 
   source .devcarry/prelude.sh && python3 benchmarks/gemm_small_m.py 2>&1 | tee $OUT/small_m.log
   ... --shapes 64x4096x4096,64x4096x14336 --dtypes bf16 --rounds 5 --rep-ms 25
-  ... --ncu-target  # one launch of each 64x4096x4096 bf16 variant between cudaProfilerStart/Stop
+  ... --variants split   # run 1: the split-K reductions (default "tiles": narrow N tiles, clusters)
+  ... --ncu-target  # one launch of each 64x4096x4096 bf16 split variant between cudaProfilerStart/Stop
 
 Correctness (before any timing, NaN-poisoned C, fp64 reference, rel. Frobenius error < 1e-2):
 every variant on every timed shape, then the in-kernel split-K variants on ragged shapes (M = 1,
@@ -35,9 +36,24 @@ SHAPES = [(64, 4096, 4096), (64, 4096, 14336), (64, 14336, 4096), (64, 128256, 4
 COOP = dict(schedule="cooperative")
 
 
-def variants(M, N, K, fp8):
-    """(name, gemm() options) timed for a shape: unsplit small tiles, and each split-K reduction
-    over 64x128 / 64x256 tiles with the automatic split count and its neighbours."""
+def variants(M, N, K, fp8, which="tiles"):
+    """(name, gemm() options) timed for a shape. ``which`` "split" (run 1): unsplit 64x128 /
+    64x256 and each split-K reduction over 64x128 / 64x256 tiles with the automatic split
+    count and its neighbours. "tiles" (run 2, default): narrow N tiles without split-K (more
+    CTAs streaming B, as cuBLAS's 64x32 kernel does), alone or in 1x2 clusters multicasting A,
+    against the best of run 1."""
+    if which == "tiles":
+        out = [("64x128", dict(COOP, tile_mn=(64, 128), split_k=1)),
+               ("64x128s", dict(COOP, tile_mn=(64, 128), split_k="auto", split_reduce="host")),
+               ("64x128a", dict(COOP, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))]
+        for tile in ((64, 32), (64, 64), (64, 128)):
+            for cl in ((1, 1), (1, 2)):
+                if tile == (64, 128) and cl == (1, 1):
+                    continue
+                name = f"{tile[0]}x{tile[1]}" + ("c12" if cl == (1, 2) else "")
+                out.append((name, dict(COOP, tile_mn=tile, cluster_mn=cl, split_k=1)))
+        out.append(("64x32a2", dict(COOP, tile_mn=(64, 32), split_k=2, split_reduce="atomic")))
+        return out
     out = [("64x128", dict(COOP, tile_mn=(64, 128), split_k=1)), ("64x256", dict(COOP, tile_mn=(64, 256), split_k=1))]
     for tile, splits in (((64, 128), ("auto", 2, 8)), ((64, 256), ("auto", 4, 16)), ((128, 128), ("auto",))):
         for s in splits:
@@ -55,9 +71,14 @@ def variants(M, N, K, fp8):
 RAGGED = [(1, 8, 8), (129, 264, 72), (200, 136, 40), (127, 4104, 4096), (3000, 5000, 1000), (72, 4096, 4104)]
 FP8_RAGGED = [(1, 16, 16), (129, 264, 80), (200, 136, 48), (3000, 5000, 1008), (72, 4096, 14336)]
 RAGGED_CFGS = [("64x128a2", dict(COOP, tile_mn=(64, 128), split_k=2, split_reduce="atomic")),
-               ("64x256a3", dict(COOP, tile_mn=(64, 256), split_k=3, split_reduce="atomic")),
-               ("128x256a2", dict(COOP, tile_mn=(128, 256), split_k=2, split_reduce="atomic")),
-               ("64x128aA", dict(COOP, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))]
+               ("64x32", dict(COOP, tile_mn=(64, 32), split_k=1)),
+               ("64x32c12", dict(COOP, tile_mn=(64, 32), cluster_mn=(1, 2), split_k=1)),
+               ("64x64c12", dict(COOP, tile_mn=(64, 64), cluster_mn=(1, 2), split_k=1))]
+# run 1 (benchmarks/results/gemm_small_m_h200_run1.log) checked these (190 checks passed)
+RAGGED_CFGS_RUN1 = [("64x128a2", dict(COOP, tile_mn=(64, 128), split_k=2, split_reduce="atomic")),
+                    ("64x256a3", dict(COOP, tile_mn=(64, 256), split_k=3, split_reduce="atomic")),
+                    ("128x256a2", dict(COOP, tile_mn=(128, 256), split_k=2, split_reduce="atomic")),
+                    ("64x128aA", dict(COOP, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))]
 
 
 class Bench:
@@ -143,7 +164,7 @@ class Bench:
                     a, b, ref, alpha, scales = self.inputs(M, N, K, fp8, e5m2)
                     c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
                     bK = 128 if fp8 else 64
-                    for name, opts in RAGGED_CFGS:
+                    for name, opts in (RAGGED_CFGS_RUN1 if self.args.variants == "split" else RAGGED_CFGS):
                         s = opts["split_k"]
                         if s != "auto" and s > -(-K // bK):
                             continue
@@ -158,7 +179,7 @@ class Bench:
         print(f"== {tag}", flush=True)
         a, b, ref, alpha, scales = self.inputs(M, N, K, fp8)
         c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
-        sides = [("torch", None)] + variants(M, N, K, fp8)
+        sides = [("torch", None)] + variants(M, N, K, fp8, self.args.variants)
         live = []
         for name, opts in sides:
             launch = self.launcher(name, opts, a, b, c, alpha, scales)
@@ -198,7 +219,7 @@ class Bench:
         a, b, ref, alpha, scales = self.inputs(M, N, K, False)
         c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
         chosen = ["torch", "64x128", "64x128s", "64x128p", "64x128a", "64x256a", "64x256a16"]
-        table = dict([("torch", None)] + variants(M, N, K, False))
+        table = dict([("torch", None)] + variants(M, N, K, False, "split"))
         launches = []
         for name in chosen:
             launch = self.launcher(name, table[name], a, b, c, alpha, scales)
@@ -238,6 +259,7 @@ def main():
     p.add_argument("--rep-ms", type=int, default=25)
     p.add_argument("--budget", type=float, default=150, help="seconds after which no new shape starts")
     p.add_argument("--no-ragged", action="store_true")
+    p.add_argument("--variants", choices=("tiles", "split"), default="tiles", help="split: run 1's set")
     p.add_argument("--ncu-target", action="store_true")
     args = p.parse_args()
     args.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]

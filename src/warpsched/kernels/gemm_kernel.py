@@ -11,14 +11,14 @@ import cutlass.memory  # noqa: F401
 import cutlass.tensor_utils  # noqa: F401
 import cutlass.utils.hopper_helpers as sm90_utils
 
-from .gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
+from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError
 from .gemm_program import build
 
 
 class PersistentGemm:
     """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
 
-    ``tile_mn``: the output tile one math task computes: cooperative (64 | 128 | 256, 64..256; two
+    ``tile_mn``: the output tile one math task computes: cooperative (64 | 128 | 256, 32..256; two
     warp groups from 128 rows), pingpong (64 | 128, 64..256 with bM * bN <= 16384: one warp
     group holds the whole fp32 accumulator). ``raster``: "m" (walk ``group`` M tiles down a
     column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
@@ -62,9 +62,9 @@ class PersistentGemm:
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
         bM, bN = self.tile_mn
-        if bM not in (64, 128, 256) or bN not in (64, 128, 192, 256) or (bM == 256 and schedule == "pingpong"):
+        if bM not in (64, 128, 256) or bN not in (32, 64, 128, 192, 256) or (bM == 256 and schedule == "pingpong"):
             raise GemmConfigError(f"{schedule} tile_mn={self.tile_mn}: bM must be 64, 128 (or 256, cooperative "
-                                  "only), bN one of 64, 128, 192, 256")
+                                  "only), bN one of 32, 64, 128, 192, 256")
         self.rings = 2 if schedule == "pingpong" else 1
         # cooperative: two warp groups split the rows once the tile has 128 or more (64 or 128 each)
         self.wgs_per_mma_task = min(2, bM // 64) if schedule == "cooperative" else 1
@@ -96,7 +96,8 @@ class PersistentGemm:
         epi_bytes = sub_bytes * self.epi_stage * self.rings
         self.tile_bytes = (bM * self.ab_dtype.width + bN * self.b_dtype.width) * bK // 8
         fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
-        self.ab_stage = ab_stages or fit
+        # deeper rings than MAX_AUTO_STAGES (tiles below 64x64) outgrow the checker's default search
+        self.ab_stage = ab_stages or min(fit, MAX_AUTO_STAGES)
         if not 2 <= self.ab_stage <= fit:
             raise GemmConfigError(f"{self.schedule} tile {self.tile_mn}: {self.ab_stage} stages per ring "
                                   f"(fit: {fit}); need 2 <= stages <= {fit}")
