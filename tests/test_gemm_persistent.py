@@ -435,6 +435,23 @@ def test_atomic_split_k_64_row_tile_reduces_on_one_warp_group():
     assert ", 1, 128, %p" in ptx
 
 
+# 64x32 tiles for M <= 64 (more CTAs streaming B without a K split), alone or in a 1x2 cluster
+# that multicasts A: one warp group, m64n32 wgmmas (4 k-blocks x peeled + loop), one 32-column
+# epilogue sub-tile (two barriers over 128 threads, one TMA store); the ring is capped at
+# MAX_AUTO_STAGES (it would fit 18: the checker's search, run at every compile, grows with depth).
+@pytest.mark.parametrize("cluster", [(1, 1), (1, 2)])
+def test_64x32_tile_compiles_and_is_safe(cluster):
+    g = gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), cluster_mn=cluster)
+    assert g.ab_stage == 8 and g.epi_stage == 1 and g.consumer_wgs == 1
+    ptx = gp.compile_for_cpu(schedule="cooperative", tile_mn=(64, 32), cluster_mn=cluster).artifacts.PTX
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+    want = {"wgmma.mma_async.sync.aligned.m64n32k16": 8, "bar.sync \t1, 128;": 2, "stmatrix": 2,
+            "cp.async.bulk.tensor.2d.global.shared::cta": 1, "multicast::cluster": 0 if cluster == (1, 1) else 1,
+            "cp.async.bulk.tensor.2d.shared::cta.global": 2 if cluster == (1, 1) else 1}
+    assert _common.count_ptx(ptx, want) == want
+    assert gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), ab_stages=13).ab_stage == 13  # by request
+
+
 @pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
 def test_ring_arming_other_bytes_than_a_stage_fails_the_compile(ab):
     """A ring whose num_bytes differs from what one stage's A and B tiles hold (here: 128 B too

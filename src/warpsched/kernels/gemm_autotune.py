@@ -44,17 +44,17 @@ def candidates(M: int, N: int, K: int, fp8: bool = False) -> List[Dict]:
     Few output tiles (small M): narrow tiles and split-K ("auto": only where the tiles leave
     SMs idle); many: the 128x256 / 256x128 tiles, the other raster order, a wider raster group,
     B multicast over a 2x1 cluster and ping-pong. fp8 has the same list (its K tile is 128).
-    M <= 64 also tries 64x32 / 64x64 tiles (alone or in 1x2 clusters multicasting A) and the
-    atomic in-kernel split-K (one launch, no host reduction); serial and parallel in-kernel
-    split-K are not tried: they never won on the H200."""
+    M <= 64 also tries the atomic in-kernel split-K (one launch, no host reduction: the fastest
+    on 64 x 4096 x {4096, 14336} on the H200); serial and parallel in-kernel split-K are not
+    tried: they never won. The 64x32 / 64x64 tiles (in 1x2 clusters) are not here until an H200
+    run has checked and timed them (benchmarks/gemm_small_m.py, docs/gemm.md)."""
     del K, fp8  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
-    if M <= 64:  # memory-bound on B: many CTAs streaming it (narrow N tiles, or K split)
-        return [dict(coop, tile_mn=(64, 256), split_k="auto"), dict(coop, tile_mn=(64, 128)),
-                dict(coop, tile_mn=(64, 128), split_k="auto"),
+    if M <= 64:  # memory-bound on B: many CTAs streaming it, K split and reduced in the kernel
+        return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
+                dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
                 dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"),
-                dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), cluster_mn=(1, 2)),
-                dict(coop, tile_mn=(64, 64), cluster_mn=(1, 2)), dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
+                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M <= 256:
         return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                 dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(256, 128)),
