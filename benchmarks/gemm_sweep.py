@@ -15,11 +15,13 @@ Sides: torch.matmul (torch.mm into a preallocated C), wgmma_gemm.gemm (non-persi
 persistent kernel's two schedules at their default tiles (``coop`` 128x256, ``pingpong``
 128x128 per warp group, no split-K, no cluster) and ``tuned``: the fastest of a handful of
 configurations (tiles, raster order / group, 2x1 clusters with B multicast for large shapes,
-split-K with split_k="auto" for few-tile shapes, reduced by torch (``s``) or in the kernel by the
-last share (``p``, parallel split-K; written after the last H200 run, not yet timed); the serial
+split-K with split_k="auto" for few-tile shapes, reduced by torch (``s``), in the kernel by the
+last share (``p``, parallel split-K) or by red.global.add into one zeroed fp32 tile whose last
+arriving share stores C (``a``, atomic split-K); the serial
 in-kernel split-K configurations (``r``, ``r2``) were timed in
 benchmarks/results/gemm_sweep_serial_h200.log, never won, and only ``coop64x128r`` stays for its
-correctness checks), each timed once per shape (``tune_set``). Every side runs on fresh random inputs with a NaN-poisoned output and is
+correctness checks), picked per shape by ``gemm_autotune.select`` (each timed once, the ones
+within 25 % of the best timed twice more in rotated order, the lowest median wins; ``tune_set``). Every side runs on fresh random inputs with a NaN-poisoned output and is
 compared with an fp64 reference (relative Frobenius error, any non-finite value fails) on every
 shape, plus untimed ragged shapes. warpsched.ops.gemm (autotune with its disk cache under $OUT) is checked on three shapes.
 Timing: 3 rounds, the sides in a rotated order each round,
@@ -109,6 +111,13 @@ CONFIGS = {
     "coop64x128p": dict(schedule="cooperative", tile_mn=(64, 128), split_k="auto", split_reduce="parallel"),
     "coop64x256p": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto", split_reduce="parallel"),
     "coop128x128p": dict(schedule="cooperative", tile_mn=(128, 128), split_k="auto", split_reduce="parallel"),
+    # atomic split-K: every share red.global.adds into one zeroed fp32 tile, the last to arrive stores C
+    "coop64x128a": dict(schedule="cooperative", tile_mn=(64, 128), split_k="auto", split_reduce="atomic"),
+    "coop64x256a": dict(schedule="cooperative", tile_mn=(64, 256), split_k="auto", split_reduce="atomic"),
+    # narrow N tiles for M <= 64: more CTAs streaming B without a K split; 1x2 clusters multicast A
+    "coop64x32": dict(schedule="cooperative", tile_mn=(64, 32)),
+    "coop64x32c12": dict(schedule="cooperative", tile_mn=(64, 32), cluster_mn=(1, 2)),
+    "coop64x64c12": dict(schedule="cooperative", tile_mn=(64, 64), cluster_mn=(1, 2)),
 }
 # fp8 (e4m3 x e4m3, K tile 128): the same kernels with an fp8 MMA and the scale in the epilogue
 FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8coop256x128": "coop256x128",
@@ -117,7 +126,8 @@ FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8co
                "f8coop64x128s": "coop64x128s", "f8coop128x128s": "coop128x128s", "f8coop128x256r": "coop128x256r",
                "f8coop64x256r": "coop64x256r", "f8coop64x128r": "coop64x128r", "f8coop128x128r": "coop128x128r",
                "f8coop128x256r2": "coop128x256r2", "f8coop64x128p": "coop64x128p", "f8coop64x256p": "coop64x256p",
-               "f8coop128x128p": "coop128x128p"}
+               "f8coop128x128p": "coop128x128p", "f8coop64x128a": "coop64x128a", "f8coop64x256a": "coop64x256a",
+               "f8coop64x32": "coop64x32", "f8coop64x32c12": "coop64x32c12", "f8coop64x64c12": "coop64x64c12"}
 for _f8, _base in FP8_CONFIGS.items():
     CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
@@ -131,8 +141,8 @@ def tune_set(M, N, K):
     """Configurations tried for a shape: the defaults, plus small-M tiles or raster variants; with
     few output tiles (small M, or M * N <= 2048^2) also smaller tiles and split-K over them."""
     if M <= 64:  # one serial split-K configuration stays for its correctness checks (it never won)
-        return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop128x256s", "coop64x256s", "coop64x128s",
-                "coop64x128r", "coop64x128p", "coop64x256p"]
+        return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop64x256s", "coop64x128s",
+                "coop64x128r", "coop64x128a", "coop64x32", "coop64x32c12", "coop64x64c12"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
                 "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p"]
@@ -143,8 +153,8 @@ def tune_set(M, N, K):
 
 def fp8_tune_set(M, N, K):
     if M <= 64:
-        return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop64x128s",
-                "f8coop64x128r", "f8coop64x128p", "f8coop64x256p"]
+        return ["f8coop128x256", "f8coop64x128", "f8coop64x256s", "f8pp128x128", "f8coop64x128s",
+                "f8coop64x128r", "f8coop64x128a", "f8coop64x32", "f8coop64x32c12", "f8coop64x64c12"]
     if M <= 256:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
                 "f8coop128x128s", "f8coop64x128p", "f8coop128x128p"]

@@ -407,8 +407,8 @@ def test_bf16_kernels_have_no_flag_traffic(ptx):
 
 
 def test_split_reduce_errors():
-    with pytest.raises(gp.GemmConfigError, match="'host' .*, 'serial' or 'parallel'"):
-        gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="atomic")
+    with pytest.raises(gp.GemmConfigError, match="'host' .*, 'serial', 'parallel' or 'atomic'"):
+        gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="tree")
 
 
 # Parallel split-K (split_reduce="parallel"): the shares but the last write their own fp32 slab and
@@ -429,6 +429,62 @@ def test_parallel_split_k_compiles_and_is_safe():
     g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="parallel")
     assert g.serial and "split-K parallel" in g.describe()
     assert gp.build(g, verbose=False, exhaustive_deadlock_race_check=False).fingerprint == traced
+
+
+# Atomic split-K (split_reduce="atomic"): every share adds its fp32 tile into the zeroed workspace
+# with 8-byte vector reductions (128 values per thread: 64 red.v2), then one acq_rel atomic add on
+# the tile flag after a GPU-scope fence and one more epilogue barrier; the predicate-OR barrier
+# broadcasts "last to arrive"; the last share fences, reads the sum (64 8-byte loads), zeroes the
+# tile (64 8-byte stores) and the flag (relaxed store), then stores C like the unsplit kernel. No
+# acquire load anywhere: nothing spins on another CTA.
+ATOMIC = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8, "stmatrix": 16,
+          "cp.async.bulk.tensor": 10, "red.relaxed.gpu.global.add.v2.f32": 64, "atom.global.acq_rel.add": 1,
+          "bar.red.or.pred \t%p": 1, "ld.acquire.gpu": 0, "st.release.gpu": 0, "st.relaxed.gpu": 1,
+          "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 17, "ld.global.v2.b32": 64, "st.global.v2.b32": 64}
+
+
+@pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
+def test_atomic_split_k_compiles_and_is_safe(ab):
+    import cutlass
+
+    ptx = gp.compile_for_cpu(schedule="cooperative", split_k=True, split_reduce="atomic",
+                             ab_dtype=getattr(cutlass, ab)).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
+    assert VERDICTS.get(traced).verdict == "SAFE"
+    assert _common.count_ptx(ptx, ATOMIC) == ATOMIC
+    assert "bar.red.or.pred \t%p" in ptx and ", 1, 256, %p" in ptx  # on the epilogue's barrier, both warp groups
+    g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="atomic", ab_dtype=getattr(cutlass, ab))
+    assert g.serial and g.c_dtype is cutlass.BFloat16 and "split-K atomic" in g.describe()
+    mgr = gp.build(g, verbose=False, progress=False, cache_verdict=False)
+    assert mgr.result.checker.verdict == "SAFE" and mgr.fingerprint == traced
+    assert "domain end k_tiles_of [LoadTask, MmaTask]: every count >= 1" in mgr.result.checker.report()
+
+
+def test_atomic_split_k_64_row_tile_reduces_on_one_warp_group():
+    ptx = gp.compile_for_cpu(schedule="cooperative", split_k=True, split_reduce="atomic", tile_mn=(64, 128)
+                             ).artifacts.PTX
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+    want = {"red.relaxed.gpu.global.add.v2.f32": 32, "atom.global.acq_rel.add": 1, "ld.global.v2.b32": 32,
+            "st.global.v2.b32": 32, "bar.sync \t1, 128;": 9, "wgmma.mma_async.sync.aligned.m64n128k16": 8}
+    assert _common.count_ptx(ptx, want) == want
+    assert ", 1, 128, %p" in ptx
+
+
+# 64x32 tiles for M <= 64 (more CTAs streaming B without a K split), alone or in a 1x2 cluster
+# that multicasts A: one warp group, m64n32 wgmmas (4 k-blocks x peeled + loop), one 32-column
+# epilogue sub-tile (two barriers over 128 threads, one TMA store); the ring is capped at
+# MAX_AUTO_STAGES (it would fit 18: the checker's search, run at every compile, grows with depth).
+@pytest.mark.parametrize("cluster", [(1, 1), (1, 2)])
+def test_64x32_tile_compiles_and_is_safe(cluster):
+    g = gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), cluster_mn=cluster)
+    assert g.ab_stage == 8 and g.epi_stage == 1 and g.consumer_wgs == 1
+    ptx = gp.compile_for_cpu(schedule="cooperative", tile_mn=(64, 32), cluster_mn=cluster).artifacts.PTX
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+    want = {"wgmma.mma_async.sync.aligned.m64n32k16": 8, "bar.sync \t1, 128;": 2, "stmatrix": 2,
+            "cp.async.bulk.tensor.2d.global.shared::cta": 1, "multicast::cluster": 0 if cluster == (1, 1) else 1,
+            "cp.async.bulk.tensor.2d.shared::cta.global": 2 if cluster == (1, 1) else 1}
+    assert _common.count_ptx(ptx, want) == want
+    assert gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), ab_stages=13).ab_stage == 13  # by request
 
 
 @pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])

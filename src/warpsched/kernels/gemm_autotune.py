@@ -2,7 +2,7 @@
 on-disk cache of winners (JSON, one file per op, under a user cache directory).
 
 Like Triton's autotune: the first call for a (shape, dtypes, device) key times each candidate
-once and stores the fastest; later calls, in this process or another, reuse it. The cache
+(``select``: a screen, then interleaved repeats of the close ones, median) and stores the fastest; later calls, in this process or another, reuse it. The cache
 directory is ``$WARPSCHED_CACHE_DIR``, else ``$XDG_CACHE_HOME/warpsched``, else
 ``~/.cache/warpsched``. A corrupt or foreign file is reported with a warning, ignored, and
 replaced at the next store; a directory that cannot be written keeps the winners in memory."""
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 import warnings
 from typing import Callable, Dict, List, Optional, Tuple
@@ -43,12 +44,16 @@ def candidates(M: int, N: int, K: int, fp8: bool = False) -> List[Dict]:
     Few output tiles (small M): narrow tiles and split-K ("auto": only where the tiles leave
     SMs idle); many: the 128x256 / 256x128 tiles, the other raster order, a wider raster group,
     B multicast over a 2x1 cluster and ping-pong. fp8 has the same list (its K tile is 128).
-    Serial in-kernel split-K (split_reduce="serial") is not tried: it never won on the H200."""
+    M <= 64 also tries the atomic in-kernel split-K (one launch, no host reduction: the fastest
+    on 64 x 4096 x {4096, 14336} on the H200); serial and parallel in-kernel split-K are not
+    tried: they never won. The 64x32 / 64x64 tiles (in 1x2 clusters) are not here until an H200
+    run has checked and timed them (benchmarks/gemm_small_m.py, docs/gemm.md)."""
     del K, fp8  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
-    if M <= 64:
+    if M <= 64:  # memory-bound on B: many CTAs streaming it, K split and reduced in the kernel
         return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                 dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
+                dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"),
                 dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M <= 256:
         return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
@@ -115,26 +120,51 @@ class TuneCache:
                           AutotuneWarning, stacklevel=3)
 
 
+def select(names: List, time_once: Callable[[object], float], rounds: int = 3, margin: float = 1.25
+           ) -> Tuple[Optional[object], Dict[object, object]]:
+    """The fastest of ``names`` by the median of interleaved timings, robust to a GPU whose speed
+    drifts by 10-20 % between two timings of one kernel: every candidate is timed once (a
+    screen: an exception drops it, its message kept), then the finalists (within ``margin`` of
+    the best screen timing) are timed ``rounds`` more times in rotated order, so that drift hits
+    each of them alike; the winner has the lowest median of its timings. Returns (winner or
+    None, {name: [ms, ...] or the error message})."""
+    timings: Dict[object, object] = {}
+    for name in names:
+        try:
+            timings[name] = [float(time_once(name))]
+        except Exception as e:  # noqa: BLE001 - a configuration that does not fit this shape
+            timings[name] = f"{type(e).__name__}: {e}"
+    ran = [n for n in names if isinstance(timings[n], list)]
+    if not ran:
+        return None, timings
+    best_screen = min(timings[n][0] for n in ran)
+    finalists = [n for n in ran if timings[n][0] <= best_screen * margin]
+    if len(finalists) > 1:
+        for r in range(rounds):
+            for name in finalists[r % len(finalists):] + finalists[:r % len(finalists)]:
+                if not isinstance(timings[name], list):
+                    continue  # failed in an earlier round
+                try:
+                    timings[name].append(float(time_once(name)))
+                except Exception as e:  # noqa: BLE001 - failed on a repeat: out of the running
+                    timings[name] = f"{type(e).__name__}: {e}"
+        finalists = [n for n in finalists if isinstance(timings[n], list)]
+    if not finalists:
+        return None, timings
+    return min(finalists, key=lambda n: statistics.median(timings[n])), timings
+
+
 def autotune(key: str, configs: List[Dict], bench: Callable[[Dict], float],
-             cache: TuneCache) -> Tuple[Dict, Dict[int, object]]:
-    """The cached winner for ``key``, else time every configuration once with ``bench`` (ms; an
-    exception drops that configuration), store the fastest and return it with every timing."""
+             cache: TuneCache, rounds: int = 3) -> Tuple[Dict, Dict[int, object]]:
+    """The cached winner for ``key``, else ``select`` over the configurations (``bench``: one
+    timing in ms; an exception drops that configuration), store the winner with its median time
+    and return it with every timing ({index: [ms, ...] or the error})."""
     hit = cache.get(key)
     if hit is not None:
         return hit, {}
-    timings: Dict[int, object] = {}
-    best, best_ms = None, math.inf
-    for i, cfg in enumerate(configs):
-        try:
-            ms = float(bench(cfg))
-        except Exception as e:  # noqa: BLE001 - a configuration that does not fit this shape
-            timings[i] = f"{type(e).__name__}: {e}"
-            continue
-        timings[i] = ms
-        if ms < best_ms:
-            best, best_ms = cfg, ms
+    best, timings = select(list(range(len(configs))), lambda i: bench(configs[i]), rounds=rounds)
     if best is None:
         raise RuntimeError(f"autotune {key}: no configuration ran: " + "; ".join(f"{configs[i]}: {t}"
                                                                                 for i, t in timings.items()))
-    cache.put(key, best, best_ms)
-    return normalize(best), timings
+    cache.put(key, configs[best], statistics.median(timings[best]))
+    return normalize(configs[best]), timings

@@ -53,6 +53,7 @@ def check_args(a, b, c):
 
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
 _WORKSPACE = {}
+IN_KERNEL = ("serial", "parallel", "atomic")  # split-K reduced inside the kernel (one launch)
 
 
 def _key(ab_dtype, c_dtype, options):
@@ -100,7 +101,7 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
 
 def verdict_for(a, c, split_k=1, **options):
     """The checker verdict of the kernel gemm() compiled for these dtypes and options."""
-    if split_k != 1 and options.get("split_reduce") in ("serial", "parallel"):
+    if split_k != 1 and options.get("split_reduce") in IN_KERNEL:
         return VERDICT_OF.get(_key(a.dtype, c.dtype, {**options, "split_k": True}))
     if split_k != 1:
         import torch
@@ -143,7 +144,9 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
     count. ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
     workspace and torch sums them into c) or "serial" (the K shares of a tile add up in one fp32
     tile workspace in order, handed on by a per-tile GMEM flag; the last share stores c: one
-    kernel). Returns a zero-argument relauncher."""
+    kernel), "parallel" (one fp32 slab per share, the last share sums them) or "atomic" (every
+    share adds into one zeroed fp32 tile with red.global.add; the last to count on the tile's
+    flag stores c and zeroes the tile). Returns a zero-argument relauncher."""
     import torch
 
     if schedule not in SCHEDULES:
@@ -180,10 +183,10 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
         f(ma, mb, mc, cutlass.Int32(1), scale, stream)
         return lambda: f(ma, mb, mc, cutlass.Int32(1), scale, stream)
     rows = -(-M // bM) * bM
-    if split_reduce in ("serial", "parallel"):
+    if split_reduce in IN_KERNEL:
         return _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, split_reduce, tile_options)
     if split_reduce != "host":
-        raise GemmConfigError(f"split_reduce={split_reduce!r}: expected 'host', 'serial' or 'parallel'")
+        raise GemmConfigError(f"split_reduce={split_reduce!r}: expected 'host', 'serial', 'parallel' or 'atomic'")
     wkey = (a.device, split_k, rows, M, N)
     if wkey not in _WORKSPACE:
         _WORKSPACE[wkey] = (torch.empty(split_k * rows, N, device=a.device, dtype=torch.float32),
@@ -202,9 +205,10 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
 
 
 def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, mode, tile_options):
-    """In-kernel split-K (``mode`` "serial" or "parallel"): one launch; the fp32 tile workspace
-    (parallel: one slab per share but the last) and the zeroed flags are kept per shape (the
-    kernel leaves the flags zero; launches that share them must be on one stream)."""
+    """In-kernel split-K (``mode`` "serial", "parallel" or "atomic"): one launch; the fp32 tile
+    workspace (parallel: one slab per share but the last; atomic: zeroed) and the zeroed flags
+    are kept per shape (the kernel leaves the flags, and the atomic workspace, zero again;
+    launches that share them must be on one stream)."""
     import torch
 
     bN = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[1]
@@ -214,7 +218,8 @@ def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, mode, tile_
     wkey = (mode, a.device, rows, cols, slabs)
     if wkey not in _WORKSPACE:
         tiles = (rows // tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[0]) * (cols // bN)
-        _WORKSPACE[wkey] = (torch.empty(slabs * rows, cols, device=a.device, dtype=torch.float32),
+        alloc = torch.zeros if mode == "atomic" else torch.empty
+        _WORKSPACE[wkey] = (alloc(slabs * rows, cols, device=a.device, dtype=torch.float32),
                             torch.zeros(tiles, device=a.device, dtype=torch.int32))
     ws, flags = _WORKSPACE[wkey]
     mc, mw, mf = to_cute(c), _host.to_cute(ws, 1), _host.to_cute(flags, 0)

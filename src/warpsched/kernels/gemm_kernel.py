@@ -11,14 +11,14 @@ import cutlass.memory  # noqa: F401
 import cutlass.tensor_utils  # noqa: F401
 import cutlass.utils.hopper_helpers as sm90_utils
 
-from .gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
+from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError
 from .gemm_program import build
 
 
 class PersistentGemm:
     """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
 
-    ``tile_mn``: the output tile one math task computes: cooperative (64 | 128 | 256, 64..256; two
+    ``tile_mn``: the output tile one math task computes: cooperative (64 | 128 | 256, 32..256; two
     warp groups from 128 rows), pingpong and pingpong_shared (64 | 128, 64..256 with bM * bN <=
     16384: one warp group holds the whole fp32 accumulator; pingpong: a ring per warp group,
     pingpong_shared: one ring both release, see gemm_program.mma_shared_schedule). ``raster``: "m" (walk ``group`` M tiles down a
@@ -31,9 +31,9 @@ class PersistentGemm:
                  b_dtype=None, split_reduce="host"):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
-        if split_reduce not in ("host", "serial", "parallel"):
-            raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch), 'serial' or "
-                                  "'parallel' (in-kernel, ordered by per-tile GMEM flags)")
+        if split_reduce not in ("host", "serial", "parallel", "atomic"):
+            raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch), 'serial', "
+                                  "'parallel' or 'atomic' (in-kernel, ordered by per-tile GMEM flags)")
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
         self.split_reduce = split_reduce
         host_split = bool(split_k) and not self.serial
@@ -67,9 +67,9 @@ class PersistentGemm:
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
         bM, bN = self.tile_mn
         pingpong = schedule != "cooperative"
-        if bM not in (64, 128, 256) or bN not in (64, 128, 192, 256) or (bM == 256 and pingpong):
+        if bM not in (64, 128, 256) or bN not in (32, 64, 128, 192, 256) or (bM == 256 and pingpong):
             raise GemmConfigError(f"{schedule} tile_mn={self.tile_mn}: bM must be 64, 128 (or 256, cooperative "
-                                  "only), bN one of 64, 128, 192, 256")
+                                  "only), bN one of 32, 64, 128, 192, 256")
         # ping-pong: two math tasks, each owning one of a unit's two tiles; "pingpong" gives each its
         # own ring (and load warp), "pingpong_shared" one ring both release, loaded in tile order
         self.math_tasks = 2 if pingpong else 1
@@ -106,7 +106,8 @@ class PersistentGemm:
         epi_bytes = sub_bytes * self.epi_stage * self.math_tasks
         self.tile_bytes = (bM * self.ab_dtype.width + bN * self.b_dtype.width) * bK // 8
         fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
-        self.ab_stage = ab_stages or fit
+        # deeper rings than MAX_AUTO_STAGES (tiles below 64x64) outgrow the checker's default search
+        self.ab_stage = ab_stages or min(fit, MAX_AUTO_STAGES)
         if not 2 <= self.ab_stage <= fit:
             raise GemmConfigError(f"{self.schedule} tile {self.tile_mn}: {self.ab_stage} stages per ring "
                                   f"(fit: {fit}); need 2 <= stages <= {fit}")

@@ -11,6 +11,8 @@ from .gemm_config import GemmConfigError
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import nvvm, vector
 
 from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
                        threads)
@@ -175,7 +177,11 @@ class GmemC(MemoryResource):
         epi_shape = gC_epi.shape[1]
         epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=threads(self.num_threads))
-        if cutlass.const_expr(g.serial):
+        if cutlass.const_expr(g.split_reduce == "atomic"):
+            if self.atomic_fixup(acc, m, n, tidx, epi_bar):  # the tile's last share to arrive stores C
+                self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
+                                epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
+        elif cutlass.const_expr(g.serial):
             if cutlass.const_expr(g.split_reduce == "parallel"):
                 self.parallel_fixup(acc, m, n, split, tidx, epi_bar)
             else:
@@ -283,6 +289,48 @@ class GmemC(MemoryResource):
             for s in cutlass.range(last):
                 cute.autovec_copy(thr.partition_C(cute.local_tile(g.mW, (bM, bN), (s * g.tiles_m + m, n))), prev)
                 acc.store(acc.load() + prev.load())
+
+    @cute.jit
+    def atomic_fixup(self, acc, m, n, tidx, epi_bar):
+        """Atomic split-K: every K share adds its fp32 tile into the zeroed tile workspace with
+        vector reductions (red.global.add.v2.f32, fire and forget: no share waits for another),
+        then counts itself on the tile's flag (acq_rel atomic after a GPU-scope fence and the
+        epilogue barrier). The share that counts last (any split, whichever finishes last) gets
+        True, broadcast to its warp groups by a predicate-OR barrier: it reads the sum into
+        ``acc``, zeroes the workspace tile and the flag for the next launch, and stores C. Nothing
+        waits on another CTA, so the hand-over cannot deadlock whatever the residency; the order
+        (reductions -> release count -> acquire count -> reads) is the GMEM protocol the checker
+        does not see (docs/gemm.md)."""
+        g = self.g
+        bM, bN, _ = g.tile_mnk
+        flag = g.mF.iterator + (m * g.tiles_n + n)
+        thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
+        tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
+        pair = ir.VectorType.get([2], cutlass.Float32.mlir_type)
+        # WGMMA accumulators hold two adjacent columns per register pair: one 8-byte reduction each
+        for i in cutlass.range_constexpr(cute.size(acc) // 2):
+            v = vector.from_elements(pair, [acc[2 * i].ir_value(), acc[2 * i + 1].ir_value()])
+            cute.arch.red((tCgW.iterator + tCgW.layout(2 * i)).llvm_ptr, v, op="add", dtype="f32", sem="relaxed",
+                          scope="gpu")
+        cute.arch.fence_acq_rel_gpu()
+        epi_bar.arrive_and_wait()
+        last = cutlass.Boolean(False)
+        if tidx == self.first_thread:
+            seen = cute.arch.atomic_add(flag, cutlass.Int32(1), sem="acq_rel", scope="gpu")
+            last = seen == g.splits - 1
+        is_last = nvvm.barrier_cta_red(cutlass.Boolean(last).ir_value(), cutlass.Int32(1 + self.which).ir_value(),
+                                       nvvm.BarrierReduxKind.OR, thread_count=cutlass.Int32(self.num_threads).ir_value(),
+                                       aligned=True, results=[cutlass.Int32.mlir_type])
+        is_last = cutlass.Int32(is_last) != 0
+        if is_last:
+            cute.arch.fence_acq_rel_gpu()
+            cute.autovec_copy(tCgW, acc)
+            zero = cute.make_rmem_tensor(acc.layout, g.acc_dtype)
+            zero.fill(0.0)
+            cute.autovec_copy(zero, tCgW)  # the workspace tile is zero again for the next launch
+            if tidx == self.first_thread:
+                cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
+        return is_last
 
     @producer_work
     @cute.jit
