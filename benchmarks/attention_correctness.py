@@ -20,11 +20,13 @@ variant whose configuration times out or crashes skips its remaining configurati
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
 import subprocess
 import sys
+import threading
 import time
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -124,8 +126,10 @@ def main():
     ap.add_argument("--variants", default="", help="extra FlashAttention configurations, e.g. 'qring:q_stages=2'")
     ap.add_argument("--no-default", action="store_true", help="run the variants only")
     ap.add_argument("--dtypes", default="bfloat16,float16")
+    ap.add_argument("--causal", choices=("both", "yes", "no"), default="both", help="which masks to run")
     ap.add_argument("--cases", default="", help="indices into CASES, e.g. 0,1,2,6 (default: all)")
     ap.add_argument("--budget", type=float, default=0, help="seconds: start no configuration after this (0: none)")
+    ap.add_argument("--jobs", type=int, default=1, help="configurations run at once (each child compiles on the CPU)")
     ap.add_argument("--passed-out", default="", help="write {variant: every configuration passed} (JSON)")
     args = ap.parse_args()
     cases = [int(i) for i in args.cases.split(",")] if args.cases else None
@@ -135,31 +139,43 @@ def main():
     runs = [] if args.no_default else [("default", {})]
     runs += list(parse_variants(args.variants).items())
     summary, passed, start = [], {}, time.time()
-    for (vname, options), (dtype_name, d, causal) in ((r, c) for r in runs for c in CONFIGS):
-        options = dict(options)
-        if dtype_name not in args.dtypes.split(",") or options.pop("hd", d) != d:
-            continue
-        if passed.get(vname) is None and vname in passed:  # a hang or crash: skip the rest of the variant
-            continue
-        if args.budget and time.time() - start > args.budget:
-            summary.append(f"{vname} {dtype_name} hd{d} causal={causal}: not run (--budget {args.budget:.0f} s spent)")
-            passed[vname] = False
-            continue
+    lock = threading.Lock()
+
+    def one(vname, options, dtype_name, d, causal):
+        with lock:
+            if passed.get(vname) is None and vname in passed:  # a hang or crash: skip the rest of the variant
+                return
+            if args.budget and time.time() - start > args.budget:
+                summary.append(f"{vname} {dtype_name} hd{d} causal={causal}: not run (--budget {args.budget:.0f} s "
+                               "spent)")
+                passed[vname] = False
+                return
         name = f"{vname:10s} {dtype_name} hd{d} {'causal' if causal else 'non-causal'}"
         t0 = time.time()
         try:
             rc = subprocess.run([sys.executable, __file__, "--child", dtype_name, str(d), "1" if causal else "0",
                                  "--options", json.dumps(options)] + (["--cases", args.cases] if cases else []),
                                 timeout=args.timeout).returncode
-            status = "PASS" if rc == 0 else f"FAIL (rc {rc})"
-            passed[vname] = passed.get(vname, True) and rc == 0
-            if rc not in (0, 1):  # 1: wrong results; anything else: a crash
-                passed[vname] = None
+            status, ok = ("PASS" if rc == 0 else f"FAIL (rc {rc})"), rc == 0
+            crashed = rc not in (0, 1)  # 1: wrong results; anything else: a crash
         except subprocess.TimeoutExpired:
-            status = f"TIMEOUT after {args.timeout} s"
-            passed[vname] = None
-        summary.append(f"{name:40s} {status}  ({time.time() - t0:.0f} s)")
-        print(summary[-1], flush=True)
+            status, ok, crashed = f"TIMEOUT after {args.timeout} s", False, True
+        with lock:
+            passed[vname] = None if crashed or (vname in passed and passed[vname] is None) else (
+                passed.get(vname, True) and ok)
+            summary.append(f"{name:40s} {status}  ({time.time() - t0:.0f} s)")
+            print(summary[-1], flush=True)
+
+    todo = []
+    for (vname, options), (dtype_name, d, causal) in ((r, c) for r in runs for c in CONFIGS):
+        options = dict(options)
+        if dtype_name not in args.dtypes.split(",") or options.pop("hd", d) != d:
+            continue
+        if args.causal != "both" and causal != (args.causal == "yes"):
+            continue
+        todo.append((vname, options, dtype_name, d, causal))
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:  # children print whole JSON lines
+        list(pool.map(lambda job: one(*job), todo))
     print("\n".join(["== summary"] + summary))
     if args.passed_out:
         with open(args.passed_out, "w") as f:

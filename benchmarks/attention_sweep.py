@@ -12,7 +12,7 @@ the geomean ratio and the worst shape. Runs in a child with a timeout (``--timeo
 
 Variants (``--variants "qring:q_stages=2,n192:block_n=192;hd=64"``) are timed in the same
 rounds as the default and the backends, with their own ratio to the best backend and to the
-default (``hd=64`` restricts a variant to that head dim). ``--shapes 16x16x1024,4x16x4096``,
+default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes). ``--shapes 16x16x1024,4x16x4096``,
 ``--dims`` and ``--backends`` keep a GPU run short; ``--only-passed FILE`` (written by
 ``attention_correctness.py --passed-out FILE``) times only the variants that passed there.
 """
@@ -52,7 +52,7 @@ def sides(q, k, v, causal, variants):
     out["warpsched"] = launch  # the compiled kernel on converted arguments: no host checks timed
     for name, options in variants.items():
         options = dict(options)
-        if options.pop("hd", q.shape[3]) != q.shape[3]:
+        if options.pop("hd", q.shape[3]) != q.shape[3] or (options.pop("causal_only", 0) and not causal):
             continue
         try:
             o2 = q.new_empty(q.shape)

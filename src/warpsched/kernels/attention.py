@@ -277,7 +277,7 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
 
 @schedule
 def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
-                     units=None, q_ring=False, tma_store_o=False):
+                     units=None, q_ring=False, tma_store_o=False, drain_o=False):
     """``wg`` 0 produces the math order (it goes first), 1 consumes it. Per K/V tile j:
 
     overlap=True (FlashAttention-3's intra-warpgroup overlap): issue S_j = Q K_j^T and then
@@ -287,6 +287,8 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
     covers both GEMM issues. ``q_ring``: Q has 2 stages; the S GEMM reads the stage this unit waited on.
     ``tma_store_o`` (with ``q_ring``): O goes out through the unit's Q stage (``SmemQ.store_o``), so
     Q is released after the epilogue, not after the loop.
+    ``drain_o`` (the ``o_buffer`` epilogue): after the last work tile, wait until the warp group's
+    last TMA store of O has read its SMEM buffer (before the CTA's SMEM goes away).
     overlap=False: S_j, wait, softmax_j, O += P_j V_j, wait (nothing overlaps inside a warp group)."""
     acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
     q_idx = smem_q.init_index() if q_ring else None
@@ -346,6 +348,8 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
         else:
             gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
         _next_tile(wq)
+    if drain_o:
+        gmem_o.drain()
 
 
 # ---------------------------------------------------------------------------------- program
@@ -362,7 +366,9 @@ class AttentionTask(Task):
 def build_tuned(verbose=True, **manager_options):
     """The program ``warpsched.ops.attention`` runs by default (attention_host.TUNED: Q ring and
     TMA-store epilogue): ``warpsched check examples/hopper/attention.py:build_tuned``."""
-    return build(FlashAttention(q_stages=2, tma_store_o=True), verbose=verbose, **manager_options)
+    from .attention_host import TUNED
+
+    return build(FlashAttention(**TUNED), verbose=verbose, **manager_options)
 
 
 def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, verbose=True, **manager_options):
@@ -395,29 +401,32 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
                          num_warps=1, num_registers=g.producer_regs)
     load.g = g
     load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
-    tasks = [load]
+    tasks, outs = [load], []
     graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue), order: []}
     for wg in range(2):
         scores = Scores(name=f"Scores{wg}", g=g)
         out = GmemO(name=f"GmemO{wg}", g=g, wg=wg)
+        outs.append(out)
         order_io = ([], [order]) if wg == 0 else ([order], [])
         task = AttentionTask(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + queue + order_io[0],
-                             dst_resources=[scores] + ([] if g.tma_store_o else [out]) + order_io[1],
+                             dst_resources=[scores] + ([] if g.o_through_q else [out]) + order_io[1],
                              warp_idx=4 * (1 + wg), num_warps=4,
                              num_registers=g.consumer_regs)
         task.g = g
         ring = {"q_ring": True} if g.q_stages > 1 else {}  # the default program stays as it was
-        if g.tma_store_o:
+        if g.o_through_q:
             ring["tma_store_o"] = True
+        if g.o_buffer:
+            ring["drain_o"] = True
         task.schedule = (consumer_schedule or softmax_schedule)(
             smem_q, smem_k, smem_v, scores, order, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
             wq, units, **ring)
         tasks.append(task)
         graph[scores] = [smem_k]
-        if not g.tma_store_o:  # else O leaves through SmemQ.store_o
+        if not g.o_through_q:  # else O leaves through SmemQ.store_o
             graph[out] = [smem_v] + queue
-    return TaskManager(tasks=tasks, resource_dependency_graph=graph,
-                       smem_allocator=SmemAllocator.for_resources(smem_q, smem_k, smem_v), verbose=verbose,
+    smem = SmemAllocator.for_resources(smem_q, smem_k, smem_v, *(outs if g.o_buffer else []))
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, verbose=verbose,
                        **manager_options)
 
 
@@ -427,7 +436,7 @@ class FlashAttention:
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=240, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
-                 tma_store_o=False):
+                 tma_store_o=False, causal_pairs=False, o_buffer=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -446,6 +455,16 @@ class FlashAttention:
             raise AttentionConfigError("tma_store_o=True writes O through the unit's Q stage: it needs q_stages=2 "
                                        "(else the next unit's Q waits for the epilogue)")
         self.tma_store_o = bool(tma_store_o)
+        if o_buffer and not self.tma_store_o:
+            raise AttentionConfigError("o_buffer=True is a TMA-store epilogue through a dedicated SMEM buffer: it "
+                                       "needs tma_store_o=True (and q_stages=2)")
+        # o_buffer: O leaves through a per-warp-group SMEM tile of its own, so Q is released after its
+        # last S GEMM and the TMA store's SMEM reads are waited for only before the next store
+        self.o_buffer = bool(o_buffer)
+        self.o_through_q = self.tma_store_o and not self.o_buffer
+        # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
+        # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
+        self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent
         self.num_units = None  # runtime, set while tracing
         self.threads = 384
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
@@ -454,7 +473,8 @@ class FlashAttention:
         self.q_bytes = 2 * WG_ROWS * head_dim * elem  # one Q stage: both warp groups' tiles
         self.kv_bytes = block_n * head_dim * elem
         capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
-        fit = (capacity - 1024 - q_stages * self.q_bytes) // (2 * self.kv_bytes)
+        self.o_bytes = 2 * WG_ROWS * head_dim * elem if o_buffer else 0  # both warp groups' O tiles
+        fit = (capacity - 1024 - q_stages * self.q_bytes - self.o_bytes) // (2 * self.kv_bytes)
         self.kv_stages = kv_stages or min(4, fit)
         if not 2 <= self.kv_stages <= fit:
             raise AttentionConfigError(f"kv_stages={self.kv_stages}: K and V rings of {self.kv_bytes} bytes a stage "
@@ -462,6 +482,8 @@ class FlashAttention:
         self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=q_stages * 2 * WG_ROWS * head_dim, alignment=1024)
         self.alloc_k = SmemAllocation("sK", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
+        self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
+                        for wg in range(2)]  # o_buffer: one per warp group (the checker sees them apart)
 
     # -------------------------------------------------------------- work tiles (device values)
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
@@ -469,14 +491,44 @@ class FlashAttention:
         self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
         self.nblocks = (seqlen_q + 2 * WG_ROWS - 1) // (2 * WG_ROWS)
         self.num_units = self.nblocks * heads * batches
+        self.ctas = cutlass.min(self.num_units, self.max_ctas)  # the persistent grid
+
+    def paired_position(self, t):
+        """``causal_pairs``: work tile ``t`` (CTA ``t % ctas``, its slot ``t // ctas``) -> the
+        position in the head-major zigzag order (per head: Q block nb-1, 0, nb-2, 1, ...). Slots
+        2m and 2m+1 of a CTA take positions 2p and 2p+1, a long and a short block of one head
+        (nb + 1 K/V tiles together, for even nb), so every CTA does the same work however long its
+        blocks are; two rounds (2 x ctas units) cover 2 ctas / nb heads, whose K and V stay in L2
+        (the longest-first order runs every head at once: 16x16x1024 streams K / V from DRAM).
+        The slots past the last full pair round: with an odd slot count, a CTA that has two gets
+        a pair, the others one unit each. Branch-free (called from plain methods in the trace)."""
+        ctas, units = self.ctas, self.num_units
+        n = units // ctas  # every CTA has n slots, the first `extra` n + 1
+        extra = units - n * ctas
+        paired = n // 2 * 2  # slots [0, paired) are full pair rounds
+        cta, slot = t % ctas, t // ctas
+        base = paired * ctas
+        in_pairs = cutlass.min(1, cutlass.max(0, paired - slot))  # 1: slot < paired
+        odd = n - paired  # n odd: two more rounds (the second only for CTAs < extra); even: one
+        late = cutlass.max(0, slot - paired)  # 0 or 1 past the pair rounds
+        rest_odd = base + (1 - late) * (cta + cutlass.min(cta, extra)) + late * (2 * cta + 1)
+        rest = odd * rest_odd + (1 - odd) * (base + cta)
+        pair = slot // 2 * 2 * ctas + 2 * cta + slot % 2
+        return in_pairs * pair + (1 - in_pairs) * rest
 
     def unit_coords(self, unit):
         """(q_block, head, batch, kv_head) of work unit ``unit``. Causal: Q blocks from the last
-        (the longest K/V loop) to the first, every (batch, head) of a block in turn; else the Q
-        blocks of one (batch, head) in turn (they share K and V in L2). GQA: consecutive Q heads
-        share a K/V head."""
+        (the longest K/V loop) to the first, every (batch, head) of a block in turn, or with
+        ``causal_pairs`` long / short pairs of one head (``paired_position``); else the Q blocks of
+        one (batch, head) in turn (they share K and V in L2). GQA: consecutive Q heads share a K/V
+        head."""
         hb = self.heads * self.batches
-        if cutlass.const_expr(self.causal):
+        if cutlass.const_expr(self.causal_pairs):
+            z = self.paired_position(unit)
+            bh, i = z // self.nblocks, z % self.nblocks
+            odd = i % 2
+            q_block = (1 - odd) * (self.nblocks - 1 - i // 2) + odd * (i // 2)
+        elif cutlass.const_expr(self.causal):
             q_block, bh = self.nblocks - 1 - unit // hb, unit % hb
         else:
             q_block, bh = unit % self.nblocks, unit // self.nblocks
@@ -576,8 +628,12 @@ class FlashAttention:
         qk_mma.set(warpgroup.Field.ACCUMULATE, True)
         pv_mma.set(warpgroup.Field.ACCUMULATE, True)
         view = mgr.smem_allocator.view
+        o_buffer = {}
+        if cutlass.const_expr(self.o_buffer):  # one 64-row O tile per warp group, Q's tile layout (tma_o's)
+            o_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype, 1)
+            o_buffer = {f"sO{wg}": view(self.alloc_o[wg], o_layout) for wg in range(2)}
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, qk_mma=qk_mma, qk_mma_zero=qk_zero, pv_mma=pv_mma,
                 mQ=mQ, mK=mK, mV=mV, mO=self._sdhb(mO, [2, 3, 1, 0]), mLSE=mLSE, unit=bid, tma_o=tma_o,
                 mO_tma=mO_tma,
                 sQ=view(self.alloc_q, q_staged), sK=view(self.alloc_k, k_staged), sV=view(self.alloc_v, v_staged),
-                scale=scale, scale_log2=scale * math.log2(math.e))
+                scale=scale, scale_log2=scale * math.log2(math.e), **o_buffer)

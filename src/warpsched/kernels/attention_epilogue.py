@@ -25,9 +25,23 @@ class GmemO(MemoryResource):
     g: Any = None
     wg: int = 0
 
+    def get_smem_requirements(self):
+        return [self.g.alloc_o[self.wg]] if self.g.o_buffer else []  # this warp group's O tile
+
+    @producer_work
+    @cute.jit
+    def drain(self, stage_info: StageInfo):
+        """``o_buffer``: the warp group's last TMA store has read its O tile (before the CTA exits)."""
+        tidx, _, _ = cute.arch.thread_idx()
+        if tidx % 128 == 0:
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+
     @producer_work
     @cute.jit
     def store(self, stage_info: StageInfo, acc_o, row_max, row_sum):
+        if cutlass.const_expr(self.g.o_buffer):
+            store_o_buffered(self.g, stage_info, acc_o, row_max, row_sum, wg=self.wg)
+            return
         g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
         lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
@@ -77,6 +91,43 @@ def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)
     cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)  # reads done before the release
+    block = q_block * 2 + wg
+    coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
+    m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
+    for i in cutlass.range_constexpr(cute.size(lse)):
+        row = block * WG_ROWS + coords[i, 0][0]
+        if row < seqlen_q:
+            if coords[i, 0][1] == 0:  # one lane of the row's quad writes its LSE
+                m_lse[row] = lse[i]
+
+
+@cute.jit
+def store_o_buffered(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
+    """``o_buffer``: O / sum into the warp group's own SMEM tile and one TMA store of it, left in
+    flight: the thread that issued it waits for its SMEM reads only before the next unit's O is
+    written there (or at the end, ``GmemO.drain``). The tile is this warp group's alone, so the
+    bulk-group wait and the named barrier after it order its reuse; the LSE is stored directly."""
+    v = stage_info.context.values
+    tidx, _, _ = cute.arch.thread_idx()
+    lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
+    amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
+    thr = v.pv_mma.get_slice(tidx % 128)
+    out = cute.make_rmem_tensor_like(acc_o, g.dtype)
+    out.store(acc_o.load().to(g.dtype))
+    if tidx % 128 == 0:
+        cute.arch.cp_async_bulk_wait_group(0, read=True)  # the previous unit's store has read the tile
+    cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)
+    s_o = v.sO0 if cutlass.const_expr(wg == 0) else v.sO1
+    cute.autovec_copy(out, thr.partition_C(s_o[(None, None, 0)]))
+    cute.arch.fence_proxy("async.shared", space="cta")  # the TMA store (async proxy) reads these writes
+    cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)
+    q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
+    if tidx % 128 == 0:
+        gO = cute.flat_divide(v.mO_tma, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_o, 0, cute.make_layout(1),
+                                                    cute.group_modes(s_o, 0, 2), cute.group_modes(gO, 0, 2))
+        cute.copy(v.tma_o, t_s[(None, 0)], t_g[(None, q_block * 2 + wg)])
+        cute.arch.cp_async_bulk_commit_group()
     block = q_block * 2 + wg
     coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
     m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
