@@ -88,8 +88,9 @@ class SmemQ(MemoryResource):
         gQ = cute.flat_divide(v.mQ, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
                                                     cute.group_modes(gQ, 0, 2))
-        for w in range(2):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
-            stage_info.tma_copy(v.tma_q, t_g[(None, q_block * 2 + w)], t_s[(None, 2 * stage_info.stage_idx + w)])
+        for w in range(g.wgs):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
+            stage_info.tma_copy(v.tma_q, t_g[(None, q_block * g.wgs + w)],
+                                t_s[(None, g.wgs * stage_info.stage_idx + w)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     def gemm_operand(self, stage_info: StageInfo, q_idx=None):
@@ -165,7 +166,7 @@ class SmemK(MemoryResource):
         frag_k = v.qk_mma.make_fragment_B(thr.partition_B(v.sK))
         q_stage = wg
         if cutlass.const_expr(q_idx is not None):
-            q_stage = 2 * q_idx[0] + wg
+            q_stage = self.g.wgs * q_idx[0] + wg
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
             mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
@@ -218,7 +219,7 @@ class Scores(MemoryResource):
         g, v = self.g, stage_info.context.values
         bN = g.block_n
         q_block = g.unit_coords(g.unit_of(stage_info))[0]
-        row0 = q_block * 2 * WG_ROWS + wg * WG_ROWS
+        row0 = (q_block * g.wgs + wg) * WG_ROWS
         col0 = stage_info.loop_offset * bN
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal)
         amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2)
@@ -277,8 +278,10 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
 
 @schedule
 def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
-                     units=None, q_ring=False, tma_store_o=False, drain_o=False):
-    """``wg`` 0 produces the math order (it goes first), 1 consumes it. Per K/V tile j:
+                     units=None, q_ring=False, tma_store_o=False, drain_o=False, chain=False, order_out=None):
+    """Two warp groups: ``wg`` 0 produces the math order (it goes first), 1 consumes it.
+    ``chain`` (three warp groups, 0 -> 1 -> 2): ``order`` is the turn this warp group waits for
+    (None: warp group 0), ``order_out`` the one it hands on (None: the last). Per K/V tile j:
 
     overlap=True (FlashAttention-3's intra-warpgroup overlap): issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only (retire(pending=1)) and run softmax_j while the PV
@@ -296,10 +299,16 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
         scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
         smem_q.wait()
         with domain_loop(0, kv_tiles, 1) as d:
-            if wg == 0:
-                order.acquire()  # warp group 1 has issued its previous GEMMs
+            if not chain:
+                if wg == 0:
+                    order.acquire()  # warp group 1 has issued its previous GEMMs
+                else:
+                    order.wait()  # warp group 0 has issued this turn's
             else:
-                order.wait()  # warp group 0 has issued this turn's
+                if order is not None:
+                    order.wait()  # the previous warp group has issued this turn's GEMMs
+                if order_out is not None:
+                    order_out.acquire()  # the next warp group has issued its previous GEMMs
             smem_k.wait()
             if q_ring:
                 smem_q.gemm_operand(q_idx=q_idx)  # Q is read by the S GEMM too, until its retire
@@ -311,10 +320,16 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                 with d.every(1, start=1):
                     smem_v.wait()
                     smem_v.mma_pv(p=p, acc_o=acc_o)  # P_{j-1} V_{j-1}
-            if wg == 0:
-                order.commit()
+            if not chain:
+                if wg == 0:
+                    order.commit()
+                else:
+                    order.release()
             else:
-                order.release()
+                if order is not None:
+                    order.release()
+                if order_out is not None:
+                    order_out.commit()
             if overlap:
                 with d.first_iter():
                     smem_k.retire()
@@ -394,20 +409,24 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
     smem_q = SmemQ(name="SmemQ", pipeline_config=q_cfg, g=g)
     smem_k = SmemK(name="SmemK", pipeline_config=k_cfg, g=g)
     smem_v = SmemV(name="SmemV", pipeline_config=v_cfg, g=g)
-    order = MathOrder(name="MathOrder", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=1, producer_group=threads(128), consumer_group=threads(128)))
+    orders = [MathOrder(name="MathOrder" if g.wgs == 2 else f"MathOrder{wg}{wg + 1}",
+                        pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+                            num_stages=1, producer_group=threads(128), consumer_group=threads(128)))
+              for wg in range(g.wgs - 1)]  # warp group wg hands the tensor cores to wg + 1
     queue = [wq] if wq is not None else []
     load = AttentionTask(name="LoadTask", src_resources=queue, dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
                          num_warps=1, num_registers=g.producer_regs)
     load.g = g
     load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
     tasks, outs = [load], []
-    graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue), order: []}
-    for wg in range(2):
+    graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue), **{o: [] for o in orders}}
+    for wg in range(g.wgs):
         scores = Scores(name=f"Scores{wg}", g=g)
         out = GmemO(name=f"GmemO{wg}", g=g, wg=wg)
         outs.append(out)
-        order_io = ([], [order]) if wg == 0 else ([order], [])
+        order_in = orders[wg - 1] if wg > 0 else None
+        order_out = orders[wg] if wg < g.wgs - 1 else None
+        order_io = ([order_in] if order_in else [], [order_out] if order_out else [])
         task = AttentionTask(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + queue + order_io[0],
                              dst_resources=[scores] + ([] if g.o_through_q else [out]) + order_io[1],
                              warp_idx=4 * (1 + wg), num_warps=4,
@@ -418,8 +437,10 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
             ring["tma_store_o"] = True
         if g.o_buffer:
             ring["drain_o"] = True
+        if g.wgs > 2:
+            ring.update(chain=True, order_out=order_out)
         task.schedule = (consumer_schedule or softmax_schedule)(
-            smem_q, smem_k, smem_v, scores, order, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
+            smem_q, smem_k, smem_v, scores, orders[0] if g.wgs == 2 else order_in, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
             wq, units, **ring)
         tasks.append(task)
         graph[scores] = [smem_k]
@@ -435,8 +456,8 @@ class FlashAttention:
     """Compile-time configuration (dtype, head dim, causal, K/V tile, stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
-                 producer_regs=24, consumer_regs=240, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
-                 tma_store_o=False, causal_pairs=False, o_buffer=False):
+                 producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
+                 tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -444,7 +465,13 @@ class FlashAttention:
         if block_n not in (64, 128, 176, 192):
             raise AttentionConfigError(f"block_n={block_n}: expected 64, 128, 176 or 192")
         self.dtype, self.head_dim, self.causal, self.block_n = dtype, head_dim, bool(causal), block_n
-        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        if wgs not in (2, 3) or (wgs == 3 and head_dim != 64):
+            raise AttentionConfigError(f"wgs={wgs}: expected 2 consumer warp groups, or 3 at head dim 64 (a 192-row "
+                                       "Q block; 160 registers a thread do not hold hd128's O and S)")
+        self.wgs = wgs  # consumer warp groups, 64 Q rows each: a work unit is 64 * wgs rows
+        self.block_m = wgs * WG_ROWS
+        # the register file (65,536) over 128 * (wgs + 1) threads: 24 for the load warp group
+        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs or (240 if wgs == 2 else 160)
         self.overlap = bool(overlap)  # intra-warpgroup overlap of softmax_j with O += P_{j-1} V_{j-1}
         self.persistent, self.max_ctas = bool(persistent), max_ctas
         if q_stages not in (1, 2) or (q_stages == 2 and not self.persistent):
@@ -466,30 +493,30 @@ class FlashAttention:
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
         self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent
         self.num_units = None  # runtime, set while tracing
-        self.threads = 384
+        self.threads = 128 * (wgs + 1)
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
         self.pv_tile = (WG_ROWS, head_dim, block_n)  # (M, N, K) of O += P V
         elem = dtype.width // 8
-        self.q_bytes = 2 * WG_ROWS * head_dim * elem  # one Q stage: both warp groups' tiles
+        self.q_bytes = self.block_m * head_dim * elem  # one Q stage: every warp group's tile
         self.kv_bytes = block_n * head_dim * elem
         capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
-        self.o_bytes = 2 * WG_ROWS * head_dim * elem if o_buffer else 0  # both warp groups' O tiles
+        self.o_bytes = self.block_m * head_dim * elem if o_buffer else 0  # every warp group's O tile
         fit = (capacity - 1024 - q_stages * self.q_bytes - self.o_bytes) // (2 * self.kv_bytes)
         self.kv_stages = kv_stages or min(4, fit)
         if not 2 <= self.kv_stages <= fit:
             raise AttentionConfigError(f"kv_stages={self.kv_stages}: K and V rings of {self.kv_bytes} bytes a stage "
                                        f"fit {fit} stages next to Q; need 2 <= stages <= {fit}")
-        self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=q_stages * 2 * WG_ROWS * head_dim, alignment=1024)
+        self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=q_stages * self.block_m * head_dim, alignment=1024)
         self.alloc_k = SmemAllocation("sK", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
-                        for wg in range(2)]  # o_buffer: one per warp group (the checker sees them apart)
+                        for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
 
     # -------------------------------------------------------------- work tiles (device values)
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
-        self.nblocks = (seqlen_q + 2 * WG_ROWS - 1) // (2 * WG_ROWS)
+        self.nblocks = (seqlen_q + self.block_m - 1) // self.block_m
         self.num_units = self.nblocks * heads * batches
         self.ctas = cutlass.min(self.num_units, self.max_ctas)  # the persistent grid
 
@@ -538,7 +565,7 @@ class FlashAttention:
     def kv_tiles_of(self, unit):
         kv_end = self.seqlen_k
         if cutlass.const_expr(self.causal):
-            kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * 2 * WG_ROWS)
+            kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m)
         return (kv_end + self.block_n - 1) // self.block_n
 
     def unit_of(self, stage_info):
@@ -561,7 +588,7 @@ class FlashAttention:
 
     def _layouts(self):
         q = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype,
-                                          2 * self.q_stages)  # (stage, warp group): index 2 stage + wg
+                                          self.wgs * self.q_stages)  # (stage, warp group): wgs * stage + wg
         k = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype, self.kv_stages)
         v = sm90_utils.make_smem_layout_b(LayoutEnum.COL_MAJOR, self.pv_tile, self.dtype, self.kv_stages)
         for staged, alloc in ((q, self.alloc_q), (k, self.alloc_k), (v, self.alloc_v)):
@@ -631,7 +658,7 @@ class FlashAttention:
         o_buffer = {}
         if cutlass.const_expr(self.o_buffer):  # one 64-row O tile per warp group, Q's tile layout (tma_o's)
             o_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.qk_tile, self.dtype, 1)
-            o_buffer = {f"sO{wg}": view(self.alloc_o[wg], o_layout) for wg in range(2)}
+            o_buffer = {f"sO{wg}": view(self.alloc_o[wg], o_layout) for wg in range(self.wgs)}
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, qk_mma=qk_mma, qk_mma_zero=qk_zero, pv_mma=pv_mma,
                 mQ=mQ, mK=mK, mV=mV, mO=self._sdhb(mO, [2, 3, 1, 0]), mLSE=mLSE, unit=bid, tma_o=tma_o,
                 mO_tma=mO_tma,

@@ -15,7 +15,7 @@ from warpsched import MemoryResource, StageInfo, producer_work
 from . import attention_math as amath
 
 WG_ROWS = 64  # Q rows per consumer warp group (one WGMMA M)
-O_BARRIER = 2  # named barriers 2, 3: a warp group's TMA-store epilogue (warpsched's task barriers count down from 15)
+O_BARRIER = 2  # named barriers 2, 3 (, 4): a warp group's TMA-store epilogue (warpsched's task barriers count down from 15)
 
 
 @dataclass(kw_only=True)
@@ -48,7 +48,7 @@ class GmemO(MemoryResource):
         amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
         thr = v.pv_mma.get_slice(tidx % 128)
         q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
-        block = q_block * 2 + self.wg
+        block = q_block * g.wgs + self.wg
         gO = cute.local_tile(v.mO[(None, None, head, batch)], (WG_ROWS, g.head_dim), (block, 0))
         t_g = amath.rows_view(v.pv_mma, thr.partition_C(gO))
         coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
@@ -76,7 +76,7 @@ def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr
     lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
     amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
     thr = v.pv_mma.get_slice(tidx % 128)
-    q_stage = 2 * stage_info.stage_idx + wg
+    q_stage = g.wgs * stage_info.stage_idx + wg
     out = cute.make_rmem_tensor_like(acc_o, g.dtype)
     out.store(acc_o.load().to(g.dtype))
     cute.autovec_copy(out, thr.partition_C(v.sQ[(None, None, q_stage)]))
@@ -87,11 +87,11 @@ def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr
         gO = cute.flat_divide(v.mO_tma, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_o, 0, cute.make_layout(1),
                                                     cute.group_modes(v.sQ, 0, 2), cute.group_modes(gO, 0, 2))
-        cute.copy(v.tma_o, t_s[(None, q_stage)], t_g[(None, q_block * 2 + wg)])
+        cute.copy(v.tma_o, t_s[(None, q_stage)], t_g[(None, q_block * g.wgs + wg)])
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)
     cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)  # reads done before the release
-    block = q_block * 2 + wg
+    block = q_block * g.wgs + wg
     coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
     m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
     for i in cutlass.range_constexpr(cute.size(lse)):
@@ -117,7 +117,7 @@ def store_o_buffered(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Cons
     if tidx % 128 == 0:
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # the previous unit's store has read the tile
     cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)
-    s_o = v.sO0 if cutlass.const_expr(wg == 0) else v.sO1
+    s_o = getattr(v, f"sO{wg}")  # wg is a compile-time constant
     cute.autovec_copy(out, thr.partition_C(s_o[(None, None, 0)]))
     cute.arch.fence_proxy("async.shared", space="cta")  # the TMA store (async proxy) reads these writes
     cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)
@@ -126,9 +126,9 @@ def store_o_buffered(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Cons
         gO = cute.flat_divide(v.mO_tma, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_o, 0, cute.make_layout(1),
                                                     cute.group_modes(s_o, 0, 2), cute.group_modes(gO, 0, 2))
-        cute.copy(v.tma_o, t_s[(None, 0)], t_g[(None, q_block * 2 + wg)])
+        cute.copy(v.tma_o, t_s[(None, 0)], t_g[(None, q_block * g.wgs + wg)])
         cute.arch.cp_async_bulk_commit_group()
-    block = q_block * 2 + wg
+    block = q_block * g.wgs + wg
     coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
     m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
     for i in cutlass.range_constexpr(cute.size(lse)):
