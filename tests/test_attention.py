@@ -64,6 +64,22 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
         "cp.async.bulk.tensor.4d.global.shared": 4, "cp.async.bulk.commit_group": 2,
         "cp.async.bulk.wait_group.read": 2, "fence.proxy.async.shared::cta": 2, "bar.sync": 5,
         "st.shared.b32": 64, "mbarrier.init": 14, "expect_tx": 3, "setmaxnreg": 2},
+    # o_buffer: the same TMA stores from a per-warp-group O tile; the read-wait comes before the next
+    # store and once more after the tile loop (GmemO.drain): 4; Q's ring and 2 K/V stages as above.
+    (128, True, True, True, (("causal_pairs", True), ("o_buffer", True), ("q_stages", 2), ("tma_store_o", True))): {
+        "wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 8, "cp.async.bulk.tensor": 12,
+        "cp.async.bulk.tensor.4d.global.shared": 4, "cp.async.bulk.commit_group": 2,
+        "cp.async.bulk.wait_group.read": 4, "fence.proxy.async.shared::cta": 2, "bar.sync": 5,
+        "st.shared.b32": 64, "mbarrier.init": 14, "expect_tx": 3, "setmaxnreg": 2},
+    # wgs=3 (hd64): three consumer tasks: 3 x (2 x 4 + 2 x 4) = 48 m64n128k16 + ... = 72 wgmma, 12 commits /
+    # waits; Q is three 64-row boxes (5 TMA loads, 3 stores); 4 K/V stages (16 barriers) + Q ring (4) + two
+    # MathOrder pipelines (4) = 24 mbarrier.init; 160 registers a consumer thread (512 threads).
+    (64, False, True, True, (("o_buffer", True), ("q_stages", 2), ("tma_store_o", True), ("wgs", 3))): {
+        "wgmma.mma_async": 72, "wgmma.commit_group": 12, "wgmma.wait_group": 12, "cp.async.bulk.tensor": 8,
+        "cp.async.bulk.tensor.4d.global.shared": 3, "cp.async.bulk.commit_group": 3,
+        "cp.async.bulk.wait_group.read": 6, "fence.proxy.async.shared::cta": 3, "bar.sync": 7,
+        "st.shared.b32": 48, "mbarrier.init": 24, "expect_tx": 3, "setmaxnreg": 2,
+        "setmaxnreg.inc.sync.aligned.u32 \t160": 1, "setmaxnreg.dec.sync.aligned.u32 \t24": 1},
 }
 TRACED = {}
 
@@ -328,6 +344,9 @@ def test_math_order_is_part_of_the_checked_program():
     (dict(tma_store_o=True), "needs q_stages=2"),
     (dict(q_stages=2, persistent=False), "with persistent=True"),
     (dict(head_dim=128, q_stages=2, kv_stages=3), "need 2 <= stages"),
+    (dict(o_buffer=True, q_stages=2), "needs tma_store_o=True"),
+    (dict(wgs=3, head_dim=128), "wgs=3"),
+    (dict(wgs=4, head_dim=64), "wgs=4"),
 ])
 def test_config_errors(kwargs, needle):
     with pytest.raises(att.AttentionConfigError, match=needle):
@@ -398,8 +417,91 @@ def test_work_units_cover_every_block_once(causal, sq, sk, heads, kv_heads, batc
 def test_tuned_default_is_a_checked_program(ptx):
     """ops.attention's default (attention_host.TUNED) is the program `warpsched check
     examples/hopper/attention.py:build_tuned` proves: same fingerprint as the kernel's trace."""
-    key = (128, False, True, True, tuple(sorted(host.TUNED.items())))
+    key = (128, True, True, True, tuple(sorted(host.TUNED.items())))
     assert key in TRACED, "the tuned configuration's PTX must be pinned in EXPECTED"
     mgr = att.build_tuned(verbose=False, exhaustive_deadlock_race_check=False)
     assert mgr.fingerprint == TRACED[key]
     assert VERDICTS.get(TRACED[key]).verdict == "SAFE"
+
+
+@pytest.mark.parametrize("wgs", [2, 3])
+@pytest.mark.parametrize("sq,sk,heads,kv_heads,batches,ctas", [
+    (1024, 1024, 16, 16, 16, 132), (4096, 4096, 16, 16, 4, 132), (16384, 16384, 32, 32, 1, 132),
+    (1000, 1000, 16, 4, 4, 132), (513, 700, 8, 2, 2, 132), (1, 1, 2, 2, 1, 132), (1000, 1000, 16, 4, 4, 7),
+    (2048, 2048, 8, 1, 1, 7), (640, 640, 5, 5, 3, 11)])
+def test_causal_pairs_cover_every_block_once_and_balance(wgs, sq, sk, heads, kv_heads, batches, ctas):
+    """``causal_pairs``: a bijection onto (Q block, head, batch) for every grid (both tails of the
+    pair rounds: an odd and an even number of slots per CTA); no CTA gets more K/V tiles than under
+    the longest-first order; two rounds touch at most 2 ctas / nblocks + 2 heads (their K / V fit L2)."""
+    rows = 64 * wgs
+    g = att.FlashAttention(causal=True, causal_pairs=True, max_ctas=ctas, head_dim=64, wgs=wgs)
+    flat = att.FlashAttention(causal=True, max_ctas=ctas, head_dim=64, wgs=wgs)
+    for f in (g, flat):
+        f.grid_setup(sq, sk, heads, kv_heads, batches)
+    coords = [g.unit_coords(u) for u in range(g.num_units)]
+    nb = -(-sq // rows)
+    assert sorted(c[:3] for c in coords) == [(b, h, n) for b in range(nb) for h in range(heads) for n in range(batches)]
+    counts = [g.kv_tiles_of(u) for u in range(g.num_units)]
+    assert counts == [-(-min(sk, (c[0] + 1) * rows) // 128) for c in coords] and min(counts) >= 1
+
+    def worst(f):
+        load = [0] * f.ctas
+        for u in range(f.num_units):
+            load[u % f.ctas] += f.kv_tiles_of(u)
+        return max(load)
+
+    # 128-row blocks: a pair's K/V tiles add up to nb + 1 (equal work); 192-row blocks cover 1.5 K/V
+    # tiles each, so pairs differ by a tile or two: within one unit's work of the longest-first order
+    assert worst(g) <= (worst(flat) if wgs == 2 else worst(flat) + max(counts))
+    per_two_rounds = {}
+    for u, c in enumerate(coords):
+        per_two_rounds.setdefault(u // (2 * g.ctas), set()).add(c[1:3])
+    assert max(len(h) for h in per_two_rounds.values()) <= 2 * g.ctas // nb + 2
+
+
+def test_three_warp_groups_chain_the_math_order():
+    """wgs=3: four tasks, the turn handed 0 -> 1 -> 2 through two MathOrder pipelines, SAFE for every
+    K/V count and unit count; a third warp group that never hands its turn back is not possible
+    (it is last), but a middle one that keeps it is rejected."""
+    mgr = att.build(att.FlashAttention(head_dim=64, wgs=3, q_stages=2, tma_store_o=True, o_buffer=True),
+                    verbose=False, progress=False, cache_verdict=False)
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
+    assert {t.name for t in mgr.tasks} == {"LoadTask", "Softmax0", "Softmax1", "Softmax2"}
+    pipelined = {r.name for t in mgr.tasks for r in t.src_resources + t.dst_resources
+                 if getattr(r, "pipeline_config", None) is not None}
+    assert pipelined == {"SmemQ", "SmemK", "SmemV", "MathOrder01", "MathOrder12"}
+    with pytest.raises(ValidationError) as e:
+        att.build(att.FlashAttention(head_dim=64, wgs=3, persistent=False), consumer_schedule=_middle_keeps_turn,
+                  verbose=False, progress=False, cache_verdict=False)
+    assert "MathOrder01" in str(e.value)
+
+
+@schedule
+def _middle_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
+                       units=None, chain=False, order_out=None):
+    """Planted bug: warp group 1 takes the turn from 0 but never releases it."""
+    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    smem_q.wait()
+    with domain_loop(0, kv_tiles, 1):
+        if order is not None:
+            order.wait()
+        if order_out is not None:
+            order_out.acquire()
+        smem_k.wait()
+        smem_q.gemm_operand()
+        smem_k.mma_qk(acc_s=acc_s, wg=wg)
+        if order is not None and wg != 1:
+            order.release()
+        if order_out is not None:
+            order_out.commit()
+        smem_k.retire()
+        smem_k.release()
+        scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        smem_v.wait()
+        smem_v.mma_pv(p=p, acc_o=acc_o)
+        smem_v.retire()
+        smem_v.release()
+    smem_q.release()
+    gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
