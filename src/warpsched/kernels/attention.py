@@ -5,9 +5,11 @@ layout torch SDPA uses, (B, H, S, D) (K and V may have fewer heads: grouped-quer
 bf16 or fp16; head dim 64 or 128; any S_q, S_k >= 1 (tails are masked); causal is top-left
 aligned, as ``scaled_dot_product_attention(is_causal=True)``.
 
-A work unit is a 128-row Q block of one (batch, head). Persistent (default): one CTA per SM
-walks a static WorkQueue of units (causal: the longest K/V loops first); ``persistent=False``:
-one CTA per unit. 384 threads in three warp groups:
+A work unit is a 128-row Q block of one (batch, head) (``wgs=3``, hd64 only: 192 rows, a third
+consumer warp group; correct but slower, docs/attention.md). Persistent (default): one CTA per SM
+walks a static WorkQueue of units (causal: the longest K/V loops first, or with ``causal_pairs``
+long / short pairs of one head, attention_units.py); ``persistent=False``: one CTA per unit. 384
+threads in three warp groups:
 
     LoadTask  (warp 0, 24 regs)   per unit: q.acquire; TMA both 64-row Q tiles; q.commit
                                             for j < kv_tiles: k.acquire; TMA K_j; k.commit
@@ -29,7 +31,10 @@ other's GEMMs hold the tensor cores. Inside a warp group, softmax_j runs while O
 V_{j-1} is in flight (``overlap=False``: no overlap). Both warp groups consume every K and V
 stage. The K/V loop length is read per unit (``AttentionTask.kv_tiles_of``; without persistence
 a ``trip_count``): the checker proves every count >= 1, and every number of units per CTA.
-Host side: ``attention_host`` (``warpsched.ops.attention``). docs/attention.md has the details.
+Epilogues (attention_epilogue.py): direct stores, a TMA store through the unit's Q stage
+(``tma_store_o``), or through a warp group's own O tile with the store left in flight
+(``o_buffer``). Host side: ``attention_host`` (``warpsched.ops.attention``; its ``TUNED`` options
+are the default). docs/attention.md has the details.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from . import _host
 from . import attention_epilogue as epilogue
 from . import attention_math as amath
 from .attention_epilogue import WG_ROWS, GmemO
+from .attention_units import WorkUnits
 
 import cutlass
 import cutlass.cute as cute
@@ -452,7 +458,7 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
 
 
 # ---------------------------------------------------------------------------------- kernel
-class FlashAttention:
+class FlashAttention(WorkUnits):
     """Compile-time configuration (dtype, head dim, causal, K/V tile, stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
@@ -511,68 +517,6 @@ class FlashAttention:
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
-
-    # -------------------------------------------------------------- work tiles (device values)
-    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
-        self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
-        self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
-        self.nblocks = (seqlen_q + self.block_m - 1) // self.block_m
-        self.num_units = self.nblocks * heads * batches
-        self.ctas = cutlass.min(self.num_units, self.max_ctas)  # the persistent grid
-
-    def paired_position(self, t):
-        """``causal_pairs``: work tile ``t`` (CTA ``t % ctas``, its slot ``t // ctas``) -> the
-        position in the head-major zigzag order (per head: Q block nb-1, 0, nb-2, 1, ...). Slots
-        2m and 2m+1 of a CTA take positions 2p and 2p+1, a long and a short block of one head
-        (nb + 1 K/V tiles together, for even nb), so every CTA does the same work however long its
-        blocks are; two rounds (2 x ctas units) cover 2 ctas / nb heads, whose K and V stay in L2
-        (the longest-first order runs every head at once: 16x16x1024 streams K / V from DRAM).
-        The slots past the last full pair round: with an odd slot count, a CTA that has two gets
-        a pair, the others one unit each. Branch-free (called from plain methods in the trace)."""
-        ctas, units = self.ctas, self.num_units
-        n = units // ctas  # every CTA has n slots, the first `extra` n + 1
-        extra = units - n * ctas
-        paired = n // 2 * 2  # slots [0, paired) are full pair rounds
-        cta, slot = t % ctas, t // ctas
-        base = paired * ctas
-        in_pairs = cutlass.min(1, cutlass.max(0, paired - slot))  # 1: slot < paired
-        odd = n - paired  # n odd: two more rounds (the second only for CTAs < extra); even: one
-        late = cutlass.max(0, slot - paired)  # 0 or 1 past the pair rounds
-        rest_odd = base + (1 - late) * (cta + cutlass.min(cta, extra)) + late * (2 * cta + 1)
-        rest = odd * rest_odd + (1 - odd) * (base + cta)
-        pair = slot // 2 * 2 * ctas + 2 * cta + slot % 2
-        return in_pairs * pair + (1 - in_pairs) * rest
-
-    def unit_coords(self, unit):
-        """(q_block, head, batch, kv_head) of work unit ``unit``. Causal: Q blocks from the last
-        (the longest K/V loop) to the first, every (batch, head) of a block in turn, or with
-        ``causal_pairs`` long / short pairs of one head (``paired_position``); else the Q blocks of
-        one (batch, head) in turn (they share K and V in L2). GQA: consecutive Q heads share a K/V
-        head."""
-        hb = self.heads * self.batches
-        if cutlass.const_expr(self.causal_pairs):
-            z = self.paired_position(unit)
-            bh, i = z // self.nblocks, z % self.nblocks
-            odd = i % 2
-            q_block = (1 - odd) * (self.nblocks - 1 - i // 2) + odd * (i // 2)
-        elif cutlass.const_expr(self.causal):
-            q_block, bh = self.nblocks - 1 - unit // hb, unit % hb
-        else:
-            q_block, bh = unit % self.nblocks, unit // self.nblocks
-        head, batch = bh % self.heads, bh // self.heads
-        return q_block, head, batch, head // (self.heads // self.kv_heads)
-
-    def kv_tiles_of(self, unit):
-        kv_end = self.seqlen_k
-        if cutlass.const_expr(self.causal):
-            kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m)
-        return (kv_end + self.block_n - 1) // self.block_n
-
-    def unit_of(self, stage_info):
-        """The work unit a work method runs for: the queue's tile, or the CTA's block index."""
-        if cutlass.const_expr(self.persistent):
-            return stage_info.work_tile.tile_idx[0]
-        return stage_info.context.values.unit
 
     def describe(self):
         return (f"{self.dtype.__name__} hd{self.head_dim} {'causal' if self.causal else 'non-causal'} "

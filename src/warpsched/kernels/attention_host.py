@@ -75,12 +75,13 @@ def compiled(kern_key, args):
     return _CACHE[kern_key]
 
 
-# What prepare() / ops.attention compile when no tuning keyword is given: the Q ring with the
-# TMA-store epilogue, measured on the H200 at 1.135x the single-stage-Q kernel on the short and
-# medium shapes and 1.005x on the long ones, correct for bf16 and fp16 (docs/attention.md).
-# causal_pairs (causal only; measured +14 % on 16x16x1024 d128 causal, +12 % on 1x32x16384 d128
-# causal, where the longest-first order streamed K / V from DRAM) was added in session 20.
-TUNED = {"q_stages": 2, "tma_store_o": True, "causal_pairs": True}
+# What prepare() / ops.attention compile when no tuning keyword is given (docs/attention.md, all
+# measured on the H200 and correct for bf16 / fp16, hd 64 / 128, causal or not): the Q ring with a
+# TMA-store epilogue (1.135x the single-stage-Q kernel on the short and medium shapes); O stored
+# from its own SMEM tile, the store left in flight (o_buffer, 1.014x geomean, up to 1.03x on
+# 16x16x1024); causal units in long / short pairs over few heads at a time (causal_pairs, +14 %
+# on 16x16x1024 d128 causal, +12 % on 1x32x16384 d128 causal, where K / V came from DRAM).
+TUNED = {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "causal_pairs": True}
 
 
 def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):

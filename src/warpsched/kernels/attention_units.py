@@ -1,0 +1,73 @@
+"""The work units of warpsched's FlashAttention forward (``warpsched.kernels.attention``): a unit
+is a block of ``64 * wgs`` Q rows of one (batch, head); these methods (a mixin of
+``FlashAttention``) map a persistent work-tile index to its (Q block, head, batch, K/V head) and
+its K/V tile count. They run in the trace on device values and, in the tests, on Python ints."""
+from __future__ import annotations
+
+import cutlass
+
+
+class WorkUnits:
+    """Unit order and sizes; needs ``causal``, ``causal_pairs``, ``persistent``, ``block_m``,
+    ``block_n`` and ``max_ctas`` from the kernel configuration."""
+
+    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
+        self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
+        self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
+        self.nblocks = (seqlen_q + self.block_m - 1) // self.block_m
+        self.num_units = self.nblocks * heads * batches
+        self.ctas = cutlass.min(self.num_units, self.max_ctas)  # the persistent grid
+
+    def paired_position(self, t):
+        """``causal_pairs``: work tile ``t`` (CTA ``t % ctas``, its slot ``t // ctas``) -> the
+        position in the head-major zigzag order (per head: Q block nb-1, 0, nb-2, 1, ...). Slots
+        2m and 2m+1 of a CTA take positions 2p and 2p+1, a long and a short block of one head
+        (nb + 1 K/V tiles together, for even nb), so every CTA does the same work however long its
+        blocks are; two rounds (2 x ctas units) cover 2 ctas / nb heads, whose K and V stay in L2
+        (the longest-first order runs every head at once: 16x16x1024 streams K / V from DRAM).
+        The slots past the last full pair round: with an odd slot count, a CTA that has two gets
+        a pair, the others one unit each. Branch-free (called from plain methods in the trace)."""
+        ctas, units = self.ctas, self.num_units
+        n = units // ctas  # every CTA has n slots, the first `extra` n + 1
+        extra = units - n * ctas
+        paired = n // 2 * 2  # slots [0, paired) are full pair rounds
+        cta, slot = t % ctas, t // ctas
+        base = paired * ctas
+        in_pairs = cutlass.min(1, cutlass.max(0, paired - slot))  # 1: slot < paired
+        odd = n - paired  # n odd: two more rounds (the second only for CTAs < extra); even: one
+        late = cutlass.max(0, slot - paired)  # 0 or 1 past the pair rounds
+        rest_odd = base + (1 - late) * (cta + cutlass.min(cta, extra)) + late * (2 * cta + 1)
+        rest = odd * rest_odd + (1 - odd) * (base + cta)
+        pair = slot // 2 * 2 * ctas + 2 * cta + slot % 2
+        return in_pairs * pair + (1 - in_pairs) * rest
+
+    def unit_coords(self, unit):
+        """(q_block, head, batch, kv_head) of work unit ``unit``. Causal: Q blocks from the last
+        (the longest K/V loop) to the first, every (batch, head) of a block in turn, or with
+        ``causal_pairs`` long / short pairs of one head (``paired_position``); else the Q blocks of
+        one (batch, head) in turn (they share K and V in L2). GQA: consecutive Q heads share a K/V
+        head."""
+        hb = self.heads * self.batches
+        if cutlass.const_expr(self.causal_pairs):
+            z = self.paired_position(unit)
+            bh, i = z // self.nblocks, z % self.nblocks
+            odd = i % 2
+            q_block = (1 - odd) * (self.nblocks - 1 - i // 2) + odd * (i // 2)
+        elif cutlass.const_expr(self.causal):
+            q_block, bh = self.nblocks - 1 - unit // hb, unit % hb
+        else:
+            q_block, bh = unit % self.nblocks, unit // self.nblocks
+        head, batch = bh % self.heads, bh // self.heads
+        return q_block, head, batch, head // (self.heads // self.kv_heads)
+
+    def kv_tiles_of(self, unit):
+        kv_end = self.seqlen_k
+        if cutlass.const_expr(self.causal):
+            kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m)
+        return (kv_end + self.block_n - 1) // self.block_n
+
+    def unit_of(self, stage_info):
+        """The work unit a work method runs for: the queue's tile, or the CTA's block index."""
+        if cutlass.const_expr(self.persistent):
+            return stage_info.work_tile.tile_idx[0]
+        return stage_info.context.values.unit
