@@ -9,7 +9,7 @@ import cutlass
 import cutlass.cute as cute
 
 from . import _host
-from .attention import HEAD_DIMS, AttentionConfigError, FlashAttention
+from .attention import HEAD_DIMS, TUNED, AttentionConfigError, FlashAttention  # noqa: F401 (TUNED: re-exported)
 
 _CACHE = {}
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
@@ -73,15 +73,6 @@ def compiled(kern_key, args):
         checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
         VERDICT_OF[kern_key] = getattr(checked, "verdict", "not checked")
     return _CACHE[kern_key]
-
-
-# What prepare() / ops.attention compile when no tuning keyword is given (docs/attention.md, all
-# measured on the H200 and correct for bf16 / fp16, hd 64 / 128, causal or not): the Q ring with a
-# TMA-store epilogue (1.135x the single-stage-Q kernel on the short and medium shapes); O stored
-# from its own SMEM tile, the store left in flight (o_buffer, 1.014x geomean, up to 1.03x on
-# 16x16x1024); causal units in long / short pairs over few heads at a time (causal_pairs, +14 %
-# on 16x16x1024 d128 causal, +12 % on 1x32x16384 d128 causal, where K / V came from DRAM).
-TUNED = {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "causal_pairs": True}
 
 
 def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
