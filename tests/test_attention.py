@@ -79,7 +79,21 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
         "cp.async.bulk.tensor.4d.global.shared": 3, "cp.async.bulk.commit_group": 3,
         "cp.async.bulk.wait_group.read": 6, "fence.proxy.async.shared::cta": 3, "bar.sync": 7,
         "st.shared.b32": 48, "mbarrier.init": 24, "expect_tx": 3, "setmaxnreg": 2,
-        "setmaxnreg.inc.sync.aligned.u32 \t160": 1, "setmaxnreg.dec.sync.aligned.u32 \t24": 1},
+        "setmaxnreg.inc.sync.aligned.u32 \t160": 1, "setmaxnreg.dec.sync.aligned.u32 \t24": 1,
+        "ex2.approx": 396},
+    # exp2 sites (ex2.approx; each is one MUFU.EX2 in the SASS): a warp group's softmax step is 2 rows x 32
+    # columns + 2 corrections = 66, in the peeled and the main iteration: 132 a warp group, 3 x 132 = 396 at
+    # wgs=3 with pinned_exp2 (without it the compiler evaluates P's exp2 again after the P V wait at 160
+    # registers: 576). ring_order: MathOrder02 (2 more mbarriers), the same GEMMs.
+    (64, True, True, True, (("causal_pairs", True), ("o_buffer", True), ("q_stages", 2), ("ring_order", True),
+                            ("tma_store_o", True), ("wgs", 3))): {
+        "wgmma.mma_async": 72, "wgmma.commit_group": 12, "wgmma.wait_group": 12, "cp.async.bulk.tensor": 8,
+        "cp.async.bulk.wait_group.read": 6, "bar.sync": 7, "st.shared.b32": 48, "mbarrier.init": 26,
+        "setmaxnreg.inc.sync.aligned.u32 \t160": 1, "ex2.approx": 396},
+    # TUNED at hd64 (240 registers): 2 x 132 exp2 sites, the compiler evaluates each once without pinning
+    (64, True, True, True, (("causal_pairs", True), ("o_buffer", True), ("q_stages", 2), ("tma_store_o", True))): {
+        "wgmma.mma_async": 48, "wgmma.commit_group": 8, "wgmma.wait_group": 8, "ex2.approx": 264,
+        "setmaxnreg.inc.sync.aligned.u32 \t240": 1},
 }
 TRACED = {}
 
@@ -474,6 +488,60 @@ def test_three_warp_groups_chain_the_math_order():
         att.build(att.FlashAttention(head_dim=64, wgs=3, persistent=False), consumer_schedule=_middle_keeps_turn,
                   verbose=False, progress=False, cache_verdict=False)
     assert "MathOrder01" in str(e.value)
+
+
+def test_ring_order_is_a_strict_round_robin():
+    """ring_order (wgs=3): MathOrder02 from warp group 0 to 2 closes the chain, SAFE for every K/V and
+    unit count (causal pairs, O buffer); a last warp group that never hands the turn back to 0 is
+    rejected at MathOrder02, and ring_order with two warp groups is a config error."""
+    mgr = att.build(att.FlashAttention(head_dim=64, wgs=3, q_stages=2, tma_store_o=True, o_buffer=True, causal=True,
+                                       causal_pairs=True, ring_order=True),
+                    verbose=False, progress=False, cache_verdict=False)
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
+    roles = {t.name: ([r.name for r in t.src_resources], [r.name for r in t.dst_resources]) for t in mgr.tasks}
+    assert "MathOrder02" in roles["Softmax0"][1] and "MathOrder02" in roles["Softmax2"][0]
+    assert not any("MathOrder02" in n for n in roles["Softmax1"][0] + roles["Softmax1"][1])
+    with pytest.raises(ValidationError) as e:
+        att.build(att.FlashAttention(head_dim=64, wgs=3, persistent=False, ring_order=True),
+                  consumer_schedule=_last_keeps_ring_turn, verbose=False, progress=False, cache_verdict=False)
+    assert "MathOrder02" in str(e.value)
+    with pytest.raises(host.AttentionConfigError, match="ring_order=True with wgs=2"):
+        att.FlashAttention(head_dim=64, ring_order=True)
+
+
+@schedule
+def _last_keeps_ring_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
+                          units=None, chain=False, order_out=None, ring=None):
+    """Planted bug: warp group 2 waits for its ring turn but never hands it back to warp group 0."""
+    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    smem_q.wait()
+    with domain_loop(0, kv_tiles, 1):
+        if order is not None:
+            order.wait()
+        if order_out is not None:
+            order_out.acquire()
+        if ring is not None:
+            ring.acquire() if wg == 0 else ring.wait()
+        smem_k.wait()
+        smem_q.gemm_operand()
+        smem_k.mma_qk(acc_s=acc_s, wg=wg)
+        if order is not None:
+            order.release()
+        if order_out is not None:
+            order_out.commit()
+        if ring is not None and wg == 0:
+            ring.commit()
+        smem_k.retire()
+        smem_k.release()
+        scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        smem_v.wait()
+        smem_v.mma_pv(p=p, acc_o=acc_o)
+        smem_v.retire()
+        smem_v.release()
+    smem_q.release()
+    gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
 
 
 @schedule

@@ -229,7 +229,7 @@ class Scores(MemoryResource):
         row0 = (q_block * g.wgs + wg) * WG_ROWS
         col0 = stage_info.loop_offset * bN
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal)
-        amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2)
+        amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2, g.pinned_exp2)
 
     @producer_work
     def reset(self, stage_info: StageInfo, acc_o, row_max, row_sum):
@@ -285,10 +285,13 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
 
 @schedule
 def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
-                     units=None, q_ring=False, tma_store_o=False, drain_o=False, chain=False, order_out=None):
+                     units=None, q_ring=False, tma_store_o=False, drain_o=False, chain=False, order_out=None,
+                     ring=None):
     """Two warp groups: ``wg`` 0 produces the math order (it goes first), 1 consumes it.
     ``chain`` (three warp groups, 0 -> 1 -> 2): ``order`` is the turn this warp group waits for
-    (None: warp group 0), ``order_out`` the one it hands on (None: the last). Per K/V tile j:
+    (None: warp group 0), ``order_out`` the one it hands on (None: the last). ``ring`` (``ring_order``):
+    MathOrder02, produced by warp group 0 and consumed by 2, so 0's next turn also waits for 2's: a
+    strict round robin 0, 1, 2, 0, ... (the first turn is free: the pipeline starts empty). Per K/V tile j:
 
     overlap=True (FlashAttention-3's intra-warpgroup overlap): issue S_j = Q K_j^T and then
     O += P_{j-1} V_{j-1}; wait for S_j only (retire(pending=1)) and run softmax_j while the PV
@@ -312,6 +315,8 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                 order.wait()  # the previous warp group has issued this turn's GEMMs
             if order_out is not None:
                 order_out.acquire()  # the next warp group has issued its previous GEMMs
+            if ring is not None:
+                ring.acquire() if wg == 0 else ring.wait()  # 0: warp group 2 had its previous turn
             smem_k.wait()
             if q_ring:
                 smem_q.gemm_operand(q_idx=q_idx)  # Q is read by the S GEMM too, until its retire
@@ -327,6 +332,8 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                 order.release()
             if order_out is not None:
                 order_out.commit()
+            if ring is not None:
+                ring.commit() if wg == 0 else ring.release()
             if overlap:
                 with d.first_iter():
                     smem_k.retire()
@@ -408,13 +415,16 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
                         pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
                             num_stages=1, producer_group=threads(128), consumer_group=threads(128)))
               for wg in range(g.wgs - 1)]  # warp group wg hands the tensor cores to wg + 1
+    ring_order = MathOrder(name="MathOrder02", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+        num_stages=1, producer_group=threads(128), consumer_group=threads(128))) if g.ring_order else None
     queue = [wq] if wq is not None else []
     load = AttentionTask(name="LoadTask", src_resources=queue, dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
                          num_warps=1, num_registers=g.producer_regs)
     load.g = g
     load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
     tasks, outs = [load], []
-    graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue), **{o: [] for o in orders}}
+    graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue),
+             **{o: [] for o in orders + ([ring_order] if g.ring_order else [])}}
     for wg in range(g.wgs):
         scores = Scores(name=f"Scores{wg}", g=g)
         out = GmemO(name=f"GmemO{wg}", g=g, wg=wg)
@@ -422,6 +432,8 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
         order_in = orders[wg - 1] if wg > 0 else None
         order_out = orders[wg] if wg < g.wgs - 1 else None
         order_io = ([order_in] if order_in else [], [order_out] if order_out else [])
+        if g.ring_order and wg in (0, 2):  # 0 produces MathOrder02, 2 consumes it
+            order_io[1 - wg // 2].append(ring_order)
         task = AttentionTask(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + queue + order_io[0],
                              dst_resources=[scores] + ([] if g.o_through_q else [out]) + order_io[1],
                              warp_idx=4 * (1 + wg), num_warps=4,
@@ -434,6 +446,8 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
             ring["drain_o"] = True
         if g.wgs > 2:
             ring.update(chain=True, order_out=order_out)
+        if g.ring_order and wg in (0, 2):
+            ring["ring"] = ring_order
         task.schedule = (consumer_schedule or softmax_schedule)(
             smem_q, smem_k, smem_v, scores, orders[0] if g.wgs == 2 else order_in, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
             wq, units, **ring)
@@ -452,7 +466,7 @@ class FlashAttention(WorkUnits):
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
-                 tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2):
+                 tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -464,6 +478,13 @@ class FlashAttention(WorkUnits):
             raise AttentionConfigError(f"wgs={wgs}: expected 2 consumer warp groups, or 3 at head dim 64 (a 192-row "
                                        "Q block; 160 registers a thread do not hold hd128's O and S)")
         self.wgs = wgs  # consumer warp groups, 64 Q rows each: a work unit is 64 * wgs rows
+        if ring_order and wgs != 3:
+            raise AttentionConfigError(f"ring_order=True with wgs={wgs}: the strict 0 -> 1 -> 2 -> 0 turn is for three "
+                                       "consumer warp groups (wgs=3; two already alternate)")
+        self.ring_order = bool(ring_order)  # wgs=3: warp group 0's next turn also waits for warp group 2's
+        # P's exp2 as a side-effecting inline-PTX ex2, so the compiler cannot evaluate it twice (it does at
+        # 160 registers, wgs=3: amath.exp2_pinned); None: on for wgs=3 only (the 240-register TUNED is unchanged)
+        self.pinned_exp2 = (wgs == 3) if pinned_exp2 is None else bool(pinned_exp2)
         self.block_m = wgs * WG_ROWS
         # the register file (65,536) over 128 * (wgs + 1) threads: 24 for the load warp group
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs or (240 if wgs == 2 else 160)

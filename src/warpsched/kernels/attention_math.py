@@ -14,6 +14,8 @@ import math
 
 import cutlass
 import cutlass.cute as cute
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 LN2 = math.log(2.0)
 
@@ -96,12 +98,26 @@ def mask_tile(acc_s, qk_mma, row0, col0, seqlen_k: cutlass.Int32, block_n: cutla
         apply_mask(acc_s, coords, row0, col0, seqlen_k, causal)
 
 
+@dsl_user_op
+def exp2_pinned(x, *, loc=None, ip=None):
+    """exp2 (``ex2.approx.ftz.f32``, as ``cute.math.exp2(fastmath=True)``) as an inline-PTX statement
+    with side effects, so the compiler cannot recompute it: at 160 registers a thread (``wgs=3``) the
+    MLIR-to-PTX compiler otherwise evaluates every P = exp2(...) twice, once for the row sum and again
+    after the P V GEMM's wait (576 MUFU.EX2 in the SASS instead of 396)."""
+    return cutlass.Float32(llvm.inline_asm(T.f32(), [cutlass.Float32(x).ir_value(loc=loc, ip=ip)],
+                                           "ex2.approx.ftz.f32 $0, $1;", "=f,f", has_side_effects=True,
+                                           is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+                                           loc=loc, ip=ip))
+
+
 @cute.jit
-def softmax_step(acc_s, row_max, row_sum, corr, qk_mma, scale_log2: cutlass.Float32):
+def softmax_step(acc_s, row_max, row_sum, corr, qk_mma, scale_log2: cutlass.Float32,
+                 pinned_exp2: cutlass.Constexpr = False):
     """One step of the online softmax on a masked S tile, O untouched: the new running max per
     row, P = exp2(S * scale_log2 - max * scale_log2) in place of S, ``corr`` = exp2((old max -
     new max) * scale_log2) (0 while nothing was seen) and the running sum rescaled by it plus
-    this tile's P. A row whose max is still -inf (all keys masked so far) keeps P = 0."""
+    this tile's P. A row whose max is still -inf (all keys masked so far) keeps P = 0.
+    ``pinned_exp2``: P's exp2 through ``exp2_pinned`` (computed once; same instruction)."""
     s_mn = rows_view(qk_mma, acc_s)
     red = reduction_target_n(qk_mma)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
@@ -117,7 +133,10 @@ def softmax_step(acc_s, row_max, row_sum, corr, qk_mma, scale_log2: cutlass.Floa
             safe = 0.0
         max_scaled = safe * scale_log2
         for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-            s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - max_scaled, fastmath=True)
+            if cutlass.const_expr(pinned_exp2):
+                s_mn[i, j] = exp2_pinned(s_mn[i, j] * scale_log2 - max_scaled)
+            else:
+                s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - max_scaled, fastmath=True)
         corr[i] = cute.math.exp2(prev * scale_log2 - max_scaled, fastmath=True)  # prev = -inf: 0
         row_sum[i] = row_sum[i] * corr[i] + s_mn[i, None].load().reduce(cute.ReductionOp.ADD,
                                                                         cutlass.Float32.zero, 0)
