@@ -247,7 +247,6 @@ class Scores(MemoryResource):
         amath.rescale_o(acc_o, corr, v.pv_mma)
 
 
-
 @dataclass(kw_only=True)
 class MathOrder(MemoryResource):
     """The two warp groups' turn on the tensor cores: a 1-stage AsyncAsync pipeline, no data."""
@@ -287,22 +286,16 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
 def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
                      units=None, q_ring=False, tma_store_o=False, drain_o=False, chain=False, order_out=None,
                      ring=None):
-    """Two warp groups: ``wg`` 0 produces the math order (it goes first), 1 consumes it.
-    ``chain`` (three warp groups, 0 -> 1 -> 2): ``order`` is the turn this warp group waits for
-    (None: warp group 0), ``order_out`` the one it hands on (None: the last). ``ring`` (``ring_order``):
-    MathOrder02, produced by warp group 0 and consumed by 2, so 0's next turn also waits for 2's: a
-    strict round robin 0, 1, 2, 0, ... (the first turn is free: the pipeline starts empty). Per K/V tile j:
-
-    overlap=True (FlashAttention-3's intra-warpgroup overlap): issue S_j = Q K_j^T and then
-    O += P_{j-1} V_{j-1}; wait for S_j only (retire(pending=1)) and run softmax_j while the PV
-    GEMM still runs; then retire it, release V_{j-1}, and rescale O. Q is released after the
-    loop (its last GEMM has retired) and the last P V runs after that. The math-order turn
-    covers both GEMM issues. ``q_ring``: Q has 2 stages; the S GEMM reads the stage this unit waited on.
-    ``tma_store_o`` (with ``q_ring``): O goes out through the unit's Q stage (``SmemQ.store_o``), so
-    Q is released after the epilogue, not after the loop.
-    ``drain_o`` (the ``o_buffer`` epilogue): after the last work tile, wait until the warp group's
-    last TMA store of O has read its SMEM buffer (before the CTA's SMEM goes away).
-    overlap=False: S_j, wait, softmax_j, O += P_j V_j, wait (nothing overlaps inside a warp group)."""
+    """Two warp groups: ``wg`` 0 produces the math order (it goes first), 1 consumes it. ``chain`` (three,
+    0 -> 1 -> 2): ``order`` is the turn this warp group waits for (None: 0), ``order_out`` the one it hands
+    on (None: the last); ``ring`` (``ring_order``): MathOrder02, produced by 0 and consumed by 2, so 0's next
+    turn also waits for 2's: a strict round robin (the first turn is free: the pipeline starts empty).
+    overlap=True (FlashAttention-3's intra-warpgroup overlap), per K/V tile j: issue S_j and then
+    O += P_{j-1} V_{j-1} in one turn; wait for S_j only and run softmax_j while the PV GEMM runs; retire it,
+    release V_{j-1}, rescale O. Q is released after the loop, then the last P V. overlap=False: S_j, wait,
+    softmax_j, O += P_j V_j, wait. ``q_ring``: the S GEMM reads the Q stage this unit waited on.
+    ``tma_store_o``: O leaves through the unit's Q stage (Q released after the epilogue). ``drain_o``
+    (``o_buffer``): after the last tile, wait for the last TMA store's SMEM reads (before the CTA exits)."""
     if not chain:  # two warp groups, one MathOrder: 0 hands the turn to 1
         order, order_out = (None, order) if wg == 0 else (order, None)
     acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
@@ -411,12 +404,11 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
     smem_q = SmemQ(name="SmemQ", pipeline_config=q_cfg, g=g)
     smem_k = SmemK(name="SmemK", pipeline_config=k_cfg, g=g)
     smem_v = SmemV(name="SmemV", pipeline_config=v_cfg, g=g)
-    orders = [MathOrder(name="MathOrder" if g.wgs == 2 else f"MathOrder{wg}{wg + 1}",
-                        pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-                            num_stages=1, producer_group=threads(128), consumer_group=threads(128)))
+    turn = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
+                                                          consumer_group=threads(128))
+    orders = [MathOrder(name="MathOrder" if g.wgs == 2 else f"MathOrder{wg}{wg + 1}", pipeline_config=turn)
               for wg in range(g.wgs - 1)]  # warp group wg hands the tensor cores to wg + 1
-    ring_order = MathOrder(name="MathOrder02", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-        num_stages=1, producer_group=threads(128), consumer_group=threads(128))) if g.ring_order else None
+    ring_order = MathOrder(name="MathOrder02", pipeline_config=turn) if g.ring_order else None  # 2 hands it to 0
     queue = [wq] if wq is not None else []
     load = AttentionTask(name="LoadTask", src_resources=queue, dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
                          num_warps=1, num_registers=g.producer_regs)
@@ -424,7 +416,7 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
     load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
     tasks, outs = [load], []
     graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue),
-             **{o: [] for o in orders + ([ring_order] if g.ring_order else [])}}
+             **{o: [] for o in orders + [ring_order] if o is not None}}
     for wg in range(g.wgs):
         scores = Scores(name=f"Scores{wg}", g=g)
         out = GmemO(name=f"GmemO{wg}", g=g, wg=wg)
@@ -432,7 +424,7 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
         order_in = orders[wg - 1] if wg > 0 else None
         order_out = orders[wg] if wg < g.wgs - 1 else None
         order_io = ([order_in] if order_in else [], [order_out] if order_out else [])
-        if g.ring_order and wg in (0, 2):  # 0 produces MathOrder02, 2 consumes it
+        if g.ring_order and wg != 1:  # 0 produces MathOrder02, 2 consumes it
             order_io[1 - wg // 2].append(ring_order)
         task = AttentionTask(name=f"Softmax{wg}", src_resources=[smem_q, smem_k, smem_v] + queue + order_io[0],
                              dst_resources=[scores] + ([] if g.o_through_q else [out]) + order_io[1],
@@ -445,9 +437,7 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
         if g.o_buffer:
             ring["drain_o"] = True
         if g.wgs > 2:
-            ring.update(chain=True, order_out=order_out)
-        if g.ring_order and wg in (0, 2):
-            ring["ring"] = ring_order
+            ring.update(chain=True, order_out=order_out, **({"ring": ring_order} if g.ring_order and wg != 1 else {}))
         task.schedule = (consumer_schedule or softmax_schedule)(
             smem_q, smem_k, smem_v, scores, orders[0] if g.wgs == 2 else order_in, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
             wq, units, **ring)
@@ -482,9 +472,8 @@ class FlashAttention(WorkUnits):
             raise AttentionConfigError(f"ring_order=True with wgs={wgs}: the strict 0 -> 1 -> 2 -> 0 turn is for three "
                                        "consumer warp groups (wgs=3; two already alternate)")
         self.ring_order = bool(ring_order)  # wgs=3: warp group 0's next turn also waits for warp group 2's
-        # P's exp2 as a side-effecting inline-PTX ex2, so the compiler cannot evaluate it twice (it does at
-        # 160 registers, wgs=3: amath.exp2_pinned); None: on for wgs=3 only (the 240-register TUNED is unchanged)
-        self.pinned_exp2 = (wgs == 3) if pinned_exp2 is None else bool(pinned_exp2)
+        # P's exp2 computed once (amath.exp2_pinned; the compiler evaluates it twice at wgs=3's 160 registers)
+        self.pinned_exp2 = (wgs == 3) if pinned_exp2 is None else bool(pinned_exp2)  # None: wgs=3 only
         self.block_m = wgs * WG_ROWS
         # the register file (65,536) over 128 * (wgs + 1) threads: 24 for the load warp group
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs or (240 if wgs == 2 else 160)
