@@ -23,14 +23,11 @@ attention_units.py); ``persistent=False``: one CTA per unit. 384 threads in thre
                                             q.release; v.wait; O += P V (last); v.retire; v.release
                                             o.store (O / sum -> global, LSE)
 
-MathOrder is a 1-stage AsyncAsync pipeline from Softmax0 to Softmax1 with no data: the two warp
-groups issue their GEMMs in turn (0, 1, 0, 1, ...), so one warp group's softmax runs while the
-other's GEMMs hold the tensor cores. Inside a warp group, softmax_j runs while O += P_{j-1}
-V_{j-1} is in flight (``overlap=False``: no overlap). Both warp groups consume every K and V
-stage. The K/V loop length is read per unit (``AttentionTask.kv_tiles_of``; without persistence
-a ``trip_count``): the checker proves every count >= 1, and every number of units per CTA.
-Epilogues: attention_epilogue.py. Host side: ``attention_host`` (``warpsched.ops.attention``;
-``TUNED``, the default options). docs/attention.md has the details.
+MathOrder (a 1-stage AsyncAsync pipeline, no data) makes the warp groups issue their GEMMs in turn,
+so one's softmax runs while the other's GEMMs hold the tensor cores; inside a warp group softmax_j
+overlaps O += P_{j-1} V_{j-1}. The K/V loop length is read per unit (``kv_tiles_of``; without
+persistence a ``trip_count``): the checker proves every count >= 1 and every number of units per CTA.
+Epilogues: attention_epilogue.py; host side: attention_host (``TUNED`` defaults). docs/attention.md.
 """
 from __future__ import annotations
 
@@ -294,8 +291,7 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
     O += P_{j-1} V_{j-1} in one turn; wait for S_j only and run softmax_j while the PV GEMM runs; retire it,
     release V_{j-1}, rescale O. Q is released after the loop, then the last P V. overlap=False: S_j, wait,
     softmax_j, O += P_j V_j, wait. ``q_ring``: the S GEMM reads the Q stage this unit waited on.
-    ``tma_store_o``: O leaves through the unit's Q stage (Q released after the epilogue). ``drain_o``
-    (``o_buffer``): after the last tile, wait for the last TMA store's SMEM reads (before the CTA exits)."""
+    ``tma_store_o``: O leaves through Q's stage. ``drain_o`` (``o_buffer``): wait for the last O store's reads."""
     if not chain:  # two warp groups, one MathOrder: 0 hands the turn to 1
         order, order_out = (None, order) if wg == 0 else (order, None)
     acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
@@ -469,8 +465,7 @@ class FlashAttention(WorkUnits):
                                        "Q block; 160 registers a thread do not hold hd128's O and S)")
         self.wgs = wgs  # consumer warp groups, 64 Q rows each: a work unit is 64 * wgs rows
         if ring_order and wgs != 3:
-            raise AttentionConfigError(f"ring_order=True with wgs={wgs}: the strict 0 -> 1 -> 2 -> 0 turn is for three "
-                                       "consumer warp groups (wgs=3; two already alternate)")
+            raise AttentionConfigError(f"ring_order=True with wgs={wgs}: the strict 0 -> 1 -> 2 -> 0 turn needs wgs=3")
         self.ring_order = bool(ring_order)  # wgs=3: warp group 0's next turn also waits for warp group 2's
         # P's exp2 computed once (amath.exp2_pinned; the compiler evaluates it twice at wgs=3's 160 registers)
         self.pinned_exp2 = (wgs == 3) if pinned_exp2 is None else bool(pinned_exp2)  # None: wgs=3 only
@@ -516,10 +511,6 @@ class FlashAttention(WorkUnits):
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
-
-    def describe(self):
-        return (f"{self.dtype.__name__} hd{self.head_dim} {'causal' if self.causal else 'non-causal'} "
-                f"tile 128x{self.block_n} kv stages {self.kv_stages} q stages {self.q_stages}")
 
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
