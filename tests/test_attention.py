@@ -438,6 +438,32 @@ def test_tuned_default_is_a_checked_program(ptx):
     assert VERDICTS.get(TRACED[key]).verdict == "SAFE"
 
 
+def test_tuned_options_per_problem():
+    """Non-causal hd64 runs three consumer warp groups; causal keeps TUNED (wgs=3 lost there on the
+    H200); causal_pairs only in causal keys (it changes nothing else)."""
+    assert host.tuned_options(128, True) == host.TUNED
+    assert host.tuned_options(64, True) == host.TUNED
+    assert host.tuned_options(64, False) == {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "wgs": 3}
+    assert host.tuned_options(128, False) == {"q_stages": 2, "tma_store_o": True, "o_buffer": True}
+    assert host.tuned_options(64, False) is not host.tuned_options(64, False)  # callers may edit it
+
+
+def test_tuned_hd64_default_is_a_checked_program(ptx):
+    """The non-causal hd64 default is the program `warpsched check
+    examples/hopper/attention.py:build_tuned_hd64` proves, and its PTX is pinned."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "examples" / "hopper" / "attention.py"
+    spec = importlib.util.spec_from_file_location("attention_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    key = (64, False, True, True, tuple(sorted(host.tuned_options(64, False).items())))
+    assert key in TRACED, "the hd64 non-causal default's PTX must be pinned in EXPECTED"
+    mgr = example.build_tuned_hd64(verbose=False, exhaustive_deadlock_race_check=False)
+    assert mgr.fingerprint == TRACED[key]
+    assert VERDICTS.get(TRACED[key]).verdict == "SAFE"
+
+
 @pytest.mark.parametrize("wgs", [2, 3])
 @pytest.mark.parametrize("sq,sk,heads,kv_heads,batches,ctas", [
     (1024, 1024, 16, 16, 16, 132), (4096, 4096, 16, 16, 4, 132), (16384, 16384, 32, 32, 1, 132),

@@ -129,8 +129,18 @@ def test_key_separates_shape_dtypes_and_device():
     assert k == "gemm|64|4096|4096|bfloat16|bfloat16|bfloat16|NVIDIA H200"
     others = {tune.cache_key(65, 4096, 4096, "bfloat16", "bfloat16", "bfloat16", "NVIDIA H200"),
               tune.cache_key(64, 4096, 4096, "float8_e4m3fn", "float8_e5m2", "bfloat16", "NVIDIA H200"),
-              tune.cache_key(64, 4096, 4096, "bfloat16", "bfloat16", "bfloat16", "NVIDIA H100")}
-    assert k not in others and len(others) == 3
+              tune.cache_key(64, 4096, 4096, "bfloat16", "bfloat16", "bfloat16", "NVIDIA H100"),
+              tune.cache_key(64, 4096, 4096, "bfloat16", "bfloat16", "bfloat16", "NVIDIA H200", deterministic=False)}
+    assert k not in others and len(others) == 4
+
+
+def test_nondeterministic_kernels_only_when_asked():
+    """The atomic split-K adds fp32 partials in arrival order (bits vary between calls): the default
+    candidates never include it; deterministic=False adds it for small M."""
+    for M in (1, 64, 256, 4096):
+        assert all(c.get("split_reduce") != "atomic" for c in tune.candidates(M, 4096, 14336))
+    assert any(c.get("split_reduce") == "atomic" for c in tune.candidates(64, 4096, 14336, deterministic=False))
+    assert any(c["tile_mn"] == (64, 32) for c in tune.candidates(64, 4096, 4096))  # cuBLAS's small-M tile
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (64, 4096, 14336), (256, 128256, 4096), (1024, 1024, 1024),

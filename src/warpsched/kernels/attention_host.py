@@ -75,19 +75,33 @@ def compiled(kern_key, args):
     return _CACHE[kern_key]
 
 
+def tuned_options(head_dim, causal):
+    """What ``prepare`` compiles without tuning keywords: ``TUNED``, and for non-causal hd64 three
+    consumer warp groups (``wgs=3``: a 192-row Q block, P's exp2 pinned), which measured 1.02x
+    (16x16x1024) and 1.15x (4x16x4096) TUNED on the H200; causal hd64 stays on two warp groups
+    (wgs=3 lost there: 174 against 275 TFLOP/s at 16x16x1024). ``causal_pairs`` only changes causal
+    kernels, so it is left out of non-causal keys. docs/attention.md."""
+    options = dict(TUNED)
+    if not causal:
+        options.pop("causal_pairs", None)
+        if head_dim == 64:
+            options["wgs"] = 3
+    return options
+
+
 def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
     """Check the inputs, compile (once per dtype / head dim / causal) and return
     ``(launch, out, lse)``: ``launch()`` runs the kernel again on the same tensors without the
     host-side checks and conversions (what a benchmark times). ``options``: FlashAttention's
-    tuning keywords (block_n, kv_stages, overlap, q_stages, ...); none given: ``TUNED`` (or the
-    single-stage Q when a caller's ``out`` cannot be written by TMA)."""
+    tuning keywords (block_n, kv_stages, overlap, q_stages, ...); none given: ``tuned_options``
+    (or the single-stage Q when a caller's ``out`` cannot be written by TMA)."""
     check_args(q, k, v)
     import torch
 
-    if not options:
-        options = dict(TUNED) if out is None or _tma_aligned(out) else {}
-
     B, H, Sq, D = q.shape
+    if not options:
+        options = tuned_options(D, causal) if out is None or _tma_aligned(out) else {}
+
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
     if out is None:
         out = torch.empty_like(q)

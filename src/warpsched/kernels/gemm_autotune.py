@@ -25,10 +25,13 @@ class AutotuneWarning(UserWarning):
     """The autotune cache could not be read or written (tuning goes on without it)."""
 
 
-def cache_key(M: int, N: int, K: int, a_dtype, b_dtype, out_dtype, device_name: str) -> str:
-    """One key per problem: shape, the three dtypes (torch or plain names) and the device name."""
+def cache_key(M: int, N: int, K: int, a_dtype, b_dtype, out_dtype, device_name: str,
+              deterministic: bool = True) -> str:
+    """One key per problem: shape, the three dtypes (torch or plain names) and the device name;
+    a choice made with ``deterministic=False`` has its own key (it may be a nondeterministic one)."""
     names = [str(d).replace("torch.", "") for d in (a_dtype, b_dtype, out_dtype)]
-    return "|".join(["gemm", str(int(M)), str(int(N)), str(int(K)), *names, str(device_name)])
+    return "|".join(["gemm", str(int(M)), str(int(N)), str(int(K)), *names, str(device_name)]
+                    + ([] if deterministic else ["nondeterministic"]))
 
 
 def normalize(config: Dict) -> Dict:
@@ -39,22 +42,27 @@ def normalize(config: Dict) -> Dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
 
 
-def candidates(M: int, N: int, K: int, fp8: bool = False) -> List[Dict]:
+def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True) -> List[Dict]:
     """The handful of configurations tried for a shape (what won somewhere in the H200 sweep).
     Few output tiles (small M): narrow tiles and split-K ("auto": only where the tiles leave
     SMs idle); many: the 128x256 / 256x128 tiles, the other raster order, a wider raster group,
     B multicast over a 2x1 cluster and ping-pong. fp8 has the same list (its K tile is 128).
     M <= 64 also tries the atomic in-kernel split-K (one launch, no host reduction: the fastest
     on 64 x 4096 x {4096, 14336} on the H200); serial and parallel in-kernel split-K are not
-    tried: they never won. The 64x32 / 64x64 tiles (in 1x2 clusters) are not here until an H200
-    run has checked and timed them (benchmarks/gemm_small_m.py, docs/gemm.md)."""
+    tried: they never won. The atomic split sums in whatever order the shares arrive, so its
+    result can differ in the last bits from one call to the next: only ``deterministic=False``
+    tries it. 64x32 tiles (cuBLAS's choice at 64 x 4096 x 4096: many CTAs, no split) won
+    64x4096x4096 on the H200 (benchmarks/results/gemm_focus_s20_h200.log)."""
     del K, fp8  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
     if M <= 64:  # memory-bound on B: many CTAs streaming it, K split and reduced in the kernel
-        return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
-                dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
-                dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"),
-                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
+        out = [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
+               dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
+               dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), cluster_mn=(1, 2)),
+               dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
+        if not deterministic:
+            out.append(dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))
+        return out
     if M <= 256:
         return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                 dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(256, 128)),

@@ -117,7 +117,7 @@ def _scale(s) -> float:
 
 
 def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
-         config: Union[str, Dict] = "auto", cache: Optional[_tune.TuneCache] = None):
+         config: Union[str, Dict] = "auto", cache: Optional[_tune.TuneCache] = None, deterministic: bool = True):
     """out = a @ b for bf16 / fp16 (out the same dtype), or (a @ b) * scale_a * scale_b for fp8
     a (e4m3 / e5m2) and b (e4m3 / e5m2) with fp32 accumulation and a bf16 (default) or fp16 out.
 
@@ -126,7 +126,9 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     per-tensor scales (floats or one-element tensors). ``config``: "auto" (the tuned choice for
     this shape, dtypes and device, cached on disk: see warpsched.kernels.gemm_autotune), "default"
     (cooperative 128x256, split-K when few tiles) or a configuration dict (schedule, tile_mn,
-    raster, group, cluster_mn, split_k, split_reduce). Returns ``out``."""
+    raster, group, cluster_mn, split_k, split_reduce). ``deterministic`` (default): "auto" only
+    picks kernels whose result is the same bits on every call; False also tries the atomic
+    split-K for small M (fp32 atomic adds in arrival order). Returns ``out``."""
     M, N, K, o_t = check(a, b, out, out_dtype)
     fp8 = _name(a.dtype) in FP8
     if not fp8 and (scale_a is not None or scale_b is not None):
@@ -144,8 +146,9 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     elif isinstance(config, dict):
         cfg = _tune.normalize(config)
     elif config == "auto":
-        key = _tune.cache_key(M, N, K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device))
-        cands = _tune.candidates(M, N, K, fp8)
+        key = _tune.cache_key(M, N, K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
+                              deterministic)
+        cands = _tune.candidates(M, N, K, fp8, deterministic)
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(lambda: gp.gemm(a, bt, out, alpha=alpha, **c)),
                                 cache or _tune.TuneCache())
     else:
