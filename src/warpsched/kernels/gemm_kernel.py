@@ -23,12 +23,14 @@ class PersistentGemm:
     16384: one warp group holds the whole fp32 accumulator; pingpong: a ring per warp group,
     pingpong_shared: one ring both release, see gemm_program.mma_shared_schedule). ``raster``: "m" (walk ``group`` M tiles down a
     column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
-    (the SM count). ``ab_stages``: override the ring depth (per ring)."""
+    (the SM count). ``ab_stages``: override the ring depth (per ring). ``skip`` (pingpong_shared):
+    the warp group that does not own a tile skips its stages instead of waiting for and releasing
+    them (gemm_program.mma_skip_schedule)."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
-                 b_dtype=None, split_reduce="host"):
+                 b_dtype=None, split_reduce="host", skip=False):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -57,6 +59,12 @@ class PersistentGemm:
         if self.clustered and schedule == "pingpong_shared":
             raise GemmConfigError(f"cluster_mn={cluster_mn}: pingpong_shared runs without a cluster (its shared ring's "
                                   "multicast is not built); use pingpong or cooperative for clusters")
+        if skip and schedule != "pingpong_shared":
+            raise GemmConfigError(f"skip=True with schedule={schedule!r}: only pingpong_shared's one ring has "
+                                  "stages a math warp group skips; drop skip or use schedule='pingpong_shared'")
+        # pingpong_shared, skip=True: only a tile's owner waits for and releases its stages, the other
+        # warp group skips them (gemm_program.mma_skip_schedule)
+        self.skip = bool(skip)
         if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
             raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
         self.schedule = schedule
@@ -119,7 +127,8 @@ class PersistentGemm:
                 f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}"
                 + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
                 + (f" split-K {self.split_reduce}" if self.serial else " split-K fp32" if self.split_k else "")
-                + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else ""))
+                + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else "")
+                + (" skip" if self.skip else ""))
 
     def epilogue_copy(self, tiled_mma):
         """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""

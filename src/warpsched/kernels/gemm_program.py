@@ -103,6 +103,55 @@ def mma_shared_schedule(ring, gmem_c, wq, k_tiles, units, wg, pass_release=True)
     gmem_c.drain()
 
 
+@schedule
+def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_extra=False, wait_turn=True):
+    """pingpong_shared with ``skip=True``, CUTLASS's ping-pong: a tile's owner alone waits for and
+    releases its stages (the ring's consumer group is one warp group); the other warp group only
+    moves its ring position past them (``ring.skip()``: no barrier operation), so an epilogue never
+    holds back the load warp. ``mine`` / ``theirs``: this warp group's and the other's turn
+    pipelines. After its mainloop the owner commits ``mine``; the other waits for that turn in the
+    same tile before it goes on. That wait is what makes the skip sound: a warp group that skipped
+    a whole tile could otherwise wait on a stage whose barrier is two phases behind, and parity
+    would let it through (the checker finds the race without it). It also makes the mainloops take
+    turns, and as each tile's turn is taken in that tile, every ownership sequence is balanced.
+    ``skip_extra`` / ``wait_turn=False``: the rejected twins (one stage too many skipped per tile;
+    no turn wait)."""
+    acc, frag_a, frag_b = ring.init_acc()
+    with work_tile_loop(wq, tile_count=units):
+        even = ring.owns()  # this CTA's tile count so far is even: Mma0's tile
+        own, other = (when_true, when_false) if wg == 0 else (when_false, when_true)
+        with domain_loop(0, k_tiles, 1) as d:
+            with own(even):
+                ring.wait()
+                with d.first_iter():
+                    ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
+                with d.every(1, start=1):
+                    ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
+                    ring.retire(pending=1)  # the previous stage's wgmmas have retired ...
+                    ring.release()  # ... so it is released
+            with other(even):
+                ring.skip()  # the owner's stage: this warp group's position moves past it
+                if skip_extra:
+                    with d.first_iter():
+                        ring.skip()
+        with own(even):
+            mine.acquire()  # the other warp group took this warp group's previous turn
+            mine.commit()  # every stage of this tile was waited for: the other may go on
+        if wait_turn:
+            with other(even):
+                theirs.wait()
+                theirs.release()
+        ring.retire()  # unguarded: ptxas serializes every wgmma when a path may skip the wait
+        with own(even):
+            ring.release()
+            gmem_c.store(acc=acc)
+        wq.try_wait()
+        wq.wait()
+        wq.get_and_advance_work_tile()
+        wq.release()
+    gmem_c.drain()
+
+
 # ---------------------------------------------------------------------------------- program
 class GemmTask(Task):
     """A GEMM task; with split-K its K loop length is a per-unit domain provider."""
@@ -115,7 +164,7 @@ class GemmTask(Task):
 
 
 def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), pass_release=True,
-          verbose=True, **manager_options):
+          skip_twin=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the PersistentGemm being traced (on the CPU: ``gemm_host.build`` makes a default one;
@@ -123,7 +172,9 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
     the kernel's runtime K-tile count and the number of work units this CTA runs (None on the
     CPU); the checker proves every value >= 1 of each. ``turns``: the MathOrder side of Mma0 and
     Mma1 (pingpong, see ``mma_schedule``). ``pass_release``: pingpong_shared's Mma0 releases
-    Mma1's stages (False: the rejected twin, see ``mma_shared_schedule``)."""
+    Mma1's stages (False: the rejected twin, see ``mma_shared_schedule``). ``skip_twin``
+    (pingpong_shared, skip=True): None, "skip_extra" or "no_turn_wait", the rejected twins of
+    ``mma_skip_schedule``."""
     if schedule is not None and schedule != g.schedule:
         raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
     U = trip_count("units_per_cta", units_per_cta)
@@ -138,7 +189,8 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
     rings, outs = [], []
     cm, cn = g.cluster_mn
     # one release arrival per consumer warp and per CTA that multicasts into this one (shared: both math tasks')
-    releasing_warps = 4 * g.wgs_per_mma_task * (g.math_tasks if g.shared_ring else 1) * (cm + cn - 1)
+    skip = getattr(g, "skip", False)  # pingpong_shared, skip=True: the owner alone releases a stage
+    releasing_warps = 4 * g.wgs_per_mma_task * (g.math_tasks if g.shared_ring and not skip else 1) * (cm + cn - 1)
     for r in range(g.rings):
         cfg = PipelineConfig.create_tma_async_pipeline_cfg(
             num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=threads(1),
@@ -173,11 +225,22 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
         load.schedule = load_schedule(gmem_ab, ring, wq, K, U, 0)
         tasks.append(load)
         graph[ring] = [gmem_ab, wq]
+        turn = []
+        if skip:  # Turn<w>: warp group w's mainloop of its tile is issued (producer w, consumer the other)
+            turn = [MathOrder(name=f"Turn{w}", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+                num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads)))
+                for w in range(2)]
+            graph.update({t: [] for t in turn})
         for w, out in enumerate(outs):
-            mma = GemmTask(name=f"MmaTask{w}", src_resources=[ring, wq], dst_resources=[out], warp_idx=4 * (1 + w),
-                           num_warps=4, num_registers=regs[1])
+            mma = GemmTask(name=f"MmaTask{w}", src_resources=[ring, wq] + turn[1 - w:2 - w],
+                           dst_resources=[out] + turn[w:w + 1], warp_idx=4 * (1 + w), num_warps=4,
+                           num_registers=regs[1])
             mma.g = g
-            mma.schedule = mma_shared_schedule(ring, out, wq, K, U, w, pass_release)
+            if skip:
+                mma.schedule = mma_skip_schedule(ring, out, wq, K, U, w, turn[w], turn[1 - w],
+                                                 skip_twin == "skip_extra", skip_twin != "no_turn_wait")
+            else:
+                mma.schedule = mma_shared_schedule(ring, out, wq, K, U, w, pass_release)
             tasks.append(mma)
             graph[out] = [ring, wq]
     for r, (ring, out) in enumerate(zip(rings, outs) if not g.shared_ring else ()):

@@ -23,7 +23,7 @@ from ..model.ir import Section, StepKind
 from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
 from ..model.tripcount import TripCount, runtime_bound
 from ..protocol.barriers import CLC_RESPONSE_BYTES
-from ..protocol.plan import SYNC_KINDS, Counter, LaneMode, config_of
+from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
 from . import LoweringError
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
@@ -124,6 +124,14 @@ class TaskEmitter:
             raise LoweringError(f"no counter for {kind.label}", task=self.task, resource=res)
         return c
 
+    def _skip_counters(self, s):
+        sp = self._side(s.resource, s.kind.side)
+        if sp is None or not sp.skip_counters:
+            raise LoweringError(f"{s.kind.label} on a resource this task neither waits on nor releases",
+                                task=self.task, resource=s.resource, location=s.location,
+                                fix="skip only stages of a ring the task also waits on and releases")
+        return sp.skip_counters
+
     @staticmethod
     def _skey(res, counter: Counter) -> StateKey:
         return StateKey(id(res), counter.name)
@@ -154,6 +162,9 @@ class TaskEmitter:
                 for c in self._side(res, side).counters:
                     keys[self._skey(res, c)] = None
                 keys[self._cur(res, side)] = None
+            if s.kind is SKIP_KIND and self._pipelined(res):
+                for c in self._skip_counters(s):
+                    keys[self._skey(res, c)] = None
             for tok in s.returns:
                 keys[self._tkey(tok)] = None
             if s.kind is StepKind.QueueAdvance and self._pipelined(res):
@@ -489,6 +500,13 @@ class TaskEmitter:
             return self._clc_advance(env, s)
         if kind in SYNC_KINDS:
             self._sync(env, s)
+            return
+        if kind is SKIP_KIND:
+            # register-only: the counters the task's own wait / release use move one stage on
+            for c in self._skip_counters(s):
+                new = env[self._skey(res, c)].clone()
+                new.advance() if c.stride == 1 else new.advance(c.stride)
+                env[self._skey(res, c)] = new
             return
         if kind in WORK_KINDS:
             self._work(env, s, frame)

@@ -37,6 +37,8 @@ class StepKind(enum.Enum):
     ConsumerWork = ("ConsumerWork", "ConsWrk", "consumer", False)
     ConsumerAux = ("ConsumerAux", "ConsAux", "consumer", False)
     ConsumerRelease = ("ConsumerRelease", "ConsRel", "consumer", True)
+    # the consumer's position moves one stage on without waiting or arriving (another task owns it)
+    ConsumerSkip = ("ConsumerSkip", "ConsSkp", "consumer", True)
     QueueFetch = ("QueueFetch", "QFetch", "producer", False)
     QueueAdvance = ("QueueAdvance", "QAdvnc", "consumer", False)
     PdlWait = ("PdlWait", "PdlWait", None, True)
@@ -74,6 +76,7 @@ SYNC_VERBS = {
     "try_wait": StepKind.ConsumerTryWait,
     "wait": StepKind.ConsumerWait,
     "release": StepKind.ConsumerRelease,
+    "skip": StepKind.ConsumerSkip,
 }
 # The blocking verb each try_ verb belongs to.
 TRY_PAIRS = {StepKind.ProducerTryAcquire: StepKind.ProducerAcquire, StepKind.ConsumerTryWait: StepKind.ConsumerWait}

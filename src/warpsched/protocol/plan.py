@@ -47,6 +47,12 @@ OPENING = {StepKind.ProducerAcquire: PRODUCER, StepKind.ConsumerWait: CONSUMER}
 CLOSING = {StepKind.ProducerCommit: PRODUCER, StepKind.ConsumerRelease: CONSUMER}
 OPEN_KIND = {side: kind for kind, side in OPENING.items()}
 CLOSE_KIND = {side: kind for kind, side in CLOSING.items()}
+# ``skip``: a consumer passes one stage it does not own (another consumer task waits for and
+# releases it): every counter of the task's consumer side moves on by the side's stride, no
+# barrier operation. Not a barrier verb (outside SYNC_KINDS); the counters are the ones the task's
+# own wait / release define (``SidePlan.skip_counters``), so the lowering and the checker advance
+# the same ones.
+SKIP_KIND = StepKind.ConsumerSkip
 # the barrier each verb waits on (acquire, wait) or arrives at (commit, release)
 VERB_BARRIER = {StepKind.ProducerTryAcquire: EMPTY, StepKind.ProducerAcquire: EMPTY, StepKind.ProducerCommit: FULL,
                 StepKind.ConsumerTryWait: FULL, StepKind.ConsumerWait: FULL, StepKind.ConsumerRelease: EMPTY}
@@ -117,12 +123,18 @@ def tma_bytes_per_cta(config, task_num_warps: int) -> Tuple[int, int, str]:
         f" / {pair} CTAs of a pair" if pair > 1 else "")
 
 
+def skips(program: Program, task, resource) -> bool:
+    """The task skips stages of ``resource`` (``skip``): it waits for and releases only some."""
+    return any(s.kind is SKIP_KIND and s.resource is resource for s in program.steps_of(task))
+
+
 def expected_groups(program: Program, resource, side: str) -> List[Tuple[Any, SideCount, Tuple[Any, ...]]]:
     """The cooperative-group size the side's barrier needs, from the tasks whose operations
     arrive on it: ``[(task, SideCount, tasks that make it)]``, one entry per task when the
     signaling verb is interleaved (each task or warp signals its own lane's stages, so every
     entry must be the same size), else one summed entry (every task arrives on every stage).
-    Empty when no task signals the side. The static checks compare a declared group with it; a
+    Consumers that all ``skip`` (each stage released by the one task that owns it, the others
+    skip it) count per task too. Empty when no task signals the side. The static checks compare a declared group with it; a
     group left out is derived from it."""
     cfg = resource.pipeline_config
     verb = signaling_verb(cfg, side)
@@ -131,6 +143,8 @@ def expected_groups(program: Program, resource, side: str) -> List[Tuple[Any, Si
     per_task = [(t, expected_group_size(cfg, side, op_warps(cfg, verb, t.num_warps)), (t,)) for t in tasks]
     if len(per_task) <= 1 or role_stride(cfg, verb) > 1:
         return per_task
+    if side == CONSUMER and all(skips(program, t, resource) for t in tasks):
+        return per_task  # each stage is released by the one task that did not skip it
     alts = [sc.alternative for _, sc, _ in per_task]
     how = " + ".join(f"{t.name}: {sc.derivation}" for t, sc, _ in per_task)
     return [(per_task[0][0], SideCount(sum(sc.arrivals for _, sc, _ in per_task), how,
@@ -355,6 +369,12 @@ class SidePlan:
     def warp_lane(self) -> bool:
         return any(c.lane_mode is LaneMode.WARP for c in self.counters)
 
+    @property
+    def skip_counters(self) -> Tuple[Counter, ...]:
+        """What one ``skip`` advances: every counter of this (consumer) side, each by its stride
+        (split wait / release counters both, so the next wait and release land on the stage after)."""
+        return self.counters if self.side == CONSUMER else ()
+
     def advances(self, kind: StepKind) -> Optional[Counter]:
         """The counter ``kind`` advances after it runs, if any."""
         c = self.counter_for(kind)
@@ -564,6 +584,6 @@ def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
 
 __all__ = ["Arming", "BarrierArray", "CLOSE_KIND", "CLOSING", "Counter", "FULL", "EMPTY", "GROUP_VERBS", "GroupPlan", "LaneMode",
            "PairRoute", "cta_gated", "verb_signaling",
-           "OPEN_KIND", "OPENING", "PipelinePlan", "SHARED_BARRIERS", "SidePlan", "SyncPlan", "VERB_BARRIER", "VERB_COUNTER",
+           "OPEN_KIND", "OPENING", "PipelinePlan", "SHARED_BARRIERS", "SKIP_KIND", "SidePlan", "SyncPlan", "VERB_BARRIER", "VERB_COUNTER",
            "config_of", "counter_plan", "counter_stride", "is_producer_counter", "op_warps", "role_stride",
            "signaling_verb", "tma_bytes_per_cta", "tx_per_arming_warp"]

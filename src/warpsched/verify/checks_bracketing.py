@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import Dict, Iterable, List
 
 from ..errors import Finding
+from ..model.enums import WorkAttr
 from ..model.ir import TRY_PAIRS, ScheduleResult, Step, StepKind
+from ..model.resources import work_spec_of
 from ..model.task import Task
 from ..protocol.barriers import protocol_of
 from . import checks_dataflow
@@ -223,7 +225,20 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                         f"{n}.wait() before {n}.release() (or, split-consumer: a wait on a resource downstream of "
                         f"{n} while another task waits on {n})",
                         f"wait first: {n}.wait(); <work>; {n}.release()")
+            elif k is StepKind.ConsumerSkip:
+                if c:
+                    add(f"{n}.skip() while the stage waited at {c[-1].location} is not released yet", s, r,
+                        f"every {n}.wait() of this task released before it skips a stage",
+                        f"release the waited stage first: a skip moves the position this task's {n}.release() uses")
+                if not (ctx.releases(r, t) and any(x.kind is StepKind.ConsumerWait and x.resource is r
+                                                   for x in steps(program, t))):
+                    add(f"{n}.skip() in a task that never waits for and releases {n}", s, r,
+                        f"{n}.wait() and {n}.release() on the stages this task owns, {n}.skip() on the others",
+                        f"skip only on a ring the task also consumes (a task that reads no stage of {n} "
+                        f"needs no position in it: drop the skip)")
             elif k in (StepKind.ConsumerWork, StepKind.QueueAdvance):
+                if k is StepKind.ConsumerWork and _wgmma_wait(r, s):
+                    continue  # wgmma.wait_group reads no stage: it may run where this task holds none
                 ok = c or proxy_open(r) or (p and self_edge(program, r))
                 if not ok:
                     add(f"consumer work {n}.{s.method}() runs outside a wait()/release() bracket", s, r,
@@ -246,6 +261,11 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                 f"{n}.release() after each {n}.wait() in some task",
                 f"add {n}.release() after the consumer work (or release it in the split-consumer task)")
     return out
+
+
+def _wgmma_wait(r, s: Step) -> bool:
+    spec = work_spec_of(getattr(type(r), s.method, None))
+    return spec is not None and WorkAttr.WGMMA_WAIT in spec.attrs
 
 
 def _dma(ctx: _Context, t: Task, s: Step, down, cons, released, proxy_open, add) -> None:

@@ -59,6 +59,7 @@ class Op(str, enum.Enum):
     WORK = "work"
     PDL_WAIT = "pdl_wait"
     PDL_LAUNCH = "pdl_launch"
+    SKIP = "skip"  # a consumer's counters move one stage on: no barrier, no bytes
 
 
 OPENING_OPS = (Op.ACQUIRE, Op.WAIT)
@@ -155,6 +156,7 @@ class LoopGroup:
     modulus: int = 1
     residue: int = 0
     lift_period: int = 1  # an exact group's far end moves closer only by multiples of this
+    gap_period: int = 1  # a symbolic group's gap shrinks by multiples of this (a skipping member's cursor period)
     describe: str = "every count >= 1"  # what the verdict covers, for people
     symbol: str = "N"
     abs: tuple = ()  # the declared set before it is made relative: ('exact', N) / ('min', m, d) / ('first', ...)

@@ -277,6 +277,11 @@ class Engine(MacroMixin, LoopsMixin):
         label = (e, "step", es[PC])
         if op is Op.NOP:
             return self._with_keys(state, e, es, a, label, es[PC] + 1)
+        if op is Op.SKIP:  # the consumer's position moves on; it neither waits nor arrives
+            curs = list(es[CUR])
+            self._advance(curs, a.advance, self.execs[e])
+            es2 = es[:CUR] + (tuple(curs),) + es[CUR + 1:]
+            return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
         if op is Op.PDL_WAIT:
             es2 = es[:WAITED] + (True,)
             st = self._set_exec(state, e, es2, pc=es[PC] + 1)

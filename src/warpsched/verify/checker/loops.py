@@ -95,7 +95,7 @@ class LoopsMixin:
             # re-checked without lifting (run_checker) and UNSAFE is always real at N
             if not self.exact_lift:
                 return self._shift_only(dec, bound, nvs, active, lcm, tiles)
-        period = grp.lift_period if exact else lcm
+        period = grp.lift_period if exact else max(lcm, grp.gap_period if grp is not None else 1)
         if tiles:
             if exact and dec:
                 far = bound - max(active) - self.gap

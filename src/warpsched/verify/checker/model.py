@@ -24,7 +24,7 @@ from ...model.ir import Section, Step, StepKind
 from ...model.pipeline_group import PipelineGroup
 from ...model.resources import PdlWaitBarrier, WorkQueue, work_spec_of
 from ...model.tripcount import TripCount
-from ...protocol.plan import CLOSE_KIND, FULL, OPEN_KIND, VERB_BARRIER, BarrierArray, PairRoute, SidePlan, SyncPlan
+from ...protocol.plan import CLOSE_KIND, FULL, OPEN_KIND, SKIP_KIND, VERB_BARRIER, BarrierArray, PairRoute, SidePlan, SyncPlan
 from ..program import Program, name_of
 from .memory import RegionMap
 from .parts import _is_local, _mark_private
@@ -115,6 +115,16 @@ class _Builder:
         for g in self.groups:
             _declare(g, self.group_bound.get(g.index), self.declared_tiles)
             g.lcm = _lcm(g.steps + [g.modulus])
+        # a member that skips stages runs unsynchronized through the loop, so the gap between clusters
+        # of members may shrink only by whole cycles of its cursors (2 x stages x stride: the same
+        # stage and parity), or the shrunk run would skip a count the owner of the stages never ran
+        for e in execs:
+            cycles = [2 * e.cursors[c].num_stages * e.cursors[c].stride for ins in e.program
+                      if ins.kind == "step" and ins.action.op is Op.SKIP for c in ins.action.advance]
+            for ins in e.program if cycles else ():
+                if ins.kind == "loop_head":
+                    g = self.groups[ins.group]
+                    g.gap_period = _lcm([g.lcm, g.gap_period, e.counter_p] + cycles)
         # domain starts are relative to the smallest start in their group (lanes keep residues)
         origin = {}
         for e in execs:
@@ -283,6 +293,10 @@ class _Builder:
                 ex.cursors.append(cur)
                 ex._slots[(id(sp.target), sp.side, c.name)] = cur
 
+    @staticmethod
+    def _slot(ex: Executor, sp: SidePlan, c) -> Optional[Cursor]:
+        return ex._slots.get((id(sp.target), sp.side, c.name))
+
     def _cursor(self, ex: Executor, sp: SidePlan, kind: StepKind) -> Optional[Cursor]:
         c = sp.counter_for(kind)
         return ex._slots.get((id(sp.target), sp.side, c.name)) if c is not None else None
@@ -302,7 +316,22 @@ class _Builder:
             return Action(Op.NOP, s, keys=keys)  # static queue: bookkeeping is local arithmetic
         if k in OPEN_VERBS or k in CLOSE_VERBS:
             return self._sync(ex, s, keys)
+        if k is SKIP_KIND:
+            return self._skip(ex, s, keys)
         return self._work(ex, s, keys)
+
+    def _skip(self, ex: Executor, s: Step, keys) -> Action:
+        """``skip``: the counters the task's own wait / release use move one stage on (the plan's
+        ``skip_counters``, which the lowering advances too); the next wait reads the stage after."""
+        act = Action(Op.SKIP, s, keys=keys, owner=s.resource, side=CONSUMER)
+        sp = self.plan.side(ex.task, s.resource, CONSUMER)
+        slots = [self._slot(ex, sp, c) for c in (sp.skip_counters if sp is not None else ())]
+        if not slots or None in slots:  # the static checks name it (a skip without the task's wait / release)
+            self.problems.append(f"{ex.name}: {s.describe()} skips a stage of {name_of(s.resource)}, on which it "
+                                 f"neither waits nor releases")
+            return Action(Op.NOP, s, keys=keys)
+        act.advance = tuple(c.slot for c in slots)
+        return act
 
     def _sync(self, ex: Executor, s: Step, keys) -> Action:
         k = s.kind

@@ -12,7 +12,7 @@ def _is_local(act, regions) -> bool:
     executor's step changes no shared state, so exploring one order is enough."""
     if act.keys:
         return False
-    if act.op is Op.NOP:
+    if act.op is Op.NOP or act.op is Op.SKIP:  # a skip moves this executor's own cursors only
         return True
     if act.op is Op.WORK:
         return ((not act.regions or act.private) and not act.pdl_dependent and act.wgmma_wait < 0
