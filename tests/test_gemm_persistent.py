@@ -505,3 +505,50 @@ def test_ring_arming_other_bytes_than_a_stage_fails_the_compile(ab):
         cute.compile(g, a, b, c, cutlass.Int32(1), cutlass.Float32(1.0), make_fake_stream(),
                      options=_common.ptx_options("sm_90a"))
     assert f"num_bytes={g.tile_bytes}" in str(e.value) and f"num_bytes={g.tile_bytes - 128}" in str(e.value)
+
+
+# ---------------------------------------------------------------- pingpong_shared, skip=True
+SKIP_S2 = dict(schedule="pingpong_shared", skip=True, ab_stages=2)  # 6 stages: > 2M states (not proven yet)
+
+
+def test_skip_ring_safe_for_every_k_unit_count_and_ownership():
+    """The owner alone waits for and releases a tile's stages, the other warp group skips them
+    (ring.skip(): no barrier operation) and takes the owner's Turn before it goes on: SAFE for every
+    K-tile count, tile count per CTA and ownership sequence (2-stage ring: 78k states, ~30 s)."""
+    g = gp.PersistentGemm(**SKIP_S2)
+    mgr = gp.build(g, verbose=False, progress=False, cache_verdict=False)
+    res = mgr.result.checker
+    assert mgr.result.accepted and res.verdict == "SAFE"
+    report = res.report()
+    assert "every k_tiles >= 1" in report and "every units_per_cta >= 1" in report
+    ring = next(r for r in mgr.resource_dependency_graph if getattr(r, "name", "") == "SmemAB")
+    assert ring.pipeline_config.consumer_size == 4  # one warp group releases each stage
+    kinds = [s.kind.name for s in mgr.tasks[1].schedule.steps]
+    assert "ConsumerSkip" in kinds
+
+
+@pytest.mark.parametrize("twin,what", [("skip_extra", "unconsumed commit"), ("no_turn_wait", "race")])
+def test_skip_ring_twins_are_rejected(twin, what):
+    """One stage too many skipped per tile drops a tile for that warp group; without the Turn wait a
+    warp group that skipped a whole tile waits on a stage whose barrier may be two phases behind,
+    passes on parity and reads it while the load warp refills it."""
+    with pytest.raises(ValidationError) as e:
+        gp.build(gp.PersistentGemm(**SKIP_S2), skip_twin=twin, verbose=False, progress=False, cache_verdict=False)
+    assert what in str(e.value) and "SmemAB" in str(e.value)
+
+
+def test_skip_ring_ptx_counts():
+    """init: ring 2 x 2 + two 1-stage Turn pipelines 2 x 2; one load (A + B) and 2 x 4 stores; the
+    wgmma and the epilogue of pingpong_shared."""
+    ptx = gp.compile_for_cpu(**SKIP_S2).artifacts.PTX
+    want = {"mbarrier.init": 8, "mbarrier.arrive": 9, "mbarrier.try_wait": 13, "expect_tx": 1,
+            "cp.async.bulk.tensor": 10, "wgmma.mma_async": 32, "wgmma.commit_group": 4, "wgmma.wait_group": 4,
+            "setmaxnreg": 2, "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8, "stmatrix": 32}
+    assert _common.count_ptx(ptx, want) == want
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+
+
+def test_skip_config_errors():
+    """skip is a pingpong_shared option (the other schedules have no shared ring to skip in)."""
+    with pytest.raises(gp.GemmConfigError, match="only pingpong_shared"):
+        gp.PersistentGemm(schedule="pingpong", skip=True)

@@ -115,7 +115,7 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
     would let it through (the checker finds the race without it). It also makes the mainloops take
     turns, and as each tile's turn is taken in that tile, every ownership sequence is balanced.
     ``skip_extra`` / ``wait_turn=False``: the rejected twins (one stage too many skipped per tile;
-    no turn wait)."""
+    no turn pipelines at all)."""
     acc, frag_a, frag_b = ring.init_acc()
     with work_tile_loop(wq, tile_count=units):
         even = ring.owns()  # this CTA's tile count so far is even: Mma0's tile
@@ -134,10 +134,10 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
                 if skip_extra:
                     with d.first_iter():
                         ring.skip()
-        with own(even):
-            mine.acquire()  # the other warp group took this warp group's previous turn
-            mine.commit()  # every stage of this tile was waited for: the other may go on
         if wait_turn:
+            with own(even):
+                mine.acquire()  # the other warp group took this warp group's previous turn
+                mine.commit()  # every stage of this tile was waited for: the other may go on
             with other(even):
                 theirs.wait()
                 theirs.release()
@@ -226,7 +226,7 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
         tasks.append(load)
         graph[ring] = [gmem_ab, wq]
         turn = []
-        if skip:  # Turn<w>: warp group w's mainloop of its tile is issued (producer w, consumer the other)
+        if skip and skip_twin != "no_turn_wait":  # Turn<w>: warp group w's mainloop of its tile is issued (producer w, consumer the other)
             turn = [MathOrder(name=f"Turn{w}", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
                 num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads)))
                 for w in range(2)]
@@ -237,7 +237,8 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
                            num_registers=regs[1])
             mma.g = g
             if skip:
-                mma.schedule = mma_skip_schedule(ring, out, wq, K, U, w, turn[w], turn[1 - w],
+                mine, theirs = (turn[w], turn[1 - w]) if turn else (None, None)
+                mma.schedule = mma_skip_schedule(ring, out, wq, K, U, w, mine, theirs,
                                                  skip_twin == "skip_extra", skip_twin != "no_turn_wait")
             else:
                 mma.schedule = mma_shared_schedule(ring, out, wq, K, U, w, pass_release)
