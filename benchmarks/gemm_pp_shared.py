@@ -3,6 +3,8 @@ shapes and odd tile counts per CTA, then timing against torch.matmul (cuBLAS), t
 128x256 kernel and the two-ring ping-pong, alternating, median of the rounds.
 
   source .devcarry/prelude.sh && python3 benchmarks/gemm_pp_shared.py 2>&1 | tee $OUT/gemm_pp_shared.log
+  ... --sides coop128x256,ppskip_s2 --rounds 3 --limit 100   (torch is always timed; the first side is the
+  reference of the last column)
 
 Every check is fresh random bf16 inputs, a NaN-poisoned C, and the relative Frobenius error against
 an fp64 reference (< 1e-2, any non-finite value fails), once launched directly and once through a
@@ -29,8 +31,11 @@ SIDES = {
     "pps128x128g16": dict(schedule="pingpong_shared", tile_mn=(128, 128), group=16),
     "pps64x256": dict(schedule="pingpong_shared", tile_mn=(64, 256)),
     "pps128x128s4": dict(schedule="pingpong_shared", tile_mn=(128, 128), ab_stages=4),  # lookahead sensitivity
+    # skip=True: the owner alone releases, the other warp group skips (2 stages: the 6-stage proof does not finish)
+    "ppskip_s2": dict(schedule="pingpong_shared", tile_mn=(128, 128), skip=True, ab_stages=2),
 }
-CHECKED = ["pps128x128", "pps64x256"]  # the new variant: every ragged shape
+DEFAULT_SIDES = ["coop128x256", "pp128x128", "pps128x128", "pps128x128g16", "pps64x256", "pps128x128s4"]
+CHECKED = ["pps128x128", "pps64x256", "ppskip_s2"]  # the shared-ring variants: every ragged shape
 # M = 1; N not a tile multiple; K % 64 != 0; K < one tile; one tile (Mma1 never owns one); tile counts
 # that give some CTAs an odd number of tiles (the last without a partner) and others an even one
 RAGGED = [(1, 8, 8), (1, 4096, 4096), (129, 264, 72), (200, 136, 40), (128, 128, 64), (127, 4104, 4096),
@@ -84,8 +89,13 @@ def child(args):
               flush=True)
         return ok
 
+    sides_run = args.sides.split(",")
+    unknown = [s for s in sides_run if s not in SIDES]
+    if unknown:
+        print(f"unknown side(s) {unknown}: choose from {sorted(SIDES)}", flush=True)
+        return 1
     # compile (the first call traces, checks and compiles; report the checker's verdict)
-    for side in SIDES:
+    for side in sides_run:
         t0 = time.time()
         a, b = inputs(256, 264, 1024)
         c = torch.empty(256, 264, device=dev, dtype=torch.bfloat16)
@@ -96,13 +106,15 @@ def child(args):
               f"verdicts from disk so far: {DISK.hits}), "
               f"{gp.PersistentGemm(**SIDES[side]).describe()}", flush=True)
     failures = 0
+    checked = [s for s in CHECKED if s in sides_run]
     for shape in RAGGED:
-        for side in CHECKED:
+        for side in checked:
             failures += not check(side, *shape)
     for shape in RAGGED[4:7]:
-        failures += not check("pps128x128", *shape, graph=True)
+        for side in checked:
+            failures += not check(side, *shape, graph=True)
     for shape in TIMED:
-        for side in SIDES:
+        for side in sides_run:
             failures += not check(side, *shape, graph=side != "torch")
     print(f"correctness: {failures} failure(s)", flush=True)
 
@@ -119,7 +131,7 @@ def child(args):
         del g
         return ms
 
-    sides = ["torch"] + list(SIDES)
+    sides = ["torch"] + sides_run
     results = {}
     for M, N, K in TIMED:
         a, b = inputs(M, N, K)
@@ -138,18 +150,19 @@ def child(args):
                                            f"x{med['torch'] / med[s]:.3f})" for s in sides)
               + " | rounds " + "; ".join(f"{s} " + "/".join(f"{t * 1e3:.0f}" for t in times[s]) for s in sides),
               flush=True)
-    print("\n| M x N x K | torch TFLOP/s | " + " | ".join(f"{s}/torch" for s in SIDES) + " | pps/coop |")
-    print("|---|---|" + "---|" * (len(SIDES) + 1))
-    geo = {s: 1.0 for s in SIDES}
+    ref, last = sides_run[0], sides_run[-1]
+    print("\n| M x N x K | torch TFLOP/s | " + " | ".join(f"{s}/torch" for s in sides_run) + f" | {last}/{ref} |")
+    print("|---|---|" + "---|" * (len(sides_run) + 1))
+    geo = {s: 1.0 for s in sides_run}
     for shape, med in results.items():
         fl = 2.0 * shape[0] * shape[1] * shape[2]
-        for s in SIDES:
+        for s in sides_run:
             geo[s] *= med["torch"] / med[s]
         print(f"| {'x'.join(map(str, shape))} | {fl / med['torch'] / 1e9:.0f} | "
-              + " | ".join(f"{med['torch'] / med[s]:.3f}" for s in SIDES)
-              + f" | {med['coop128x256'] / med['pps128x128']:.3f} |")
+              + " | ".join(f"{med['torch'] / med[s]:.3f}" for s in sides_run)
+              + f" | {med[ref] / med[last]:.3f} |")
     n = len(results)
-    print("geomean vs torch: " + ", ".join(f"{s} {geo[s] ** (1 / n):.3f}" for s in SIDES), flush=True)
+    print("geomean vs torch: " + ", ".join(f"{s} {geo[s] ** (1 / n):.3f}" for s in sides_run), flush=True)
     return failures
 
 
@@ -158,12 +171,13 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--rep-ms", type=int, default=40)
     p.add_argument("--limit", type=int, default=220, help="seconds the child may run")
+    p.add_argument("--sides", default=",".join(DEFAULT_SIDES), help=f"comma-separated, of {sorted(SIDES)}")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         sys.exit(1 if child(args) else 0)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--rounds", str(args.rounds), "--rep-ms",
-           str(args.rep_ms)]
+           str(args.rep_ms), "--sides", args.sides]
     try:
         rc = subprocess.run(cmd, timeout=args.limit).returncode
     except subprocess.TimeoutExpired:
