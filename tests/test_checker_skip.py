@@ -1,0 +1,99 @@
+"""``resource.skip()``: a consumer passes a stage another consumer owns (no barrier operation).
+
+Two consumers split a ring's stages (even / odd K iterations), each waiting for and releasing
+its own and skipping the other's; the ring's consumer group is one task's arrivals. Proven for
+every K; the twin that skips by the wrong count and the static misuses are rejected."""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from test_checker_builders import Buf, async_cfg, program, task  # noqa: E402
+from warpsched import domain_loop, schedule, trip_count  # noqa: E402
+from warpsched.protocol.plan import SyncPlan  # noqa: E402
+from warpsched.verify import checks_bracketing  # noqa: E402
+from warpsched.verify.checker import run_checker  # noqa: E402
+
+
+def _split(extra_skip=False, skip_open=False, stages=2):
+    buf = Buf(name="Ring", pipeline_config=async_cfg(stages=stages))
+    K = trip_count("K")
+
+    @schedule
+    def prod(b):
+        with domain_loop(0, K, 1):
+            b.acquire()
+            b.fill()
+            b.commit()
+
+    def consumer(mine):
+        @schedule
+        def cons(b):
+            with domain_loop(0, K, 1) as d:
+                with d.every(2, start=mine):
+                    b.wait()
+                    b.read()
+                    if skip_open and mine == 0:
+                        b.skip()  # the misuse: the waited stage is still held
+                    b.release()
+                with d.every(2, start=1 - mine):
+                    b.skip()
+                    if extra_skip and mine == 1:
+                        b.skip()  # the twin: one stage too many
+        return cons(buf)
+
+    tasks = [task("Producer", prod(buf), dst=[buf]), task("Even", consumer(0), src=[buf], warp=1),
+             task("Odd", consumer(1), src=[buf], warp=2)]
+    return program(tasks)
+
+
+def test_split_ring_is_safe_for_every_k():
+    res = run_checker(_split())
+    assert res.verdict == "SAFE", res.report()
+    assert "every K >= 1" in res.report()
+
+
+def test_skip_moves_every_counter_of_the_consumer_side():
+    p = _split()
+    sp = SyncPlan(p).side(p.tasks[1], p.tasks[1].src_resources[0], "consumer")
+    assert sp.skip_counters == sp.counters and sp.skip_counters
+
+
+def test_skipping_one_stage_too_many_is_rejected():
+    res = run_checker(_split(extra_skip=True))
+    assert res.verdict == "UNSAFE", res.report()
+
+
+def test_skip_with_the_waited_stage_unreleased_is_a_static_finding():
+    found = [f.message for f in checks_bracketing.check(_split(skip_open=True))]
+    assert any("Ring.skip() while the stage waited at" in m for m in found), found
+
+
+def test_skip_in_a_task_that_never_waits_is_a_static_finding():
+    buf = Buf(name="Ring", pipeline_config=async_cfg())
+
+    @schedule
+    def prod(b):
+        with domain_loop(0, 4, 1):
+            b.acquire()
+            b.fill()
+            b.commit()
+
+    @schedule
+    def cons(b):
+        with domain_loop(0, 4, 1):
+            b.wait()
+            b.read()
+            b.release()
+
+    @schedule
+    def skipper(b):
+        with domain_loop(0, 4, 1):
+            b.skip()
+
+    p = program([task("Producer", prod(buf), dst=[buf]), task("Consumer", cons(buf), src=[buf], warp=1),
+                 task("Skipper", skipper(buf), src=[buf], warp=2)])
+    found = [f.message for f in checks_bracketing.check(p)]
+    assert any("Ring.skip() in a task that never waits for and releases Ring" in m for m in found), found
