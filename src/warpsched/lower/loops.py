@@ -163,8 +163,7 @@ class TaskEmitter:
                     keys[self._skey(res, c)] = None
                 keys[self._cur(res, side)] = None
             if s.kind is SKIP_KIND and self._pipelined(res):
-                for c in self._skip_counters(s):
-                    keys[self._skey(res, c)] = None
+                keys.update(dict.fromkeys(self._skey(res, c) for c in self._skip_counters(s)))
             for tok in s.returns:
                 keys[self._tkey(tok)] = None
             if s.kind is StepKind.QueueAdvance and self._pipelined(res):
@@ -501,12 +500,9 @@ class TaskEmitter:
         if kind in SYNC_KINDS:
             self._sync(env, s)
             return
-        if kind is SKIP_KIND:
-            # register-only: the counters the task's own wait / release use move one stage on
+        if kind is SKIP_KIND:  # register-only: the counters of the task's own wait / release move on
             for c in self._skip_counters(s):
-                new = env[self._skey(res, c)].clone()
-                new.advance() if c.stride == 1 else new.advance(c.stride)
-                env[self._skey(res, c)] = new
+                env[self._skey(res, c)] = self._advanced(env[self._skey(res, c)], c)
             return
         if kind in WORK_KINDS:
             self._work(env, s, frame)
@@ -542,9 +538,13 @@ class TaskEmitter:
         if kind in (StepKind.ProducerAcquire, StepKind.ConsumerWait):
             env[self._cur(res, side)] = state.clone()
         if counter.advanced_by is kind:
-            new = state.clone()
-            new.advance() if counter.stride == 1 else new.advance(counter.stride)
-            env[skey] = new
+            env[skey] = self._advanced(state, counter)
+
+    @staticmethod
+    def _advanced(state, counter):
+        new = state.clone()
+        new.advance() if counter.stride == 1 else new.advance(counter.stride)
+        return new
 
     def _work(self, env, s, frame):
         res = s.resource
