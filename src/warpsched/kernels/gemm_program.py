@@ -226,7 +226,8 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
         tasks.append(load)
         graph[ring] = [gmem_ab, wq]
         turn = []
-        if skip and skip_twin != "no_turn_wait":  # Turn<w>: warp group w's mainloop of its tile is issued (producer w, consumer the other)
+        # Turn<w>: warp group w's mainloop of its tile is issued (producer w, consumer the other)
+        if skip and skip_twin != "no_turn_wait":
             turn = [MathOrder(name=f"Turn{w}", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
                 num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads)))
                 for w in range(2)]

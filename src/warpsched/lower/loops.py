@@ -124,14 +124,6 @@ class TaskEmitter:
             raise LoweringError(f"no counter for {kind.label}", task=self.task, resource=res)
         return c
 
-    def _skip_counters(self, s):
-        sp = self._side(s.resource, s.kind.side)
-        if sp is None or not sp.skip_counters:
-            raise LoweringError(f"{s.kind.label} on a resource this task neither waits on nor releases",
-                                task=self.task, resource=s.resource, location=s.location,
-                                fix="skip only stages of a ring the task also waits on and releases")
-        return sp.skip_counters
-
     @staticmethod
     def _skey(res, counter: Counter) -> StateKey:
         return StateKey(id(res), counter.name)
@@ -163,7 +155,7 @@ class TaskEmitter:
                     keys[self._skey(res, c)] = None
                 keys[self._cur(res, side)] = None
             if s.kind is SKIP_KIND and self._pipelined(res):
-                keys.update(dict.fromkeys(self._skey(res, c) for c in self._skip_counters(s)))
+                keys.update(dict.fromkeys(self._skey(res, c) for c in self._side(res, s.kind.side).skip_counters))
             for tok in s.returns:
                 keys[self._tkey(tok)] = None
             if s.kind is StepKind.QueueAdvance and self._pipelined(res):
@@ -501,8 +493,8 @@ class TaskEmitter:
             self._sync(env, s)
             return
         if kind is SKIP_KIND:  # register-only: the counters of the task's own wait / release move on
-            for c in self._skip_counters(s):
-                env[self._skey(res, c)] = self._advanced(env[self._skey(res, c)], c)
+            for c in self._side(res, kind.side).skip_counters:  # (a skip without them: a static finding)
+                env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c)
             return
         if kind in WORK_KINDS:
             self._work(env, s, frame)
@@ -538,13 +530,7 @@ class TaskEmitter:
         if kind in (StepKind.ProducerAcquire, StepKind.ConsumerWait):
             env[self._cur(res, side)] = state.clone()
         if counter.advanced_by is kind:
-            env[skey] = self._advanced(state, counter)
-
-    @staticmethod
-    def _advanced(state, counter):
-        new = state.clone()
-        new.advance() if counter.stride == 1 else new.advance(counter.stride)
-        return new
+            env[skey] = _advanced(state, counter)
 
     def _work(self, env, s, frame):
         res = s.resource
@@ -586,6 +572,12 @@ class TaskEmitter:
                                 f"{len(s.returns)}", task=self.task, resource=res, location=s.location)
         for tok, v in zip(s.returns, values):
             self._store_token(env, tok, res, v)
+
+
+def _advanced(state, counter):
+    new = state.clone()
+    new.advance() if counter.stride == 1 else new.advance(counter.stride)
+    return new
 
 
 def _static_pair(a, b) -> bool:

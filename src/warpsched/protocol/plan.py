@@ -134,8 +134,8 @@ def expected_groups(program: Program, resource, side: str) -> List[Tuple[Any, Si
     signaling verb is interleaved (each task or warp signals its own lane's stages, so every
     entry must be the same size), else one summed entry (every task arrives on every stage).
     Consumers that all ``skip`` (each stage released by the one task that owns it, the others
-    skip it) count per task too. Empty when no task signals the side. The static checks compare a declared group with it; a
-    group left out is derived from it."""
+    skip it) count per task too. Empty when no task signals the side. The static checks
+    compare a declared group with it; a group left out is derived from it."""
     cfg = resource.pipeline_config
     verb = signaling_verb(cfg, side)
     tasks = [t for t in program.tasks if type(getattr(t, "num_warps", None)) is int and t.num_warps > 0

@@ -24,7 +24,8 @@ from ...model.ir import Section, Step, StepKind
 from ...model.pipeline_group import PipelineGroup
 from ...model.resources import PdlWaitBarrier, WorkQueue, work_spec_of
 from ...model.tripcount import TripCount
-from ...protocol.plan import CLOSE_KIND, FULL, OPEN_KIND, SKIP_KIND, VERB_BARRIER, BarrierArray, PairRoute, SidePlan, SyncPlan
+from ...protocol.plan import (CLOSE_KIND, FULL, OPEN_KIND, SKIP_KIND, VERB_BARRIER, BarrierArray, PairRoute, SidePlan,
+                              SyncPlan)
 from ..program import Program, name_of
 from .memory import RegionMap
 from .parts import _is_local, _mark_private
