@@ -112,8 +112,8 @@ def run_config(dtype_name, d, causal, options=None, cases=None):
                               lse_max=float(lse_err.max()) if finite else None, sdpa_o_max=sdpa_err,
                               seconds=round(time.time() - t0, 2),
                               options=options or {}, verdict=att.VERDICT_OF.get(
-                                  (att._host.cutlass_dtype(dtype), d, causal,
-                                   tuple(sorted((options or {}).items())))))),
+                                  (att._host.cutlass_dtype(dtype), d, causal,  # the default: tuned_options
+                                   tuple(sorted((options or att.tuned_options(d, causal)).items())))))),
               flush=True)
     return ok
 
