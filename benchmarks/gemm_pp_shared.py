@@ -47,6 +47,7 @@ TOL = 1e-2
 def child(args):
     import torch
     import triton.testing
+    from _graphs import capture, reps_for
 
     sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
     import gemm_persistent as gp
@@ -119,14 +120,8 @@ def child(args):
     print(f"correctness: {failures} failure(s)", flush=True)
 
     def graph_ms(run, est_ms):
-        reps = max(1, min(200, int(round(1.0 / max(est_ms, 1e-4)))))
-        run()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(reps):
-                run()
-        torch.cuda.synchronize()
+        reps = reps_for(est_ms)
+        g = capture(torch, run, reps)
         ms = triton.testing.do_bench(g.replay, warmup=args.rep_ms // 4, rep=args.rep_ms, return_mode="median") / reps
         del g
         return ms

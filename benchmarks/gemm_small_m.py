@@ -30,6 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 sys.path.insert(0, os.environ.get("WARPSCHED_SRC", os.path.join(ROOT, "src")))
 
+from _graphs import capture  # noqa: E402
+
 TOL = 1e-2
 E4M3_MAX = 448.0
 SHAPES = [(64, 4096, 4096), (64, 4096, 14336), (64, 14336, 4096), (64, 128256, 4096)]
@@ -139,19 +141,7 @@ class Bench:
             return False
 
     def graph(self, launch, reps):
-        torch = self.torch
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            launch()
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(reps):
-                launch()
-        torch.cuda.synchronize()
-        return g
+        return capture(self.torch, launch, reps)
 
     def ragged(self):
         torch = self.torch

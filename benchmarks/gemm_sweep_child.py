@@ -7,6 +7,7 @@ import os
 import time
 import traceback
 
+from _graphs import capture, reps_for
 from gemm_sweep import (CONFIGS, FIXED, FP8_RAGGED, FP8_SIDES, FP16, OPS_SHAPES, RAGGED, SIDES, TOL, emit,
                         fp8_tune_set, phase, tune_set)
 
@@ -129,21 +130,11 @@ class Child:
     def graph_time(self, name, launch, est_ms):
         """Median ms per launch: do_bench over replays of a CUDA graph of ``reps`` launches."""
         torch = self.torch
-        reps = max(1, min(200, int(round(1.0 / max(est_ms, 1e-4)))))  # about a millisecond per replay
+        reps = reps_for(est_ms)
         if name in self.no_graph:
             return self.do_bench(launch, warmup=self.rep_ms // 4, rep=self.rep_ms, return_mode="median"), "plain"
         try:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                launch()
-            torch.cuda.current_stream().wait_stream(s)
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(reps):
-                    launch()
-            torch.cuda.synchronize()
+            g = capture(torch, launch, reps)
             ms = self.do_bench(g.replay, warmup=self.rep_ms // 4, rep=self.rep_ms, return_mode="median") / reps
             del g
             return ms, "graph"
