@@ -97,3 +97,55 @@ def test_skip_in_a_task_that_never_waits_is_a_static_finding():
                  task("Skipper", skipper(buf), src=[buf], warp=2)])
     found = [f.message for f in checks_bracketing.check(p)]
     assert any("Ring.skip() in a task that never waits for and releases Ring" in m for m in found), found
+
+
+def _unguarded(pair: bool, stages=2, n=4):
+    """Skips with no guard around them (the explorer's fast-forward over local steps must still run
+    them: a skip moves the task's position). ``pair``: two consumers split each iteration's two
+    stages (valid); else the sole consumer skips every other stage (it waits for a stage nobody
+    fills again: a deadlock)."""
+    buf = Buf(name="Ring", pipeline_config=async_cfg(stages=stages))
+
+    @schedule
+    def prod(b):
+        with domain_loop(0, n, 1):
+            for _ in range(2 if pair else 1):
+                b.acquire()
+                b.fill()
+                b.commit()
+
+    def consumer(first):
+        @schedule
+        def cons(b):
+            with domain_loop(0, n, 1):
+                if not first:
+                    b.skip()
+                b.wait()
+                b.read()
+                b.release()
+                if first and pair:
+                    b.skip()
+        return cons(buf)
+
+    tasks = [task("Producer", prod(buf), dst=[buf]), task("First", consumer(True), src=[buf], warp=1)]
+    if pair:
+        tasks.append(task("Second", consumer(False), src=[buf], warp=2))
+    else:
+        tasks[1] = task("Skipper", consumer(False), src=[buf], warp=1)
+    return program(tasks)
+
+
+def test_unguarded_skip_pair_is_safe():
+    for n in (4, trip_count("K")):
+        res = run_checker(_unguarded(pair=True, n=n))
+        assert res.verdict == "SAFE", res.report()
+
+
+def test_unguarded_skip_of_the_only_consumer_deadlocks():
+    """Regression: an unguarded skip was passed over like a no-op by the fast-forward over local
+    steps, so this program (a consumer waiting on every other stage of a ring only it consumes)
+    was proven SAFE."""
+    for stages, n in ((2, 4), (4, 4), (4, 2), (2, trip_count("K"))):
+        res = run_checker(_unguarded(pair=False, stages=stages, n=n))
+        assert res.verdict == "UNSAFE", (stages, n, res.report())
+        assert "deadlock" in res.report()

@@ -13,6 +13,12 @@ def maybe_local(prog):
                  for i in prog)
 
 
+def _passable(ins) -> bool:
+    """A jump or an unguarded local step that changes nothing when passed without running it; a
+    skip is local but moves the executor's cursors, so it must run."""
+    return ins.kind == "jump" or (ins.kind == "step" and ins.local and not ins.guards and ins.action.op is not Op.SKIP)
+
+
 def fast_forward(prog):
     """Where the fast-forward over jumps and unguarded local steps from pc lands, and the steps
     it passes: (pc, ((what, pc), ...)), or None where there is nothing to pass."""
@@ -20,7 +26,7 @@ def fast_forward(prog):
     for pc0 in range(len(prog)):
         pc, passed, seen = pc0, [], set()
         ins = prog[pc]
-        while (ins.kind == "jump" or (ins.kind == "step" and ins.local and not ins.guards)) and pc not in seen:
+        while _passable(ins) and pc not in seen:
             seen.add(pc)
             passed.append(("jump" if ins.kind == "jump" else "step", pc))
             pc = ins.target if ins.kind == "jump" else pc + 1
@@ -44,7 +50,7 @@ def action_mergeable(a):
     """A step that runs (its guards hold) can join a macro-step: arrivals, no-ops, work."""
     if a.keys:
         return False
-    if a.op in (Op.NOP, Op.COMMIT, Op.RELEASE):
+    if a.op in (Op.NOP, Op.COMMIT, Op.RELEASE, Op.SKIP):
         return True
     return a.op is Op.WORK and a.wgmma_wait < 0 and not a.pdl_dependent
 
