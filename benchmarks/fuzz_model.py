@@ -29,6 +29,19 @@ from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import test_fuzz_model as fuzz  # noqa: E402
+from warpsched.model import schedule as _schedule  # noqa: E402
+from warpsched.model.ir import StepKind  # noqa: E402
+
+_recorded_kinds: set = set()  # the step kinds the current case's schedules recorded (skip coverage)
+_record = _schedule._Capture.record
+
+
+def _counting_record(self, kind, *args, **kwargs):
+    _recorded_kinds.add(kind)
+    return _record(self, kind, *args, **kwargs)
+
+
+_schedule._Capture.record = _counting_record
 
 
 def main(argv=None) -> int:
@@ -42,15 +55,20 @@ def main(argv=None) -> int:
     outcomes: collections.Counter = collections.Counter()
     errors: collections.Counter = collections.Counter()
     samples = {}
+    with_skip: collections.Counter = collections.Counter()  # outcomes of cases whose schedules call skip()
 
     @seed(args.seed)
     @settings(max_examples=args.examples, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(st.data())
     def run(data):
+        _recorded_kinds.clear()
         try:
             build = fuzz.build_and_check if args.mode == "random" else fuzz.build_mutated
-            outcomes[build(data, exhaustive=args.exhaustive)] += 1
+            outcome = build(data, exhaustive=args.exhaustive)
+            outcomes[outcome] += 1
+            if StepKind.ConsumerSkip in _recorded_kinds:
+                with_skip[outcome] += 1
         except Exception as e:  # noqa: BLE001 - counting internal errors is the point
             frame = traceback.extract_tb(e.__traceback__)[-1]
             key = (type(e).__name__, os.path.relpath(frame.filename, ROOT), frame.lineno)
@@ -65,6 +83,8 @@ def main(argv=None) -> int:
     print(f"fuzz_model: {cases} {args.mode} cases in {elapsed:.1f} s (seed {args.seed}, exhaustive checker "
           f"{'on' if args.exhaustive else 'off'})")
     print(f"  accepted: {outcomes['accepted']}  rejected (ValidationError/ScheduleError): {outcomes['rejected']}")
+    print(f"  with a skip() step: {sum(with_skip.values())} (accepted {with_skip['accepted']}, "
+          f"rejected {with_skip['rejected']})")
     print(f"  internal errors: {sum(errors.values())}")
     for key, n in errors.most_common():
         print(f"    {n:>5} x {key[0]} at {key[1]}:{key[2]}")

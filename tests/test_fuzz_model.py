@@ -94,7 +94,7 @@ def draw_resources(data):
     return out
 
 
-VERBS = ["acquire", "try_acquire", "commit", "wait", "try_wait", "release"]
+VERBS = ["acquire", "try_acquire", "commit", "wait", "try_wait", "release", "skip"]
 WORK = {Gmem: ["compute_coords", "load", "store", "load_header"],
         Buf: ["tma_load_a", "produce_tile", "mma", "build_desc", "aux_desc", "read", "read_current",
               "write_next", "needs_epilogue", "consume_tile", "produce_and_report"],
@@ -144,6 +144,8 @@ def make_schedule(data, resources, group):
             kwargs = {}
             if pass_token and tokens and attr not in VERBS:
                 kwargs[["value", "desc_a", "cur", "coord_k", "acc"][pick % 5]] = tokens[-1]
+            elif pass_token and attr == "skip" and pick % 4 == 0:
+                kwargs["stages"] = pick % 3  # a verb takes no arguments: the capture must say so
 
             def call():
                 member = getattr(obj, attr)
@@ -271,9 +273,22 @@ GEMM_OPS = {
 ROLES = {"load": ([0, 4], [1, 5]), "mma": ([1], [2]), "store": ([2], [3])}
 QUEUE_TAIL = [("tail", 6, "try_wait"), ("tail", 6, "wait"), ("tail", 6, "get_and_advance_work_tile"),
               ("tail", 6, "release")]
+# sections of a task's body: before, in and after the K loop; loop0 / loop1: even / odd K only
+SECTIONS = ["head", "loop", "tail", "loop0", "loop1"]
 
 
-def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None):
+def _split_smem_ring(ops, roles, warps, persistent):
+    """Two consumers split the smem ring: mma waits for / releases the even stages and skips the odd
+    ones, a new task ``peek`` the other way round (a valid program: every consumer skips)."""
+    ops["mma"] = [("loop0", idx, verb) if sec == "loop" else (sec, idx, verb) for sec, idx, verb in ops["mma"]]
+    ops["mma"].append(("loop1", 1, "skip"))
+    ops["peek"] = [("loop1", 1, "wait"), ("loop1", 1, "read"), ("loop1", 1, "release"), ("loop0", 1, "skip")]
+    ops["peek"] += QUEUE_TAIL if persistent else []
+    roles["peek"] = ([1], [])
+    warps["peek"] = 1
+
+
+def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=False, verdicts=None):
     smem_cfg = dict(num_stages=4, num_bytes=4096, producer_group=cg(1), consumer_group=cg(1),
                     cta_layout_vmnk=(1, 1, 1, 1))
     tmem_cfg = dict(num_stages=2, producer_group=cg(1), consumer_group=cg(128), cta_layout_vmnk=(1, 1, 1, 1))
@@ -283,13 +298,31 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None):
     roles = {k: (list(a), list(b)) for k, (a, b) in ROLES.items()}  # mutated below: copy the template
     graph_extra = []
     async_smem = False
+    if split:
+        _split_smem_ring(ops, roles, warps, persistent)
     for _ in range(data.draw(st.integers(min(1, max_mutations), max_mutations))):
         what = data.draw(st.sampled_from(["drop", "dup", "swap", "section", "smem_cfg", "tmem_cfg", "warps",
-                                          "graph", "role", "type"]))
+                                          "graph", "role", "type", "skip", "skip_pair", "split"]))
         task = data.draw(st.sampled_from(sorted(ops)))
         seq = ops[task]
         before = (list(seq), dict(smem_cfg), dict(tmem_cfg), dict(warps), list(graph_extra))
-        if what in ("drop", "dup", "swap", "section") and seq:
+        if what == "split" and "peek" not in ops:
+            _split_smem_ring(ops, roles, warps, persistent)
+        elif what == "skip":  # a skip anywhere: consumer or producer side, any resource, in or out of loops
+            sec = data.draw(st.sampled_from(SECTIONS))
+            seq.insert(data.draw(st.integers(0, len(seq))), (sec, data.draw(st.sampled_from([1, 1, 2, 2, 0, 4, 6])),
+                                                             "skip"))
+        elif what == "skip_pair":  # a wait / release pair (or one of them) becomes a skip
+            waits = [j for j, (_, _, verb) in enumerate(seq) if verb in ("wait", "release")]
+            if waits:
+                j = data.draw(st.sampled_from(waits))
+                sec, idx, verb = seq[j]
+                seq[j] = (sec, idx, "skip")
+                if verb == "wait" and data.draw(st.booleans()):
+                    rel = [i for i, e in enumerate(seq) if i > j and e[1:] == (idx, "release")]
+                    if rel:
+                        seq.pop(rel[0])
+        elif what in ("drop", "dup", "swap", "section") and seq:
             j = data.draw(st.integers(0, len(seq) - 1))
             if what == "drop":
                 seq.pop(j)
@@ -298,7 +331,7 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None):
             elif what == "swap" and j + 1 < len(seq):
                 seq[j], seq[j + 1] = seq[j + 1], seq[j]
             elif what == "section":
-                seq[j] = (data.draw(st.sampled_from(["head", "loop", "tail"])),) + seq[j][1:]
+                seq[j] = (data.draw(st.sampled_from(SECTIONS)),) + seq[j][1:]
         elif what in ("smem_cfg", "tmem_cfg"):
             cfg = smem_cfg if what == "smem_cfg" else tmem_cfg
             key = data.draw(st.sampled_from(["num_stages", "num_bytes", "producer_group", "consumer_group",
@@ -356,8 +389,11 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None):
 
             def tile():
                 emit("head")
-                with domain_loop(0, 4, 1):
+                with domain_loop(0, 4, 1) as d:
                     emit("loop")
+                    for start in (0, 1):
+                        with d.every(2, start=start):
+                            emit(f"loop{start}")
                 emit("tail")
 
             if persistent:
@@ -378,10 +414,12 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            TaskManager(tasks=tasks, resource_dependency_graph=graph, verbose=data.draw(st.booleans()),
-                        out=io.StringIO(), exhaustive_deadlock_race_check=exhaustive, max_states=5000)
+            tm = TaskManager(tasks=tasks, resource_dependency_graph=graph, verbose=data.draw(st.booleans()),
+                             out=io.StringIO(), exhaustive_deadlock_race_check=exhaustive, max_states=5000)
         except (ValidationError, ScheduleError):
             return "rejected"
+    if verdicts is not None and tm.result is not None and tm.result.checker is not None:
+        verdicts.append(tm.result.checker.verdict)
     return "accepted"
 
 
@@ -417,3 +455,13 @@ def test_mutated_programs_never_crash():
 def test_unmutated_template_is_accepted(data):
     """The template the mutations start from is a valid program (else mutations prove little)."""
     assert build_mutated(data, max_mutations=0) == "accepted"
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(st.data())
+def test_split_template_is_accepted(data):
+    """The split-ring template (two consumers, each skipping the other's stages) is valid and proven
+    SAFE, so the skip mutations start from a program the deepest checks accept."""
+    verdicts = []
+    assert build_mutated(data, max_mutations=0, split=True, exhaustive=True, verdicts=verdicts) == "accepted"
+    assert verdicts == ["SAFE"]

@@ -120,8 +120,7 @@ class _ResourceProxy:
             if k is None:
                 k = _work_kind(spec)
             if k.is_sync and (args or kwargs):
-                _fail("schedule capture", f"{name}.{attr}() takes no arguments in a schedule",
-                      location=loc, resource=name)
+                _verb_args(name, attr, args, kwargs, loc)
             token_args, const_args = _split_args(spec, args, kwargs, loc, name, attr)
             step = cap.record(k, res, attr, loc, token_args=token_args, const_args=const_args,
                               via_group=self._group, spec=spec, unpack=_unpack_count(frame))
@@ -143,6 +142,14 @@ class _ResourceProxy:
 
 
 _MISSING = object()
+
+
+def _verb_args(name: str, attr: str, args, kwargs, loc: SourceLoc) -> None:
+    got = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    what = "one stage (call it once per stage passed)" if attr == "skip" else "the next stage"
+    _fail("schedule capture", f"{name}.{attr}({got}) takes no arguments in a schedule", location=loc,
+          resource=name, expected=f"{name}.{attr}(): a sync verb always acts on {what}",
+          fix=f"call {name}.{attr}() with no arguments")
 
 
 def _verb_kind(res: Any, attr: str) -> Optional[StepKind]:
@@ -194,9 +201,11 @@ class _GroupProxy:
         if member is not None:
             return _ResourceProxy(member, via_group=group)
         if attr in SYNC_VERBS:
-            def call():
+            def call(*args, **kwargs):  # arguments taken only to name the mistake, not as a TypeError
                 frame = sys._getframe(1)
                 loc = SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+                if args or kwargs:
+                    _verb_args(group.name, attr, args, kwargs, loc)
                 _current(f"{group.name}.{attr}()").record(SYNC_VERBS[attr], group, attr, loc)
             return call
         _fail("named work dispatch", f"pipeline group {group.name!r} has no member or verb {attr!r}",
