@@ -124,6 +124,9 @@ def _guards(s: Step) -> str:
 def _unpipelined_sync(program: Program, t: Task) -> List[Finding]:
     out = []
     for s in steps(program, t):
+        if s.kind is StepKind.ConsumerSkip:
+            out += _unpipelined_skip(t, s)
+            continue
         if s.kind not in _SYNC_NAMES and s.kind not in TRY_KINDS:
             continue
         for r in targets(s):
@@ -133,6 +136,18 @@ def _unpipelined_sync(program: Program, t: Task) -> List[Finding]:
                              expected="acquire/commit/wait/release only on pipelined resources",
                              fix=f"attach a PipelineConfig to {rname(r)}, or drop the {s.method}() call"))
     return out
+
+
+def _unpipelined_skip(t: Task, s: Step) -> List[Finding]:
+    """A skip passes one stage of a ring: a resource without stages (no pipeline_config: a static
+    queue, a PDL barrier, plain memory) has none to pass (the lowering would fail on it)."""
+    return [F(BRACKET, f"{rname(r)}.skip() but {rname(r)} has no pipeline_config: it has no stages to skip",
+              task=t, resource=r, location=s.location,
+              expected=f"skip() only on a pipelined ring whose other stages task {t.name!r} waits for and releases",
+              fix=f"drop the {rname(r)}.skip() call" + ("" if is_pdl(r) or is_queue(r) else
+                                                       f" (or attach a PipelineConfig to {rname(r)} and wait for / "
+                                                       "release the stages this task owns)"))
+            for r in targets(s) if config_of(r) is None]
 
 
 # ------------------------------------------------------------------ the state machine
@@ -230,8 +245,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                     add(f"{n}.skip() while the stage waited at {c[-1].location} is not released yet", s, r,
                         f"every {n}.wait() of this task released before it skips a stage",
                         f"release the waited stage first: a skip moves the position this task's {n}.release() uses")
-                if not (ctx.releases(r, t) and any(x.kind is StepKind.ConsumerWait and x.resource is r
-                                                   for x in steps(program, t))):
+                if not (ctx.releases(r, t) and any(x is t for x in ctx.tasks(r, StepKind.ConsumerWait))):
                     add(f"{n}.skip() in a task that never waits for and releases {n}", s, r,
                         f"{n}.wait() and {n}.release() on the stages this task owns, {n}.skip() on the others",
                         f"skip only on a ring the task also consumes (a task that reads no stage of {n} "
