@@ -10,11 +10,16 @@ both sides, so both get the same program fingerprint (``TaskManager.fingerprint`
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # must precede `import cutlass`
-PTX_DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), "warpsched_examples_ptx")
-os.makedirs(PTX_DIR, exist_ok=True)
+# One folder per process, removed at exit: CuTe DSL names a kept PTX file after the kernel's class
+# and argument types only, so two processes sharing a folder could read each other's PTX.
+PTX_DIR = tempfile.mkdtemp(prefix="warpsched_examples_ptx_")
+atexit.register(shutil.rmtree, PTX_DIR, True)
 PTX_OPTIONS = "--keep-ptx --dump-dir=" + PTX_DIR
 
 import cutlass  # noqa: E402

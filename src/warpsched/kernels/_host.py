@@ -1,17 +1,30 @@
 """torch <-> CuTe DSL glue shared by the kernels (imported only when a kernel runs or compiles)."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
-PTX_DIR = os.path.join(os.environ.get("TMPDIR", "/tmp"), "warpsched_kernels_ptx")
 PTX_PATTERNS = ["mbarrier.init", "mbarrier.arrive", "mbarrier.try_wait", "expect_tx", "cp.async.bulk.tensor",
                 "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group", "setmaxnreg", "bar.sync"]
 
 
+_PTX_DIR = []
+
+
+def ptx_dir():
+    """This process's PTX dump folder (removed at exit). CuTe DSL names a kept PTX file after the
+    kernel's class and argument types only, so processes sharing one folder read each other's PTX."""
+    if not _PTX_DIR:
+        _PTX_DIR.append(tempfile.mkdtemp(prefix="warpsched_kernels_ptx_"))
+        atexit.register(shutil.rmtree, _PTX_DIR[0], True)
+    return _PTX_DIR[0]
+
+
 def ptx_options(arch=None):
     """Keep the PTX (tests count its instructions); pin the target when compiling on the CPU."""
-    os.makedirs(PTX_DIR, exist_ok=True)
-    return f"--keep-ptx --dump-dir={PTX_DIR}" + (f" --gpu-arch {arch}" if arch else "")
+    return f"--keep-ptx --dump-dir={ptx_dir()}" + (f" --gpu-arch {arch}" if arch else "")
 
 
 def count_ptx(ptx, patterns=PTX_PATTERNS):
