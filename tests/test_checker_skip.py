@@ -71,34 +71,6 @@ def test_skip_with_the_waited_stage_unreleased_is_a_static_finding():
     assert any("Ring.skip() while the stage waited at" in m for m in found), found
 
 
-def test_skip_in_a_task_that_never_waits_is_a_static_finding():
-    buf = Buf(name="Ring", pipeline_config=async_cfg())
-
-    @schedule
-    def prod(b):
-        with domain_loop(0, 4, 1):
-            b.acquire()
-            b.fill()
-            b.commit()
-
-    @schedule
-    def cons(b):
-        with domain_loop(0, 4, 1):
-            b.wait()
-            b.read()
-            b.release()
-
-    @schedule
-    def skipper(b):
-        with domain_loop(0, 4, 1):
-            b.skip()
-
-    p = program([task("Producer", prod(buf), dst=[buf]), task("Consumer", cons(buf), src=[buf], warp=1),
-                 task("Skipper", skipper(buf), src=[buf], warp=2)])
-    found = [f.message for f in checks_bracketing.check(p)]
-    assert any("Ring.skip() in a task that never waits for and releases Ring" in m for m in found), found
-
-
 def _unguarded(pair: bool, stages=2, n=4):
     """Skips with no guard around them (the explorer's fast-forward over local steps must still run
     them: a skip moves the task's position). ``pair``: two consumers split each iteration's two

@@ -98,7 +98,8 @@ def test_skip_while_holding_a_waited_stage():
 
 
 def test_skip_in_a_task_that_never_waits_or_releases():
-    f = _finding(_rejected(*_ring_program(skipper=True)), "Ring.skip() in a task that never waits for")
+    f = _finding(_rejected(*_ring_program(skipper=True)),
+                 "Ring.skip() in a task that never waits for and releases Ring")
     _assert_complete(f, "Skipper", "Ring", "skipper-skip")
 
 
