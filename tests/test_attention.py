@@ -428,12 +428,15 @@ def test_work_units_cover_every_block_once(causal, sq, sk, heads, kv_heads, batc
         assert counts == sorted(counts, reverse=True)
 
 
-def test_tuned_default_is_a_checked_program(ptx):
-    """ops.attention's default (attention_host.TUNED) is the program `warpsched check
-    examples/hopper/attention.py:build_tuned` proves: same fingerprint as the kernel's trace."""
-    key = (128, True, True, True, tuple(sorted(host.TUNED.items())))
+@pytest.mark.parametrize("hd,causal,builder", [(128, True, att.build_tuned), (64, False, host.build_tuned_hd64)],
+                         ids=["build_tuned", "build_tuned_hd64"])
+def test_tuned_default_is_a_checked_program(ptx, hd, causal, builder):
+    """ops.attention's default (attention_host.tuned_options) is the program `warpsched check
+    examples/hopper/attention.py:build_tuned` (hd64 non-causal: `:build_tuned_hd64`) proves: same
+    fingerprint as the kernel's trace, its PTX pinned."""
+    key = (hd, causal, True, True, tuple(sorted(host.tuned_options(hd, causal).items())))
     assert key in TRACED, "the tuned configuration's PTX must be pinned in EXPECTED"
-    mgr = att.build_tuned(verbose=False, exhaustive_deadlock_race_check=False)
+    mgr = builder(verbose=False, exhaustive_deadlock_race_check=False)
     assert mgr.fingerprint == TRACED[key]
     assert VERDICTS.get(TRACED[key]).verdict == "SAFE"
 
@@ -446,22 +449,6 @@ def test_tuned_options_per_problem():
     assert host.tuned_options(64, False) == {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "wgs": 3}
     assert host.tuned_options(128, False) == {"q_stages": 2, "tma_store_o": True, "o_buffer": True}
     assert host.tuned_options(64, False) is not host.tuned_options(64, False)  # callers may edit it
-
-
-def test_tuned_hd64_default_is_a_checked_program(ptx):
-    """The non-causal hd64 default is the program `warpsched check
-    examples/hopper/attention.py:build_tuned_hd64` proves, and its PTX is pinned."""
-    import importlib.util
-    import pathlib
-    path = pathlib.Path(__file__).parent.parent / "examples" / "hopper" / "attention.py"
-    spec = importlib.util.spec_from_file_location("attention_example", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    key = (64, False, True, True, tuple(sorted(host.tuned_options(64, False).items())))
-    assert key in TRACED, "the hd64 non-causal default's PTX must be pinned in EXPECTED"
-    mgr = example.build_tuned_hd64(verbose=False, exhaustive_deadlock_race_check=False)
-    assert mgr.fingerprint == TRACED[key]
-    assert VERDICTS.get(TRACED[key]).verdict == "SAFE"
 
 
 @pytest.mark.parametrize("wgs", [2, 3])

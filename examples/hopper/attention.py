@@ -17,15 +17,8 @@ except ImportError:
 
 from warpsched.kernels.attention import *  # noqa: F401,F403
 from warpsched.kernels.attention import HEAD_DIMS, _host, build  # noqa: F401
-from warpsched.kernels.attention_host import attention, check_args, compile_for_cpu, prepare, tuned_options  # noqa: F401
-
-
-def build_tuned_hd64(verbose=True, **manager_options):
-    """The program ``warpsched.ops.attention`` runs for non-causal hd64 (``tuned_options(64, False)``:
-    three consumer warp groups over a 192-row Q block): ``warpsched check
-    examples/hopper/attention.py:build_tuned_hd64``."""
-    return build(FlashAttention(head_dim=64, **tuned_options(64, False)), verbose=verbose,  # noqa: F405
-                 **manager_options)
+from warpsched.kernels.attention_host import (attention, build_tuned_hd64, check_args, compile_for_cpu,  # noqa: F401
+                                              prepare, tuned_options)
 
 if __name__ == "__main__":
     for hd in HEAD_DIMS:

@@ -9,7 +9,7 @@ import cutlass
 import cutlass.cute as cute
 
 from . import _host
-from .attention import HEAD_DIMS, TUNED, AttentionConfigError, FlashAttention  # noqa: F401 (TUNED: re-exported)
+from .attention import HEAD_DIMS, TUNED, AttentionConfigError, FlashAttention, build  # noqa: F401 (TUNED: re-exported)
 
 _CACHE = {}
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
@@ -87,6 +87,13 @@ def tuned_options(head_dim, causal):
         if head_dim == 64:
             options["wgs"] = 3
     return options
+
+
+def build_tuned_hd64(verbose=True, **manager_options):
+    """The program ``warpsched.ops.attention`` runs for non-causal hd64 (``tuned_options(64, False)``:
+    three consumer warp groups over a 192-row Q block): ``warpsched check
+    examples/hopper/attention.py:build_tuned_hd64``."""
+    return build(FlashAttention(head_dim=64, **tuned_options(64, False)), verbose=verbose, **manager_options)
 
 
 def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
