@@ -66,6 +66,19 @@ class GmemO(MemoryResource):
 
 
 @cute.jit
+def _store_lse(g, v, thr, lse, block, head, batch):
+    """The LSE of this warp group's rows of Q block ``block`` (one lane per row; rows past S_q skipped),
+    for the epilogues that write O through TMA."""
+    coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
+    m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
+    for i in cutlass.range_constexpr(cute.size(lse)):
+        row = block * WG_ROWS + coords[i, 0][0]
+        if row < seqlen_q:
+            if coords[i, 0][1] == 0:  # one lane of the row's quad writes its LSE
+                m_lse[row] = lse[i]
+
+
+@cute.jit
 def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
     """``tma_store_o``: O / sum into this warp group's tile of the Q stage (every S GEMM that
     read it has retired), one TMA store of the tile (rows past S_q are clipped by TMA), its
@@ -91,14 +104,7 @@ def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)
     cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)  # reads done before the release
-    block = q_block * g.wgs + wg
-    coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
-    m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
-    for i in cutlass.range_constexpr(cute.size(lse)):
-        row = block * WG_ROWS + coords[i, 0][0]
-        if row < seqlen_q:
-            if coords[i, 0][1] == 0:  # one lane of the row's quad writes its LSE
-                m_lse[row] = lse[i]
+    _store_lse(g, v, thr, lse, q_block * g.wgs + wg, head, batch)
 
 
 @cute.jit
@@ -128,11 +134,4 @@ def store_o_buffered(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Cons
                                                     cute.group_modes(s_o, 0, 2), cute.group_modes(gO, 0, 2))
         cute.copy(v.tma_o, t_s[(None, 0)], t_g[(None, q_block * g.wgs + wg)])
         cute.arch.cp_async_bulk_commit_group()
-    block = q_block * g.wgs + wg
-    coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
-    m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q
-    for i in cutlass.range_constexpr(cute.size(lse)):
-        row = block * WG_ROWS + coords[i, 0][0]
-        if row < seqlen_q:
-            if coords[i, 0][1] == 0:  # one lane of the row's quad writes its LSE
-                m_lse[row] = lse[i]
+    _store_lse(g, v, thr, lse, q_block * g.wgs + wg, head, batch)
