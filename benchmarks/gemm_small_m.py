@@ -44,6 +44,8 @@ def variants(M, N, K, fp8, which="tiles"):
     count and its neighbours. "tiles" (run 2, default): narrow N tiles without split-K (more
     CTAs streaming B, as cuBLAS's 64x32 kernel does), alone or in 1x2 clusters multicasting A,
     against the best of run 1."""
+    if which == "bw":
+        return bw_variants(M, N, K)
     if which == "tiles":
         out = [("64x128", dict(COOP, tile_mn=(64, 128), split_k=1)),
                ("64x128s", dict(COOP, tile_mn=(64, 128), split_k="auto", split_reduce="host")),
@@ -70,6 +72,31 @@ def variants(M, N, K, fp8, which="tiles"):
     return out
 
 
+def bw_variants(M, N, K):
+    """``--variants bw``: bytes in flight for the bandwidth-bound small-M shapes: the K tile
+    (``k128``: 128 bf16 columns per stage, twice the bytes per barrier round trip at the same
+    checked ring depth), a deeper ring (``s12``: 12 stages), A multicast over a 1x2 cluster
+    (``c12``), host-summed split-K over wider tiles (deterministic), and the atomic split as
+    the nondeterministic reference."""
+    def v(tile, k128=False, cl=(1, 1), stages=None, split=1, reduce="host"):
+        name = f"{tile[0]}x{tile[1]}" + ("c12" if cl == (1, 2) else "") + (f"s{stages}" if stages else "")
+        name += {1: "", "auto": "h" if reduce == "host" else "a"}.get(split, f"h{split}") + ("k128" if k128 else "")
+        opts = dict(COOP, tile_mn=tile, cluster_mn=cl, split_k=split, split_reduce=reduce)
+        if k128:
+            opts["block_k"] = 128
+        if stages:
+            opts["ab_stages"] = stages
+        return name, opts
+    if M <= 64:
+        out = [v((64, 32)), v((64, 32), True), v((64, 32), cl=(1, 2)), v((64, 32), True, cl=(1, 2)),
+               v((64, 32), stages=12), v((64, 128)), v((64, 128), True), v((64, 128), split="auto"),
+               v((64, 128), True, split="auto"), v((64, 64), True, split=2)]
+        if K > 8192:
+            out.append(v((64, 128), split="auto", reduce="atomic"))
+        return out
+    return [v((64, 128)), v((64, 128), True), v((128, 64)), v((128, 64), True), v((128, 128)), v((128, 128), True)]
+
+
 RAGGED = [(1, 8, 8), (129, 264, 72), (200, 136, 40), (127, 4104, 4096), (3000, 5000, 1000), (72, 4096, 4104)]
 FP8_RAGGED = [(1, 16, 16), (129, 264, 80), (200, 136, 48), (3000, 5000, 1008), (72, 4096, 14336)]
 RAGGED_CFGS = [("64x128a2", dict(COOP, tile_mn=(64, 128), split_k=2, split_reduce="atomic")),
@@ -77,6 +104,12 @@ RAGGED_CFGS = [("64x128a2", dict(COOP, tile_mn=(64, 128), split_k=2, split_reduc
                ("64x32c12", dict(COOP, tile_mn=(64, 32), cluster_mn=(1, 2), split_k=1)),
                ("64x64c12", dict(COOP, tile_mn=(64, 64), cluster_mn=(1, 2), split_k=1))]
 # run 1 (benchmarks/results/gemm_small_m_h200_run1.log) checked these (190 checks passed)
+RAGGED_CFGS_BW = [("64x32k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128)),
+                  ("64x32c12k128", dict(COOP, tile_mn=(64, 32), cluster_mn=(1, 2), split_k=1, block_k=128)),
+                  ("64x32s12", dict(COOP, tile_mn=(64, 32), split_k=1, ab_stages=12)),
+                  ("64x64h2k128", dict(COOP, tile_mn=(64, 64), split_k=2, block_k=128)),
+                  ("128x64k128", dict(COOP, tile_mn=(128, 64), split_k=1, block_k=128)),
+                  ("128x128k128", dict(COOP, tile_mn=(128, 128), split_k=1, block_k=128))]
 RAGGED_CFGS_RUN1 = [("64x128a2", dict(COOP, tile_mn=(64, 128), split_k=2, split_reduce="atomic")),
                     ("64x256a3", dict(COOP, tile_mn=(64, 256), split_k=3, split_reduce="atomic")),
                     ("128x256a2", dict(COOP, tile_mn=(128, 256), split_k=2, split_reduce="atomic")),
@@ -154,9 +187,12 @@ class Bench:
                     a, b, ref, alpha, scales = self.inputs(M, N, K, fp8, e5m2)
                     c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
                     bK = 128 if fp8 else 64
-                    for name, opts in (RAGGED_CFGS_RUN1 if self.args.variants == "split" else RAGGED_CFGS):
+                    cfgs = {"split": RAGGED_CFGS_RUN1, "bw": RAGGED_CFGS_BW}.get(self.args.variants, RAGGED_CFGS)
+                    for name, opts in cfgs:
+                        if fp8 and "block_k" in opts:
+                            continue  # the bf16 K tile of 128
                         s = opts["split_k"]
-                        if s != "auto" and s > -(-K // bK):
+                        if s != "auto" and s > -(-K // opts.get("block_k", bK)):
                             continue
                         label = f"{'fp8' if fp8 else 'bf16'}{' e5m2' if e5m2 else ''} {M}x{N}x{K} {name}"
                         launch = self.launcher(name, opts, a, b, c, alpha, scales)
@@ -226,6 +262,9 @@ class Bench:
     def run(self):
         torch = self.torch
         print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+        from warpsched.kernels import gemm_host
+        print(f"persistent grid bound: {gemm_host.max_ctas((1, 1))} CTAs, 1x2 clusters "
+              f"{gemm_host.max_ctas((1, 2))} CTAs", flush=True)
         if self.args.ncu_target:
             self.ncu_target()
             return
@@ -249,7 +288,8 @@ def main():
     p.add_argument("--rep-ms", type=int, default=25)
     p.add_argument("--budget", type=float, default=150, help="seconds after which no new shape starts")
     p.add_argument("--no-ragged", action="store_true")
-    p.add_argument("--variants", choices=("tiles", "split"), default="tiles", help="split: run 1's set")
+    p.add_argument("--variants", choices=("tiles", "split", "bw"), default="tiles",
+                   help="split: run 1's set; bw: K tile 128, deeper rings, clusters (bf16)")
     p.add_argument("--ncu-target", action="store_true")
     args = p.parse_args()
     args.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]

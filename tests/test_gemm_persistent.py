@@ -487,6 +487,39 @@ def test_64x32_tile_compiles_and_is_safe(cluster):
     assert gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), ab_stages=13).ab_stage == 13  # by request
 
 
+# block_k=128 (bf16): a 64x32x128 stage is 24 KB, so the 8 checked stages hold 192 KB (twice the
+# bytes in flight of the 64-column K tile at the same ring depth). Per K tile: 8 k-blocks of
+# m64n32k16 (x peeled + loop = 16); A and B each two TMA boxes (the 128-byte swizzle atom spans 64
+# bf16 columns); the barriers are the 8-stage cooperative ring's (try_wait = 3 + S). The 1x2 cluster
+# multicasts each CTA's half of A (one multicast copy per box).
+@pytest.mark.parametrize("cluster", [(1, 1), (1, 2)])
+def test_block_k_128_compiles_and_is_safe_for_every_k_and_unit_count(cluster):
+    g = gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), cluster_mn=cluster, block_k=128)
+    assert g.tile_mnk == (64, 32, 128) and g.ab_stage == 8 and g.tile_bytes == 24576
+    ptx = gp.compile_for_cpu(schedule="cooperative", tile_mn=(64, 32), cluster_mn=cluster, block_k=128).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
+    assert VERDICTS.get(traced).verdict == "SAFE"
+    want = {"wgmma.mma_async.sync.aligned.m64n32k16": 16, "wgmma.mma_async": 16, "wgmma.commit_group": 2,
+            "mbarrier.init": 16, "mbarrier.try_wait": 11, "expect_tx": 1, "bar.sync \t1, 128;": 2,
+            "cp.async.bulk.tensor.2d.global.shared::cta": 1, "multicast::cluster": 0 if cluster == (1, 1) else 2,
+            "cp.async.bulk.tensor.2d.shared::cta.global": 4 if cluster == (1, 1) else 2}
+    assert _common.count_ptx(ptx, want) == want
+    mgr = gp.build(g, verbose=False, progress=False, cache_verdict=False)
+    report = mgr.result.checker.report()
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE" and mgr.fingerprint == traced
+    assert "every k_tiles >= 1" in report and "every units_per_cta >= 1" in report
+
+
+def test_block_k_128_other_tiles_and_errors():
+    assert gp.PersistentGemm(schedule="cooperative", tile_mn=(128, 64), block_k=128).ab_stage == 4  # 48 KB stages
+    assert gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), block_k=64).tile_mnk[2] == 64  # the default
+    for bad in (96, 256, 32):
+        with pytest.raises(gp.GemmConfigError, match=r"block_k=.*the K tile is 64 \(default\) or 128"):
+            gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), block_k=bad)
+    with pytest.raises(gp.GemmConfigError, match="the K tile is 128 .default. or 256"):
+        gp.PersistentGemm(schedule="cooperative", ab_dtype=__import__("cutlass").Float8E4M3FN, block_k=64)
+
+
 @pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
 def test_ring_arming_other_bytes_than_a_stage_fails_the_compile(ab):
     """A ring whose num_bytes differs from what one stage's A and B tiles hold (here: 128 B too

@@ -139,7 +139,7 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
 
     ``schedule``: "cooperative", "pingpong" (a ring per math warp group) or "pingpong_shared" (one
     ring both math warp groups release; no cluster). ``tile_options``: tile_mn, raster, group,
-    cluster_mn, ab_stages, max_ctas (see PersistentGemm). ``split_k``: "auto" (split K only
+    cluster_mn, ab_stages, block_k, max_ctas (see PersistentGemm). ``split_k``: "auto" (split K only
     when the output tiles leave most SMs idle; cooperative without a cluster), 1, or a split
     count. ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
     workspace and torch sums them into c) or "serial" (the K shares of a tile add up in one fp32
@@ -161,7 +161,7 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
         raise GemmConfigError(f"alpha={alpha}: only the fp8 kernels scale (bf16 / fp16: scale the inputs)")
     M, K = a.shape
     N = b.shape[0]
-    bK = 128 if fp8 else 64
+    bK = tile_options.get("block_k") or (128 if fp8 else 64)
     if M == 0 or N == 0:
         return lambda: None
     if K == 0:

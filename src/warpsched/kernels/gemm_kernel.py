@@ -25,12 +25,14 @@ class PersistentGemm:
     column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
     (the SM count). ``ab_stages``: override the ring depth (per ring). ``skip`` (pingpong_shared):
     the warp group that does not own a tile skips its stages instead of waiting for and releasing
-    them (gemm_program.mma_skip_schedule)."""
+    them (gemm_program.mma_skip_schedule). ``block_k``: the K tile (default 4 WGMMA K steps: 64
+    bf16 / fp16, 128 fp8; 128 bf16 halves the barrier round trips per byte of a small tile's
+    stage and doubles the bytes in flight at the same checked ring depth)."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
-                 b_dtype=None, split_reduce="host", skip=False):
+                 b_dtype=None, split_reduce="host", skip=False, block_k=None):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -97,14 +99,17 @@ class PersistentGemm:
         self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
         self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         self.num_units = None  # runtime, set while tracing
-        self._plan(ab_stages)
+        self._plan(ab_stages, block_k)
 
-    def _plan(self, ab_stages):
+    def _plan(self, ab_stages, block_k=None):
         """Tile shape, stage counts and SMEM sizes in plain Python (the CPU check and the traced
         kernel use the same numbers)."""
         mma_k = 256 // self.ab_dtype.width  # a WGMMA instruction reads 32 bytes of K
         bM, bN = self.tile_mn
-        self.tile_mnk = (bM, bN, mma_k * 4)
+        if block_k is not None and block_k not in (mma_k * 4, mma_k * 8):
+            raise GemmConfigError(f"block_k={block_k!r} for {self.ab_dtype.__name__}: the K tile is {mma_k * 4} "
+                                  f"(default) or {mma_k * 8} (4 or 8 WGMMA K steps of {mma_k})")
+        self.tile_mnk = (bM, bN, block_k or mma_k * 4)
         bK = self.tile_mnk[2]
         # a sub-tile spans every row of the tile (one TMA store per 32 columns)
         self.epi_tile = (bM, 32)
@@ -143,7 +148,7 @@ class PersistentGemm:
 
     def _setup(self):
         self.tiled_mma = self._make_tiled_mma()
-        assert cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4 == self.tile_mnk[2], "WGMMA K differs from _plan"
+        assert self.tile_mnk[2] % cute.size(self.tiled_mma.shape_mnk, mode=[2]) == 0, "WGMMA K differs from _plan"
         self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
         self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.b_dtype, self.ab_stage)
         self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
