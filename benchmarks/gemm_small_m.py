@@ -46,6 +46,19 @@ def variants(M, N, K, fp8, which="tiles"):
     against the best of run 1."""
     if which == "bw":
         return bw_variants(M, N, K)
+    if which == "bw2":  # run 2: the K tile of 256 (bf16; fp8 its 2x, 256) against run 1's winners
+        wide = 256
+        out = [("64x32", dict(COOP, tile_mn=(64, 32), split_k=1)),
+               ("64x32k256", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=wide)),
+               ("64x32c12k256", dict(COOP, tile_mn=(64, 32), cluster_mn=(1, 2), split_k=1, block_k=wide)),
+               ("64x128", dict(COOP, tile_mn=(64, 128), split_k=1))]
+        if fp8:
+            out.append(("64x32k512", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=512)))
+        else:
+            out += [("64x32k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128)),
+                    ("64x32s9k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128, ab_stages=9)),
+                   ("64x32k512", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=512))]  # fp8 only
+        return out
     if which == "tiles":
         out = [("64x128", dict(COOP, tile_mn=(64, 128), split_k=1)),
                ("64x128s", dict(COOP, tile_mn=(64, 128), split_k="auto", split_reduce="host")),
@@ -110,6 +123,10 @@ RAGGED_CFGS_BW = [("64x32k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=
                   ("64x64h2k128", dict(COOP, tile_mn=(64, 64), split_k=2, block_k=128)),
                   ("128x64k128", dict(COOP, tile_mn=(128, 64), split_k=1, block_k=128)),
                   ("128x128k128", dict(COOP, tile_mn=(128, 128), split_k=1, block_k=128))]
+RAGGED_CFGS_BW2 = [("64x32k256", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=256)),
+                   ("64x32c12k256", dict(COOP, tile_mn=(64, 32), cluster_mn=(1, 2), split_k=1, block_k=256)),
+                   ("64x32s9k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128, ab_stages=9)),
+                   ("64x32k512", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=512))]  # fp8 only
 RAGGED_CFGS_RUN1 = [("64x128a2", dict(COOP, tile_mn=(64, 128), split_k=2, split_reduce="atomic")),
                     ("64x256a3", dict(COOP, tile_mn=(64, 256), split_k=3, split_reduce="atomic")),
                     ("128x256a2", dict(COOP, tile_mn=(128, 256), split_k=2, split_reduce="atomic")),
@@ -187,10 +204,11 @@ class Bench:
                     a, b, ref, alpha, scales = self.inputs(M, N, K, fp8, e5m2)
                     c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
                     bK = 128 if fp8 else 64
-                    cfgs = {"split": RAGGED_CFGS_RUN1, "bw": RAGGED_CFGS_BW}.get(self.args.variants, RAGGED_CFGS)
+                    cfgs = {"split": RAGGED_CFGS_RUN1, "bw": RAGGED_CFGS_BW,
+                            "bw2": RAGGED_CFGS_BW2}.get(self.args.variants, RAGGED_CFGS)
                     for name, opts in cfgs:
-                        if fp8 and "block_k" in opts:
-                            continue  # the bf16 K tile of 128
+                        if opts.get("block_k", 256) not in ((256, 512) if fp8 else (64, 128, 256)):
+                            continue  # K tiles: bf16 64 (default) .. 256, fp8 128 (default) .. 512
                         s = opts["split_k"]
                         if s != "auto" and s > -(-K // opts.get("block_k", bK)):
                             continue
@@ -288,8 +306,8 @@ def main():
     p.add_argument("--rep-ms", type=int, default=25)
     p.add_argument("--budget", type=float, default=150, help="seconds after which no new shape starts")
     p.add_argument("--no-ragged", action="store_true")
-    p.add_argument("--variants", choices=("tiles", "split", "bw"), default="tiles",
-                   help="split: run 1's set; bw: K tile 128, deeper rings, clusters (bf16)")
+    p.add_argument("--variants", choices=("tiles", "split", "bw", "bw2"), default="tiles",
+                   help="split: run 1's set; bw: K tile 128, deeper rings, clusters (bf16); bw2: K tile 256")
     p.add_argument("--ncu-target", action="store_true")
     args = p.parse_args()
     args.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]

@@ -513,10 +513,10 @@ def test_block_k_128_compiles_and_is_safe_for_every_k_and_unit_count(cluster):
 def test_block_k_128_other_tiles_and_errors():
     assert gp.PersistentGemm(schedule="cooperative", tile_mn=(128, 64), block_k=128).ab_stage == 4  # 48 KB stages
     assert gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), block_k=64).tile_mnk[2] == 64  # the default
-    for bad in (96, 256, 32):
-        with pytest.raises(gp.GemmConfigError, match=r"block_k=.*the K tile is 64 \(default\) or 128"):
+    for bad in (96, 512, 32):
+        with pytest.raises(gp.GemmConfigError, match=r"block_k=.*the K tile is 64 \(default\), 128 or 256"):
             gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), block_k=bad)
-    with pytest.raises(gp.GemmConfigError, match="the K tile is 128 .default. or 256"):
+    with pytest.raises(gp.GemmConfigError, match="the K tile is 128 .default., 256 or 512"):
         gp.PersistentGemm(schedule="cooperative", ab_dtype=__import__("cutlass").Float8E4M3FN, block_k=64)
 
 

@@ -143,6 +143,16 @@ def test_nondeterministic_kernels_only_when_asked():
     assert any(c["tile_mn"] == (64, 32) for c in tune.candidates(64, 4096, 4096))  # cuBLAS's small-M tile
 
 
+def test_wide_k_tiles_are_candidates_for_small_m():
+    """64x32 tiles with twice / four times the default K tile (more bytes per stage): the fastest
+    deterministic configuration of 64 x 4096 x {4096, 14336} on the H200 (gemm_bw_run1_h200.log);
+    64x128 tiles for 1024^3."""
+    for fp8, k in ((False, 128), (True, 256)):
+        ks = {c.get("block_k") for c in tune.candidates(64, 4096, 14336, fp8) if c["tile_mn"] == (64, 32)}
+        assert ks == {None, k, 2 * k}
+    assert any(c["tile_mn"] == (64, 128) for c in tune.candidates(1024, 1024, 1024))
+
+
 @pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (64, 4096, 14336), (256, 128256, 4096), (1024, 1024, 1024),
                                    (16384, 4096, 14336)])
 def test_candidates_are_a_handful_of_valid_configurations(M, N, K):
@@ -151,7 +161,7 @@ def test_candidates_are_a_handful_of_valid_configurations(M, N, K):
     from warpsched.kernels.gemm_kernel import PersistentGemm
 
     cands = tune.candidates(M, N, K)
-    assert 3 <= len(cands) <= 8
+    assert 3 <= len(cands) <= 9
     assert len({json.dumps(c, sort_keys=True) for c in cands}) == len(cands)  # no configuration twice
     for c in cands:
         opts = {k: v for k, v in tune.normalize(c).items() if k != "split_k"}

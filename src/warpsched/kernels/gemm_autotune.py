@@ -53,13 +53,18 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
     tried: they never won. The atomic split sums in whatever order the shares arrive, so its
     result can differ in the last bits from one call to the next: only ``deterministic=False``
     tries it. 64x32 tiles (cuBLAS's choice at 64 x 4096 x 4096: many CTAs, no split) won
-    64x4096x4096 on the H200 (benchmarks/results/gemm_focus_s20_h200.log)."""
-    del K, fp8  # the list depends on M and N; split_k="auto" looks at K itself
+    64x4096x4096 on the H200 (benchmarks/results/gemm_focus_s20_h200.log); with a K tile of 128
+    bf16 columns (twice the bytes per stage and per barrier round trip) they are the fastest
+    deterministic configuration on 64 x 4096 x {4096, 14336} (0.955x / 1.07x torch.matmul,
+    benchmarks/results/gemm_bw_run1_h200.log); 64x128 tiles won 1024^3 there (1.04x)."""
+    del K  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
+    wide_k = 256 if fp8 else 128  # twice the default K tile (bf16 64, fp8 128)
     if M <= 64:  # memory-bound on B: many CTAs streaming it, K split and reduced in the kernel
         out = [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
-               dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), cluster_mn=(1, 2)),
+               dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), block_k=wide_k),
+               dict(coop, tile_mn=(64, 32), block_k=2 * wide_k),
                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
         if not deterministic:
             out.append(dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))
@@ -74,7 +79,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
            dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
-        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64))]
+        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128))]
     return out
 
 

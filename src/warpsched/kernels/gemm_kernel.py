@@ -27,7 +27,7 @@ class PersistentGemm:
     the warp group that does not own a tile skips its stages instead of waiting for and releasing
     them (gemm_program.mma_skip_schedule). ``block_k``: the K tile (default 4 WGMMA K steps: 64
     bf16 / fp16, 128 fp8; 128 bf16 halves the barrier round trips per byte of a small tile's
-    stage and doubles the bytes in flight at the same checked ring depth)."""
+    stage and doubles the bytes in flight at the same checked ring depth; 256 once more)."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
@@ -106,9 +106,9 @@ class PersistentGemm:
         kernel use the same numbers)."""
         mma_k = 256 // self.ab_dtype.width  # a WGMMA instruction reads 32 bytes of K
         bM, bN = self.tile_mn
-        if block_k is not None and block_k not in (mma_k * 4, mma_k * 8):
+        if block_k is not None and block_k not in (mma_k * 4, mma_k * 8, mma_k * 16):
             raise GemmConfigError(f"block_k={block_k!r} for {self.ab_dtype.__name__}: the K tile is {mma_k * 4} "
-                                  f"(default) or {mma_k * 8} (4 or 8 WGMMA K steps of {mma_k})")
+                                  f"(default), {mma_k * 8} or {mma_k * 16} (4, 8 or 16 WGMMA K steps of {mma_k})")
         self.tile_mnk = (bM, bN, block_k or mma_k * 4)
         bK = self.tile_mnk[2]
         # a sub-tile spans every row of the tile (one TMA store per 32 columns)

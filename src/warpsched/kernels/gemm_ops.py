@@ -126,7 +126,7 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     per-tensor scales (floats or one-element tensors). ``config``: "auto" (the tuned choice for
     this shape, dtypes and device, cached on disk: see warpsched.kernels.gemm_autotune), "default"
     (cooperative 128x256, split-K when few tiles) or a configuration dict (schedule, tile_mn,
-    raster, group, cluster_mn, split_k, split_reduce). ``deterministic`` (default): "auto" only
+    raster, group, cluster_mn, split_k, split_reduce, block_k, ab_stages). ``deterministic``: "auto" only
     picks kernels whose result is the same bits on every call; False also tries the atomic
     split-K for small M (fp32 atomic adds in arrival order). Returns ``out``."""
     M, N, K, o_t = check(a, b, out, out_dtype)
