@@ -56,8 +56,7 @@ def variants(M, N, K, fp8, which="tiles"):
             out.append(("64x32k512", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=512)))
         else:
             out += [("64x32k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128)),
-                    ("64x32s9k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128, ab_stages=9)),
-                   ("64x32k512", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=512))]  # fp8 only
+                    ("64x32s9k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128, ab_stages=9))]
         return out
     if which == "tiles":
         out = [("64x128", dict(COOP, tile_mn=(64, 128), split_k=1)),
