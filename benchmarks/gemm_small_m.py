@@ -263,6 +263,9 @@ class Bench:
         c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
         chosen = ["torch", "64x128", "64x128s", "64x128p", "64x128a", "64x256a", "64x256a16"]
         table = dict([("torch", None)] + variants(M, N, K, False, "split"))
+        if self.args.ncu_variants:  # e.g. torch,64x32k128,64x32c12k128 (from the bw / bw2 sets)
+            chosen = self.args.ncu_variants.split(",")
+            table.update(variants(M, N, K, False, "bw") + variants(M, N, K, False, "bw2"))
         launches = []
         for name in chosen:
             launch = self.launcher(name, table[name], a, b, c, alpha, scales)
@@ -272,7 +275,8 @@ class Bench:
         for name, launch in launches:
             print(f"ncu launch: {name}", flush=True)
             torch.cuda.profiler.start()
-            launch()
+            for _ in range(self.args.ncu_launches):  # the later ones with warm caches and clocks
+                launch()
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
 
@@ -308,6 +312,8 @@ def main():
     p.add_argument("--variants", choices=("tiles", "split", "bw", "bw2"), default="tiles",
                    help="split: run 1's set; bw: K tile 128, deeper rings, clusters (bf16); bw2: K tile 256")
     p.add_argument("--ncu-target", action="store_true")
+    p.add_argument("--ncu-variants", default="", help="with --ncu-target: names to profile instead of run 1's")
+    p.add_argument("--ncu-launches", type=int, default=1, help="with --ncu-target: launches of each")
     args = p.parse_args()
     args.shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
     args.dtypes = [d for d in args.dtypes.split(",") if d]
