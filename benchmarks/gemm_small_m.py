@@ -58,6 +58,13 @@ def variants(M, N, K, fp8, which="tiles"):
             out += [("64x32k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128)),
                     ("64x32s9k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128, ab_stages=9))]
         return out
+    if which == "pdl":  # programmatic dependent launch on the winners of runs 1-2 (not yet timed)
+        base = [("64x32k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128)),
+                ("64x32s9k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128, ab_stages=9)),
+                ("64x128", dict(COOP, tile_mn=(64, 128), split_k=1))]
+        if fp8:
+            base = [("64x32k256", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=256)), base[2]]
+        return base + [(name + "pdl", dict(opts, pdl=True)) for name, opts in base]
     if which == "tiles":
         out = [("64x128", dict(COOP, tile_mn=(64, 128), split_k=1)),
                ("64x128s", dict(COOP, tile_mn=(64, 128), split_k="auto", split_reduce="host")),
@@ -126,6 +133,11 @@ RAGGED_CFGS_BW2 = [("64x32k256", dict(COOP, tile_mn=(64, 32), split_k=1, block_k
                    ("64x32c12k256", dict(COOP, tile_mn=(64, 32), cluster_mn=(1, 2), split_k=1, block_k=256)),
                    ("64x32s9k128", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128, ab_stages=9)),
                    ("64x32k512", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=512))]  # fp8 only
+RAGGED_CFGS_PDL = [("64x32k128pdl", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=128, pdl=True)),
+                   ("64x32k256pdl", dict(COOP, tile_mn=(64, 32), split_k=1, block_k=256, pdl=True)),
+                   ("64x128pdl", dict(COOP, tile_mn=(64, 128), split_k=1, pdl=True)),
+                   ("64x128hpdl", dict(COOP, tile_mn=(64, 128), split_k=2, pdl=True)),
+                   ("64x128apdl", dict(COOP, tile_mn=(64, 128), split_k=2, split_reduce="atomic", pdl=True))]
 RAGGED_CFGS_RUN1 = [("64x128a2", dict(COOP, tile_mn=(64, 128), split_k=2, split_reduce="atomic")),
                     ("64x256a3", dict(COOP, tile_mn=(64, 256), split_k=3, split_reduce="atomic")),
                     ("128x256a2", dict(COOP, tile_mn=(128, 256), split_k=2, split_reduce="atomic")),
@@ -203,8 +215,8 @@ class Bench:
                     a, b, ref, alpha, scales = self.inputs(M, N, K, fp8, e5m2)
                     c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
                     bK = 128 if fp8 else 64
-                    cfgs = {"split": RAGGED_CFGS_RUN1, "bw": RAGGED_CFGS_BW,
-                            "bw2": RAGGED_CFGS_BW2}.get(self.args.variants, RAGGED_CFGS)
+                    cfgs = {"split": RAGGED_CFGS_RUN1, "bw": RAGGED_CFGS_BW, "bw2": RAGGED_CFGS_BW2,
+                            "pdl": RAGGED_CFGS_PDL}.get(self.args.variants, RAGGED_CFGS)
                     for name, opts in cfgs:
                         if opts.get("block_k", 256) not in ((256, 512) if fp8 else (64, 128, 256)):
                             continue  # K tiles: bf16 64 (default) .. 256, fp8 128 (default) .. 512
@@ -309,8 +321,8 @@ def main():
     p.add_argument("--rep-ms", type=int, default=25)
     p.add_argument("--budget", type=float, default=150, help="seconds after which no new shape starts")
     p.add_argument("--no-ragged", action="store_true")
-    p.add_argument("--variants", choices=("tiles", "split", "bw", "bw2"), default="tiles",
-                   help="split: run 1's set; bw: K tile 128, deeper rings, clusters (bf16); bw2: K tile 256")
+    p.add_argument("--variants", choices=("tiles", "split", "bw", "bw2", "pdl"), default="tiles",
+                   help="split: run 1's set; bw: K tile 128, deeper rings, clusters (bf16); bw2: K tile 256; pdl: programmatic dependent launch")
     p.add_argument("--ncu-target", action="store_true")
     p.add_argument("--ncu-variants", default="", help="with --ncu-target: names to profile instead of run 1's")
     p.add_argument("--ncu-launches", type=int, default=1, help="with --ncu-target: launches of each")

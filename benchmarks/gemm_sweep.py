@@ -121,6 +121,7 @@ CONFIGS = {
     # a K tile of 128 / 256 bf16 columns: more bytes per stage and per barrier round trip
     "coop64x32k128": dict(schedule="cooperative", tile_mn=(64, 32), block_k=128),
     "coop64x32k256": dict(schedule="cooperative", tile_mn=(64, 32), block_k=256),
+    "coop64x32s9k128": dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, ab_stages=9),
 }
 # fp8 (e4m3 x e4m3, K tile 128): the same kernels with an fp8 MMA and the scale in the epilogue
 FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8coop256x128": "coop256x128",
@@ -146,7 +147,7 @@ def tune_set(M, N, K):
     few output tiles (small M, or M * N <= 2048^2) also smaller tiles and split-K over them."""
     if M <= 64:  # one serial split-K configuration stays for its correctness checks (it never won)
         return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop64x256s", "coop64x128s",
-                "coop64x128r", "coop64x128a", "coop64x32", "coop64x32k128", "coop64x32k256"]
+                "coop64x128r", "coop64x128a", "coop64x32", "coop64x32k128", "coop64x32s9k128"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
                 "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p"]

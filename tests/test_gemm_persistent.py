@@ -520,6 +520,38 @@ def test_block_k_128_other_tiles_and_errors():
         gp.PersistentGemm(schedule="cooperative", ab_dtype=__import__("cutlass").Float8E4M3FN, block_k=64)
 
 
+# pdl=True: the load warp runs griddepcontrol.wait before its first TMA load, then
+# griddepcontrol.launch_dependents (once each, ahead of the work loop); the launch carries the
+# programmatic-serialization attribute. SAFE for every K and unit count (the PDL order is part of the
+# checked program); the twins that trigger before the wait or never wait are rejected.
+@pytest.mark.parametrize("schedule,opts", [("cooperative", dict(tile_mn=(64, 32), block_k=128)),
+                                           ("cooperative", {}), ("pingpong", {})])
+def test_pdl_compiles_and_is_safe(schedule, opts):
+    g = gp.PersistentGemm(schedule=schedule, pdl=True, **opts)
+    ptx = gp.compile_for_cpu(schedule=schedule, pdl=True, **opts).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
+    loads = g.rings
+    want = {"griddepcontrol.wait": loads, "griddepcontrol.launch_dependents": loads}
+    assert _common.count_ptx(ptx, want) == want
+    assert ptx.index("griddepcontrol.wait") < ptx.index("cp.async.bulk.tensor.2d.shared::cta.global")
+    assert ptx.index("griddepcontrol.wait") < ptx.index("griddepcontrol.launch_dependents")
+    mgr = gp.build(g, verbose=False, progress=False, cache_verdict=False)
+    report = mgr.result.checker.report()
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE" and mgr.fingerprint == traced
+    assert "every k_tiles >= 1" in report and "every units_per_cta >= 1" in report
+    plain = gp.compile_for_cpu(schedule=schedule, **opts).artifacts.PTX
+    assert _common.count_ptx(plain, want) == {k: 0 for k in want}
+
+
+@pytest.mark.parametrize("twin,needle", [("launch_first", "launch_griddep() runs before this task's wait_griddep()"),
+                                         ("no_wait", "GmemAB depends on PdlWait but task 'LoadTask' uses it")])
+def test_pdl_twins_are_rejected(twin, needle):
+    g = gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), block_k=128, pdl=True)
+    with pytest.raises(ValidationError, match="pdl ordering") as e:
+        gp.build(g, verbose=False, progress=False, cache_verdict=False, pdl_twin=twin)
+    assert needle in str(e.value)
+
+
 @pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
 def test_ring_arming_other_bytes_than_a_stage_fails_the_compile(ab):
     """A ring whose num_bytes differs from what one stage's A and B tiles hold (here: 128 B too

@@ -27,12 +27,14 @@ class PersistentGemm:
     the warp group that does not own a tile skips its stages instead of waiting for and releasing
     them (gemm_program.mma_skip_schedule). ``block_k``: the K tile (default 4 WGMMA K steps: 64
     bf16 / fp16, 128 fp8; 128 bf16 halves the barrier round trips per byte of a small tile's
-    stage and doubles the bytes in flight at the same checked ring depth; 256 once more)."""
+    stage and doubles the bytes in flight at the same checked ring depth; 256 once more). ``pdl``:
+    launched as a programmatic dependent launch (the load warps wait for the previous grid,
+    then let the next one launch; see gemm_program.load_schedule)."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
-                 b_dtype=None, split_reduce="host", skip=False, block_k=None):
+                 b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -67,6 +69,7 @@ class PersistentGemm:
         # pingpong_shared, skip=True: only a tile's owner waits for and releases its stages, the other
         # warp group skips them (gemm_program.mma_skip_schedule)
         self.skip = bool(skip)
+        self.pdl = bool(pdl)  # programmatic dependent launch (gemm_program.load_schedule)
         if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
             raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
         self.schedule = schedule
@@ -133,7 +136,7 @@ class PersistentGemm:
                 + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
                 + (f" split-K {self.split_reduce}" if self.serial else " split-K fp32" if self.split_k else "")
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else "")
-                + (" skip" if self.skip else ""))
+                + (" skip" if self.skip else "") + (" pdl" if self.pdl else ""))
 
     def epilogue_copy(self, tiled_mma):
         """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""
@@ -240,9 +243,10 @@ class PersistentGemm:
                            self.c_staged, splits, alpha, mW, mF)
         if cutlass.const_expr(cm * cn > 1):
             kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[cm * cn, 1, 1], min_blocks_per_mp=1,
-                        stream=stream)
+                        stream=stream, use_pdl=self.pdl)
         else:
-            kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
+            kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream,
+                        use_pdl=self.pdl)
 
     def smem_a(self, ring):
         return self._view(self.alloc_a[ring], self.a_staged_k)

@@ -6,14 +6,27 @@ from __future__ import annotations
 
 from .gemm_resources import GmemAB, GmemC, MathOrder, SmemAB
 
-from warpsched import (PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, TileSchedulerConfig,
+from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, TileSchedulerConfig,
                        WorkQueue, domain_loop, schedule, threads, trip_count, when_false, when_true,
                        work_tile_loop)
 
 
 # ---------------------------------------------------------------------------------- schedules
 @schedule
-def load_schedule(gmem_ab, ring, wq, k_tiles, units, which):
+def load_schedule(gmem_ab, ring, wq, k_tiles, units, which, pdl=None, launch=None, pdl_twin=None):
+    """``pdl`` / ``launch`` (programmatic dependent launch): wait for the previous grid in the
+    stream before the first load (every C store is after a ring wait, so after it too), then let
+    the next grid launch at once: its CTAs run their prologue on the SMs this grid leaves idle or
+    frees, and wait in griddepcontrol.wait until this grid has completed. ``pdl_twin``: the
+    rejected twins, "launch_first" (trigger before the wait) and "no_wait" (loads A and B while
+    the previous grid may still write them)."""
+    if pdl is not None:
+        if pdl_twin == "launch_first":
+            launch.launch_griddep()
+        if pdl_twin is None or pdl_twin == "launch_first":
+            pdl.wait_griddep()
+        if pdl_twin != "launch_first":
+            launch.launch_griddep()
     with work_tile_loop(wq, tile_count=units):
         m, n, k0 = gmem_ab.tile_coords(which=which)
         with domain_loop(0, k_tiles, 1):
@@ -164,7 +177,7 @@ class GemmTask(Task):
 
 
 def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), pass_release=True,
-          skip_twin=None, verbose=True, **manager_options):
+          skip_twin=None, pdl_twin=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the PersistentGemm being traced (on the CPU: ``gemm_host.build`` makes a default one;
@@ -174,7 +187,8 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
     Mma1 (pingpong, see ``mma_schedule``). ``pass_release``: pingpong_shared's Mma0 releases
     Mma1's stages (False: the rejected twin, see ``mma_shared_schedule``). ``skip_twin``
     (pingpong_shared, skip=True): None, "skip_extra" or "no_turn_wait", the rejected twins of
-    ``mma_skip_schedule``."""
+    ``mma_skip_schedule``. ``pdl_twin`` (g.pdl): None, "launch_first" or "no_wait", the rejected
+    twins of ``load_schedule``."""
     if schedule is not None and schedule != g.schedule:
         raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
     U = trip_count("units_per_cta", units_per_cta)
@@ -184,6 +198,8 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
                  for w in range(g.math_tasks)]
     wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
     gmem_ab = GmemAB(name="GmemAB", g=g)
+    # programmatic dependent launch: the load tasks wait for the previous grid, then trigger the next
+    pdl_io = [PdlWaitBarrier(name="PdlWait"), PdlLaunchBarrier(name="PdlLaunch")] if getattr(g, "pdl", False) else []
     allocator = SmemAllocator()
     consumer_threads = 128 * g.wgs_per_mma_task
     rings, outs = [], []
@@ -215,14 +231,16 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
         graph[order] = []
     K = trip_count("k_tiles", k_tiles)
     order_io = [] if order is None else [order]
+    if pdl_io:
+        graph.update({gmem_ab: [pdl_io[0]], pdl_io[0]: [], pdl_io[1]: [gmem_ab]})
     if g.shared_ring:
         # every ownership sequence of two tasks on a 6-stage ring: ~450k states (the default cap is 500k)
         manager_options.setdefault("max_states", 2_000_000)
         ring = rings[0]
-        load = GemmTask(name="LoadTask", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=0,
-                        num_warps=1, num_registers=regs[0])
+        load = GemmTask(name="LoadTask", src_resources=pdl_io[:1] + [gmem_ab, wq], dst_resources=[ring] + pdl_io[1:],
+                        warp_idx=0, num_warps=1, num_registers=regs[0])
         load.g = g
-        load.schedule = load_schedule(gmem_ab, ring, wq, K, U, 0)
+        load.schedule = load_schedule(gmem_ab, ring, wq, K, U, 0, *pdl_io, pdl_twin=pdl_twin)
         tasks.append(load)
         graph[ring] = [gmem_ab, wq]
         turn = []
@@ -248,8 +266,8 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
     for r, (ring, out) in enumerate(zip(rings, outs) if not g.shared_ring else ()):
         turn = None if order is None else turns[r]
         suffix = str(r) if g.rings > 1 else ""
-        load = GemmTask(name=f"LoadTask{suffix}", src_resources=[gmem_ab, wq], dst_resources=[ring], warp_idx=r,
-                        num_warps=1, num_registers=regs[0])
+        load = GemmTask(name=f"LoadTask{suffix}", src_resources=pdl_io[:1] + [gmem_ab, wq],
+                        dst_resources=[ring] + pdl_io[1:], warp_idx=r, num_warps=1, num_registers=regs[0])
         mma = GemmTask(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if turn and turn.startswith(
                            "second") else []), dst_resources=[out] + (order_io if turn == "first" else []),
                        warp_idx=4 * (1 + r * g.wgs_per_mma_task), num_warps=4 * g.wgs_per_mma_task,
@@ -257,7 +275,7 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
         load.g = mma.g = g
         # split-K: every unit has its own K range, read per tile from the tasks' provider
         k_loop = load.k_tiles_of if g.split_k else K
-        load.schedule = load_schedule(gmem_ab, ring, wq, k_loop, U, r)
+        load.schedule = load_schedule(gmem_ab, ring, wq, k_loop, U, r, *pdl_io, pdl_twin=pdl_twin)
         mma.schedule = mma_schedule(ring, out, wq, mma.k_tiles_of if g.split_k else K, U, order, turn)
         tasks += [load, mma]
         graph[ring] = [gmem_ab, wq]
