@@ -25,12 +25,16 @@ class PersistentGemm:
     column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
     (the SM count). ``ab_stages``: override the ring depth (per ring). ``skip`` (pingpong_shared):
     the warp group that does not own a tile skips its stages instead of waiting for and releasing
-    them (gemm_program.mma_skip_schedule)."""
+    them (gemm_program.mma_skip_schedule). ``epi_n``: the columns of one epilogue sub-tile (32:
+    bN / 32 TMA stores per tile; 64: half as many, twice the bytes each). ``epi_sync``: "pair"
+    (two named barriers per sub-tile: the store warp waits for the next buffer after its store)
+    or "single" (one: the store warp waits for that buffer before the barrier, one store later;
+    needs two epilogue buffers). Both change work bodies only: the checked program is the same."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
-                 b_dtype=None, split_reduce="host", skip=False):
+                 b_dtype=None, split_reduce="host", skip=False, epi_n=32, epi_sync="pair"):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -93,6 +97,10 @@ class PersistentGemm:
         self.raster, self.group = raster, group
         self.max_ctas = max_ctas
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        if epi_n not in (32, 64) or self.tile_mn[1] % epi_n or epi_sync not in ("pair", "single"):
+            raise GemmConfigError(f"epi_n={epi_n!r}, epi_sync={epi_sync!r} (tile_mn={self.tile_mn}): epi_n is 32 or 64 "
+                                  "and divides bN; epi_sync is 'pair' or 'single'")
+        self.epi_n, self.epi_sync = epi_n, epi_sync
         self.threads = 128 * (1 + self.consumer_wgs)
         self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
         self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
@@ -106,11 +114,15 @@ class PersistentGemm:
         bM, bN = self.tile_mn
         self.tile_mnk = (bM, bN, mma_k * 4)
         bK = self.tile_mnk[2]
-        # a sub-tile spans every row of the tile (one TMA store per 32 columns)
-        self.epi_tile = (bM, 32)
-        n_epi = bN // 32
-        sub_bytes = bM * 32 * self.c_dtype.width // 8
+        # a sub-tile spans every row of the tile (one TMA store per epi_n columns)
+        self.epi_tile = (bM, self.epi_n)
+        n_epi = bN // self.epi_n
+        sub_bytes = bM * self.epi_n * self.c_dtype.width // 8
         self.epi_stage = next(s for s in (4, 2, 1) if n_epi % s == 0 and s * sub_bytes * self.math_tasks <= 32768)
+        if self.epi_sync == "single" and self.epi_stage < 2:
+            raise GemmConfigError(f"epi_sync='single' with tile_mn={self.tile_mn}, epi_n={self.epi_n}: one epilogue "
+                                  "buffer (the store warp would wait for a store it has not issued); use "
+                                  "epi_sync='pair' or epi_n=32")
         epi_bytes = sub_bytes * self.epi_stage * self.math_tasks
         self.tile_bytes = (bM * self.ab_dtype.width + bN * self.b_dtype.width) * bK // 8
         fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
@@ -128,7 +140,9 @@ class PersistentGemm:
                 + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
                 + (f" split-K {self.split_reduce}" if self.serial else " split-K fp32" if self.split_k else "")
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else "")
-                + (" skip" if self.skip else ""))
+                + (" skip" if self.skip else "")
+                + (f" epi_n {self.epi_n}" if self.epi_n != 32 else "")
+                + (f" epi_sync {self.epi_sync}" if self.epi_sync != "pair" else ""))
 
     def epilogue_copy(self, tiled_mma):
         """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""

@@ -148,9 +148,9 @@ class GmemC(MemoryResource):
     @producer_work
     @cute.jit
     def store(self, stage_info: StageInfo, acc):
-        """acc -> bf16 -> stmatrix into SMEM sub-tiles (bM x 32) -> TMA store, ``epi_stage`` in flight.
-        Buffer e % epi_stage: sub-tiles per tile are a multiple of epi_stage, so a buffer comes
-        round again only after the store that last read it was waited on (wait_group.read)."""
+        """acc -> bf16 -> stmatrix into SMEM sub-tiles (bM x epi_n) -> TMA store, ``epi_stage`` in
+        flight. Buffer e % epi_stage: sub-tiles per tile are a multiple of epi_stage, so a buffer
+        comes round again only after the store that last read it was waited on (wait_group.read)."""
         g = self.g
         m, n, split = g.unit_tile(stage_info.work_tile.tile_idx[0], self.which)
         bM, bN, _ = g.tile_mnk
@@ -208,12 +208,23 @@ class GmemC(MemoryResource):
             buf = e % g.epi_stage
             cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
             cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy writes -> TMA reads
-            epi_bar.arrive_and_wait()
-            if warp_idx == self._store_warp():
-                cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
-                store_pipe.producer_commit()
-                store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
-            epi_bar.arrive_and_wait()
+            if cutlass.const_expr(g.epi_sync == "single"):
+                # one barrier per sub-tile: sub-tile e + 1 is written right after this barrier into
+                # the buffer store e + 1 - epi_stage read, so the store warp waits for that store
+                # first (stores up to e - 1 are issued: epi_stage - 2 may stay in flight)
+                if warp_idx == self._store_warp():
+                    cute.arch.cp_async_bulk_wait_group(g.epi_stage - 2, read=True)
+                epi_bar.arrive_and_wait()
+                if warp_idx == self._store_warp():
+                    cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
+                    store_pipe.producer_commit()
+            else:
+                epi_bar.arrive_and_wait()
+                if warp_idx == self._store_warp():
+                    cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
+                    store_pipe.producer_commit()
+                    store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
+                epi_bar.arrive_and_wait()
 
     @cute.jit
     def serial_fixup(self, acc, m, n, split, tidx, epi_bar):
