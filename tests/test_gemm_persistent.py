@@ -150,7 +150,24 @@ def test_epilogue_variants_change_the_epilogue_only(ptx, epi_n, epi_sync):
     assert _common.count_ptx(out, want) == want
 
 
+@pytest.mark.parametrize("hint,a,b", [("normal", 0x1000000000000000, 0x1000000000000000),
+                                      ("a_last", 0x14F0000000000000, 0x1000000000000000),
+                                      ("a_last_b_first", 0x14F0000000000000, 0x12F0000000000000)])
+def test_l2_hints_reach_the_tma_loads(ptx, hint, a, b):
+    """l2_hint sets the cache-hint operand of the A and B loads (the default passes 0); the program is
+    the default's."""
+    out = gp.compile_for_cpu(schedule="cooperative", l2_hint=hint).artifacts.PTX
+    assert VERDICTS.looked_up[-1] == TRACED["cooperative"]
+    loads = [line for line in out.splitlines() if "cp.async.bulk.tensor.2d.shared::cta.global" in line]
+    hints = [next(x for x in out.splitlines() if x.strip().startswith(f"mov.b64 \t{ln.split(', ')[-1].rstrip(';')},"))
+             for ln in loads]
+    assert [int(h.split(", ")[-1].rstrip(";")) for h in hints] == [a, b]  # A is loaded first
+    assert "mov.b64 \t%rd9, 0;" in ptx["cooperative"]  # the default's hint operand
+
+
 def test_epilogue_option_errors():
+    with pytest.raises(gp.GemmConfigError, match="l2_hint='first'"):
+        gp.PersistentGemm(schedule="cooperative", l2_hint="first")
     with pytest.raises(gp.GemmConfigError, match="epi_n is 32 or 64"):
         gp.PersistentGemm(schedule="cooperative", epi_n=128)
     with pytest.raises(gp.GemmConfigError, match="epi_sync is 'pair' or 'single'"):

@@ -14,6 +14,10 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError
 from .gemm_program import build
 
+EVICT_NORMAL, EVICT_FIRST, EVICT_LAST = 0x1000000000000000, 0x12F0000000000000, 0x14F0000000000000
+L2_HINTS = {None: (None, None), "normal": (EVICT_NORMAL, EVICT_NORMAL), "a_last": (EVICT_LAST, EVICT_NORMAL),
+            "a_last_b_first": (EVICT_LAST, EVICT_FIRST)}
+
 
 class PersistentGemm:
     """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
@@ -29,12 +33,15 @@ class PersistentGemm:
     bN / 32 TMA stores per tile; 64: half as many, twice the bytes each). ``epi_sync``: "pair"
     (two named barriers per sub-tile: the store warp waits for the next buffer after its store)
     or "single" (one: the store warp waits for that buffer before the barrier, one store later;
-    needs two epilogue buffers). Both change work bodies only: the checked program is the same."""
+    needs two epilogue buffers). Both change work bodies only: the checked program is the same.
+    ``l2_hint``: the L2 eviction priority of the A / B TMA loads: None (the DSL's default hint
+    operand, 0), "normal" (EVICT_NORMAL on both, CUTLASS C++'s default), "a_last" (A EVICT_LAST:
+    the raster group's A strip is reused across every N tile it visits) or "a_last_b_first"."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
-                 b_dtype=None, split_reduce="host", skip=False, epi_n=32, epi_sync="pair"):
+                 b_dtype=None, split_reduce="host", skip=False, epi_n=32, epi_sync="pair", l2_hint=None):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -101,6 +108,11 @@ class PersistentGemm:
             raise GemmConfigError(f"epi_n={epi_n!r}, epi_sync={epi_sync!r} (tile_mn={self.tile_mn}): epi_n is 32 or 64 "
                                   "and divides bN; epi_sync is 'pair' or 'single'")
         self.epi_n, self.epi_sync = epi_n, epi_sync
+        if l2_hint not in L2_HINTS:
+            raise GemmConfigError(f"l2_hint={l2_hint!r}: expected one of {list(L2_HINTS)}")
+        self.l2_hint = l2_hint
+        # (A, B) cache-hint operands of the TMA loads (CUTLASS's CacheHintSm90 values); None: the DSL's default
+        self.l2_policy = L2_HINTS[l2_hint]
         self.threads = 128 * (1 + self.consumer_wgs)
         self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
         self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
@@ -142,7 +154,8 @@ class PersistentGemm:
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else "")
                 + (" skip" if self.skip else "")
                 + (f" epi_n {self.epi_n}" if self.epi_n != 32 else "")
-                + (f" epi_sync {self.epi_sync}" if self.epi_sync != "pair" else ""))
+                + (f" epi_sync {self.epi_sync}" if self.epi_sync != "pair" else "")
+                + (f" l2 {self.l2_hint}" if self.l2_hint else ""))
 
     def epilogue_copy(self, tiled_mma):
         """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""

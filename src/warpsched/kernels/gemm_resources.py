@@ -72,6 +72,7 @@ class SmemAB(MemoryResource):
         gA = cute.local_tile(g.mA, (bM, bK), (m, None))
         gB = cute.local_tile(g.mB, (bN, bK), (n, None))
         sA, sB = cute.group_modes(g.smem_a(self.ring), 0, 2), cute.group_modes(g.smem_b(self.ring), 0, 2)
+        hint_a, hint_b = ({} if p is None else dict(cache_policy=cutlass.Int64(p)) for p in g.l2_policy)
         if cutlass.const_expr(g.clustered):
             # each CTA loads its slice of the shared operand and multicasts it to its cluster peers
             cm, cn = g.cluster_mn
@@ -80,15 +81,15 @@ class SmemAB(MemoryResource):
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, g.cluster_coord[0], cute.make_layout(cm), sB,
                                                           cute.group_modes(gB, 0, 2))
             # on the stage's barrier; warpsched checks the copies' bytes against num_bytes while tracing
-            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], mcast_mask=g.a_mcast_mask)
-            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], mcast_mask=g.b_mcast_mask)
+            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], mcast_mask=g.a_mcast_mask, **hint_a)
+            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], mcast_mask=g.b_mcast_mask, **hint_b)
         else:
             tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1), sA,
                                                           cute.group_modes(gA, 0, 2))
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), sB,
                                                           cute.group_modes(gB, 0, 2))
-            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)])
-            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)])
+            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], **hint_a)
+            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], **hint_b)
 
     @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
     @cute.jit
