@@ -47,12 +47,16 @@ SIDES = {
     "coop_l2a": dict(COOP, l2_hint="a_last"),
     "coop_l2ab": dict(COOP, l2_hint="a_last_b_first"),
     "coop_esl2a": dict(COOP, epi_sync="single", l2_hint="a_last"),
+    # 128x256x32 stages: 8 in the SMEM of 4 (more bytes in flight while the math warp groups read one)
+    "coop_k32": dict(COOP, k_blocks=2),
+    "coop_k32es": dict(COOP, k_blocks=2, epi_sync="single"),
+    "coop_c21k32es": dict(COOP, cluster_mn=(2, 1), k_blocks=2, epi_sync="single"),
     # CUTLASS's example: 128x256x64, 2 consumer warp groups, 4 stages, epilogue 128x32 x 4 (swizzle 8 along M)
     "cutlass": dict(cluster_mn=(1, 1)),
     "cutlass_c21": dict(cluster_mn=(2, 1)),
 }
-DEFAULT_SIDES = ["coop", "coop_es", "coop_e64s", "coop_l2n", "coop_l2a", "coop_g16es", "coop_c21", "coop_c21es",
-                 "cutlass"]
+DEFAULT_SIDES = ["coop", "coop_es", "coop_e64s", "coop_l2n", "coop_l2a", "coop_k32", "coop_k32es", "coop_g16es",
+                 "coop_c21", "coop_c21es", "cutlass"]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (16384, 4096, 4096), (4096, 128256, 4096)]
 # the epilogue variants' ragged checks: M, N not tile multiples, K % 64 != 0, one tile, a ragged last wave
 RAGGED = [(129, 264, 72), (200, 136, 40), (127, 4104, 4096), (3000, 5000, 1000), (1000, 2056, 4104), (128, 256, 64)]

@@ -165,6 +165,20 @@ def test_l2_hints_reach_the_tma_loads(ptx, hint, a, b):
     assert "mov.b64 \t%rd9, 0;" in ptx["cooperative"]  # the default's hint operand
 
 
+def test_half_deep_k_tiles_double_the_ring():
+    """k_blocks=2: 128x256x32 stages (64-byte rows, 24 KB each), 8 of them in the SMEM of 4, two
+    m64n256k16 per stage and warp group; a different program (8 stages), checked SAFE while traced."""
+    g = gp.PersistentGemm(schedule="cooperative", tile_mn=(128, 256), k_blocks=2)
+    assert (g.tile_mnk, g.ab_stage, g.tile_bytes) == ((128, 256, 32), 8, 24576)
+    out = gp.compile_for_cpu(schedule="cooperative", k_blocks=2).artifacts.PTX
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+    want = {"wgmma.mma_async.sync.aligned.m64n256k16": 4, "mbarrier.try_wait": 3 + 8, "wgmma.wait_group": 2,
+            "bar.sync \t1, 256;": 16}
+    assert _common.count_ptx(out, want) == want
+    with pytest.raises(gp.GemmConfigError, match="k_blocks=3"):
+        gp.PersistentGemm(schedule="cooperative", k_blocks=3)
+
+
 def test_epilogue_option_errors():
     with pytest.raises(gp.GemmConfigError, match="l2_hint='first'"):
         gp.PersistentGemm(schedule="cooperative", l2_hint="first")

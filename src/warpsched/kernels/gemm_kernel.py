@@ -36,12 +36,15 @@ class PersistentGemm:
     needs two epilogue buffers). Both change work bodies only: the checked program is the same.
     ``l2_hint``: the L2 eviction priority of the A / B TMA loads: None (the DSL's default hint
     operand, 0), "normal" (EVICT_NORMAL on both, CUTLASS C++'s default), "a_last" (A EVICT_LAST:
-    the raster group's A strip is reused across every N tile it visits) or "a_last_b_first"."""
+    the raster group's A strip is reused across every N tile it visits) or "a_last_b_first".
+    ``k_blocks``: WGMMA K steps per stage (4: a 64-deep bf16 K tile; 2: 32-deep stages, twice as
+    many of them in the same SMEM, so more bytes are in flight while a stage is being read)."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
-                 b_dtype=None, split_reduce="host", skip=False, epi_n=32, epi_sync="pair", l2_hint=None):
+                 b_dtype=None, split_reduce="host", skip=False, epi_n=32, epi_sync="pair", l2_hint=None,
+                 k_blocks=4):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -111,6 +114,10 @@ class PersistentGemm:
         if l2_hint not in L2_HINTS:
             raise GemmConfigError(f"l2_hint={l2_hint!r}: expected one of {list(L2_HINTS)}")
         self.l2_hint = l2_hint
+        if k_blocks not in (2, 4):
+            raise GemmConfigError(f"k_blocks={k_blocks!r}: 4 (the default K tile: 64 bf16 / 128 fp8) or 2 (half as "
+                                  "deep, twice the stages)")
+        self.k_blocks = k_blocks
         # (A, B) cache-hint operands of the TMA loads (CUTLASS's CacheHintSm90 values); None: the DSL's default
         self.l2_policy = L2_HINTS[l2_hint]
         self.threads = 128 * (1 + self.consumer_wgs)
@@ -124,7 +131,7 @@ class PersistentGemm:
         kernel use the same numbers)."""
         mma_k = 256 // self.ab_dtype.width  # a WGMMA instruction reads 32 bytes of K
         bM, bN = self.tile_mn
-        self.tile_mnk = (bM, bN, mma_k * 4)
+        self.tile_mnk = (bM, bN, mma_k * self.k_blocks)
         bK = self.tile_mnk[2]
         # a sub-tile spans every row of the tile (one TMA store per epi_n columns)
         self.epi_tile = (bM, self.epi_n)
@@ -170,7 +177,7 @@ class PersistentGemm:
 
     def _setup(self):
         self.tiled_mma = self._make_tiled_mma()
-        assert cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4 == self.tile_mnk[2], "WGMMA K differs from _plan"
+        assert cute.size(self.tiled_mma.shape_mnk, mode=[2]) * self.k_blocks == self.tile_mnk[2], "WGMMA K differs"
         self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
         self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.b_dtype, self.ab_stage)
         self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
