@@ -38,6 +38,9 @@ SIDES = {
     "coop_e64s": dict(COOP, epi_n=64, epi_sync="single"),
     "coop_g16": dict(COOP, group=16),
     "coop_g16es": dict(COOP, group=16, epi_sync="single"),
+    # 4096 x N: a group of all 32 M tiles keeps A (32 MB) in L2 and reads B once
+    "coop_g32es": dict(COOP, group=32, epi_sync="single"),
+    "coop_g32esl2a": dict(COOP, group=32, epi_sync="single", l2_hint="a_last"),
     "coop_c21": dict(COOP, cluster_mn=(2, 1)),  # B multicast to the CTA pair along M
     "coop_c21es": dict(COOP, cluster_mn=(2, 1), epi_sync="single"),
     "coop_c21g16es": dict(COOP, cluster_mn=(2, 1), group=16, epi_sync="single"),
@@ -56,7 +59,7 @@ SIDES = {
     "cutlass_c21": dict(cluster_mn=(2, 1)),
 }
 DEFAULT_SIDES = ["coop", "coop_es", "coop_e64s", "coop_l2n", "coop_l2a", "coop_k32", "coop_k32es", "coop_g16es",
-                 "coop_c21", "coop_c21es", "cutlass"]
+                 "coop_g32es", "coop_c21", "coop_c21es", "cutlass"]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096), (16384, 4096, 4096), (4096, 128256, 4096)]
 # the epilogue variants' ragged checks: M, N not tile multiples, K % 64 != 0, one tile, a ragged last wave
 RAGGED = [(129, 264, 72), (200, 136, 40), (127, 4104, 4096), (3000, 5000, 1000), (1000, 2056, 4104), (128, 256, 64)]
