@@ -25,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -125,8 +126,9 @@ def cpu(args):
 
             kern = cutlass_kernel(mod, side)
             size = SIDES[side]["cluster_mn"][0] * SIDES[side]["cluster_mn"][1]
-            ptx = cute.compile(kern, mkl(M, K), mkl(N, K), mkl(M, N), 132 // size, make_fake_stream(),
-                               options="--keep-ptx").artifacts.PTX
+            with tempfile.TemporaryDirectory() as dump:  # --keep-ptx writes a file: not into the work tree
+                ptx = cute.compile(kern, mkl(M, K), mkl(N, K), mkl(M, N), 132 // size, make_fake_stream(),
+                                   options=f"--keep-ptx --dump-dir={dump}").artifacts.PTX
             what = f"CUTLASS example 128x256 cluster {SIDES[side]['cluster_mn']}, stages {kern.ab_stage} epi {kern.epi_stage}"
         else:
             ptx = gp.compile_for_cpu(**SIDES[side]).artifacts.PTX
