@@ -14,6 +14,10 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError
 from .gemm_program import build
 
+EVICT_NORMAL, EVICT_FIRST, EVICT_LAST = 0x1000000000000000, 0x12F0000000000000, 0x14F0000000000000
+L2_HINTS = {None: (None, None), "normal": (EVICT_NORMAL, EVICT_NORMAL), "a_last": (EVICT_LAST, EVICT_NORMAL),
+            "a_last_b_first": (EVICT_LAST, EVICT_FIRST)}
+
 
 class PersistentGemm:
     """Compile-time configuration (tile, schedule, rasterization, stages) and the CuTe DSL kernel.
@@ -27,14 +31,23 @@ class PersistentGemm:
     the warp group that does not own a tile skips its stages instead of waiting for and releasing
     them (gemm_program.mma_skip_schedule). ``block_k``: the K tile (default 4 WGMMA K steps: 64
     bf16 / fp16, 128 fp8; 128 bf16 halves the barrier round trips per byte of a small tile's
-    stage and doubles the bytes in flight at the same checked ring depth; 256 once more). ``pdl``:
+    stage and doubles the bytes in flight at the same checked ring depth; 256 once more; 32 bf16
+    gives twice as many half-deep stages in the same SMEM, which lost 5 % at 128x256). ``pdl``:
     launched as a programmatic dependent launch (the load warps wait for the previous grid,
-    then let the next one launch; see gemm_program.load_schedule)."""
+    then let the next one launch; see gemm_program.load_schedule). ``epi_n``: the columns of one epilogue sub-tile (32:
+    bN / 32 TMA stores per tile; 64: half as many, twice the bytes each). ``epi_sync``: "pair"
+    (two named barriers per sub-tile: the store warp waits for the next buffer after its store)
+    or "single" (one: the store warp waits for that buffer before the barrier, one store later;
+    needs two epilogue buffers). Both change work bodies only: the checked program is the same.
+    ``l2_hint``: the L2 eviction priority of the A / B TMA loads: None (the DSL's default hint
+    operand, 0), "normal" (EVICT_NORMAL on both, CUTLASS C++'s default), "a_last" (A EVICT_LAST:
+    the raster group's A strip is reused across every N tile it visits) or "a_last_b_first"."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
-                 b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False):
+                 b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False, epi_n=32,
+                 epi_sync="pair", l2_hint=None):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -98,6 +111,15 @@ class PersistentGemm:
         self.raster, self.group = raster, group
         self.max_ctas = max_ctas
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        if epi_n not in (32, 64) or self.tile_mn[1] % epi_n or epi_sync not in ("pair", "single"):
+            raise GemmConfigError(f"epi_n={epi_n!r}, epi_sync={epi_sync!r} (tile_mn={self.tile_mn}): epi_n is 32 or 64 "
+                                  "and divides bN; epi_sync is 'pair' or 'single'")
+        self.epi_n, self.epi_sync = epi_n, epi_sync
+        if l2_hint not in L2_HINTS:
+            raise GemmConfigError(f"l2_hint={l2_hint!r}: expected one of {list(L2_HINTS)}")
+        self.l2_hint = l2_hint
+        # (A, B) cache-hint operands of the TMA loads (CUTLASS's CacheHintSm90 values); None: the DSL's default
+        self.l2_policy = L2_HINTS[l2_hint]
         self.threads = 128 * (1 + self.consumer_wgs)
         self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
         self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
@@ -109,16 +131,21 @@ class PersistentGemm:
         kernel use the same numbers)."""
         mma_k = 256 // self.ab_dtype.width  # a WGMMA instruction reads 32 bytes of K
         bM, bN = self.tile_mn
-        if block_k is not None and block_k not in (mma_k * 4, mma_k * 8, mma_k * 16):
+        if block_k is not None and block_k not in (mma_k * 2, mma_k * 4, mma_k * 8, mma_k * 16):
             raise GemmConfigError(f"block_k={block_k!r} for {self.ab_dtype.__name__}: the K tile is {mma_k * 4} "
-                                  f"(default), {mma_k * 8} or {mma_k * 16} (4, 8 or 16 WGMMA K steps of {mma_k})")
+                                  f"(default), {mma_k * 2}, {mma_k * 8} or {mma_k * 16} "
+                                  f"(4, 2, 8 or 16 WGMMA K steps of {mma_k})")
         self.tile_mnk = (bM, bN, block_k or mma_k * 4)
         bK = self.tile_mnk[2]
-        # a sub-tile spans every row of the tile (one TMA store per 32 columns)
-        self.epi_tile = (bM, 32)
-        n_epi = bN // 32
-        sub_bytes = bM * 32 * self.c_dtype.width // 8
+        # a sub-tile spans every row of the tile (one TMA store per epi_n columns)
+        self.epi_tile = (bM, self.epi_n)
+        n_epi = bN // self.epi_n
+        sub_bytes = bM * self.epi_n * self.c_dtype.width // 8
         self.epi_stage = next(s for s in (4, 2, 1) if n_epi % s == 0 and s * sub_bytes * self.math_tasks <= 32768)
+        if self.epi_sync == "single" and self.epi_stage < 2:
+            raise GemmConfigError(f"epi_sync='single' with tile_mn={self.tile_mn}, epi_n={self.epi_n}: one epilogue "
+                                  "buffer (the store warp would wait for a store it has not issued); use "
+                                  "epi_sync='pair' or epi_n=32")
         epi_bytes = sub_bytes * self.epi_stage * self.math_tasks
         self.tile_bytes = (bM * self.ab_dtype.width + bN * self.b_dtype.width) * bK // 8
         fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
@@ -136,7 +163,10 @@ class PersistentGemm:
                 + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
                 + (f" split-K {self.split_reduce}" if self.serial else " split-K fp32" if self.split_k else "")
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else "")
-                + (" skip" if self.skip else "") + (" pdl" if self.pdl else ""))
+                + (" skip" if self.skip else "") + (" pdl" if self.pdl else "")
+                + (f" epi_n {self.epi_n}" if self.epi_n != 32 else "")
+                + (f" epi_sync {self.epi_sync}" if self.epi_sync != "pair" else "")
+                + (f" l2 {self.l2_hint}" if self.l2_hint else ""))
 
     def epilogue_copy(self, tiled_mma):
         """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""

@@ -72,6 +72,7 @@ class SmemAB(MemoryResource):
         gA = cute.local_tile(g.mA, (bM, bK), (m, None))
         gB = cute.local_tile(g.mB, (bN, bK), (n, None))
         sA, sB = cute.group_modes(g.smem_a(self.ring), 0, 2), cute.group_modes(g.smem_b(self.ring), 0, 2)
+        hint_a, hint_b = ({} if p is None else dict(cache_policy=cutlass.Int64(p)) for p in g.l2_policy)
         if cutlass.const_expr(g.clustered):
             # each CTA loads its slice of the shared operand and multicasts it to its cluster peers
             cm, cn = g.cluster_mn
@@ -80,15 +81,15 @@ class SmemAB(MemoryResource):
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, g.cluster_coord[0], cute.make_layout(cm), sB,
                                                           cute.group_modes(gB, 0, 2))
             # on the stage's barrier; warpsched checks the copies' bytes against num_bytes while tracing
-            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], mcast_mask=g.a_mcast_mask)
-            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], mcast_mask=g.b_mcast_mask)
+            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], mcast_mask=g.a_mcast_mask, **hint_a)
+            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], mcast_mask=g.b_mcast_mask, **hint_b)
         else:
             tAsA, tAgA = cute.nvgpu.cpasync.tma_partition(g.tma_a, 0, cute.make_layout(1), sA,
                                                           cute.group_modes(gA, 0, 2))
             tBsB, tBgB = cute.nvgpu.cpasync.tma_partition(g.tma_b, 0, cute.make_layout(1), sB,
                                                           cute.group_modes(gB, 0, 2))
-            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)])
-            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)])
+            stage_info.tma_copy(g.tma_a, tAgA[(None, k)], tAsA[(None, s)], **hint_a)
+            stage_info.tma_copy(g.tma_b, tBgB[(None, k)], tBsB[(None, s)], **hint_b)
 
     @consumer_work(returns=(acc, frag_a, frag_b), work_attrs=WorkAttr.AUXILIARY)
     @cute.jit
@@ -148,9 +149,9 @@ class GmemC(MemoryResource):
     @producer_work
     @cute.jit
     def store(self, stage_info: StageInfo, acc):
-        """acc -> bf16 -> stmatrix into SMEM sub-tiles (bM x 32) -> TMA store, ``epi_stage`` in flight.
-        Buffer e % epi_stage: sub-tiles per tile are a multiple of epi_stage, so a buffer comes
-        round again only after the store that last read it was waited on (wait_group.read)."""
+        """acc -> bf16 -> stmatrix into SMEM sub-tiles (bM x epi_n) -> TMA store, ``epi_stage`` in
+        flight. Buffer e % epi_stage: sub-tiles per tile are a multiple of epi_stage, so a buffer
+        comes round again only after the store that last read it was waited on (wait_group.read)."""
         g = self.g
         m, n, split = g.unit_tile(stage_info.work_tile.tile_idx[0], self.which)
         bM, bN, _ = g.tile_mnk
@@ -208,12 +209,23 @@ class GmemC(MemoryResource):
             buf = e % g.epi_stage
             cute.copy(tiled_copy_r2s, tRS_rC, tRS_sC[(None, None, None, buf)])
             cute.arch.fence_proxy("async.shared", space="cta")  # generic-proxy writes -> TMA reads
-            epi_bar.arrive_and_wait()
-            if warp_idx == self._store_warp():
-                cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
-                store_pipe.producer_commit()
-                store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
-            epi_bar.arrive_and_wait()
+            if cutlass.const_expr(g.epi_sync == "single"):
+                # one barrier per sub-tile: sub-tile e + 1 is written right after this barrier into
+                # the buffer store e + 1 - epi_stage read, so the store warp waits for that store
+                # first (stores up to e - 1 are issued: epi_stage - 2 may stay in flight)
+                if warp_idx == self._store_warp():
+                    cute.arch.cp_async_bulk_wait_group(g.epi_stage - 2, read=True)
+                epi_bar.arrive_and_wait()
+                if warp_idx == self._store_warp():
+                    cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
+                    store_pipe.producer_commit()
+            else:
+                epi_bar.arrive_and_wait()
+                if warp_idx == self._store_warp():
+                    cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
+                    store_pipe.producer_commit()
+                    store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
+                epi_bar.arrive_and_wait()
 
     @cute.jit
     def serial_fixup(self, acc, m, n, split, tidx, epi_bar):
