@@ -122,6 +122,11 @@ CONFIGS = {
     "coop64x32k128": dict(schedule="cooperative", tile_mn=(64, 32), block_k=128),
     "coop64x32k256": dict(schedule="cooperative", tile_mn=(64, 32), block_k=256),
     "coop64x32s9k128": dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, ab_stages=9),
+    # programmatic dependent launch: the next launch's prologue overlaps this one's tail (short kernels)
+    "coop64x32k128pdl": dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, pdl=True),
+    "coop64x32s9k128pdl": dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, ab_stages=9, pdl=True),
+    "coop64x128pdl": dict(schedule="cooperative", tile_mn=(64, 128), pdl=True),
+    "coop64x32k256pdl": dict(schedule="cooperative", tile_mn=(64, 32), block_k=256, pdl=True),
 }
 # fp8 (e4m3 x e4m3, K tile 128): the same kernels with an fp8 MMA and the scale in the epilogue
 FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8coop256x128": "coop256x128",
@@ -132,7 +137,8 @@ FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8co
                "f8coop128x256r2": "coop128x256r2", "f8coop64x128p": "coop64x128p", "f8coop64x256p": "coop64x256p",
                "f8coop128x128p": "coop128x128p", "f8coop64x128a": "coop64x128a", "f8coop64x256a": "coop64x256a",
                "f8coop64x32": "coop64x32", "f8coop64x32c12": "coop64x32c12", "f8coop64x64c12": "coop64x64c12",
-               "f8coop64x32k256": "coop64x32k256"}
+               "f8coop64x32k256": "coop64x32k256", "f8coop64x32k256pdl": "coop64x32k256pdl",
+               "f8coop64x128pdl": "coop64x128pdl"}
 for _f8, _base in FP8_CONFIGS.items():
     CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
@@ -147,24 +153,27 @@ def tune_set(M, N, K):
     few output tiles (small M, or M * N <= 2048^2) also smaller tiles and split-K over them."""
     if M <= 64:  # one serial split-K configuration stays for its correctness checks (it never won)
         return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop64x256s", "coop64x128s",
-                "coop64x128r", "coop64x128a", "coop64x32", "coop64x32k128", "coop64x32s9k128"]
+                "coop64x128r", "coop64x128a", "coop64x32", "coop64x32k128", "coop64x32s9k128", "coop64x32k128pdl",
+                "coop64x32s9k128pdl"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
                 "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p"]
     out = ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
            "coop128x256c21", "pp128x128c21"]
-    return out + (["coop128x64", "coop64x128", "coop128x128s", "coop128x128p"] if M * N <= 2048 * 2048 else [])
+    return out + (["coop128x64", "coop64x128", "coop64x128pdl", "coop128x128s", "coop128x128p"]
+                  if M * N <= 2048 * 2048 else [])
 
 
 def fp8_tune_set(M, N, K):
     if M <= 64:
         return ["f8coop128x256", "f8coop64x128", "f8coop64x256s", "f8pp128x128", "f8coop64x128s",
-                "f8coop64x128r", "f8coop64x128a", "f8coop64x32", "f8coop64x32k256"]
+                "f8coop64x128r", "f8coop64x128a", "f8coop64x32", "f8coop64x32k256", "f8coop64x32k256pdl"]
     if M <= 256:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
                 "f8coop128x128s", "f8coop64x128p", "f8coop128x128p"]
     out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21"]
-    return out + (["f8coop128x64", "f8coop128x128s", "f8coop128x128p"] if M * N <= 2048 * 2048 else [])
+    return out + (["f8coop128x64", "f8coop64x128pdl", "f8coop128x128s", "f8coop128x128p"]
+                  if M * N <= 2048 * 2048 else [])
 
 
 def emit(kind, **rec):

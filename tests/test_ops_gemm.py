@@ -144,15 +144,18 @@ def test_nondeterministic_kernels_only_when_asked():
 
 
 def test_wide_k_tiles_are_candidates_for_small_m():
-    """64x32 tiles with twice the default K tile (more bytes per stage; bf16 also 9 stages): the fastest
-    deterministic configuration of 64 x 4096 x {4096, 14336} on the H200 (gemm_bw_run1_h200.log);
-    64x128 tiles for 1024^3."""
+    """64x32 tiles with twice the default K tile (more bytes per stage; bf16 also 9 stages), launched
+    with PDL: the fastest deterministic configuration of 64 x 4096 x {4096, 14336} on the H200
+    (gemm_bw_run1_h200.log, gemm_pdl_h200.log); 64x128 tiles with PDL for 1024^3."""
     for fp8, k in ((False, 128), (True, 256)):
-        small = [(c.get("block_k"), c.get("ab_stages")) for c in tune.candidates(64, 4096, 14336, fp8)
-                 if c["tile_mn"] == (64, 32)]
-        assert sorted(small, key=str) == sorted([(None, None), (k, None)] + ([] if fp8 else [(k, 9)]), key=str)
+        small = [(c.get("block_k"), c.get("ab_stages"), c.get("pdl", False))
+                 for c in tune.candidates(64, 4096, 14336, fp8) if c["tile_mn"] == (64, 32)]
+        want = [(None, None, False), (k, None, True)] + ([] if fp8 else [(k, 9, True)])
+        assert sorted(small, key=str) == sorted(want, key=str)
         assert not any(c.get("cluster_mn", (1, 1)) != (1, 1) for c in tune.candidates(64, 4096, 4096, fp8))
-    assert any(c["tile_mn"] == (64, 128) for c in tune.candidates(1024, 1024, 1024))
+    assert dict(schedule="cooperative", split_k=1, tile_mn=(64, 128), pdl=True) in tune.candidates(1024, 1024, 1024)
+    # PDL lost with 64x128 tiles at 64 x 14336 x 4096 (gemm_pdl_h200.log): small M keeps them without
+    assert dict(schedule="cooperative", split_k=1, tile_mn=(64, 128)) in tune.candidates(64, 14336, 4096)
 
 
 @pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (64, 4096, 14336), (256, 128256, 4096), (1024, 1024, 1024),

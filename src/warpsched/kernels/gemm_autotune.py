@@ -58,17 +58,21 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
     deterministic configuration on 64 x 4096 x {4096, 14336} (bf16: 0.89-0.96x / 1.07-1.16x
     torch.matmul; the 9-stage ring, all that fits, 2 % faster at K = 4096; fp8 with a K tile of
     256: 1.13x / 1.02x torch._scaled_mm; benchmarks/results/gemm_bw_run{1,2}_h200.log); 64x128
-    tiles won 1024^3 there (1.04x)."""
+    tiles won 1024^3 there (1.04x). ``pdl=True`` (programmatic dependent launch: the next
+    launch's prologue overlaps this one's tail) lifted the short kernels in back-to-back launches:
+    64x4096x4096 bf16 0.94x -> 1.00x, 1024^3 1.03x -> 1.10x, and was never slower on the 64x32
+    tiles; it lost at 64x14336x4096 with 64x128 tiles (1.06x -> 1.00x), so it is used where it won
+    (benchmarks/results/gemm_pdl_h200.log)."""
     del K  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
     wide_k = 256 if fp8 else 128  # twice the default K tile (bf16 64, fp8 128)
     if M <= 64:  # memory-bound on B: many CTAs streaming it, K split and reduced in the kernel
         out = [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
-               dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), block_k=wide_k),
+               dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), block_k=wide_k, pdl=True),
                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
         if not fp8:  # a 9th 24 KB stage (all that fits) helped bf16 at K = 4096; fp8's is not measured
-            out.insert(-1, dict(coop, tile_mn=(64, 32), block_k=wide_k, ab_stages=9))
+            out.insert(-1, dict(coop, tile_mn=(64, 32), block_k=wide_k, ab_stages=9, pdl=True))
         if not deterministic:
             out.append(dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))
         return out
@@ -82,7 +86,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
            dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
-        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128))]
+        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
     return out
 
 
