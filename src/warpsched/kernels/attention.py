@@ -31,7 +31,6 @@ Epilogues: attention_epilogue.py; host side: attention_host (``TUNED`` defaults)
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,8 @@ from typing import Any
 from . import _host
 from . import attention_epilogue as epilogue
 from . import attention_math as amath
+from .attention_ahead import load_ahead_schedule, next_tile as _next_tile, softmax_ahead_schedule
+from .attention_ahead import tile_loop as _tiles
 from .attention_epilogue import WG_ROWS, GmemO
 from .attention_units import WorkUnits
 
@@ -88,7 +89,7 @@ class SmemQ(MemoryResource):
     @producer_work
     def tma_load(self, stage_info: StageInfo):
         g, v = self.g, stage_info.context.values
-        q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
+        q_block, head, batch, _ = g.ahead_of(stage_info)[0] if g.unit_overlap else g.unit_coords(g.unit_of(stage_info))
         gQ = cute.flat_divide(v.mQ, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
                                                     cute.group_modes(gQ, 0, 2))
@@ -125,6 +126,9 @@ class SmemK(MemoryResource):
     row_sum: Any = TaskLocalVariable.uninitialized()
     p: Any = TaskLocalVariable.uninitialized()
     corr: Any = TaskLocalVariable.uninitialized()
+    o_inv: Any = TaskLocalVariable.uninitialized()
+    o_lse: Any = TaskLocalVariable.uninitialized()
+    unit_rows: Any = TaskLocalVariable.uninitialized()
 
     def __post_init__(self):
         self.acc_s = TaskLocalVariable(dtype=None, docs="S = Q K^T, then P (fp32 registers)")
@@ -133,6 +137,9 @@ class SmemK(MemoryResource):
         self.row_sum = TaskLocalVariable(dtype=None, docs="running row sum of P (this thread's columns)")
         self.p = TaskLocalVariable(dtype=None, docs="P in 16 bits: the A operand of O += P V (registers)")
         self.corr = TaskLocalVariable(dtype=None, docs="per row: exp2 of the running max's change (O's rescale)")
+        self.o_inv = TaskLocalVariable(dtype=None, docs="unit_overlap: per row 1 / sum of the unit stored next")
+        self.o_lse = TaskLocalVariable(dtype=None, docs="unit_overlap: per row LSE of the unit stored next")
+        self.unit_rows = TaskLocalVariable(dtype=None, docs="unit_overlap: K/V tiles, first Q row here and next")
 
     @consumer_work(returns=(acc_s, acc_o, row_max, row_sum, p, corr), work_attrs=WorkAttr.AUXILIARY)
     def init(self, stage_info: StageInfo):
@@ -148,17 +155,31 @@ class SmemK(MemoryResource):
         corr = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
         return acc_s, acc_o, row_max, row_sum, amath.make_p(acc_s, v.pv_mma, self.g.dtype), corr
 
+    @consumer_work(returns=(o_inv, o_lse, unit_rows), work_attrs=WorkAttr.AUXILIARY)
+    def init_ahead(self, stage_info: StageInfo):
+        """``unit_overlap``: per row 1 / sum and the LSE of the unit whose O is stored next; the unit's
+        K/V tile count and first Q rows of this and the next unit (``Scores.enter_unit``)."""
+        v = stage_info.context.values
+        tidx, _, _ = cute.arch.thread_idx()
+        shape_o = v.pv_mma.get_slice(tidx % 128).partition_shape_C(self.g.pv_tile[:2])
+        rows = cute.size(amath.layout_acc_mn(v.pv_mma, cute.make_layout(shape_o)), mode=[0])
+        return (cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32),
+                cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32),
+                cute.make_rmem_tensor(cute.make_layout(3), cutlass.Int32))
+
     def get_smem_requirements(self):
         return [self.g.alloc_k]
 
     @producer_work
     def tma_load(self, stage_info: StageInfo):
         g, v = self.g, stage_info.context.values
-        _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
+        coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
+                        else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
+        _, _, batch, kv_head = coords
         gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
                                                     cute.group_modes(gK, 0, 2))
-        stage_info.tma_copy(v.tma_k, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)])
+        stage_info.tma_copy(v.tma_k, t_g[(None, tile)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage (and Q) until the retire
     @cute.jit
@@ -218,13 +239,23 @@ class Scores(MemoryResource):
 
     @producer_work
     @cute.jit
-    def softmax(self, stage_info: StageInfo, acc_s, row_max, row_sum, corr, *, wg: cutlass.Constexpr = 0):
-        """Mask S_j (tile j = the loop offset), P_j = exp2(...) in place, running max / sum, corr."""
+    def softmax(self, stage_info: StageInfo, acc_s, row_max, row_sum, corr, unit_rows=None, *,
+                wg: cutlass.Constexpr = 0):
+        """Mask S_j (tile j = the loop offset), P_j = exp2(...) in place, running max / sum, corr.
+        ``unit_overlap``: S is one tile ahead, tile j + 1 or on the last tile the next unit's tile 0
+        (``unit_rows`` from ``enter_unit``; before the tile loop: the CTA's first unit, tile 0)."""
         g, v = self.g, stage_info.context.values
         bN = g.block_n
-        q_block = g.unit_coords(g.unit_of(stage_info))[0]
-        row0 = (q_block * g.wgs + wg) * WG_ROWS
-        col0 = stage_info.loop_offset * bN
+        if cutlass.const_expr(unit_rows is not None):
+            j = stage_info.loop_offset
+            last = cutlass.min(1, cutlass.max(0, j + 2 - unit_rows[0]))  # 1: the unit's last tile
+            row0 = last * unit_rows[2] + (1 - last) * unit_rows[1] + wg * WG_ROWS
+            col0 = (1 - last) * (j + 1) * bN
+        else:
+            coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
+                            else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
+            row0 = (coords[0] * g.wgs + wg) * WG_ROWS
+            col0 = tile * bN
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal)
         amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2, g.pinned_exp2)
 
@@ -234,6 +265,22 @@ class Scores(MemoryResource):
         acc_o.fill(0.0)
         row_max.fill(-cutlass.Float32.inf)
         row_sum.fill(0.0)
+
+    @producer_work
+    def enter_unit(self, stage_info: StageInfo, unit_rows):
+        """``unit_overlap``, once per unit: its K/V tile count and the first Q row of it and of the next
+        unit (``ahead_of``), held in registers so the K/V loop does no integer division."""
+        g = self.g
+        t = g.unit_of(stage_info)
+        unit_rows[0] = g.kv_tiles_of(t)
+        unit_rows[1] = g.unit_coords(t)[0] * g.block_m
+        unit_rows[2] = g.unit_coords(cutlass.min(t + g.ctas, g.num_units - 1))[0] * g.block_m
+
+    @producer_work
+    def finish(self, stage_info: StageInfo, row_max, row_sum, o_inv, lse):
+        """``unit_overlap``: the unit's 1 / sum and LSE, then max / sum reset for the next unit."""
+        amath.finish_stats(row_max, row_sum, o_inv, lse, stage_info.context.values.pv_mma,
+                           stage_info.context.values.scale)
 
     @producer_work
     def rescale(self, stage_info: StageInfo, acc_s, p, acc_o, corr):
@@ -250,19 +297,6 @@ class MathOrder(MemoryResource):
 
 
 # ---------------------------------------------------------------------------------- schedules
-def _tiles(wq, units):
-    """The persistent loop over this CTA's work tiles, or (one tile per CTA) no loop."""
-    return work_tile_loop(wq, tile_count=units) if wq is not None else contextlib.nullcontext()
-
-
-def _next_tile(wq):
-    if wq is not None:
-        wq.try_wait()
-        wq.wait()
-        wq.get_and_advance_work_tile()
-        wq.release()
-
-
 @schedule
 def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
     with _tiles(wq, units):
@@ -409,7 +443,10 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
     load = AttentionTask(name="LoadTask", src_resources=queue, dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
                          num_warps=1, num_registers=g.producer_regs)
     load.g = g
-    load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
+    if g.unit_overlap:
+        load.schedule = load_ahead_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of, wq, units)
+    else:
+        load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
     tasks, outs = [load], []
     graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue),
              **{o: [] for o in orders + [ring_order] if o is not None}}
@@ -434,9 +471,13 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
             ring["drain_o"] = True
         if g.wgs > 2:
             ring.update(chain=True, order_out=order_out, **({"ring": ring_order} if g.ring_order and wg != 1 else {}))
-        task.schedule = (consumer_schedule or softmax_schedule)(
-            smem_q, smem_k, smem_v, scores, orders[0] if g.wgs == 2 else order_in, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
-            wq, units, **ring)
+        if g.unit_overlap:
+            task.schedule = (consumer_schedule or softmax_ahead_schedule)(
+                smem_q, smem_k, smem_v, scores, orders[0], out, task.kv_tiles_of, wg, wq, units)
+        else:
+            task.schedule = (consumer_schedule or softmax_schedule)(
+                smem_q, smem_k, smem_v, scores, orders[0] if g.wgs == 2 else order_in, out,
+                task.kv_tiles_of if g.persistent else kv, wg, g.overlap, wq, units, **ring)
         tasks.append(task)
         graph[scores] = [smem_k]
         if not g.o_through_q:  # else O leaves through SmemQ.store_o
@@ -452,7 +493,8 @@ class FlashAttention(WorkUnits):
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
-                 tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None):
+                 tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
+                 unit_overlap=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -489,6 +531,11 @@ class FlashAttention(WorkUnits):
         # last S GEMM and the TMA store's SMEM reads are waited for only before the next store
         self.o_buffer = bool(o_buffer)
         self.o_through_q = self.tma_store_o and not self.o_buffer
+        if unit_overlap and not (self.o_buffer and self.overlap and wgs == 2):
+            raise AttentionConfigError("unit_overlap=True issues the next unit's first S GEMM with the last P V GEMM: "
+                                       "it needs o_buffer=True (with tma_store_o, q_stages=2, persistent), "
+                                       "overlap=True and wgs=2")
+        self.unit_overlap = bool(unit_overlap)  # S runs one K/V tile ahead across units (attention_ahead.py)
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
         self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent
