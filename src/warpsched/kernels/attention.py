@@ -38,7 +38,8 @@ from typing import Any
 from . import _host
 from . import attention_epilogue as epilogue
 from . import attention_math as amath
-from .attention_ahead import load_ahead_schedule, next_tile as _next_tile, softmax_ahead_schedule
+from .attention_ahead import KAheadWorks, ScoresAheadWorks, load_ahead_schedule, softmax_ahead_schedule
+from .attention_ahead import next_tile as _next_tile
 from .attention_ahead import tile_loop as _tiles
 from .attention_epilogue import WG_ROWS, GmemO
 from .attention_units import WorkUnits
@@ -87,9 +88,12 @@ class SmemQ(MemoryResource):
         return [self.g.alloc_q]
 
     @producer_work
-    def tma_load(self, stage_info: StageInfo):
+    def tma_load(self, stage_info: StageInfo, unit_xy=None):
         g, v = self.g, stage_info.context.values
-        q_block, head, batch, _ = g.ahead_of(stage_info)[0] if g.unit_overlap else g.unit_coords(g.unit_of(stage_info))
+        if cutlass.const_expr(unit_xy is not None):  # unit_overlap, in the loop: the next unit's Q
+            q_block, head, batch = unit_xy[3], unit_xy[4], unit_xy[5]
+        else:
+            q_block, head, batch, _ = g.ahead_of(stage_info)[0] if g.unit_overlap else g.unit_coords(g.unit_of(stage_info))
         gQ = cute.flat_divide(v.mQ, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
                                                     cute.group_modes(gQ, 0, 2))
@@ -115,7 +119,7 @@ class SmemQ(MemoryResource):
 
 
 @dataclass(kw_only=True)
-class SmemK(MemoryResource):
+class SmemK(KAheadWorks, MemoryResource):
     """The K ring: TMA in, S = Q K^T (wgmma, both operands from SMEM) out."""
 
     g: Any = None
@@ -129,6 +133,7 @@ class SmemK(MemoryResource):
     o_inv: Any = TaskLocalVariable.uninitialized()
     o_lse: Any = TaskLocalVariable.uninitialized()
     unit_rows: Any = TaskLocalVariable.uninitialized()
+    unit_xy: Any = TaskLocalVariable.uninitialized()
 
     def __post_init__(self):
         self.acc_s = TaskLocalVariable(dtype=None, docs="S = Q K^T, then P (fp32 registers)")
@@ -140,6 +145,7 @@ class SmemK(MemoryResource):
         self.o_inv = TaskLocalVariable(dtype=None, docs="unit_overlap: per row 1 / sum of the unit stored next")
         self.o_lse = TaskLocalVariable(dtype=None, docs="unit_overlap: per row LSE of the unit stored next")
         self.unit_rows = TaskLocalVariable(dtype=None, docs="unit_overlap: K/V tiles, first Q row here and next")
+        self.unit_xy = TaskLocalVariable(dtype=None, docs="unit_overlap, load task: this / the next unit's coordinates")
 
     @consumer_work(returns=(acc_s, acc_o, row_max, row_sum, p, corr), work_attrs=WorkAttr.AUXILIARY)
     def init(self, stage_info: StageInfo):
@@ -155,27 +161,22 @@ class SmemK(MemoryResource):
         corr = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
         return acc_s, acc_o, row_max, row_sum, amath.make_p(acc_s, v.pv_mma, self.g.dtype), corr
 
-    @consumer_work(returns=(o_inv, o_lse, unit_rows), work_attrs=WorkAttr.AUXILIARY)
-    def init_ahead(self, stage_info: StageInfo):
-        """``unit_overlap``: per row 1 / sum and the LSE of the unit whose O is stored next; the unit's
-        K/V tile count and first Q rows of this and the next unit (``Scores.enter_unit``)."""
-        v = stage_info.context.values
-        tidx, _, _ = cute.arch.thread_idx()
-        shape_o = v.pv_mma.get_slice(tidx % 128).partition_shape_C(self.g.pv_tile[:2])
-        rows = cute.size(amath.layout_acc_mn(v.pv_mma, cute.make_layout(shape_o)), mode=[0])
-        return (cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32),
-                cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32),
-                cute.make_rmem_tensor(cute.make_layout(3), cutlass.Int32))
-
     def get_smem_requirements(self):
         return [self.g.alloc_k]
 
     @producer_work
-    def tma_load(self, stage_info: StageInfo):
+    def tma_load(self, stage_info: StageInfo, unit_xy=None):
         g, v = self.g, stage_info.context.values
-        coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
-                        else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
-        _, _, batch, kv_head = coords
+        if cutlass.const_expr(unit_xy is not None):  # unit_overlap, in the loop: K_{j+1}, or the next unit's K_0
+            j = stage_info.loop_offset
+            last = cutlass.min(1, cutlass.max(0, j + 2 - unit_xy[0]))
+            batch = last * unit_xy[5] + (1 - last) * unit_xy[1]
+            kv_head = last * unit_xy[6] + (1 - last) * unit_xy[2]
+            tile = (1 - last) * (j + 1)
+        else:
+            coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
+                            else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
+            _, _, batch, kv_head = coords
         gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
                                                     cute.group_modes(gK, 0, 2))
@@ -210,9 +211,12 @@ class SmemV(MemoryResource):
         return [self.g.alloc_v]
 
     @producer_work
-    def tma_load(self, stage_info: StageInfo):
+    def tma_load(self, stage_info: StageInfo, unit_xy=None):
         g, v = self.g, stage_info.context.values
-        _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
+        if cutlass.const_expr(unit_xy is not None):  # unit_overlap: this unit's (batch, K/V head)
+            batch, kv_head = unit_xy[1], unit_xy[2]
+        else:
+            _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
         gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
                                                     cute.group_modes(gV, 0, 2))
@@ -231,7 +235,7 @@ class SmemV(MemoryResource):
 
 
 @dataclass(kw_only=True)
-class Scores(MemoryResource):
+class Scores(ScoresAheadWorks, MemoryResource):
     """A warp group's softmax state in registers (S / P, O, running max and sum; SmemK.init makes
     them, since values flow from consumer reads to producer writes)."""
 
@@ -265,22 +269,6 @@ class Scores(MemoryResource):
         acc_o.fill(0.0)
         row_max.fill(-cutlass.Float32.inf)
         row_sum.fill(0.0)
-
-    @producer_work
-    def enter_unit(self, stage_info: StageInfo, unit_rows):
-        """``unit_overlap``, once per unit: its K/V tile count and the first Q row of it and of the next
-        unit (``ahead_of``), held in registers so the K/V loop does no integer division."""
-        g = self.g
-        t = g.unit_of(stage_info)
-        unit_rows[0] = g.kv_tiles_of(t)
-        unit_rows[1] = g.unit_coords(t)[0] * g.block_m
-        unit_rows[2] = g.unit_coords(cutlass.min(t + g.ctas, g.num_units - 1))[0] * g.block_m
-
-    @producer_work
-    def finish(self, stage_info: StageInfo, row_max, row_sum, o_inv, lse):
-        """``unit_overlap``: the unit's 1 / sum and LSE, then max / sum reset for the next unit."""
-        amath.finish_stats(row_max, row_sum, o_inv, lse, stage_info.context.values.pv_mma,
-                           stage_info.context.values.scale)
 
     @producer_work
     def rescale(self, stage_info: StageInfo, acc_s, p, acc_o, corr):
@@ -536,6 +524,8 @@ class FlashAttention(WorkUnits):
                                        "it needs o_buffer=True (with tma_store_o, q_stages=2, persistent), "
                                        "overlap=True and wgs=2")
         self.unit_overlap = bool(unit_overlap)  # S runs one K/V tile ahead across units (attention_ahead.py)
+        if pinned_exp2 is None and self.unit_overlap:  # its hd128 loop otherwise evaluates 45 of 66 exp2 twice
+            self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
         self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent
