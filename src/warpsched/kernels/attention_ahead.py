@@ -27,14 +27,13 @@ checker proves the program for every K/V count >= 1 per unit and every unit coun
 """
 from __future__ import annotations
 
-import contextlib
-
 import cutlass
 import cutlass.cute as cute
 
-from warpsched import StageInfo, WorkAttr, consumer_work, domain_loop, producer_work, schedule, work_tile_loop
+from warpsched import StageInfo, WorkAttr, consumer_work, domain_loop, producer_work, schedule
 
 from . import attention_math as amath
+from .attention_schedules import next_tile, tile_loop
 
 
 class KAheadWorks:
@@ -89,19 +88,6 @@ class ScoresAheadWorks:
         """The unit's 1 / sum and LSE, then max / sum reset for the next unit."""
         v = stage_info.context.values
         amath.finish_stats(row_max, row_sum, o_inv, lse, v.pv_mma, v.scale)
-
-
-def tile_loop(wq, units):
-    """The persistent loop over this CTA's work tiles, or (one tile per CTA) no loop."""
-    return work_tile_loop(wq, tile_count=units) if wq is not None else contextlib.nullcontext()
-
-
-def next_tile(wq):
-    if wq is not None:
-        wq.try_wait()
-        wq.wait()
-        wq.get_and_advance_work_tile()
-        wq.release()
 
 
 @schedule
