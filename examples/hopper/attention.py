@@ -17,8 +17,8 @@ except ImportError:
 
 from warpsched.kernels.attention import *  # noqa: F401,F403
 from warpsched.kernels.attention import HEAD_DIMS, _host, build  # noqa: F401
-from warpsched.kernels.attention_host import (attention, build_tuned_hd64, check_args, compile_for_cpu,  # noqa: F401
-                                              prepare, tuned_options)
+from warpsched.kernels.attention_host import (attention, build_tuned_hd64, build_unit_overlap,  # noqa: F401
+                                              check_args, compile_for_cpu, prepare, tuned_options)
 
 if __name__ == "__main__":
     for hd in HEAD_DIMS:

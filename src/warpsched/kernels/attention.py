@@ -31,7 +31,6 @@ Epilogues: attention_epilogue.py; host side: attention_host (``TUNED`` defaults)
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,10 @@ from typing import Any
 from . import _host
 from . import attention_epilogue as epilogue
 from . import attention_math as amath
+from .attention_ahead import KAheadWorks, ScoresAheadWorks, load_ahead_schedule, softmax_ahead_schedule
+from .attention_schedules import load_schedule, softmax_schedule
+from .attention_schedules import next_tile as _next_tile  # noqa: F401 (tests write twins with them)
+from .attention_schedules import tile_loop as _tiles  # noqa: F401
 from .attention_epilogue import WG_ROWS, GmemO
 from .attention_units import WorkUnits
 
@@ -51,7 +54,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, TileSchedulerConfig, WorkAttr, WorkQueue, consumer_work,
-                       domain_loop, producer_work, schedule, threads, trip_count, wgmma_wait, work_tile_loop)
+                       producer_work, threads, trip_count, wgmma_wait)
 
 HEAD_DIMS = (64, 128)
 # What attention_host.prepare() / ops.attention compile without tuning keywords; each option was
@@ -86,9 +89,12 @@ class SmemQ(MemoryResource):
         return [self.g.alloc_q]
 
     @producer_work
-    def tma_load(self, stage_info: StageInfo):
+    def tma_load(self, stage_info: StageInfo, unit_xy=None):
         g, v = self.g, stage_info.context.values
-        q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
+        if cutlass.const_expr(unit_xy is not None):  # unit_overlap, in the loop: the next unit's Q
+            q_block, head, batch = unit_xy[3], unit_xy[4], unit_xy[5]
+        else:
+            q_block, head, batch, _ = g.ahead_of(stage_info)[0] if g.unit_overlap else g.unit_coords(g.unit_of(stage_info))
         gQ = cute.flat_divide(v.mQ, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
                                                     cute.group_modes(gQ, 0, 2))
@@ -114,7 +120,7 @@ class SmemQ(MemoryResource):
 
 
 @dataclass(kw_only=True)
-class SmemK(MemoryResource):
+class SmemK(KAheadWorks, MemoryResource):
     """The K ring: TMA in, S = Q K^T (wgmma, both operands from SMEM) out."""
 
     g: Any = None
@@ -125,6 +131,10 @@ class SmemK(MemoryResource):
     row_sum: Any = TaskLocalVariable.uninitialized()
     p: Any = TaskLocalVariable.uninitialized()
     corr: Any = TaskLocalVariable.uninitialized()
+    o_inv: Any = TaskLocalVariable.uninitialized()
+    o_lse: Any = TaskLocalVariable.uninitialized()
+    unit_rows: Any = TaskLocalVariable.uninitialized()
+    unit_xy: Any = TaskLocalVariable.uninitialized()
 
     def __post_init__(self):
         self.acc_s = TaskLocalVariable(dtype=None, docs="S = Q K^T, then P (fp32 registers)")
@@ -133,6 +143,10 @@ class SmemK(MemoryResource):
         self.row_sum = TaskLocalVariable(dtype=None, docs="running row sum of P (this thread's columns)")
         self.p = TaskLocalVariable(dtype=None, docs="P in 16 bits: the A operand of O += P V (registers)")
         self.corr = TaskLocalVariable(dtype=None, docs="per row: exp2 of the running max's change (O's rescale)")
+        self.o_inv = TaskLocalVariable(dtype=None, docs="unit_overlap: per row 1 / sum of the unit stored next")
+        self.o_lse = TaskLocalVariable(dtype=None, docs="unit_overlap: per row LSE of the unit stored next")
+        self.unit_rows = TaskLocalVariable(dtype=None, docs="unit_overlap: K/V tiles, first Q row here and next")
+        self.unit_xy = TaskLocalVariable(dtype=None, docs="unit_overlap, load task: this / the next unit's coordinates")
 
     @consumer_work(returns=(acc_s, acc_o, row_max, row_sum, p, corr), work_attrs=WorkAttr.AUXILIARY)
     def init(self, stage_info: StageInfo):
@@ -152,13 +166,22 @@ class SmemK(MemoryResource):
         return [self.g.alloc_k]
 
     @producer_work
-    def tma_load(self, stage_info: StageInfo):
+    def tma_load(self, stage_info: StageInfo, unit_xy=None):
         g, v = self.g, stage_info.context.values
-        _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
+        if cutlass.const_expr(unit_xy is not None):  # unit_overlap, in the loop: K_{j+1}, or the next unit's K_0
+            j = stage_info.loop_offset
+            last = cutlass.min(1, cutlass.max(0, j + 2 - unit_xy[0]))
+            batch = last * unit_xy[5] + (1 - last) * unit_xy[1]
+            kv_head = last * unit_xy[6] + (1 - last) * unit_xy[2]
+            tile = (1 - last) * (j + 1)
+        else:
+            coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
+                            else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
+            _, _, batch, kv_head = coords
         gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
                                                     cute.group_modes(gK, 0, 2))
-        stage_info.tma_copy(v.tma_k, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)])
+        stage_info.tma_copy(v.tma_k, t_g[(None, tile)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage (and Q) until the retire
     @cute.jit
@@ -189,9 +212,12 @@ class SmemV(MemoryResource):
         return [self.g.alloc_v]
 
     @producer_work
-    def tma_load(self, stage_info: StageInfo):
+    def tma_load(self, stage_info: StageInfo, unit_xy=None):
         g, v = self.g, stage_info.context.values
-        _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
+        if cutlass.const_expr(unit_xy is not None):  # unit_overlap: this unit's (batch, K/V head)
+            batch, kv_head = unit_xy[1], unit_xy[2]
+        else:
+            _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
         gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
                                                     cute.group_modes(gV, 0, 2))
@@ -210,7 +236,7 @@ class SmemV(MemoryResource):
 
 
 @dataclass(kw_only=True)
-class Scores(MemoryResource):
+class Scores(ScoresAheadWorks, MemoryResource):
     """A warp group's softmax state in registers (S / P, O, running max and sum; SmemK.init makes
     them, since values flow from consumer reads to producer writes)."""
 
@@ -218,13 +244,23 @@ class Scores(MemoryResource):
 
     @producer_work
     @cute.jit
-    def softmax(self, stage_info: StageInfo, acc_s, row_max, row_sum, corr, *, wg: cutlass.Constexpr = 0):
-        """Mask S_j (tile j = the loop offset), P_j = exp2(...) in place, running max / sum, corr."""
+    def softmax(self, stage_info: StageInfo, acc_s, row_max, row_sum, corr, unit_rows=None, *,
+                wg: cutlass.Constexpr = 0):
+        """Mask S_j (tile j = the loop offset), P_j = exp2(...) in place, running max / sum, corr.
+        ``unit_overlap``: S is one tile ahead, tile j + 1 or on the last tile the next unit's tile 0
+        (``unit_rows`` from ``enter_unit``; before the tile loop: the CTA's first unit, tile 0)."""
         g, v = self.g, stage_info.context.values
         bN = g.block_n
-        q_block = g.unit_coords(g.unit_of(stage_info))[0]
-        row0 = (q_block * g.wgs + wg) * WG_ROWS
-        col0 = stage_info.loop_offset * bN
+        if cutlass.const_expr(unit_rows is not None):
+            j = stage_info.loop_offset
+            last = cutlass.min(1, cutlass.max(0, j + 2 - unit_rows[0]))  # 1: the unit's last tile
+            row0 = last * unit_rows[2] + (1 - last) * unit_rows[1] + wg * WG_ROWS
+            col0 = (1 - last) * (j + 1) * bN
+        else:
+            coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
+                            else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
+            row0 = (coords[0] * g.wgs + wg) * WG_ROWS
+            col0 = tile * bN
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal)
         amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2, g.pinned_exp2)
 
@@ -247,117 +283,6 @@ class Scores(MemoryResource):
 @dataclass(kw_only=True)
 class MathOrder(MemoryResource):
     """The two warp groups' turn on the tensor cores: a 1-stage AsyncAsync pipeline, no data."""
-
-
-# ---------------------------------------------------------------------------------- schedules
-def _tiles(wq, units):
-    """The persistent loop over this CTA's work tiles, or (one tile per CTA) no loop."""
-    return work_tile_loop(wq, tile_count=units) if wq is not None else contextlib.nullcontext()
-
-
-def _next_tile(wq):
-    if wq is not None:
-        wq.try_wait()
-        wq.wait()
-        wq.get_and_advance_work_tile()
-        wq.release()
-
-
-@schedule
-def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
-    with _tiles(wq, units):
-        smem_q.acquire()  # persistent: the previous tile's Q is released after its last S GEMM
-        smem_q.tma_load()
-        smem_q.commit()
-        with domain_loop(0, kv_tiles, 1):
-            smem_k.acquire()
-            smem_k.tma_load()
-            smem_k.commit()
-            smem_v.acquire()
-            smem_v.tma_load()
-            smem_v.commit()
-        _next_tile(wq)
-
-
-@schedule
-def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
-                     units=None, q_ring=False, tma_store_o=False, drain_o=False, chain=False, order_out=None,
-                     ring=None):
-    """Two warp groups: ``wg`` 0 produces the math order (it goes first), 1 consumes it. ``chain`` (three,
-    0 -> 1 -> 2): ``order`` is the turn this warp group waits for (None: 0), ``order_out`` the one it hands
-    on (None: the last); ``ring`` (``ring_order``): MathOrder02, produced by 0 and consumed by 2, so 0's next
-    turn also waits for 2's: a strict round robin (the first turn is free: the pipeline starts empty).
-    overlap=True (FlashAttention-3's intra-warpgroup overlap), per K/V tile j: issue S_j and then
-    O += P_{j-1} V_{j-1} in one turn; wait for S_j only and run softmax_j while the PV GEMM runs; retire it,
-    release V_{j-1}, rescale O. Q is released after the loop, then the last P V. overlap=False: S_j, wait,
-    softmax_j, O += P_j V_j, wait. ``q_ring``: the S GEMM reads the Q stage this unit waited on.
-    ``tma_store_o``: O leaves through Q's stage. ``drain_o`` (``o_buffer``): wait for the last O store's reads."""
-    if not chain:  # two warp groups, one MathOrder: 0 hands the turn to 1
-        order, order_out = (None, order) if wg == 0 else (order, None)
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
-    q_idx = smem_q.init_index() if q_ring else None
-    with _tiles(wq, units):
-        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
-        smem_q.wait()
-        with domain_loop(0, kv_tiles, 1) as d:
-            if order is not None:
-                order.wait()  # the previous warp group has issued this turn's GEMMs
-            if order_out is not None:
-                order_out.acquire()  # the next warp group has issued its previous GEMMs
-            if ring is not None:
-                ring.acquire() if wg == 0 else ring.wait()  # 0: warp group 2 had its previous turn
-            smem_k.wait()
-            if q_ring:
-                smem_q.gemm_operand(q_idx=q_idx)  # Q is read by the S GEMM too, until its retire
-                smem_k.mma_qk(acc_s=acc_s, q_idx=q_idx, wg=wg)
-            else:
-                smem_q.gemm_operand()
-                smem_k.mma_qk(acc_s=acc_s, wg=wg)
-            if overlap:
-                with d.every(1, start=1):
-                    smem_v.wait()
-                    smem_v.mma_pv(p=p, acc_o=acc_o)  # P_{j-1} V_{j-1}
-            if order is not None:
-                order.release()
-            if order_out is not None:
-                order_out.commit()
-            if ring is not None:
-                ring.commit() if wg == 0 else ring.release()
-            if overlap:
-                with d.first_iter():
-                    smem_k.retire()
-                with d.every(1, start=1):
-                    smem_k.retire(pending=1)  # S_j is done; the PV GEMM may still run
-            else:
-                smem_k.retire()
-            smem_k.release()
-            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-            if overlap:
-                with d.every(1, start=1):
-                    smem_v.retire()
-                    smem_v.release()
-                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
-            else:
-                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
-                smem_v.wait()
-                smem_v.mma_pv(p=p, acc_o=acc_o)
-                smem_v.retire()
-                smem_v.release()
-        if not tma_store_o:
-            smem_q.release()  # every S GEMM of the tile has retired: the next tile's Q may load
-        if overlap:
-            smem_v.wait()
-            smem_v.mma_pv(p=p, acc_o=acc_o)
-            smem_v.retire()
-            smem_v.release()
-        if tma_store_o:
-            smem_q.store_o(acc_o=acc_o, row_max=row_max, row_sum=row_sum, wg=wg)
-            smem_q.release()
-        else:
-            gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
-        _next_tile(wq)
-    if drain_o:
-        gmem_o.drain()
 
 
 # ---------------------------------------------------------------------------------- program
@@ -409,7 +334,10 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
     load = AttentionTask(name="LoadTask", src_resources=queue, dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
                          num_warps=1, num_registers=g.producer_regs)
     load.g = g
-    load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
+    if g.unit_overlap:
+        load.schedule = load_ahead_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of, wq, units)
+    else:
+        load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
     tasks, outs = [load], []
     graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue),
              **{o: [] for o in orders + [ring_order] if o is not None}}
@@ -434,9 +362,13 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
             ring["drain_o"] = True
         if g.wgs > 2:
             ring.update(chain=True, order_out=order_out, **({"ring": ring_order} if g.ring_order and wg != 1 else {}))
-        task.schedule = (consumer_schedule or softmax_schedule)(
-            smem_q, smem_k, smem_v, scores, orders[0] if g.wgs == 2 else order_in, out, task.kv_tiles_of if g.persistent else kv, wg, g.overlap,
-            wq, units, **ring)
+        if g.unit_overlap:
+            task.schedule = (consumer_schedule or softmax_ahead_schedule)(
+                smem_q, smem_k, smem_v, scores, orders[0], out, task.kv_tiles_of, wg, wq, units)
+        else:
+            task.schedule = (consumer_schedule or softmax_schedule)(
+                smem_q, smem_k, smem_v, scores, orders[0] if g.wgs == 2 else order_in, out,
+                task.kv_tiles_of if g.persistent else kv, wg, g.overlap, wq, units, **ring)
         tasks.append(task)
         graph[scores] = [smem_k]
         if not g.o_through_q:  # else O leaves through SmemQ.store_o
@@ -452,7 +384,8 @@ class FlashAttention(WorkUnits):
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
-                 tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None):
+                 tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
+                 unit_overlap=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -489,6 +422,13 @@ class FlashAttention(WorkUnits):
         # last S GEMM and the TMA store's SMEM reads are waited for only before the next store
         self.o_buffer = bool(o_buffer)
         self.o_through_q = self.tma_store_o and not self.o_buffer
+        if unit_overlap and not (self.o_buffer and self.overlap and wgs == 2):
+            raise AttentionConfigError("unit_overlap=True issues the next unit's first S GEMM with the last P V GEMM: "
+                                       "it needs o_buffer=True (with tma_store_o, q_stages=2, persistent), "
+                                       "overlap=True and wgs=2")
+        self.unit_overlap = bool(unit_overlap)  # S runs one K/V tile ahead across units (attention_ahead.py)
+        if pinned_exp2 is None and self.unit_overlap:  # its hd128 loop otherwise evaluates 45 of 66 exp2 twice
+            self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
         self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent

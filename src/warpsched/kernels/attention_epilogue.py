@@ -37,6 +37,11 @@ class GmemO(MemoryResource):
             cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @producer_work
+    def store_normalized(self, stage_info: StageInfo, acc_o, o_inv, lse):
+        """``unit_overlap``: O / sum from the precomputed 1 / sum and LSE, then O = 0."""
+        store_o_normalized(self.g, stage_info, acc_o, o_inv, lse, wg=self.wg)
+
+    @producer_work
     @cute.jit
     def store(self, stage_info: StageInfo, acc_o, row_max, row_sum):
         if cutlass.const_expr(self.g.o_buffer):
@@ -114,9 +119,26 @@ def store_o_buffered(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Cons
     written there (or at the end, ``GmemO.drain``). The tile is this warp group's alone, so the
     bulk-group wait and the named barrier after it order its reuse; the LSE is stored directly."""
     v = stage_info.context.values
-    tidx, _, _ = cute.arch.thread_idx()
     lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
     amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
+    _store_buffered(g, stage_info, acc_o, lse, wg)
+
+
+@cute.jit
+def store_o_normalized(g, stage_info, acc_o, o_inv, lse, *, wg: cutlass.Constexpr = 0):
+    """``unit_overlap``: O *= 1 / sum (``o_inv`` and ``lse`` were computed before the next unit's first
+    S tile reset the running sum), the buffered TMA store, then O = 0 for the next unit."""
+    v = stage_info.context.values
+    amath.rescale_o(acc_o, o_inv, v.pv_mma)
+    _store_buffered(g, stage_info, acc_o, lse, wg)
+    acc_o.fill(0.0)
+
+
+@cute.jit
+def _store_buffered(g, stage_info, acc_o, lse, wg: cutlass.Constexpr):
+    """The normalized O through the warp group's SMEM tile and a TMA store left in flight; the LSE."""
+    v = stage_info.context.values
+    tidx, _, _ = cute.arch.thread_idx()
     thr = v.pv_mma.get_slice(tidx % 128)
     out = cute.make_rmem_tensor_like(acc_o, g.dtype)
     out.store(acc_o.load().to(g.dtype))

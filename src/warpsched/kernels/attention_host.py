@@ -96,6 +96,13 @@ def build_tuned_hd64(verbose=True, **manager_options):
     return build(FlashAttention(head_dim=64, **tuned_options(64, False)), verbose=verbose, **manager_options)
 
 
+def build_unit_overlap(verbose=True, **manager_options):
+    """``TUNED`` + ``unit_overlap`` at causal hd64 (the S GEMM one K/V tile ahead across work units,
+    attention_ahead.py): ``warpsched check examples/hopper/attention.py:build_unit_overlap``."""
+    return build(FlashAttention(head_dim=64, causal=True, unit_overlap=True, **TUNED), verbose=verbose,
+                 **manager_options)
+
+
 def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
     """Check the inputs, compile (once per dtype / head dim / causal) and return
     ``(launch, out, lse)``: ``launch()`` runs the kernel again on the same tensors without the

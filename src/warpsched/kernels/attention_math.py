@@ -170,6 +170,26 @@ def finalize(acc_o, row_max, row_sum, lse, pv_mma, scale: cutlass.Float32):
             o_mn[i, j] = o_mn[i, j] * inv
 
 
+@cute.jit
+def finish_stats(row_max, row_sum, o_inv, lse, pv_mma, scale: cutlass.Float32):
+    """``unit_overlap``: the unit's 1 / row sum into ``o_inv`` and its LSE (as ``finalize``), then the
+    running max and sum reset for the next unit, whose first S tile is computed before this unit's O
+    is stored (``rescale_o(acc_o, o_inv, ...)`` normalizes it then)."""
+    red = reduction_target_n(pv_mma)
+    for i in cutlass.range_constexpr(cute.size(row_sum)):
+        total = row_sum[i]
+        for r in cutlass.range_constexpr(cute.rank(red)):
+            total = cute.arch.warp_reduction_sum(total, threads_in_group=red.shape[r])
+        inv = cute.arch.rcp_approx(total)
+        lse[i] = row_max[i] * scale + cute.math.log2(total, fastmath=True) * LN2
+        if total == 0.0 or total != total:
+            inv = 1.0
+            lse[i] = cutlass.Float32.inf
+        o_inv[i] = inv
+        row_max[i] = -cutlass.Float32.inf
+        row_sum[i] = 0.0
+
+
 def make_p(acc_s, pv_mma, dtype):
     """Registers for P (16-bit) in the layout of the PV WGMMA's A operand."""
     return cute.make_rmem_tensor_like(c_layout_as_a_layout(acc_s.layout, pv_mma.tv_layout_A.shape[1]), dtype)

@@ -5,6 +5,7 @@ its K/V tile count. They run in the trace on device values and, in the tests, on
 from __future__ import annotations
 
 import cutlass
+import cutlass.cute as cute
 
 
 class WorkUnits:
@@ -65,6 +66,22 @@ class WorkUnits:
         if cutlass.const_expr(self.causal):
             kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m)
         return (kv_end + self.block_n - 1) // self.block_n
+
+    def ahead_of(self, stage_info):
+        """``unit_overlap``: the unit coordinates (``unit_coords``) and K/V tile of the S GEMM a step
+        issues, one tile ahead of the loop: K/V tile j + 1 of the current unit, or on its last tile
+        tile 0 of the CTA's next unit (the static queue's tile + grid; past the CTA's last unit a
+        clamped valid unit, computed and discarded). Before the tile loop (no work tile): the CTA's
+        first unit, tile 0. Both units' coordinates depend on the work tile only, so the compiler
+        hoists their divisions out of the K/V loop; per tile only the choice between them remains
+        (a select on the unit index itself kept ~5 integer divisions in every iteration: 0.8x)."""
+        if stage_info.work_tile is None:
+            bid, _, _ = cute.arch.block_idx()
+            return self.unit_coords(bid), 0
+        t, j = stage_info.work_tile.tile_idx[0], stage_info.loop_offset
+        here, ahead = self.unit_coords(t), self.unit_coords(cutlass.min(t + self.ctas, self.num_units - 1))
+        last = cutlass.min(1, cutlass.max(0, j + 2 - self.kv_tiles_of(t)))  # 1: j is the unit's last tile
+        return tuple(last * b + (1 - last) * a for a, b in zip(here, ahead)), (1 - last) * (j + 1)
 
     def unit_of(self, stage_info):
         """The work unit a work method runs for: the queue's tile, or the CTA's block index."""
