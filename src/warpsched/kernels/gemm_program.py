@@ -142,11 +142,6 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
                     ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
                     ring.retire(pending=1)  # the previous stage's wgmmas have retired ...
                     ring.release()  # ... so it is released
-            with other(even):
-                ring.skip()  # the owner's stage: this warp group's position moves past it
-                if skip_extra:
-                    with d.first_iter():
-                        ring.skip()
         if wait_turn:
             with own(even):
                 mine.acquire()  # the other warp group took this warp group's previous turn
@@ -154,6 +149,9 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
             with other(even):
                 theirs.wait()
                 theirs.release()
+        with other(even):
+            # the owner's k_tiles stages at once: this warp group's position moves past them
+            ring.skip(count=k_tiles + 1 if skip_extra else k_tiles)
         ring.retire()  # unguarded: ptxas serializes every wgmma when a path may skip the wait
         with own(even):
             ring.release()

@@ -119,6 +119,10 @@ class _ResourceProxy:
             k = kind
             if k is None:
                 k = _work_kind(spec)
+            if k is StepKind.ConsumerSkip and not args and set(kwargs) == {"count"}:
+                # skip(count=K): K stages at once, K the trip count another task's loop runs
+                cap.record(k, res, attr, loc, const_args=dict(kwargs), via_group=self._group)
+                return None
             if k.is_sync and (args or kwargs):
                 _verb_args(name, attr, args, kwargs, loc)
             token_args, const_args = _split_args(spec, args, kwargs, loc, name, attr)

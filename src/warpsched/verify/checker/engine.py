@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
+from .loops import ASYNC, CUR, EXITED, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
 from .model import Compiled, Instr, Op
 from .macro import MacroMixin
 from .tables import fast_forward, maybe_local, merge_static, wait_at
@@ -89,7 +89,10 @@ class Engine(MacroMixin, LoopsMixin):
         k = ins.kind
         if k == "step":
             if ins.guards and not self._guards_hold(state, e, es, ins):
-                return [((e, "skip", pc), self._set_exec(state, e, es, pc=pc + 1))]
+                st = self._set_exec(state, e, es, pc=pc + 1)
+                if ins.action.bulk is not None:  # a skip(count=K) that is off leaves K's group
+                    st = self._bulk_records(st, e, ins.action.bulk, [None])[0][1]
+                return [((e, "skip", pc), st)]
             return self._step(state, e, es, ins)
         if k == "done":
             return []
@@ -277,6 +280,8 @@ class Engine(MacroMixin, LoopsMixin):
         label = (e, "step", es[PC])
         if op is Op.NOP:
             return self._with_keys(state, e, es, a, label, es[PC] + 1)
+        if op is Op.SKIP and (a.bulk is not None or a.bulk_const):
+            return self._bulk_skip(state, e, es, a, label)
         if op is Op.SKIP:  # the consumer's position moves on; it neither waits nor arrives
             curs = list(es[CUR])
             self._advance(curs, a.advance, self.execs[e])
@@ -290,6 +295,54 @@ class Engine(MacroMixin, LoopsMixin):
             raise Violation("pdl", f"{self.execs[e].name} launches dependent grids (launch_griddep) before any "
                             "task has executed wait_griddep", e, a.step)
         return self._with_keys(state, e, es, a, label, es[PC] + 1)
+
+    def _bulk_records(self, state, e, bulk, ends):
+        """[(count, state)]: the skip(count=K) member leaves K's group in this tile's record,
+        with each end in ``ends`` (None: the group's own, decided or not)."""
+        gid, mi = bulk
+        grp = self.c.groups[gid]
+        ri = self._record_index(state, e)
+        rec = state[5] if ri is None else state[4][ri]
+        dec, bound, nvs = rec[1][gid]
+        v = nvs[mi]
+        out = []
+        for end in ends:
+            nv = nvs[:mi] + (EXITED,) + nvs[mi + 1:]
+            gs2 = (dec, bound, nv) if end is None else (True, end, nv)
+            gs2 = self._normalize(gs2, grp.lcm, grp=grp)[0]
+            rec2 = (rec[0], rec[1][:gid] + (gs2,) + rec[1][gid + 1:])
+            if ri is None:
+                st = state[:5] + (rec2,) + state[6:]
+            else:
+                st = state[:4] + (state[4][:ri] + (rec2,) + state[4][ri + 1:],) + state[5:]
+            out.append((None if end is None or v == EXITED else (end - v) % grp.jump_period, st))
+        return out
+
+    def _bulk_skip(self, state, e, es, a, label):
+        """skip(count=K): the counters move K strides on at once, K this tile's end of K's loop
+        group. Undecided, the skip decides it: every allowed end up to the gap plus one period
+        past the bound (a later end normalizes to one of these, see loops._normalize_jumpers)."""
+        if a.bulk is None:
+            outs = [(a.bulk_const, state)]
+        else:
+            grp = self.c.groups[a.bulk[0]]
+            dec, bound, nvs = self._record(state, e)[1][a.bulk[0]]
+            if nvs[a.bulk[1]] == EXITED:
+                raise Violation("fault", f"{self.execs[e].name}: {a.step.describe()} runs twice in one tile; "
+                                "skip(count=K) skips the whole loop once per tile", e, a.step)
+            ends = [bound] if dec else [n for n in range(bound + 1, bound + self.gap + grp.jump_period + 1)
+                                        if grp.allows(n)]
+            outs = self._bulk_records(state, e, a.bulk, ends)
+        ex = self.execs[e]
+        res = []
+        for count, st in outs:
+            curs = list(es[CUR])
+            for s in a.advance:
+                for _ in range(count % (2 * ex.cursors[s].num_stages)):
+                    self._advance(curs, (s,), ex)
+            es2 = es[:CUR] + (tuple(curs),) + es[CUR + 1:]
+            res += self._with_keys(self._set_exec(st, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
+        return res
 
     def _open_step(self, state, e, es, a):
         """acquire / wait: passes once the phase with the cursor's parity has completed."""

@@ -81,6 +81,8 @@ class LoopsMixin:
         pipeline) is shrunk to ``gap``; all values shift down by a multiple of the steps' lcm.
         Shrinking only shortens the remaining trip count of the lagging cluster, a count the
         exploration already allows for other end values, so no behaviour is lost."""
+        if grp is not None and grp.jumpers:
+            return self._normalize_jumpers(gs, lcm, grp)
         dec, bound, nvs = gs
         active = [v for v in nvs if v != EXITED]
         if not active:
@@ -129,6 +131,41 @@ class LoopsMixin:
             return (dec, bound, nvs), 0
         return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
 
+    def _normalize_jumpers(self, gs, lcm, grp):
+        """``_normalize`` for a group with ``skip(count=K)`` members. Those only ever read
+        ``end - value``, and only modulo ``grp.jump_period`` (whole cycles of the cursors they
+        advance), so their value is kept modulo it and takes no part in the gap or the shift;
+        the others' gaps shrink by multiples of ``gap_period`` (a multiple of those cycles), so the
+        loops the members run and the count the jumpers skip stay equal modulo every cycle."""
+        dec, bound, nvs = gs
+        jump = grp.jumpers
+        active = [v for i, v in enumerate(nvs) if v != EXITED and i not in jump]
+        if not active and all(nvs[i] == EXITED for i in jump):
+            return (True, 0, tuple(EXITED for _ in nvs)), None
+        if dec and ROUND_ENDS:
+            bound = _round_end(bound, grp)
+        exact = grp.exact is not None
+        lift = {}
+        if active and (self.exact_lift or not exact):
+            period = grp.lift_period if exact else max(lcm, grp.gap_period)
+            pts = sorted(set(active + [bound]), reverse=True)
+            acc = 0
+            for hi, lo in zip(pts, pts[1:]):
+                d = hi - lo
+                if d > self.gap:
+                    acc += ((d - self.gap) // period) * period
+                if acc:
+                    lift[lo] = acc
+        if lift and exact:
+            self.exact_lifted = True
+        bound += lift.get(bound, 0)
+        m = min(active + [bound]) if active else bound
+        shift = (m // lcm) * lcm
+        P = grp.jump_period
+        nvs = tuple(EXITED if v == EXITED else ((v - shift) % P if i in jump else v + lift.get(v, 0) - shift)
+                    for i, v in enumerate(nvs))
+        return (dec, bound - shift, nvs), shift
+
     def _shift_only(self, dec, bound, nvs, active, lcm, tiles):
         """Exact mode: no lifting, only the shift that forgets how far the loop has come."""
         m = min(active) - 1 if tiles else min(active + [bound])
@@ -175,7 +212,13 @@ class LoopsMixin:
         gs = rec[1][ins.group]
         ex = self.execs[e]
         out = []
-        if ins.all_skippable and rec[0]:
+        if ins.idle_guards is not None and all(any(bool(es[TOK][pos]) != want for pos, want in g)
+                                               for g in ins.idle_guards):
+            # every step of the body is off for this loop run and nothing in it changes that: the
+            # iterations touch nothing, so the member leaves at once and decides nothing
+            choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
+            choices = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what) for gs2, what in choices]
+        elif ins.all_skippable and rec[0]:
             choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
             choices = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what) for gs2, what in choices]
         else:
