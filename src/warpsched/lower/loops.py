@@ -493,8 +493,12 @@ class TaskEmitter:
             self._sync(env, s)
             return
         if kind is SKIP_KIND:  # register-only: the counters of the task's own wait / release move on
+            count = s.const_args.get("count")  # skip(count=K): K stages at once (K the runtime value)
             for c in self._side(res, kind.side).skip_counters:  # (a skip without them: a static finding)
-                env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c)
+                if count is None:
+                    env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c)
+                elif not (type(count) is int and count == 0):
+                    env[self._skey(res, c)] = _advanced_by(env[self._skey(res, c)], c, runtime_bound(count))
             return
         if kind in WORK_KINDS:
             self._work(env, s, frame)
@@ -577,6 +581,13 @@ class TaskEmitter:
 def _advanced(state, counter):
     new = state.clone()
     new.advance() if counter.stride == 1 else new.advance(counter.stride)
+    return new
+
+
+def _advanced_by(state, counter, count):
+    """The state ``count`` stages on (index and phase modulo the ring: PipelineState.advance)."""
+    new = state.clone()
+    new.advance(count * counter.stride if counter.stride != 1 else count)
     return new
 
 

@@ -14,9 +14,10 @@ from typing import Dict, Iterable, List
 
 from ..errors import Finding
 from ..model.enums import WorkAttr
-from ..model.ir import TRY_PAIRS, ScheduleResult, Step, StepKind
+from ..model.ir import TRY_PAIRS, ScheduleResult, Section, Step, StepKind
 from ..model.resources import work_spec_of
 from ..model.task import Task
+from ..model.tripcount import TripCount
 from ..protocol.barriers import protocol_of
 from . import checks_dataflow
 from .checks_traces import condition, executions
@@ -250,6 +251,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                         f"{n}.wait() and {n}.release() on the stages this task owns, {n}.skip() on the others",
                         f"skip only on a ring the task also consumes (a task that reads no stage of {n} "
                         f"needs no position in it: drop the skip)")
+                _bulk_skip(s, n, r, add)
             elif k in (StepKind.ConsumerWork, StepKind.QueueAdvance):
                 if k is StepKind.ConsumerWork and _wgmma_wait(r, s):
                     continue  # wgmma.wait_group reads no stage: it may run where this task holds none
@@ -420,3 +422,19 @@ def _never_waited(program: Program) -> List[Finding]:
                          fix=f"add the consumer of {n} (and {n} to its src_resources), or drop the producer"))
             break
     return out
+
+
+def _bulk_skip(s, n, r, add) -> None:
+    """skip(count=K) skips a whole loop's stages once per tile: outside the domain loop, K an int
+    >= 0 or a trip_count (the checker reads K's end from its loop group)."""
+    if "count" not in s.const_args:
+        return
+    count = s.const_args["count"]
+    if s.section not in (Section.HEAD, Section.TAIL):
+        add(f"{n}.skip(count={count!r}) inside the domain loop or outside the work-tile loop", s, r,
+            f"{n}.skip(count=K) once per tile, before or after the domain loop",
+            f"move it out of the domain loop (inside it, skip one stage per iteration: {n}.skip())")
+    if not (isinstance(count, TripCount) or (type(count) is int and count >= 0)):
+        add(f"{n}.skip(count={count!r}): the count is neither an int >= 0 nor a trip_count", s, r,
+            "count=K with K the trip_count of the loop whose stages are skipped (or an int)",
+            "pass the same trip_count(...) the owner's domain_loop runs to")
