@@ -137,6 +137,9 @@ class Executor:
     persistent: bool = False
     tile_group: int = -1
     uses_last: bool = False  # the last-iteration flag is kept only where a guard reads it
+    # (key, loop group, member, tile-head pc, producing pc, idle guards): the loop is idle on a
+    # key value produced once per tile before it (see Engine._pre_idle)
+    pre_idle: Optional[Tuple[int, int, int, int, int, Tuple]] = None
 
 
 @dataclass

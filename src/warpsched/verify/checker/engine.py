@@ -54,6 +54,10 @@ class Engine(MacroMixin, LoopsMixin):
         # static per-instruction tables for the hot paths (see tables.py)
         self.maybe_local = [maybe_local(ex.program) for ex in self.execs]
         self.ff = [fast_forward(ex.program) for ex in self.execs]
+        self.pre_idle = {}
+        for ex in self.execs:
+            if ex.pre_idle is not None and ex.persistent:
+                self.pre_idle.setdefault(ex.pre_idle[0], []).append((ex.index, ex.pre_idle))
         self.merge_static = [merge_static(ex.program) for ex in self.execs]
         self.wait_at = [wait_at(ex.program) for ex in self.execs]
         self.rules = [[self._rule(ins) for ins in ex.program] for ex in self.execs]
@@ -536,6 +540,8 @@ class Engine(MacroMixin, LoopsMixin):
                     es2 = es_[:TOK] + (tok, kp) + es_[WAITED:]
                     st2 = self._set_exec(st, e, es2)
                     st2 = st2[:6] + (st2[6][:kid] + (vals2,) + st2[6][kid + 1:],) + st2[7:]
+                    if pos >= len(vals) and kid in self.pre_idle:
+                        st2 = self._pre_idle(st2, kid)
                     nxt.append((self._trim_fifo(st2, kid), es2))
             outs = nxt
         res = []
@@ -544,6 +550,32 @@ class Engine(MacroMixin, LoopsMixin):
                 "T" if es2[TOK][ex.keys.index(k)] else "F" for k in a.keys)
             res.append(((label[0], label[1] + tag, label[2]), st))
         return res
+
+    def _pre_idle(self, state, kid):
+        """A task's k-th value of a key is the first task's (key FIFO): once produced, a lagging
+        task whose loop that value makes idle (Instr.idle_guards) is known to leave it at once in
+        that tile, deciding nothing, so its member leaves the tile's record now (the loop head
+        checks that it is idle when it gets there). Its value is read once per tile, before the
+        loop, so FIFO position j is tile ``ri + (j - KPOS)`` (+ 1 once this tile's is read)."""
+        vals = state[6][kid]
+        j, v = len(vals) - 1, vals[-1]
+        records = list(state[4])
+        changed = False
+        for x, (_, gid, mi, tile_pc, prod_pc, idle) in self.pre_idle[kid]:
+            es = state[0][x]
+            tv = state[3][2][self.tile_member[x]]
+            if tv == EXITED or not all(any(bool(v) != want for _, want in g) for g in idle):
+                continue
+            passed = es[PC] <= tile_pc or es[PC] > prod_pc
+            r = tv - 1 + (1 if passed else 0) + (j - es[KPOS][self.execs[x].keys.index(kid)])
+            if not 0 <= r < len(records) or records[r][1][gid][2][mi] == EXITED:
+                continue
+            dec, bound, nvs = records[r][1][gid]
+            gs = self._normalize((dec, bound, nvs[:mi] + (EXITED,) + nvs[mi + 1:]), self.c.groups[gid].lcm,
+                                 grp=self.c.groups[gid])[0]
+            records[r] = (records[r][0], records[r][1][:gid] + (gs,) + records[r][1][gid + 1:])
+            changed = True
+        return state[:4] + (tuple(records),) + state[5:] if changed else state
 
     def _trim_fifo(self, state, kid):
         members = self.c.key_members[kid]

@@ -6,6 +6,7 @@ docs/checker.md for what the abstraction proves.
 from __future__ import annotations
 
 from .model import Instr
+from .violations import Violation
 
 ROUND_ENDS = True  # see _round_end (a switch so the tests can compare against the unrounded search)
 EXITED = 1 << 40  # a member's value once it has left the loop
@@ -212,8 +213,11 @@ class LoopsMixin:
         gs = rec[1][ins.group]
         ex = self.execs[e]
         out = []
-        if ins.idle_guards is not None and all(any(bool(es[TOK][pos]) != want for pos, want in g)
-                                               for g in ins.idle_guards):
+        idle = ins.idle_guards is not None and all(any(bool(es[TOK][pos]) != want for pos, want in g)
+                                                   for g in ins.idle_guards)
+        if ins.idle_guards is not None and gs[2][ins.member] == EXITED and not idle:  # see Engine._pre_idle
+            raise Violation("fault", f"checker: {ex.name} left its loop before it ran it", e, None)
+        if idle:
             # every step of the body is off for this loop run and nothing in it changes that: the
             # iterations touch nothing, so the member leaves at once and decides nothing
             choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]

@@ -337,6 +337,21 @@ class _Builder:
                         break
                     idle.append(kg)
                 e.program[h].idle_guards = tuple(idle) if idle else None
+                self._pre_idle(e, h)
+
+    def _pre_idle(self, e, h) -> None:
+        """The idle guards read one key that this task produces once per tile, unguarded, before
+        the loop: its value for a later tile is known as soon as another task produced it."""
+        head, idle = e.program[h], e.program[h].idle_guards
+        kids = {pos for g in idle or () for pos, _ in g}
+        tiles = [i for i, ins in enumerate(e.program) if ins.kind == "tile_head"]
+        if len(kids) != 1 or not tiles:
+            return
+        kid = e.keys[next(iter(kids))]
+        prods = [i for i, ins in enumerate(e.program) if ins.kind == "step" and kid in ins.action.keys]
+        if len(prods) == 1 and tiles[0] < prods[0] < h and not e.program[prods[0]].guards \
+                and e.program[prods[0]].action.step.section is Section.HEAD:
+            e.pre_idle = (kid, head.group, head.member, tiles[0], prods[0], idle)
 
     def _cursor(self, ex: Executor, sp: SidePlan, kind: StepKind) -> Optional[Cursor]:
         c = sp.counter_for(kind)
