@@ -640,13 +640,14 @@ def test_ring_arming_other_bytes_than_a_stage_fails_the_compile(ab):
 
 
 # ---------------------------------------------------------------- pingpong_shared, skip=True
-SKIP_S2 = dict(schedule="pingpong_shared", skip=True, ab_stages=2)  # 6 stages: > 2M states (not proven yet)
+SKIP_S2 = dict(schedule="pingpong_shared", skip=True, ab_stages=2)
+SKIP_S6 = dict(schedule="pingpong_shared", skip=True, ab_stages=6)  # the real configuration
 
 
 def test_skip_ring_safe_for_every_k_unit_count_and_ownership():
     """The owner alone waits for and releases a tile's stages, the other warp group skips them
     (ring.skip(): no barrier operation) and takes the owner's Turn before it goes on: SAFE for every
-    K-tile count, tile count per CTA and ownership sequence (2-stage ring: 78k states, ~30 s)."""
+    K-tile count, tile count per CTA and ownership sequence (2-stage ring: 13.5k states, ~3 s)."""
     g = gp.PersistentGemm(**SKIP_S2)
     mgr = gp.build(g, verbose=False, progress=False, cache_verdict=False)
     res = mgr.result.checker
@@ -676,6 +677,21 @@ def test_skip_ring_ptx_counts():
     want = {"mbarrier.init": 8, "mbarrier.arrive": 9, "mbarrier.try_wait": 13, "expect_tx": 1,
             "cp.async.bulk.tensor": 10, "wgmma.mma_async": 32, "wgmma.commit_group": 4, "wgmma.wait_group": 4,
             "setmaxnreg": 2, "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8, "stmatrix": 32}
+    assert _common.count_ptx(ptx, want) == want
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+
+
+def test_skip_ring_6_stages_safe_and_ptx():
+    """The 6-stage ring (the real configuration): SAFE for every K-tile count, tile count per CTA and
+    ownership sequence (1.65M states; ring.skip(count=k_tiles) reads the owner's tile end once, and
+    the non-owner's idle K loop leaves at once). Its sm_90a PTX: init ring 2 x 6 + Turn 2 x 2."""
+    mgr = gp.build(gp.PersistentGemm(**SKIP_S6), verbose=False, progress=False, cache_verdict=False)
+    res = mgr.result.checker
+    assert mgr.result.accepted and res.verdict == "SAFE"
+    assert "every k_tiles >= 1" in res.report() and "every units_per_cta >= 1" in res.report()
+    VERDICTS.put(mgr.fingerprint, res)  # the traced program is this one: the compile reuses the proof
+    ptx = gp.compile_for_cpu(**SKIP_S6).artifacts.PTX
+    want = PTX_S6
     assert _common.count_ptx(ptx, want) == want
     assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
 
