@@ -493,12 +493,9 @@ class TaskEmitter:
             self._sync(env, s)
             return
         if kind is SKIP_KIND:  # register-only: the counters of the task's own wait / release move on
-            count = s.const_args.get("count")  # skip(count=K): K stages at once (K the runtime value)
+            count = runtime_bound(s.const_args.get("count", 1))  # skip(count=K): K stages at once
             for c in self._side(res, kind.side).skip_counters:  # (a skip without them: a static finding)
-                if count is None:
-                    env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c)
-                elif not (type(count) is int and count == 0):
-                    env[self._skey(res, c)] = _advanced_by(env[self._skey(res, c)], c, runtime_bound(count))
+                env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c, count)
             return
         if kind in WORK_KINDS:
             self._work(env, s, frame)
@@ -578,16 +575,13 @@ class TaskEmitter:
             self._store_token(env, tok, res, v)
 
 
-def _advanced(state, counter):
-    new = state.clone()
-    new.advance() if counter.stride == 1 else new.advance(counter.stride)
-    return new
-
-
-def _advanced_by(state, counter, count):
+def _advanced(state, counter, count=1):
     """The state ``count`` stages on (index and phase modulo the ring: PipelineState.advance)."""
     new = state.clone()
-    new.advance(count * counter.stride if counter.stride != 1 else count)
+    if type(count) is int and count * counter.stride == 1:
+        new.advance()
+    elif not (type(count) is int and count == 0):
+        new.advance(count if counter.stride == 1 else count * counter.stride)
     return new
 
 

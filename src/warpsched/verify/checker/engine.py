@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .loops import ASYNC, CUR, EXITED, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
+from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
 from .model import Compiled, Instr, Op
 from .macro import MacroMixin
 from .tables import fast_forward, maybe_local, merge_static, wait_at
@@ -300,54 +300,6 @@ class Engine(MacroMixin, LoopsMixin):
                             "task has executed wait_griddep", e, a.step)
         return self._with_keys(state, e, es, a, label, es[PC] + 1)
 
-    def _bulk_records(self, state, e, bulk, ends):
-        """[(count, state)]: the skip(count=K) member leaves K's group in this tile's record,
-        with each end in ``ends`` (None: the group's own, decided or not)."""
-        gid, mi = bulk
-        grp = self.c.groups[gid]
-        ri = self._record_index(state, e)
-        rec = state[5] if ri is None else state[4][ri]
-        dec, bound, nvs = rec[1][gid]
-        v = nvs[mi]
-        out = []
-        for end in ends:
-            nv = nvs[:mi] + (EXITED,) + nvs[mi + 1:]
-            gs2 = (dec, bound, nv) if end is None else (True, end, nv)
-            gs2 = self._normalize(gs2, grp.lcm, grp=grp)[0]
-            rec2 = (rec[0], rec[1][:gid] + (gs2,) + rec[1][gid + 1:])
-            if ri is None:
-                st = state[:5] + (rec2,) + state[6:]
-            else:
-                st = state[:4] + (state[4][:ri] + (rec2,) + state[4][ri + 1:],) + state[5:]
-            out.append((None if end is None or v == EXITED else (end - v) % grp.jump_period, st))
-        return out
-
-    def _bulk_skip(self, state, e, es, a, label):
-        """skip(count=K): the counters move K strides on at once, K this tile's end of K's loop
-        group. Undecided, the skip decides it: every allowed end up to the gap plus one period
-        past the bound (a later end normalizes to one of these, see loops._normalize_jumpers)."""
-        if a.bulk is None:
-            outs = [(a.bulk_const, state)]
-        else:
-            grp = self.c.groups[a.bulk[0]]
-            dec, bound, nvs = self._record(state, e)[1][a.bulk[0]]
-            if nvs[a.bulk[1]] == EXITED:
-                raise Violation("fault", f"{self.execs[e].name}: {a.step.describe()} runs twice in one tile; "
-                                "skip(count=K) skips the whole loop once per tile", e, a.step)
-            ends = [bound] if dec else [n for n in range(bound + 1, bound + self.gap + grp.jump_period + 1)
-                                        if grp.allows(n)]
-            outs = self._bulk_records(state, e, a.bulk, ends)
-        ex = self.execs[e]
-        res = []
-        for count, st in outs:
-            curs = list(es[CUR])
-            for s in a.advance:
-                for _ in range(count % (2 * ex.cursors[s].num_stages)):
-                    self._advance(curs, (s,), ex)
-            es2 = es[:CUR] + (tuple(curs),) + es[CUR + 1:]
-            res += self._with_keys(self._set_exec(st, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
-        return res
-
     def _open_step(self, state, e, es, a):
         """acquire / wait: passes once the phase with the cursor's parity has completed."""
         curs = es[CUR]
@@ -550,32 +502,6 @@ class Engine(MacroMixin, LoopsMixin):
                 "T" if es2[TOK][ex.keys.index(k)] else "F" for k in a.keys)
             res.append(((label[0], label[1] + tag, label[2]), st))
         return res
-
-    def _pre_idle(self, state, kid):
-        """A task's k-th value of a key is the first task's (key FIFO): once produced, a lagging
-        task whose loop that value makes idle (Instr.idle_guards) is known to leave it at once in
-        that tile, deciding nothing, so its member leaves the tile's record now (the loop head
-        checks that it is idle when it gets there). Its value is read once per tile, before the
-        loop, so FIFO position j is tile ``ri + (j - KPOS)`` (+ 1 once this tile's is read)."""
-        vals = state[6][kid]
-        j, v = len(vals) - 1, vals[-1]
-        records = list(state[4])
-        changed = False
-        for x, (_, gid, mi, tile_pc, prod_pc, idle) in self.pre_idle[kid]:
-            es = state[0][x]
-            tv = state[3][2][self.tile_member[x]]
-            if tv == EXITED or not all(any(bool(v) != want for _, want in g) for g in idle):
-                continue
-            passed = es[PC] <= tile_pc or es[PC] > prod_pc
-            r = tv - 1 + (1 if passed else 0) + (j - es[KPOS][self.execs[x].keys.index(kid)])
-            if not 0 <= r < len(records) or records[r][1][gid][2][mi] == EXITED:
-                continue
-            dec, bound, nvs = records[r][1][gid]
-            gs = self._normalize((dec, bound, nvs[:mi] + (EXITED,) + nvs[mi + 1:]), self.c.groups[gid].lcm,
-                                 grp=self.c.groups[gid])[0]
-            records[r] = (records[r][0], records[r][1][:gid] + (gs,) + records[r][1][gid + 1:])
-            changed = True
-        return state[:4] + (tuple(records),) + state[5:] if changed else state
 
     def _trim_fifo(self, state, kid):
         members = self.c.key_members[kid]
