@@ -681,6 +681,11 @@ def test_skip_ring_ptx_counts():
     assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
 
 
+PTX_S6 = {"mbarrier.init": 16, "mbarrier.arrive": 9, "mbarrier.try_wait": 17, "expect_tx": 1,
+          "cp.async.bulk.tensor": 10, "wgmma.mma_async": 32, "wgmma.commit_group": 4, "wgmma.wait_group": 4,
+          "setmaxnreg": 2, "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8, "stmatrix": 32}
+
+
 def test_skip_ring_6_stages_safe_and_ptx():
     """The 6-stage ring (the real configuration): SAFE for every K-tile count, tile count per CTA and
     ownership sequence (1.65M states; ring.skip(count=k_tiles) reads the owner's tile end once, and
@@ -691,8 +696,7 @@ def test_skip_ring_6_stages_safe_and_ptx():
     assert "every k_tiles >= 1" in res.report() and "every units_per_cta >= 1" in res.report()
     VERDICTS.put(mgr.fingerprint, res)  # the traced program is this one: the compile reuses the proof
     ptx = gp.compile_for_cpu(**SKIP_S6).artifacts.PTX
-    want = PTX_S6
-    assert _common.count_ptx(ptx, want) == want
+    assert _common.count_ptx(ptx, PTX_S6) == PTX_S6
     assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
 
 
