@@ -493,9 +493,8 @@ class TaskEmitter:
             self._sync(env, s)
             return
         if kind is SKIP_KIND:  # register-only: the counters of the task's own wait / release move on
-            count = runtime_bound(s.const_args.get("count", 1))  # skip(count=K): K stages at once
             for c in self._side(res, kind.side).skip_counters:  # (a skip without them: a static finding)
-                env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c, count)
+                env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c, s.const_args.get("count", 1))
             return
         if kind in WORK_KINDS:
             self._work(env, s, frame)
@@ -575,13 +574,10 @@ class TaskEmitter:
             self._store_token(env, tok, res, v)
 
 
-def _advanced(state, counter, count=1):
-    """The state ``count`` stages on (index and phase modulo the ring: PipelineState.advance)."""
-    new = state.clone()
-    if type(count) is int and count * counter.stride == 1:
-        new.advance()
-    elif not (type(count) is int and count == 0):
-        new.advance(count if counter.stride == 1 else count * counter.stride)
+def _advanced(state, counter, count=1):  # count strides on (skip(count=K): K's runtime value), modulo the ring
+    new, n = state.clone(), runtime_bound(count)
+    if not (type(n) is int and n == 0):
+        new.advance(n if counter.stride == 1 else n * counter.stride)
     return new
 
 
