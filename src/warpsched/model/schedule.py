@@ -151,9 +151,10 @@ _MISSING = object()
 def _verb_args(name: str, attr: str, args, kwargs, loc: SourceLoc) -> None:
     got = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
     what = "one stage (call it once per stage passed)" if attr == "skip" else "the next stage"
+    more = f" (or {name}.skip(count=K) once, K a loop's trip_count)" if attr == "skip" else ""
     _fail("schedule capture", f"{name}.{attr}({got}) takes no arguments in a schedule", location=loc,
           resource=name, expected=f"{name}.{attr}(): a sync verb always acts on {what}",
-          fix=f"call {name}.{attr}() with no arguments")
+          fix=f"call {name}.{attr}() with no arguments{more}")
 
 
 def _verb_kind(res: Any, attr: str) -> Optional[StepKind]:
