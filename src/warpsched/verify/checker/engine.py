@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from . import loops
 from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
 from .model import Compiled, Instr, Op
 from .macro import MacroMixin
@@ -38,7 +39,8 @@ class Engine(MacroMixin, LoopsMixin):
         self.c = comp
         # exact trip counts far from their end may be lifted (a superset, see loops._normalize);
         # exact_lifted records that it happened, so that a problem found is re-checked without
-        self.exact_lift = exact_lift
+        self.bulk_reduce = loops.BULK_REDUCTIONS  # off: the unreduced reference (differential tests)
+        self.exact_lift = exact_lift and self.bulk_reduce
         self.exact_lifted = False
         self._head_memo, self._tile_memo = {}, {}  # loop / tile head outcomes (loops.py)
         self.execs = comp.executors
@@ -56,7 +58,7 @@ class Engine(MacroMixin, LoopsMixin):
         self.ff = [fast_forward(ex.program) for ex in self.execs]
         self.pre_idle = {}
         for ex in self.execs:
-            if ex.pre_idle is not None and ex.persistent:
+            if ex.pre_idle is not None and ex.persistent and self.bulk_reduce:
                 self.pre_idle.setdefault(ex.pre_idle[0], []).append((ex.index, ex.pre_idle))
         self.merge_static = [merge_static(ex.program) for ex in self.execs]
         self.wait_at = [wait_at(ex.program) for ex in self.execs]

@@ -9,6 +9,10 @@ from .model import Instr
 from .violations import Violation
 
 ROUND_ENDS = True  # see _round_end (a switch so the tests can compare against the unrounded search)
+# False: the reference search the differential tests compare against (tests/test_checker_bulk_diff.py):
+# no skip(count=K) reductions (Engine._pre_idle, idle loops as one step, jumper values modulo
+# jump_period) and no lifting of exact counts; meant for exact counts (a symbolic one is unbounded)
+BULK_REDUCTIONS = True
 EXITED = 1 << 40  # a member's value once it has left the loop
 # fields of an executor's state tuple
 PC, J, LAST, CUR, SYNC, ASYNC, PEND, TOK, KPOS, WAITED = range(10)
@@ -162,8 +166,9 @@ class LoopsMixin:
         bound += lift.get(bound, 0)
         m = min(active + [bound]) if active else bound
         shift = (m // lcm) * lcm
-        P = grp.jump_period
-        nvs = tuple(EXITED if v == EXITED else ((v - shift) % P if i in jump else v + lift.get(v, 0) - shift)
+        P = grp.jump_period if self.bulk_reduce else 0  # 0: the reference keeps the value exactly
+        nvs = tuple(EXITED if v == EXITED else ((v - shift) % P if i in jump and P else
+                                                v - shift if i in jump else v + lift.get(v, 0) - shift)
                     for i, v in enumerate(nvs))
         return (dec, bound - shift, nvs), shift
 
@@ -213,9 +218,10 @@ class LoopsMixin:
         gs = rec[1][ins.group]
         ex = self.execs[e]
         out = []
-        idle = ins.idle_guards is not None and all(any(bool(es[TOK][pos]) != want for pos, want in g)
-                                                   for g in ins.idle_guards)
-        if ins.idle_guards is not None and gs[2][ins.member] == EXITED and not idle:  # see Engine._pre_idle
+        idle_guards = ins.idle_guards if self.bulk_reduce else None
+        idle = idle_guards is not None and all(any(bool(es[TOK][pos]) != want for pos, want in g)
+                                               for g in idle_guards)
+        if idle_guards is not None and gs[2][ins.member] == EXITED and not idle:  # see Engine._pre_idle
             raise Violation("fault", f"checker: {ex.name} left its loop before it ran it", e, None)
         if idle:
             # every step of the body is off for this loop run and nothing in it changes that: the
@@ -309,7 +315,8 @@ class LoopsMixin:
                 st = state[:5] + (rec2,) + state[6:]
             else:
                 st = state[:4] + (state[4][:ri] + (rec2,) + state[4][ri + 1:],) + state[5:]
-            out.append((None if end is None or v == EXITED else (end - v) % grp.jump_period, st))
+            count = None if end is None or v == EXITED else end - v
+            out.append((count % grp.jump_period if count is not None and self.bulk_reduce else count, st))
         return out
 
     def _bulk_skip(self, state, e, es, a, label):
