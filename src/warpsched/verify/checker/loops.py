@@ -361,7 +361,9 @@ class LoopsMixin:
             tv = state[3][2][self.tile_member[x]]
             if tv == EXITED or not all(any(bool(v) != want for _, want in g) for g in idle):
                 continue
-            passed = es[PC] <= tile_pc or es[PC] > prod_pc
+            # past this tile's read: also inside a synchronous producing call (its keys are read at
+            # the call, its pc moves on at the return)
+            passed = es[PC] <= tile_pc or es[PC] > prod_pc or (es[PC] == prod_pc and es[SYNC] is not None)
             r = tv - 1 + (1 if passed else 0) + (j - es[KPOS][self.execs[x].keys.index(kid)])
             if not 0 <= r < len(records) or records[r][1][gid][2][mi] == EXITED:
                 continue
