@@ -12,10 +12,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from test_checker_builders import Buf, Queue, async_cfg, program, task
+from test_checker_builders import Buf, Queue, async_cfg, program, task  # noqa: F401 (re-exported)
 from warpsched import (SmemAllocation, SmemAllocator, TaskLocalVariable, consumer_work, domain_loop, schedule, trip_count, when_false,
                        when_true, work_tile_loop)
-from warpsched.verify.checker import loops, run_checker
+from warpsched.verify.checker import loops, run_checker  # noqa: F401 (run_checker re-exported)
 
 COUNTS = ["K", "K", "K", "K+1", "K-1", "K-2", "1", "0", "k", "k+1", "2K"]
 
@@ -43,7 +43,7 @@ def draw(rng: random.Random, symbolic_ok=True) -> dict:
                tiles=rng.choice([1, 2, 3, None]),
                count="K", turn=True, guard_skip=True, skip_at="tail", owner_wait=True, owner_release=True,
                sync_owns=rng.random() < 0.3, extra_consumer_loop=rng.random() < 0.2,
-               producer_reads_key=rng.random() < 0.3)
+               producer_reads_key=rng.random() < 0.3, step=1 if rng.random() < 0.85 else 2)
     if symbolic_ok and rng.random() < 0.3:
         cfg["k_kind"] = "sym"
     if rng.random() < 0.4:
@@ -91,7 +91,7 @@ def _handoff(cfg, ring, K, counts):
 
     @schedule
     def prod(b):
-        with domain_loop(0, K, 1):
+        with domain_loop(0, K, cfg.get("step", 1)):
             b.acquire()
             b.fill()
             b.commit()
@@ -101,7 +101,7 @@ def _handoff(cfg, ring, K, counts):
 
     @schedule
     def owner(b, t):
-        with domain_loop(0, K, 1):
+        with domain_loop(0, K, cfg.get("step", 1)):
             if cfg["owner_wait"]:
                 b.wait()
             b.read()
@@ -158,7 +158,7 @@ def _pingpong(cfg, ring, K, counts):
                 ahead = sched.owns_sync() if cfg["sync_owns"] else b.decide()
                 with when_true(ahead):  # read in a guard: the same key as the math tasks'
                     sched.read()
-            with domain_loop(0, K, 1):
+            with domain_loop(0, K, cfg.get("step", 1)):
                 b.acquire()
                 b.fill()
                 b.commit()
@@ -181,7 +181,7 @@ def _pingpong(cfg, ring, K, counts):
                             b.skip(count=c)
                 if cfg["skip_at"] == "head":
                     skip()
-                with domain_loop(0, K, 1):
+                with domain_loop(0, K, cfg.get("step", 1)):
                     with own(even):
                         if cfg["owner_wait"]:
                             b.wait()
@@ -212,7 +212,7 @@ def _pingpong(cfg, ring, K, counts):
         @schedule
         def side_prod(s, q):
             with work_tile_loop(q, tile_count=tiles):
-                with domain_loop(0, K, 1):
+                with domain_loop(0, K, cfg.get("step", 1)):
                     s.acquire()
                     s.fill()
                     s.commit()
@@ -221,7 +221,7 @@ def _pingpong(cfg, ring, K, counts):
         @schedule
         def side_cons(s, q):
             with work_tile_loop(q, tile_count=tiles):
-                with domain_loop(0, K, 1):
+                with domain_loop(0, K, cfg.get("step", 1)):
                     s.wait()
                     s.read()
                     s.release()
