@@ -98,3 +98,44 @@ def test_skip_count_run_twice_in_a_tile_is_a_fault_finding():
     f = next(f for f in res.findings if "runs twice in one tile" in f.message)
     assert f.task == "C" and "once per work tile" in f.fix
     assert "1 fault(s)" in res.report()
+
+
+@pytest.mark.parametrize("where", ["prologue", "epilogue"])
+def test_skip_count_outside_the_work_tile_loop_is_a_fault_finding(where):
+    """Regression: checked without the static checks, a persistent task's skip(count=K) before or
+    after its work-tile loop read the tile record of tile -1 (an IndexError after the loop)."""
+    ring, wq = bp.Buf(name="Ring", pipeline_config=bp.async_cfg(stages=2)), bp.Queue(name="WQ")
+    K = trip_count("K", 2)
+
+    def tail(q):
+        q.try_wait()
+        q.wait()
+        q.get_and_advance_work_tile()
+        q.release()
+
+    @schedule
+    def prod(b, q):
+        with bp.work_tile_loop(q, tile_count=2):
+            with domain_loop(0, K, 1):
+                b.acquire()
+                b.fill()
+                b.commit()
+            tail(q)
+
+    @schedule
+    def cons(b, q):
+        if where == "prologue":
+            b.skip(count=K)
+        with bp.work_tile_loop(q, tile_count=2):
+            with domain_loop(0, K, 1):
+                b.wait()
+                b.read()
+                b.release()
+            tail(q)
+        if where == "epilogue":
+            b.skip(count=K)
+
+    res = bp.run_checker(bp.program([bp.task("P", prod(ring, wq), src=[wq], dst=[ring]),
+                                     bp.task("C", cons(ring, wq), src=[ring, wq], warp=1)]))
+    assert res.verdict == "UNSAFE"
+    assert any("skips count=K outside the work-tile loop" in f.message for f in res.findings), res.report()

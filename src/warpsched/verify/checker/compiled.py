@@ -76,6 +76,7 @@ class Action:
     advance: Tuple[int, ...] = ()  # slots advanced after the op
     bulk: Optional[Tuple[int, int]] = None  # skip(count=K): (loop group of K, this skip's member in it)
     bulk_const: int = 0  # skip(count=n) with an int n
+    fault: Optional[str] = None  # a step the checker cannot run (its text): a 'fault' finding where it runs
     stride: int = 1
     num_stages: int = 1
     barrier_base: int = 0  # index of stage 0 of the barrier waited on / arrived at

@@ -346,6 +346,11 @@ class _Builder:
             return act
         if type(count) is int and count >= 0:
             act.bulk_const = count
+        elif isinstance(count, TripCount) and ex.persistent and s.section not in (Section.HEAD, Section.TAIL, Section.LOOP):
+            # outside the work-tile loop there is no tile whose end it could read (the static checks
+            # reject it; a program checked without them gets a fault where it runs, not an IndexError)
+            act.fault = f"{ex.name}: {s.describe()} skips count={count!r} outside the work-tile loop"
+            return act
         elif isinstance(count, TripCount):
             # K stages at once: a member of K's loop group that never iterates, it reads the end
             gid = self._group(("sym", id(count.root)), f"domain end {count.root.name}")
