@@ -141,7 +141,13 @@ class LoopsMixin:
         ``end - value``, and only modulo ``grp.jump_period`` (whole cycles of the cursors they
         advance), so their value is kept modulo it and takes no part in the gap or the shift;
         the others' gaps shrink by multiples of ``gap_period`` (a multiple of those cycles), so the
-        loops the members run and the count the jumpers skip stay equal modulo every cycle."""
+        loops the members run and the count the jumpers skip stay equal modulo every cycle.
+
+        Sound: a skip's count acts only on its cursors, each periodic in the count with period
+        2 x stages (x stride), which divides jump_period; a shift moves end and value alike; a lift
+        moves the end only by multiples of gap_period (exact: lift_period), both multiples of those
+        cycles, and a member's presence never moves another's value relative to the end, so the
+        skipped jumper takes no part. Checked against the unreduced search (BULK_REDUCTIONS)."""
         dec, bound, nvs = gs
         jump = grp.jumpers
         active = [v for i, v in enumerate(nvs) if v != EXITED and i not in jump]
@@ -225,7 +231,10 @@ class LoopsMixin:
             raise Violation("fault", f"checker: {ex.name} left its loop before it ran it", e, None)
         if idle:
             # every step of the body is off for this loop run and nothing in it changes that: the
-            # iterations touch nothing, so the member leaves at once and decides nothing
+            # iterations touch nothing, so the member leaves at once and decides nothing. Sound:
+            # the other members' heads read only their own value and the end, a decision it skips
+            # is the environment's (another member or the skip makes it), and an idle loop never
+            # blocks, so every other behaviour and every deadlock stays (tests/test_checker_bulk_diff.py)
             choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
             choices = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what) for gs2, what in choices]
         elif ins.all_skippable and rec[0]:
@@ -322,7 +331,10 @@ class LoopsMixin:
     def _bulk_skip(self, state, e, es, a, label):
         """skip(count=K): the counters move K strides on at once, K this tile's end of K's loop
         group. Undecided, the skip decides it: every allowed end up to the gap plus one period
-        past the bound (a later end normalizes to one of these, see loops._normalize_jumpers)."""
+        past the bound (a later end normalizes to one of these, see loops._normalize_jumpers:
+        the range holds gap + jump_period consecutive ends, so every residue modulo the lift
+        period above the coupling gap). Like a loop head's, this decision has the same outcomes
+        whoever makes it first (an eager decision), so the step is explored alone."""
         if a.bulk is None:
             outs = [(a.bulk_const, state)]
         else:
@@ -351,7 +363,14 @@ class LoopsMixin:
         task whose loop that value makes idle (Instr.idle_guards) is known to leave it at once in
         that tile, deciding nothing, so its member leaves the tile's record now (the loop head
         checks that it is idle when it gets there). Its value is read once per tile, before the
-        loop, so FIFO position j is tile ``ri + (j - KPOS)`` (+ 1 once this tile's is read)."""
+        loop, so FIFO position j is tile ``ri + (j - KPOS)`` (+ 1 once this tile's is read).
+
+        Sound as the idle exit at the loop head is (same member, same record, only earlier; its
+        presence changes no other member's transitions). The key run-ahead bound (key_cap, half
+        the coupling gap) keeps the lagging task within the gap, so no tile record between it and
+        the producer is dropped (_tile_lift) and FIFO positions map to records. Any wrong early
+        exit is caught: the loop head raises a 'checker:' fault for an EXITED member whose loop
+        is not idle, never a silent pass."""
         vals = state[6][kid]
         j, v = len(vals) - 1, vals[-1]
         records = list(state[4])
