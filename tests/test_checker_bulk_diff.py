@@ -139,3 +139,28 @@ def test_skip_count_outside_the_work_tile_loop_is_a_fault_finding(where):
                                      bp.task("C", cons(ring, wq), src=[ring, wq], warp=1)]))
     assert res.verdict == "UNSAFE"
     assert any("skips count=K outside the work-tile loop" in f.message for f in res.findings), res.report()
+
+
+def test_skip_count_zero_moves_nothing():
+    """Regression: skip(count=0) (an int) was run as a one-stage skip (bulk_const 0 read as 'no
+    count'), while the lowering advances nothing: a consumer that skips 0 stages and then reads
+    the one stage produced is SAFE, one that skips 1 waits forever."""
+    for count, verdict in ((0, "SAFE"), (1, "UNSAFE")):
+        ring = bp.Buf(name="Ring", pipeline_config=bp.async_cfg(stages=2))
+
+        @schedule
+        def prod(b):
+            b.acquire()
+            b.fill()
+            b.commit()
+
+        @schedule
+        def cons(b, count=count):
+            b.skip(count=count)
+            b.wait()
+            b.read()
+            b.release()
+
+        res = bp.run_checker(bp.program([bp.task("P", prod(ring), dst=[ring]),
+                                         bp.task("C", cons(ring), src=[ring], warp=1)]))
+        assert res.verdict == verdict, (count, res.report())

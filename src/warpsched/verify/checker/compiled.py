@@ -75,7 +75,7 @@ class Action:
     cursor: Optional[int] = None  # slot read by the op
     advance: Tuple[int, ...] = ()  # slots advanced after the op
     bulk: Optional[Tuple[int, int]] = None  # skip(count=K): (loop group of K, this skip's member in it)
-    bulk_const: int = 0  # skip(count=n) with an int n
+    bulk_const: Optional[int] = None  # skip(count=n) with an int n (0 included: it moves nothing)
     fault: Optional[str] = None  # a step the checker cannot run (its text): a 'fault' finding where it runs
     stride: int = 1
     num_stages: int = 1

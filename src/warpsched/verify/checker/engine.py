@@ -288,7 +288,7 @@ class Engine(MacroMixin, LoopsMixin):
             return self._with_keys(state, e, es, a, label, es[PC] + 1)
         if a.fault is not None:
             raise Violation("fault", a.fault, e, a.step)
-        if op is Op.SKIP and (a.bulk is not None or a.bulk_const):
+        if op is Op.SKIP and (a.bulk is not None or a.bulk_const is not None):
             return self._bulk_skip(state, e, es, a, label)
         if op is Op.SKIP:  # the consumer's position moves on; it neither waits nor arrives
             curs = list(es[CUR])

@@ -124,7 +124,7 @@ class _Builder:
         for e in execs:
             cycles = [2 * e.cursors[c].num_stages * e.cursors[c].stride for ins in e.program
                       if ins.kind == "step" and ins.action.op is Op.SKIP and ins.action.bulk is None
-                      and not ins.action.bulk_const for c in ins.action.advance]
+                      and ins.action.bulk_const is None for c in ins.action.advance]
             for ins in e.program if cycles else ():
                 if ins.kind == "loop_head":
                     g = self.groups[ins.group]
