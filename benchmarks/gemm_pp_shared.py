@@ -31,11 +31,12 @@ SIDES = {
     "pps128x128g16": dict(schedule="pingpong_shared", tile_mn=(128, 128), group=16),
     "pps64x256": dict(schedule="pingpong_shared", tile_mn=(64, 256)),
     "pps128x128s4": dict(schedule="pingpong_shared", tile_mn=(128, 128), ab_stages=4),  # lookahead sensitivity
-    # skip=True: the owner alone releases, the other warp group skips (2 stages: the 6-stage proof does not finish)
+    # skip=True: the owner alone releases, the other warp group skips (ring.skip(count=k_tiles))
     "ppskip_s2": dict(schedule="pingpong_shared", tile_mn=(128, 128), skip=True, ab_stages=2),
+    "ppskip_s6": dict(schedule="pingpong_shared", tile_mn=(128, 128), skip=True, ab_stages=6),  # proof: 1.65M states
 }
 DEFAULT_SIDES = ["coop128x256", "pp128x128", "pps128x128", "pps128x128g16", "pps64x256", "pps128x128s4"]
-CHECKED = ["pps128x128", "pps64x256", "ppskip_s2"]  # the shared-ring variants: every ragged shape
+CHECKED = ["pps128x128", "pps64x256", "ppskip_s2", "ppskip_s6"]  # the shared-ring variants: every ragged shape
 # M = 1; N not a tile multiple; K % 64 != 0; K < one tile; one tile (Mma1 never owns one); tile counts
 # that give some CTAs an odd number of tiles (the last without a partner) and others an even one
 RAGGED = [(1, 8, 8), (1, 4096, 4096), (129, 264, 72), (200, 136, 40), (128, 128, 64), (127, 4104, 4096),

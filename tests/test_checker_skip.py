@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 from test_checker_builders import Buf, async_cfg, program, task  # noqa: E402
@@ -121,3 +123,87 @@ def test_unguarded_skip_of_the_only_consumer_deadlocks():
         res = run_checker(_unguarded(pair=False, stages=stages, n=n))
         assert res.verdict == "UNSAFE", (stages, n, res.report())
         assert "deadlock" in res.report()
+
+
+# ------------------------------------------------------------ skip(count=K): a whole loop at once
+def _handoff(count=lambda K: K, stages=3, turn_wait=True):
+    """Owner consumes the producer's K stages of a tile, then hands over (Turn); Skipper skips
+    those K at once and consumes the one stage after them (Owner skips that one)."""
+    ring = Buf(name="Ring", pipeline_config=async_cfg(stages=stages))
+    turn = Buf(name="Turn", pipeline_config=async_cfg(stages=1))
+    K = trip_count("K")
+
+    @schedule
+    def prod(b):
+        with domain_loop(0, K, 1):
+            b.acquire()
+            b.fill()
+            b.commit()
+        b.acquire()
+        b.fill()
+        b.commit()
+
+    @schedule
+    def owner(b, t):
+        with domain_loop(0, K, 1):
+            b.wait()
+            b.read()
+            b.release()
+        t.acquire()
+        t.fill()
+        t.commit()
+        b.skip()
+
+    @schedule
+    def skipper(b, t):
+        if turn_wait:
+            t.wait()
+            t.read()
+            t.release()
+        b.skip(count=count(K))
+        b.wait()
+        b.read()
+        b.release()
+        if not turn_wait:
+            t.wait()
+            t.read()
+            t.release()
+
+    tasks = [task("Producer", prod(ring), dst=[ring]), task("Owner", owner(ring, turn), src=[ring], dst=[turn], warp=1),
+             task("Skipper", skipper(ring, turn), src=[ring, turn], warp=2)]
+    return program(tasks)
+
+
+def test_bulk_skip_is_safe_for_every_k():
+    res = run_checker(_handoff())
+    assert res.verdict == "SAFE", res.report()
+    assert "every K >= 1" in res.report()
+
+
+@pytest.mark.parametrize("count", [lambda K: K + 1, lambda K: K - 1, lambda K: 1])
+def test_bulk_skip_by_the_wrong_count_is_rejected(count):
+    res = run_checker(_handoff(count=count))
+    assert res.verdict == "UNSAFE", res.report()
+
+
+def test_bulk_skip_before_the_owner_is_done_is_rejected():
+    """Without the Turn wait the skipper may wait on a stage whose barrier is two phases behind."""
+    res = run_checker(_handoff(turn_wait=False, stages=2))
+    assert res.verdict == "UNSAFE", res.report()
+
+
+def test_bulk_skip_inside_the_loop_is_a_static_finding():
+    buf = Buf(name="Ring", pipeline_config=async_cfg())
+    K = trip_count("K")
+
+    @schedule
+    def cons(b):
+        with domain_loop(0, K, 1):
+            b.wait()
+            b.read()
+            b.release()
+            b.skip(count=K)
+
+    p = program([task("Consumer", cons(buf), src=[buf], warp=1)])
+    found = [f.message for f in checks_bracketing.check(p)]
+    assert any("Ring.skip(count=K) inside the domain loop" in m for m in found), found

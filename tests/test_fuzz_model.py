@@ -16,7 +16,7 @@ import warpsched
 from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, PipelineGroup,
                        PipelineGroupMode, ScheduleError, SignalingThreads, SmemAllocation, SmemAllocator, Task,
                        TaskManager, TmemAllocation, TmemAllocator, ValidationError, WorkQueue, domain_loop,
-                       schedule, when_false, when_true, work_tile_loop)
+                       schedule, trip_count, when_false, when_true, work_tile_loop)
 from warpsched.model.memory import LayoutError
 from warpsched.model.schedule import ScheduleFunction
 
@@ -111,16 +111,28 @@ def draw_ops(data, n_res, group):
     return ops
 
 
-def make_schedule(data, resources, group):
+def draw_k(data):
+    """The program's K (shared by every task, so loops and skip(count=) join one loop group)."""
+    return data.draw(st.sampled_from([trip_count("K"), trip_count("K", 2), trip_count("K", 3, min=2), 3]))
+
+
+def draw_count(data, K):
+    """skip(count=...): K, K +- 1, a fixed int, or a malformed count (the static checks name it)."""
+    good = [K, K, K + 1, K - 1, 0, 1, 2, 4] if not isinstance(K, int) else [K, K + 1, K - 1, 0, 1]
+    return one_of(data, good, [-1, "K", 2.5, None])
+
+
+def make_schedule(data, resources, group, K=3):
     """A schedule whose body replays random ops inside random loops and guards."""
     ops = draw_ops(data, len(resources), group)
     persistent = data.draw(st.floats(0, 1)) < 0.3
     queue = one_of(data, [r for r in resources if isinstance(r, WorkQueue)] or [None], resources + ["q"])
     skip_if = one_of(data, [None, FuzzQueue.skip_work_tile_if, lambda t: False], [5, Gmem.store, lambda a, b, c: 1])
-    bounds = one_of(data, [(0, 4, 1), (0, 3, 1), (1, 8, 2), (0, DynTask.get_domain_size, 1)],
+    bounds = one_of(data, [(0, 4, 1), (0, 3, 1), (1, 8, 2), (0, DynTask.get_domain_size, 1), (0, K, 1), (0, K, 1)],
                     [(0, 4, 0), ("a", 4, 1), (0, None, 1), (0, 4, -1), (0, 2.5, 1), (0, Gmem.store, 1)])
     has_loop = data.draw(st.booleans())
     split = data.draw(st.integers(0, len(ops)))
+    counts = [draw_count(data, K) for _ in range(3)]
 
     def run_ops(proxies, g, d, wtl, chunk):
         tokens = []
@@ -146,6 +158,8 @@ def make_schedule(data, resources, group):
                 kwargs[["value", "desc_a", "cur", "coord_k", "acc"][pick % 5]] = tokens[-1]
             elif pass_token and attr == "skip" and pick % 4 == 0:
                 kwargs["stages"] = pick % 3  # a verb takes no arguments: the capture must say so
+            elif attr == "skip" and pick % 4 in (1, 2):
+                kwargs["count"] = counts[pick % len(counts)]  # skip(count=...): a whole loop's stages
 
             def call():
                 member = getattr(obj, attr)
@@ -189,7 +203,7 @@ def draw_group(data, resources):
     return PipelineGroup(name=one_of(data, ["grp"], [None, 4]), members=members, mode=mode)
 
 
-def draw_tasks(data, resources, group):
+def draw_tasks(data, resources, group, K=3):
     tasks = []
     for i in range(data.draw(st.integers(1, 4))):
         src = data.draw(st.lists(st.sampled_from(resources), max_size=4, unique_by=id))
@@ -197,7 +211,7 @@ def draw_tasks(data, resources, group):
         if data.draw(st.floats(0, 1)) < 0.05:
             src = data.draw(st.sampled_from([None, [5], ["s"], (resources[0],)]))
         try:
-            sched = make_schedule(data, resources, group) if data.draw(st.floats(0, 1)) < 0.95 else \
+            sched = make_schedule(data, resources, group, K) if data.draw(st.floats(0, 1)) < 0.95 else \
                 one_of(data, [None], [ScheduleFunction(lambda: None), "s"])
         except ScheduleError:
             sched = None
@@ -238,11 +252,12 @@ def draw_allocators(data, resources):
     return smem, tmem
 
 
-def build_and_check(data, *, exhaustive=False):
-    """Build one random program; return 'accepted', 'rejected' or raise the internal error."""
+def build_and_check(data, *, exhaustive=False, programs=None):
+    """Build one random program; return 'accepted', 'rejected' or raise the internal error.
+    ``programs``: a list the accepted TaskManager is appended to (benchmarks/fuzz_model.py)."""
     resources = draw_resources(data)
     group = draw_group(data, resources)
-    tasks = draw_tasks(data, resources, group)
+    tasks = draw_tasks(data, resources, group, draw_k(data))
     graph = draw_graph(data, resources)
     smem, tmem = draw_allocators(data, resources)
     opts = dict(verbose=data.draw(st.booleans()), out=io.StringIO(), exhaustive_deadlock_race_check=exhaustive,
@@ -251,12 +266,25 @@ def build_and_check(data, *, exhaustive=False):
                 assume_pdl_wait_completed=data.draw(st.booleans()))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if programs is not None:
+            _statically_valid(programs, lambda **o: TaskManager(tasks=tasks, resource_dependency_graph=graph,
+                                                                smem_allocator=smem, tmem_allocator=tmem,
+                                                                **{**opts, **o}))
         try:
             TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, tmem_allocator=tmem,
                         **opts)
         except (ValidationError, ScheduleError):
             return "rejected"
     return "accepted"
+
+
+def _statically_valid(programs, make):
+    """Append the program ``make`` builds when the static checks accept it (its checker verdict,
+    SAFE or not, is for the caller to compute: benchmarks/fuzz_model.py runs it twice)."""
+    try:
+        programs.append(make(exhaustive_deadlock_race_check=False, skip_validation=False).program)
+    except (ValidationError, ScheduleError):
+        pass
 
 
 # ------------------------------------------------------------------ mutated well-formed programs
@@ -280,7 +308,7 @@ SECTIONS = ["head", "loop", "tail", "loop0", "loop1"]
 def _split_smem_ring(ops, roles, warps, persistent):
     """Two consumers split the smem ring: mma waits for / releases the even stages and skips the odd
     ones, a new task ``peek`` the other way round (a valid program: every consumer skips)."""
-    ops["mma"] = [("loop0", idx, verb) if sec == "loop" else (sec, idx, verb) for sec, idx, verb in ops["mma"]]
+    ops["mma"] = [("loop0",) + op[1:] if op[0] == "loop" else op for op in ops["mma"]]
     ops["mma"].append(("loop1", 1, "skip"))
     ops["peek"] = [("loop1", 1, "wait"), ("loop1", 1, "read"), ("loop1", 1, "release"), ("loop0", 1, "skip")]
     ops["peek"] += QUEUE_TAIL if persistent else []
@@ -288,7 +316,7 @@ def _split_smem_ring(ops, roles, warps, persistent):
     warps["peek"] = 1
 
 
-def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=False, verdicts=None):
+def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=False, verdicts=None, programs=None):
     smem_cfg = dict(num_stages=4, num_bytes=4096, producer_group=cg(1), consumer_group=cg(1),
                     cta_layout_vmnk=(1, 1, 1, 1))
     tmem_cfg = dict(num_stages=2, producer_group=cg(1), consumer_group=cg(128), cta_layout_vmnk=(1, 1, 1, 1))
@@ -298,11 +326,16 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=Fa
     roles = {k: (list(a), list(b)) for k, (a, b) in ROLES.items()}  # mutated below: copy the template
     graph_extra = []
     async_smem = False
+    k_end = 4  # the domain loop's end (mutation k_end: a trip_count)
     if split:
         _split_smem_ring(ops, roles, warps, persistent)
-    for _ in range(data.draw(st.integers(min(1, max_mutations), max_mutations))):
-        what = data.draw(st.sampled_from(["drop", "dup", "swap", "section", "smem_cfg", "tmem_cfg", "warps",
-                                          "graph", "role", "type", "skip", "skip_pair", "split"]))
+    # a quarter of the cases: a skip(count=...) first (and maybe a trip_count end), then the usual
+    forced = (["bulk"] + (["k_end"] if data.draw(st.booleans()) else [])
+              if max_mutations and data.draw(st.floats(0, 1)) < 0.25 else [])
+    for n in range(data.draw(st.integers(min(1, max_mutations), max_mutations))):
+        what = forced[n] if n < len(forced) else data.draw(st.sampled_from(
+            ["drop", "dup", "swap", "section", "smem_cfg", "tmem_cfg", "warps", "graph", "role", "type", "skip",
+             "skip_pair", "split", "bulk", "k_end"]))
         task = data.draw(st.sampled_from(sorted(ops)))
         seq = ops[task]
         before = (list(seq), dict(smem_cfg), dict(tmem_cfg), dict(warps), list(graph_extra))
@@ -312,14 +345,23 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=Fa
             sec = data.draw(st.sampled_from(SECTIONS))
             seq.insert(data.draw(st.integers(0, len(seq))), (sec, data.draw(st.sampled_from([1, 1, 2, 2, 0, 4, 6])),
                                                              "skip"))
+        elif what == "bulk":  # skip(count=...) of the K loop's stages, anywhere (valid only outside the loop)
+            sec = data.draw(st.sampled_from(["head", "tail", "tail", "loop"]))
+            own = {"mma": 1, "store": 2, "peek": 1}.get(task, 1)  # mostly the ring the task consumes
+            seq.insert(data.draw(st.integers(0, len(seq))), (sec, data.draw(st.sampled_from([own, own, own, 1, 2, 4])),
+                                                             "skip",
+                                                             data.draw(st.sampled_from(["K", "K", "K+1", "K-1", 4,
+                                                                                        0, 3]))))
+        elif what == "k_end":  # the K loop's end: an exact or a symbolic trip_count instead of 4
+            k_end = data.draw(st.sampled_from([trip_count("K", 4), trip_count("K"), trip_count("K", 2)]))
         elif what == "skip_pair":  # a wait / release pair (or one of them) becomes a skip
-            waits = [j for j, (_, _, verb) in enumerate(seq) if verb in ("wait", "release")]
+            waits = [j for j, op in enumerate(seq) if op[2] in ("wait", "release")]
             if waits:
                 j = data.draw(st.sampled_from(waits))
-                sec, idx, verb = seq[j]
+                sec, idx, verb = seq[j][:3]
                 seq[j] = (sec, idx, "skip")
                 if verb == "wait" and data.draw(st.booleans()):
-                    rel = [i for i, e in enumerate(seq) if i > j and e[1:] == (idx, "release")]
+                    rel = [i for i, e in enumerate(seq) if i > j and e[1:3] == (idx, "release")]
                     if rel:
                         seq.pop(rel[0])
         elif what in ("drop", "dup", "swap", "section") and seq:
@@ -376,10 +418,12 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=Fa
             tokens = []
 
             def emit(section):
-                for sec, idx, verb in seq:
+                for sec, idx, verb, *count in seq:
                     if sec != section:
                         continue
                     kw = {}
+                    if count:  # skip(count=...): the loop's K, K +- 1 or an int
+                        kw = {"count": {"K": k_end, "K+1": k_end + 1, "K-1": k_end - 1}.get(count[0], count[0])}
                     if tokens and verb in ("tma_load_a", "mma", "store"):
                         kw = {"tma_load_a": "coord_k", "mma": "desc_a", "store": "value"}[verb]
                         kw = {kw: tokens[-1]}
@@ -389,7 +433,7 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=Fa
 
             def tile():
                 emit("head")
-                with domain_loop(0, 4, 1) as d:
+                with domain_loop(0, k_end, 1) as d:
                     emit("loop")
                     for start in (0, 1):
                         with d.every(2, start=start):
@@ -411,10 +455,14 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=Fa
             return "rejected"
         tasks.append(Task(name=name, src_resources=src_r, dst_resources=dst_r, warp_idx=4 * i, num_warps=warps[name],
                           schedule=sched))
+    verbose = data.draw(st.booleans())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        if programs is not None:
+            _statically_valid(programs, lambda **o: TaskManager(tasks=tasks, resource_dependency_graph=graph,
+                                                                out=io.StringIO(), max_states=5000, **o))
         try:
-            tm = TaskManager(tasks=tasks, resource_dependency_graph=graph, verbose=data.draw(st.booleans()),
+            tm = TaskManager(tasks=tasks, resource_dependency_graph=graph, verbose=verbose,
                              out=io.StringIO(), exhaustive_deadlock_race_check=exhaustive, max_states=5000)
         except (ValidationError, ScheduleError):
             return "rejected"

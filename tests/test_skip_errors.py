@@ -218,3 +218,108 @@ def test_cli_reports_a_skip_misuse_without_a_traceback(tmp_path):
     rc, out, err = cli("check", "-q", str(args))
     assert rc == 1 and "Traceback" not in out + err, out + err
     assert f"skip_args.py:{line}" in out and "ring.skip(1) takes no arguments" in out
+
+
+# ------------------------------------------------------------------ skip(count=K)
+def _bulk_program(where):
+    """Owner consumes K stages per tile and hands over (Turn); Skipper skips them with
+    ``skip(count=...)`` placed / counted as ``where`` says."""
+    from test_checker_builders import Queue
+    from warpsched import trip_count, work_tile_loop
+
+    ring, turn, wq = Buf(name="Ring", pipeline_config=async_cfg()), Buf(name="Turn", pipeline_config=async_cfg(stages=1)), \
+        Queue(name="WQ")
+    K = trip_count("K")
+
+    def tail(q):
+        q.try_wait()
+        q.wait()
+        q.get_and_advance_work_tile()
+        q.release()
+
+    @schedule
+    def prod(b, q):
+        with work_tile_loop(q):
+            with domain_loop(0, K, 1):
+                b.acquire()
+                b.fill()
+                b.commit()
+            b.acquire()
+            b.fill()
+            b.commit()
+            tail(q)
+
+    @schedule
+    def owner(b, t, q):
+        with work_tile_loop(q):
+            with domain_loop(0, K, 1):
+                b.wait()
+                b.read()
+                b.release()
+            t.acquire()
+            t.fill()
+            t.commit()
+            b.skip()
+            tail(q)
+
+    @schedule
+    def skipper(b, t, q):
+        if where == "prologue":
+            b.skip(count=K)  # bulk-prologue
+        with work_tile_loop(q):
+            t.wait()
+            t.read()
+            t.release()
+            if where == "negative":
+                b.skip(count=K - 2)  # bulk-negative
+            elif where == "held":
+                b.wait()
+                b.skip(count=K)  # bulk-held
+                b.release()
+            elif where != "prologue":
+                b.skip(count=K)
+            b.wait()
+            b.read()
+            b.release()
+            tail(q)
+
+    tasks = [task("Producer", prod(ring, wq), src=[wq], dst=[ring]),
+             task("Owner", owner(ring, turn, wq), src=[ring, wq], dst=[turn], warp=1),
+             task("Skipper", skipper(ring, turn, wq), src=[ring, turn, wq], warp=2)]
+    return tasks, {ring: [], turn: [], wq: []}
+
+
+def test_bulk_skip_program_is_accepted():
+    tasks, graph = _bulk_program("ok")
+    mgr = TaskManager(tasks=tasks, resource_dependency_graph=graph, out=io.StringIO())
+    assert mgr.result.checker.verdict == "SAFE"
+
+
+@pytest.mark.parametrize("where,text,marker,fix", [
+    ("negative", "Ring.skip(count=K - 2) is negative for K >= 1 (count -1)", "bulk-negative", "min=2"),
+    ("prologue", "Ring.skip(count=K) outside the work-tile loop", "bulk-prologue", "into the work_tile_loop body"),
+    ("held", "Ring.skip(count=K) while the stage waited at", "bulk-held", "release the waited stage first"),
+], ids=["negative", "prologue", "held"])
+def test_bulk_skip_misuse_is_a_complete_finding(where, text, marker, fix):
+    """A count that may be negative (the lowering's PipelineState.advance would move to a negative
+    stage index; the checker, which keeps counts modulo the ring's cycle, would not notice), a bulk
+    skip outside the work-tile loop, a bulk skip while a waited stage is held."""
+    f = _finding(_rejected(*_bulk_program(where)), text)
+    _assert_complete(f, "Skipper", "Ring", marker)
+    assert fix in f.fix, f.fix
+
+
+def test_bulk_skip_on_a_group_names_the_per_member_call():
+    a, b = Buf(name="A", pipeline_config=async_cfg()), Buf(name="B", pipeline_config=async_cfg())
+    g = PipelineGroup(name="G", members=[a, b], mode=PipelineGroupMode.FusedMerge)
+    from warpsched import trip_count
+
+    @schedule
+    def cons(g):
+        g.skip(count=trip_count("K"))  # group-bulk
+
+    with pytest.raises(ScheduleError) as info:
+        cons(g)
+    f, = info.value.findings
+    assert f.location.line == _line("group-bulk") and os.path.basename(f.location.file) == HERE
+    assert "G.<member>.skip(count=K)" in f.fix and "G.skip(count=K) once" not in f.fix

@@ -120,14 +120,14 @@ def mma_shared_schedule(ring, gmem_c, wq, k_tiles, units, wg, pass_release=True)
 def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_extra=False, wait_turn=True):
     """pingpong_shared with ``skip=True``, CUTLASS's ping-pong: a tile's owner alone waits for and
     releases its stages (the ring's consumer group is one warp group); the other warp group only
-    moves its ring position past them (``ring.skip()``: no barrier operation), so an epilogue never
-    holds back the load warp. ``mine`` / ``theirs``: this warp group's and the other's turn
-    pipelines. After its mainloop the owner commits ``mine``; the other waits for that turn in the
-    same tile before it goes on. That wait is what makes the skip sound: a warp group that skipped
+    moves its ring position past them (``ring.skip(count=k_tiles)``: no barrier operation), so an
+    epilogue never holds back the load warp. ``mine`` / ``theirs``: this warp group's and the other's
+    turn pipelines. After its mainloop the owner commits ``mine``; the other waits for that turn in
+    the same tile, then skips. That wait is what makes the skip sound: a warp group that skipped
     a whole tile could otherwise wait on a stage whose barrier is two phases behind, and parity
     would let it through (the checker finds the race without it). It also makes the mainloops take
     turns, and as each tile's turn is taken in that tile, every ownership sequence is balanced.
-    ``skip_extra`` / ``wait_turn=False``: the rejected twins (one stage too many skipped per tile;
+    ``skip_extra`` / ``wait_turn=False``: the rejected twins (k_tiles + 1 stages skipped per tile;
     no turn pipelines at all)."""
     acc, frag_a, frag_b = ring.init_acc()
     with work_tile_loop(wq, tile_count=units):
@@ -142,11 +142,6 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
                     ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
                     ring.retire(pending=1)  # the previous stage's wgmmas have retired ...
                     ring.release()  # ... so it is released
-            with other(even):
-                ring.skip()  # the owner's stage: this warp group's position moves past it
-                if skip_extra:
-                    with d.first_iter():
-                        ring.skip()
         if wait_turn:
             with own(even):
                 mine.acquire()  # the other warp group took this warp group's previous turn
@@ -154,6 +149,9 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
             with other(even):
                 theirs.wait()
                 theirs.release()
+        with other(even):
+            # the owner's k_tiles stages at once: this warp group's position moves past them
+            ring.skip(count=k_tiles + 1 if skip_extra else k_tiles)
         ring.retire()  # unguarded: ptxas serializes every wgmma when a path may skip the wait
         with own(even):
             ring.release()
@@ -234,7 +232,7 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
     if pdl_io:
         graph.update({gmem_ab: [pdl_io[0]], pdl_io[0]: [], pdl_io[1]: [gmem_ab]})
     if g.shared_ring:
-        # every ownership sequence of two tasks on a 6-stage ring: ~450k states (the default cap is 500k)
+        # every ownership sequence of two tasks on a 6-stage ring: ~450k states, 1.65M with skip=True
         manager_options.setdefault("max_states", 2_000_000)
         ring = rings[0]
         load = GemmTask(name="LoadTask", src_resources=pdl_io[:1] + [gmem_ab, wq], dst_resources=[ring] + pdl_io[1:],

@@ -494,7 +494,7 @@ class TaskEmitter:
             return
         if kind is SKIP_KIND:  # register-only: the counters of the task's own wait / release move on
             for c in self._side(res, kind.side).skip_counters:  # (a skip without them: a static finding)
-                env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c)
+                env[self._skey(res, c)] = _advanced(env[self._skey(res, c)], c, s.const_args.get("count", 1))
             return
         if kind in WORK_KINDS:
             self._work(env, s, frame)
@@ -574,9 +574,10 @@ class TaskEmitter:
             self._store_token(env, tok, res, v)
 
 
-def _advanced(state, counter):
-    new = state.clone()
-    new.advance() if counter.stride == 1 else new.advance(counter.stride)
+def _advanced(state, counter, count=1):  # count strides on (skip(count=K): K's runtime value), modulo the ring
+    new, n = state.clone(), runtime_bound(count)
+    if not (type(n) is int and n == 0):
+        new.advance(n if counter.stride == 1 else n * counter.stride)
     return new
 
 

@@ -119,6 +119,10 @@ class _ResourceProxy:
             k = kind
             if k is None:
                 k = _work_kind(spec)
+            if k is StepKind.ConsumerSkip and not args and set(kwargs) == {"count"}:
+                # skip(count=K): K stages at once, K the trip count another task's loop runs
+                cap.record(k, res, attr, loc, const_args=dict(kwargs), via_group=self._group)
+                return None
             if k.is_sync and (args or kwargs):
                 _verb_args(name, attr, args, kwargs, loc)
             token_args, const_args = _split_args(spec, args, kwargs, loc, name, attr)
@@ -144,12 +148,17 @@ class _ResourceProxy:
 _MISSING = object()
 
 
-def _verb_args(name: str, attr: str, args, kwargs, loc: SourceLoc) -> None:
+def _verb_args(name: str, attr: str, args, kwargs, loc: SourceLoc, group: bool = False) -> None:
     got = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
     what = "one stage (call it once per stage passed)" if attr == "skip" else "the next stage"
+    more = f" (or {name}.skip(count=K) once, K a loop's trip_count)" if attr == "skip" else ""
+    fix = f"call {name}.{attr}() with no arguments{more}"
+    if group and attr == "skip":  # a group has no skip of its own (see checks_bracketing): per member
+        more = ""
+        fix = (f"skip on each member, with no arguments ({name}.<member>.skip() per stage) or with a count "
+               f"({name}.<member>.skip(count=K) once)")
     _fail("schedule capture", f"{name}.{attr}({got}) takes no arguments in a schedule", location=loc,
-          resource=name, expected=f"{name}.{attr}(): a sync verb always acts on {what}",
-          fix=f"call {name}.{attr}() with no arguments")
+          resource=name, expected=f"{name}.{attr}(): a sync verb always acts on {what}", fix=fix)
 
 
 def _verb_kind(res: Any, attr: str) -> Optional[StepKind]:
@@ -205,7 +214,7 @@ class _GroupProxy:
                 frame = sys._getframe(1)
                 loc = SourceLoc(frame.f_code.co_filename, frame.f_lineno)
                 if args or kwargs:
-                    _verb_args(group.name, attr, args, kwargs, loc)
+                    _verb_args(group.name, attr, args, kwargs, loc, group=True)
                 _current(f"{group.name}.{attr}()").record(SYNC_VERBS[attr], group, attr, loc)
             return call
         _fail("named work dispatch", f"pipeline group {group.name!r} has no member or verb {attr!r}",

@@ -14,9 +14,10 @@ from typing import Dict, Iterable, List
 
 from ..errors import Finding
 from ..model.enums import WorkAttr
-from ..model.ir import TRY_PAIRS, ScheduleResult, Step, StepKind
+from ..model.ir import TRY_PAIRS, ScheduleResult, Section, Step, StepKind
 from ..model.resources import work_spec_of
 from ..model.task import Task
+from ..model.tripcount import TripCount
 from ..protocol.barriers import protocol_of
 from . import checks_dataflow
 from .checks_traces import condition, executions
@@ -241,15 +242,17 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                         f"{n} while another task waits on {n})",
                         f"wait first: {n}.wait(); <work>; {n}.release()")
             elif k is StepKind.ConsumerSkip:
+                call = f"{n}.skip(count={s.const_args['count']!r})" if "count" in s.const_args else f"{n}.skip()"
                 if c:
-                    add(f"{n}.skip() while the stage waited at {c[-1].location} is not released yet", s, r,
+                    add(f"{call} while the stage waited at {c[-1].location} is not released yet", s, r,
                         f"every {n}.wait() of this task released before it skips a stage",
                         f"release the waited stage first: a skip moves the position this task's {n}.release() uses")
                 if not (ctx.releases(r, t) and any(x is t for x in ctx.tasks(r, StepKind.ConsumerWait))):
-                    add(f"{n}.skip() in a task that never waits for and releases {n}", s, r,
+                    add(f"{call} in a task that never waits for and releases {n}", s, r,
                         f"{n}.wait() and {n}.release() on the stages this task owns, {n}.skip() on the others",
                         f"skip only on a ring the task also consumes (a task that reads no stage of {n} "
                         f"needs no position in it: drop the skip)")
+                _bulk_skip(s, n, r, add)
             elif k in (StepKind.ConsumerWork, StepKind.QueueAdvance):
                 if k is StepKind.ConsumerWork and _wgmma_wait(r, s):
                     continue  # wgmma.wait_group reads no stage: it may run where this task holds none
@@ -420,3 +423,35 @@ def _never_waited(program: Program) -> List[Finding]:
                          fix=f"add the consumer of {n} (and {n} to its src_resources), or drop the producer"))
             break
     return out
+
+
+def _bulk_skip(s, n, r, add) -> None:
+    """skip(count=K) skips a whole loop's stages once per tile: outside the domain loop and inside
+    the work-tile loop (a schedule without one: anywhere but the loop), K an int >= 0 or a
+    trip_count whose every value (K + offset for K in the declared set) is >= 0: the lowering's
+    PipelineState.advance(K) on a negative runtime K moves to a negative stage index."""
+    if "count" not in s.const_args:
+        return
+    count = s.const_args["count"]
+    call = f"{n}.skip(count={count!r})"
+    if s.section is Section.LOOP:
+        add(f"{call} inside the domain loop", s, r,
+            f"{n}.skip(count=K) once per tile, before or after the domain loop",
+            f"move it out of the domain loop (inside it, skip one stage per iteration: {n}.skip())")
+    elif s.section not in (Section.HEAD, Section.TAIL):
+        add(f"{call} outside the work-tile loop (it skips the stages of one tile's loop)", s, r,
+            f"{n}.skip(count=K) once per work tile, inside work_tile_loop, before or after the domain loop",
+            "move it into the work_tile_loop body (after the domain loop, where the owner's turn is known)")
+    if not (isinstance(count, TripCount) or (type(count) is int and count >= 0)):
+        add(f"{call}: the count is neither an int >= 0 nor a trip_count", s, r,
+            "count=K with K the trip_count of the loop whose stages are skipped (or an int)",
+            "pass the same trip_count(...) the owner's domain_loop runs to")
+    elif isinstance(count, TripCount):
+        low = count.exact if count.exact is not None else count.root.min + count.offset
+        if low < 0:
+            facts = f"{count.root.name} = {count.root.value}" if count.exact is not None else count.describe()
+            add(f"{call} is negative for {facts} (count {low}): a ring position cannot move back", s, r,
+                f"a count >= 0 for every {count.root.name} allowed",
+                f"skip the count the owner's loop runs (count={count.root.name})"
+                + (f", or declare trip_count({count.root.name!r}, ..., min={count.root.min - low})"
+                   if count.exact is None else ""))

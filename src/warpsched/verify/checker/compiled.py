@@ -74,6 +74,9 @@ class Action:
     step: Step
     cursor: Optional[int] = None  # slot read by the op
     advance: Tuple[int, ...] = ()  # slots advanced after the op
+    bulk: Optional[Tuple[int, int]] = None  # skip(count=K): (loop group of K, this skip's member in it)
+    bulk_const: Optional[int] = None  # skip(count=n) with an int n (0 included: it moves nothing)
+    fault: Optional[str] = None  # a step the checker cannot run (its text): a 'fault' finding where it runs
     stride: int = 1
     num_stages: int = 1
     barrier_base: int = 0  # index of stage 0 of the barrier waited on / arrived at
@@ -116,6 +119,7 @@ class Instr:
     local: bool = False  # touches executor-local state only (partial-order reduction)
     member: int = 0  # this executor's position in the loop group
     all_skippable: bool = False
+    idle_guards: Optional[Tuple[Tuple[Tuple[int, bool], ...], ...]] = None  # see LoopGroup.jumpers
 
 
 @dataclass
@@ -134,6 +138,9 @@ class Executor:
     persistent: bool = False
     tile_group: int = -1
     uses_last: bool = False  # the last-iteration flag is kept only where a guard reads it
+    # (key, loop group, member, tile-head pc, producing pc, idle guards): the loop is idle on a
+    # key value produced once per tile before it (see Engine._pre_idle)
+    pre_idle: Optional[Tuple[int, int, int, int, int, Tuple]] = None
 
 
 @dataclass
@@ -157,6 +164,10 @@ class LoopGroup:
     residue: int = 0
     lift_period: int = 1  # an exact group's far end moves closer only by multiples of this
     gap_period: int = 1  # a symbolic group's gap shrinks by multiples of this (a skipping member's cursor period)
+    # skip(count=K) members: a pending one keeps only its value modulo jump_period (it never runs
+    # the loop, it reads the end once); they take no part in the gap and shift of the others
+    jumpers: Tuple[int, ...] = ()
+    jump_period: int = 1
     describe: str = "every count >= 1"  # what the verdict covers, for people
     symbol: str = "N"
     abs: tuple = ()  # the declared set before it is made relative: ('exact', N) / ('min', m, d) / ('first', ...)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from . import loops
 from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
 from .model import Compiled, Instr, Op
 from .macro import MacroMixin
@@ -38,7 +39,8 @@ class Engine(MacroMixin, LoopsMixin):
         self.c = comp
         # exact trip counts far from their end may be lifted (a superset, see loops._normalize);
         # exact_lifted records that it happened, so that a problem found is re-checked without
-        self.exact_lift = exact_lift
+        self.bulk_reduce = loops.BULK_REDUCTIONS  # off: the unreduced reference (differential tests)
+        self.exact_lift = exact_lift and self.bulk_reduce
         self.exact_lifted = False
         self._head_memo, self._tile_memo = {}, {}  # loop / tile head outcomes (loops.py)
         self.execs = comp.executors
@@ -54,6 +56,10 @@ class Engine(MacroMixin, LoopsMixin):
         # static per-instruction tables for the hot paths (see tables.py)
         self.maybe_local = [maybe_local(ex.program) for ex in self.execs]
         self.ff = [fast_forward(ex.program) for ex in self.execs]
+        self.pre_idle = {}
+        for ex in self.execs:
+            if ex.pre_idle is not None and ex.persistent and self.bulk_reduce:
+                self.pre_idle.setdefault(ex.pre_idle[0], []).append((ex.index, ex.pre_idle))
         self.merge_static = [merge_static(ex.program) for ex in self.execs]
         self.wait_at = [wait_at(ex.program) for ex in self.execs]
         self.rules = [[self._rule(ins) for ins in ex.program] for ex in self.execs]
@@ -89,7 +95,10 @@ class Engine(MacroMixin, LoopsMixin):
         k = ins.kind
         if k == "step":
             if ins.guards and not self._guards_hold(state, e, es, ins):
-                return [((e, "skip", pc), self._set_exec(state, e, es, pc=pc + 1))]
+                st = self._set_exec(state, e, es, pc=pc + 1)
+                if ins.action.bulk is not None:  # a skip(count=K) that is off leaves K's group
+                    st = self._bulk_records(st, e, ins.action.bulk, [None])[0][1]
+                return [((e, "skip", pc), st)]
             return self._step(state, e, es, ins)
         if k == "done":
             return []
@@ -277,6 +286,10 @@ class Engine(MacroMixin, LoopsMixin):
         label = (e, "step", es[PC])
         if op is Op.NOP:
             return self._with_keys(state, e, es, a, label, es[PC] + 1)
+        if a.fault is not None:
+            raise Violation("fault", a.fault, e, a.step)
+        if op is Op.SKIP and (a.bulk is not None or a.bulk_const is not None):
+            return self._bulk_skip(state, e, es, a, label)
         if op is Op.SKIP:  # the consumer's position moves on; it neither waits nor arrives
             curs = list(es[CUR])
             self._advance(curs, a.advance, self.execs[e])
@@ -483,6 +496,8 @@ class Engine(MacroMixin, LoopsMixin):
                     es2 = es_[:TOK] + (tok, kp) + es_[WAITED:]
                     st2 = self._set_exec(st, e, es2)
                     st2 = st2[:6] + (st2[6][:kid] + (vals2,) + st2[6][kid + 1:],) + st2[7:]
+                    if pos >= len(vals) and kid in self.pre_idle:
+                        st2 = self._pre_idle(st2, kid)
                     nxt.append((self._trim_fifo(st2, kid), es2))
             outs = nxt
         res = []

@@ -40,7 +40,7 @@ class Exploration:
     states: int = 0
     complete: int = 0
     counts: Dict[str, int] = field(default_factory=lambda: {"deadlock": 0, "race": 0, "pdl": 0, "over-arrival": 0,
-                                                                    "unconsumed": 0})
+                                                                    "unconsumed": 0, "fault": 0})
     problems: List[Problem] = field(default_factory=list)
     hit_cap: bool = False
     hit_time: bool = False  # stopped at the max_seconds deadline

@@ -6,8 +6,13 @@ docs/checker.md for what the abstraction proves.
 from __future__ import annotations
 
 from .model import Instr
+from .violations import Violation
 
 ROUND_ENDS = True  # see _round_end (a switch so the tests can compare against the unrounded search)
+# False: the reference search the differential tests compare against (tests/test_checker_bulk_diff.py):
+# no skip(count=K) reductions (Engine._pre_idle, idle loops as one step, jumper values modulo
+# jump_period) and no lifting of exact counts; meant for exact counts (a symbolic one is unbounded)
+BULK_REDUCTIONS = True
 EXITED = 1 << 40  # a member's value once it has left the loop
 # fields of an executor's state tuple
 PC, J, LAST, CUR, SYNC, ASYNC, PEND, TOK, KPOS, WAITED = range(10)
@@ -81,6 +86,8 @@ class LoopsMixin:
         pipeline) is shrunk to ``gap``; all values shift down by a multiple of the steps' lcm.
         Shrinking only shortens the remaining trip count of the lagging cluster, a count the
         exploration already allows for other end values, so no behaviour is lost."""
+        if grp is not None and grp.jumpers:
+            return self._normalize_jumpers(gs, lcm, grp)
         dec, bound, nvs = gs
         active = [v for v in nvs if v != EXITED]
         if not active:
@@ -129,6 +136,48 @@ class LoopsMixin:
             return (dec, bound, nvs), 0
         return (dec, bound - shift, tuple(v if v == EXITED else v - shift for v in nvs)), shift
 
+    def _normalize_jumpers(self, gs, lcm, grp):
+        """``_normalize`` for a group with ``skip(count=K)`` members. Those only ever read
+        ``end - value``, and only modulo ``grp.jump_period`` (whole cycles of the cursors they
+        advance), so their value is kept modulo it and takes no part in the gap or the shift;
+        the others' gaps shrink by multiples of ``gap_period`` (a multiple of those cycles), so the
+        loops the members run and the count the jumpers skip stay equal modulo every cycle.
+
+        Sound: a skip's count acts only on its cursors, each periodic in the count with period
+        2 x stages (x stride), which divides jump_period; a shift moves end and value alike; a lift
+        moves the end only by multiples of gap_period (exact: lift_period), both multiples of those
+        cycles, and a member's presence never moves another's value relative to the end, so the
+        skipped jumper takes no part. Checked against the unreduced search (BULK_REDUCTIONS)."""
+        dec, bound, nvs = gs
+        jump = grp.jumpers
+        active = [v for i, v in enumerate(nvs) if v != EXITED and i not in jump]
+        if not active and all(nvs[i] == EXITED for i in jump):
+            return (True, 0, tuple(EXITED for _ in nvs)), None
+        if dec and ROUND_ENDS:
+            bound = _round_end(bound, grp)
+        exact = grp.exact is not None
+        lift = {}
+        if active and (self.exact_lift or not exact):
+            period = grp.lift_period if exact else max(lcm, grp.gap_period)
+            pts = sorted(set(active + [bound]), reverse=True)
+            acc = 0
+            for hi, lo in zip(pts, pts[1:]):
+                d = hi - lo
+                if d > self.gap:
+                    acc += ((d - self.gap) // period) * period
+                if acc:
+                    lift[lo] = acc
+        if lift and exact:
+            self.exact_lifted = True
+        bound += lift.get(bound, 0)
+        m = min(active + [bound]) if active else bound
+        shift = (m // lcm) * lcm
+        P = grp.jump_period if self.bulk_reduce else 0  # 0: the reference keeps the value exactly
+        nvs = tuple(EXITED if v == EXITED else ((v - shift) % P if i in jump and P else
+                                                v - shift if i in jump else v + lift.get(v, 0) - shift)
+                    for i, v in enumerate(nvs))
+        return (dec, bound - shift, nvs), shift
+
     def _shift_only(self, dec, bound, nvs, active, lcm, tiles):
         """Exact mode: no lifting, only the shift that forgets how far the loop has come."""
         m = min(active) - 1 if tiles else min(active + [bound])
@@ -175,7 +224,20 @@ class LoopsMixin:
         gs = rec[1][ins.group]
         ex = self.execs[e]
         out = []
-        if ins.all_skippable and rec[0]:
+        idle_guards = ins.idle_guards if self.bulk_reduce else None
+        idle = idle_guards is not None and all(any(bool(es[TOK][pos]) != want for pos, want in g)
+                                               for g in idle_guards)
+        if idle_guards is not None and gs[2][ins.member] == EXITED and not idle:  # see Engine._pre_idle
+            raise Violation("fault", f"checker: {ex.name} left its loop before it ran it", e, None)
+        if idle:
+            # every step of the body is off for this loop run and nothing in it changes that: the
+            # iterations touch nothing, so the member leaves at once and decides nothing. Sound:
+            # the other members' heads read only their own value and the end, a decision it skips
+            # is the environment's (another member or the skip makes it), and an idle loop never
+            # blocks, so every other behaviour and every deadlock stays (tests/test_checker_bulk_diff.py)
+            choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
+            choices = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what) for gs2, what in choices]
+        elif ins.all_skippable and rec[0]:
             choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
             choices = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what) for gs2, what in choices]
         else:
@@ -242,3 +304,91 @@ class LoopsMixin:
                 bound = max(a, bound - d)
         return (dec, bound, nvs), recs
 
+    # ------------------------------------------------------------------ skip(count=K)
+    def _bulk_records(self, state, e, bulk, ends):
+        """[(count, state)]: the skip(count=K) member leaves K's group in this tile's record,
+        with each end in ``ends`` (None: the group's own, decided or not)."""
+        gid, mi = bulk
+        grp = self.c.groups[gid]
+        ri = self._record_index(state, e)
+        rec = state[5] if ri is None else state[4][ri]
+        dec, bound, nvs = rec[1][gid]
+        v = nvs[mi]
+        out = []
+        for end in ends:
+            nv = nvs[:mi] + (EXITED,) + nvs[mi + 1:]
+            gs2 = (dec, bound, nv) if end is None else (True, end, nv)
+            gs2 = self._normalize(gs2, grp.lcm, grp=grp)[0]
+            rec2 = (rec[0], rec[1][:gid] + (gs2,) + rec[1][gid + 1:])
+            if ri is None:
+                st = state[:5] + (rec2,) + state[6:]
+            else:
+                st = state[:4] + (state[4][:ri] + (rec2,) + state[4][ri + 1:],) + state[5:]
+            count = None if end is None or v == EXITED else end - v
+            out.append((count % grp.jump_period if count is not None and self.bulk_reduce else count, st))
+        return out
+
+    def _bulk_skip(self, state, e, es, a, label):
+        """skip(count=K): the counters move K strides on at once, K this tile's end of K's loop
+        group. Undecided, the skip decides it: every allowed end up to the gap plus one period
+        past the bound (a later end normalizes to one of these, see loops._normalize_jumpers:
+        the range holds gap + jump_period consecutive ends, so every residue modulo the lift
+        period above the coupling gap). Like a loop head's, this decision has the same outcomes
+        whoever makes it first (an eager decision), so the step is explored alone."""
+        if a.bulk is None:
+            outs = [(a.bulk_const, state)]
+        else:
+            grp = self.c.groups[a.bulk[0]]
+            dec, bound, nvs = self._record(state, e)[1][a.bulk[0]]
+            if nvs[a.bulk[1]] == EXITED:
+                raise Violation("fault", f"{self.execs[e].name}: {a.step.describe()} runs twice in one tile; "
+                                "skip(count=K) skips the whole loop once per tile", e, a.step)
+            span = self.gap if self.gap < 1 << 20 else 0  # the exact replay (balance.NO_GAP): a subset
+            ends = [bound] if dec else [n for n in range(bound + 1, bound + span + grp.jump_period + 1)
+                                        if grp.allows(n)]
+            outs = self._bulk_records(state, e, a.bulk, ends)
+        ex = self.execs[e]
+        res = []
+        for count, st in outs:
+            curs = list(es[CUR])
+            for s in a.advance:
+                for _ in range(count % (2 * ex.cursors[s].num_stages)):
+                    self._advance(curs, (s,), ex)
+            es2 = es[:CUR] + (tuple(curs),) + es[CUR + 1:]
+            res += self._with_keys(self._set_exec(st, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
+        return res
+
+    def _pre_idle(self, state, kid):
+        """A task's k-th value of a key is the first task's (key FIFO): once produced, a lagging
+        task whose loop that value makes idle (Instr.idle_guards) is known to leave it at once in
+        that tile, deciding nothing, so its member leaves the tile's record now (the loop head
+        checks that it is idle when it gets there). Its value is read once per tile, before the
+        loop, so FIFO position j is tile ``ri + (j - KPOS)`` (+ 1 once this tile's is read).
+
+        Sound as the idle exit at the loop head is (same member, same record, only earlier; its
+        presence changes no other member's transitions). The key run-ahead bound (key_cap, half
+        the coupling gap) keeps the lagging task within the gap, so no tile record between it and
+        the producer is dropped (_tile_lift) and FIFO positions map to records. Any wrong early
+        exit is caught: the loop head raises a 'checker:' fault for an EXITED member whose loop
+        is not idle, never a silent pass."""
+        vals = state[6][kid]
+        j, v = len(vals) - 1, vals[-1]
+        records = list(state[4])
+        changed = False
+        for x, (_, gid, mi, tile_pc, prod_pc, idle) in self.pre_idle[kid]:
+            es = state[0][x]
+            tv = state[3][2][self.tile_member[x]]
+            if tv == EXITED or not all(any(bool(v) != want for _, want in g) for g in idle):
+                continue
+            # past this tile's read: also inside a synchronous producing call (its keys are read at
+            # the call, its pc moves on at the return)
+            passed = es[PC] <= tile_pc or es[PC] > prod_pc or (es[PC] == prod_pc and es[SYNC] is not None)
+            r = tv - 1 + (1 if passed else 0) + (j - es[KPOS][self.execs[x].keys.index(kid)])
+            if not 0 <= r < len(records) or records[r][1][gid][2][mi] == EXITED:
+                continue
+            dec, bound, nvs = records[r][1][gid]
+            gs = self._normalize((dec, bound, nvs[:mi] + (EXITED,) + nvs[mi + 1:]), self.c.groups[gid].lcm,
+                                 grp=self.c.groups[gid])[0]
+            records[r] = (records[r][0], records[r][1][:gid] + (gs,) + records[r][1][gid + 1:])
+            changed = True
+        return state[:4] + (tuple(records),) + state[5:] if changed else state

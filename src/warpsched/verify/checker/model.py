@@ -27,6 +27,7 @@ from ...model.tripcount import TripCount
 from ...protocol.plan import (CLOSE_KIND, FULL, OPEN_KIND, SKIP_KIND, VERB_BARRIER, BarrierArray, PairRoute, SidePlan,
                               SyncPlan)
 from ..program import Program, name_of
+from .bulk import bulk_periods
 from .memory import RegionMap
 from .parts import _is_local, _mark_private
 
@@ -49,6 +50,7 @@ class _Builder:
         self.key_members: List[List[int]] = []
         self.group_keys: Dict[Any, int] = {}
         self.group_bound: Dict[int, Any] = {}  # group -> the end bound its first member declared
+        self.bulk_starts: List[Tuple[int, int, int]] = []  # skip(count=K): (group, member, start before origin)
         self.declared_tiles: Any = None
         self.groups: List[LoopGroup] = []
         self.regions = RegionMap(program)
@@ -121,13 +123,17 @@ class _Builder:
         # stage and parity), or the shrunk run would skip a count the owner of the stages never ran
         for e in execs:
             cycles = [2 * e.cursors[c].num_stages * e.cursors[c].stride for ins in e.program
-                      if ins.kind == "step" and ins.action.op is Op.SKIP for c in ins.action.advance]
+                      if ins.kind == "step" and ins.action.op is Op.SKIP and ins.action.bulk is None
+                      and ins.action.bulk_const is None for c in ins.action.advance]
             for ins in e.program if cycles else ():
                 if ins.kind == "loop_head":
                     g = self.groups[ins.group]
                     g.gap_period = _lcm([g.lcm, g.gap_period, e.counter_p] + cycles)
+        bulk_periods(self, execs)
         # domain starts are relative to the smallest start in their group (lanes keep residues)
         origin = {}
+        for gid, _, start in self.bulk_starts:
+            origin[gid] = min(origin.get(gid, start), start)
         for e in execs:
             for ins in e.program:
                 if ins.kind == "loop_head":
@@ -136,15 +142,18 @@ class _Builder:
             for ins in e.program:
                 if ins.kind == "loop_head":
                     ins.start -= origin[ins.group]
-                    ins.member = self.groups[ins.group].members.index(e.index)
         for g in self.groups:
             g.starts = [0] * len(g.members)
         for e in execs:
             for ins in e.program:
                 if ins.kind == "loop_head":
                     self.groups[ins.group].starts[ins.member] = ins.start
+        for gid, member, start in self.bulk_starts:
+            self.groups[gid].starts[member] = start - origin[gid]
         for g in self.groups:
             _relative_to_origin(g, origin.get(g.index, 0), execs)
+            if g.jumpers:
+                g.jump_period = _lcm([g.jump_period, g.gap_period] + ([g.lift_period] if g.exact is not None else []))
         # members further apart than this cannot be coupled through a pipeline
         depth = max(1, len(self.barriers) // 2)  # every stage of every pipeline, chained
         stride = max([1] + [c.stride for e in execs for c in e.cursors] + [g.lcm for g in self.groups])
@@ -268,7 +277,7 @@ class _Builder:
             grp.steps.append(step)
             grp.offsets.append(offset)
             self.group_bound.setdefault(gid, end)
-            prog.append(Instr("loop_head", group=gid, start=start - offset, step=step))
+            prog.append(Instr("loop_head", group=gid, start=start - offset, step=step, member=len(grp.members) - 1))
             emit(Section.LOOP)
             prog.append(Instr("jump", target=head))
             prog[head].target = len(prog)
@@ -332,6 +341,30 @@ class _Builder:
                                  f"neither waits nor releases")
             return Action(Op.NOP, s, keys=keys)
         act.advance = tuple(c.slot for c in slots)
+        count = s.const_args.get("count")
+        if count is None:
+            return act
+        if type(count) is int and count >= 0:
+            act.bulk_const = count
+        elif isinstance(count, TripCount) and ex.persistent and s.section not in (Section.HEAD, Section.TAIL, Section.LOOP):
+            # outside the work-tile loop there is no tile whose end it could read (the static checks
+            # reject it; a program checked without them gets a fault where it runs, not an IndexError)
+            act.fault = f"{ex.name}: {s.describe()} skips count={count!r} outside the work-tile loop"
+            return act
+        elif isinstance(count, TripCount):
+            # K stages at once: a member of K's loop group that never iterates, it reads the end
+            gid = self._group(("sym", id(count.root)), f"domain end {count.root.name}")
+            grp = self.groups[gid]
+            grp.members.append(ex.index)
+            grp.steps.append(1)
+            grp.offsets.append(count.offset)
+            self.group_bound.setdefault(gid, count)
+            grp.jumpers += (len(grp.members) - 1,)
+            act.bulk = (gid, len(grp.members) - 1)
+            self.bulk_starts.append((gid, len(grp.members) - 1, -count.offset))
+        else:  # the static checks name it
+            self.problems.append(f"{ex.name}: {s.describe()} skips count={count!r}: an int or a trip_count is needed")
+            return Action(Op.NOP, s, keys=keys)
         return act
 
     def _sync(self, ex: Executor, s: Step, keys) -> Action:

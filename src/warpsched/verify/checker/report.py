@@ -27,9 +27,13 @@ FIXES = {
                      "(signaling warps x threads x CTAs, see protocol.barriers.arrivals_per_op)"),
     "unconsumed": ("make every consumer wait for (and release) each stage produced, on every path: match the "
                    "producer's and each consumer's trip counts and guards, or drop the extra acquire / commit"),
+    # Violation("fault"): a skip(count=K) run twice in one tile, or (text 'checker: ...') an early
+    # idle exit (Engine._pre_idle) the loop head found wrong, an error of the checker itself
+    "fault": ("call ring.skip(count=K) once per work tile, before or after the domain loop (a fault "
+              "starting with 'checker:' is an error of the checker itself: please report it)"),
 }
 TITLES = {"deadlock": "DEADLOCK", "race": "RACE", "pdl": "PDL ORDER VIOLATION", "over-arrival": "BARRIER OVER-ARRIVAL",
-          "unconsumed": "UNCONSUMED COMMIT"}
+          "unconsumed": "UNCONSUMED COMMIT", "fault": "FAULT"}
 
 
 @dataclass
@@ -311,6 +315,9 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
     elif p.kind == "unconsumed":
         message = f"unconsumed commit: {p.text}"
         expected = "at kernel exit, every committed stage waited by each of its consumers and released"
+    elif p.kind == "fault":
+        message = f"schedule fault: {p.text}"
+        expected = "each skip(count=K) runs once per work tile, outside the domain loop"
     else:
         message = f"barrier protocol error: {p.text}"
         b = engine.c.barriers[p.barrier] if p.barrier is not None else None
@@ -372,7 +379,8 @@ def render(runs, exp: Exploration, verdict: str, loop_note: str, findings: List[
     out.append(RULE)
     out.append(f"{word}: {exp.states} states explored, {exp.complete} complete, {c['deadlock']} deadlock(s), "
                f"{c['race']} race(s), {c['pdl']} PDL order violation(s), {c['over-arrival']} barrier "
-               f"over-arrival(s), {c['unconsumed']} unconsumed commit(s) in {exp.seconds:.3f}s")
+               f"over-arrival(s), {c['unconsumed']} unconsumed commit(s)"
+               + (f", {c['fault']} fault(s)" if c.get("fault") else "") + f" in {exp.seconds:.3f}s")
     if verdict == "INCOMPLETE":
         why = stop_reason(exp, max_states, max_seconds)
         out.append(f"WARNING: exhaustive checker {why} before completing the search; no concrete issue was "
