@@ -2,6 +2,8 @@
 graph, so host launch cost stays out of every side's numbers alike."""
 from __future__ import annotations
 
+import statistics
+
 
 def reps_for(est_ms):
     """Launches per graph: about a millisecond of work per replay, between 1 and 200."""
@@ -24,3 +26,52 @@ def capture(torch, launch, reps):
             launch()
     torch.cuda.synchronize()
     return g
+
+
+def graph_ms(torch, do_bench, launch, est_ms, rep_ms):
+    """Milliseconds per launch: a triton ``do_bench`` median over replays of a captured graph."""
+    reps = reps_for(est_ms)
+    g = capture(torch, launch, reps)
+    ms = do_bench(g.replay, warmup=rep_ms // 4, rep=rep_ms, return_mode="median") / reps
+    del g
+    return ms
+
+
+def time_rounds(shape, runs, rounds, time_one):
+    """Time every side of ``runs`` ({side: launch}, "torch" among them) ``rounds`` times, in a
+    rotated order each round so a drifting clock hits every side alike; print one line with each
+    side's median (us, TFLOP/s, torch / side) and its rounds; return {side: median ms}."""
+    sides = list(runs)
+    times = {s: [] for s in sides}
+    for r in range(rounds):
+        for s in sides[r % len(sides):] + sides[:r % len(sides)]:
+            times[s].append(time_one(runs[s]))
+    med = {s: statistics.median(v) for s, v in times.items()}
+    flop = 2.0 * shape[0] * shape[1] * shape[2]
+    print(f"{'x'.join(map(str, shape))}: " + ", ".join(f"{s} {med[s] * 1e3:.1f} us ({flop / med[s] / 1e9:.0f} TF, "
+                                                      f"x{med['torch'] / med[s]:.3f})" for s in sides)
+          + " | rounds " + "; ".join(f"{s} " + "/".join(f"{t * 1e3:.0f}" for t in times[s]) for s in sides),
+          flush=True)
+    return med
+
+
+def print_ratio_table(results, sides, vs_ref=False):
+    """The markdown table of torch / side per shape ({shape: {side: ms}}), the last side against
+    the first in the last column, and the geomeans against torch (and, with ``vs_ref``, against
+    the first side)."""
+    ref, last = sides[0], sides[-1]
+    print("\n| M x N x K | torch TFLOP/s | " + " | ".join(f"{s}/torch" for s in sides) + f" | {last}/{ref} |")
+    print("|---|---|" + "---|" * (len(sides) + 1))
+    geo = {s: 1.0 for s in sides}
+    for shape, med in results.items():
+        flop = 2.0 * shape[0] * shape[1] * shape[2]
+        for s in sides:
+            geo[s] *= med["torch"] / med[s]
+        print(f"| {'x'.join(map(str, shape))} | {flop / med['torch'] / 1e9:.0f} | "
+              + " | ".join(f"{med['torch'] / med[s]:.3f}" for s in sides) + f" | {med[ref] / med[last]:.3f} |")
+    n = len(results)
+    print("geomean vs torch: " + ", ".join(f"{s} {geo[s] ** (1 / n):.3f}" for s in sides), flush=True)
+    if vs_ref:
+        print(f"geomean vs {ref}: " + ", ".join(f"{s} {(geo[s] / geo[ref]) ** (1 / n):.3f}" for s in sides),
+              flush=True)
+    return {s: geo[s] ** (1 / n) for s in sides}

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -144,7 +143,7 @@ def cpu(args):
 def child(args):
     import torch
     import triton.testing
-    from _graphs import capture, reps_for
+    from _graphs import graph_ms, print_ratio_table, time_rounds
 
     from warpsched.kernels import gemm_host as gp
     from warpsched.verify.verdicts import VERDICTS
@@ -242,13 +241,6 @@ def child(args):
         print("not timing: a side failed its check (--time-anyway to time regardless)", flush=True)
         return failures
 
-    def graph_ms(run, est_ms):
-        reps = reps_for(est_ms)
-        g = capture(torch, run, reps)
-        ms = triton.testing.do_bench(g.replay, warmup=args.rep_ms // 4, rep=args.rep_ms, return_mode="median") / reps
-        del g
-        return ms
-
     # the clocks settle under a sustained GEMM load before the first timing (the H200s throttle)
     a, b = inputs(8192, 8192, 8192)
     c = torch.empty(8192, 8192, device=dev, dtype=torch.bfloat16)
@@ -265,33 +257,10 @@ def child(args):
         c = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
         runs = {s: launcher(s, a, b, c) for s in sides}
         est = 2.0 * M * N * K / 700e12 * 1e3
-        times = {s: [] for s in sides}
-        for r in range(args.rounds):
-            order = sides[r % len(sides):] + sides[:r % len(sides)]
-            for s in order:
-                times[s].append(graph_ms(runs[s], est))
-        med = {s: statistics.median(v) for s, v in times.items()}
-        results[(M, N, K)] = med
-        fl = 2.0 * M * N * K
-        print(f"{M}x{N}x{K}: " + ", ".join(f"{s} {med[s] * 1e3:.1f} us ({fl / med[s] / 1e9:.0f} TF, "
-                                           f"x{med['torch'] / med[s]:.3f})" for s in sides)
-              + " | rounds " + "; ".join(f"{s} " + "/".join(f"{t * 1e3:.0f}" for t in times[s]) for s in sides),
-              flush=True)
+        results[(M, N, K)] = time_rounds((M, N, K), runs, args.rounds, lambda run: graph_ms(
+            torch, triton.testing.do_bench, run, est, args.rep_ms))
         del a, b, c, runs
-    ref, last = args.sides[0], args.sides[-1]
-    print("\n| M x N x K | torch TFLOP/s | " + " | ".join(f"{s}/torch" for s in args.sides) + f" | {last}/{ref} |")
-    print("|---|---|" + "---|" * (len(args.sides) + 1))
-    geo = {s: 1.0 for s in args.sides}
-    for shape, med in results.items():
-        fl = 2.0 * shape[0] * shape[1] * shape[2]
-        for s in args.sides:
-            geo[s] *= med["torch"] / med[s]
-        print(f"| {'x'.join(map(str, shape))} | {fl / med['torch'] / 1e9:.0f} | "
-              + " | ".join(f"{med['torch'] / med[s]:.3f}" for s in args.sides) + f" | {med[ref] / med[last]:.3f} |")
-    n = len(results)
-    print("geomean vs torch: " + ", ".join(f"{s} {geo[s] ** (1 / n):.3f}" for s in args.sides), flush=True)
-    print("geomean vs " + ref + ": " + ", ".join(f"{s} {(geo[s] / geo[ref]) ** (1 / n):.3f}" for s in args.sides),
-          flush=True)
+    print_ratio_table(results, args.sides, vs_ref=True)
     return failures
 
 

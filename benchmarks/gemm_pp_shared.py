@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -48,7 +47,7 @@ TOL = 1e-2
 def child(args):
     import torch
     import triton.testing
-    from _graphs import capture, reps_for
+    from _graphs import graph_ms, print_ratio_table, time_rounds
 
     sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
     import gemm_persistent as gp
@@ -120,13 +119,6 @@ def child(args):
             failures += not check(side, *shape, graph=side != "torch")
     print(f"correctness: {failures} failure(s)", flush=True)
 
-    def graph_ms(run, est_ms):
-        reps = reps_for(est_ms)
-        g = capture(torch, run, reps)
-        ms = triton.testing.do_bench(g.replay, warmup=args.rep_ms // 4, rep=args.rep_ms, return_mode="median") / reps
-        del g
-        return ms
-
     sides = ["torch"] + sides_run
     results = {}
     for M, N, K in TIMED:
@@ -134,31 +126,9 @@ def child(args):
         c = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
         runs = {s: launcher(s, a, b, c) for s in sides}
         est = 2.0 * M * N * K / 600e12 * 1e3
-        times = {s: [] for s in sides}
-        for r in range(args.rounds):
-            order = sides[r % len(sides):] + sides[:r % len(sides)]
-            for s in order:
-                times[s].append(graph_ms(runs[s], est))
-        med = {s: statistics.median(v) for s, v in times.items()}
-        results[(M, N, K)] = med
-        fl = 2.0 * M * N * K
-        print(f"{M}x{N}x{K}: " + ", ".join(f"{s} {med[s] * 1e3:.1f} us ({fl / med[s] / 1e9:.0f} TF, "
-                                           f"x{med['torch'] / med[s]:.3f})" for s in sides)
-              + " | rounds " + "; ".join(f"{s} " + "/".join(f"{t * 1e3:.0f}" for t in times[s]) for s in sides),
-              flush=True)
-    ref, last = sides_run[0], sides_run[-1]
-    print("\n| M x N x K | torch TFLOP/s | " + " | ".join(f"{s}/torch" for s in sides_run) + f" | {last}/{ref} |")
-    print("|---|---|" + "---|" * (len(sides_run) + 1))
-    geo = {s: 1.0 for s in sides_run}
-    for shape, med in results.items():
-        fl = 2.0 * shape[0] * shape[1] * shape[2]
-        for s in sides_run:
-            geo[s] *= med["torch"] / med[s]
-        print(f"| {'x'.join(map(str, shape))} | {fl / med['torch'] / 1e9:.0f} | "
-              + " | ".join(f"{med['torch'] / med[s]:.3f}" for s in sides_run)
-              + f" | {med[ref] / med[last]:.3f} |")
-    n = len(results)
-    print("geomean vs torch: " + ", ".join(f"{s} {geo[s] ** (1 / n):.3f}" for s in sides_run), flush=True)
+        results[(M, N, K)] = time_rounds((M, N, K), runs, args.rounds, lambda run: graph_ms(
+            torch, triton.testing.do_bench, run, est, args.rep_ms))
+    print_ratio_table(results, sides_run)
     return failures
 
 

@@ -1,0 +1,70 @@
+"""benchmarks/_graphs.py (the GEMM benchmarks' timing and tables) on the CPU: rotated rounds,
+medians, the printed ratios and geomeans, and graph_ms with a stand-in torch and do_bench."""
+import contextlib
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import _graphs  # noqa: E402
+
+
+def test_time_rounds_rotates_the_order_and_returns_medians(capsys):
+    order = []
+    fake = {"torch": [1.0, 3.0, 2.0], "a": [0.5, 0.4, 9.0]}  # ms per round
+
+    def time_one(side):
+        order.append(side)
+        return fake[side][sum(1 for s in order if s == side) - 1]
+
+    med = _graphs.time_rounds((64, 32, 16), {"torch": "torch", "a": "a"}, 3, time_one)
+    assert order == ["torch", "a", "a", "torch", "torch", "a"]  # each round starts one side later
+    assert med == {"torch": 2.0, "a": 0.5}
+    line = capsys.readouterr().out
+    assert line.startswith("64x32x16: torch 2000.0 us") and "x4.000" in line and "rounds torch 1000/3000/2000" in line
+
+
+def test_ratio_table_and_geomeans(capsys):
+    results = {(8, 8, 8): {"torch": 2.0, "a": 1.0, "b": 4.0}, (16, 16, 16): {"torch": 2.0, "a": 4.0, "b": 1.0}}
+    geo = _graphs.print_ratio_table(results, ["a", "b"], vs_ref=True)
+    out = capsys.readouterr().out
+    assert "| 8x8x8 | 0 | 2.000 | 0.500 | 0.250 |" in out  # torch / side, then b against a
+    assert math.isclose(geo["a"], 1.0) and math.isclose(geo["b"], 1.0)
+    assert "geomean vs torch: a 1.000, b 1.000" in out and "geomean vs a: a 1.000, b 1.000" in out
+
+
+def test_graph_ms_divides_by_the_launches_in_the_graph():
+    calls = []
+
+    class Graph:
+        def replay(self):
+            pass
+
+    class Cuda:
+        Stream = object
+        CUDAGraph = Graph
+
+        def current_stream(self):
+            return type("S", (), {"wait_stream": lambda self, other: None})()
+
+        def synchronize(self):
+            pass
+
+        def stream(self, s):
+            return contextlib.nullcontext()
+
+        def graph(self, g):
+            return contextlib.nullcontext()
+
+    class Torch:
+        cuda = Cuda()
+
+    Torch.cuda.Stream = lambda: type("S", (), {"wait_stream": lambda self, other: None})()
+
+    def do_bench(fn, warmup, rep, return_mode):
+        assert (warmup, rep, return_mode) == (10, 40, "median")
+        return 3.0  # ms per replay
+
+    ms = _graphs.graph_ms(Torch, do_bench, lambda: calls.append(1), est_ms=0.01, rep_ms=40)
+    assert len(calls) == 1 + 100  # a warm-up call, then 100 launches captured (about 1 ms of work)
+    assert math.isclose(ms, 0.03)
