@@ -44,6 +44,10 @@ split-K (cooperative, ``split_k=True``; host ``gemm(..., split_k="auto" | n)``):
 The checker sees every barrier: the rings, the math order, the static queue, with the runtime
 K-tile count and the number of units per CTA declared with ``trip_count`` (every K >= 1 and
 every unit count >= 1 are proven; with split-K every per-unit K count >= 1).
+Stream-K (``gemm(..., split_k="stream")``, ``PersistentGemm(stream_k=True)``): the split-K
+program; whole tiles first, then each CTA's even share of the last waves' K iterations, cut at
+tile boundaries into units; a tile shared by two CTAs is reduced as in the atomic split-K
+(warpsched.kernels.gemm_streamk: deterministic, at most two shares per tile).
 Host: ``gemm(a, b, c, schedule=..., split_k="auto", tile_mn=..., raster=..., group=..., cluster_mn=...)``.
 """
 from __future__ import annotations
@@ -59,13 +63,13 @@ from warpsched.kernels.gemm_resources import EpilogueGather, GmemAB, GmemC, Math
 from warpsched.kernels.gemm_program import GemmTask, load_schedule, mma_schedule, mma_shared_schedule
 from warpsched.kernels.gemm_kernel import PersistentGemm
 from warpsched.kernels.gemm_host import (VERDICT_OF, build, build_cooperative, build_pingpong, build_pingpong_shared,
-                                         build_split_k,
+                                         build_split_k, build_stream_k,
                                          check_args, choose_splits, compile_for_cpu, compiled, cutlass_dtype, gemm,
                                          max_ctas, to_cute, verdict_for)
 
 __all__ = ["DEFAULT_TILES", "H200_SMS", "SCHEDULES", "EpilogueGather", "GemmConfigError", "GemmTask", "GmemAB", "GmemC",
            "MathOrder", "PersistentGemm", "SmemAB", "VERDICT_OF", "build", "build_cooperative", "build_pingpong",
-           "build_pingpong_shared", "build_split_k", "check_args", "choose_splits", "compile_for_cpu", "compiled", "cutlass_dtype", "gemm",
+           "build_pingpong_shared", "build_split_k", "build_stream_k", "check_args", "choose_splits", "compile_for_cpu", "compiled", "cutlass_dtype", "gemm",
            "load_schedule",
            "max_ctas", "mma_schedule", "mma_shared_schedule", "to_cute", "verdict_for"]
 

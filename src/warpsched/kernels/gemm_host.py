@@ -101,6 +101,8 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
 
 def verdict_for(a, c, split_k=1, **options):
     """The checker verdict of the kernel gemm() compiled for these dtypes and options."""
+    if split_k == "stream":
+        return VERDICT_OF.get(_key(a.dtype, c.dtype, {**options, "stream_k": True}))
     if split_k != 1 and options.get("split_reduce") in IN_KERNEL:
         return VERDICT_OF.get(_key(a.dtype, c.dtype, {**options, "split_k": True}))
     if split_k != 1:
@@ -141,7 +143,9 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
     ring both math warp groups release; no cluster). ``tile_options``: tile_mn, raster, group,
     cluster_mn, ab_stages, block_k, max_ctas (see PersistentGemm). ``split_k``: "auto" (split K only
     when the output tiles leave most SMs idle; cooperative without a cluster), 1, or a split
-    count. ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
+    count, or "stream" (stream-K, deterministic: whole tiles for all but the last 1 + fraction
+    waves, whose K iterations are divided evenly among the persistent CTAs; a tile shared by two
+    CTAs is reduced in the kernel like split_reduce="atomic", see gemm_streamk). ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
     workspace and torch sums them into c) or "serial" (the K shares of a tile add up in one fp32
     tile workspace in order, handed on by a per-tile GMEM flag; the last share stores c: one
     kernel), "parallel" (one fp32 slab per share, the last share sums them) or "atomic" (every
@@ -172,8 +176,11 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
         splittable = schedule == "cooperative" and tuple(tile_options.get("cluster_mn", (1, 1))) == (1, 1)
         split_k = choose_splits(M, N, K, tile_options.get("tile_mn") or DEFAULT_TILES[schedule],
                                 _host.num_sms(), bK) if splittable else 1
+    if split_k == "stream":
+        return _stream_k(a, b, c, alpha, schedule, split_reduce, -(-K // bK), tile_options)
     if not isinstance(split_k, int) or split_k < 1 or split_k > -(-K // bK):
-        raise GemmConfigError(f"split_k={split_k!r}: expected 'auto' or an int in [1, ceil(K / {bK}) = {-(-K // bK)}]")
+        raise GemmConfigError(f"split_k={split_k!r}: expected 'auto', 'stream' or an int in [1, ceil(K / {bK}) = "
+                              f"{-(-K // bK)}]")
     ma, mb = to_cute(a), to_cute(b)
     stream = _host.current_stream()
     scale = cutlass.Float32(float(alpha))
@@ -233,6 +240,41 @@ def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, mode, tile_
     return run
 
 
+def _stream_k(a, b, c, alpha, schedule, split_reduce, k_tiles, tile_options):
+    """Stream-K (``split_k="stream"``): one launch over min(tiles, SMs) CTAs. The zeroed fp32
+    workspace has one tile per stream-K tile (fewer than 2 x the grid), with one zeroed int32
+    arrival flag each; the kernel leaves both zero again (launches sharing them: one stream)."""
+    import torch
+
+    if schedule != "cooperative" or split_reduce not in ("host", "atomic") or \
+            tuple(tile_options.get("cluster_mn", (1, 1))) != (1, 1):
+        raise GemmConfigError(f"split_k='stream' with schedule={schedule!r}, split_reduce={split_reduce!r}, "
+                              f"cluster_mn={tile_options.get('cluster_mn', (1, 1))}: stream-K runs on the cooperative "
+                              "schedule without a cluster and reduces its shared tiles in the kernel (atomic); "
+                              "drop split_reduce and cluster_mn")
+    bM, bN = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])
+    ctas = tile_options.get("max_ctas") or max_ctas()
+    slots = 2 * ctas
+    if slots * k_tiles * ctas >= 2 ** 31:  # the partition's device arithmetic is 32-bit
+        raise GemmConfigError(f"split_k='stream': K = {a.shape[1]} ({k_tiles} K tiles) is too long for stream-K's "
+                              f"32-bit partition on {ctas} CTAs; use split_k='auto' or 1")
+    wkey = ("stream", a.device, bM, bN, slots)
+    if wkey not in _WORKSPACE:
+        _WORKSPACE[wkey] = (torch.zeros(slots * bM, bN, device=a.device, dtype=torch.float32),
+                            torch.zeros(slots, device=a.device, dtype=torch.int32))
+    ws, flags = _WORKSPACE[wkey]
+    ma, mb, mc = to_cute(a), to_cute(b), to_cute(c)
+    mw, mf = _host.to_cute(ws, 1), _host.to_cute(flags, 0)
+    stream, scale = _host.current_stream(), cutlass.Float32(float(alpha))
+    f = compiled(ma, mb, mc, a, c, serial_args=(mw, mf), schedule=schedule, stream_k=True, **tile_options)
+
+    def run():
+        f(ma, mb, mc, cutlass.Int32(1), scale, stream, mw, mf)
+
+    run()
+    return run
+
+
 def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16):
     """Fake row-major A (M x K), B (N x K), C (M x N) for CPU compiles, A and B of their own types:
     M any, N a multiple of 8, K and the (symbolic) leading strides multiples of ``k_align``."""
@@ -255,7 +297,7 @@ def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat1
     # examples' fake operands declare, fp8 too), to 16 for mixed fp8
     a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is ab_dtype else 16)
     extra = ()
-    if kern.serial:  # the fp32 tile workspace (M x N, tile-padded) and one int32 flag per tile
+    if kern.serial or kern.stream_k:  # the fp32 tile workspace and one int32 flag per tile
         from cutlass.cute.runtime import make_fake_tensor
 
         extra = (make_fake_tensor(cutlass.Float32, (cute.sym_int32(), cute.sym_int32(divisibility=64)),
@@ -291,3 +333,8 @@ def build_pingpong_shared(verbose=True, **manager_options):
 
 def build_split_k(verbose=True, **manager_options):
     return build(PersistentGemm(schedule="cooperative", split_k=True), verbose=verbose, **manager_options)
+
+
+def build_stream_k(verbose=True, **manager_options):
+    """``warpsched check examples/hopper/gemm_persistent.py:build_stream_k``."""
+    return build(PersistentGemm(schedule="cooperative", stream_k=True), verbose=verbose, **manager_options)

@@ -13,6 +13,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 
 from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError
 from .gemm_program import build
+from .gemm_streamk import StreamKPlan
 
 EVICT_NORMAL, EVICT_FIRST, EVICT_LAST = 0x1000000000000000, 0x12F0000000000000, 0x14F0000000000000
 L2_HINTS = {None: (None, None), "normal": (EVICT_NORMAL, EVICT_NORMAL), "a_last": (EVICT_LAST, EVICT_NORMAL),
@@ -47,12 +48,20 @@ class PersistentGemm:
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
                  b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False, epi_n=32,
-                 epi_sync="pair", l2_hint=None):
+                 epi_sync="pair", l2_hint=None, stream_k=False):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
             raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch), 'serial', "
                                   "'parallel' or 'atomic' (in-kernel, ordered by per-tile GMEM flags)")
+        if stream_k and (split_k or split_reduce not in ("host", "atomic") or schedule != "cooperative"
+                         or tuple(cluster_mn) != (1, 1)):
+            raise GemmConfigError(f"stream_k=True with schedule={schedule!r}, split_k={split_k!r}, split_reduce="
+                                  f"{split_reduce!r}, cluster_mn={tuple(cluster_mn)}: stream-K runs on the cooperative "
+                                  "schedule without a cluster, splits K itself (not with split_k) and reduces its "
+                                  "shared tiles with the atomic split-K machinery; drop the other options")
+        # stream-K (gemm_streamk): whole tiles, then a range of K iterations cut into units
+        self.stream_k = bool(stream_k)
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
         self.split_reduce = split_reduce
         host_split = bool(split_k) and not self.serial
@@ -162,6 +171,7 @@ class PersistentGemm:
                 f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}"
                 + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
                 + (f" split-K {self.split_reduce}" if self.serial else " split-K fp32" if self.split_k else "")
+                + (" stream-K" if self.stream_k else "")
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else "")
                 + (" skip" if self.skip else "") + (" pdl" if self.pdl else "")
                 + (f" epi_n {self.epi_n}" if self.epi_n != 32 else "")
@@ -216,12 +226,25 @@ class PersistentGemm:
             # same bytes are stored twice) rather than skip it, so every unit runs both mainloops
             v = cutlass.min(v * 2 + which, self.num_items - 1)
         t, split = v, 0
+        if self.stream_k:
+            t = self.sk_unit(unit)[0]
         if self.split_k:
             t, split = v % self.num_ctiles, v // self.num_ctiles
         m, n = self._raster(t)
         if csize > 1:  # past the edge when the tile count is not a multiple: TMA zero-fills and clips
             m, n = m * cm + rank % cm, n * cn + rank // cm
         return m, n, split
+
+    def sk_unit(self, unit):
+        """Stream-K: (tile, first K tile, K tiles, workspace slot) of this CTA's unit (the static
+        queue hands CTA b the indices b, b + grid, ...: unit j is index b + j * grid)."""
+        return self.sk_plan.unit(self.sk_cta, (unit - self.sk_cta) // self.sk_plan.ctas)
+
+    def unit_k(self, unit):
+        """(first K tile, K tiles) of a work unit: every K tile, a split's share, or stream-K's range."""
+        if self.stream_k:
+            return self.sk_unit(unit)[1:3]
+        return self.k_range(self.unit_tile(unit)[2])
 
     def k_range(self, split):
         """(first K tile, K tiles) of a split: an even share of k_tiles (every share >= 1 while
@@ -269,6 +292,7 @@ class PersistentGemm:
                                                            cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
         self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN), splits)
         grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
+        # stream-K: num_units is the tile count here, so this is gemm_streamk.ctas_for (units are set per CTA)
         kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
                            self.c_staged, splits, alpha, mW, mF)
         if cutlass.const_expr(cm * cn > 1):
@@ -324,6 +348,12 @@ class PersistentGemm:
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
         self.a_staged_k, self.b_staged_k, self.c_staged_k = a_staged, b_staged, c_staged
         units_here = (self.num_units - bid + grid - 1) // grid  # >= 1: the grid never exceeds the units
+        if cutlass.const_expr(self.stream_k):
+            self.sk_plan = StreamKPlan(self.num_ctiles, self.k_tiles, grid, cutlass.min, cutlass.max)
+            self.sk_cta = bid
+            units_here = self.sk_plan.units(bid)  # >= 1 (gemm_streamk)
+            # the static queue visits bid, bid + grid, ... below num_units: exactly this CTA's units
+            self.num_units = bid + units_here * grid
         mgr = build(self, k_tiles=self.k_tiles, units_per_cta=units_here, verbose=False)  # checked while tracing
         mgr.setup_resources_and_tasks()
         mgr.run()

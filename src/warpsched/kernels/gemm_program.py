@@ -165,13 +165,13 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
 
 # ---------------------------------------------------------------------------------- program
 class GemmTask(Task):
-    """A GEMM task; with split-K its K loop length is a per-unit domain provider."""
+    """A GEMM task; with split-K or stream-K its K loop length is a per-unit domain provider."""
 
     g = None
 
     def k_tiles_of(self, tile_idx):
         """K tiles of this work unit's split (a dynamic domain: the checker takes every count >= 1)."""
-        return self.g.k_range(self.g.unit_tile(tile_idx[0])[2])[1]
+        return self.g.unit_k(tile_idx[0])[1]
 
 
 def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), pass_release=True,
@@ -271,10 +271,11 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
                        warp_idx=4 * (1 + r * g.wgs_per_mma_task), num_warps=4 * g.wgs_per_mma_task,
                        num_registers=regs[1])
         load.g = mma.g = g
-        # split-K: every unit has its own K range, read per tile from the tasks' provider
-        k_loop = load.k_tiles_of if g.split_k else K
-        load.schedule = load_schedule(gmem_ab, ring, wq, k_loop, U, r, *pdl_io, pdl_twin=pdl_twin)
-        mma.schedule = mma_schedule(ring, out, wq, mma.k_tiles_of if g.split_k else K, U, order, turn)
+        # split-K / stream-K: every unit has its own K range, read per tile from the tasks' provider
+        per_unit = g.split_k or g.stream_k
+        load.schedule = load_schedule(gmem_ab, ring, wq, load.k_tiles_of if per_unit else K, U, r, *pdl_io,
+                                      pdl_twin=pdl_twin)
+        mma.schedule = mma_schedule(ring, out, wq, mma.k_tiles_of if per_unit else K, U, order, turn)
         tasks += [load, mma]
         graph[ring] = [gmem_ab, wq]
         graph[out] = [ring, wq]
