@@ -159,3 +159,20 @@ def test_stream_k_is_not_an_autotune_candidate_yet():
                 assert all(c.get("split_k") != "stream" for c in gemm_autotune.candidates(M, N, K, fp8, det))
     assert gemm_autotune.normalize({"split_k": "stream", "tile_mn": [128, 256]}) == {"split_k": "stream",
                                                                                      "tile_mn": (128, 256)}
+
+
+@pytest.mark.parametrize("options,K,needle", [
+    (dict(schedule="pingpong"), 128, "stream-K runs on the cooperative schedule"),
+    (dict(split_reduce="serial"), 128, "drop split_reduce"),
+    (dict(cluster_mn=(2, 1)), 128, "without a cluster"),
+    (dict(max_ctas=132), 8_000_000, "too long for stream-K's 32-bit partition"),
+])
+def test_stream_k_host_errors(gp, options, K, needle):
+    """gemm(..., split_k="stream") rejects what stream-K does not run, before touching the GPU."""
+    from _fake_tensor import FakeTensor
+
+    a, b, c = FakeTensor((64, K)), FakeTensor((32, K)), FakeTensor((64, 32))
+    with pytest.raises(gp.GemmConfigError, match=needle):
+        gp.gemm(a, b, c, split_k="stream", **options)
+    with pytest.raises(gp.GemmConfigError, match="'auto', 'stream' or an int"):
+        gp.gemm(a, b, c, split_k="streamk")

@@ -145,14 +145,13 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
     when the output tiles leave most SMs idle; cooperative without a cluster), 1, or a split
     count, or "stream" (stream-K, deterministic: whole tiles for all but the last 1 + fraction
     waves, whose K iterations are divided evenly among the persistent CTAs; a tile shared by two
-    CTAs is reduced in the kernel like split_reduce="atomic", see gemm_streamk). ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
+    CTAs is reduced in the kernel like split_reduce="atomic", see gemm_streamk).
+    ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
     workspace and torch sums them into c) or "serial" (the K shares of a tile add up in one fp32
     tile workspace in order, handed on by a per-tile GMEM flag; the last share stores c: one
     kernel), "parallel" (one fp32 slab per share, the last share sums them) or "atomic" (every
     share adds into one zeroed fp32 tile with red.global.add; the last to count on the tile's
     flag stores c and zeroes the tile). Returns a zero-argument relauncher."""
-    import torch
-
     if schedule not in SCHEDULES:
         raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
     check_args(a, b, c)
@@ -194,6 +193,8 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
         return _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, split_reduce, tile_options)
     if split_reduce != "host":
         raise GemmConfigError(f"split_reduce={split_reduce!r}: expected 'host', 'serial', 'parallel' or 'atomic'")
+    import torch
+
     wkey = (a.device, split_k, rows, M, N)
     if wkey not in _WORKSPACE:
         _WORKSPACE[wkey] = (torch.empty(split_k * rows, N, device=a.device, dtype=torch.float32),
@@ -244,8 +245,6 @@ def _stream_k(a, b, c, alpha, schedule, split_reduce, k_tiles, tile_options):
     """Stream-K (``split_k="stream"``): one launch over min(tiles, SMs) CTAs. The zeroed fp32
     workspace has one tile per stream-K tile (fewer than 2 x the grid), with one zeroed int32
     arrival flag each; the kernel leaves both zero again (launches sharing them: one stream)."""
-    import torch
-
     if schedule != "cooperative" or split_reduce not in ("host", "atomic") or \
             tuple(tile_options.get("cluster_mn", (1, 1))) != (1, 1):
         raise GemmConfigError(f"split_k='stream' with schedule={schedule!r}, split_reduce={split_reduce!r}, "
@@ -260,6 +259,8 @@ def _stream_k(a, b, c, alpha, schedule, split_reduce, k_tiles, tile_options):
                               f"32-bit partition on {ctas} CTAs; use split_k='auto' or 1")
     wkey = ("stream", a.device, bM, bN, slots)
     if wkey not in _WORKSPACE:
+        import torch
+
         _WORKSPACE[wkey] = (torch.zeros(slots * bM, bN, device=a.device, dtype=torch.float32),
                             torch.zeros(slots, device=a.device, dtype=torch.int32))
     ws, flags = _WORKSPACE[wkey]
