@@ -13,7 +13,10 @@ scales, against torch._scaled_mm on the same quantized inputs (``tuned`` among `
 e4m3 x e5m2 is checked for correctness (untimed).
 Sides: torch.matmul (torch.mm into a preallocated C), wgmma_gemm.gemm (non-persistent), the
 persistent kernel's two schedules at their default tiles (``coop`` 128x256, ``pingpong``
-128x128 per warp group, no split-K, no cluster) and ``tuned``: the fastest of a handful of
+128x128 per warp group, no split-K, no cluster), ``coop_sk`` (cooperative 128x256 with
+stream-K, ``split_k="stream"``: the last 1 + fraction waves' K iterations spread evenly over the
+CTAs; also in the tune sets as ``sk`` configurations, and checked on ``SK_RAGGED`` shapes with a
+bit-for-bit repeat) and ``tuned``: the fastest of a handful of
 configurations (tiles, raster order / group, 2x1 clusters with B multicast for large shapes,
 split-K with split_k="auto" for few-tile shapes, reduced by torch (``s``), in the kernel by the
 last share (``p``, parallel split-K) or by red.global.add into one zeroed fp32 tile whose last
@@ -76,6 +79,9 @@ def parse_shapes(text):
     return out
 RAGGED = [(1, 8, 8), (129, 264, 72), (200, 136, 40), (127, 4104, 4096), (3000, 5000, 1000), (1000, 2056, 4104),
           (3968, 4224, 200)]  # odd tile counts (pingpong recomputes the last tile), several units per CTA, K % 64 != 0
+# stream-K on ragged shapes with more tiles than the H200's 132 SMs (so some tiles are shared):
+# M = 1, N and K not tile multiples, K < one K tile (every unit a whole tile), M ragged with long K
+SK_RAGGED = [(1, 40000, 200), (1000, 14336, 4104), (520, 34008, 40), (3000, 5000, 1000), (4000, 8456, 136)]
 FP16 = [(1000, 2056, 4112), (72, 4096, 4104)]  # fp16 correctness after the timed shapes (compiles two more kernels)
 FP8_RAGGED = [(1, 16, 16), (129, 264, 80), (200, 136, 48), (3000, 5000, 1008), (1000, 2056, 4112), (72, 4096, 14336)]
 OPS_SHAPES = [(64, 4096, 4096), (1000, 2056, 4112), (4096, 4096, 4096)]  # warpsched.ops.gemm, autotuned
@@ -127,7 +133,13 @@ CONFIGS = {
     "coop64x32s9k128pdl": dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, ab_stages=9, pdl=True),
     "coop64x128pdl": dict(schedule="cooperative", tile_mn=(64, 128), pdl=True),
     "coop64x32k256pdl": dict(schedule="cooperative", tile_mn=(64, 32), block_k=256, pdl=True),
+    # stream-K (split_k="stream"): whole tiles, then the last 1 + fraction waves' K iterations split
+    # evenly over the CTAs; a tile shared by two CTAs reduced in the kernel (deterministic)
+    "coop128x256sk": dict(schedule="cooperative", tile_mn=(128, 256), split_k="stream"),
+    "coop128x256g16sk": dict(schedule="cooperative", tile_mn=(128, 256), group=16, split_k="stream"),
+    "coop128x128sk": dict(schedule="cooperative", tile_mn=(128, 128), split_k="stream"),
 }
+STREAM_K = ("coop128x256sk", "coop128x256g16sk", "coop128x128sk", "f8coop128x256sk")
 # fp8 (e4m3 x e4m3, K tile 128): the same kernels with an fp8 MMA and the scale in the epilogue
 FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8coop256x128": "coop256x128",
                "f8coop128x128": "coop128x128", "f8coop64x128": "coop64x128", "f8coop128x256c21": "coop128x256c21",
@@ -138,13 +150,13 @@ FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8co
                "f8coop128x128p": "coop128x128p", "f8coop64x128a": "coop64x128a", "f8coop64x256a": "coop64x256a",
                "f8coop64x32": "coop64x32", "f8coop64x32c12": "coop64x32c12", "f8coop64x64c12": "coop64x64c12",
                "f8coop64x32k256": "coop64x32k256", "f8coop64x32k256pdl": "coop64x32k256pdl",
-               "f8coop64x128pdl": "coop64x128pdl"}
+               "f8coop64x128pdl": "coop64x128pdl", "f8coop128x256sk": "coop128x256sk"}
 for _f8, _base in FP8_CONFIGS.items():
     CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
     _cfg.setdefault("split_k", 1)  # gemm() splits K by itself ("auto") unless told not to
-FIXED = {"coop": "coop128x256", "pingpong": "pp128x128"}  # the two schedules at their default tiles
-SIDES = ["torch", "wgmma_gemm", "coop", "pingpong", "tuned"]
+FIXED = {"coop": "coop128x256", "pingpong": "pp128x128", "coop_sk": "coop128x256sk"}  # coop_sk: stream-K
+SIDES = ["torch", "wgmma_gemm", "coop", "pingpong", "coop_sk", "tuned"]
 FP8_SIDES = ["torch_fp8", "coop_fp8", "tuned_fp8"]  # torch._scaled_mm, f8coop128x256, the fastest of FP8_TUNE
 
 
@@ -154,12 +166,12 @@ def tune_set(M, N, K):
     if M <= 64:  # one serial split-K configuration stays for its correctness checks (it never won)
         return ["coop128x256", "pp128x128", "coop64x256", "coop64x128", "coop64x256s", "coop64x128s",
                 "coop64x128r", "coop64x128a", "coop64x32", "coop64x32k128", "coop64x32s9k128", "coop64x32k128pdl",
-                "coop64x32s9k128pdl"]
+                "coop64x32s9k128pdl", "coop128x256sk"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
-                "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p"]
+                "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p", "coop128x256sk"]
     out = ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
-           "coop128x256c21", "pp128x128c21"]
+           "coop128x256c21", "pp128x128c21", "coop128x256sk", "coop128x256g16sk", "coop128x128sk"]
     return out + (["coop128x64", "coop64x128", "coop64x128pdl", "coop128x128s", "coop128x128p"]
                   if M * N <= 2048 * 2048 else [])
 
@@ -171,7 +183,7 @@ def fp8_tune_set(M, N, K):
     if M <= 256:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
                 "f8coop128x128s", "f8coop64x128p", "f8coop128x128p"]
-    out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21"]
+    out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21", "f8coop128x256sk"]
     return out + (["f8coop128x64", "f8coop64x128pdl", "f8coop128x128s", "f8coop128x128p"]
                   if M * N <= 2048 * 2048 else [])
 
@@ -210,7 +222,7 @@ class SelfTestChild:
                 continue
             fl = 2.0 * shape[0] * shape[1] * shape[2]
             sides = {"torch": "torch", "wgmma_gemm": "wgmma_gemm", "coop": FIXED["coop"],
-                     "pingpong": FIXED["pingpong"], "tuned": "coop256x128"}
+                     "pingpong": FIXED["pingpong"], "coop_sk": FIXED["coop_sk"], "tuned": "coop256x128"}
             for s, cfg in sides.items():
                 if cfg in self.args.exclude:
                     continue
@@ -341,7 +353,7 @@ def render_record(rec):
         return f"  check {'x'.join(map(str, rec['shape'])):18s} {rec['side']:22s} {'OK ' if rec['ok'] else 'BAD'} err={err} {rec.get('note', '')}"
     if k == "tune":
         return (f"  tune  {'x'.join(map(str, rec['shape'])):18s} {rec['cfg']:15s} {rec['ms'] * 1e3:9.1f} us "
-                f"({rec['how']}{', split_k ' + str(rec['splits']) if rec.get('splits', 1) > 1 else ''})")
+                f"({rec['how']}{', split_k ' + str(rec['splits']) if rec.get('splits', 1) != 1 else ''})")
     if k == "time":
         return (f"  time  {'x'.join(map(str, rec['shape'])):18s} r{rec['round']} {rec['side']:10s} {rec['cfg']:15s} "
                 f"{rec['ms'] * 1e3:9.1f} us {rec['tflops']:7.1f} TFLOP/s ({rec['how']})")
@@ -380,7 +392,7 @@ def report(results, seconds):
         if r["kind"] == "fault":
             lines.append(f"   FAULT during {r['during']} (hung={r['hung']}, rc={r['rc']})")
     rounds = max((len(v) for t in times.values() for v in t.values()), default=0)
-    lines += table(times, tuned_cfg, "bf16", "torch", ["wgmma_gemm", "coop", "pingpong", "tuned"], rounds)
+    lines += table(times, tuned_cfg, "bf16", "torch", ["wgmma_gemm", "coop", "pingpong", "coop_sk", "tuned"], rounds)
     lines += table(times, tuned_cfg, "fp8", "torch_fp8", ["coop_fp8", "tuned_fp8"], rounds)
     lines += ["", f"sweep wall time {seconds:.0f} s"]
     text = "\n".join(lines)

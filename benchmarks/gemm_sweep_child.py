@@ -8,8 +8,8 @@ import time
 import traceback
 
 from _graphs import capture, reps_for
-from gemm_sweep import (CONFIGS, FIXED, FP8_RAGGED, FP8_SIDES, FP16, OPS_SHAPES, RAGGED, SIDES, TOL, emit,
-                        fp8_tune_set, phase, tune_set)
+from gemm_sweep import (CONFIGS, FIXED, FP8_RAGGED, FP8_SIDES, FP16, OPS_SHAPES, RAGGED, SIDES, SK_RAGGED, STREAM_K,
+                        TOL, emit, fp8_tune_set, phase, tune_set)
 
 E4M3_MAX = 448.0
 
@@ -117,7 +117,12 @@ class Child:
                     opts = {k: v for k, v in CONFIGS[name].items() if k not in ("split_k", "fp8")}
                     verdict = self.gp.verdict_for(x, c, split_k=CONFIGS[name]["split_k"], **opts)
                     kw = dict(ab_dtype=self.gp.cutlass_dtype(x.dtype)) if fp8 else {}
-                    desc = self.gp.PersistentGemm(split_k=CONFIGS[name]["split_k"] != 1, **kw, **opts).describe()
+                    split = CONFIGS[name]["split_k"]
+                    if split == "stream":
+                        kw["stream_k"] = True
+                    else:
+                        kw["split_k"] = split != 1
+                    desc = self.gp.PersistentGemm(**kw, **opts).describe()
                 emit("compile", cfg=name, ok=True, seconds=round(time.time() - t0, 1), verdict=verdict, desc=desc)
                 self.compiled.add(name)
             except Exception as e:  # noqa: BLE001
@@ -205,6 +210,7 @@ class Child:
                 if self.usable(name) and self.applies(name, K):
                     self.check(name, a, b, c, ref, rn, list(shape))
             emit("shape_done", shape=list(shape))
+        self.stream_k_ragged()
         if "fp8" not in self.dtypes:
             return
         names = ["torch_fp8"] + [n for n in CONFIGS if n in self.compiled and CONFIGS[n].get("fp8")]
@@ -218,11 +224,34 @@ class Child:
                 c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
                 suffix = " e5m2" if b_type == torch.float8_e5m2 else ""
                 e5m2 = ["f8coop128x256", "f8pp128x128", "f8coop128x256s", "f8coop64x128r", "f8coop64x128p",
-                        "f8coop64x128a"]
+                        "f8coop64x128a", "f8coop128x256sk"]
                 for name in names if not suffix else e5m2:
                     scaled_mm_ok = not (name == "torch_fp8" and (M % 16 or N % 16))  # _scaled_mm's rule
                     if self.usable(name) and self.applies(name, K) and scaled_mm_ok:
                         self.check(name, a, b, c, ref, rn, list(shape), label=name + suffix, limit=300)
+            emit("shape_done", shape=list(key))
+
+    def stream_k_ragged(self):
+        """Stream-K on ragged shapes with shared tiles, each launched twice: right, and the same bits
+        (a tile has at most two shares, and (0 + a) + b == (0 + b) + a in fp32)."""
+        torch = self.torch
+        names = [n for n in STREAM_K if n in self.compiled and not CONFIGS[n].get("fp8")]
+        for shape in SK_RAGGED:
+            key = tuple(shape) + (0, 0)
+            if key in self.done or not names:
+                continue
+            M, N, K = shape
+            a, b, ref, rn = self.inputs(M, N, K)
+            c = torch.empty(M, N, device=self.dev, dtype=torch.bfloat16)
+            for name in names:
+                if self.usable(name) and self.check(name, a, b, c, ref, rn, list(shape)):
+                    first = c.clone()
+                    c.fill_(float("nan"))
+                    self.launcher(name, a, b, c)()
+                    torch.cuda.synchronize()
+                    same = bool(torch.equal(c, first))
+                    emit("check", shape=list(shape), side=name + " (repeat bits)", ok=same, err=None,
+                         note="" if same else "a second launch gave other bits")
             emit("shape_done", shape=list(key))
 
     def shape(self, M, N, K, dtype="bf16"):
@@ -246,7 +275,7 @@ class Child:
             cfg = CONFIGS[name]
             splits = (self.gp.choose_splits(M, N, K, cfg["tile_mn"], torch.cuda.get_device_properties(0)
                                             .multi_processor_count, 128 if fp8 else 64)
-                      if cfg.get("split_k") == "auto" else cfg.get("split_k", 1))
+                      if cfg.get("split_k") == "auto" else cfg.get("split_k", 1))  # or "stream"
             emit("tune", shape=shape, cfg=name, ms=ms, how=how, splits=splits)
             return ms
 
@@ -256,7 +285,7 @@ class Child:
         else:
             order_sides = SIDES
             sides = {"torch": "torch", "wgmma_gemm": "wgmma_gemm", "coop": FIXED["coop"],
-                     "pingpong": FIXED["pingpong"], "tuned": best}
+                     "pingpong": FIXED["pingpong"], "coop_sk": FIXED["coop_sk"], "tuned": best}
         live = [s for s in order_sides if sides[s] is not None and ok.get(sides[s])]
         # the captured path of every timed warpsched configuration gives the right answer too
         graph_ok = {}
@@ -348,7 +377,8 @@ class Child:
             b = torch.randn(N, K, device=self.dev, dtype=torch.float16)
             ref = torch.mm(a.double(), b.double().t())
             c = torch.empty(M, N, device=self.dev, dtype=torch.float16)
-            for name in ("coop128x256", "pp128x128", "coop128x256s", "coop64x128r", "coop64x128p", "coop64x128a"):
+            for name in ("coop128x256", "pp128x128", "coop128x256s", "coop64x128r", "coop64x128p", "coop64x128a",
+                         "coop128x256sk"):
                 if self.usable(name):
                     self.check(name, a, b, c, ref, ref.norm(), list(shape), label=name + " fp16", limit=300)
             emit("shape_done", shape=list(shape))

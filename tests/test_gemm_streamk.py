@@ -176,3 +176,29 @@ def test_stream_k_host_errors(gp, options, K, needle):
         gp.gemm(a, b, c, split_k="stream", **options)
     with pytest.raises(gp.GemmConfigError, match="'auto', 'stream' or an int"):
         gp.gemm(a, b, c, split_k="streamk")
+
+
+def test_sweep_checks_stream_k_where_tiles_are_shared():
+    """benchmarks/gemm_sweep.py: the stream-K configurations exist, are in the tune sets of the
+    shapes with many tiles, and its SK_RAGGED shapes do share tiles on the H200's 132 SMs (M = 1,
+    ragged M / N / K), except the K < one K tile shape, where every unit is a whole tile."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import gemm_sweep as sweep
+
+    assert set(sweep.STREAM_K) <= set(sweep.CONFIGS) and sweep.FIXED["coop_sk"] in sweep.STREAM_K
+    assert all(sweep.CONFIGS[n]["split_k"] == "stream" for n in sweep.STREAM_K)
+    for shape in [(1024, 14336, 4096), (4096, 4096, 4096), (256, 128256, 4096), (64, 128256, 4096)]:
+        assert "coop128x256sk" in sweep.tune_set(*shape)
+    assert "f8coop128x256sk" in sweep.fp8_tune_set(4096, 4096, 4096)
+    shared = {}
+    for M, N, K in sweep.SK_RAGGED:
+        tiles, k_tiles = -(-M // 128) * -(-N // 256), -(-K // 64)
+        plan = StreamKPlan(tiles, k_tiles, ctas_for(tiles, 132))
+        units = [plan.unit(b, j) for b in range(plan.ctas) for j in range(plan.units(b))]
+        shared[(M, N, K)] = sum(count < k_tiles for _, _, count, _ in units)
+        assert M % 128 or N % 256 or K % 64  # ragged
+    assert shared[(520, 34008, 40)] == 0 and all(v > 0 for s, v in shared.items() if s != (520, 34008, 40))
+    assert min(s[0] for s in sweep.SK_RAGGED) == 1
