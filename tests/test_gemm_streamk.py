@@ -121,7 +121,8 @@ def test_stream_k_compiles_and_is_safe_for_every_k_range_and_unit_count(gp, ab):
     assert "domain end k_tiles_of [LoadTask, MmaTask]: every count >= 1" in report
     assert "every units_per_cta >= 1" in report
     # the program is the atomic split-K program: stream-K changes which K range a unit runs, not the barriers
-    atomic = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="atomic", ab_dtype=getattr(cutlass, ab))
+    atomic = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="atomic",
+                               ab_dtype=getattr(cutlass, ab))
     assert mgr.fingerprint == gp.build(atomic, verbose=False, exhaustive_deadlock_race_check=False).fingerprint
 
 

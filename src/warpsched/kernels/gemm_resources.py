@@ -190,7 +190,8 @@ class GmemC(MemoryResource):
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
         elif cutlass.const_expr(g.split_reduce == "atomic"):
-            if self.atomic_fixup(acc, m, n, m * g.tiles_n + n, g.splits, tidx, epi_bar):  # the tile's last share to arrive stores C
+            # the tile's last share to arrive stores C
+            if self.atomic_fixup(acc, m, n, m * g.tiles_n + n, g.splits, tidx, epi_bar):
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
         elif cutlass.const_expr(g.serial):
