@@ -75,3 +75,28 @@ def print_ratio_table(results, sides, vs_ref=False):
         print(f"geomean vs {ref}: " + ", ".join(f"{s} {(geo[s] / geo[ref]) ** (1 / n):.3f}" for s in sides),
               flush=True)
     return {s: geo[s] ** (1 / n) for s in sides}
+
+
+def launch_poisoned(torch, launch, c, graph):
+    """Fill ``c`` with NaN and launch once, either directly or (``graph``) as the replay of a
+    one-launch CUDA graph captured after a warm-up call: a kernel that skips part of C leaves NaN
+    there, whichever path the timing uses."""
+    if graph:
+        launch()  # compile / warm up outside the capture
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            launch()
+        c.fill_(float("nan"))
+        g.replay()
+    else:
+        c.fill_(float("nan"))
+        launch()
+    torch.cuda.synchronize()
+
+
+def rel_error(torch, c, ref):
+    """The relative Frobenius error of ``c`` against the fp64 ``ref``; NaN if ``c`` holds a
+    non-finite value (a poisoned element never written, or an overflow)."""
+    if not bool(torch.isfinite(c).all()):
+        return float("nan")
+    return float((c.double() - ref).norm() / ref.norm())

@@ -68,3 +68,63 @@ def test_graph_ms_divides_by_the_launches_in_the_graph():
     ms = _graphs.graph_ms(Torch, do_bench, lambda: calls.append(1), est_ms=0.01, rep_ms=40)
     assert len(calls) == 1 + 100  # a warm-up call, then 100 launches captured (about 1 ms of work)
     assert math.isclose(ms, 0.03)
+
+
+def test_launch_poisoned_poisons_before_the_launch_that_counts():
+    events = []
+
+    class C:
+        def fill_(self, v):
+            events.append(("fill", math.isnan(v)))
+
+    class Graph:
+        def replay(self):
+            events.append("replay")
+
+    class Cuda:
+        CUDAGraph = Graph
+
+        def graph(self, g):
+            events.append("capture")
+            return contextlib.nullcontext()
+
+        def synchronize(self):
+            events.append("sync")
+
+    class Torch:
+        cuda = Cuda()
+
+    _graphs.launch_poisoned(Torch, lambda: events.append("launch"), C(), graph=False)
+    assert events == [("fill", True), "launch", "sync"]
+    events.clear()
+    _graphs.launch_poisoned(Torch, lambda: events.append("launch"), C(), graph=True)
+    # a warm-up launch, the captured launch, then NaN, then the replay that is checked
+    assert events == ["launch", "capture", "launch", ("fill", True), "replay", "sync"]
+
+
+def test_rel_error_is_nan_for_a_poisoned_output():
+    import numpy as np
+
+    class T:
+        def __init__(self, a):
+            self.a = np.asarray(a, dtype=np.float64)
+
+        def all(self):
+            return bool(self.a.all())
+
+        def double(self):
+            return self
+
+        def __sub__(self, other):
+            return T(self.a - other.a)
+
+        def norm(self):
+            return float(np.linalg.norm(self.a))
+
+    class Torch:
+        isfinite = staticmethod(lambda t: T(np.isfinite(t.a)))
+
+    ref = T([3.0, 4.0])
+    assert math.isclose(_graphs.rel_error(Torch, T([3.0, 4.5]), ref), 0.1)
+    assert math.isnan(_graphs.rel_error(Torch, T([3.0, float("nan")]), ref))
+    assert not _graphs.rel_error(Torch, T([float("inf"), 4.0]), ref) < 1e-2  # what the callers test
