@@ -100,3 +100,19 @@ def rel_error(torch, c, ref):
     if not bool(torch.isfinite(c).all()):
         return float("nan")
     return float((c.double() - ref).norm() / ref.norm())
+
+
+def run_child(cmd, limit):
+    """Run the benchmark's GPU work (``cmd``) in a child process stopped after ``limit`` seconds,
+    so a hanging kernel ends the run with what was printed so far; exit with its status (124 if
+    it was stopped)."""
+    import subprocess
+    import sys
+
+    try:
+        rc = subprocess.run(cmd, timeout=limit).returncode
+    except subprocess.TimeoutExpired:
+        print(f"child ran past {limit} s (a hang?): stopped", flush=True)
+        rc = 124
+    print(f"child exit {rc}", flush=True)
+    sys.exit(rc)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -274,13 +273,8 @@ def main():
            str(args.rep_ms), "--sides", ",".join(args.sides), "--shapes", args.shapes, "--warmup-s",
            str(args.warmup_s)] + (
         ["--time-anyway"] if args.time_anyway else [])
-    try:
-        rc = subprocess.run(cmd, timeout=args.limit).returncode
-    except subprocess.TimeoutExpired:
-        print(f"child ran past {args.limit} s (a hang?): stopped", flush=True)
-        rc = 124
-    print(f"child exit {rc}", flush=True)
-    sys.exit(rc)
+    from _graphs import run_child
+    run_child(cmd, args.limit)
 
 
 if __name__ == "__main__":

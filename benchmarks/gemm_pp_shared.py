@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
@@ -133,13 +132,8 @@ def main():
         sys.exit(1 if child(args) else 0)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--rounds", str(args.rounds), "--rep-ms",
            str(args.rep_ms), "--sides", args.sides]
-    try:
-        rc = subprocess.run(cmd, timeout=args.limit).returncode
-    except subprocess.TimeoutExpired:
-        print(f"child ran past {args.limit} s (a hang?): stopped", flush=True)
-        rc = 124
-    print(f"child exit {rc}", flush=True)
-    sys.exit(rc)
+    from _graphs import run_child
+    run_child(cmd, args.limit)
 
 
 if __name__ == "__main__":

@@ -128,3 +128,14 @@ def test_rel_error_is_nan_for_a_poisoned_output():
     assert math.isclose(_graphs.rel_error(Torch, T([3.0, 4.5]), ref), 0.1)
     assert math.isnan(_graphs.rel_error(Torch, T([3.0, float("nan")]), ref))
     assert not _graphs.rel_error(Torch, T([float("inf"), 4.0]), ref) < 1e-2  # what the callers test
+
+
+def test_run_child_exits_with_the_childs_status_or_124(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as done:
+        _graphs.run_child([sys.executable, "-c", "raise SystemExit(3)"], limit=60)
+    assert done.value.code == 3 and "child exit 3" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        _graphs.run_child([sys.executable, "-c", "import time; time.sleep(30)"], limit=1)
+    assert done.value.code == 124 and "ran past 1 s" in capsys.readouterr().out
