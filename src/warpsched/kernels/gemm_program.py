@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from .gemm_resources import GmemAB, GmemC, MathOrder, SmemAB
 
-from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, TileSchedulerConfig,
-                       WorkQueue, domain_loop, schedule, threads, trip_count, when_false, when_true,
-                       work_tile_loop)
+from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SmemAllocation, SmemAllocator, Task,
+                       TaskManager, TileSchedulerConfig, WorkQueue, domain_loop, schedule, threads, trip_count,
+                       when_false, when_true, work_tile_loop)
 
 
 # ---------------------------------------------------------------------------------- schedules
@@ -197,13 +197,13 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
     wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
     gmem_ab = GmemAB(name="GmemAB", g=g)
     # programmatic dependent launch: the load tasks wait for the previous grid, then trigger the next
-    pdl_io = [PdlWaitBarrier(name="PdlWait"), PdlLaunchBarrier(name="PdlLaunch")] if getattr(g, "pdl", False) else []
+    pdl_io = [PdlWaitBarrier(name="PdlWait"), PdlLaunchBarrier(name="PdlLaunch")] if g.pdl else []
     allocator = SmemAllocator()
     consumer_threads = 128 * g.wgs_per_mma_task
     rings, outs = [], []
     cm, cn = g.cluster_mn
     # one release arrival per consumer warp and per CTA that multicasts into this one (shared: both math tasks')
-    skip = getattr(g, "skip", False)  # pingpong_shared, skip=True: the owner alone releases a stage
+    skip = g.skip  # pingpong_shared, skip=True: the owner alone releases a stage
     releasing_warps = 4 * g.wgs_per_mma_task * (g.math_tasks if g.shared_ring and not skip else 1) * (cm + cn - 1)
     for r in range(g.rings):
         cfg = PipelineConfig.create_tma_async_pipeline_cfg(
