@@ -94,6 +94,8 @@ CONFIGS = {
     "coop128x256n": dict(schedule="cooperative", tile_mn=(128, 256), raster="n"),
     "coop128x256g16": dict(schedule="cooperative", tile_mn=(128, 256), group=16),
     "coop128x128": dict(schedule="cooperative", tile_mn=(128, 128)),
+    # N = 14336 is 64 tiles of 224: 3.9 waves of 132 CTAs at M = 1024 where 128x256 makes 3.4 (4 whole)
+    "coop128x224": dict(schedule="cooperative", tile_mn=(128, 224)),
     "coop64x256": dict(schedule="cooperative", tile_mn=(64, 256)),
     "coop64x128": dict(schedule="cooperative", tile_mn=(64, 128)),
     # 2x1 clusters: B multicast to the CTA pair along M (a third less L2 -> SMEM traffic per tile)
@@ -150,7 +152,8 @@ FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8co
                "f8coop128x128p": "coop128x128p", "f8coop64x128a": "coop64x128a", "f8coop64x256a": "coop64x256a",
                "f8coop64x32": "coop64x32", "f8coop64x32c12": "coop64x32c12", "f8coop64x64c12": "coop64x64c12",
                "f8coop64x32k256": "coop64x32k256", "f8coop64x32k256pdl": "coop64x32k256pdl",
-               "f8coop64x128pdl": "coop64x128pdl", "f8coop128x256sk": "coop128x256sk"}
+               "f8coop64x128pdl": "coop64x128pdl", "f8coop128x256sk": "coop128x256sk",
+               "f8coop128x224": "coop128x224"}
 for _f8, _base in FP8_CONFIGS.items():
     CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
@@ -169,9 +172,9 @@ def tune_set(M, N, K):
                 "coop64x32s9k128pdl", "coop128x256sk"]
     if M <= 256:
         return ["coop128x256", "pp128x128", "coop128x128", "coop256x128", "coop128x256s", "coop64x256s",
-                "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p", "coop128x256sk"]
+                "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p", "coop128x256sk", "coop128x224"]
     out = ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
-           "coop128x256c21", "pp128x128c21", "coop128x256sk", "coop128x256g16sk", "coop128x128sk"]
+           "coop128x256c21", "pp128x128c21", "coop128x256sk", "coop128x256g16sk", "coop128x128sk", "coop128x224"]
     return out + (["coop128x64", "coop64x128", "coop64x128pdl", "coop128x128s", "coop128x128p"]
                   if M * N <= 2048 * 2048 else [])
 
@@ -182,8 +185,9 @@ def fp8_tune_set(M, N, K):
                 "f8coop64x128r", "f8coop64x128a", "f8coop64x32", "f8coop64x32k256", "f8coop64x32k256pdl"]
     if M <= 256:
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
-                "f8coop128x128s", "f8coop64x128p", "f8coop128x128p"]
-    out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21", "f8coop128x256sk"]
+                "f8coop128x128s", "f8coop64x128p", "f8coop128x128p", "f8coop128x224"]
+    out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21", "f8coop128x256sk",
+           "f8coop128x224"]
     return out + (["f8coop128x64", "f8coop64x128pdl", "f8coop128x128s", "f8coop128x128p"]
                   if M * N <= 2048 * 2048 else [])
 

@@ -102,9 +102,9 @@ class PersistentGemm:
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
         bM, bN = self.tile_mn
         pingpong = schedule != "cooperative"
-        if bM not in (64, 128, 256) or bN not in (32, 64, 128, 192, 256) or (bM == 256 and pingpong):
+        if bM not in (64, 128, 256) or bN not in (32, 64, 128, 192, 224, 256) or (bM == 256 and pingpong):
             raise GemmConfigError(f"{schedule} tile_mn={self.tile_mn}: bM must be 64, 128 (or 256, cooperative "
-                                  "only), bN one of 32, 64, 128, 192, 256")
+                                  "only), bN one of 32, 64, 128, 192, 224, 256")
         # ping-pong: two math tasks, each owning one of a unit's two tiles; "pingpong" gives each its
         # own ring (and load warp), "pingpong_shared" one ring both release, loaded in tile order
         self.math_tasks = 2 if pingpong else 1
@@ -150,7 +150,13 @@ class PersistentGemm:
         self.epi_tile = (bM, self.epi_n)
         n_epi = bN // self.epi_n
         sub_bytes = bM * self.epi_n * self.c_dtype.width // 8
-        self.epi_stage = next(s for s in (4, 2, 1) if n_epi % s == 0 and s * sub_bytes * self.math_tasks <= 32768)
+        fits = [s for s in (4, 2, 1) if s * sub_bytes * self.math_tasks <= 32768]
+        self.epi_stage = next(s for s in fits if n_epi % s == 0)
+        if self.epi_stage == 1 and self.epi_sync == "pair" and n_epi > 1:
+            # bN = 224: 7 sub-tiles, which only 1 buffer divides; with more, store_tile drains the
+            # in-flight stores after a tile's last sub-tile so the next tile starts at buffer 0
+            self.epi_stage = fits[0]
+        self.epi_drain = n_epi % self.epi_stage != 0
         if self.epi_sync == "single" and self.epi_stage < 2:
             raise GemmConfigError(f"epi_sync='single' with tile_mn={self.tile_mn}, epi_n={self.epi_n}: one epilogue "
                                   "buffer (the store warp would wait for a store it has not issued); use "

@@ -151,8 +151,9 @@ class GmemC(MemoryResource):
     @cute.jit
     def store(self, stage_info: StageInfo, acc):
         """acc -> bf16 -> stmatrix into SMEM sub-tiles (bM x epi_n) -> TMA store, ``epi_stage`` in
-        flight. Buffer e % epi_stage: sub-tiles per tile are a multiple of epi_stage, so a buffer
-        comes round again only after the store that last read it was waited on (wait_group.read)."""
+        flight. Buffer e % epi_stage: a buffer comes round again only after the store that last read
+        it was waited on (wait_group.read), within a tile and, as sub-tiles per tile are a multiple
+        of epi_stage or the tile ends with a full wait (``epi_drain``), from one tile to the next."""
         g = self.g
         m, n, split = g.unit_tile(stage_info.work_tile.tile_idx[0], self.which)
         bM, bN, _ = g.tile_mnk
@@ -236,7 +237,12 @@ class GmemC(MemoryResource):
                 if warp_idx == self._store_warp():
                     cute.copy(g.tma_c, bSG_sC[(None, buf)], bSG_gC[(None, epi_layout.get_hier_coord(e))])
                     store_pipe.producer_commit()
-                    store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
+                    if cutlass.const_expr(g.epi_drain and e == cute.size(epi_shape) - 1):
+                        # sub-tiles per tile not a multiple of the buffers: every store has read its
+                        # buffer before the next tile writes buffer 0 again
+                        cute.arch.cp_async_bulk_wait_group(0, read=True)
+                    else:
+                        store_pipe.producer_acquire()  # the oldest in-flight store has read its buffer
                 epi_bar.arrive_and_wait()
 
     @cute.jit
