@@ -69,18 +69,23 @@ def rows_view(tiled_mma, t):
 
 
 @cute.jit
-def apply_mask(acc_s, coords, row0, col0, seqlen_k: cutlass.Int32, causal: cutlass.Constexpr):
+def apply_mask(acc_s, coords, coords0, row0, col0, seqlen_k: cutlass.Int32, causal: cutlass.Constexpr):
     """-inf where the key is past the sequence end or (causal, top-left aligned as torch SDPA's
     is_causal) after the query. ``coords``: the (row, column) of each accumulator element in the
-    tile; ``row0`` / ``col0``: the tile's first query row and key column."""
+    tile for this thread, ``coords0`` the same for thread 0 (static: a thread's coordinates are
+    thread 0's plus its first element's); ``row0`` / ``col0``: the tile's first query row and key.
+    One compare with an immediate and one select per element: each row's last visible key,
+    relative to this thread's first column, is computed once per row (the compiler shares it)."""
+    r_base, c_base = coords[0]
+    last_key = seqlen_k - 1 - col0 - c_base  # keys past it are beyond the sequence
+    diag = row0 + r_base - col0 - c_base  # causal: row r sees keys up to r (+ diag)
     for i in cutlass.range_constexpr(cute.size(acc_s)):
-        r, c = coords[i]
-        col = col0 + c
-        if col >= seqlen_k:
-            acc_s[i] = -cutlass.Float32.inf
+        dr, dc = coords0[i]
+        limit = last_key
         if cutlass.const_expr(causal):
-            if col > row0 + r:
-                acc_s[i] = -cutlass.Float32.inf
+            limit = cutlass.min(last_key, diag + dr)
+        if dc > limit:
+            acc_s[i] = -cutlass.Float32.inf
 
 
 @cute.jit
@@ -93,9 +98,9 @@ def mask_tile(acc_s, qk_mma, row0, col0, seqlen_k: cutlass.Int32, block_n: cutla
         limit = cutlass.min(seqlen_k, row0 + 1)
     if col0 + block_n > limit:
         tidx, _, _ = cute.arch.thread_idx()
-        coords = qk_mma.get_slice(tidx % 128).partition_C(cute.make_identity_tensor(
-            (cute.size(qk_mma.shape_mnk, mode=[0]), block_n)))
-        apply_mask(acc_s, coords, row0, col0, seqlen_k, causal)
+        identity = cute.make_identity_tensor((cute.size(qk_mma.shape_mnk, mode=[0]), block_n))
+        coords = qk_mma.get_slice(tidx % 128).partition_C(identity)
+        apply_mask(acc_s, coords, qk_mma.get_slice(0).partition_C(identity), row0, col0, seqlen_k, causal)
 
 
 @dsl_user_op
