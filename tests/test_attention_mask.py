@@ -1,4 +1,4 @@
-"""The causal / tail mask's one assumption (attention_math.apply_mask): a thread's accumulator
+"""The causal mask's one assumption (attention_math.apply_mask): a thread's accumulator
 coordinates in an S tile are thread 0's plus the thread's first element's, so each element's
 offset from the thread's first one is static (an immediate in the compare). Checked on the
 layouts the kernel builds, every thread of the warp group, every K/V tile width, both dtypes."""
