@@ -145,7 +145,7 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
     when the output tiles leave most SMs idle; cooperative without a cluster), 1, or a split
     count, or "stream" (stream-K, deterministic: whole tiles for all but the last 1 + fraction
     waves, whose K iterations are divided evenly among the persistent CTAs; a tile shared by two
-    CTAs is reduced in the kernel like split_reduce="atomic", see gemm_streamk).
+    CTAs is handed from one CTA to the other through a workspace tile and a flag, see gemm_streamk).
     ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a
     workspace and torch sums them into c) or "serial" (the K shares of a tile add up in one fp32
     tile workspace in order, handed on by a per-tile GMEM flag; the last share stores c: one
@@ -242,9 +242,10 @@ def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, mode, tile_
 
 
 def _stream_k(a, b, c, alpha, schedule, split_reduce, k_tiles, tile_options):
-    """Stream-K (``split_k="stream"``): one launch over min(tiles, SMs) CTAs. The zeroed fp32
-    workspace has one tile per stream-K tile (fewer than 2 x the grid), with one zeroed int32
-    arrival flag each; the kernel leaves both zero again (launches sharing them: one stream)."""
+    """Stream-K (``split_k="stream"``): one launch over min(tiles, SMs) CTAs. The fp32 workspace
+    has one tile per stream-K tile (fewer than 2 x the grid) for a shared tile's partial sum, with
+    one zeroed int32 flag each; the kernel leaves the flags zero again (launches sharing them: one
+    stream)."""
     if schedule != "cooperative" or split_reduce not in ("host", "atomic") or \
             tuple(tile_options.get("cluster_mn", (1, 1))) != (1, 1):
         raise GemmConfigError(f"split_k='stream' with schedule={schedule!r}, split_reduce={split_reduce!r}, "

@@ -182,11 +182,15 @@ class GmemC(MemoryResource):
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=threads(self.num_threads))
         if cutlass.const_expr(g.stream_k):
             # stream-K: a unit with fewer than k_tiles K tiles shares its tile with exactly one other
-            # (gemm_streamk); the second to arrive stores C. A whole tile is stored at once.
-            _, _, k_count, slot = g.sk_unit(stage_info.work_tile.tile_idx[0])
+            # (gemm_streamk): the share holding the tile's last K tiles (a CTA's first stream-K unit)
+            # leaves its partial sum in the slot's workspace tile; the share holding the first K tiles
+            # (the neighbour CTA's last unit, so later) adds it and stores C. A whole tile: stored.
+            _, k_first, k_count, slot = g.sk_unit(stage_info.work_tile.tile_idx[0])
             owner = cutlass.Boolean(True)
             if k_count < g.k_tiles:
-                owner = self.atomic_fixup(acc, slot, 0, slot, 2, tidx, epi_bar)
+                share = 1 - cutlass.min(k_first, 1)  # 0: writes the partial, 1: adds it and stores C
+                self.serial_fixup(acc, slot, 0, share, tidx, epi_bar, flag_idx=slot, last=1)
+                owner = share == 1
             if owner:
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
@@ -246,7 +250,7 @@ class GmemC(MemoryResource):
                 epi_bar.arrive_and_wait()
 
     @cute.jit
-    def serial_fixup(self, acc, m, n, split, tidx, epi_bar):
+    def serial_fixup(self, acc, m, n, split, tidx, epi_bar, flag_idx=None, last: cutlass.Constexpr = None):
         """Serial split-K, K share ``split`` of tile (m, n): wait until the flag of the tile says the
         shares before it are in the fp32 tile workspace, add that tile to ``acc``; unless this is
         the last share, write the sum back and advance the flag (release after a GPU-scope fence
@@ -254,10 +258,13 @@ class GmemC(MemoryResource):
         Deadlock-free while every CTA of the persistent grid is resident: share s of tile t is
         unit s * tiles + t, it waits only for unit (s - 1) * tiles + t, and every CTA runs its
         units in increasing order. The wait is bounded (SPIN_LIMIT polls): past it the tile is
-        poisoned with NaN rather than hang. The flags are GMEM words the checker does not see."""
+        poisoned with NaN rather than hang. The flags are GMEM words the checker does not see.
+        Stream-K passes its workspace slot as (m, 0) and ``flag_idx``, and ``last`` = 1 (two shares)."""
         g = self.g
         bM, bN, _ = g.tile_mnk
-        flag = g.mF.iterator + (m * g.tiles_n + n)
+        if cutlass.const_expr(last is None):
+            last = g.splits - 1
+        flag = g.mF.iterator + (m * g.tiles_n + n if flag_idx is None else flag_idx)
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
         tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
         if split > 0:
@@ -268,7 +275,7 @@ class GmemC(MemoryResource):
             prev = cute.make_rmem_tensor(acc.layout, g.acc_dtype)
             cute.autovec_copy(tCgW, prev)
             acc.store(acc.load() + prev.load())
-        if split < g.splits - 1:
+        if split < last:
             cute.autovec_copy(acc, tCgW)
             cute.arch.fence_acq_rel_gpu()
             epi_bar.arrive_and_wait()
@@ -331,7 +338,7 @@ class GmemC(MemoryResource):
         waits on another CTA, so the hand-over cannot deadlock whatever the residency; the order
         (reductions -> release count -> acquire count -> reads) is the GMEM protocol the checker
         does not see (docs/gemm.md). ``(wm, wn)``: the workspace tile, ``flag_idx`` its flag,
-        ``arrivals``: how many shares count on it (split-K: the split count; stream-K: 2)."""
+        ``arrivals``: how many shares count on it (the split count)."""
         g = self.g
         bM, bN, _ = g.tile_mnk
         flag = g.mF.iterator + flag_idx
