@@ -166,7 +166,8 @@ def test_stream_k_config_errors(gp, kwargs, needle):
 
 
 def test_stream_k_is_not_an_autotune_candidate_yet():
-    """Unmeasured on the GPU: the sweep has it as named configurations, ops.gemm's tuner does not."""
+    """Slower than data-parallel on the H200 (docs/gemm.md): the sweep times it as named configurations,
+    ops.gemm's tuner does not try it."""
     from warpsched.kernels import gemm_autotune
 
     for M, N, K in [(64, 4096, 4096), (256, 14336, 4096), (1024, 14336, 4096), (4096, 4096, 4096)]:
