@@ -96,6 +96,7 @@ CONFIGS = {
     "coop128x128": dict(schedule="cooperative", tile_mn=(128, 128)),
     # N = 14336 is 64 tiles of 224: 3.9 waves of 132 CTAs at M = 1024 where 128x256 makes 3.4 (4 whole)
     "coop128x224": dict(schedule="cooperative", tile_mn=(128, 224)),
+    "coop128x224c21": dict(schedule="cooperative", tile_mn=(128, 224), cluster_mn=(2, 1)),
     "coop64x256": dict(schedule="cooperative", tile_mn=(64, 256)),
     "coop64x128": dict(schedule="cooperative", tile_mn=(64, 128)),
     # 2x1 clusters: B multicast to the CTA pair along M (a third less L2 -> SMEM traffic per tile)
