@@ -202,12 +202,14 @@ EPILOGUE_TILES = [("cooperative", (128, 256), False), ("cooperative", (256, 128)
                   ("cooperative", (64, 128), False), ("pingpong", (128, 128), False), ("pingpong", (64, 256), False),
                   ("pingpong", (128, 64), False), ("cooperative", (128, 256), True), ("cooperative", (64, 256), True),
                   ("cooperative", (256, 128), True), ("cooperative", (128, 224), False)]
+EPILOGUE_TILES_16 = [("cooperative", (128, 176), False, 16), ("cooperative", (128, 256), False, 16)]
 # 64-column sub-tiles (epi_n=64): the same check on the large-shape tiles
 EPILOGUE_TILES_64 = [("cooperative", (128, 256), False, 64), ("cooperative", (256, 128), False, 64),
                      ("cooperative", (128, 256), True, 64), ("pingpong", (128, 128), False, 64)]
 
 
-@pytest.mark.parametrize("schedule,tile,split_k,epi_n", [t + (32,) for t in EPILOGUE_TILES] + EPILOGUE_TILES_64)
+@pytest.mark.parametrize("schedule,tile,split_k,epi_n", [t + (32,) for t in EPILOGUE_TILES] + EPILOGUE_TILES_64
+                         + EPILOGUE_TILES_16)
 def test_epilogue_gather_matches_mma_coordinates(schedule, tile, split_k, epi_n):
     """Every register the epilogue copies into sub-tile e holds the accumulator element of the tile
     coordinate the stmatrix copy stores it to (identity tensors, static thread indices): checked on

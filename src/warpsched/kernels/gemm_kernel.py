@@ -102,9 +102,9 @@ class PersistentGemm:
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
         bM, bN = self.tile_mn
         pingpong = schedule != "cooperative"
-        if bM not in (64, 128, 256) or bN not in (32, 64, 128, 192, 224, 256) or (bM == 256 and pingpong):
+        if bM not in (64, 128, 256) or bN not in (32, 64, 128, 176, 192, 224, 256) or (bM == 256 and pingpong):
             raise GemmConfigError(f"{schedule} tile_mn={self.tile_mn}: bM must be 64, 128 (or 256, cooperative "
-                                  "only), bN one of 32, 64, 128, 192, 224, 256")
+                                  "only), bN one of 32, 64, 128, 176, 192, 224, 256")
         # ping-pong: two math tasks, each owning one of a unit's two tiles; "pingpong" gives each its
         # own ring (and load warp), "pingpong_shared" one ring both release, loaded in tile order
         self.math_tasks = 2 if pingpong else 1
@@ -120,8 +120,8 @@ class PersistentGemm:
         self.raster, self.group = raster, group
         self.max_ctas = max_ctas
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
-        if epi_n not in (32, 64) or self.tile_mn[1] % epi_n or epi_sync not in ("pair", "single"):
-            raise GemmConfigError(f"epi_n={epi_n!r}, epi_sync={epi_sync!r} (tile_mn={self.tile_mn}): epi_n is 32 or 64 "
+        if epi_n not in (16, 32, 64) or self.tile_mn[1] % epi_n or epi_sync not in ("pair", "single"):
+            raise GemmConfigError(f"epi_n={epi_n!r}, epi_sync={epi_sync!r} (tile_mn={self.tile_mn}): epi_n is 16, 32 or 64 "
                                   "and divides bN; epi_sync is 'pair' or 'single'")
         self.epi_n, self.epi_sync = epi_n, epi_sync
         if l2_hint not in L2_HINTS:
