@@ -162,20 +162,27 @@ def rescale_o(acc_o, corr, pv_mma):
 
 
 @cute.jit
+def row_inverse_and_lse(row_sum, row_max, red, scale: cutlass.Float32):
+    """One row's 1 / sum (the sum over the row's lanes) and its LSE, max * scale + ln(sum); a row
+    with no key (sum 0 or NaN) gets 1 (its O stays 0) and +inf."""
+    total = row_sum
+    for r in cutlass.range_constexpr(cute.rank(red)):
+        total = cute.arch.warp_reduction_sum(total, threads_in_group=red.shape[r])
+    inv = cute.arch.rcp_approx(total)
+    lse = row_max * scale + cute.math.log2(total, fastmath=True) * LN2
+    if total == 0.0 or total != total:
+        inv = 1.0
+        lse = cutlass.Float32.inf
+    return inv, lse
+
+
+@cute.jit
 def finalize(acc_o, row_max, row_sum, lse, pv_mma, scale: cutlass.Float32):
-    """O /= row sum (summed over the row's lanes); lse = max * scale + ln(sum) (+inf for a row with
-    no key, whose O stays 0)."""
+    """O /= row sum; the rows' LSE into ``lse`` (``row_inverse_and_lse``)."""
     o_mn = rows_view(pv_mma, acc_o)
     red = reduction_target_n(pv_mma)
     for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
-        total = row_sum[i]
-        for r in cutlass.range_constexpr(cute.rank(red)):
-            total = cute.arch.warp_reduction_sum(total, threads_in_group=red.shape[r])
-        inv = cute.arch.rcp_approx(total)
-        lse[i] = row_max[i] * scale + cute.math.log2(total, fastmath=True) * LN2
-        if total == 0.0 or total != total:
-            inv = 1.0
-            lse[i] = cutlass.Float32.inf
+        inv, lse[i] = row_inverse_and_lse(row_sum[i], row_max[i], red, scale)
         for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
             o_mn[i, j] = o_mn[i, j] * inv
 
@@ -187,15 +194,7 @@ def finish_stats(row_max, row_sum, o_inv, lse, pv_mma, scale: cutlass.Float32):
     is stored (``rescale_o(acc_o, o_inv, ...)`` normalizes it then)."""
     red = reduction_target_n(pv_mma)
     for i in cutlass.range_constexpr(cute.size(row_sum)):
-        total = row_sum[i]
-        for r in cutlass.range_constexpr(cute.rank(red)):
-            total = cute.arch.warp_reduction_sum(total, threads_in_group=red.shape[r])
-        inv = cute.arch.rcp_approx(total)
-        lse[i] = row_max[i] * scale + cute.math.log2(total, fastmath=True) * LN2
-        if total == 0.0 or total != total:
-            inv = 1.0
-            lse[i] = cutlass.Float32.inf
-        o_inv[i] = inv
+        o_inv[i], lse[i] = row_inverse_and_lse(row_sum[i], row_max[i], red, scale)
         row_max[i] = -cutlass.Float32.inf
         row_sum[i] = 0.0
 
