@@ -157,7 +157,8 @@ def test_stream_k_64_row_tile_reduces_on_one_warp_group(gp):
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(schedule="pingpong", stream_k=True), "stream-K runs on the cooperative schedule"),
     (dict(schedule="cooperative", stream_k=True, split_k=True), "not with split_k"),
-    (dict(schedule="cooperative", stream_k=True, split_reduce="serial"), "atomic split-K machinery"),
+    (dict(schedule="cooperative", stream_k=True, split_reduce="serial"), "no split_reduce"),
+    (dict(schedule="cooperative", stream_k=True, split_reduce="atomic"), "no split_reduce"),
     (dict(schedule="cooperative", stream_k=True, cluster_mn=(2, 1)), "without a cluster"),
 ])
 def test_stream_k_config_errors(gp, kwargs, needle):
@@ -180,7 +181,8 @@ def test_stream_k_is_not_an_autotune_candidate_yet():
 
 @pytest.mark.parametrize("options,K,needle", [
     (dict(schedule="pingpong"), 128, "stream-K runs on the cooperative schedule"),
-    (dict(split_reduce="serial"), 128, "drop split_reduce"),
+    (dict(split_reduce="serial"), 128, "no split_reduce"),
+    (dict(split_reduce="atomic"), 128, "no split_reduce"),
     (dict(cluster_mn=(2, 1)), 128, "without a cluster"),
     (dict(max_ctas=132), 8_000_000, "too long for stream-K's 32-bit partition"),
 ])

@@ -13,3 +13,14 @@ MAX_AUTO_STAGES = 8
 
 class GemmConfigError(ValueError):
     """An unsupported tile / schedule / dtype combination or tensor shape (raised on the host)."""
+
+
+def check_stream_k(schedule, split_reduce, cluster_mn, split_k=None):
+    """Stream-K's options (PersistentGemm(stream_k=True) and gemm(split_k="stream") both ask): the
+    cooperative schedule, no cluster, no other K split, and no split_reduce (it hands a shared tile
+    over in the kernel itself, gemm_streamk)."""
+    if split_k or split_reduce != "host" or schedule != "cooperative" or tuple(cluster_mn) != (1, 1):
+        raise GemmConfigError(f"stream-K with schedule={schedule!r}, split_reduce={split_reduce!r}, cluster_mn="
+                              f"{tuple(cluster_mn)}" + (f", split_k={split_k!r}" if split_k else "") + ": stream-K "
+                              "runs on the cooperative schedule without a cluster, splits K itself (not with split_k) "
+                              "and hands its shared tiles over in the kernel (no split_reduce); drop the other options")

@@ -8,7 +8,7 @@ import cutlass.cute as cute
 
 from . import _host
 from . import gemm_program
-from .gemm_config import DEFAULT_TILES, SCHEDULES, GemmConfigError
+from .gemm_config import DEFAULT_TILES, SCHEDULES, GemmConfigError, check_stream_k
 from .gemm_kernel import PersistentGemm
 
 
@@ -246,12 +246,7 @@ def _stream_k(a, b, c, alpha, schedule, split_reduce, k_tiles, tile_options):
     has one tile per stream-K tile (fewer than 2 x the grid) for a shared tile's partial sum, with
     one zeroed int32 flag each; the kernel leaves the flags zero again (launches sharing them: one
     stream)."""
-    if schedule != "cooperative" or split_reduce not in ("host", "atomic") or \
-            tuple(tile_options.get("cluster_mn", (1, 1))) != (1, 1):
-        raise GemmConfigError(f"split_k='stream' with schedule={schedule!r}, split_reduce={split_reduce!r}, "
-                              f"cluster_mn={tile_options.get('cluster_mn', (1, 1))}: stream-K runs on the cooperative "
-                              "schedule without a cluster and reduces its shared tiles in the kernel (atomic); "
-                              "drop split_reduce and cluster_mn")
+    check_stream_k(schedule, split_reduce, tile_options.get("cluster_mn", (1, 1)))
     bM, bN = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])
     ctas = tile_options.get("max_ctas") or max_ctas()
     slots = 2 * ctas

@@ -11,7 +11,7 @@ import cutlass.memory  # noqa: F401
 import cutlass.tensor_utils  # noqa: F401
 import cutlass.utils.hopper_helpers as sm90_utils
 
-from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError
+from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k
 from .gemm_program import build
 from .gemm_streamk import StreamKPlan
 
@@ -54,12 +54,8 @@ class PersistentGemm:
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
             raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch), 'serial', "
                                   "'parallel' or 'atomic' (in-kernel, ordered by per-tile GMEM flags)")
-        if stream_k and (split_k or split_reduce not in ("host", "atomic") or schedule != "cooperative"
-                         or tuple(cluster_mn) != (1, 1)):
-            raise GemmConfigError(f"stream_k=True with schedule={schedule!r}, split_k={split_k!r}, split_reduce="
-                                  f"{split_reduce!r}, cluster_mn={tuple(cluster_mn)}: stream-K runs on the cooperative "
-                                  "schedule without a cluster, splits K itself (not with split_k) and reduces its "
-                                  "shared tiles with the atomic split-K machinery; drop the other options")
+        if stream_k:
+            check_stream_k(schedule, split_reduce, cluster_mn, split_k)
         # stream-K (gemm_streamk): whole tiles, then a range of K iterations cut into units
         self.stream_k = bool(stream_k)
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
