@@ -39,7 +39,7 @@ CASES = [(1, 2, 2, 1, 1), (2, 3, 3, 127, 127), (1, 2, 2, 1000, 1000), (2, 4, 4, 
          (1, 2, 2, 256, 1024), (1, 2, 2, 1000, 77), (2, 8, 2, 513, 700), (1, 8, 1, 2048, 2048),
          (1, 2, 2, 4096, 4096),
          (4, 16, 4, 1000, 1000)]  # 512 work units: several per persistent CTA (a Q ring's both stages)
-CONFIGS = [(dtype, d, causal) for dtype in ("bfloat16", "float16") for d in (64, 128) for causal in (False, True)]
+CONFIGS = [(dtype, d, causal) for dtype in ("bfloat16", "float16") for d in (64, 128, 256) for causal in (False, True)]
 # O: bf16 / fp16 rounding of values up to a few units, plus fp32 reordering; LSE: fp32 only
 TOL = {"bfloat16": (1e-2, 8e-3), "float16": (2e-3, 1e-3)}  # (absolute, relative to |ref|)
 
@@ -126,6 +126,7 @@ def main():
     ap.add_argument("--variants", default="", help="extra FlashAttention configurations, e.g. 'qring:q_stages=2'")
     ap.add_argument("--no-default", action="store_true", help="run the variants only")
     ap.add_argument("--dtypes", default="bfloat16,float16")
+    ap.add_argument("--dims", default="64,128,256", help="head dims, e.g. 256")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both", help="which masks to run")
     ap.add_argument("--cases", default="", help="indices into CASES, e.g. 0,1,2,6 (default: all)")
     ap.add_argument("--budget", type=float, default=0, help="seconds: start no configuration after this (0: none)")
@@ -169,7 +170,8 @@ def main():
     todo = []
     for (vname, options), (dtype_name, d, causal) in ((r, c) for r in runs for c in CONFIGS):
         options = dict(options)
-        if dtype_name not in args.dtypes.split(",") or options.pop("hd", d) != d:
+        if dtype_name not in args.dtypes.split(",") or options.pop("hd", d) != d or \
+                str(d) not in args.dims.split(","):
             continue
         if args.causal != "both" and causal != (args.causal == "yes"):
             continue

@@ -2,7 +2,7 @@
 
 O = softmax(Q K^T * scale) V per (batch, head), with the log-sum-exp of every row; Q, K, V in the
 layout torch SDPA uses, (B, H, S, D) (K and V may have fewer heads: grouped-query attention);
-bf16 or fp16; head dim 64 or 128; any S_q, S_k >= 1 (tails are masked); causal is top-left
+bf16 or fp16; head dim 64, 128 or 256; any S_q, S_k >= 1 (tails are masked); causal is top-left
 aligned, as ``scaled_dot_product_attention(is_causal=True)``.
 
 A work unit is a 128-row Q block of one (batch, head) (``wgs=3``, hd64: 192 rows, a third consumer
@@ -56,7 +56,7 @@ from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAlloc
                        TaskLocalVariable, TaskManager, TileSchedulerConfig, WorkAttr, WorkQueue, consumer_work,
                        producer_work, threads, trip_count, wgmma_wait)
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
 # What attention_host.prepare() / ops.attention compile without tuning keywords; each option was
 # measured on the H200 and is correct for bf16 / fp16, hd 64 / 128, causal or not: the Q ring with
 # a TMA-store epilogue (1.135x), O from its own SMEM tile (o_buffer, 1.014x), causal units in long /
@@ -444,8 +444,10 @@ class FlashAttention(WorkUnits):
         fit = (capacity - 1024 - q_stages * self.q_bytes - self.o_bytes) // (2 * self.kv_bytes)
         self.kv_stages = kv_stages or min(4, fit)
         if not 2 <= self.kv_stages <= fit:
+            hint = (" (head dim 256 fits with block_n=64, q_stages=1 and no o_buffer: attention_host.tuned_options)"
+                    if head_dim == 256 else "")
             raise AttentionConfigError(f"kv_stages={self.kv_stages}: K and V rings of {self.kv_bytes} bytes a stage "
-                                       f"fit {fit} stages next to Q; need 2 <= stages <= {fit}")
+                                       f"fit {fit} stages next to Q; need 2 <= stages <= {fit}{hint}")
         self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=q_stages * self.block_m * head_dim, alignment=1024)
         self.alloc_k = SmemAllocation("sK", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)

@@ -80,12 +80,15 @@ def tuned_options(head_dim, causal):
     consumer warp groups (``wgs=3``: a 192-row Q block, P's exp2 pinned), which measured 1.02x
     (16x16x1024) and 1.15x (4x16x4096) TUNED on the H200; causal hd64 stays on two warp groups
     (wgs=3 lost there: 174 against 275 TFLOP/s at 16x16x1024). ``causal_pairs`` only changes causal
-    kernels, so it is left out of non-causal keys. docs/attention.md."""
+    kernels, so it is left out of non-causal keys. Head dim 256: 64-key K/V tiles, one Q stage and
+    O stored from registers (what fits the SMEM next to two K/V stages). docs/attention.md."""
     options = dict(TUNED)
     if not causal:
         options.pop("causal_pairs", None)
         if head_dim == 64:
             options["wgs"] = 3
+    if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 64 x 256 (32 KB each)
+        options.update(q_stages=1, tma_store_o=False, o_buffer=False, block_n=64)
     return options
 
 
