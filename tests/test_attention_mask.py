@@ -18,7 +18,7 @@ from warpsched.kernels import attention as att  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", ["BFloat16", "Float16"])
-@pytest.mark.parametrize("head_dim,block_n", [(64, 64), (64, 128), (128, 128), (64, 176), (64, 192)])
+@pytest.mark.parametrize("head_dim,block_n", [(64, 64), (64, 128), (128, 128), (64, 176), (64, 192), (256, 64)])
 def test_s_tile_coordinates_are_thread_0s_plus_the_first_elements(dtype, head_dim, block_n):
     import cutlass
     import cutlass.cute as cute
