@@ -182,7 +182,7 @@ def test_half_deep_k_tiles_double_the_ring():
 def test_epilogue_option_errors():
     with pytest.raises(gp.GemmConfigError, match="l2_hint='first'"):
         gp.PersistentGemm(schedule="cooperative", l2_hint="first")
-    with pytest.raises(gp.GemmConfigError, match="epi_n is 32 or 64"):
+    with pytest.raises(gp.GemmConfigError, match="epi_n is 16, 32 or 64"):
         gp.PersistentGemm(schedule="cooperative", epi_n=128)
     with pytest.raises(gp.GemmConfigError, match="epi_sync is 'pair' or 'single'"):
         gp.PersistentGemm(schedule="cooperative", epi_sync="none")
