@@ -217,28 +217,12 @@ def _serial(a, b, c, ma, mb, stream, scale, split_k, rows, schedule, mode, tile_
     workspace (parallel: one slab per share but the last; atomic: zeroed) and the zeroed flags
     are kept per shape (the kernel leaves the flags, and the atomic workspace, zero again;
     launches that share them must be on one stream)."""
-    import torch
-
-    bN = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[1]
-    N = b.shape[0]
-    cols = -(-N // bN) * bN
+    bM, bN = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])
+    cols = -(-b.shape[0] // bN) * bN
     slabs = split_k - 1 if mode == "parallel" else 1
-    wkey = (mode, a.device, rows, cols, slabs)
-    if wkey not in _WORKSPACE:
-        tiles = (rows // tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])[0]) * (cols // bN)
-        alloc = torch.zeros if mode == "atomic" else torch.empty
-        _WORKSPACE[wkey] = (alloc(slabs * rows, cols, device=a.device, dtype=torch.float32),
-                            torch.zeros(tiles, device=a.device, dtype=torch.int32))
-    ws, flags = _WORKSPACE[wkey]
-    mc, mw, mf = to_cute(c), _host.to_cute(ws, 1), _host.to_cute(flags, 0)
-    f = compiled(ma, mb, mc, a, c, serial_args=(mw, mf), schedule=schedule, split_k=True, split_reduce=mode,
-                 **tile_options)
-
-    def run():
-        f(ma, mb, mc, cutlass.Int32(split_k), scale, stream, mw, mf)
-
-    run()
-    return run
+    return _flagged_launch(a, c, ma, mb, stream, scale, split_k, (mode, a.device, rows, cols, slabs),
+                           (slabs * rows, cols), (rows // bM) * (cols // bN), mode == "atomic",
+                           schedule=schedule, split_k=True, split_reduce=mode, **tile_options)
 
 
 def _stream_k(a, b, c, alpha, schedule, split_reduce, k_tiles, tile_options):
@@ -253,20 +237,27 @@ def _stream_k(a, b, c, alpha, schedule, split_reduce, k_tiles, tile_options):
     if slots * k_tiles * ctas >= 2 ** 31:  # the partition's device arithmetic is 32-bit
         raise GemmConfigError(f"split_k='stream': K = {a.shape[1]} ({k_tiles} K tiles) is too long for stream-K's "
                               f"32-bit partition on {ctas} CTAs; use split_k='auto' or 1")
-    wkey = ("stream", a.device, bM, bN, slots)
-    if wkey not in _WORKSPACE:
-        import torch
+    return _flagged_launch(a, c, to_cute(a), to_cute(b), _host.current_stream(), cutlass.Float32(float(alpha)), 1,
+                           ("stream", a.device, bM, bN, slots), (slots * bM, bN), slots, True, schedule=schedule,
+                           stream_k=True, **tile_options)
 
-        _WORKSPACE[wkey] = (torch.zeros(slots * bM, bN, device=a.device, dtype=torch.float32),
-                            torch.zeros(slots, device=a.device, dtype=torch.int32))
-    ws, flags = _WORKSPACE[wkey]
-    ma, mb, mc = to_cute(a), to_cute(b), to_cute(c)
-    mw, mf = _host.to_cute(ws, 1), _host.to_cute(flags, 0)
-    stream, scale = _host.current_stream(), cutlass.Float32(float(alpha))
-    f = compiled(ma, mb, mc, a, c, serial_args=(mw, mf), schedule=schedule, stream_k=True, **tile_options)
+
+def _flagged_launch(a, c, ma, mb, stream, scale, splits, wkey, ws_shape, flags, zeroed, **options):
+    """Compile, launch once and return the relauncher of a kernel that reduces in the kernel through
+    an fp32 tile workspace of ``ws_shape`` (``zeroed``: allocated as zeros) and ``flags`` zeroed
+    int32 flags, both kept under ``wkey`` (in-kernel split-K and stream-K)."""
+    import torch
+
+    if wkey not in _WORKSPACE:
+        alloc = torch.zeros if zeroed else torch.empty
+        _WORKSPACE[wkey] = (alloc(*ws_shape, device=a.device, dtype=torch.float32),
+                            torch.zeros(flags, device=a.device, dtype=torch.int32))
+    ws, flag_words = _WORKSPACE[wkey]
+    mc, mw, mf = to_cute(c), _host.to_cute(ws, 1), _host.to_cute(flag_words, 0)
+    f = compiled(ma, mb, mc, a, c, serial_args=(mw, mf), **options)
 
     def run():
-        f(ma, mb, mc, cutlass.Int32(1), scale, stream, mw, mf)
+        f(ma, mb, mc, cutlass.Int32(splits), scale, stream, mw, mf)
 
     run()
     return run

@@ -196,7 +196,7 @@ class GmemC(MemoryResource):
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
         elif cutlass.const_expr(g.split_reduce == "atomic"):
             # the tile's last share to arrive stores C
-            if self.atomic_fixup(acc, m, n, m * g.tiles_n + n, g.splits, tidx, epi_bar):
+            if self.atomic_fixup(acc, m, n, tidx, epi_bar):
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
         elif cutlass.const_expr(g.serial):
@@ -328,7 +328,7 @@ class GmemC(MemoryResource):
                 acc.store(acc.load() + prev.load())
 
     @cute.jit
-    def atomic_fixup(self, acc, wm, wn, flag_idx, arrivals, tidx, epi_bar):
+    def atomic_fixup(self, acc, m, n, tidx, epi_bar):
         """Atomic split-K: every K share adds its fp32 tile into the zeroed tile workspace with
         vector reductions (red.global.add.v2.f32, fire and forget: no share waits for another),
         then counts itself on the tile's flag (acq_rel atomic after a GPU-scope fence and the
@@ -337,13 +337,12 @@ class GmemC(MemoryResource):
         ``acc``, zeroes the workspace tile and the flag for the next launch, and stores C. Nothing
         waits on another CTA, so the hand-over cannot deadlock whatever the residency; the order
         (reductions -> release count -> acquire count -> reads) is the GMEM protocol the checker
-        does not see (docs/gemm.md). ``(wm, wn)``: the workspace tile, ``flag_idx`` its flag,
-        ``arrivals``: how many shares count on it (the split count)."""
+        does not see (docs/gemm.md)."""
         g = self.g
         bM, bN, _ = g.tile_mnk
-        flag = g.mF.iterator + flag_idx
+        flag = g.mF.iterator + (m * g.tiles_n + n)
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
-        tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (wm, wn)))
+        tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
         pair = ir.VectorType.get([2], cutlass.Float32.mlir_type)
         # WGMMA accumulators hold two adjacent columns per register pair: one 8-byte reduction each
         for i in cutlass.range_constexpr(cute.size(acc) // 2):
@@ -355,7 +354,7 @@ class GmemC(MemoryResource):
         last = cutlass.Boolean(False)
         if tidx == self.first_thread:
             seen = cute.arch.atomic_add(flag, cutlass.Int32(1), sem="acq_rel", scope="gpu")
-            last = seen == arrivals - 1
+            last = seen == g.splits - 1
         is_last = nvvm.barrier_cta_red(cutlass.Boolean(last).ir_value(), cutlass.Int32(1 + self.which).ir_value(),
                                        nvvm.BarrierReduxKind.OR, thread_count=cutlass.Int32(self.num_threads).ir_value(),
                                        aligned=True, results=[cutlass.Int32.mlir_type])
