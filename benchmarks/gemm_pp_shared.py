@@ -32,9 +32,16 @@ SIDES = {
     # skip=True: the owner alone releases, the other warp group skips (ring.skip(count=k_tiles))
     "ppskip_s2": dict(schedule="pingpong_shared", tile_mn=(128, 128), skip=True, ab_stages=2),
     "ppskip_s6": dict(schedule="pingpong_shared", tile_mn=(128, 128), skip=True, ab_stages=6),  # proof: 1.65M states
+    # wider tiles per warp group (176 / 192 accumulator registers a thread; 128x224 spills at 232):
+    # cuBLAS's 176-column tile at 1024 x 14336 x 4096, 4 or 5 stages; 192 divides N = 128256
+    "ppskip176_s4": dict(schedule="pingpong_shared", tile_mn=(128, 176), skip=True, ab_stages=4, epi_n=16),
+    "ppskip176_s5": dict(schedule="pingpong_shared", tile_mn=(128, 176), skip=True, ab_stages=5, epi_n=16),
+    "ppskip192_s4": dict(schedule="pingpong_shared", tile_mn=(128, 192), skip=True, ab_stages=4),
+    "coop128x224": dict(schedule="cooperative", tile_mn=(128, 224)),
+    "coop128x176": dict(schedule="cooperative", tile_mn=(128, 176), epi_n=16),
 }
 DEFAULT_SIDES = ["coop128x256", "pp128x128", "pps128x128", "pps128x128g16", "pps64x256", "pps128x128s4"]
-CHECKED = ["pps128x128", "pps64x256", "ppskip_s2", "ppskip_s6"]  # the shared-ring variants: every ragged shape
+CHECKED = ["pps128x128", "pps64x256", "ppskip_s2", "ppskip_s6", "ppskip176_s4", "ppskip176_s5", "ppskip192_s4"]  # the shared-ring variants: every ragged shape
 # M = 1; N not a tile multiple; K % 64 != 0; K < one tile; one tile (Mma1 never owns one); tile counts
 # that give some CTAs an odd number of tiles (the last without a partner) and others an even one
 RAGGED = [(1, 8, 8), (1, 4096, 4096), (129, 264, 72), (200, 136, 40), (128, 128, 64), (127, 4104, 4096),
@@ -102,14 +109,15 @@ def child(args):
     for shape in RAGGED[4:7]:
         for side in checked:
             failures += not check(side, *shape, graph=True)
-    for shape in TIMED:
+    timed = [tuple(int(x) for x in t.split("x")) for t in args.shapes.split(",")] if args.shapes else TIMED
+    for shape in timed:
         for side in sides_run:
             failures += not check(side, *shape, graph=side != "torch")
     print(f"correctness: {failures} failure(s)", flush=True)
 
     sides = ["torch"] + sides_run
     results = {}
-    for M, N, K in TIMED:
+    for M, N, K in timed:
         a, b = inputs(M, N, K)
         c = torch.empty(M, N, device=dev, dtype=torch.bfloat16)
         runs = {s: launcher(s, a, b, c) for s in sides}
@@ -126,12 +134,13 @@ def main():
     p.add_argument("--rep-ms", type=int, default=40)
     p.add_argument("--limit", type=int, default=220, help="seconds the child may run")
     p.add_argument("--sides", default=",".join(DEFAULT_SIDES), help=f"comma-separated, of {sorted(SIDES)}")
+    p.add_argument("--shapes", default="", help="timed shapes MxNxK,... (default: the five of TIMED)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         sys.exit(1 if child(args) else 0)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--rounds", str(args.rounds), "--rep-ms",
-           str(args.rep_ms), "--sides", args.sides]
+           str(args.rep_ms), "--sides", args.sides, "--shapes", args.shapes]
     from _graphs import run_child
     run_child(cmd, args.limit)
 

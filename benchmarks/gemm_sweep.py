@@ -102,6 +102,12 @@ CONFIGS = {
     # 197 against 183 us, benchmarks/results/gemm_176_s23_bf16_h200.log, so it is in no tune set)
     "coop128x176": dict(schedule="cooperative", tile_mn=(128, 176), epi_n=16),
     "coop128x176c12": dict(schedule="cooperative", tile_mn=(128, 176), epi_n=16, cluster_mn=(1, 2)),
+    # CUTLASS's ping-pong (pingpong_shared, skip=True) with a 176- or 192-column tile per warp
+    # group (176 / 192 accumulator registers a thread): one warp group's epilogue under the
+    # other's mainloop; 4 stages (proof 198k states) or 5 (594k)
+    "pps128x176": dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 176), ab_stages=4, epi_n=16),
+    "pps128x176s5": dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 176), ab_stages=5, epi_n=16),
+    "pps128x192": dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 192), ab_stages=4),
     "coop64x256": dict(schedule="cooperative", tile_mn=(64, 256)),
     "coop64x128": dict(schedule="cooperative", tile_mn=(64, 128)),
     # 2x1 clusters: B multicast to the CTA pair along M (a third less L2 -> SMEM traffic per tile)
@@ -159,7 +165,8 @@ FP8_CONFIGS = {"f8coop128x256": "coop128x256", "f8pp128x128": "pp128x128", "f8co
                "f8coop64x32": "coop64x32", "f8coop64x32c12": "coop64x32c12", "f8coop64x64c12": "coop64x64c12",
                "f8coop64x32k256": "coop64x32k256", "f8coop64x32k256pdl": "coop64x32k256pdl",
                "f8coop64x128pdl": "coop64x128pdl", "f8coop128x256sk": "coop128x256sk",
-               "f8coop128x224": "coop128x224", "f8coop128x176": "coop128x176", "f8coop128x176c12": "coop128x176c12"}
+               "f8coop128x224": "coop128x224", "f8coop128x176": "coop128x176", "f8coop128x176c12": "coop128x176c12",
+               "f8pps128x176": "pps128x176", "f8pps128x176s5": "pps128x176s5", "f8pps128x192": "pps128x192"}
 for _f8, _base in FP8_CONFIGS.items():
     CONFIGS[_f8] = dict(CONFIGS[_base], fp8=True)
 for _cfg in CONFIGS.values():
@@ -181,7 +188,7 @@ def tune_set(M, N, K):
                 "coop64x128", "coop128x64", "coop128x128s", "coop64x128p", "coop128x128p", "coop128x256sk", "coop128x224"]
     out = ["coop128x256", "pp128x128", "coop256x128", "coop128x256n", "coop128x256g16", "coop128x128",
            "coop128x256c21", "pp128x128c21", "coop128x256sk", "coop128x256g16sk", "coop128x128sk", "coop128x224",
-           "coop128x176"]
+           "coop128x176", "pps128x176", "pps128x176s5", "pps128x192"]
     return out + (["coop128x64", "coop64x128", "coop64x128pdl", "coop128x128s", "coop128x128p"]
                   if M * N <= 2048 * 2048 else [])
 
@@ -194,7 +201,7 @@ def fp8_tune_set(M, N, K):
         return ["f8coop128x256", "f8coop64x128", "f8coop128x256s", "f8coop64x256s", "f8pp128x128", "f8coop128x64",
                 "f8coop128x128s", "f8coop64x128p", "f8coop128x128p", "f8coop128x224"]
     out = ["f8coop128x256", "f8pp128x128", "f8coop256x128", "f8coop128x128", "f8coop128x256c21", "f8coop128x256sk",
-           "f8coop128x224", "f8coop128x176"]
+           "f8coop128x224", "f8coop128x176", "f8pps128x176", "f8pps128x176s5", "f8pps128x192"]
     return out + (["f8coop128x64", "f8coop64x128pdl", "f8coop128x128s", "f8coop128x128p"]
                   if M * N <= 2048 * 2048 else [])
 

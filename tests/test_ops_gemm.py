@@ -158,6 +158,17 @@ def test_wide_k_tiles_are_candidates_for_small_m():
     assert dict(schedule="cooperative", split_k=1, tile_mn=(64, 128)) in tune.candidates(64, 14336, 4096)
 
 
+def test_wide_pingpong_is_a_candidate_where_tiles_are_many():
+    """CUTLASS's ping-pong (pingpong_shared, skip=True) with cuBLAS's 128x176 tile: 0.996x torch.matmul
+    at 1024 x 14336 x 4096 against 0.935x for cooperative 128x224 in one H200 run
+    (benchmarks/results/gemm_pp176_s24_h200.log); skip and epi_n are configuration keys."""
+    wide = dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 176), ab_stages=4, epi_n=16, split_k=1)
+    for fp8 in (False, True):
+        assert wide in tune.candidates(1024, 14336, 4096, fp8) and wide in tune.candidates(16384, 4096, 14336, fp8)
+        assert wide not in tune.candidates(256, 14336, 4096, fp8) and wide not in tune.candidates(1024, 1024, 1024, fp8)
+    assert tune.normalize(dict(wide, tile_mn=[128, 176])) == wide
+
+
 @pytest.mark.parametrize("M,N,K", [(1, 4096, 4096), (64, 4096, 14336), (256, 128256, 4096), (1024, 1024, 1024),
                                    (16384, 4096, 14336)])
 def test_candidates_are_a_handful_of_valid_configurations(M, N, K):

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ..cachedir import ENV_CACHE_DIR, cache_dir  # noqa: F401  (shared with the verdict cache)
 SCHEMA = 1  # bump when a stored configuration would mean something else
 CONFIG_KEYS = ("schedule", "tile_mn", "raster", "group", "cluster_mn", "split_k", "split_reduce", "block_k",
-               "ab_stages", "pdl")
+               "ab_stages", "pdl", "skip", "epi_n")
 
 
 class AutotuneWarning(UserWarning):
@@ -92,6 +92,9 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
         out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
+        # CUTLASS's ping-pong with cuBLAS's 176-column tile: a warp group's epilogue runs under the
+        # other's mainloop; 656 tiles (4.97 waves) at M = 1024, N = 14336
+        out.append(dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 176), ab_stages=4, epi_n=16, split_k=1))
     return out
 
 
