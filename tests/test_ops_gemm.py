@@ -161,11 +161,14 @@ def test_wide_k_tiles_are_candidates_for_small_m():
 def test_wide_pingpong_is_a_candidate_where_tiles_are_many():
     """CUTLASS's ping-pong (pingpong_shared, skip=True) with cuBLAS's 128x176 tile: 0.996x torch.matmul
     at 1024 x 14336 x 4096 against 0.935x for cooperative 128x224 in one H200 run
-    (benchmarks/results/gemm_pp176_s24_h200.log); skip and epi_n are configuration keys."""
+    (benchmarks/results/gemm_pp176_s24_h200.log); 128x192 won the N = 128256 shapes in the full
+    sweep (gemm_sweep_s24_h200.log); skip and epi_n are configuration keys."""
     wide = dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 176), ab_stages=4, epi_n=16, split_k=1)
+    wider = dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 192), ab_stages=4, split_k=1)
     for fp8 in (False, True):
-        assert wide in tune.candidates(1024, 14336, 4096, fp8) and wide in tune.candidates(16384, 4096, 14336, fp8)
-        assert wide not in tune.candidates(256, 14336, 4096, fp8) and wide not in tune.candidates(1024, 1024, 1024, fp8)
+        for cfg in (wide, wider):
+            assert cfg in tune.candidates(1024, 14336, 4096, fp8) and cfg in tune.candidates(16384, 4096, 14336, fp8)
+            assert cfg not in tune.candidates(256, 14336, 4096, fp8) and cfg not in tune.candidates(1024, 1024, 1024, fp8)
     assert tune.normalize(dict(wide, tile_mn=[128, 176])) == wide
 
 
