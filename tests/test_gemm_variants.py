@@ -242,25 +242,32 @@ def test_tiles_whose_sub_tiles_divide_the_buffers_do_not_drain():
 WIDE_PP = dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 176), ab_stages=4, epi_n=16)
 
 
-@pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
-def test_wide_pingpong_tile_is_safe_and_its_ptx_pinned(ab):
-    """The 4-stage ring of the skip ping-pong with 128x176 tiles: SAFE for every K-tile count, tile
-    count per CTA and ownership sequence (about 198k states, ~20 s; the 5-stage ring, 594k states,
-    is proven at its first compile). Per warp group: 2 m-blocks x 4 k-steps x (peeled + loop)
-    wgmmas, 11 sub-tiles of 16 columns (2 stmatrix, 2 barriers and one TMA store each; 10 waits
-    keep 3 stores in flight, then the tile's drain), and the kernel's final drain."""
+@pytest.mark.parametrize("ab,bN", [("BFloat16", 176), ("Float8E4M3FN", 176), ("BFloat16", 192)])
+def test_wide_pingpong_tile_is_safe_and_its_ptx_pinned(ab, bN):
+    """The 4-stage ring of the skip ping-pong with 128x176 / 128x192 tiles: SAFE for every K-tile
+    count, tile count per CTA and ownership sequence (about 198k states, ~20 s each; the 5-stage
+    ring, 594k states, is proven at its first compile). Per warp group: 2 m-blocks x 4 k-steps x
+    (peeled + loop) wgmmas; 176 columns: 11 sub-tiles of 16 (2 stmatrix, 2 barriers and one TMA
+    store each; 10 waits keep 3 stores in flight, then the tile's drain); 192: 6 sub-tiles of 32
+    on 2 buffers (4 stmatrix each, no drain); and the kernel's final drain."""
     import cutlass
 
     dtype = getattr(cutlass, ab)
-    g = gp.PersistentGemm(ab_dtype=dtype, **WIDE_PP)
-    assert (g.epi_stage, g.epi_drain, g.ab_stage, g.math_tasks) == (4, True, 4, 2)
-    ptx = gp.compile_for_cpu(ab_dtype=dtype, c_dtype=cutlass.BFloat16, **WIDE_PP).artifacts.PTX
+    opts = dict(WIDE_PP, tile_mn=(128, bN), epi_n=16 if bN == 176 else 32)
+    g = gp.PersistentGemm(ab_dtype=dtype, **opts)
+    assert (g.epi_stage, g.epi_drain, g.ab_stage, g.math_tasks) == ((4, True) if bN == 176 else (2, False)) + (4, 2)
+    ptx = gp.compile_for_cpu(ab_dtype=dtype, c_dtype=cutlass.BFloat16, **opts).artifacts.PTX
     verdict = VERDICTS.get(VERDICTS.looked_up[-1])
     assert verdict.verdict == "SAFE" and verdict.states > 100_000
-    mma = "m64n176k16" if ab == "BFloat16" else "m64n176k32"
-    want = {f"wgmma.mma_async.sync.aligned.{mma}": 32, "stmatrix": 44, "bar.sync \t1, 128;": 22,
-            "bar.sync \t2, 128;": 22, "cp.async.bulk.wait_group.read \t3;": 20,
-            "cp.async.bulk.wait_group.read \t0;": 4, "cp.async.bulk.tensor": 24, "mbarrier.init": 12}
+    mma = f"m64n{bN}k16" if ab == "BFloat16" else f"m64n{bN}k32"
+    subs = bN // opts["epi_n"]
+    want = {f"wgmma.mma_async.sync.aligned.{mma}": 32, "stmatrix": 44 if bN == 176 else 48,
+            "bar.sync \t1, 128;": 2 * subs, "bar.sync \t2, 128;": 2 * subs, "cp.async.bulk.tensor": 2 * subs + 2,
+            "mbarrier.init": 12}
+    if bN == 176:
+        want.update({"cp.async.bulk.wait_group.read \t3;": 20, "cp.async.bulk.wait_group.read \t0;": 4})
+    else:
+        want.update({"cp.async.bulk.wait_group.read \t1;": 12, "cp.async.bulk.wait_group.read \t0;": 2})
     assert _common.count_ptx(ptx, want) == want
 
 
