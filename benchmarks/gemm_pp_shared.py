@@ -22,9 +22,16 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+from gemm_sweep import CONFIGS  # noqa: E402  (the sweep's configurations: one definition of each)
+
+
+def _sweep(name):
+    return {k: v for k, v in CONFIGS[name].items() if k != "split_k"}  # the launcher passes split_k=1
+
+
 SIDES = {
-    "coop128x256": dict(schedule="cooperative", tile_mn=(128, 256)),
-    "pp128x128": dict(schedule="pingpong", tile_mn=(128, 128)),
+    "coop128x256": _sweep("coop128x256"),
+    "pp128x128": _sweep("pp128x128"),
     "pps128x128": dict(schedule="pingpong_shared", tile_mn=(128, 128)),
     "pps128x128g16": dict(schedule="pingpong_shared", tile_mn=(128, 128), group=16),
     "pps64x256": dict(schedule="pingpong_shared", tile_mn=(64, 256)),
@@ -34,14 +41,15 @@ SIDES = {
     "ppskip_s6": dict(schedule="pingpong_shared", tile_mn=(128, 128), skip=True, ab_stages=6),  # proof: 1.65M states
     # wider tiles per warp group (176 / 192 accumulator registers a thread; 128x224 spills at 232):
     # cuBLAS's 176-column tile at 1024 x 14336 x 4096, 4 or 5 stages; 192 divides N = 128256
-    "ppskip176_s4": dict(schedule="pingpong_shared", tile_mn=(128, 176), skip=True, ab_stages=4, epi_n=16),
-    "ppskip176_s5": dict(schedule="pingpong_shared", tile_mn=(128, 176), skip=True, ab_stages=5, epi_n=16),
-    "ppskip192_s4": dict(schedule="pingpong_shared", tile_mn=(128, 192), skip=True, ab_stages=4),
-    "coop128x224": dict(schedule="cooperative", tile_mn=(128, 224)),
-    "coop128x176": dict(schedule="cooperative", tile_mn=(128, 176), epi_n=16),
+    "ppskip176_s4": _sweep("pps128x176"),
+    "ppskip176_s5": _sweep("pps128x176s5"),
+    "ppskip192_s4": _sweep("pps128x192"),
+    "coop128x224": _sweep("coop128x224"),
+    "coop128x176": _sweep("coop128x176"),
 }
 DEFAULT_SIDES = ["coop128x256", "pp128x128", "pps128x128", "pps128x128g16", "pps64x256", "pps128x128s4"]
-CHECKED = ["pps128x128", "pps64x256", "ppskip_s2", "ppskip_s6", "ppskip176_s4", "ppskip176_s5", "ppskip192_s4"]  # the shared-ring variants: every ragged shape
+# the shared-ring variants: every ragged shape
+CHECKED = ["pps128x128", "pps64x256", "ppskip_s2", "ppskip_s6", "ppskip176_s4", "ppskip176_s5", "ppskip192_s4"]
 # M = 1; N not a tile multiple; K % 64 != 0; K < one tile; one tile (Mma1 never owns one); tile counts
 # that give some CTAs an odd number of tiles (the last without a partner) and others an even one
 RAGGED = [(1, 8, 8), (1, 4096, 4096), (129, 264, 72), (200, 136, 40), (128, 128, 64), (127, 4104, 4096),
