@@ -48,7 +48,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from diff_fuzz_programs import MUTATIONS, TMA, Pipe, Prog, generate, unrolled  # noqa: E402
+from diff_fuzz_programs import MUTATIONS, TMA, Pipe, Prog, generate, reformed, unrolled  # noqa: E402
 
 MAX_STATES = 200_000  # the same search budget on both sides
 
@@ -169,6 +169,9 @@ def _emit(lib: Lib, nodes, env: Dict[str, Any], loop, tokens: Dict[str, Any]) ->
         elif kind in ("first_iter", "last_iter"):
             with getattr(loop, kind)():
                 _emit(lib, n[1], env, loop, tokens)
+        elif kind == "every":
+            with loop.every(n[1], start=n[2]):
+                _emit(lib, n[3], env, loop, tokens)
         elif kind == "when":
             with lib.when_true(tokens[n[1]], key=n[1]):
                 _emit(lib, n[2], env, loop, tokens)
@@ -341,6 +344,10 @@ RULES = [
     ("only reference", None, r"TmaUmma\): consumer_group.size=\d+ but TCGen05Mma", DELIBERATE,
      "two MMA tasks release one TmaUmma stage: warpsched counts one tcgen05.commit arrival per releasing "
      "task; the reference wants 1 whatever the number of tasks (the stage would free after the first MMA)"),
+    ("only warpsched", r"producer_group is size \d+, but task .* \((\d+) warp\(s\)\) makes \1 producer arrival\(s\) "
+     r"per stage on a UmmaAsync pipeline", r"^$", DELIBERATE,
+     "a UmmaAsync producer task of several warps: each warp's elected thread issues a tcgen05.commit (CUTLASS "
+     "elects per warp) and warpsched counts each; the generator and the reference assume one commit per task"),
     ("only warpsched", r"consumer_group is size \d+, but tasks? .* on a TmaUmma pipeline", r"^$", DELIBERATE,
      "the same TmaUmma arrival count, seen from the other side (two MMA tasks, consumer_group size 1)"),
     ("only reference", None, r"cannot be nested", DELIBERATE,
@@ -456,12 +463,18 @@ class Run:
     twin_classes: collections.Counter = field(default_factory=collections.Counter)
     twin_same: collections.Counter = field(default_factory=collections.Counter)
     twin_diff: list = field(default_factory=list)
+    forms: int = 0  # programs checked again with their loops in another form (same trip counts)
+    form_diff: list = field(default_factory=list)  # (i, prog, twin, outcome, twin outcome): the verdict changed
 
 
-def fuzz(n: int, seed: int, timeout: float, twins: bool = True) -> Run:
+def fuzz(n: int, seed: int, timeout: float, twins: bool = True, forms: bool = True) -> Run:
+    """``twins``: also check each program's unrolled twin on both sides; ``forms``: also check it on
+    warpsched with every loop rewritten in another form of the same trip count (the verdict and the
+    checks that reject must not change)."""
     t_start = time.time()
     ws_lib, ref_lib = warpsched_lib(), reference_lib()
     rng = random.Random(seed)
+    form_rng = random.Random(seed + 1_000_003)  # its own stream: the programs stay those of the seed
     run = Run(n, seed, timeout)
     for i in range(n):
         prog = generate(rng)
@@ -479,6 +492,14 @@ def fuzz(n: int, seed: int, timeout: float, twins: bool = True) -> Run:
                 run.twin_same[side] += a.kind == b.kind
                 if a.kind != b.kind:
                     run.twin_diff.append((i, side, prog, a, b))
+        if forms:
+            form_twin = reformed(prog, form_rng)
+            ws_f = run_side(ws_lib, form_twin, timeout)
+            run.secs["warpsched"] += ws_f.seconds
+            if "timeout" not in (ws.kind, ws_f.kind) and "incomplete" not in (ws.kind, ws_f.kind):
+                run.forms += 1
+                if (ws.kind, ws.checks) != (ws_f.kind, ws_f.checks):
+                    run.form_diff.append((i, prog, form_twin, ws, ws_f))
         cls = verdict_class(ws, ref)
         run.classes[cls] += 1
         run.per_mut[prog.mutation][cls] += 1
@@ -558,6 +579,14 @@ def report(run: Run, show: int) -> str:
         tag = " CHECKER CONFLICT" if side == "warpsched" and twin_conflict(a, b) else ""
         say(f"  #{i} {side}{tag}: loop {a.kind}, unrolled {b.kind} ({prog.mutation}): {_short(text, 120)}")
     say("")
+    say(f"loop-form twins: {run.forms} programs checked again with every loop in another form of the same "
+        "trip count (reversed, strided, offset)")
+    say(f"  verdicts changed by the loop form: {len(run.form_diff)}")
+    for i, prog, twin, a, b in run.form_diff:
+        say(f"  #{i} FORM CHANGED THE VERDICT: {a.kind}{list(a.checks)} -> {b.kind}{list(b.checks)}")
+        say("      " + twin.describe().replace("\n", "\n      "))
+        say(f"      {_short(b.message if b.kind == 'reject' else a.message, 200)}")
+    say("")
     say(f"crashes: {len(run.crashes)}")
     for i, prog, ws, ref in run.crashes:
         for side, o in (("warpsched", ws), ("reference", ref)):
@@ -575,8 +604,10 @@ def main(argv=None) -> int:
     ap.add_argument("--show", type=int, default=2, help="programs printed per disagreement bucket")
     ap.add_argument("--out", default=None, help="also write the report here")
     ap.add_argument("--no-twins", action="store_true", help="skip the unrolled twins")
+    ap.add_argument("--no-forms", action="store_true", help="skip the loop-form twins")
     args = ap.parse_args(argv)
-    text = report(fuzz(args.n, args.seed, args.timeout, twins=not args.no_twins), args.show)
+    text = report(fuzz(args.n, args.seed, args.timeout, twins=not args.no_twins, forms=not args.no_forms),
+                  args.show)
     print(text)
     if args.out:
         with open(args.out, "w") as fh:

@@ -61,6 +61,7 @@ class Prog:
 #   ("op", res, method)                      a call; "decide" on a cond_* resource records its token
 #   ("loop", start, end, step, [nodes])     domain_loop
 #   ("first_iter"|"last_iter", [nodes])     per-iteration guard (inside a loop)
+#   ("every", period, start, [nodes])        d.every(period, start=start): zero-based iterations
 #   ("when", cond, [nodes])                 when_true(token of cond's latest decide, key=cond)
 # A cond_* resource is one runtime flag; tasks that guard with the same cond see the same value.
 def _fmt(nodes) -> str:
@@ -72,6 +73,8 @@ def _fmt(nodes) -> str:
             out.append(f"loop({n[1]},{n[2]},{n[3]}){{{_fmt(n[4])}}}")
         elif n[0] == "when":
             out.append(f"when[{n[1]}]{{{_fmt(n[2])}}}")
+        elif n[0] == "every":
+            out.append(f"every({n[1]},{n[2]}){{{_fmt(n[3])}}}")
         else:
             out.append(f"{n[0]}{{{_fmt(n[1])}}}")
     return " ".join(out)
@@ -128,6 +131,7 @@ def generate(rng: random.Random) -> Prog:
     K = rng.randint(1, 6)
     pipes: List[Pipe] = []
     conditional = set()
+    every: dict = {}  # pipe name -> (period, producer start, consumer start)
     for prod, name, cons in edges:
         ptype = rng.choices(PTYPES, PTYPE_WEIGHTS)[0]
         sig = "TaskWarpLeader" if (warps[prod] > 1 and ptype in TMA) or rng.random() < 0.03 else "All"
@@ -143,6 +147,9 @@ def generate(rng: random.Random) -> Prog:
         pipes.append(p)
         if rng.random() < 0.15:
             conditional.add(name)
+        elif rng.random() < 0.15:  # producer and consumer blocks under every(2, start): in or out of phase
+            s_prod = rng.randint(0, 1)
+            every[name] = (2, s_prod, s_prod if rng.random() < 0.5 else 1 - s_prod)
     # a hardware (DMA) producer reads its inputs asynchronously: an input released inside a
     # when_true block before that load would be malformed on both sides, so keep it unconditional
     hw_out = {e[0] for e, p in zip(edges, pipes) if p.ptype != "AsyncAsync"}
@@ -155,7 +162,7 @@ def generate(rng: random.Random) -> Prog:
         t = TaskD(f"T{i}", w, warps[i], [p.name for p in src] or [f"in_{i}"], [p.name for p in dst] or [f"out_{i}"],
                   [])
         t.src += [f"cond_{p.name}" for p in src + dst if p.name in conditional]
-        t.body = _task_body(rng, t, src, dst, conditional, K)
+        t.body = _task_body(rng, t, src, dst, conditional, K, every)
         tasks.append(t)
         w += warps[i]
     prog = Prog(pipes, tasks, K)
@@ -164,8 +171,18 @@ def generate(rng: random.Random) -> Prog:
     return prog
 
 
-def _iteration(rng: random.Random, t: TaskD, src: List[Pipe], dst: List[Pipe], conditional) -> list:
-    """One iteration's calls: wait/read every input, acquire/fill/commit every output, release."""
+def _iteration(rng: random.Random, t: TaskD, src: List[Pipe], dst: List[Pipe], conditional, every=None) -> list:
+    """One iteration's calls: wait/read every input, acquire/fill/commit every output, release.
+    ``every``: pipe name -> (period, producer start, consumer start): that pipe's blocks run under
+    d.every(period, start) (loop iterations only; None: head and tail iterations)."""
+    every = every or {}
+
+    def on(p, block, side):
+        if p.name not in every:
+            return block
+        period, s_prod, s_cons = every[p.name]
+        return [("every", period, s_prod if side == "prod" else s_cons, block)]
+
     it = []
     if t.src[0].startswith("in_"):
         it.append(("op", t.src[0], "load"))
@@ -179,35 +196,58 @@ def _iteration(rng: random.Random, t: TaskD, src: List[Pipe], dst: List[Pipe], c
         if p.name in conditional:
             it.append(("when", f"cond_{p.name}", block + [("op", p.name, "release")]))
         else:
-            it.extend(block)
-            releases.append(("op", p.name, "release"))
+            it.extend(on(p, block, "cons"))
+            releases.extend(on(p, [("op", p.name, "release")], "cons"))
     for p in dst:
         block = ([("op", p.name, "try_acquire")] if rng.random() < 0.2 else []) + \
                 [("op", p.name, "acquire"), ("op", p.name, "fill"), ("op", p.name, "commit")]
-        it.extend([("when", f"cond_{p.name}", block)] if p.name in conditional else block)
+        it.extend([("when", f"cond_{p.name}", block)] if p.name in conditional else on(p, block, "prod"))
     if t.dst[0].startswith("out_"):
         it.append(("op", t.dst[0], "store"))
     return it + releases
 
 
-def _task_body(rng, t, src, dst, conditional, K) -> list:
-    """K iterations: some in a head before the loop, some in a tail after it."""
-    head = rng.randint(0, 1) if K >= 2 and rng.random() < 0.3 else 0
-    tail = rng.randint(0, 1) if K - head >= 2 and rng.random() < 0.3 else 0
+LOOP_FORMS = ("forward", "offset", "strided", "reversed", "reversed_strided")
+LOOP_FORM_WEIGHTS = (45, 10, 15, 20, 10)
+
+
+def loop_form(rng: random.Random, trip: int, kind: Optional[str] = None) -> Tuple[int, int, int]:
+    """(start, end, step) of a loop that runs exactly ``trip`` times, in one of LOOP_FORMS: counting
+    up from 0 or from another start, strided (step 2 or 3, an end the step need not reach exactly),
+    counting down (step -1, or -2 / -3 strided). ``trip`` 0 gives an empty range of that form."""
+    kind = kind or rng.choices(LOOP_FORMS, LOOP_FORM_WEIGHTS)[0]
+    step = {"forward": 1, "offset": 1, "strided": rng.choice([2, 3]), "reversed": -1,
+            "reversed_strided": -rng.choice([2, 3])}[kind]
+    start = {"forward": 0, "offset": rng.choice([2, -3]), "strided": rng.choice([0, 1, -4]),
+             "reversed": rng.choice([trip, trip + 2, 7, 0]), "reversed_strided": rng.choice([trip * -step, 9, 1])}[kind]
+    sign = 1 if step > 0 else -1
+    if trip > 0:
+        end = start + (trip - 1) * step + sign * rng.randint(1, abs(step))
+    else:
+        end = start - sign * rng.randint(0, 2)
+    assert len(range(start, end, step)) == trip, (kind, start, end, step, trip)
+    return start, end, step
+
+
+def _task_body(rng, t, src, dst, conditional, K, every=None) -> list:
+    """K iterations: some in a head before the loop, some in a tail after it (none when a pipe of
+    the task runs under every(): its phase is the loop's iteration count)."""
+    guarded = bool(every) and any(p.name in every for p in src + dst)
+    head = rng.randint(0, 1) if K >= 2 and rng.random() < 0.3 and not guarded else 0
+    tail = rng.randint(0, 1) if K - head >= 2 and rng.random() < 0.3 and not guarded else 0
     trip = K - head - tail
     body = []
     for _ in range(head):
         body += _iteration(rng, t, src, dst, conditional)
-    start = rng.choice([0, 0, 0, 2])
-    step = rng.choice([1, 1, 1, 2])
-    loop_body = _iteration(rng, t, src, dst, conditional)
+    start, end, step = loop_form(rng, trip)
+    loop_body = _iteration(rng, t, src, dst, conditional, every)
     if rng.random() < 0.15:  # a harmless first-iteration hint
         for i, n in enumerate(loop_body):
             if n[0] == "op" and n[2] in ("acquire", "wait"):
                 if i == 0 or loop_body[i - 1][0] != "op" or not loop_body[i - 1][2].startswith("try_"):
                     loop_body.insert(i, ("first_iter", [("op", n[1], "try_" + n[2])]))
                 break
-    body.append(("loop", start, start + trip * step, step, loop_body))
+    body.append(("loop", start, end, step, loop_body))
     for _ in range(tail):
         body += _iteration(rng, t, src, dst, conditional)
     return body
@@ -292,7 +332,7 @@ def mutate(rng: random.Random, prog: Prog) -> str:
             t.body = _strip(t.body, p.name)
             return f"{t.name} never waits on {p.name} (still in src)"
         lo = t.body[li]
-        trip = (lo[2] - lo[1]) // lo[3]
+        trip = len(range(lo[1], lo[2], lo[3]))
         if li + 1 < len(t.body) and _op_paths(t.body[li + 1:], res=p.name):  # drop the tail iteration's use
             t.body = t.body[:li + 1] + _strip(t.body[li + 1:], p.name)
             return f"{t.name}: tail iteration does not consume {p.name}"
@@ -418,6 +458,8 @@ def _resolve(nodes, i: int, trip: int) -> list:
             out += _resolve(n[1], i, trip) if i == 0 else []
         elif n[0] == "last_iter":
             out += _resolve(n[1], i, trip) if i == trip - 1 else []
+        elif n[0] == "every":
+            out += _resolve(n[3], i, trip) if i >= n[2] and (i - n[2]) % n[1] == 0 else []
         else:
             out.append(n)
     return out
@@ -444,4 +486,24 @@ def unrolled(prog: Prog) -> Optional[Prog]:
             else:
                 body.append(n)
         t.body = body
+    return twin
+
+
+# ---------------------------------------------------------------------- loop-form twin
+def reformed(prog: Prog, rng: random.Random) -> Prog:
+    """The same program with every domain_loop written in another form (LOOP_FORMS) with the same
+    trip count: forward <-> reversed, strided, offset. Guards count iterations from 0, so no
+    verdict may change."""
+    twin = copy.deepcopy(prog)
+    for t in twin.tasks:
+        for i, n in enumerate(t.body):
+            if n[0] == "loop":
+                trip = len(range(n[1], n[2], n[3])) if n[3] else 0
+                now = n[1:4]
+                for _ in range(8):
+                    form = loop_form(rng, trip)
+                    if form != now:
+                        break
+                t.body[i] = ("loop", *form, n[4])
+    twin.note = (twin.note + " [loop forms rewritten]").strip()
     return twin

@@ -21,6 +21,8 @@ import cutlass.cute as cute
 
 from ..model.ir import Section, StepKind
 from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
+from ..model.iteration import (count_of, every_fires, forward_form, is_last_value, is_nonempty, reached,
+                               value_of_forward)
 from ..model.tripcount import TripCount, runtime_bound
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
@@ -281,15 +283,20 @@ class TaskEmitter:
                 def first(inner):
                     self._block(inner, loop_steps, base.with_(loop_offset=start, first=True), 0)
 
-                dyn_if(env, keys, start < end, first)
+                dyn_if(env, keys, is_nonempty(start, end, step), first)
                 self._drop_try(env, loop_steps)
                 loop_start = start + step
                 base = base.with_(first=False, min_count=1)
 
-            def body(i, inner):
+            # scf.for wants a positive step: a reversed loop runs its forward form (the same
+            # trip count) and maps each forward value back (model/iteration.py)
+            f_start, f_end, f_step = forward_form(loop_start, end, step)
+
+            def body(j, inner):
+                i = value_of_forward(j, loop_start, end, step)
                 self._block(inner, loop_steps, base.with_(loop_offset=i), 0)
 
-            dyn_for(env, keys, loop_start, end, step, body, unroll=dl.unroll)
+            dyn_for(env, keys, f_start, f_end, f_step, body, unroll=dl.unroll)
             self._drop_try(env, loop_steps)
         self._block(env, self.sched.by_section(Section.TAIL), frame, 0)
 
@@ -444,20 +451,14 @@ class TaskEmitter:
             if g.kind == "first_iter":
                 return frame.first if frame.first is not None else i == frame.start
             if g.kind == "last_iter":
-                if isinstance(frame.step, int) and frame.step < 0:
-                    return i + frame.step <= frame.end
-                return i + frame.step >= frame.end
+                return is_last_value(i, frame.end, frame.step)
             if frame.first:  # peeled iteration: count 0
                 return g.start == 0
             if g.period == 1:
                 if frame.min_count >= g.start:
                     return True
-                # count >= start  <=>  i >= loop start + start * step (positive step), no division
-                return i >= frame.start + g.start * frame.step
-            count = i - frame.start
-            if not (isinstance(frame.step, int) and frame.step == 1):
-                count = count // frame.step
-            return ((count % g.period) == (g.start % g.period)) & (count >= g.start)
+                return reached(i, frame.start, frame.step, g.start)  # count >= start, no division
+            return every_fires(count_of(i, frame.start, frame.step), g.period, g.start)
         if g.kind in ("when_true", "when_false"):
             key = self._tkey(g.token)
             if key not in env:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from .source import SourceLoc
+from .iteration import forward_form, static_trip_count
 
 
 class Section(enum.Enum):
@@ -185,9 +186,14 @@ class DomainLoop:
 
     @property
     def trip_count(self) -> Optional[int]:
-        if not self.is_static or self.step == 0:
-            return None
-        return len(range(self.start, self.end, self.step))
+        """``len(range(start, end, step))`` for compile-time bounds (model/iteration.py)."""
+        return static_trip_count(self.start, self.end, self.step)
+
+    @property
+    def forward(self) -> Tuple[Any, Any, Any]:
+        """``(first, bound, stride)`` of the forward loop with the same trip count: the loop
+        itself, or ``(end, start, -step)`` for a compile-time negative step (model/iteration.py)."""
+        return forward_form(self.start, self.end, self.step)
 
     @property
     def static_start(self) -> Optional[int]:

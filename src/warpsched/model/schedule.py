@@ -266,6 +266,10 @@ def _push_guard(cap: _Capture, guard: Guard):
 def domain_loop(start, end=None, step=1, *, unroll=1, count=None):
     """The schedule's loop over ``range(start, end, step)`` (``domain_loop(n)`` is ``range(n)``).
 
+    Any non-zero step: ``domain_loop(5, 0, -1)`` runs 5 iterations (5, 4, 3, 2, 1), and its
+    ``first_iter`` / ``last_iter`` / ``every`` guards count iterations from 0 whatever the
+    start and step (model/iteration.py).
+
     A bound may be a ``Task`` method (a dynamic, per-work-tile domain provider), a runtime value,
     or a ``trip_count(...)``. The checker reads the trip count from the end when start and step
     are ints; with a runtime start or step (a grid-stride loop) it takes every count >= 0 unless
@@ -281,6 +285,10 @@ def domain_loop(start, end=None, step=1, *, unroll=1, count=None):
         _fail("schedule capture", f"domain_loop(count={count!r}) is not an int or a trip_count(...)", location=loc,
               expected="an int >= 0, or trip_count(name, min=..., divisibility=...)",
               fix="declare the loop's trip count with warpsched.trip_count, or leave count out")
+    if type(step) is int and step == 0:
+        _fail("schedule capture", f"domain_loop({start!r}, {end!r}, 0): a loop's step cannot be 0", location=loc,
+              expected="a non-zero step: positive counts up, negative counts down (range(start, end, step))",
+              fix="use step=1 (or -1 for a loop that counts down)")
     if cap.domain_loop is not None:
         _fail("schedule capture", "a schedule may contain at most one domain_loop", location=loc,
               expected=f"one domain_loop (the first is at {cap.domain_loop.location})",

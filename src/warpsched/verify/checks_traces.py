@@ -12,6 +12,7 @@ import itertools
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..model.ir import Guard, ScheduleResult, Section, Step
+from ..model.iteration import ITERATION_GUARDS, guard_fires
 
 MAX_KEYS_ENUMERATED = 3  # more runtime keys: only all-true / all-false
 
@@ -50,13 +51,11 @@ def _skip_patterns(sched: ScheduleResult) -> List[Tuple[bool, ...]]:
 
 
 def runs(guard: Guard, i: Optional[int], n: int, keys: Dict[str, bool], skipped: bool) -> bool:
+    """Whether ``guard`` runs its block at zero-based loop iteration ``i`` (None: outside the
+    loop) of an ``n``-iteration loop, under runtime key values ``keys`` and a (not) skipped tile."""
     k = guard.kind
-    if k == "first_iter":
-        return i == 0
-    if k == "last_iter":
-        return i is not None and i == n - 1
-    if k == "every":
-        return i is not None and i >= guard.start and (i - guard.start) % max(1, guard.period) == 0
+    if k in ITERATION_GUARDS:
+        return i is not None and guard_fires(k, i, n, guard.period or 1, guard.start or 0)
     if k == "when_true":
         return keys.get(repr(guard.key), True)
     if k == "when_false":

@@ -249,12 +249,14 @@ class _Builder:
         loop_steps = by[Section.LOOP]
         if d is not None and loop_steps and not (d.trip_count == 0):
             head = len(prog)
-            start = d.start if type(d.start) is int else 0
-            step = d.step if type(d.step) is int and d.step > 0 else 1
+            # the loop's forward form has its trip count (a reversed loop runs as many iterations
+            # as range(end, start, -step)); guards read the zero-based counter, not the value
+            first, end, stride = d.forward
+            start = first if type(first) is int else 0
+            step = stride if type(stride) is int and stride > 0 else 1
             syncs = any(s.kind.is_sync or s.kind in (StepKind.QueueFetch, StepKind.QueueAdvance) for s in loop_steps)
-            end = d.end
             offset = 0
-            runtime_lattice = type(d.start) is not int or type(d.step) is not int
+            runtime_lattice = type(first) is not int or type(stride) is not int
             if d.count is not None or runtime_lattice:
                 # a grid-stride loop: the count is not the end's; declared by count=, else >= 0
                 end = d.count if d.count is not None else _AnyCount(d)
