@@ -386,10 +386,32 @@ RULES = [
     ("only warpsched", r"race: .* \(between its acquire and commit\)", r"^$", DELIBERATE,
      "conservative: TS's pipeline window (a producer holds the stage from acquire to commit); here the "
      "commit moved past another acquire. On TMA the commit is a no-op, so the hardware would not race"),
+    ("only warpsched", r"\[dma ordering\] \S+\(\) \(\w+ producer\) reads \w+ outside its wait\(\)/release\(\) window",
+     r"^$", REF_GAP, "a hardware producer's load (TMA / UMMA) on iterations where the task holds no stage of its "
+     "upstream (every() guards out of phase, a wait deleted): it reads a stage already handed back or not yet "
+     "waited; the reference's DMA-edge rule reads the order of the loop body, not the guards' iterations (it "
+     "rejects the unrolled twin of the handed-back case)"),
+    ("only warpsched", r"unconsumed commit: ", r"^$", REF_GAP,
+     "a committed stage that a consumer never waits for on some path (its when_true only it has): a dropped "
+     "tile, and the producer's end-of-kernel drain waits for it forever"),
+    ("only warpsched", r"\.wait\(\) is never released \(and no other task releases", r"^$", REF_GAP,
+     "the release sits under a when_true only this task has: on the false path the waited stage is never "
+     "handed back"),
+    ("only reference", None, r"missing ProducerCommit after ProducerWork group", DELIBERATE,
+     "the acquire with no commit sits under an every() guard that never fires at the compiled trip count (dead "
+     "code): warpsched checks the trip count the kernel is compiled with, the reference the code as written"),
     ("timeout", None, None, BUDGET,
      "per-iteration runtime flags multiply the states past max_states (warpsched explores every flag "
      "value on every iteration; the reference one value per key per run)"),
 ]
+
+
+def form_key(o: "Outcome") -> Tuple[str, Tuple[str, ...], bool]:
+    """What a loop's form may not change: the verdict, the static checks that reject, and whether the
+    exhaustive checker rejects. (Which problem kinds the checker reports beyond the first depends on
+    the order it meets them in: it searches only a little further once the program is UNSAFE.)"""
+    return (o.kind, tuple(c for c in o.checks if not c.startswith("checker:")),
+            any(c.startswith("checker:") for c in o.checks))
 
 
 def twin_conflict(loop: "Outcome", twin: Optional["Outcome"]) -> bool:
@@ -498,7 +520,7 @@ def fuzz(n: int, seed: int, timeout: float, twins: bool = True, forms: bool = Tr
             run.secs["warpsched"] += ws_f.seconds
             if "timeout" not in (ws.kind, ws_f.kind) and "incomplete" not in (ws.kind, ws_f.kind):
                 run.forms += 1
-                if (ws.kind, ws.checks) != (ws_f.kind, ws_f.checks):
+                if form_key(ws) != form_key(ws_f):
                     run.form_diff.append((i, prog, form_twin, ws, ws_f))
         cls = verdict_class(ws, ref)
         run.classes[cls] += 1

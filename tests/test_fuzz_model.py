@@ -128,8 +128,11 @@ def make_schedule(data, resources, group, K=3):
     persistent = data.draw(st.floats(0, 1)) < 0.3
     queue = one_of(data, [r for r in resources if isinstance(r, WorkQueue)] or [None], resources + ["q"])
     skip_if = one_of(data, [None, FuzzQueue.skip_work_tile_if, lambda t: False], [5, Gmem.store, lambda a, b, c: 1])
-    bounds = one_of(data, [(0, 4, 1), (0, 3, 1), (1, 8, 2), (0, DynTask.get_domain_size, 1), (0, K, 1), (0, K, 1)],
-                    [(0, 4, 0), ("a", 4, 1), (0, None, 1), (0, 4, -1), (0, 2.5, 1), (0, Gmem.store, 1)])
+    # reversed, strided and empty loops are well formed too (issue 30); a zero step is not
+    bounds = one_of(data, [(0, 4, 1), (0, 3, 1), (1, 8, 2), (0, DynTask.get_domain_size, 1), (0, K, 1), (0, K, 1),
+                           (4, 0, -1), (7, -2, -3), (3, 3, 1), (0, 4, -1), (5, 0, -2)] +
+                    ([(K, 0, -1), (K - 1, -1, -1)] if not isinstance(K, int) else [(K, 0, -1)]),
+                    [(0, 4, 0), ("a", 4, 1), (0, None, 1), (0, 2.5, 1), (0, Gmem.store, 1)])
     has_loop = data.draw(st.booleans())
     split = data.draw(st.integers(0, len(ops)))
     counts = [draw_count(data, K) for _ in range(3)]

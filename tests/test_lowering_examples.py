@@ -44,6 +44,11 @@ EXPECTED = {
     # interleaved_copy, warp-lane (stride 2, 4 stages): init 4 + 4; arrive = commit + release (each warp
     # arrives on its own lane's stage); try_wait = acquire + wait (no producer_tail on an interleaved lane).
     "interleaved_copy": {"mbarrier.init": 8, "mbarrier.arrive": 2, "mbarrier.try_wait": 2, "expect_tx": 0},
+    # reversed_copy (AsyncAsync, 2 stages, the producer's loop counts down, with first_iter): init 2 + 2;
+    # arrive = the peeled first iteration's commit + the loop's commit + the release; try_wait = the
+    # peeled and the loop's acquire + wait + producer_tail (2); ld.global = x in the peeled iteration and the loop.
+    "reversed_copy": {"mbarrier.init": 4, "mbarrier.arrive": 3, "mbarrier.try_wait": 5, "expect_tx": 0,
+                      "ld.global": 2, "st.global": 5},
     "wgmma_gemm": {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "expect_tx": 1,
                    "cp.async.bulk.tensor": 10, "wgmma.mma_async": 8, "wgmma.commit_group": 2,
                    "wgmma.wait_group": 2, "setmaxnreg": 2, "setmaxnreg.inc.sync.aligned.u32 \t232": 1,
