@@ -14,17 +14,18 @@ bucketed by (warpsched's finding check names, the reference check that raised) a
 by RULES (read by hand). warpsched never imports the reference; this script does.
 
 Loop bounds are Python ints, so both sides check exactly that trip count (the reference
-unrolls it; warpsched reads a compile-time int end as that exact count, model/tripcount.py).
+unrolls it; warpsched reads ``len(range(start, end, step))`` exactly, model/iteration.py), in any
+direction and stride (diff_fuzz_programs.LOOP_FORMS).
 
 Unrolled twins: a program without when_true is also checked with every loop written out as
 straight-line code (before an empty loop); on exact trip counts the exhaustive checker must give
 the same verdict (a static check reads the loop body as written, for every count, so it may not).
 
-RESULTS (seed 0, 300 programs: benchmarks/results/diff_fuzz.txt, ~30 s; seed 1, 1000 programs:
-benchmarks/results/diff_fuzz_seed1_n1000.txt, ~70 s): 0 crashes on either side; no well-formed
-program rejected by warpsched alone; the checker's verdict never changes on an unrolled twin
-(215/215, 749/749). What every disagreement bucket means -- warpsched gaps (one fixed here), reference
-gaps, deliberate differences -- is written up in docs/porting_differences.md and encoded in RULES.
+Loop-form twins: every program is checked again by warpsched with each loop rewritten in another
+form of the same trip count (reversed, strided, offset); the verdict may not change (``form_key``).
+
+Results, and what every disagreement bucket means (warpsched gaps, reference gaps, deliberate
+differences), are in docs/porting_differences.md, encoded in RULES.
 """
 from __future__ import annotations
 
