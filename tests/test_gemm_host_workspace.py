@@ -1,5 +1,5 @@
 """The GEMM host's in-kernel reductions on the CPU (no torch, no GPU: a stand-in torch module and a
-recording ``compiled``): the fp32 tile workspace and int32 flags that in-kernel split-K
+recording TVM-FFI ``compiled_ffi``): the fp32 tile workspace and int32 flags that in-kernel split-K
 ("serial", "parallel", "atomic") and stream-K allocate, which of them start zeroed, the compile
 options and the split count each launch passes, and that a second call reuses the workspace."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ class _Alloc:
 
 @pytest.fixture
 def host(monkeypatch):
-    from warpsched.kernels import _host, gemm_host
+    from warpsched.kernels import _host, gemm_host, gemm_launch
 
     fake_torch = types.SimpleNamespace(float32="float32", int32="int32", allocs=[])
 
@@ -35,47 +35,49 @@ def host(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", fake_torch)
     launches, compiles = [], []
 
-    def compiled(ma, mb, mc, a, c, serial_args=(), **options):
+    def compiled_ffi(a_dtype, c_dtype, **options):  # the TVM-FFI launch: torch tensors as they are
         compiles.append(options)
         return lambda *args: launches.append(args)
 
-    monkeypatch.setattr(gemm_host, "compiled", compiled)
-    monkeypatch.setattr(gemm_host, "to_cute", lambda t: t)
+    monkeypatch.setattr(gemm_launch, "compiled_ffi", compiled_ffi)
+    monkeypatch.setattr(_host, "_FFI", [True])
     monkeypatch.setattr(gemm_host, "max_ctas", lambda: 132)
-    monkeypatch.setattr(_host, "to_cute", lambda t, *_: t)
-    monkeypatch.setattr(_host, "current_stream", lambda: "stream")
     monkeypatch.setattr(gemm_host, "_WORKSPACE", {})
     return types.SimpleNamespace(gemm_host=gemm_host, torch=fake_torch, launches=launches, compiles=compiles)
 
 
-def _splits(launch):
-    return launch[3].value if hasattr(launch[3], "value") else int(launch[3])
-
-
 @pytest.mark.parametrize("mode,slabs,zeroed", [("serial", 1, False), ("parallel", 2, False), ("atomic", 1, True)])
 def test_in_kernel_split_k_workspace(host, mode, slabs, zeroed):
-    import cutlass
-
     a, b, c = FakeTensor((300, 4096)), FakeTensor((1000, 4096)), FakeTensor((300, 1000))
     rows = 384  # 300 rows in 128-row tiles
-    for _ in range(2):
-        run = host.gemm_host._serial(a, b, c, "ma", "mb", "stream", cutlass.Float32(1.0), 3, rows, "cooperative",
-                                     mode, {"tile_mn": (128, 256)})
-    ws, flags = host.torch.allocs  # allocated once for both calls
+    plans = [host.gemm_host.plan(a, b, c, "cooperative", 3, mode, tile_mn=(128, 256)) for _ in range(2)]
+    ws, flags = host.torch.allocs  # allocated once for both plans
     assert ws.shape == (slabs * rows, 1024) and ws.kind == ("zeros" if zeroed else "empty") and ws.dtype == "float32"
     assert flags.shape == (3 * 4,) and flags.kind == "zeros" and flags.dtype == "int32"  # one per 128x256 tile
     assert host.compiles[0] == dict(schedule="cooperative", split_k=True, split_reduce=mode, tile_mn=(128, 256))
-    run()
-    assert len(host.launches) == 3 and all(_splits(x) == 3 and x[-2:] == (ws, flags) for x in host.launches)
+    for p in plans + plans[:1]:
+        p(a, b, c, 1.0)
+    assert len(host.launches) == 3 and all(x == (a, b, c, 3, 1.0, ws, flags) for x in host.launches)
 
 
 def test_stream_k_workspace(host):
     a, b, c = FakeTensor((1024, 4096)), FakeTensor((14336, 4096)), FakeTensor((1024, 14336))
-    for _ in range(2):
-        run = host.gemm_host._stream_k(a, b, c, 1.0, "cooperative", "host", 64, {"tile_mn": (128, 256)})
+    plans = [host.gemm_host.plan(a, b, c, "cooperative", "stream", "host", tile_mn=(128, 256)) for _ in range(2)]
     ws, flags = host.torch.allocs
     assert ws.shape == (2 * 132 * 128, 256) and ws.kind == "zeros" and ws.dtype == "float32"  # a tile per slot
     assert flags.shape == (2 * 132,) and flags.kind == "zeros" and flags.dtype == "int32"
     assert host.compiles[0] == dict(schedule="cooperative", stream_k=True, tile_mn=(128, 256))
-    run()
-    assert len(host.launches) == 3 and all(_splits(x) == 1 and x[-2:] == (ws, flags) for x in host.launches)
+    for p in plans + plans[:1]:
+        p(a, b, c, 2.0)
+    assert len(host.launches) == 3 and all(x == (a, b, c, 1, 2.0, ws, flags) for x in host.launches)
+
+
+def test_device_scales_follow_the_workspace_or_two_nones(host):
+    """fp8 device scales are the kernel's last two arguments: after (workspace, flags), or after two
+    Nones where the kernel has neither."""
+    a, b = FakeTensor((1024, 4096), "torch.float8_e4m3fn"), FakeTensor((4096, 4096), "torch.float8_e4m3fn")
+    c = FakeTensor((1024, 4096))
+    p = host.gemm_host.plan(a, b, c, "cooperative", 1, device_scale=True)
+    p(a, b, c, 1.0, ("sa", "sb"))
+    assert host.launches[-1] == (a, b, c, 1, 1.0, None, None, "sa", "sb")
+    assert host.compiles[-1] == dict(schedule="cooperative", device_scale=True)

@@ -299,8 +299,10 @@ def test_reversed_loops_with_a_runtime_bound():
     assert run_checker(_copy((0, K, 1), (0, K, -1))).verdict == "UNSAFE"
 
 
-def test_a_zero_step_is_refused_where_it_is_written():
-    from warpsched import ScheduleError
+def test_a_zero_step_is_rejected_with_the_task_and_the_call():
+    """A zero step is captured (the TS validation page's rejected example) and rejected by the
+    domain-validity check, which names the task and the domain_loop's file:line."""
+    from warpsched import TaskManager, ValidationError
 
     m = Marks(name="M")
 
@@ -309,7 +311,7 @@ def test_a_zero_step_is_refused_where_it_is_written():
         with domain_loop(0, 5, 0):
             m.body()
 
-    with pytest.raises(ScheduleError) as err:
-        zero(m)
+    with pytest.raises(ValidationError) as err:
+        TaskManager(tasks=[task("T", zero(m), src=[m])], verbose=False)
     text = str(err.value)
-    assert "step cannot be 0" in text and "test_loop_forms.py" in text and "step=1" in text
+    assert "domain_loop step is 0" in text and "task 'T'" in text and "test_loop_forms.py" in text, text

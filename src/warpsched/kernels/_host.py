@@ -32,6 +32,38 @@ def count_ptx(ptx, patterns=PTX_PATTERNS):
     return {p: sum(p in line for line in lines) for p in patterns}
 
 
+_FFI = []
+
+
+def ffi_enabled() -> bool:
+    """Launch through TVM FFI: ``apache-tvm-ffi`` is installed and ``WARPSCHED_TVM_FFI`` is not "0".
+    Kernels are then compiled once with fake operands (``--enable-tvm-ffi``) and called with the
+    torch tensors themselves on torch's current stream: the call checks shapes, strides, dtypes and
+    alignment in C and costs microseconds, where the JIT executor's per-call argument adaptation
+    (``from_dlpack``, CuTe tensors) costs hundreds."""
+    if not _FFI:
+        ok = os.environ.get("WARPSCHED_TVM_FFI", "1") != "0"
+        if ok:
+            try:
+                import tvm_ffi  # noqa: F401
+            except ImportError:
+                ok = False
+        _FFI.append(ok)
+    return _FFI[0]
+
+
+def ffi_options(arch=None):
+    """``ptx_options`` plus the TVM-FFI calling convention."""
+    return ptx_options(arch) + " --enable-tvm-ffi"
+
+
+def fake_env_stream():
+    """The stream argument of a TVM-FFI compile: the caller's current (torch) stream at each call."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    return make_fake_stream(use_tvm_ffi_env_stream=True)
+
+
 def cutlass_dtype(torch_dtype):
     import cutlass
     import torch

@@ -48,7 +48,7 @@ class PersistentGemm:
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
                  b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False, epi_n=32,
-                 epi_sync="pair", l2_hint=None, stream_k=False):
+                 epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -71,6 +71,11 @@ class PersistentGemm:
                                   "C must be bf16 or fp16 (A/B fp8 e4m3 / e5m2 with C bf16 or fp16)")
         self.b_dtype = b_dtype
         self.scaled = ab_dtype in fp8  # fp8: the epilogue multiplies by alpha = scale_a * scale_b
+        if device_scale and not self.scaled:
+            raise GemmConfigError("device_scale=True: only the fp8 kernels scale their output")
+        # fp8, device_scale: scale_a and scale_b are one-element fp32 tensors the kernel reads itself
+        # (no host sync to read them, and a CUDA graph replays whatever values they hold)
+        self.device_scale = bool(device_scale)
         if split_k and schedule != "cooperative":
             raise GemmConfigError("split_k=True: only the cooperative schedule splits K (pingpong pairs tiles)")
         self.cluster_mn = tuple(cluster_mn)
@@ -276,12 +281,14 @@ class PersistentGemm:
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, splits: cutlass.Int32,
                  alpha: cutlass.Float32, stream, mW: Optional[cute.Tensor] = None,
-                 mF: Optional[cute.Tensor] = None):
+                 mF: Optional[cute.Tensor] = None, mScaleA: Optional[cute.Tensor] = None,
+                 mScaleB: Optional[cute.Tensor] = None):
         """``mC``: C, or with host-reduced split-K the fp32 workspace of ``splits`` x ceil(M / bM) * bM
         rows. ``alpha``: the fp8 kernels' output scale (scale_a * scale_b); unused otherwise.
         In-kernel split-K: ``mW`` one fp32 tile per output tile (tile-padded M x N; parallel:
         ``splits - 1`` such slabs, stacked along M), ``mF`` one int32 flag per output tile, zero
-        before the launch (the kernel leaves them zero)."""
+        before the launch (the kernel leaves them zero). ``mScaleA`` / ``mScaleB`` (``device_scale``):
+        one-element fp32 tensors; the output scale is alpha * scale_a[0] * scale_b[0]."""
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -298,7 +305,7 @@ class PersistentGemm:
         grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
         # stream-K: num_units is the tile count here, so this is gemm_streamk.ctas_for (units are set per CTA)
         kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                           self.c_staged, splits, alpha, mW, mF)
+                           self.c_staged, splits, alpha, mW, mF, mScaleA, mScaleB)
         if cutlass.const_expr(cm * cn > 1):
             kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[cm * cn, 1, 1], min_blocks_per_mp=1,
                         stream=stream, use_pdl=self.pdl)
@@ -323,7 +330,8 @@ class PersistentGemm:
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
                tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
                b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout, splits: cutlass.Int32,
-               alpha: cutlass.Float32, mW: Optional[cute.Tensor], mF: Optional[cute.Tensor]):
+               alpha: cutlass.Float32, mW: Optional[cute.Tensor], mF: Optional[cute.Tensor],
+               mScaleA: Optional[cute.Tensor], mScaleB: Optional[cute.Tensor]):
         bM, bN, bK = self.tile_mnk
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
@@ -343,6 +351,8 @@ class PersistentGemm:
         grid, _, _ = cute.arch.grid_dim()
         self.mA, self.mB, self.mC = mA, mB, mC
         self.alpha = alpha
+        if cutlass.const_expr(self.device_scale):
+            self.alpha = alpha * mScaleA[0] * mScaleB[0]
         self.mW, self.mF = mW, mF
         self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
         # the mainloop's two MMA objects have a fixed ACCUMULATE field; the epilogue gets its own copy

@@ -285,10 +285,6 @@ def domain_loop(start, end=None, step=1, *, unroll=1, count=None):
         _fail("schedule capture", f"domain_loop(count={count!r}) is not an int or a trip_count(...)", location=loc,
               expected="an int >= 0, or trip_count(name, min=..., divisibility=...)",
               fix="declare the loop's trip count with warpsched.trip_count, or leave count out")
-    if type(step) is int and step == 0:
-        _fail("schedule capture", f"domain_loop({start!r}, {end!r}, 0): a loop's step cannot be 0", location=loc,
-              expected="a non-zero step: positive counts up, negative counts down (range(start, end, step))",
-              fix="use step=1 (or -1 for a loop that counts down)")
     if cap.domain_loop is not None:
         _fail("schedule capture", "a schedule may contain at most one domain_loop", location=loc,
               expected=f"one domain_loop (the first is at {cap.domain_loop.location})",
