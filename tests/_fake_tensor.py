@@ -20,3 +20,6 @@ class FakeTensor:
 
     def data_ptr(self):
         return self._ptr
+
+    def get_device(self):
+        return 0 if self.is_cuda else -1

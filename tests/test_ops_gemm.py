@@ -37,13 +37,15 @@ class T:
     def dim(self): return len(self.shape)
     def stride(self, i=None): return self._strides if i is None else self._strides[i]
     def data_ptr(self): return 4096
+    def get_device(self): return 0
     def t(self): return T(self.shape[::-1], self._strides[::-1], self.dtype)
 
 sys.modules["torch"] = types.ModuleType("torch")  # gemm() imports torch before the kernel
+sys.modules["torch"].empty = None  # kept with the plan (out is given here)
 calls = []
 class Plan:  # what gemm_host.plan returns: a launcher (TVM FFI: it checks alignment itself)
     ffi = True
-    def __call__(self, *args): calls.append(args[3:])
+    def launch(self, *args): calls.append(args[3:])
 
 gemm_host.plan = lambda a, b, c, **kw: calls.append((b.shape, c.shape, kw)) or Plan()
 a, b, out = T((64, 128), (128, 1)), T((128, 256), (1, 128)), T((64, 256), (256, 1))

@@ -61,18 +61,53 @@ def _tma_ready(t):
     return t if _tma_aligned(t) else t.contiguous()
 
 
-def compiled(kern_key, args):
-    """The kernel for (dtype, head dim, causal, options), compiled once (shapes are dynamic)."""
+def _kernel(kern_key):
+    dtype, head_dim, causal, options = kern_key
+    return FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal,
+                          **{"max_ctas": _host.num_sms(), **dict(options)})
+
+
+def _record_verdict(kern_key):
     from warpsched.verify.verdicts import VERDICTS
 
+    checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
+    VERDICT_OF[kern_key] = getattr(checked, "verdict", "not checked")
+
+
+def compiled(kern_key, args):
+    """The kernel for (dtype, head dim, causal, options), compiled once (shapes are dynamic) for the
+    JIT executor: called with CuTe tensors."""
     if kern_key not in _CACHE:
-        dtype, head_dim, causal, options = kern_key
-        kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal,
-                              **{"max_ctas": _host.num_sms(), **dict(options)})
-        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
-        checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
-        VERDICT_OF[kern_key] = getattr(checked, "verdict", "not checked")
+        _CACHE[kern_key] = cute.compile(_kernel(kern_key), *args, options=_host.ptx_options())
+        _record_verdict(kern_key)
     return _CACHE[kern_key]
+
+
+def fake_operands(dtype, head_dim):
+    """Fake q, k, v, out (B, H, S, D) and lse (B, H, S): every size but D symbolic, strides multiples
+    of 8 elements, 16-byte aligned (what TMA needs; ``_tma_ready`` makes inputs so)."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    B, H, Hk, Sq, Sk = (cute.sym_int32() for _ in range(5))
+
+    def bhsd(heads, seq):
+        return make_fake_tensor(dtype, (B, heads, seq, head_dim), (cute.sym_int64(divisibility=8),
+                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
+
+    lse = make_fake_tensor(cutlass.Float32, (B, H, Sq), (cute.sym_int64(), cute.sym_int64(), 1), assumed_align=16)
+    return bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), lse
+
+
+def compiled_ffi(kern_key):
+    """The same kernel for TVM-FFI calls (``_host.ffi_enabled``): compiled once with fake operands and
+    the caller's current stream; called as ``f(q, k, v, out, lse, scale)`` with torch tensors."""
+    k = kern_key + ("tvm-ffi",)
+    if k not in _CACHE:
+        dtype, head_dim = kern_key[0], kern_key[1]
+        _CACHE[k] = cute.compile(_kernel(kern_key), *fake_operands(dtype, head_dim), cutlass.Float32(0.125),
+                                 _host.fake_env_stream(), options=_host.ffi_options())
+        _record_verdict(kern_key)
+    return _CACHE[k]
 
 
 def tuned_options(head_dim, causal):
@@ -131,10 +166,15 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
                                    "16-byte aligned strides and address; pass a contiguous out")
     if tuple(lse.shape) != (B, H, Sq) or lse.dtype != torch.float32 or lse.stride(2) != 1:
         raise AttentionConfigError(f"lse {tuple(lse.shape)} {lse.dtype}: expected ({B}, {H}, {Sq}) float32")
-    scale = cutlass.Float32(1.0 / math.sqrt(D) if scale is None else float(scale))
-    args = [_host.to_cute(t, 3) for t in (q, k, v, out)] + [_host.to_cute(lse, 2), scale,
-                                                              _host.current_stream()]
-    f = compiled((_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items()))), args)
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    kern_key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
+    if _host.ffi_enabled() and _tma_aligned(out) and lse.data_ptr() % 16 == 0:  # what the fake operands assume
+        f = compiled_ffi(kern_key)
+        args = (q, k, v, out, lse, scale)
+    else:
+        args = [_host.to_cute(t, 3) for t in (q, k, v, out)] + [_host.to_cute(lse, 2), cutlass.Float32(scale),
+                                                                  _host.current_stream()]
+        f = compiled(kern_key, args)
     return (lambda: f(*args)), out, lse
 
 
@@ -150,16 +190,9 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
 
 def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
     """Compile for ``arch`` with fake (B, H, S, D) tensors (every size but D symbolic)."""
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_stream
 
-    B, H, Hk, Sq, Sk = (cute.sym_int32() for _ in range(5))
-
-    def bhsd(heads, seq):
-        return make_fake_tensor(dtype, (B, heads, seq, head_dim), (cute.sym_int64(divisibility=8),
-                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
-
-    lse = make_fake_tensor(cutlass.Float32, (B, H, Sq), (cute.sym_int64(), cute.sym_int64(), 1), assumed_align=16)
     kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal, **options)
-    return cute.compile(kern, bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), lse, cutlass.Float32(0.125),
-                        make_fake_stream(), options=_host.ptx_options(arch))
+    return cute.compile(kern, *fake_operands(dtype, head_dim), cutlass.Float32(0.125), make_fake_stream(),
+                        options=_host.ptx_options(arch))
 

@@ -90,9 +90,11 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
     return _CACHE[k]
 
 
-def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16):
+def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16, c_rows_free=False):
     """Fake row-major A (M x K), B (N x K), C (M x N) for compiles without tensors, A and B of their
-    own types: M any, N a multiple of 8, K and the (symbolic) leading strides multiples of ``k_align``."""
+    own types: M any, N a multiple of 8, K and the (symbolic) leading strides multiples of ``k_align``.
+    ``c_rows_free``: C's rows are a symbol of their own (host-reduced split-K's workspace has
+    splits x tile-padded M rows)."""
     from cutlass.cute.runtime import make_fake_tensor
 
     M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=k_align)
@@ -100,7 +102,7 @@ def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16):
     def rows(dtype, shape):
         return make_fake_tensor(dtype, shape, (cute.sym_int64(divisibility=k_align), 1), assumed_align=16)
 
-    return rows(ab_dtype, (M, K)), rows(b_dtype, (N, K)), rows(c_dtype, (M, N))
+    return rows(ab_dtype, (M, K)), rows(b_dtype, (N, K)), rows(c_dtype, (cute.sym_int32() if c_rows_free else M, N))
 
 
 def fake_workspace(cols_divisibility=16):
@@ -125,8 +127,8 @@ def compiled_ffi(a_dtype, c_dtype, **options):
         from cutlass.cute.runtime import make_fake_tensor
 
         kern = _kernel(a_dtype, c_dtype, options)
-        ops = fake_operands(kern.ab_dtype, kern.b_dtype, kern.c_dtype,
-                            k_align=8 if kern.b_dtype is kern.ab_dtype else 16)
+        ops = fake_operands(kern.ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is kern.ab_dtype else 16,
+                            c_rows_free=kern.split_k and not kern.serial)
         extra = fake_workspace() if (kern.serial or kern.stream_k) else ()
         if kern.device_scale:
             extra = (extra or (None, None)) + tuple(make_fake_tensor(cutlass.Float32, (1,), (1,), assumed_align=4)
@@ -163,6 +165,11 @@ class GemmPlan:
         self.f = compiled_ffi(a_dtype, out_dtype, **options) if self.ffi else None
         mid = (ws, flags) if target == "flags" else ((None, None) if self.device_scale else ())
         self.mid = mid
+        # the common case, one launch writing c, without the general path's branches
+        self.launch = self._direct if (self.ffi and target == "c" and not mid) else self.__call__
+
+    def _direct(self, a, b, c, alpha=1.0, scales=()):
+        self.f(a, b, c, 1, alpha)
 
     def __call__(self, a, b, c, alpha=1.0, scales=()):
         out = self.ws if self.target == "host" else c

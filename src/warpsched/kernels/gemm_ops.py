@@ -134,6 +134,14 @@ def _scales(a, scale_a, scale_b):
                         if hasattr(s, "data_ptr") else one for s in (scale_a, scale_b))
 
 
+def _config_key(config):
+    """A configuration dict as a plan-cache key (lists as tuples); unknown keys fail in normalize."""
+    try:
+        return tuple(sorted(_tune.normalize(config).items()))
+    except (ValueError, AttributeError, TypeError):
+        return ("unhashable", id(config))
+
+
 def _kind(s):
     return None if s is None else ("tensor" if hasattr(s, "data_ptr") else "float")
 
@@ -156,23 +164,22 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     The first call for a (shapes, strides, dtypes, device, config, scale kinds) key checks the
     operands, looks up (or tunes) the configuration and compiles; the launch plan is then kept in
     memory, and later calls with that key only launch (through TVM FFI where it is installed)."""
-    fast = isinstance(config, str) and cache is None
+    fast = cache is None
     if fast:
-        pkey = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.device,
-                None if out is None else (out.shape, out.stride(), out.dtype), out_dtype, config, deterministic,
+        ckey = config if isinstance(config, str) else _config_key(config)
+        pkey = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(),
+                None if out is None else (out.shape, out.stride(), out.dtype), out_dtype, ckey, deterministic,
                 _kind(scale_a), _kind(scale_b))
         hit = _PLANS.get(pkey)
         if hit is not None:
-            plan, M, N, o_dtype = hit
+            plan, shape, o_dtype, device, empty = hit
             if not plan.ffi:  # the JIT executor checks nothing itself (TVM FFI checks alignment in C)
                 check(a, b, out, out_dtype)
-            alpha, scales = _scales(a, scale_a, scale_b)
+            alpha, scales = (1.0, ()) if scale_a is None and scale_b is None else _scales(a, scale_a, scale_b)
             if out is None:
-                import torch
-
-                out = torch.empty(M, N, device=a.device, dtype=o_dtype)
+                out = empty(shape, device=device, dtype=o_dtype)
             try:
-                plan(a, b.t(), out, alpha, scales)
+                plan.launch(a, b.t(), out, alpha, scales)
             except Exception:
                 check(a, b, out, out_dtype)  # a misaligned base, say: the error that names the fix
                 raise
@@ -206,7 +213,7 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     else:
         raise GemmArgumentError(f"config={config!r}: expected 'auto', 'default' or a configuration dict")
     plan = gp.plan(a, bt, out, device_scale=bool(scales), **cfg)
-    plan(a, bt, out, alpha, scales)
+    plan.launch(a, bt, out, alpha, scales)
     if fast:
-        _PLANS[pkey] = (plan, M, N, out.dtype)
+        _PLANS[pkey] = (plan, (M, N), out.dtype, a.device, torch.empty)
     return out

@@ -1,0 +1,54 @@
+"""warpsched's kernels as torch operators: ``import warpsched.torch_ops`` registers
+
+- ``torch.ops.warpsched.gemm(a, b, scale_a=None, scale_b=None, out_dtype=None)``: ``warpsched.ops.gemm``
+  (a (M, K) row-major, b (K, N) column-major; fp8 with per-tensor scales);
+- ``torch.ops.warpsched.attention_fwd(q, k, v, causal=False, scale=None) -> (out, lse)``:
+  ``warpsched.ops.attention`` with its log-sum-exp.
+
+Each has a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model that calls
+them without a graph break, and CUDA-graph capture works (fp8 scales are read on the device). The
+ops are functional (they return new tensors); the kernels are the ones ``warpsched.ops`` runs, so a
+compiled model computes the same bits as the eager one. They are defined with ``torch.library.Library``
+and a CUDA kernel registration (what ``torch.library.custom_op`` wraps), which keeps the dispatcher's
+cost per call low. Importing this module imports torch.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import ops
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_LIB = torch.library.Library("warpsched", "DEF")  # noqa: TOR901 - the op namespace is ours
+_LIB.define("gemm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None) "
+            "-> Tensor")
+_LIB.define("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) -> (Tensor, Tensor)")
+
+
+def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None):
+    """a @ b on warpsched's persistent GEMM (see ``warpsched.ops.gemm``)."""
+    return ops.gemm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+
+
+def attention_fwd(q, k, v, causal=False, scale=None):
+    """softmax(q k^T * scale) v and its (B, H, S_q) fp32 log-sum-exp (see ``warpsched.ops.attention``)."""
+    return ops.attention(q, k, v, causal=causal, scale=scale, out=q.new_empty(q.shape), return_lse=True)
+
+
+_LIB.impl("gemm", gemm, "CUDA")
+_LIB.impl("attention_fwd", attention_fwd, "CUDA")
+
+
+@torch.library.register_fake("warpsched::gemm", lib=_LIB)
+def _gemm_fake(a, b, scale_a=None, scale_b=None, out_dtype=None):
+    dtype = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=dtype)
+
+
+@torch.library.register_fake("warpsched::attention_fwd", lib=_LIB)
+def _attention_fwd_fake(q, k, v, causal=False, scale=None):
+    B, H, S, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((B, H, S), dtype=torch.float32)
+
+
+__all__ = ["attention_fwd", "gemm"]
