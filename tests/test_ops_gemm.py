@@ -280,3 +280,25 @@ class _no_warning:
     def __exit__(self, *exc):
         self._w.__exit__(*exc)
         return False
+
+
+def test_leading_dims_are_rows_of_a_view(monkeypatch):
+    """(..., K) activations: gemm runs on the (rows, K) view and returns (..., N); no copy is made."""
+    orig, seen = ops_gemm.gemm, []
+
+    def inner(a, b, out=None, **kw):
+        seen.append((a.shape, a.stride(), out))
+        return T((a.shape[0], b.shape[1]))
+
+    monkeypatch.setattr(ops_gemm, "gemm", inner)
+    res = orig(T((2, 8, 128)), col(128, 256))
+    assert seen == [((16, 128), (128, 1), None)] and res.shape == (2, 8, 256)
+    with pytest.raises(ops_gemm.GemmArgumentError, match=r"cannot be viewed as \(rows, 128\) without a copy"):
+        orig(T((2, 8, 128), strides=(128, 256, 1)), col(128, 256))
+    with pytest.raises(ops_gemm.GemmArgumentError, match="expected"):
+        orig(T((2, 8, 128)), col(128, 256), T((2, 4, 256)))
+
+
+def test_a_batched_b_is_refused_with_the_alternative():
+    with pytest.raises(ops_gemm.GemmArgumentError, match="torch.bmm"):
+        ops_gemm.check(T((2, 8, 128)), T((2, 128, 256), strides=(32768, 1, 128)))

@@ -26,12 +26,15 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
 
 def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None, config="auto", cache=None):
     """out = a @ b on Hopper: bf16 / fp16 (out the same dtype), or fp8 e4m3 / e5m2 with per-tensor
-    ``scale_a`` / ``scale_b`` and a bf16 (default) or fp16 ``out_dtype``; layouts as
-    ``torch._scaled_mm``: ``a`` (M, K) row-major, ``b`` (K, N) column-major (``w.t()`` of an
-    (N, K) weight). The persistent warp-specialized GEMM (``warpsched.kernels.gemm_*``), autotuned per
-    (shape, dtypes, device) with the choice cached on disk (``config="auto"``; or "default", or
-    a configuration dict). Unsupported input raises ``GemmArgumentError`` (a ``ValueError``)
-    naming the fix. See ``warpsched.kernels.gemm_ops.gemm`` and docs/gemm.md."""
+    ``scale_a`` / ``scale_b`` (floats, or one-element tensors read on the device: no host sync, CUDA
+    graphs replay their current values) and a bf16 (default) or fp16 ``out_dtype``; layouts as
+    ``torch._scaled_mm``: ``a`` (M, K) row-major, or (..., K) (its rows, as a view), ``b`` (K, N)
+    column-major (``w.t()`` of an (N, K) weight). The persistent warp-specialized GEMM
+    (``warpsched.kernels.gemm_*``), autotuned per (shape, dtypes, device) with the choice cached on
+    disk (``config="auto"``; or "default", or a configuration dict). The first call for a shape checks,
+    tunes and compiles; later calls launch through TVM FFI within a few microseconds of
+    ``torch.matmul`` (docs/torch.md). Unsupported input raises ``GemmArgumentError`` (a
+    ``ValueError``) naming the fix. See ``warpsched.kernels.gemm_ops.gemm`` and docs/gemm.md."""
     from warpsched.kernels import gemm_ops as _gemm
 
     return _gemm.gemm(a, b, out, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config, cache=cache)

@@ -151,9 +151,11 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
     import torch
 
     B, H, Sq, D = q.shape
+    options_given = bool(options)
     if not options:
         options = tuned_options(D, causal) if out is None or _tma_aligned(out) else {}
 
+    q0, k0, v0 = q, k, v
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
     if out is None:
         out = torch.empty_like(q)
@@ -175,16 +177,48 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
         args = [_host.to_cute(t, 3) for t in (q, k, v, out)] + [_host.to_cute(lse, 2), cutlass.Float32(scale),
                                                                   _host.current_stream()]
         f = compiled(kern_key, args)
-    return (lambda: f(*args)), out, lse
+
+    def launch():
+        f(*args)
+
+    # what a later call with the same key may reuse: the kernel and the scale (inputs used as they are)
+    launch.ffi_plan = (f, scale) if (len(args) == 6 and args[0] is q0 and args[1] is k0 and args[2] is v0
+                                     and not options_given) else None
+    return launch, out, lse
+
+
+_PLANS = {}  # (shapes, strides, dtypes, device, causal, scale) -> (TVM-FFI kernel, scale, LSE shape)
 
 
 def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
     """softmax(q k^T * scale) v for (B, H, S, D) tensors, as torch SDPA (``is_causal=causal``,
     top-left aligned); ``scale`` defaults to 1 / sqrt(D). K and V may have fewer heads than Q
     (grouped-query attention). Returns ``out`` (and the (B, H, S_q) fp32 log-sum-exp with
-    ``return_lse``)."""
+    ``return_lse``).
+
+    A call whose inputs TMA reads as they are, through TVM FFI, keeps its plan per (shapes, strides,
+    dtypes, device, causal, scale): a later call with that key skips the Python checks and only
+    allocates the outputs and launches (the kernel call checks shapes, strides and alignment)."""
+    pkey = None
+    if out is None and lse is None:
+        pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+                q.get_device(), causal, scale)
+        hit = _PLANS.get(pkey)
+        if hit is not None:
+            f, scale_v, lse_shape, empty_like, empty, f32 = hit
+            out = empty_like(q)
+            lse = empty(lse_shape, device=q.device, dtype=f32)
+            try:
+                f(q, k, v, out, lse, scale_v)
+                return (out, lse) if return_lse else out
+            except Exception:  # noqa: BLE001 - a misaligned input, say: the full path copies or names it
+                out = lse = None
     launch, out, lse = prepare(q, k, v, causal, scale, out, lse)
     launch()
+    if pkey is not None and getattr(launch, "ffi_plan", None) is not None:
+        import torch
+
+        _PLANS[pkey] = launch.ffi_plan + (lse.shape, torch.empty_like, torch.empty, torch.float32)
     return (out, lse) if return_lse else out
 
 

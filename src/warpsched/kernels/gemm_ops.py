@@ -28,9 +28,13 @@ def _name(dtype) -> str:
 def check(a, b, out=None, out_dtype=None):
     """Validate the operands (no torch import: anything with torch's tensor attributes works).
     Returns (M, N, K, out dtype name)."""
+    if b.dim() == 3:
+        raise GemmArgumentError(f"b {tuple(b.shape)} is batched: gemm takes a (..., K) and a 2-D b (K, N); for "
+                                "a batched product use torch.bmm, or call gemm once per batch")
     for nm, t in (("a", a), ("b", b)):
         if t.dim() != 2:
-            raise GemmArgumentError(f"{nm} has {t.dim()} dimensions; gemm takes 2-D a (M, K) and b (K, N)")
+            raise GemmArgumentError(f"{nm} has {t.dim()} dimensions; gemm takes 2-D a (M, K) and b (K, N) "
+                                    "(gemm itself views an a of (..., K) as its rows)")
         if not t.is_cuda:
             raise GemmArgumentError(f"{nm} is on {t.device}; move it to the GPU (.cuda())")
     a_t, b_t = _name(a.dtype), _name(b.dtype)
@@ -134,6 +138,25 @@ def _scales(a, scale_a, scale_b):
                         if hasattr(s, "data_ptr") else one for s in (scale_a, scale_b))
 
 
+def _rows(t, name):
+    """``t`` (..., C) as a (rows, C) view; a layout that needs a copy is refused (a model's large
+    activations are never copied behind its back)."""
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        raise GemmArgumentError(f"{name} {tuple(t.shape)} with strides {tuple(t.stride())} cannot be viewed as "
+                                f"(rows, {t.shape[-1]}) without a copy; pass {name}.contiguous()") from None
+
+
+def _leading_dims(a, b, out, **kw):
+    lead = tuple(a.shape[:-1])
+    if out is not None and tuple(out.shape[:-1]) != lead:
+        raise GemmArgumentError(f"out {tuple(out.shape)}: expected {lead + (b.shape[-1],)} for a {tuple(a.shape)} "
+                                f"@ b {tuple(b.shape)}")
+    res = gemm(_rows(a, "a"), b, None if out is None else _rows(out, "out"), **kw)
+    return res.view(*lead, res.shape[-1]) if out is None else out
+
+
 def _config_key(config):
     """A configuration dict as a plan-cache key (lists as tuples); unknown keys fail in normalize."""
     try:
@@ -164,6 +187,9 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     The first call for a (shapes, strides, dtypes, device, config, scale kinds) key checks the
     operands, looks up (or tunes) the configuration and compiles; the launch plan is then kept in
     memory, and later calls with that key only launch (through TVM FFI where it is installed)."""
+    if a.dim() > 2 and b.dim() == 2:  # (..., K) activations: the rows of a view, no copy
+        return _leading_dims(a, b, out, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                             cache=cache, deterministic=deterministic)
     fast = cache is None
     if fast:
         ckey = config if isinstance(config, str) else _config_key(config)

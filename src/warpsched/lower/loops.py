@@ -21,8 +21,7 @@ import cutlass.cute as cute
 
 from ..model.ir import Section, StepKind
 from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
-from ..model.iteration import (count_of, every_fires, forward_form, is_last_value, is_nonempty, reached,
-                               value_of_forward)
+from ..model.iteration import ITERATION_GUARDS, forward_form, guard_on_value, is_nonempty, value_of_forward
 from ..model.tripcount import TripCount, runtime_bound
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
@@ -445,20 +444,11 @@ class TaskEmitter:
 
     def _predicate(self, env, g, frame, step):
         i = frame.loop_offset
-        if g.kind in ("first_iter", "last_iter", "every"):
+        if g.kind in ITERATION_GUARDS:
             if i is None:
                 raise LoweringError(f"{g.describe()} outside the domain loop", task=self.task, location=g.location)
-            if g.kind == "first_iter":
-                return frame.first if frame.first is not None else i == frame.start
-            if g.kind == "last_iter":
-                return is_last_value(i, frame.end, frame.step)
-            if frame.first:  # peeled iteration: count 0
-                return g.start == 0
-            if g.period == 1:
-                if frame.min_count >= g.start:
-                    return True
-                return reached(i, frame.start, frame.step, g.start)  # count >= start, no division
-            return every_fires(count_of(i, frame.start, frame.step), g.period, g.start)
+            return guard_on_value(g.kind, g.period, g.start, i, frame.start, frame.end, frame.step, peeled=frame.first,
+                                  min_count=frame.min_count)
         if g.kind in ("when_true", "when_false"):
             key = self._tkey(g.token)
             if key not in env:

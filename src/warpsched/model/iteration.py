@@ -88,6 +88,23 @@ def every_fires(count: Any, period: int, start: int) -> Any:
     return ((count % period) == (start % period)) & (count >= start)
 
 
+def guard_on_value(kind: str, period: int, start: int, value: Any, loop_start: Any, loop_end: Any, step: Any, *,
+                   peeled: Optional[bool] = None, min_count: int = 0) -> Any:
+    """The lowering's form of ``guard_fires``: the guard at loop *value* ``value`` (an int or a DSL
+    integer) of ``range(loop_start, loop_end, step)``, without the trip count. ``peeled``: True in a
+    peeled first iteration, False in the loop after it, None when unknown; ``min_count``: the
+    smallest zero-based count the code runs at (an every(1, start) known to hold is True)."""
+    if kind == "first_iter":
+        return peeled if peeled is not None else value == loop_start
+    if kind == "last_iter":
+        return is_last_value(value, loop_end, step)
+    if peeled:  # the peeled iteration is count 0
+        return start == 0
+    if period == 1:
+        return True if min_count >= start else reached(value, loop_start, step, start)
+    return every_fires(count_of(value, loop_start, step), period, start)
+
+
 def guard_fires(kind: str, count: int, trip: int, period: int = 1, start: int = 0) -> bool:
     """Whether an iteration guard runs its block at zero-based ``count`` of a ``trip``-iteration
     loop (Python ints: the static checks and the tests' interpreters)."""
