@@ -95,8 +95,11 @@ def test_accepts_torch_scaled_mm_layouts():
 
 
 @pytest.mark.parametrize("a,b,out,kw,needle", [
-    (T((64, 128)), T((128, 256)), None, {}, "b must be column-major"),
-    (T((64, 128), strides=(1, 64)), col(128, 256), None, {}, "a must be row-major"),
+    (T((64, 128), "torch.float8_e4m3fn"), T((128, 256), "torch.float8_e4m3fn"), None, {}, "fp8 is K-major only"),
+    (T((64, 128), "torch.float8_e4m3fn", strides=(1, 64)), col(128, 256, "torch.float8_e4m3fn"), None, {},
+     r"a must be row-major \(K contiguous\) \(fp8 is K-major only\)"),
+    (T((64, 128), strides=(256, 2)), col(128, 256), None, {}, "a must be row-major"),
+    (T((64, 128)), T((128, 256), strides=(512, 2)), None, {}, "b must be column-major"),
     (T((64, 128)), col(64, 256), None, {}, "pass w.t()"),
     (T((64, 128), cuda=False), col(128, 256), None, {}, "move it to the GPU"),
     (T((64, 128), "torch.float32"), col(128, 256), None, {}, "supported: torch.bfloat16"),
@@ -302,3 +305,13 @@ def test_leading_dims_are_rows_of_a_view(monkeypatch):
 def test_a_batched_b_is_refused_with_the_alternative():
     with pytest.raises(ops_gemm.GemmArgumentError, match="torch.bmm"):
         ops_gemm.check(T((2, 8, 128)), T((2, 128, 256), strides=(32768, 1, 128)))
+
+
+def test_transposed_16_bit_operands_are_accepted():
+    """A backward pass's operands: a column-major (dY^T) and b row-major (W, X); alignment is checked
+    on their leading (non-unit) stride."""
+    assert ops_gemm.check(T((64, 128), strides=(1, 64)), col(128, 256)) == (64, 256, 128, "bfloat16")
+    assert ops_gemm.check(T((64, 128)), T((128, 256))) == (64, 256, 128, "bfloat16")
+    assert ops_gemm.check(T((64, 128), strides=(1, 64)), T((128, 256))) == (64, 256, 128, "bfloat16")
+    with pytest.raises(ops_gemm.GemmArgumentError, match="16-byte aligned"):
+        ops_gemm.check(T((60, 128), strides=(1, 60)), col(128, 256))  # M = 60: its columns are not 16-byte aligned

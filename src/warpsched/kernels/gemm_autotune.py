@@ -27,12 +27,13 @@ class AutotuneWarning(UserWarning):
 
 
 def cache_key(M: int, N: int, K: int, a_dtype, b_dtype, out_dtype, device_name: str,
-              deterministic: bool = True) -> str:
+              deterministic: bool = True, majors: str = "") -> str:
     """One key per problem: shape, the three dtypes (torch or plain names) and the device name;
-    a choice made with ``deterministic=False`` has its own key (it may be a nondeterministic one)."""
+    a choice made with ``deterministic=False`` has its own key (it may be a nondeterministic one),
+    and so do transposed operands (``majors``: e.g. "a-m", "b-n", "a-m,b-n"; "" for K-major both)."""
     names = [str(d).replace("torch.", "") for d in (a_dtype, b_dtype, out_dtype)]
     return "|".join(["gemm", str(int(M)), str(int(N)), str(int(K)), *names, str(device_name)]
-                    + ([] if deterministic else ["nondeterministic"]))
+                    + ([] if deterministic else ["nondeterministic"]) + ([majors] if majors else []))
 
 
 def normalize(config: Dict) -> Dict:

@@ -35,12 +35,15 @@ def check_args(a, b, c):
                                       "torch.float8_e5m2 and c torch.bfloat16 or torch.float16")
             raise GemmConfigError(f"{name} is {t.dtype}; supported: torch.bfloat16, torch.float16 (or fp8 a and b: "
                                   "torch.float8_e4m3fn, torch.float8_e5m2)")
-        if t.stride(1) != 1:
+        transposed = name != "c" and not fp8 and t.stride(0) == 1 and t.stride(1) != 1  # M- / N-major A / B
+        if t.stride(1) != 1 and not transposed:
             raise GemmConfigError(f"{name} must be row-major with unit column stride (got strides {t.stride()}); "
-                                  f"pass {name}.contiguous()")
-        if (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
-            raise GemmConfigError(f"{name}: TMA needs a 16-byte aligned base and row stride (row stride "
-                                  f"{t.stride(0)} elements); K and N must be multiples of 8 (fp8: K of 16)")
+                                  f"pass {name}.contiguous()" + (" (a 16-bit a / b may also be column-major)"
+                                                                 if name != "c" and not fp8 else ""))
+        lead = t.stride(1) if transposed else t.stride(0)
+        if (lead * t.element_size()) % 16 or t.data_ptr() % 16:
+            raise GemmConfigError(f"{name}: TMA needs a 16-byte aligned base and leading stride ({lead} elements); "
+                                  "K and N must be multiples of 8 (fp8: K of 16), and M too for a column-major a")
     M, K = a.shape
     N, K2 = b.shape
     if K2 != K or tuple(c.shape) != (M, N):
@@ -89,6 +92,10 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
         tile_options["b_dtype"] = b.dtype  # part of the compile key (the MMA and B's SMEM type)
     if device_scale:
         tile_options["device_scale"] = True
+    if a.stride(1) != 1:  # a transposed operand (check_args allows it for 16-bit types)
+        tile_options["a_major"] = "m"
+    if b.stride(1) != 1:
+        tile_options["b_major"] = "n"
     M, K = a.shape
     N = b.shape[0]
     bK = tile_options.get("block_k") or (128 if fp8 else 64)

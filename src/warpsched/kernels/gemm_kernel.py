@@ -48,7 +48,7 @@ class PersistentGemm:
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
                  b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False, epi_n=32,
-                 epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False):
+                 epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False, a_major="k", b_major="k"):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -133,7 +133,17 @@ class PersistentGemm:
         # (A, B) cache-hint operands of the TMA loads (CUTLASS's CacheHintSm90 values); None: the DSL's default
         self.l2_policy = L2_HINTS[l2_hint]
         self.threads = 128 * (1 + self.consumer_wgs)
-        self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
+        self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR  # C, and A / B when K-major
+        # A (M, K) and B (N, K): K-major (the default, and all fp8 takes), or M- / N-major for 16-bit
+        # types (a transposed operand, as a backward pass has: WGMMA reads either from SMEM)
+        if a_major not in ("k", "m") or b_major not in ("k", "n") or (self.scaled and (a_major, b_major) != ("k", "k")):
+            raise GemmConfigError(f"a_major={a_major!r}, b_major={b_major!r} ({ab_dtype.__name__}): A is 'k' (row-major "
+                                  "(M, K)) or 'm', B 'k' (column-major (K, N)) or 'n'; fp8 operands are K-major only "
+                                  "(pass a.contiguous() / b.t().contiguous().t())")
+        self.a_major, self.b_major = a_major, b_major
+        major = {"k": cutlass.tensor_utils.LayoutEnum.ROW_MAJOR, "m": cutlass.tensor_utils.LayoutEnum.COL_MAJOR,
+                 "n": cutlass.tensor_utils.LayoutEnum.COL_MAJOR}
+        self.a_layout, self.b_layout = major[a_major], major[b_major]
         self.smem_capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         self.num_units = None  # runtime, set while tracing
         self._plan(ab_stages, block_k)
@@ -185,7 +195,9 @@ class PersistentGemm:
                 + (" skip" if self.skip else "") + (" pdl" if self.pdl else "")
                 + (f" epi_n {self.epi_n}" if self.epi_n != 32 else "")
                 + (f" epi_sync {self.epi_sync}" if self.epi_sync != "pair" else "")
-                + (f" l2 {self.l2_hint}" if self.l2_hint else ""))
+                + (f" l2 {self.l2_hint}" if self.l2_hint else "")
+                + (f" A {self.a_major}-major" if self.a_major != "k" else "")
+                + (f" B {self.b_major}-major" if self.b_major != "k" else ""))
 
     def epilogue_copy(self, tiled_mma):
         """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""
@@ -195,14 +207,14 @@ class PersistentGemm:
 
     def _make_tiled_mma(self):
         return sm90_utils.make_trivial_tiled_mma(
-            self.ab_dtype, self.b_dtype, self.layout.sm90_mma_major_mode(), self.layout.sm90_mma_major_mode(),
+            self.ab_dtype, self.b_dtype, self.a_layout.sm90_mma_major_mode(), self.b_layout.sm90_mma_major_mode(),
             self.acc_dtype, (self.wgs_per_mma_task, 1, 1), tiler_mn=(64, self.tile_mn[1]))
 
     def _setup(self):
         self.tiled_mma = self._make_tiled_mma()
         assert self.tile_mnk[2] % cute.size(self.tiled_mma.shape_mnk, mode=[2]) == 0, "WGMMA K differs from _plan"
-        self.a_staged = sm90_utils.make_smem_layout_a(self.layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
-        self.b_staged = sm90_utils.make_smem_layout_b(self.layout, self.tile_mnk, self.b_dtype, self.ab_stage)
+        self.a_staged = sm90_utils.make_smem_layout_a(self.a_layout, self.tile_mnk, self.ab_dtype, self.ab_stage)
+        self.b_staged = sm90_utils.make_smem_layout_b(self.b_layout, self.tile_mnk, self.b_dtype, self.ab_stage)
         self.c_staged = sm90_utils.make_smem_layout_epi(self.c_dtype, self.layout, self.epi_tile, self.epi_stage)
         for staged, elems in ((self.a_staged, self.a_elems), (self.b_staged, self.b_elems),
                               (self.c_staged, self.c_elems)):

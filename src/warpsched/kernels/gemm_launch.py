@@ -90,19 +90,22 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
     return _CACHE[k]
 
 
-def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16, c_rows_free=False):
+def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16, c_rows_free=False, a_major="k", b_major="k"):
     """Fake row-major A (M x K), B (N x K), C (M x N) for compiles without tensors, A and B of their
     own types: M any, N a multiple of 8, K and the (symbolic) leading strides multiples of ``k_align``.
     ``c_rows_free``: C's rows are a symbol of their own (host-reduced split-K's workspace has
-    splits x tile-padded M rows)."""
+    splits x tile-padded M rows). ``a_major="m"`` / ``b_major="n"``: A / B with unit stride along M / N
+    (a transposed operand), its other stride a multiple of ``k_align``."""
     from cutlass.cute.runtime import make_fake_tensor
 
     M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=k_align)
 
-    def rows(dtype, shape):
-        return make_fake_tensor(dtype, shape, (cute.sym_int64(divisibility=k_align), 1), assumed_align=16)
+    def rows(dtype, shape, mn_major=False):
+        lead = cute.sym_int64(divisibility=k_align)
+        return make_fake_tensor(dtype, shape, (1, lead) if mn_major else (lead, 1), assumed_align=16)
 
-    return rows(ab_dtype, (M, K)), rows(b_dtype, (N, K)), rows(c_dtype, (cute.sym_int32() if c_rows_free else M, N))
+    return (rows(ab_dtype, (M, K), a_major == "m"), rows(b_dtype, (N, K), b_major == "n"),
+            rows(c_dtype, (cute.sym_int32() if c_rows_free else M, N)))
 
 
 def fake_workspace(cols_divisibility=16):
@@ -128,7 +131,7 @@ def compiled_ffi(a_dtype, c_dtype, **options):
 
         kern = _kernel(a_dtype, c_dtype, options)
         ops = fake_operands(kern.ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is kern.ab_dtype else 16,
-                            c_rows_free=kern.split_k and not kern.serial)
+                            c_rows_free=kern.split_k and not kern.serial, a_major=kern.a_major, b_major=kern.b_major)
         extra = fake_workspace() if (kern.serial or kern.stream_k) else ()
         if kern.device_scale:
             extra = (extra or (None, None)) + tuple(make_fake_tensor(cutlass.Float32, (1,), (1,), assumed_align=4)

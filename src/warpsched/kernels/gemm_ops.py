@@ -49,15 +49,21 @@ def check(a, b, out=None, out_dtype=None):
     if K2 != K:
         raise GemmArgumentError(f"a {tuple(a.shape)} @ b {tuple(b.shape)}: a's K ({K}) differs from b's ({K2}); "
                                 "b is (K, N) as in torch.mm (pass w.t() for an (N, K) weight w)")
-    if a.stride(1) != 1 and M > 1:
-        raise GemmArgumentError(f"a {tuple(a.shape)} has strides {a.stride()}: a must be row-major (K contiguous); "
-                                "pass a.contiguous()")
-    if b.stride(0) != 1 and N > 1:
+    # 16-bit a may also be column-major (M contiguous) and b row-major (N contiguous): a transposed
+    # operand, as a backward pass has (dX = dY W, dW = dY^T X); fp8 is K-major only
+    a_mn = not fp8 and M > 1 and a.stride(0) == 1 and a.stride(1) != 1
+    b_mn = not fp8 and N > 1 and b.stride(1) == 1 and b.stride(0) != 1
+    if a.stride(1) != 1 and M > 1 and not a_mn:
+        raise GemmArgumentError(f"a {tuple(a.shape)} has strides {a.stride()}: a must be row-major (K contiguous)"
+                                + (" or, 16-bit, column-major" if not fp8 else " (fp8 is K-major only)")
+                                + "; pass a.contiguous()")
+    if b.stride(0) != 1 and N > 1 and not b_mn:
         raise GemmArgumentError(f"b {tuple(b.shape)} has strides {b.stride()}: b must be column-major (K contiguous, "
-                                "as torch._scaled_mm wants): pass w.t() of a row-major (N, K) weight w, or "
-                                "b.t().contiguous().t()")
+                                "as torch._scaled_mm wants" + ("; fp8 is K-major only" if fp8 else
+                                                                ", or, 16-bit, row-major") +
+                                "): pass w.t() of a row-major (N, K) weight w, or b.t().contiguous().t()")
     item = 1 if fp8 else 2
-    for nm, t, lead in (("a", a, a.stride(0)), ("b", b, b.stride(1))):
+    for nm, t, lead in (("a", a, a.stride(1) if a_mn else a.stride(0)), ("b", b, b.stride(0) if b_mn else b.stride(1))):
         if (lead * item) % 16 or t.data_ptr() % 16:
             raise GemmArgumentError(f"{nm}: TMA needs a 16-byte aligned base and K stride ({lead} elements); K must be "
                                     f"a multiple of {16 // item} for {_name(t.dtype)}")
@@ -231,8 +237,10 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     elif isinstance(config, dict):
         cfg = _tune.normalize(config)
     elif config == "auto":
+        majors = ",".join(m for m, on in (("a-m", a.stride(1) != 1 and M > 1), ("b-n", b.stride(0) != 1 and N > 1))
+                          if on)
         key = _tune.cache_key(M, N, K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
-                              deterministic)
+                              deterministic, majors)
         cands = _tune.candidates(M, N, K, fp8, deterministic)
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(
             lambda: gp.gemm(a, bt, out, alpha=alpha, scales=scales or None, **c)), cache or _tune.TuneCache())

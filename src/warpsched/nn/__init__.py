@@ -1,0 +1,26 @@
+"""Drop-in torch modules on warpsched's kernels (imports torch): ``warpsched.nn.Linear`` and
+``warpsched.nn.functional.linear``, with autograd through warpsched's GEMM in both directions."""
+from __future__ import annotations
+
+import torch
+
+from . import functional
+
+__all__ = ["Linear", "functional"]
+
+
+class Linear(torch.nn.Linear):
+    """``torch.nn.Linear`` (same parameters, same ``state_dict``) whose forward and backward run on
+    warpsched's persistent GEMM: y = x W^T + b, dX = dY W, dW = dY^T X (bf16 / fp16 weights and
+    inputs; ``activation``: None, "relu", "relu2", "gelu" or "silu", applied after the GEMM)."""
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, activation=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        functional.check_activation(activation)
+        self.activation = activation
+
+    def forward(self, x):
+        return functional.linear(x, self.weight, self.bias, activation=self.activation)
+
+    def extra_repr(self):
+        return super().extra_repr() + (f", activation={self.activation!r}" if self.activation else "")
