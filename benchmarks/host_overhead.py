@@ -22,11 +22,13 @@ import time
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import warpsched.ops as ops  # noqa: E402
+from _graphs import capture  # noqa: E402
 from warpsched.kernels import _host  # noqa: E402
 from warpsched.kernels import gemm_ops  # noqa: E402
 
@@ -72,14 +74,7 @@ def correctness():
         ref = (a.double() @ w.double().t()) * 1.5
         e = rel(out, ref)
         # the same call captured in a CUDA graph: a new scale value is read at replay
-        g = torch.cuda.CUDAGraph()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            ops.gemm(a, w.t(), out, scale_a=sa, scale_b=sb, config="default")
-        torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
-            ops.gemm(a, w.t(), out, scale_a=sa, scale_b=sb, config="default")
+        g = capture(torch, lambda: ops.gemm(a, w.t(), out, scale_a=sa, scale_b=sb, config="default"), 1)
         sa.fill_(0.25)
         out.fill_(float("nan"))
         g.replay()
@@ -204,14 +199,7 @@ def torch_ops():
     print(f"  torch.compile(fullgraph=True): {explain.graph_count} graph(s), {explain.graph_break_count} graph "
           f"break(s); bitwise equal to eager: {same}", flush=True)
     outs = [None]
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        block(x, q, k, v)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs[0] = block(x, q, k, v)
+    g = capture(torch, lambda: outs.__setitem__(0, block(x, q, k, v)), 1)
     g.replay()
     torch.cuda.synchronize()
     same_g = all(torch.equal(a, b) for a, b in zip(eager, outs[0]))
@@ -285,16 +273,8 @@ def mlp(tokens_list=None, rounds=5, iters=30, config=None):
 
 # ---------------------------------------------------------------- 4. device time
 def graph_ms(fn, reps=20, rounds=5):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
+    """Median device ms per call over replays of a captured graph of ``reps`` calls (_graphs.capture)."""
+    g = capture(torch, fn, reps)
     g.replay()
     out = []
     for _ in range(rounds):
