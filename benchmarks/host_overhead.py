@@ -41,9 +41,12 @@ def rel(x, ref):
 
 
 def use_ffi(on: bool):
-    """Switch the launch path (new plans are made with it; the kept ones are dropped)."""
+    """Switch the launch path (new plans are made with it; the kept ones, GEMM and attention, are dropped)."""
+    from warpsched.kernels import attention_host
+
     _host._FFI[:] = [on]
     gemm_ops._PLANS.clear()
+    attention_host._PLANS.clear()
 
 
 # ---------------------------------------------------------------- 1. correctness
