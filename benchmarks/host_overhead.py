@@ -28,6 +28,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import warpsched.ops as ops  # noqa: E402
+from _eager import alternate  # noqa: E402
 from _graphs import capture  # noqa: E402
 from warpsched.kernels import _host  # noqa: E402
 from warpsched.kernels import gemm_ops  # noqa: E402
@@ -257,17 +258,8 @@ def mlp(tokens_list=None, rounds=5, iters=30, config=None):
         t_first = time.time()
         err = rel(ws_block(), ref)  # the first call compiles (and with "auto" tunes) each shape
         print(f"  T={T}: first call {time.time() - t_first:.1f} s", flush=True)
-        times = {"torch": [], "warpsched": []}
-        for _ in range(rounds):
-            for name, fn in (("torch", torch_block), ("warpsched", ws_block)):
-                fn()
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    fn()
-                torch.cuda.synchronize()
-                times[name].append((time.perf_counter() - t0) / iters * 1e3)
-        t_t, t_w = statistics.median(times["torch"]), statistics.median(times["warpsched"])
+        med = alternate(torch, {"torch": torch_block, "warpsched": ws_block}, rounds, iters)
+        t_t, t_w = med["torch"], med["warpsched"]
         rows.append((T, t_t, t_w, err))
         print(f"  T={T:<5} torch {t_t:.3f} ms  warpsched {t_w:.3f} ms  ratio {t_t / t_w:.3f}x  (rel err {err:.1e})",
               flush=True)

@@ -12,18 +12,19 @@
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 
 import warpsched.nn as wnn  # noqa: E402
 import warpsched.ops as ops  # noqa: E402
+from _eager import alternate  # noqa: E402
 
 DEV = "cuda"
 
@@ -102,18 +103,8 @@ def step_time(rounds=5, iters=20):
         t_first = time.time()
         run(ws)()  # compiles (and tunes) the three GEMM shapes
         print(f"  x {shape} -> {N}: first step {time.time() - t_first:.1f} s", flush=True)
-        times = {"torch": [], "warpsched": []}
-        for _ in range(rounds):
-            for name, layer in (("torch", ref), ("warpsched", ws)):
-                step = run(layer)
-                step()
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    step()
-                torch.cuda.synchronize()
-                times[name].append((time.perf_counter() - t0) / iters * 1e3)
-        tt, tw = statistics.median(times["torch"]), statistics.median(times["warpsched"])
+        med = alternate(torch, {"torch": run(ref), "warpsched": run(ws)}, rounds, iters)
+        tt, tw = med["torch"], med["warpsched"]
         print(f"  x {shape} -> {N}: torch {tt:.3f} ms, warpsched {tw:.3f} ms, ratio {tt / tw:.3f}x", flush=True)
 
 
