@@ -315,3 +315,33 @@ def test_a_zero_step_is_rejected_with_the_task_and_the_call():
         TaskManager(tasks=[task("T", zero(m), src=[m])], verbose=False)
     text = str(err.value)
     assert "domain_loop step is 0" in text and "task 'T'" in text and "test_loop_forms.py" in text, text
+
+
+def test_a_python_loop_over_a_trip_count_names_domain_loop():
+    """``for _ in range(K)`` in a schedule, K a trip_count: the error says to use domain_loop; the
+    same count in a domain_loop is captured."""
+    from warpsched import trip_count
+
+    K = trip_count("k_tiles")
+    m = Marks(name="M")
+
+    @schedule
+    def python_loop(m):
+        for _ in range(K):
+            m.body()
+
+    @schedule
+    def domain(m):
+        with domain_loop(0, K):
+            m.body()
+
+    with pytest.raises(TypeError, match=r"with domain_loop\(0, k_tiles\):.*not `for _ in range"):
+        python_loop(m)
+    assert domain(m).domain_loop.end is K
+
+
+def test_the_tma_factory_docstring_names_the_accepted_producer_group():
+    from warpsched import PipelineConfig
+
+    doc = PipelineConfig.create_tma_async_pipeline_cfg.__doc__
+    assert "warpsched.threads(n)" in doc and "``threads(1)`` for one TMA warp" in doc

@@ -104,7 +104,8 @@ class PipelineConfig:
         ``num_bytes``: bytes the TMA delivers per stage *in total*: per-warp-per-CTA bytes x
         producing warps x CTAs it lands in; the full barrier is armed with it
         (``arrive.expect_tx``) at acquire. ``producer_group``: one elected thread per producing
-        warp (``warpsched.warps(1)``); ``consumer_group``: the consuming warps, in warps or in
+        warp, so ``warpsched.threads(n)`` for n producing warps (``threads(1)`` for one TMA warp;
+        ``warps(1)`` would be 32 arrivals); ``consumer_group``: the consuming warps, in warps or in
         threads (both are accepted: they arm the same count)."""
         return cls._make(PipelineType.TmaAsync, num_stages, producer_group, consumer_group,
                          num_bytes=num_bytes, **kw)

@@ -73,6 +73,14 @@ class TripCount:
 
     __mul__ = __rmul__ = __floordiv__ = __truediv__ = __mod__ = __rsub__ = __neg__ = _unsupported
 
+    def __index__(self):
+        """``range(K)`` / ``int(K)`` on a runtime count: say what a schedule writes instead."""
+        raise TypeError(f"trip count {self!r} (declared at {self.location}) is a runtime value, not a Python int: "
+                        f"a schedule loops over it with `with domain_loop(0, {self!r}):`, not `for _ in range(...)` "
+                        "(a Python loop would be unrolled while the schedule is captured)")
+
+    __int__ = __index__
+
     # ------------------------------------------------------------------ queries
     @property
     def runtime_value(self) -> Any:
