@@ -263,3 +263,14 @@ def test_trip_count_arithmetic_beyond_offsets_is_a_clear_error():
             bad()
     with pytest.raises(TypeError, match="divisibility an int >= 1"):
         trip_count("K", divisibility=0)
+
+
+def test_an_offset_trip_count_is_named_with_its_offset_and_call():
+    """A consumer that loops K - 1 times where K are produced: the counterexample names 'K - 1' and
+    the domain_loop's file:line, not just the symbol (issue 27's hidden off-by-one)."""
+    K = trip_count("K")
+    res = run_checker(_prefetch(K - 1, K - 1))  # the producer makes K stages (1 + K - 1), the consumer K - 1
+    lines = [ln for f in res.findings for ln in (f.detail or "").splitlines() if ln.startswith("trip counts")]
+    assert res.verdict == "UNSAFE" and lines, res.report()
+    assert any("Consumer" in ln and "(K - 1, domain_loop at" in ln and "test_checker_tripcounts.py" in ln
+               for ln in lines), lines

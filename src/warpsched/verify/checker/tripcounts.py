@@ -48,6 +48,11 @@ def summary(engine, path, final) -> str:
                 elif dec:
                     total = run + max(0, -(-(bound - v) // ins.step))
         sym = f" ({grp.symbol})" if grp.symbol not in ("N", "compile-time") else ""
+        off = grp.offsets[ins.member] if ins.member < len(grp.offsets) else 0
+        if sym and off:  # a loop to K - 1 (or K + 1): name the expression and where it is written
+            d = getattr(getattr(ex.task, "schedule", None), "domain_loop", None)
+            where = f", domain_loop at {d.location}" if d is not None else ""
+            sym = f" ({grp.symbol} {'+' if off > 0 else '-'} {abs(off)}{where})"
         if total is None:
             parts.append(f"{ex.name}: {run} iteration(s) run, more undecided{sym}")
         elif total == run:
