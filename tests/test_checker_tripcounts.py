@@ -274,3 +274,26 @@ def test_an_offset_trip_count_is_named_with_its_offset_and_call():
     assert res.verdict == "UNSAFE" and lines, res.report()
     assert any("Consumer" in ln and "(K - 1, domain_loop at" in ln and "test_checker_tripcounts.py" in ln
                for ln in lines), lines
+
+
+def test_a_cross_task_deadlock_names_every_blocked_task():
+    """Two tasks each waiting for the other (each consumes first what the other produces): the
+    finding's first line, all that -q prints, names both."""
+    from test_checker_builders import Buf, async_cfg
+
+    x, y = Buf(name="X", pipeline_config=async_cfg()), Buf(name="Y", pipeline_config=async_cfg())
+
+    @schedule
+    def first(a, b):
+        with domain_loop(0, 2, 1):
+            a.wait()
+            a.read()
+            a.release()
+            b.acquire()
+            b.fill()
+            b.commit()
+
+    res = run_checker(program([task("Ping", first(x, y), src=[x], dst=[y]),
+                               task("Pong", first(y, x), src=[y], dst=[x], warp=1)]))
+    msg = next(f.message for f in res.findings if f.severity == "error" and "deadlock" in f.message)
+    assert "Ping blocked in ConsumerWait on X.full" in msg and "Pong blocked in ConsumerWait on Y.full" in msg, msg

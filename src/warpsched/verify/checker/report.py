@@ -305,6 +305,8 @@ def problem_finding(engine: Engine, p: Problem) -> Finding:
         lines.append("blocked:")
         lines.extend(f"  {txt}  @ {st.location}" for txt, st in p.blocked)
         message = "deadlock: " + (p.blocked[0][0] if p.blocked else "every task is blocked")
+        if len(p.blocked) > 1:  # a cross-task cycle: name every task in it (the first line is all -q shows)
+            message += "; and " + "; ".join(txt.split(":")[0] for txt, _ in p.blocked[1:])
         expected = "some task can always make progress until every task finishes"
     elif p.kind == "race":
         message = f"physical access race: {p.text}"
