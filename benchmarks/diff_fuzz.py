@@ -356,9 +356,9 @@ RULES = [
      "nested ifs; the reference forbids nesting"),
     ("only reference", None, r"condition token is stale", WS_GAP,
      "a when_true on a token whose slot was written again: fixed on this branch (value routing)"),
-    ("only warpsched", r"try_(acquire|wait)\(\) on \w+ (is not immediately followed|runs where)", r"^$",
-     DELIBERATE, "stricter: a try_* hint must directly precede its blocking call under the same guards "
-     "(else the try token goes stale); the reference accepts it"),
+    ("only warpsched", r"try_(acquire|wait)\(\) on \w+ (is not followed by its blocking|runs where)", r"^$",
+     DELIBERATE, "stricter: a try_* probe's next call on its resource must be its blocking call, under the same "
+     "guards (else the probe answers for another stage, or is dropped at a guard's end); the reference accepts it"),
     ("only warpsched", r"num_bytes=0 on a Tma", r"^$", REF_GAP,
      "a TMA full barrier armed with 0 bytes completes on the arrival alone, before any byte lands"),
     ("only warpsched", r"num_bytes=-\d+ is invalid", r"^$", REF_GAP, "negative num_bytes accepted"),

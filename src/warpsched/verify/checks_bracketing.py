@@ -81,11 +81,13 @@ class _Context:
 
 # ------------------------------------------------------------------ try_ before blocking
 def _try_before_blocking(program: Program, t: Task) -> List[Finding]:
-    """A try_ result only ever feeds the blocking call right after it, in the same iteration (the
-    lowering never carries a token into a loop or out of a guarded block, so it cannot go stale).
-    Placements where it cannot reach that call are legal but wasted probes: warnings, because the
-    reference TS accepts them and reuses the stored result for later blocking calls (see
-    docs/porting.md)."""
+    """A try_ result feeds the next call on the same resource and side, which must be its blocking
+    verb: ``a.try_wait(); b.try_wait(); a.wait(); b.wait()`` probes two rings before blocking on
+    either (the TS tutorials batch probes so). Calls on other resources may sit between: a probe's
+    answer cannot go stale, since only this task's own verb on that resource moves the phase it
+    probed. The lowering never carries a token into a loop or out of a guarded block, so placements
+    where it cannot reach its call are legal but wasted probes: warnings, because the reference TS
+    accepts them and reuses the stored result for later blocking calls (see docs/porting.md)."""
     out = []
     st = steps(program, t)
     for i, s in enumerate(st):
@@ -93,11 +95,14 @@ def _try_before_blocking(program: Program, t: Task) -> List[Finding]:
             continue
         want = TRY_PAIRS[s.kind]
         verb = "acquire" if want is StepKind.ProducerAcquire else "wait"
-        nxt = st[i + 1] if i + 1 < len(st) else None
+        nxt = next((x for x in st[i + 1:] if x.resource is s.resource and x.kind.side == s.kind.side
+                    and (x.kind.is_sync or x.kind in TRY_KINDS)), None)
         problem, severity = None, "error"
-        if nxt is None or nxt.kind is not want or nxt.resource is not s.resource:
-            problem = (f"{s.method}() on {rname(s.resource)} is not immediately followed by its blocking {verb}()"
-                       + (f" (the next call is {nxt.resource_name}.{nxt.method}() at {nxt.location})" if nxt else ""))
+        if nxt is None or nxt.kind is not want:
+            problem = (f"{s.method}() on {rname(s.resource)} is not followed by its blocking {verb}() on "
+                       f"{rname(s.resource)}"
+                       + (f" (the next {rname(s.resource)} call is {nxt.method}() at {nxt.location})" if nxt
+                          else " (no later call on it)"))
         elif nxt.section is not s.section:
             problem, severity = (f"{s.method}() on {rname(s.resource)} is in the {s.section.value} but its {verb}() "
                                  f"is in the {nxt.section.value}: the probe's result is discarded at the loop "
@@ -111,10 +116,10 @@ def _try_before_blocking(program: Program, t: Task) -> List[Finding]:
                                      f"when its guarded block ends, so the {verb}() always blocks"), "warning"
         if problem:
             out.append(F(BRACKET, problem, task=t, resource=s.resource, location=s.location, severity=severity,
-                         expected=f"{rname(s.resource)}.{verb}() as the very next call, in the same section, under "
-                         "the same guards or guards that extend the try's",
-                         fix=f"call {rname(s.resource)}.{verb}() right after {s.method}(), under the same guards "
-                         f"(or drop the {s.method}())"))
+                         expected=f"{rname(s.resource)}.{verb}() as the next call on {rname(s.resource)}, in the "
+                         "same section, under the same guards or guards that extend the try's",
+                         fix=f"call {rname(s.resource)}.{verb}() after {s.method}() before any other "
+                         f"{rname(s.resource)} call, under the same guards (or drop the {s.method}())"))
     return out
 
 
