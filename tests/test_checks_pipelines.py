@@ -2,6 +2,8 @@
 leader-routed completions, CTA layout consistency, malformed fields."""
 from __future__ import annotations
 
+import pytest
+
 from warpsched import PipelineConfig, SignalingThreads, Task, domain_loop, schedule
 from warpsched.protocol.barriers import expected_group_size, expected_num_bytes
 
@@ -336,3 +338,49 @@ def test_multicast_consumer_count_comes_from_the_protocol():
     assert hit.expected.startswith(f"consumer_group size {want.arrivals} = {want.derivation}")
     assert "signaling CTA(s)" in want.derivation and want.arrivals == 2 * 2
     accepted(*tma_async_program(cfg(want.arrivals), consumer_warps=2))
+
+
+def test_a_consumer_that_forgets_its_release_is_named_with_the_missing_call():
+    """Issue 27: two broadcast consumers, one without release(): the finding names that task, its
+    wait's file:line and the missing call (it used to name the releasing task and suggest shrinking
+    consumer_group, which would free stages still being read). With the release: accepted."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_checker_builders import Buf, async_cfg, task
+    from warpsched import TaskManager, ValidationError, domain_loop, schedule
+
+    buf = Buf(name="Ring", pipeline_config=async_cfg(stages=2, prod=32, cons=64))
+
+    @schedule
+    def prod(b):
+        with domain_loop(0, 4, 1):
+            b.acquire()
+            b.fill()
+            b.commit()
+
+    @schedule
+    def cons(b):
+        with domain_loop(0, 4, 1):
+            b.wait()
+            b.read()
+            b.release()
+
+    @schedule
+    def cons_forgot(b):
+        with domain_loop(0, 4, 1):
+            b.wait()  # @forgot_wait
+            b.read()
+
+    def build(second):
+        return TaskManager(tasks=[task("Producer", prod(buf), dst=[buf]), task("ConsA", cons(buf), src=[buf], warp=1),
+                                  task("ConsB", second(buf), src=[buf], warp=2)],
+                           resource_dependency_graph={buf: []}, verbose=False, exhaustive_deadlock_race_check=False)
+
+    assert build(cons).result.errors == []
+    with pytest.raises(ValidationError) as err:
+        build(cons_forgot)
+    f = next(x for x in err.value.findings if "never calls Ring.release()" in x.message)
+    assert f.task == "ConsB" and "task 'ConsB' waits on Ring" in f.message
+    assert f.location.line == line("forgot_wait", __file__) and "add Ring.release() to 'ConsB'" in f.fix

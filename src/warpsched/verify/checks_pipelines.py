@@ -20,7 +20,8 @@ from ..protocol.barriers import (CLC_RESPONSE_BYTES, PairRoute, cta_group_size, 
 from ..protocol.plan import cta_gated, expected_groups, op_warps, signaling_verb
 from . import checks_interleave
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
-                            ignores_stage, is_stub, reads_stage, rname, strides_of, tasks_with, valid_config)
+                            ignores_stage, is_stub, reads_stage, rname, steps, strides_of, tasks_with, valid_config)
+from .findings_util import targets as targets_of
 from .program import Program
 
 CONFIG = "pipeline configuration"
@@ -146,6 +147,10 @@ def _counts(program: Program, r: Any) -> List[Finding]:
                              fix=f"declare {field}=warpsched.threads(n), or give the lanes' tasks equal warps"))
             continue
         size = group_size(getattr(cfg, field))
+        forgot = _forgotten_release(program, r, side, size, targets)
+        if forgot is not None:
+            out.append(forgot)
+            continue
         for t, sc, who in targets:
             if size == sc.arrivals or (sc.alternative is not None and size == sc.alternative):
                 continue  # per-warp count, or the equivalent thread count (see SideCount)
@@ -159,6 +164,31 @@ def _counts(program: Program, r: Any) -> List[Finding]:
                          fix=f"{field}=warpsched.threads({sc.arrivals}), or leave it out (derived)"))
     out += _bytes(program, r)
     return out
+
+
+def _forgotten_release(program: Program, r: Any, side: str, size, targets) -> Optional[Finding]:
+    """A consumer group larger than the releasing tasks' arrivals, while another task waits on the
+    resource and never releases it: the likely bug is that task's missing release(), not the group
+    size (shrinking the group would free stages that task still reads). One finding, at its wait."""
+    if side != "consumer" or not isinstance(size, int) or not targets:
+        return None
+    released = sum(sc.arrivals for _, sc, _ in targets)
+    if size <= released:
+        return None
+    releasers = {id(t) for t, _, _ in targets}
+    waits = [(t, s) for t in program.tasks if id(t) not in releasers
+             for s in steps(program, t) if s.kind is StepKind.ConsumerWait and any(x is r for x in targets_of(s))]
+    if not waits:
+        return None
+    t, wait = waits[0]
+    n = rname(r)
+    who = " and ".join(f"{x.name!r}" for x, _, _ in targets)
+    return F(COUNTS, f"{n}: consumer_group is size {size}, but only task(s) {who} release it ({released} arrival(s) "
+             f"per stage); task {t.name!r} waits on {n} and never calls {n}.release()", task=t, resource=r,
+             location=wait.location, expected=f"{n}.release() in {t.name!r} after the work on each stage it waited "
+             f"for ({size} arrivals per stage in all)",
+             fix=f"add {n}.release() to {t.name!r} after its last read of the stage (shrinking consumer_group "
+                 f"instead would free stages {t.name!r} still reads)")
 
 
 def _bytes(program: Program, r: Any) -> List[Finding]:
