@@ -65,11 +65,19 @@ def fake_env_stream():
 
 
 def cutlass_dtype(torch_dtype):
+    """The CuTe DSL type of a torch dtype (or its name: ``torch.bfloat16`` and "bfloat16" alike)."""
     import cutlass
-    import torch
 
-    return {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16, torch.float32: cutlass.Float32}[
-        torch_dtype]
+    return {"float8_e4m3fn": cutlass.Float8E4M3FN, "float8_e5m2": cutlass.Float8E5M2, "bfloat16": cutlass.BFloat16,
+            "float16": cutlass.Float16, "float32": cutlass.Float32}[str(torch_dtype).split(".")[-1]]
+
+
+def record_verdict(table, key):
+    """``table[key]``: the exhaustive checker's verdict on the program the compile just traced."""
+    from warpsched.verify.verdicts import VERDICTS
+
+    checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
+    table[key] = getattr(checked, "verdict", "not checked")
 
 
 def current_stream():

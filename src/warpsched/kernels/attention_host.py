@@ -67,19 +67,12 @@ def _kernel(kern_key):
                           **{"max_ctas": _host.num_sms(), **dict(options)})
 
 
-def _record_verdict(kern_key):
-    from warpsched.verify.verdicts import VERDICTS
-
-    checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
-    VERDICT_OF[kern_key] = getattr(checked, "verdict", "not checked")
-
-
 def compiled(kern_key, args):
     """The kernel for (dtype, head dim, causal, options), compiled once (shapes are dynamic) for the
     JIT executor: called with CuTe tensors."""
     if kern_key not in _CACHE:
         _CACHE[kern_key] = cute.compile(_kernel(kern_key), *args, options=_host.ptx_options())
-        _record_verdict(kern_key)
+        _host.record_verdict(VERDICT_OF, kern_key)
     return _CACHE[kern_key]
 
 
@@ -106,7 +99,7 @@ def compiled_ffi(kern_key):
         dtype, head_dim = kern_key[0], kern_key[1]
         _CACHE[k] = cute.compile(_kernel(kern_key), *fake_operands(dtype, head_dim), cutlass.Float32(0.125),
                                  _host.fake_env_stream(), options=_host.ffi_options())
-        _record_verdict(kern_key)
+        _host.record_verdict(VERDICT_OF, kern_key)
     return _CACHE[k]
 
 
@@ -147,6 +140,14 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
     host-side checks and conversions (what a benchmark times). ``options``: FlashAttention's
     tuning keywords (block_n, kv_stages, overlap, q_stages, ...); none given: ``tuned_options``
     (or the single-stage Q when a caller's ``out`` cannot be written by TMA)."""
+    f, args, out, lse, _ = _prepare(q, k, v, causal, scale, out, lse, **options)
+    return (lambda: f(*args)), out, lse
+
+
+def _prepare(q, k, v, causal, scale, out, lse, **options):
+    """``prepare``'s work: (kernel, its arguments, out, lse, reusable), ``reusable`` when the kernel
+    is a TVM-FFI one called on the inputs as they are with the tuned options (what ``attention``
+    may keep as a plan for later calls with the same shapes and strides)."""
     check_args(q, k, v)
     import torch
 
@@ -177,17 +178,11 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
         args = [_host.to_cute(t, 3) for t in (q, k, v, out)] + [_host.to_cute(lse, 2), cutlass.Float32(scale),
                                                                   _host.current_stream()]
         f = compiled(kern_key, args)
-
-    def launch():
-        f(*args)
-
-    # what a later call with the same key may reuse: the kernel and the scale (inputs used as they are)
-    launch.ffi_plan = (f, scale) if (len(args) == 6 and args[0] is q0 and args[1] is k0 and args[2] is v0
-                                     and not options_given) else None
-    return launch, out, lse
+    reusable = len(args) == 6 and args[0] is q0 and args[1] is k0 and args[2] is v0 and not options_given
+    return f, args, out, lse, reusable
 
 
-_PLANS = {}  # (shapes, strides, dtypes, device, causal, scale) -> (TVM-FFI kernel, scale, LSE shape)
+_PLANS = {}  # (shapes, strides, dtypes, device, causal, scale) -> (TVM-FFI kernel, scale)
 
 
 def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False):
@@ -205,20 +200,20 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
                 q.get_device(), causal, scale)
         hit = _PLANS.get(pkey)
         if hit is not None:
-            f, scale_v, lse_shape, empty_like, empty, f32 = hit
-            out = empty_like(q)
-            lse = empty(lse_shape, device=q.device, dtype=f32)
+            import torch
+
+            f, scale_v = hit
+            out = torch.empty_like(q)
+            lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
             try:
                 f(q, k, v, out, lse, scale_v)
                 return (out, lse) if return_lse else out
             except Exception:  # noqa: BLE001 - a misaligned input, say: the full path copies or names it
                 out = lse = None
-    launch, out, lse = prepare(q, k, v, causal, scale, out, lse)
-    launch()
-    if pkey is not None and getattr(launch, "ffi_plan", None) is not None:
-        import torch
-
-        _PLANS[pkey] = launch.ffi_plan + (lse.shape, torch.empty_like, torch.empty, torch.float32)
+    f, args, out, lse, reusable = _prepare(q, k, v, causal, scale, out, lse)
+    f(*args)
+    if pkey is not None and reusable:
+        _PLANS[pkey] = (f, args[5])
     return (out, lse) if return_lse else out
 
 

@@ -22,14 +22,8 @@ from .gemm_kernel import PersistentGemm
 
 _CACHE = {}
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
-_CUTLASS_DTYPES = {"float8_e4m3fn": cutlass.Float8E4M3FN, "float8_e5m2": cutlass.Float8E5M2,
-                   "bfloat16": cutlass.BFloat16, "float16": cutlass.Float16, "float32": cutlass.Float32}
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
-
-
-def cutlass_dtype(torch_dtype):
-    """The CuTe DSL type of a torch dtype (or its name: ``torch.bfloat16`` and "bfloat16" alike)."""
-    return _CUTLASS_DTYPES[str(torch_dtype).split(".")[-1]]
+cutlass_dtype = _host.cutlass_dtype
 
 
 def key(ab_dtype, c_dtype, options):
@@ -70,13 +64,6 @@ def _kernel(a_dtype, c_dtype, options):
                           **{"max_ctas": max_ctas(options.get("cluster_mn", (1, 1))), **opts})
 
 
-def _record_verdict(k):
-    from warpsched.verify.verdicts import VERDICTS
-
-    checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
-    VERDICT_OF[k] = getattr(checked, "verdict", "not checked")
-
-
 def compiled(ma, mb, mc, a, c, serial_args=(), **options):
     """The kernel for these dtypes and options, compiled once per key (shapes are dynamic) for the
     JIT executor: call it with CuTe tensors. ``serial_args``: what follows the stream (the tile
@@ -86,7 +73,7 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
         kern = _kernel(a.dtype, c.dtype, options)
         _CACHE[k] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), cutlass.Float32(1.0),
                                  _host.current_stream(), *serial_args, options=_host.ptx_options())
-        _record_verdict(k)
+        _host.record_verdict(VERDICT_OF, k)
     return _CACHE[k]
 
 
@@ -138,7 +125,7 @@ def compiled_ffi(a_dtype, c_dtype, **options):
                                                     for _ in range(2))
         f = _CACHE[k] = cute.compile(kern, *ops, cutlass.Int32(1), cutlass.Float32(1.0), _host.fake_env_stream(),
                                      *extra, options=_host.ffi_options())
-        _record_verdict(k[:-1])
+        _host.record_verdict(VERDICT_OF, k[:-1])
     return f
 
 

@@ -204,12 +204,14 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
                 _kind(scale_a), _kind(scale_b))
         hit = _PLANS.get(pkey)
         if hit is not None:
-            plan, shape, o_dtype, device, empty = hit
+            plan, shape, o_dtype, device = hit
             if not plan.ffi:  # the JIT executor checks nothing itself (TVM FFI checks alignment in C)
                 check(a, b, out, out_dtype)
             alpha, scales = (1.0, ()) if scale_a is None and scale_b is None else _scales(a, scale_a, scale_b)
             if out is None:
-                out = empty(shape, device=device, dtype=o_dtype)
+                import torch
+
+                out = torch.empty(shape, device=device, dtype=o_dtype)
             try:
                 plan.launch(a, b.t(), out, alpha, scales)
             except Exception:
@@ -249,5 +251,5 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     plan = gp.plan(a, bt, out, device_scale=bool(scales), **cfg)
     plan.launch(a, bt, out, alpha, scales)
     if fast:
-        _PLANS[pkey] = (plan, (M, N), out.dtype, a.device, torch.empty)
+        _PLANS[pkey] = (plan, (M, N), out.dtype, a.device)
     return out

@@ -176,11 +176,11 @@ def _forgotten_release(program: Program, r: Any, side: str, size, targets) -> Op
     if size <= released:
         return None
     releasers = {id(t) for t, _, _ in targets}
-    waits = [(t, s) for t in program.tasks if id(t) not in releasers
-             for s in steps(program, t) if s.kind is StepKind.ConsumerWait and any(x is r for x in targets_of(s))]
-    if not waits:
+    waiters = [t for t in tasks_with(program, r, [StepKind.ConsumerWait]) if id(t) not in releasers]
+    if not waiters:
         return None
-    t, wait = waits[0]
+    t = waiters[0]
+    wait = next(s for s in steps(program, t) if s.kind is StepKind.ConsumerWait and any(x is r for x in targets_of(s)))
     n = rname(r)
     who = " and ".join(f"{x.name!r}" for x, _, _ in targets)
     return F(COUNTS, f"{n}: consumer_group is size {size}, but only task(s) {who} release it ({released} arrival(s) "
