@@ -2,6 +2,10 @@
 and only with that. Pure Python: no CuTe DSL."""
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,3 +133,64 @@ def test_a_cached_verdict_is_reused_only_for_the_same_fingerprint():
         assert (VERDICTS.runs, VERDICTS.hits) == (2, 1)
     finally:
         VERDICTS.clear()
+
+
+# ---------------------------------------------------------------- the same program from another place
+_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "warpsched", "examples")
+
+
+def _fingerprint_of_file(path: str) -> str:
+    """Load ``path`` as ``warpsched check`` does (by path) and fingerprint its ``build()``."""
+    from warpsched.cli import load_module
+
+    return load_module(path).build(verbose=False, exhaustive_deadlock_race_check=False).fingerprint
+
+
+def test_the_same_example_copied_to_two_places_has_one_fingerprint(tmp_path):
+    """Two clones, a wheel, the README's own checkout: a file's place on disk is not the program.
+    A different program from the same place still has another fingerprint."""
+    src = open(os.path.join(_EXAMPLES, "grid_stride_copy.py")).read()
+    a = tmp_path / "clone_a" / "grid_stride_copy.py"
+    b = tmp_path / "elsewhere" / "deeper" / "grid_stride_copy.py"
+    for p in (a, b):
+        p.parent.mkdir(parents=True)
+        p.write_text(src)
+    assert _fingerprint_of_file(str(a)) == _fingerprint_of_file(str(b))
+    changed = src.replace("UNROLL = 4", "UNROLL = 2")
+    assert changed != src
+    b.write_text(changed)
+    assert _fingerprint_of_file(str(a)) != _fingerprint_of_file(str(b))
+
+
+def test_the_package_from_two_checkouts_gives_one_fingerprint(tmp_path):
+    """The whole package copied to two folders (as two clones or two installs would hold it): its
+    bundled example has the same fingerprint in each and in this process."""
+    package = os.path.dirname(_EXAMPLES)
+    code = ("import warpsched, sys; from warpsched.examples import gemm; assert warpsched.__file__.startswith(sys.argv[1]); "
+            "print(gemm.build(verbose=False, exhaustive_deadlock_race_check=False).fingerprint)")
+    prints = []
+    for where in (tmp_path / "one", tmp_path / "two" / "site-packages"):
+        shutil.copytree(package, where / "warpsched", ignore=shutil.ignore_patterns("__pycache__"))
+        env = dict(os.environ, PYTHONPATH=str(where))
+        proc = subprocess.run([sys.executable, "-c", code, str(where)], capture_output=True, text=True, env=env,
+                              cwd=str(tmp_path), timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        prints.append(proc.stdout.strip().splitlines()[-1])
+    from warpsched.examples import gemm
+
+    here = gemm.build(verbose=False, exhaustive_deadlock_race_check=False).fingerprint
+    assert prints == [here, here]
+
+
+def test_a_source_file_is_named_from_the_top_of_its_package(tmp_path):
+    from warpsched.verify.fingerprint import stable_file
+
+    pkg = tmp_path / "co" / "top" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "co" / "top" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text("")
+    (tmp_path / "co" / "script.py").write_text("")
+    assert stable_file(str(pkg / "mod.py")) == "top/sub/mod.py"
+    assert stable_file(str(tmp_path / "co" / "script.py")) == "script.py"
+    assert stable_file("<string>") == "<string>"

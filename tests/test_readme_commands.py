@@ -39,3 +39,14 @@ def test_readme_test_command_ends_with_a_passed_summary(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert re.match(r"^=*\s*2 passed\b", last), proc.stdout
+
+
+def test_readme_fingerprint_is_the_gemm_examples():
+    """The README's verdict line shows the bundled gemm example's fingerprint, which no longer depends on
+    where the package lives: it is the one every checkout and install prints."""
+    from warpsched.examples import gemm
+
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    shown = re.search(r"ACCEPTED example gemm: .*; program ([0-9a-f]{16})\)", text)
+    assert shown, "README lost the verdict line of `warpsched check --example gemm`"
+    assert shown.group(1) == gemm.build(verbose=False).fingerprint[:16]

@@ -9,14 +9,17 @@ objects held by resources, the runtime value of a ``trip_count`` (only its decla
 count, or the int when it is one), and a ``TileSchedulerConfig``'s tile count (the checker
 reads ``work_tile_loop(tile_count=...)`` instead).
 
-Classes and functions are named by ``__qualname__`` and files by their real path, so the
-program ``warpsched check`` loads by path and the one a kernel traces after a normal import
-get the same fingerprint. Any other runtime value (a DSL ``Int32`` used as a bound) is
+Classes and functions are named by ``__qualname__``, and a source file by its path from the top
+of its package (``warpsched/examples/gemm.py``; a file outside any package by its name), so the
+program ``warpsched check`` loads by path and the one a kernel traces after a normal import get
+the same fingerprint, and so does the same program in another clone, checkout or installed wheel:
+a verdict cached or shipped for it matches everywhere. Any other runtime value (a DSL ``Int32`` used as a bound) is
 recorded by identity only: loops that share one such value share it in the fingerprint too.
 """
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import os
 from typing import Any, Dict, List
@@ -37,6 +40,24 @@ _CONFIG_FIELDS = ("pipeline_type", "num_stages", "num_bytes", "producer_group", 
                   "consumer_wait_signaling_threads", "interleave_stride", "advance_on_wait", "advance_on_acquire",
                   "num_bytes_per_warp_per_cta", "mcast_mode_mn", "async_producer_op", "partial_stage",
                   "location")
+
+
+@functools.lru_cache(maxsize=None)
+def stable_file(path: str) -> str:
+    """``path`` from the top of its package (the folders above it that hold an ``__init__.py``):
+    the same in every checkout and install. ``<string>``-like names are kept as they are."""
+    if path.startswith("<"):
+        return path
+    real = os.path.realpath(path)
+    parts = [os.path.basename(real)]
+    folder = os.path.dirname(real)
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parts.append(os.path.basename(folder))
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return "/".join(reversed(parts))
 
 
 def _qualname(obj: Any) -> str:
@@ -68,7 +89,7 @@ class _Canon:
         if isinstance(v, dict):
             return ("map",) + tuple(sorted(((repr(k), self.value(x)) for k, x in v.items()), key=lambda kv: kv[0]))
         if isinstance(v, SourceLoc):
-            return ("loc", os.path.realpath(v.file) if not v.file.startswith("<") else v.file, v.line)
+            return ("loc", stable_file(v.file), v.line)
         if isinstance(v, TripCount):
             root = v.root
             return ("trip", self.ref(root), root.name, root.min, root.divisibility, v.offset, root.exact,
@@ -213,4 +234,4 @@ def program_fingerprint(program: Program) -> str:
     return hashlib.sha256(repr(canonical_program(program)).encode()).hexdigest()
 
 
-__all__ = ["canonical_program", "program_fingerprint"]
+__all__ = ["canonical_program", "program_fingerprint", "stable_file"]
