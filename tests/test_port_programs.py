@@ -82,6 +82,11 @@ EXPECTED = {
                   "tcgen05.alloc": 1, "tcgen05.commit": 2, "bar.sync": 1},
     # 4 stages x (full, empty); try_ probes in the head and outside a guard (see the program)
     "guarded_probe": {**NO_BARRIERS, "mbarrier": 18, "try_wait": 8, "arrive": 2, "init": 8, "bar.sync": 1},
+    # Merge of AsyncAsync + TmaAsync: 4 x (full_a, full_b, shared empty); LoadA's commit, LoadB's
+    # arrive.expect_tx, the one group release. The reference 4.8.1 does not compile CUTLASS's
+    # 07_01 (its DSL front end fails); these are the counts of that tutorial's port (31 / 1 TMA).
+    "merge_mix_copy": {**NO_BARRIERS, "mbarrier": 31, "try_wait": 16, "arrive": 3, "init": 12, "TMA": 1,
+                       "bar.sync": 1},
 }
 
 
@@ -105,3 +110,21 @@ def test_static_persistent_queue_follows_the_dsl_tile_scheduler(tmp_path):
     StaticPersistentTileScheduler: the cluster index starts at blockIdx.z (get_grid_shape's grid)."""
     ptx = _ptx(ported("ragged_rows", tmp_path))
     assert "%ctaid.z" in ptx and "%nctaid" in ptx
+
+
+@pytest.mark.parametrize("use_tma", [True, False])
+def test_merge_of_tma_and_thread_members_inits_the_shared_empty_for_all_threads(use_tma, tmp_path):
+    """07_01's mix: the shared empty barrier is initialised with the AsyncAsync member's 128 (not
+    the TmaAsync member's 4 warps) and the collapsed release is one mbarrier.arrive per thread."""
+    import re
+
+    mod = ported("merge_mix_copy", tmp_path)
+    mod.USE_TMA = use_tma
+    ptx = _ptx(mod)
+    counts = {}
+    for reg in re.findall(r"mbarrier\.init\.shared\.b64\s+\[[^]]+\],\s*(%r\d+);", ptx):
+        value = re.findall(rf"mov\.b32\s+{re.escape(reg)},\s*(\d+);", ptx)
+        counts[int(value[0])] = counts.get(int(value[0]), 0) + 1
+    # full_a: 32 thread arrivals; full_b: 1 arming thread (TMA) or 32; shared empty: 128
+    assert counts == ({32: 4, 1: 4, 128: 4} if use_tma else {32: 8, 128: 4}), counts
+    assert sum("cp.async.bulk.tensor" in ln for ln in ptx.splitlines()) == (1 if use_tma else 0)

@@ -9,7 +9,9 @@ cutlass objects. In one array of ``group.num_barriers`` mbarriers (S = num_stage
 * FusedMerge [shared_full x S] [shared_empty x S]
 
 Each member keeps a cutlass pipeline object assembled from its own full / empty view; the group
-gets one for its collapsed verbs. A FusedMerge producer arrives on the shared full barrier
+gets one for its collapsed verbs, built on the lead member's protocol (``GroupPlan.lead_plan``: the
+non-TMA member of a Merge that mixes TMA-fed and thread-fed members, so its release arrives with
+every thread). A FusedMerge producer arrives on the shared full barrier
 through a view with its own op and transaction bytes; a Fork of TMA producers arms the shared
 full barrier once, at ``group.commit()``, with the members' common ``num_bytes`` (the data is
 loaded once; member acquires only wait).
@@ -90,7 +92,7 @@ class GroupLowering:
             pipe = _assemble(mp.protocol, S, full, empty)
             self.members[id(mp.resource)] = PipelineLowering(plan, mp.resource, None, pipe=pipe)
         self.collapsed = PipelineLowering(plan, group, None,
-                                          pipe=_assemble(gp.members[0].protocol, S, storage(gp.full),
+                                          pipe=_assemble(gp.lead_plan.protocol, S, storage(gp.full),
                                                          storage(gp.empty)))
         if gp.fork_arms_once:
             self.fork_tx_bytes = gp.fork_tx_bytes

@@ -60,8 +60,7 @@ class PipelineLowering:
     def __init__(self, plan: SyncPlan, target, barrier_ptr, *, pipe=None):
         """``target``: a pipelined resource, or a PipelineGroup for its collapsed verbs (then
         ``pipe`` is the group's assembled pipeline)."""
-        member = target.members[0] if hasattr(target, "members") else target
-        pp = plan.pipeline(member)
+        pp = plan.group(target).lead_plan if hasattr(target, "members") else plan.pipeline(target)
         cfg = config_of(target)
         self.program = program = plan.program
         self.plan = plan

@@ -315,11 +315,40 @@ def barrier_init(config: PipelineConfig, derived_full: Optional[int] = None,
     return BarrierInit(full, empty, tx)
 
 
+def collapsed_lead_index(configs, mode) -> int:
+    """The member whose protocol a group's collapsed verbs and shared barrier follow.
+
+    Member 0, except on a collapsed consumer side (Merge, FusedMerge) that mixes TMA-fed and
+    other members: there the first non-TMA member leads. Its consumer group sizes the shared
+    empty barrier and the collapsed release arrives as it does (every consuming thread of an
+    AsyncAsync member), so a TMA member's per-warp consumer_group does not apply -- its stages are
+    released by that same all-thread arrival (ts_pipeline_groups: the collapsed barrier takes the
+    non-TMA member's group)."""
+    from ..model.enums import PipelineGroupMode
+
+    if mode not in (PipelineGroupMode.Merge, PipelineGroupMode.FusedMerge):
+        return 0
+    tma = [c is not None and protocol_of(c).producer_engine == "tma" for c in configs]
+    if any(tma) and not all(tma):
+        return tma.index(False)
+    return 0
+
+
+def collapsed_lead(group):
+    """The member whose protocol the group's collapsed verbs follow (``collapsed_lead_index``:
+    member 0, or the first non-TMA member of a Merge that mixes TMA-fed and other members)."""
+    members = [m for m in group.members if getattr(m, "pipeline_config", None) is not None]
+    if not members:
+        return None
+    return members[collapsed_lead_index([m.pipeline_config for m in members], group.mode)]
+
+
 def group_barrier_init(members, mode, inits=None) -> Tuple[Optional[BarrierInit], ...]:
     """Init of a PipelineGroup's shared barrier, per ts_pipeline_groups: returns
     (shared_full_init, shared_empty_init); the entry for a side that is not shared is None.
 
-    Merge: shared empty (the one consumer's size). Fork: shared full (the one producer's size);
+    Merge: shared empty (the one consumer's size: the lead member's, ``collapsed_lead_index``).
+    Fork: shared full (the one producer's size);
     the members are views of one buffer that the producer loads once, so the barrier expects
     the members' common ``num_bytes`` once, not their sum (``checks_groups`` rejects members
     that differ; the first member's value is armed). FusedMerge: shared full (producer sizes
@@ -328,17 +357,19 @@ def group_barrier_init(members, mode, inits=None) -> Tuple[Optional[BarrierInit]
     """
     from ..model.enums import PipelineGroupMode
 
+    cfgs = [m.pipeline_config for m in members if m.pipeline_config is not None]
     if inits is None:
-        inits = [barrier_init(m.pipeline_config) for m in members if m.pipeline_config is not None]
+        inits = [barrier_init(c) for c in cfgs]
     if not inits:
         return (None, None)
+    lead = collapsed_lead_index(cfgs, mode) if len(cfgs) == len(inits) else 0
     if mode is PipelineGroupMode.Merge:
-        return (None, BarrierInit(0, inits[0].empty_arrivals, 0))
+        return (None, BarrierInit(0, inits[lead].empty_arrivals, 0))
     if mode is PipelineGroupMode.Fork:
         return (BarrierInit(inits[0].full_arrivals, 0, inits[0].full_tx_bytes), None)
     full_sum = sum(i.full_arrivals for i in inits)
     tx_sum = sum(i.full_tx_bytes for i in inits)
-    return (BarrierInit(full_sum, 0, tx_sum), BarrierInit(0, inits[0].empty_arrivals, 0))
+    return (BarrierInit(full_sum, 0, tx_sum), BarrierInit(0, inits[lead].empty_arrivals, 0))
 
 
 def delivered_tx_bytes(config: PipelineConfig, producer_warps: int) -> int:

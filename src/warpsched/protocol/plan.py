@@ -33,7 +33,7 @@ from ..model.ir import StepKind
 from ..model.pipeline_group import PipelineGroup
 from ..model.program import Program, step_targets
 from .barriers import (BarrierInit, PairRoute, PipelineProtocol, SideCount, arrivals_per_op, barrier_init,
-                       cta_group_size, delivered_tx_bytes, expected_group_size, group_barrier_init, mcast_partners,
+                       collapsed_lead, collapsed_lead_index, cta_group_size, delivered_tx_bytes, expected_group_size, group_barrier_init, mcast_partners,
                        pair_route, protocol_of, signaling_warps, tx_pair_ctas)
 
 PRODUCER, CONSUMER = "producer", "consumer"
@@ -163,8 +163,8 @@ def config_of(target) -> Any:
     if isinstance(target, PipelineGroup):
         if target.pipeline_config is not None:
             return target.pipeline_config
-        return next((m.pipeline_config for m in target.members
-                     if getattr(m, "pipeline_config", None) is not None), None)
+        lead = collapsed_lead(target)
+        return lead.pipeline_config if lead is not None else None
     return getattr(target, "pipeline_config", None)
 
 
@@ -309,6 +309,11 @@ class GroupPlan:
     full: BarrierArray  # the collapsed verbs' arrays (the shared one, else member 0's)
     empty: BarrierArray
     fork_tx_bytes: int = 0  # a Fork of TMA producers: what group.commit() arms once (0 otherwise)
+    lead: int = 0  # index in ``members`` of the member whose protocol the collapsed verbs follow
+
+    @property
+    def lead_plan(self) -> "PipelinePlan":
+        return self.members[self.lead]
 
     @property
     def fork_arms_once(self) -> bool:
@@ -550,7 +555,8 @@ def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
     shared = SHARED_BARRIERS[group.mode]
     n = len(own)
     S = own[0].config.num_stages if own else 0
-    first = own[0].protocol if own else None
+    lead = collapsed_lead_index([pp.config for pp in own], group.mode) if own else 0
+    first = own[lead].protocol if own else None  # the collapsed side's ops follow the lead member
     arrays: List[BarrierArray] = []
     sf = se = None
     if FULL in shared and shared_full is not None:
@@ -577,12 +583,12 @@ def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
         arrays = [a for a in (sf, se) if a is not None]
     fork_tx = sf.tx_bytes if (group.mode is PipelineGroupMode.Fork and sf is not None and first is not None
                               and first.producer_arms_on_acquire) else 0
-    full = sf if sf is not None else (plans[0].full if plans else None)
-    empty = se if se is not None else (plans[0].empty if plans else None)
-    return GroupPlan(group, config_of(group), tuple(arrays), tuple(plans), full, empty, fork_tx)
+    full = sf if sf is not None else (plans[lead].full if plans else None)
+    empty = se if se is not None else (plans[lead].empty if plans else None)
+    return GroupPlan(group, config_of(group), tuple(arrays), tuple(plans), full, empty, fork_tx, lead)
 
 
-__all__ = ["Arming", "BarrierArray", "CLOSE_KIND", "CLOSING", "Counter", "FULL", "EMPTY", "GROUP_VERBS", "GroupPlan", "LaneMode",
+__all__ = ["Arming", "BarrierArray", "CLOSE_KIND", "CLOSING", "Counter", "collapsed_lead", "FULL", "EMPTY", "GROUP_VERBS", "GroupPlan", "LaneMode",
            "PairRoute", "cta_gated", "verb_signaling",
            "OPEN_KIND", "OPENING", "PipelinePlan", "SHARED_BARRIERS", "SKIP_KIND", "SidePlan", "SyncPlan", "VERB_BARRIER", "VERB_COUNTER",
            "config_of", "counter_plan", "counter_stride", "is_producer_counter", "op_warps", "role_stride",

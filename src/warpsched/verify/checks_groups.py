@@ -14,7 +14,7 @@ from ..model.pipeline_config import PipelineConfig, group_size
 from ..model.pipeline_group import PipelineGroup
 from ..model.resources import work_spec_of
 from ..model.task import Task
-from ..protocol.barriers import protocol_of
+from ..protocol.barriers import collapsed_lead_index, protocol_of
 from ..protocol.plan import GROUP_VERBS
 from .findings_util import F, config_of, dedupe, groups, is_resource, rname, steps, valid_config
 from .program import Program
@@ -70,6 +70,8 @@ def _members(g: PipelineGroup) -> List[Finding]:
         return out
     ref_m, ref = cfgs[0]
     side = g.mode.collapsed_side
+    lead = collapsed_lead_index([c for _, c in cfgs], g.mode)
+    size_ref_m, size_ref = cfgs[lead]
     kind = lambda c: protocol_of(c).producer_engine if side == "producer" else protocol_of(c).consumer_engine  # noqa
     for m, c in cfgs[1:]:
         if c.num_stages != ref.num_stages:
@@ -81,14 +83,32 @@ def _members(g: PipelineGroup) -> List[Finding]:
                          f"({c.pipeline_type.value}) has {side} kind {kind(c)!r} and {rname(ref_m)} "
                          f"({ref.pipeline_type.value}) has {kind(ref)!r}", expected=f"one {side} kind on every member",
                          fix="group only members whose collapsed side is the same engine", **base))
-        field = f"{side}_group"
-        a, b = group_size(getattr(c, field)), group_size(getattr(ref, field))
-        if a != b:
-            out.append(F(GROUP, f"group {g.name!r}: {rname(m)}.{field} size {a} differs from {rname(ref_m)}'s {b}, "
-                         f"but one task drives the shared {side} barrier", expected=f"{field} size {b} on every member",
-                         fix=f"size every member's {field} for the one task that drives the collapsed side", **base))
+    out += _collapsed_sizes(g, cfgs, lead, side, base)
     if g.mode is PipelineGroupMode.Fork:
         out += _fork_bytes(g, cfgs, base)
+    return out
+
+
+def _collapsed_sizes(g: PipelineGroup, cfgs, lead: int, side: str, base) -> List[Finding]:
+    """One task drives the shared barrier, so the members that size it agree on its group. In a
+    consumer-collapsing group that mixes TMA-fed members with others, the non-TMA members size
+    it (``collapsed_lead_index``) and the TMA members' per-warp consumer_group does not apply."""
+    field = f"{side}_group"
+    ref_m, ref = cfgs[lead]
+    tma = [protocol_of(c).producer_engine == "tma" for _, c in cfgs]
+    mixed = side == "consumer" and any(tma) and not all(tma)
+    out = []
+    for m, c in cfgs:
+        if m is ref_m or (mixed and tma[cfgs.index((m, c))]):
+            continue
+        a, b = group_size(getattr(c, field)), group_size(getattr(ref, field))
+        if a != b:
+            who = "the non-TMA members size it" if mixed else "one task drives the shared " + side + " barrier"
+            out.append(F(GROUP, f"group {g.name!r}: {rname(m)}.{field} size {a} differs from {rname(ref_m)}'s {b}, "
+                         f"but {who}", expected=f"{field} size {b} on every "
+                         f"{'non-TMA ' if mixed else ''}member",
+                         fix=f"size every {'non-TMA ' if mixed else ''}member's {field} for the one task that drives "
+                         "the collapsed side", **base))
     return out
 
 

@@ -379,7 +379,7 @@ class _Builder:
         sp = self.plan.side(ex.task, owner, side)
         if sp is None:
             return Action(Op.NOP, s, keys=keys)
-        pp = self.plan.pipeline(members[0])
+        pp = self.plan.group(group).lead_plan if group else self.plan.pipeline(owner)
         proto = pp.protocol
         cur = self._cursor(ex, sp, k)
         act = Action((Op.ACQUIRE if side == PRODUCER else Op.WAIT) if opening else
