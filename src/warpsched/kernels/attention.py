@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import _host
+from ._device import H200_SMS
 from . import attention_epilogue as epilogue
 from . import attention_math as amath
 from .attention_ahead import KAheadWorks, ScoresAheadWorks, load_ahead_schedule, softmax_ahead_schedule
@@ -62,7 +63,6 @@ HEAD_DIMS = (64, 128, 256)
 # a TMA-store epilogue (1.135x), O from its own SMEM tile (o_buffer, 1.014x), causal units in long /
 # short pairs over few heads (causal_pairs: +14 % on 16x16x1024 d128 causal). docs/attention.md.
 TUNED = {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "causal_pairs": True}
-H200_SMS = 132
 
 
 class AttentionConfigError(ValueError):
