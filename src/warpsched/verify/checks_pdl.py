@@ -1,5 +1,6 @@
 """PDL ordering, the static part: a launch must not come before the program's wait, and
-a task doing work on a resource that depends on a PdlWaitBarrier must wait first.
+a task doing work on a resource that depends on a PdlWaitBarrier must wait first -- or, when it
+only reads a pipelined resource, every task that fills it must (``ordered_through_fill``).
 
 Cross-task orderings (a launch in one task racing a wait in another) are left to the
 exhaustive checker. ``assume_pdl_wait_completed=True`` says the wait is emitted outside
@@ -7,7 +8,7 @@ warpsched, so every wait requirement is then considered met.
 """
 from __future__ import annotations
 
-from typing import Iterable, List
+from typing import Iterable, List, Optional
 
 from ..errors import Finding
 from ..model.ir import ScheduleResult, Step, StepKind
@@ -64,6 +65,42 @@ def _conditional(w: Step, launch_conds) -> bool:
     return any(g.kind in _CONDITIONAL and condition(g) not in launch_conds for g in w.guards)
 
 
+def _first_use(program: Program, t: Task, down) -> Optional[Step]:
+    """The task's first non-auxiliary work, acquire or wait on ``down`` (None: it does not use it)."""
+    work = [s for s in steps(program, t) if (s.kind.is_work or s.kind in (StepKind.ProducerAcquire,
+                                                                         StepKind.ConsumerWait))
+            and not s.kind.is_aux and any(x is down for x in targets(s))]
+    return min(work, key=lambda s: (SECTION_ORDER[s.section], s.index)) if work else None
+
+
+def _waits_before(program: Program, t: Task, u, first: Step) -> bool:
+    return any(s.kind is StepKind.PdlWait and s.resource is u and _precedes(s, first)
+               and not any(g.kind in _CONDITIONAL for g in s.guards) for s in steps(program, t))
+
+
+def _fills(program: Program, t: Task, down) -> bool:
+    return any(s.kind in (StepKind.ProducerAcquire, StepKind.ProducerWork, StepKind.ProducerCommit)
+               and any(x is down for x in targets(s)) for s in steps(program, t))
+
+
+def ordered_through_fill(program: Program, t: Task, down, u) -> Optional[List[Task]]:
+    """The tasks that fill ``down`` when ``t`` only reads it through its pipeline and every one of
+    them calls ``u.wait_griddep()`` unconditionally before it first fills it: each stage ``t`` waits
+    for was written after that wait, so ``t`` is ordered after the predecessor grid through the
+    full barrier (transitively) and needs no wait of its own. None otherwise. The exhaustive
+    checker reads the same rule (its reads of such a resource are not PDL-dependent)."""
+    if getattr(down, "pipeline_config", None) is None or _fills(program, t, down):
+        return None
+    fillers = [x for x in program.tasks if isinstance(x, Task) and x is not t and _fills(program, x, down)]
+    if not fillers:
+        return None
+    for x in fillers:
+        first = _first_use(program, x, down)
+        if first is None or not _waits_before(program, x, u, first):
+            return None
+    return fillers
+
+
 def _dependents(program: Program, tasks: List[Task]) -> List[Finding]:
     out = []
     for down, ups in graph_items(program):
@@ -71,21 +108,25 @@ def _dependents(program: Program, tasks: List[Task]) -> List[Finding]:
         if not pdl_ups:
             continue
         for t in tasks:
-            st = steps(program, t)
-            work = [s for s in st if (s.kind.is_work or s.kind in (StepKind.ProducerAcquire, StepKind.ConsumerWait))
-                    and not s.kind.is_aux and any(x is down for x in targets(s))]
-            if not work:
+            first = _first_use(program, t, down)
+            if first is None:
                 continue
-            first = min(work, key=lambda s: (SECTION_ORDER[s.section], s.index))
             for u in pdl_ups:
-                waits = [s for s in st if s.kind is StepKind.PdlWait and s.resource is u and _precedes(s, first)
-                         and not any(g.kind in _CONDITIONAL for g in s.guards)]
-                if not waits:
-                    out.append(F(PDL, f"{rname(down)} depends on {rname(u)} but task {t.name!r} uses it at "
-                                 f"{first.resource_name}.{first.method}() without calling {rname(u)}.wait_griddep() "
-                                 "first", task=t, resource=down, location=first.location,
-                                 expected=f"{rname(u)}.wait_griddep() earlier in the same task, unconditionally",
-                                 fix=f"call {rname(u)}.wait_griddep() at the start of the schedule (list {rname(u)} in "
-                                 "src_resources)"))
+                if _waits_before(program, t, u, first) or ordered_through_fill(program, t, down, u):
+                    continue
+                fillers = [x.name for x in tasks if x is not t and _fills(program, x, down)]
+                also = (f"; the task(s) that fill it ({', '.join(repr(n) for n in fillers)}) do not all call "
+                        f"{rname(u)}.wait_griddep() before filling it either, so the full barrier does not order "
+                        "it after the predecessor grid" if fillers and not _fills(program, t, down) else "")
+                out.append(F(PDL, f"{rname(down)} depends on {rname(u)} but task {t.name!r} uses it at "
+                             f"{first.resource_name}.{first.method}() without calling {rname(u)}.wait_griddep() "
+                             f"first{also}", task=t, resource=down, location=first.location,
+                             expected=f"{rname(u)}.wait_griddep() earlier in the same task, unconditionally"
+                             + (", or in every task that fills it" if fillers and not _fills(program, t, down)
+                                else ""),
+                             fix=(f"call {rname(u)}.wait_griddep() at the start of the schedule of "
+                                  f"{', '.join(repr(n) for n in fillers)} (before it fills {rname(down)}), or of "
+                                  f"{t.name!r}" if also else
+                                  f"call {rname(u)}.wait_griddep() at the start of the schedule (list {rname(u)} in "
+                                  "src_resources)")))
     return out
-

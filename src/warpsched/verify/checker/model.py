@@ -26,6 +26,7 @@ from ...model.resources import PdlWaitBarrier, WorkQueue, work_spec_of
 from ...model.tripcount import TripCount
 from ...protocol.plan import (CLOSE_KIND, FULL, OPEN_KIND, SKIP_KIND, VERB_BARRIER, BarrierArray, PairRoute, SidePlan,
                               SyncPlan)
+from ..checks_pdl import ordered_through_fill
 from ..program import Program, name_of
 from .bulk import bulk_periods
 from .memory import RegionMap
@@ -446,8 +447,10 @@ class _Builder:
             return act
         side = PRODUCER if s.kind in (StepKind.ProducerWork, StepKind.ProducerAux, StepKind.QueueFetch) else CONSUMER
         act.side = side
-        if s.kind in (StepKind.ConsumerWork,) and any(isinstance(u, PdlWaitBarrier) for u in self.p.upstream(res)):
-            act.pdl_dependent = True
+        if s.kind in (StepKind.ConsumerWork,) and any(isinstance(u, PdlWaitBarrier)
+                                                      and not ordered_through_fill(self.p, ex.task, res, u)
+                                                      for u in self.p.upstream(res)):
+            act.pdl_dependent = True  # not ordered through a filler that waited (checks_pdl's rule)
         if s.kind.is_aux or (spec is not None and spec.auxiliary):
             return act
         cfg = _cfg(res)
