@@ -128,3 +128,13 @@ def test_merge_of_tma_and_thread_members_inits_the_shared_empty_for_all_threads(
     # full_a: 32 thread arrivals; full_b: 1 arming thread (TMA) or 32; shared empty: 128
     assert counts == ({32: 4, 1: 4, 128: 4} if use_tma else {32: 8, 128: 4}), counts
     assert sum("cp.async.bulk.tensor" in ln for ln in ptx.splitlines()) == (1 if use_tma else 0)
+
+
+@pytest.mark.parametrize("form", ["array", "cluster"])
+def test_stage_barrier_has_the_ts_array_interface(form, tmp_path):
+    """``stage_info.barrier`` is what TS hands out too: ``.data_ptr()`` (``.toint()`` as an mbarrier
+    address, 04_02) and an mbarrier for ``cp_async_bulk_tensor_shared_cluster_global`` (04_01);
+    the TMA copy still completes on the stage's full barrier (same counts as the pointer form)."""
+    mod = ported("merge_mix_copy", tmp_path)
+    mod.BARRIER_FORM = form
+    assert compile_counts(mod) == EXPECTED["merge_mix_copy"]

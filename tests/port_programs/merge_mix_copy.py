@@ -10,7 +10,8 @@ store thread arrives on it.
 Reference-TS surface used: ``PipelineGroup(mode=PipelineGroupMode.Merge)`` registered with
 ``SmemAllocator.add_pipeline_group``; member views ``group.ring_a`` passed to the schedules;
 ``cutlass.Array`` views of ``smem_base.data_ptr() + offset``; ``stage_info.barrier`` handed to
-``cp_async_bulk_tensor_shared_cta_global``; ``create_tensor_map_tiled_from_view``.
+``cp_async_bulk_tensor_shared_cta_global`` (or, ``BARRIER_FORM``, ``stage_info.barrier.data_ptr().toint()``
+as an mbarrier address, or ``cp_async_bulk_tensor_shared_cluster_global``); ``create_tensor_map_tiled_from_view``.
 """
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ TILE = 128  # fp16 elements per stage of each ring
 STAGES = 4
 STORE_WARPS = 4
 USE_TMA = True  # ring B filled by TMA (TmaAsync member) or by plain stores (AsyncAsync member)
+BARRIER_FORM = "pointer"  # how the TMA copy is handed stage_info.barrier: "pointer", "array", "cluster"
 
 
 @dataclass
@@ -90,9 +92,20 @@ class Ring(MemoryResource):
     @cute.jit
     def fill(self, stage_info: StageInfo, *, tile: cutlass.Int32) -> None:
         if cutlass.const_expr(self.tma):
-            if prims.elect_sync():
-                prims.cp_async_bulk_tensor_shared_cta_global(self.ring.subview(stage_info.stage_idx * TILE),
-                                                             self.desc, (0, tile), stage_info.barrier)
+            dst = self.ring.subview(stage_info.stage_idx * TILE)
+            if cutlass.const_expr(BARRIER_FORM == "array"):
+                # as CUTLASS's 04_02: a typed pointer rebuilt from the barrier array's address
+                bar = cute.make_ptr(cutlass.Int64, stage_info.barrier.data_ptr().toint(), cutlass.AddressSpace.smem)
+                if prims.elect_sync():
+                    prims.cp_async_bulk_tensor_shared_cta_global(dst, self.desc, (0, tile), bar)
+            elif cutlass.const_expr(BARRIER_FORM == "cluster"):
+                # as CUTLASS's 04_01: the cluster form (coordinates before the barrier)
+                if prims.elect_sync():
+                    prims.cp_async_bulk_tensor_shared_cluster_global(dst, self.desc, (0, tile), stage_info.barrier,
+                                                                     [])
+            else:
+                if prims.elect_sync():
+                    prims.cp_async_bulk_tensor_shared_cta_global(dst, self.desc, (0, tile), stage_info.barrier)
         else:
             tx, _, _ = cute.arch.thread_idx()
             lane = tx % 32
