@@ -1,0 +1,171 @@
+"""H200: warpsched's attention backward, correctness and speed.
+
+Correctness: fresh random inputs per case, dK / dV outputs poisoned with NaN, our forward's O and LSE,
+then dQ, dK, dV against an fp64 reference (autograd through softmax(QK^T * scale) V); torch SDPA's own
+bf16 / fp16 gradients against the same reference set the bar (ours must be within 2x its error + 1e-3).
+Speed: backward only, alternating rounds, TFLOP/s counted as 2.5x the forward's FLOPs (the field's
+convention): warpsched (kernel alone, and the whole call with the delta pre-pass and dQ conversion),
+torch SDPA's cuDNN and flash backends, FlashAttention-4 (``flash_attn.cute``) when installed.
+
+    python3 benchmarks/attention_bwd_check.py [--only correctness|speed] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from warpsched import ops
+from warpsched.kernels import attention_bwd_host as bwd
+
+CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
+    (2, 4, 4, 128, 128, 64, False, torch.bfloat16),
+    (1, 2, 2, 1000, 1000, 128, True, torch.bfloat16),
+    (2, 8, 2, 257, 511, 128, False, torch.float16),
+    (1, 4, 1, 1, 300, 64, True, torch.bfloat16),
+    (1, 2, 2, 700, 200, 128, True, torch.bfloat16),
+    (2, 6, 3, 333, 333, 64, True, torch.float16),
+    (1, 4, 2, 200, 700, 64, False, torch.bfloat16),
+    (3, 2, 2, 64, 64, 128, True, torch.float16),
+]
+SPEED = [  # B, H, S, D, causal
+    (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
+    (4, 16, 4096, 64, False), (16, 16, 1024, 128, False),
+]
+
+
+def reference(q, k, v, dout, causal, scale):
+    """fp64 dq, dk, dv (K / V heads repeated for GQA, their gradients summed back)."""
+    group = q.shape[1] // k.shape[1]
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    kk, vv = k64.repeat_interleave(group, 1), v64.repeat_interleave(group, 1)
+    s = torch.einsum("bhqd,bhkd->bhqk", q64, kk) * scale
+    if causal:
+        sq, sk = q.shape[2], k.shape[2]
+        hide = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(hide, float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    o = torch.einsum("bhqk,bhkd->bhqd", p, vv)
+    return torch.autograd.grad(o, (q64, k64, v64), dout.double())
+
+
+def sdpa_grads(q, k, v, dout, causal):
+    qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+    return torch.autograd.grad(o, (qq, kk, vv), dout)
+
+
+def err(a, ref):
+    return ((a.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+
+
+def correctness():
+    fails = 0
+    print("| B x H/Hk x Sq x Sk | D | causal | dtype | dQ err | dK err | dV err | SDPA dQ/dK/dV err | result |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case in CASES:
+        B, H, Hk, Sq, Sk, D, causal, dt = case
+        torch.manual_seed(hash(case) % 1000)
+        q = torch.randn(B, H, Sq, D, device="cuda", dtype=dt)
+        k = torch.randn(B, Hk, Sk, D, device="cuda", dtype=dt)
+        v = torch.randn(B, Hk, Sk, D, device="cuda", dtype=dt)
+        dout = torch.randn(B, H, Sq, D, device="cuda", dtype=dt)
+        scale = 1.0 / math.sqrt(D)
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        dk = torch.full_like(k, float("nan"))
+        dv = torch.full_like(v, float("nan"))
+        dq, dk, dv = bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, dk=dk, dv=dv)
+        torch.cuda.synchronize()
+        ref = reference(q, k, v, dout, causal, scale)
+        ours = [err(a, r) for a, r in zip((dq, dk, dv), ref)]
+        theirs = [err(a, r) for a, r in zip(sdpa_grads(q, k, v, dout, causal), ref)]
+        ok = all(o == o and o <= 2 * t + 1e-3 for o, t in zip(ours, theirs))
+        fails += not ok
+        print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {causal} | {str(dt)[6:]} | " + " | ".join(f"{e:.2e}" for e in ours)
+              + " | " + "/".join(f"{e:.1e}" for e in theirs) + f" | {'PASS' if ok else 'FAIL'} |", flush=True)
+    print(f"correctness: {len(CASES) - fails}/{len(CASES)} PASS; verdicts: {bwd.VERDICT_OF}", flush=True)
+    return fails
+
+
+def event_ms(fn, iters):
+    fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(iters):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) / iters
+
+
+def speed(rounds):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as e:  # noqa: BLE001
+        flash_attn_func = None
+        print(f"FA4 unavailable: {type(e).__name__}: {e}")
+    print("| B x H x S | D | mask | ws kernel | ws call | cuDNN | flash | FA4 | ws call / cuDNN | ws call / FA4 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for B, H, S, D, causal in SPEED:
+        torch.manual_seed(0)
+        q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        launch, dq_acc, dk, dv = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal)
+        sides = {"ws kernel": lambda: (dq_acc.zero_(), launch()),
+                 "ws call": lambda: bwd.attention_backward(q, k, v, out, dout, lse, causal=causal)}
+        for name, kind in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+            try:
+                with sdpa_kernel([kind]):
+                    o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
+                sides[name] = (lambda o=o, x=(qq, kk, vv): torch.autograd.grad(o, x, dout, retain_graph=True))
+            except Exception as e:  # noqa: BLE001
+                print(f"{name} unavailable for {B}x{H}x{S} d{D}: {e}")
+        if flash_attn_func is not None:
+            try:
+                qt, kt, vt = (t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+                res = flash_attn_func(qt, kt, vt, causal=causal)
+                o4 = res[0] if isinstance(res, tuple) else res
+                dot = dout.transpose(1, 2).contiguous()
+                sides["FA4"] = lambda o4=o4, x=(qt, kt, vt): torch.autograd.grad(o4, x, dot, retain_graph=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"FA4 failed for {B}x{H}x{S} d{D}: {type(e).__name__}: {e}")
+        flop = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+        times = {s: [] for s in sides}
+        names = list(sides)
+        for r in range(rounds):
+            for s in names[r % len(names):] + names[:r % len(names)]:
+                times[s].append(event_ms(sides[s], 10))
+        med = {s: statistics.median(t) for s, t in times.items()}
+        tf = {s: flop / med[s] / 1e9 for s in med}
+        cell = lambda s: f"{tf[s]:.0f}" if s in tf else "-"  # noqa: E731
+        ratio = lambda a, b: f"{med[b] / med[a]:.3f}x" if a in med and b in med else "-"  # noqa: E731
+        print(f"| {B}x{H}x{S} | {D} | {'causal' if causal else 'full'} | " + " | ".join(
+            cell(s) for s in ("ws kernel", "ws call", "cuDNN", "flash", "FA4"))
+            + f" | {ratio('ws call', 'cuDNN')} | {ratio('ws call', 'FA4')} |", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("correctness", "speed"))
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
+    fails = 0
+    if a.only != "speed":
+        fails = correctness()
+    if a.only != "correctness" and not fails:
+        speed(a.rounds)
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()

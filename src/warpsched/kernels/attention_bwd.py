@@ -1,0 +1,444 @@
+"""FlashAttention backward for Hopper (H100 / H200, sm_90a), written as a warpsched program.
+
+Given Q, K, V, dO (B, H, S, D; K / V may have fewer heads: GQA), the forward's log-sum-exp and
+delta = rowsum(dO * O) (fp32, (B, H, S_q)), it computes dK and dV (in the input dtype) and adds dQ
+into an fp32 accumulation buffer (B, H, S_q rounded up to 64, D), which the host converts. bf16 or
+fp16; head dim 64 or 128; any S_q, S_k >= 1; causal top-left aligned, as the forward.
+
+A work unit is a 128-key block of one (batch, K/V head); one CTA per unit (CTAs with the longest
+loops, the first key blocks of a causal problem, first). The CTA keeps its K and V in SMEM and walks
+every (query head of the K/V head's group, 64-row Q block) that sees its keys, so dK and dV (summed
+over the group's query heads) stay in registers until the end. 384 threads in three warp groups:
+
+    LoadTask (warp 0, 24 regs)  kv.acquire; TMA K, V (two 64-key halves each); kv.commit
+                                for each step (query head, Q block): qdo.acquire; TMA Q_i, dO_i; qdo.commit
+    Grad0 (warps 4-7, 240)      keys [64 wg, 64 wg + 64) of the block:  zero dK, dV; kv.wait
+    Grad1 (warps 8-11, 240)     for each step: qdo.wait; S^T = K_w Q_i^T, dP^T = V_w dO_i^T (wgmma); retire
+                                               P^T, dS^T (grads.scores; dS^T also into SMEM)
+                                               dV += P^T dO_i, dK += dS^T Q_i (wgmma, A from registers)
+                                               dQ_w = dS_w K_w (wgmma from SMEM); retire; qdo.release
+                                               dQaccum += scale * dQ_w (fp32 atomics)
+                                kv.release; dK * scale, dV -> global
+
+The step count per unit is read at run time (every count >= 0 is proven: a causal key block past
+the last query has no step and writes zeros). docs/attention.md, "Backward".
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
+                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
+                       trip_count, wgmma_wait)
+
+from . import attention_bwd_math as bmath
+from . import attention_math as amath
+from .attention import AttentionConfigError
+from .attention_bwd_math import HALF
+
+BWD_HEAD_DIMS = (64, 128)
+BLOCK_N = 2 * HALF  # keys per CTA: one 64-key half per consumer warp group
+BLOCK_M = 64  # Q rows per step
+
+
+# ---------------------------------------------------------------------------------- resources
+@dataclass(kw_only=True)
+class SmemKV(MemoryResource):
+    """The unit's K and V (128 keys each, as two 64-key halves, one per warp group): one stage, loaded
+    once; read by the S / dP GEMMs (A operands) and the dQ GEMM (K as the B operand, transposed view)."""
+
+    g: Any = None
+    retire = wgmma_wait  # wgmma.wait_group(pending): the GEMMs' SMEM and register reads are done
+    acc_s: Any = TaskLocalVariable.uninitialized()
+    acc_dp: Any = TaskLocalVariable.uninitialized()
+    acc_dv: Any = TaskLocalVariable.uninitialized()
+    acc_dk: Any = TaskLocalVariable.uninitialized()
+    acc_dq: Any = TaskLocalVariable.uninitialized()
+    p: Any = TaskLocalVariable.uninitialized()
+    ds: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.acc_s = TaskLocalVariable(dtype=None, docs="S^T = K Q^T, then P^T (fp32 registers)")
+        self.acc_dp = TaskLocalVariable(dtype=None, docs="dP^T = V dO^T, then dS^T (fp32 registers)")
+        self.acc_dv = TaskLocalVariable(dtype=None, docs="dV of this warp group's keys (fp32 registers)")
+        self.acc_dk = TaskLocalVariable(dtype=None, docs="dK / scale of this warp group's keys (fp32 registers)")
+        self.acc_dq = TaskLocalVariable(dtype=None, docs="dQ / scale of one Q block, this warp group's keys' part")
+        self.p = TaskLocalVariable(dtype=None, docs="P^T in 16 bits: the A operand of dV += P^T dO")
+        self.ds = TaskLocalVariable(dtype=None, docs="dS^T in 16 bits: the A operand of dK += dS^T Q")
+
+    @consumer_work(returns=(acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds), work_attrs=WorkAttr.AUXILIARY)
+    def init(self, stage_info: StageInfo):
+        v, g = stage_info.context.values, self.g
+        tidx, _, _ = cute.arch.thread_idx()
+        sdp = v.sdp_mma.get_slice(tidx % 128)
+        acc_s = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, BLOCK_M)), cutlass.Float32)
+        acc_dp = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, BLOCK_M)), cutlass.Float32)
+        dkv = v.dkv_mma.get_slice(tidx % 128)
+        acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.head_dim)), cutlass.Float32)
+        acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.head_dim)), cutlass.Float32)
+        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((BLOCK_M, g.head_dim)),
+                                       cutlass.Float32)
+        return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
+                amath.make_p(acc_dp, v.dkv_mma, g.dtype))
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_k, self.g.alloc_v]
+
+    @producer_work
+    def tma_load(self, stage_info: StageInfo):
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
+        for tma, m_x, s_x in ((v.tma_k, v.mK, v.sK), (v.tma_v, v.mV, v.sV)):
+            g_x = cute.flat_divide(m_x, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+            t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
+                                                        cute.group_modes(g_x, 0, 2))
+            for w in range(2):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
+                stage_info.tma_copy(tma, t_g[(None, n_block * 2 + w)], t_s[(None, w)])
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K, V (and Q, dO: SmemQdO.gemm_operand) until the retire
+    @cute.jit
+    def mma_sdp(self, stage_info: StageInfo, acc_s, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
+        """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
+        v = stage_info.context.values
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = v.sdp_mma.get_slice(tidx % 128)
+        frag_k = v.sdp_mma.make_fragment_A(thr.partition_A(v.sK))
+        frag_v = v.sdp_mma.make_fragment_A(thr.partition_A(v.sV))
+        frag_q = v.sdp_mma.make_fragment_B(thr.partition_B(v.sQ))
+        frag_do = v.sdp_mma.make_fragment_B(thr.partition_B(v.sdO))
+        stage = idx[0]
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(frag_k, mode=[2])):
+            mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
+            cute.gemm(mma, acc_s, frag_k[(None, None, kb, wg)], frag_q[(None, None, kb, stage)], acc_s)
+        for kb in cutlass.range_constexpr(cute.size(frag_v, mode=[2])):
+            mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
+            cute.gemm(mma, acc_dp, frag_v[(None, None, kb, wg)], frag_do[(None, None, kb, stage)], acc_dp)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and this warp group's dS tile) until the retire
+    @cute.jit
+    def mma_dq(self, stage_info: StageInfo, acc_dq, *, wg: cutlass.Constexpr = 0):
+        """dQ_w = dS_w K_w: A is the warp group's dS tile (written by ``Grads.scores``), B is K's half
+        through its transposed view."""
+        v = stage_info.context.values
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = v.dq_mma.get_slice(tidx % 128)
+        frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
+        frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+            mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
+            cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, wg)], acc_dq)
+        warpgroup.commit_group()
+
+
+@dataclass(kw_only=True)
+class SmemQdO(MemoryResource):
+    """The Q and dO tiles of one step (64 rows of one query head), a ring of ``qdo_stages``: one
+    transaction barrier per stage for both tiles."""
+
+    g: Any = None
+    retire = wgmma_wait
+    idx: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.idx = TaskLocalVariable(dtype=None, docs="the Q / dO stage of the current step (one Int32 register)")
+
+    @consumer_work(returns=idx, work_attrs=WorkAttr.AUXILIARY)
+    def init_index(self, stage_info: StageInfo):
+        return cute.make_rmem_tensor(cute.make_layout(1), cutlass.Int32)
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_q, self.g.alloc_do]
+
+    @producer_work
+    def tma_load(self, stage_info: StageInfo):
+        g, v = self.g, stage_info.context.values
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        for tma, m_x, s_x in ((v.tma_q, v.mQ, v.sQ), (v.tma_do, v.mdO, v.sdO)):
+            g_x = cute.flat_divide(m_x, (BLOCK_M, g.head_dim))[(None, None, None, 0, head, batch)]
+            t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
+                                                        cute.group_modes(g_x, 0, 2))
+            stage_info.tma_copy(tma, t_g[(None, m_block)], t_s[(None, stage_info.stage_idx)])
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def gemm_operand(self, stage_info: StageInfo, idx):
+        """Declares that the S / dP GEMMs issued next (``SmemKV.mma_sdp``, same commit group) read this
+        stage, so the checker holds it until their retire; records the stage for them."""
+        idx[0] = stage_info.stage_idx
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
+    def mma_dkv(self, stage_info: StageInfo, p, ds, acc_dv, acc_dk):
+        """dV += P^T dO_i and dK += dS^T Q_i: A from the 16-bit registers, B the stage's dO / Q through
+        their transposed views (one commit group; P / dS and both accumulators in use until the retire)."""
+        v, s = stage_info.context.values, stage_info.stage_idx
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = v.dkv_mma.get_slice(tidx % 128)
+        frag_dot = v.dkv_mma.make_fragment_B(thr.partition_B(v.sdOt))
+        frag_qt = v.dkv_mma.make_fragment_B(thr.partition_B(v.sQt))
+        warpgroup.fence()  # P and dS were written by ordinary instructions
+        cute.gemm(v.dkv_mma, acc_dv, p, frag_dot[(None, None, None, s)], acc_dv)
+        cute.gemm(v.dkv_mma, acc_dk, ds, frag_qt[(None, None, None, s)], acc_dk)
+        warpgroup.commit_group()
+
+
+@dataclass(kw_only=True)
+class Grads(MemoryResource):
+    """A warp group's gradient state (dK, dV in registers; dS^T's SMEM tile) and its writes to global
+    memory: dQ atomics per step, dK and dV at the end of the unit."""
+
+    g: Any = None
+    wg: int = 0
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_ds[self.wg]]
+
+    @producer_work
+    def reset(self, stage_info: StageInfo, acc_dv, acc_dk):
+        acc_dv.fill(0.0)
+        acc_dk.fill(0.0)
+
+    @producer_work
+    def scores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds):
+        """P^T and dS^T of this step (``attention_bwd_math.grads_of_scores``)."""
+        g, v = self.g, stage_info.context.values
+        n_block, _, _ = g.unit_coords(v.unit)
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        bmath.grads_of_scores(acc_s, acc_dp, p, ds, getattr(v, f"sdSt{self.wg}"), g, v,
+                              n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch, wg=self.wg)
+
+    @producer_work
+    def add_dq(self, stage_info: StageInfo, acc_dq):
+        g, v = self.g, stage_info.context.values
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        bmath.add_dq(acc_dq, g, v, m_block, head, batch)
+
+    @producer_work
+    def store(self, stage_info: StageInfo, acc_dk, acc_dv):
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
+        bmath.store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg)
+
+
+# ---------------------------------------------------------------------------------- schedules
+@schedule
+def load_schedule(smem_kv, smem_qdo, steps):
+    smem_kv.acquire()
+    smem_kv.tma_load()
+    smem_kv.commit()
+    with domain_loop(0, steps, 1):
+        smem_qdo.acquire()
+        smem_qdo.tma_load()
+        smem_qdo.commit()
+
+
+@schedule
+def grad_schedule(smem_kv, smem_qdo, grads, steps, wg):
+    """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
+    step, retired before the step's Q / dO stage is released; K / V released after the last step."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.retire()
+        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        smem_qdo.release()
+        grads.add_dq(acc_dq=acc_dq)
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def build(g=None, *, steps=None, grad_schedules=None, verbose=True, **manager_options):
+    """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
+
+    ``g``: the FlashAttentionBackward being traced (None on the CPU: bf16, hd128, not causal).
+    ``steps``: the CTA's runtime step count (None on the CPU); every count >= 0 is proven.
+    ``grad_schedules``: replaces ``grad_schedule`` (the tests check twins with planted bugs)."""
+    if g is None:
+        g = FlashAttentionBackward()
+    n = trip_count("steps", steps, min=0)
+    kv_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=g.kv_bytes)
+    qdo_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.qdo_stages, num_bytes=g.qdo_bytes)
+    smem_kv = SmemKV(name="SmemKV", pipeline_config=kv_cfg, g=g)
+    smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
+    load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
+                num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n))
+    tasks, graph, grads_all = [load], {smem_kv: [], smem_qdo: []}, []
+    for wg in range(2):
+        grads = Grads(name=f"Grads{wg}", g=g, wg=wg)
+        grads_all.append(grads)
+        sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, n, wg)
+        tasks.append(Task(name=f"Grad{wg}", src_resources=[smem_kv, smem_qdo], dst_resources=[grads],
+                          warp_idx=4 * (1 + wg), num_warps=4, num_registers=g.consumer_regs, schedule=sched))
+        graph[grads] = [smem_kv, smem_qdo]
+    smem = SmemAllocator.for_resources(smem_kv, smem_qdo, *grads_all)
+    return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, verbose=verbose,
+                       **manager_options)
+
+
+# ---------------------------------------------------------------------------------- kernel
+class FlashAttentionBackward:
+    """Compile-time configuration (dtype, head dim, causal, Q / dO stages) and the kernel."""
+
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
+                 consumer_regs=240):
+        if dtype not in (cutlass.BFloat16, cutlass.Float16):
+            raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
+        if head_dim not in BWD_HEAD_DIMS:
+            raise AttentionConfigError(f"head_dim={head_dim}: the backward supports head dims {BWD_HEAD_DIMS}")
+        if qdo_stages not in (1, 2, 3):
+            raise AttentionConfigError(f"qdo_stages={qdo_stages}: expected 1, 2 or 3")
+        self.dtype, self.head_dim, self.causal, self.qdo_stages = dtype, head_dim, bool(causal), qdo_stages
+        self.block_m, self.block_n = BLOCK_M, BLOCK_N
+        self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
+        self.threads = 384
+        elem = dtype.width // 8
+        self.kv_bytes = 2 * BLOCK_N * head_dim * elem  # K and V of the block
+        self.qdo_bytes = 2 * BLOCK_M * head_dim * elem  # Q and dO of a step
+        self.alloc_k = SmemAllocation("sK", dtype=dtype, count=BLOCK_N * head_dim, alignment=1024)
+        self.alloc_v = SmemAllocation("sV", dtype=dtype, count=BLOCK_N * head_dim, alignment=1024)
+        self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
+        self.alloc_do = SmemAllocation("sdO", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
+        self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * BLOCK_M, alignment=1024)
+                         for wg in range(2)]
+        self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
+
+    # ---- work units (run in the trace on device values and in the tests on ints)
+    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
+        self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
+        self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
+        self.group = heads // kv_heads
+        self.n_blocks = (seqlen_k + BLOCK_N - 1) // BLOCK_N
+        self.m_blocks = (seqlen_q + BLOCK_M - 1) // BLOCK_M
+        self.num_units = self.n_blocks * kv_heads * batches
+
+    def unit_coords(self, unit):
+        """(key block, K/V head, batch) of CTA ``unit``: key block 0 of every (batch, K/V head) first
+        (the longest causal loops), then block 1, ..."""
+        hb = self.kv_heads * self.batches
+        n_block, bh = unit // hb, unit % hb
+        return n_block, bh % self.kv_heads, bh // self.kv_heads
+
+    def first_m_block(self, n_block):
+        """The first Q block that sees a key of ``n_block`` (causal: query i sees keys j <= i)."""
+        if cutlass.const_expr(self.causal):
+            return n_block * BLOCK_N // BLOCK_M
+        return 0
+
+    def steps_of(self, unit):
+        """(query heads of the group) x (Q blocks from ``first_m_block``): the unit's step count (>= 0)."""
+        n_block = self.unit_coords(unit)[0]
+        return self.group * cutlass.max(0, self.m_blocks - self.first_m_block(n_block))
+
+    def step_coords(self, unit, step):
+        """(query head, Q block, batch) of step ``step`` of CTA ``unit``: the Q blocks of one query head in
+        turn, then the group's next head."""
+        n_block, kv_head, batch = self.unit_coords(unit)
+        first = self.first_m_block(n_block)
+        count = cutlass.max(1, self.m_blocks - first)
+        return kv_head * self.group + step // count, first + step % count, batch
+
+    # ---- compile-time layouts
+    def _mmas(self):
+        k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
+        d = self.head_dim
+
+        def mma(a_major, b_major, tile, a_source=warpgroup.OperandSource.SMEM):
+            return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, a_major, b_major, cutlass.Float32,
+                                                     (1, 1, 1), tile, a_source)
+        sdp = mma(k_major, k_major, (HALF, BLOCK_M))  # S^T, dP^T: (keys, queries), contraction over D
+        dkv = mma(k_major, mn_major, (HALF, d), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
+        dq = mma(k_major, mn_major, (BLOCK_M, d))  # dQ: (queries, D), over keys
+        return sdp, dkv, dq
+
+    def _layouts(self):
+        """Each SMEM buffer and, for the ones a GEMM also reads transposed, the same bytes as the other
+        operand kind: a K-major (rows, D) tile and an MN-major (D, rows) one have one physical layout."""
+        d, dt, R, C = self.head_dim, self.dtype, LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
+        st = self.qdo_stages
+        return {
+            "sK": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, 2),  # (keys, D, half)
+            "sV": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, 2),
+            "sKt": sm90_utils.make_smem_layout_b(C, (BLOCK_M, d, HALF), dt, 2),  # (D, keys, half)
+            "sQ": sm90_utils.make_smem_layout_b(R, (HALF, BLOCK_M, d), dt, st),  # (queries, D, stage)
+            "sdO": sm90_utils.make_smem_layout_b(R, (HALF, BLOCK_M, d), dt, st),
+            "sQt": sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st),  # (D, queries, stage)
+            "sdOt": sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st),
+            "sdS": sm90_utils.make_smem_layout_a(R, (BLOCK_M, d, HALF), dt, 1),  # (queries, keys)
+            "sdSt": sm90_utils.make_smem_layout_b(C, (BLOCK_M, HALF, BLOCK_M), dt, 1),  # (keys, queries)
+        }
+
+    @staticmethod
+    def _sdhb(t):
+        """(B, H, S, D) -> (S, D, H, B), the mode order TMA tiles."""
+        return cute.make_tensor(t.iterator, cute.select(t.layout, mode=[2, 3, 1, 0]))
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor,
+                 mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
+                 scale: cutlass.Float32, stream):
+        lay = self._layouts()
+        sdp_mma, dkv_mma, dq_mma = self._mmas()
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tile = (HALF, self.head_dim)
+        atoms = [cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, self._sdhb(t), cute.slice_(lay[name], (None, None, 0)),
+                                                        tile)
+                 for t, name in ((mQ, "sQ"), (mK, "sK"), (mV, "sV"), (mdO, "sdO"))]
+        self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
+                        cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
+        self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],
+                    atoms[3][1], mLSE, mDelta, self._sdhb(mdQacc), self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
+                    dkv_mma, dq_mma, scale).launch(grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
+                                                   min_blocks_per_mp=1, stream=stream)
+
+    @cute.kernel
+    def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
+               tma_v: cute.CopyAtom, mV: cute.Tensor, tma_do: cute.CopyAtom, mdO: cute.Tensor, mLSE: cute.Tensor,
+               mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
+               sdp_mma: cute.TiledMma, dkv_mma: cute.TiledMma, dq_mma: cute.TiledMma, scale: cutlass.Float32):
+        bid, _, _ = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp_idx == 0:
+            for atom in (tma_q, tma_k, tma_v, tma_do):
+                cute.nvgpu.cpasync.prefetch_descriptor(atom)
+        # mQ / mK are the TMA views: (S, D, H, B)
+        self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
+                        cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
+        mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
+        mgr.setup_resources_and_tasks()
+        zeros = self._mmas()
+        sdp_zero, dq_zero = zeros[0], zeros[2]
+        sdp_zero.set(warpgroup.Field.ACCUMULATE, False)
+        dq_zero.set(warpgroup.Field.ACCUMULATE, False)
+        for m in (sdp_mma, dkv_mma, dq_mma):
+            m.set(warpgroup.Field.ACCUMULATE, True)
+        lay = self._layouts()
+        view = mgr.smem_allocator.view
+        s = {name: view(alloc, lay[name]) for name, alloc in (("sK", self.alloc_k), ("sV", self.alloc_v),
+                                                              ("sQ", self.alloc_q), ("sdO", self.alloc_do))}
+        s.update(sKt=view(self.alloc_k, lay["sKt"]), sQt=view(self.alloc_q, lay["sQt"]),
+                 sdOt=view(self.alloc_do, lay["sdOt"]))
+        for wg in cutlass.range_constexpr(2):
+            s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdS"])
+            s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])[(None, None, 0)]
+        mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, tma_do=tma_do, mQ=mQ, mK=mK, mV=mV, mdO=mdO, mLSE=mLSE,
+                mDelta=mDelta, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
+                dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale,
+                scale_log2=scale * math.log2(math.e), **s)

@@ -1,0 +1,121 @@
+"""Host side of warpsched's FlashAttention backward (``warpsched.kernels.attention_bwd``): argument
+checks, the compile cache (one kernel per dtype / head dim / causal / options; shapes are dynamic),
+the delta pre-pass and the dQ conversion around the kernel, and the CPU compile used by the tests."""
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+
+from . import _host
+from .attention import AttentionConfigError
+from .attention_bwd import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward
+from .attention_host import _tma_ready, check_args as _check_qkv
+
+_CACHE = {}
+VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
+
+
+def check_args(q, k, v, out, dout, lse):
+    """The forward's checks on q, k, v, then out / dout (q's shape and dtype) and lse ((B, H, S_q) fp32)."""
+    _check_qkv(q, k, v)
+    B, H, Sq, D = q.shape
+    if D not in BWD_HEAD_DIMS:
+        raise AttentionConfigError(f"head dim {D}: the backward supports head dims {BWD_HEAD_DIMS}; use "
+                                   "torch.nn.functional.scaled_dot_product_attention's backward for others")
+    for name, t in (("out", out), ("dout", dout)):
+        if tuple(t.shape) != tuple(q.shape) or t.dtype != q.dtype:
+            raise AttentionConfigError(f"{name} {tuple(t.shape)} {t.dtype}: expected q's shape {tuple(q.shape)} "
+                                       f"and dtype {q.dtype}")
+    if tuple(lse.shape) != (B, H, Sq) or str(lse.dtype) != "torch.float32":
+        raise AttentionConfigError(f"lse {tuple(lse.shape)} {lse.dtype}: expected ({B}, {H}, {Sq}) float32, the "
+                                   "forward's log-sum-exp (ops.attention(..., return_lse=True))")
+
+
+def fake_operands(dtype, head_dim):
+    """Fake q, k, v, dout (B, H, S, D), lse and delta (B, H, S_q) fp32, dq_accum (B, H, S_pad, D) fp32,
+    dk, dv: sizes but D symbolic, 16-byte aligned strides."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    B, H, Hk, Sq, Sk, Sp = (cute.sym_int32() for _ in range(6))
+
+    def bhsd(heads, seq, dt=dtype):
+        return make_fake_tensor(dt, (B, heads, seq, head_dim), (cute.sym_int64(divisibility=8),
+                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
+
+    def rows():
+        return make_fake_tensor(cutlass.Float32, (B, H, Sq), (cute.sym_int64(), cute.sym_int64(), 1), assumed_align=16)
+
+    return (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), rows(), rows(), bhsd(H, Sp, cutlass.Float32),
+            bhsd(Hk, Sk), bhsd(Hk, Sk))
+
+
+def _kernel(kern_key):
+    dtype, head_dim, causal, options = kern_key
+    return FlashAttentionBackward(dtype=dtype, head_dim=head_dim, causal=causal, **dict(options))
+
+
+def compiled(kern_key, args):
+    if kern_key not in _CACHE:
+        _CACHE[kern_key] = cute.compile(_kernel(kern_key), *args, options=_host.ptx_options())
+        _host.record_verdict(VERDICT_OF, kern_key)
+    return _CACHE[kern_key]
+
+
+def compiled_ffi(kern_key):
+    """The kernel for TVM-FFI calls: compiled once with fake operands; called with torch tensors."""
+    key = kern_key + ("tvm-ffi",)
+    if key not in _CACHE:
+        _CACHE[key] = cute.compile(_kernel(kern_key), *fake_operands(kern_key[0], kern_key[1]),
+                                   cutlass.Float32(0.125), _host.fake_env_stream(), options=_host.ffi_options())
+        _host.record_verdict(VERDICT_OF, kern_key)
+    return _CACHE[key]
+
+
+def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, **options):
+    """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
+    return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
+    from the pre-pass); dq_accum must be zeroed before each launch."""
+    check_args(q, k, v, out, dout, lse)
+    import torch
+
+    B, H, Sq, D = q.shape
+    q, k, v, dout = (_tma_ready(t) for t in (q, k, v, dout))
+    delta = (dout.float() * out.float()).sum(-1)
+    lse = lse.contiguous()
+    sp = (Sq + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    dq_acc = torch.zeros(B, H, sp, D, device=q.device, dtype=torch.float32)
+    dk = torch.empty_like(k) if dk is None else dk
+    dv = torch.empty_like(v) if dv is None else dv
+    for name, t in (("dk", dk), ("dv", dv)):
+        if tuple(t.shape) != tuple(k.shape) or t.dtype != k.dtype or not t.is_contiguous():
+            raise AttentionConfigError(f"{name} {tuple(t.shape)} {t.dtype}: expected a contiguous tensor of k's "
+                                       f"shape {tuple(k.shape)} and dtype {k.dtype}")
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    kern_key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
+    if _host.ffi_enabled():
+        f, args = compiled_ffi(kern_key), (q, k, v, dout, lse, delta, dq_acc, dk, dv, scale)
+    else:
+        args = ([_host.to_cute(t, 3) for t in (q, k, v, dout)] + [_host.to_cute(lse, 2), _host.to_cute(delta, 2)]
+                + [_host.to_cute(t, 3) for t in (dq_acc, dk, dv)] + [cutlass.Float32(scale), _host.current_stream()])
+        f = compiled(kern_key, args)
+    return (lambda: f(*args)), dq_acc, dk, dv
+
+
+def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, **options):
+    """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient ``dout``, given
+    the forward's ``lse``. dk / dv have k's shape (summed over each K/V head's query heads: GQA).
+    delta = rowsum(dout * out) is computed by torch first; dQ is accumulated in fp32 and converted last."""
+    launch, dq_acc, dk, dv = prepare_backward(q, k, v, out, dout, lse, causal, scale, dk, dv, **options)
+    launch()
+    return dq_acc[:, :, :q.shape[2]].to(q.dtype), dk, dv
+
+
+def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
+    """Compile for ``arch`` with fake tensors (every size but D symbolic)."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    kern = FlashAttentionBackward(dtype=dtype, head_dim=head_dim, causal=causal, **options)
+    return cute.compile(kern, *fake_operands(dtype, head_dim), cutlass.Float32(0.125), make_fake_stream(),
+                        options=_host.ptx_options(arch))

@@ -1,0 +1,105 @@
+"""Register-level math of warpsched's FlashAttention backward (``warpsched.kernels.attention_bwd``):
+P and dS recomputed from S, dP, the log-sum-exp and delta = rowsum(dO * O); dS into SMEM for the
+dQ GEMM; dQ added into the fp32 accumulation buffer; dK and dV out of the registers.
+
+The accumulators here are transposed (rows are keys, columns are queries: S^T = K Q^T), so the
+per-query values (LSE, delta) are per column, and P^T / dS^T are the A operands of dV += P^T dO
+and dK += dS^T Q straight from the registers (``attention_math.make_p`` / ``store_p``).
+"""
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+
+from . import attention_math as amath
+
+LOG2E = math.log2(math.e)
+HALF = 64  # keys per consumer warp group (one WGMMA M); a CTA's K/V block is 2 * HALF keys
+DS_BARRIER = 2  # named barriers 2, 3: a warp group's dS tile is written before its dQ GEMM reads it
+
+
+@cute.jit
+def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg: cutlass.Constexpr):
+    """From S^T and dP^T (keys ``n0 + row``, queries ``m0 + column``): P^T = exp2(S^T * scale * log2 e -
+    LSE * log2 e), zero where masked (key past S_k, or causal and key after query); dS^T = P^T (dP^T -
+    delta); both rounded to 16 bits into the A-operand registers ``p`` / ``ds``, and dS^T into this warp
+    group's SMEM tile ``s_ds`` (viewed (key, query)), fenced for the async proxy and synchronized over the
+    warp group, so the dQ GEMM issued next reads every thread's part. Queries past S_q get LSE +inf
+    (P = 0) and delta 0."""
+    tidx, _, _ = cute.arch.thread_idx()
+    thr = v.sdp_mma.get_slice(tidx % 128)
+    coords = amath.rows_view(v.sdp_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.block_m))))
+    s_mn = amath.rows_view(v.sdp_mma, acc_s)
+    dp_mn = amath.rows_view(v.sdp_mma, acc_dp)
+    cols = cute.size(s_mn, mode=[1])
+    lse2 = cute.make_rmem_tensor(cute.make_layout(cols), cutlass.Float32)
+    delta = cute.make_rmem_tensor(cute.make_layout(cols), cutlass.Float32)
+    m_lse, m_delta, seqlen_q = v.mLSE[(batch, head, None)], v.mDelta[(batch, head, None)], g.seqlen_q
+    for j in cutlass.range_constexpr(cols):
+        m = m0 + coords[0, j][1]
+        lse2[j] = cutlass.Float32.inf
+        delta[j] = 0.0
+        if m < seqlen_q:
+            lse2[j] = m_lse[m] * LOG2E
+            delta[j] = m_delta[m]
+    scale_log2 = v.scale_log2
+    for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+        for j in cutlass.range_constexpr(cols):
+            s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
+    mask_limit = g.seqlen_k  # keys [n0, n0 + HALF) are all visible unless the block reaches past it
+    if cutlass.const_expr(g.causal):
+        mask_limit = cutlass.min(g.seqlen_k, m0 + 1)
+    if n0 + HALF > mask_limit:
+        for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+            for j in cutlass.range_constexpr(cols):
+                limit = g.seqlen_k  # this query sees keys [0, limit)
+                if cutlass.const_expr(g.causal):
+                    limit = cutlass.min(g.seqlen_k, m0 + coords[i, j][1] + 1)
+                if n0 + coords[i, j][0] >= limit:
+                    s_mn[i, j] = 0.0
+    for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+        for j in cutlass.range_constexpr(cols):
+            dp_mn[i, j] = s_mn[i, j] * (dp_mn[i, j] - delta[j])
+    amath.store_p(acc_s, p, g.dtype)
+    amath.store_p(acc_dp, ds, g.dtype)
+    cute.autovec_copy(cute.make_tensor(ds.iterator, acc_dp.layout), thr.partition_C(s_ds))
+    cute.arch.fence_proxy("async.shared", space="cta")  # the dQ wgmma (async proxy) reads these writes
+    cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
+
+
+@cute.jit
+def add_dq(acc_dq, g, v, m_block, head, batch):
+    """dQaccum[Q block ``m_block``] += scale * dQ (fp32 atomics; the buffer's rows are padded to whole
+    64-row blocks, so no row is skipped)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    thr = v.dq_mma.get_slice(tidx % 128)
+    g_dq = cute.local_tile(v.mdQacc[(None, None, head, batch)], (g.block_m, g.head_dim), (m_block, 0))
+    t_g = thr.partition_C(g_dq)
+    scale = v.scale
+    for i in cutlass.range_constexpr(cute.size(acc_dq)):
+        cute.arch.atomic_add(t_g.iterator + cute.crd2idx(i, t_g.layout), acc_dq[i] * scale)
+
+
+@cute.jit
+def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
+    """dK * scale and dV of this warp group's 64 keys into the (S_k, D) outputs (rows past S_k skipped)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    thr = v.dkv_mma.get_slice(tidx % 128)
+    block = n_block * 2 + wg
+    coords = amath.rows_view(v.dkv_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.head_dim))))
+    seqlen_k, scale = g.seqlen_k, v.scale
+    for acc, m_out, factor in ((acc_dk, v.mdK, scale), (acc_dv, v.mdV, None)):
+        out = cute.make_rmem_tensor_like(acc, g.dtype)
+        if cutlass.const_expr(factor is None):
+            out.store(acc.load().to(g.dtype))
+        else:
+            out.store((acc.load() * factor).to(g.dtype))
+        t_g = amath.rows_view(v.dkv_mma, thr.partition_C(
+            cute.local_tile(m_out[(None, None, kv_head, batch)], (HALF, g.head_dim), (block, 0))))
+        o_mn = amath.rows_view(v.dkv_mma, out)
+        for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
+            if block * HALF + coords[i, 0][0] < seqlen_k:
+                for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
+                    t_g[i, j] = o_mn[i, j]
