@@ -51,7 +51,7 @@ gemm_host.plan = lambda a, b, c, **kw: calls.append((b.shape, c.shape, kw)) or P
 a, b, out = T((64, 128), (128, 1)), T((128, 256), (1, 128)), T((64, 256), (256, 1))
 assert warpsched.ops.gemm(a, b, out, config="default") is out
 assert warpsched.ops.gemm(a, b, out, config="default") is out  # the second call only launches
-assert calls == [((256, 128), (64, 256), {"device_scale": False}), (1.0, ()), (1.0, ())], calls
+assert calls == [((256, 128), (64, 256), {"device_scale": False}), (1.0, (), None, None), (1.0, (), None, None)], calls
 loaded = [m for m, mod in list(sys.modules.items()) if "examples" in (getattr(mod, "__file__", None) or "")]
 assert not loaded and "_common" not in sys.modules and "gemm_persistent" not in sys.modules, loaded
 print("ok", gemm_host.__file__)
@@ -302,9 +302,10 @@ def test_leading_dims_are_rows_of_a_view(monkeypatch):
         orig(T((2, 8, 128)), col(128, 256), T((2, 4, 256)))
 
 
-def test_a_batched_b_is_refused_with_the_alternative():
-    with pytest.raises(ops_gemm.GemmArgumentError, match="torch.bmm"):
-        ops_gemm.check(T((2, 8, 128)), T((2, 128, 256), strides=(32768, 1, 128)))
+def test_a_batched_b_needs_a_batched_a():
+    """(L, M, K) x (L, K, N) runs batched (tests/test_gemm_epilogue.py); a batched b against a 2-D a is refused."""
+    with pytest.raises(ops_gemm.GemmArgumentError, match="takes a batched a"):
+        ops_gemm.check(T((8, 128)), T((2, 128, 256), strides=(32768, 1, 128)))
 
 
 def test_transposed_16_bit_operands_are_accepted():

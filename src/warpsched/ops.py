@@ -24,20 +24,39 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse)
 
 
-def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None, config="auto", cache=None):
-    """out = a @ b on Hopper: bf16 / fp16 (out the same dtype), or fp8 e4m3 / e5m2 with per-tensor
-    ``scale_a`` / ``scale_b`` (floats, or one-element tensors read on the device: no host sync, CUDA
-    graphs replay their current values) and a bf16 (default) or fp16 ``out_dtype``; layouts as
-    ``torch._scaled_mm``: ``a`` (M, K) row-major, or (..., K) (its rows, as a view), ``b`` (K, N)
-    column-major (``w.t()`` of an (N, K) weight). The persistent warp-specialized GEMM
-    (``warpsched.kernels.gemm_*``), autotuned per (shape, dtypes, device) with the choice cached on
-    disk (``config="auto"``; or "default", or a configuration dict). The first call for a shape checks,
-    tunes and compiles; later calls launch through TVM FFI within a few microseconds of
-    ``torch.matmul`` (docs/torch.md). Unsupported input raises ``GemmArgumentError`` (a
-    ``ValueError``) naming the fix. See ``warpsched.kernels.gemm_ops.gemm`` and docs/gemm.md."""
+def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=None, scale_a=None, scale_b=None,
+         out_dtype=None, config="auto", cache=None):
+    """out = act(alpha * (a @ b) + bias) + residual on Hopper: bf16 / fp16 (out the same dtype), or
+    fp8 e4m3 / e5m2 with per-tensor ``scale_a`` / ``scale_b`` (floats, or one-element tensors read on
+    the device: no host sync, CUDA graphs replay their current values) and a bf16 (default) or fp16
+    ``out_dtype``; layouts as ``torch._scaled_mm``: ``a`` (M, K) row-major, or (..., K) (its rows, as
+    a view), ``b`` (K, N) column-major (``w.t()`` of an (N, K) weight); batched: ``a`` (L, M, K) and
+    ``b`` (L, K, N) (each product K-major), one launch.
+
+    The fused epilogue runs in the kernel before the TMA store (docs/gemm.md "Fused epilogues"):
+    ``alpha`` a float output scale (fp8: times the scales), ``bias`` (N,) in the output dtype or fp32,
+    ``activation`` "relu", "relu2", "gelu" (erf), "gelu_tanh", "silu" or "swiglu" (b holds gate and up
+    interleaved in blocks of 8 columns: ``interleave_gate_up``; out has N / 2 columns), ``residual``
+    a tensor of the output's shape and dtype, added last.
+
+    The persistent warp-specialized GEMM (``warpsched.kernels.gemm_*``), autotuned per (shape, dtypes,
+    device) with the choice cached on disk (``config="auto"``; or "default", or a configuration dict).
+    The first call for a shape checks, tunes and compiles; later calls launch through TVM FFI within a
+    few microseconds of ``torch.matmul`` (docs/torch.md). Unsupported input raises
+    ``GemmArgumentError`` (a ``ValueError``) naming the fix. See ``warpsched.kernels.gemm_ops.gemm``."""
     from warpsched.kernels import gemm_ops as _gemm
 
-    return _gemm.gemm(a, b, out, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config, cache=cache)
+    return _gemm.gemm(a, b, out, bias=bias, activation=activation, residual=residual, alpha=alpha, scale_a=scale_a,
+                      scale_b=scale_b, out_dtype=out_dtype, config=config, cache=cache)
+
+
+def interleave_gate_up(w_gate, w_up, bias_gate=None, bias_up=None):
+    """SwiGLU's weight for ``gemm(x, w.t(), activation="swiglu")``: the (I, K) gate and up weights
+    interleaved in blocks of 8 rows as one (2 I, K) weight (and their biases as one (2 I,) bias, or
+    None). Returns (w, bias). ``gemm`` then returns silu(x W_g^T + b_g) * (x W_u^T + b_u), (..., I)."""
+    from warpsched.kernels import gemm_ops as _gemm
+
+    return _gemm.interleave_gate_up(w_gate, w_up, bias_gate, bias_up)
 
 
 def verdicts():

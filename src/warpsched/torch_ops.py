@@ -1,7 +1,8 @@
 """warpsched's kernels as torch operators: ``import warpsched.torch_ops`` registers
 
-- ``torch.ops.warpsched.gemm(a, b, scale_a=None, scale_b=None, out_dtype=None)``: ``warpsched.ops.gemm``
-  (a (M, K) row-major, b (K, N) column-major; fp8 with per-tensor scales);
+- ``torch.ops.warpsched.gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None,
+  residual=None, alpha=None)``: ``warpsched.ops.gemm`` (a (M, K) row-major, b (K, N) column-major, or a
+  batched (L, M, K) x (L, K, N); fp8 with per-tensor scales; the fused epilogue);
 - ``torch.ops.warpsched.attention_fwd(q, k, v, causal=False, scale=None) -> (out, lse)``:
   ``warpsched.ops.attention`` with its log-sum-exp.
 
@@ -20,14 +21,15 @@ from . import ops
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _LIB = torch.library.Library("warpsched", "DEF")  # noqa: TOR901 - the op namespace is ours
-_LIB.define("gemm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None) "
-            "-> Tensor")
+_LIB.define("gemm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None, "
+            "Tensor? bias=None, str? activation=None, Tensor? residual=None, float? alpha=None) -> Tensor")
 _LIB.define("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) -> (Tensor, Tensor)")
 
 
-def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None):
-    """a @ b on warpsched's persistent GEMM (see ``warpsched.ops.gemm``)."""
-    return ops.gemm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None, residual=None, alpha=None):
+    """act(alpha * (a @ b) + bias) + residual on warpsched's persistent GEMM (see ``warpsched.ops.gemm``)."""
+    return ops.gemm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, bias=bias, activation=activation,
+                    residual=residual, alpha=alpha)
 
 
 def attention_fwd(q, k, v, causal=False, scale=None):
@@ -40,9 +42,11 @@ _LIB.impl("attention_fwd", attention_fwd, "CUDA")
 
 
 @torch.library.register_fake("warpsched::gemm", lib=_LIB)
-def _gemm_fake(a, b, scale_a=None, scale_b=None, out_dtype=None):
+def _gemm_fake(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None, residual=None,
+               alpha=None):
     dtype = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=dtype)
+    n = b.shape[-1] // (2 if activation == "swiglu" else 1)
+    return a.new_empty((*a.shape[:-1], n), dtype=dtype)
 
 
 @torch.library.register_fake("warpsched::attention_fwd", lib=_LIB)

@@ -11,7 +11,8 @@ from . import gemm_program
 from .gemm_config import DEFAULT_TILES, SCHEDULES, GemmConfigError, check_stream_k
 from .gemm_kernel import PersistentGemm
 from .gemm_launch import (_CACHE, FP8_DTYPES, VERDICT_OF, GemmPlan, compiled, compiled_ffi,  # noqa: F401
-                          cutlass_dtype, fake_operands, fake_workspace, key, max_ctas, scale_tensors, to_cute)
+                          cutlass_dtype, fake_epilogue, fake_operands, fake_workspace, key, max_ctas, scale_tensors,
+                          to_cute, trailing)
 
 _TORCH_DTYPES = ("bfloat16", "float16")
 
@@ -83,7 +84,9 @@ def choose_splits(M, N, K, tile_mn, sms, bK=64):
 def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", device_scale=False,
          **tile_options) -> GemmPlan:
     """The launch plan gemm() runs for these tensors' shapes and dtypes (see gemm()): the split
-    count resolved, the kernel compiled, the workspace allocated. Requires M, N, K >= 1."""
+    count resolved, the kernel compiled, the workspace allocated. Requires M, N, K >= 1.
+    ``tile_options`` may hold the fused epilogue's (bias, activation, residual, scale_out:
+    PersistentGemm); with one, a K split is reduced in the kernel ('parallel' for 'host')."""
     if schedule not in SCHEDULES:
         raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
     tile_options = {k: tuple(v) if isinstance(v, list) else v for k, v in tile_options.items()}
@@ -119,6 +122,8 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
                               f"{-(-K // bK)}]")
     if split_k == 1:
         return GemmPlan(a.dtype, c.dtype, options, 1)
+    if split_reduce == "host" and any(tile_options.get(k) for k in ("bias", "activation", "residual", "scale_out")):
+        split_reduce = "parallel"  # a fused epilogue needs the summed tile in the kernel (gemm_epilogue)
     rows = -(-M // bM) * bM
     if split_reduce in IN_KERNEL:
         # the shares of a tile reduce in an fp32 tile workspace (parallel: one slab per share but the
@@ -201,10 +206,12 @@ def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat1
     kern = PersistentGemm(schedule=schedule, ab_dtype=ab_dtype, c_dtype=c_dtype, **options)
     # split-K: C is the fp32 workspace. K aligned to 8 when A and B share a type (what the other
     # examples' fake operands declare, fp8 too), to 16 for mixed fp8
-    a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is ab_dtype else 16)
-    extra = ()
+    a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is ab_dtype else 16,
+                            a_major=kern.a_major, b_major=kern.b_major, batched=kern.batched)
+    ws = (None, None)
     if kern.serial or kern.stream_k:  # the fp32 tile workspace and one int32 flag per tile
-        extra = fake_workspace(cols_divisibility=64)
+        ws = fake_workspace(cols_divisibility=64)
+    extra = trailing(*ws, None, None, *fake_epilogue(kern))
     return cute.compile(kern, a, b, c, cutlass.Int32(1), cutlass.Float32(1.0), make_fake_stream(), *extra,
                         options=_host.ptx_options(arch))
 

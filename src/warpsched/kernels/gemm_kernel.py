@@ -11,6 +11,7 @@ import cutlass.memory  # noqa: F401
 import cutlass.tensor_utils  # noqa: F401
 import cutlass.utils.hopper_helpers as sm90_utils
 
+from . import gemm_epilogue
 from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k
 from .gemm_program import build
 from .gemm_streamk import StreamKPlan
@@ -42,13 +43,21 @@ class PersistentGemm:
     needs two epilogue buffers). Both change work bodies only: the checked program is the same.
     ``l2_hint``: the L2 eviction priority of the A / B TMA loads: None (the DSL's default hint
     operand, 0), "normal" (EVICT_NORMAL on both, CUTLASS C++'s default), "a_last" (A EVICT_LAST:
-    the raster group's A strip is reused across every N tile it visits) or "a_last_b_first"."""
+    the raster group's A strip is reused across every N tile it visits) or "a_last_b_first".
+    ``bias`` (None, "c": the output's dtype, "f32"), ``activation`` (None, "relu", "relu2", "gelu",
+    "gelu_tanh", "silu", "swiglu"), ``residual``, ``scale_out`` (16-bit inputs: multiply by alpha):
+    the fused epilogue (gemm_epilogue: its order of operations and SwiGLU's interleaved B); work
+    bodies only, the checked program is the same. ``batched``: A (M, K, L), B (N, K, L), C (M, N, L)
+    (CuTe's L mode): the work tiles of the L products are numbered as one M range of L x tiles_m
+    tiles (``batch_coord``), so the scheduler and the program are the 2-D kernel's; without split-K,
+    stream-K or clusters."""
 
     def __init__(self, schedule="pingpong", ab_dtype=cutlass.BFloat16, c_dtype=cutlass.BFloat16,
                  acc_dtype=cutlass.Float32, tile_mn=None, raster="m", group=8, max_ctas=H200_SMS,
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
                  b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False, epi_n=32,
-                 epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False, a_major="k", b_major="k"):
+                 epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False, a_major="k", b_major="k",
+                 bias=None, activation=None, residual=False, scale_out=False, batched=False):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -70,8 +79,15 @@ class PersistentGemm:
             raise GemmConfigError(f"dtypes {ab_dtype.__name__} x {b_dtype.__name__} -> {c_dtype.__name__}: A/B and "
                                   "C must be bf16 or fp16 (A/B fp8 e4m3 / e5m2 with C bf16 or fp16)")
         self.b_dtype = b_dtype
-        self.scaled = ab_dtype in fp8  # fp8: the epilogue multiplies by alpha = scale_a * scale_b
-        if device_scale and not self.scaled:
+        self.epi = gemm_epilogue.EpilogueSpec(bias, activation, residual, scale_out)
+        self.batched = bool(batched)
+        if self.batched and (split_k or stream_k or tuple(cluster_mn) != (1, 1)):
+            raise GemmConfigError(f"batched=True with split_k={split_k!r}, stream_k={stream_k!r}, cluster_mn="
+                                  f"{tuple(cluster_mn)}: a batched GEMM runs whole tiles of each product, without a "
+                                  "K split or a cluster; drop those options")
+        # fp8: the epilogue multiplies by alpha = scale_a * scale_b (16-bit: with scale_out, by alpha)
+        self.scaled = ab_dtype in fp8 or self.epi.scale_out
+        if device_scale and ab_dtype not in fp8:
             raise GemmConfigError("device_scale=True: only the fp8 kernels scale their output")
         # fp8, device_scale: scale_a and scale_b are one-element fp32 tensors the kernel reads itself
         # (no host sync to read them, and a CUDA graph replays whatever values they hold)
@@ -127,6 +143,9 @@ class PersistentGemm:
             raise GemmConfigError(f"epi_n={epi_n!r}, epi_sync={epi_sync!r} (tile_mn={self.tile_mn}): epi_n is 16, 32 or 64 "
                                   "and divides bN; epi_sync is 'pair' or 'single'")
         self.epi_n, self.epi_sync = epi_n, epi_sync
+        gemm_epilogue.check_kernel(self.epi, host_split, self.tile_mn[1], epi_n)
+        # the output tile's width: SwiGLU stores silu(gate) * up, half the MMA tile's columns
+        self.out_n = self.tile_mn[1] // 2 if self.epi.swiglu else self.tile_mn[1]
         if l2_hint not in L2_HINTS:
             raise GemmConfigError(f"l2_hint={l2_hint!r}: expected one of {list(L2_HINTS)}")
         self.l2_hint = l2_hint
@@ -161,7 +180,7 @@ class PersistentGemm:
         bK = self.tile_mnk[2]
         # a sub-tile spans every row of the tile (one TMA store per epi_n columns)
         self.epi_tile = (bM, self.epi_n)
-        n_epi = bN // self.epi_n
+        n_epi = self.out_n // self.epi_n
         sub_bytes = bM * self.epi_n * self.c_dtype.width // 8
         fits = [s for s in (4, 2, 1) if s * sub_bytes * self.math_tasks <= 32768]
         self.epi_stage = next(s for s in fits if n_epi % s == 0)
@@ -197,7 +216,8 @@ class PersistentGemm:
                 + (f" epi_sync {self.epi_sync}" if self.epi_sync != "pair" else "")
                 + (f" l2 {self.l2_hint}" if self.l2_hint else "")
                 + (f" A {self.a_major}-major" if self.a_major != "k" else "")
-                + (f" B {self.b_major}-major" if self.b_major != "k" else ""))
+                + (f" B {self.b_major}-major" if self.b_major != "k" else "") + self.epi.describe()
+                + (" batched" if self.batched else ""))
 
     def epilogue_copy(self, tiled_mma):
         """Registers -> SMEM (stmatrix) tiled copy shaped by the MMA's accumulator layout."""
@@ -205,10 +225,11 @@ class PersistentGemm:
         atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(self.layout.is_m_major_c(), 4), self.c_dtype)
         return cute.make_tiled_copy_S(r2s, cute.make_tiled_copy_C_atom(atom, tiled_mma))
 
-    def _make_tiled_mma(self):
+    def _make_tiled_mma(self, tile_n=None):
+        """The tile's MMA; ``tile_n``: another width with the same per-thread layout (SwiGLU's output)."""
         return sm90_utils.make_trivial_tiled_mma(
             self.ab_dtype, self.b_dtype, self.a_layout.sm90_mma_major_mode(), self.b_layout.sm90_mma_major_mode(),
-            self.acc_dtype, (self.wgs_per_mma_task, 1, 1), tiler_mn=(64, self.tile_mn[1]))
+            self.acc_dtype, (self.wgs_per_mma_task, 1, 1), tiler_mn=(64, tile_n or self.tile_mn[1]))
 
     def _setup(self):
         self.tiled_mma = self._make_tiled_mma()
@@ -288,19 +309,36 @@ class PersistentGemm:
         bM = self.tile_mnk[0]
         if self.split_k and not self.serial:  # the workspace has splits x tiles_m x bM rows
             return cute.size(mC, mode=[0]) // (splits * bM)
+        if self.batched:  # the L products' M tiles, one after another
+            return cute.ceil_div(cute.size(mC, mode=[0]), bM) * cute.size(mC, mode=[2])
         return cute.ceil_div(cute.size(mC, mode=[0]), bM)
+
+    def batch_coord(self, m):
+        """(M tile within its product, product index) of a work tile's M coordinate (batched: one
+        M range of L x tiles_m tiles; else (m, 0))."""
+        if cutlass.const_expr(self.batched):
+            return m % self.tiles_m_one, m // self.tiles_m_one
+        return m, 0
+
+    def batch_slice(self, t, l):
+        """Product ``l`` of an (X, Y, L) tensor as an (X, Y) one; the tensor itself unless batched."""
+        if cutlass.const_expr(self.batched):
+            return t[(None, None, l)]
+        return t
 
     @cute.jit
     def __call__(self, mA: cute.Tensor, mB: cute.Tensor, mC: cute.Tensor, splits: cutlass.Int32,
                  alpha: cutlass.Float32, stream, mW: Optional[cute.Tensor] = None,
                  mF: Optional[cute.Tensor] = None, mScaleA: Optional[cute.Tensor] = None,
-                 mScaleB: Optional[cute.Tensor] = None):
+                 mScaleB: Optional[cute.Tensor] = None, mBias: Optional[cute.Tensor] = None,
+                 mRes: Optional[cute.Tensor] = None):
         """``mC``: C, or with host-reduced split-K the fp32 workspace of ``splits`` x ceil(M / bM) * bM
         rows. ``alpha``: the fp8 kernels' output scale (scale_a * scale_b); unused otherwise.
         In-kernel split-K: ``mW`` one fp32 tile per output tile (tile-padded M x N; parallel:
         ``splits - 1`` such slabs, stacked along M), ``mF`` one int32 flag per output tile, zero
         before the launch (the kernel leaves them zero). ``mScaleA`` / ``mScaleB`` (``device_scale``):
-        one-element fp32 tensors; the output scale is alpha * scale_a[0] * scale_b[0]."""
+        one-element fp32 tensors; the output scale is alpha * scale_a[0] * scale_b[0]. ``mBias`` (N,) /
+        ``mRes`` (M, N): the fused epilogue's bias and residual (gemm_epilogue)."""
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -313,11 +351,11 @@ class PersistentGemm:
                                                            (bN, bK), num_multicast=cm)
         tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
                                                            cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
-        self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN), splits)
+        self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), self.out_n), splits)
         grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
         # stream-K: num_units is the tile count here, so this is gemm_streamk.ctas_for (units are set per CTA)
         kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                           self.c_staged, splits, alpha, mW, mF, mScaleA, mScaleB)
+                           self.c_staged, splits, alpha, mW, mF, mScaleA, mScaleB, mBias, mRes)
         if cutlass.const_expr(cm * cn > 1):
             kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[cm * cn, 1, 1], min_blocks_per_mp=1,
                         stream=stream, use_pdl=self.pdl)
@@ -343,16 +381,18 @@ class PersistentGemm:
                tma_c: cute.CopyAtom, mC: cute.Tensor, tiled_mma: cute.TiledMma, a_staged: cute.ComposedLayout,
                b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout, splits: cutlass.Int32,
                alpha: cutlass.Float32, mW: Optional[cute.Tensor], mF: Optional[cute.Tensor],
-               mScaleA: Optional[cute.Tensor], mScaleB: Optional[cute.Tensor]):
+               mScaleA: Optional[cute.Tensor], mScaleB: Optional[cute.Tensor], mBias: Optional[cute.Tensor],
+               mRes: Optional[cute.Tensor]):
         bM, bN, bK = self.tile_mnk
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_a)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_b)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
-        self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), bN),
+        self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), self.out_n),
                         splits if cutlass.const_expr(self.split_k) else 1)
         self.k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), bK)
+        self.tiles_m_one = cute.ceil_div(cute.size(mC, mode=[0]), bM)  # per product (batched)
         if cutlass.const_expr(self.clustered):
             cta_layout_mnk = cute.make_layout((*self.cluster_mn, 1))
             rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
@@ -366,9 +406,13 @@ class PersistentGemm:
         if cutlass.const_expr(self.device_scale):
             self.alpha = alpha * mScaleA[0] * mScaleB[0]
         self.mW, self.mF = mW, mF
+        self.mBias, self.mRes = mBias, mRes
         self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
         # the mainloop's two MMA objects have a fixed ACCUMULATE field; the epilogue gets its own copy
         self.epi_tiled_mma = self._make_tiled_mma()
+        # the fragment the epilogue stores: the accumulator's layout, or SwiGLU's half-width one
+        self.out_mma = self._make_tiled_mma(self.out_n) if cutlass.const_expr(self.epi.swiglu) else self.epi_tiled_mma
+        self.swiglu_pairs = gemm_epilogue.swiglu_pairs(self) if cutlass.const_expr(self.epi.swiglu) else None
         self.mma_overwrite = self._make_tiled_mma()
         self.mma_overwrite.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)

@@ -77,18 +77,25 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
     return _CACHE[k]
 
 
-def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16, c_rows_free=False, a_major="k", b_major="k"):
+def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16, c_rows_free=False, a_major="k", b_major="k",
+                  batched=False):
     """Fake row-major A (M x K), B (N x K), C (M x N) for compiles without tensors, A and B of their
     own types: M any, N a multiple of 8, K and the (symbolic) leading strides multiples of ``k_align``.
     ``c_rows_free``: C's rows are a symbol of their own (host-reduced split-K's workspace has
     splits x tile-padded M rows). ``a_major="m"`` / ``b_major="n"``: A / B with unit stride along M / N
-    (a transposed operand), its other stride a multiple of ``k_align``."""
+    (a transposed operand), its other stride a multiple of ``k_align``. ``batched``: (M, K, L), (N, K, L),
+    (M, N, L), each product's base 16-byte aligned (its L stride a multiple of ``k_align``)."""
     from cutlass.cute.runtime import make_fake_tensor
 
     M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=k_align)
 
+    L = cute.sym_int32()
+
     def rows(dtype, shape, mn_major=False):
         lead = cute.sym_int64(divisibility=k_align)
+        if batched:
+            return make_fake_tensor(dtype, (*shape, L), (1, lead, cute.sym_int64(divisibility=k_align)) if mn_major
+                                    else (lead, 1, cute.sym_int64(divisibility=k_align)), assumed_align=16)
         return make_fake_tensor(dtype, shape, (1, lead) if mn_major else (lead, 1), assumed_align=16)
 
     return (rows(ab_dtype, (M, K), a_major == "m"), rows(b_dtype, (N, K), b_major == "n"),
@@ -106,11 +113,37 @@ def fake_workspace(cols_divisibility=16):
             make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=16))
 
 
+def fake_epilogue(kern):
+    """The fused epilogue's fake bias (N,) and residual (M, N) for fake compiles (None where the
+    kernel has none): any length and row stride, element-aligned (read with scalar loads)."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    bias = res = None
+    if kern.epi.bias is not None:
+        dt = cutlass.Float32 if kern.epi.bias == "f32" else kern.c_dtype
+        bias = make_fake_tensor(dt, (cute.sym_int32(),), (1,), assumed_align=dt.width // 8)
+    if kern.epi.residual:
+        shape, stride = (cute.sym_int32(), cute.sym_int32()), (cute.sym_int64(), 1)
+        if kern.batched:  # (M, N, L)
+            shape, stride = shape + (cute.sym_int32(),), stride + (cute.sym_int64(),)
+        res = make_fake_tensor(kern.c_dtype, shape, stride, assumed_align=kern.c_dtype.width // 8)
+    return bias, res
+
+
+def trailing(ws=None, flags=None, scale_a=None, scale_b=None, bias=None, residual=None):
+    """The kernel's optional arguments after the stream, in order, without the trailing Nones."""
+    args = [ws, flags, scale_a, scale_b, bias, residual]
+    while args and args[-1] is None:
+        args.pop()
+    return tuple(args)
+
+
 def compiled_ffi(a_dtype, c_dtype, **options):
     """The same kernel compiled for TVM-FFI calls, once per key, with fake operands (those of the
     CPU tests: ``fake_operands``; K aligned to 8 elements when A and B share a type, 16 otherwise)
     and the caller's current stream. Called as ``f(a, b, c, splits, alpha, [workspace, flags],
-    [scale_a, scale_b])`` with torch tensors."""
+    [scale_a, scale_b], [bias, residual])`` with torch tensors (None for an absent one, trailing
+    ones left out: ``trailing``)."""
     k = key(a_dtype, c_dtype, options) + ("tvm-ffi",)
     f = _CACHE.get(k)
     if f is None:
@@ -118,11 +151,12 @@ def compiled_ffi(a_dtype, c_dtype, **options):
 
         kern = _kernel(a_dtype, c_dtype, options)
         ops = fake_operands(kern.ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is kern.ab_dtype else 16,
-                            c_rows_free=kern.split_k and not kern.serial, a_major=kern.a_major, b_major=kern.b_major)
-        extra = fake_workspace() if (kern.serial or kern.stream_k) else ()
-        if kern.device_scale:
-            extra = (extra or (None, None)) + tuple(make_fake_tensor(cutlass.Float32, (1,), (1,), assumed_align=4)
-                                                    for _ in range(2))
+                            c_rows_free=kern.split_k and not kern.serial, a_major=kern.a_major, b_major=kern.b_major,
+                            batched=kern.batched)
+        ws = fake_workspace() if (kern.serial or kern.stream_k) else (None, None)
+        sc = (tuple(make_fake_tensor(cutlass.Float32, (1,), (1,), assumed_align=4) for _ in range(2))
+              if kern.device_scale else (None, None))
+        extra = trailing(*ws, *sc, *fake_epilogue(kern))
         f = _CACHE[k] = cute.compile(kern, *ops, cutlass.Int32(1), cutlass.Float32(1.0), _host.fake_env_stream(),
                                      *extra, options=_host.ffi_options())
         _host.record_verdict(VERDICT_OF, k[:-1])
@@ -140,7 +174,8 @@ def scale_tensors(scales) -> Tuple:
 
 class GemmPlan:
     """What gemm() decided for one (shape, dtypes, configuration): the compiled kernel, the split
-    count, the workspace; calling it only launches (``plan(a, b, c, alpha, scales)``, b as (N, K)).
+    count, the workspace; calling it only launches (``plan(a, b, c, alpha, scales, bias, residual)``,
+    b as (N, K); bias and residual for a kernel compiled with that fused epilogue).
 
     ``target``: "c" (the kernel writes c), "host" (fp32 partial tiles into ``ws``, summed by torch
     into c), or "flags" (in-kernel split-K / stream-K through ``ws`` and ``flags``)."""
@@ -153,20 +188,22 @@ class GemmPlan:
         self.ffi = _host.ffi_enabled()
         out_dtype = ws.dtype if target == "host" else c_dtype
         self.f = compiled_ffi(a_dtype, out_dtype, **options) if self.ffi else None
-        mid = (ws, flags) if target == "flags" else ((None, None) if self.device_scale else ())
-        self.mid = mid
+        self.mid = (ws, flags) if target == "flags" else (None, None)
+        self.epilogue = bool(options.get("bias") or options.get("residual"))  # tensors to pass
         # the common case, one launch writing c, without the general path's branches
-        self.launch = self._direct if (self.ffi and target == "c" and not mid) else self.__call__
+        plain = target == "c" and not self.device_scale and not self.epilogue
+        self.launch = self._direct if (self.ffi and plain) else self.__call__
 
-    def _direct(self, a, b, c, alpha=1.0, scales=()):
+    def _direct(self, a, b, c, alpha=1.0, scales=(), bias=None, residual=None):
         self.f(a, b, c, 1, alpha)
 
-    def __call__(self, a, b, c, alpha=1.0, scales=()):
+    def __call__(self, a, b, c, alpha=1.0, scales=(), bias=None, residual=None):
         out = self.ws if self.target == "host" else c
+        args = trailing(*self.mid, *(scales or (None, None)), bias, residual)
         if self.ffi:
-            self.f(a, b, out, self.splits, alpha, *self.mid, *scales)
+            self.f(a, b, out, self.splits, alpha, *args)
         else:
-            self._jit(a, b, out, alpha, scales)
+            self._jit(a, b, out, alpha, args)
         if self.target == "host":
             import torch
 
@@ -174,10 +211,9 @@ class GemmPlan:
             torch.sum(self.ws.view(self.splits, self.rows, N)[:, :M], dim=0, out=self.total)  # fp32 sum ...
             c.copy_(self.total)  # ... rounded once into c
 
-    def _jit(self, a, b, out, alpha, scales):
+    def _jit(self, a, b, out, alpha, args):
         ma, mb, mc = to_cute(a), to_cute(b), to_cute(out)
-        extra = tuple(_host.to_cute(t, 1 if t.dim() == 2 else 0) for t in self.mid if t is not None)
-        if scales:
-            extra = (extra or (None, None)) + tuple(_host.to_cute(t, 0) for t in scales)
+        extra = tuple(None if t is None else _host.to_cute(t, list(t.stride()).index(1) if 1 in t.stride() else 0)
+                      for t in args)
         f = compiled(ma, mb, mc, a, out, serial_args=extra, **self.options)
         f(ma, mb, mc, cutlass.Int32(self.splits), cutlass.Float32(float(alpha)), _host.current_stream(), *extra)

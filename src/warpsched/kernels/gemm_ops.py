@@ -25,12 +25,12 @@ def _name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def check(a, b, out=None, out_dtype=None):
+def check(a, b, out=None, out_dtype=None, swiglu=False):
     """Validate the operands (no torch import: anything with torch's tensor attributes works).
-    Returns (M, N, K, out dtype name)."""
+    Returns (M, N, K, out dtype name); N is the output's width (b's half with ``swiglu``)."""
     if b.dim() == 3:
-        raise GemmArgumentError(f"b {tuple(b.shape)} is batched: gemm takes a (..., K) and a 2-D b (K, N); for "
-                                "a batched product use torch.bmm, or call gemm once per batch")
+        raise GemmArgumentError(f"b {tuple(b.shape)} is batched: a batched b (L, K, N) takes a batched a (L, M, K) "
+                                f"(got a {tuple(a.shape)}); for one a against L weights, loop over them")
     for nm, t in (("a", a), ("b", b)):
         if t.dim() != 2:
             raise GemmArgumentError(f"{nm} has {t.dim()} dimensions; gemm takes 2-D a (M, K) and b (K, N) "
@@ -67,6 +67,11 @@ def check(a, b, out=None, out_dtype=None):
         if (lead * item) % 16 or t.data_ptr() % 16:
             raise GemmArgumentError(f"{nm}: TMA needs a 16-byte aligned base and K stride ({lead} elements); K must be "
                                     f"a multiple of {16 // item} for {_name(t.dtype)}")
+    if swiglu:
+        if N % 16:
+            raise GemmArgumentError(f"activation='swiglu': b has N = {N} columns, [gate | up] interleaved in blocks of "
+                                    "8 (interleave_gate_up), so N must be a multiple of 16")
+        N //= 2
     o_t = _name(out.dtype) if out is not None else _name(out_dtype) if out_dtype is not None else (
         "bfloat16" if fp8 else a_t)
     if out is not None and out_dtype is not None and _name(out_dtype) != o_t:
@@ -76,7 +81,8 @@ def check(a, b, out=None, out_dtype=None):
                                 else f"{a_t} inputs write {a_t}"))
     if out is not None:
         if tuple(out.shape) != (M, N):
-            raise GemmArgumentError(f"out is {tuple(out.shape)}; expected (M, N) = ({M}, {N})")
+            raise GemmArgumentError(f"out is {tuple(out.shape)}; expected (M, N) = ({M}, {N})"
+                                    + (" (swiglu: half of b's columns)" if swiglu else ""))
         if not out.is_cuda or out.stride(1) != 1 and N > 1 or (out.stride(0) * 2) % 16 or out.data_ptr() % 16:
             raise GemmArgumentError(f"out {tuple(out.shape)} strides {out.stride()}: out must be a row-major CUDA "
                                     "tensor with a 16-byte aligned base and rows (N a multiple of 8)")
@@ -154,12 +160,16 @@ def _rows(t, name):
                                 f"(rows, {t.shape[-1]}) without a copy; pass {name}.contiguous()") from None
 
 
-def _leading_dims(a, b, out, **kw):
+def _leading_dims(a, b, out, residual=None, **kw):
     lead = tuple(a.shape[:-1])
+    n_out = b.shape[-1] // (2 if kw.get("activation") == "swiglu" else 1)
     if out is not None and tuple(out.shape[:-1]) != lead:
-        raise GemmArgumentError(f"out {tuple(out.shape)}: expected {lead + (b.shape[-1],)} for a {tuple(a.shape)} "
+        raise GemmArgumentError(f"out {tuple(out.shape)}: expected {lead + (n_out,)} for a {tuple(a.shape)} "
                                 f"@ b {tuple(b.shape)}")
-    res = gemm(_rows(a, "a"), b, None if out is None else _rows(out, "out"), **kw)
+    if residual is not None and tuple(residual.shape[:-1]) != lead:
+        raise GemmArgumentError(f"residual {tuple(residual.shape)}: expected the output's shape {lead + (n_out,)}")
+    res = gemm(_rows(a, "a"), b, None if out is None else _rows(out, "out"),
+               residual=None if residual is None else _rows(residual, "residual"), **kw)
     return res.view(*lead, res.shape[-1]) if out is None else out
 
 
@@ -175,53 +185,172 @@ def _kind(s):
     return None if s is None else ("tensor" if hasattr(s, "data_ptr") else "float")
 
 
-def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
-         config: Union[str, Dict] = "auto", cache: Optional[_tune.TuneCache] = None, deterministic: bool = True):
-    """out = a @ b for bf16 / fp16 (out the same dtype), or (a @ b) * scale_a * scale_b for fp8
-    a (e4m3 / e5m2) and b (e4m3 / e5m2) with fp32 accumulation and a bf16 (default) or fp16 out.
+# ------------------------------------------------------------------------- fused epilogue
+ACTIVATIONS = (None, "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu")
 
-    ``a``: (M, K) row-major; ``b``: (K, N) column-major (``w.t()`` of an (N, K) weight);
-    ``out``: an (M, N) row-major tensor to write, else a new one. ``scale_a`` / ``scale_b``:
-    per-tensor scales: floats, or one-element tensors that the kernel reads on the device (no host
-    sync; CUDA-graph safe). ``config``: "auto" (the tuned choice for this shape, dtypes and device,
-    cached on disk: see warpsched.kernels.gemm_autotune), "default" (cooperative 128x256, split-K
-    when few tiles) or a configuration dict (schedule, tile_mn, raster, group, cluster_mn, split_k,
-    split_reduce, block_k, ab_stages). ``deterministic``: "auto" only picks kernels whose result is
-    the same bits on every call; False also tries the atomic split-K for small M (fp32 atomic adds
-    in arrival order). Returns ``out``.
 
-    The first call for a (shapes, strides, dtypes, device, config, scale kinds) key checks the
-    operands, looks up (or tunes) the configuration and compiles; the launch plan is then kept in
-    memory, and later calls with that key only launch (through TVM FFI where it is installed)."""
+def _epilogue(b, M, N, o_t, bias, activation, residual, alpha, out, fp8):
+    """Validate the fused epilogue's arguments (M, N: the output's shape); returns the kernel's
+    epilogue options (gemm_epilogue: bias kind, activation, residual, scale_out)."""
+    if activation not in ACTIVATIONS:
+        raise GemmArgumentError(f"activation={activation!r}: expected one of {list(ACTIVATIONS)} ('gelu' is the "
+                                "exact erf form, 'gelu_tanh' torch's approximate='tanh', 'relu2' relu squared)")
+    opts = {} if activation is None else {"activation": activation}
+    if bias is not None:
+        nb = b.shape[1]
+        if bias.dim() != 1 or bias.shape[0] != nb:
+            raise GemmArgumentError(f"bias {tuple(bias.shape)}: expected ({nb},), one value per column of b"
+                                    + (" (swiglu: gate and up, interleaved as b is: interleave_gate_up)"
+                                       if activation == "swiglu" else ""))
+        if _name(bias.dtype) not in (o_t, "float32"):
+            raise GemmArgumentError(f"bias is {bias.dtype}: it must be the output's dtype or torch.float32; pass "
+                                    f"bias.to(torch.{o_t})")
+        if not bias.is_cuda or (bias.stride(0) != 1 and nb > 1):
+            raise GemmArgumentError(f"bias on {bias.device} with strides {tuple(bias.stride())}: a contiguous CUDA "
+                                    "tensor is read; pass bias.cuda().contiguous()")
+        opts["bias"] = "f32" if _name(bias.dtype) == "float32" else "c"
+    if residual is not None:
+        if tuple(residual.shape) != (M, N):
+            raise GemmArgumentError(f"residual {tuple(residual.shape)}: expected the output's shape ({M}, {N})")
+        if _name(residual.dtype) != o_t:
+            raise GemmArgumentError(f"residual is {residual.dtype}: it must be the output's dtype; pass "
+                                    f"residual.to(torch.{o_t})")
+        if not residual.is_cuda or (residual.stride(1) != 1 and N > 1):
+            raise GemmArgumentError(f"residual on {residual.device} with strides {tuple(residual.stride())}: a "
+                                    "row-major CUDA tensor is read; pass residual.cuda().contiguous()")
+        if out is not None and residual.data_ptr() == out.data_ptr():
+            raise GemmArgumentError("residual is out's memory: a ping-pong GEMM may store a tile twice and would "
+                                    "read the residual after its first store; pass out=None (a new tensor) or "
+                                    "another out, and residual=out's old value")
+        opts["residual"] = True
+    if alpha is not None and float(alpha) != 1.0 and not fp8:
+        opts["scale_out"] = True  # fp8 kernels always multiply by their alpha
+    return opts
+
+
+def _epilogue_config(cfg):
+    """A tuned / given configuration that SwiGLU's output tile (bN / 2 columns) can store: epi_n
+    must divide it (16 for 128x176's 88 columns does not: the default tile then)."""
+    from .gemm_config import DEFAULT_TILES
+
+    bN = tuple(cfg.get("tile_mn") or DEFAULT_TILES[cfg.get("schedule", "cooperative")])[1]
+    if (bN // 2) % cfg.get("epi_n", 32) == 0:
+        return cfg
+    if (bN // 2) % 16 == 0:
+        return dict(cfg, epi_n=16)
+    return {"split_k": cfg.get("split_k", "auto")}
+
+
+def epilogue_reference(acc, bias=None, activation=None, residual=None, alpha=1.0):
+    """The fused epilogue in torch, in the kernel's order: act(alpha * acc + bias) + residual, in
+    fp32 (fp64 for an fp64 ``acc``); SwiGLU takes acc's interleaved [gate | up] columns. For the
+    K = 0 case and for checks."""
+    import torch
+
+    x = (acc if acc.dtype == torch.float64 else acc.float()) * alpha
+    if bias is not None:
+        x = x + bias.to(x.dtype)
+    if activation == "swiglu":
+        n = x.shape[-1]
+        blocks = x.reshape(*x.shape[:-1], n // 16, 2, 8)
+        x = (torch.nn.functional.silu(blocks[..., 0, :]) * blocks[..., 1, :]).reshape(*x.shape[:-1], n // 2)
+    elif activation is not None:
+        x = {"relu": torch.relu, "relu2": lambda t: torch.relu(t).square(),
+             "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+             "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[activation](x)
+    if residual is not None:
+        x = x + residual.to(x.dtype)
+    return x
+
+
+def interleave_gate_up(w_gate, w_up, bias_gate=None, bias_up=None):
+    """SwiGLU's B for ``gemm(x, w.t(), activation="swiglu")``: the (I, K) gate and up weights as one
+    (2 I, K) weight, 8 gate rows then the same 8 up rows, and so on (so each WGMMA thread holds a
+    gate column and its up column); with biases, the (2 I,) bias interleaved the same way. I must be a
+    multiple of 8. Returns (w, bias or None). One copy, made once (when the weights are loaded)."""
+    I, K = w_gate.shape
+    if tuple(w_up.shape) != (I, K) or I % 8:
+        raise GemmArgumentError(f"w_gate {tuple(w_gate.shape)}, w_up {tuple(w_up.shape)}: expected two (I, K) weights "
+                                "with I a multiple of 8")
+    import torch
+
+    w = torch.stack([w_gate.reshape(I // 8, 8, K), w_up.reshape(I // 8, 8, K)], dim=1).reshape(2 * I, K)
+    bias = None
+    if bias_gate is not None or bias_up is not None:
+        zero = (bias_gate if bias_gate is not None else bias_up).new_zeros(I)
+        bg, bu = (t if t is not None else zero for t in (bias_gate, bias_up))
+        bias = torch.stack([bg.reshape(I // 8, 8), bu.reshape(I // 8, 8)], dim=1).reshape(2 * I)
+    return w.contiguous(), bias
+
+
+# ------------------------------------------------------------------------------- gemm
+def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=None, scale_a=None, scale_b=None,
+         out_dtype=None, config: Union[str, Dict] = "auto", cache: Optional[_tune.TuneCache] = None,
+         deterministic: bool = True):
+    """out = act(alpha * (a @ b) + bias) + residual: bf16 / fp16 (out the same dtype), or fp8 a
+    (e4m3 / e5m2) and b (e4m3 / e5m2), alpha times scale_a * scale_b, fp32 accumulation and a bf16
+    (default) or fp16 out.
+
+    ``a``: (M, K) row-major (16-bit: or column-major), or (..., K) viewed as its rows, or (L, M, K)
+    with a batched ``b``; ``b``: (K, N) column-major (``w.t()`` of an (N, K) weight; 16-bit: or
+    row-major), or (L, K, N) (batched: ``gemm_batched``); ``out``: an (M, N) row-major tensor to
+    write, else a new one. ``scale_a`` / ``scale_b``: per-tensor fp8 scales: floats, or one-element
+    tensors the kernel reads on the device (no host sync; CUDA-graph safe). Fused epilogue
+    (gemm_epilogue, in the kernel, before the TMA store): ``alpha`` (a float), ``bias`` (N,) in the
+    output dtype or fp32, ``activation`` ("relu", "relu2", "gelu" (erf), "gelu_tanh", "silu", or
+    "swiglu": b holds gate and up interleaved, ``interleave_gate_up``, and out has N / 2 columns),
+    ``residual`` (the output's shape and dtype). ``config``: "auto" (the tuned choice for this shape,
+    dtypes and device, cached on disk: see warpsched.kernels.gemm_autotune; an epilogue reuses the
+    plain GEMM's choice), "default" (cooperative 128x256, split-K when few tiles) or a configuration
+    dict (schedule, tile_mn, raster, group, cluster_mn, split_k, split_reduce, block_k, ab_stages).
+    With an epilogue, split-K reduces in the kernel ("parallel" unless given). ``deterministic``:
+    "auto" only picks kernels whose result is the same bits on every call; False also tries the
+    atomic split-K for small M. Returns ``out``.
+
+    The first call for a (shapes, strides, dtypes, device, config, scale and epilogue kinds) key
+    checks the operands, looks up (or tunes) the configuration and compiles; the launch plan is then
+    kept in memory, and later calls with that key only launch (through TVM FFI where installed)."""
+    kw = dict(bias=bias, activation=activation, alpha=alpha, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
+              config=config, cache=cache, deterministic=deterministic)
+    if b.dim() == 3 and a.dim() == 3:
+        from .gemm_batched import gemm_batched
+
+        return gemm_batched(a, b, out, residual=residual, **kw)
     if a.dim() > 2 and b.dim() == 2:  # (..., K) activations: the rows of a view, no copy
-        return _leading_dims(a, b, out, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
-                             cache=cache, deterministic=deterministic)
+        return _leading_dims(a, b, out, residual=residual, **kw)
     fast = cache is None
+    epi = (activation, None if bias is None else (bias.shape, bias.dtype),
+           None if residual is None else (residual.shape, residual.dtype), alpha is not None and alpha != 1.0)
     if fast:
         ckey = config if isinstance(config, str) else _config_key(config)
         pkey = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(),
                 None if out is None else (out.shape, out.stride(), out.dtype), out_dtype, ckey, deterministic,
-                _kind(scale_a), _kind(scale_b))
+                _kind(scale_a), _kind(scale_b), epi)
         hit = _PLANS.get(pkey)
-        if hit is not None:
+        aliased = residual is not None and out is not None and residual.data_ptr() == out.data_ptr()
+        if hit is not None and not aliased:
             plan, shape, o_dtype, device = hit
             if not plan.ffi:  # the JIT executor checks nothing itself (TVM FFI checks alignment in C)
-                check(a, b, out, out_dtype)
-            alpha, scales = (1.0, ()) if scale_a is None and scale_b is None else _scales(a, scale_a, scale_b)
+                check(a, b, out, out_dtype, activation == "swiglu")
+            alpha_f, scales = (1.0, ()) if scale_a is None and scale_b is None else _scales(a, scale_a, scale_b)
+            if alpha is not None:
+                alpha_f *= float(alpha)
             if out is None:
                 import torch
 
                 out = torch.empty(shape, device=device, dtype=o_dtype)
             try:
-                plan.launch(a, b.t(), out, alpha, scales)
+                plan.launch(a, b.t(), out, alpha_f, scales, bias, residual)
             except Exception:
-                check(a, b, out, out_dtype)  # a misaligned base, say: the error that names the fix
+                check(a, b, out, out_dtype, activation == "swiglu")  # a misaligned base: the error naming the fix
                 raise
             return out
-    M, N, K, o_t = check(a, b, out, out_dtype)
+    M, N, K, o_t = check(a, b, out, out_dtype, activation == "swiglu")
     fp8 = _name(a.dtype) in FP8
     if not fp8 and (scale_a is not None or scale_b is not None):
-        raise GemmArgumentError("scale_a / scale_b: per-tensor scales are for fp8 inputs only")
+        raise GemmArgumentError("scale_a / scale_b: per-tensor scales are for fp8 inputs only (alpha scales a "
+                                "16-bit product)")
+    epi_opts = _epilogue(b, M, N, o_t, bias, activation, residual, alpha, out, fp8)
     import torch
 
     if out is None:
@@ -229,11 +358,16 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     if min(M, N, K) == 0:
         if K == 0:
             out.zero_()
+            if epi_opts and M and N:  # a product of zeros: the epilogue alone, in torch
+                out.copy_(epilogue_reference(out.float().repeat(1, 2) if activation == "swiglu" else out.float(),
+                                             bias, activation, residual, float(alpha or 1.0)))
         return out
     from . import gemm_host as gp  # imports cutlass
 
     bt = b.t()  # (N, K) row-major: the kernel computes a @ bt.T
-    alpha, scales = _scales(a, scale_a, scale_b)
+    alpha_f, scales = _scales(a, scale_a, scale_b)
+    if alpha is not None:
+        alpha_f *= float(alpha)
     if config == "default":
         cfg = {}
     elif isinstance(config, dict):
@@ -241,15 +375,20 @@ def gemm(a, b, out=None, *, scale_a=None, scale_b=None, out_dtype=None,
     elif config == "auto":
         majors = ",".join(m for m, on in (("a-m", a.stride(1) != 1 and M > 1), ("b-n", b.stride(0) != 1 and N > 1))
                           if on)
-        key = _tune.cache_key(M, N, K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
+        # the plain GEMM's winner (its key and timings): the epilogue adds the same work to every tile
+        plain = out if not epi_opts else torch.empty(M, b.shape[1], device=a.device, dtype=out.dtype)
+        key = _tune.cache_key(M, b.shape[1], K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
                               deterministic, majors)
-        cands = _tune.candidates(M, N, K, fp8, deterministic)
+        cands = _tune.candidates(M, b.shape[1], K, fp8, deterministic)
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(
-            lambda: gp.gemm(a, bt, out, alpha=alpha, scales=scales or None, **c)), cache or _tune.TuneCache())
+            lambda: gp.gemm(a, bt, plain, alpha=alpha_f if fp8 else 1.0, scales=scales or None, **c)),
+            cache or _tune.TuneCache())
     else:
         raise GemmArgumentError(f"config={config!r}: expected 'auto', 'default' or a configuration dict")
-    plan = gp.plan(a, bt, out, device_scale=bool(scales), **cfg)
-    plan.launch(a, bt, out, alpha, scales)
+    if activation == "swiglu":
+        cfg = _epilogue_config(cfg)
+    plan = gp.plan(a, bt, out, device_scale=bool(scales), **cfg, **epi_opts)
+    plan.launch(a, bt, out, alpha_f, scales, bias, residual)
     if fast:
         _PLANS[pkey] = (plan, (M, N), out.dtype, a.device)
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import gemm_epilogue
 from .gemm_config import GemmConfigError
 
 import cutlass
@@ -70,8 +71,9 @@ class SmemAB(MemoryResource):
         g = self.g
         bM, bN, bK = g.tile_mnk
         k, s = k0 + stage_info.loop_offset, stage_info.stage_idx
-        gA = cute.local_tile(g.mA, (bM, bK), (m, None))
-        gB = cute.local_tile(g.mB, (bN, bK), (n, None))
+        m, l = g.batch_coord(m)  # batched: product l's M tile
+        gA = cute.local_tile(g.batch_slice(g.mA, l), (bM, bK), (m, None))
+        gB = cute.local_tile(g.batch_slice(g.mB, l), (bN, bK), (n, None))
         sA, sB = cute.group_modes(g.smem_a(self.ring), 0, 2), cute.group_modes(g.smem_b(self.ring), 0, 2)
         hint_a, hint_b = ({} if p is None else dict(cache_policy=cutlass.Int64(p)) for p in g.l2_policy)
         if cutlass.const_expr(g.clustered):
@@ -157,23 +159,29 @@ class GmemC(MemoryResource):
         g = self.g
         m, n, split = g.unit_tile(stage_info.work_tile.tile_idx[0], self.which)
         bM, bN, _ = g.tile_mnk
+        l = 0
         if cutlass.const_expr(g.split_k and not g.serial):
             # host-reduced split-K: C is the fp32 workspace, split s owning rows [s, s + 1) * tiles_m * bM
             gC = cute.local_tile(g.mC, (bM, bN), (split * g.tiles_m + m, n))
         else:
-            gC = cute.local_tile(g.mC, (bM, bN), (m, n))
+            m, l = g.batch_coord(m)  # batched: product l's M tile
+            gC = cute.local_tile(g.batch_slice(g.mC, l), (bM, g.out_n), (m, n))
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         sC = g.smem_c(self.which)
         epi_bar = pipeline.NamedBarrier(barrier_id=1 + self.which, num_threads=self.num_threads)
-        tiled_copy_r2s = g.epilogue_copy(g.epi_tiled_mma)
+        # the fragment stored: the accumulator, or SwiGLU's half-width silu(gate) * up (gemm_epilogue)
+        frag = acc
+        if cutlass.const_expr(g.epi.swiglu):
+            frag = cute.make_rmem_tensor(g.out_mma.partition_shape_C((bM, g.out_n)), g.acc_dtype)
+        tiled_copy_r2s = g.epilogue_copy(g.out_mma)
         thr_r2s = tiled_copy_r2s.get_slice(tidx - self.first_thread)
         tRS_sC = thr_r2s.partition_D(sC)
-        tRS_acc = tiled_copy_r2s.retile(acc)
+        tRS_acc = tiled_copy_r2s.retile(frag)
         rC_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
         tRS_rAcc = cute.make_rmem_tensor(rC_shape, g.acc_dtype)
         tRS_rC = cute.make_rmem_tensor(rC_shape, g.c_dtype)
-        gather = EpilogueGather(tRS_acc, tRS_rAcc, g.tile_mnk[1] // g.epi_tile[1])
+        gather = EpilogueGather(tRS_acc, tRS_rAcc, g.out_n // g.epi_tile[1])
         gC_epi = cute.zipped_divide(gC, g.epi_tile)
         bSG_sC, bSG_gC = cute.nvgpu.cpasync.tma_partition(g.tma_c, 0, cute.make_layout(1),
                                                           cute.group_modes(sC, 0, 2), gC_epi)
@@ -192,11 +200,13 @@ class GmemC(MemoryResource):
                 self.serial_fixup(acc, slot, 0, share, tidx, epi_bar, flag_idx=slot, last=1)
                 owner = share == 1
             if owner:
+                self.finish(acc, frag, m, n, tidx)
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
         elif cutlass.const_expr(g.split_reduce == "atomic"):
             # the tile's last share to arrive stores C
             if self.atomic_fixup(acc, m, n, tidx, epi_bar):
+                self.finish(acc, frag, m, n, tidx)
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
         elif cutlass.const_expr(g.serial):
@@ -205,11 +215,19 @@ class GmemC(MemoryResource):
             else:
                 self.serial_fixup(acc, m, n, split, tidx, epi_bar)
             if split == g.splits - 1:  # the last K share holds the sum: it stores C
+                self.finish(acc, frag, m, n, tidx)
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                                 epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
         else:
+            self.finish(acc, frag, m, n, tidx, l)
             self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
                             epi_shape, epi_layout, store_pipe, epi_bar, warp_idx)
+
+    def finish(self, acc, frag, m, n, tidx, l=0):
+        """The fused epilogue (bias, activation, SwiGLU, residual, alpha: gemm_epilogue.apply) on
+        the finished accumulator, into ``frag``; nothing without one."""
+        if self.g.epi.fused:
+            gemm_epilogue.apply(self.g, acc, frag, m, n, tidx - self.first_thread, l)
 
     @cute.jit
     def store_tile(self, acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC, epi_shape,
@@ -219,7 +237,7 @@ class GmemC(MemoryResource):
             pairs = gather.pairs(e)
             for j in cutlass.range_constexpr(len(pairs)):
                 tRS_rAcc[pairs[j][0]] = tRS_acc[pairs[j][1]]
-            if cutlass.const_expr(g.scaled):  # fp8: per-tensor scales folded into one fp32 factor
+            if cutlass.const_expr(g.scaled and not g.epi.fused):  # fp8: per-tensor scales in one fp32 factor
                 tRS_rC.store((tRS_rAcc.load() * g.alpha).to(g.c_dtype))
             else:
                 tRS_rC.store(tRS_rAcc.load().to(g.c_dtype))

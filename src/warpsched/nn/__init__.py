@@ -12,7 +12,8 @@ __all__ = ["Linear", "functional"]
 class Linear(torch.nn.Linear):
     """``torch.nn.Linear`` (same parameters, same ``state_dict``) whose forward and backward run on
     warpsched's persistent GEMM: y = x W^T + b, dX = dY W, dW = dY^T X (bf16 / fp16 weights and
-    inputs; ``activation``: None, "relu", "relu2", "gelu" or "silu", applied after the GEMM)."""
+    inputs; ``activation``: None, "relu", "relu2", "gelu", "gelu_tanh" or "silu", fused into the GEMM's
+    epilogue with the bias: see ``functional``)."""
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, activation=None):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
