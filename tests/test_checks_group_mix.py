@@ -136,3 +136,60 @@ def test_merge_mix_non_tma_members_must_agree():
     hit = expect(f, "pipeline group consistency", None, "ab_sync", line("mix_group"))
     assert "smem_c.consumer_group size 64 differs from smem_a's 128" in hit.message
     assert "non-TMA" in hit.expected
+
+
+def views_program(release_members: bool):
+    """07_01's consumer with the member views passed as schedule arguments (``ab_sync.smem_a``),
+    the group neither passed to the consumer nor registered with an allocator."""
+    gmem, out = Gmem(name="gmem"), Gmem(name="out")
+    cfg = lambda: PipelineConfig.create_async_async_pipeline_cfg(  # noqa: E731
+        num_stages=2, producer_group=cg(32), consumer_group=cg(128), cta_layout_vmnk=(1, 1, 1, 1))
+    smem_a, smem_b = Buf(name="smem_a", pipeline_config=cfg()), Buf(name="smem_b", pipeline_config=cfg())
+    ab = PipelineGroup(name="ab_sync", members=[smem_a, smem_b], mode=PipelineGroupMode.Merge)
+
+    @schedule
+    def load(g, smem):
+        with domain_loop(0, K, 1):
+            v = g.load()
+            smem.acquire()
+            smem.produce_tile(value=v)
+            smem.commit()
+
+    @schedule
+    def store_members(a, b, o):
+        with domain_loop(0, K, 1):
+            a.wait()
+            b.wait()
+            o.store()
+            a.release()  # @view_release
+            b.release()
+
+    @schedule
+    def store_group(a, b, o, group):
+        with domain_loop(0, K, 1):
+            a.wait()
+            b.wait()
+            o.store()
+            group.release()
+
+    store = (store_members(ab.smem_a, ab.smem_b, out) if release_members
+             else store_group(ab.smem_a, ab.smem_b, out, ab))
+    tasks = [Task(name="LoadA", src_resources=[gmem], dst_resources=[smem_a], warp_idx=4, schedule=load(gmem, ab.smem_a)),
+             Task(name="LoadB", src_resources=[gmem], dst_resources=[smem_b], warp_idx=5, schedule=load(gmem, ab.smem_b)),
+             Task(name="Store", src_resources=[smem_a, smem_b], dst_resources=[out], warp_idx=0, num_warps=4,
+                  schedule=store)]
+    return tasks, {smem_a: [gmem], smem_b: [gmem], out: [smem_a, smem_b]}, ab
+
+
+def test_member_views_passed_as_arguments_cannot_be_released_one_by_one():
+    """The Merge hard rule holds when the views reach the schedule as arguments: rejected at the
+    first member release; the group-release twin is accepted (SAFE). The group is alive when the
+    TaskManager is built (a kernel's local variable), as in CUTLASS's 07_01."""
+    tasks, graph, group = views_program(release_members=True)
+    f = rejected(tasks, graph)
+    hit = expect(f, "pipeline group consistency", "Store", "smem_a", line("view_release"))
+    assert "ab_sync.release()" in hit.expected and "Merge group 'ab_sync'" in hit.message
+    assert group.name == "ab_sync"
+    tasks, graph, group = views_program(release_members=False)
+    m = accepted(tasks, graph, exhaustive_deadlock_race_check=True)
+    assert m.result.checker.verdict == "SAFE" and m.program.pipeline_groups == [group]

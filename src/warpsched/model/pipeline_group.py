@@ -1,10 +1,22 @@
 """PipelineGroup: several pipelined resources sharing the barrier of one collapsed side."""
 from __future__ import annotations
 
+import weakref
 from typing import Any, List, Optional
 
 from .enums import PipelineGroupMode
 from .source import SourceLoc, caller_location
+
+
+# Groups whose member views (``group.smem_a``) were taken: a schedule handed ``group.smem_a`` as an
+# argument sees the bare member, so ``Program.pipeline_groups`` finds the group through this set
+# (weak: a group nobody holds any more is forgotten).
+_VIEWED: "weakref.WeakSet[PipelineGroup]" = weakref.WeakSet()
+
+
+def viewed_groups() -> List["PipelineGroup"]:
+    """Live groups one of whose member views was read (``group.<member>``)."""
+    return list(_VIEWED)
 
 
 class PipelineGroup:
@@ -54,6 +66,7 @@ class PipelineGroup:
         m = self.__dict__.get("members") and self.member(attr)
         if m is None:
             raise AttributeError(f"PipelineGroup {self.__dict__.get('name')!r} has no member named {attr!r}")
+        _VIEWED.add(self)
         return m
 
     def __repr__(self) -> str:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .ir import ScheduleResult, Step
-from .pipeline_group import PipelineGroup
+from .pipeline_group import PipelineGroup, viewed_groups
 from .task import Task
 
 
@@ -90,6 +90,11 @@ class Program:
             for g in getattr(alloc, "owners", []) or []:
                 if isinstance(g, PipelineGroup):
                     seen.setdefault(id(g), g)
+        # a group whose member views were handed to the schedules as arguments (they arrive bare)
+        ids = {id(r) for r in self.resources}
+        for g in viewed_groups():
+            if isinstance(g.members, list) and any(id(m) in ids for m in g.members):
+                seen.setdefault(id(g), g)
         return list(seen.values())
 
     def producers_of(self, resource: Any) -> List[Task]:
