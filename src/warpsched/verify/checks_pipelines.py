@@ -7,6 +7,7 @@ the lowering read too.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any, Iterable, List, Optional, Tuple
 
@@ -15,8 +16,8 @@ from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_config import PipelineConfig, cluster_shape_of, group_size
 from ..model.resources import work_spec_of
-from ..protocol.barriers import (CLC_RESPONSE_BYTES, PairRoute, cta_group_size, expected_num_bytes, pair_route,
-                                  protocol_of, signaling_warps, tx_pair_ctas)
+from ..protocol.barriers import (CLC_RESPONSE_BYTES, PairRoute, cta_group_size, expected_group_size,
+                                  expected_num_bytes, pair_route, protocol_of, signaling_warps, tx_pair_ctas)
 from ..protocol.plan import cta_gated, expected_groups, op_warps, signaling_verb
 from . import checks_interleave
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
@@ -147,7 +148,8 @@ def _counts(program: Program, r: Any) -> List[Finding]:
                              fix=f"declare {field}=warpsched.threads(n), or give the lanes' tasks equal warps"))
             continue
         size = group_size(getattr(cfg, field))
-        forgot = _forgotten_release(program, r, side, size, targets)
+        forgot = _forgotten_release(program, r, side, size, targets) or _forgotten_stride(program, r, side, size,
+                                                                                            needs)
         if forgot is not None:
             out.append(forgot)
             continue
@@ -189,6 +191,55 @@ def _forgotten_release(program: Program, r: Any, side: str, size, targets) -> Op
              f"for ({size} arrivals per stage in all)",
              fix=f"add {n}.release() to {t.name!r} after its last read of the stage (shrinking consumer_group "
                  f"instead would free stages {t.name!r} still reads)")
+
+
+def _forgotten_stride(program: Program, r: Any, side: str, size, needs) -> Optional[Finding]:
+    """Several tasks signal the side of a dense (stride-1) pipeline, each a domain lane (its
+    domain_loop starts at its own lane and steps by the number of tasks), and the declared group is
+    one lane's arrivals: the likely bug is a missing interleave_stride, not the group size (summing
+    the group would make every lane wait on and release every stage, reading the other lanes' data).
+    One finding, at the config, naming the field, the lanes' domain loops and the tuple to pass."""
+    if len(needs) != 1 or len(needs[0][2]) < 2 or not isinstance(size, int):
+        return None
+    cfg: PipelineConfig = config_of(r)
+    proto = protocol_of(cfg)
+    if not (proto.interleave_producer if side == "producer" else proto.interleave_consumer):
+        return None
+    lanes = needs[0][2]
+    n = len(lanes)
+    loops = []
+    for t in lanes:
+        sched = program.schedule_of(t)
+        dl = sched.domain_loop if sched is not None else None
+        if dl is None or type(dl.start) is not int or dl.step != n:
+            return None
+        loops.append((t, dl))
+    if sorted(dl.start % n for _, dl in loops) != list(range(n)):
+        return None
+    one = {expected_group_size(cfg, side, op_warps(cfg, signaling_verb(cfg, side), t.num_warps)).arrivals
+           for t in lanes}
+    if len(one) != 1 or size not in one:
+        return None
+    strides = list(cfg.strides)
+    for i in ((0, 1) if side == "producer" else (2, 3)):
+        strides[i] = n
+    suggest = tuple(strides)
+    field = f"{side}_group"
+    factory = "create_" + re.sub(r"(?<!^)(?=[A-Z])", "_", cfg.pipeline_type.value).lower() + "_pipeline_cfg"
+    t0 = lanes[0]
+    described = " and ".join(f"{t.name!r} (domain_loop({dl.start}, {dl.end}, {dl.step}) at {dl.location})"
+                             for t, dl in loops)
+    verbs = "acquires and commits" if side == "producer" else "waits on and releases"
+    data = "fills stages meant for" if side == "producer" else "reads stages filled for"
+    return F(COUNTS, f"{rname(r)}: tasks {described} each take one iteration in {n}, as {n} lanes of "
+             f"{rname(r)}'s stages, but its config has no interleave_stride on the {side} side: every lane "
+             f"then {verbs} every stage ({n} x {size} arrivals on a {field} of {size}), and each lane {data} "
+             "the others",
+             task=t0, resource=r, location=cfg.location,
+             expected=f"interleave_stride={suggest} in {factory}(...) ({n} lanes on the {side} verbs; "
+                      f"{field} stays {size}, one lane's arrivals)",
+             fix=f"pass interleave_stride={suggest} to {factory}(...) (enlarging {field} to {n * size} instead "
+                 f"would make every lane {'acquire' if side == 'producer' else 'wait on'} every stage)")
 
 
 def _bytes(program: Program, r: Any) -> List[Finding]:
