@@ -95,8 +95,9 @@ def test_port_imports_is_the_whole_edit():
     src = ("from cutlass.experimental.task_scheduling.resources import (\n    MemoryResource,\n)\n"
            "from cutlass.experimental.task_scheduling import when_true\nimport cutlass.cute as cute\n")
     out = port_imports(src)
-    assert out == ("from warpsched import (\n    MemoryResource,\n)\nfrom warpsched import when_true\n"
-                   "import cutlass.cute as cute\n")
+    # the first module-level import also marks the module as a port (same line: lines do not move)
+    assert out == ("__warpsched_port__ = True; from warpsched import (\n    MemoryResource,\n)\n"
+                   "from warpsched import when_true\nimport cutlass.cute as cute\n")
 
 
 # ------------------------------------------------------------------ UMMA completion ends the MMA reads

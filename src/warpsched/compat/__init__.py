@@ -18,6 +18,7 @@ import re
 from typing import Any, Dict
 
 from ..errors import Finding, ScheduleError
+from ..model.schedule import PORT_MARKER
 from ..model.source import caller_location
 
 _REFERENCE_IMPORT = re.compile(r"from\s+cutlass\.experimental\.task_scheduling(?:\.[A-Za-z_]\w*)*\s+import\b")
@@ -25,8 +26,23 @@ _REFERENCE_IMPORT = re.compile(r"from\s+cutlass\.experimental\.task_scheduling(?
 
 def port_imports(source: str) -> str:
     """The whole port, as text: every ``from cutlass.experimental.task_scheduling[.module] import``
-    becomes ``from warpsched import`` (in place, so line numbers do not move)."""
-    return _REFERENCE_IMPORT.sub("from warpsched import", source)
+    becomes ``from warpsched import`` (in place, so line numbers do not move). The first one also
+    sets ``__warpsched_port__ = True`` on the same line: in that module a ``domain_loop`` without
+    ``unroll=`` takes the reference's default (None, the compiler unrolls), so the port emits the
+    code the reference did (model/schedule.py)."""
+    first = [True]
+
+    def sub(m):
+        if first[0] and _at_module_level(source, m.start()):
+            first[0] = False
+            return f"{PORT_MARKER} = True; from warpsched import"
+        return "from warpsched import"
+    return _REFERENCE_IMPORT.sub(sub, source)
+
+
+def _at_module_level(source: str, pos: int) -> bool:
+    """The import starts a line with no indentation (a module-level statement)."""
+    return pos == 0 or source[pos - 1] == "\n"
 
 
 # keyword -> why warpsched has no use for it (accepted, documented, no effect)

@@ -19,7 +19,7 @@ from .ir import (SYNC_VERBS, DomainLoop, Guard, ScheduleResult, Section, Step, S
                  WorkTileLoop)
 from .pipeline_group import PipelineGroup
 from .resources import MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, WorkQueue, work_spec_of
-from .source import SourceLoc, caller_location
+from .source import SourceLoc, caller_globals, caller_location
 
 def _current(what: str) -> "_Capture":
     if not _ACTIVE:
@@ -262,9 +262,20 @@ def _push_guard(cap: _Capture, guard: Guard):
         cap.guards.pop()
 
 
+# ``unroll`` left out: 1 (no unrolling, as the TS schedules page documents), or None (the compiler
+# unrolls, the reference implementation's default) in a module that ``compat.port_imports`` ported
+# (it marks the module with PORT_MARKER), so a ported program keeps the code shape it had.
+PORT_MARKER = "__warpsched_port__"
+_UNROLL_DEFAULT = object()
+
+
 @contextmanager
-def domain_loop(start, end=None, step=1, *, unroll=1, count=None):
+def domain_loop(start, end=None, step=1, *, unroll=_UNROLL_DEFAULT, count=None):
     """The schedule's loop over ``range(start, end, step)`` (``domain_loop(n)`` is ``range(n)``).
+
+    ``unroll``: the lowering's unroll factor; None lets the compiler choose. Left out it is 1,
+    except in a module ported with ``warpsched.compat.port_imports``, where it is None as in the
+    reference TS (the port keeps the reference's generated code).
 
     Any non-zero step: ``domain_loop(5, 0, -1)`` runs 5 iterations (5, 4, 3, 2, 1), and its
     ``first_iter`` / ``last_iter`` / ``every`` guards count iterations from 0 whatever the
@@ -279,6 +290,8 @@ def domain_loop(start, end=None, step=1, *, unroll=1, count=None):
     """
     loc = caller_location()
     cap = _current("domain_loop()")
+    if unroll is _UNROLL_DEFAULT:
+        unroll = None if caller_globals().get(PORT_MARKER) else 1
     if end is None:
         start, end = 0, start
     if count is not None and not (type(count) is int and count >= 0) and not isinstance(count, TripCount):

@@ -37,13 +37,24 @@ _USER_DIRS = tuple(os.path.join(_PACKAGE_DIR, d) + os.sep for d in ("examples", 
 UNKNOWN = SourceLoc("<unknown>", 0)
 
 
-def caller_location() -> SourceLoc:
-    """The first frame outside the warpsched package: where the user made the call."""
-    frame = sys._getframe(1)
+def _user_frame():
+    frame = sys._getframe(2)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
         user = not filename.startswith(_PACKAGE_DIR + os.sep) or filename.startswith(_USER_DIRS)
         if user and os.path.basename(filename) not in _SKIP:
-            return SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+            return frame
         frame = frame.f_back
-    return UNKNOWN
+    return None
+
+
+def caller_location() -> SourceLoc:
+    """The first frame outside the warpsched package: where the user made the call."""
+    frame = _user_frame()
+    return UNKNOWN if frame is None else SourceLoc(frame.f_code.co_filename, frame.f_lineno)
+
+
+def caller_globals() -> dict:
+    """The module globals of that frame (``{}`` when there is none)."""
+    frame = _user_frame()
+    return {} if frame is None else frame.f_globals
