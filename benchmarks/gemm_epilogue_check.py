@@ -139,8 +139,8 @@ def linear_and_op():
         errs = [rel(y, yd), rel(y_inf, yd), rel(x.grad, xd.grad), rel(w.grad, wd.grad), rel(bias.grad, bd.grad)]
         ok = max(errs) < 1e-2
         bad += not ok
-        print(f"  {'PASS' if ok else 'FAIL'} linear {act}: y {errs[0]:.1e} (inference {errs[1]:.1e}), dX {errs[2]:.1e}, "
-              f"dW {errs[3]:.1e}, db {errs[4]:.1e}", flush=True)
+        print(f"  {'PASS' if ok else 'FAIL'} linear {act}: y {errs[0]:.1e} (inference {errs[1]:.1e}), "
+              f"dX {errs[2]:.1e}, dW {errs[3]:.1e}, db {errs[4]:.1e}", flush=True)
     a, w, bias, res = rnd(256, 512, scale=0.05), rnd(1024, 512), rnd(1024), rnd(256, 1024)
     got = torch.ops.warpsched.gemm(a, w.t(), bias=bias, activation="gelu_tanh", residual=res)
     want = ops.gemm(a, w.t(), bias=bias, activation="gelu_tanh", residual=res)

@@ -48,12 +48,14 @@ def check_batched(a, b, out=None, out_dtype=None, swiglu=False):
     item = 1 if fp8 else 2
     if a.stride(2) != 1 and K > 1 or b.stride(1) != 1 and K > 1:
         raise GemmArgumentError(f"a strides {tuple(a.stride())}, b strides {tuple(b.stride())}: a batched GEMM reads "
-                                "K-major products (a[l] row-major, b[l] column-major: b = w.transpose(1, 2) of (L, N, K) "
-                                "weights w); pass a.contiguous() / b.transpose(1, 2).contiguous().transpose(1, 2)")
+                                "K-major products (a[l] row-major, b[l] column-major: b = w.transpose(1, 2) of "
+                                "(L, N, K) weights w); pass a.contiguous() / "
+                                "b.transpose(1, 2).contiguous().transpose(1, 2)")
     for nm, t in (("a", a), ("b", b)) + ((("out", out),) if out is not None else ()):
-        if L > 1 and (t.stride(0) * (2 if nm == "out" else item)) % 16:
-            raise GemmArgumentError(f"{nm} {tuple(t.shape)} strides {tuple(t.stride())}: each product's base must be "
-                                    "16-byte aligned (TMA); pass a contiguous tensor with its rows a multiple of 16 bytes")
+        if (t.stride(0) * (2 if nm == "out" else item)) % 16:
+            raise GemmArgumentError(f"{nm} {tuple(t.shape)} strides {tuple(t.stride())}: each product's base must "
+                                    "be 16-byte aligned (TMA); pass a contiguous tensor with its rows a multiple of "
+                                    "16 bytes")
     if out is not None and tuple(out.shape) != (L, M, N):
         raise GemmArgumentError(f"out is {tuple(out.shape)}; expected (L, M, N) = ({L}, {M}, {N})")
     return L, M, N, K, o_t

@@ -207,7 +207,8 @@ def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat1
     # split-K: C is the fp32 workspace. K aligned to 8 when A and B share a type (what the other
     # examples' fake operands declare, fp8 too), to 16 for mixed fp8
     a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is ab_dtype else 16,
-                            a_major=kern.a_major, b_major=kern.b_major, batched=kern.batched)
+                            a_major=kern.a_major, b_major=kern.b_major, batched=kern.batched,
+                            c_cols_free=kern.epi.swiglu)
     ws = (None, None)
     if kern.serial or kern.stream_k:  # the fp32 tile workspace and one int32 flag per tile
         ws = fake_workspace(cols_divisibility=64)

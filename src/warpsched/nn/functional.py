@@ -37,15 +37,18 @@ def check_activation(activation):
                          "warpsched.ops.gemm(x, w.t(), activation='swiglu') with ops.interleave_gate_up)")
 
 
+def _check_dtypes(x, weight):
+    if x.dtype != weight.dtype or x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"warpsched linear: x is {x.dtype}, weight {weight.dtype}; both must be torch.bfloat16 "
+                        "or torch.float16 (convert the module with .to(torch.bfloat16))")
+
+
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, activation):
-        if x.dtype != weight.dtype or x.dtype not in (torch.bfloat16, torch.float16):
-            raise TypeError(f"warpsched linear: x is {x.dtype}, weight {weight.dtype}; both must be torch.bfloat16 "
-                            "or torch.float16 (convert the module with .to(torch.bfloat16))")
-        grads = any(ctx.needs_input_grad[:3])
+        _check_dtypes(x, weight)
         ctx.activation, ctx.has_bias = activation, bias is not None
-        if activation is None or activation in FROM_OUTPUT or not grads:
+        if activation is None or activation in FROM_OUTPUT:
             y = ops.gemm(x, weight.t(), bias=bias, activation=activation)
             ctx.save_for_backward(x, weight, y if activation in FROM_OUTPUT else None)
             return y
@@ -84,4 +87,7 @@ def linear(x, weight, bias=None, activation=None):
     the activation fused into its epilogue, with autograd: x (..., K), weight (N, K), bias (N,) or
     None; bf16 or fp16; ``activation``: None, "relu", "relu2", "gelu" (erf), "gelu_tanh" or "silu"."""
     check_activation(activation)
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))):
+        _check_dtypes(x, weight)  # no gradient: one fused GEMM, nothing saved
+        return ops.gemm(x, weight.t(), bias=bias, activation=activation)
     return _LinearFunction.apply(x, weight, bias, activation)
