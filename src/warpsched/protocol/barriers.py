@@ -283,7 +283,11 @@ def expected_num_bytes(config: PipelineConfig, producer_warps: int) -> Optional[
 
 
 def _leader_covers(config: PipelineConfig, pair: int) -> int:
-    """CTA groups whose bytes a CtaLeader producer arms for (its own when not CtaLeader)."""
+    """CTA groups whose bytes a CtaLeader producer arms for (its own when not CtaLeader). In a pair
+    whose protocol arms in the leader (TmaUmma), the leader arms for its own pair: a pair's TMA
+    completes on its own leader's barrier only, so CtaLeader covers the same CTAs as All."""
+    if pair > 1 and protocol_of(config).pair_arms_in_leader:
+        return 1
     return config.num_ctas // pair if config.producer_signaling_threads.cta_leader else 1
 
 

@@ -99,8 +99,12 @@ def verb_signaling(config, kind: StepKind) -> SignalingThreads:
 
 def cta_gated(config, kind: StepKind) -> bool:
     """The verb runs in the leader CTA of each CTA group only (CtaLeader over V > 1; on a V = 1
-    cluster every CTA leads its own group, so the gate is the identity)."""
-    return cta_group_size(config) > 1 and bool(verb_signaling(config, kind).cta_leader)
+    cluster every CTA leads its own group, so the gate is the identity). Not the producer verbs of a
+    pair whose protocol arms in the leader (TmaUmma): there CtaLeader is the seed's leader-routed
+    completion -- the leader arms the pair's transaction barrier, every CTA issues its loads."""
+    if cta_group_size(config) <= 1 or not verb_signaling(config, kind).cta_leader:
+        return False
+    return not (kind.side == PRODUCER and protocol_of(config).pair_arms_in_leader)
 
 
 def tx_per_arming_warp(config, task_num_warps: int) -> int:

@@ -454,12 +454,6 @@ def _pairs(program: Program, r: Any) -> List[Finding]:
                          f"({wait_field}={have.name or have}), but {why}, so the peer CTA's {call} never "
                          "completes", task=t, expected=f"a {waiter} side that waits in the leader CTA of each pair "
                          f"only ({wait_field}=CtaLeader)", fix=fix, **base))
-    if proto.pair_arms_in_leader and cfg.producer_signaling_threads.cta_leader:
-        out.append(F(LAYOUT, f"{rname(r)}: producer_signaling_threads includes CtaLeader on {_an(ptype)} pair: the "
-                     "peer CTA would not load its half of the stage (CUTLASS already arms the pair's barrier in "
-                     "the leader CTA only)", expected="producer_signaling_threads=All or TaskWarpLeader (every CTA "
-                     "of the pair loads; the leader arms for both)", fix="drop CtaLeader from "
-                     "producer_signaling_threads", **base))
     return out
 
 
