@@ -230,12 +230,31 @@ def test_leading_dims_residual_must_match():
      r"expected the output's shape \(2, 64, 256\)"),
     (T((2, 64, 128)), T((2, 128, 256), strides=(32768, 1, 128)), dict(bias=T((255,))), r"expected \(256,\)"),
     (T((2, 64, 128)), T((2, 128, 256), strides=(32764, 1, 128)), {}, "16-byte aligned"),
+    (T((2, 64, 128)), T((2, 128, 256), strides=(32768, 1, 128)), dict(config={"split_k": 2}),
+     "drop split_k and cluster_mn"),
 ])
 def test_batched_argument_errors_name_the_fix(a, b, kw, needle):
+    kw.setdefault("config", "default")
     with pytest.raises(ops_gemm.GemmArgumentError, match=needle):
-        ops_gemm.gemm(a, b, config="default", **kw)
+        ops_gemm.gemm(a, b, **kw)
 
 
 def test_a_batched_b_needs_a_batched_a():
     with pytest.raises(ops_gemm.GemmArgumentError, match="takes a batched a"):
         ops_gemm.gemm(T((64, 128)), T((2, 128, 256), strides=(32768, 1, 128)), config="default")
+
+
+def test_batched_runs_whole_tiles_of_the_2d_candidates():
+    """A batched GEMM tunes the 2-D candidates without their K split or cluster (whole tiles: the L
+    products give it L times the tiles); its kernel options add the L mode and the epilogue."""
+    from warpsched.kernels import gemm_batched as gb
+
+    for M, N, K in ((64, 4096, 4096), (512, 512, 512), (4096, 4096, 4096)):
+        cands = gb._candidates(M, N, K, False)
+        assert cands and all("split_k" not in c and "split_reduce" not in c for c in cands)
+        assert all(tuple(c.get("cluster_mn", (1, 1))) == (1, 1) for c in cands)
+        assert len({repr(sorted(c.items())) for c in cands}) == len(cands)
+    opts = gb._options(dict(schedule="pingpong", tile_mn=(128, 128), split_k="auto"), {"bias": "c"}, True)
+    assert opts == dict(schedule="pingpong", tile_mn=(128, 128), batched=True, bias="c", device_scale=True)
+    swiglu = gb._options(dict(tile_mn=(128, 176), epi_n=16), {"activation": "swiglu"}, False)
+    assert swiglu == dict(schedule="cooperative", batched=True, activation="swiglu")  # 88 columns: default tile

@@ -104,6 +104,10 @@ def gemm_batched(a, b, out=None, *, bias=None, activation=None, residual=None, a
         epi_opts = _epilogue(_Product(b), M, N, o_t, bias, activation,
                              None if residual is None else _Product(residual), alpha,
                              None if out is None else _Product(out), fp8)
+        if isinstance(config, dict) and (config.get("split_k", 1) not in (1, "auto")
+                                         or tuple(config.get("cluster_mn", (1, 1))) != (1, 1)):
+            raise GemmArgumentError(f"config {config}: a batched GEMM runs whole tiles of each product; drop split_k "
+                                    "and cluster_mn (or call gemm once per product)")
     import torch
 
     from .gemm_launch import GemmPlan
@@ -133,8 +137,6 @@ def gemm_batched(a, b, out=None, *, bias=None, activation=None, residual=None, a
         cfg = {}
     elif isinstance(config, dict):
         cfg = _tune.normalize(config)
-        if cfg.get("split_k", 1) not in (1, "auto") or tuple(cfg.get("cluster_mn", (1, 1))) != (1, 1):
-            raise GemmArgumentError(f"config {config}: a batched GEMM runs whole tiles (no split_k, no cluster_mn)")
     elif config == "auto":
         # the plain batched GEMM's timings: the epilogue adds the same work to every tile
         key = _tune.cache_key(M, b.shape[2], K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
