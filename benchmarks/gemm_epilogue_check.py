@@ -55,7 +55,7 @@ def case(name, M, N, K, *, bias=None, activation=None, residual=False, alpha=Non
         a = rnd(M, K, dtype=torch.float8_e4m3fn)
         b = rnd(N, K, dtype=torch.float8_e4m3fn).t()
         sa, sb = torch.tensor([0.5], device=DEV), torch.tensor([0.25], device=DEV)
-        prod = (a.double() * 0.5) @ (b.double() * 0.25)
+        prod = (a.float().double() * 0.5) @ (b.float().double() * 0.25)  # the dequantized inputs
         kw = dict(scale_a=sa, scale_b=sb)
     elif batch:
         a, b = rnd(batch, M, K, scale=K ** -0.5), rnd(batch, N, K).transpose(1, 2)
