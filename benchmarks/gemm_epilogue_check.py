@@ -122,7 +122,7 @@ def correctness():
 
 def linear_and_op():
     import warpsched.nn.functional as wf
-    import warpsched.torch_ops  # noqa: F401
+    import warpsched.torch_ops  # noqa: F401  (registers torch.ops.warpsched)
 
     bad = 0
     print("== nn.functional.linear with a fused activation (fp64 autograd reference)", flush=True)
@@ -211,7 +211,6 @@ def timing():
             "torch addmm": lambda: torch.addmm(r, hd, wd.t()),
             "warpsched plain": lambda: ops.gemm(hd, wd.t(), o, config=cfg),
             "warpsched fused": lambda: ops.gemm(hd, wd.t(), o, residual=r, config=cfg)})
-        del x, w, wg, wu, w_cat, w_il, h, gu, wd, r, hd, o
     L, M, N, K = 32, 512, 512, 512
     a, b = rnd(L, M, K), rnd(L, N, K).transpose(1, 2)
     c = torch.empty(L, M, N, device=DEV, dtype=BF)
