@@ -37,7 +37,7 @@ from cutlass.tensor_utils import LayoutEnum
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
                        TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
-                       trip_count, wgmma_wait)
+                       threads, trip_count, wgmma_wait)
 
 from . import attention_bwd_math as bmath
 from . import attention_math as amath
@@ -218,16 +218,36 @@ class Grads(MemoryResource):
                               n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch, wg=self.wg)
 
     @producer_work
-    def add_dq(self, stage_info: StageInfo, acc_dq):
-        g, v = self.g, stage_info.context.values
-        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        bmath.add_dq(acc_dq, g, v, m_block, head, batch)
-
-    @producer_work
     def store(self, stage_info: StageInfo, acc_dk, acc_dv):
         g, v = self.g, stage_info.context.values
         n_block, kv_head, batch = g.unit_coords(v.unit)
         bmath.store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg)
+
+
+@dataclass(kw_only=True)
+class SmemDQ(MemoryResource):
+    """A warp group's dQ part of one step (fp32, 64 x D) on its way to global memory: the warp group
+    writes it (an AsyncAsync stage), the dQ writer warp adds it into dQaccum with one TMA reduce-add
+    (``cp.reduce.async.bulk.tensor``), so no fp32 atomics run on the math warp groups."""
+
+    g: Any = None
+    wg: int = 0
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_dq[self.wg]]
+
+    @producer_work
+    def store(self, stage_info: StageInfo, acc_dq):
+        """scale * dQ into the stage, fenced for the TMA (async proxy) that reads it."""
+        bmath.stage_dq(acc_dq, self.g, stage_info.context.values, getattr(stage_info.context.values, f"sdQ{self.wg}"))
+
+    @consumer_work
+    def reduce_add(self, stage_info: StageInfo):
+        """dQaccum[Q block] += the stage (one thread issues the TMA reduce-add and waits until it has read
+        the stage, so the release after this work frees it)."""
+        g, v = self.g, stage_info.context.values
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        bmath.reduce_dq(g, v, getattr(v, f"sdQ{self.wg}"), m_block, head, batch)
 
 
 # ---------------------------------------------------------------------------------- schedules
@@ -243,7 +263,7 @@ def load_schedule(smem_kv, smem_qdo, steps):
 
 
 @schedule
-def grad_schedule(smem_kv, smem_qdo, grads, steps, wg):
+def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
@@ -260,9 +280,21 @@ def grad_schedule(smem_kv, smem_qdo, grads, steps, wg):
         smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
         smem_qdo.retire()
         smem_qdo.release()
-        grads.add_dq(acc_dq=acc_dq)
+        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
     smem_kv.release()
     grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+@schedule
+def dq_writer_schedule(smem_dq0, smem_dq1, steps):
+    """The dQ writer warp: per step, each warp group's dQ part added into dQaccum by TMA."""
+    with domain_loop(0, steps, 1):
+        for smem_dq in (smem_dq0, smem_dq1):
+            smem_dq.wait()
+            smem_dq.reduce_add()
+            smem_dq.release()
 
 
 def build(g=None, *, steps=None, grad_schedules=None, verbose=True, **manager_options):
@@ -280,15 +312,21 @@ def build(g=None, *, steps=None, grad_schedules=None, verbose=True, **manager_op
     smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
     load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
                 num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n))
-    tasks, graph, grads_all = [load], {smem_kv: [], smem_qdo: []}, []
+    dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
+                                                            consumer_group=threads(32))
+    smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
+    writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
+                  num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n))
+    tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     for wg in range(2):
         grads = Grads(name=f"Grads{wg}", g=g, wg=wg)
         grads_all.append(grads)
-        sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, n, wg)
-        tasks.append(Task(name=f"Grad{wg}", src_resources=[smem_kv, smem_qdo], dst_resources=[grads],
+        sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg)
+        tasks.append(Task(name=f"Grad{wg}", src_resources=[smem_kv, smem_qdo], dst_resources=[grads, smem_dqs[wg]],
                           warp_idx=4 * (1 + wg), num_warps=4, num_registers=g.consumer_regs, schedule=sched))
         graph[grads] = [smem_kv, smem_qdo]
-    smem = SmemAllocator.for_resources(smem_kv, smem_qdo, *grads_all)
+        graph[smem_dqs[wg]] = [smem_kv, smem_qdo]
+    smem = SmemAllocator.for_resources(smem_kv, smem_qdo, *grads_all, *smem_dqs)
     return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, verbose=verbose,
                        **manager_options)
 
@@ -317,6 +355,8 @@ class FlashAttentionBackward:
         self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
         self.alloc_do = SmemAllocation("sdO", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
         self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * BLOCK_M, alignment=1024)
+                         for wg in range(2)]
+        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=BLOCK_M * head_dim, alignment=1024)
                          for wg in range(2)]
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
 
@@ -383,6 +423,7 @@ class FlashAttentionBackward:
             "sdOt": sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st),
             "sdS": sm90_utils.make_smem_layout_a(R, (BLOCK_M, d, HALF), dt, 1),  # (queries, keys)
             "sdSt": sm90_utils.make_smem_layout_b(C, (BLOCK_M, HALF, BLOCK_M), dt, 1),  # (keys, queries)
+            "sdQ": sm90_utils.make_smem_layout_a(R, (BLOCK_M, d, d), cutlass.Float32, 1),  # (queries, D) fp32
         }
 
     @staticmethod
@@ -401,22 +442,25 @@ class FlashAttentionBackward:
         atoms = [cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, self._sdhb(t), cute.slice_(lay[name], (None, None, 0)),
                                                         tile)
                  for t, name in ((mQ, "sQ"), (mK, "sK"), (mV, "sV"), (mdO, "sdO"))]
+        tma_dq, tdQ = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            cute.nvgpu.cpasync.CopyReduceBulkTensorTileS2GOp(), self._sdhb(mdQacc),
+            cute.slice_(lay["sdQ"], (None, None, 0)), (BLOCK_M, self.head_dim))
         self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
                         cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],
-                    atoms[3][1], mLSE, mDelta, self._sdhb(mdQacc), self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
+                    atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
                     dkv_mma, dq_mma, scale).launch(grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
                tma_v: cute.CopyAtom, mV: cute.Tensor, tma_do: cute.CopyAtom, mdO: cute.Tensor, mLSE: cute.Tensor,
-               mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
+               mDelta: cute.Tensor, tma_dq: cute.CopyAtom, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
                sdp_mma: cute.TiledMma, dkv_mma: cute.TiledMma, dq_mma: cute.TiledMma, scale: cutlass.Float32):
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
-            for atom in (tma_q, tma_k, tma_v, tma_do):
+            for atom in (tma_q, tma_k, tma_v, tma_do, tma_dq):
                 cute.nvgpu.cpasync.prefetch_descriptor(atom)
         # mQ / mK are the TMA views: (S, D, H, B)
         self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
@@ -438,7 +482,8 @@ class FlashAttentionBackward:
         for wg in cutlass.range_constexpr(2):
             s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdS"])
             s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])[(None, None, 0)]
+            s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, tma_do=tma_do, mQ=mQ, mK=mK, mV=mV, mdO=mdO, mLSE=mLSE,
-                mDelta=mDelta, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
+                mDelta=mDelta, tma_dq=tma_dq, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
                 dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale,
                 scale_log2=scale * math.log2(math.e), **s)

@@ -70,16 +70,29 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
 
 
 @cute.jit
-def add_dq(acc_dq, g, v, m_block, head, batch):
-    """dQaccum[Q block ``m_block``] += scale * dQ (fp32 atomics; the buffer's rows are padded to whole
-    64-row blocks, so no row is skipped)."""
+def stage_dq(acc_dq, g, v, s_dq):
+    """scale * dQ into the warp group's fp32 dQ tile (swizzled, the TMA reduce-add's source), fenced so the
+    TMA (async proxy) the dQ writer issues after this stage's barrier sees every thread's writes."""
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dq_mma.get_slice(tidx % 128)
-    g_dq = cute.local_tile(v.mdQacc[(None, None, head, batch)], (g.block_m, g.head_dim), (m_block, 0))
-    t_g = thr.partition_C(g_dq)
-    scale = v.scale
-    for i in cutlass.range_constexpr(cute.size(acc_dq)):
-        cute.arch.atomic_add(t_g.iterator + cute.crd2idx(i, t_g.layout), acc_dq[i] * scale)
+    scaled = cute.make_rmem_tensor_like(acc_dq, cutlass.Float32)
+    scaled.store(acc_dq.load() * v.scale)
+    cute.autovec_copy(scaled, thr.partition_C(s_dq[(None, None, 0)]))
+    cute.arch.fence_proxy("async.shared", space="cta")
+
+
+@cute.jit
+def reduce_dq(g, v, s_dq, m_block, head, batch):
+    """dQaccum[Q block ``m_block`` of (batch, head)] += the dQ tile: one TMA reduce-add (the copy elects one
+    lane of the warp, so the whole warp calls it), and every lane waits for its own bulk group, so the
+    issuing lane has seen the TMA read the tile before it arrives (the buffer's rows are padded to whole
+    64-row blocks)."""
+    g_dq = cute.flat_divide(v.mdQacc, (g.block_m, g.head_dim))[(None, None, None, 0, head, batch)]
+    t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
+                                                cute.group_modes(g_dq, 0, 2))
+    cute.copy(v.tma_dq, t_s[(None, 0)], t_g[(None, m_block)])
+    cute.arch.cp_async_bulk_commit_group()
+    cute.arch.cp_async_bulk_wait_group(0, read=True)
 
 
 @cute.jit
