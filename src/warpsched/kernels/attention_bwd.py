@@ -297,12 +297,13 @@ def dq_writer_schedule(smem_dq0, smem_dq1, steps):
             smem_dq.release()
 
 
-def build(g=None, *, steps=None, grad_schedules=None, verbose=True, **manager_options):
+def build(g=None, *, steps=None, grad_schedules=None, writer_schedule=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the FlashAttentionBackward being traced (None on the CPU: bf16, hd128, not causal).
     ``steps``: the CTA's runtime step count (None on the CPU); every count >= 0 is proven.
-    ``grad_schedules``: replaces ``grad_schedule`` (the tests check twins with planted bugs)."""
+    ``grad_schedules`` / ``writer_schedule``: replace ``grad_schedule`` / ``dq_writer_schedule`` (the tests
+    check twins with planted bugs)."""
     if g is None:
         g = FlashAttentionBackward()
     n = trip_count("steps", steps, min=0)
@@ -316,7 +317,7 @@ def build(g=None, *, steps=None, grad_schedules=None, verbose=True, **manager_op
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
     writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
-                  num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n))
+                  num_registers=g.producer_regs, schedule=(writer_schedule or dq_writer_schedule)(*smem_dqs, n))
     tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     for wg in range(2):
         grads = Grads(name=f"Grads{wg}", g=g, wg=wg)

@@ -1,0 +1,210 @@
+"""The attention backward (warpsched.kernels.attention_bwd) as a checked program: SAFE for every step
+count, twins with planted bugs rejected where they are wrong, the kernel traced for sm_90a with the
+program the CPU checks, and the host's argument errors. Numbers on the H200: docs/attention.md
+("Backward", benchmarks/attention_bwd_check.py)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from warpsched import ValidationError, domain_loop, schedule
+from warpsched.kernels import _host
+from warpsched.kernels import attention_bwd as ab
+from warpsched.kernels import attention_bwd_host as host
+from warpsched.kernels.attention import AttentionConfigError
+
+QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
+
+
+def _check(**kw):
+    return ab.build(**kw, **QUIET)
+
+
+def test_program_is_safe_for_every_step_count():
+    mgr = _check()
+    assert mgr.result.checker.verdict == "SAFE"
+    assert [t.name for t in mgr.tasks] == ["LoadTask", "DQWriter", "Grad0", "Grad1"]
+
+
+# ------------------------------------------------------------------ planted bugs
+@schedule
+def _kv_released_before_the_loop(smem_kv, smem_qdo, grads, smem_dq, steps, wg):
+    """K / V handed back before the steps that read them."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    smem_kv.release()  # planted: the S / dP / dQ GEMMs below still read K and V
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.retire()
+        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        smem_qdo.release()
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+@schedule
+def _qdo_released_before_the_dkv_gemms_retire(smem_kv, smem_qdo, grads, smem_dq, steps, wg):
+    """The Q / dO stage released while dV += P^T dO and dK += dS^T Q still read it: the load task
+    refills it with a later step's tiles under the running GEMMs."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.retire()
+        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        smem_qdo.release()  # planted: before the retire below
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+@schedule
+def _dq_handed_over_before_it_is_written(smem_kv, smem_qdo, grads, smem_dq, steps, wg):
+    """The dQ stage committed to the writer before the warp group stores dQ into it: the TMA
+    reduce-add may read the tile while it is being written."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.retire()
+        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        smem_qdo.release()
+        smem_dq.acquire()
+        smem_dq.commit()  # planted: before the store below
+        smem_dq.store(acc_dq=acc_dq)
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+@schedule
+def _writer_reduces_before_its_wait(smem_dq0, smem_dq1, steps):
+    """The dQ writer issues warp group 1's reduce-add before waiting for its stage."""
+    with domain_loop(0, steps, 1):
+        smem_dq0.wait()
+        smem_dq0.reduce_add()
+        smem_dq0.release()
+        smem_dq1.reduce_add()  # planted: before the wait below
+        smem_dq1.wait()
+        smem_dq1.release()
+
+
+@schedule
+def _writer_skips_a_stage(smem_dq0, smem_dq1, steps):
+    """The dQ writer forgets warp group 1's stage: that warp group's second step waits forever."""
+    with domain_loop(0, steps, 1):
+        smem_dq0.wait()
+        smem_dq0.reduce_add()
+        smem_dq0.release()
+
+
+HERE = r"test_attention_bwd\.py:\d+"  # the planted call's file:line
+KERNEL = r"attention_bwd\.py:\d+"  # an omission: the call that is left waiting, in the kernel's schedule
+
+
+@pytest.mark.parametrize("kw, resource, what, where", [
+    ({"grad_schedules": _kv_released_before_the_loop}, "SmemKV", "mma_sdp", HERE),
+    ({"grad_schedules": _qdo_released_before_the_dkv_gemms_retire}, "SmemQdO", "race", HERE),
+    ({"grad_schedules": _dq_handed_over_before_it_is_written}, "SmemDQ", "store", HERE),
+    ({"writer_schedule": _writer_reduces_before_its_wait}, "SmemDQ1", "reduce_add", HERE),
+    ({"writer_schedule": _writer_skips_a_stage}, "SmemDQ1", "never uses it", KERNEL),
+], ids=["kv-released-early", "qdo-released-before-dkv-retire", "dq-committed-before-store",
+        "writer-reduces-before-wait", "writer-skips-a-stage"])
+def test_planted_bugs_are_rejected_where_they_are(kw, resource, what, where):
+    with pytest.raises(ValidationError) as e:
+        _check(**kw)
+    msg = str(e.value)
+    print(msg)
+    assert resource in msg and what in msg, msg
+    assert re.search(where, msg), msg
+
+
+# ------------------------------------------------------------------ the kernel, traced on the CPU
+def _compile(head_dim, causal):
+    from warpsched.verify.verdicts import VERDICTS
+
+    ptx = host.compile_for_cpu(head_dim=head_dim, causal=causal).artifacts.PTX
+    fingerprint = VERDICTS.looked_up[-1]
+    return ptx, (fingerprint, VERDICTS.get(fingerprint).verdict)
+
+
+@pytest.mark.parametrize("head_dim, causal", [
+    (128, False), pytest.param(64, True, marks=pytest.mark.slow), pytest.param(128, True, marks=pytest.mark.slow)])
+def test_kernel_traces_the_checked_program(head_dim, causal):
+    ptx, looked_up = _compile(head_dim, causal)
+    counts = _host.count_ptx(ptx)
+    # per warp group: S^T and dP^T (D / 16 k-steps each), dV and dK (4 each), dQ (4)
+    assert counts["wgmma.mma_async"] == 2 * (2 * head_dim // 16 + 12)
+    assert len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)) == 2 * head_dim // 32  # dQ, 32-float boxes
+    assert not re.findall(r"(red|atom)\.global", ptx)  # no fp32 atomics on the math warp groups
+    fingerprint, verdict = looked_up[0], looked_up[1]
+    cpu = ab.build(ab.FlashAttentionBackward(head_dim=head_dim, causal=causal), verbose=False,
+                   exhaustive_deadlock_race_check=False)
+    assert verdict == "SAFE"
+    assert fingerprint == cpu.fingerprint
+
+
+# ------------------------------------------------------------------ host argument errors
+class _T:
+    def __init__(self, shape, dtype="torch.bfloat16", cuda=True):
+        self.shape, self.dtype, self.is_cuda, self.device = tuple(shape), dtype, cuda, "cuda:0" if cuda else "cpu"
+
+
+def test_head_dim_256_is_refused_with_the_alternative():
+    q = _T((1, 2, 16, 256))
+    with pytest.raises(AttentionConfigError, match="backward supports head dims"):
+        host.check_args(q, q, q, q, q, _T((1, 2, 16), "torch.float32"))
+
+
+def test_lse_shape_is_named():
+    q = _T((1, 2, 16, 64))
+    with pytest.raises(AttentionConfigError, match=r"lse \(1, 2, 15\).*return_lse=True"):
+        host.check_args(q, q, q, q, q, _T((1, 2, 15), "torch.float32"))
+
+
+def test_dout_dtype_is_named():
+    q = _T((1, 2, 16, 64))
+    with pytest.raises(AttentionConfigError, match="dout"):
+        host.check_args(q, q, q, q, _T((1, 2, 16, 64), "torch.float16"), _T((1, 2, 16), "torch.float32"))
+
+
+def test_work_units_cover_every_key_block_and_step():
+    """Every (key block, K/V head, batch) is one unit; a unit's steps walk each query head of its group
+    over the Q blocks that see its keys (causal: from the diagonal), on Python ints."""
+    for causal in (False, True):
+        g = ab.FlashAttentionBackward(head_dim=64, causal=causal)
+        g.grid_setup(seqlen_q=300, seqlen_k=260, heads=6, kv_heads=2, batches=2)
+        seen = set()
+        for unit in range(g.num_units):
+            n_block, kv_head, batch = g.unit_coords(unit)
+            seen.add((n_block, kv_head, batch))
+            steps = [g.step_coords(unit, s) for s in range(g.steps_of(unit))]
+            first = n_block * 128 // 64 if causal else 0
+            want = [(kv_head * 3 + h, m, batch) for h in range(3) for m in range(first, 5)]
+            assert steps == want
+        assert len(seen) == g.num_units == 3 * 2 * 2
