@@ -3,11 +3,14 @@
 Correctness: fresh random inputs per case, dK / dV outputs poisoned with NaN, our forward's O and LSE,
 then dQ, dK, dV against an fp64 reference (autograd through softmax(QK^T * scale) V); torch SDPA's own
 bf16 / fp16 gradients against the same reference set the bar (ours must be within 2x its error + 1e-3).
+Autograd: ``warpsched.nn.scaled_dot_product_attention`` (custom ops fwd + bwd) against the fp64 reference,
+and ``torch.compile(fullgraph=True)`` of a function calling it, bitwise equal to eager.
 Speed: backward only, alternating rounds, TFLOP/s counted as 2.5x the forward's FLOPs (the field's
 convention): warpsched (kernel alone, and the whole call with the delta pre-pass and dQ conversion),
-torch SDPA's cuDNN and flash backends, FlashAttention-4 (``flash_attn.cute``) when installed.
+torch SDPA's cuDNN and flash backends, FlashAttention-4 (``flash_attn.cute``) when installed; then
+forward + backward as a model calls them (autograd, eager), TFLOP/s counted as 3.5x the forward's.
 
-    python3 benchmarks/attention_bwd_check.py [--only correctness|speed] [--rounds 3]
+    python3 benchmarks/attention_bwd_check.py [--only correctness|autograd|speed] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -92,6 +95,88 @@ def correctness():
     return fails
 
 
+def autograd_check():
+    """warpsched.nn.scaled_dot_product_attention: gradients against fp64, torch.compile without a graph break
+    and bitwise equal to eager."""
+    import warpsched.nn as wnn
+
+    fails = 0
+    for B, H, Hk, S, D, causal in ((2, 8, 2, 500, 128, True), (1, 4, 4, 256, 64, False)):
+        torch.manual_seed(1)
+        q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(B, Hk, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(B, Hk, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        dout = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+        out = wnn.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        ref = reference(q, k, v, dout, causal, 1.0 / math.sqrt(D))
+        theirs = [err(a, r) for a, r in zip(sdpa_grads(q, k, v, dout, causal), ref)]
+        ours = [err(a, r) for a, r in zip(grads, ref)]
+
+        def fwd(q, k, v):
+            return wnn.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(fwd)(q, k, v)
+        out_c = torch.compile(fwd, fullgraph=True)(q, k, v)
+        compiled = torch.autograd.grad(out_c, (q, k, v), dout)  # the compiled graph's backward
+        same = torch.equal(out_c, out) and all(torch.equal(a, b) for a, b in zip(compiled, grads))
+        ok = all(o <= 2 * t + 1e-3 for o, t in zip(ours, theirs)) and same and explained.graph_break_count == 0
+        fails += not ok
+        print(f"autograd {B}x{H}/{Hk}x{S} d{D} {'causal' if causal else 'full'}: dq/dk/dv err "
+              + "/".join(f"{e:.2e}" for e in ours) + " (SDPA " + "/".join(f"{e:.1e}" for e in theirs)
+              + f"); torch.compile graph breaks {explained.graph_break_count}, bitwise equal to eager: {same}"
+              + f" -> {'PASS' if ok else 'FAIL'}", flush=True)
+    return fails
+
+
+def model_speed(rounds):
+    """Forward + backward through autograd, eager, as a model calls it (host time included)."""
+    import warpsched.nn as wnn
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception:  # noqa: BLE001
+        flash_attn_func = None
+    print("| fwd+bwd (autograd, eager) B x H x S | D | mask | warpsched | SDPA cuDNN | FA4 | ws / cuDNN | ws / FA4 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for B, H, S, D, causal in SPEED[:4]:
+        torch.manual_seed(0)
+        q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        x = tuple(t.clone().requires_grad_() for t in (q, k, v))
+
+        def ws():
+            o = wnn.scaled_dot_product_attention(*x, is_causal=causal)
+            torch.autograd.grad(o, x, dout)
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                o = F.scaled_dot_product_attention(*x, is_causal=causal)
+            torch.autograd.grad(o, x, dout)
+
+        sides = {"warpsched": ws, "cuDNN": cudnn}
+        if flash_attn_func is not None:
+            xt = tuple(t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+            dot = dout.transpose(1, 2).contiguous()
+
+            def fa4():
+                res = flash_attn_func(*xt, causal=causal)
+                torch.autograd.grad(res[0] if isinstance(res, tuple) else res, xt, dot)
+            sides["FA4"] = fa4
+        flop = 3.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+        times = {s: [] for s in sides}
+        names = list(sides)
+        for r in range(rounds):
+            for s in names[r % len(names):] + names[:r % len(names)]:
+                times[s].append(event_ms(sides[s], 5))
+        med = {s: statistics.median(t) for s, t in times.items()}
+        tf = {s: f"{flop / med[s] / 1e9:.0f}" for s in med}
+        ratio = lambda b: f"{med[b] / med['warpsched']:.3f}x" if b in med else "-"  # noqa: E731
+        print(f"| {B}x{H}x{S} | {D} | {'causal' if causal else 'full'} | {tf['warpsched']} | {tf['cuDNN']} | "
+              f"{tf.get('FA4', '-')} | {ratio('cuDNN')} | {ratio('FA4')} |", flush=True)
+
+
 def event_ms(fn, iters):
     fn()
     torch.cuda.synchronize()
@@ -155,15 +240,18 @@ def speed(rounds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("correctness", "speed"))
+    ap.add_argument("--only", choices=("correctness", "autograd", "speed"))
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     fails = 0
-    if a.only != "speed":
-        fails = correctness()
-    if a.only != "correctness" and not fails:
+    if a.only in (None, "correctness"):
+        fails += correctness()
+    if a.only in (None, "autograd"):
+        fails += autograd_check()
+    if a.only in (None, "speed") and not fails:
         speed(a.rounds)
+        model_speed(a.rounds)
     sys.exit(1 if fails else 0)
 
 

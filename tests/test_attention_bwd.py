@@ -208,3 +208,12 @@ def test_work_units_cover_every_key_block_and_step():
             want = [(kv_head * 3 + h, m, batch) for h in range(3) for m in range(first, 5)]
             assert steps == want
         assert len(seen) == g.num_units == 3 * 2 * 2
+
+
+def test_delta_pre_pass_compiles_to_vector_loads():
+    """The pre-pass reads each row of O and dO with 16-byte loads and writes one fp32 delta per row."""
+    import cutlass
+
+    ptx = host.compiled_prep(cutlass.BFloat16, 128, arch="sm_90a").artifacts.PTX
+    assert len(re.findall(r"ld\.global(\.\w+)*\.v4", ptx)) == 2 * 128 * 2 // 16
+    assert len(re.findall(r"st\.global", ptx)) == 1

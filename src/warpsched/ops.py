@@ -24,6 +24,20 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse)
 
 
+def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None):
+    """The gradients (dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
+    ``dout``, given the forward's ``lse`` (``attention(..., return_lse=True)``), on Hopper (sm_90a).
+
+    Shapes as ``attention``; D in (64, 128); dk / dv have k's shape (summed over the query heads that share
+    a K/V head: grouped-query attention). dQ is accumulated in fp32 and returned in q's dtype. The kernel is
+    a warpsched program proven SAFE for every sequence length (``warpsched.kernels.attention_bwd``).
+    Unsupported input raises ``AttentionConfigError`` naming what to change.
+    """
+    from warpsched.kernels import attention_bwd_host as _bwd
+
+    return _bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale)
+
+
 def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=None, scale_a=None, scale_b=None,
          out_dtype=None, config="auto", cache=None):
     """out = act(alpha * (a @ b) + bias) + residual on Hopper: bf16 / fp16 (out the same dtype), or

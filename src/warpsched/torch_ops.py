@@ -4,7 +4,9 @@
   residual=None, alpha=None)``: ``warpsched.ops.gemm`` (a (M, K) row-major, b (K, N) column-major, or a
   batched (L, M, K) x (L, K, N); fp8 with per-tensor scales; the fused epilogue);
 - ``torch.ops.warpsched.attention_fwd(q, k, v, causal=False, scale=None) -> (out, lse)``:
-  ``warpsched.ops.attention`` with its log-sum-exp.
+  ``warpsched.ops.attention`` with its log-sum-exp;
+- ``torch.ops.warpsched.attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None) -> (dq, dk, dv)``:
+  ``warpsched.ops.attention_backward``.
 
 Each has a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model that calls
 them without a graph break, and CUDA-graph capture works (fp8 scales are read on the device). The
@@ -24,6 +26,8 @@ _LIB = torch.library.Library("warpsched", "DEF")  # noqa: TOR901 - the op namesp
 _LIB.define("gemm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None, "
             "Tensor? bias=None, str? activation=None, Tensor? residual=None, float? alpha=None) -> Tensor")
 _LIB.define("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None) -> (Tensor, Tensor)")
+_LIB.define("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, bool causal=False, "
+            "float? scale=None) -> (Tensor, Tensor, Tensor)")
 
 
 def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None, residual=None, alpha=None):
@@ -37,8 +41,14 @@ def attention_fwd(q, k, v, causal=False, scale=None):
     return ops.attention(q, k, v, causal=causal, scale=scale, out=q.new_empty(q.shape), return_lse=True)
 
 
+def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None):
+    """(dq, dk, dv) of ``attention_fwd`` (see ``warpsched.ops.attention_backward``)."""
+    return ops.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale)
+
+
 _LIB.impl("gemm", gemm, "CUDA")
 _LIB.impl("attention_fwd", attention_fwd, "CUDA")
+_LIB.impl("attention_bwd", attention_bwd, "CUDA")
 
 
 @torch.library.register_fake("warpsched::gemm", lib=_LIB)
@@ -55,4 +65,9 @@ def _attention_fwd_fake(q, k, v, causal=False, scale=None):
     return q.new_empty(q.shape), q.new_empty((B, H, S), dtype=torch.float32)
 
 
-__all__ = ["attention_fwd", "gemm"]
+@torch.library.register_fake("warpsched::attention_bwd", lib=_LIB)
+def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+__all__ = ["attention_bwd", "attention_fwd", "gemm"]

@@ -11,6 +11,7 @@ import cutlass.cute as cute
 from . import _host
 from .attention import AttentionConfigError
 from .attention_bwd import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward
+from .attention_bwd_prep import DeltaPrep
 from .attention_host import _tma_ready, check_args as _check_qkv
 
 _CACHE = {}
@@ -63,6 +64,32 @@ def compiled(kern_key, args):
     return _CACHE[kern_key]
 
 
+def fake_prep_operands(dtype, head_dim):
+    """Fake O, dO (B, H, S, D) and delta (B, H, S) fp32 for the pre-pass."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    B, H, S = (cute.sym_int32() for _ in range(3))
+
+    def bhsd():
+        return make_fake_tensor(dtype, (B, H, S, head_dim), (cute.sym_int64(divisibility=8),
+                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
+
+    return bhsd(), bhsd(), make_fake_tensor(cutlass.Float32, (B, H, S), (cute.sym_int64(), cute.sym_int64(), 1))
+
+
+def compiled_prep(dtype, head_dim, arch=None):
+    """The delta pre-pass for TVM-FFI calls ``f(out, dout, delta)`` (``arch``: a CPU compile for that arch)."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    key = ("prep", dtype, head_dim, arch)
+    if key not in _CACHE:
+        options, stream = ((_host.ptx_options(arch), make_fake_stream()) if arch
+                           else (_host.ffi_options(), _host.fake_env_stream()))
+        _CACHE[key] = cute.compile(DeltaPrep(dtype, head_dim), *fake_prep_operands(dtype, head_dim), stream,
+                                   options=options)
+    return _CACHE[key]
+
+
 def compiled_ffi(kern_key):
     """The kernel for TVM-FFI calls: compiled once with fake operands; called with torch tensors."""
     key = kern_key + ("tvm-ffi",)
@@ -82,7 +109,12 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
 
     B, H, Sq, D = q.shape
     q, k, v, dout = (_tma_ready(t) for t in (q, k, v, dout))
-    delta = (dout.float() * out.float()).sum(-1)
+    out = _tma_ready(out)
+    if _host.ffi_enabled():
+        delta = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
+        compiled_prep(_host.cutlass_dtype(q.dtype), D)(out, dout, delta)
+    else:
+        delta = (dout.float() * out.float()).sum(-1)
     lse = lse.contiguous()
     sp = (Sq + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     dq_acc = torch.zeros(B, H, sp, D, device=q.device, dtype=torch.float32)

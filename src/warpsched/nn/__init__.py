@@ -1,23 +1,27 @@
 """Drop-in torch modules on warpsched's kernels (imports torch): ``warpsched.nn.Linear`` and
-``warpsched.nn.functional.linear``, with autograd through warpsched's GEMM in both directions."""
+``warpsched.nn.functional.linear``, with autograd through warpsched's GEMM in both directions, and
+``warpsched.nn.scaled_dot_product_attention``, with autograd through warpsched's attention kernels."""
 from __future__ import annotations
 
 import torch
 
 from . import functional
+from .attention import scaled_dot_product_attention
 
-__all__ = ["Linear", "functional"]
+__all__ = ["Linear", "functional", "scaled_dot_product_attention"]
 
 
 class Linear(torch.nn.Linear):
     """``torch.nn.Linear`` (same parameters, same ``state_dict``) whose forward and backward run on
     warpsched's persistent GEMM: y = x W^T + b, dX = dY W, dW = dY^T X (bf16 / fp16 weights and
     inputs; ``activation``: None, "relu", "relu2", "gelu", "gelu_tanh" or "silu", fused into the GEMM's
-    epilogue with the bias: see ``functional``)."""
+    epilogue with the bias: see ``functional``). in_features and out_features must be multiples of 8
+    (refused here, naming the padding, ``GemmArgumentError``); any number of tokens runs."""
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, activation=None):
-        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         functional.check_activation(activation)
+        functional.check_features(in_features, out_features)
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation = activation
 
     def forward(self, x):

@@ -1,0 +1,42 @@
+"""The backward's pre-pass: delta = rowsum(dO * O) in fp32, one thread per (batch, head, query) row.
+
+A plain CuTe DSL kernel (no pipelines, so no warpsched program): each thread copies its row of O and dO
+into registers (16-byte vector loads; D is 64 or 128 and rows are 16-byte aligned) and sums the products
+in fp32. It replaces torch's ``(dout.float() * out.float()).sum(-1)``, which writes and reads two fp32
+copies of the tensors.
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+THREADS = 128
+
+
+class DeltaPrep:
+    """delta[b, h, s] = sum_d O[b, h, s, d] * dO[b, h, s, d] (fp32) for 16-bit (B, H, S, D) inputs."""
+
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128):
+        self.dtype, self.head_dim = dtype, head_dim
+
+    @cute.jit
+    def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mDelta: cute.Tensor, stream):
+        rows = cute.size(mO, mode=[0]) * cute.size(mO, mode=[1]) * cute.size(mO, mode=[2])
+        self.kernel(mO, mdO, mDelta).launch(grid=[(rows + THREADS - 1) // THREADS, 1, 1], block=[THREADS, 1, 1],
+                                            stream=stream)
+
+    @cute.kernel
+    def kernel(self, mO: cute.Tensor, mdO: cute.Tensor, mDelta: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        heads, seq = cute.size(mO, mode=[1]), cute.size(mO, mode=[2])
+        row = bid * THREADS + tidx
+        if row < cute.size(mO, mode=[0]) * heads * seq:
+            s, bh = row % seq, row // seq
+            h, b = bh % heads, bh // heads
+            o = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
+            do = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
+            cute.autovec_copy(mO[(b, h, s, None)], o)
+            cute.autovec_copy(mdO[(b, h, s, None)], do)
+            prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
+            mDelta[(b, h, s)] = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)

@@ -1,0 +1,37 @@
+"""``scaled_dot_product_attention`` with autograd on warpsched's attention kernels (imports torch).
+
+Forward: ``torch.ops.warpsched.attention_fwd`` (O and the log-sum-exp, which is saved); backward:
+``torch.ops.warpsched.attention_bwd`` (dQ, dK, dV from Q, K, V, O, dO and the LSE). Both are torch
+custom ops with fake implementations, so a model that calls this traces under ``torch.compile``
+without a graph break.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import torch_ops  # noqa: F401 - registers torch.ops.warpsched.*
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale):
+        out, lse = torch.ops.warpsched.attention_fwd(q, k, v, causal, scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = torch.ops.warpsched.attention_bwd(q, k, v, out, dout.contiguous(), lse, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None
+
+
+def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None):
+    """softmax(q k^T * scale) v as ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
+    is_causal=is_causal, scale=scale, enable_gqa=True)``, with gradients for q, k and v.
+
+    q (B, H, S_q, D), k / v (B, H_kv, S_k, D), H a multiple of H_kv; bf16 or fp16; D 64 or 128 (the
+    forward also takes 256, the backward does not yet); causal is top-left aligned, as SDPA's.
+    No attention mask or dropout (use torch's SDPA for those)."""
+    return _Attention.apply(q, k, v, bool(is_causal), scale)
