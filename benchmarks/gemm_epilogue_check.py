@@ -7,7 +7,9 @@
    reduced in the kernel, stream-K, ping-pong) and batched GEMMs, fresh random inputs, the output filled
    with NaN first, against the epilogue applied in fp64 to the fp64 product of the same values
    (``gemm_ops.epilogue_reference``); relative Frobenius error, PASS below 1e-2. Then
-   ``warpsched.nn.functional.linear`` with an activation (forward, backward) against fp64 autograd, and
+   ``warpsched.nn.functional.linear`` with an activation (forward, backward) against fp64 autograd, at
+   300 and 17 tokens (dW's contraction: zero-padded in the backward), the refusal of shapes no kernel
+   takes (K = 300 given to ops.gemm directly, a 500-feature Linear), and
    ``torch.ops.warpsched.gemm`` with an epilogue bitwise equal to ``ops.gemm``.
 2. Time (CUDA graphs of back-to-back launches, triton do_bench medians, sides in rotated order over
    ``ROUNDS`` rounds): the fused GEMM against torch's unfused equivalent (cuBLAS matmul, then the bias /
@@ -121,15 +123,27 @@ def correctness():
 
 
 def linear_and_op():
+    import warpsched.nn as wnn
     import warpsched.nn.functional as wf
     import warpsched.torch_ops  # noqa: F401  (registers torch.ops.warpsched)
+    from warpsched.kernels.gemm_ops import GemmArgumentError
 
     bad = 0
     print("== nn.functional.linear with a fused activation (fp64 autograd reference)", flush=True)
-    for act in ("gelu", "relu2", "silu"):
-        x = rnd(3, 100, 512, scale=0.5).requires_grad_()
+    # token counts 300 and 17: dW's contraction, zero-padded to 304 / 24 in the backward (nn/functional.py)
+    for act, rows, module in (("gelu", (3, 100), False), ("relu2", (3, 100), False), ("silu", (3, 100), False),
+                              ("gelu", (17,), True)):
+        x = rnd(*rows, 512, scale=0.5).requires_grad_()
         w, bias = rnd(1024, 512, scale=512 ** -0.5).requires_grad_(), rnd(1024).requires_grad_()
-        y = wf.linear(x, w, bias, activation=act)
+        if module:  # warpsched.nn.Linear holding the same values
+            layer = wnn.Linear(512, 1024, device=DEV, dtype=BF, activation=act)
+            with torch.no_grad():
+                layer.weight.copy_(w)
+                layer.bias.copy_(bias)
+            w, bias = layer.weight, layer.bias
+            y = layer(x)
+        else:
+            y = wf.linear(x, w, bias, activation=act)
         dy = rnd(*y.shape)
         y.backward(dy)
         xd, wd, bd = (t.detach().double().requires_grad_() for t in (x, w, bias))
@@ -140,8 +154,24 @@ def linear_and_op():
         errs = [rel(y, yd), rel(y_inf, yd), rel(x.grad, xd.grad), rel(w.grad, wd.grad), rel(bias.grad, bd.grad)]
         ok = max(errs) < 1e-2
         bad += not ok
-        print(f"  {'PASS' if ok else 'FAIL'} linear {act}: y {errs[0]:.1e} (inference {errs[1]:.1e}), "
-              f"dX {errs[2]:.1e}, dW {errs[3]:.1e}, db {errs[4]:.1e}", flush=True)
+        tokens = x.numel() // 512
+        print(f"  {'PASS' if ok else 'FAIL'} {'nn.Linear' if module else 'linear'} {act}, {tokens} tokens: y "
+              f"{errs[0]:.1e} (inference {errs[1]:.1e}), dX {errs[2]:.1e}, dW {errs[3]:.1e}, db {errs[4]:.1e}",
+              flush=True)
+    # what no kernel takes is refused by name before the tuner: K = 300 tokens unpadded, a 500-feature layer
+    for what, call, needle in (
+            ("ops.gemm, K = 300", lambda: ops.gemm(rnd(300, 1024).t(), rnd(300, 512)), "pad K to a multiple of 8"),
+            ("nn.Linear(500, 1024)", lambda: wnn.Linear(500, 1024, device=DEV, dtype=BF), "in_features = 500")):
+        try:
+            call()
+            msg = "no error"
+        except GemmArgumentError as e:
+            msg = str(e)
+        except Exception as e:  # noqa: BLE001 - the wrong error is a failure, reported
+            msg = f"{type(e).__name__}: {e}"
+        ok = needle in msg and not msg.startswith(("no error", "RuntimeError"))
+        bad += not ok
+        print(f"  {'PASS' if ok else 'FAIL'} {what} refused with GemmArgumentError: {msg[:160]}", flush=True)
     a, w, bias, res = rnd(256, 512, scale=0.05), rnd(1024, 512), rnd(1024), rnd(256, 1024)
     got = torch.ops.warpsched.gemm(a, w.t(), bias=bias, activation="gelu_tanh", residual=res)
     want = ops.gemm(a, w.t(), bias=bias, activation="gelu_tanh", residual=res)
@@ -230,7 +260,11 @@ def main():
     torch.manual_seed(0)
     bad = correctness()
     print(f"({time.time() - T0:.0f} s)", flush=True)
-    bad += linear_and_op()
+    try:
+        bad += linear_and_op()
+    except Exception as e:  # noqa: BLE001 - reported; the timing part still runs
+        bad += 1
+        print(f"  FAIL linear section: {type(e).__name__}: {str(e)[:300]}", flush=True)
     print(f"correctness: {'ALL PASS' if not bad else f'{bad} FAILED'} ({time.time() - T0:.0f} s)", flush=True)
     if "--no-time" not in sys.argv:
         timing()

@@ -316,3 +316,54 @@ def test_transposed_16_bit_operands_are_accepted():
     assert ops_gemm.check(T((64, 128), strides=(1, 64)), T((128, 256))) == (64, 256, 128, "bfloat16")
     with pytest.raises(ops_gemm.GemmArgumentError, match="16-byte aligned"):
         ops_gemm.check(T((60, 128), strides=(1, 60)), col(128, 256))  # M = 60: its columns are not 16-byte aligned
+
+
+# ------------------------------------------------------------- shapes no compiled kernel takes
+@pytest.mark.parametrize("a,b,out,needle", [
+    # dW = dY^T X over 300 tokens (gemm_epilogue_check_s26.log): the strides are aligned, K is not
+    (T((1024, 300), strides=(1, 1024)), T((300, 512)), None, r"K = 300 .*not a multiple of 8.*pad K to a multiple of "
+     r"8 \(304\) with zeros"),
+    (T((64, 24), "torch.float8_e4m3fn", strides=(32, 1)), T((24, 256), "torch.float8_e5m2", strides=(1, 32)), None,
+     r"K = 24 .*not a multiple of 16.*float8_e4m3fn x float8_e5m2"),  # a mixed fp8 pair: K of 16 (rows padded)
+    (T((64, 128)), col(128, 250), T((64, 250), strides=(256, 1)), r"N = 250 .*not a multiple of 8.*pad b with zero "
+     "columns to 256"),  # an out with padded rows passed before; the kernel declares N a multiple of 8
+    (T((60, 128), strides=(1, 60)), col(128, 256), None, r"stride of 60 elements \(M = 60 for a contiguous "
+     r"column-major a\) is not a multiple of 8 for bfloat16; pad M"),
+    (T((64, 128)), T((128, 250), strides=(250, 1)), None, r"N = 250"),
+    (T((64, 128)), T((128, 256), strides=(260, 1)), None, r"b's stride of 260 elements \(N = 256 for a contiguous "
+     r"row-major b\)"),
+    (T((64, 128), ptr=4104), col(128, 256), None, r"a: its base address \(0x1008\) is not 16-byte aligned"),
+])
+def test_unaligned_shapes_are_named_before_tuning(a, b, out, needle):
+    with pytest.raises(ops_gemm.GemmArgumentError, match=needle):
+        ops_gemm.check(a, b, out)
+
+
+def test_aligned_twins_pass():
+    """The accepted twins of the refusals above: K padded to 304; a same-type fp8 pair with K = 24
+    (the kernel declares K of 8 when A and B share a type; the rows are padded to 32 bytes); M = 64."""
+    assert ops_gemm.check(T((1024, 304), strides=(1, 1024)), T((304, 512))) == (1024, 512, 304, "bfloat16")
+    e4 = "torch.float8_e4m3fn"
+    assert ops_gemm.check(T((64, 24), e4, strides=(32, 1)), T((24, 256), e4, strides=(1, 32)))[:3] == (64, 256, 24)
+    assert ops_gemm.check(T((64, 128), strides=(1, 64)), col(128, 256))[:3] == (64, 256, 128)
+
+
+def test_gemm_refuses_before_the_tuner(monkeypatch):
+    """ops.gemm raises the argument error itself: the tuner (which would fail every candidate alike
+    and report 'no configuration ran') is never reached."""
+    monkeypatch.setattr(tune, "autotune", lambda *a, **k: pytest.fail("autotune reached"))
+    with pytest.raises(ops_gemm.GemmArgumentError, match="K = 300"):
+        ops_gemm.gemm(T((1024, 300), strides=(1, 1024)), T((300, 512)))
+
+
+def test_host_check_args_names_k_and_n():
+    """gemm_host.check_args (c = a @ b.T, b (N, K)) holds the same rule for its direct callers."""
+    pytest.importorskip("cutlass")
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from warpsched.kernels import gemm_host as gp
+
+    with pytest.raises(gp.GemmConfigError, match="K = 300 is not a multiple of 8"):
+        gp.check_args(T((1024, 300), strides=(1, 1024)), T((512, 300), strides=(1, 512)), T((1024, 512)))
+    with pytest.raises(gp.GemmConfigError, match="N = 20 is not a multiple of 8"):
+        gp.check_args(T((64, 128)), T((20, 128)), T((64, 20), strides=(24, 1)))
+    gp.check_args(T((1024, 304), strides=(1, 1024)), T((512, 304), strides=(1, 512)), T((1024, 512)))

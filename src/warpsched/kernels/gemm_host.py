@@ -52,6 +52,12 @@ def check_args(a, b, c):
                               "b: NxK (c = a @ b.T), c: MxN")
     if a.dtype != b.dtype and not fp8:
         raise GemmConfigError(f"a is {a.dtype} but b is {b.dtype}; use one input dtype")
+    k_align = 8 if a.dtype == b.dtype else 16  # what the compiled kernels declare (fake_operands)
+    if K % k_align or N % 8:
+        bad = f"K = {K} is not a multiple of {k_align}" if K % k_align else f"N = {N} is not a multiple of 8"
+        raise GemmConfigError(f"shapes a{tuple(a.shape)} b{tuple(b.shape)}: {bad} (TMA moves 16-byte rows: K a "
+                              f"multiple of {k_align} for these dtypes, N of 8); pad it with zeros "
+                              "(zero K columns of a and b add nothing; zero rows of b give columns to drop)")
 
 
 IN_KERNEL = ("serial", "parallel", "atomic")  # split-K reduced inside the kernel (one launch)

@@ -49,6 +49,20 @@ def check(a, b, out=None, out_dtype=None, swiglu=False):
     if K2 != K:
         raise GemmArgumentError(f"a {tuple(a.shape)} @ b {tuple(b.shape)}: a's K ({K}) differs from b's ({K2}); "
                                 "b is (K, N) as in torch.mm (pass w.t() for an (N, K) weight w)")
+    # what every compiled kernel declares (gemm_launch.fake_operands: TMA moves 16-byte rows): K a
+    # multiple of 8 elements (16 for a mixed fp8 pair) and N of 8; M is free. Checked here, before
+    # the tuner, so a shape no kernel takes is named instead of failing every candidate alike
+    k_align = 16 if fp8 and b_t != a_t else 8
+    if K % k_align:
+        raise GemmArgumentError(f"K = {K} (the contraction: a's columns, b's rows; a {tuple(a.shape)} @ b "
+                                f"{tuple(b.shape)}) is not a multiple of {k_align}: the kernel reads K in 16-byte TMA "
+                                f"rows ({a_t}" + (f" x {b_t}" if b_t != a_t else "") + f"); pad K to a multiple of "
+                                f"{k_align} ({K + -K % k_align}) with zeros: zero columns of a and zero rows of b add "
+                                "nothing to the product")
+    if N % 8 and not swiglu:
+        raise GemmArgumentError(f"N = {N} (b's columns, the output's) is not a multiple of 8: the TMA store writes "
+                                "16-byte rows (N a multiple of 8); pad b with zero columns to "
+                                f"{N + -N % 8} and use the output's first {N} columns")
     # 16-bit a may also be column-major (M contiguous) and b row-major (N contiguous): a transposed
     # operand, as a backward pass has (dX = dY W, dW = dY^T X); fp8 is K-major only
     a_mn = not fp8 and M > 1 and a.stride(0) == 1 and a.stride(1) != 1
@@ -63,10 +77,21 @@ def check(a, b, out=None, out_dtype=None, swiglu=False):
                                                                 ", or, 16-bit, row-major") +
                                 "): pass w.t() of a row-major (N, K) weight w, or b.t().contiguous().t()")
     item = 1 if fp8 else 2
-    for nm, t, lead in (("a", a, a.stride(1) if a_mn else a.stride(0)), ("b", b, b.stride(0) if b_mn else b.stride(1))):
-        if (lead * item) % 16 or t.data_ptr() % 16:
-            raise GemmArgumentError(f"{nm}: TMA needs a 16-byte aligned base and K stride ({lead} elements); K must be "
-                                    f"a multiple of {16 // item} for {_name(t.dtype)}")
+    for nm, t, mn, lead in (("a", a, a_mn, a.stride(1) if a_mn else a.stride(0)),
+                            ("b", b, b_mn, b.stride(0) if b_mn else b.stride(1))):
+        if (lead * item) % 16:
+            # a K-major operand's rows are K long; an M- / N-major one's K slices are M / N long
+            ext = ("M", M) if nm == "a" and mn else ("N", N) if mn else ("K", K)
+            kind = f"{'column' if nm == 'a' else 'row'}-major" if mn else ("row-major" if nm == "a" else "column-major")
+            raise GemmArgumentError(f"{nm} {tuple(t.shape)} strides {tuple(t.stride())}: TMA needs 16-byte aligned "
+                                    f"rows, but {nm}'s stride of {lead} elements ({ext[0]} = {ext[1]} for a contiguous "
+                                    f"{kind} {nm}) is not a multiple of {16 // item} for {_name(t.dtype)}; pad "
+                                    f"{ext[0]} to a multiple of {16 // item} with zeros, or pass a copy whose rows "
+                                    "are padded to one")
+        if t.data_ptr() % 16:
+            raise GemmArgumentError(f"{nm}: its base address ({t.data_ptr():#x}) is not 16-byte aligned, as TMA needs "
+                                    f"(a view starting inside a row?); pass {nm}.clone() (torch allocations are "
+                                    "aligned)")
     if swiglu:
         if N % 16:
             raise GemmArgumentError(f"activation='swiglu': b has N = {N} columns, [gate | up] interleaved in blocks of "
@@ -86,9 +111,6 @@ def check(a, b, out=None, out_dtype=None, swiglu=False):
         if not out.is_cuda or out.stride(1) != 1 and N > 1 or (out.stride(0) * 2) % 16 or out.data_ptr() % 16:
             raise GemmArgumentError(f"out {tuple(out.shape)} strides {out.stride()}: out must be a row-major CUDA "
                                     "tensor with a 16-byte aligned base and rows (N a multiple of 8)")
-    elif N % 8:
-        raise GemmArgumentError(f"N = {N}: the output rows must be 16-byte aligned for the TMA store (N a multiple "
-                                "of 8); pad b with zero columns")
     return M, N, K, o_t
 
 

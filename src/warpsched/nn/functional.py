@@ -7,6 +7,14 @@ row-major (an N-major B): the persistent GEMM takes those 16-bit operands as the
 (``PersistentGemm(a_major=..., b_major=...)``), so no weight or activation is copied. The bias
 gradient is dZ summed over the rows (torch).
 
+Shapes: in_features and out_features must be multiples of 8 (the GEMM's TMA moves 16-byte rows; an
+unaligned layer is refused, by ``Linear`` when it is built and by ``linear`` when it is called,
+naming the padding that fixes it). The token count T (x's rows) may be anything: it is the forward's
+and dX's M, which is free, but dW's contraction, which must be a multiple of 8, so for an unaligned T
+the backward appends zero rows to dZ and X up to the next multiple of 8 for the dW GEMM (zero rows
+add nothing to dZ^T X: the result is exact). That copies dZ and X once per backward, for unaligned
+token counts only.
+
 The activation's gradient dZ = dY * act'(Z):
 - relu and relu2 are computed from the saved output Y (relu' = [Y > 0]; relu2' = 2 relu(Z) = 2 sqrt(Y)),
   so the forward stays one fused GEMM;
@@ -19,6 +27,9 @@ from __future__ import annotations
 import torch
 
 from .. import ops
+from ..kernels.gemm_ops import GemmArgumentError
+
+ALIGN = 8  # elements: a 16-bit GEMM's K and N (16-byte TMA rows)
 
 ACTIVATIONS = {
     None: None,
@@ -41,6 +52,31 @@ def _check_dtypes(x, weight):
     if x.dtype != weight.dtype or x.dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"warpsched linear: x is {x.dtype}, weight {weight.dtype}; both must be torch.bfloat16 "
                         "or torch.float16 (convert the module with .to(torch.bfloat16))")
+
+
+def check_features(in_features, out_features, where="warpsched.nn.Linear"):
+    """Refuse a layer the GEMM cannot run: in_features (the forward's K) and out_features (its N)
+    must be multiples of 8."""
+    for name, n, fix in (("in_features", in_features, "zero columns to the weight and zero features to x"),
+                         ("out_features", out_features, "zero rows to the weight (and zeros to the bias), then "
+                                                        f"use the output's first {out_features} features")):
+        if n % ALIGN:
+            raise GemmArgumentError(f"{where}: {name} = {n} is not a multiple of {ALIGN}: warpsched's GEMM moves "
+                                    f"16-byte rows (8 bf16 / fp16 elements); pad the layer to {name} = "
+                                    f"{n + -n % ALIGN} (add {fix}) or use torch.nn.Linear for this layer")
+
+
+def pad_tokens(t):
+    """``t`` (T, C) with zero rows appended up to the next multiple of 8 (a copy), or ``t`` itself
+    when T is one."""
+    extra = -t.shape[0] % ALIGN
+    return t if not extra else torch.nn.functional.pad(t, (0, 0, 0, extra))
+
+
+def weight_grad(dy2, x2):
+    """dW = dY^T X for dY (T, N) and X (T, K): T is this GEMM's contraction, so an unaligned T is
+    zero-padded (``pad_tokens``; exact: zero rows add nothing)."""
+    return ops.gemm(pad_tokens(dy2).t(), pad_tokens(x2))  # (N, T) @ (T, K): dY^T column-major, X row-major
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -76,7 +112,7 @@ class _LinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dx = ops.gemm(dy2, weight).view(*x.shape)  # (M, N) @ (N, K): W read row-major
         if ctx.needs_input_grad[1]:
-            dw = ops.gemm(dy2.t(), x.reshape(-1, K))  # (N, M) @ (M, K): dY^T column-major, X row-major
+            dw = weight_grad(dy2, x.reshape(-1, K))
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.sum(0, dtype=torch.float32).to(dy.dtype)
         return dx, dw, db, None
@@ -85,8 +121,10 @@ class _LinearFunction(torch.autograd.Function):
 def linear(x, weight, bias=None, activation=None):
     """``activation(torch.nn.functional.linear(x, weight, bias))`` on warpsched's GEMM, the bias and
     the activation fused into its epilogue, with autograd: x (..., K), weight (N, K), bias (N,) or
-    None; bf16 or fp16; ``activation``: None, "relu", "relu2", "gelu" (erf), "gelu_tanh" or "silu"."""
+    None; bf16 or fp16; ``activation``: None, "relu", "relu2", "gelu" (erf), "gelu_tanh" or "silu".
+    N and K must be multiples of 8 (``check_features``); x may have any number of rows."""
     check_activation(activation)
+    check_features(weight.shape[1], weight.shape[0], "warpsched.nn.functional.linear")
     if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))):
         _check_dtypes(x, weight)  # no gradient: one fused GEMM, nothing saved
         return ops.gemm(x, weight.t(), bias=bias, activation=activation)

@@ -1,0 +1,147 @@
+"""warpsched.nn's shape handling on the CPU: any token count reaches the GEMM as operands it takes
+(the dW GEMM contracts over the tokens, so an unaligned count is zero-padded to a multiple of 8),
+and a layer with unaligned in_features / out_features is refused naming the padding.
+
+This machine has no torch: ``nn/functional.py`` is loaded on its own (not through
+``warpsched.nn``, whose other modules need the real torch) against a stand-in torch module with
+just what it reads, and the GEMM is a recorder that runs the real ``gemm_ops.check`` on what it
+gets. The numbers (zero rows adding nothing) are checked on the H200 by
+benchmarks/gemm_epilogue_check.py (token counts 300 and 17); ``test_with_torch`` runs where torch is
+installed."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import types
+
+import pytest
+
+from _fake_tensor import FakeTensor, _row_major
+from warpsched.kernels import gemm_ops
+
+FUNCTIONAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "warpsched", "nn",
+                          "functional.py")
+
+
+class Tok(FakeTensor):
+    """A FakeTensor with the few tensor methods linear's backward calls."""
+
+    requires_grad = False
+
+    def t(self):
+        return Tok(self.shape[::-1], self.dtype, self.stride()[::-1])
+
+    def view(self, *shape):
+        v = super().view(*shape)
+        return Tok(v.shape, v.dtype, v.stride())
+
+    reshape = view
+
+    def is_contiguous(self):
+        return self.stride() == _row_major(self.shape)
+
+
+@pytest.fixture
+def nnf(monkeypatch):
+    """nn/functional.py against a stand-in torch; returns (module, gemm calls, pad calls)."""
+    pads, calls = [], []
+
+    def pad(t, widths):
+        assert tuple(widths[:3]) == (0, 0, 0) and widths[3] > 0, widths  # zero rows appended, nothing else
+        pads.append((t.shape, widths[3]))
+        return Tok((t.shape[0] + widths[3], t.shape[1]), t.dtype)  # a new row-major tensor, as torch's pad
+
+    fn = types.SimpleNamespace(relu=None, gelu=None, silu=None, pad=pad)
+    torch = types.ModuleType("torch")
+    torch.nn = types.SimpleNamespace(functional=fn)
+    torch.autograd = types.SimpleNamespace(Function=type("Function", (), {}))
+    torch.bfloat16, torch.float16, torch.float32 = "torch.bfloat16", "torch.float16", "torch.float32"
+    torch.is_grad_enabled = lambda: True
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    spec = importlib.util.spec_from_file_location("warpsched.nn.functional", FUNCTIONAL)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # not registered in sys.modules: the real package stays unimported
+
+    def gemm(a, b, out=None, **kw):
+        M, N, K, _ = gemm_ops.check(a, b, out)  # the operands must pass ops.gemm's own checks
+        calls.append((a.shape, a.stride(), b.shape, b.stride()))
+        return Tok((M, N))
+
+    mod.ops = types.SimpleNamespace(gemm=gemm)
+    return mod, calls, pads
+
+
+@pytest.mark.parametrize("tokens,padded", [(300, 304), (17, 24), (1, 8), (7, 8)])
+def test_dw_pads_unaligned_token_counts(nnf, tokens, padded):
+    """dW = dY^T X contracts over the tokens: dY and X get zero rows up to a multiple of 8, and the
+    GEMM reads the padded dY^T column-major and X row-major, as ops.gemm accepts them."""
+    f, calls, pads = nnf
+    dy, x = Tok((tokens, 1024)), Tok((tokens, 512))
+    dw = f.weight_grad(dy, x)
+    assert dw.shape == (1024, 512)
+    assert pads == [((tokens, 1024), padded - tokens), ((tokens, 512), padded - tokens)]
+    assert calls == [((1024, padded), (1, 1024), (padded, 512), (512, 1))]
+
+
+def test_unpadded_dw_operands_are_refused_before_tuning(nnf):
+    """The rejected twin: the operands the backward passed before (K = 300 tokens) fail ops.gemm's
+    check with the fix in the message, not the autotuner's 'no configuration ran'."""
+    with pytest.raises(gemm_ops.GemmArgumentError, match=r"K = 300 .*pad K to a multiple of 8 \(304\)"):
+        gemm_ops.check(Tok((300, 1024)).t(), Tok((300, 512)))
+
+
+@pytest.mark.parametrize("tokens", [256, 0])
+def test_aligned_token_counts_are_not_copied(nnf, tokens):
+    f, calls, pads = nnf
+    f.weight_grad(Tok((tokens, 1024)), Tok((tokens, 512)))
+    assert pads == [] and calls == [((1024, tokens), (1, 1024), (tokens, 512), (512, 1))]
+
+
+def test_backward_runs_dx_unpadded_and_dw_padded(nnf):
+    """The whole backward for x (3, 100, 512) and W (1024, 512), no activation: dX = dY W with
+    M = 300 tokens (free), dW on 304 padded tokens."""
+    f, calls, pads = nnf
+    x, w, dy = Tok((3, 100, 512)), Tok((1024, 512)), Tok((3, 100, 1024))
+    ctx = types.SimpleNamespace(saved_tensors=(x, w, None), activation=None, has_bias=False,
+                                needs_input_grad=(True, True, False, False))
+    dx, dw, db, _ = f._LinearFunction.backward(ctx, dy)
+    assert dx.shape == (3, 100, 512) and dw.shape == (1024, 512) and db is None
+    assert calls == [((300, 1024), (1024, 1), (1024, 512), (512, 1)),  # dX: W read row-major
+                     ((1024, 304), (1, 1024), (304, 512), (512, 1))]  # dW: padded dY^T, padded X
+    assert [p[1] for p in pads] == [4, 4]
+
+
+@pytest.mark.parametrize("in_f,out_f,needle", [
+    (500, 1024, r"in_features = 500 is not a multiple of 8.*in_features = 504 \(add zero columns to the weight"),
+    (512, 1001, r"out_features = 1001 is not a multiple of 8.*out_features = 1008 .*first 1001 features"),
+])
+def test_unaligned_features_are_refused(nnf, in_f, out_f, needle):
+    f, calls, _ = nnf
+    with pytest.raises(gemm_ops.GemmArgumentError, match="warpsched.nn.Linear: " + needle):
+        f.check_features(in_f, out_f)
+    with pytest.raises(gemm_ops.GemmArgumentError, match="warpsched.nn.functional.linear: " + needle):
+        f.linear(Tok((17, in_f)), Tok((out_f, in_f)))
+    assert calls == []  # refused before any GEMM
+    f.check_features(512, 1024)  # the aligned twin
+
+
+def test_any_token_count_runs_the_forward(nnf):
+    """17 tokens: the forward's M, which the GEMM takes as it is."""
+    f, calls, pads = nnf
+    y = f.linear(Tok((17, 512)), Tok((1024, 512)))
+    assert y.shape == (17, 1024) and pads == [] and calls == [((17, 512), (512, 1), (512, 1024), (1, 512))]
+
+
+def test_with_torch():
+    """Where torch is installed: Linear refuses unaligned features when built, and pad_tokens
+    appends zero rows and keeps the values (CPU tensors; no GEMM runs)."""
+    torch = pytest.importorskip("torch")
+    import warpsched.nn as wnn
+
+    with pytest.raises(gemm_ops.GemmArgumentError, match="in_features = 500"):
+        wnn.Linear(500, 1024)
+    x = torch.randn(17, 16)
+    p = wnn.functional.pad_tokens(x)
+    assert p.shape == (24, 16) and torch.equal(p[:17], x) and not p[17:].any()
+    assert wnn.functional.pad_tokens(p) is p
