@@ -316,7 +316,8 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     ``a``: (M, K) row-major (16-bit: or column-major), or (..., K) viewed as its rows, or (L, M, K)
     with a batched ``b``; ``b``: (K, N) column-major (``w.t()`` of an (N, K) weight; 16-bit: or
     row-major), or (L, K, N) (batched: ``gemm_batched``); ``out``: an (M, N) row-major tensor to
-    write, else a new one. ``scale_a`` / ``scale_b``: per-tensor fp8 scales: floats, or one-element
+    write, else a new one. K and N must be multiples of 8 (K of 16 for a mixed fp8 pair; M is free):
+    ``check`` refuses other shapes before any tuning, naming the padding. ``scale_a`` / ``scale_b``: per-tensor fp8 scales: floats, or one-element
     tensors the kernel reads on the device (no host sync; CUDA-graph safe). Fused epilogue
     (gemm_epilogue, in the kernel, before the TMA store): ``alpha`` (a float), ``bias`` (N,) in the
     output dtype or fp32, ``activation`` ("relu", "relu2", "gelu" (erf), "gelu_tanh", "silu", or
