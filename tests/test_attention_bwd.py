@@ -123,6 +123,50 @@ def _writer_skips_a_stage(smem_dq0, smem_dq1, steps):
         smem_dq0.release()
 
 
+@schedule
+def _dq_before_the_other_ds_is_ready(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other):
+    """``shared_ds``: the dQ GEMM issued before waiting for the other warp group's dS tile (it reads a tile
+    that may still hold the previous step's dS, or be half written)."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.retire()
+        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        ds_mine.acquire()
+        ds_mine.store(ds=ds, acc_dp=acc_dp)
+        ds_mine.commit()
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        ds_other.gemm_operand()  # planted: before the wait below
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        ds_other.wait()
+        smem_qdo.retire()
+        ds_other.release()
+        smem_qdo.release()
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def test_shared_ds_program_is_safe_and_its_early_dq_twin_is_rejected():
+    """shared_ds (head dim 128): the warp groups swap dS tiles through SmemDS; issuing the dQ GEMM before
+    the other warp group's tile is ready is rejected at the planted call."""
+    g = ab.FlashAttentionBackward(shared_ds=True)
+    assert _check(g=g).result.checker.verdict == "SAFE"
+    with pytest.raises(ValidationError) as e:
+        _check(g=g, grad_schedules=_dq_before_the_other_ds_is_ready)
+    msg = str(e.value)
+    assert "SmemDS" in msg and "gemm_operand" in msg and re.search(HERE, msg), msg
+    with pytest.raises(AttentionConfigError, match="needs head_dim=128"):
+        ab.FlashAttentionBackward(head_dim=64, shared_ds=True)
+
+
 HERE = r"test_attention_bwd\.py:\d+"  # the planted call's file:line
 KERNEL = r"attention_bwd\.py:\d+"  # an omission: the call that is left waiting, in the kernel's schedule
 
@@ -145,25 +189,28 @@ def test_planted_bugs_are_rejected_where_they_are(kw, resource, what, where):
 
 
 # ------------------------------------------------------------------ the kernel, traced on the CPU
-def _compile(head_dim, causal):
+def _compile(head_dim, causal, shared_ds=False):
     from warpsched.verify.verdicts import VERDICTS
 
-    ptx = host.compile_for_cpu(head_dim=head_dim, causal=causal).artifacts.PTX
+    ptx = host.compile_for_cpu(head_dim=head_dim, causal=causal, shared_ds=shared_ds).artifacts.PTX
     fingerprint = VERDICTS.looked_up[-1]
     return ptx, (fingerprint, VERDICTS.get(fingerprint).verdict)
 
 
-@pytest.mark.parametrize("head_dim, causal", [
-    (128, False), pytest.param(64, True, marks=pytest.mark.slow), pytest.param(128, True, marks=pytest.mark.slow)])
-def test_kernel_traces_the_checked_program(head_dim, causal):
-    ptx, looked_up = _compile(head_dim, causal)
+@pytest.mark.parametrize("head_dim, causal, shared_ds", [
+    (128, False, False), (128, True, True), pytest.param(64, True, False, marks=pytest.mark.slow),
+    pytest.param(128, True, False, marks=pytest.mark.slow)])
+def test_kernel_traces_the_checked_program(head_dim, causal, shared_ds):
+    ptx, looked_up = _compile(head_dim, causal, shared_ds)
     counts = _host.count_ptx(ptx)
-    # per warp group: S^T and dP^T (D / 16 k-steps each), dV and dK (4 each), dQ (4)
-    assert counts["wgmma.mma_async"] == 2 * (2 * head_dim // 16 + 12)
-    assert len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)) == 2 * head_dim // 32  # dQ, 32-float boxes
+    # per warp group: S^T and dP^T (D / 16 k-steps each), dV and dK (4 each), dQ (4 over 64 keys, or
+    # shared_ds 8 over 128 keys, at half the width)
+    assert counts["wgmma.mma_async"] == 2 * (2 * head_dim // 16 + 12 + (4 if shared_ds else 0))
+    dq_cols = head_dim // 2 if shared_ds else head_dim
+    assert len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)) == 2 * dq_cols // 32  # dQ, 32-float boxes
     assert not re.findall(r"(red|atom)\.global", ptx)  # no fp32 atomics on the math warp groups
     fingerprint, verdict = looked_up[0], looked_up[1]
-    cpu = ab.build(ab.FlashAttentionBackward(head_dim=head_dim, causal=causal), verbose=False,
+    cpu = ab.build(ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, shared_ds=shared_ds), verbose=False,
                    exhaustive_deadlock_race_check=False)
     assert verdict == "SAFE"
     assert fingerprint == cpu.fingerprint

@@ -84,7 +84,7 @@ class SmemKV(MemoryResource):
         dkv = v.dkv_mma.get_slice(tidx % 128)
         acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.head_dim)), cutlass.Float32)
         acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.head_dim)), cutlass.Float32)
-        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((BLOCK_M, g.head_dim)),
+        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((BLOCK_M, g.dq_cols)),
                                        cutlass.Float32)
         return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
                 amath.make_p(acc_dp, v.dkv_mma, g.dtype))
@@ -124,20 +124,29 @@ class SmemKV(MemoryResource):
             cute.gemm(mma, acc_dp, frag_v[(None, None, kb, wg)], frag_do[(None, None, kb, stage)], acc_dp)
         warpgroup.commit_group()
 
-    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and this warp group's dS tile) until the retire
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
     @cute.jit
     def mma_dq(self, stage_info: StageInfo, acc_dq, *, wg: cutlass.Constexpr = 0):
-        """dQ_w = dS_w K_w: A is the warp group's dS tile (written by ``Grads.scores``), B is K's half
-        through its transposed view."""
-        v = stage_info.context.values
+        """dQ's part of this warp group. ``shared_ds``: dQ[:, 64 wg : 64 wg + 64] over all 128 keys, A from
+        both warp groups' dS tiles (the other's through ``SmemDS``), B from K's (D half, key half) blocks;
+        else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile)."""
+        g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
-        frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
         frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
         warpgroup.fence()
-        for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
-            mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
-            cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, wg)], acc_dq)
+        if cutlass.const_expr(g.shared_ds):  # sKt: (D half, keys, 2 * key half + D half)
+            for half in cutlass.range_constexpr(2):
+                frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
+                for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+                    mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
+                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, 2 * half + wg)],
+                              acc_dq)
+        else:
+            frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
+            for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+                mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
+                cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, wg)], acc_dq)
         warpgroup.commit_group()
 
 
@@ -201,7 +210,7 @@ class Grads(MemoryResource):
     wg: int = 0
 
     def get_smem_requirements(self):
-        return [self.g.alloc_ds[self.wg]]
+        return [] if self.g.shared_ds else [self.g.alloc_ds[self.wg]]  # shared_ds: SmemDS owns the tile
 
     @producer_work
     def reset(self, stage_info: StageInfo, acc_dv, acc_dk):
@@ -214,7 +223,8 @@ class Grads(MemoryResource):
         g, v = self.g, stage_info.context.values
         n_block, _, _ = g.unit_coords(v.unit)
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        bmath.grads_of_scores(acc_s, acc_dp, p, ds, getattr(v, f"sdSt{self.wg}"), g, v,
+        s_ds = None if g.shared_ds else getattr(v, f"sdSt{self.wg}")  # shared_ds: SmemDS.store writes it
+        bmath.grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v,
                               n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch, wg=self.wg)
 
     @producer_work
@@ -222,6 +232,29 @@ class Grads(MemoryResource):
         g, v = self.g, stage_info.context.values
         n_block, kv_head, batch = g.unit_coords(v.unit)
         bmath.store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg)
+
+
+@dataclass(kw_only=True)
+class SmemDS(MemoryResource):
+    """``shared_ds``: a warp group's dS^T tile (64 keys x 64 queries, 16-bit), written by that warp group
+    and read by both dQ GEMMs: an AsyncAsync stage from the writing warp group to the other one, which
+    releases it once its dQ GEMM has retired. (The writer's own dQ GEMM reads it too; the writer retires
+    that GEMM before its next ``store``, in program order.)"""
+
+    g: Any = None
+    wg: int = 0
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_ds[self.wg]]
+
+    @producer_work
+    def store(self, stage_info: StageInfo, ds, acc_dp):
+        v = stage_info.context.values
+        bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}"), wg=self.wg)
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def gemm_operand(self, stage_info: StageInfo):
+        """Declares that the dQ GEMM issued next (``SmemKV.mma_dq``) reads this tile until its retire."""
 
 
 @dataclass(kw_only=True)
@@ -247,7 +280,7 @@ class SmemDQ(MemoryResource):
         the stage, so the release after this work frees it)."""
         g, v = self.g, stage_info.context.values
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        bmath.reduce_dq(g, v, getattr(v, f"sdQ{self.wg}"), m_block, head, batch)
+        bmath.reduce_dq(g, v, getattr(v, f"sdQ{self.wg}"), m_block, head, batch, self.wg if g.shared_ds else 0)
 
 
 # ---------------------------------------------------------------------------------- schedules
@@ -288,6 +321,37 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg):
 
 
 @schedule
+def grad_schedule_shared_ds(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other):
+    """``shared_ds``: as ``grad_schedule``, but dS goes through ``SmemDS`` and the dQ GEMM covers all 128
+    keys for half of D: this warp group hands its dS tile to the other one and waits for the other's."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.retire()
+        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
+        ds_mine.store(ds=ds, acc_dp=acc_dp)
+        ds_mine.commit()
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        ds_other.wait()
+        ds_other.gemm_operand()
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        ds_other.release()
+        smem_qdo.release()
+        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+@schedule
 def dq_writer_schedule(smem_dq0, smem_dq1, steps):
     """The dQ writer warp: per step, each warp group's dQ part added into dQaccum by TMA."""
     with domain_loop(0, steps, 1):
@@ -319,15 +383,27 @@ def build(g=None, *, steps=None, grad_schedules=None, writer_schedule=None, verb
     writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
                   num_registers=g.producer_regs, schedule=(writer_schedule or dq_writer_schedule)(*smem_dqs, n))
     tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
+    smem_dss = []
+    if g.shared_ds:
+        ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
+                                                                consumer_group=threads(128))
+        smem_dss = [SmemDS(name=f"SmemDS{wg}", pipeline_config=ds_cfg, g=g, wg=wg) for wg in range(2)]
     for wg in range(2):
         grads = Grads(name=f"Grads{wg}", g=g, wg=wg)
         grads_all.append(grads)
-        sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg)
-        tasks.append(Task(name=f"Grad{wg}", src_resources=[smem_kv, smem_qdo], dst_resources=[grads, smem_dqs[wg]],
-                          warp_idx=4 * (1 + wg), num_warps=4, num_registers=g.consumer_regs, schedule=sched))
+        src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
+        if g.shared_ds:
+            sched = (grad_schedules or grad_schedule_shared_ds)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg,
+                                                                smem_dss[wg], smem_dss[1 - wg])
+            src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
+            graph[smem_dss[wg]] = [smem_kv, smem_qdo]
+        else:
+            sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg)
+        tasks.append(Task(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg), num_warps=4,
+                          num_registers=g.consumer_regs, schedule=sched))
         graph[grads] = [smem_kv, smem_qdo]
         graph[smem_dqs[wg]] = [smem_kv, smem_qdo]
-    smem = SmemAllocator.for_resources(smem_kv, smem_qdo, *grads_all, *smem_dqs)
+    smem = SmemAllocator.for_resources(smem_kv, smem_qdo, *grads_all, *smem_dss, *smem_dqs)
     return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, verbose=verbose,
                        **manager_options)
 
@@ -337,7 +413,7 @@ class FlashAttentionBackward:
     """Compile-time configuration (dtype, head dim, causal, Q / dO stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
-                 consumer_regs=240):
+                 consumer_regs=240, shared_ds=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -345,6 +421,13 @@ class FlashAttentionBackward:
         if qdo_stages not in (1, 2, 3):
             raise AttentionConfigError(f"qdo_stages={qdo_stages}: expected 1, 2 or 3")
         self.dtype, self.head_dim, self.causal, self.qdo_stages = dtype, head_dim, bool(causal), qdo_stages
+        if shared_ds and head_dim != 128:
+            raise AttentionConfigError(f"shared_ds=True at head dim {head_dim}: it splits D in two 64-column dQ "
+                                       "halves, one per warp group; it needs head_dim=128")
+        # shared_ds: the warp groups swap dS tiles and each computes half of dQ's columns over all 128 keys
+        # (one dQ reduce-add per step instead of two partial sums)
+        self.shared_ds = bool(shared_ds)
+        self.dq_cols = head_dim // 2 if self.shared_ds else head_dim  # dQ columns per warp group
         self.block_m, self.block_n = BLOCK_M, BLOCK_N
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -357,7 +440,7 @@ class FlashAttentionBackward:
         self.alloc_do = SmemAllocation("sdO", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
         self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * BLOCK_M, alignment=1024)
                          for wg in range(2)]
-        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=BLOCK_M * head_dim, alignment=1024)
+        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=BLOCK_M * self.dq_cols, alignment=1024)
                          for wg in range(2)]
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
 
@@ -371,10 +454,10 @@ class FlashAttentionBackward:
         self.num_units = self.n_blocks * kv_heads * batches
 
     def unit_coords(self, unit):
-        """(key block, K/V head, batch) of CTA ``unit``: key block 0 of every (batch, K/V head) first
-        (the longest causal loops), then block 1, ..."""
-        hb = self.kv_heads * self.batches
-        n_block, bh = unit // hb, unit % hb
+        """(key block, K/V head, batch) of CTA ``unit``: the key blocks of one (batch, K/V head) are
+        consecutive CTAs, so the CTAs running at once walk the same query heads and Q blocks and their
+        dQ reduce-adds meet in L2 (the fp32 dQ buffer is larger than L2 on long sequences)."""
+        n_block, bh = unit % self.n_blocks, unit // self.n_blocks
         return n_block, bh % self.kv_heads, bh // self.kv_heads
 
     def first_m_block(self, n_block):
@@ -406,7 +489,7 @@ class FlashAttentionBackward:
                                                      (1, 1, 1), tile, a_source)
         sdp = mma(k_major, k_major, (HALF, BLOCK_M))  # S^T, dP^T: (keys, queries), contraction over D
         dkv = mma(k_major, mn_major, (HALF, d), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
-        dq = mma(k_major, mn_major, (BLOCK_M, d))  # dQ: (queries, D), over keys
+        dq = mma(k_major, mn_major, (BLOCK_M, self.dq_cols))  # dQ: (queries, D or its half), over keys
         return sdp, dkv, dq
 
     def _layouts(self):
@@ -417,14 +500,16 @@ class FlashAttentionBackward:
         return {
             "sK": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, 2),  # (keys, D, half)
             "sV": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, 2),
-            "sKt": sm90_utils.make_smem_layout_b(C, (BLOCK_M, d, HALF), dt, 2),  # (D, keys, half)
+            # (D, keys, key half) or, shared_ds, (D half, keys, 2 * key half + D half): the same bytes
+            "sKt": (sm90_utils.make_smem_layout_b(C, (BLOCK_M, d // 2, HALF), dt, 4) if self.shared_ds
+                    else sm90_utils.make_smem_layout_b(C, (BLOCK_M, d, HALF), dt, 2)),
             "sQ": sm90_utils.make_smem_layout_b(R, (HALF, BLOCK_M, d), dt, st),  # (queries, D, stage)
             "sdO": sm90_utils.make_smem_layout_b(R, (HALF, BLOCK_M, d), dt, st),
             "sQt": sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st),  # (D, queries, stage)
             "sdOt": sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st),
             "sdS": sm90_utils.make_smem_layout_a(R, (BLOCK_M, d, HALF), dt, 1),  # (queries, keys)
             "sdSt": sm90_utils.make_smem_layout_b(C, (BLOCK_M, HALF, BLOCK_M), dt, 1),  # (keys, queries)
-            "sdQ": sm90_utils.make_smem_layout_a(R, (BLOCK_M, d, d), cutlass.Float32, 1),  # (queries, D) fp32
+            "sdQ": sm90_utils.make_smem_layout_a(R, (BLOCK_M, self.dq_cols, self.dq_cols), cutlass.Float32, 1),
         }
 
     @staticmethod
@@ -445,7 +530,7 @@ class FlashAttentionBackward:
                  for t, name in ((mQ, "sQ"), (mK, "sK"), (mV, "sV"), (mdO, "sdO"))]
         tma_dq, tdQ = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyReduceBulkTensorTileS2GOp(), self._sdhb(mdQacc),
-            cute.slice_(lay["sdQ"], (None, None, 0)), (BLOCK_M, self.head_dim))
+            cute.slice_(lay["sdQ"], (None, None, 0)), (BLOCK_M, self.dq_cols))
         self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
                         cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],

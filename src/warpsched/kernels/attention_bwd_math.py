@@ -64,6 +64,16 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
             dp_mn[i, j] = s_mn[i, j] * (dp_mn[i, j] - delta[j])
     amath.store_p(acc_s, p, g.dtype)
     amath.store_p(acc_dp, ds, g.dtype)
+    if cutlass.const_expr(s_ds is not None):
+        write_ds(ds, acc_dp, v, s_ds, wg=wg)
+
+
+@cute.jit
+def write_ds(ds, acc_dp, v, s_ds, *, wg: cutlass.Constexpr):
+    """dS^T (16-bit registers in ``acc_dp``'s layout) into the warp group's SMEM tile, viewed (key, query);
+    fenced for the async proxy (the dQ wgmma) and synchronized over the warp group."""
+    tidx, _, _ = cute.arch.thread_idx()
+    thr = v.sdp_mma.get_slice(tidx % 128)
     cute.autovec_copy(cute.make_tensor(ds.iterator, acc_dp.layout), thr.partition_C(s_ds))
     cute.arch.fence_proxy("async.shared", space="cta")  # the dQ wgmma (async proxy) reads these writes
     cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
@@ -82,12 +92,12 @@ def stage_dq(acc_dq, g, v, s_dq):
 
 
 @cute.jit
-def reduce_dq(g, v, s_dq, m_block, head, batch):
+def reduce_dq(g, v, s_dq, m_block, head, batch, col_block):
     """dQaccum[Q block ``m_block`` of (batch, head)] += the dQ tile: one TMA reduce-add (the copy elects one
     lane of the warp, so the whole warp calls it), and every lane waits for its own bulk group, so the
     issuing lane has seen the TMA read the tile before it arrives (the buffer's rows are padded to whole
     64-row blocks)."""
-    g_dq = cute.flat_divide(v.mdQacc, (g.block_m, g.head_dim))[(None, None, None, 0, head, batch)]
+    g_dq = cute.flat_divide(v.mdQacc, (g.block_m, g.dq_cols))[(None, None, None, col_block, head, batch)]
     t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
                                                 cute.group_modes(g_dq, 0, 2))
     cute.copy(v.tma_dq, t_s[(None, 0)], t_g[(None, m_block)])
