@@ -1,5 +1,8 @@
 """Test-wide settings and shared fixtures."""
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
@@ -7,6 +10,17 @@ import pytest
 # answer the next run's compiles: the tests count checker runs, so it is off here (and in the
 # subprocesses they start); tests/test_verdict_disk_cache.py turns it on in a temporary directory.
 os.environ["WARPSCHED_VERDICT_CACHE"] = "0"
+
+# Under pytest-xdist (the README's `-n 2`) each worker gets its own TMPDIR: a folder a module names from
+# it at import (benchmarks/handwritten's kept-PTX folder) would otherwise be shared, and two workers
+# compiling the same kernel would read each other's half-written PTX file. Everything else a test
+# writes lives in tmp_path or a per-process mkdtemp (warpsched.kernels._host.ptx_dir, examples' _common).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _worker_tmp = os.path.join(tempfile.gettempdir(),
+                               f"warpsched-tests-{os.getpid()}-{os.environ['PYTEST_XDIST_WORKER']}")
+    os.makedirs(_worker_tmp, exist_ok=True)
+    os.environ["TMPDIR"] = _worker_tmp
+    atexit.register(shutil.rmtree, _worker_tmp, True)
 
 
 @pytest.fixture

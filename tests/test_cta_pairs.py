@@ -203,7 +203,8 @@ def test_2cta_gemm_compiles_for_sm100a_with_the_pair_ptx_facts():
     assert VERDICTS.looked_up[-1] == mod.build(verbose=False, exhaustive_deadlock_race_check=False).fingerprint
 
 
-@pytest.mark.parametrize("mode", list(PATTERNS))
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) if m == "split_consumer" else m
+                                  for m in PATTERNS])
 def test_seed_pair_shapes_compile_for_sm100a_and_are_proven_safe(mode):
     from warpsched.verify.verdicts import VERDICTS
 

@@ -77,7 +77,7 @@ def test_block_k_128_other_tiles_and_errors():
 # programmatic-serialization attribute. SAFE for every K and unit count (the PDL order is part of the
 # checked program); the twins that trigger before the wait or never wait are rejected.
 @pytest.mark.parametrize("schedule,opts", [("cooperative", dict(tile_mn=(64, 32), block_k=128)),
-                                           ("cooperative", {}), ("pingpong", {})])
+                                           ("cooperative", {}), pytest.param("pingpong", {}, marks=pytest.mark.slow)])
 def test_pdl_compiles_and_is_safe(schedule, opts):
     g = gp.PersistentGemm(schedule=schedule, pdl=True, **opts)
     ptx = gp.compile_for_cpu(schedule=schedule, pdl=True, **opts).artifacts.PTX
@@ -172,6 +172,7 @@ PTX_S6 = {"mbarrier.init": 16, "mbarrier.arrive": 9, "mbarrier.try_wait": 17, "e
           "setmaxnreg": 2, "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8, "stmatrix": 32}
 
 
+@pytest.mark.slow
 def test_skip_ring_3_stages_safe_and_6_stage_ptx():
     """The same schedule on a 3-stage ring: SAFE for every K-tile count, tile count per CTA and
     ownership sequence (about 58k states, 10-15 s; ring.skip(count=k_tiles) reads the owner's tile
@@ -242,6 +243,7 @@ def test_tiles_whose_sub_tiles_divide_the_buffers_do_not_drain():
 WIDE_PP = dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 176), ab_stages=4, epi_n=16)
 
 
+@pytest.mark.slow  # three searches of the 4-stage skip ping-pong, about 45 s each on 2 cores
 @pytest.mark.parametrize("ab,bN", [("BFloat16", 176), ("Float8E4M3FN", 176), ("BFloat16", 192)])
 def test_wide_pingpong_tile_is_safe_and_its_ptx_pinned(ab, bN):
     """The 4-stage ring of the skip ping-pong with 128x176 / 128x192 tiles: SAFE for every K-tile

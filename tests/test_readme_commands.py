@@ -50,3 +50,18 @@ def test_readme_fingerprint_is_the_gemm_examples():
     shown = re.search(r"ACCEPTED example gemm: .*; program ([0-9a-f]{16})\)", text)
     assert shown, "README lost the verdict line of `warpsched check --example gemm`"
     assert shown.group(1) == gemm.build(verbose=False).fingerprint[:16]
+
+
+def test_readme_runs_the_quick_tier_in_parallel_and_ci_runs_both_tiers():
+    """The README's command is the quick tier on two processes; .ci/run runs it as written and then the
+    same command with -m slow, so every test runs in CI."""
+    cmd = shlex.split(readme_block(2))
+    m = cmd.index("-m", 4)  # pytest's -m (the first is python's)
+    assert cmd[cmd.index("-n") + 1] == "2" and cmd[m + 1] == "not slow", cmd
+    ci = open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read()
+    assert """QUICK='-m "not slow"'""" in ci and 'SLOW_CMD="${TEST_CMD/"$QUICK"/-m slow}"' in ci
+    assert 'run_tests "$TEST_CMD"' in ci and 'run_tests "$SLOW_CMD"' in ci
+    # the substitution .ci/run makes, done by bash on the README's command
+    slow = subprocess.run(["bash", "-c", 'TEST_CMD=$1; QUICK=\'-m "not slow"\'; echo "${TEST_CMD/"$QUICK"/-m slow}"',
+                           "_", readme_block(2)], capture_output=True, text=True, check=True).stdout.split()
+    assert slow == cmd[:m] + ["-m", "slow"] + cmd[m + 2:], slow
