@@ -130,11 +130,13 @@ def test_merge_of_tma_and_thread_members_inits_the_shared_empty_for_all_threads(
     assert sum("cp.async.bulk.tensor" in ln for ln in ptx.splitlines()) == (1 if use_tma else 0)
 
 
-@pytest.mark.parametrize("form", ["array", "cluster"])
+@pytest.mark.parametrize("form", ["array", "array_in_if", "cluster"])
 def test_stage_barrier_has_the_ts_array_interface(form, tmp_path):
     """``stage_info.barrier`` is what TS hands out too: ``.data_ptr()`` (``.toint()`` as an mbarrier
     address, 04_02) and an mbarrier for ``cp_async_bulk_tensor_shared_cluster_global`` (04_01);
-    the TMA copy still completes on the stage's full barrier (same counts as the pointer form)."""
+    the TMA copy still completes on the stage's full barrier (same counts as the pointer form).
+    ``array_in_if``: used under a runtime ``if`` (StageInfo is a frozen dataclass, so the DSL does not
+    carry it -- and the kernel context it holds -- through the ``if``; 04_02 does this)."""
     mod = ported("merge_mix_copy", tmp_path)
     mod.BARRIER_FORM = form
     assert compile_counts(mod) == EXPECTED["merge_mix_copy"]

@@ -35,7 +35,7 @@ TILE = 128  # fp16 elements per stage of each ring
 STAGES = 4
 STORE_WARPS = 4
 USE_TMA = True  # ring B filled by TMA (TmaAsync member) or by plain stores (AsyncAsync member)
-BARRIER_FORM = "pointer"  # how the TMA copy is handed stage_info.barrier: "pointer", "array", "cluster"
+BARRIER_FORM = "pointer"  # how the TMA copy gets stage_info.barrier: "pointer", "array", "array_in_if", "cluster"
 
 
 @dataclass
@@ -97,6 +97,12 @@ class Ring(MemoryResource):
                 # as CUTLASS's 04_02: a typed pointer rebuilt from the barrier array's address
                 bar = cute.make_ptr(cutlass.Int64, stage_info.barrier.data_ptr().toint(), cutlass.AddressSpace.smem)
                 if prims.elect_sync():
+                    prims.cp_async_bulk_tensor_shared_cta_global(dst, self.desc, (0, tile), bar)
+            elif cutlass.const_expr(BARRIER_FORM == "array_in_if"):
+                # the same inside the runtime `if` (stage_info is carried through it read-only)
+                if prims.elect_sync():
+                    bar = cute.make_ptr(cutlass.Int64, stage_info.barrier.data_ptr().toint(),
+                                        cutlass.AddressSpace.smem)
                     prims.cp_async_bulk_tensor_shared_cta_global(dst, self.desc, (0, tile), bar)
             elif cutlass.const_expr(BARRIER_FORM == "cluster"):
                 # as CUTLASS's 04_01: the cluster form (coordinates before the barrier)

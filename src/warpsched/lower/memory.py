@@ -17,6 +17,8 @@ from typing import Any, Dict
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory  # noqa: F401  (cutlass.memory.SmemAllocator)
+from cutlass._mlir import ir
+from cutlass.cute.core import _Pointer
 
 from . import LoweringError
 
@@ -25,6 +27,28 @@ BLOCK_ALIGN = 1024  # 128B-swizzled TMA / WGMMA tiles need 1024-byte aligned sta
 
 def _numeric(dtype: Any):
     return dtype if isinstance(dtype, type) and hasattr(dtype, "width") else None
+
+
+class ArrayPointer(_Pointer):
+    """A CuTe pointer (``cute.copy(..., tma_bar_ptr=)``, ``cute.make_tensor``, the
+    ``cutlass.experimental.primitives`` calls, ``toint()``, pointer arithmetic) that also has the
+    ``data_ptr()`` of the ``cutlass.Array`` TS hands out where warpsched hands out a pointer
+    (``StageInfo.barrier``, ``SmemAllocator.get()``, ``context.tmem_ptr_i32``), so TS work methods
+    that call ``.data_ptr()`` on them (``.toint()``, the CTA-pair address masking of
+    ``cp_async_bulk_tensor_shared_cluster_global``) port unchanged."""
+
+    @classmethod
+    def of(cls, ptr):
+        return cls(ptr.value, ptr.dtype) if isinstance(ptr, _Pointer) and not isinstance(ptr, cls) else ptr
+
+    def __new_from_mlir_values__(self, values):
+        """Carried through a runtime ``if`` / loop, it stays an ArrayPointer (same structure)."""
+        v = values[0]
+        return ArrayPointer(v if isinstance(v, ir.Value) else v.value, self.dtype)
+
+    def data_ptr(self, idx=0, *, loc=None, ip=None):
+        """A ``cutlass.Pointer`` to element ``idx`` from this one (TS: ``Array.data_ptr(idx)``)."""
+        return cutlass.Array(self, shape=(1,)).data_ptr(idx, loc=loc, ip=ip)
 
 
 def smem_pointer(base, allocation, dtype=None):
@@ -39,7 +63,8 @@ def smem_pointer(base, allocation, dtype=None):
         width = allocation.dtype if isinstance(allocation.dtype, int) else 1
         dtype = {1: cutlass.Int8, 2: cutlass.Int16, 4: cutlass.Int32, 8: cutlass.Int64}.get(width, cutlass.Int8)
     align = max(1, min(int(allocation.alignment), BLOCK_ALIGN))
-    return cute.recast_ptr(ptr, dtype=dtype).align(min_align=align) if align > 1 else cute.recast_ptr(ptr, dtype=dtype)
+    typed = cute.recast_ptr(ptr, dtype=dtype).align(min_align=align) if align > 1 else cute.recast_ptr(ptr, dtype=dtype)
+    return ArrayPointer.of(typed)
 
 
 class SmemSetup:

@@ -26,7 +26,6 @@ from typing import Any, Dict, Tuple
 
 import cutlass
 import cutlass.cute as cute
-from cutlass.cute.core import _Pointer
 import cutlass.pipeline as cpipe
 
 from ..model.enums import PipelineType
@@ -35,6 +34,7 @@ from ..protocol.plan import (VERB_COUNTER, Arming, Counter, PairRoute, SyncPlan,
                              counter_stride, cta_gated, is_producer_counter, tx_per_arming_warp)
 from . import LoweringError
 from .dsl import dyn_if
+from .memory import ArrayPointer
 
 
 def _group(g: Any):
@@ -229,20 +229,8 @@ class PipelineLowering:
         return StageBarrier.of(self.pipe.consumer_get_barrier(state))
 
 
-class StageBarrier(_Pointer):
-    """The stage's mbarrier as ``StageInfo.barrier``: a CuTe pointer (``cute.copy(...,
-    tma_bar_ptr=)``, the ``cutlass.experimental.primitives`` TMA and mbarrier calls, ``toint()``,
-    pointer arithmetic) that also has the ``data_ptr()`` of the ``cutlass.Array`` TS hands out, so
-    TS work methods that call ``stage_info.barrier.data_ptr()`` (``.toint()``, or the CTA-pair
-    address masking of ``cp_async_bulk_tensor_shared_cluster_global``) port unchanged."""
-
-    @classmethod
-    def of(cls, ptr):
-        return cls(ptr.value, ptr.dtype) if isinstance(ptr, _Pointer) and not isinstance(ptr, cls) else ptr
-
-    def data_ptr(self, idx=0, *, loc=None, ip=None):
-        """A ``cutlass.Pointer`` to mbarrier ``idx`` from this one (TS: ``Array.data_ptr(idx)``)."""
-        return cutlass.Array(self, shape=(1,)).data_ptr(idx, loc=loc, ip=ip)
+# ``StageInfo.barrier``: the stage's mbarrier as a CuTe pointer with TS's ``cutlass.Array`` data_ptr()
+StageBarrier = ArrayPointer
 
 
 @dataclass(frozen=True)

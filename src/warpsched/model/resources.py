@@ -100,14 +100,14 @@ class TaskLocalVariable:
         return f"TaskLocalVariable(dtype={self.dtype!r})"
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageInfo:
     """What every work method receives.
 
     ``loop_offset`` is the domain-loop index (None outside the loop); ``loop_start`` /
     ``loop_end`` / ``loop_step`` are that loop's bounds for the current tile. ``stage_idx`` and
     ``barrier`` (the stage's mbarrier: a pointer TMA copies and mbarrier primitives accept, with
-    TS's ``cutlass.Array`` ``data_ptr()`` too, lower/pipelines.StageBarrier) are
+    TS's ``cutlass.Array`` ``data_ptr()`` too, lower/memory.ArrayPointer) are
     None on a resource without a pipeline. ``context`` is the kernel context (lower/context.py):
     ``values`` (what the kernel passed to ``TaskManager.run(**values)``), ``smem_view(allocation,
     layout)``, ``smem_base`` (the unified SMEM block, a cutlass.Array of Uint8), ``tmem_base`` /
