@@ -30,36 +30,39 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUTORIAL_DIR = "examples/python/CuTeDSL/experimental/task_scheduling/blackwell/tutorial"
 MARK = "@@PORT@@"
 
-# key -> (relative path, arch, name of the TS kernel function whose PTX entry is counted)
-TUTORIALS = {
-    "01_copy_grid_stride": ("01_copy_basics_ts/01_copy_grid_stride.py", "sm_90a", "gmem_copy_kernel"),
-    "02_copy_tma": ("01_copy_basics_ts/02_copy_tma.py", "sm_90a", "tma_copy_kernel"),
-    "03_copy_persistent_skip_tile": ("03_persistent_scheduling_dynamic_domain_ts/01_copy_persistent_skip_tile.py",
-                                     "sm_90a", "tma_copy_persistent_skip_kernel"),
-    "03_copy_varlen_dynamic_domain": ("03_persistent_scheduling_dynamic_domain_ts/02_copy_varlen_dynamic_domain.py",
-                                      "sm_90a", "varlen_copy_kernel"),
-    "02_gemm_simple": ("02_gemm_simple_ts/01_fp16_bf16_gemm_3.py", "sm_100a", "kernel"),
-    "06_gemm_split_k": ("06_gemm_split_k_fp16_ts/01_gemm_split_k_fp16.py", "sm_100a", "kernel"),
-}
-COPIES = [k for k, v in TUTORIALS.items() if v[1] == "sm_90a"]
-
 sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from port_tutorial_args import FLAGS, NEW, OLD, TUTORIALS, fake_args  # noqa: E402
 from warpsched.compat import port_imports as port_source  # noqa: E402  (pure Python, imports no DSL)
 
+COPIES = [k for k, v in TUTORIALS.items() if v[1] == "sm_90a"]
 
-def ported_copy(cutlass_root: str, rel: str, scratch: str) -> str:
+
+def ported_copy(cutlass_root: str, rel: str, scratch: str, port: bool = True, dsl_fix: bool = False) -> str:
+    """The tutorial written to ``scratch`` at the same relative path: ported (``port``) or as it
+    is, with the DSL 4.8.1 edit (``DSL_481_FIX``) applied first when ``dsl_fix``."""
     src = os.path.join(cutlass_root, TUTORIAL_DIR, rel)
     dst = os.path.join(scratch, TUTORIAL_DIR, rel)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     with open(src) as f:
         text = f.read()
+    if dsl_fix:
+        text = DSL_481_FIX[0].sub(DSL_481_FIX[1], text)
     with open(dst, "w") as f:
-        f.write(port_source(text))
+        f.write(port_source(text) if port else text)
     return dst
 
 
+# 04_01 and 05_01 start a descriptor variable as Int64 and assign a Tcgen05SmemDesc (an Int64
+# subclass) under a runtime `if`; the 4.8.1 front end refuses that join (TYPE_UNSTABLE_JOIN) in the
+# tutorial's own code, whichever TS runs it. --dsl-481-fix starts those variables as
+# Tcgen05SmemDesc(0) in both the reference's and the ported copy (4 lines in 05_01, 2 in 04_01).
+DSL_481_FIX = (re.compile(r"(desc_[a-z0-9_]*base) = cutlass\.Int64\(0\)"), r"\1 = prims.Tcgen05SmemDesc(0)")
+
+
 # ---------------------------------------------------------------------------------------- PTX
-COUNTS = {"mbarrier": ("mbarrier.",), "TMA": ("cp.async.bulk.tensor",), "tcgen05": ("tcgen05.",)}
+COUNTS = {"mbarrier": ("mbarrier.",), "expect_tx": ("expect_tx",), "TMA": ("cp.async.bulk.tensor",),
+          "tcgen05": ("tcgen05.",)}
 
 
 def kernel_ptx(ptx: str, kernel_name: str) -> str:
@@ -108,47 +111,6 @@ def _load(path: str, name: str):
     return mod
 
 
-def _fake_args(key: str, mod):
-    """Arguments of the tutorial's host function for a CPU compile (fake tensors)."""
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
-
-    def fake(dtype, shape, stride=None):
-        if stride is None:
-            stride, acc = [], 1
-            for s in reversed(shape):
-                stride.insert(0, acc)
-                acc = acc * s if isinstance(s, int) and isinstance(acc, int) else acc
-        return make_fake_tensor(dtype, tuple(shape), tuple(stride), assumed_align=16)
-
-    if key == "01_copy_grid_stride":
-        n = 1 << 24
-        return mod.gmem_copy_kernel_host, (cutlass.Int32(n), fake(cutlass.Int16, (n,)), fake(cutlass.Int16, (n,)),
-                                           cutlass.Int32(256), 8)
-    if key == "02_copy_tma":
-        rows, cols = 256, 512
-        return mod.tma_copy_kernel_host, ((rows, cols), fake(cutlass.Float16, (rows, cols)),
-                                          fake(cutlass.Float16, (rows, cols)), False)
-    if key == "03_copy_persistent_skip_tile":
-        rows, cols = 256, 512
-        return mod.tma_copy_persistent_skip_kernel_host, ((rows, cols), fake(cutlass.Float16, (rows, cols)),
-                                                          fake(cutlass.Float16, (rows, cols)), cols // 128, 4)
-    if key == "03_copy_varlen_dynamic_domain":
-        n_seg, max_len, total = 8, 512, 2048
-        return mod.host_function, (fake(cutlass.Float32, (total,)), fake(cutlass.Float32, (n_seg, max_len)),
-                                   fake(cutlass.Int32, (n_seg + 1,)), n_seg, 132)
-    if key == "02_gemm_simple":
-        m, n, k = 256, 512, 256
-        a, b, c = (fake(cutlass.Float16, s) for s in ((m, k), (n, k), (m, n)))
-        return mod.host_function, (a, b, c, (m, n, k), make_fake_stream())
-    if key == "06_gemm_split_k":
-        m, n, k = 256, 64, 512
-        a, b, c = (fake(cutlass.Float16, s) for s in ((m, k), (n, k), (m, n)))
-        return mod.host_function, (a, b, c, (m, n, k))
-    raise KeyError(key)
-
-
 def force_unroll(impl: str, unroll) -> None:
     """Give ``domain_loop`` calls without ``unroll=`` this default (for a same-unroll comparison:
     the TS docs say 1, the reference 4.8.1 passes None, letting the compiler unroll)."""
@@ -171,19 +133,33 @@ def child(key: str, path: str, impl: str, unroll: str = "default") -> dict:
             force_unroll(impl, None if unroll == "none" else int(unroll))
 
         mod = _load(path, f"port_{impl}_{key}")
-        fn, args = _fake_args(key, mod)
+        fn, args = fake_args(key, mod)
         dump = tempfile.mkdtemp(prefix="port_ptx_")  # --keep-ptx writes files: keep them out of the cwd
         compiled = cute.compile(fn, *args, options=f"--keep-ptx --dump-dir={dump} --gpu-arch {arch}")
         ptx = kernel_ptx(compiled.artifacts.PTX, kernel_name)
         out.update(ok=True, **count_ptx(ptx))
+        if impl == "warpsched":
+            out["verdict"] = _warpsched_verdict()
         if os.environ.get("PORT_DUMP_PTX"):  # for reading the two kernels side by side
             os.makedirs(os.environ["PORT_DUMP_PTX"], exist_ok=True)
             with open(os.path.join(os.environ["PORT_DUMP_PTX"], f"{key}.{impl}.unroll-{unroll}.ptx"), "w") as f:
                 f.write(ptx)
     except BaseException as e:  # noqa: BLE001 - the table reports it
         out.update(ok=False, error=_first_line(e))
+        if impl == "warpsched" and type(e).__name__ == "ValidationError":
+            out["verdict"] = "rejected"
     out["seconds"] = round(time.perf_counter() - t0, 1)
     return out
+
+
+def _warpsched_verdict() -> str:
+    """The exhaustive checker's verdict on the program the kernel just built (its last lookup)."""
+    from warpsched.verify.verdicts import VERDICTS
+
+    if not VERDICTS.looked_up:
+        return "no TaskManager"
+    result = VERDICTS._entries.get(VERDICTS.looked_up[-1])
+    return getattr(result, "verdict", "?") if result is not None else "?"
 
 
 # ---------------------------------------------------------------------------------------- GPU
@@ -260,6 +236,7 @@ def gpu_child(key: str, path: str, impl: str) -> dict:
 def run_child(mode: str, key: str, path: str, impl: str, timeout: int, unroll: str = "default") -> dict:
     env = dict(os.environ)
     env["CUTE_DSL_ARCH"] = TUTORIALS[key][1]
+    env["WARPSCHED_VERDICT_CACHE"] = "0"  # the compile time includes the checks (no stored verdict)
     if impl == "warpsched":
         env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, key, path, impl, unroll]
@@ -283,8 +260,8 @@ MODES = (("default", "as ported (own defaults)"), ("1", "both unroll=1 (TS docs)
 
 def _cell(r: dict) -> str:
     if not r.get("ok"):
-        return f"{'FAIL':>11}"
-    return f"{r['mbarrier']:>3} {r['TMA']:>3} {r['tcgen05']:>3}"
+        return "FAIL"
+    return "/".join(str(r.get(k, "?")) for k in COUNTS)
 
 
 def verdict(ref: dict, ws: dict) -> str:
@@ -293,35 +270,56 @@ def verdict(ref: dict, ws: dict) -> str:
     if not ref.get("ok"):
         return "warpsched only"
     fewer = ws["mbarrier"] <= ref["mbarrier"]
-    same = ws["TMA"] == ref["TMA"] and ws["tcgen05"] == ref["tcgen05"]
+    same = all(ws[k] == ref[k] for k in ("expect_tx", "TMA", "tcgen05"))
     if fewer and same:
         return "OK"
     return ", ".join(x for x in ("MORE MBARRIER" if not fewer else "",
-                                 "TMA/TCGEN05 DIFFER" if not same else "") if x)
+                                 "EXPECT_TX/TMA/TCGEN05 DIFFER" if not same else "") if x)
+
+
+def _reference_result(by_mode) -> str:
+    ref = by_mode["default"][0]
+    if ref.get("ok"):
+        return "compiles"
+    err = ref.get("error", "?")
+    kind = err.split(":")[0]
+    code = re.search(r"error\[([A-Z_]+)\]", err)
+    return f"fails ({code.group(1) if code else kind})"
+
+
+def _ws_result(by_mode) -> str:
+    ws = by_mode["default"][1]
+    if ws.get("ok"):
+        return ws.get("verdict", "?")
+    return "rejected" if ws.get("verdict") == "rejected" else "FAILS"
 
 
 def table(rows) -> str:
-    """rows: key -> {mode: (ref, ws)}"""
-    w = 25
-    head1 = f"{'':32s} {'':8s}" + "".join(f" | {title:^{w}s}" for _, title in MODES) + " |"
-    head2 = f"{'tutorial':32s} {'arch':8s}" + "".join(f" | {'reference':^11s} {'warpsched':^12s}"[:w + 3]
-                                                     for _ in MODES) + " | compiles (ref/ws) | verdict"
-    head3 = f"{'':32s} {'':8s}" + "".join(f" | {'mb TMA tc5':>11s} {'mb TMA tc5':>12s}"[:w + 3] for _ in MODES) + " |"
-    out = [head1, head2, head3, "-" * len(head2)]
+    """rows: key -> {mode: (ref, ws)}; a Markdown table (docs/porting.md) and the errors below it."""
+    head = ("| configuration | CLI | arch | reference 4.8.1 | warpsched | unroll=1: ref | unroll=1: ws | "
+            "unroll=None: ref | unroll=None: ws | as ported: ws | compile s (ref / ws) | same unroll |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
     notes = []
     for key, by_mode in rows.items():
-        cells = "".join(f" | {_cell(by_mode[m][0])} {_cell(by_mode[m][1]):>12s}"[:w + 3] for m, _ in MODES)
         ref, ws = by_mode["default"]
-        comp = f"{'yes' if ref.get('ok') else 'NO'}/{'yes' if ws.get('ok') else 'NO'}"
         v1, vn = verdict(*by_mode["1"]), verdict(*by_mode["none"])
-        out.append(f"{key:32s} {TUTORIALS[key][1]:8s}{cells} | {comp:^17s} | {v1 if v1 == vn else f'{v1} / {vn}'}")
+        secs = f"{ref.get('seconds', '?')} / {ws.get('seconds', '?')}"
+        out.append(f"| {key} | {FLAGS.get(key, '')} | {TUTORIALS[key][1]} | {_reference_result(by_mode)} | "
+                   f"{_ws_result(by_mode)} | {_cell(by_mode['1'][0])} | {_cell(by_mode['1'][1])} | "
+                   f"{_cell(by_mode['none'][0])} | {_cell(by_mode['none'][1])} | {_cell(ws)} | {secs} | "
+                   f"{v1 if v1 == vn else f'{v1} / {vn}'} |")
+        seen = set()
         for m, _ in MODES:
             for r in by_mode[m]:
-                if not r.get("ok"):
-                    notes.append(f"  {key} [{r['impl']}, unroll {m}]: {r.get('error')}")
-    legend = ("mb = mbarrier instructions, TMA = cp.async.bulk.tensor, tc5 = tcgen05.* (static PTX lines of the "
-              "TS kernel). Verdict: warpsched emits no more mbarrier instructions and the same TMA / tcgen05 "
-              "counts as the reference at the same unroll (both same-unroll columns).")
+                if not r.get("ok") and (r["impl"], r.get("error")) not in seen:
+                    seen.add((r["impl"], r.get("error")))
+                    notes.append(f"- {key} [{r['impl']}, unroll {m}]: {r.get('error')}")
+    legend = ("Counts: mbarrier / expect_tx / TMA (cp.async.bulk.tensor) / tcgen05 lines of the TS kernel's PTX. "
+              "'as ported': each library's own default unroll (a port keeps the reference's, None). "
+              "'same unroll': warpsched emits no more mbarrier lines and the same expect_tx / TMA / tcgen05 "
+              "lines as the reference at unroll=1 and at unroll=None ('warpsched only' where the reference "
+              "does not compile). Compile seconds: the as-ported child, fresh interpreter, checks included "
+              "(no stored verdict).")
     return "\n".join(out + ["", legend] + ([""] + notes if notes else []))
 
 
@@ -333,6 +331,12 @@ def main(argv=None):
     ap.add_argument("--out", help="also write the table to this file")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--dump-ptx", metavar="DIR", help="write each counted kernel's PTX to DIR")
+    ap.add_argument("--json", metavar="FILE", help="also write the raw child results to FILE")
+    ap.add_argument("--from-json", metavar="FILE", help="render the table from a --json file (no compiles)")
+    ap.add_argument("--dsl-481-fix", action="store_true",
+                    help="apply the tutorials' DSL 4.8.1 type fix (DSL_481_FIX) to both copies")
+    ap.add_argument("--set", choices=("old", "new", "all"), default="all",
+                    help="the 6 tutorials 4.8.1 ships, the 10 configurations added since, or all 16")
     ap.add_argument("--child", nargs=5, metavar=("MODE", "KEY", "PATH", "IMPL", "UNROLL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -340,9 +344,14 @@ def main(argv=None):
         res = child(key, path, impl, unroll) if mode == "compile" else gpu_child(key, path, impl)
         print(MARK + json.dumps(res), flush=True)
         return 0
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = json.load(f)
+        print(table(rows))
+        return 0
     if not args.cutlass:
         ap.error("--cutlass PATH is required")
-    keys = args.only or (COPIES if args.gpu else list(TUTORIALS))
+    keys = args.only or (COPIES if args.gpu else {"old": OLD, "new": NEW, "all": list(TUTORIALS)}[args.set])
     scratch = tempfile.mkdtemp(prefix="warpsched_port_")
     if args.dump_ptx:
         os.environ["PORT_DUMP_PTX"] = os.path.abspath(args.dump_ptx)
@@ -363,13 +372,19 @@ def main(argv=None):
         for key in keys:
             rel = TUTORIALS[key][0]
             orig = os.path.join(args.cutlass, TUTORIAL_DIR, rel)
-            ported = ported_copy(args.cutlass, rel, scratch)
+            if args.dsl_481_fix:
+                orig = ported_copy(args.cutlass, rel, scratch + "_reference", port=False, dsl_fix=True)
+            ported = ported_copy(args.cutlass, rel, scratch, dsl_fix=args.dsl_481_fix)
             rows[key] = {}
             for mode, _ in MODES:
                 ref = run_child("compile", key, orig, "reference", args.timeout, mode)
                 ws = run_child("compile", key, ported, "warpsched", args.timeout, mode)
                 rows[key][mode] = (ref, ws)
-                print(f"  {key} unroll={mode}: reference {_cell(ref)}, warpsched {_cell(ws)}", flush=True)
+                print(f"  {key} unroll={mode}: reference {_cell(ref)}, warpsched {_cell(ws)} "
+                      f"({ws.get('verdict', '')})", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
         lines = [table(rows)]
         print()
         print(lines[0])
