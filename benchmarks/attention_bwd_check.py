@@ -4,7 +4,8 @@ Correctness: fresh random inputs per case, dK / dV outputs poisoned with NaN, ou
 then dQ, dK, dV against an fp64 reference (autograd through softmax(QK^T * scale) V); torch SDPA's own
 bf16 / fp16 gradients against the same reference set the bar (ours must be within 2x its error + 1e-3).
 Autograd: ``warpsched.nn.scaled_dot_product_attention`` (custom ops fwd + bwd) against the fp64 reference,
-and ``torch.compile(fullgraph=True)`` of a function calling it, bitwise equal to eager.
+and ``torch.compile(fullgraph=True)`` of a function calling it: O, dK, dV bitwise equal to eager, dQ (reduce-
+added in the order the CTAs finish) within its rounding.
 Speed: backward only, alternating rounds, TFLOP/s counted as 2.5x the forward's FLOPs (the field's
 convention): warpsched (kernel alone, and the whole call with the delta pre-pass and dQ conversion),
 torch SDPA's cuDNN and flash backends, FlashAttention-4 (``flash_attn.cute``) when installed; then
@@ -123,12 +124,18 @@ def autograd_check():
         explained = torch._dynamo.explain(fwd)(q, k, v)
         out_c = torch.compile(fwd, fullgraph=True)(q, k, v)
         compiled = torch.autograd.grad(out_c, (q, k, v), dout)  # the compiled graph's backward
-        same = torch.equal(out_c, out) and all(torch.equal(a, b) for a, b in zip(compiled, grads))
-        ok = all(o <= 2 * t + 1e-3 for o, t in zip(ours, theirs)) and same and explained.graph_break_count == 0
+        # O, dK and dV are written once each (bitwise reproducible); dQ is reduce-added by the CTAs of every
+        # key block in whatever order they finish (as FlashAttention's default), so it is compared within
+        # the fp32 rounding of that order, not bitwise
+        same = torch.equal(out_c, out) and torch.equal(compiled[1], grads[1]) and torch.equal(compiled[2], grads[2])
+        dq_close = err(compiled[0], grads[0].double()) < 1e-2
+        ok = (all(o <= 2 * t + 1e-3 for o, t in zip(ours, theirs)) and same and dq_close
+              and explained.graph_break_count == 0)
         fails += not ok
         print(f"autograd {B}x{H}/{Hk}x{S} d{D} {'causal' if causal else 'full'}: dq/dk/dv err "
               + "/".join(f"{e:.2e}" for e in ours) + " (SDPA " + "/".join(f"{e:.1e}" for e in theirs)
-              + f"); torch.compile graph breaks {explained.graph_break_count}, bitwise equal to eager: {same}"
+              + f"); torch.compile graph breaks {explained.graph_break_count}, O / dK / dV bitwise equal to eager: "
+              f"{same}, dQ within {err(compiled[0], grads[0].double()):.1e}"
               + f" -> {'PASS' if ok else 'FAIL'}", flush=True)
     return fails
 

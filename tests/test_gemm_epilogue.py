@@ -234,9 +234,16 @@ def test_leading_dims_residual_must_match():
      "drop split_k and cluster_mn"),
 ])
 def test_batched_argument_errors_name_the_fix(a, b, kw, needle):
+    from warpsched.kernels.gemm_batched import gemm_batched  # what warpsched.ops.gemm calls for 3-D a and b
+
     kw.setdefault("config", "default")
     with pytest.raises(ops_gemm.GemmArgumentError, match=needle):
-        ops_gemm.gemm(a, b, **kw)
+        gemm_batched(a, b, **kw)
+
+
+def test_the_2d_entry_point_sends_batched_operands_to_ops_gemm():
+    with pytest.raises(ops_gemm.GemmArgumentError, match="call warpsched.ops.gemm"):
+        ops_gemm.gemm(T((2, 64, 128)), T((2, 128, 256), strides=(32768, 1, 128)), config="default")
 
 
 def test_a_batched_b_needs_a_batched_a():

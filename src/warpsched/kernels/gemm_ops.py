@@ -336,9 +336,8 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     kw = dict(bias=bias, activation=activation, alpha=alpha, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
               config=config, cache=cache, deterministic=deterministic)
     if b.dim() == 3 and a.dim() == 3:
-        from .gemm_batched import gemm_batched
-
-        return gemm_batched(a, b, out, residual=residual, **kw)
+        raise GemmArgumentError(f"a {tuple(a.shape)} and b {tuple(b.shape)} are batched: call warpsched.ops.gemm "
+                                "(or warpsched.kernels.gemm_batched.gemm_batched), which runs them in one launch")
     if a.dim() > 2 and b.dim() == 2:  # (..., K) activations: the rows of a view, no copy
         return _leading_dims(a, b, out, residual=residual, **kw)
     fast = cache is None
