@@ -37,7 +37,10 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
     (1, 4, 2, 200, 700, 64, False, torch.bfloat16),
     (3, 2, 2, 64, 64, 128, True, torch.float16),
 ]
-VARIANTS = {64: [{}], 128: [{}, {"shared_ds": True}]}  # kernel options checked and timed per head dim
+# kernel options checked and timed per head dim (name: options)
+VARIANTS = {64: {"": {}, "order": {"wg_order": True}},
+            128: {"": {}, "sds": {"shared_ds": True}, "order": {"wg_order": True},
+                  "sds+order": {"shared_ds": True, "wg_order": True}}}
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
     (4, 16, 4096, 64, False), (16, 16, 1024, 128, False),
@@ -84,7 +87,7 @@ def correctness():
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
         ref = reference(q, k, v, dout, causal, scale)
         theirs = [err(a, r) for a, r in zip(sdpa_grads(q, k, v, dout, causal), ref)]
-        for options in VARIANTS[D]:
+        for name, options in VARIANTS[D].items():
             dk = torch.full_like(k, float("nan"))
             dv = torch.full_like(v, float("nan"))
             dq, dk, dv = bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, dk=dk, dv=dv, **options)
@@ -92,7 +95,7 @@ def correctness():
             ours = [err(a, r) for a, r in zip((dq, dk, dv), ref)]
             ok = all(o == o and o <= 2 * t + 1e-3 for o, t in zip(ours, theirs))
             fails += not ok
-            print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D}{' sds' if options else ''} | {causal} | {str(dt)[6:]} | "
+            print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} {name} | {causal} | {str(dt)[6:]} | "
                   + " | ".join(f"{e:.2e}" for e in ours) + " | " + "/".join(f"{e:.1e}" for e in theirs)
                   + f" | {'PASS' if ok else 'FAIL'} |", flush=True)
     print(f"correctness: {len(CASES) - fails}/{len(CASES)} PASS; verdicts: {bwd.VERDICT_OF}", flush=True)
@@ -207,21 +210,19 @@ def speed(rounds):
     except Exception as e:  # noqa: BLE001
         flash_attn_func = None
         print(f"FA4 unavailable: {type(e).__name__}: {e}")
-    print("| B x H x S | D | mask | ws kernel | ws call | ws sds kernel | ws sds call | cuDNN | flash | FA4 | "
-          "best ws call / cuDNN | best ws call / FA4 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("warpsched kernels alone per variant (ws default / sds / order / sds+order), the default's whole call "
+          "(ws call: pre-pass, kernel, dQ conversion); ratios: ws call and the best kernel variant")
+    print("| B x H x S | D | mask | ws call | ws default | ws sds | ws order | ws sds+order | cuDNN | flash | FA4 | "
+          "call / cuDNN | call / FA4 | best kernel / FA4 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for B, H, S, D, causal in SPEED:
         torch.manual_seed(0)
         q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
-        launch, dq_acc, dk, dv = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal)
-        sides = {"ws kernel": lambda: (dq_acc.zero_(), launch()),
-                 "ws call": lambda: bwd.attention_backward(q, k, v, out, dout, lse, causal=causal)}
-        if D == 128:
-            launch2, dq_acc2, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, shared_ds=True)
-            sides["ws sds kernel"] = lambda: (dq_acc2.zero_(), launch2())
-            sides["ws sds call"] = lambda: bwd.attention_backward(q, k, v, out, dout, lse, causal=causal,
-                                                                  shared_ds=True)
+        sides = {"ws call": lambda: bwd.attention_backward(q, k, v, out, dout, lse, causal=causal)}
+        for name, options in VARIANTS[D].items():  # the kernel alone, per variant
+            launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **options)
+            sides[f"ws {name or 'default'}"] = lambda launch=launch, dq_acc=dq_acc: (dq_acc.zero_(), launch())
         for name, kind in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
             try:
@@ -249,10 +250,11 @@ def speed(rounds):
         tf = {s: flop / med[s] / 1e9 for s in med}
         cell = lambda s: f"{tf[s]:.0f}" if s in tf else "-"  # noqa: E731
         ratio = lambda a, b: f"{med[b] / med[a]:.3f}x" if a in med and b in med else "-"  # noqa: E731
-        best = min((s for s in ("ws call", "ws sds call") if s in med), key=med.get)
+        best = min((s for s in med if s.startswith("ws ") and s != "ws call"), key=med.get)
         print(f"| {B}x{H}x{S} | {D} | {'causal' if causal else 'full'} | " + " | ".join(
-            cell(s) for s in ("ws kernel", "ws call", "ws sds kernel", "ws sds call", "cuDNN", "flash", "FA4"))
-            + f" | {ratio(best, 'cuDNN')} | {ratio(best, 'FA4')} |", flush=True)
+            cell(s) for s in ("ws call", "ws default", "ws sds", "ws order", "ws sds+order", "cuDNN", "flash", "FA4"))
+            + f" | {ratio('ws call', 'cuDNN')} | {ratio('ws call', 'FA4')} | {best[3:]} {ratio(best, 'FA4')} |",
+            flush=True)
 
 
 def main():

@@ -264,3 +264,25 @@ def test_delta_pre_pass_compiles_to_vector_loads():
     ptx = host.compiled_prep(cutlass.BFloat16, 128, arch="sm_90a").artifacts.PTX
     assert len(re.findall(r"ld\.global(\.\w+)*\.v4", ptx)) == 2 * 128 * 2 // 16
     assert len(re.findall(r"st\.global", ptx)) == 1
+
+
+@pytest.mark.parametrize("shared_ds", [False, True])
+def test_turn_taking_is_safe_and_a_turn_kept_deadlocks(shared_ds):
+    """wg_order: the warp groups alternate issuing their S / dP GEMMs through MathOrder; a twin whose
+    second warp group never hands the turn back is rejected at its wait, naming the missing release."""
+    g = ab.FlashAttentionBackward(wg_order=True, shared_ds=shared_ds)
+    assert _check(g=g).result.checker.verdict == "SAFE"
+    real_pass = ab.pass_turn
+
+    def keeps_turn(order, wg):
+        if wg == 0:
+            real_pass(order, wg)  # warp group 1 waits but never releases (planted)
+
+    ab.pass_turn = keeps_turn
+    try:
+        with pytest.raises(ValidationError) as e:
+            _check(g=g)
+    finally:
+        ab.pass_turn = real_pass
+    msg = str(e.value)
+    assert "MathOrder.wait() is never released" in msg and "task 'Grad1'" in msg, msg

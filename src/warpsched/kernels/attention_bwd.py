@@ -235,6 +235,12 @@ class Grads(MemoryResource):
 
 
 @dataclass(kw_only=True)
+class MathOrder(MemoryResource):
+    """``wg_order``: the two warp groups' turn to issue their S / dP GEMMs (a 1-stage AsyncAsync pipeline,
+    no data)."""
+
+
+@dataclass(kw_only=True)
 class SmemDS(MemoryResource):
     """``shared_ds``: a warp group's dS^T tile (64 keys x 64 queries, 16-bit), written by that warp group
     and read by both dQ GEMMs: an AsyncAsync stage from the writing warp group to the other one, which
@@ -295,18 +301,34 @@ def load_schedule(smem_kv, smem_qdo, steps):
         smem_qdo.commit()
 
 
+def take_turn(order, wg):
+    """``wg_order``: warp group 0 waits until 1 has issued its previous S / dP GEMMs, 1 until 0 has issued
+    this step's (a 1-stage AsyncAsync pipeline with no data, as the forward's MathOrder), so one warp
+    group's softmax / dS math runs while the other's GEMMs hold the tensor cores."""
+    if order is not None:
+        order.acquire() if wg == 0 else order.wait()
+
+
+def pass_turn(order, wg):
+    if order is not None:
+        order.commit() if wg == 0 else order.release()
+
+
 @schedule
-def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg):
+def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, order=None):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
-    step, retired before the step's Q / dO stage is released; K / V released after the last step."""
+    step, retired before the step's Q / dO stage is released; K / V released after the last step.
+    ``order`` (``wg_order``): the warp groups take turns issuing their S / dP GEMMs (``take_turn``)."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     idx = smem_qdo.init_index()
     grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
     smem_kv.wait()
     with domain_loop(0, steps, 1):
         smem_qdo.wait()
+        take_turn(order, wg)
         smem_qdo.gemm_operand(idx=idx)
         smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        pass_turn(order, wg)
         smem_kv.retire()
         grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
         smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
@@ -321,7 +343,7 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg):
 
 
 @schedule
-def grad_schedule_shared_ds(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other):
+def grad_schedule_shared_ds(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, order=None):
     """``shared_ds``: as ``grad_schedule``, but dS goes through ``SmemDS`` and the dQ GEMM covers all 128
     keys for half of D: this warp group hands its dS tile to the other one and waits for the other's."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
@@ -330,8 +352,10 @@ def grad_schedule_shared_ds(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_min
     smem_kv.wait()
     with domain_loop(0, steps, 1):
         smem_qdo.wait()
+        take_turn(order, wg)
         smem_qdo.gemm_operand(idx=idx)
         smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        pass_turn(order, wg)
         smem_kv.retire()
         grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
         ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
@@ -388,17 +412,26 @@ def build(g=None, *, steps=None, grad_schedules=None, writer_schedule=None, verb
         ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
                                                                 consumer_group=threads(128))
         smem_dss = [SmemDS(name=f"SmemDS{wg}", pipeline_config=ds_cfg, g=g, wg=wg) for wg in range(2)]
+    order = None
+    if g.wg_order:
+        turn = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
+                                                              consumer_group=threads(128))
+        order = MathOrder(name="MathOrder", pipeline_config=turn)
+        graph[order] = []
     for wg in range(2):
         grads = Grads(name=f"Grads{wg}", g=g, wg=wg)
         grads_all.append(grads)
         src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
+        turn = {} if order is None else {"order": order}
+        if order is not None:
+            (dst if wg == 0 else src).append(order)
         if g.shared_ds:
             sched = (grad_schedules or grad_schedule_shared_ds)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg,
-                                                                smem_dss[wg], smem_dss[1 - wg])
+                                                                smem_dss[wg], smem_dss[1 - wg], **turn)
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
             graph[smem_dss[wg]] = [smem_kv, smem_qdo]
         else:
-            sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg)
+            sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, **turn)
         tasks.append(Task(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg), num_warps=4,
                           num_registers=g.consumer_regs, schedule=sched))
         graph[grads] = [smem_kv, smem_qdo]
@@ -413,7 +446,7 @@ class FlashAttentionBackward:
     """Compile-time configuration (dtype, head dim, causal, Q / dO stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
-                 consumer_regs=240, shared_ds=False):
+                 consumer_regs=240, shared_ds=False, wg_order=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -428,6 +461,7 @@ class FlashAttentionBackward:
         # (one dQ reduce-add per step instead of two partial sums)
         self.shared_ds = bool(shared_ds)
         self.dq_cols = head_dim // 2 if self.shared_ds else head_dim  # dQ columns per warp group
+        self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
         self.block_m, self.block_n = BLOCK_M, BLOCK_N
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
