@@ -272,17 +272,19 @@ def test_turn_taking_is_safe_and_a_turn_kept_deadlocks(shared_ds):
     second warp group never hands the turn back is rejected at its wait, naming the missing release."""
     g = ab.FlashAttentionBackward(wg_order=True, shared_ds=shared_ds)
     assert _check(g=g).result.checker.verdict == "SAFE"
-    real_pass = ab.pass_turn
+    from warpsched.kernels import attention_bwd_schedules as sched
+
+    real_pass = sched.pass_turn
 
     def keeps_turn(order, wg):
         if wg == 0:
             real_pass(order, wg)  # warp group 1 waits but never releases (planted)
 
-    ab.pass_turn = keeps_turn
+    sched.pass_turn = keeps_turn
     try:
         with pytest.raises(ValidationError) as e:
             _check(g=g)
     finally:
-        ab.pass_turn = real_pass
+        sched.pass_turn = real_pass
     msg = str(e.value)
     assert "MathOrder.wait() is never released" in msg and "task 'Grad1'" in msg, msg

@@ -36,10 +36,11 @@ from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, domain_loop, producer_work, schedule,
-                       threads, trip_count, wgmma_wait)
+                       TaskLocalVariable, TaskManager, WorkAttr, consumer_work, producer_work, threads, trip_count,
+                       wgmma_wait)
 
 from . import attention_bwd_math as bmath
+from .attention_bwd_schedules import dq_writer_schedule, grad_schedule, grad_schedule_shared_ds, load_schedule
 from . import attention_math as amath
 from .attention import AttentionConfigError
 from .attention_bwd_math import HALF
@@ -289,102 +290,7 @@ class SmemDQ(MemoryResource):
         bmath.reduce_dq(g, v, getattr(v, f"sdQ{self.wg}"), m_block, head, batch, self.wg if g.shared_ds else 0)
 
 
-# ---------------------------------------------------------------------------------- schedules
-@schedule
-def load_schedule(smem_kv, smem_qdo, steps):
-    smem_kv.acquire()
-    smem_kv.tma_load()
-    smem_kv.commit()
-    with domain_loop(0, steps, 1):
-        smem_qdo.acquire()
-        smem_qdo.tma_load()
-        smem_qdo.commit()
-
-
-def take_turn(order, wg):
-    """``wg_order``: warp group 0 waits until 1 has issued its previous S / dP GEMMs, 1 until 0 has issued
-    this step's (a 1-stage AsyncAsync pipeline with no data, as the forward's MathOrder), so one warp
-    group's softmax / dS math runs while the other's GEMMs hold the tensor cores."""
-    if order is not None:
-        order.acquire() if wg == 0 else order.wait()
-
-
-def pass_turn(order, wg):
-    if order is not None:
-        order.commit() if wg == 0 else order.release()
-
-
-@schedule
-def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, order=None):
-    """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
-    step, retired before the step's Q / dO stage is released; K / V released after the last step.
-    ``order`` (``wg_order``): the warp groups take turns issuing their S / dP GEMMs (``take_turn``)."""
-    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
-    idx = smem_qdo.init_index()
-    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
-    smem_kv.wait()
-    with domain_loop(0, steps, 1):
-        smem_qdo.wait()
-        take_turn(order, wg)
-        smem_qdo.gemm_operand(idx=idx)
-        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
-        pass_turn(order, wg)
-        smem_kv.retire()
-        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
-        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-        smem_qdo.retire()
-        smem_qdo.release()
-        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
-        smem_dq.store(acc_dq=acc_dq)
-        smem_dq.commit()
-    smem_kv.release()
-    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
-
-
-@schedule
-def grad_schedule_shared_ds(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, order=None):
-    """``shared_ds``: as ``grad_schedule``, but dS goes through ``SmemDS`` and the dQ GEMM covers all 128
-    keys for half of D: this warp group hands its dS tile to the other one and waits for the other's."""
-    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
-    idx = smem_qdo.init_index()
-    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
-    smem_kv.wait()
-    with domain_loop(0, steps, 1):
-        smem_qdo.wait()
-        take_turn(order, wg)
-        smem_qdo.gemm_operand(idx=idx)
-        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
-        pass_turn(order, wg)
-        smem_kv.retire()
-        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
-        ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
-        ds_mine.store(ds=ds, acc_dp=acc_dp)
-        ds_mine.commit()
-        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
-        ds_other.wait()
-        ds_other.gemm_operand()
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-        smem_qdo.retire()
-        ds_other.release()
-        smem_qdo.release()
-        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
-        smem_dq.store(acc_dq=acc_dq)
-        smem_dq.commit()
-    smem_kv.release()
-    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
-
-
-@schedule
-def dq_writer_schedule(smem_dq0, smem_dq1, steps):
-    """The dQ writer warp: per step, each warp group's dQ part added into dQaccum by TMA."""
-    with domain_loop(0, steps, 1):
-        for smem_dq in (smem_dq0, smem_dq1):
-            smem_dq.wait()
-            smem_dq.reduce_add()
-            smem_dq.release()
-
-
+# ---------------------------------------------------------------------------------- program
 def build(g=None, *, steps=None, grad_schedules=None, writer_schedule=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
