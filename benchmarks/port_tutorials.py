@@ -134,9 +134,14 @@ def child(key: str, path: str, impl: str, unroll: str = "default") -> dict:
 
         mod = _load(path, f"port_{impl}_{key}")
         fn, args = fake_args(key, mod)
-        dump = tempfile.mkdtemp(prefix="port_ptx_")  # --keep-ptx writes files: keep them out of the cwd
-        compiled = cute.compile(fn, *args, options=f"--keep-ptx --dump-dir={dump} --gpu-arch {arch}")
-        ptx = kernel_ptx(compiled.artifacts.PTX, kernel_name)
+        # --keep-ptx writes files into the cwd: compile from a scratch directory. (With --dump-dir,
+        # artifacts.PTX is at times the path of a file already removed, which counted as 0 lines.)
+        os.chdir(tempfile.mkdtemp(prefix="port_ptx_"))
+        compiled = cute.compile(fn, *args, options=f"--keep-ptx --gpu-arch {arch}")
+        text = compiled.artifacts.PTX
+        if "\n" not in text:
+            raise RuntimeError(f"no PTX text from the compile (got {text[:80]!r})")
+        ptx = kernel_ptx(text, kernel_name)
         out.update(ok=True, **count_ptx(ptx))
         if impl == "warpsched":
             out["verdict"] = _warpsched_verdict()
