@@ -288,3 +288,24 @@ def test_turn_taking_is_safe_and_a_turn_kept_deadlocks(shared_ds):
         sched.pass_turn = real_pass
     msg = str(e.value)
     assert "MathOrder.wait() is never released" in msg and "task 'Grad1'" in msg, msg
+
+
+def test_argument_checks_never_crash():
+    """Random shapes, dtypes and devices: the backward's checks accept or raise AttentionConfigError,
+    never another exception (hypothesis, 300 examples)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    dims = st.lists(st.integers(0, 300), min_size=0, max_size=5)
+    dtypes = st.sampled_from(["torch.bfloat16", "torch.float16", "torch.float32", "torch.int8"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(dims, dtypes, st.booleans()), min_size=6, max_size=6))
+    def run(specs):
+        ts = [_T(shape, dtype, cuda) for shape, dtype, cuda in specs]
+        try:
+            host.check_args(*ts)
+        except AttentionConfigError:
+            pass
+
+    run()
