@@ -108,25 +108,20 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
 TRACED = {}
 
 
-class _CompiledPtx(dict):
-    """PTX of each EXPECTED variant, compiled on first use (the slow tier asks for all of them)."""
-
-    def __missing__(self, key):
-        hd, causal, overlap, persistent, options = key
-        self[key] = host.compile_for_cpu(head_dim=hd, causal=causal, overlap=overlap,
-                                        persistent=persistent, **dict(options)).artifacts.PTX
-        TRACED[key] = VERDICTS.looked_up[-1]
-        return self[key]
-
-
 @pytest.fixture(scope="module")
 def ptx():
-    return _CompiledPtx()
+    """PTX of each EXPECTED variant, compiled on first use (about 15 s each: all but one in the slow tier)."""
+    class Compiled(dict):
+        def __missing__(self, key):
+            hd, causal, overlap, persistent, options = key
+            self[key] = host.compile_for_cpu(head_dim=hd, causal=causal, overlap=overlap,
+                                            persistent=persistent, **dict(options)).artifacts.PTX
+            TRACED[key] = VERDICTS.looked_up[-1]  # the fingerprint the kernel trace was checked with
+            return self[key]
+    return Compiled()
 
 
-# ops.attention's default (att.TUNED, causal, hd 128) in the quick tier, every other variant (about 15 s of
-# compile each) in the slow one
-_QUICK_KEY = (128, True, True, True, tuple(sorted(att.TUNED.items())))
+_QUICK_KEY = (128, True, True, True, tuple(sorted(att.TUNED.items())))  # ops.attention's default: quick tier
 _PTX_KEYS = [pytest.param(key, marks=() if key == _QUICK_KEY else pytest.mark.slow) for key in EXPECTED]
 
 
@@ -450,9 +445,8 @@ def test_work_units_cover_every_block_once(causal, sq, sk, heads, kv_heads, batc
         assert counts == sorted(counts, reverse=True)
 
 
-@pytest.mark.parametrize("hd,causal,builder", [pytest.param(128, True, att.build_tuned, id="build_tuned"),
-                                                pytest.param(64, False, host.build_tuned_hd64, id="build_tuned_hd64",
-                                                             marks=pytest.mark.slow)])
+@pytest.mark.parametrize("hd,causal,builder", [(128, True, att.build_tuned), pytest.param(
+    64, False, host.build_tuned_hd64, marks=pytest.mark.slow)], ids=["build_tuned", "build_tuned_hd64"])
 def test_tuned_default_is_a_checked_program(ptx, hd, causal, builder):
     """ops.attention's default (attention_host.tuned_options) is the program `warpsched check
     examples/hopper/attention.py:build_tuned` (hd64 non-causal: `:build_tuned_hd64`) proves: same
