@@ -57,7 +57,7 @@ class PersistentGemm:
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
                  b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False, epi_n=32,
                  epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False, a_major="k", b_major="k",
-                 bias=None, activation=None, residual=False, scale_out=False, batched=False):
+                 bias=None, activation=None, residual=False, scale_out=False, batched=False, gmem_flags=False):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -69,6 +69,13 @@ class PersistentGemm:
         self.stream_k = bool(stream_k)
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
         self.split_reduce = split_reduce
+        # gmem_flags: serial_fixup's flag chain (serial split-K, stream-K) through lower/gmem_flags,
+        # the GmemFlag protocol gemm_handover proves; the same PTX as the hand-written accesses
+        self.gmem_flags = bool(gmem_flags)
+        if self.gmem_flags and not (self.stream_k or (self.serial and split_reduce == "serial")):
+            raise GemmConfigError(f"gmem_flags=True with split_reduce={split_reduce!r}, split_k={split_k!r}: only "
+                                  "serial split-K (split_reduce='serial') and stream-K hand tiles over through "
+                                  "GmemFlag so far; drop gmem_flags")
         host_split = bool(split_k) and not self.serial
         c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if host_split else ())  # fp32 partials
         b_dtype = b_dtype or ab_dtype
@@ -209,7 +216,7 @@ class PersistentGemm:
                 f"{self.group} stages {self.ab_stage}x{self.rings} epi {self.epi_stage}"
                 + (f" {self.ab_dtype.__name__}x{self.b_dtype.__name__} scaled" if self.scaled else "")
                 + (f" split-K {self.split_reduce}" if self.serial else " split-K fp32" if self.split_k else "")
-                + (" stream-K" if self.stream_k else "")
+                + (" stream-K" if self.stream_k else "") + (" gmem-flags" if self.gmem_flags else "")
                 + (f" cluster {self.cluster_mn[0]}x{self.cluster_mn[1]}" if self.clustered else "")
                 + (" skip" if self.skip else "") + (" pdl" if self.pdl else "")
                 + (f" epi_n {self.epi_n}" if self.epi_n != 32 else "")

@@ -12,6 +12,8 @@ launch); the bound flag's methods are called by ONE thread of the CTA, inside a 
 
 The other threads of the CTA read a handed-over tile after a CTA barrier that follows the wait:
 bar.sync orders them after the waiting thread's acquire (the GEMM's serial_fixup does the same).
+``fence=False`` leaves the fence out of signal / wait for a caller that fences itself (every
+thread of the CTA before the barrier that precedes a signal, after the one that follows a wait).
 ``spin_limit`` > 0 bounds the wait: past that many polls it gives up and returns False (the
 caller poisons its tile rather than hang); 0 waits forever and returns True.
 The grid checker (verify/checker/grid.py) proves the protocol these calls implement.
@@ -39,8 +41,9 @@ class BoundFlag:
         return self.tensor.iterator + slot
 
     @cute.jit
-    def signal(self, slot, value):
-        cute.arch.fence_acq_rel_gpu()
+    def signal(self, slot, value, fence: cutlass.Constexpr = True):
+        if cutlass.const_expr(fence):
+            cute.arch.fence_acq_rel_gpu()
         cute.arch.store(self._ptr(slot), cutlass.Int32(value), sem="release", scope="gpu")
 
     @cute.jit
@@ -53,7 +56,7 @@ class BoundFlag:
         cute.arch.store(self._ptr(slot), cutlass.Int32(0), sem="relaxed", scope="gpu")
 
     @cute.jit
-    def wait(self, slot, value, spin_limit: cutlass.Constexpr = 0):
+    def wait(self, slot, value, spin_limit: cutlass.Constexpr = 0, fence: cutlass.Constexpr = True):
         ptr = self._ptr(slot)
         target = cutlass.Int32(value)
         seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
@@ -66,11 +69,12 @@ class BoundFlag:
                 if spins >= spin_limit:
                     reached = cutlass.Boolean(False)
                     seen = target
-        cute.arch.fence_acq_rel_gpu()
+        if cutlass.const_expr(fence):
+            cute.arch.fence_acq_rel_gpu()
         return reached
 
     @cute.jit
-    def wait_at_least(self, slot, value, spin_limit: cutlass.Constexpr = 0):
+    def wait_at_least(self, slot, value, spin_limit: cutlass.Constexpr = 0, fence: cutlass.Constexpr = True):
         ptr = self._ptr(slot)
         target = cutlass.Int32(value)
         seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
@@ -83,7 +87,8 @@ class BoundFlag:
                 if spins >= spin_limit:
                     reached = cutlass.Boolean(False)
                     seen = target
-        cute.arch.fence_acq_rel_gpu()
+        if cutlass.const_expr(fence):
+            cute.arch.fence_acq_rel_gpu()
         return reached
 
 

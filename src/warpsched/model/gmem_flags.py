@@ -14,6 +14,8 @@ lists the work units a CTA runs in order (the kernel's own scheduler function, s
     flag.wait_at_least(slot, value) ... until flag[slot] >= value
     ticket = flag.add(slot, value)  atomic add (acq_rel); ``with ticket.when(old):`` runs a block only
                                     when the add returned ``old`` (e.g. the last of n shares: n - 1)
+    flag.reset(slot)                relaxed store of 0 (the slot's last user, for the next launch): it
+                                    orders nothing, so a wait it satisfies synchronizes with no one
     ws.write(tile)                  a plain store of a whole workspace tile (one writer per tile)
     ws.accumulate(tile, atomic=)    a declared accumulation: read-modify-write ordered after the tile's
                                     earlier writes, or ``atomic=True`` (red.add, unordered among themselves)
@@ -34,7 +36,7 @@ from .capture import fail
 from .resources import MemoryResource
 from .source import SourceLoc, caller_location
 
-FLAG_VERBS = ("signal", "wait", "wait_at_least", "add")
+FLAG_VERBS = ("signal", "wait", "wait_at_least", "add", "reset")
 WORKSPACE_VERBS = ("write", "accumulate", "read")
 
 
@@ -68,6 +70,8 @@ class GridOp:
         name = self.resource.display_name
         if self.kind == "add":
             call = f"{name}.add({self.slot}, {self.value})"
+        elif self.kind == "reset":
+            call = f"{name}.reset({self.slot})"
         elif self.is_sync:
             call = f"{name}.{self.kind}({self.slot}, {self.value})"
         elif self.kind == "accumulate" and self.value:
@@ -182,6 +186,9 @@ class GmemFlag(_GridResource):
 
     def wait_at_least(self, slot, value=1) -> None:
         self._record("wait_at_least", slot, value)
+
+    def reset(self, slot) -> None:
+        self._record("reset", slot, 0)
 
     def add(self, slot, value=1) -> Ticket:
         op = self._record("add", slot, value)

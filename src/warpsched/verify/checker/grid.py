@@ -216,6 +216,8 @@ class _Explorer:
                 clock = _join(clock, fclock)
             elif op.kind == "signal":
                 fl[k] = (op.value, tuple(clock))
+            elif op.kind == "reset":  # relaxed: the value changes, no release
+                fl[k] = (0, None)
             elif op.kind == "add":  # acq_rel read-modify-write: continues the release sequence
                 clock = _join(clock, fclock)
                 tk[(c, op.index)] = value
@@ -300,7 +302,7 @@ class _Explorer:
             sigs = []
             for d in range(self.ctas):
                 for later in self.ops[d][pcs[d]:]:
-                    if later.is_signal and later.resource is op.resource and later.slot == op.slot:
+                    if _can_satisfy(later, op):
                         sigs.append((d, later))
                         break
             waits_for[c] = sigs
@@ -335,7 +337,9 @@ class _Explorer:
         value = fl.get((id(op.resource), op.slot), (0, None))[0]
         ever = any(o.is_signal and o.resource is op.resource and o.slot == op.slot
                    for cta_ops in self.ops for o in cta_ops)
+        ever_value = any(_can_satisfy(o, op) for cta_ops in self.ops for o in cta_ops)
         what = ("no CTA ever signals it: a missing signal, or the wrong slot" if not ever else
+                f"no CTA ever sets it to {op.value}: a missing signal, or the wrong value" if not ever_value else
                 "nothing left signals the value it waits for" if not waits_for[c] else
                 "it waits for a CTA that cannot run")
         msg = (f"{op.resource.display_name}.{op.kind}({op.slot}, {op.value}) in CTA {op.cta} (unit {op.unit!r}) at "
@@ -343,6 +347,13 @@ class _Explorer:
         return _finding(msg, op, f"a signal that sets slot {op.slot} to {op.value} after this CTA reached the wait",
                         "signal the slot the reader waits on with the value it waits for (or wait for the value "
                         "the writer signals)", self.ctas, self.units, "\n".join(lines))
+
+
+def _can_satisfy(signal: GridOp, wait: GridOp) -> bool:
+    """Whether ``signal`` (a later call) could release ``wait``: an add, or a store of a value it accepts."""
+    if not signal.is_signal or signal.resource is not wait.resource or signal.slot != wait.slot:
+        return False
+    return signal.kind == "add" or _satisfied(wait, signal.value)
 
 
 def _enabled_guard(op: GridOp, cta: int, tickets) -> bool:

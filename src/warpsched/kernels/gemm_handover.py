@@ -1,0 +1,81 @@
+"""The persistent GEMM's cross-CTA hand-overs as GmemFlag protocols the grid checker proves.
+
+``PersistentGemm(gmem_flags=True)`` (serial split-K, stream-K) runs ``serial_fixup``'s flag chain
+through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same PTX as the hand-written accesses. The
+protocols below are that chain on Python ints: the kernel's own unit assignment (the cooperative
+schedule's static persistent order; gemm_streamk.StreamKPlan) and, per unit, the calls
+serial_fixup makes, in its order. ``bug=`` plants the twins the tests and
+benchmarks/gmem_flags_gpu.py use: 'missing_signal' (share 0 never hands on), 'reversed' (the chain
+runs from the last share down), 'read_first' (a share reads the tile before its wait),
+'wrong_neighbour' (stream-K: the reader waits on the next slot).
+"""
+from __future__ import annotations
+
+from ..model.gmem_flags import CrossCtaProtocol, GmemFlag, GmemWorkspace
+from .gemm_streamk import StreamKPlan
+
+SPLIT_K_FLAGS = GmemFlag(name="split-K tile flags (mF)")
+SPLIT_K_TILE = GmemWorkspace(name="split-K fp32 tile (mW)")
+BUGS = ("missing_signal", "reversed", "read_first", "wrong_neighbour")
+
+
+def split_k_units(cta, ctas, tiles, splits):
+    """The cooperative split-K kernel's units of ``cta``, in its order: the static persistent queue
+    visits units cta, cta + ctas, ... below tiles * splits; unit v is (tile v % tiles, share
+    v // tiles) (PersistentGemm.unit_tile without a cluster; the raster only renames tiles)."""
+    return [(v % tiles, v // tiles) for v in range(cta, tiles * splits, ctas)]
+
+
+def serial_fixup_calls(idx, split, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE):
+    """The hand-over calls of serial_fixup for share ``split`` of ``last + 1`` on flag / tile ``idx``."""
+    order = last - split if bug == "reversed" else split
+    if bug == "read_first" and order > 0:
+        tile.read(idx)
+    if order > 0:
+        flag.wait(idx, order)  # tidx 0 spins, then epi_bar and a GPU fence for every thread
+        if bug != "read_first":
+            tile.read(idx)  # prev = the tile; acc += prev
+    if order < last:
+        if order == 0:
+            tile.write(idx)  # the first share stores its sum
+        else:
+            tile.accumulate(idx)  # the later ones store acc + prev: a declared, flag-ordered accumulation
+        if bug != "missing_signal" or order > 0:
+            flag.signal(idx, order + 1)  # fence, epi_bar, then tidx 0's release store
+    else:
+        flag.reset(idx)  # the last share: zero for the next launch (relaxed)
+
+
+def serial_split_k_protocol(splits=2, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3)) -> CrossCtaProtocol:
+    """split_reduce='serial' with ``splits`` K shares: every launch of ``grids`` CTAs over ``tiles``."""
+    def assignment(cta, ctas, n_tiles):
+        return split_k_units(cta, ctas, n_tiles, splits)
+
+    def body(grid, unit):
+        t, split = unit
+        serial_fixup_calls(t, split, splits - 1, bug)
+
+    return CrossCtaProtocol(f"GEMM serial split-K ({splits} shares{', ' + bug if bug else ''})", assignment,
+                            body, grids=grids, unit_counts=tiles)
+
+
+def stream_k_protocol(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> CrossCtaProtocol:
+    """split_k='stream': the store's hand-over (gemm_resources.store) on StreamKPlan's units; a
+    tile of two shares runs serial_fixup with last = 1 on its workspace slot."""
+    def assignment(cta, ctas, n_tiles):
+        plan = StreamKPlan(n_tiles, k_tiles, ctas)
+        return [plan.unit(cta, j) for j in range(plan.units(cta))]
+
+    def body(grid, unit):
+        _, k_first, k_count, slot = unit
+        if k_count < k_tiles:
+            share = 1 - min(k_first, 1)
+            if bug == "wrong_neighbour" and share == 1:
+                SPLIT_K_FLAGS.wait(slot + 1, 1)
+                SPLIT_K_TILE.read(slot)
+                SPLIT_K_FLAGS.reset(slot)
+                return
+            serial_fixup_calls(slot, share, 1, bug)
+
+    return CrossCtaProtocol(f"GEMM stream-K ({k_tiles} K tiles{', ' + bug if bug else ''})", assignment, body,
+                            grids=grids, unit_counts=tiles, valid=lambda ctas, t: ctas <= t)

@@ -1,0 +1,93 @@
+"""The persistent GEMM's serial split-K / stream-K hand-over ported to GmemFlag (issue 29):
+gemm_handover's protocols (the kernel's own unit assignment, serial_fixup's calls in its order)
+are SAFE for every launch up to the bound and their planted twins rejected; the kernel with
+gmem_flags=True compiles for sm_90a with the same flag / fence / barrier instructions as the
+hand-written path, and is refused where it does not apply."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from warpsched import check_grid
+from warpsched.kernels import gemm_handover as H
+
+
+@pytest.mark.parametrize("protocol", [
+    H.serial_split_k_protocol(2), H.serial_split_k_protocol(3), H.serial_split_k_protocol(4, tiles=(1, 2, 3, 4)),
+    H.stream_k_protocol(3), H.stream_k_protocol(2, tiles=tuple(range(1, 9))),
+], ids=lambda p: p.name)
+def test_gemm_hand_overs_are_safe(protocol):
+    r = check_grid(protocol)
+    assert r.verdict == "SAFE", r.report()
+    assert "UNPROVEN beyond" in r.statement
+
+
+def test_units_are_the_kernels_partition():
+    # every (tile, share) exactly once, each CTA in increasing unit order
+    for ctas in range(1, 6):
+        for tiles in range(1, 5):
+            units = [u for c in range(ctas) for u in H.split_k_units(c, ctas, tiles, 3)]
+            assert sorted(units) == sorted((t, s) for t in range(tiles) for s in range(3))
+            for c in range(ctas):
+                order = [s * tiles + t for t, s in H.split_k_units(c, ctas, tiles, 3)]
+                assert order == sorted(order)
+
+
+@pytest.mark.parametrize("make, bug, words", [
+    (H.serial_split_k_protocol, "missing_signal", ["can block forever", "a missing signal"]),
+    (H.serial_split_k_protocol, "reversed", ["a cycle of waits", "its own later unit"]),
+    (H.serial_split_k_protocol, "read_first", ["without a hand-over from its writer"]),
+    (H.stream_k_protocol, "read_first", ["before its writer"]),
+    (H.stream_k_protocol, "wrong_neighbour", ["can block forever", "no CTA ever signals it"]),
+    (H.stream_k_protocol, "missing_signal", ["no CTA ever signals it"]),
+])
+def test_gemm_twins_are_rejected_naming_ctas_and_units(make, bug, words):
+    r = check_grid(make(bug=bug))
+    assert r.verdict == "REJECTED", r.report()
+    f = r.findings[0]
+    assert f.task.startswith("CTA ") and "unit" in f.task and f.location.file.endswith("gemm_handover.py")
+    assert "launch:" in f.detail
+    for w in words:
+        assert w in f.message, f.message
+
+
+def test_stream_k_wrong_neighbour_races_on_three_ctas():
+    r = check_grid(H.stream_k_protocol(bug="wrong_neighbour", grids=(3,), tiles=(4,)))
+    f = r.findings[0]
+    assert "CTA 0 unit (1, 0, 1, 1) reads workspace tile 1" in f.message and "CTA 1 unit (1, 1, 2, 1)" in f.message
+
+
+# --------------------------------------------------------------- the kernel (CPU compile, sm_90a)
+def _sync_counts(ptx):
+    keys = ("ld.acquire.gpu", "st.release.gpu", "st.relaxed.gpu", "atom.", "red.", "fence.acq_rel.gpu",
+            "bar.sync", "ld.global", "st.global")
+    return {k: sum(k in line for line in ptx.splitlines()) for k in keys}
+
+
+@pytest.mark.parametrize("opts", [dict(split_k=True, split_reduce="serial"), dict(stream_k=True)], ids=["serial", "stream"])
+def test_gmem_flags_kernel_has_the_same_hand_over_instructions(opts):
+    pytest.importorskip("cutlass")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
+    import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
+    from warpsched.kernels import gemm_host as gp
+
+    base = gp.compile_for_cpu(schedule="cooperative", **opts).artifacts.PTX
+    ported = gp.compile_for_cpu(schedule="cooperative", gmem_flags=True, **opts).artifacts.PTX
+    counts = _sync_counts(ported)
+    assert counts == _sync_counts(base)
+    assert counts["ld.acquire.gpu"] == 2 and counts["st.release.gpu"] == 1 and counts["st.relaxed.gpu"] == 1
+    assert abs(len(ported.splitlines()) - len(base.splitlines())) <= 4  # the bounded wait's branch shape only
+
+
+def test_gmem_flags_is_refused_where_the_kernel_does_not_use_the_chain():
+    pytest.importorskip("cutlass")
+    from warpsched.kernels import gemm_host as gp
+    from warpsched.kernels.gemm_config import GemmConfigError
+
+    for opts in (dict(split_k=True, split_reduce="parallel"), dict(split_k=True, split_reduce="atomic"), {}):
+        with pytest.raises(GemmConfigError, match="gmem_flags=True"):
+            gp.PersistentGemm(schedule="cooperative", gmem_flags=True, **opts)
+    g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", gmem_flags=True)
+    assert "gmem-flags" in g.describe()
