@@ -134,9 +134,8 @@ def child(key: str, path: str, impl: str, unroll: str = "default") -> dict:
 
         mod = _load(path, f"port_{impl}_{key}")
         fn, args = fake_args(key, mod)
-        # --keep-ptx writes files into the cwd: compile from a scratch directory. (With --dump-dir,
-        # artifacts.PTX is at times the path of a file already removed, which counted as 0 lines.)
-        os.chdir(tempfile.mkdtemp(prefix="port_ptx_"))
+        # --keep-ptx writes files into the cwd (run_child starts the child in a scratch directory).
+        # With --dump-dir, artifacts.PTX is at times the path of a file already removed.
         compiled = cute.compile(fn, *args, options=f"--keep-ptx --gpu-arch {arch}")
         text = compiled.artifacts.PTX
         if "\n" not in text:
@@ -244,9 +243,11 @@ def run_child(mode: str, key: str, path: str, impl: str, timeout: int, unroll: s
     env["WARPSCHED_VERDICT_CACHE"] = "0"  # the compile time includes the checks (no stored verdict)
     if impl == "warpsched":
         env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, key, path, impl, unroll]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, key, os.path.abspath(path), impl, unroll]
+    env["PYTHONPATH"] = os.path.join(ROOT, "benchmarks") + os.pathsep + env.get("PYTHONPATH", "")
+    try:  # --keep-ptx writes into the cwd the DSL starts in: a scratch directory
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                           cwd=tempfile.mkdtemp(prefix="port_ptx_"))
     except subprocess.TimeoutExpired:
         return {"tutorial": key, "impl": impl, "ok": False, "error": f"timeout after {timeout}s"}
     for line in p.stdout.splitlines():
