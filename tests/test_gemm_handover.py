@@ -91,3 +91,18 @@ def test_gmem_flags_is_refused_where_the_kernel_does_not_use_the_chain():
             gp.PersistentGemm(schedule="cooperative", gmem_flags=True, **opts)
     g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", gmem_flags=True)
     assert "gmem-flags" in g.describe()
+
+
+def test_a_gmem_flags_kernel_carries_its_hand_over_proof(monkeypatch):
+    pytest.importorskip("cutlass")
+    from warpsched.kernels import gemm_host as gp
+    from warpsched.kernels.gemm_config import GemmConfigError
+
+    g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", gmem_flags=True)
+    assert [r.verdict for r in g.handover_proof] == ["SAFE", "SAFE"]
+    assert "2 shares" in g.handover_proof[0].protocol and "UNPROVEN beyond" in g.handover_proof[0].statement
+    # a protocol the checker rejects refuses the kernel
+    monkeypatch.setattr(H, "_PROVEN", {})
+    monkeypatch.setattr(H, "serial_split_k_protocol", lambda splits: H.stream_k_protocol(bug="read_first"))
+    with pytest.raises(GemmConfigError, match="does not prove the hand-over"):
+        gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", gmem_flags=True)

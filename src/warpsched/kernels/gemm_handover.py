@@ -79,3 +79,25 @@ def stream_k_protocol(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4
 
     return CrossCtaProtocol(f"GEMM stream-K ({k_tiles} K tiles{', ' + bug if bug else ''})", assignment, body,
                             grids=grids, unit_counts=tiles, valid=lambda ctas, t: ctas <= t)
+
+
+_PROVEN = {}
+
+
+def require_safe(stream_k: bool):
+    """The grid checker's verdict on the hand-over a gmem_flags kernel runs (serial split-K with 2
+    and 3 shares, or stream-K with 2 and 3 K tiles, over the default bounds), computed once per
+    process (about 0.1 s); a violation raises GemmConfigError with the findings."""
+    from ..verify.checker.grid import check_grid
+    from .gemm_config import GemmConfigError
+
+    key = "stream" if stream_k else "serial"
+    if key not in _PROVEN:
+        protocols = ([stream_k_protocol(2), stream_k_protocol(3)] if stream_k else
+                     [serial_split_k_protocol(2), serial_split_k_protocol(3)])
+        _PROVEN[key] = [check_grid(p) for p in protocols]
+    bad = [r for r in _PROVEN[key] if r.verdict != "SAFE"]
+    if bad:
+        raise GemmConfigError("gmem_flags=True: the grid checker does not prove the hand-over:\n"
+                              + "\n".join(r.report() for r in bad))
+    return _PROVEN[key]

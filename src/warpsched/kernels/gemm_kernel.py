@@ -76,6 +76,10 @@ class PersistentGemm:
             raise GemmConfigError(f"gmem_flags=True with split_reduce={split_reduce!r}, split_k={split_k!r}: only "
                                   "serial split-K (split_reduce='serial') and stream-K hand tiles over through "
                                   "GmemFlag so far; drop gmem_flags")
+        if self.gmem_flags:
+            from .gemm_handover import require_safe
+
+            self.handover_proof = require_safe(self.stream_k)  # GridResults: SAFE up to their bounds
         host_split = bool(split_k) and not self.serial
         c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if host_split else ())  # fp32 partials
         b_dtype = b_dtype or ab_dtype
