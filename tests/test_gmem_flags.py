@@ -118,3 +118,43 @@ def test_waits_that_need_every_cta_resident():
     assert check_grid(_protocol(body, valid=lambda c, u: c == 2)).verdict == "SAFE"
     f, text = _one(check_grid(_protocol(body, valid=lambda c, u: c == 2, resident=False)))
     assert "can block forever" in f.message and "one at a time" in text
+
+
+def test_a_launch_past_the_state_cap_is_unproven():
+    r = check_grid(P.serial_split_k(splits=3), max_states=10)
+    assert r.verdict == "UNPROVEN" and "not finished within 10 states" in r.statement and not r.findings
+
+
+def test_wait_at_least_and_reset():
+    # every unit counts itself; the last unit waits until all have, then reads what they wrote (unit
+    # 0 as the waiter is a cycle on one CTA: it waits for its own later units); the reset orders
+    # nothing, so a wait that only the reset satisfies does not make a read safe
+    flag = GmemFlag(name="count")
+    ws = GmemWorkspace(name="parts")
+
+    def body(g, u):
+        ws.write(u)
+        flag.add(0, 1)
+        if u == g.units - 1:
+            flag.wait_at_least(0, g.units)
+            for k in range(g.units):
+                ws.read(k)
+
+    ok = CrossCtaProtocol("count", lambda c, n, units: range(c, units, n), body, grids=(1, 2, 3), unit_counts=(1, 2, 3))
+    assert check_grid(ok).verdict == "SAFE"
+    first = CrossCtaProtocol("count", ok.assignment, lambda g, u: body(g, g.units - 1 - u), grids=(1,),
+                             unit_counts=(2,))
+    f, _ = _one(check_grid(first))
+    assert "which only its own later unit 1 signals" in f.message
+
+    def relaxed(g, u):
+        if u == 1:
+            ws.write(1)
+            flag.signal(0, 1)
+            flag.reset(0)
+        else:
+            flag.wait(0, 0)
+            ws.read(1)
+
+    f, _ = _one(check_grid(_protocol(relaxed)))
+    assert "before its writer" in f.message or "without a hand-over" in f.message
