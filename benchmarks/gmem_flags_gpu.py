@@ -238,7 +238,8 @@ def main():
         for bug in verdicts:
             fake = [make_fake_compact_tensor(dt, (8,)) for dt in (cutlass.Int32, cutlass.Float32, cutlass.Float32,
                                                                    cutlass.Int32)]
-            c = cute.compile(build_kernel(bug), *fake, cutlass.Int32(4), cutlass.Int32(2), options=f"--keep-ptx --dump-dir={dump}")
+            c = cute.compile(build_kernel(bug), *fake, cutlass.Int32(4), cutlass.Int32(2),
+                             options=f"--keep-ptx --dump-dir={dump}")
             ptx = c.artifacts.PTX
             print(f"  compiled {bug:15s} sm_90a: {ptx.count('ld.acquire.gpu')} ld.acquire.gpu, "
                   f"{ptx.count('st.release.gpu')} st.release.gpu")

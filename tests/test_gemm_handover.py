@@ -66,7 +66,8 @@ def _sync_counts(ptx):
     return {k: sum(k in line for line in ptx.splitlines()) for k in keys}
 
 
-@pytest.mark.parametrize("opts", [dict(split_k=True, split_reduce="serial"), dict(stream_k=True)], ids=["serial", "stream"])
+@pytest.mark.parametrize("opts", [dict(split_k=True, split_reduce="serial"), dict(stream_k=True)],
+                         ids=["serial", "stream"])
 def test_gmem_flags_kernel_has_the_same_hand_over_instructions(opts):
     pytest.importorskip("cutlass")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
