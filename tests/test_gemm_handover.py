@@ -107,3 +107,16 @@ def test_a_gmem_flags_kernel_carries_its_hand_over_proof(monkeypatch):
     monkeypatch.setattr(H, "serial_split_k_protocol", lambda splits: H.stream_k_protocol(bug="read_first"))
     with pytest.raises(GemmConfigError, match="does not prove the hand-over"):
         gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", gmem_flags=True)
+
+
+def test_which_hand_overs_need_every_cta_resident():
+    from warpsched.verify.checker.grid import needs_residency
+
+    # serial split-K: share s of tile t may wait for a CTA with a higher index (unit (s - 1) * tiles + t)
+    r = needs_residency(H.serial_split_k_protocol(2))
+    assert r is not None and "can block forever" in r.findings[0].message
+    assert "one at a time" in r.findings[0].detail
+    # stream-K: CTA b - 1's last unit reads what CTA b's first unit writes, and CTA b starts after it
+    # in launch order: stream-K needs residency too. One CTA alone never waits on another.
+    assert needs_residency(H.stream_k_protocol(3)) is not None
+    assert needs_residency(H.serial_split_k_protocol(2, grids=(1,))) is None

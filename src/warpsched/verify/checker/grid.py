@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Tuple
 
 from ...errors import Finding, ScheduleError
@@ -93,6 +93,14 @@ def check_grid(protocol: CrossCtaProtocol, max_states: int = MAX_STATES) -> Grid
     if not protocol.resident:
         statement += "; also with CTAs started one at a time in launch order"
     return GridResult(protocol.name, verdict, [], launches, total, time.perf_counter() - t0, statement, per)
+
+
+def needs_residency(protocol: CrossCtaProtocol, max_states: int = MAX_STATES) -> Optional[GridResult]:
+    """None when the protocol is also SAFE with its CTAs started one at a time in launch order (no
+    wait needs a later CTA resident); else the result that shows which wait needs one, so the
+    launch must keep its grid within what can be resident at once (SM count, max active clusters)."""
+    r = check_grid(replace(protocol, resident=False), max_states)
+    return None if r.verdict == "SAFE" else r
 
 
 def _done(protocol, verdict, findings, launches, total, t0, per) -> GridResult:
