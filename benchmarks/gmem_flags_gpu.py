@@ -11,7 +11,9 @@ order and each twin of kernels/gemm_handover.BUGS that applies, at the launch th
 counterexample names. Every wait is bounded (SPIN_LIMIT polls, then the unit records a timeout and
 goes on), and each launch runs in a child process killed after HANG_S seconds of silence (watchdog):
 a twin shows as 'hang' (bounded wait expired or the child killed), 'wrong' (a sum differs) or 'ok'.
-The share-0 writer first spins DELAY polls so a reader that does not wait reads early.
+The share-0 writer first spins DELAY polls so a reader that does not wait reads early. The same for
+stream-K's hand-over (StreamKPlan's units on device values, as the GEMM computes them; slot s's
+writer in CTA b spins (ctas - b) * DELAY polls): fixed, and the reader waiting on the next slot.
 
 Part 2, the ported GEMM: split_k=4 split_reduce='serial' and split_k='stream', default vs
 gmem_flags=True: bitwise equal outputs (each deterministic: two launches equal), the error against
@@ -35,9 +37,15 @@ DELAY = 20000
 HANG_S = 20.0
 COMPILE_S = 120.0
 SPLITS = 3
-# (twin, CTAs, tiles): the fixed order at small launches, each twin where the checker's counterexample is
-CASES = [("fixed", 1, 1), ("fixed", 2, 3), ("fixed", 4, 4), ("missing_signal", 1, 1), ("missing_signal", 2, 2),
-         ("reversed", 1, 1), ("reversed", 2, 3), ("read_first", 2, 1), ("read_first", 4, 4)]
+K_TILES = 3  # stream-K: K tiles per output tile
+# (protocol, twin, CTAs, tiles): the fixed order at small launches, each twin where the checker's
+# counterexample is (tests/test_gemm_handover.py names the same launches)
+CASES = [("serial", "fixed", 1, 1), ("serial", "fixed", 2, 3), ("serial", "fixed", 4, 4),
+         ("serial", "missing_signal", 1, 1), ("serial", "missing_signal", 2, 2),
+         ("serial", "reversed", 1, 1), ("serial", "reversed", 2, 3),
+         ("serial", "read_first", 2, 1), ("serial", "read_first", 4, 4),
+         ("stream", "fixed", 2, 3), ("stream", "fixed", 3, 4), ("stream", "fixed", 4, 5),
+         ("stream", "wrong_neighbour", 2, 3), ("stream", "wrong_neighbour", 3, 4)]
 
 
 def checker_verdicts():
@@ -45,10 +53,12 @@ def checker_verdicts():
     from warpsched.kernels import gemm_handover as H
 
     out = {}
-    for bug in ("fixed", "missing_signal", "reversed", "read_first"):
-        r = check_grid(H.serial_split_k_protocol(SPLITS, bug=None if bug == "fixed" else bug))
+    for kind, bug in sorted({(c[0], c[1]) for c in CASES}):
+        make = H.serial_split_k_protocol if kind == "serial" else H.stream_k_protocol
+        r = check_grid(make(SPLITS if kind == "serial" else K_TILES, bug=None if bug == "fixed" else bug))
         f = r.findings[0] if r.findings else None
-        out[bug] = (r.verdict, f"{f.detail.splitlines()[0]}: {f.message[:110]}" if f else r.statement, r.seconds)
+        out[(kind, bug)] = (r.verdict, f"{f.detail.splitlines()[0]}: {f.message[:110]}" if f else r.statement,
+                            r.seconds)
     return out
 
 
@@ -110,23 +120,83 @@ def build_kernel(bug):
     return host
 
 
-def expected(tiles):
-    return [sum((s + 1) * 1000 + t for s in range(SPLITS)) for t in range(tiles)]
+def build_stream_kernel(bug):
+    """Stream-K's hand-over (gemm_resources.store + serial_fixup, last = 1) on StreamKPlan's units,
+    computed on device values as the GEMM does: k-iteration k of tile t contributes (k + 1) * 1000 + t.
+    The writer of slot s in CTA b first spins (ctas - b) * DELAY polls, so lower CTAs hand over later."""
+    import cutlass
+    import cutlass.cute as cute
+
+    from warpsched.kernels.gemm_handover import SPLIT_K_FLAGS
+    from warpsched.kernels.gemm_streamk import StreamKPlan
+    from warpsched.lower.gmem_flags import bind
+
+    def units_of(tiles, ctas, cta):  # the plan is rebuilt per use: a Python object the DSL cannot carry
+        return StreamKPlan(tiles, K_TILES, ctas, minimum=cutlass.min, maximum=cutlass.max).units(cta)
+
+    def unit_of(tiles, ctas, cta, j):
+        return StreamKPlan(tiles, K_TILES, ctas, minimum=cutlass.min, maximum=cutlass.max).unit(cta, j)
+
+    @cute.kernel
+    def handover(flags: cute.Tensor, ws: cute.Tensor, out: cute.Tensor, status: cute.Tensor, tiles: cutlass.Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        ctas, _, _ = cute.arch.grid_dim()
+        f = bind(SPLIT_K_FLAGS, flags)
+        if tidx == 0:
+            for j in cutlass.range(units_of(tiles, ctas, cta)):
+                tile, k_first, k_count, slot = unit_of(tiles, ctas, cta, j)
+                acc = cutlass.Float32(0.0)
+                for k in cutlass.range(k_first, k_first + k_count):
+                    acc = acc + cutlass.Float32((k + 1) * 1000 + tile)
+                if k_count < K_TILES:
+                    if k_first > 0:  # the tile's last K tiles: hand the partial over
+                        junk = cutlass.Int32(0)
+                        for _ in cutlass.range((ctas - cta) * DELAY):
+                            junk = junk + cute.arch.load(flags.iterator + 2 * ctas, cutlass.Int32, sem="acquire",
+                                                         scope="gpu")
+                        if junk == 12345:
+                            status[0] = status[0] + 100
+                        ws[slot] = acc
+                        f.signal(slot, 1)
+                    else:  # its first K tiles: take the partial, store the tile
+                        waited = slot
+                        if cutlass.const_expr(bug == "wrong_neighbour"):
+                            waited = slot + 1
+                        if not f.wait(waited, 1, spin_limit=SPIN_LIMIT):
+                            status[0] = status[0] + 1
+                        out[tile] = acc + ws[slot]
+                        f.reset(slot)
+                else:
+                    out[tile] = acc
+
+    @cute.jit
+    def host(flags: cute.Tensor, ws: cute.Tensor, out: cute.Tensor, status: cute.Tensor, tiles: cutlass.Int32,
+             ctas: cutlass.Int32):
+        handover(flags, ws, out, status, tiles).launch(grid=(ctas, 1, 1), block=(32, 1, 1))
+
+    return host
 
 
-def run_twin(bug, ctas, tiles):
+def expected(kind, tiles):
+    shares = SPLITS if kind == "serial" else K_TILES
+    return [float(sum((s + 1) * 1000 + t for s in range(shares))) for t in range(tiles)]
+
+
+def run_twin(kind, bug, ctas, tiles):
     """Child: compile, launch once, print a JSON line."""
     import torch
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import from_dlpack
 
-    host = build_kernel(bug)
+    host = build_kernel(bug) if kind == "serial" else build_stream_kernel(bug)
     dev = torch.device("cuda")
-    flags = torch.zeros(tiles + 1, dtype=torch.int32, device=dev)
-    ws = torch.full((tiles,), -1.0, dtype=torch.float32, device=dev)  # stale: what an early read sees
+    words = max(tiles, 2 * ctas) + 2
+    flags = torch.zeros(words, dtype=torch.int32, device=dev)
+    ws = torch.full((words,), -1.0, dtype=torch.float32, device=dev)  # stale: what an early read sees
     out = torch.zeros(tiles, dtype=torch.float32, device=dev)
-    status = torch.zeros(tiles, dtype=torch.int32, device=dev)
+    status = torch.zeros(max(tiles, 1), dtype=torch.int32, device=dev)
     args = [from_dlpack(x, assumed_align=4) for x in (flags, ws, out, status)]
     t0 = time.time()
     compiled = cute.compile(host, *args, cutlass.Int32(tiles), cutlass.Int32(ctas))
@@ -134,15 +204,16 @@ def run_twin(bug, ctas, tiles):
     compiled(*args, cutlass.Int32(tiles), cutlass.Int32(ctas))
     torch.cuda.synchronize()
     got = out.tolist()
-    print(json.dumps({"out": got, "timeouts": int((status % 100).sum()), "expected": expected(tiles)}), flush=True)
+    print(json.dumps({"out": got, "timeouts": int((status % 100).sum()), "expected": expected(kind, tiles)}),
+          flush=True)
 
 
-def twin_in_child(bug, ctas, tiles):
+def twin_in_child(kind, bug, ctas, tiles):
     """Parent: run one twin in a child process; kill it after HANG_S s of silence once compiled."""
     import queue
     import threading
 
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", bug, str(ctas), str(tiles)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, bug, str(ctas), str(tiles)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout] and None, daemon=True).start()
@@ -166,9 +237,13 @@ def twin_in_child(bug, ctas, tiles):
         return ("hang (killed)" if "compiled_s" in last else "compile timeout"), last
     if "out" not in last:
         return "error: " + (tail[-1][:160] if tail else f"exit {proc.returncode}"), last
+    parts = []
     if last["timeouts"]:
-        return f"hang ({last['timeouts']} bounded waits expired)", last
-    return ("ok" if last["out"] == last["expected"] else "wrong"), last
+        parts.append(f"hang ({last['timeouts']} bounded waits expired)")
+    if last["out"] != last["expected"]:
+        bad = [t for t, (x, y) in enumerate(zip(last["out"], last["expected"])) if x != y]
+        parts.append(f"wrong (tiles {bad})")
+    return (" + ".join(parts) or "ok"), last
 
 
 def gemm_part():
@@ -216,16 +291,16 @@ def gemm_part():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu", action="store_true", help="no GPU: checker verdicts and the sm_90a compile of every twin")
-    ap.add_argument("--child", nargs=3, metavar=("BUG", "CTAS", "TILES"))
+    ap.add_argument("--child", nargs=4, metavar=("KIND", "BUG", "CTAS", "TILES"))
     ap.add_argument("--skip-gemm", action="store_true")
     args = ap.parse_args()
     if args.child:
-        return run_twin(args.child[0], int(args.child[1]), int(args.child[2]))
+        return run_twin(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
     t0 = time.time()
     verdicts = checker_verdicts()
     print("checker (CPU):")
-    for bug, (v, what, s) in verdicts.items():
-        print(f"  {bug:15s} {v:9s} {s:.2f}s  {what}")
+    for (kind, bug), (v, what, s) in verdicts.items():
+        print(f"  {kind:6s} {bug:15s} {v:9s} {s:.2f}s  {what}")
     if args.cpu:
         import cutlass
         import cutlass.cute as cute
@@ -235,26 +310,27 @@ def main():
 
         dump = tempfile.mkdtemp(prefix="gmem_flags_ptx_")
 
-        for bug in verdicts:
+        for kind, bug in verdicts:
             fake = [make_fake_compact_tensor(dt, (8,)) for dt in (cutlass.Int32, cutlass.Float32, cutlass.Float32,
                                                                    cutlass.Int32)]
-            c = cute.compile(build_kernel(bug), *fake, cutlass.Int32(4), cutlass.Int32(2),
+            build = build_kernel if kind == "serial" else build_stream_kernel
+            c = cute.compile(build(bug), *fake, cutlass.Int32(4), cutlass.Int32(2),
                              options=f"--keep-ptx --dump-dir={dump}")
             ptx = c.artifacts.PTX
-            print(f"  compiled {bug:15s} sm_90a: {ptx.count('ld.acquire.gpu')} ld.acquire.gpu, "
+            print(f"  compiled {kind:6s} {bug:15s} sm_90a: {ptx.count('ld.acquire.gpu')} ld.acquire.gpu, "
                   f"{ptx.count('st.release.gpu')} st.release.gpu")
         return 0
     bad = 0
-    print("\n| twin | CTAs | tiles | checker | H200 | out (expected) |")
-    print("|---|---|---|---|---|---|")
-    for bug, ctas, tiles in CASES:
-        outcome, data = twin_in_child(bug, ctas, tiles)
-        verdict = verdicts[bug][0]
+    print("\n| protocol | twin | CTAs | tiles | checker | H200 | out (expected) |")
+    print("|---|---|---|---|---|---|---|")
+    for kind, bug, ctas, tiles in CASES:
+        outcome, data = twin_in_child(kind, bug, ctas, tiles)
+        verdict = verdicts[(kind, bug)][0]
         agree = (verdict == "SAFE") == (outcome == "ok")
         # a rejected twin may still run correctly on a given launch (a race that did not show): not a failure
         if verdict == "SAFE" and outcome != "ok":
             bad += 1
-        print(f"| {bug} | {ctas} | {tiles} | {verdict} | {outcome}{'' if agree else ' (did not show)'} | "
+        print(f"| {kind} | {bug} | {ctas} | {tiles} | {verdict} | {outcome}{'' if agree else ' (did not show)'} | "
               f"{data.get('out')} ({data.get('expected')}) |", flush=True)
     if not args.skip_gemm:
         bad += gemm_part()
