@@ -88,8 +88,8 @@ def check_grid(protocol: CrossCtaProtocol, max_states: int = MAX_STATES) -> Grid
     verdict = "UNPROVEN" if unproven else "SAFE"
     statement = f"proven for {protocol.bound()}, UNPROVEN beyond"
     if unproven:
-        statement += f"; not finished within {max_states} states: " + ", ".join(
-            f"{c} CTAs x {u} units" for c, u in unproven)
+        statement = (f"explored {protocol.bound()} without a violation, but not finished within {max_states} "
+                     "states (UNPROVEN): " + ", ".join(f"{c} CTAs x {u} units" for c, u in unproven))
     if not protocol.resident:
         statement += "; also with CTAs started one at a time in launch order"
     return GridResult(protocol.name, verdict, [], launches, total, time.perf_counter() - t0, statement, per)
