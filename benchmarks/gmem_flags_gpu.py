@@ -15,7 +15,7 @@ The share-0 writer first spins DELAY polls so a reader that does not wait reads 
 stream-K's hand-over (StreamKPlan's units on device values, as the GEMM computes them; slot s's
 writer in CTA b spins (ctas - b) * DELAY polls): fixed, and the reader waiting on the next slot.
 
-Part 2, the ported GEMM: split_k=4 split_reduce='serial' and split_k='stream', default vs
+Part 2, the ported GEMM: split_k=4 split_reduce='serial' / 'parallel' and split_k='stream', default vs
 gmem_flags=True: bitwise equal outputs (each deterministic: two launches equal), the error against
 fp64, and the median time of both (triton do_bench). Prints PASS / FAIL lines and a table.
 """
@@ -255,13 +255,15 @@ def gemm_part():
     rows, bad = [], 0
     torch.manual_seed(0)
     # stream-K: 10 x 15 = 150 tiles of 128x256 on 132 SMs: all 150 stream-K tiles, hand-overs included
-    for M, N, K, split in ((256, 512, 8192, 4), (512, 1024, 16384, 4), (1280, 3840, 4096, "stream")):
+    for M, N, K, split, mode in ((256, 512, 8192, 4, "serial"), (512, 1024, 16384, 4, "serial"),
+                                 (256, 512, 8192, 4, "parallel"), (512, 1024, 16384, 4, "parallel"),
+                                 (1280, 3840, 4096, "stream", None)):
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
         ref = torch.mm(a.double(), b.double().t())
         kw = dict(schedule="cooperative", split_k=split)
-        if split != "stream":
-            kw["split_reduce"] = "serial"
+        if mode:
+            kw["split_reduce"] = mode
         outs, times = {}, {}
         for name, extra in (("default", {}), ("gmem_flags", {"gmem_flags": True})):
             c1 = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
@@ -278,9 +280,11 @@ def gemm_part():
         same = torch.equal(outs["default"], outs["gmem_flags"])
         err = float((outs["gmem_flags"].double() - ref).norm() / ref.norm())
         bad += (not same) + (not err < 1e-2)
-        print(f"{'PASS' if same and err < 1e-2 else 'FAIL'} GEMM {M}x{N}x{K} split_k={split}: bitwise equal={same} "
-              f"err={err:.2e}", flush=True)
-        rows.append((f"{M}x{N}x{K}", str(split), same, err, times["default"] * 1e3, times["gmem_flags"] * 1e3))
+        verdict = "PASS" if same and err < 1e-2 else "FAIL"
+        print(f"{verdict} GEMM {M}x{N}x{K} split_k={split} {mode or ''}: bitwise equal={same} err={err:.2e}",
+              flush=True)
+        rows.append((f"{M}x{N}x{K}", f"{split} {mode or ''}", same, err, times["default"] * 1e3,
+                     times["gmem_flags"] * 1e3))
     print("\n| shape | split_k | bitwise equal | rel. error | default us | gmem_flags us |")
     print("|---|---|---|---|---|---|")
     for r in rows:

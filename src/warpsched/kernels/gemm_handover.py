@@ -1,7 +1,8 @@
 """The persistent GEMM's cross-CTA hand-overs as GmemFlag protocols the grid checker proves.
 
-``PersistentGemm(gmem_flags=True)`` (serial split-K, stream-K) runs ``serial_fixup``'s flag chain
-through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same PTX as the hand-written accesses. The
+``PersistentGemm(gmem_flags=True)`` (serial / parallel split-K, stream-K) runs ``serial_fixup``'s
+flag chain and ``parallel_fixup``'s count through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the
+same flag, fence and barrier instructions as the hand-written accesses. The
 protocols below are that chain on Python ints: the kernel's own unit assignment (the cooperative
 schedule's static persistent order; gemm_streamk.StreamKPlan) and, per unit, the calls
 serial_fixup makes, in its order. ``bug=`` plants the twins the tests and
@@ -59,6 +60,36 @@ def serial_split_k_protocol(splits=2, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2,
                             body, grids=grids, unit_counts=tiles)
 
 
+def parallel_fixup_calls(t, split, last, tiles, bug=None, flag=SPLIT_K_FLAGS, slabs=SPLIT_K_TILE):
+    """The hand-over calls of parallel_fixup for share ``split`` of ``last + 1`` on tile ``t``: the
+    shares but the last write their own slab (split * tiles + t) and count themselves (a release-only
+    add); the last one waits for the count, resets it and reads every slab."""
+    if split < last:
+        slabs.write(split * tiles + t)
+        if bug != "missing_signal" or split > 0:
+            flag.add(t, 1, acquire=False)  # fence, epi_bar, then tidx 0's release atomic add
+    else:
+        if bug == "read_first":
+            slabs.read(t)
+        flag.wait(t, last)
+        flag.reset(t)
+        for s in range(last):  # after epi_bar and a GPU fence for every thread
+            slabs.read(s * tiles + t)
+
+
+def parallel_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3)) -> CrossCtaProtocol:
+    """split_reduce='parallel' with ``splits`` K shares (the same unit partition as serial split-K)."""
+    def assignment(cta, ctas, n_tiles):
+        return split_k_units(cta, ctas, n_tiles, splits)
+
+    def body(grid, unit):
+        t, split = unit
+        parallel_fixup_calls(t, split, splits - 1, grid.units, bug)
+
+    return CrossCtaProtocol(f"GEMM parallel split-K ({splits} shares{', ' + bug if bug else ''})", assignment,
+                            body, grids=grids, unit_counts=tiles)
+
+
 def stream_k_protocol(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> CrossCtaProtocol:
     """split_k='stream': the store's hand-over (gemm_resources.store) on StreamKPlan's units; a
     tile of two shares runs serial_fixup with last = 1 on its workspace slot."""
@@ -84,18 +115,18 @@ def stream_k_protocol(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4
 _PROVEN = {}
 
 
-def require_safe(stream_k: bool):
-    """The grid checker's verdict on the hand-over a gmem_flags kernel runs (serial split-K with 2
-    and 3 shares, or stream-K with 2 and 3 K tiles, over the default bounds), computed once per
-    process (about 0.1 s); a violation raises GemmConfigError with the findings."""
+def require_safe(kind: str):
+    """The grid checker's verdict on the hand-over a gmem_flags kernel runs (``kind``: 'serial' or
+    'parallel' split-K with 2 and 3 shares, or 'stream' with 2 and 3 K tiles, over the default
+    bounds), computed once per process (about 0.1 s); a violation raises GemmConfigError with the findings."""
     from ..verify.checker.grid import check_grid
     from .gemm_config import GemmConfigError
 
-    key = "stream" if stream_k else "serial"
+    key = kind
     if key not in _PROVEN:
-        protocols = ([stream_k_protocol(2), stream_k_protocol(3)] if stream_k else
-                     [serial_split_k_protocol(2), serial_split_k_protocol(3)])
-        _PROVEN[key] = [check_grid(p) for p in protocols]
+        make = {"stream": stream_k_protocol, "serial": serial_split_k_protocol,
+                "parallel": parallel_split_k_protocol}[kind]
+        _PROVEN[key] = [check_grid(make(n)) for n in (2, 3)]
     bad = [r for r in _PROVEN[key] if r.verdict != "SAFE"]
     if bad:
         raise GemmConfigError("gmem_flags=True: the grid checker does not prove the hand-over:\n"

@@ -69,17 +69,19 @@ class PersistentGemm:
         self.stream_k = bool(stream_k)
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
         self.split_reduce = split_reduce
-        # gmem_flags: serial_fixup's flag chain (serial split-K, stream-K) through lower/gmem_flags,
-        # the GmemFlag protocol gemm_handover proves; the same PTX as the hand-written accesses
+        # gmem_flags: serial_fixup's flag chain (serial split-K, stream-K) and parallel_fixup's count
+        # through lower/gmem_flags, the GmemFlag protocols gemm_handover proves; the same flag, fence
+        # and barrier instructions as the hand-written accesses
         self.gmem_flags = bool(gmem_flags)
-        if self.gmem_flags and not (self.stream_k or (self.serial and split_reduce == "serial")):
+        if self.gmem_flags and not (self.stream_k or (self.serial and split_reduce in ("serial", "parallel"))):
             raise GemmConfigError(f"gmem_flags=True with split_reduce={split_reduce!r}, split_k={split_k!r}: only "
-                                  "serial split-K (split_reduce='serial') and stream-K hand tiles over through "
-                                  "GmemFlag so far; drop gmem_flags")
+                                  "serial / parallel split-K and stream-K hand tiles over through GmemFlag so far; "
+                                  "drop gmem_flags")
         if self.gmem_flags:
             from .gemm_handover import require_safe
 
-            self.handover_proof = require_safe(self.stream_k)  # GridResults: SAFE up to their bounds
+            # GridResults: SAFE up to their bounds
+            self.handover_proof = require_safe("stream" if self.stream_k else split_reduce)
         host_split = bool(split_k) and not self.serial
         c_ok = (cutlass.BFloat16, cutlass.Float16) + ((cutlass.Float32,) if host_split else ())  # fp32 partials
         b_dtype = b_dtype or ab_dtype

@@ -340,7 +340,9 @@ class GmemC(MemoryResource):
         residency argument (the last share is the tile's highest unit) and bounded wait."""
         g = self.g
         bM, bN, _ = g.tile_mnk
-        flag = g.mF.iterator + (m * g.tiles_n + n)
+        idx = m * g.tiles_n + n
+        flag = g.mF.iterator + idx
+        flags = bind(SPLIT_K_FLAGS, g.mF)  # gmem_flags: the verbs gemm_handover.parallel_fixup_calls checks
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
         last = g.splits - 1
         if split < last:
@@ -348,11 +350,19 @@ class GmemC(MemoryResource):
             cute.arch.fence_acq_rel_gpu()
             epi_bar.arrive_and_wait()
             if tidx == self.first_thread:
-                cute.arch.atomic_add(flag, cutlass.Int32(1), sem="release", scope="gpu")
+                if cutlass.const_expr(g.gmem_flags):
+                    flags.add(idx, 1, acquire=False, fence=False)
+                else:
+                    cute.arch.atomic_add(flag, cutlass.Int32(1), sem="release", scope="gpu")
         else:
             if tidx == self.first_thread:
-                self.wait_flag(flag, last, acc)
-                cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")  # for the next launch
+                if cutlass.const_expr(g.gmem_flags):
+                    if not flags.wait(idx, last, spin_limit=SPIN_LIMIT, fence=False):
+                        acc[0] = cutlass.Float32(float("nan"))
+                    flags.reset(idx)
+                else:
+                    self.wait_flag(flag, last, acc)
+                    cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")  # for the next launch
             epi_bar.arrive_and_wait()
             cute.arch.fence_acq_rel_gpu()
             prev = cute.make_rmem_tensor(acc.layout, g.acc_dtype)

@@ -7,7 +7,8 @@ launch); the bound flag's methods are called by ONE thread of the CTA, inside a 
                                                                          follows the tile's writes)
     wait(slot, value)        ld.acquire.gpu.b32 in a loop until == value; then fence.acq_rel.gpu
     wait_at_least(slot, v)   ... until >= value
-    add(slot, value) -> old  fence.acq_rel.gpu; atom.acq_rel.gpu.add.u32 (returns the old value)
+    add(slot, value) -> old  fence.acq_rel.gpu; atom.acq_rel.gpu.add.u32 (returns the old value);
+                             acquire=False: atom.release (a share that only counts itself)
     reset(slot)              st.relaxed.gpu.b32 0 (the last user, for the next launch)
 
 The other threads of the CTA read a handed-over tile after a CTA barrier that follows the wait:
@@ -47,9 +48,11 @@ class BoundFlag:
         cute.arch.store(self._ptr(slot), cutlass.Int32(value), sem="release", scope="gpu")
 
     @cute.jit
-    def add(self, slot, value):
-        cute.arch.fence_acq_rel_gpu()
-        return cute.arch.atomic_add(self._ptr(slot), cutlass.Int32(value), sem="acq_rel", scope="gpu")
+    def add(self, slot, value, acquire: cutlass.Constexpr = True, fence: cutlass.Constexpr = True):
+        if cutlass.const_expr(fence):
+            cute.arch.fence_acq_rel_gpu()
+        sem = "acq_rel" if acquire else "release"
+        return cute.arch.atomic_add(self._ptr(slot), cutlass.Int32(value), sem=sem, scope="gpu")
 
     @cute.jit
     def reset(self, slot):

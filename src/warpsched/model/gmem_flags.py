@@ -13,7 +13,8 @@ lists the work units a CTA runs in order (the kernel's own scheduler function, s
     flag.wait(slot, value)          spin with acquire loads until flag[slot] == value
     flag.wait_at_least(slot, value) ... until flag[slot] >= value
     ticket = flag.add(slot, value)  atomic add (acq_rel); ``with ticket.when(old):`` runs a block only
-                                    when the add returned ``old`` (e.g. the last of n shares: n - 1)
+                                    when the add returned ``old`` (e.g. the last of n shares: n - 1);
+                                    ``acquire=False``: a release-only add (a share that only counts itself)
     flag.reset(slot)                relaxed store of 0 (the slot's last user, for the next launch): it
                                     orders nothing, so a wait it satisfies synchronizes with no one
     ws.write(tile)                  a plain store of a whole workspace tile (one writer per tile)
@@ -53,6 +54,7 @@ class GridOp:
     unit: Any = None
     index: int = 0  # position in the CTA's op list
     guards: Tuple[Tuple[int, int], ...] = ()  # (index of the add op, old value it must return)
+    acquire: bool = True  # add: acq_rel (True) or release only
 
     @property
     def is_sync(self) -> bool:
@@ -69,7 +71,7 @@ class GridOp:
     def describe(self) -> str:
         name = self.resource.display_name
         if self.kind == "add":
-            call = f"{name}.add({self.slot}, {self.value})"
+            call = f"{name}.add({self.slot}, {self.value}{'' if self.acquire else ', acquire=False'})"
         elif self.kind == "reset":
             call = f"{name}.reset({self.slot})"
         elif self.is_sync:
@@ -90,8 +92,10 @@ class _GridCapture:
         self.ops: List[GridOp] = []
         self.guards: List[Tuple[int, int]] = []
 
-    def record(self, kind: str, resource: Any, slot: int, value: int, location: SourceLoc) -> GridOp:
-        op = GridOp(kind, resource, slot, value, location, self.cta, self.unit, len(self.ops), tuple(self.guards))
+    def record(self, kind: str, resource: Any, slot: int, value: int, location: SourceLoc,
+               acquire: bool = True) -> GridOp:
+        op = GridOp(kind, resource, slot, value, location, self.cta, self.unit, len(self.ops), tuple(self.guards),
+                    acquire)
         self.ops.append(op)
         return op
 
@@ -143,7 +147,7 @@ class _GridResource(MemoryResource):
             return self.slots(ctas, units)
         return self.slots
 
-    def _record(self, kind: str, slot: Any, value: Any = 0) -> GridOp:
+    def _record(self, kind: str, slot: Any, value: Any = 0, acquire: bool = True) -> GridOp:
         loc = caller_location()
         cap = _capture(self.display_name, kind)
         grid = getattr(cap, "grid", None)
@@ -151,7 +155,7 @@ class _GridResource(MemoryResource):
         slot = _index(self.display_name, kind, "slot", slot, limit, loc)
         if kind in FLAG_VERBS:
             value = _index(self.display_name, kind, "value", value, None, loc)
-        return cap.record(kind, self, slot, int(value), loc)
+        return cap.record(kind, self, slot, int(value), loc, bool(acquire))
 
 
 class Ticket:
@@ -190,8 +194,8 @@ class GmemFlag(_GridResource):
     def reset(self, slot) -> None:
         self._record("reset", slot, 0)
 
-    def add(self, slot, value=1) -> Ticket:
-        op = self._record("add", slot, value)
+    def add(self, slot, value=1, acquire: bool = True) -> Ticket:
+        op = self._record("add", slot, value, acquire)
         return Ticket(op, _ACTIVE[-1])
 
 

@@ -226,10 +226,11 @@ class _Explorer:
                 fl[k] = (op.value, tuple(clock))
             elif op.kind == "reset":  # relaxed: the value changes, no release
                 fl[k] = (0, None)
-            elif op.kind == "add":  # acq_rel read-modify-write: continues the release sequence
-                clock = _join(clock, fclock)
+            elif op.kind == "add":  # a read-modify-write continues the release sequence
+                if op.acquire:
+                    clock = _join(clock, fclock)
                 tk[(c, op.index)] = value
-                fl[k] = (value + op.value, tuple(clock))
+                fl[k] = (value + op.value, tuple(_join(clock, fclock)))
             else:
                 problem = self._access(c, op, pcs, clock, tk)
                 if problem is not None:
