@@ -399,6 +399,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "findings)")
     check.add_argument("--traceback", action="store_true",
                        help="on a usage error, show the full Python traceback (for debugging warpsched)")
+    prove = sub.add_parser("prove", help="prove the shipped kernels' programs into the package's proof manifest",
+                           description="Run the exhaustive checker on every program of the kernels warpsched "
+                           "ships (what ops.gemm / ops.attention / ops.attention_backward compile on their own) "
+                           "and write the SAFE verdicts to src/warpsched/proofs/manifest.json, so a first "
+                           "compile does not search. Only programs missing for the current checker are "
+                           "searched.")
+    prove.add_argument("--check", action="store_true",
+                       help="only report the shipped programs the manifest lacks (exit 1 if any)")
+    prove.add_argument("--all", action="store_true", help="search every shipped program again")
+    prove.add_argument("--max-states", metavar="N", type=_positive(int), default=5_000_000,
+                       help="the search budget per program (default 5000000)")
     return parser
 
 
@@ -418,6 +429,10 @@ def _positive(kind):
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "prove":
+        from .prove import prove
+
+        return prove(check_only=args.check, again=args.all, max_states=args.max_states)
     if args.command != "check":
         parser.print_help()
         return EXIT_USAGE

@@ -18,8 +18,7 @@ import re
 from typing import Any, Dict
 
 from ..errors import Finding, ScheduleError
-from ..model.schedule import PORT_MARKER
-from ..model.source import caller_location
+from ..model.source import PORT_MARKER, caller_location
 
 _REFERENCE_IMPORT = re.compile(r"from\s+cutlass\.experimental\.task_scheduling(?:\.[A-Za-z_]\w*)*\s+import\b")
 

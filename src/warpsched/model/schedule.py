@@ -19,7 +19,7 @@ from .ir import (SYNC_VERBS, DomainLoop, Guard, ScheduleResult, Section, Step, S
                  WorkTileLoop)
 from .pipeline_group import PipelineGroup
 from .resources import MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, WorkQueue, work_spec_of
-from .source import SourceLoc, caller_globals, caller_location
+from .source import PORT_MARKER, SourceLoc, caller_globals, caller_location
 
 def _current(what: str) -> "_Capture":
     if not _ACTIVE:
@@ -265,7 +265,6 @@ def _push_guard(cap: _Capture, guard: Guard):
 # ``unroll`` left out: 1 (no unrolling, as the TS schedules page documents), or None (the compiler
 # unrolls, the reference implementation's default) in a module that ``compat.port_imports`` ported
 # (it marks the module with PORT_MARKER), so a ported program keeps the code shape it had.
-PORT_MARKER = "__warpsched_port__"
 _UNROLL_DEFAULT = object()
 
 

@@ -54,6 +54,11 @@ def caller_location() -> SourceLoc:
     return UNKNOWN if frame is None else SourceLoc(frame.f_code.co_filename, frame.f_lineno)
 
 
+# set to True in a module that warpsched.compat.port_imports ported from the reference TS (schedule.py
+# reads it: a ported module's domain_loop keeps the reference's default unroll)
+PORT_MARKER = "__warpsched_port__"
+
+
 def caller_globals() -> dict:
     """The module globals of that frame (``{}`` when there is none)."""
     frame = _user_frame()

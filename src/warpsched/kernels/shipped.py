@@ -1,0 +1,86 @@
+"""The programs of the kernels warpsched ships: every configuration ``ops.gemm`` may pick on its own (the
+autotuner's candidates over a grid of shapes, for bf16, fp16 and e4m3 -> bf16, each split-K form the host
+plan can derive),
+``ops.attention``'s tuned forward per head dim and mask, and ``ops.attention_backward``'s kernels. What
+``warpsched prove`` proves into the manifest (``warpsched.verify.manifest``) and what
+``tests/test_proof_manifest.py`` checks against it. A configuration a user passes explicitly is not
+here: its first compile searches, as before."""
+from __future__ import annotations
+
+from typing import Callable, Dict
+
+import cutlass
+
+_BF16, _F16, _E4M3 = cutlass.BFloat16, cutlass.Float16, cutlass.Float8E4M3FN
+# (a, b when it differs from a, out): bf16 and fp16 with their own dtype out, e4m3 with a bf16 out (the
+# dtypes are in the program: stage bytes, allocations). The other fp8 pairs and outputs ops.gemm takes
+# are searched at their first compile, as a user's own configuration is.
+GEMM_DTYPES = {False: [(_BF16, None, _BF16), (_F16, None, _F16)], True: [(_E4M3, None, _BF16)]}
+# shapes whose candidate lists differ (gemm_autotune.candidates looks at M, N and M * N)
+GEMM_SHAPES = [(16, 4096), (64, 14336), (128, 4096), (256, 14336), (1024, 1024), (1024, 14336), (4096, 4096)]
+
+
+def _gemm_option_sets():
+    """Every kernel-option dict ``gemm_host.plan`` can build from an autotune candidate (or the default
+    configuration), for 16-bit and fp8 operands."""
+    from .gemm_autotune import candidates, normalize
+
+    seen, out = set(), []
+    for fp8 in (False, True):
+        for M, N in GEMM_SHAPES:
+            for deterministic in (True, False):
+                for cand in [{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic):
+                    cfg = normalize(dict(cand))
+                    split, reduce = cfg.pop("split_k", "auto"), cfg.pop("split_reduce", "host")
+                    base = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()}
+                    forms = [base]
+                    if split == "auto" or (isinstance(split, int) and split > 1):  # 1 or more shares at run time
+                        if base.get("schedule", "cooperative") == "cooperative" and \
+                                tuple(base.get("cluster_mn", (1, 1))) == (1, 1):
+                            forms.append(dict(base, split_k=True))  # host reduce
+                            forms.append(dict(base, split_k=True, split_reduce="parallel"))  # with an epilogue
+                            if reduce != "host":
+                                forms.append(dict(base, split_k=True, split_reduce=reduce))
+                    for opts in forms:
+                        key = (fp8, tuple(sorted(opts.items())))
+                        if key not in seen:
+                            seen.add(key)
+                            out.append((fp8, opts))
+    return out
+
+
+def programs() -> Dict[str, Callable[..., object]]:
+    """label -> builder(**manager_options) returning the program's TaskManager (on the CPU)."""
+    from . import attention as att
+    from . import attention_bwd as ab
+    from . import gemm_host
+    from .attention_host import tuned_options
+    from .gemm_kernel import PersistentGemm
+
+    out: Dict[str, Callable[..., object]] = {}
+    for fp8, opts in _gemm_option_sets():
+        for a, b, c in GEMM_DTYPES[fp8]:
+            label = (f"gemm {a.__name__}" + (f"x{b.__name__}" if b else "") + f"->{c.__name__} "
+                     + " ".join(f"{k}={v}" for k, v in sorted(opts.items())))
+
+            def build_gemm(opts=opts, a=a, b=b, c=c, **mo):
+                return gemm_host.build(PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts), **mo)
+            out[label] = build_gemm
+    for hd in att.HEAD_DIMS:
+        for causal in (False, True):
+            options = tuned_options(hd, causal)
+
+            def build_fwd(hd=hd, causal=causal, options=options, **mo):
+                return att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), **mo)
+            out[f"attention hd{hd} {'causal' if causal else 'full'}"] = build_fwd
+    for hd in ab.BWD_HEAD_DIMS:
+        for causal in (False, True):
+            for opts in ({}, {"shared_ds": True}, {"wg_order": True}, {"shared_ds": True, "wg_order": True}):
+                if opts.get("shared_ds") and hd != 128:
+                    continue
+
+                def build_bwd(hd=hd, causal=causal, opts=opts, **mo):
+                    return ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **opts), **mo)
+                label = f"attention backward hd{hd} {'causal' if causal else 'full'}"
+                out[label + "".join(f" {k}" for k in opts)] = build_bwd
+    return out
