@@ -18,6 +18,7 @@ from warpsched.kernels import gemm_handover as H
     H.serial_split_k_protocol(2), H.serial_split_k_protocol(3), H.serial_split_k_protocol(4, tiles=(1, 2, 3, 4)),
     H.stream_k_protocol(3), H.stream_k_protocol(2, tiles=tuple(range(1, 9))),
     H.parallel_split_k_protocol(2), H.parallel_split_k_protocol(3),
+    H.atomic_split_k_protocol(2), H.atomic_split_k_protocol(3),
 ], ids=lambda p: p.name)
 def test_gemm_hand_overs_are_safe(protocol):
     r = check_grid(protocol)
@@ -45,6 +46,8 @@ def test_units_are_the_kernels_partition():
     (H.stream_k_protocol, "missing_signal", ["no CTA ever signals it"]),
     (H.parallel_split_k_protocol, "missing_signal", ["can block forever"]),
     (H.parallel_split_k_protocol, "read_first", ["without a hand-over from its writer"]),
+    (H.atomic_split_k_protocol, "plain_write", ["has a second writer"]),
+    (H.atomic_split_k_protocol, "release_only", ["without a hand-over from its writer"]),
 ])
 def test_gemm_twins_are_rejected_naming_ctas_and_units(make, bug, words):
     r = check_grid(make(bug=bug))
@@ -70,7 +73,9 @@ def _sync_counts(ptx):
 
 
 @pytest.mark.parametrize("opts", [dict(split_k=True, split_reduce="serial"), dict(stream_k=True),
-                                  dict(split_k=True, split_reduce="parallel")], ids=["serial", "stream", "parallel"])
+                                  dict(split_k=True, split_reduce="parallel"),
+                                  dict(split_k=True, split_reduce="atomic")],
+                         ids=["serial", "stream", "parallel", "atomic"])
 def test_gmem_flags_kernel_has_the_same_hand_over_instructions(opts):
     pytest.importorskip("cutlass")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
@@ -81,8 +86,12 @@ def test_gmem_flags_kernel_has_the_same_hand_over_instructions(opts):
     ported = gp.compile_for_cpu(schedule="cooperative", gmem_flags=True, **opts).artifacts.PTX
     counts = _sync_counts(ported)
     assert counts == _sync_counts(base)
-    assert counts["ld.acquire.gpu"] == 2 and counts["st.relaxed.gpu"] == 1
-    assert counts["st.release.gpu"] + counts["atom."] == 1  # the hand-on: a release store, or a release add
+    assert counts["st.relaxed.gpu"] == 1  # the reset
+    if opts.get("split_reduce") == "atomic":  # nothing waits: one acq_rel count
+        assert counts["ld.acquire.gpu"] == 0 and counts["atom."] == 1
+        assert [x for x in ported.splitlines() if "atom." in x][0].split()[0] == "atom.global.acq_rel.add.u32"
+    else:  # a bounded wait, and the hand-on: a release store or a release add
+        assert counts["ld.acquire.gpu"] == 2 and counts["st.release.gpu"] + counts["atom."] == 1
     assert abs(len(ported.splitlines()) - len(base.splitlines())) <= 4  # the bounded wait's branch shape only
 
 
@@ -91,7 +100,7 @@ def test_gmem_flags_is_refused_where_the_kernel_does_not_use_the_chain():
     from warpsched.kernels import gemm_host as gp
     from warpsched.kernels.gemm_config import GemmConfigError
 
-    for opts in (dict(split_k=True, split_reduce="atomic"), dict(split_k=True, split_reduce="host"), {}):
+    for opts in (dict(split_k=True, split_reduce="host"), {}):
         with pytest.raises(GemmConfigError, match="gmem_flags=True"):
             gp.PersistentGemm(schedule="cooperative", gmem_flags=True, **opts)
     g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", gmem_flags=True)

@@ -1,8 +1,9 @@
 """The persistent GEMM's cross-CTA hand-overs as GmemFlag protocols the grid checker proves.
 
-``PersistentGemm(gmem_flags=True)`` (serial / parallel split-K, stream-K) runs ``serial_fixup``'s
-flag chain and ``parallel_fixup``'s count through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the
-same flag, fence and barrier instructions as the hand-written accesses. The
+``PersistentGemm(gmem_flags=True)`` (serial / parallel / atomic split-K, stream-K) runs
+``serial_fixup``'s flag chain and ``parallel_fixup``'s / ``atomic_fixup``'s counts through
+lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same flag, fence and barrier instructions as the
+hand-written accesses. The
 protocols below are that chain on Python ints: the kernel's own unit assignment (the cooperative
 schedule's static persistent order; gemm_streamk.StreamKPlan) and, per unit, the calls
 serial_fixup makes, in its order. ``bug=`` plants the twins the tests and
@@ -90,6 +91,35 @@ def parallel_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 
                             body, grids=grids, unit_counts=tiles)
 
 
+def atomic_fixup_calls(t, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE):
+    """The hand-over calls of atomic_fixup for one share of tile ``t``: reduce-add into the zeroed
+    tile (red.add: a declared atomic accumulation), count itself (acq_rel add); the share whose add
+    returns ``last`` reads the sum, zeroes the tile and the flag for the next launch."""
+    if bug == "plain_write":
+        tile.write(t)
+    else:
+        tile.accumulate(t, atomic=True)
+    ticket = flag.add(t, 1, acquire=bug != "release_only")  # fence, epi_bar, then tidx 0's atomic
+    with ticket.when(last):  # broadcast to the warp groups by a predicate-OR barrier, then a GPU fence
+        tile.read(t)
+        tile.write(t)  # zero
+        flag.reset(t)
+
+
+def atomic_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2)) -> CrossCtaProtocol:
+    """split_reduce='atomic' with ``splits`` K shares: whichever share counts last finishes the tile.
+    bug: 'plain_write' (stores instead of reduce-adds), 'release_only' (the count does not acquire)."""
+    def assignment(cta, ctas, n_tiles):
+        return split_k_units(cta, ctas, n_tiles, splits)
+
+    def body(grid, unit):
+        t, _ = unit
+        atomic_fixup_calls(t, splits - 1, bug)
+
+    return CrossCtaProtocol(f"GEMM atomic split-K ({splits} shares{', ' + bug if bug else ''})", assignment,
+                            body, grids=grids, unit_counts=tiles)
+
+
 def stream_k_protocol(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> CrossCtaProtocol:
     """split_k='stream': the store's hand-over (gemm_resources.store) on StreamKPlan's units; a
     tile of two shares runs serial_fixup with last = 1 on its workspace slot."""
@@ -125,7 +155,7 @@ def require_safe(kind: str):
     key = kind
     if key not in _PROVEN:
         make = {"stream": stream_k_protocol, "serial": serial_split_k_protocol,
-                "parallel": parallel_split_k_protocol}[kind]
+                "parallel": parallel_split_k_protocol, "atomic": atomic_split_k_protocol}[kind]
         _PROVEN[key] = [check_grid(make(n)) for n in (2, 3)]
     bad = [r for r in _PROVEN[key] if r.verdict != "SAFE"]
     if bad:

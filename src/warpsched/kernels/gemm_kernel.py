@@ -69,14 +69,14 @@ class PersistentGemm:
         self.stream_k = bool(stream_k)
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
         self.split_reduce = split_reduce
-        # gmem_flags: serial_fixup's flag chain (serial split-K, stream-K) and parallel_fixup's count
-        # through lower/gmem_flags, the GmemFlag protocols gemm_handover proves; the same flag, fence
+        # gmem_flags: serial_fixup's flag chain (serial split-K, stream-K), parallel_fixup's and
+        # atomic_fixup's counts through lower/gmem_flags, the GmemFlag protocols gemm_handover proves; the same flag, fence
         # and barrier instructions as the hand-written accesses
         self.gmem_flags = bool(gmem_flags)
-        if self.gmem_flags and not (self.stream_k or (self.serial and split_reduce in ("serial", "parallel"))):
+        if self.gmem_flags and not (self.stream_k or self.serial):
             raise GemmConfigError(f"gmem_flags=True with split_reduce={split_reduce!r}, split_k={split_k!r}: only "
-                                  "serial / parallel split-K and stream-K hand tiles over through GmemFlag so far; "
-                                  "drop gmem_flags")
+                                  "the in-kernel split-K reductions (serial, parallel, atomic) and stream-K hand "
+                                  "tiles over between CTAs; drop gmem_flags")
         if self.gmem_flags:
             from .gemm_handover import require_safe
 

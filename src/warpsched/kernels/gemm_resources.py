@@ -383,7 +383,9 @@ class GmemC(MemoryResource):
         does not see (docs/gemm.md)."""
         g = self.g
         bM, bN, _ = g.tile_mnk
-        flag = g.mF.iterator + (m * g.tiles_n + n)
+        idx = m * g.tiles_n + n
+        flag = g.mF.iterator + idx
+        flags = bind(SPLIT_K_FLAGS, g.mF)  # gmem_flags: the verbs gemm_handover.atomic_fixup_calls checks
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
         tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
         pair = ir.VectorType.get([2], cutlass.Float32.mlir_type)
@@ -396,7 +398,10 @@ class GmemC(MemoryResource):
         epi_bar.arrive_and_wait()
         last = cutlass.Boolean(False)
         if tidx == self.first_thread:
-            seen = cute.arch.atomic_add(flag, cutlass.Int32(1), sem="acq_rel", scope="gpu")
+            if cutlass.const_expr(g.gmem_flags):
+                seen = flags.add(idx, 1, fence=False)
+            else:
+                seen = cute.arch.atomic_add(flag, cutlass.Int32(1), sem="acq_rel", scope="gpu")
             last = seen == g.splits - 1
         is_last = nvvm.barrier_cta_red(cutlass.Boolean(last).ir_value(), cutlass.Int32(1 + self.which).ir_value(),
                                        nvvm.BarrierReduxKind.OR, thread_count=cutlass.Int32(self.num_threads).ir_value(),
@@ -409,7 +414,10 @@ class GmemC(MemoryResource):
             zero.fill(0.0)
             cute.autovec_copy(zero, tCgW)  # the workspace tile is zero again for the next launch
             if tidx == self.first_thread:
-                cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
+                if cutlass.const_expr(g.gmem_flags):
+                    flags.reset(idx)
+                else:
+                    cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
         return is_last
 
     @producer_work

@@ -134,18 +134,20 @@ def _unsignalled(ops: List[List[GridOp]], ctas: int, units: int) -> List[Finding
 def _second_writers(ops: List[List[GridOp]], ctas: int, units: int) -> List[Finding]:
     writes: Dict[Tuple[int, int], List[GridOp]] = {}
     for op in (op for cta_ops in ops for op in cta_ops):
-        if op.kind == "write":
+        if op.kind == "write" and not op.guards:  # guarded ones: when two of them run (_access)
             writes.setdefault((id(op.resource), op.slot), []).append(op)
     for key, ws in writes.items():
         if len(ws) > 1:
-            a, b = ws[0], ws[1]
-            return [_finding(f"workspace tile {b.slot} of {b.resource.display_name} has a second writer: "
-                             f"CTA {b.cta} unit {b.unit!r} at {b.location} after CTA {a.cta} unit {a.unit!r} at "
-                             f"{a.location}", b, "one write() per tile per launch, or accumulate() for the "
-                             "later shares (a declared accumulation)",
-                             "give each share its own tile, or declare the accumulation with accumulate()",
-                             ctas, units)]
+            return [_second_writer_finding(ws[0], ws[1], ctas, units)]
     return []
+
+
+def _second_writer_finding(a: GridOp, b: GridOp, ctas: int, units: int, detail: Optional[str] = None) -> Finding:
+    return _finding(f"workspace tile {b.slot} of {b.resource.display_name} has a second writer: CTA {b.cta} unit "
+                    f"{b.unit!r} at {b.location} after CTA {a.cta} unit {a.unit!r} at {a.location}", b,
+                    "one write() per tile per launch, or accumulate() for the later shares (a declared "
+                    "accumulation)", "give each share its own tile, or declare the accumulation with accumulate()",
+                    ctas, units, detail)
 
 
 # ------------------------------------------------------------------ exploration
@@ -255,6 +257,8 @@ class _Explorer:
                     continue
                 if not _enabled_guard(other, d, tk):
                     continue
+                if op.kind == other.kind == "write":
+                    return self._second_writer(op, other)
                 ordered = d == c or clock[d] >= other.index + 1
                 both_atomic = op.kind == other.kind == "accumulate" and op.value and other.value
                 if other.kind != "read":
@@ -292,6 +296,9 @@ class _Explorer:
             expected = "each accumulate() ordered after the tile's earlier writes by a flag, or all atomic"
             fix = "chain the shares with a flag (wait for the previous share's signal), or accumulate(atomic=True)"
         return _finding(msg, op, expected, fix, self.ctas, self.units, self._trace(op))
+
+    def _second_writer(self, op: GridOp, other: GridOp) -> Finding:
+        return _second_writer_finding(other, op, self.ctas, self.units, self._trace(op))
 
     def _early_read(self, op: GridOp) -> Finding:
         writers = [o for cta_ops in self.ops for o in cta_ops
