@@ -15,8 +15,9 @@ The share-0 writer first spins DELAY polls so a reader that does not wait reads 
 stream-K's hand-over (StreamKPlan's units on device values, as the GEMM computes them; slot s's
 writer in CTA b spins (ctas - b) * DELAY polls): fixed, and the reader waiting on the next slot.
 
-Part 2, the ported GEMM: split_k=4 split_reduce='serial' / 'parallel' and split_k='stream', default vs
-gmem_flags=True: bitwise equal outputs (each deterministic: two launches equal), the error against
+Part 2, the ported GEMM: split_k=4 split_reduce='serial' / 'parallel' / 'atomic' and split_k='stream',
+default vs gmem_flags=True: bitwise equal outputs (each deterministic: two launches equal; the atomic
+split-K sums in arrival order, so a mismatch there is reported but expected), the error against
 fp64, and the median time of both (triton do_bench). Prints PASS / FAIL lines and a table.
 """
 
@@ -257,6 +258,7 @@ def gemm_part():
     # stream-K: 10 x 15 = 150 tiles of 128x256 on 132 SMs: all 150 stream-K tiles, hand-overs included
     for M, N, K, split, mode in ((256, 512, 8192, 4, "serial"), (512, 1024, 16384, 4, "serial"),
                                  (256, 512, 8192, 4, "parallel"), (512, 1024, 16384, 4, "parallel"),
+                                 (256, 512, 8192, 4, "atomic"),
                                  (1280, 3840, 4096, "stream", None)):
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
@@ -272,15 +274,18 @@ def gemm_part():
             gp.gemm(a, b, c2, **kw, **extra)
             torch.cuda.synchronize()
             if not torch.equal(c1, c2):
-                print(f"FAIL {name} {M}x{N}x{K} split_k={split}: two launches differ", flush=True)
-                bad += 1
+                print(f"{'FAIL' if mode != 'atomic' else 'note'} {name} {M}x{N}x{K} split_k={split} {mode or ''}: "
+                      "two launches differ", flush=True)
+                bad += mode != "atomic"
             outs[name] = c1
             times[name] = triton.testing.do_bench(lambda: gp.gemm(a, b, c1, **kw, **extra), warmup=20, rep=100,
                                                   return_mode="median")
         same = torch.equal(outs["default"], outs["gmem_flags"])
         err = float((outs["gmem_flags"].double() - ref).norm() / ref.norm())
-        bad += (not same) + (not err < 1e-2)
-        verdict = "PASS" if same and err < 1e-2 else "FAIL"
+        deterministic = mode != "atomic"  # reduce-adds in arrival order: equal within rounding only
+        ok = (same or not deterministic) and err < 1e-2
+        bad += not ok
+        verdict = "PASS" if ok else "FAIL"
         print(f"{verdict} GEMM {M}x{N}x{K} split_k={split} {mode or ''}: bitwise equal={same} err={err:.2e}",
               flush=True)
         rows.append((f"{M}x{N}x{K}", f"{split} {mode or ''}", same, err, times["default"] * 1e3,
