@@ -6,7 +6,7 @@ bf16 / fp16 gradients against the same reference set the bar (ours must be withi
 Autograd: ``warpsched.nn.scaled_dot_product_attention`` (custom ops fwd + bwd) against the fp64 reference,
 and ``torch.compile(fullgraph=True)`` of a function calling it: O, dK, dV bitwise equal to eager, dQ (reduce-
 added in the order the CTAs finish) within its rounding.
-Speed: backward only, alternating rounds, TFLOP/s counted as 2.5x the forward's FLOPs (the field's
+Speed (``_eager.alternate``: calls between two synchronizations, sides alternated): backward only, TFLOP/s counted as 2.5x the forward's FLOPs (the field's
 convention): warpsched (kernel alone, and the whole call with the delta pre-pass and dQ conversion),
 torch SDPA's cuDNN and flash backends, FlashAttention-4 (``flash_attn.cute``) when installed; then
 forward + backward as a model calls them (autograd, eager), TFLOP/s counted as 3.5x the forward's.
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
+from _eager import alternate  # benchmarks/_eager.py: sides alternated, host time included
 from warpsched import ops
 from warpsched.kernels import attention_bwd_host as bwd
 
@@ -178,28 +178,11 @@ def model_speed(rounds):
                 torch.autograd.grad(res[0] if isinstance(res, tuple) else res, xt, dot)
             sides["FA4"] = fa4
         flop = 3.5 * 4 * B * H * S * S * D / (2 if causal else 1)
-        times = {s: [] for s in sides}
-        names = list(sides)
-        for r in range(rounds):
-            for s in names[r % len(names):] + names[:r % len(names)]:
-                times[s].append(event_ms(sides[s], 5))
-        med = {s: statistics.median(t) for s, t in times.items()}
+        med = alternate(torch, sides, rounds=rounds, iters=5)
         tf = {s: f"{flop / med[s] / 1e9:.0f}" for s in med}
         ratio = lambda b: f"{med[b] / med['warpsched']:.3f}x" if b in med else "-"  # noqa: E731
         print(f"| {B}x{H}x{S} | {D} | {'causal' if causal else 'full'} | {tf['warpsched']} | {tf['cuDNN']} | "
               f"{tf.get('FA4', '-')} | {ratio('cuDNN')} | {ratio('FA4')} |", flush=True)
-
-
-def event_ms(fn, iters):
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / iters
 
 
 def speed(rounds):
@@ -241,12 +224,7 @@ def speed(rounds):
             except Exception as e:  # noqa: BLE001
                 print(f"FA4 failed for {B}x{H}x{S} d{D}: {type(e).__name__}: {e}")
         flop = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
-        times = {s: [] for s in sides}
-        names = list(sides)
-        for r in range(rounds):
-            for s in names[r % len(names):] + names[:r % len(names)]:
-                times[s].append(event_ms(sides[s], 10))
-        med = {s: statistics.median(t) for s, t in times.items()}
+        med = alternate(torch, sides, rounds=rounds, iters=10)
         tf = {s: flop / med[s] / 1e9 for s in med}
         cell = lambda s: f"{tf[s]:.0f}" if s in tf else "-"  # noqa: E731
         ratio = lambda a, b: f"{med[b] / med[a]:.3f}x" if a in med and b in med else "-"  # noqa: E731

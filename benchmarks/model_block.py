@@ -3,8 +3,8 @@
     x -> RMSNorm -> QKV -> causal attention (GQA 32 / 8, head dim 128) -> O -> + x
       -> RMSNorm -> [gate | up] -> silu(gate) * up -> down -> + (Llama-3-8B sizes: hidden 4096, MLP 14336)
 
-Sides, timed in alternating rounds (CUDA events over a few calls, host time included: eager is what a
-model pays): ``warpsched`` (``warpsched.nn.functional.linear`` and ``warpsched.nn.scaled_dot_product_attention``),
+Sides, timed in alternating rounds (``_eager.alternate``: calls between two synchronizations, host time
+included: eager is what a model pays): ``warpsched`` (``warpsched.nn.functional.linear`` and ``warpsched.nn.scaled_dot_product_attention``),
 ``torch`` (``F.linear`` + SDPA's default backend choice), ``torch+FA4`` (``F.linear`` + ``flash_attn.cute``'s
 attention, when installed). Passes: forward, and forward + backward (a loss on the output, gradients for
 every weight and the input). Modes: eager and ``torch.compile``. Sizes: decode (1 x 16 tokens), prefill
@@ -16,11 +16,11 @@ fp32 torch reference.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 import torch.nn.functional as F
+from _eager import alternate  # benchmarks/_eager.py: sides alternated, host time included
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
 SIZES = {"decode": (1, 16), "prefill": (4, 2048), "training": (8, 4096)}
@@ -115,18 +115,6 @@ def gradient_check():
     return ok
 
 
-def event_ms(fn, iters):
-    fn()
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(iters):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / iters
-
-
 def run(size, passes, compile_modes, rounds):
     B, S = SIZES[size]
     p = params()
@@ -146,13 +134,8 @@ def run(size, passes, compile_modes, rounds):
                     fns[name] = (lambda f=f: f(x.detach()))
                 else:
                     fns[name] = (lambda f=f: torch.autograd.grad(f(x), [x] + list(p.values()), dy))
-            iters = 20 if S <= 16 else 3
-            times = {s: [] for s in fns}
+            med = alternate(torch, fns, rounds=rounds, iters=20 if S <= 16 else 3)
             names = list(fns)
-            for r in range(rounds):
-                for s in names[r % len(names):] + names[:r % len(names)]:
-                    times[s].append(event_ms(fns[s], iters))
-            med = {s: statistics.median(t) for s, t in times.items()}
             print(f"| {size} {B}x{S} | {pas} | {mode} | " + " | ".join(f"{med[s] * 1e3:.0f}" for s in names)
                   + f" | {med['torch'] / med['warpsched']:.3f}x"
                   + (f" | {med['torch+FA4'] / med['warpsched']:.3f}x" if "torch+FA4" in med else " | -") + " |",
