@@ -40,7 +40,7 @@ from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAlloc
                        wgmma_wait)
 
 from . import attention_bwd_math as bmath
-from .attention_bwd_schedules import dq_writer_schedule, grad_schedule, grad_schedule_shared_ds, load_schedule
+from .attention_bwd_schedules import dq_writer_schedule, grad_schedule, load_schedule
 from . import attention_math as amath
 from .attention import AttentionConfigError
 from .attention_bwd_math import HALF
@@ -332,8 +332,8 @@ def build(g=None, *, steps=None, grad_schedules=None, writer_schedule=None, verb
         if order is not None:
             (dst if wg == 0 else src).append(order)
         if g.shared_ds:
-            sched = (grad_schedules or grad_schedule_shared_ds)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg,
-                                                                smem_dss[wg], smem_dss[1 - wg], **turn)
+            sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg,
+                                                      smem_dss[wg], smem_dss[1 - wg], **turn)
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
             graph[smem_dss[wg]] = [smem_kv, smem_qdo]
         else:

@@ -32,9 +32,11 @@ def pass_turn(order, wg):
 
 
 @schedule
-def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, order=None):
+def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
+    ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
+    keys for half of D: this warp group hands its dS tile to the other one and waits for the other's.
     ``order`` (``wg_order``): the warp groups take turns issuing their S / dP GEMMs (``take_turn``)."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     idx = smem_qdo.init_index()
@@ -48,42 +50,18 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, order=None):
         pass_turn(order, wg)
         smem_kv.retire()
         grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        if ds_mine is not None:
+            ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
+            ds_mine.store(ds=ds, acc_dp=acc_dp)
+            ds_mine.commit()
         smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        if ds_other is not None:
+            ds_other.wait()
+            ds_other.gemm_operand()
         smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
         smem_qdo.retire()
-        smem_qdo.release()
-        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
-        smem_dq.store(acc_dq=acc_dq)
-        smem_dq.commit()
-    smem_kv.release()
-    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
-
-
-@schedule
-def grad_schedule_shared_ds(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, order=None):
-    """``shared_ds``: as ``grad_schedule``, but dS goes through ``SmemDS`` and the dQ GEMM covers all 128
-    keys for half of D: this warp group hands its dS tile to the other one and waits for the other's."""
-    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
-    idx = smem_qdo.init_index()
-    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
-    smem_kv.wait()
-    with domain_loop(0, steps, 1):
-        smem_qdo.wait()
-        take_turn(order, wg)
-        smem_qdo.gemm_operand(idx=idx)
-        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
-        pass_turn(order, wg)
-        smem_kv.retire()
-        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
-        ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
-        ds_mine.store(ds=ds, acc_dp=acc_dp)
-        ds_mine.commit()
-        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
-        ds_other.wait()
-        ds_other.gemm_operand()
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-        smem_qdo.retire()
-        ds_other.release()
+        if ds_other is not None:
+            ds_other.release()
         smem_qdo.release()
         smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
         smem_dq.store(acc_dq=acc_dq)
