@@ -105,11 +105,11 @@ def compiled_ffi(kern_key):
 
 def tuned_options(head_dim, causal):
     """What ``prepare`` compiles without tuning keywords: ``TUNED``, and for non-causal hd64 three
-    consumer warp groups (``wgs=3``: a 192-row Q block, P's exp2 pinned), which measured 1.02x
-    (16x16x1024) and 1.15x (4x16x4096) TUNED on the H200; causal hd64 stays on two warp groups
-    (wgs=3 lost there: 174 against 275 TFLOP/s at 16x16x1024). ``causal_pairs`` only changes causal
+    consumer warp groups (``wgs=3``: a 192-row Q block, P's exp2 pinned), faster than TUNED there;
+    causal hd64 stays on two warp groups, where ``wgs=3`` lost. ``causal_pairs`` only changes causal
     kernels, so it is left out of non-causal keys. Head dim 256: 64-key K/V tiles, one Q stage and
-    O stored from registers (what fits the SMEM next to two K/V stages). docs/attention.md."""
+    O stored from registers (what fits the SMEM next to two K/V stages). The measurements behind
+    each choice: docs/attention.md ("Three warp groups for non-causal hd64", "Head dim 256")."""
     options = dict(TUNED)
     if not causal:
         options.pop("causal_pairs", None)

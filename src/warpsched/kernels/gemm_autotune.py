@@ -45,31 +45,24 @@ def normalize(config: Dict) -> Dict:
 
 
 def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True) -> List[Dict]:
-    """The handful of configurations tried for a shape (what won somewhere in the H200 sweep).
-    Few output tiles (small M): narrow tiles and split-K ("auto": only where the tiles leave
-    SMs idle); many: the 128x256 / 256x128 tiles, the other raster order, a wider raster group,
-    B multicast over a 2x1 cluster and ping-pong. fp8 has the same list (its K tile is 128).
-    M <= 64 also tries the atomic in-kernel split-K (one launch, no host reduction: the fastest
-    on 64 x 4096 x {4096, 14336} on the H200); serial and parallel in-kernel split-K are not
-    tried: they never won. The atomic split sums in whatever order the shares arrive, so its
-    result can differ in the last bits from one call to the next: only ``deterministic=False``
-    tries it. 64x32 tiles (cuBLAS's choice at 64 x 4096 x 4096: many CTAs, no split) won
-    64x4096x4096 on the H200 (benchmarks/results/gemm_focus_s20_h200.log); with a K tile of 128
-    bf16 columns (twice the bytes per stage and per barrier round trip) they are the fastest
-    deterministic configuration on 64 x 4096 x {4096, 14336} (bf16: 0.89-0.96x / 1.07-1.16x
-    torch.matmul; the 9-stage ring, all that fits, 2 % faster at K = 4096; fp8 with a K tile of
-    256: 1.13x / 1.02x torch._scaled_mm; benchmarks/results/gemm_bw_run{1,2}_h200.log); 64x128
-    tiles won 1024^3 there (1.04x). ``pdl=True`` (programmatic dependent launch: the next
-    launch's prologue overlaps this one's tail) lifted the short kernels in back-to-back launches:
-    64x4096x4096 bf16 0.94x -> 1.00x, 1024^3 1.03x -> 1.10x, and was never slower on the 64x32
-    tiles; it lost at 64x14336x4096 with 64x128 tiles (1.06x -> 1.00x), so it is used where it won
-    (benchmarks/results/gemm_pdl_h200.log). 128x224 tiles (N = 14336 is 64 of them) fill the
-    last wave where 128x256 tiles leave it 40 % full: 1024 x 14336 x 4096 bf16 0.948x -> 0.964x
-    torch.matmul, fp8 0.927x -> 0.971x torch._scaled_mm, 256 x 14336 x 4096 0.970x -> 1.002x
-    (benchmarks/results/gemm_224_s23_{bf16,fp8}_h200.log, its epilogue ring then not yet drained).
-    Many-tile shapes with M > 256 also try CUTLASS's ping-pong (pingpong_shared, skip=True) with
-    128x176 and 128x192 tiles; their proofs (about 200k states each) run at the first compile and
-    are then served from the verdict cache."""
+    """The handful of configurations tried for a shape: each won some shape of the H200 sweeps
+    (docs/gemm.md, "Why these autotune candidates", has the measurements and their commands).
+
+    - M <= 64 (memory-bound on B: many CTAs streaming it): narrow tiles, split-K where the tiles
+      leave SMs idle ("auto"), 64x32 tiles (cuBLAS's choice there) with a doubled K tile and PDL
+      (the next launch's prologue overlaps this one's tail), for bf16 also the 9-stage ring that
+      fits, and the ping-pong; ``deterministic=False`` adds the atomic in-kernel split-K (its
+      shares sum in arrival order, so its last bits can differ between calls).
+    - M <= 256: the 128x256 / 256x128 / 128x128 / 64x128 / 128x64 tiles, split-K on two of them,
+      the ping-pong and 128x224 tiles.
+    - Larger: 128x256 and 256x128, the other raster order, a wider raster group, B multicast over a
+      2x1 cluster, the ping-pong; few tiles (M * N <= 2048^2) add smaller tiles (64x128 with PDL),
+      many tiles add 128x224 (an even last wave at N = 14336) and CUTLASS's ping-pong with 128x176
+      and 128x192 tiles (a warp group's epilogue under the other's mainloop).
+
+    fp8 has the same list (its K tile is 128, the doubled one 256). Serial and parallel in-kernel
+    split-K are not tried: they never won. Every candidate's program ships proven
+    (``warpsched.kernels.shipped``), so tuning compiles without searching."""
     del K  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
     wide_k = 256 if fp8 else 128  # twice the default K tile (bf16 64, fp8 128)
@@ -97,9 +90,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,
-        # N = 14336) or 192 columns: a warp group's epilogue runs under the other's mainloop. In
-        # session 24's sweep they won 1024x14336x4096 (0.975x against 0.936x with 128x224 the run
-        # before) and the N = 128256 shapes (benchmarks/results/gemm_sweep_s24_h200.log)
+        # N = 14336) or 192 columns: a warp group's epilogue runs under the other's mainloop
         pp = dict(schedule="pingpong_shared", skip=True, ab_stages=4, split_k=1)
         out += [dict(pp, tile_mn=(128, 176), epi_n=16), dict(pp, tile_mn=(128, 192))]
     return out

@@ -7,8 +7,8 @@ SCHEDULES = ("cooperative", "pingpong", "pingpong_shared")
 # pingpong_shared: ping-pong over ONE ring that both math warp groups release (see gemm_program)
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
 # the deepest ring chosen by default (tiles below 64x128 would fit more): the exhaustive check of
-# the traced program grows with the depth, and it runs at every compile: 8 stages about 0.5 s,
-# 10 about 2.5 s, 13 about 30 s on the H200 host, 16 INCOMPLETE at the default 500k states
+# a traced program grows with the depth (docs/gemm.md has the times); shipped configurations are
+# proven ahead (docs/proofs.md), deeper rings would still search at their first compile
 MAX_AUTO_STAGES = 8
 
 
