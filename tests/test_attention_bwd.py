@@ -309,3 +309,22 @@ def test_argument_checks_never_crash():
             pass
 
     run()
+
+
+def test_a_compile_reports_the_verdict_its_trace_checked():
+    """The kernel records (fingerprint, verdict) of the program it built while traced; the host's verdict
+    table reads it from the kernel object (no global 'last looked up' state)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream
+
+    kern = ab.FlashAttentionBackward(head_dim=64, causal=True)
+    cute.compile(kern, *host.fake_operands(cutlass.BFloat16, 64), cutlass.Float32(0.125), make_fake_stream(),
+                 options=_host.ptx_options("sm_90a"))
+    table = {}
+    _host.record_verdict(table, "key", kern)
+    cpu = ab.build(ab.FlashAttentionBackward(head_dim=64, causal=True), verbose=False,
+                   exhaustive_deadlock_race_check=False)
+    assert table == {"key": "SAFE"} and kern.checked == (cpu.fingerprint, "SAFE")
+    _host.record_verdict(table, "never compiled", ab.FlashAttentionBackward())
+    assert table["never compiled"] == "not checked"

@@ -72,12 +72,16 @@ def cutlass_dtype(torch_dtype):
             "float16": cutlass.Float16, "float32": cutlass.Float32}[str(torch_dtype).split(".")[-1]]
 
 
-def record_verdict(table, key):
-    """``table[key]``: the exhaustive checker's verdict on the program the compile just traced."""
-    from warpsched.verify.verdicts import VERDICTS
+def checked(mgr):
+    """(fingerprint, verdict) of a TaskManager a kernel built while it was traced: what the kernel
+    records on itself (``kern.checked``) for ``record_verdict``."""
+    return mgr.fingerprint, getattr(getattr(mgr.result, "checker", None), "verdict", "not checked")
 
-    checked = VERDICTS.get(VERDICTS.looked_up[-1]) if VERDICTS.looked_up else None
-    table[key] = getattr(checked, "verdict", "not checked")
+
+def record_verdict(table, key, kern):
+    """``table[key]``: the exhaustive checker's verdict on the program ``kern``'s compile traced (the
+    kernel recorded it as ``kern.checked``)."""
+    table[key] = getattr(kern, "checked", (None, "not checked"))[1]
 
 
 def current_stream():

@@ -525,6 +525,7 @@ class FlashAttention(WorkUnits):
             mgr = build(self, units_per_cta=units_here, verbose=False)  # checked here, while tracing
         else:
             mgr = build(self, kv_tiles=self.kv_tiles_of(bid), verbose=False)
+        self.checked = _host.checked(mgr)  # the verdict its compile reports (attention_host.VERDICT_OF)
         mgr.setup_resources_and_tasks()
         qk_zero = self._mmas()[0]
         qk_zero.set(warpgroup.Field.ACCUMULATE, False)

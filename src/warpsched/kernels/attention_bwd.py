@@ -39,6 +39,7 @@ from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAlloc
                        TaskLocalVariable, TaskManager, WorkAttr, consumer_work, producer_work, threads, trip_count,
                        wgmma_wait)
 
+from . import _host
 from . import attention_bwd_math as bmath
 from .attention_bwd_schedules import dq_writer_schedule, grad_schedule, load_schedule
 from . import attention_math as amath
@@ -492,6 +493,7 @@ class FlashAttentionBackward:
         self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                         cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
         mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
+        self.checked = _host.checked(mgr)  # the verdict its compile reports (attention_bwd_host.VERDICT_OF)
         mgr.setup_resources_and_tasks()
         zeros = self._mmas()
         sdp_zero, dq_zero = zeros[0], zeros[2]

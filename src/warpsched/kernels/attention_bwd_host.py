@@ -59,8 +59,9 @@ def _kernel(kern_key):
 
 def compiled(kern_key, args):
     if kern_key not in _CACHE:
-        _CACHE[kern_key] = cute.compile(_kernel(kern_key), *args, options=_host.ptx_options())
-        _host.record_verdict(VERDICT_OF, kern_key)
+        kern = _kernel(kern_key)
+        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
+        _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[kern_key]
 
 
@@ -94,9 +95,10 @@ def compiled_ffi(kern_key):
     """The kernel for TVM-FFI calls: compiled once with fake operands; called with torch tensors."""
     key = kern_key + ("tvm-ffi",)
     if key not in _CACHE:
-        _CACHE[key] = cute.compile(_kernel(kern_key), *fake_operands(kern_key[0], kern_key[1]),
+        kern = _kernel(kern_key)
+        _CACHE[key] = cute.compile(kern, *fake_operands(kern_key[0], kern_key[1]),
                                    cutlass.Float32(0.125), _host.fake_env_stream(), options=_host.ffi_options())
-        _host.record_verdict(VERDICT_OF, kern_key)
+        _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[key]
 
 

@@ -71,8 +71,9 @@ def compiled(kern_key, args):
     """The kernel for (dtype, head dim, causal, options), compiled once (shapes are dynamic) for the
     JIT executor: called with CuTe tensors."""
     if kern_key not in _CACHE:
-        _CACHE[kern_key] = cute.compile(_kernel(kern_key), *args, options=_host.ptx_options())
-        _host.record_verdict(VERDICT_OF, kern_key)
+        kern = _kernel(kern_key)
+        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
+        _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[kern_key]
 
 
@@ -97,9 +98,10 @@ def compiled_ffi(kern_key):
     k = kern_key + ("tvm-ffi",)
     if k not in _CACHE:
         dtype, head_dim = kern_key[0], kern_key[1]
-        _CACHE[k] = cute.compile(_kernel(kern_key), *fake_operands(dtype, head_dim), cutlass.Float32(0.125),
+        kern = _kernel(kern_key)
+        _CACHE[k] = cute.compile(kern, *fake_operands(dtype, head_dim), cutlass.Float32(0.125),
                                  _host.fake_env_stream(), options=_host.ffi_options())
-        _host.record_verdict(VERDICT_OF, kern_key)
+        _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[k]
 
 

@@ -11,7 +11,7 @@ import cutlass.memory  # noqa: F401
 import cutlass.tensor_utils  # noqa: F401
 import cutlass.utils.hopper_helpers as sm90_utils
 
-from . import gemm_epilogue
+from . import _host, gemm_epilogue
 from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k
 from .gemm_program import build
 from .gemm_streamk import StreamKPlan
@@ -438,6 +438,7 @@ class PersistentGemm:
             # the static queue visits bid, bid + grid, ... below num_units: exactly this CTA's units
             self.num_units = bid + units_here * grid
         mgr = build(self, k_tiles=self.k_tiles, units_per_cta=units_here, verbose=False)  # checked while tracing
+        self.checked = _host.checked(mgr)  # the verdict its compile reports (gemm_launch.VERDICT_OF)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

@@ -73,7 +73,7 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
         kern = _kernel(a.dtype, c.dtype, options)
         _CACHE[k] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), cutlass.Float32(1.0),
                                  _host.current_stream(), *serial_args, options=_host.ptx_options())
-        _host.record_verdict(VERDICT_OF, k)
+        _host.record_verdict(VERDICT_OF, k, kern)
     return _CACHE[k]
 
 
@@ -161,7 +161,7 @@ def compiled_ffi(a_dtype, c_dtype, **options):
         extra = trailing(*ws, *sc, *fake_epilogue(kern))
         f = _CACHE[k] = cute.compile(kern, *ops, cutlass.Int32(1), cutlass.Float32(1.0), _host.fake_env_stream(),
                                      *extra, options=_host.ffi_options())
-        _host.record_verdict(VERDICT_OF, k[:-1])
+        _host.record_verdict(VERDICT_OF, k[:-1], kern)
     return f
 
 
