@@ -73,3 +73,14 @@ def test_prove_writes_what_it_proved(tmp_path, monkeypatch):
     assert prove_mod.prove(out=io.StringIO()) == 0
     assert m.lookup(fp).verdict == "SAFE" and m.data()["entries"][fp]["kernels"] == [label]
     assert prove_mod.prove(check_only=True, out=io.StringIO()) == 0
+
+
+def test_the_cli_runs_prove_check(capsys):
+    """`warpsched prove --check` through the CLI: exit 0 with the manifest as committed, and --help teaches."""
+    from warpsched import cli
+
+    assert cli.main(["prove", "--check"]) == 0
+    assert "0 to prove" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["prove", "--help"])
+    assert "manifest" in capsys.readouterr().out

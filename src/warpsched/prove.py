@@ -30,11 +30,12 @@ def missing(fingerprints: Dict[str, List[str]]) -> List[Tuple[str, List[str]]]:
     return [(fp, labels) for fp, labels in fingerprints.items() if fp not in entries]
 
 
-def prove(check_only: bool = False, again: bool = False, max_states: int = 5_000_000, out=sys.stdout) -> int:
+def prove(check_only: bool = False, again: bool = False, max_states: int = 5_000_000, out=None) -> int:
     """Prove what is missing (``again``: everything) and rewrite the manifest; 0 on success, 1 when
-    ``check_only`` finds programs missing or a shipped program is not SAFE."""
+    ``check_only`` finds programs missing or a shipped program is not SAFE. ``out``: stdout by default."""
     from .kernels.shipped import programs
 
+    out = out or sys.stdout
     t0 = time.perf_counter()
     shipped = shipped_fingerprints()
     todo = list(shipped.items()) if again else missing(shipped)
