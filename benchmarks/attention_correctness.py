@@ -1,6 +1,6 @@
 """Correctness of warpsched's FlashAttention forward (examples/hopper/attention.py) on the H200.
 
-  source .devcarry/prelude.sh && python3 benchmarks/attention_correctness.py 2>&1 | tee $OUT/attention_correctness.log
+  python3 benchmarks/attention_correctness.py 2>&1 | tee benchmarks/results/attention_correctness.log
 
 Every configuration (dtype x head dim x causal) runs in its own child process with a timeout, so
 a hang or a crash costs that configuration only. Each case draws fresh random inputs, poisons the

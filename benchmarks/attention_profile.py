@@ -1,7 +1,7 @@
 """One launch each of warpsched's FlashAttention configurations and of torch SDPA (cuDNN) on one
 shape, between cudaProfilerStart / Stop, for ``ncu --profile-from-start off``:
 
-  source .devcarry/prelude.sh && ncu --profile-from-start off --section SpeedOfLight \\
+  ncu --profile-from-start off --section SpeedOfLight \\
       --section WarpStateStats --section SchedulerStats --section Occupancy \\
       python3 benchmarks/attention_profile.py --shape 16x16x1024 --dim 64 --causal \\
       --variants "ovl:q_stages=2;tma_store_o=1;o_buffer=1;causal_pairs=1;unit_overlap=1"

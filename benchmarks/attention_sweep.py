@@ -1,6 +1,6 @@
 """FlashAttention forward sweep on the H200: warpsched's kernel against every torch SDPA backend.
 
-  source .devcarry/prelude.sh && python3 benchmarks/attention_sweep.py 2>&1 | tee $OUT/attention_sweep.log
+  python3 benchmarks/attention_sweep.py 2>&1 | tee benchmarks/results/attention_sweep.log
 
 Shapes: B x H x S in {4x16x4096, 2x16x8192, 16x16x1024, 1x32x16384} x D in {64, 128} x {non-causal,
 causal}, bf16, S_q = S_k. Sides: ``warpsched`` (examples/hopper/attention.py) and torch SDPA

@@ -3,8 +3,8 @@ cluster / raster variants, CUTLASS's CuTe DSL Hopper persistent GEMM example (th
 side by side from benchmarks/third_party/) and torch.matmul (cuBLAS), alternating, median of the
 rounds, on the five large shapes.
 
-  source .devcarry/prelude.sh && export WARPSCHED_CACHE_DIR=/tmp/wscache && \\
-      python3 benchmarks/gemm_big.py 2>&1 | tee $OUT/gemm_big.log
+  export WARPSCHED_CACHE_DIR=/tmp/wscache && \\
+      python3 benchmarks/gemm_big.py 2>&1 | tee benchmarks/results/gemm_big.log
   ... --sides coop,coop_es,cutlass --shapes 4096x4096x4096 --rounds 5     (torch is always timed; the
       first side is the reference of the last column)
   PYTHONPATH=src python3 benchmarks/gemm_big.py --cpu     (no GPU: parses the sides and shapes and

@@ -6,7 +6,7 @@ clock and power every 50 ms; the table gives each side's time per launch and its
 power over the window (the first quarter dropped: the clock settles). torch.matmul is one side,
 so a difference in clock between it and ours at the same shape is power, not scheduling:
 
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_clocks.py \\
+  python3 benchmarks/gemm_clocks.py \\
       --shapes 1024x14336x4096,4096x4096x4096 --configs coop128x256,coop128x224,coop128x256c21
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The GEMM's fused epilogues and batched mode on the H200: correctness, then time against torch.
 
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_epilogue_check.py 2>&1 | tee $OUT/gemm_epilogue_check.log
+  python3 benchmarks/gemm_epilogue_check.py 2>&1 | tee benchmarks/results/gemm_epilogue_check.log
 
 1. Correctness: every epilogue variant (bias in the output dtype / fp32, relu, relu2, gelu, gelu_tanh,
    silu, SwiGLU, residual, alpha, fp8 with device scales, (..., K) activations, transposed a, split-K

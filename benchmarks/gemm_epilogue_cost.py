@@ -11,7 +11,7 @@ The schedule (and so the checked program) is the same in both; only ``GmemC.stor
 body is swapped, before anything is compiled, in a child process per mode. torch.matmul is
 timed in every child, so each row's ratio comes from one process:
 
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_epilogue_cost.py \\
+  python3 benchmarks/gemm_epilogue_cost.py \\
       --shapes 1024x14336x4096,4096x4096x4096 --configs coop128x224,coop128x256
 """
 from __future__ import annotations

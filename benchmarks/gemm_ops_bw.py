@@ -2,7 +2,7 @@
 empty cache (the deterministic candidates), checked against fp64 with a NaN-poisoned ``out``,
 called twice (the bits must not change), then timed against torch.matmul / torch._scaled_mm.
 
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_ops_bw.py 2>&1 | tee $OUT/ops_bw.log
+  python3 benchmarks/gemm_ops_bw.py 2>&1 | tee benchmarks/results/ops_bw.log
   ... --shapes 64x4096x4096,1024x1024x1024 --dtypes bf16,fp8 --rounds 3 --rep-ms 25
 
 Timing: CUDA graphs of back-to-back calls (ops.gemm with the tuned configuration dict, so

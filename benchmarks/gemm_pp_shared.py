@@ -2,7 +2,7 @@
 shapes and odd tile counts per CTA, then timing against torch.matmul (cuBLAS), the cooperative
 128x256 kernel and the two-ring ping-pong, alternating, median of the rounds.
 
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_pp_shared.py 2>&1 | tee $OUT/gemm_pp_shared.log
+  python3 benchmarks/gemm_pp_shared.py 2>&1 | tee benchmarks/results/gemm_pp_shared.log
   ... --sides coop128x256,ppskip_s2 --rounds 3 --limit 100   (torch is always timed; the first side is the
   reference of the last column)
 

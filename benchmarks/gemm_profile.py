@@ -2,7 +2,7 @@
 sweep's ``CONFIGS``) on one shape, between cudaProfilerStart / Stop, for ``ncu
 --profile-from-start off``:
 
-  source .devcarry/prelude.sh && ncu --profile-from-start off --section SpeedOfLight \\
+  ncu --profile-from-start off --section SpeedOfLight \\
       --section MemoryWorkloadAnalysis --metrics lts__t_sector_hit_rate.pct \\
       python3 benchmarks/gemm_profile.py --shape 4096x4096x4096 --configs coop128x256,coop128x256sk
 

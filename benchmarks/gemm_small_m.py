@@ -2,7 +2,7 @@
 slabs summed by the last share, atomic red.global.add with a last-arriver store) and the
 unsplit small tiles, against torch.matmul / torch._scaled_mm; correctness first.
 
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_small_m.py 2>&1 | tee $OUT/small_m.log
+  python3 benchmarks/gemm_small_m.py 2>&1 | tee benchmarks/results/small_m.log
   ... --shapes 64x4096x4096,64x4096x14336 --dtypes bf16 --rounds 5 --rep-ms 25
   ... --variants split   # run 1: the split-K reductions (default "tiles": narrow N tiles, clusters)
   ... --ncu-target  # one launch of each 64x4096x4096 bf16 split variant between cudaProfilerStart/Stop

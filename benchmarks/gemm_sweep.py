@@ -1,8 +1,8 @@
 """GEMM sweep on the H200: the persistent warpsched GEMM against torch.matmul and wgmma_gemm (bf16),
 and against torch._scaled_mm (fp8 e4m3, per-tensor scales, bf16 out).
 
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_sweep.py --budget 230 2>&1 | tee $OUT/gemm_sweep.log
-  source .devcarry/prelude.sh && python3 benchmarks/gemm_sweep.py --quick     # 4 shapes
+  python3 benchmarks/gemm_sweep.py --budget 230 2>&1 | tee benchmarks/results/gemm_sweep.log
+  python3 benchmarks/gemm_sweep.py --quick     # 4 shapes
   ... --shapes squares,vocab        # shape sets (all, squares, llm, vocab, quick) or MxNxK items
   ... --dtypes bf16                 # bf16 only (default bf16,fp8)
 

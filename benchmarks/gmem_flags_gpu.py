@@ -1,7 +1,7 @@
 """Cross-CTA hand-overs on the H200 (issue 29): do the planted twins the grid checker rejects hang or
 go wrong on hardware, and is the GEMM ported to GmemFlag bitwise equal to the hand-written one?
 
-  source .devcarry/prelude.sh && python3 benchmarks/gmem_flags_gpu.py          # H200, < 3 minutes
+  python3 benchmarks/gmem_flags_gpu.py          # H200, < 3 minutes
   PYTHONPATH=src .venv/bin/python benchmarks/gmem_flags_gpu.py --cpu           # no GPU: verdicts + sm_90a compiles
 
 Part 1, twins: a small serial split-K hand-over kernel (thread 0 of each CTA runs its units, the

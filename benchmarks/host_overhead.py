@@ -1,6 +1,6 @@
 """What a PyTorch model pays per call: warpsched's launch path against torch, on the H200.
 
-  source .devcarry/prelude.sh && python3 benchmarks/host_overhead.py 2>&1 | tee $OUT/host_overhead.log
+  python3 benchmarks/host_overhead.py 2>&1 | tee benchmarks/results/host_overhead.log
 
 1. Correctness of the TVM-FFI launch path (fresh random inputs, outputs poisoned with NaN, fp64
    references): bf16 GEMMs of several shapes (single launch and split-K), fp8 with device scales

@@ -1,6 +1,6 @@
 """warpsched.nn.Linear (forward and backward on warpsched's GEMM) against torch.nn.Linear, on the H200.
 
-  source .devcarry/prelude.sh && python3 benchmarks/linear_autograd.py 2>&1 | tee $OUT/linear_autograd.log
+  python3 benchmarks/linear_autograd.py 2>&1 | tee benchmarks/results/linear_autograd.log
 
 1. Transposed operands (what the backward reads): ops.gemm with a column-major a and / or a row-major
    b, fresh random bf16 inputs, output poisoned with NaN, against fp64.

@@ -1,6 +1,6 @@
 """Planted bugs on the H200: does the hardware agree with the checker?
 
-  source .devcarry/prelude.sh && python3 benchmarks/planted_gpu.py --sanitize --out $OUT/planted_h200.md
+  python3 benchmarks/planted_gpu.py --sanitize --out benchmarks/results/planted_h200.md
   python3 benchmarks/planted_gpu.py --cpu          # no GPU: checker verdicts + CPU compile of every variant
 
 For every case of benchmarks/planted/cases.py (a bug class, a real Hopper kernel with the bug, its
@@ -382,7 +382,7 @@ def report(verd, hw, san, seconds, gpu_name) -> str:
 # ====================================================================== main
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=None, help="markdown table (default $OUT/planted_h200.md, else "
+    ap.add_argument("--out", default=None, help="markdown table (default benchmarks/results/planted_h200.md, else "
                     "benchmarks/results/planted_h200.md)")
     ap.add_argument("--cpu", action="store_true", help="no GPU: verdicts and a CPU compile of every variant")
     ap.add_argument("--sanitize", action="store_true", help="also run compute-sanitizer racecheck / synccheck")

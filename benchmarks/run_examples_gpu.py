@@ -1,6 +1,6 @@
 """Run every Hopper warpsched example on the GPU against a torch reference.
 
-  source .devcarry/prelude.sh && python3 benchmarks/run_examples_gpu.py 2>&1 | tee $OUT/gpu.log
+  python3 benchmarks/run_examples_gpu.py 2>&1 | tee benchmarks/results/gpu.log
 
 Each case: fresh random inputs (two draws), output poisoned with NaN first, compared with a
 torch reference (copies bit-exact; GEMM relative Frobenius error against fp64). Sizes

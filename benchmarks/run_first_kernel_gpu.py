@@ -1,6 +1,6 @@
 """Run examples/hopper/first_kernel.py on the GPU: fresh inputs, NaN-poisoned outputs, exact compare.
 
-  source .devcarry/prelude.sh && python3 benchmarks/run_first_kernel_gpu.py 2>&1 | tee $OUT/first_kernel.log
+  python3 benchmarks/run_first_kernel_gpu.py 2>&1 | tee benchmarks/results/first_kernel.log
 """
 import os
 import sys

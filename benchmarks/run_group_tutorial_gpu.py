@@ -1,7 +1,7 @@
 """H200: the Hopper-runnable configurations of CUTLASS's TS tutorial 07_01 (Merge copy), ported to
 warpsched, run with random inputs and poisoned outputs (issue 27).
 
-    source .devcarry/prelude.sh && python3 benchmarks/run_group_tutorial_gpu.py
+    python3 benchmarks/run_group_tutorial_gpu.py
 
 Configurations (sm_90a): ``07_01`` (default: SmemA AsyncAsync + SmemB TmaAsync in one Merge group,
 the mix the collapsed barrier sizes from the AsyncAsync member) and ``07_01 --no-tma`` (AsyncAsync +

@@ -1,6 +1,6 @@
 """Run the seed's four scheduling patterns (examples/hopper/patterns) on the GPU against torch.
 
-  source .devcarry/prelude.sh && python3 benchmarks/run_patterns_gpu.py 2>&1 | tee $OUT/patterns.log
+  python3 benchmarks/run_patterns_gpu.py 2>&1 | tee benchmarks/results/patterns.log
 
 Every case: two draws of fresh random inputs, the output poisoned with NaN before each launch,
 compared with a torch reference of the same computation (max abs error; tolerance 1e-5 relative

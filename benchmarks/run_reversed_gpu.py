@@ -1,6 +1,6 @@
 """Issue 30 on the GPU: a kernel with a reversed loop, checked and run; its wrong twin hangs.
 
-  source .devcarry/prelude.sh && python3 benchmarks/run_reversed_gpu.py 2>&1 | tee $OUT/reversed.log
+  python3 benchmarks/run_reversed_gpu.py 2>&1 | tee benchmarks/results/reversed.log
 
 examples/hopper/reversed_copy.py: the producer loops ``range(stride * n - 1, -1, -stride)``
 (counting down, guards every(3, start=1) / first_iter / last_iter), the consumer loops

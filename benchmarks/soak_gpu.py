@@ -1,6 +1,6 @@
 """Soak: every accepted Hopper example, many launches with random shapes and inputs, vs torch.
 
-  source .devcarry/prelude.sh && python3 benchmarks/soak_gpu.py --launches 50 2>&1 | tee $OUT/soak.log
+  python3 benchmarks/soak_gpu.py --launches 50 2>&1 | tee benchmarks/results/soak.log
 
 Each example runs in its own child process under a wall-clock limit, so a hang is recorded as a
 hang (the child is killed) instead of wedging the run. Every launch draws a fresh shape and fresh

@@ -1,7 +1,7 @@
 """Zero overhead: hand-written CuTe DSL kernels (benchmarks/handwritten/) vs the same kernels
 written as warpsched programs (examples/hopper/), in one run, one table.
 
-  source .devcarry/prelude.sh && python3 benchmarks/zero_overhead.py 2>&1 | tee $OUT/zero.log
+  python3 benchmarks/zero_overhead.py 2>&1 | tee benchmarks/results/zero.log
 
 For the TMA copy and the TMA+WGMMA GEMM:
   * PTX instruction counts (mbarrier init / arrive / try_wait / expect_tx, TMA, wgmma, setmaxnreg)

@@ -1,6 +1,6 @@
 """Correctness + timing of the hand-written CuTe DSL Hopper kernels on the GPU.
 
-  source .devcarry/prelude.sh && python3 benchmarks/handwritten/run_gpu.py 2>&1 | tee $OUT/log.txt
+  python3 benchmarks/handwritten/run_gpu.py 2>&1 | tee benchmarks/results/log.txt
 
 * fresh random inputs (torch.randn) for every check, outputs poisoned with NaN first;
 * copy: bit-exact comparison; GEMM: ||C - ref|| / ||ref|| against an fp64 reference
