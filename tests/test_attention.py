@@ -22,6 +22,7 @@ from warpsched.kernels import _host  # noqa: E402
 from warpsched.kernels import attention as att  # noqa: E402
 from warpsched.kernels import attention_host as host  # noqa: E402
 from warpsched.verify.verdicts import VERDICTS  # noqa: E402
+from _planting import planted  # noqa: E402
 
 # Derivations (two consumer tasks, K and V rings of S stages, 1-stage Q, 1-stage MathOrder; the
 # lowering peels the first iteration of the overlapped loop):
@@ -106,6 +107,14 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
         "ex2.approx": 264, "bar.sync": 5, "mbarrier.init": 22, "setmaxnreg.inc.sync.aligned.u32 \t240": 1},
 }
 TRACED = {}
+
+
+def _planted_build(*args, consumer_schedule, **kw):
+    """att.build with a twin in place of the softmax schedule the configuration uses."""
+    g = args[0] if args else kw["g"]
+    name = "softmax_ahead_schedule" if g.unit_overlap else "softmax_schedule"
+    with planted(att, **{name: consumer_schedule}):
+        return att.build(*args, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +259,7 @@ def test_q_released_before_its_last_gemm_is_rejected():
     """Q is read by the S GEMM (declared with SmemQ.gemm_operand): releasing it before that
     GEMM's retire is a race with the next unit's Q load."""
     with pytest.raises(ValidationError) as e:
-        att.build(att.FlashAttention(persistent=True), consumer_schedule=_q_released_with_last_gemm_in_flight,
+        _planted_build(att.FlashAttention(persistent=True), consumer_schedule=_q_released_with_last_gemm_in_flight,
                   verbose=False,
                   progress=False, cache_verdict=False)
     assert "SmemQ" in str(e.value) and "race" in str(e.value)
@@ -303,7 +312,7 @@ def test_q_ring_is_checked_and_its_early_release_rejected():
     assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
     assert "every units_per_cta >= 1" in mgr.result.checker.report()
     with pytest.raises(ValidationError) as e:
-        att.build(att.FlashAttention(head_dim=64, q_stages=2),
+        _planted_build(att.FlashAttention(head_dim=64, q_stages=2),
                   consumer_schedule=_ring_q_released_with_last_gemm_in_flight, verbose=False, progress=False,
                   cache_verdict=False)
     assert "SmemQ" in str(e.value) and "race" in str(e.value)
@@ -345,14 +354,14 @@ def test_tma_store_epilogue_is_checked_and_a_store_after_release_rejected():
                     cache_verdict=False)
     assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
     with pytest.raises(ValidationError) as e:
-        att.build(att.FlashAttention(head_dim=128, q_stages=2, tma_store_o=True),
+        _planted_build(att.FlashAttention(head_dim=128, q_stages=2, tma_store_o=True),
                   consumer_schedule=_o_stored_after_q_release, verbose=False, progress=False, cache_verdict=False)
     assert "SmemQ" in str(e.value) and "store_o" in str(e.value)
 
 
 def test_v_stage_released_before_its_wgmma_retires_is_rejected():
     with pytest.raises(ValidationError) as e:
-        att.build(att.FlashAttention(persistent=False), consumer_schedule=_v_released_before_retire, verbose=False,
+        _planted_build(att.FlashAttention(persistent=False), consumer_schedule=_v_released_before_retire, verbose=False,
                   progress=False, cache_verdict=False)
     assert "SmemV" in str(e.value) and "race" in str(e.value)
 
@@ -361,7 +370,7 @@ def test_math_order_is_part_of_the_checked_program():
     """The turn-taking of the two warp groups is a pipeline the checks see: never handing the
     turn back is rejected at MathOrder."""
     with pytest.raises(ValidationError) as e:
-        att.build(att.FlashAttention(persistent=False), consumer_schedule=_second_keeps_turn, verbose=False,
+        _planted_build(att.FlashAttention(persistent=False), consumer_schedule=_second_keeps_turn, verbose=False,
                   progress=False, cache_verdict=False)
     assert "MathOrder" in str(e.value)
 
@@ -517,7 +526,7 @@ def test_three_warp_groups_chain_the_math_order():
                  if getattr(r, "pipeline_config", None) is not None}
     assert pipelined == {"SmemQ", "SmemK", "SmemV", "MathOrder01", "MathOrder12"}
     with pytest.raises(ValidationError) as e:
-        att.build(att.FlashAttention(head_dim=64, wgs=3, persistent=False), consumer_schedule=_middle_keeps_turn,
+        _planted_build(att.FlashAttention(head_dim=64, wgs=3, persistent=False), consumer_schedule=_middle_keeps_turn,
                   verbose=False, progress=False, cache_verdict=False)
     assert "MathOrder01" in str(e.value)
 
@@ -535,7 +544,7 @@ def test_ring_order_is_a_strict_round_robin():
     assert "MathOrder02" in roles["Softmax0"][1] and "MathOrder02" in roles["Softmax2"][0]
     assert not any("MathOrder02" in n for n in roles["Softmax1"][0] + roles["Softmax1"][1])
     with pytest.raises(ValidationError) as e:
-        att.build(att.FlashAttention(head_dim=64, wgs=3, persistent=False, ring_order=True),
+        _planted_build(att.FlashAttention(head_dim=64, wgs=3, persistent=False, ring_order=True),
                   consumer_schedule=_last_keeps_ring_turn, verbose=False, progress=False, cache_verdict=False)
     assert "MathOrder02" in str(e.value)
     with pytest.raises(host.AttentionConfigError, match="ring_order=True with wgs=2"):

@@ -13,12 +13,16 @@ from warpsched.kernels import _host
 from warpsched.kernels import attention_bwd as ab
 from warpsched.kernels import attention_bwd_host as host
 from warpsched.kernels.attention import AttentionConfigError
+from _planting import planted
 
 QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
 
 
-def _check(**kw):
-    return ab.build(**kw, **QUIET)
+def _check(grad_schedules=None, writer_schedule=None, **kw):
+    """The program (checked), with a twin schedule planted in place of the gradient or the dQ writer's."""
+    twins = {k: v for k, v in (("grad_schedule", grad_schedules), ("dq_writer_schedule", writer_schedule)) if v}
+    with planted(ab, **twins):
+        return ab.build(**kw, **QUIET)
 
 
 def test_program_is_safe_for_every_step_count():

@@ -17,6 +17,7 @@ import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anythi
 
 from warpsched import ValidationError, domain_loop, schedule  # noqa: E402
 from warpsched.kernels import attention as att  # noqa: E402
+from _planting import planted  # noqa: E402
 
 
 @schedule
@@ -66,8 +67,10 @@ def _ahead_twin(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, wq,
 
 
 def _ahead_program(consumer_schedule=None):
-    return att.build(att.FlashAttention(head_dim=64, causal=True, unit_overlap=True, **att.TUNED),
-                     consumer_schedule=consumer_schedule, verbose=False, progress=False, cache_verdict=False)
+    twin = {} if consumer_schedule is None else {"softmax_ahead_schedule": consumer_schedule}
+    with planted(att, **twin):
+        return att.build(att.FlashAttention(head_dim=64, causal=True, unit_overlap=True, **att.TUNED),
+                         verbose=False, progress=False, cache_verdict=False)
 
 
 def test_unit_overlap_is_safe_for_every_unit_and_kv_count():

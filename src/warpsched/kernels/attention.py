@@ -302,15 +302,15 @@ def build_tuned(verbose=True, **manager_options):
     return build(FlashAttention(**TUNED), verbose=verbose, **manager_options)
 
 
-def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, verbose=True, **manager_options):
+def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the FlashAttention being traced (None on the CPU: the default configuration).
     ``kv_tiles``: one CTA per tile: the CTA's runtime K/V tile count (None on the CPU); every
     count >= 1 is proven. Persistent: the count is read per work tile (``kv_tiles_of``; every
     count >= 1 per tile), and ``units_per_cta`` (the CTA's number of work tiles) is declared:
-    every count >= 1. ``consumer_schedule``: replaces ``softmax_schedule`` (tests check twins
-    with planted bugs)."""
+    every count >= 1. The schedules are this module's names (``softmax_schedule`` ...): a test plants
+    a bug by replacing one (tests/_planting.py), not through a parameter of this function."""
     if g is None:
         g = FlashAttention()
     wq = units = None
@@ -363,10 +363,10 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, consumer_schedule=None, 
         if g.wgs > 2:
             ring.update(chain=True, order_out=order_out, **({"ring": ring_order} if g.ring_order and wg != 1 else {}))
         if g.unit_overlap:
-            task.schedule = (consumer_schedule or softmax_ahead_schedule)(
+            task.schedule = softmax_ahead_schedule(
                 smem_q, smem_k, smem_v, scores, orders[0], out, task.kv_tiles_of, wg, wq, units)
         else:
-            task.schedule = (consumer_schedule or softmax_schedule)(
+            task.schedule = softmax_schedule(
                 smem_q, smem_k, smem_v, scores, orders[0] if g.wgs == 2 else order_in, out,
                 task.kv_tiles_of if g.persistent else kv, wg, g.overlap, wq, units, **ring)
         tasks.append(task)

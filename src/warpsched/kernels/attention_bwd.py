@@ -292,13 +292,13 @@ class SmemDQ(MemoryResource):
 
 
 # ---------------------------------------------------------------------------------- program
-def build(g=None, *, steps=None, grad_schedules=None, writer_schedule=None, verbose=True, **manager_options):
+def build(g=None, *, steps=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the FlashAttentionBackward being traced (None on the CPU: bf16, hd128, not causal).
     ``steps``: the CTA's runtime step count (None on the CPU); every count >= 0 is proven.
-    ``grad_schedules`` / ``writer_schedule``: replace ``grad_schedule`` / ``dq_writer_schedule`` (the tests
-    check twins with planted bugs)."""
+    The schedules are this module's names (``grad_schedule`` ...): a test plants a bug by replacing one
+    (tests/_planting.py), not through a parameter of this function."""
     if g is None:
         g = FlashAttentionBackward()
     n = trip_count("steps", steps, min=0)
@@ -312,7 +312,7 @@ def build(g=None, *, steps=None, grad_schedules=None, writer_schedule=None, verb
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
     writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
-                  num_registers=g.producer_regs, schedule=(writer_schedule or dq_writer_schedule)(*smem_dqs, n))
+                  num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n))
     tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     smem_dss = []
     if g.shared_ds:
@@ -333,12 +333,12 @@ def build(g=None, *, steps=None, grad_schedules=None, writer_schedule=None, verb
         if order is not None:
             (dst if wg == 0 else src).append(order)
         if g.shared_ds:
-            sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg,
-                                                      smem_dss[wg], smem_dss[1 - wg], **turn)
+            sched = grad_schedule(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg],
+                                  **turn)
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
             graph[smem_dss[wg]] = [smem_kv, smem_qdo]
         else:
-            sched = (grad_schedules or grad_schedule)(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, **turn)
+            sched = grad_schedule(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, **turn)
         tasks.append(Task(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg), num_warps=4,
                           num_registers=g.consumer_regs, schedule=sched))
         graph[grads] = [smem_kv, smem_qdo]
