@@ -4,7 +4,10 @@ classes and buckets, and the loop-form / unrolled-twin comparisons. Outcomes are
 from __future__ import annotations
 
 import re
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
+
+if TYPE_CHECKING:  # diff_fuzz imports this module
+    from diff_fuzz import Outcome
 
 # ---------------------------------------------------------------------- hand classification
 # Written after reading samples of every bucket (see RESULTS in the module docstring). A rule
