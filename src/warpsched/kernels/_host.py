@@ -57,6 +57,26 @@ def ffi_options(arch=None):
     return ptx_options(arch) + " --enable-tvm-ffi"
 
 
+def fake_bhsd(dtype, b, h, s, d):
+    """A fake (B, H, S, D) tensor for a CPU / TVM-FFI compile: unit D stride, the other strides
+    multiples of 8 elements and a 16-byte aligned base (what TMA needs; the hosts make inputs so)."""
+    from cutlass.cute.runtime import make_fake_tensor
+    import cutlass.cute as cute
+
+    return make_fake_tensor(dtype, (b, h, s, d), (cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8),
+                            cute.sym_int64(divisibility=8), 1), assumed_align=16)
+
+
+def fake_rows(b, h, s, assumed_align=16):
+    """A fake fp32 (B, H, S) tensor with a unit S stride (an LSE or delta per query row)."""
+    from cutlass.cute.runtime import make_fake_tensor
+    import cutlass
+    import cutlass.cute as cute
+
+    return make_fake_tensor(cutlass.Float32, (b, h, s), (cute.sym_int64(), cute.sym_int64(), 1),
+                            assumed_align=assumed_align)
+
+
 def fake_env_stream():
     """The stream argument of a TVM-FFI compile: the caller's current (torch) stream at each call."""
     from cutlass.cute.runtime import make_fake_stream

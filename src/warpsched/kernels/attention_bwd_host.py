@@ -37,19 +37,13 @@ def check_args(q, k, v, out, dout, lse):
 def fake_operands(dtype, head_dim):
     """Fake q, k, v, dout (B, H, S, D), lse and delta (B, H, S_q) fp32, dq_accum (B, H, S_pad, D) fp32,
     dk, dv: sizes but D symbolic, 16-byte aligned strides."""
-    from cutlass.cute.runtime import make_fake_tensor
-
     B, H, Hk, Sq, Sk, Sp = (cute.sym_int32() for _ in range(6))
 
     def bhsd(heads, seq, dt=dtype):
-        return make_fake_tensor(dt, (B, heads, seq, head_dim), (cute.sym_int64(divisibility=8),
-                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
+        return _host.fake_bhsd(dt, B, heads, seq, head_dim)
 
-    def rows():
-        return make_fake_tensor(cutlass.Float32, (B, H, Sq), (cute.sym_int64(), cute.sym_int64(), 1), assumed_align=16)
-
-    return (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), rows(), rows(), bhsd(H, Sp, cutlass.Float32),
-            bhsd(Hk, Sk), bhsd(Hk, Sk))
+    return (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), _host.fake_rows(B, H, Sq), _host.fake_rows(B, H, Sq),
+            bhsd(H, Sp, cutlass.Float32), bhsd(Hk, Sk), bhsd(Hk, Sk))
 
 
 def _kernel(kern_key):
@@ -67,15 +61,9 @@ def compiled(kern_key, args):
 
 def fake_prep_operands(dtype, head_dim):
     """Fake O, dO (B, H, S, D) and delta (B, H, S) fp32 for the pre-pass."""
-    from cutlass.cute.runtime import make_fake_tensor
-
     B, H, S = (cute.sym_int32() for _ in range(3))
-
-    def bhsd():
-        return make_fake_tensor(dtype, (B, H, S, head_dim), (cute.sym_int64(divisibility=8),
-                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
-
-    return bhsd(), bhsd(), make_fake_tensor(cutlass.Float32, (B, H, S), (cute.sym_int64(), cute.sym_int64(), 1))
+    return (_host.fake_bhsd(dtype, B, H, S, head_dim), _host.fake_bhsd(dtype, B, H, S, head_dim),
+            _host.fake_rows(B, H, S, assumed_align=None))
 
 
 def compiled_prep(dtype, head_dim, arch=None):

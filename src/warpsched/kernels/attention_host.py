@@ -80,16 +80,9 @@ def compiled(kern_key, args):
 def fake_operands(dtype, head_dim):
     """Fake q, k, v, out (B, H, S, D) and lse (B, H, S): every size but D symbolic, strides multiples
     of 8 elements, 16-byte aligned (what TMA needs; ``_tma_ready`` makes inputs so)."""
-    from cutlass.cute.runtime import make_fake_tensor
-
     B, H, Hk, Sq, Sk = (cute.sym_int32() for _ in range(5))
-
-    def bhsd(heads, seq):
-        return make_fake_tensor(dtype, (B, heads, seq, head_dim), (cute.sym_int64(divisibility=8),
-                                cute.sym_int64(divisibility=8), cute.sym_int64(divisibility=8), 1), assumed_align=16)
-
-    lse = make_fake_tensor(cutlass.Float32, (B, H, Sq), (cute.sym_int64(), cute.sym_int64(), 1), assumed_align=16)
-    return bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), lse
+    q, k, v, out = (_host.fake_bhsd(dtype, B, h, s, head_dim) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk), (H, Sq)))
+    return q, k, v, out, _host.fake_rows(B, H, Sq)
 
 
 def compiled_ffi(kern_key):
