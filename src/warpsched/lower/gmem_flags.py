@@ -58,14 +58,23 @@ class BoundFlag:
     def reset(self, slot):
         cute.arch.store(self._ptr(slot), cutlass.Int32(0), sem="relaxed", scope="gpu")
 
+    def wait(self, slot, value, spin_limit: int = 0, fence: bool = True):
+        return self._spin(slot, value, False, spin_limit, fence)
+
+    def wait_at_least(self, slot, value, spin_limit: int = 0, fence: bool = True):
+        return self._spin(slot, value, True, spin_limit, fence)
+
     @cute.jit
-    def wait(self, slot, value, spin_limit: cutlass.Constexpr = 0, fence: cutlass.Constexpr = True):
+    def _spin(self, slot, value, at_least: cutlass.Constexpr, spin_limit: cutlass.Constexpr,
+              fence: cutlass.Constexpr):
+        """Poll with acquire loads until the word equals ``value`` (``at_least``: reaches it); past
+        ``spin_limit`` polls (> 0) give up and return False."""
         ptr = self._ptr(slot)
         target = cutlass.Int32(value)
         seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
         spins = cutlass.Int32(0)
         reached = cutlass.Boolean(True)
-        while seen != target:
+        while (seen < target) if cutlass.const_expr(at_least) else (seen != target):
             seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
             if cutlass.const_expr(spin_limit > 0):
                 spins = spins + 1
@@ -75,25 +84,6 @@ class BoundFlag:
         if cutlass.const_expr(fence):
             cute.arch.fence_acq_rel_gpu()
         return reached
-
-    @cute.jit
-    def wait_at_least(self, slot, value, spin_limit: cutlass.Constexpr = 0, fence: cutlass.Constexpr = True):
-        ptr = self._ptr(slot)
-        target = cutlass.Int32(value)
-        seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
-        spins = cutlass.Int32(0)
-        reached = cutlass.Boolean(True)
-        while seen < target:
-            seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
-            if cutlass.const_expr(spin_limit > 0):
-                spins = spins + 1
-                if spins >= spin_limit:
-                    reached = cutlass.Boolean(False)
-                    seen = target
-        if cutlass.const_expr(fence):
-            cute.arch.fence_acq_rel_gpu()
-        return reached
-
 
 def bind(flag: GmemFlag, tensor) -> BoundFlag:
     """The kernel-side GmemFlag: its verbs on ``tensor``'s Int32 words."""
