@@ -23,7 +23,8 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = torch.ops.warpsched.attention_bwd(q, k, v, out, dout.contiguous(), lse, ctx.causal, ctx.scale)
+        # dout as autograd hands it: the backward's host copies it only when TMA cannot read it as it is
+        dq, dk, dv = torch.ops.warpsched.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None
 
 
