@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from warpsched import PipelineConfig, Task, domain_loop, schedule
+from warpsched import PipelineConfig, Task, ValidationError, domain_loop, schedule
 
 from test_checks_support import Buf, Gmem, accepted, cg, expect, line, rejected
 
@@ -51,8 +51,9 @@ def test_warp_lane_seed_example_and_divisibility():
     accepted(*dense_program(seed_cfg(interleave_stride=(1, 1, 4, 4))))  # consumer side only: a dense producer
     f = rejected(*dense_program(seed_cfg(interleave_stride=4)))  # a 1-warp producer cannot own 4 lanes
     expect(f, "interleaved pipelines", "load", "smem", line("load_loop"))
-    f = rejected(*dense_program(seed_cfg(num_stages=6, interleave_stride=(1, 1, 4, 4))))
-    hit = expect(f, "interleaved pipelines", None, "smem", line("seed_cfg"))
+    with pytest.raises(ValidationError) as e:  # refused by the factory, at its call
+        seed_cfg(num_stages=6, interleave_stride=(1, 1, 4, 4))
+    hit = expect(e.value.findings, "interleaved pipelines", None, None, line("seed_cfg"))
     assert "num_stages=6 is not divisible" in hit.message
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from warpsched import PipelineConfig, SignalingThreads, Task, domain_loop, schedule
+from warpsched import PipelineConfig, SignalingThreads, Task, ValidationError, domain_loop, schedule
 from warpsched.protocol.barriers import expected_group_size, expected_num_bytes
 
 from test_checks_support import Buf, Gmem, accepted, cg, expect, find, line, rejected
@@ -261,11 +261,11 @@ def test_leader_without_per_warp_bytes_and_opaque_layout():
     class Opaque:
         shape = None
 
-    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @opaque
-        num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=Opaque(),
-        producer_signaling_threads=SignalingThreads.TaskWarpLeader, num_bytes_per_warp_per_cta=2048)
-    hit = expect(rejected(*tma_async_program(cfg, producer_warps=4)), "leader-routed producer completions", None,
-                 "smem", line("opaque"))
+    with pytest.raises(ValidationError) as e:  # the factory refuses it: no resource exists yet
+        PipelineConfig.create_tma_async_pipeline_cfg(  # @opaque
+            num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(1), cta_layout_vmnk=Opaque(),
+            producer_signaling_threads=SignalingThreads.TaskWarpLeader, num_bytes_per_warp_per_cta=2048)
+    hit = expect(e.value.findings, "leader-routed producer completions", None, None, line("opaque"))
     assert "inspect" in hit.message
 
 
@@ -313,15 +313,35 @@ def test_umma_pipeline_requires_a_layout():
 
 
 # ------------------------------------------------------------------ malformed fields
-def test_malformed_fields_are_findings_not_crashes():
-    cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @garbage
-        num_stages=-2, num_bytes="lots", producer_group=None, consumer_group=cg(1), interleave_stride=(1, 2),
-        producer_signaling_threads=SignalingThreads.All | SignalingThreads.CtaLeader, cta_layout_vmnk=(1, 0),
-        consumer_wait_signaling_threads="both")
-    f = rejected(*tma_async_program(cfg))
+def test_malformed_fields_are_refused_by_the_factory_with_every_finding():
+    """Validated once, when built: every malformed field is a finding at the factory call's line (no
+    crash, nothing deferred), and no PipelineConfig with such fields ever reaches a program."""
+    with pytest.raises(ValidationError) as e:
+        PipelineConfig.create_tma_async_pipeline_cfg(  # @garbage
+            num_stages=-2, num_bytes="lots", producer_group=None, consumer_group=cg(1), interleave_stride=(1, 2),
+            producer_signaling_threads=SignalingThreads.All | SignalingThreads.CtaLeader, cta_layout_vmnk=(1, 0),
+            consumer_wait_signaling_threads="both")
+    f = e.value.findings
     for check in ("pipeline configuration", "pipeline thread counts and bytes", "interleaved pipelines",
                   "cta layout consistency", "split-consumer signaling"):
-        find(f, check, resource="smem", line_no=line("garbage"))
+        find(f, check, resource=None, line_no=line("garbage"))
+    assert all(x.fix and x.expected and "is invalid" in x.message for x in f)
+    assert "TmaAsync pipeline: num_stages=-2 is invalid" in e.value.findings[0].message
+    assert str(e.value).startswith("warpsched rejected a pipeline configuration: 6 findings")
+
+
+@pytest.mark.parametrize("stride,stages,ok", [(2, 4, True), ((2, 2, 1, 1), 2, True), (4, 6, False), (0, 2, False),
+                                              ((1, 2), 2, False), ("2", 2, False), (True, 2, False)])
+def test_interleave_stride_is_parsed_once_when_built(stride, stages, ok):
+    kw = dict(num_stages=stages, producer_group=cg(32), consumer_group=cg(32), interleave_stride=stride)
+    if ok:
+        cfg = PipelineConfig.create_async_async_pipeline_cfg(**kw)
+        assert cfg.strides == (stride,) * 4 if isinstance(stride, int) else stride
+        with pytest.raises(AttributeError):  # frozen: what was validated is what every layer reads
+            cfg.interleave_stride = 3
+    else:
+        with pytest.raises(ValidationError, match="interleave"):
+            PipelineConfig.create_async_async_pipeline_cfg(**kw)
 
 
 def test_multicast_consumer_count_comes_from_the_protocol():

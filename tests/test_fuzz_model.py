@@ -77,7 +77,12 @@ def draw_resources(data):
     for i in range(data.draw(st.integers(1, 5))):
         cls = data.draw(st.sampled_from(["gmem", "buf", "buf", "queue", "pdl_wait", "pdl_launch"]))
         name = one_of(data, [f"r{i}"], [None, f"r{max(0, i - 1)}"])
-        cfg = draw_config(data) if data.draw(st.booleans()) else None
+        cfg = None
+        if data.draw(st.booleans()):
+            try:
+                cfg = draw_config(data)
+            except ValidationError as e:  # malformed fields: refused by the factory, with clean findings
+                assert e.findings and all(f.location is not None and f.expected and f.fix for f in e.findings)
         if cls == "gmem":
             r = Gmem(name=name, pipeline_config=cfg if data.draw(st.floats(0, 1)) < 0.2 else None)
         elif cls == "buf":
@@ -397,14 +402,19 @@ def build_mutated(data, *, exhaustive=False, max_mutations=3, log=None, split=Fa
         if log is not None:
             after = (seq, smem_cfg, tmem_cfg, warps, graph_extra)
             log.append((what, task, [(b, a) for b, a in zip(before, after) if b != a] or roles[task]))
-    if async_smem:
-        smem = PipelineConfig.create_async_async_pipeline_cfg(**{k: v for k, v in smem_cfg.items()
-                                                                 if k != "num_bytes"})
-    else:
-        smem_cfg.setdefault("num_bytes", 0)
-        smem = PipelineConfig.create_tma_umma_pipeline_cfg(**smem_cfg)
+    try:  # a mutated field the factory refuses (num_stages=0, say): warpsched's own error, nothing built
+        if async_smem:
+            smem = PipelineConfig.create_async_async_pipeline_cfg(**{k: v for k, v in smem_cfg.items()
+                                                                     if k != "num_bytes"})
+        else:
+            smem_cfg.setdefault("num_bytes", 0)
+            smem = PipelineConfig.create_tma_umma_pipeline_cfg(**smem_cfg)
+        tmem = PipelineConfig.create_umma_async_pipeline_cfg(**tmem_cfg)
+    except ValidationError as e:
+        assert e.findings and all(f.location is not None and f.fix for f in e.findings)
+        return "rejected"
     res = [Gmem(name="gmem"), Buf(name="smem", pipeline_config=smem),
-           Buf(name="tmem", pipeline_config=PipelineConfig.create_umma_async_pipeline_cfg(**tmem_cfg)),
+           Buf(name="tmem", pipeline_config=tmem),
            Gmem(name="out"), PdlWaitBarrier(name="pdl_wait"), PdlLaunchBarrier(name="pdl_launch"),
            FuzzQueue(name="wq")]
     graph = {res[1]: [res[0]], res[2]: [res[1]], res[3]: [res[2]], res[0]: [res[4]], res[5]: []}

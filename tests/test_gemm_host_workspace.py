@@ -14,6 +14,11 @@ pytest.importorskip("cutlass")
 from _fake_tensor import FakeTensor  # noqa: E402
 
 
+from warpsched.kernels.residency import DeviceOccupancy  # noqa: E402
+
+H200 = DeviceOccupancy("NVIDIA H200", sms=132, smem_per_sm=228 * 1024, threads_per_sm=2048)
+
+
 class _Alloc:
     def __init__(self, kind, shape, dtype):
         self.kind, self.shape, self.dtype = kind, tuple(shape), dtype
@@ -21,7 +26,7 @@ class _Alloc:
 
 @pytest.fixture
 def host(monkeypatch):
-    from warpsched.kernels import _host, gemm_host, gemm_launch
+    from warpsched.kernels import _host, gemm_host, gemm_launch, residency
 
     fake_torch = types.SimpleNamespace(float32="float32", int32="int32", allocs=[])
 
@@ -41,7 +46,8 @@ def host(monkeypatch):
 
     monkeypatch.setattr(gemm_launch, "compiled_ffi", compiled_ffi)
     monkeypatch.setattr(_host, "_FFI", [True])
-    monkeypatch.setattr(gemm_host, "max_ctas", lambda: 132)
+    monkeypatch.setattr(gemm_host, "max_ctas", lambda cluster_mn=(1, 1): 132)
+    monkeypatch.setattr(residency, "device_occupancy", lambda device=None: H200)
     monkeypatch.setattr(gemm_host, "_WORKSPACE", {})
     return types.SimpleNamespace(gemm_host=gemm_host, torch=fake_torch, launches=launches, compiles=compiles)
 
@@ -54,7 +60,9 @@ def test_in_kernel_split_k_workspace(host, mode, slabs, zeroed):
     ws, flags = host.torch.allocs  # allocated once for both plans
     assert ws.shape == (slabs * rows, 1024) and ws.kind == ("zeros" if zeroed else "empty") and ws.dtype == "float32"
     assert flags.shape == (3 * 4,) and flags.kind == "zeros" and flags.dtype == "int32"  # one per 128x256 tile
-    assert host.compiles[0] == dict(schedule="cooperative", split_k=True, split_reduce=mode, tile_mn=(128, 256))
+    # serial split-K's CTAs wait for each other: its grid bound is in the compile key (co-residency)
+    grid = dict(max_ctas=132) if mode == "serial" else {}
+    assert host.compiles[0] == dict(schedule="cooperative", split_k=True, split_reduce=mode, tile_mn=(128, 256), **grid)
     for p in plans + plans[:1]:
         p(a, b, c, 1.0)
     assert len(host.launches) == 3 and all(x == (a, b, c, 3, 1.0, ws, flags) for x in host.launches)
@@ -66,7 +74,7 @@ def test_stream_k_workspace(host):
     ws, flags = host.torch.allocs
     assert ws.shape == (2 * 132 * 128, 256) and ws.kind == "zeros" and ws.dtype == "float32"  # a tile per slot
     assert flags.shape == (2 * 132,) and flags.kind == "zeros" and flags.dtype == "int32"
-    assert host.compiles[0] == dict(schedule="cooperative", stream_k=True, tile_mn=(128, 256))
+    assert host.compiles[0] == dict(schedule="cooperative", stream_k=True, tile_mn=(128, 256), max_ctas=132)
     for p in plans + plans[:1]:
         p(a, b, c, 2.0)
     assert len(host.launches) == 3 and all(x == (a, b, c, 1, 2.0, ws, flags) for x in host.launches)

@@ -186,9 +186,14 @@ def test_stream_k_is_not_an_autotune_candidate_yet():
     (dict(cluster_mn=(2, 1)), 128, "without a cluster"),
     (dict(max_ctas=132), 8_000_000, "too long for stream-K's 32-bit partition"),
 ])
-def test_stream_k_host_errors(gp, options, K, needle):
+def test_stream_k_host_errors(gp, monkeypatch, options, K, needle):
     """gemm(..., split_k="stream") rejects what stream-K does not run, before touching the GPU."""
     from _fake_tensor import FakeTensor
+
+    from warpsched.kernels import residency
+
+    h200 = residency.DeviceOccupancy("NVIDIA H200", sms=132, smem_per_sm=228 * 1024, threads_per_sm=2048)
+    monkeypatch.setattr(residency, "device_occupancy", lambda device=None: h200)
 
     a, b, c = FakeTensor((64, K)), FakeTensor((32, K)), FakeTensor((64, 32))
     with pytest.raises(gp.GemmConfigError, match=needle):

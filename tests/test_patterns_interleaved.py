@@ -104,9 +104,10 @@ def test_per_role_dense_loops_are_exact_about_the_tile_count():
 
 # ------------------------------------------------------------------ strides divide num_stages
 def test_stride_must_divide_num_stages():
+    """Refused by the factory, before a resource exists: the findings name the factory call's line."""
     f = rejected("warp_lane", num_stages=6)
     for role in ("producer_acquire", "producer_commit", "consumer_wait", "consumer_release"):
-        hit = find(f, task=None, resource="tiles", line_no=line("wl_async_cfg", PATH),
+        hit = find(f, task=None, resource=None, line_no=line("wl_async_cfg", PATH),
                    text=f"num_stages=6 is not divisible by the {role} stride 4")
         assert "multiple of 4" in hit.expected
 

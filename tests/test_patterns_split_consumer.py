@@ -132,7 +132,7 @@ def test_wait_signaling_equal_to_release_signaling_is_rejected(kind, marker):
 
 # ------------------------------------------------------------------ wait-only state advances on wait
 def test_wait_only_task_advances_on_wait_in_the_lowering_plan():
-    from warpsched.lower.pipelines import counter_plan  # plain Python; no kernel needed
+    from warpsched.protocol.plan import counter_plan  # plain Python; no kernel needed
 
     tm = build(kind="hopper", exhaustive_deadlock_race_check=False)
     sync = next(t for t in tm.tasks if t.name == "SyncTask")

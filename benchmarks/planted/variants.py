@@ -146,6 +146,7 @@ def lowering_patch(name: Optional[str]):
         yield
         return
     from warpsched.lower import pipelines
+    from warpsched.model.ir import StepKind
 
     if name != "no_task_sync":
         raise ValueError(name)
@@ -154,7 +155,7 @@ def lowering_patch(name: Optional[str]):
     def commit_without_task_sync(self, task, warp_idx, state):
         if self.arms_on_acquire:
             return
-        self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_commit(state), sync_task=False)
+        self._gate(task, StepKind.ProducerCommit, warp_idx, lambda: self.pipe.producer_commit(state), sync_task=False)
 
     pipelines.PipelineLowering.commit = commit_without_task_sync
     try:

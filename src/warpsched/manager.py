@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from .errors import Finding, HasFindings, ValidationError, ValidationWarning
 from .model.task import Task
+from .protocol.plan import SyncPlan
 from .report.printout import memory_summary, register_summary, schedule_table
 from .verify import Options, Program, run_static_checks
 from .verify.checker import run_checker
@@ -178,6 +179,12 @@ class TaskManager:
         return self.result
 
     @property
+    def plan(self):
+        """The program's sync plan (``protocol.plan.SyncPlan.of``): the one the checker ran and the
+        lowering emits."""
+        return SyncPlan.of(self.program)
+
+    @property
     def fingerprint(self) -> str:
         """sha256 of the captured program (``warpsched.verify.fingerprint``): equal fingerprints,
         equal programs to every check, e.g. ``warpsched check``'s build and the kernel's."""
@@ -213,7 +220,7 @@ class TaskManager:
         """Inside a ``@cute.kernel``: allocate SMEM, create and initialize barriers."""
         from .lower.kernel import KernelLowering
 
-        self._lowering = KernelLowering(self.program, tmem_ptr_i32=self.tmem_ptr_i32)
+        self._lowering = KernelLowering(self.program, self.plan, tmem_ptr_i32=self.tmem_ptr_i32)
         self._lowering.setup()
         return self._lowering
 

@@ -108,8 +108,9 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     lse = lse.contiguous()
     sp = (Sq + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     dq_acc = torch.zeros(B, H, sp, D, device=q.device, dtype=torch.float32)
-    dk = torch.empty_like(k) if dk is None else dk
-    dv = torch.empty_like(v) if dv is None else dv
+    # contiguous whatever k's strides (a view of a fused QKV projection has strided heads): not empty_like
+    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype) if dk is None else dk
+    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype) if dv is None else dv
     for name, t in (("dk", dk), ("dv", dv)):
         if tuple(t.shape) != tuple(k.shape) or t.dtype != k.dtype or not t.is_contiguous():
             raise AttentionConfigError(f"{name} {tuple(t.shape)} {t.dtype}: expected a contiguous tensor of k's "

@@ -153,8 +153,8 @@ def _prepare(q, k, v, causal, scale, out, lse, **options):
 
     q0, k0, v0 = q, k, v
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
-    if out is None:
-        out = torch.empty_like(q)
+    if out is None:  # contiguous, as the custom op's fake says (empty_like would keep a dense q's strides)
+        out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     if lse is None:
         lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
     if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.stride(3) != 1:
@@ -198,7 +198,7 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
             import torch
 
             f, scale_v = hit
-            out = torch.empty_like(q)
+            out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
             lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
             try:
                 f(q, k, v, out, lse, scale_v)

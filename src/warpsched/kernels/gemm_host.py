@@ -10,7 +10,7 @@ from . import _host
 from . import gemm_program
 from .gemm_config import DEFAULT_TILES, SCHEDULES, GemmConfigError, check_stream_k
 from .gemm_kernel import PersistentGemm
-from .gemm_launch import (_CACHE, FP8_DTYPES, VERDICT_OF, GemmPlan, compiled, compiled_ffi,  # noqa: F401
+from .gemm_launch import (_CACHE, FP8_DTYPES, VERDICT_OF, GemmPlan, _kernel, compiled, compiled_ffi,  # noqa: F401
                           cutlass_dtype, fake_epilogue, fake_operands, fake_workspace, key, max_ctas, scale_tensors,
                           to_cute, trailing)
 
@@ -116,7 +116,8 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     options = dict(schedule=schedule, **tile_options)
     if split_k == "stream":
         check_stream_k(schedule, split_reduce, tile_options.get("cluster_mn", (1, 1)))
-        ctas = tile_options.get("max_ctas") or max_ctas()
+        tiles = -(-M // bM) * -(-N // bN)
+        ctas = options["max_ctas"] = resident_ctas(a, c, dict(options, stream_k=True), tiles, "split_k='stream'")
         slots = 2 * ctas
         if slots * -(-K // bK) * ctas >= 2 ** 31:  # the partition's device arithmetic is 32-bit
             raise GemmConfigError(f"split_k='stream': K = {K} ({-(-K // bK)} K tiles) is too long for stream-K's "
@@ -131,6 +132,10 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     if split_reduce == "host" and any(tile_options.get(k) for k in ("bias", "activation", "residual", "scale_out")):
         split_reduce = "parallel"  # a fused epilogue needs the summed tile in the kernel (gemm_epilogue)
     rows = -(-M // bM) * bM
+    if split_reduce == "serial":  # a share waits for the one before it, maybe in a later CTA
+        tiles = -(-M // bM) * -(-N // bN)
+        options["max_ctas"] = resident_ctas(a, c, dict(options, split_k=True, split_reduce="serial"), tiles * split_k,
+                                            f"split_k={split_k}, split_reduce='serial'")
     if split_reduce in IN_KERNEL:
         # the shares of a tile reduce in an fp32 tile workspace (parallel: one slab per share but the
         # last; atomic: zeroed), ordered by per-tile flags; the kernel leaves flags (and the atomic
@@ -151,6 +156,29 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
                             torch.empty(M, N, device=a.device, dtype=torch.float32))
     ws, total = _WORKSPACE[wkey]
     return GemmPlan(a.dtype, c.dtype, dict(options, split_k=True), split_k, "host", ws, total=total, rows=rows)
+
+
+def resident_ctas(a, c, options, units, what):
+    """The persistent grid bound of a kernel whose CTAs wait for each other (stream-K, serial
+    split-K): the caller's ``max_ctas`` if all of the grid it gives fits on a's device at once
+    (``residency.CoResidencyError`` if not), else one CTA per SM as far as that device holds them at
+    once. It becomes part of the compile key, so each device gets a grid it holds."""
+    from . import residency
+
+    cluster = tuple(options.get("cluster_mn", (1, 1)))
+    size = cluster[0] * cluster[1]
+    kern = _kernel(a.dtype, c.dtype, {**options, "max_ctas": 1})  # resources only: nothing is traced
+    occ = residency.device_occupancy(a.device)
+    bound = residency.resident_bound(occ, kern.smem_bytes, kern.threads, size,
+                                     max_ctas(cluster) // size if size > 1 else None)
+    asked = options.get("max_ctas")
+    if asked is None:  # one CTA per SM (whole clusters), as the other kernels, if the device holds that
+        return min(max_ctas(cluster), bound)
+    residency.check_coresident(f"gemm with {what}, max_ctas={asked}", min(asked, units), occ, kern.smem_bytes,
+                               kern.threads, bound, f"pass max_ctas <= {bound} (or leave it out: the grid is then "
+                               "sized to what the device holds), or split_reduce='parallel' / 'atomic', whose CTAs "
+                               "never wait for each other")
+    return asked
 
 
 def _workspace(wkey, ws_shape, flags, zeroed, device):

@@ -216,6 +216,7 @@ class PersistentGemm:
                                   f"(fit: {fit}); need 2 <= stages <= {fit}")
         self.a_elems, self.b_elems = bM * bK * self.ab_stage, bN * bK * self.ab_stage
         self.c_elems = self.epi_tile[0] * self.epi_tile[1] * self.epi_stage
+        self.smem_bytes = self.tile_bytes * self.ab_stage * self.rings + epi_bytes + 1024  # what _plan fits
 
     def describe(self):
         return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"

@@ -60,8 +60,9 @@ def max_ctas(cluster_mn=(1, 1)):
 
 def _kernel(a_dtype, c_dtype, options):
     opts = {k: cutlass_dtype(v) if k == "b_dtype" else v for k, v in options.items()}
-    return PersistentGemm(ab_dtype=cutlass_dtype(a_dtype), c_dtype=cutlass_dtype(c_dtype),
-                          **{"max_ctas": max_ctas(options.get("cluster_mn", (1, 1))), **opts})
+    if "max_ctas" not in opts:
+        opts["max_ctas"] = max_ctas(options.get("cluster_mn", (1, 1)))
+    return PersistentGemm(ab_dtype=cutlass_dtype(a_dtype), c_dtype=cutlass_dtype(c_dtype), **opts)
 
 
 def compiled(ma, mb, mc, a, c, serial_args=(), **options):

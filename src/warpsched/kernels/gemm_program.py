@@ -202,13 +202,12 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
     consumer_threads = 128 * g.wgs_per_mma_task
     rings, outs = [], []
     cm, cn = g.cluster_mn
-    # one release arrival per consumer warp and per CTA that multicasts into this one (shared: both math tasks')
     skip = g.skip  # pingpong_shared, skip=True: the owner alone releases a stage
-    releasing_warps = 4 * g.wgs_per_mma_task * (g.math_tasks if g.shared_ring and not skip else 1) * (cm + cn - 1)
+    # the empty barrier's arrival count (a release per consumer warp of every task that releases the ring,
+    # per CTA that multicasts into this one) is left to the sync plan, which derives it from the tasks
     for r in range(g.rings):
         cfg = PipelineConfig.create_tma_async_pipeline_cfg(
-            num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=threads(1),
-            consumer_group=threads(releasing_warps), advance_on_wait=True,
+            num_stages=g.ab_stage, num_bytes=g.tile_bytes, producer_group=threads(1), advance_on_wait=True,
             **(dict(cta_layout_vmnk=(1, cm, cn, 1), mcast_mode_mn=(1, 1)) if g.clustered else {}))
         rings.append(SmemAB(name=f"SmemAB{r}" if g.rings > 1 else "SmemAB", pipeline_config=cfg, g=g, ring=r,
                             shared=g.shared_ring, first_thread=128 * (1 + r * g.wgs_per_mma_task)))

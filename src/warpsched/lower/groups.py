@@ -26,6 +26,7 @@ import cutlass.pipeline as cpipe
 from cutlass.pipeline.helpers import MbarrierArray, PipelineOp
 
 from ..model.enums import PipelineGroupMode, PipelineType
+from ..model.ir import StepKind
 from ..protocol.plan import SyncPlan
 from . import LoweringError
 from .pipelines import PipelineLowering, make_umma_umma
@@ -104,5 +105,5 @@ class GroupLowering:
 
         def arm():
             pipe.sync_object_full.arrive_and_expect_tx(state.index, self.fork_tx_bytes)
-        self.collapsed._gate(task, "producer", warp_idx, arm, sync_task=False)
+        self.collapsed._gate(task, StepKind.ProducerCommit, warp_idx, arm, sync_task=False)
 

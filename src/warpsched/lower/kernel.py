@@ -26,10 +26,12 @@ from .pipelines import PipelineLowering, cluster_shape_mn
 
 
 class KernelLowering:
-    def __init__(self, program, *, producer_tail: bool = True, tmem_ptr_i32=None):
+    def __init__(self, program, plan: SyncPlan, *, producer_tail: bool = True, tmem_ptr_i32=None):
+        """``plan``: the program's verified sync plan, as TaskManager hands it (``SyncPlan.of``):
+        the lowering derives no protocol decision of its own."""
         self.program = program
         self.user_tmem_ptr = tmem_ptr_i32  # TaskManager(tmem_ptr_i32=...): the kernel owns TMEM
-        self.plan = SyncPlan(program)  # the protocol decisions the checker verified
+        self.plan = plan
         self.two_cta = self.plan.cta_pair > 1  # a CTA pair: TMEM is allocated for the pair (cta_group::2)
         self.producer_tail = producer_tail
         self.pipes: Dict[int, PipelineLowering] = {}

@@ -30,8 +30,8 @@ import cutlass.pipeline as cpipe
 
 from ..model.enums import PipelineType
 from ..model.ir import StepKind
-from ..protocol.plan import (VERB_COUNTER, Arming, Counter, PairRoute, SyncPlan, config_of, counter_plan,  # noqa: F401
-                             counter_stride, cta_gated, is_producer_counter, tx_per_arming_warp)
+from ..protocol.plan import (PRODUCER, Arming, Counter, PairRoute, SyncPlan, config_of, cta_gated, op_warps,
+                             tx_per_arming_warp)
 from . import LoweringError
 from .dsl import dyn_if
 from .memory import ArrayPointer
@@ -69,12 +69,6 @@ class PipelineLowering:
         self.pair = pp.pair_full is not PairRoute.LOCAL or pp.pair_empty is not PairRoute.LOCAL
         self.arms_on_acquire = pp.arming is Arming.AT_ACQUIRE  # a Fork member's is group.commit()'s
         loc = cfg.location
-        for verb, stride in zip(("producer_acquire", "producer_commit", "consumer_wait", "consumer_release"),
-                                cfg.strides):
-            if not isinstance(stride, int) or stride < 1 or cfg.num_stages % stride:
-                raise LoweringError(f"interleave stride {stride!r} of {verb} does not divide num_stages="
-                                    f"{cfg.num_stages}", resource=target, location=loc,
-                                    fix="use a stride that divides num_stages")
         self.cluster_shape = cfg.cluster_shape or (1, 1, 1, 1)
         if cfg.num_ctas != 1:
             self._check_cluster(cfg, target, loc, pp.mcast_partners)
@@ -152,9 +146,10 @@ class PipelineLowering:
         sig = cfg.producer_signaling_threads if side == "producer" else cfg.consumer_signaling_threads
         return bool(sig.warp_leader)
 
-    def _gate(self, task, side: str, warp_idx, fn, otherwise=None, sync_task=True):
-        strides = self.config.strides[:2] if side == "producer" else self.config.strides[2:]
-        if self._leader_only(side) and task.num_warps > 1 and task.num_warps in strides:
+    def _gate(self, task, kind, warp_idx, fn, otherwise=None, sync_task=True):
+        side = "producer" if kind.side == PRODUCER else "consumer"
+        warp_lane = op_warps(self.config, kind, task.num_warps) < task.num_warps  # the plan's rule
+        if self._leader_only(side) and warp_lane:
             raise LoweringError(f"{side} signaling TaskWarpLeader on a warp-lane interleaved side: each warp "
                                 "owns its own lane's stages, a leader cannot arrive for them", task=task,
                                 resource=self.resource, location=self.config.location,
@@ -191,7 +186,7 @@ class PipelineLowering:
             # every warp waits for the empty stage; only the leader warp arms the full barrier
             # leader-routed TMA: the other warps' copies complete on the barrier the leader armed
             # (in a TmaUmma pair CUTLASS's producer_acquire itself arms in the leader CTA only)
-            self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_acquire(state, token),
+            self._gate(task, StepKind.ProducerAcquire, warp_idx, lambda: self.pipe.producer_acquire(state, token),
                        lambda: self._wait_empty(state, token), sync_task=False)
         else:
             self.pipe.producer_acquire(state, token)
@@ -206,7 +201,7 @@ class PipelineLowering:
         if self.arms_on_acquire:
             return  # the TMA / CLC transaction completes the full barrier
         self._cta(task, StepKind.ProducerCommit,
-                  lambda: self._gate(task, "producer", warp_idx, lambda: self.pipe.producer_commit(state)))
+                  lambda: self._gate(task, StepKind.ProducerCommit, warp_idx, lambda: self.pipe.producer_commit(state)))
 
     def try_wait(self, state):
         return self.pipe.consumer_try_wait(state)
@@ -216,7 +211,7 @@ class PipelineLowering:
 
     def release(self, task, warp_idx, state):
         self._cta(task, StepKind.ConsumerRelease,
-                  lambda: self._gate(task, "consumer", warp_idx, lambda: self.pipe.consumer_release(state)))
+                  lambda: self._gate(task, StepKind.ConsumerRelease, warp_idx, lambda: self.pipe.consumer_release(state)))
 
     def tail(self, task, state):
         # a producer gated to the leader CTA has nothing to drain in the peer
@@ -284,8 +279,6 @@ def task_sync(program, task) -> None:
 
 
 # ---------------------------------------------------------------------- counters
-# counter_plan, VERB_COUNTER and counter_stride live in protocol/plan.py (pure Python; the checker
-# reads the same plan); they stay importable from here.
 def make_state(counter: Counter, lane=0):
     """Initial cursor of a counter: producers start on phase 1 (stages free), consumers on 0;
     an interleaved counter starts on its lane's first stage."""

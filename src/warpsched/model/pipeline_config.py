@@ -1,14 +1,16 @@
-"""PipelineConfig: which barrier protocol guards a resource. Built only by factories."""
+"""PipelineConfig: which barrier protocol guards a resource. Built only by factories, validated
+when built (``pipeline_fields``) and immutable after."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple, Union
 
+from ..errors import ValidationError
 from .enums import AsyncProducerOp, PipelineType, SignalingThreads
+from .pipeline_fields import field_findings, parse_strides
 from .source import SourceLoc, caller_location
 
 Stride = Union[int, Tuple[int, int, int, int]]
-ROLE_NAMES = ("producer_acquire", "producer_commit", "consumer_wait", "consumer_release")
 
 
 def group_size(group: Any) -> Optional[int]:
@@ -19,9 +21,11 @@ def group_size(group: Any) -> Optional[int]:
     return size if isinstance(size, int) and not isinstance(size, bool) else None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, frozen=True)
 class PipelineConfig:
-    """Barrier protocol of one pipelined resource. Use the ``create_*_pipeline_cfg`` factories."""
+    """Barrier protocol of one pipelined resource. Use the ``create_*_pipeline_cfg`` factories: a
+    configuration whose fields are malformed is refused there (ValidationError naming the field and
+    the factory call's file:line), so a PipelineConfig that exists is well formed."""
 
     pipeline_type: PipelineType
     num_stages: int
@@ -42,18 +46,25 @@ class PipelineConfig:
     barrier_ptr: Any = None
     location: SourceLoc = field(default_factory=caller_location, repr=False)
 
+    def __post_init__(self):
+        findings = field_findings(self)
+        if findings:
+            raise ValidationError(findings, title="warpsched rejected a pipeline configuration")
+        object.__setattr__(self, "_strides", parse_strides(self.interleave_stride))
+
     # ---- derived facts used by checks, the checker and the lowering ----
     @property
+    def pipeline_type_name(self) -> str:
+        return self.pipeline_type.value if isinstance(self.pipeline_type, PipelineType) else "a"
+
+    @property
     def strides(self) -> Tuple[int, int, int, int]:
-        """(producer_acquire, producer_commit, consumer_wait, consumer_release)."""
-        s = self.interleave_stride
-        if isinstance(s, tuple):
-            return tuple(s)  # type: ignore[return-value]
-        return (s, s, s, s)
+        """(producer_acquire, producer_commit, consumer_wait, consumer_release), parsed once."""
+        return self._strides  # type: ignore[attr-defined]
 
     @property
     def is_interleaved(self) -> bool:
-        return any(isinstance(x, int) and x > 1 for x in self.strides)
+        return max(self.strides) > 1
 
     @property
     def producer_size(self) -> Optional[int]:

@@ -1,6 +1,6 @@
 """The sync plan: every barrier-protocol decision of one program, made once.
 
-``SyncPlan(program)`` answers, per pipelined resource or group and per task side, what the
+``SyncPlan.of(program)`` (one per program) answers, per pipelined resource or group and per task side, what the
 static checks, the exhaustive checker (``verify/checker/model.py``) and the lowering
 (``lower/pipelines.py``, ``lower/groups.py``, ``lower/loops.py``) used to work out each on
 their own:
@@ -32,6 +32,8 @@ from ..model.enums import PipelineGroupMode, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_group import PipelineGroup
 from ..model.program import Program, step_targets
+from .counters import (ROLE, VERB_COUNTER, Counter, LaneMode, counter_plan, counter_stride,  # noqa: F401
+                       is_producer_counter, make_counter, role_stride)
 from .barriers import (BarrierInit, PairRoute, PipelineProtocol, SideCount, arrivals_per_op, barrier_init,
                        collapsed_lead, collapsed_lead_index, cta_group_size, delivered_tx_bytes, expected_group_size, group_barrier_init, mcast_partners,
                        pair_route, protocol_of, signaling_warps, tx_pair_ctas)
@@ -39,9 +41,6 @@ from .barriers import (BarrierInit, PairRoute, PipelineProtocol, SideCount, arri
 PRODUCER, CONSUMER = "producer", "consumer"
 FULL, EMPTY = "full", "empty"
 
-# index of each verb's interleave stride in PipelineConfig.strides
-ROLE = {StepKind.ProducerTryAcquire: 0, StepKind.ProducerAcquire: 0, StepKind.ProducerCommit: 1,
-        StepKind.ConsumerTryWait: 2, StepKind.ConsumerWait: 2, StepKind.ConsumerRelease: 3}
 SYNC_KINDS = frozenset(ROLE)
 OPENING = {StepKind.ProducerAcquire: PRODUCER, StepKind.ConsumerWait: CONSUMER}
 CLOSING = {StepKind.ProducerCommit: PRODUCER, StepKind.ConsumerRelease: CONSUMER}
@@ -68,12 +67,6 @@ GROUP_VERBS = {
 
 
 # ---------------------------------------------------------------------- per-config rules
-def role_stride(config, kind: StepKind) -> int:
-    """The interleave stride of a verb (a malformed stride, reported by the checks, reads as 1)."""
-    s = config.strides[ROLE[kind]]
-    return s if isinstance(s, int) and s > 0 else 1
-
-
 def op_warps(config, kind: StepKind, task_num_warps: int) -> int:
     """Warps one operation of a verb covers: in warp-lane interleaving (the verb's stride equals
     the task's warp count) every warp runs its own lane's operation."""
@@ -170,90 +163,6 @@ def config_of(target) -> Any:
         lead = collapsed_lead(target)
         return lead.pipeline_config if lead is not None else None
     return getattr(target, "pipeline_config", None)
-
-
-# ---------------------------------------------------------------------- counters
-PRODUCER_COUNTERS = ("acq", "cmt", "p")
-# which counter a verb reads (the first one the task has)
-VERB_COUNTER = {
-    StepKind.ProducerTryAcquire: ("acq", "p"), StepKind.ProducerAcquire: ("acq", "p"),
-    StepKind.ProducerCommit: ("cmt", "p"), StepKind.ConsumerTryWait: ("wait", "c"),
-    StepKind.ConsumerWait: ("wait", "c"), StepKind.ConsumerRelease: ("rel", "c"),
-}
-
-
-def is_producer_counter(name: str) -> bool:
-    return name in PRODUCER_COUNTERS
-
-
-def counter_plan(config, kinds) -> Dict[str, Tuple[StepKind, ...]]:
-    """Per side: counter names and which verb advances each.
-
-    One counter per side, advanced by the side's last verb present in the task (commit /
-    release; acquire / wait for acquire-only / wait-only tasks). With ``advance_on_acquire``
-    (``advance_on_wait``) and both verbs in the task, acquire and commit (wait and release)
-    run on split counters, each advanced by its own verb.
-    """
-    plan: Dict[str, Tuple[StepKind, ...]] = {}
-    has = set(kinds)
-    P = (StepKind.ProducerTryAcquire, StepKind.ProducerAcquire, StepKind.ProducerCommit)
-    C = (StepKind.ConsumerTryWait, StepKind.ConsumerWait, StepKind.ConsumerRelease)
-    if has & set(P):
-        if config.advance_on_acquire and StepKind.ProducerAcquire in has and StepKind.ProducerCommit in has:
-            plan["acq"] = (StepKind.ProducerAcquire,)
-            plan["cmt"] = (StepKind.ProducerCommit,)
-        else:
-            plan["p"] = (StepKind.ProducerCommit if StepKind.ProducerCommit in has else StepKind.ProducerAcquire,)
-    if has & set(C):
-        if config.advance_on_wait and StepKind.ConsumerWait in has and StepKind.ConsumerRelease in has:
-            plan["wait"] = (StepKind.ConsumerWait,)
-            plan["rel"] = (StepKind.ConsumerRelease,)
-        else:
-            plan["c"] = (StepKind.ConsumerRelease if StepKind.ConsumerRelease in has else StepKind.ConsumerWait,)
-    return plan
-
-
-def counter_stride(config, name: str, advancing_kind: StepKind) -> int:
-    """A counter moves by the stride of the verb that advances it."""
-    return role_stride(config, advancing_kind)
-
-
-class LaneMode(enum.Enum):
-    NONE = "dense"  # stride 1: every stage in turn
-    WARP = "warp-lane"  # the task's warp count equals the stride: warp i owns lane i
-    DOMAIN = "domain-lane"  # sibling tasks: the compile-time domain_loop start owns the lane
-
-
-@dataclass(frozen=True)
-class Counter:
-    """One (stage, phase) pipeline state a task keeps for one side of a resource or group."""
-
-    name: str  # 'p' / 'c' (one per side), or 'acq' + 'cmt' / 'wait' + 'rel' (split)
-    side: str
-    advanced_by: StepKind
-    stride: int
-    num_stages: int
-    lane_mode: LaneMode
-    lane: Optional[int] = None  # DOMAIN: domain start % stride (None: not a compile-time int)
-
-    def first_stage(self, warp: Optional[int] = None) -> int:
-        """The counter's first stage; ``warp`` is the warp's index inside its task (warp-lane)."""
-        if self.lane_mode is LaneMode.WARP:
-            return (warp or 0) % self.stride
-        if self.lane_mode is LaneMode.DOMAIN:
-            return self.lane or 0
-        return 0
-
-
-def _counter(config, name, advancing, task, side, domain_start) -> Counter:
-    stride = counter_stride(config, name, advancing)
-    if stride <= 1:
-        mode, lane = LaneMode.NONE, None
-    elif task.num_warps == stride:
-        mode, lane = LaneMode.WARP, None
-    else:
-        mode, lane = LaneMode.DOMAIN, (domain_start % stride if type(domain_start) is int else None)
-    return Counter(name, side, advancing, stride, config.num_stages, mode, lane)
 
 
 # ---------------------------------------------------------------------- barriers
@@ -402,7 +311,16 @@ class SidePlan:
 
 # ---------------------------------------------------------------------- the plan
 class SyncPlan:
-    """The sync plan of one program (built on demand, cached per resource, group and task side)."""
+    """The sync plan of one program (built on demand, cached per resource, group and task side).
+    ``SyncPlan.of(program)`` is the one plan of a program that the checker runs and the lowering
+    emits; constructing another is for tests that look at a plan alone."""
+
+    @classmethod
+    def of(cls, program: Program) -> "SyncPlan":
+        plan = program.__dict__.get("_sync_plan")  # kept on the program: not a dataclass field
+        if plan is None:
+            plan = program.__dict__["_sync_plan"] = cls(program)
+        return plan
 
     def __init__(self, program: Program):
         self.program = program
@@ -505,7 +423,7 @@ class SyncPlan:
             return None
         sched = self.program.schedule_of(task)
         start = sched.domain_loop.start if sched.domain_loop is not None else None
-        counters = tuple(_counter(cfg, name, adv[0], task, side, start)
+        counters = tuple(make_counter(cfg, name, adv[0], task, side, start)
                          for name, adv in counter_plan(cfg, verbs).items())
         # a group's collapsed verb opens / closes the bracket of every member too
         group = self.group_of.get(id(target))

@@ -1,5 +1,6 @@
-"""Interleaved pipelines (interleave_stride > 1): divisibility, per-type support,
-asymmetric strides, and the two lane shapes (warp-lane and domain-lane).
+"""Interleaved pipelines (interleave_stride > 1): per-type support, asymmetric strides, and the
+two lane shapes (warp-lane and domain-lane). (A stride that does not divide num_stages is refused
+by the PipelineConfig factory: model/pipeline_fields.py.)
 
 Called from checks_pipelines with the resources whose config is well formed.
 """
@@ -9,12 +10,12 @@ from typing import Any, Dict, List
 
 from ..errors import Finding
 from ..model.ir import ScheduleResult, StepKind
+from ..model.pipeline_fields import ROLE_NAMES
 from ..protocol.barriers import protocol_of
 from .findings_util import F, config_of, rname, strides_of, tasks_with
 from .program import Program
 
 INTERLEAVE = "interleaved pipelines"
-ROLE_NAMES = ("producer_acquire", "producer_commit", "consumer_wait", "consumer_release")
 ROLE_KINDS = ([StepKind.ProducerTryAcquire, StepKind.ProducerAcquire], [StepKind.ProducerCommit],
               [StepKind.ConsumerTryWait, StepKind.ConsumerWait], [StepKind.ConsumerRelease])
 
@@ -26,13 +27,7 @@ def check(program: Program, resources: List[Any]) -> List[Finding]:
         st = strides_of(cfg)
         if st is None or max(st) == 1:
             continue
-        base = dict(resource=r, location=cfg.location)
-        n = rname(r)
-        for role, s in zip(ROLE_NAMES, st):
-            if cfg.num_stages % s:
-                out.append(F(INTERLEAVE, f"{n}: num_stages={cfg.num_stages} is not divisible by the {role} stride {s}",
-                             expected=f"num_stages a multiple of {s}",
-                             fix=f"num_stages={(cfg.num_stages // s + 1) * s} (or a stride that divides it)", **base))
+        base = dict(resource=r, location=cfg.location)  # (strides dividing num_stages: the factory checks)
         out += _support(r, cfg, st, base)
         roles = [tasks_with(program, r, kinds) for kinds in ROLE_KINDS]
         out += _asymmetric(r, cfg, st, roles, base)

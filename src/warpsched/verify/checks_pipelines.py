@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any, Iterable, List, Optional, Tuple
 
 from ..errors import Finding
-from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
+from ..model.enums import PipelineType, SignalingThreads
 from ..model.ir import StepKind
 from ..model.pipeline_config import PipelineConfig, cluster_shape_of, group_size
 from ..model.resources import work_spec_of
@@ -20,8 +20,9 @@ from ..protocol.barriers import (CLC_RESPONSE_BYTES, PairRoute, cta_group_size, 
                                   expected_num_bytes, pair_route, protocol_of, signaling_warps, tx_pair_ctas)
 from ..protocol.plan import cta_gated, expected_groups, op_warps, signaling_verb
 from . import checks_interleave
-from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, layout_ok, legal_signaling, mcast_ok,
-                            ignores_stage, is_stub, reads_stage, rname, steps, strides_of, tasks_with, valid_config)
+from ..model.pipeline_fields import layout_ok
+from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, ignores_stage, is_stub, rname, steps,
+                            tasks_with, valid_config)
 from .findings_util import targets as targets_of
 from .program import Program
 
@@ -58,58 +59,14 @@ def _pipelined(program: Program) -> List[Any]:
 
 # ------------------------------------------------------------------ field validity
 def _fields(r: Any) -> List[Finding]:
+    """A PipelineConfig's own fields were checked by its factory (model/pipeline_fields.py); what is
+    left is a ``pipeline_config`` that is not one."""
     cfg = config_of(r)
-    if not isinstance(cfg, PipelineConfig):
-        return [F(CONFIG, f"pipeline_config of {rname(r)} is {type(cfg).__name__}, not a PipelineConfig",
-                  resource=r, expected="a PipelineConfig from a create_*_pipeline_cfg factory",
-                  fix="build it with PipelineConfig.create_<type>_pipeline_cfg(...)")]
-    out = []
-    loc = cfg.location
-
-    def bad(check, field, value, expected, fix):
-        out.append(F(check, f"{rname(r)}: {field}={value!r:.60} is invalid", resource=r, location=loc,
-                     expected=expected, fix=fix))
-
-    if not isinstance(cfg.pipeline_type, PipelineType):
-        bad(CONFIG, "pipeline_type", cfg.pipeline_type, "a PipelineType", "use a create_*_pipeline_cfg factory")
-    if not is_pos_int(cfg.num_stages):
-        bad(CONFIG, "num_stages", cfg.num_stages, "an int >= 1", "give the pipeline depth, e.g. num_stages=2")
-    for f in ("advance_on_wait", "advance_on_acquire"):
-        if not isinstance(getattr(cfg, f), bool):
-            bad(CONFIG, f, getattr(cfg, f), "True or False", f"pass {f}=True or leave it unset")
-    if not isinstance(cfg.async_producer_op, AsyncProducerOp):
-        bad(CONFIG, "async_producer_op", cfg.async_producer_op, "AsyncThread or AsyncLoad", "use AsyncThread")
-    legal = "All, CtaLeader, TaskWarpLeader or CtaLeader | TaskWarpLeader"
-    for f in ("producer_signaling_threads", "consumer_signaling_threads"):
-        if not legal_signaling(getattr(cfg, f)):
-            bad(COUNTS, f, getattr(cfg, f), legal, "All is exclusive; combine only CtaLeader | TaskWarpLeader")
-    w = cfg.consumer_wait_signaling_threads
-    if w is not None and not legal_signaling(w):
-        bad(SPLIT, "consumer_wait_signaling_threads", w, f"None or one of {legal}", "leave it unset")
-    if not (is_int(cfg.num_bytes) and cfg.num_bytes >= 0):
-        bad(COUNTS, "num_bytes", cfg.num_bytes, "an int >= 0 (bytes per stage)", "give the stage's byte count")
-    per = cfg.num_bytes_per_warp_per_cta
-    if per is not None and not (is_int(per) and per >= 0):
-        bad(LEADER, "num_bytes_per_warp_per_cta", per, "None or an int >= 0", "give one warp's bytes in one CTA")
-    if strides_of(cfg) is None:
-        bad(INTERLEAVE, "interleave_stride", cfg.interleave_stride,
-            "an int >= 1, or a 4-tuple of ints >= 1 (producer_acquire, producer_commit, consumer_wait, "
-            "consumer_release)", "use interleave_stride=1 (no interleaving) or the lane count")
-    if not layout_ok(cfg.cta_layout_vmnk):
-        sig = cfg.producer_signaling_threads
-        leader = (legal_signaling(sig) and (sig.cta_leader or sig.warp_leader)) or per is not None
-        if leader:  # the seed: a leader-routed completion needs the CTA count
-            out.append(F(LEADER, f"{rname(r)}: cta_layout_vmnk={cfg.cta_layout_vmnk!r:.40} cannot be inspected, so "
-                         "the CTAs a leader-routed completion covers cannot be counted", resource=r, location=loc,
-                         expected="cta_layout_vmnk as a (v, m, n, k) tuple of ints >= 1",
-                         fix="pass a tuple such as (1, 2, 1, 1)"))
-        else:
-            bad(LAYOUT, "cta_layout_vmnk", cfg.cta_layout_vmnk, "None or an inspectable (v, m, n, k) of ints >= 1",
-                "pass a tuple such as (1, 1, 1, 1), or a static CuTe layout")
-    if not mcast_ok(cfg.mcast_mode_mn):
-        bad(LAYOUT, "mcast_mode_mn", cfg.mcast_mode_mn, "None, a bool, or an (m, n) pair of bools",
-            "pass mcast_mode_mn=(True, False) or leave it unset")
-    return out
+    if isinstance(cfg, PipelineConfig):
+        return []
+    return [F(CONFIG, f"pipeline_config of {rname(r)} is {type(cfg).__name__}, not a PipelineConfig",
+              resource=r, expected="a PipelineConfig from a create_*_pipeline_cfg factory",
+              fix="build it with PipelineConfig.create_<type>_pipeline_cfg(...)")]
 
 
 # ------------------------------------------------------------------ thread counts and bytes
@@ -304,8 +261,8 @@ def _stage_slices(program: Program, r: Any, cfg: PipelineConfig) -> List[Finding
                          "one stage overwrites what the consumer of another still reads", resource=r,
                          task=producers[0] if producers else None,
                          location=cfg.location, expected="work that indexes its SMEM by stage_info.stage_idx (or "
-                         "num_stages=1)", fix=f"index the stage's slice with stage_info.stage_idx, or num_stages=1 "
-                         f"(an allocation of one stage)"))
+                         "num_stages=1)", fix="index the stage's slice with stage_info.stage_idx, or num_stages=1 "
+                         "(an allocation of one stage)"))
     for a in allocs:
         try:
             size = a.size_bytes

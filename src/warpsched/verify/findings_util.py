@@ -1,10 +1,10 @@
 """Small helpers shared by the static check families.
 
 The check families must never crash on a malformed program: every accessor here
-tolerates garbage (a config that is not a PipelineConfig, a stride that is a string,
-a group that is None...). Field problems themselves are reported once, by
-``checks_pipelines`` ("pipeline configuration"); the other families skip what
-``valid_config`` rejects.
+tolerates garbage (a config that is not a PipelineConfig, a group that is None...). A
+PipelineConfig's own fields are validated when its factory builds it
+(model/pipeline_fields.py); a resource whose ``pipeline_config`` is something else is reported
+once, by ``checks_pipelines``, and the other families skip it (``valid_config``).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import textwrap
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..errors import Finding
-from ..model.enums import AsyncProducerOp, PipelineType, SignalingThreads
 from ..model.ir import Section, Step, StepKind
 from ..model.pipeline_config import PipelineConfig
+from ..model.pipeline_fields import is_int, is_pos_int  # noqa: F401 (the check families' int tests)
 from ..model.pipeline_group import PipelineGroup
 from ..model.resources import MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, WorkQueue, work_spec_of
 from ..model.task import Task
@@ -27,14 +27,6 @@ SECTION_ORDER = {Section.PROLOGUE: 0, Section.HEAD: 1, Section.LOOP: 2, Section.
 OPEN_KINDS = {StepKind.ProducerAcquire, StepKind.ConsumerWait}
 CLOSE_KINDS = {StepKind.ProducerCommit, StepKind.ConsumerRelease}
 TRY_KINDS = {StepKind.ProducerTryAcquire, StepKind.ConsumerTryWait}
-
-
-def is_int(x: Any) -> bool:
-    return type(x) is int
-
-
-def is_pos_int(x: Any) -> bool:
-    return type(x) is int and x >= 1
 
 
 def rname(resource: Any) -> str:
@@ -62,55 +54,13 @@ def config_of(resource: Any) -> Any:
 
 
 def strides_of(cfg: Any) -> Optional[Tuple[int, int, int, int]]:
-    """The 4 role strides when ``interleave_stride`` is well formed, else None."""
-    s = getattr(cfg, "interleave_stride", None)
-    if is_pos_int(s):
-        return (s, s, s, s)
-    if isinstance(s, tuple) and len(s) == 4 and all(is_pos_int(x) for x in s):
-        return s  # type: ignore[return-value]
-    return None
-
-
-def legal_signaling(x: Any) -> bool:
-    return isinstance(x, SignalingThreads) and x.is_legal
+    """The 4 role strides of a PipelineConfig (parsed when it was built), None for anything else."""
+    return cfg.strides if isinstance(cfg, PipelineConfig) else None
 
 
 def valid_config(cfg: Any) -> bool:
-    """True when every field the other families compute with is well formed."""
-    if not isinstance(cfg, PipelineConfig):
-        return False
-    if not isinstance(cfg.pipeline_type, PipelineType) or not is_pos_int(cfg.num_stages):
-        return False
-    if strides_of(cfg) is None:
-        return False
-    if not legal_signaling(cfg.producer_signaling_threads) or not legal_signaling(cfg.consumer_signaling_threads):
-        return False
-    if cfg.consumer_wait_signaling_threads is not None and not legal_signaling(cfg.consumer_wait_signaling_threads):
-        return False
-    if not isinstance(cfg.async_producer_op, AsyncProducerOp):
-        return False
-    if not (is_int(cfg.num_bytes) and cfg.num_bytes >= 0):
-        return False
-    per = cfg.num_bytes_per_warp_per_cta
-    if per is not None and not (is_int(per) and per >= 0):
-        return False
-    if not isinstance(cfg.advance_on_wait, bool) or not isinstance(cfg.advance_on_acquire, bool):
-        return False
-    return layout_ok(cfg.cta_layout_vmnk) and mcast_ok(cfg.mcast_mode_mn)
-
-
-def layout_ok(layout: Any) -> bool:
-    """None (single CTA) or an inspectable 4-tuple of positive ints."""
-    if layout is None:
-        return True
-    shape = layout if isinstance(layout, tuple) else getattr(layout, "shape", None)
-    return isinstance(shape, tuple) and len(shape) == 4 and all(is_pos_int(x) for x in shape)
-
-
-def mcast_ok(mode: Any) -> bool:
-    if mode is None or isinstance(mode, bool):
-        return True
-    return isinstance(mode, tuple) and len(mode) == 2 and all(isinstance(x, (bool, int)) for x in mode)
+    """True for a PipelineConfig: its factory refused malformed fields (model/pipeline_fields.py)."""
+    return isinstance(cfg, PipelineConfig)
 
 
 def good_config(resource: Any) -> Optional[PipelineConfig]:

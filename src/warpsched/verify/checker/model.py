@@ -44,7 +44,7 @@ class _Builder:
     def __init__(self, program: Program, include=None):
         self.p = program
         self.include = include
-        self.plan = SyncPlan(program)
+        self.plan = SyncPlan.of(program)  # the plan the lowering emits
         self.barriers: List[Barrier] = []
         self.bar_base: Dict[Tuple[int, str], int] = {}
         self.key_ids: Dict[str, int] = {}
