@@ -19,7 +19,10 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 import gemm_persistent as gp  # noqa: E402
 
+import _gemm_twins  # noqa: E402
+from _planting import planted  # noqa: E402
 from warpsched import ValidationError  # noqa: E402
+from warpsched.kernels import gemm_program  # noqa: E402
 from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
 # Derivations (S = stages per ring):
@@ -105,21 +108,23 @@ def test_checker_safe_for_every_k_and_unit_count(schedule):
 def test_math_order_is_part_of_the_checked_program():
     """The twin whose second math warp group never hands the turn back is rejected at the
     MathOrder pipeline (the turn-taking is a pipeline the checks see, not hidden code)."""
-    with pytest.raises(ValidationError) as e:
-        gp.build(schedule="pingpong", turns=("first", "second_keeps_turn"), verbose=False, progress=False)
+    with planted(gemm_program, mma_schedule=_gemm_twins.mma_keeps_turn):
+        with pytest.raises(ValidationError) as e:
+            gp.build(schedule="pingpong", verbose=False, progress=False)
     assert "MathOrder" in str(e.value) and "never released" in str(e.value)
-    # the package's kernel modules are user code: the finding points at the schedule call there
-    assert os.path.join("warpsched", "kernels", "gemm_program.py:") in str(e.value)
+    # the finding points at the twin's schedule call
+    assert os.path.join("tests", "_gemm_twins.py:") in str(e.value)
 
 
 def test_shared_ring_twin_that_releases_only_its_own_stages_is_rejected():
     """pingpong_shared's one ring is released by both math warp groups; the twin whose warp groups
     release only the stages of their own tiles (never the other's) hangs the load warp: rejected,
     at the ring."""
-    with pytest.raises(ValidationError) as e:
-        gp.build(gp.PersistentGemm(schedule="pingpong_shared"), pass_release=False, verbose=False, progress=False)
+    with planted(gemm_program, mma_shared_schedule=_gemm_twins.mma_shared_releases_own_only):
+        with pytest.raises(ValidationError) as e:
+            gp.build(gp.PersistentGemm(schedule="pingpong_shared"), verbose=False, progress=False)
     assert "SmemAB" in str(e.value) and "never released" in str(e.value)
-    assert os.path.join("warpsched", "kernels", "gemm_program.py:") in str(e.value)
+    assert os.path.join("tests", "_gemm_twins.py:") in str(e.value)
 
 
 def test_shared_ring_program_shape():

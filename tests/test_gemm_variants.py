@@ -18,7 +18,10 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 import gemm_persistent as gp  # noqa: E402
 
+import _gemm_twins  # noqa: E402
+from _planting import planted  # noqa: E402
 from warpsched import ValidationError  # noqa: E402
+from warpsched.kernels import gemm_program  # noqa: E402
 from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
 
@@ -99,8 +102,9 @@ def test_pdl_compiles_and_is_safe(schedule, opts):
                                          ("no_wait", "GmemAB depends on PdlWait but task 'LoadTask' uses it")])
 def test_pdl_twins_are_rejected(twin, needle):
     g = gp.PersistentGemm(schedule="cooperative", tile_mn=(64, 32), block_k=128, pdl=True)
-    with pytest.raises(ValidationError, match="pdl ordering") as e:
-        gp.build(g, verbose=False, progress=False, cache_verdict=False, pdl_twin=twin)
+    with planted(gemm_program, load_schedule=getattr(_gemm_twins, f"load_{twin}")):
+        with pytest.raises(ValidationError, match="pdl ordering") as e:
+            gp.build(g, verbose=False, progress=False, cache_verdict=False)
     assert needle in str(e.value)
 
 
@@ -152,8 +156,12 @@ def test_skip_ring_twins_are_rejected(twin, what):
     """One stage too many skipped per tile drops a tile for that warp group; without the Turn wait a
     warp group that skipped a whole tile waits on a stage whose barrier may be two phases behind,
     passes on parity and reads it while the load warp refills it."""
-    with pytest.raises(ValidationError) as e:
-        gp.build(gp.PersistentGemm(**SKIP_S2), skip_twin=twin, verbose=False, progress=False, cache_verdict=False)
+    twin_names = {"skip_extra": dict(mma_skip_schedule=_gemm_twins.mma_skip_extra),
+                  "no_turn_wait": dict(mma_skip_schedule=_gemm_twins.mma_skip_no_turn_wait,
+                                       turn_pipelines=lambda threads: [])}[twin]
+    with planted(gemm_program, **twin_names):
+        with pytest.raises(ValidationError) as e:
+            gp.build(gp.PersistentGemm(**SKIP_S2), verbose=False, progress=False, cache_verdict=False)
     assert what in str(e.value) and "SmemAB" in str(e.value)
 
 

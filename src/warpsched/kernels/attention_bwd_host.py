@@ -90,6 +90,12 @@ def compiled_ffi(kern_key):
     return _CACHE[key]
 
 
+def default_options(head_dim):
+    """The kernel options a call without any uses: ``shared_ds`` at head dim 128, where it ran
+    1.13-1.18x the kernel without it on the H200 (docs/attention.md, session 27; same errors)."""
+    return {"shared_ds": True} if head_dim == 128 else {}
+
+
 def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, **options):
     """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
     return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
@@ -116,6 +122,8 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
             raise AttentionConfigError(f"{name} {tuple(t.shape)} {t.dtype}: expected a contiguous tensor of k's "
                                        f"shape {tuple(k.shape)} and dtype {k.dtype}")
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if not options:
+        options = default_options(D)
     kern_key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     if _host.ffi_enabled():
         f, args = compiled_ffi(kern_key), (q, k, v, dout, lse, delta, dq_acc, dk, dv, scale)

@@ -256,7 +256,7 @@ def build(g=None, *, schedule=None, **options):
     """The program ``warpsched check`` and the tests check on the CPU: ``gemm_program.build`` (what
     the kernel runs while it is traced) of ``g``, a PersistentGemm, or of a default one for
     ``schedule`` (pingpong when None). ``options``: gemm_program.build's (k_tiles, units_per_cta,
-    turns, verbose) and TaskManager's."""
+    verbose) and TaskManager's."""
     if g is None:
         g = PersistentGemm(schedule=schedule or "pingpong")
     return gemm_program.build(g, schedule=schedule, **options)

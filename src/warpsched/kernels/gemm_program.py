@@ -13,20 +13,14 @@ from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SmemAll
 
 # ---------------------------------------------------------------------------------- schedules
 @schedule
-def load_schedule(gmem_ab, ring, wq, k_tiles, units, which, pdl=None, launch=None, pdl_twin=None):
+def load_schedule(gmem_ab, ring, wq, k_tiles, units, which, pdl=None, launch=None):
     """``pdl`` / ``launch`` (programmatic dependent launch): wait for the previous grid in the
     stream before the first load (every C store is after a ring wait, so after it too), then let
     the next grid launch at once: its CTAs run their prologue on the SMs this grid leaves idle or
-    frees, and wait in griddepcontrol.wait until this grid has completed. ``pdl_twin``: the
-    rejected twins, "launch_first" (trigger before the wait) and "no_wait" (loads A and B while
-    the previous grid may still write them)."""
+    frees, and wait in griddepcontrol.wait until this grid has completed."""
     if pdl is not None:
-        if pdl_twin == "launch_first":
-            launch.launch_griddep()
-        if pdl_twin is None or pdl_twin == "launch_first":
-            pdl.wait_griddep()
-        if pdl_twin != "launch_first":
-            launch.launch_griddep()
+        pdl.wait_griddep()
+        launch.launch_griddep()
     with work_tile_loop(wq, tile_count=units):
         m, n, k0 = gmem_ab.tile_coords(which=which)
         with domain_loop(0, k_tiles, 1):
@@ -41,13 +35,12 @@ def load_schedule(gmem_ab, ring, wq, k_tiles, units, which, pdl=None, launch=Non
 
 @schedule
 def mma_schedule(ring, gmem_c, wq, k_tiles, units, order, turn):
-    """``turn``: None (cooperative), "first" (produces the math order), "second" (consumes it);
-    "second_keeps_turn" never releases it (the rejected twin: Mma0 waits for its next turn forever)."""
+    """``turn``: None (cooperative), "first" (produces the math order), "second" (consumes it)."""
     acc, frag_a, frag_b = ring.init_acc()
     with work_tile_loop(wq, tile_count=units):
         if turn == "first":
             order.acquire()  # Mma1 finished issuing its previous mainloop
-        elif turn in ("second", "second_keeps_turn"):
+        elif turn == "second":
             order.wait()  # Mma0 finished issuing this unit's mainloop
         with domain_loop(0, k_tiles, 1) as d:
             ring.wait()
@@ -72,7 +65,7 @@ def mma_schedule(ring, gmem_c, wq, k_tiles, units, order, turn):
 
 
 @schedule
-def mma_shared_schedule(ring, gmem_c, wq, k_tiles, units, wg, pass_release=True):
+def mma_shared_schedule(ring, gmem_c, wq, k_tiles, units, wg):
     """pingpong_shared's math warp group ``wg``: the CTA's work tiles alternate between the two
     (``ring.owns``: Mma0 the even ones of this CTA, Mma1 the odd ones), and both wait for and
     release every stage of the one ring, which the load warp fills in tile order. On its own tile
@@ -80,8 +73,7 @@ def mma_shared_schedule(ring, gmem_c, wq, k_tiles, units, wg, pass_release=True)
     stages (wait, release one behind, as the mainloop does), so the warp group whose tile is
     loading sees every stage of the ring, and one's epilogue overlaps the other's mainloop.
     The checker takes every ownership sequence (the condition is a runtime value, the same in
-    both tasks, read both ways), so odd tile counts per CTA are covered.
-    ``pass_release=False``: the rejected twin that releases only the stages of its own tiles."""
+    both tasks, read both ways), so odd tile counts per CTA are covered."""
     acc, frag_a, frag_b = ring.init_acc()
     with work_tile_loop(wq, tile_count=units):
         even = ring.owns()  # this CTA's tile count so far is even: Mma0's tile
@@ -94,19 +86,10 @@ def mma_shared_schedule(ring, gmem_c, wq, k_tiles, units, wg, pass_release=True)
                 with d.every(1, start=1):
                     ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
                     ring.retire(pending=1)  # the previous stage's wgmmas have retired ...
-            if pass_release:
-                with d.every(1, start=1):
-                    ring.release()  # ... so it is released (on the other's tile: at once)
-            else:
-                with own(even):
-                    with d.every(1, start=1):
-                        ring.release()
+            with d.every(1, start=1):
+                ring.release()  # ... so it is released (on the other's tile: at once)
         ring.retire()  # unguarded: ptxas serializes every wgmma when a path may skip the wait
-        if pass_release:
-            ring.release()
-        else:
-            with own(even):
-                ring.release()
+        ring.release()
         with own(even):
             gmem_c.store(acc=acc)
         wq.try_wait()
@@ -117,7 +100,7 @@ def mma_shared_schedule(ring, gmem_c, wq, k_tiles, units, wg, pass_release=True)
 
 
 @schedule
-def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_extra=False, wait_turn=True):
+def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs):
     """pingpong_shared with ``skip=True``, CUTLASS's ping-pong: a tile's owner alone waits for and
     releases its stages (the ring's consumer group is one warp group); the other warp group only
     moves its ring position past them (``ring.skip(count=k_tiles)``: no barrier operation), so an
@@ -126,9 +109,7 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
     the same tile, then skips. That wait is what makes the skip sound: a warp group that skipped
     a whole tile could otherwise wait on a stage whose barrier is two phases behind, and parity
     would let it through (the checker finds the race without it). It also makes the mainloops take
-    turns, and as each tile's turn is taken in that tile, every ownership sequence is balanced.
-    ``skip_extra`` / ``wait_turn=False``: the rejected twins (k_tiles + 1 stages skipped per tile;
-    no turn pipelines at all)."""
+    turns, and as each tile's turn is taken in that tile, every ownership sequence is balanced."""
     acc, frag_a, frag_b = ring.init_acc()
     with work_tile_loop(wq, tile_count=units):
         even = ring.owns()  # this CTA's tile count so far is even: Mma0's tile
@@ -142,16 +123,15 @@ def mma_skip_schedule(ring, gmem_c, wq, k_tiles, units, wg, mine, theirs, skip_e
                     ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
                     ring.retire(pending=1)  # the previous stage's wgmmas have retired ...
                     ring.release()  # ... so it is released
-        if wait_turn:
-            with own(even):
-                mine.acquire()  # the other warp group took this warp group's previous turn
-                mine.commit()  # every stage of this tile was waited for: the other may go on
-            with other(even):
-                theirs.wait()
-                theirs.release()
+        with own(even):
+            mine.acquire()  # the other warp group took this warp group's previous turn
+            mine.commit()  # every stage of this tile was waited for: the other may go on
+        with other(even):
+            theirs.wait()
+            theirs.release()
         with other(even):
             # the owner's k_tiles stages at once: this warp group's position moves past them
-            ring.skip(count=k_tiles + 1 if skip_extra else k_tiles)
+            ring.skip(count=k_tiles)
         ring.retire()  # unguarded: ptxas serializes every wgmma when a path may skip the wait
         with own(even):
             ring.release()
@@ -174,19 +154,23 @@ class GemmTask(Task):
         return self.g.unit_k(tile_idx[0])[1]
 
 
-def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first", "second"), pass_release=True,
-          skip_twin=None, pdl_twin=None, verbose=True, **manager_options):
+def turn_pipelines(consumer_threads):
+    """pingpong_shared with skip=True: Turn0 / Turn1, warp group w's mainloop of its tile is issued
+    (producer w, consumer the other; see ``mma_skip_schedule``)."""
+    return [MathOrder(name=f"Turn{w}", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
+        num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads)))
+        for w in range(2)]
+
+
+def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the PersistentGemm being traced (on the CPU: ``gemm_host.build`` makes a default one;
     this module does not import the kernel, which imports it). ``k_tiles`` / ``units_per_cta``:
     the kernel's runtime K-tile count and the number of work units this CTA runs (None on the
-    CPU); the checker proves every value >= 1 of each. ``turns``: the MathOrder side of Mma0 and
-    Mma1 (pingpong, see ``mma_schedule``). ``pass_release``: pingpong_shared's Mma0 releases
-    Mma1's stages (False: the rejected twin, see ``mma_shared_schedule``). ``skip_twin``
-    (pingpong_shared, skip=True): None, "skip_extra" or "no_turn_wait", the rejected twins of
-    ``mma_skip_schedule``. ``pdl_twin`` (g.pdl): None, "launch_first" or "no_wait", the rejected
-    twins of ``load_schedule``."""
+    CPU); the checker proves every value >= 1 of each. The schedules and ``turn_pipelines`` are read
+    from this module when a program is built, so a test can plant a twin in their place
+    (tests/_planting.py; the GEMM's twins are in tests/_gemm_twins.py)."""
     if schedule is not None and schedule != g.schedule:
         raise ValueError(f"build(g, schedule={schedule!r}): the kernel object says {g.schedule!r}")
     U = trip_count("units_per_cta", units_per_cta)
@@ -237,16 +221,11 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
         load = GemmTask(name="LoadTask", src_resources=pdl_io[:1] + [gmem_ab, wq], dst_resources=[ring] + pdl_io[1:],
                         warp_idx=0, num_warps=1, num_registers=regs[0])
         load.g = g
-        load.schedule = load_schedule(gmem_ab, ring, wq, K, U, 0, *pdl_io, pdl_twin=pdl_twin)
+        load.schedule = load_schedule(gmem_ab, ring, wq, K, U, 0, *pdl_io)
         tasks.append(load)
         graph[ring] = [gmem_ab, wq]
-        turn = []
-        # Turn<w>: warp group w's mainloop of its tile is issued (producer w, consumer the other)
-        if skip and skip_twin != "no_turn_wait":
-            turn = [MathOrder(name=f"Turn{w}", pipeline_config=PipelineConfig.create_async_async_pipeline_cfg(
-                num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads)))
-                for w in range(2)]
-            graph.update({t: [] for t in turn})
+        turn = turn_pipelines(consumer_threads) if skip else []
+        graph.update({t: [] for t in turn})
         for w, out in enumerate(outs):
             mma = GemmTask(name=f"MmaTask{w}", src_resources=[ring, wq] + turn[1 - w:2 - w],
                            dst_resources=[out] + turn[w:w + 1], warp_idx=4 * (1 + w), num_warps=4,
@@ -254,26 +233,24 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, turns=("first",
             mma.g = g
             if skip:
                 mine, theirs = (turn[w], turn[1 - w]) if turn else (None, None)
-                mma.schedule = mma_skip_schedule(ring, out, wq, K, U, w, mine, theirs,
-                                                 skip_twin == "skip_extra", skip_twin != "no_turn_wait")
+                mma.schedule = mma_skip_schedule(ring, out, wq, K, U, w, mine, theirs)
             else:
-                mma.schedule = mma_shared_schedule(ring, out, wq, K, U, w, pass_release)
+                mma.schedule = mma_shared_schedule(ring, out, wq, K, U, w)
             tasks.append(mma)
             graph[out] = [ring, wq]
     for r, (ring, out) in enumerate(zip(rings, outs) if not g.shared_ring else ()):
-        turn = None if order is None else turns[r]
+        turn = None if order is None else ("first", "second")[r]
         suffix = str(r) if g.rings > 1 else ""
         load = GemmTask(name=f"LoadTask{suffix}", src_resources=pdl_io[:1] + [gmem_ab, wq],
                         dst_resources=[ring] + pdl_io[1:], warp_idx=r, num_warps=1, num_registers=regs[0])
-        mma = GemmTask(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if turn and turn.startswith(
-                           "second") else []), dst_resources=[out] + (order_io if turn == "first" else []),
+        mma = GemmTask(name=f"MmaTask{suffix}", src_resources=[ring, wq] + (order_io if turn == "second" else []),
+                       dst_resources=[out] + (order_io if turn == "first" else []),
                        warp_idx=4 * (1 + r * g.wgs_per_mma_task), num_warps=4 * g.wgs_per_mma_task,
                        num_registers=regs[1])
         load.g = mma.g = g
         # split-K / stream-K: every unit has its own K range, read per tile from the tasks' provider
         per_unit = g.split_k or g.stream_k
-        load.schedule = load_schedule(gmem_ab, ring, wq, load.k_tiles_of if per_unit else K, U, r, *pdl_io,
-                                      pdl_twin=pdl_twin)
+        load.schedule = load_schedule(gmem_ab, ring, wq, load.k_tiles_of if per_unit else K, U, r, *pdl_io)
         mma.schedule = mma_schedule(ring, out, wq, mma.k_tiles_of if per_unit else K, U, order, turn)
         tasks += [load, mma]
         graph[ring] = [gmem_ab, wq]
