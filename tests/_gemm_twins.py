@@ -13,6 +13,15 @@ def _tail(wq):
     wq.release()
 
 
+def _mainloop(ring, acc, frag_a, frag_b, d):
+    """The k-th stage's MMAs; from the second stage on, the previous stage's retire (the callers release)."""
+    with d.first_iter():
+        ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
+    with d.every(1, start=1):
+        ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
+        ring.retire(pending=1)
+
+
 def _load_body(gmem_ab, ring, wq, k_tiles, units, which):
     with work_tile_loop(wq, tile_count=units):
         m, n, k0 = gmem_ab.tile_coords(which=which)
@@ -52,11 +61,8 @@ def mma_keeps_turn(ring, gmem_c, wq, k_tiles, units, order, turn):
             order.wait()
         with domain_loop(0, k_tiles, 1) as d:
             ring.wait()
-            with d.first_iter():
-                ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
+            _mainloop(ring, acc, frag_a, frag_b, d)
             with d.every(1, start=1):
-                ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
-                ring.retire(pending=1)
                 ring.release()
         if turn == "first":
             order.commit()
@@ -77,11 +83,7 @@ def mma_shared_releases_own_only(ring, gmem_c, wq, k_tiles, units, wg):
         with domain_loop(0, k_tiles, 1) as d:
             ring.wait()
             with own(even):
-                with d.first_iter():
-                    ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
-                with d.every(1, start=1):
-                    ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
-                    ring.retire(pending=1)
+                _mainloop(ring, acc, frag_a, frag_b, d)
             with own(even):
                 with d.every(1, start=1):
                     ring.release()
@@ -104,11 +106,8 @@ def _skip_twin(extra_stage, wait_turn):
             with domain_loop(0, k_tiles, 1) as d:
                 with own(even):
                     ring.wait()
-                    with d.first_iter():
-                        ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b, first=True)
+                    _mainloop(ring, acc, frag_a, frag_b, d)
                     with d.every(1, start=1):
-                        ring.mma(acc=acc, frag_a=frag_a, frag_b=frag_b)
-                        ring.retire(pending=1)
                         ring.release()
             if wait_turn:
                 with own(even):

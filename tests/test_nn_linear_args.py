@@ -58,17 +58,18 @@ def nnf(monkeypatch):
     torch.autograd = types.SimpleNamespace(Function=type("Function", (), {}))
     torch.bfloat16, torch.float16, torch.float32 = "torch.bfloat16", "torch.float16", "torch.float32"
     torch.is_grad_enabled = lambda: True
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    spec = importlib.util.spec_from_file_location("warpsched.nn.functional", FUNCTIONAL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # not registered in sys.modules: the real package stays unimported
 
     def gemm(a, b, out=None, **kw):
         M, N, K, _ = gemm_ops.check(a, b, out)  # the operands must pass ops.gemm's own checks
         calls.append((a.shape, a.stride(), b.shape, b.stride()))
         return Tok((M, N))
 
-    mod.ops = types.SimpleNamespace(gemm=gemm)
+    torch.ops = types.SimpleNamespace(warpsched=types.SimpleNamespace(gemm=gemm))  # the custom op linear calls
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "warpsched.torch_ops", types.ModuleType("warpsched.torch_ops"))
+    spec = importlib.util.spec_from_file_location("warpsched.nn.functional", FUNCTIONAL)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # not registered in sys.modules: the real package stays unimported
     return mod, calls, pads
 
 

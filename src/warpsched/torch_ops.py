@@ -38,7 +38,9 @@ def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation
 
 def attention_fwd(q, k, v, causal=False, scale=None):
     """softmax(q k^T * scale) v and its (B, H, S_q) fp32 log-sum-exp (see ``warpsched.ops.attention``)."""
-    return ops.attention(q, k, v, causal=causal, scale=scale, out=q.new_empty(q.shape), return_lse=True)
+    # no out=: ops.attention allocates O contiguous (what the fake says) and, given none, keeps the call's
+    # launch plan, so a later call with the same shapes skips the host checks
+    return ops.attention(q, k, v, causal=causal, scale=scale, return_lse=True)
 
 
 def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None):

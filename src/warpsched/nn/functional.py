@@ -1,6 +1,6 @@
 """``linear`` with autograd on warpsched's GEMM (imports torch).
 
-Forward y = act(x W^T + bias) with x (..., K) and W (N, K): ``ops.gemm(x, W.t(), bias=bias,
+Forward y = act(x W^T + bias) with x (..., K) and W (N, K): ``torch.ops.warpsched.gemm(x, W.t(), bias=bias,
 activation=act)``, the bias and the activation fused into the GEMM's epilogue. Backward: dX = dZ W
 reads W row-major (an N-major B) and dW = dZ^T X reads dZ^T column-major (an M-major A) and X
 row-major (an N-major B): the persistent GEMM takes those 16-bit operands as they are
@@ -26,8 +26,12 @@ from __future__ import annotations
 
 import torch
 
-from .. import ops
+from .. import torch_ops  # noqa: F401 (registers torch.ops.warpsched.*)
 from ..kernels.gemm_ops import GemmArgumentError
+
+# The GEMM as the custom op, not warpsched.ops.gemm: under torch.compile an op is opaque, while dynamo
+# would trace into the host Python of ops.gemm (plan caches, checks) and break the graph around it.
+_gemm = torch.ops.warpsched.gemm
 
 ALIGN = 8  # elements: a 16-bit GEMM's K and N (16-byte TMA rows)
 
@@ -76,7 +80,7 @@ def pad_tokens(t):
 def weight_grad(dy2, x2):
     """dW = dY^T X for dY (T, N) and X (T, K): T is this GEMM's contraction, so an unaligned T is
     zero-padded (``pad_tokens``; exact: zero rows add nothing)."""
-    return ops.gemm(pad_tokens(dy2).t(), pad_tokens(x2))  # (N, T) @ (T, K): dY^T column-major, X row-major
+    return _gemm(pad_tokens(dy2).t(), pad_tokens(x2))  # (N, T) @ (T, K): dY^T column-major, X row-major
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -85,10 +89,10 @@ class _LinearFunction(torch.autograd.Function):
         _check_dtypes(x, weight)
         ctx.activation, ctx.has_bias = activation, bias is not None
         if activation is None or activation in FROM_OUTPUT:
-            y = ops.gemm(x, weight.t(), bias=bias, activation=activation)
+            y = _gemm(x, weight.t(), bias=bias, activation=activation)
             ctx.save_for_backward(x, weight, y if activation in FROM_OUTPUT else None)
             return y
-        z = ops.gemm(x, weight.t(), bias=bias)  # the pre-activation, kept for the activation's gradient
+        z = _gemm(x, weight.t(), bias=bias)  # the pre-activation, kept for the activation's gradient
         ctx.save_for_backward(x, weight, z)
         return ACTIVATIONS[activation](z)
 
@@ -110,7 +114,7 @@ class _LinearFunction(torch.autograd.Function):
             dy2 = dy2.contiguous()  # autograd may hand an expanded gradient (e.g. of a sum)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = ops.gemm(dy2, weight).view(*x.shape)  # (M, N) @ (N, K): W read row-major
+            dx = _gemm(dy2, weight).view(*x.shape)  # (M, N) @ (N, K): W read row-major
         if ctx.needs_input_grad[1]:
             dw = weight_grad(dy2, x.reshape(-1, K))
         if ctx.has_bias and ctx.needs_input_grad[2]:
@@ -127,5 +131,5 @@ def linear(x, weight, bias=None, activation=None):
     check_features(weight.shape[1], weight.shape[0], "warpsched.nn.functional.linear")
     if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))):
         _check_dtypes(x, weight)  # no gradient: one fused GEMM, nothing saved
-        return ops.gemm(x, weight.t(), bias=bias, activation=activation)
+        return _gemm(x, weight.t(), bias=bias, activation=activation)
     return _LinearFunction.apply(x, weight, bias, activation)

@@ -20,18 +20,12 @@ from ..protocol.barriers import (CLC_RESPONSE_BYTES, PairRoute, cta_group_size, 
                                   expected_num_bytes, pair_route, protocol_of, signaling_warps, tx_pair_ctas)
 from ..protocol.plan import cta_gated, expected_groups, op_warps, signaling_verb
 from . import checks_interleave
-from ..model.pipeline_fields import layout_ok
+from ..model.pipeline_fields import CONFIG, COUNTS, LAYOUT, LEADER, layout_ok  # check names shared with the factory
 from .findings_util import (F, config_of, dedupe, is_int, is_pos_int, ignores_stage, is_stub, rname, steps,
                             tasks_with, valid_config)
 from .findings_util import targets as targets_of
 from .program import Program
 
-CONFIG = "pipeline configuration"
-COUNTS = "pipeline thread counts and bytes"
-LEADER = "leader-routed producer completions"
-LAYOUT = "cta layout consistency"
-INTERLEAVE = "interleaved pipelines"
-SPLIT = "split-consumer signaling"
 
 
 def check(program: Program) -> Iterable[Finding]:
