@@ -133,3 +133,29 @@ def test_which_hand_overs_need_every_cta_resident():
     # in launch order: stream-K needs residency too. One CTA alone never waits on another.
     assert needs_residency(H.stream_k_protocol(3)) is not None
     assert needs_residency(H.serial_split_k_protocol(2, grids=(1,))) is None
+
+
+def test_the_kernel_runs_the_serial_hand_over_the_checker_proves(monkeypatch):
+    """One description: GmemC.serial_fixup (serial split-K and stream-K) makes its flag and workspace
+    accesses by running gemm_handover.serial_fixup_calls, the function the grid checker proves, on its
+    runtime values (gemm_fixup.runtime_branch, SerialFixupIO), not a hand-kept copy of it."""
+    pytest.importorskip("cutlass")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
+    import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
+    from warpsched.kernels import gemm_fixup, gemm_host as gp, gemm_resources
+
+    seen = []
+    real = gemm_resources.serial_fixup_calls
+
+    def spy(idx, split, last, **kw):
+        seen.append((type(kw["flag"]), type(kw["tile"]), kw["branch"], kw.get("bug")))
+        return real(idx, split, last, **kw)
+
+    monkeypatch.setattr(gemm_resources, "serial_fixup_calls", spy)
+    assert real is H.serial_fixup_calls
+    for opts in (dict(split_k=True, split_reduce="serial"), dict(stream_k=True)):
+        for flags in (False, True):
+            seen.clear()
+            gp.compile_for_cpu(schedule="cooperative", gmem_flags=flags, **opts)
+            assert seen and set(seen) == {(gemm_fixup.SerialFixupIO, gemm_fixup.SerialFixupIO,
+                                           gemm_fixup.runtime_branch, None)}

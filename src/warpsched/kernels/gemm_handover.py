@@ -1,12 +1,14 @@
 """The persistent GEMM's cross-CTA hand-overs as GmemFlag protocols the grid checker proves.
 
-``PersistentGemm(gmem_flags=True)`` (serial / parallel / atomic split-K, stream-K) runs
-``serial_fixup``'s flag chain and ``parallel_fixup``'s / ``atomic_fixup``'s counts through
-lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same flag, fence and barrier instructions as the
-hand-written accesses. The
-protocols below are that chain on Python ints: the kernel's own unit assignment (the cooperative
-schedule's static persistent order; gemm_streamk.StreamKPlan) and, per unit, the calls
-serial_fixup makes, in its order. ``bug=`` plants the twins the tests and
+``serial_fixup_calls`` is the serial hand-over itself (serial split-K, and stream-K's shared tiles):
+the kernel's GmemC.serial_fixup runs this function on its runtime values (gemm_fixup: a runtime
+``branch``, its GMEM accesses as ``flag`` / ``tile``), and the protocols below run it on the unit's
+ints, with the kernel's own unit assignment (the cooperative schedule's static persistent order;
+gemm_streamk.StreamKPlan). ``parallel_fixup_calls`` and ``atomic_fixup_calls`` are still kept by
+hand beside the kernel's parallel_fixup / atomic_fixup (the same verbs in the same order; their
+loop over slabs and the last-share broadcast are not shared yet). With ``PersistentGemm(gmem_flags=
+True)`` the flag verbs go through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same flag, fence and
+barrier instructions as the hand-written accesses. ``bug=`` plants the twins the tests and
 benchmarks/gmem_flags_gpu.py use: 'missing_signal' (share 0 never hands on), 'reversed' (the chain
 runs from the last share down), 'read_first' (a share reads the tile before its wait),
 'wrong_neighbour' (stream-K: the reader waits on the next slot).
@@ -28,24 +30,38 @@ def split_k_units(cta, ctas, tiles, splits):
     return [(v % tiles, v // tiles) for v in range(cta, tiles * splits, ctas)]
 
 
-def serial_fixup_calls(idx, split, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE):
-    """The hand-over calls of serial_fixup for share ``split`` of ``last + 1`` on flag / tile ``idx``."""
+def python_branch(cond, then, otherwise=None):
+    """The grid checker's ``branch``: a Python if on the unit's ints."""
+    if cond:
+        then()
+    elif otherwise is not None:
+        otherwise()
+
+
+def serial_fixup_calls(idx, split, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE, branch=python_branch):
+    """The serial hand-over of share ``split`` of ``last + 1`` on flag / tile ``idx``. One description,
+    run twice: by the grid checker on the unit's ints (``branch``: a Python if; ``flag`` / ``tile``: the
+    model's GmemFlag / GmemWorkspace, which record the calls) and by the kernel while it is traced
+    (gemm_resources.serial_fixup: ``branch`` a runtime if, ``flag`` / ``tile`` its GMEM accesses,
+    gemm_fixup.SerialFixupIO). ``bug`` plants the CPU / GPU twins (never set by the kernel)."""
     order = last - split if bug == "reversed" else split
-    if bug == "read_first" and order > 0:
-        tile.read(idx)
-    if order > 0:
+    if bug == "read_first":
+        branch(order > 0, lambda: tile.read(idx))
+
+    def take_the_sum_so_far():
         flag.wait(idx, order)  # tidx 0 spins, then epi_bar and a GPU fence for every thread
         if bug != "read_first":
             tile.read(idx)  # prev = the tile; acc += prev
-    if order < last:
-        if order == 0:
-            tile.write(idx)  # the first share stores its sum
+
+    def hand_on():
+        tile.write_or_accumulate(idx, order == 0)  # the first share writes, the later ones add to it
+        if bug == "missing_signal":
+            branch(order > 0, lambda: flag.signal(idx, order + 1))
         else:
-            tile.accumulate(idx)  # the later ones store acc + prev: a declared, flag-ordered accumulation
-        if bug != "missing_signal" or order > 0:
             flag.signal(idx, order + 1)  # fence, epi_bar, then tidx 0's release store
-    else:
-        flag.reset(idx)  # the last share: zero for the next launch (relaxed)
+
+    branch(order > 0, take_the_sum_so_far)
+    branch(order < last, hand_on, lambda: flag.reset(idx))  # the last share: zero for the next launch
 
 
 def serial_split_k_protocol(splits=2, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3)) -> CrossCtaProtocol:

@@ -8,7 +8,8 @@ from typing import Any
 
 from . import gemm_epilogue
 from .gemm_config import GemmConfigError
-from .gemm_handover import SPLIT_K_FLAGS
+from .gemm_fixup import SPIN_LIMIT, SerialFixupIO, runtime_branch
+from .gemm_handover import SPLIT_K_FLAGS, serial_fixup_calls
 
 import cutlass
 import cutlass.cute as cute
@@ -20,7 +21,6 @@ from warpsched.lower.gmem_flags import bind
 from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
                        threads)
 
-SPIN_LIMIT = 1 << 20  # serial split-K: polls of a tile flag before the tile is poisoned (~1 s, not a hang)
 
 
 @dataclass(kw_only=True)
@@ -278,45 +278,20 @@ class GmemC(MemoryResource):
         Deadlock-free while every CTA of the persistent grid is resident: share s of tile t is
         unit s * tiles + t, it waits only for unit (s - 1) * tiles + t, and every CTA runs its
         units in increasing order. The wait is bounded (SPIN_LIMIT polls): past it the tile is
-        poisoned with NaN rather than hang. With ``g.gmem_flags`` the flag accesses go through
-        lower/gmem_flags (GmemFlag) and gemm_handover's protocol is what the grid checker proves.
+        poisoned with NaN rather than hang. The calls are gemm_handover.serial_fixup_calls, the
+        description the grid checker proves, on this share's values (gemm_fixup.SerialFixupIO:
+        with ``g.gmem_flags`` the flag verbs go through lower/gmem_flags, else hand-written).
         Stream-K passes its workspace slot as (m, 0) and ``flag_idx``, and ``last`` = 1 (two shares)."""
         g = self.g
         bM, bN, _ = g.tile_mnk
         if cutlass.const_expr(last is None):
             last = g.splits - 1
         idx = m * g.tiles_n + n if flag_idx is None else flag_idx
-        flag = g.mF.iterator + idx
-        flags = bind(SPLIT_K_FLAGS, g.mF)  # gmem_flags: the verbs gemm_handover.serial_fixup_calls checks
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
         tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
-        if split > 0:
-            if tidx == self.first_thread:
-                if cutlass.const_expr(g.gmem_flags):
-                    if not flags.wait(idx, split, spin_limit=SPIN_LIMIT, fence=False):
-                        acc[0] = cutlass.Float32(float("nan"))
-                else:
-                    self.wait_flag(flag, split, acc)
-            epi_bar.arrive_and_wait()  # the other threads read after the acquire (bar.sync orders them)
-            cute.arch.fence_acq_rel_gpu()
-            prev = cute.make_rmem_tensor(acc.layout, g.acc_dtype)
-            cute.autovec_copy(tCgW, prev)
-            acc.store(acc.load() + prev.load())
-        if split < last:
-            cute.autovec_copy(acc, tCgW)
-            cute.arch.fence_acq_rel_gpu()
-            epi_bar.arrive_and_wait()
-            if tidx == self.first_thread:
-                if cutlass.const_expr(g.gmem_flags):
-                    flags.signal(idx, split + 1, fence=False)  # every thread fenced before epi_bar
-                else:
-                    cute.arch.store(flag, split + 1, sem="release", scope="gpu")
-        else:
-            if tidx == self.first_thread:
-                if cutlass.const_expr(g.gmem_flags):
-                    flags.reset(idx)
-                else:
-                    cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
+        # the hand-over the grid checker proves, run on this share's values (gemm_fixup)
+        io = SerialFixupIO(self, acc, tCgW, tidx, epi_bar, g.mF, g.gmem_flags)
+        serial_fixup_calls(idx, split, last, flag=io, tile=io, branch=runtime_branch)
 
     @cute.jit
     def wait_flag(self, flag, target, acc):

@@ -212,6 +212,15 @@ class GmemWorkspace(_GridResource):
     def read(self, tile) -> None:
         self._record("read", tile)
 
+    def write_or_accumulate(self, tile, first) -> None:
+        """A chain's store: its first share writes the tile, the later ones accumulate into it (a
+        declared accumulation the chain's flags order). One verb, as the kernel runs it: one store,
+        whichever share it is (``first`` is a runtime value there)."""
+        if first:
+            self.write(tile)
+        else:
+            self.accumulate(tile)
+
 
 @dataclass(frozen=True)
 class GridPoint:

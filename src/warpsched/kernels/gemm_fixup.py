@@ -1,0 +1,83 @@
+"""The kernel's side of gemm_handover's hand-over descriptions: what each verb the grid checker
+proves (GmemFlag wait / signal / reset, GmemWorkspace read / store) emits in the persistent GEMM.
+
+``serial_fixup_calls`` (gemm_handover) is run twice, once per side: the grid checker runs it on
+the unit's ints with the model's recording GmemFlag / GmemWorkspace, and ``GmemC.serial_fixup``
+runs it while the kernel is traced, with ``runtime_branch`` for its ifs and a ``SerialFixupIO``
+for its verbs. So the calls the checker proves are the calls the kernel makes, in the same order
+under the same conditions: there is no second, hand-kept copy of the hand-over to drift apart."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+
+from ..lower.dsl import dyn_if
+from ..lower.gmem_flags import bind
+from .gemm_handover import SPLIT_K_FLAGS
+
+SPIN_LIMIT = 1 << 20  # polls of a tile flag before the tile is poisoned (~1 s: a visible failure, not a hang)
+
+
+def runtime_branch(cond, then, otherwise=None):
+    """The kernel's ``branch``: a runtime if on the unit's values (plain Python on a constant)."""
+    dyn_if({}, [], cond, lambda env: then(), (lambda env: otherwise()) if otherwise is not None else None)
+
+
+@dataclass(frozen=True, eq=False)
+class SerialFixupIO:
+    """One share's GMEM accesses in serial_fixup: the flag verbs by the output's first thread (the
+    GmemFlag lowering with ``g.gmem_flags``, else the hand-written loads and stores: the same PTX
+    instructions), with the epilogue barrier and GPU fences that order the other threads around
+    them, and the fp32 tile's reads and stores by every thread. Frozen, so the DSL does not carry it
+    through a runtime if (as StageInfo)."""
+
+    out: Any  # the GmemC resource: first_thread, wait_flag
+    acc: Any  # this thread's fp32 accumulator fragment
+    tile: Any  # its fragment of the tile's fp32 workspace
+    tidx: Any
+    epi_bar: Any
+    words: Any  # the Int32 flag words (g.mF)
+    gmem_flags: bool  # the GmemFlag lowering (else the hand-written accesses)
+
+    @cute.jit
+    def wait(self, idx, value):
+        acc = self.acc  # a local: the DSL would carry ``self`` (a Python object) through the if that writes it
+        if self.tidx == self.out.first_thread:
+            if cutlass.const_expr(self.gmem_flags):
+                if not bind(SPLIT_K_FLAGS, self.words).wait(idx, value, spin_limit=SPIN_LIMIT, fence=False):
+                    acc[0] = cutlass.Float32(float("nan"))
+            else:
+                self.out.wait_flag(self.words.iterator + idx, value, acc)
+        self.epi_bar.arrive_and_wait()  # the other threads read after the acquire (bar.sync orders them)
+        cute.arch.fence_acq_rel_gpu()
+
+    @cute.jit
+    def read(self, idx):
+        prev = cute.make_rmem_tensor(self.acc.layout, self.acc.element_type)
+        cute.autovec_copy(self.tile, prev)
+        self.acc.store(self.acc.load() + prev.load())
+
+    @cute.jit
+    def write_or_accumulate(self, idx, first):
+        cute.autovec_copy(self.acc, self.tile)  # acc holds the sum so far: one store either way
+
+    @cute.jit
+    def signal(self, idx, value):
+        cute.arch.fence_acq_rel_gpu()
+        self.epi_bar.arrive_and_wait()
+        if self.tidx == self.out.first_thread:
+            if cutlass.const_expr(self.gmem_flags):
+                bind(SPLIT_K_FLAGS, self.words).signal(idx, value, fence=False)  # every thread fenced before epi_bar
+            else:
+                cute.arch.store(self.words.iterator + idx, value, sem="release", scope="gpu")
+
+    @cute.jit
+    def reset(self, idx):
+        if self.tidx == self.out.first_thread:
+            if cutlass.const_expr(self.gmem_flags):
+                bind(SPLIT_K_FLAGS, self.words).reset(idx)
+            else:
+                cute.arch.store(self.words.iterator + idx, cutlass.Int32(0), sem="relaxed", scope="gpu")
