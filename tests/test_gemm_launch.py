@@ -58,3 +58,13 @@ def test_device_scales_compile_for_fp8_only(launch):
         launch.compiled_ffi("bfloat16", "bfloat16", schedule="cooperative", device_scale=True)
     with pytest.raises(GemmConfigError, match="fp8 operands are K-major only"):
         launch.compiled_ffi("float8_e4m3fn", "bfloat16", schedule="cooperative", a_major="m")
+
+
+def test_production_compiles_keep_no_ptx():
+    """What ops.* and the torch ops compile keeps nothing on disk; only the CPU compiles the tests read
+    (an ``arch``) keep their PTX."""
+    from warpsched.kernels import _host
+
+    assert _host.launch_options() == "" and _host.ffi_options() == "--enable-tvm-ffi"
+    assert "--keep-ptx" in _host.ptx_options("sm_90a") and "--gpu-arch sm_90a" in _host.ptx_options("sm_90a")
+    assert _host.ffi_options("sm_90a").startswith(_host.ptx_options("sm_90a"))

@@ -23,8 +23,14 @@ def ptx_dir():
 
 
 def ptx_options(arch=None):
-    """Keep the PTX (tests count its instructions); pin the target when compiling on the CPU."""
+    """A compile whose PTX is read (the CPU tests and tools count its instructions): keep the PTX,
+    and pin the target when compiling on the CPU. Not for what a model launches: launch_options."""
     return f"--keep-ptx --dump-dir={ptx_dir()}" + (f" --gpu-arch {arch}" if arch else "")
+
+
+def launch_options():
+    """A compile for this process's GPU, as ops.* and the torch ops launch it: nothing kept on disk."""
+    return ""
 
 
 def count_ptx(ptx, patterns=PTX_PATTERNS):
@@ -53,8 +59,8 @@ def ffi_enabled() -> bool:
 
 
 def ffi_options(arch=None):
-    """``ptx_options`` plus the TVM-FFI calling convention."""
-    return ptx_options(arch) + " --enable-tvm-ffi"
+    """The TVM-FFI calling convention; with ``arch`` (a CPU compile) the PTX is kept, as ``ptx_options``."""
+    return (ptx_options(arch) + " " if arch else "") + "--enable-tvm-ffi"
 
 
 def fake_bhsd(dtype, b, h, s, d):

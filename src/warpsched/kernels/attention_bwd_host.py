@@ -54,7 +54,7 @@ def _kernel(kern_key):
 def compiled(kern_key, args):
     if kern_key not in _CACHE:
         kern = _kernel(kern_key)
-        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
+        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.launch_options())
         _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[kern_key]
 

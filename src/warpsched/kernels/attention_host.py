@@ -72,7 +72,7 @@ def compiled(kern_key, args):
     JIT executor: called with CuTe tensors."""
     if kern_key not in _CACHE:
         kern = _kernel(kern_key)
-        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.ptx_options())
+        _CACHE[kern_key] = cute.compile(kern, *args, options=_host.launch_options())
         _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[kern_key]
 

@@ -73,7 +73,7 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
     if k not in _CACHE:
         kern = _kernel(a.dtype, c.dtype, options)
         _CACHE[k] = cute.compile(kern, ma, mb, mc, cutlass.Int32(1), cutlass.Float32(1.0),
-                                 _host.current_stream(), *serial_args, options=_host.ptx_options())
+                                 _host.current_stream(), *serial_args, options=_host.launch_options())
         _host.record_verdict(VERDICT_OF, k, kern)
     return _CACHE[k]
 
