@@ -8,7 +8,8 @@ returns the checker's verdict per compiled variant.
 from __future__ import annotations
 
 
-def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_lse=False):
+def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_lse=False, mask_mod=None,
+              softcap=None):
     """Scaled dot-product attention forward on Hopper (sm_90a), as
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
@@ -17,11 +18,16 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     (top-left aligned, as SDPA's ``is_causal``). ``scale`` defaults to 1 / sqrt(D). Returns the
     output (B, H, S_q, D) in q's dtype, and with ``return_lse`` also the (B, H, S_q) fp32
     log-sum-exp of the scaled scores. ``out`` / ``lse``: preallocated results.
+    ``mask_mod(batch, head, q_idx, kv_idx)``: a user mask traced into the kernel (True: attend; combine
+    comparisons with ``&`` / ``|`` / ``~``), e.g. a sliding window ``lambda b, h, q, kv: (kv <= q) &
+    (q - kv < 256)``; ``softcap``: scores s become softcap * tanh(s / softcap). Forward only
+    (``warpsched.kernels.attention_masks``).
     Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
     """
     from warpsched.kernels import attention_host as _attention
 
-    return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse)
+    return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse,
+                                mask_mod=mask_mod, softcap=softcap)
 
 
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None):

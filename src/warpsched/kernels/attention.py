@@ -38,6 +38,8 @@ from typing import Any
 from . import _host
 from ._device import H200_SMS
 from . import attention_epilogue as epilogue
+from . import attention_masks as amasks
+from .attention_masks import AttentionConfigError  # noqa: F401 (where the kernels and hosts import it from)
 from . import attention_math as amath
 from .attention_ahead import KAheadWorks, ScoresAheadWorks, load_ahead_schedule, softmax_ahead_schedule
 from .attention_schedules import load_schedule, softmax_schedule
@@ -63,10 +65,6 @@ HEAD_DIMS = (64, 128, 256)
 # TMA-store epilogue, O from its own SMEM tile (o_buffer), causal units in long / short pairs over
 # few heads (causal_pairs). The measurements: docs/attention.md, one section per option.
 TUNED = {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "causal_pairs": True}
-
-
-class AttentionConfigError(ValueError):
-    """An unsupported head dim / dtype / tile, or tensors the kernel cannot take (host side)."""
 
 
 # ---------------------------------------------------------------------------------- resources
@@ -261,7 +259,11 @@ class Scores(ScoresAheadWorks, MemoryResource):
                             else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
             row0 = (coords[0] * g.wgs + wg) * WG_ROWS
             col0 = tile * bN
+        if cutlass.const_expr(g.softcap is not None):
+            amasks.softcap_tile(acc_s, v.scale, g.softcap)
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal)
+        if cutlass.const_expr(g.mask_mod is not None):
+            amasks.mask_mod_tile(acc_s, v.qk_mma, row0, col0, bN, g.mask_mod, coords[2], coords[1])
         amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2, g.pinned_exp2)
 
     @producer_work
@@ -385,7 +387,7 @@ class FlashAttention(WorkUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
-                 unit_overlap=False):
+                 unit_overlap=False, mask_mod=None, softcap=None):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -427,6 +429,8 @@ class FlashAttention(WorkUnits):
                                        "it needs o_buffer=True (with tma_store_o, q_stages=2, persistent), "
                                        "overlap=True and wgs=2")
         self.unit_overlap = bool(unit_overlap)  # S runs one K/V tile ahead across units (attention_ahead.py)
+        amasks.check(mask_mod, softcap, self.unit_overlap)
+        self.mask_mod, self.softcap = mask_mod, softcap  # attention_masks: traced into the softmax's tile
         if pinned_exp2 is None and self.unit_overlap:  # its hd128 loop otherwise evaluates 45 of 66 exp2 twice
             self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head

@@ -1,0 +1,60 @@
+"""What the attention forward does to a score tile besides the causal / tail mask: a user's
+``mask_mod`` and a ``softcap`` (as FlashAttention's and flex attention's).
+
+- ``mask_mod(batch, head, q_idx, kv_idx)``: True where query ``q_idx`` of (batch, head) may attend to
+  key ``kv_idx``. It is traced into the kernel: it receives the kernel's Int32 values and must combine
+  comparisons with ``&``, ``|`` and ``~`` (not ``and`` / ``or`` / ``not``, which would ask a runtime
+  value for a Python bool), e.g. a sliding window of 256 keys: ``lambda b, h, q, kv: (kv <= q) &
+  (q - kv < 256)``. It is applied to every score of every K/V tile the unit visits (all of them, or
+  up to the diagonal with ``causal``), after the tail mask; a row it masks entirely gets O = 0 and an
+  LSE of +inf. The compiled kernel is cached per function object: pass the same function again.
+- ``softcap``: scores s (already times the softmax scale) become softcap * tanh(s / softcap) before
+  the masks.
+
+Neither changes the synchronization: the kernel's program, and so its proof, is the one without
+them. Forward only: the backward does not take them yet."""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+
+
+class AttentionConfigError(ValueError):
+    """An unsupported head dim / dtype / tile / mask, or tensors the kernel cannot take (host side)."""
+
+
+def check(mask_mod, softcap, unit_overlap):
+    """Refuse what the kernel cannot apply, naming the fix."""
+    if mask_mod is not None and not callable(mask_mod):
+        raise AttentionConfigError(f"mask_mod={mask_mod!r}: expected a function (batch, head, q_idx, kv_idx) -> "
+                                   "bool, e.g. lambda b, h, q, kv: (kv <= q) & (q - kv < 256)")
+    if softcap is not None and not (isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
+                                    and softcap > 0):
+        raise AttentionConfigError(f"softcap={softcap!r}: expected a positive number (e.g. 50.0), or None")
+    if unit_overlap and (mask_mod is not None or softcap is not None):
+        raise AttentionConfigError("mask_mod / softcap with unit_overlap=True: the one-tile-ahead S GEMM does not "
+                                   "apply them; leave unit_overlap off (the default)")
+
+
+@cute.jit
+def softcap_tile(acc_s, scale: cutlass.Float32, softcap: cutlass.Constexpr):
+    """S (unscaled) -> softcap * tanh(S * scale / softcap) / scale, so that the softmax's S * scale is
+    the capped score."""
+    inner = scale / softcap
+    outer = softcap / scale
+    for i in cutlass.range_constexpr(cute.size(acc_s)):
+        acc_s[i] = outer * cute.math.tanh(acc_s[i] * inner, fastmath=True)
+
+
+@cute.jit
+def mask_mod_tile(acc_s, qk_mma, row0, col0, block_n: cutlass.Constexpr, mask_mod: cutlass.Constexpr, batch, head):
+    """-inf where ``mask_mod(batch, head, row0 + row, col0 + column)`` is False, for every score of the
+    tile this thread holds."""
+    tidx, _, _ = cute.arch.thread_idx()
+    identity = cute.make_identity_tensor((cute.size(qk_mma.shape_mnk, mode=[0]), block_n))
+    coords = qk_mma.get_slice(tidx % 128).partition_C(identity)
+    for i in cutlass.range_constexpr(cute.size(acc_s)):
+        keep = mask_mod(batch, head, row0 + coords[i][0], col0 + coords[i][1])
+        if not keep:
+            acc_s[i] = -cutlass.Float32.inf
