@@ -159,3 +159,26 @@ def test_the_kernel_runs_the_serial_hand_over_the_checker_proves(monkeypatch):
             gp.compile_for_cpu(schedule="cooperative", gmem_flags=flags, **opts)
             assert seen and set(seen) == {(gemm_fixup.SerialFixupIO, gemm_fixup.SerialFixupIO,
                                            gemm_fixup.runtime_branch, None)}
+
+
+def test_the_kernel_runs_the_parallel_hand_over_the_checker_proves(monkeypatch):
+    """The same for parallel split-K: GmemC.parallel_fixup runs gemm_handover.parallel_fixup_calls."""
+    pytest.importorskip("cutlass")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
+    import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
+    from warpsched.kernels import gemm_fixup, gemm_host as gp, gemm_resources
+
+    seen = []
+    real = gemm_resources.parallel_fixup_calls
+
+    def spy(t, split, last, slab, **kw):
+        seen.append((type(kw["flag"]), type(kw["slabs"]), kw["branch"], kw["repeat"], slab(3)))
+        return real(t, split, last, slab, **kw)
+
+    monkeypatch.setattr(gemm_resources, "parallel_fixup_calls", spy)
+    assert real is H.parallel_fixup_calls
+    for flags in (False, True):
+        seen.clear()
+        gp.compile_for_cpu(schedule="cooperative", gmem_flags=flags, split_k=True, split_reduce="parallel")
+        assert seen and set(seen) == {(gemm_fixup.ParallelFixupIO, gemm_fixup.ParallelFixupIO,
+                                       gemm_fixup.runtime_branch, gemm_fixup.runtime_repeat, 3)}

@@ -21,6 +21,29 @@ from .gemm_handover import SPLIT_K_FLAGS
 SPIN_LIMIT = 1 << 20  # polls of a tile flag before the tile is poisoned (~1 s: a visible failure, not a hang)
 
 
+@cute.jit
+def first_thread_wait(io, idx, value):
+    """The output's first thread spins on the flag (bounded: past SPIN_LIMIT polls its accumulator is
+    poisoned with NaN); ``io``: a fix-up binding (out, acc, tidx, words, gmem_flags)."""
+    acc = io.acc  # a local: the DSL would carry ``io`` (a Python object) through the if that writes it
+    if io.tidx == io.out.first_thread:
+        if cutlass.const_expr(io.gmem_flags):
+            if not bind(SPLIT_K_FLAGS, io.words).wait(idx, value, spin_limit=SPIN_LIMIT, fence=False):
+                acc[0] = cutlass.Float32(float("nan"))
+        else:
+            io.out.wait_flag(io.words.iterator + idx, value, acc)
+
+
+@cute.jit
+def first_thread_reset(io, idx):
+    """The output's first thread zeroes the flag for the next launch (a relaxed store)."""
+    if io.tidx == io.out.first_thread:
+        if cutlass.const_expr(io.gmem_flags):
+            bind(SPLIT_K_FLAGS, io.words).reset(idx)
+        else:
+            cute.arch.store(io.words.iterator + idx, cutlass.Int32(0), sem="relaxed", scope="gpu")
+
+
 def runtime_branch(cond, then, otherwise=None):
     """The kernel's ``branch``: a runtime if on the unit's values (plain Python on a constant)."""
     dyn_if({}, [], cond, lambda env: then(), (lambda env: otherwise()) if otherwise is not None else None)
@@ -44,13 +67,7 @@ class SerialFixupIO:
 
     @cute.jit
     def wait(self, idx, value):
-        acc = self.acc  # a local: the DSL would carry ``self`` (a Python object) through the if that writes it
-        if self.tidx == self.out.first_thread:
-            if cutlass.const_expr(self.gmem_flags):
-                if not bind(SPLIT_K_FLAGS, self.words).wait(idx, value, spin_limit=SPIN_LIMIT, fence=False):
-                    acc[0] = cutlass.Float32(float("nan"))
-            else:
-                self.out.wait_flag(self.words.iterator + idx, value, acc)
+        first_thread_wait(self, idx, value)
         self.epi_bar.arrive_and_wait()  # the other threads read after the acquire (bar.sync orders them)
         cute.arch.fence_acq_rel_gpu()
 
@@ -76,8 +93,65 @@ class SerialFixupIO:
 
     @cute.jit
     def reset(self, idx):
+        first_thread_reset(self, idx)
+
+
+@cute.jit
+def runtime_repeat(count, body: cutlass.Constexpr):
+    """The kernel's ``repeat``: ``body(s)`` in a runtime loop over s < ``count``."""
+    for s in cutlass.range(count):
+        body(s)
+
+
+@dataclass(frozen=True, eq=False)
+class ParallelFixupIO:
+    """One share's GMEM accesses in parallel_fixup (gemm_handover.parallel_fixup_calls): its slab (the
+    share's fp32 tile) written and read by every thread, the count and the wait by the output's first
+    thread with the epilogue barrier and fences around them. Its slab index is the share."""
+
+    out: Any  # the GmemC resource: first_thread, wait_flag
+    acc: Any
+    thr: Any  # this thread's slice of the epilogue MMA (partitions a workspace tile)
+    tidx: Any
+    epi_bar: Any
+    words: Any
+    gmem_flags: bool
+    m: Any
+    n: Any
+
+    def _slab(self, share):
+        g = self.out.g
+        bM, bN, _ = g.tile_mnk
+        return self.thr.partition_C(cute.local_tile(g.mW, (bM, bN), (share * g.tiles_m + self.m, self.n)))
+
+    @cute.jit
+    def write(self, share):
+        cute.autovec_copy(self.acc, self._slab(share))
+
+    @cute.jit
+    def add(self, idx, value, acquire: cutlass.Constexpr = True):
+        cute.arch.fence_acq_rel_gpu()  # the slab's stores, then the count
+        self.epi_bar.arrive_and_wait()
         if self.tidx == self.out.first_thread:
             if cutlass.const_expr(self.gmem_flags):
-                bind(SPLIT_K_FLAGS, self.words).reset(idx)
+                bind(SPLIT_K_FLAGS, self.words).add(idx, value, acquire=acquire, fence=False)
             else:
-                cute.arch.store(self.words.iterator + idx, cutlass.Int32(0), sem="relaxed", scope="gpu")
+                cute.arch.atomic_add(self.words.iterator + idx, cutlass.Int32(value),
+                                     sem="acq_rel" if acquire else "release", scope="gpu")
+
+    @cute.jit
+    def wait(self, idx, value):
+        first_thread_wait(self, idx, value)
+
+    @cute.jit
+    def reset(self, idx):
+        first_thread_reset(self, idx)
+        # the slabs are read next: every thread after the first thread's acquire (bar.sync orders them)
+        self.epi_bar.arrive_and_wait()
+        cute.arch.fence_acq_rel_gpu()
+
+    @cute.jit
+    def read(self, share):
+        prev = cute.make_rmem_tensor(self.acc.layout, self.acc.element_type)
+        cute.autovec_copy(self._slab(share), prev)
+        self.acc.store(self.acc.load() + prev.load())

@@ -4,9 +4,9 @@
 the kernel's GmemC.serial_fixup runs this function on its runtime values (gemm_fixup: a runtime
 ``branch``, its GMEM accesses as ``flag`` / ``tile``), and the protocols below run it on the unit's
 ints, with the kernel's own unit assignment (the cooperative schedule's static persistent order;
-gemm_streamk.StreamKPlan). ``parallel_fixup_calls`` and ``atomic_fixup_calls`` are still kept by
-hand beside the kernel's parallel_fixup / atomic_fixup (the same verbs in the same order; their
-loop over slabs and the last-share broadcast are not shared yet). With ``PersistentGemm(gmem_flags=
+gemm_streamk.StreamKPlan). ``parallel_fixup_calls`` is shared the same way (with a ``repeat`` for
+the last share's loop over slabs); ``atomic_fixup_calls`` is still kept by hand beside the kernel's
+atomic_fixup (the same verbs in the same order; its last-share broadcast is not shared yet). With ``PersistentGemm(gmem_flags=
 True)`` the flag verbs go through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same flag, fence and
 barrier instructions as the hand-written accesses. ``bug=`` plants the twins the tests and
 benchmarks/gmem_flags_gpu.py use: 'missing_signal' (share 0 never hands on), 'reversed' (the chain
@@ -77,21 +77,34 @@ def serial_split_k_protocol(splits=2, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2,
                             body, grids=grids, unit_counts=tiles)
 
 
-def parallel_fixup_calls(t, split, last, tiles, bug=None, flag=SPLIT_K_FLAGS, slabs=SPLIT_K_TILE):
-    """The hand-over calls of parallel_fixup for share ``split`` of ``last + 1`` on tile ``t``: the
-    shares but the last write their own slab (split * tiles + t) and count themselves (a release-only
-    add); the last one waits for the count, resets it and reads every slab."""
-    if split < last:
-        slabs.write(split * tiles + t)
-        if bug != "missing_signal" or split > 0:
+def python_repeat(count, body):
+    """The grid checker's ``repeat``: ``body(s)`` for s in range(count)."""
+    for s in range(count):
+        body(s)
+
+
+def parallel_fixup_calls(t, split, last, slab, bug=None, flag=SPLIT_K_FLAGS, slabs=SPLIT_K_TILE,
+                         branch=python_branch, repeat=python_repeat):
+    """The parallel hand-over of share ``split`` of ``last + 1`` on tile ``t``: the shares but the last
+    write their own slab (``slab(split)``) and count themselves (a release-only add); the last one
+    waits for the count, resets it and reads every slab. One description, run by the grid checker
+    (``slab(s)`` = s * tiles + t, a Python if and loop) and by the kernel (gemm_fixup.ParallelFixupIO,
+    whose slab index is the share)."""
+    def hand_in():
+        slabs.write(slab(split))
+        if bug == "missing_signal":
+            branch(split > 0, lambda: flag.add(t, 1, acquire=False))
+        else:
             flag.add(t, 1, acquire=False)  # fence, epi_bar, then tidx 0's release atomic add
-    else:
+
+    def finish():
         if bug == "read_first":
-            slabs.read(t)
-        flag.wait(t, last)
+            slabs.read(slab(0))
+        flag.wait(t, last)  # tidx 0 spins, then epi_bar and a GPU fence for every thread
         flag.reset(t)
-        for s in range(last):  # after epi_bar and a GPU fence for every thread
-            slabs.read(s * tiles + t)
+        repeat(last, lambda s: slabs.read(slab(s)))
+
+    branch(split < last, hand_in, finish)
 
 
 def parallel_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3)) -> CrossCtaProtocol:
@@ -101,7 +114,7 @@ def parallel_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 
 
     def body(grid, unit):
         t, split = unit
-        parallel_fixup_calls(t, split, splits - 1, grid.units, bug)
+        parallel_fixup_calls(t, split, splits - 1, lambda s: s * grid.units + t, bug)
 
     return CrossCtaProtocol(f"GEMM parallel split-K ({splits} shares{', ' + bug if bug else ''})", assignment,
                             body, grids=grids, unit_counts=tiles)

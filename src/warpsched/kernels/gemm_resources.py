@@ -8,8 +8,8 @@ from typing import Any
 
 from . import gemm_epilogue
 from .gemm_config import GemmConfigError
-from .gemm_fixup import SPIN_LIMIT, SerialFixupIO, runtime_branch
-from .gemm_handover import SPLIT_K_FLAGS, serial_fixup_calls
+from .gemm_fixup import SPIN_LIMIT, ParallelFixupIO, SerialFixupIO, runtime_branch, runtime_repeat
+from .gemm_handover import SPLIT_K_FLAGS, parallel_fixup_calls, serial_fixup_calls
 
 import cutlass
 import cutlass.cute as cute
@@ -312,38 +312,15 @@ class GmemC(MemoryResource):
         counts itself on the tile's flag (atomic add, release after a GPU-scope fence and the
         epilogue barrier); the last share waits until the flag counts the others, resets it and
         adds the slabs to ``acc``. One wait per tile instead of serial_fixup's chain; the same
-        residency argument (the last share is the tile's highest unit) and bounded wait."""
+        residency argument (the last share is the tile's highest unit) and bounded wait. The calls
+        are gemm_handover.parallel_fixup_calls, the description the grid checker proves, on this
+        share's values (gemm_fixup.ParallelFixupIO)."""
         g = self.g
-        bM, bN, _ = g.tile_mnk
-        idx = m * g.tiles_n + n
-        flag = g.mF.iterator + idx
-        flags = bind(SPLIT_K_FLAGS, g.mF)  # gmem_flags: the verbs gemm_handover.parallel_fixup_calls checks
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
-        last = g.splits - 1
-        if split < last:
-            cute.autovec_copy(acc, thr.partition_C(cute.local_tile(g.mW, (bM, bN), (split * g.tiles_m + m, n))))
-            cute.arch.fence_acq_rel_gpu()
-            epi_bar.arrive_and_wait()
-            if tidx == self.first_thread:
-                if cutlass.const_expr(g.gmem_flags):
-                    flags.add(idx, 1, acquire=False, fence=False)
-                else:
-                    cute.arch.atomic_add(flag, cutlass.Int32(1), sem="release", scope="gpu")
-        else:
-            if tidx == self.first_thread:
-                if cutlass.const_expr(g.gmem_flags):
-                    if not flags.wait(idx, last, spin_limit=SPIN_LIMIT, fence=False):
-                        acc[0] = cutlass.Float32(float("nan"))
-                    flags.reset(idx)
-                else:
-                    self.wait_flag(flag, last, acc)
-                    cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")  # for the next launch
-            epi_bar.arrive_and_wait()
-            cute.arch.fence_acq_rel_gpu()
-            prev = cute.make_rmem_tensor(acc.layout, g.acc_dtype)
-            for s in cutlass.range(last):
-                cute.autovec_copy(thr.partition_C(cute.local_tile(g.mW, (bM, bN), (s * g.tiles_m + m, n))), prev)
-                acc.store(acc.load() + prev.load())
+        io = ParallelFixupIO(self, acc, thr, tidx, epi_bar, g.mF, g.gmem_flags, m, n)
+        # the hand-over the grid checker proves, run on this share's values (gemm_fixup)
+        parallel_fixup_calls(m * g.tiles_n + n, split, g.splits - 1, lambda share: share, flag=io, slabs=io,
+                             branch=runtime_branch, repeat=runtime_repeat)
 
     @cute.jit
     def atomic_fixup(self, acc, m, n, tidx, epi_bar):
