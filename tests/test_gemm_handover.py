@@ -182,3 +182,27 @@ def test_the_kernel_runs_the_parallel_hand_over_the_checker_proves(monkeypatch):
         gp.compile_for_cpu(schedule="cooperative", gmem_flags=flags, split_k=True, split_reduce="parallel")
         assert seen and set(seen) == {(gemm_fixup.ParallelFixupIO, gemm_fixup.ParallelFixupIO,
                                        gemm_fixup.runtime_branch, gemm_fixup.runtime_repeat, 3)}
+
+
+def test_the_kernel_runs_the_atomic_hand_over_the_checker_proves(monkeypatch):
+    """And for the atomic split-K: GmemC.atomic_fixup runs gemm_handover.atomic_fixup_calls, whose
+    ``when`` is the binding's predicate-OR broadcast of the first thread's ticket."""
+    pytest.importorskip("cutlass")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
+    import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
+    from warpsched.kernels import gemm_fixup, gemm_host as gp, gemm_resources
+
+    seen = []
+    real = gemm_resources.atomic_fixup_calls
+
+    def spy(t, last, **kw):
+        seen.append((type(kw["flag"]), type(kw["tile"]), kw["when"].__func__, kw.get("bug")))
+        return real(t, last, **kw)
+
+    monkeypatch.setattr(gemm_resources, "atomic_fixup_calls", spy)
+    assert real is H.atomic_fixup_calls
+    for flags in (False, True):
+        seen.clear()
+        gp.compile_for_cpu(schedule="cooperative", gmem_flags=flags, split_k=True, split_reduce="atomic")
+        assert seen and set(seen) == {(gemm_fixup.AtomicFixupIO, gemm_fixup.AtomicFixupIO,
+                                       gemm_fixup.AtomicFixupIO.when, None)}

@@ -13,6 +13,8 @@ from typing import Any
 
 import cutlass
 import cutlass.cute as cute
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import nvvm, vector
 
 from ..lower.dsl import dyn_if
 from ..lower.gmem_flags import bind
@@ -155,3 +157,71 @@ class ParallelFixupIO:
         prev = cute.make_rmem_tensor(self.acc.layout, self.acc.element_type)
         cute.autovec_copy(self._slab(share), prev)
         self.acc.store(self.acc.load() + prev.load())
+
+
+@dataclass(frozen=True, eq=False)
+class AtomicFixupIO:
+    """One share's GMEM accesses in atomic_fixup (gemm_handover.atomic_fixup_calls): its reduce-adds into
+    the tile's zeroed workspace, the count by the output's first thread after a fence and the epilogue
+    barrier, and ``when``: the first thread's ticket broadcast to every thread of the output by a
+    predicate-OR barrier; the last share reads the sum, zeroes the tile and resets the flag."""
+
+    out: Any  # the GmemC resource: first_thread, which, num_threads
+    acc: Any
+    tile: Any  # this thread's fragment of the tile's fp32 workspace
+    tidx: Any
+    epi_bar: Any
+    words: Any
+    gmem_flags: bool
+
+    @cute.jit
+    def accumulate(self, idx, atomic: cutlass.Constexpr = False):
+        pair = ir.VectorType.get([2], cutlass.Float32.mlir_type)
+        # WGMMA accumulators hold two adjacent columns per register pair: one 8-byte reduction each
+        for i in cutlass.range_constexpr(cute.size(self.acc) // 2):
+            v = vector.from_elements(pair, [self.acc[2 * i].ir_value(), self.acc[2 * i + 1].ir_value()])
+            cute.arch.red((self.tile.iterator + self.tile.layout(2 * i)).llvm_ptr, v, op="add", dtype="f32",
+                          sem="relaxed", scope="gpu")
+
+    @cute.jit
+    def add(self, idx, value, acquire: cutlass.Constexpr = True):
+        """The first thread's count; the value before it (-1 in the other threads: never a ticket)."""
+        cute.arch.fence_acq_rel_gpu()
+        self.epi_bar.arrive_and_wait()
+        seen = cutlass.Int32(-1)
+        if self.tidx == self.out.first_thread:
+            if cutlass.const_expr(self.gmem_flags):
+                seen = bind(SPLIT_K_FLAGS, self.words).add(idx, value, acquire=acquire, fence=False)
+            else:
+                seen = cute.arch.atomic_add(self.words.iterator + idx, cutlass.Int32(value),
+                                            sem="acq_rel" if acquire else "release", scope="gpu")
+        return seen
+
+    def when(self, seen, old, body):
+        """``body`` in every thread of the output when the first thread's add returned ``old``; returns
+        that as a runtime Boolean (the caller stores C then)."""
+        out = self.out
+        is_last = nvvm.barrier_cta_red(cutlass.Boolean(seen == old).ir_value(), cutlass.Int32(1 + out.which).ir_value(),
+                                       nvvm.BarrierReduxKind.OR, thread_count=cutlass.Int32(out.num_threads).ir_value(),
+                                       aligned=True, results=[cutlass.Int32.mlir_type])
+        is_last = cutlass.Int32(is_last) != 0
+
+        def finish():
+            cute.arch.fence_acq_rel_gpu()  # the reads after the acquire count
+            body()
+        runtime_branch(is_last, finish)
+        return is_last
+
+    @cute.jit
+    def read(self, idx):
+        cute.autovec_copy(self.tile, self.acc)
+
+    @cute.jit
+    def write(self, idx):
+        zero = cute.make_rmem_tensor(self.acc.layout, self.acc.element_type)
+        zero.fill(0.0)
+        cute.autovec_copy(zero, self.tile)  # the workspace tile is zero again for the next launch
+
+    @cute.jit
+    def reset(self, idx):
+        first_thread_reset(self, idx)

@@ -4,9 +4,9 @@
 the kernel's GmemC.serial_fixup runs this function on its runtime values (gemm_fixup: a runtime
 ``branch``, its GMEM accesses as ``flag`` / ``tile``), and the protocols below run it on the unit's
 ints, with the kernel's own unit assignment (the cooperative schedule's static persistent order;
-gemm_streamk.StreamKPlan). ``parallel_fixup_calls`` is shared the same way (with a ``repeat`` for
-the last share's loop over slabs); ``atomic_fixup_calls`` is still kept by hand beside the kernel's
-atomic_fixup (the same verbs in the same order; its last-share broadcast is not shared yet). With ``PersistentGemm(gmem_flags=
+gemm_streamk.StreamKPlan). ``parallel_fixup_calls`` (with a ``repeat`` for the last share's loop
+over slabs) and ``atomic_fixup_calls`` (with a ``when`` for the last share's branch) are shared the
+same way. With ``PersistentGemm(gmem_flags=
 True)`` the flag verbs go through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same flag, fence and
 barrier instructions as the hand-written accesses. ``bug=`` plants the twins the tests and
 benchmarks/gmem_flags_gpu.py use: 'missing_signal' (share 0 never hands on), 'reversed' (the chain
@@ -120,19 +120,30 @@ def parallel_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 
                             body, grids=grids, unit_counts=tiles)
 
 
-def atomic_fixup_calls(t, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE):
-    """The hand-over calls of atomic_fixup for one share of tile ``t``: reduce-add into the zeroed
-    tile (red.add: a declared atomic accumulation), count itself (acq_rel add); the share whose add
-    returns ``last`` reads the sum, zeroes the tile and the flag for the next launch."""
+def python_when(ticket, old, body):
+    """The grid checker's ``when``: ``body`` runs in the branch where the add returned ``old``."""
+    with ticket.when(old):
+        body()
+
+
+def atomic_fixup_calls(t, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE, when=python_when):
+    """The atomic hand-over of one share of tile ``t``: reduce-add into the zeroed tile (red.add: a
+    declared atomic accumulation), count itself (acq_rel add); the share whose add returns ``last``
+    reads the sum, zeroes the tile and the flag for the next launch. One description, run by the grid
+    checker and by the kernel (gemm_fixup.AtomicFixupIO: its ``when`` broadcasts the first thread's
+    ticket by a predicate-OR barrier and returns whether this share is the last)."""
     if bug == "plain_write":
         tile.write(t)
     else:
         tile.accumulate(t, atomic=True)
     ticket = flag.add(t, 1, acquire=bug != "release_only")  # fence, epi_bar, then tidx 0's atomic
-    with ticket.when(last):  # broadcast to the warp groups by a predicate-OR barrier, then a GPU fence
+
+    def finish():
         tile.read(t)
         tile.write(t)  # zero
         flag.reset(t)
+
+    return when(ticket, last, finish)
 
 
 def atomic_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2)) -> CrossCtaProtocol:

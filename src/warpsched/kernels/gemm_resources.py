@@ -8,16 +8,13 @@ from typing import Any
 
 from . import gemm_epilogue
 from .gemm_config import GemmConfigError
-from .gemm_fixup import SPIN_LIMIT, ParallelFixupIO, SerialFixupIO, runtime_branch, runtime_repeat
-from .gemm_handover import SPLIT_K_FLAGS, parallel_fixup_calls, serial_fixup_calls
+from .gemm_fixup import SPIN_LIMIT, AtomicFixupIO, ParallelFixupIO, SerialFixupIO, runtime_branch, runtime_repeat
+from .gemm_handover import atomic_fixup_calls, parallel_fixup_calls, serial_fixup_calls
 
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-from cutlass._mlir import ir
-from cutlass._mlir.dialects import nvvm, vector
 
-from warpsched.lower.gmem_flags import bind
 from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
                        threads)
 
@@ -330,47 +327,16 @@ class GmemC(MemoryResource):
         epilogue barrier). The share that counts last (any split, whichever finishes last) gets
         True, broadcast to its warp groups by a predicate-OR barrier: it reads the sum into
         ``acc``, zeroes the workspace tile and the flag for the next launch, and stores C. Nothing
-        waits on another CTA, so the hand-over cannot deadlock whatever the residency; the order
-        (reductions -> release count -> acquire count -> reads) is the GMEM protocol the checker
-        does not see (docs/gemm.md)."""
+        waits on another CTA, so the hand-over cannot deadlock whatever the residency. The calls are
+        gemm_handover.atomic_fixup_calls, the description the grid checker proves (reductions ->
+        acq_rel count -> the last share's reads), on this share's values (gemm_fixup.AtomicFixupIO)."""
         g = self.g
         bM, bN, _ = g.tile_mnk
-        idx = m * g.tiles_n + n
-        flag = g.mF.iterator + idx
-        flags = bind(SPLIT_K_FLAGS, g.mF)  # gmem_flags: the verbs gemm_handover.atomic_fixup_calls checks
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
         tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
-        pair = ir.VectorType.get([2], cutlass.Float32.mlir_type)
-        # WGMMA accumulators hold two adjacent columns per register pair: one 8-byte reduction each
-        for i in cutlass.range_constexpr(cute.size(acc) // 2):
-            v = vector.from_elements(pair, [acc[2 * i].ir_value(), acc[2 * i + 1].ir_value()])
-            cute.arch.red((tCgW.iterator + tCgW.layout(2 * i)).llvm_ptr, v, op="add", dtype="f32", sem="relaxed",
-                          scope="gpu")
-        cute.arch.fence_acq_rel_gpu()
-        epi_bar.arrive_and_wait()
-        last = cutlass.Boolean(False)
-        if tidx == self.first_thread:
-            if cutlass.const_expr(g.gmem_flags):
-                seen = flags.add(idx, 1, fence=False)
-            else:
-                seen = cute.arch.atomic_add(flag, cutlass.Int32(1), sem="acq_rel", scope="gpu")
-            last = seen == g.splits - 1
-        is_last = nvvm.barrier_cta_red(cutlass.Boolean(last).ir_value(), cutlass.Int32(1 + self.which).ir_value(),
-                                       nvvm.BarrierReduxKind.OR, thread_count=cutlass.Int32(self.num_threads).ir_value(),
-                                       aligned=True, results=[cutlass.Int32.mlir_type])
-        is_last = cutlass.Int32(is_last) != 0
-        if is_last:
-            cute.arch.fence_acq_rel_gpu()
-            cute.autovec_copy(tCgW, acc)
-            zero = cute.make_rmem_tensor(acc.layout, g.acc_dtype)
-            zero.fill(0.0)
-            cute.autovec_copy(zero, tCgW)  # the workspace tile is zero again for the next launch
-            if tidx == self.first_thread:
-                if cutlass.const_expr(g.gmem_flags):
-                    flags.reset(idx)
-                else:
-                    cute.arch.store(flag, cutlass.Int32(0), sem="relaxed", scope="gpu")
-        return is_last
+        io = AtomicFixupIO(self, acc, tCgW, tidx, epi_bar, g.mF, g.gmem_flags)
+        # the hand-over the grid checker proves, run on this share's values (gemm_fixup)
+        return atomic_fixup_calls(m * g.tiles_n + n, g.splits - 1, flag=io, tile=io, when=io.when)
 
     @producer_work
     @cute.jit
