@@ -1,11 +1,14 @@
 """The kernel's side of gemm_handover's hand-over descriptions: what each verb the grid checker
 proves (GmemFlag wait / signal / reset, GmemWorkspace read / store) emits in the persistent GEMM.
 
-``serial_fixup_calls`` (gemm_handover) is run twice, once per side: the grid checker runs it on
-the unit's ints with the model's recording GmemFlag / GmemWorkspace, and ``GmemC.serial_fixup``
-runs it while the kernel is traced, with ``runtime_branch`` for its ifs and a ``SerialFixupIO``
-for its verbs. So the calls the checker proves are the calls the kernel makes, in the same order
-under the same conditions: there is no second, hand-kept copy of the hand-over to drift apart."""
+Each of gemm_handover's ``serial_fixup_calls``, ``parallel_fixup_calls`` and ``atomic_fixup_calls`` is
+run twice, once per side: the grid checker runs it on the unit's ints with the model's recording
+GmemFlag / GmemWorkspace, and ``GmemC.serial_fixup`` / ``parallel_fixup`` / ``atomic_fixup`` run it
+while the kernel is traced, with ``runtime_branch`` / ``runtime_repeat`` for its ifs and loops and a
+``SerialFixupIO`` / ``ParallelFixupIO`` / ``AtomicFixupIO`` for its verbs. So the calls the checker
+proves are the calls the kernel makes, in the same order under the same conditions: there is no
+second, hand-kept copy of the hand-over to drift apart. What a binding adds is the CTA's side of
+each verb (which thread issues it, the epilogue barrier and fences around it) and the addresses."""
 from __future__ import annotations
 
 from dataclasses import dataclass
