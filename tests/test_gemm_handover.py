@@ -135,74 +135,49 @@ def test_which_hand_overs_need_every_cta_resident():
     assert needs_residency(H.serial_split_k_protocol(2, grids=(1,))) is None
 
 
-def test_the_kernel_runs_the_serial_hand_over_the_checker_proves(monkeypatch):
-    """One description: GmemC.serial_fixup (serial split-K and stream-K) makes its flag and workspace
-    accesses by running gemm_handover.serial_fixup_calls, the function the grid checker proves, on its
-    runtime values (gemm_fixup.runtime_branch, SerialFixupIO), not a hand-kept copy of it."""
+def _kernel_modules():
+    """(gemm_fixup, gemm_host, gemm_resources), the arch pinned for CPU compiles."""
     pytest.importorskip("cutlass")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
     import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
-    from warpsched.kernels import gemm_fixup, gemm_host as gp, gemm_resources
+    from warpsched.kernels import gemm_fixup, gemm_host, gemm_resources
 
+    return gemm_fixup, gemm_host, gemm_resources
+
+
+def _signature(kind, kw, fx):
+    """What a fix-up call was given, as (bindings, control flow); and what the kernel must give."""
+    control = {"serial": ("branch",), "parallel": ("branch", "repeat"), "atomic": ("when",)}[kind]
+    io = {"serial": fx.SerialFixupIO, "parallel": fx.ParallelFixupIO, "atomic": fx.AtomicFixupIO}[kind]
+    want = {"branch": fx.runtime_branch, "repeat": fx.runtime_repeat, "when": fx.AtomicFixupIO.when}
+    got = tuple(getattr(kw[c], "__func__", kw[c]) for c in control)
+    bindings = tuple(type(v) for k, v in kw.items() if k in ("flag", "tile", "slabs"))
+    return (bindings, got, kw.get("bug")), ((io,) * len(bindings), tuple(want[c] for c in control), None)
+
+
+@pytest.mark.parametrize("kind,configs", [
+    ("serial", [dict(split_k=True, split_reduce="serial"), dict(stream_k=True)]),
+    ("parallel", [dict(split_k=True, split_reduce="parallel")]),
+    ("atomic", [dict(split_k=True, split_reduce="atomic")]),
+])
+def test_the_kernel_runs_the_hand_over_the_checker_proves(monkeypatch, kind, configs):
+    """One description: GmemC's serial_fixup (serial split-K and stream-K), parallel_fixup and
+    atomic_fixup make their flag and workspace accesses by running gemm_handover's
+    *_fixup_calls, the functions the grid checker proves, on their runtime values (gemm_fixup's
+    runtime_branch / runtime_repeat / when and its *FixupIO bindings), not a hand-kept copy."""
+    gemm_fixup, gp, gemm_resources = _kernel_modules()
+    name = f"{kind}_fixup_calls"
+    real = getattr(gemm_resources, name)
+    assert real is getattr(H, name)
     seen = []
-    real = gemm_resources.serial_fixup_calls
 
-    def spy(idx, split, last, **kw):
-        seen.append((type(kw["flag"]), type(kw["tile"]), kw["branch"], kw.get("bug")))
-        return real(idx, split, last, **kw)
+    def spy(*args, **kw):
+        seen.append(_signature(kind, kw, gemm_fixup))
+        return real(*args, **kw)
 
-    monkeypatch.setattr(gemm_resources, "serial_fixup_calls", spy)
-    assert real is H.serial_fixup_calls
-    for opts in (dict(split_k=True, split_reduce="serial"), dict(stream_k=True)):
+    monkeypatch.setattr(gemm_resources, name, spy)
+    for opts in configs:
         for flags in (False, True):
             seen.clear()
             gp.compile_for_cpu(schedule="cooperative", gmem_flags=flags, **opts)
-            assert seen and set(seen) == {(gemm_fixup.SerialFixupIO, gemm_fixup.SerialFixupIO,
-                                           gemm_fixup.runtime_branch, None)}
-
-
-def test_the_kernel_runs_the_parallel_hand_over_the_checker_proves(monkeypatch):
-    """The same for parallel split-K: GmemC.parallel_fixup runs gemm_handover.parallel_fixup_calls."""
-    pytest.importorskip("cutlass")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
-    import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
-    from warpsched.kernels import gemm_fixup, gemm_host as gp, gemm_resources
-
-    seen = []
-    real = gemm_resources.parallel_fixup_calls
-
-    def spy(t, split, last, slab, **kw):
-        seen.append((type(kw["flag"]), type(kw["slabs"]), kw["branch"], kw["repeat"], slab(3)))
-        return real(t, split, last, slab, **kw)
-
-    monkeypatch.setattr(gemm_resources, "parallel_fixup_calls", spy)
-    assert real is H.parallel_fixup_calls
-    for flags in (False, True):
-        seen.clear()
-        gp.compile_for_cpu(schedule="cooperative", gmem_flags=flags, split_k=True, split_reduce="parallel")
-        assert seen and set(seen) == {(gemm_fixup.ParallelFixupIO, gemm_fixup.ParallelFixupIO,
-                                       gemm_fixup.runtime_branch, gemm_fixup.runtime_repeat, 3)}
-
-
-def test_the_kernel_runs_the_atomic_hand_over_the_checker_proves(monkeypatch):
-    """And for the atomic split-K: GmemC.atomic_fixup runs gemm_handover.atomic_fixup_calls, whose
-    ``when`` is the binding's predicate-OR broadcast of the first thread's ticket."""
-    pytest.importorskip("cutlass")
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
-    import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
-    from warpsched.kernels import gemm_fixup, gemm_host as gp, gemm_resources
-
-    seen = []
-    real = gemm_resources.atomic_fixup_calls
-
-    def spy(t, last, **kw):
-        seen.append((type(kw["flag"]), type(kw["tile"]), kw["when"].__func__, kw.get("bug")))
-        return real(t, last, **kw)
-
-    monkeypatch.setattr(gemm_resources, "atomic_fixup_calls", spy)
-    assert real is H.atomic_fixup_calls
-    for flags in (False, True):
-        seen.clear()
-        gp.compile_for_cpu(schedule="cooperative", gmem_flags=flags, split_k=True, split_reduce="atomic")
-        assert seen and set(seen) == {(gemm_fixup.AtomicFixupIO, gemm_fixup.AtomicFixupIO,
-                                       gemm_fixup.AtomicFixupIO.when, None)}
+            assert seen and all(got == want for got, want in seen), seen
