@@ -18,6 +18,8 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
+from .attention_math import s_tile_coords
+
 
 
 class AttentionConfigError(ValueError):
@@ -52,8 +54,7 @@ def mask_mod_tile(acc_s, qk_mma, row0, col0, block_n: cutlass.Constexpr, mask_mo
     """-inf where ``mask_mod(batch, head, row0 + row, col0 + column)`` is False, for every score of the
     tile this thread holds."""
     tidx, _, _ = cute.arch.thread_idx()
-    identity = cute.make_identity_tensor((cute.size(qk_mma.shape_mnk, mode=[0]), block_n))
-    coords = qk_mma.get_slice(tidx % 128).partition_C(identity)
+    coords = s_tile_coords(qk_mma, block_n, tidx % 128)
     for i in cutlass.range_constexpr(cute.size(acc_s)):
         keep = mask_mod(batch, head, row0 + coords[i][0], col0 + coords[i][1])
         if not keep:

@@ -103,9 +103,14 @@ def mask_tile(acc_s, qk_mma, row0, col0, seqlen_k: cutlass.Int32, block_n: cutla
         limit = cutlass.min(seqlen_k, row0 + 1)
     if col0 + block_n > limit:
         tidx, _, _ = cute.arch.thread_idx()
-        identity = cute.make_identity_tensor((cute.size(qk_mma.shape_mnk, mode=[0]), block_n))
-        coords = qk_mma.get_slice(tidx % 128).partition_C(identity)
-        apply_mask(acc_s, coords, qk_mma.get_slice(0).partition_C(identity), row0, col0, seqlen_k, causal)
+        apply_mask(acc_s, s_tile_coords(qk_mma, block_n, tidx % 128), s_tile_coords(qk_mma, block_n, 0), row0, col0,
+                   seqlen_k, causal)
+
+
+def s_tile_coords(qk_mma, block_n, thread):
+    """The (row, column) in the S tile of each accumulator element ``thread`` (of its warp group) holds."""
+    identity = cute.make_identity_tensor((cute.size(qk_mma.shape_mnk, mode=[0]), block_n))
+    return qk_mma.get_slice(thread).partition_C(identity)
 
 
 @dsl_user_op

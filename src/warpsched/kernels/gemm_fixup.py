@@ -27,6 +27,21 @@ SPIN_LIMIT = 1 << 20  # polls of a tile flag before the tile is poisoned (~1 s: 
 
 
 @cute.jit
+def wait_flag(flag, target, acc):
+    """The hand-written wait (without ``gmem_flags``): spin with acquire loads (GPU scope) until the
+    flag word at ``flag`` reads ``target``; bounded by SPIN_LIMIT polls, past which ``acc`` is
+    poisoned with NaN (a visible failure, not a hang)."""
+    seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+    spins = cutlass.Int32(0)
+    while seen != target:
+        seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
+        spins = spins + 1
+        if spins >= SPIN_LIMIT:
+            seen = target
+            acc[0] = cutlass.Float32(float("nan"))
+
+
+@cute.jit
 def first_thread_wait(io, idx, value):
     """The output's first thread spins on the flag (bounded: past SPIN_LIMIT polls its accumulator is
     poisoned with NaN); ``io``: a fix-up binding (out, acc, tidx, words, gmem_flags)."""
@@ -36,7 +51,7 @@ def first_thread_wait(io, idx, value):
             if not bind(SPLIT_K_FLAGS, io.words).wait(idx, value, spin_limit=SPIN_LIMIT, fence=False):
                 acc[0] = cutlass.Float32(float("nan"))
         else:
-            io.out.wait_flag(io.words.iterator + idx, value, acc)
+            wait_flag(io.words.iterator + idx, value, acc)
 
 
 @cute.jit
@@ -62,7 +77,7 @@ class SerialFixupIO:
     them, and the fp32 tile's reads and stores by every thread. Frozen, so the DSL does not carry it
     through a runtime if (as StageInfo)."""
 
-    out: Any  # the GmemC resource: first_thread, wait_flag
+    out: Any  # the GmemC resource: first_thread
     acc: Any  # this thread's fp32 accumulator fragment
     tile: Any  # its fragment of the tile's fp32 workspace
     tidx: Any
@@ -114,7 +129,7 @@ class ParallelFixupIO:
     share's fp32 tile) written and read by every thread, the count and the wait by the output's first
     thread with the epilogue barrier and fences around them. Its slab index is the share."""
 
-    out: Any  # the GmemC resource: first_thread, wait_flag
+    out: Any  # the GmemC resource: first_thread
     acc: Any
     thr: Any  # this thread's slice of the epilogue MMA (partitions a workspace tile)
     tidx: Any

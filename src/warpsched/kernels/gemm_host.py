@@ -114,9 +114,9 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
         splittable = schedule == "cooperative" and tuple(tile_options.get("cluster_mn", (1, 1))) == (1, 1)
         split_k = choose_splits(M, N, K, tile_mn, _host.num_sms(), bK) if splittable else 1
     options = dict(schedule=schedule, **tile_options)
+    tiles = -(-M // bM) * -(-N // bN)
     if split_k == "stream":
         check_stream_k(schedule, split_reduce, tile_options.get("cluster_mn", (1, 1)))
-        tiles = -(-M // bM) * -(-N // bN)
         ctas = options["max_ctas"] = resident_ctas(a, c, dict(options, stream_k=True), tiles, "split_k='stream'")
         slots = 2 * ctas
         if slots * -(-K // bK) * ctas >= 2 ** 31:  # the partition's device arithmetic is 32-bit
@@ -133,7 +133,6 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
         split_reduce = "parallel"  # a fused epilogue needs the summed tile in the kernel (gemm_epilogue)
     rows = -(-M // bM) * bM
     if split_reduce == "serial":  # a share waits for the one before it, maybe in a later CTA
-        tiles = -(-M // bM) * -(-N // bN)
         options["max_ctas"] = resident_ctas(a, c, dict(options, split_k=True, split_reduce="serial"), tiles * split_k,
                                             f"split_k={split_k}, split_reduce='serial'")
     if split_reduce in IN_KERNEL:

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import gemm_epilogue
 from .gemm_config import GemmConfigError
-from .gemm_fixup import SPIN_LIMIT, AtomicFixupIO, ParallelFixupIO, SerialFixupIO, runtime_branch, runtime_repeat
+from .gemm_fixup import AtomicFixupIO, ParallelFixupIO, SerialFixupIO, runtime_branch, runtime_repeat
 from .gemm_handover import atomic_fixup_calls, parallel_fixup_calls, serial_fixup_calls
 
 import cutlass
@@ -17,7 +17,6 @@ import cutlass.pipeline as pipeline
 
 from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
                        threads)
-
 
 
 @dataclass(kw_only=True)
@@ -289,19 +288,6 @@ class GmemC(MemoryResource):
         # the hand-over the grid checker proves, run on this share's values (gemm_fixup)
         io = SerialFixupIO(self, acc, tCgW, tidx, epi_bar, g.mF, g.gmem_flags)
         serial_fixup_calls(idx, split, last, flag=io, tile=io, branch=runtime_branch)
-
-    @cute.jit
-    def wait_flag(self, flag, target, acc):
-        """Spin (acquire loads, GPU scope) until the tile's GMEM flag reads ``target``; bounded by
-        SPIN_LIMIT polls, past which the tile is poisoned with NaN (a visible failure, not a hang)."""
-        seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
-        spins = cutlass.Int32(0)
-        while seen != target:
-            seen = cute.arch.load(flag, cutlass.Int32, sem="acquire", scope="gpu")
-            spins = spins + 1
-            if spins >= SPIN_LIMIT:
-                seen = target
-                acc[0] = cutlass.Float32(float("nan"))
 
     @cute.jit
     def parallel_fixup(self, acc, m, n, split, tidx, epi_bar):

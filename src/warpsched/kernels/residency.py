@@ -78,8 +78,7 @@ def device_occupancy(device=None) -> DeviceOccupancy:
     """The occupancy facts of a CUDA device (torch's device properties; the current device for None)."""
     import torch
 
-    idx = torch.cuda.current_device() if device is None else torch.device(device).index
-    props = torch.cuda.get_device_properties(torch.cuda.current_device() if idx is None else idx)
+    props = torch.cuda.get_device_properties(device)  # None: the current device
     return DeviceOccupancy(name=props.name, sms=props.multi_processor_count,
                            smem_per_sm=getattr(props, "shared_memory_per_multiprocessor", 233472),
                            threads_per_sm=getattr(props, "max_threads_per_multi_processor", 2048),

@@ -30,7 +30,7 @@ import cutlass.pipeline as cpipe
 
 from ..model.enums import PipelineType
 from ..model.ir import StepKind
-from ..protocol.plan import (PRODUCER, Arming, Counter, PairRoute, SyncPlan, config_of, cta_gated, op_warps,
+from ..protocol.plan import (Arming, Counter, PairRoute, SyncPlan, config_of, cta_gated, op_warps,
                              tx_per_arming_warp)
 from . import LoweringError
 from .dsl import dyn_if
@@ -147,7 +147,7 @@ class PipelineLowering:
         return bool(sig.warp_leader)
 
     def _gate(self, task, kind, warp_idx, fn, otherwise=None, sync_task=True):
-        side = "producer" if kind.side == PRODUCER else "consumer"
+        side = kind.side  # "producer" / "consumer"
         warp_lane = op_warps(self.config, kind, task.num_warps) < task.num_warps  # the plan's rule
         if self._leader_only(side) and warp_lane:
             raise LoweringError(f"{side} signaling TaskWarpLeader on a warp-lane interleaved side: each warp "
