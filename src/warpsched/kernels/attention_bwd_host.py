@@ -92,7 +92,7 @@ def compiled_ffi(kern_key):
 
 def default_options(head_dim):
     """The kernel options a call without any uses: ``shared_ds`` at head dim 128, where it ran
-    1.13-1.18x the kernel without it on the H200 (docs/attention.md, session 27; same errors)."""
+    1.13-1.18x the kernel without it on the H200, with the same errors (docs/attention.md, "Backward")."""
     return {"shared_ds": True} if head_dim == 128 else {}
 
 
