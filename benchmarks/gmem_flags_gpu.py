@@ -302,7 +302,12 @@ def main():
     ap.add_argument("--cpu", action="store_true", help="no GPU: checker verdicts and the sm_90a compile of every twin")
     ap.add_argument("--child", nargs=4, metavar=("KIND", "BUG", "CTAS", "TILES"))
     ap.add_argument("--skip-gemm", action="store_true")
+    ap.add_argument("--only-gemm", action="store_true", help="only the ported GEMM: default vs gmem_flags=True")
     args = ap.parse_args()
+    if args.only_gemm:
+        bad = gemm_part()
+        print(f"\n{'PASS' if bad == 0 else 'FAIL'}: {bad} failures")
+        return 1 if bad else 0
     if args.child:
         return run_twin(args.child[0], args.child[1], int(args.child[2]), int(args.child[3]))
     t0 = time.time()
