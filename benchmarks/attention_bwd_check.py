@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from _eager import alternate  # benchmarks/_eager.py: sides alternated, host time included
 from warpsched import ops
-from warpsched.kernels import attention_bwd_host as bwd
+from warpsched.kernels.attention import backward_host as bwd
 
 CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
     (2, 4, 4, 128, 128, 64, False, torch.bfloat16),

@@ -34,7 +34,7 @@ def main():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from warpsched import ops
-    from warpsched.kernels import attention_bwd_host as bwd
+    from warpsched.kernels.attention import backward_host as bwd
 
     B, H, S = (int(x) for x in a.shape.split("x"))
     q, k, v, dout = (torch.randn(B, H, S, a.dim, device="cuda", dtype=torch.bfloat16) for _ in range(4))

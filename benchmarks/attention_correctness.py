@@ -11,7 +11,7 @@ backend) on the same inputs. Cases: S = 1, 127, 1000, tails, S_q != S_k (both wa
 too), grouped-query attention (H / H_kv = 4 and 8), and 512 work units (several per persistent CTA).
 
 ``--variants "qring:q_stages=2,n192q:block_n=192;q_stages=2;hd=64"`` also runs each named
-FlashAttention configuration (``warpsched.kernels.attention_host.prepare(**options)``; ``hd=64``
+FlashAttention configuration (``warpsched.kernels.attention.host.prepare(**options)``; ``hd=64``
 restricts a variant to that head dim), each configuration of each variant in its own child;
 ``--dtypes``, ``--cases`` (indices into CASES) and ``--no-default`` keep a GPU run short; a
 variant whose configuration times out or crashes skips its remaining configurations, and
@@ -73,7 +73,7 @@ def run_config(dtype_name, d, causal, options=None, cases=None):
     import torch.nn.functional as F
 
     from warpsched import ops
-    from warpsched.kernels import attention_host as att
+    from warpsched.kernels.attention import host as att
 
     dtype = getattr(torch, dtype_name)
     ok = True

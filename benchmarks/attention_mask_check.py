@@ -1,4 +1,4 @@
-"""H200: warpsched's attention forward with a user ``mask_mod`` and a ``softcap`` (kernels/attention_masks.py):
+"""H200: warpsched's attention forward with a user ``mask_mod`` and a ``softcap`` (kernels/attention/masks.py):
 correctness against an fp64 reference, then time against FlashAttention-4's window / softcap and torch SDPA
 with the same boolean mask.
 

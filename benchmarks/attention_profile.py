@@ -35,7 +35,7 @@ def main():
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from warpsched.kernels import attention_host as att
+    from warpsched.kernels.attention import host as att
 
     B, H, S = (int(x) for x in args.shape.split("x"))
     torch.manual_seed(0)

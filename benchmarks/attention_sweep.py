@@ -42,7 +42,7 @@ def sides(q, k, v, causal, variants):
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from warpsched.kernels import attention_host as att
+    from warpsched.kernels.attention import host as att
 
     out = {}
     o = q.new_empty(q.shape)

@@ -4,7 +4,8 @@ deterministic with it (two launches bitwise equal); a max_ctas past the device r
     python3 benchmarks/coresidency_check.py
 """
 import torch
-from warpsched.kernels import gemm_host, residency
+from warpsched.kernels.gemm import host as gemm_host
+from warpsched.kernels.gemm import residency
 
 a = torch.randn(1280, 4096, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(3840, 4096, device="cuda", dtype=torch.bfloat16)

@@ -109,7 +109,7 @@ def cpu(args):
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
-    from warpsched.kernels import gemm_host as gp
+    from warpsched.kernels.gemm import host as gp
 
     mod = None
     for side in args.sides:
@@ -144,7 +144,7 @@ def child(args):
     import triton.testing
     from _graphs import graph_ms, launch_poisoned, print_ratio_table, rel_error, time_rounds
 
-    from warpsched.kernels import gemm_host as gp
+    from warpsched.kernels.gemm import host as gp
     from warpsched.verify.verdicts import VERDICTS
 
     dev = torch.device("cuda")

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import warpsched.ops as ops  # noqa: E402
-from warpsched.kernels.gemm_ops import epilogue_reference  # noqa: E402
+from warpsched.kernels.gemm.ops import epilogue_reference  # noqa: E402
 
 DEV = "cuda"
 BF = torch.bfloat16
@@ -155,7 +155,7 @@ def linear_and_op():
     import warpsched.nn as wnn
     import warpsched.nn.functional as wf
     import warpsched.torch_ops  # noqa: F401  (registers torch.ops.warpsched)
-    from warpsched.kernels.gemm_ops import GemmArgumentError
+    from warpsched.kernels.gemm.ops import GemmArgumentError
 
     bad = 0
     print("== nn.functional.linear with a fused activation (fp64 autograd reference)", flush=True)

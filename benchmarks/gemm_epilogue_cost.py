@@ -41,7 +41,7 @@ def patch(mode):
     import cutlass
     import cutlass.cute as cute
 
-    from warpsched.kernels.gemm_resources import GmemC
+    from warpsched.kernels.gemm.resources import GmemC
 
     @cute.jit
     def smem_only(self, acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC, epi_shape,

@@ -40,7 +40,7 @@ def main():
     import triton.testing
 
     from warpsched import ops
-    from warpsched.kernels import gemm_autotune as tune
+    from warpsched.kernels.gemm import autotune as tune
 
     cache = tune.TuneCache(os.path.join(tempfile.mkdtemp(prefix="ops_bw_"), "gemm_autotune.json"))
     dev = torch.device("cuda")

@@ -27,7 +27,7 @@ def main():
     import cutlass
 
     from gemm_sweep import CONFIGS
-    from warpsched.kernels.gemm_host import compile_for_cpu
+    from warpsched.kernels.gemm.host import compile_for_cpu
 
     for name in sys.argv[1].split(","):
         if name not in CONFIGS:

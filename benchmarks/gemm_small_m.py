@@ -295,7 +295,7 @@ class Bench:
     def run(self):
         torch = self.torch
         print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
-        from warpsched.kernels import gemm_host
+        from warpsched.kernels.gemm import host as gemm_host
         print(f"persistent grid bound: {gemm_host.max_ctas((1, 1))} CTAs, 1x2 clusters "
               f"{gemm_host.max_ctas((1, 2))} CTAs", flush=True)
         if self.args.ncu_target:

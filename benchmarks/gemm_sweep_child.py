@@ -15,7 +15,7 @@ E4M3_MAX = 448.0
 
 
 def select(*args, **kwargs):
-    from warpsched.kernels.gemm_autotune import select as pick  # after gemm_sweep put src/ on the path
+    from warpsched.kernels.gemm.autotune import select as pick  # after gemm_sweep put src/ on the path
 
     return pick(*args, **kwargs)
 
@@ -311,7 +311,7 @@ class Child:
         torch = self.torch
         os.environ.setdefault("WARPSCHED_CACHE_DIR", os.path.join(os.environ.get("OUT", "/tmp"), "autotune_cache"))
         from warpsched import ops
-        from warpsched.kernels import gemm_autotune as autotune
+        from warpsched.kernels.gemm import autotune
 
         cache = autotune.TuneCache()
         for shape in OPS_SHAPES:

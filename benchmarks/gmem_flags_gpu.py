@@ -7,7 +7,7 @@ go wrong on hardware, and is the GEMM ported to GmemFlag bitwise equal to the ha
 Part 1, twins: a small serial split-K hand-over kernel (thread 0 of each CTA runs its units, the
 kernel's static persistent order, through lower/gmem_flags.BoundFlag; share s of tile t adds
 (s + 1) * 1000 + t into the tile's fp32 workspace word, the last share stores the sum) in the fixed
-order and each twin of kernels/gemm_handover.BUGS that applies, at the launch the checker's
+order and each twin of kernels/gemm/handover.BUGS that applies, at the launch the checker's
 counterexample names. Every wait is bounded (SPIN_LIMIT polls, then the unit records a timeout and
 goes on), and each launch runs in a child process killed after HANG_S seconds of silence (watchdog):
 a twin shows as 'hang' (bounded wait expired or the child killed), 'wrong' (a sum differs) or 'ok'.
@@ -51,7 +51,7 @@ CASES = [("serial", "fixed", 1, 1), ("serial", "fixed", 2, 3), ("serial", "fixed
 
 def checker_verdicts():
     from warpsched import check_grid
-    from warpsched.kernels import gemm_handover as H
+    from warpsched.kernels.gemm import handover as H
 
     out = {}
     for kind, bug in sorted({(c[0], c[1]) for c in CASES}):
@@ -67,7 +67,7 @@ def build_kernel(bug):
     import cutlass
     import cutlass.cute as cute
 
-    from warpsched.kernels.gemm_handover import SPLIT_K_FLAGS
+    from warpsched.kernels.gemm.handover import SPLIT_K_FLAGS
     from warpsched.lower.gmem_flags import bind
 
     last = SPLITS - 1
@@ -128,8 +128,8 @@ def build_stream_kernel(bug):
     import cutlass
     import cutlass.cute as cute
 
-    from warpsched.kernels.gemm_handover import SPLIT_K_FLAGS
-    from warpsched.kernels.gemm_streamk import StreamKPlan
+    from warpsched.kernels.gemm.handover import SPLIT_K_FLAGS
+    from warpsched.kernels.gemm.streamk import StreamKPlan
     from warpsched.lower.gmem_flags import bind
 
     def units_of(tiles, ctas, cta):  # the plan is rebuilt per use: a Python object the DSL cannot carry
@@ -251,7 +251,7 @@ def gemm_part():
     import torch
     import triton.testing
 
-    from warpsched.kernels import gemm_host as gp
+    from warpsched.kernels.gemm import host as gp
 
     rows, bad = [], 0
     torch.manual_seed(0)

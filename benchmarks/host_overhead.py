@@ -31,7 +31,7 @@ import warpsched.ops as ops  # noqa: E402
 from _eager import alternate  # noqa: E402
 from _graphs import capture  # noqa: E402
 from warpsched.kernels import _host  # noqa: E402
-from warpsched.kernels import gemm_ops  # noqa: E402
+from warpsched.kernels.gemm import ops as gemm_ops  # noqa: E402
 
 DEV = "cuda"
 
@@ -43,7 +43,7 @@ def rel(x, ref):
 
 def use_ffi(on: bool):
     """Switch the launch path (new plans are made with it; the kept ones, GEMM and attention, are dropped)."""
-    from warpsched.kernels import attention_host
+    from warpsched.kernels.attention import host as attention_host
 
     _host._FFI[:] = [on]
     gemm_ops._PLANS.clear()

@@ -1,11 +1,11 @@
 """Cross-CTA hand-overs written with GmemFlag / GmemWorkspace: the GEMM's split-K and stream-K
 protocols, and their planted-bug twins (``bug=``). Each factory returns a CrossCtaProtocol; the
 assignment functions are the kernels' own (serial split-K: unit s * tiles + t, CTA c runs units
-c, c + ctas, ...; stream-K: gemm_streamk.StreamKPlan)."""
+c, c + ctas, ...; stream-K: gemm.streamk.StreamKPlan)."""
 from __future__ import annotations
 
 from warpsched import CrossCtaProtocol, GmemFlag, GmemWorkspace
-from warpsched.kernels.gemm_streamk import StreamKPlan
+from warpsched.kernels.gemm.streamk import StreamKPlan
 
 
 def persistent_units(splits):
@@ -95,7 +95,7 @@ def atomic_split_k(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2)):
 
 
 def stream_k(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)):
-    """Stream-K fix-up (gemm_streamk.py): of a tile's two shares, the one holding its last K tiles
+    """Stream-K fix-up (gemm/streamk.py): of a tile's two shares, the one holding its last K tiles
     writes the fp32 partial to the slot's workspace tile and sets the slot's flag; the one holding
     its first K tiles waits for the flag and reads the partial. bug: 'wrong_neighbour' (the reader
     waits on the next slot's flag, the neighbour CTA's hand-over)."""

@@ -1,4 +1,4 @@
-"""warpsched.kernels.attention (FlashAttention forward, Hopper) on the CPU: the program SAFE for
+"""warpsched.kernels.attention.forward (FlashAttention forward, Hopper) on the CPU: the program SAFE for
 every K/V tile count in both consumer schedules (twins with planted bugs: test_attention_twins.py), the kernel
 traced and compiled for sm_90a with fake tensors (the checks run inside the trace on the same
 program ``warpsched check`` builds), PTX barrier / TMA / wgmma counts pinned, and the host-side
@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 
 from warpsched.kernels import _host  # noqa: E402
-from warpsched.kernels import attention as att  # noqa: E402
-from warpsched.kernels import attention_host as host  # noqa: E402
+from warpsched.kernels.attention import forward as att  # noqa: E402
+from warpsched.kernels.attention import host  # noqa: E402
 from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
 # Derivations (two consumer tasks, K and V rings of S stages, 1-stage Q, 1-stage MathOrder; the
@@ -93,7 +93,7 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
     (64, True, True, True, (("causal_pairs", True), ("o_buffer", True), ("q_stages", 2), ("tma_store_o", True))): {
         "wgmma.mma_async": 48, "wgmma.commit_group": 8, "wgmma.wait_group": 8, "ex2.approx": 264,
         "setmaxnreg.inc.sync.aligned.u32 \t240": 1},
-    # unit_overlap (attention_ahead.py): no peeled iteration and no P V after the loop; per warp group the S
+    # unit_overlap (attention/ahead.py): no peeled iteration and no P V after the loop; per warp group the S
     # GEMM before the tile loop and S + P V in the loop: 2 x (4 + 4 + 8) = 32 wgmma, 2 x 3 commits / waits; the
     # softmax before the tile loop and in it: 2 x 2 x 66 = 264 exp2; TMA loads of Q (two boxes) and K before
     # the tile loop and in it, V in it, one O store per warp group: 4 + 2 + 1 + 2 = 9.
@@ -217,7 +217,7 @@ def test_host_argument_errors(q, k, v, needle):
 
 
 def test_ops_imports_the_kernel_lazily():
-    code = "import sys, warpsched.ops; print('cutlass' in sys.modules, 'warpsched.kernels.attention_host' in sys.modules)"
+    code = "import sys, warpsched.ops; print('cutlass' in sys.modules, 'warpsched.kernels.attention.host' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}).stdout.split()
     assert out == ["False", "False"]
@@ -244,7 +244,7 @@ def test_work_units_cover_every_block_once(causal, sq, sk, heads, kv_heads, batc
 @pytest.mark.parametrize("hd,causal,builder", [(128, True, att.build_tuned), pytest.param(
     64, False, host.build_tuned_hd64, marks=pytest.mark.slow)], ids=["build_tuned", "build_tuned_hd64"])
 def test_tuned_default_is_a_checked_program(ptx, hd, causal, builder):
-    """ops.attention's default (attention_host.tuned_options) is the program `warpsched check
+    """ops.attention's default (attention.host.tuned_options) is the program `warpsched check
     examples/hopper/attention.py:build_tuned` (hd64 non-causal: `:build_tuned_hd64`) proves: same
     fingerprint as the kernel's trace, its PTX pinned."""
     key = (hd, causal, True, True, tuple(sorted(host.tuned_options(hd, causal).items())))

@@ -1,4 +1,4 @@
-"""The attention backward (warpsched.kernels.attention_bwd) as a checked program: SAFE for every step
+"""The attention backward (warpsched.kernels.attention.backward) as a checked program: SAFE for every step
 count, twins with planted bugs rejected where they are wrong, the kernel traced for sm_90a with the
 program the CPU checks, and the host's argument errors. Numbers on the H200: docs/attention.md
 ("Backward", benchmarks/attention_bwd_check.py)."""
@@ -10,9 +10,9 @@ import pytest
 
 from warpsched import ValidationError, domain_loop, schedule
 from warpsched.kernels import _host
-from warpsched.kernels import attention_bwd as ab
-from warpsched.kernels import attention_bwd_host as host
-from warpsched.kernels.attention import AttentionConfigError
+from warpsched.kernels.attention import backward as ab
+from warpsched.kernels.attention import backward_host as host
+from warpsched.kernels.attention.forward import AttentionConfigError
 from _planting import planted
 
 QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
@@ -172,7 +172,7 @@ def test_shared_ds_program_is_safe_and_its_early_dq_twin_is_rejected():
 
 
 HERE = r"test_attention_bwd\.py:\d+"  # the planted call's file:line
-KERNEL = r"attention_bwd\.py:\d+"  # an omission: the call that is left waiting, in the kernel's schedule
+KERNEL = r"attention/backward\.py:\d+"  # an omission: the call that is left waiting, in the kernel's schedule
 
 
 @pytest.mark.parametrize("kw, resource, what, where", [
@@ -276,7 +276,7 @@ def test_turn_taking_is_safe_and_a_turn_kept_deadlocks(shared_ds):
     second warp group never hands the turn back is rejected at its wait, naming the missing release."""
     g = ab.FlashAttentionBackward(wg_order=True, shared_ds=shared_ds)
     assert _check(g=g).result.checker.verdict == "SAFE"
-    from warpsched.kernels import attention_bwd_schedules as sched
+    from warpsched.kernels.attention import backward_schedules as sched
 
     real_pass = sched.pass_turn
 

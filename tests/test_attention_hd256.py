@@ -13,8 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
-from warpsched.kernels import attention as att  # noqa: E402
-from warpsched.kernels import attention_host as host  # noqa: E402
+from warpsched.kernels.attention import forward as att  # noqa: E402
+from warpsched.kernels.attention import host  # noqa: E402
 from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The causal mask's one assumption (attention_math.apply_mask): a thread's accumulator
+"""The causal mask's one assumption (attention.register_math.apply_mask): a thread's accumulator
 coordinates in an S tile are thread 0's plus the thread's first element's, so each element's
 offset from the thread's first one is static (an immediate in the compare). Checked on the
 layouts the kernel builds, every thread of the warp group, every K/V tile width, both dtypes."""
@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
-from warpsched.kernels import attention as att  # noqa: E402
+from warpsched.kernels.attention import forward as att  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", ["BFloat16", "Float16"])

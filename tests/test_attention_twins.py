@@ -1,4 +1,4 @@
-"""warpsched.kernels.attention's program with planted bugs (twin schedules in place of the softmax
+"""warpsched.kernels.attention.forward's program with planted bugs (twin schedules in place of the softmax
 schedule, tests/_planting.py): each twin is rejected where it is wrong (a stage released before its
 WGMMA retires, a turn never handed back, O stored after the release of the Q stage it goes through),
 and the configurations they are twins of are checked SAFE. The kernel, its PTX and its host side are
@@ -17,8 +17,8 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 
 from warpsched import ValidationError, domain_loop, schedule  # noqa: E402
-from warpsched.kernels import attention as att  # noqa: E402
-from warpsched.kernels import attention_host as host  # noqa: E402
+from warpsched.kernels.attention import forward as att  # noqa: E402
+from warpsched.kernels.attention import host  # noqa: E402
 from _planting import planted  # noqa: E402
 
 def _planted_build(*args, consumer_schedule, **kw):
@@ -33,7 +33,7 @@ def _planted_build(*args, consumer_schedule, **kw):
 def _v_released_before_retire(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
                               units=None):
     """The overlapped schedule with V_{j-1} released right after its GEMM is issued."""
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    acc_s, acc_o, softmax_state, p = smem_k.init()
     smem_q.wait()
     with domain_loop(0, kv_tiles, 1) as d:
         order.acquire() if wg == 0 else order.wait()
@@ -47,21 +47,21 @@ def _v_released_before_retire(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_
         order.commit() if wg == 0 else order.release()
         smem_k.retire()
         smem_k.release()
-        scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
     smem_v.wait()
     smem_v.mma_pv(p=p, acc_o=acc_o)
     smem_v.retire()
     smem_v.release()
     smem_q.release()
-    gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
 
 
 @schedule
 def _second_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
                        units=None):
     """Warp group 1 waits for its turn but never hands it back."""
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    acc_s, acc_o, softmax_state, p = smem_k.init()
     smem_q.wait()
     with domain_loop(0, kv_tiles, 1):
         if wg == 0:
@@ -75,14 +75,14 @@ def _second_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, 
             order.commit()
         smem_k.retire()
         smem_k.release()
-        scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
         smem_v.wait()
         smem_v.mma_pv(p=p, acc_o=acc_o)
         smem_v.retire()
         smem_v.release()
     smem_q.release()
-    gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
 
 
 @schedule
@@ -90,9 +90,9 @@ def _q_released_with_last_gemm_in_flight(smem_q, smem_k, smem_v, scores, order, 
                                          wq=None, units=None):
     """Persistent, no overlap, with Q released on the last K/V tile right after the S GEMM is
     issued: the next unit's Q TMA may overwrite Q while that GEMM still reads it."""
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    acc_s, acc_o, softmax_state, p = smem_k.init()
     with att._tiles(wq, units):
-        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        scores.reset(acc_o=acc_o, softmax_state=softmax_state)
         smem_q.wait()
         with domain_loop(0, kv_tiles, 1) as d:
             order.acquire() if wg == 0 else order.wait()
@@ -104,13 +104,13 @@ def _q_released_with_last_gemm_in_flight(smem_q, smem_k, smem_v, scores, order, 
             order.commit() if wg == 0 else order.release()
             smem_k.retire()
             smem_k.release()
-            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+            scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
             smem_v.wait()
             smem_v.mma_pv(p=p, acc_o=acc_o)
             smem_v.retire()
             smem_v.release()
-        gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
         att._next_tile(wq)
 
 
@@ -129,10 +129,10 @@ def _ring_q_released_with_last_gemm_in_flight(smem_q, smem_k, smem_v, scores, or
                                               overlap=True, wq=None, units=None, q_ring=True):
     """The Q ring's schedule (overlapped) with Q released on the last K/V tile before its S GEMM
     retires: two units later the load task refills that stage while the GEMM may still read it."""
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    acc_s, acc_o, softmax_state, p = smem_k.init()
     q_idx = smem_q.init_index()
     with att._tiles(wq, units):
-        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        scores.reset(acc_o=acc_o, softmax_state=softmax_state)
         smem_q.wait()
         with domain_loop(0, kv_tiles, 1) as d:
             order.acquire() if wg == 0 else order.wait()
@@ -150,16 +150,16 @@ def _ring_q_released_with_last_gemm_in_flight(smem_q, smem_k, smem_v, scores, or
             with d.every(1, start=1):
                 smem_k.retire(pending=1)
             smem_k.release()
-            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+            scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
             with d.every(1, start=1):
                 smem_v.retire()
                 smem_v.release()
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
         smem_v.wait()
         smem_v.mma_pv(p=p, acc_o=acc_o)
         smem_v.retire()
         smem_v.release()
-        gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
         att._next_tile(wq)
 
 
@@ -182,10 +182,10 @@ def _o_stored_after_q_release(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_
                               units=None, q_ring=True, tma_store_o=True):
     """tma_store_o with Q released after the loop (as without the TMA store): O is then written
     into a Q stage the load task may already refill."""
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    acc_s, acc_o, softmax_state, p = smem_k.init()
     q_idx = smem_q.init_index()
     with att._tiles(wq, units):
-        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        scores.reset(acc_o=acc_o, softmax_state=softmax_state)
         smem_q.wait()
         with domain_loop(0, kv_tiles, 1):
             order.acquire() if wg == 0 else order.wait()
@@ -195,14 +195,14 @@ def _o_stored_after_q_release(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_
             order.commit() if wg == 0 else order.release()
             smem_k.retire()
             smem_k.release()
-            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+            scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
             smem_v.wait()
             smem_v.mma_pv(p=p, acc_o=acc_o)
             smem_v.retire()
             smem_v.release()
         smem_q.release()
-        smem_q.store_o(acc_o=acc_o, row_max=row_max, row_sum=row_sum, wg=wg)  # planted: after the release
+        smem_q.store_o(acc_o=acc_o, softmax_state=softmax_state, wg=wg)  # planted: after the release
         att._next_tile(wq)
 
 
@@ -276,8 +276,8 @@ def test_ring_order_is_a_strict_round_robin():
 def _last_keeps_ring_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
                           units=None, chain=False, order_out=None, ring=None):
     """Planted bug: warp group 2 waits for its ring turn but never hands it back to warp group 0."""
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
-    scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    acc_s, acc_o, softmax_state, p = smem_k.init()
+    scores.reset(acc_o=acc_o, softmax_state=softmax_state)
     smem_q.wait()
     with domain_loop(0, kv_tiles, 1):
         if order is not None:
@@ -297,22 +297,22 @@ def _last_keeps_ring_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tile
             ring.commit()
         smem_k.retire()
         smem_k.release()
-        scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
         smem_v.wait()
         smem_v.mma_pv(p=p, acc_o=acc_o)
         smem_v.retire()
         smem_v.release()
     smem_q.release()
-    gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
 
 
 @schedule
 def _middle_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
                        units=None, chain=False, order_out=None):
     """Planted bug: warp group 1 takes the turn from 0 but never releases it."""
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
-    scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    acc_s, acc_o, softmax_state, p = smem_k.init()
+    scores.reset(acc_o=acc_o, softmax_state=softmax_state)
     smem_q.wait()
     with domain_loop(0, kv_tiles, 1):
         if order is not None:
@@ -328,11 +328,11 @@ def _middle_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, 
             order_out.commit()
         smem_k.retire()
         smem_k.release()
-        scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+        scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
         smem_v.wait()
         smem_v.mma_pv(p=p, acc_o=acc_o)
         smem_v.retire()
         smem_v.release()
     smem_q.release()
-    gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)

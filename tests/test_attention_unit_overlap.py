@@ -1,4 +1,4 @@
-"""``unit_overlap`` (attention_ahead.py: the S GEMM one K/V tile ahead across work units) on the
+"""``unit_overlap`` (attention/ahead.py: the S GEMM one K/V tile ahead across work units) on the
 CPU, split from test_attention.py: its program SAFE for every unit and K/V count, and the twins
 with a planted mistake (O stored before the last P V GEMM retires; the look-ahead's Q stage never
 released) rejected; the option's precondition."""
@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 
 from warpsched import ValidationError, domain_loop, schedule  # noqa: E402
-from warpsched.kernels import attention as att  # noqa: E402
+from warpsched.kernels.attention import forward as att  # noqa: E402
 from _planting import planted  # noqa: E402
 
 
@@ -26,19 +26,19 @@ def _ahead_twin(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, wq,
     """softmax_ahead_schedule with one planted mistake: ``store_early`` stores the unit's O before the last
     P V GEMM has retired (it still accumulates into O); ``keep_lookahead`` never releases the Q stage of
     the look-ahead past the CTA's last unit."""
-    from warpsched.kernels.attention_ahead import _turn, next_tile, tile_loop
+    from warpsched.kernels.attention.ahead import _turn, next_tile, tile_loop
 
     order, order_out = (None, order) if wg == 0 else (order, None)
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    acc_s, acc_o, softmax_state, p = smem_k.init()
     q_idx = smem_q.init_index()
-    o_inv, lse, unit_rows = smem_k.init_ahead()
-    scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    unit_rows = smem_k.init_ahead()
+    scores.reset(acc_o=acc_o, softmax_state=softmax_state)
     smem_q.wait()
     _turn(order, order_out, smem_q, smem_k, q_idx, acc_s, wg)
     smem_k.retire()
     smem_k.release()
-    scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-    scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+    scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+    scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
     with tile_loop(wq, units):
         scores.enter_unit(unit_rows=unit_rows)
         with domain_loop(0, kv_tiles, 1) as d:
@@ -47,19 +47,19 @@ def _ahead_twin(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, wq,
                 smem_q.wait()
             _turn(order, order_out, smem_q, smem_k, q_idx, acc_s, wg, pv=(smem_v, p, acc_o))
             with d.last_iter():
-                scores.finish(row_max=row_max, row_sum=row_sum, o_inv=o_inv, lse=lse)
+                scores.finish(softmax_state=softmax_state)
             smem_k.retire(pending=1)
             smem_k.release()
-            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, unit_rows=unit_rows, wg=wg)
+            scores.softmax(acc_s=acc_s, softmax_state=softmax_state, unit_rows=unit_rows, wg=wg)
             if store_early:
                 with d.last_iter():
-                    gmem_o.store_normalized(acc_o=acc_o, o_inv=o_inv, lse=lse)  # planted: P V still in flight
+                    gmem_o.store_normalized(acc_o=acc_o, softmax_state=softmax_state)  # planted: P V still in flight
             smem_v.retire()
             smem_v.release()
             if not store_early:
                 with d.last_iter():
-                    gmem_o.store_normalized(acc_o=acc_o, o_inv=o_inv, lse=lse)
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+                    gmem_o.store_normalized(acc_o=acc_o, softmax_state=softmax_state)
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
         next_tile(wq)
     if not keep_lookahead:
         smem_q.release()

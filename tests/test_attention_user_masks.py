@@ -1,4 +1,4 @@
-"""The attention forward's user masks (kernels/attention_masks.py): a ``mask_mod`` traced into the
+"""The attention forward's user masks (kernels/attention/masks.py): a ``mask_mod`` traced into the
 softmax's tiles and a ``softcap``, on the CPU (sm_90a compiles). Neither touches the synchronization,
 so the kernel's program, its fingerprint and its proof are the ones without them; the kernels without
 them compile to the same PTX as before they existed (checked when they were added: byte-identical for
@@ -16,8 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
-from warpsched.kernels import attention as att  # noqa: E402
-from warpsched.kernels import attention_host as ah  # noqa: E402
+from warpsched.kernels.attention import forward as att  # noqa: E402
+from warpsched.kernels.attention import host as ah  # noqa: E402
 
 
 def sliding_window(b, h, q, kv):

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from _fake_tensor import FakeTensor as T
-from warpsched.kernels import gemm_ops as ops_gemm
+from warpsched.kernels.gemm import ops as ops_gemm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,7 +27,8 @@ def launch():
     pytest.importorskip("tvm_ffi")
     sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
     import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
-    from warpsched.kernels import _host, gemm_launch
+    from warpsched.kernels import _host
+    from warpsched.kernels.gemm import launch as gemm_launch
 
     mp = pytest.MonkeyPatch()
     mp.setattr(_host, "num_sms", lambda: 132)
@@ -58,7 +59,7 @@ def _compile(launch, a_dtype="bfloat16", **options):
 @pytest.fixture(scope="module")
 def plain_program():
     """The fingerprint of the cooperative 128x256 program ``warpsched check`` builds on the CPU."""
-    from warpsched.kernels import gemm_host
+    from warpsched.kernels.gemm import host as gemm_host
 
     return gemm_host.build(schedule="cooperative", verbose=False, exhaustive_deadlock_race_check=False).fingerprint
 
@@ -106,8 +107,8 @@ def test_swiglu_pairs_match_gate_and_up_coordinates():
     import cutlass
     import cutlass.cute as cute
 
-    from warpsched.kernels import gemm_epilogue
-    from warpsched.kernels.gemm_kernel import PersistentGemm
+    from warpsched.kernels.gemm import epilogue as gemm_epilogue
+    from warpsched.kernels.gemm.kernel import PersistentGemm
 
     checked = []
     for schedule, tile in (("cooperative", (128, 256)), ("pingpong", (128, 128)), ("cooperative", (64, 64))):
@@ -170,8 +171,8 @@ def test_pingpong_swiglu_compiles_safe(launch):
 def test_kernel_refuses_what_the_epilogue_cannot_do():
     pytest.importorskip("cutlass")
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    from warpsched.kernels.gemm_config import GemmConfigError
-    from warpsched.kernels.gemm_kernel import PersistentGemm
+    from warpsched.kernels.gemm.config import GemmConfigError
+    from warpsched.kernels.gemm.kernel import PersistentGemm
 
     with pytest.raises(GemmConfigError, match="split_reduce='serial', 'parallel'"):
         PersistentGemm(schedule="cooperative", split_k=True, bias="c")
@@ -234,7 +235,7 @@ def test_leading_dims_residual_must_match():
      "drop split_k and cluster_mn"),
 ])
 def test_batched_argument_errors_name_the_fix(a, b, kw, needle):
-    from warpsched.kernels.gemm_batched import gemm_batched  # what warpsched.ops.gemm calls for 3-D a and b
+    from warpsched.kernels.gemm.batched import gemm_batched  # what warpsched.ops.gemm calls for 3-D a and b
 
     kw.setdefault("config", "default")
     with pytest.raises(ops_gemm.GemmArgumentError, match=needle):
@@ -254,7 +255,7 @@ def test_a_batched_b_needs_a_batched_a():
 def test_batched_runs_whole_tiles_of_the_2d_candidates():
     """A batched GEMM tunes the 2-D candidates without their K split or cluster (whole tiles: the L
     products give it L times the tiles); its kernel options add the L mode and the epilogue."""
-    from warpsched.kernels import gemm_batched as gb
+    from warpsched.kernels.gemm import batched as gb
 
     for M, N, K in ((64, 4096, 4096), (512, 512, 512), (4096, 4096, 4096)):
         cands = gb._candidates(M, N, K, False)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from warpsched import check_grid
-from warpsched.kernels import gemm_handover as H
+from warpsched.kernels.gemm import handover as H
 
 
 @pytest.mark.parametrize("protocol", [
@@ -53,7 +53,7 @@ def test_gemm_twins_are_rejected_naming_ctas_and_units(make, bug, words):
     r = check_grid(make(bug=bug))
     assert r.verdict == "REJECTED", r.report()
     f = r.findings[0]
-    assert f.task.startswith("CTA ") and "unit" in f.task and f.location.file.endswith("gemm_handover.py")
+    assert f.task.startswith("CTA ") and "unit" in f.task and f.location.file.endswith("gemm/handover.py")
     assert "launch:" in f.detail
     for w in words:
         assert w in f.message, f.message
@@ -80,7 +80,7 @@ def test_gmem_flags_kernel_has_the_same_hand_over_instructions(opts):
     pytest.importorskip("cutlass")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
     import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
-    from warpsched.kernels import gemm_host as gp
+    from warpsched.kernels.gemm import host as gp
 
     base = gp.compile_for_cpu(schedule="cooperative", **opts).artifacts.PTX
     ported = gp.compile_for_cpu(schedule="cooperative", gmem_flags=True, **opts).artifacts.PTX
@@ -97,8 +97,8 @@ def test_gmem_flags_kernel_has_the_same_hand_over_instructions(opts):
 
 def test_gmem_flags_is_refused_where_the_kernel_does_not_use_the_chain():
     pytest.importorskip("cutlass")
-    from warpsched.kernels import gemm_host as gp
-    from warpsched.kernels.gemm_config import GemmConfigError
+    from warpsched.kernels.gemm import host as gp
+    from warpsched.kernels.gemm.config import GemmConfigError
 
     for opts in (dict(split_k=True, split_reduce="host"), {}):
         with pytest.raises(GemmConfigError, match="gmem_flags=True"):
@@ -109,8 +109,8 @@ def test_gmem_flags_is_refused_where_the_kernel_does_not_use_the_chain():
 
 def test_a_gmem_flags_kernel_carries_its_hand_over_proof(monkeypatch):
     pytest.importorskip("cutlass")
-    from warpsched.kernels import gemm_host as gp
-    from warpsched.kernels.gemm_config import GemmConfigError
+    from warpsched.kernels.gemm import host as gp
+    from warpsched.kernels.gemm.config import GemmConfigError
 
     g = gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", gmem_flags=True)
     assert [r.verdict for r in g.handover_proof] == ["SAFE", "SAFE"]
@@ -140,7 +140,9 @@ def _kernel_modules():
     pytest.importorskip("cutlass")
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "hopper"))
     import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
-    from warpsched.kernels import gemm_fixup, gemm_host, gemm_resources
+    from warpsched.kernels.gemm import fixup as gemm_fixup
+    from warpsched.kernels.gemm import host as gemm_host
+    from warpsched.kernels.gemm import resources as gemm_resources
 
     return gemm_fixup, gemm_host, gemm_resources
 

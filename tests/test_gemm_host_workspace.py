@@ -14,7 +14,7 @@ pytest.importorskip("cutlass")
 from _fake_tensor import FakeTensor  # noqa: E402
 
 
-from warpsched.kernels.residency import DeviceOccupancy  # noqa: E402
+from warpsched.kernels.gemm.residency import DeviceOccupancy  # noqa: E402
 
 H200 = DeviceOccupancy("NVIDIA H200", sms=132, smem_per_sm=228 * 1024, threads_per_sm=2048)
 
@@ -26,7 +26,10 @@ class _Alloc:
 
 @pytest.fixture
 def host(monkeypatch):
-    from warpsched.kernels import _host, gemm_host, gemm_launch, residency
+    from warpsched.kernels import _host
+    from warpsched.kernels.gemm import host as gemm_host
+    from warpsched.kernels.gemm import launch as gemm_launch
+    from warpsched.kernels.gemm import residency
 
     fake_torch = types.SimpleNamespace(float32="float32", int32="int32", allocs=[])
 

@@ -19,7 +19,8 @@ import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anythi
 
 @pytest.fixture
 def launch(monkeypatch):
-    from warpsched.kernels import _host, gemm_launch
+    from warpsched.kernels import _host
+    from warpsched.kernels.gemm import launch as gemm_launch
 
     monkeypatch.setattr(_host, "num_sms", lambda: 132)
     monkeypatch.setattr(_host, "ffi_options", lambda arch=None: _host.ptx_options("sm_90a") + " --enable-tvm-ffi")
@@ -46,7 +47,7 @@ def test_transposed_operands_change_only_the_wgmma_transpose_bits(launch):
 
 
 def test_device_scales_compile_for_fp8_only(launch):
-    from warpsched.kernels.gemm_config import GemmConfigError
+    from warpsched.kernels.gemm.config import GemmConfigError
 
     def loads(f):
         return sum("ld.global" in line for line in f.artifacts.PTX.splitlines())

@@ -1,4 +1,4 @@
-"""Stream-K partition (warpsched.kernels.gemm_streamk) in pure Python: over many (tiles, K tiles,
+"""Stream-K partition (warpsched.kernels.gemm.streamk) in pure Python: over many (tiles, K tiles,
 CTAs), every (tile, k) iteration is covered exactly once, a tile has at most two shares, the
 share count every unit derives locally (K tiles < k_tiles: shared) is the true one, a shared tile
 has one writer (its last K tiles: the next CTA's first stream-K unit) and one reader (its first K
@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from warpsched.kernels.gemm_streamk import StreamKPlan, ctas_for
+from warpsched.kernels.gemm.streamk import StreamKPlan, ctas_for
 
 
 def _check(tiles, k_tiles, max_ctas):
@@ -169,7 +169,7 @@ def test_stream_k_config_errors(gp, kwargs, needle):
 def test_stream_k_is_not_an_autotune_candidate_yet():
     """Slower than data-parallel on the H200 (docs/gemm.md): the sweep times it as named configurations,
     ops.gemm's tuner does not try it."""
-    from warpsched.kernels import gemm_autotune
+    from warpsched.kernels.gemm import autotune as gemm_autotune
 
     for M, N, K in [(64, 4096, 4096), (256, 14336, 4096), (1024, 14336, 4096), (4096, 4096, 4096)]:
         for fp8 in (False, True):
@@ -190,7 +190,7 @@ def test_stream_k_host_errors(gp, monkeypatch, options, K, needle):
     """gemm(..., split_k="stream") rejects what stream-K does not run, before touching the GPU."""
     from _fake_tensor import FakeTensor
 
-    from warpsched.kernels import residency
+    from warpsched.kernels.gemm import residency
 
     h200 = residency.DeviceOccupancy("NVIDIA H200", sms=132, smem_per_sm=228 * 1024, threads_per_sm=2048)
     monkeypatch.setattr(residency, "device_occupancy", lambda device=None: h200)

@@ -21,7 +21,7 @@ import gemm_persistent as gp  # noqa: E402
 import _gemm_twins  # noqa: E402
 from _planting import planted  # noqa: E402
 from warpsched import ValidationError  # noqa: E402
-from warpsched.kernels import gemm_program  # noqa: E402
+from warpsched.kernels.gemm import program as gemm_program  # noqa: E402
 from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 
 

@@ -18,7 +18,7 @@ import types
 import pytest
 
 from _fake_tensor import FakeTensor, _row_major
-from warpsched.kernels import gemm_ops
+from warpsched.kernels.gemm import ops as gemm_ops
 
 FUNCTIONAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "warpsched", "nn",
                           "functional.py")

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from _fake_tensor import FakeTensor
-from warpsched.kernels import gemm_autotune as tune
-from warpsched.kernels import gemm_ops as ops_gemm
+from warpsched.kernels.gemm import autotune as tune
+from warpsched.kernels.gemm import ops as ops_gemm
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 
 
@@ -26,7 +26,7 @@ os.environ["CUTE_DSL_ARCH"] = "sm_90a"
 site = sys.argv[1]
 import warpsched, warpsched.ops
 assert warpsched.__file__.startswith(site), warpsched.__file__
-from warpsched.kernels import gemm_host
+from warpsched.kernels.gemm import host as gemm_host
 from warpsched.verify.verdicts import VERDICTS
 ptx = gemm_host.compile_for_cpu(schedule="cooperative").artifacts.PTX
 assert "wgmma.mma_async" in ptx and VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
@@ -65,12 +65,12 @@ def test_gemm_runs_from_the_package_alone(tmp_path):
     out = subprocess.run([sys.executable, "-c", WHEEL_LIKE, str(site)], cwd=tmp_path, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(site)})
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["ok", str(site / "warpsched" / "kernels" / "gemm_host.py")]
+    assert out.stdout.split() == ["ok", str(site / "warpsched" / "kernels" / "gemm" / "host.py")]
 
 
 def test_import_is_pure_python():
-    code = ("import sys, warpsched, warpsched.ops, warpsched.kernels.gemm_autotune, warpsched.kernels.gemm_ops; "
-            "bad = [m for m in ('torch', 'cutlass', 'gemm_persistent', 'warpsched.kernels.gemm_host') if m in sys.modules]; "
+    code = ("import sys, warpsched, warpsched.ops, warpsched.kernels.gemm.autotune, warpsched.kernels.gemm.ops; "
+            "bad = [m for m in ('torch', 'cutlass', 'gemm_persistent', 'warpsched.kernels.gemm.host') if m in sys.modules]; "
             "assert not bad, bad; print(warpsched.ops.gemm.__name__)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": SRC}, capture_output=True,
                          text=True)
@@ -187,7 +187,7 @@ def test_wide_pingpong_is_a_candidate_where_tiles_are_many():
 def test_candidates_are_a_handful_of_valid_configurations(M, N, K):
     pytest.importorskip("cutlass")
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # in case this test imports cutlass first
-    from warpsched.kernels.gemm_kernel import PersistentGemm
+    from warpsched.kernels.gemm.kernel import PersistentGemm
 
     cands = tune.candidates(M, N, K)
     assert 3 <= len(cands) <= 9
@@ -360,7 +360,7 @@ def test_host_check_args_names_k_and_n():
     """gemm_host.check_args (c = a @ b.T, b (N, K)) holds the same rule for its direct callers."""
     pytest.importorskip("cutlass")
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
-    from warpsched.kernels import gemm_host as gp
+    from warpsched.kernels.gemm import host as gp
 
     with pytest.raises(gp.GemmConfigError, match="K = 300 is not a multiple of 8"):
         gp.check_args(T((1024, 300), strides=(1, 1024)), T((512, 300), strides=(1, 512)), T((1024, 512)))

@@ -114,7 +114,7 @@ def test_broadcast_ring_and_lagged_steps_walk_to_the_end():
     """Two consumer tasks waiting on one ring (a broadcast, as attention's K and V) each get the
     stage, and a step under every(1, start=1) is shown but takes no credit in the walked iteration
     0: the FlashAttention program (both at once) used to end its table with a false 'is blocked!'."""
-    from warpsched.kernels import attention as att
+    from warpsched.kernels.attention import forward as att
 
     table = schedule_table(att.build(verbose=False, exhaustive_deadlock_race_check=False).program)
     assert "is blocked!" not in table

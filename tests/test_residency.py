@@ -1,7 +1,7 @@
 """Co-residency at launch (issue 29): a grid whose CTAs wait for each other through GMEM flags
 (serial split-K, stream-K) must fit on the device at once, or the waiting CTAs hold the SMs their
 writers need. The host sizes that grid to the device it launches on and refuses a ``max_ctas`` the
-device cannot hold (``kernels/residency.py``); on the CPU with a stand-in torch, as
+device cannot hold (``kernels/gemm/residency.py``); on the CPU with a stand-in torch, as
 test_gemm_host_workspace.py."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import types
 import pytest
 
 from _fake_tensor import FakeTensor
-from warpsched.kernels.residency import CoResidencyError, DeviceOccupancy, mps_percent, resident_bound
+from warpsched.kernels.gemm.residency import CoResidencyError, DeviceOccupancy, mps_percent, resident_bound
 
 H200 = DeviceOccupancy("NVIDIA H200", sms=132, smem_per_sm=228 * 1024, threads_per_sm=2048)
 
@@ -36,7 +36,10 @@ def test_mps_percentage_is_read_from_the_environment(monkeypatch, raw, pct):
 @pytest.fixture
 def host(monkeypatch):
     pytest.importorskip("cutlass")
-    from warpsched.kernels import _host, gemm_host, gemm_launch, residency
+    from warpsched.kernels import _host
+    from warpsched.kernels.gemm import host as gemm_host
+    from warpsched.kernels.gemm import launch as gemm_launch
+    from warpsched.kernels.gemm import residency
 
     fake_torch = types.SimpleNamespace(float32="float32", int32="int32",
                                        zeros=lambda *s, **k: types.SimpleNamespace(**k),

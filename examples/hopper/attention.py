@@ -1,6 +1,6 @@
 """FlashAttention forward for Hopper, written as a warpsched program.
 
-The kernel ships in the package (``warpsched.kernels.attention``, torch entry point
+The kernel ships in the package (``warpsched.kernels.attention.forward``, torch entry point
 ``warpsched.ops.attention``); this file is its examples/ entry, so that
 
     warpsched check examples/hopper/attention.py            # the program, checked on the CPU
@@ -15,9 +15,9 @@ try:
 except ImportError:
     import _common  # type: ignore # noqa: F401
 
-from warpsched.kernels.attention import *  # noqa: F401,F403
-from warpsched.kernels.attention import HEAD_DIMS, _host, build  # noqa: F401
-from warpsched.kernels.attention_host import (attention, build_tuned_hd64, build_unit_overlap,  # noqa: F401
+from warpsched.kernels.attention.forward import *  # noqa: F401,F403
+from warpsched.kernels.attention.forward import HEAD_DIMS, _host, build  # noqa: F401
+from warpsched.kernels.attention.host import (attention, build_tuned_hd64, build_unit_overlap,  # noqa: F401
                                               check_args, compile_for_cpu, prepare, tuned_options)
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ every unit count >= 1 are proven; with split-K every per-unit K count >= 1).
 Stream-K (``gemm(..., split_k="stream")``, ``PersistentGemm(stream_k=True)``): the split-K
 program; whole tiles first, then each CTA's even share of the last waves' K iterations, cut at
 tile boundaries into units; a tile shared by two CTAs is reduced as in the atomic split-K
-(warpsched.kernels.gemm_streamk: deterministic, at most two shares per tile).
+(warpsched.kernels.gemm.streamk: deterministic, at most two shares per tile).
 Host: ``gemm(a, b, c, schedule=..., split_k="auto", tile_mn=..., raster=..., group=..., cluster_mn=...)``.
 """
 from __future__ import annotations
@@ -58,11 +58,11 @@ try:
 except ImportError:
     import _common  # type: ignore
 
-from warpsched.kernels.gemm_config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
-from warpsched.kernels.gemm_resources import EpilogueGather, GmemAB, GmemC, MathOrder, SmemAB
-from warpsched.kernels.gemm_program import GemmTask, load_schedule, mma_schedule, mma_shared_schedule
-from warpsched.kernels.gemm_kernel import PersistentGemm
-from warpsched.kernels.gemm_host import (VERDICT_OF, build, build_cooperative, build_pingpong, build_pingpong_shared,
+from warpsched.kernels.gemm.config import DEFAULT_TILES, H200_SMS, SCHEDULES, GemmConfigError
+from warpsched.kernels.gemm.resources import EpilogueGather, GmemAB, GmemC, MathOrder, SmemAB
+from warpsched.kernels.gemm.program import GemmTask, load_schedule, mma_schedule, mma_shared_schedule
+from warpsched.kernels.gemm.kernel import PersistentGemm
+from warpsched.kernels.gemm.host import (VERDICT_OF, build, build_cooperative, build_pingpong, build_pingpong_shared,
                                          build_split_k, build_stream_k,
                                          check_args, choose_splits, compile_for_cpu, compiled, cutlass_dtype, gemm,
                                          max_ctas, to_cute, verdict_for)

@@ -21,10 +21,10 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     ``mask_mod(batch, head, q_idx, kv_idx)``: a user mask traced into the kernel (True: attend; combine
     comparisons with ``&`` / ``|`` / ``~``), e.g. a sliding window ``lambda b, h, q, kv: (kv <= q) &
     (q - kv < 256)``; ``softcap``: scores s become softcap * tanh(s / softcap). Forward only
-    (``warpsched.kernels.attention_masks``).
+    (``warpsched.kernels.attention.masks``).
     Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
     """
-    from warpsched.kernels import attention_host as _attention
+    from warpsched.kernels.attention import host as _attention
 
     return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse,
                                 mask_mod=mask_mod, softcap=softcap)
@@ -36,10 +36,10 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None):
 
     Shapes as ``attention``; D in (64, 128); dk / dv have k's shape (summed over the query heads that share
     a K/V head: grouped-query attention). dQ is accumulated in fp32 and returned in q's dtype. The kernel is
-    a warpsched program proven SAFE for every sequence length (``warpsched.kernels.attention_bwd``).
+    a warpsched program proven SAFE for every sequence length (``warpsched.kernels.attention.backward``).
     Unsupported input raises ``AttentionConfigError`` naming what to change.
     """
-    from warpsched.kernels import attention_bwd_host as _bwd
+    from warpsched.kernels.attention import backward_host as _bwd
 
     return _bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale)
 
@@ -63,13 +63,13 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     device) with the choice cached on disk (``config="auto"``; or "default", or a configuration dict).
     The first call for a shape checks, tunes and compiles; later calls launch through TVM FFI within a
     few microseconds of ``torch.matmul`` (docs/torch.md). Unsupported input raises
-    ``GemmArgumentError`` (a ``ValueError``) naming the fix. See ``warpsched.kernels.gemm_ops.gemm``."""
+    ``GemmArgumentError`` (a ``ValueError``) naming the fix. See ``warpsched.kernels.gemm.ops.gemm``."""
     if getattr(a, "dim", None) is not None and a.dim() == 3 and b.dim() == 3:  # (L, M, K) x (L, K, N)
-        from warpsched.kernels.gemm_batched import gemm_batched
+        from warpsched.kernels.gemm.batched import gemm_batched
 
         return gemm_batched(a, b, out, bias=bias, activation=activation, residual=residual, alpha=alpha,
                             scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config, cache=cache)
-    from warpsched.kernels import gemm_ops as _gemm
+    from warpsched.kernels.gemm import ops as _gemm
 
     return _gemm.gemm(a, b, out, bias=bias, activation=activation, residual=residual, alpha=alpha, scale_a=scale_a,
                       scale_b=scale_b, out_dtype=out_dtype, config=config, cache=cache)
@@ -79,7 +79,7 @@ def interleave_gate_up(w_gate, w_up, bias_gate=None, bias_up=None):
     """SwiGLU's weight for ``gemm(x, w.t(), activation="swiglu")``: the (I, K) gate and up weights
     interleaved in blocks of 8 rows as one (2 I, K) weight (and their biases as one (2 I,) bias, or
     None). Returns (w, bias). ``gemm`` then returns silu(x W_g^T + b_g) * (x W_u^T + b_u), (..., I)."""
-    from warpsched.kernels import gemm_ops as _gemm
+    from warpsched.kernels.gemm import ops as _gemm
 
     return _gemm.interleave_gate_up(w_gate, w_up, bias_gate, bias_up)
 
@@ -88,5 +88,5 @@ def verdicts():
     """{(dtype, head_dim, causal, options): checker verdict} for every attention kernel compiled so far."""
     import sys
 
-    mod = sys.modules.get("warpsched.kernels.attention_host")
+    mod = sys.modules.get("warpsched.kernels.attention.host")
     return dict(mod.VERDICT_OF) if mod is not None else {}

@@ -16,14 +16,14 @@ _BF16, _F16, _E4M3 = cutlass.BFloat16, cutlass.Float16, cutlass.Float8E4M3FN
 # dtypes are in the program: stage bytes, allocations). The other fp8 pairs and outputs ops.gemm takes
 # are searched at their first compile, as a user's own configuration is.
 GEMM_DTYPES = {False: [(_BF16, None, _BF16), (_F16, None, _F16)], True: [(_E4M3, None, _BF16)]}
-# shapes whose candidate lists differ (gemm_autotune.candidates looks at M, N and M * N)
+# shapes whose candidate lists differ (gemm.autotune.candidates looks at M, N and M * N)
 GEMM_SHAPES = [(16, 4096), (64, 14336), (128, 4096), (256, 14336), (1024, 1024), (1024, 14336), (4096, 4096)]
 
 
 def _gemm_option_sets():
     """Every kernel-option dict ``gemm_host.plan`` can build from an autotune candidate (or the default
     configuration), for 16-bit and fp8 operands."""
-    from .gemm_autotune import candidates, normalize
+    from .gemm.autotune import candidates, normalize
 
     seen, out = set(), []
     for fp8 in (False, True):
@@ -51,11 +51,11 @@ def _gemm_option_sets():
 
 def programs() -> Dict[str, Callable[..., object]]:
     """label -> builder(**manager_options) returning the program's TaskManager (on the CPU)."""
-    from . import attention as att
-    from . import attention_bwd as ab
-    from . import gemm_host
-    from .attention_host import tuned_options
-    from .gemm_kernel import PersistentGemm
+    from .attention import forward as att
+    from .attention import backward as ab
+    from .gemm import host as gemm_host
+    from .attention.host import tuned_options
+    from .gemm.kernel import PersistentGemm
 
     out: Dict[str, Callable[..., object]] = {}
     for fp8, opts in _gemm_option_sets():

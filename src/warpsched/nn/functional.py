@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 
 from .. import torch_ops  # noqa: F401 (registers torch.ops.warpsched.*)
-from ..kernels.gemm_ops import GemmArgumentError
+from ..kernels.gemm.ops import GemmArgumentError
 
 # The GEMM as the custom op, not warpsched.ops.gemm: under torch.compile an op is opaque, while dynamo
 # would trace into the host Python of ops.gemm (plan caches, checks) and break the graph around it.

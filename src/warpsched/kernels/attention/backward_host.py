@@ -1,4 +1,4 @@
-"""Host side of warpsched's FlashAttention backward (``warpsched.kernels.attention_bwd``): argument
+"""Host side of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``): argument
 checks, the compile cache (one kernel per dtype / head dim / causal / options; shapes are dynamic),
 the delta pre-pass and the dQ conversion around the kernel, and the CPU compile used by the tests."""
 from __future__ import annotations
@@ -8,11 +8,11 @@ import math
 import cutlass
 import cutlass.cute as cute
 
-from . import _host
-from .attention import AttentionConfigError
-from .attention_bwd import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward
-from .attention_bwd_prep import DeltaPrep
-from .attention_host import _tma_ready, check_args as _check_qkv
+from .. import _host
+from .forward import AttentionConfigError
+from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward
+from .backward_prep import DeltaPrep
+from .host import _tma_ready, check_args as _check_qkv
 
 _CACHE = {}
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked

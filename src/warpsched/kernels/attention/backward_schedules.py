@@ -1,4 +1,4 @@
-"""The schedules of warpsched's FlashAttention backward (``warpsched.kernels.attention_bwd``): the load
+"""The schedules of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``): the load
 task's, the dQ writer warp's and the two gradient warp groups' (dQ over each warp group's own keys, or
 with ``shared_ds`` over all keys through the swapped dS tiles; ``wg_order``: turns for the S / dP GEMMs).
 docs/attention.md, "Backward"."""

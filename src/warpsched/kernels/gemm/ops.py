@@ -1,6 +1,6 @@
 """The implementation of ``warpsched.ops.gemm``: out = a @ b (times scale_a * scale_b for fp8)
-for torch tensors, on the persistent warp-specialized Hopper GEMM (``gemm_host``, ``gemm_kernel``,
-``gemm_program``, ``gemm_resources`` next to this module), autotuned.
+for torch tensors, on the persistent warp-specialized Hopper GEMM (``gemm.host``, ``gemm.kernel``,
+``gemm.program``, ``gemm.resources`` next to this module), autotuned.
 
 Layouts follow ``torch._scaled_mm`` (what WGMMA's fp8 needs, and what a linear layer has):
 a is (M, K) row-major, b is (K, N) column-major, i.e. ``b.t()`` is a row-major (N, K) tensor
@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Dict, Optional, Union
 
-from . import gemm_autotune as _tune
+from . import autotune as _tune
 
 HALF = ("bfloat16", "float16")
 FP8 = ("float8_e4m3fn", "float8_e5m2")
@@ -49,7 +49,7 @@ def check(a, b, out=None, out_dtype=None, swiglu=False):
     if K2 != K:
         raise GemmArgumentError(f"a {tuple(a.shape)} @ b {tuple(b.shape)}: a's K ({K}) differs from b's ({K2}); "
                                 "b is (K, N) as in torch.mm (pass w.t() for an (N, K) weight w)")
-    # what every compiled kernel declares (gemm_launch.fake_operands: TMA moves 16-byte rows): K a
+    # what every compiled kernel declares (gemm.launch.fake_operands: TMA moves 16-byte rows): K a
     # multiple of 8 elements (16 for a mixed fp8 pair) and N of 8; M is free. Checked here, before
     # the tuner, so a shape no kernel takes is named instead of failing every candidate alike
     k_align = 16 if fp8 and b_t != a_t else 8
@@ -213,7 +213,7 @@ ACTIVATIONS = (None, "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu")
 
 def _epilogue(b, M, N, o_t, bias, activation, residual, alpha, out, fp8):
     """Validate the fused epilogue's arguments (M, N: the output's shape); returns the kernel's
-    epilogue options (gemm_epilogue: bias kind, activation, residual, scale_out)."""
+    epilogue options (gemm.epilogue: bias kind, activation, residual, scale_out)."""
     if activation not in ACTIVATIONS:
         raise GemmArgumentError(f"activation={activation!r}: expected one of {list(ACTIVATIONS)} ('gelu' is the "
                                 "exact erf form, 'gelu_tanh' torch's approximate='tanh', 'relu2' relu squared)")
@@ -253,7 +253,7 @@ def _epilogue(b, M, N, o_t, bias, activation, residual, alpha, out, fp8):
 def _epilogue_config(cfg):
     """A tuned / given configuration that SwiGLU's output tile (bN / 2 columns) can store: epi_n
     must divide it (16 for 128x176's 88 columns does not: the default tile then)."""
-    from .gemm_config import DEFAULT_TILES
+    from .config import DEFAULT_TILES
 
     bN = tuple(cfg.get("tile_mn") or DEFAULT_TILES[cfg.get("schedule", "cooperative")])[1]
     if (bN // 2) % cfg.get("epi_n", 32) == 0:
@@ -315,15 +315,15 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
 
     ``a``: (M, K) row-major (16-bit: or column-major), or (..., K) viewed as its rows, or (L, M, K)
     with a batched ``b``; ``b``: (K, N) column-major (``w.t()`` of an (N, K) weight; 16-bit: or
-    row-major), or (L, K, N) (batched: ``gemm_batched``); ``out``: an (M, N) row-major tensor to
+    row-major), or (L, K, N) (batched: ``gemm.batched``); ``out``: an (M, N) row-major tensor to
     write, else a new one. K and N must be multiples of 8 (K of 16 for a mixed fp8 pair; M is free):
     ``check`` refuses other shapes before any tuning, naming the padding. ``scale_a`` / ``scale_b``: per-tensor fp8 scales: floats, or one-element
     tensors the kernel reads on the device (no host sync; CUDA-graph safe). Fused epilogue
-    (gemm_epilogue, in the kernel, before the TMA store): ``alpha`` (a float), ``bias`` (N,) in the
+    (gemm.epilogue, in the kernel, before the TMA store): ``alpha`` (a float), ``bias`` (N,) in the
     output dtype or fp32, ``activation`` ("relu", "relu2", "gelu" (erf), "gelu_tanh", "silu", or
     "swiglu": b holds gate and up interleaved, ``interleave_gate_up``, and out has N / 2 columns),
     ``residual`` (the output's shape and dtype). ``config``: "auto" (the tuned choice for this shape,
-    dtypes and device, cached on disk: see warpsched.kernels.gemm_autotune; an epilogue reuses the
+    dtypes and device, cached on disk: see warpsched.kernels.gemm.autotune; an epilogue reuses the
     plain GEMM's choice), "default" (cooperative 128x256, split-K when few tiles) or a configuration
     dict (schedule, tile_mn, raster, group, cluster_mn, split_k, split_reduce, block_k, ab_stages).
     With an epilogue, split-K reduces in the kernel ("parallel" unless given). ``deterministic``:
@@ -337,7 +337,7 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
               config=config, cache=cache, deterministic=deterministic)
     if b.dim() == 3 and a.dim() == 3:
         raise GemmArgumentError(f"a {tuple(a.shape)} and b {tuple(b.shape)} are batched: call warpsched.ops.gemm "
-                                "(or warpsched.kernels.gemm_batched.gemm_batched), which runs them in one launch")
+                                "(or warpsched.kernels.gemm.batched.gemm_batched), which runs them in one launch")
     if a.dim() > 2 and b.dim() == 2:  # (..., K) activations: the rows of a view, no copy
         return _leading_dims(a, b, out, residual=residual, **kw)
     fast = cache is None
@@ -384,7 +384,7 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
                 out.copy_(epilogue_reference(out.float().repeat(1, 2) if activation == "swiglu" else out.float(),
                                              bias, activation, residual, float(alpha or 1.0)))
         return out
-    from . import gemm_host as gp  # imports cutlass
+    from . import host as gp  # imports cutlass
 
     bt = b.t()  # (N, K) row-major: the kernel computes a @ bt.T
     alpha_f, scales = _scales(a, scale_a, scale_b)

@@ -11,7 +11,7 @@ Order of operations (one element, fp32 throughout, rounded once to the output ty
     D = round(d)
 
 ``activation="swiglu"``: B holds the gate and up projections interleaved in blocks of 8 rows (8
-gate rows, then the same 8 up rows, ...: ``gemm_ops.interleave_gate_up``), so a WGMMA thread holds
+gate rows, then the same 8 up rows, ...: ``gemm.ops.interleave_gate_up``), so a WGMMA thread holds
 each gate column and its up column in its own registers (the accumulator gives a thread two
 adjacent columns of every 8-column chunk): no data moves between threads. The output tile is half
 as wide as the MMA tile and holds silu(gate + bias_g) * (up + bias_u), then the residual is added.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from .gemm_config import GemmConfigError
+from .config import GemmConfigError
 
 ACTIVATIONS = (None, "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu")
 BIAS_KINDS = (None, "c", "f32")  # the output's dtype, or fp32

@@ -1,15 +1,15 @@
 """The persistent GEMM's resources and their work bodies (CuTe DSL): the A/B TMA -> WGMMA rings,
 the tile coordinates, the epilogue (registers -> SMEM -> TMA store) and pingpong's math order.
-``g`` is the PersistentGemm being traced (gemm_kernel.py): the work bodies read its layouts and atoms."""
+``g`` is the PersistentGemm being traced (gemm/kernel.py): the work bodies read its layouts and atoms."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from . import gemm_epilogue
-from .gemm_config import GemmConfigError
-from .gemm_fixup import AtomicFixupIO, ParallelFixupIO, SerialFixupIO, runtime_branch, runtime_repeat
-from .gemm_handover import atomic_fixup_calls, parallel_fixup_calls, serial_fixup_calls
+from . import epilogue as gemm_epilogue
+from .config import GemmConfigError
+from .fixup import AtomicFixupIO, ParallelFixupIO, SerialFixupIO, runtime_branch, runtime_repeat
+from .handover import atomic_fixup_calls, parallel_fixup_calls, serial_fixup_calls
 
 import cutlass
 import cutlass.cute as cute
@@ -188,7 +188,7 @@ class GmemC(MemoryResource):
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=threads(self.num_threads))
         if cutlass.const_expr(g.stream_k):
             # stream-K: a unit with fewer than k_tiles K tiles shares its tile with exactly one other
-            # (gemm_streamk): the share holding the tile's last K tiles (a CTA's first stream-K unit)
+            # (gemm.streamk): the share holding the tile's last K tiles (a CTA's first stream-K unit)
             # leaves its partial sum in the slot's workspace tile; the share holding the first K tiles
             # (the neighbour CTA's last unit, so later) adds it and stores C. A whole tile: stored.
             _, k_first, k_count, slot = g.sk_unit(stage_info.work_tile.tile_idx[0])
@@ -274,8 +274,8 @@ class GmemC(MemoryResource):
         Deadlock-free while every CTA of the persistent grid is resident: share s of tile t is
         unit s * tiles + t, it waits only for unit (s - 1) * tiles + t, and every CTA runs its
         units in increasing order. The wait is bounded (SPIN_LIMIT polls): past it the tile is
-        poisoned with NaN rather than hang. The calls are gemm_handover.serial_fixup_calls, the
-        description the grid checker proves, on this share's values (gemm_fixup.SerialFixupIO:
+        poisoned with NaN rather than hang. The calls are gemm.handover.serial_fixup_calls, the
+        description the grid checker proves, on this share's values (gemm.fixup.SerialFixupIO:
         with ``g.gmem_flags`` the flag verbs go through lower/gmem_flags, else hand-written).
         Stream-K passes its workspace slot as (m, 0) and ``flag_idx``, and ``last`` = 1 (two shares)."""
         g = self.g
@@ -285,7 +285,7 @@ class GmemC(MemoryResource):
         idx = m * g.tiles_n + n if flag_idx is None else flag_idx
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
         tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
-        # the hand-over the grid checker proves, run on this share's values (gemm_fixup)
+        # the hand-over the grid checker proves, run on this share's values (gemm.fixup)
         io = SerialFixupIO(self, acc, tCgW, tidx, epi_bar, g.mF, g.gmem_flags)
         serial_fixup_calls(idx, split, last, flag=io, tile=io, branch=runtime_branch)
 
@@ -296,12 +296,12 @@ class GmemC(MemoryResource):
         epilogue barrier); the last share waits until the flag counts the others, resets it and
         adds the slabs to ``acc``. One wait per tile instead of serial_fixup's chain; the same
         residency argument (the last share is the tile's highest unit) and bounded wait. The calls
-        are gemm_handover.parallel_fixup_calls, the description the grid checker proves, on this
-        share's values (gemm_fixup.ParallelFixupIO)."""
+        are gemm.handover.parallel_fixup_calls, the description the grid checker proves, on this
+        share's values (gemm.fixup.ParallelFixupIO)."""
         g = self.g
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
         io = ParallelFixupIO(self, acc, thr, tidx, epi_bar, g.mF, g.gmem_flags, m, n)
-        # the hand-over the grid checker proves, run on this share's values (gemm_fixup)
+        # the hand-over the grid checker proves, run on this share's values (gemm.fixup)
         parallel_fixup_calls(m * g.tiles_n + n, split, g.splits - 1, lambda share: share, flag=io, slabs=io,
                              branch=runtime_branch, repeat=runtime_repeat)
 
@@ -314,14 +314,14 @@ class GmemC(MemoryResource):
         True, broadcast to its warp groups by a predicate-OR barrier: it reads the sum into
         ``acc``, zeroes the workspace tile and the flag for the next launch, and stores C. Nothing
         waits on another CTA, so the hand-over cannot deadlock whatever the residency. The calls are
-        gemm_handover.atomic_fixup_calls, the description the grid checker proves (reductions ->
-        acq_rel count -> the last share's reads), on this share's values (gemm_fixup.AtomicFixupIO)."""
+        gemm.handover.atomic_fixup_calls, the description the grid checker proves (reductions ->
+        acq_rel count -> the last share's reads), on this share's values (gemm.fixup.AtomicFixupIO)."""
         g = self.g
         bM, bN, _ = g.tile_mnk
         thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
         tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
         io = AtomicFixupIO(self, acc, tCgW, tidx, epi_bar, g.mF, g.gmem_flags)
-        # the hand-over the grid checker proves, run on this share's values (gemm_fixup)
+        # the hand-over the grid checker proves, run on this share's values (gemm.fixup)
         return atomic_fixup_calls(m * g.tiles_n + n, g.splits - 1, flag=io, tile=io, when=io.when)
 
     @producer_work

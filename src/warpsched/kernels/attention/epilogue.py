@@ -1,4 +1,4 @@
-"""The epilogues of warpsched's FlashAttention forward (``warpsched.kernels.attention``): O / sum
+"""The epilogues of warpsched's FlashAttention forward (``warpsched.kernels.attention.forward``): O / sum
 and the LSE out of a consumer warp group's registers, either directly (``GmemO.store``, 16-bit
 global stores, rows past S_q skipped) or through the unit's Q stage and a TMA store
 (``store_o_tma``, the ``tma_store_o`` option)."""
@@ -12,7 +12,7 @@ import cutlass.cute as cute
 
 from warpsched import MemoryResource, StageInfo, producer_work
 
-from . import attention_math as amath
+from . import register_math as amath
 
 WG_ROWS = 64  # Q rows per consumer warp group (one WGMMA M)
 O_BARRIER = 2  # named barriers 2, 3 (, 4): a warp group's TMA-store epilogue (warpsched's task barriers count down from 15)
@@ -37,20 +37,19 @@ class GmemO(MemoryResource):
             cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @producer_work
-    def store_normalized(self, stage_info: StageInfo, acc_o, o_inv, lse):
+    def store_normalized(self, stage_info: StageInfo, acc_o, softmax_state):
         """``unit_overlap``: O / sum from the precomputed 1 / sum and LSE, then O = 0."""
-        store_o_normalized(self.g, stage_info, acc_o, o_inv, lse, wg=self.wg)
+        store_o_normalized(self.g, stage_info, acc_o, softmax_state, wg=self.wg)
 
     @producer_work
     @cute.jit
-    def store(self, stage_info: StageInfo, acc_o, row_max, row_sum):
+    def store(self, stage_info: StageInfo, acc_o, softmax_state):
         if cutlass.const_expr(self.g.o_buffer):
-            store_o_buffered(self.g, stage_info, acc_o, row_max, row_sum, wg=self.wg)
+            store_o_buffered(self.g, stage_info, acc_o, softmax_state, wg=self.wg)
             return
         g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
-        lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
-        amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
+        lse = softmax_state.normalize(acc_o, v.pv_mma, v.scale)
         thr = v.pv_mma.get_slice(tidx % 128)
         q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
         block = q_block * g.wgs + self.wg
@@ -84,15 +83,14 @@ def _store_lse(g, v, thr, lse, block, head, batch):
 
 
 @cute.jit
-def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
+def store_o_tma(g, stage_info, acc_o, softmax_state, *, wg: cutlass.Constexpr = 0):
     """``tma_store_o``: O / sum into this warp group's tile of the Q stage (every S GEMM that
     read it has retired), one TMA store of the tile (rows past S_q are clipped by TMA), its
     SMEM reads finished before the work returns, so the stage may be released after it; the
     LSE is stored directly (one lane per row)."""
     v = stage_info.context.values
     tidx, _, _ = cute.arch.thread_idx()
-    lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
-    amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
+    lse = softmax_state.normalize(acc_o, v.pv_mma, v.scale)
     thr = v.pv_mma.get_slice(tidx % 128)
     q_stage = g.wgs * stage_info.stage_idx + wg
     out = cute.make_rmem_tensor_like(acc_o, g.dtype)
@@ -113,24 +111,23 @@ def store_o_tma(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr
 
 
 @cute.jit
-def store_o_buffered(g, stage_info, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
+def store_o_buffered(g, stage_info, acc_o, softmax_state, *, wg: cutlass.Constexpr = 0):
     """``o_buffer``: O / sum into the warp group's own SMEM tile and one TMA store of it, left in
     flight: the thread that issued it waits for its SMEM reads only before the next unit's O is
     written there (or at the end, ``GmemO.drain``). The tile is this warp group's alone, so the
     bulk-group wait and the named barrier after it order its reuse; the LSE is stored directly."""
     v = stage_info.context.values
-    lse = cute.make_rmem_tensor_like(row_sum, cutlass.Float32)
-    amath.finalize(acc_o, row_max, row_sum, lse, v.pv_mma, v.scale)
+    lse = softmax_state.normalize(acc_o, v.pv_mma, v.scale)
     _store_buffered(g, stage_info, acc_o, lse, wg)
 
 
 @cute.jit
-def store_o_normalized(g, stage_info, acc_o, o_inv, lse, *, wg: cutlass.Constexpr = 0):
-    """``unit_overlap``: O *= 1 / sum (``o_inv`` and ``lse`` were computed before the next unit's first
-    S tile reset the running sum), the buffered TMA store, then O = 0 for the next unit."""
+def store_o_normalized(g, stage_info, acc_o, softmax_state, *, wg: cutlass.Constexpr = 0):
+    """``unit_overlap``: O *= 1 / sum (the state's ``o_inv`` and ``lse`` were computed before the next
+    unit's first S tile reset the running sum), the buffered TMA store, then O = 0 for the next unit."""
     v = stage_info.context.values
-    amath.rescale_o(acc_o, o_inv, v.pv_mma)
-    _store_buffered(g, stage_info, acc_o, lse, wg)
+    softmax_state.normalize_finished(acc_o, v.pv_mma)
+    _store_buffered(g, stage_info, acc_o, softmax_state.lse, wg)
     acc_o.fill(0.0)
 
 

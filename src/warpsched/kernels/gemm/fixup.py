@@ -1,7 +1,7 @@
-"""The kernel's side of gemm_handover's hand-over descriptions: what each verb the grid checker
+"""The kernel's side of gemm.handover's hand-over descriptions: what each verb the grid checker
 proves (GmemFlag wait / signal / reset, GmemWorkspace read / store) emits in the persistent GEMM.
 
-Each of gemm_handover's ``serial_fixup_calls``, ``parallel_fixup_calls`` and ``atomic_fixup_calls`` is
+Each of gemm.handover's ``serial_fixup_calls``, ``parallel_fixup_calls`` and ``atomic_fixup_calls`` is
 run twice, once per side: the grid checker runs it on the unit's ints with the model's recording
 GmemFlag / GmemWorkspace, and ``GmemC.serial_fixup`` / ``parallel_fixup`` / ``atomic_fixup`` run it
 while the kernel is traced, with ``runtime_branch`` / ``runtime_repeat`` for its ifs and loops and a
@@ -19,9 +19,9 @@ import cutlass.cute as cute
 from cutlass._mlir import ir
 from cutlass._mlir.dialects import nvvm, vector
 
-from ..lower.dsl import dyn_if
-from ..lower.gmem_flags import bind
-from .gemm_handover import SPLIT_K_FLAGS
+from ...lower.dsl import dyn_if
+from ...lower.gmem_flags import bind
+from .handover import SPLIT_K_FLAGS
 
 SPIN_LIMIT = 1 << 20  # polls of a tile flag before the tile is poisoned (~1 s: a visible failure, not a hang)
 
@@ -125,7 +125,7 @@ def runtime_repeat(count, body: cutlass.Constexpr):
 
 @dataclass(frozen=True, eq=False)
 class ParallelFixupIO:
-    """One share's GMEM accesses in parallel_fixup (gemm_handover.parallel_fixup_calls): its slab (the
+    """One share's GMEM accesses in parallel_fixup (gemm.handover.parallel_fixup_calls): its slab (the
     share's fp32 tile) written and read by every thread, the count and the wait by the output's first
     thread with the epilogue barrier and fences around them. Its slab index is the share."""
 
@@ -179,7 +179,7 @@ class ParallelFixupIO:
 
 @dataclass(frozen=True, eq=False)
 class AtomicFixupIO:
-    """One share's GMEM accesses in atomic_fixup (gemm_handover.atomic_fixup_calls): its reduce-adds into
+    """One share's GMEM accesses in atomic_fixup (gemm.handover.atomic_fixup_calls): its reduce-adds into
     the tile's zeroed workspace, the count by the output's first thread after a fence and the epilogue
     barrier, and ``when``: the first thread's ticket broadcast to every thread of the output by a
     predicate-OR barrier; the last share reads the sum, zeroes the tile and resets the flag."""

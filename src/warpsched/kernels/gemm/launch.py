@@ -16,9 +16,9 @@ from typing import Optional, Tuple
 import cutlass
 import cutlass.cute as cute
 
-from . import _host
-from .gemm_config import GemmConfigError
-from .gemm_kernel import PersistentGemm
+from .. import _host
+from .config import GemmConfigError
+from .kernel import PersistentGemm
 
 _CACHE = {}
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked

@@ -1,4 +1,4 @@
-"""The ``unit_overlap`` schedules of warpsched's FlashAttention forward (``warpsched.kernels.attention``):
+"""The ``unit_overlap`` schedules of warpsched's FlashAttention forward (``warpsched.kernels.attention.forward``):
 the S GEMM runs one K/V tile ahead of the P V GEMM across work-unit boundaries.
 
 The default consumer issues S_j with P_{j-1} V_{j-1} inside a unit, but each unit starts with an S GEMM
@@ -32,24 +32,17 @@ import cutlass.cute as cute
 
 from warpsched import StageInfo, WorkAttr, consumer_work, domain_loop, producer_work, schedule
 
-from . import attention_math as amath
-from .attention_schedules import next_tile, tile_loop
+from .schedules import next_tile, tile_loop
 
 
 class KAheadWorks:
     """``unit_overlap`` works of ``SmemK`` (a mixin; the task-local variables are SmemK's fields)."""
 
-    @consumer_work(returns=("o_inv", "o_lse", "unit_rows"), work_attrs=WorkAttr.AUXILIARY)
+    @consumer_work(returns="unit_rows", work_attrs=WorkAttr.AUXILIARY)
     def init_ahead(self, stage_info: StageInfo):
-        """Consumers: per row 1 / sum and the LSE of the unit whose O is stored next; the unit's K/V tile
-        count and first Q rows of this and the next unit (``Scores.enter_unit``)."""
-        v = stage_info.context.values
-        tidx, _, _ = cute.arch.thread_idx()
-        shape_o = v.pv_mma.get_slice(tidx % 128).partition_shape_C(self.g.pv_tile[:2])
-        rows = cute.size(amath.layout_acc_mn(v.pv_mma, cute.make_layout(shape_o)), mode=[0])
-        return (cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32),
-                cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32),
-                cute.make_rmem_tensor(cute.make_layout(3), cutlass.Int32))
+        """Consumers: registers for the unit's K/V tile count and the first Q rows of this and the next
+        unit (``Scores.enter_unit``)."""
+        return cute.make_rmem_tensor(cute.make_layout(3), cutlass.Int32)
 
     @producer_work(returns="unit_xy", work_attrs=WorkAttr.AUXILIARY)
     def init_unit_xy(self, stage_info: StageInfo):
@@ -84,10 +77,10 @@ class ScoresAheadWorks:
         unit_rows[2] = g.unit_coords(cutlass.min(t + g.ctas, g.num_units - 1))[0] * g.block_m
 
     @producer_work
-    def finish(self, stage_info: StageInfo, row_max, row_sum, o_inv, lse):
+    def finish(self, stage_info: StageInfo, softmax_state):
         """The unit's 1 / sum and LSE, then max / sum reset for the next unit."""
         v = stage_info.context.values
-        amath.finish_stats(row_max, row_sum, o_inv, lse, v.pv_mma, v.scale)
+        softmax_state.finish_unit(v.pv_mma, v.scale)
 
 
 @schedule
@@ -138,16 +131,16 @@ def _turn(order, order_out, smem_q, smem_k, q_idx, acc_s, wg, pv=None):
 def softmax_ahead_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, wq, units):
     """Two warp groups: ``wg`` 0 produces the math order (it goes first), 1 consumes it."""
     order, order_out = (None, order) if wg == 0 else (order, None)
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    acc_s, acc_o, softmax_state, p = smem_k.init()
     q_idx = smem_q.init_index()
-    o_inv, lse, unit_rows = smem_k.init_ahead()
-    scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+    unit_rows = smem_k.init_ahead()
+    scores.reset(acc_o=acc_o, softmax_state=softmax_state)
     smem_q.wait()  # the CTA's first unit: S_0 and its softmax before the tile loop
     _turn(order, order_out, smem_q, smem_k, q_idx, acc_s, wg)
     smem_k.retire()
     smem_k.release()
-    scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
-    scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+    scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+    scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
     with tile_loop(wq, units):
         scores.enter_unit(unit_rows=unit_rows)  # tile count, first Q rows: no division in the K/V loop
         with domain_loop(0, kv_tiles, 1) as d:
@@ -156,15 +149,15 @@ def softmax_ahead_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_til
                 smem_q.wait()  # the next unit's Q
             _turn(order, order_out, smem_q, smem_k, q_idx, acc_s, wg, pv=(smem_v, p, acc_o))  # S_{j+1}, P_j V_j
             with d.last_iter():  # while the GEMMs run: this unit's 1 / sum and LSE; max / sum reset
-                scores.finish(row_max=row_max, row_sum=row_sum, o_inv=o_inv, lse=lse)
+                scores.finish(softmax_state=softmax_state)
             smem_k.retire(pending=1)  # S_{j+1} is done; the P V GEMM may still run
             smem_k.release()
-            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, unit_rows=unit_rows, wg=wg)
+            scores.softmax(acc_s=acc_s, softmax_state=softmax_state, unit_rows=unit_rows, wg=wg)
             smem_v.retire()
             smem_v.release()
             with d.last_iter():
-                gmem_o.store_normalized(acc_o=acc_o, o_inv=o_inv, lse=lse)  # this unit's O, then O = 0
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+                gmem_o.store_normalized(acc_o=acc_o, softmax_state=softmax_state)  # this unit's O, then O = 0
+            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
         next_tile(wq)
     smem_q.release()  # the look-ahead past the CTA's last unit
     gmem_o.drain()

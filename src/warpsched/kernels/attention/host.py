@@ -1,4 +1,4 @@
-"""Host side of warpsched's FlashAttention forward (``warpsched.kernels.attention``): argument
+"""Host side of warpsched's FlashAttention forward (``warpsched.kernels.attention.forward``): argument
 checks with actionable messages, the compile cache (one kernel per dtype / head dim / causal /
 options; shapes are dynamic), the torch entry point and the CPU compile used by the tests."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import cutlass
 import cutlass.cute as cute
 
-from . import _host
-from .attention import HEAD_DIMS, TUNED, AttentionConfigError, FlashAttention, build  # noqa: F401 (TUNED: re-exported)
+from .. import _host
+from .forward import HEAD_DIMS, TUNED, AttentionConfigError, FlashAttention, build  # noqa: F401 (TUNED: re-exported)
 
 _CACHE = {}
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
@@ -124,7 +124,7 @@ def build_tuned_hd64(verbose=True, **manager_options):
 
 def build_unit_overlap(verbose=True, **manager_options):
     """``TUNED`` + ``unit_overlap`` at causal hd64 (the S GEMM one K/V tile ahead across work units,
-    attention_ahead.py): ``warpsched check examples/hopper/attention.py:build_unit_overlap``."""
+    attention/ahead.py): ``warpsched check examples/hopper/attention.py:build_unit_overlap``."""
     return build(FlashAttention(head_dim=64, causal=True, unit_overlap=True, **TUNED), verbose=verbose,
                  **manager_options)
 
@@ -150,7 +150,7 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, **op
     options_given = bool(options)
     if not options:
         options = tuned_options(D, causal) if out is None or _tma_aligned(out) else {}
-    if mask_mod is not None or softcap is not None:  # attention_masks: applied to the tuned kernel's tiles
+    if mask_mod is not None or softcap is not None:  # attention.masks: applied to the tuned kernel's tiles
         options = dict(options, **({"mask_mod": mask_mod} if mask_mod is not None else {}),
                        **({"softcap": softcap} if softcap is not None else {}))
 
@@ -188,7 +188,7 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
     top-left aligned); ``scale`` defaults to 1 / sqrt(D). K and V may have fewer heads than Q
     (grouped-query attention). Returns ``out`` (and the (B, H, S_q) fp32 log-sum-exp with
     ``return_lse``). ``mask_mod(batch, head, q_idx, kv_idx)`` (True: attend) and ``softcap``: see
-    ``attention_masks``.
+    ``attention.masks``.
 
     A call whose inputs TMA reads as they are, through TVM FFI, keeps its plan per (shapes, strides,
     dtypes, device, causal, scale): a later call with that key skips the Python checks and only

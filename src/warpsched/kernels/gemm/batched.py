@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Dict
 
-from . import gemm_autotune as _tune
-from .gemm_ops import FP8, GemmArgumentError, _epilogue, _epilogue_config, _kind, _name, _scales, _time_ms, check
+from . import autotune as _tune
+from .ops import FP8, GemmArgumentError, _epilogue, _epilogue_config, _kind, _name, _scales, _time_ms, check
 
 _PLANS: Dict[tuple, tuple] = {}
 
@@ -83,7 +83,7 @@ def _options(cfg, epi_opts, device_scale):
 def gemm_batched(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=None, scale_a=None,
                  scale_b=None, out_dtype=None, config="auto", cache=None, deterministic=True):
     """out[l] = act(alpha * (a[l] @ b[l]) + bias) + residual[l] for a (L, M, K), b (L, K, N), out and
-    residual (L, M, N), bias (N,) shared by the products. See ``gemm_ops.gemm``."""
+    residual (L, M, N), bias (N,) shared by the products. See ``gemm.ops.gemm``."""
     fast = cache is None
     pkey = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(),
             None if out is None else (out.shape, out.stride(), out.dtype), out_dtype,
@@ -110,14 +110,14 @@ def gemm_batched(a, b, out=None, *, bias=None, activation=None, residual=None, a
                                     "and cluster_mn (or call gemm once per product)")
     import torch
 
-    from .gemm_launch import GemmPlan
+    from .launch import GemmPlan
 
     if hit is None or aliased:
         if out is None:
             out = torch.empty(L, M, N, device=a.device, dtype=getattr(torch, o_t))
         if min(L, M, N, K) == 0:
             if K == 0 and L and M and N:
-                from .gemm_ops import epilogue_reference
+                from .ops import epilogue_reference
 
                 zeros = torch.zeros(L, M, b.shape[2], device=a.device, dtype=torch.float32)
                 out.copy_(epilogue_reference(zeros, bias, activation, residual, float(alpha or 1.0)))

@@ -7,7 +7,7 @@ aligned, as ``scaled_dot_product_attention(is_causal=True)``.
 
 A work unit is a 128-row Q block of one (batch, head) (``wgs=3``, hd64: 192 rows, a third consumer
 warp group). Persistent (default): one CTA per SM walks a static WorkQueue of units (order:
-attention_units.py); ``persistent=False``: one CTA per unit. 384 threads in three warp groups:
+attention/units.py); ``persistent=False``: one CTA per unit. 384 threads in three warp groups:
 
     LoadTask  (warp 0, 24 regs)   per unit: q.acquire; TMA both 64-row Q tiles; q.commit
                                             for j < kv_tiles: k.acquire; TMA K_j; k.commit
@@ -27,7 +27,7 @@ MathOrder (a 1-stage AsyncAsync pipeline, no data) makes the warp groups issue t
 so one's softmax runs while the other's GEMMs hold the tensor cores; inside a warp group softmax_j
 overlaps O += P_{j-1} V_{j-1}. The K/V loop length is read per unit (``kv_tiles_of``; without
 persistence a ``trip_count``): the checker proves every count >= 1 and every number of units per CTA.
-Epilogues: attention_epilogue.py; host side: attention_host (``TUNED`` defaults). docs/attention.md.
+Epilogues: attention/epilogue.py; host side: attention.host (``TUNED`` defaults). docs/attention.md.
 """
 from __future__ import annotations
 
@@ -35,18 +35,19 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from . import _host
-from ._device import H200_SMS
-from . import attention_epilogue as epilogue
-from . import attention_masks as amasks
-from .attention_masks import AttentionConfigError  # noqa: F401 (where the kernels and hosts import it from)
-from . import attention_math as amath
-from .attention_ahead import KAheadWorks, ScoresAheadWorks, load_ahead_schedule, softmax_ahead_schedule
-from .attention_schedules import load_schedule, softmax_schedule
-from .attention_schedules import next_tile as _next_tile  # noqa: F401 (tests write twins with them)
-from .attention_schedules import tile_loop as _tiles  # noqa: F401
-from .attention_epilogue import WG_ROWS, GmemO
-from .attention_units import WorkUnits
+from .. import _host
+from .._device import H200_SMS
+from . import epilogue
+from . import masks as amasks
+from .masks import AttentionConfigError  # noqa: F401 (where the kernels and hosts import it from)
+from . import register_math as amath
+from .ahead import KAheadWorks, ScoresAheadWorks, load_ahead_schedule, softmax_ahead_schedule
+from .schedules import load_schedule, softmax_schedule
+from .schedules import next_tile as _next_tile  # noqa: F401 (tests write twins with them)
+from .schedules import tile_loop as _tiles  # noqa: F401
+from .epilogue import WG_ROWS, GmemO
+from .softmax import OnlineSoftmax
+from .units import WorkUnits
 
 import cutlass
 import cutlass.cute as cute
@@ -60,7 +61,7 @@ from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAlloc
                        producer_work, threads, trip_count, wgmma_wait)
 
 HEAD_DIMS = (64, 128, 256)
-# What attention_host.prepare() / ops.attention compile without tuning keywords; each option is
+# What attention.host.prepare() / ops.attention compile without tuning keywords; each option is
 # correct for bf16 / fp16, hd 64 / 128, causal or not, and was faster on the H200: the Q ring with a
 # TMA-store epilogue, O from its own SMEM tile (o_buffer), causal units in long / short pairs over
 # few heads (causal_pairs). The measurements: docs/attention.md, one section per option.
@@ -110,11 +111,11 @@ class SmemQ(MemoryResource):
             q_idx[0] = stage_info.stage_idx
 
     @consumer_work
-    def store_o(self, stage_info: StageInfo, acc_o, row_max, row_sum, *, wg: cutlass.Constexpr = 0):
+    def store_o(self, stage_info: StageInfo, acc_o, softmax_state, *, wg: cutlass.Constexpr = 0):
         """``tma_store_o``: O / sum through this warp group's tile of the Q stage (every S GEMM that read
         it has retired) and one TMA store; its SMEM reads finish before the work returns, so the
-        stage may be released after it (``attention_epilogue.store_o_tma``)."""
-        epilogue.store_o_tma(self.g, stage_info, acc_o, row_max, row_sum, wg=wg)
+        stage may be released after it (``attention.epilogue.store_o_tma``)."""
+        epilogue.store_o_tma(self.g, stage_info, acc_o, softmax_state, wg=wg)
 
 
 @dataclass(kw_only=True)
@@ -125,28 +126,21 @@ class SmemK(KAheadWorks, MemoryResource):
     retire = wgmma_wait  # wgmma.wait_group(pending): the stage's WGMMA reads are done
     acc_s: Any = TaskLocalVariable.uninitialized()
     acc_o: Any = TaskLocalVariable.uninitialized()
-    row_max: Any = TaskLocalVariable.uninitialized()
-    row_sum: Any = TaskLocalVariable.uninitialized()
+    softmax_state: Any = TaskLocalVariable.uninitialized()
     p: Any = TaskLocalVariable.uninitialized()
-    corr: Any = TaskLocalVariable.uninitialized()
-    o_inv: Any = TaskLocalVariable.uninitialized()
-    o_lse: Any = TaskLocalVariable.uninitialized()
     unit_rows: Any = TaskLocalVariable.uninitialized()
     unit_xy: Any = TaskLocalVariable.uninitialized()
 
     def __post_init__(self):
         self.acc_s = TaskLocalVariable(dtype=None, docs="S = Q K^T, then P (fp32 registers)")
         self.acc_o = TaskLocalVariable(dtype=None, docs="O accumulator (fp32 registers)")
-        self.row_max = TaskLocalVariable(dtype=None, docs="running row max of S (unscaled)")
-        self.row_sum = TaskLocalVariable(dtype=None, docs="running row sum of P (this thread's columns)")
+        self.softmax_state = TaskLocalVariable(dtype=None, docs="the online softmax's running max, sum and O "
+                                               "rescale per row (softmax.OnlineSoftmax, registers)")
         self.p = TaskLocalVariable(dtype=None, docs="P in 16 bits: the A operand of O += P V (registers)")
-        self.corr = TaskLocalVariable(dtype=None, docs="per row: exp2 of the running max's change (O's rescale)")
-        self.o_inv = TaskLocalVariable(dtype=None, docs="unit_overlap: per row 1 / sum of the unit stored next")
-        self.o_lse = TaskLocalVariable(dtype=None, docs="unit_overlap: per row LSE of the unit stored next")
         self.unit_rows = TaskLocalVariable(dtype=None, docs="unit_overlap: K/V tiles, first Q row here and next")
         self.unit_xy = TaskLocalVariable(dtype=None, docs="unit_overlap, load task: this / the next unit's coordinates")
 
-    @consumer_work(returns=(acc_s, acc_o, row_max, row_sum, p, corr), work_attrs=WorkAttr.AUXILIARY)
+    @consumer_work(returns=(acc_s, acc_o, softmax_state, p), work_attrs=WorkAttr.AUXILIARY)
     def init(self, stage_info: StageInfo):
         v = stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
@@ -154,11 +148,8 @@ class SmemK(KAheadWorks, MemoryResource):
                                       cutlass.Float32)
         acc_o = cute.make_rmem_tensor(v.pv_mma.get_slice(tidx % 128).partition_shape_C(self.g.pv_tile[:2]),
                                       cutlass.Float32)
-        rows = cute.size(amath.layout_acc_mn(v.pv_mma, acc_o.layout), mode=[0])
-        row_max = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
-        row_sum = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
-        corr = cute.make_rmem_tensor(cute.make_layout(rows), cutlass.Float32)
-        return acc_s, acc_o, row_max, row_sum, amath.make_p(acc_s, v.pv_mma, self.g.dtype), corr
+        state = OnlineSoftmax(v.pv_mma, acc_o, unit_overlap=self.g.unit_overlap)
+        return acc_s, acc_o, state, amath.make_p(acc_s, v.pv_mma, self.g.dtype)
 
     def get_smem_requirements(self):
         return [self.g.alloc_k]
@@ -242,8 +233,7 @@ class Scores(ScoresAheadWorks, MemoryResource):
 
     @producer_work
     @cute.jit
-    def softmax(self, stage_info: StageInfo, acc_s, row_max, row_sum, corr, unit_rows=None, *,
-                wg: cutlass.Constexpr = 0):
+    def softmax(self, stage_info: StageInfo, acc_s, softmax_state, unit_rows=None, *, wg: cutlass.Constexpr = 0):
         """Mask S_j (tile j = the loop offset), P_j = exp2(...) in place, running max / sum, corr.
         ``unit_overlap``: S is one tile ahead, tile j + 1 or on the last tile the next unit's tile 0
         (``unit_rows`` from ``enter_unit``; before the tile loop: the CTA's first unit, tile 0)."""
@@ -264,22 +254,21 @@ class Scores(ScoresAheadWorks, MemoryResource):
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal)
         if cutlass.const_expr(g.mask_mod is not None):
             amasks.mask_mod_tile(acc_s, v.qk_mma, row0, col0, bN, g.mask_mod, coords[2], coords[1])
-        amath.softmax_step(acc_s, row_max, row_sum, corr, v.qk_mma, v.scale_log2, g.pinned_exp2)
+        softmax_state.step(acc_s, v.qk_mma, v.scale_log2, g.pinned_exp2)
 
     @producer_work
-    def reset(self, stage_info: StageInfo, acc_o, row_max, row_sum):
+    def reset(self, stage_info: StageInfo, acc_o, softmax_state):
         """A new work tile: O = 0, running max -inf, running sum 0."""
         acc_o.fill(0.0)
-        row_max.fill(-cutlass.Float32.inf)
-        row_sum.fill(0.0)
+        softmax_state.reset()
 
     @producer_work
-    def rescale(self, stage_info: StageInfo, acc_s, p, acc_o, corr):
+    def rescale(self, stage_info: StageInfo, acc_s, p, acc_o, softmax_state):
         """P_j into the 16-bit A-operand registers, O *= corr: only once the previous O += P V
         has retired (it reads P's registers and accumulates into O)."""
         v = stage_info.context.values
         amath.store_p(acc_s, p, self.g.dtype)
-        amath.rescale_o(acc_o, corr, v.pv_mma)
+        softmax_state.rescale(acc_o, v.pv_mma)
 
 
 @dataclass(kw_only=True)
@@ -428,9 +417,9 @@ class FlashAttention(WorkUnits):
             raise AttentionConfigError("unit_overlap=True issues the next unit's first S GEMM with the last P V GEMM: "
                                        "it needs o_buffer=True (with tma_store_o, q_stages=2, persistent), "
                                        "overlap=True and wgs=2")
-        self.unit_overlap = bool(unit_overlap)  # S runs one K/V tile ahead across units (attention_ahead.py)
+        self.unit_overlap = bool(unit_overlap)  # S runs one K/V tile ahead across units (attention/ahead.py)
         amasks.check(mask_mod, softcap, self.unit_overlap)
-        self.mask_mod, self.softcap = mask_mod, softcap  # attention_masks: traced into the softmax's tile
+        self.mask_mod, self.softcap = mask_mod, softcap  # attention.masks: traced into the softmax's tile
         if pinned_exp2 is None and self.unit_overlap:  # its hd128 loop otherwise evaluates 45 of 66 exp2 twice
             self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
@@ -448,7 +437,7 @@ class FlashAttention(WorkUnits):
         fit = (capacity - 1024 - q_stages * self.q_bytes - self.o_bytes) // (2 * self.kv_bytes)
         self.kv_stages = kv_stages or min(4, fit)
         if not 2 <= self.kv_stages <= fit:
-            hint = (" (head dim 256 fits with block_n=64, q_stages=1 and no o_buffer: attention_host.tuned_options)"
+            hint = (" (head dim 256 fits with block_n=64, q_stages=1 and no o_buffer: attention.host.tuned_options)"
                     if head_dim == 256 else "")
             raise AttentionConfigError(f"kv_stages={self.kv_stages}: K and V rings of {self.kv_bytes} bytes a stage "
                                        f"fit {fit} stages next to Q; need 2 <= stages <= {fit}{hint}")
@@ -529,7 +518,7 @@ class FlashAttention(WorkUnits):
             mgr = build(self, units_per_cta=units_here, verbose=False)  # checked here, while tracing
         else:
             mgr = build(self, kv_tiles=self.kv_tiles_of(bid), verbose=False)
-        self.checked = _host.checked(mgr)  # the verdict its compile reports (attention_host.VERDICT_OF)
+        self.checked = _host.checked(mgr)  # the verdict its compile reports (attention.host.VERDICT_OF)
         mgr.setup_resources_and_tasks()
         qk_zero = self._mmas()[0]
         qk_zero.set(warpgroup.Field.ACCUMULATE, False)

@@ -1,6 +1,6 @@
 """The persistent GEMM's CuTe DSL kernel: compile-time configuration (tile, schedule, stages,
 rasterization), the static tile scheduler's index arithmetic, and the ``@cute.kernel`` that
-builds and runs the warpsched program (gemm_program.build) while it is traced."""
+builds and runs the warpsched program (gemm.program.build) while it is traced."""
 from __future__ import annotations
 
 from typing import Optional
@@ -11,10 +11,11 @@ import cutlass.memory  # noqa: F401
 import cutlass.tensor_utils  # noqa: F401
 import cutlass.utils.hopper_helpers as sm90_utils
 
-from . import _host, gemm_epilogue
-from .gemm_config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k
-from .gemm_program import build
-from .gemm_streamk import StreamKPlan
+from .. import _host
+from . import epilogue as gemm_epilogue
+from .config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k
+from .program import build
+from .streamk import StreamKPlan
 
 EVICT_NORMAL, EVICT_FIRST, EVICT_LAST = 0x1000000000000000, 0x12F0000000000000, 0x14F0000000000000
 L2_HINTS = {None: (None, None), "normal": (EVICT_NORMAL, EVICT_NORMAL), "a_last": (EVICT_LAST, EVICT_NORMAL),
@@ -27,16 +28,16 @@ class PersistentGemm:
     ``tile_mn``: the output tile one math task computes: cooperative (64 | 128 | 256, 32..256; two
     warp groups from 128 rows), pingpong and pingpong_shared (64 | 128, 64..256 with bM * bN <=
     16384: one warp group holds the whole fp32 accumulator; pingpong: a ring per warp group,
-    pingpong_shared: one ring both release, see gemm_program.mma_shared_schedule). ``raster``: "m" (walk ``group`` M tiles down a
+    pingpong_shared: one ring both release, see gemm.program.mma_shared_schedule). ``raster``: "m" (walk ``group`` M tiles down a
     column strip before moving right) or "n". ``max_ctas``: the persistent grid's upper bound
     (the SM count). ``ab_stages``: override the ring depth (per ring). ``skip`` (pingpong_shared):
     the warp group that does not own a tile skips its stages instead of waiting for and releasing
-    them (gemm_program.mma_skip_schedule). ``block_k``: the K tile (default 4 WGMMA K steps: 64
+    them (gemm.program.mma_skip_schedule). ``block_k``: the K tile (default 4 WGMMA K steps: 64
     bf16 / fp16, 128 fp8; 128 bf16 halves the barrier round trips per byte of a small tile's
     stage and doubles the bytes in flight at the same checked ring depth; 256 once more; 32 bf16
     gives twice as many half-deep stages in the same SMEM, which lost 5 % at 128x256). ``pdl``:
     launched as a programmatic dependent launch (the load warps wait for the previous grid,
-    then let the next one launch; see gemm_program.load_schedule). ``epi_n``: the columns of one epilogue sub-tile (32:
+    then let the next one launch; see gemm.program.load_schedule). ``epi_n``: the columns of one epilogue sub-tile (32:
     bN / 32 TMA stores per tile; 64: half as many, twice the bytes each). ``epi_sync``: "pair"
     (two named barriers per sub-tile: the store warp waits for the next buffer after its store)
     or "single" (one: the store warp waits for that buffer before the barrier, one store later;
@@ -65,12 +66,12 @@ class PersistentGemm:
                                   "'parallel' or 'atomic' (in-kernel, ordered by per-tile GMEM flags)")
         if stream_k:
             check_stream_k(schedule, split_reduce, cluster_mn, split_k)
-        # stream-K (gemm_streamk): whole tiles, then a range of K iterations cut into units
+        # stream-K (gemm.streamk): whole tiles, then a range of K iterations cut into units
         self.stream_k = bool(stream_k)
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
         self.split_reduce = split_reduce
         # gmem_flags: serial_fixup's flag chain (serial split-K, stream-K), parallel_fixup's and
-        # atomic_fixup's counts through lower/gmem_flags, the GmemFlag protocols gemm_handover proves; the same flag, fence
+        # atomic_fixup's counts through lower/gmem_flags, the GmemFlag protocols gemm.handover proves; the same flag, fence
         # and barrier instructions as the hand-written accesses
         self.gmem_flags = bool(gmem_flags)
         if self.gmem_flags and not (self.stream_k or self.serial):
@@ -78,7 +79,7 @@ class PersistentGemm:
                                   "the in-kernel split-K reductions (serial, parallel, atomic) and stream-K hand "
                                   "tiles over between CTAs; drop gmem_flags")
         if self.gmem_flags:
-            from .gemm_handover import require_safe
+            from .handover import require_safe
 
             # GridResults: SAFE up to their bounds
             self.handover_proof = require_safe("stream" if self.stream_k else split_reduce)
@@ -119,9 +120,9 @@ class PersistentGemm:
             raise GemmConfigError(f"skip=True with schedule={schedule!r}: only pingpong_shared's one ring has "
                                   "stages a math warp group skips; drop skip or use schedule='pingpong_shared'")
         # pingpong_shared, skip=True: only a tile's owner waits for and releases its stages, the other
-        # warp group skips them (gemm_program.mma_skip_schedule)
+        # warp group skips them (gemm.program.mma_skip_schedule)
         self.skip = bool(skip)
-        self.pdl = bool(pdl)  # programmatic dependent launch (gemm_program.load_schedule)
+        self.pdl = bool(pdl)  # programmatic dependent launch (gemm.program.load_schedule)
         if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
             raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
         self.schedule = schedule
@@ -367,7 +368,7 @@ class PersistentGemm:
                                                            cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
         self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), self.out_n), splits)
         grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
-        # stream-K: num_units is the tile count here, so this is gemm_streamk.ctas_for (units are set per CTA)
+        # stream-K: num_units is the tile count here, so this is gemm.streamk.ctas_for (units are set per CTA)
         kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
                            self.c_staged, splits, alpha, mW, mF, mScaleA, mScaleB, mBias, mRes)
         if cutlass.const_expr(cm * cn > 1):
@@ -435,11 +436,11 @@ class PersistentGemm:
         if cutlass.const_expr(self.stream_k):
             self.sk_plan = StreamKPlan(self.num_ctiles, self.k_tiles, grid, cutlass.min, cutlass.max)
             self.sk_cta = bid
-            units_here = self.sk_plan.units(bid)  # >= 1 (gemm_streamk)
+            units_here = self.sk_plan.units(bid)  # >= 1 (gemm.streamk)
             # the static queue visits bid, bid + grid, ... below num_units: exactly this CTA's units
             self.num_units = bid + units_here * grid
         mgr = build(self, k_tiles=self.k_tiles, units_per_cta=units_here, verbose=False)  # checked while tracing
-        self.checked = _host.checked(mgr)  # the verdict its compile reports (gemm_launch.VERDICT_OF)
+        self.checked = _host.checked(mgr)  # the verdict its compile reports (gemm.launch.VERDICT_OF)
         mgr.setup_resources_and_tasks()
         mgr.run()
 

@@ -16,7 +16,7 @@ one tile: a tile has one share (stored directly) or two. Of two shares, the one 
 tile's last K tiles is CTA b's first stream-K unit and writes its fp32 partial into the slot's
 workspace tile, then releases the slot's flag; the one holding the first K tiles is CTA b - 1's
 last unit: it waits for the flag (set long before, in practice), adds the partial to its own sum
-and stores C (gemm_resources.serial_fixup with two shares). The sum is always own + partial, so
+and stores C (gemm.resources.serial_fixup with two shares). The sum is always own + partial, so
 the result is the same bit for bit on every launch. No cycle of waits: a writer waits for
 nothing before it (its CTA's data-parallel tiles only), and the grid is resident (<= one CTA per
 SM). Its correctness and speed against the data-parallel kernel on the H200: docs/gemm.md, "Stream-K".

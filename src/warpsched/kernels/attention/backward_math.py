@@ -1,10 +1,10 @@
-"""Register-level math of warpsched's FlashAttention backward (``warpsched.kernels.attention_bwd``):
+"""Register-level math of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``):
 P and dS recomputed from S, dP, the log-sum-exp and delta = rowsum(dO * O); dS into SMEM for the
 dQ GEMM; dQ added into the fp32 accumulation buffer; dK and dV out of the registers.
 
 The accumulators here are transposed (rows are keys, columns are queries: S^T = K Q^T), so the
 per-query values (LSE, delta) are per column, and P^T / dS^T are the A operands of dV += P^T dO
-and dK += dS^T Q straight from the registers (``attention_math.make_p`` / ``store_p``).
+and dK += dS^T Q straight from the registers (``attention.register_math.make_p`` / ``store_p``).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import math
 import cutlass
 import cutlass.cute as cute
 
-from . import attention_math as amath
+from . import register_math as amath
 
 LOG2E = math.log2(math.e)
 HALF = 64  # keys per consumer warp group (one WGMMA M); a CTA's K/V block is 2 * HALF keys

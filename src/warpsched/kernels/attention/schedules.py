@@ -1,7 +1,7 @@
-"""The default schedules of warpsched's FlashAttention forward (``warpsched.kernels.attention``): the
+"""The default schedules of warpsched's FlashAttention forward (``warpsched.kernels.attention.forward``): the
 load task's and the softmax warp groups' (two, or three chained with ``wgs=3``), with or without the
 intra-warpgroup overlap, the Q ring and the TMA-store epilogues; the persistent work-tile loop around them.
-The ``unit_overlap`` schedules are in attention_ahead.py. docs/attention.md."""
+The ``unit_overlap`` schedules are in attention/ahead.py. docs/attention.md."""
 from __future__ import annotations
 
 import contextlib
@@ -53,10 +53,10 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
     ``tma_store_o``: O leaves through Q's stage. ``drain_o`` (``o_buffer``): wait for the last O store's reads."""
     if not chain:  # two warp groups, one MathOrder: 0 hands the turn to 1
         order, order_out = (None, order) if wg == 0 else (order, None)
-    acc_s, acc_o, row_max, row_sum, p, corr = smem_k.init()
+    acc_s, acc_o, softmax_state, p = smem_k.init()
     q_idx = smem_q.init_index() if q_ring else None
     with tile_loop(wq, units):
-        scores.reset(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+        scores.reset(acc_o=acc_o, softmax_state=softmax_state)
         smem_q.wait()
         with domain_loop(0, kv_tiles, 1) as d:
             if order is not None:
@@ -90,14 +90,14 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
             else:
                 smem_k.retire()
             smem_k.release()
-            scores.softmax(acc_s=acc_s, row_max=row_max, row_sum=row_sum, corr=corr, wg=wg)
+            scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
             if overlap:
                 with d.every(1, start=1):
                     smem_v.retire()
                     smem_v.release()
-                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
             else:
-                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, corr=corr)
+                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
                 smem_v.wait()
                 smem_v.mma_pv(p=p, acc_o=acc_o)
                 smem_v.retire()
@@ -110,10 +110,10 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
             smem_v.retire()
             smem_v.release()
         if tma_store_o:
-            smem_q.store_o(acc_o=acc_o, row_max=row_max, row_sum=row_sum, wg=wg)
+            smem_q.store_o(acc_o=acc_o, softmax_state=softmax_state, wg=wg)
             smem_q.release()
         else:
-            gmem_o.store(acc_o=acc_o, row_max=row_max, row_sum=row_sum)
+            gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
         next_tile(wq)
     if drain_o:
         gmem_o.drain()

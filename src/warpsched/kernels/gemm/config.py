@@ -1,10 +1,10 @@
 """The persistent GEMM's configuration constants and its error type (no cutlass import)."""
 from __future__ import annotations
 
-from ._device import H200_SMS  # noqa: F401 (gemm_kernel and the examples import it from here)
+from .._device import H200_SMS  # noqa: F401 (gemm.kernel and the examples import it from here)
 
 SCHEDULES = ("cooperative", "pingpong", "pingpong_shared")
-# pingpong_shared: ping-pong over ONE ring that both math warp groups release (see gemm_program)
+# pingpong_shared: ping-pong over ONE ring that both math warp groups release (see gemm.program)
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
 # the deepest ring chosen by default (tiles below 64x128 would fit more): the exhaustive check of
 # a traced program grows with the depth (docs/gemm.md has the times); shipped configurations are
@@ -19,7 +19,7 @@ class GemmConfigError(ValueError):
 def check_stream_k(schedule, split_reduce, cluster_mn, split_k=None):
     """Stream-K's options (PersistentGemm(stream_k=True) and gemm(split_k="stream") both ask): the
     cooperative schedule, no cluster, no other K split, and no split_reduce (it hands a shared tile
-    over in the kernel itself, gemm_streamk)."""
+    over in the kernel itself, gemm.streamk)."""
     if split_k or split_reduce != "host" or schedule != "cooperative" or tuple(cluster_mn) != (1, 1):
         raise GemmConfigError(f"stream-K with schedule={schedule!r}, split_reduce={split_reduce!r}, cluster_mn="
                               f"{tuple(cluster_mn)}" + (f", split_k={split_k!r}" if split_k else "") + ": stream-K "

@@ -1,6 +1,6 @@
 """Launch-time co-residency of grids whose CTAs wait for each other (no cutlass import).
 
-Serial split-K and stream-K hand tiles between CTAs through GMEM flags (``kernels/gemm_handover``),
+Serial split-K and stream-K hand tiles between CTAs through GMEM flags (``kernels/gemm/handover``),
 and a reader may wait for a CTA with a higher index (``verify/checker/grid.needs_residency``). The
 grid checker proves those hand-overs assuming every CTA of the grid is resident at once; on a device
 that runs fewer at once, the waiting CTAs hold the SMs their writers need and the launch hangs. So
@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
-from .gemm_config import GemmConfigError
+from .config import GemmConfigError
 
 SMEM_RESERVED_PER_CTA = 1024  # bytes the hardware keeps per resident CTA (sm_80 and later)
 MPS_PERCENT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"

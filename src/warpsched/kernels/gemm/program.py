@@ -1,10 +1,10 @@
 """The persistent GEMM as a warpsched program: the load and math schedules and ``build(g)``, which
-``warpsched check`` runs on the CPU (through ``gemm_host.build``) and the kernel runs while it is
+``warpsched check`` runs on the CPU (through ``gemm.host.build``) and the kernel runs while it is
 traced (the same program both times, with the runtime K-tile count and units per CTA declared
 with ``trip_count``)."""
 from __future__ import annotations
 
-from .gemm_resources import GmemAB, GmemC, MathOrder, SmemAB
+from .resources import GmemAB, GmemC, MathOrder, SmemAB
 
 from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, SmemAllocation, SmemAllocator, Task,
                        TaskManager, TileSchedulerConfig, WorkQueue, domain_loop, schedule, threads, trip_count,
@@ -165,7 +165,7 @@ def turn_pipelines(consumer_threads):
 def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
-    ``g``: the PersistentGemm being traced (on the CPU: ``gemm_host.build`` makes a default one;
+    ``g``: the PersistentGemm being traced (on the CPU: ``gemm.host.build`` makes a default one;
     this module does not import the kernel, which imports it). ``k_tiles`` / ``units_per_cta``:
     the kernel's runtime K-tile count and the number of work units this CTA runs (None on the
     CPU); the checker proves every value >= 1 of each. The schedules and ``turn_pipelines`` are read

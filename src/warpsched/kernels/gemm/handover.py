@@ -1,10 +1,10 @@
 """The persistent GEMM's cross-CTA hand-overs as GmemFlag protocols the grid checker proves.
 
 ``serial_fixup_calls`` is the serial hand-over itself (serial split-K, and stream-K's shared tiles):
-the kernel's GmemC.serial_fixup runs this function on its runtime values (gemm_fixup: a runtime
+the kernel's GmemC.serial_fixup runs this function on its runtime values (gemm.fixup: a runtime
 ``branch``, its GMEM accesses as ``flag`` / ``tile``), and the protocols below run it on the unit's
 ints, with the kernel's own unit assignment (the cooperative schedule's static persistent order;
-gemm_streamk.StreamKPlan). ``parallel_fixup_calls`` (with a ``repeat`` for the last share's loop
+gemm.streamk.StreamKPlan). ``parallel_fixup_calls`` (with a ``repeat`` for the last share's loop
 over slabs) and ``atomic_fixup_calls`` (with a ``when`` for the last share's branch) are shared the
 same way. With ``PersistentGemm(gmem_flags=
 True)`` the flag verbs go through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same flag, fence and
@@ -15,8 +15,8 @@ runs from the last share down), 'read_first' (a share reads the tile before its 
 """
 from __future__ import annotations
 
-from ..model.gmem_flags import CrossCtaProtocol, GmemFlag, GmemWorkspace
-from .gemm_streamk import StreamKPlan
+from ...model.gmem_flags import CrossCtaProtocol, GmemFlag, GmemWorkspace
+from .streamk import StreamKPlan
 
 SPLIT_K_FLAGS = GmemFlag(name="split-K tile flags (mF)")
 SPLIT_K_TILE = GmemWorkspace(name="split-K fp32 tile (mW)")
@@ -42,8 +42,8 @@ def serial_fixup_calls(idx, split, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLI
     """The serial hand-over of share ``split`` of ``last + 1`` on flag / tile ``idx``. One description,
     run twice: by the grid checker on the unit's ints (``branch``: a Python if; ``flag`` / ``tile``: the
     model's GmemFlag / GmemWorkspace, which record the calls) and by the kernel while it is traced
-    (gemm_resources.serial_fixup: ``branch`` a runtime if, ``flag`` / ``tile`` its GMEM accesses,
-    gemm_fixup.SerialFixupIO). ``bug`` plants the CPU / GPU twins (never set by the kernel)."""
+    (gemm.resources.serial_fixup: ``branch`` a runtime if, ``flag`` / ``tile`` its GMEM accesses,
+    gemm.fixup.SerialFixupIO). ``bug`` plants the CPU / GPU twins (never set by the kernel)."""
     order = last - split if bug == "reversed" else split
     if bug == "read_first":
         branch(order > 0, lambda: tile.read(idx))
@@ -88,7 +88,7 @@ def parallel_fixup_calls(t, split, last, slab, bug=None, flag=SPLIT_K_FLAGS, sla
     """The parallel hand-over of share ``split`` of ``last + 1`` on tile ``t``: the shares but the last
     write their own slab (``slab(split)``) and count themselves (a release-only add); the last one
     waits for the count, resets it and reads every slab. One description, run by the grid checker
-    (``slab(s)`` = s * tiles + t, a Python if and loop) and by the kernel (gemm_fixup.ParallelFixupIO,
+    (``slab(s)`` = s * tiles + t, a Python if and loop) and by the kernel (gemm.fixup.ParallelFixupIO,
     whose slab index is the share)."""
     def hand_in():
         slabs.write(slab(split))
@@ -130,7 +130,7 @@ def atomic_fixup_calls(t, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE,
     """The atomic hand-over of one share of tile ``t``: reduce-add into the zeroed tile (red.add: a
     declared atomic accumulation), count itself (acq_rel add); the share whose add returns ``last``
     reads the sum, zeroes the tile and the flag for the next launch. One description, run by the grid
-    checker and by the kernel (gemm_fixup.AtomicFixupIO: its ``when`` broadcasts the first thread's
+    checker and by the kernel (gemm.fixup.AtomicFixupIO: its ``when`` broadcasts the first thread's
     ticket by a predicate-OR barrier and returns whether this share is the last)."""
     if bug == "plain_write":
         tile.write(t)
@@ -161,7 +161,7 @@ def atomic_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2)
 
 
 def stream_k_protocol(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> CrossCtaProtocol:
-    """split_k='stream': the store's hand-over (gemm_resources.store) on StreamKPlan's units; a
+    """split_k='stream': the store's hand-over (gemm.resources.store) on StreamKPlan's units; a
     tile of two shares runs serial_fixup with last = 1 on its workspace slot."""
     def assignment(cta, ctas, n_tiles):
         plan = StreamKPlan(n_tiles, k_tiles, ctas)
@@ -189,8 +189,8 @@ def require_safe(kind: str):
     """The grid checker's verdict on the hand-over a gmem_flags kernel runs (``kind``: 'serial' or
     'parallel' split-K with 2 and 3 shares, or 'stream' with 2 and 3 K tiles, over the default
     bounds), computed once per process (about 0.1 s); a violation raises GemmConfigError with the findings."""
-    from ..verify.checker.grid import check_grid
-    from .gemm_config import GemmConfigError
+    from ...verify.checker.grid import check_grid
+    from .config import GemmConfigError
 
     key = kind
     if key not in _PROVEN:

@@ -1,4 +1,4 @@
-"""The work units of warpsched's FlashAttention forward (``warpsched.kernels.attention``): a unit
+"""The work units of warpsched's FlashAttention forward (``warpsched.kernels.attention.forward``): a unit
 is a block of ``64 * wgs`` Q rows of one (batch, head); these methods (a mixin of
 ``FlashAttention``) map a persistent work-tile index to its (Q block, head, batch, K/V head) and
 its K/V tile count. They run in the trace on device values and, in the tests, on Python ints."""

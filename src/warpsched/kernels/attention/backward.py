@@ -39,12 +39,12 @@ from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAlloc
                        TaskLocalVariable, TaskManager, WorkAttr, consumer_work, producer_work, threads, trip_count,
                        wgmma_wait)
 
-from . import _host
-from . import attention_bwd_math as bmath
-from .attention_bwd_schedules import dq_writer_schedule, grad_schedule, load_schedule
-from . import attention_math as amath
-from .attention import AttentionConfigError
-from .attention_bwd_math import HALF
+from .. import _host
+from . import backward_math as bmath
+from .backward_schedules import dq_writer_schedule, grad_schedule, load_schedule
+from . import register_math as amath
+from .forward import AttentionConfigError
+from .backward_math import HALF
 
 BWD_HEAD_DIMS = (64, 128)
 BLOCK_N = 2 * HALF  # keys per CTA: one 64-key half per consumer warp group
@@ -221,7 +221,7 @@ class Grads(MemoryResource):
 
     @producer_work
     def scores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds):
-        """P^T and dS^T of this step (``attention_bwd_math.grads_of_scores``)."""
+        """P^T and dS^T of this step (``attention.backward_math.grads_of_scores``)."""
         g, v = self.g, stage_info.context.values
         n_block, _, _ = g.unit_coords(v.unit)
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
@@ -493,7 +493,7 @@ class FlashAttentionBackward:
         self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                         cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
         mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
-        self.checked = _host.checked(mgr)  # the verdict its compile reports (attention_bwd_host.VERDICT_OF)
+        self.checked = _host.checked(mgr)  # the verdict its compile reports (attention.backward_host.VERDICT_OF)
         mgr.setup_resources_and_tasks()
         zeros = self._mmas()
         sdp_zero, dq_zero = zeros[0], zeros[2]

@@ -6,13 +6,13 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from . import _host
-from . import gemm_program
-from .gemm_config import DEFAULT_TILES, SCHEDULES, GemmConfigError, check_stream_k
-from .gemm_kernel import PersistentGemm
-from .gemm_launch import (_CACHE, FP8_DTYPES, VERDICT_OF, GemmPlan, _kernel, compiled, compiled_ffi,  # noqa: F401
-                          cutlass_dtype, fake_epilogue, fake_operands, fake_workspace, key, max_ctas, scale_tensors,
-                          to_cute, trailing)
+from .. import _host
+from . import program as gemm_program
+from .config import DEFAULT_TILES, SCHEDULES, GemmConfigError, check_stream_k
+from .kernel import PersistentGemm
+from .launch import (_CACHE, FP8_DTYPES, VERDICT_OF, GemmPlan, _kernel, compiled, compiled_ffi,  # noqa: F401
+                     cutlass_dtype, fake_epilogue, fake_operands, fake_workspace, key, max_ctas, scale_tensors,
+                     to_cute, trailing)
 
 _TORCH_DTYPES = ("bfloat16", "float16")
 
@@ -130,7 +130,7 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     if split_k == 1:
         return GemmPlan(a.dtype, c.dtype, options, 1)
     if split_reduce == "host" and any(tile_options.get(k) for k in ("bias", "activation", "residual", "scale_out")):
-        split_reduce = "parallel"  # a fused epilogue needs the summed tile in the kernel (gemm_epilogue)
+        split_reduce = "parallel"  # a fused epilogue needs the summed tile in the kernel (gemm.epilogue)
     rows = -(-M // bM) * bM
     if split_reduce == "serial":  # a share waits for the one before it, maybe in a later CTA
         options["max_ctas"] = resident_ctas(a, c, dict(options, split_k=True, split_reduce="serial"), tiles * split_k,
@@ -203,7 +203,7 @@ def gemm(a, b, c, schedule="cooperative", split_k="auto", alpha=1.0, split_reduc
     when the output tiles leave most SMs idle; cooperative without a cluster), 1, or a split
     count, or "stream" (stream-K, deterministic: whole tiles for all but the last 1 + fraction
     waves, whose K iterations are divided evenly among the persistent CTAs; a tile shared by two
-    CTAs is handed from one CTA to the other through a workspace tile and a flag, see gemm_streamk).
+    CTAs is handed from one CTA to the other through a workspace tile and a flag, see gemm.streamk).
     ``scales``: fp8 only, (scale_a, scale_b) as one-element fp32 CUDA tensors the kernel reads
     itself (no host sync; ``alpha`` multiplies them).
     ``split_reduce``: "host" (the kernel writes fp32 partial tiles of each K share into a

@@ -18,7 +18,7 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from .attention_math import s_tile_coords
+from .register_math import s_tile_coords
 
 
 
