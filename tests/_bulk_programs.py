@@ -5,7 +5,7 @@ static checks: the checker must be right on broken programs too), ``compare(prog
 verdict with the checker's bulk-skip reductions on and with the unreduced reference search
 (``loops.BULK_REDUCTIONS = False``: no Engine._pre_idle, no idle loop as one step, skip values
 kept exactly, no lifting of exact counts). Used by tests/test_checker_bulk_diff.py and
-benchmarks/fuzz_model.py / benchmarks/bulk_diff.py.
+tools/fuzz_model.py / tools/bulk_diff.py.
 """
 from __future__ import annotations
 

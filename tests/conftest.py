@@ -12,7 +12,7 @@ import pytest
 os.environ["WARPSCHED_VERDICT_CACHE"] = "0"
 
 # Under pytest-xdist (the README's `-n 2`) each worker gets its own TMPDIR: a folder a module names from
-# it at import (benchmarks/handwritten's kept-PTX folder) would otherwise be shared, and two workers
+# it at import (bench/handwritten's kept-PTX folder) would otherwise be shared, and two workers
 # compiling the same kernel would read each other's half-written PTX file. Everything else a test
 # writes lives in tmp_path or a per-process mkdtemp (warpsched.kernels._host.ptx_dir, examples' _common).
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -1,7 +1,7 @@
 """The attention backward (warpsched.kernels.attention.backward) as a checked program: SAFE for every step
 count, twins with planted bugs rejected where they are wrong, the kernel traced for sm_90a with the
 program the CPU checks, and the host's argument errors. Numbers on the H200: docs/attention.md
-("Backward", benchmarks/attention_bwd_check.py)."""
+("Backward", bench/attention_bwd_check.py)."""
 from __future__ import annotations
 
 import re

@@ -3,7 +3,7 @@ softmax's tiles and a ``softcap``, on the CPU (sm_90a compiles). Neither touches
 so the kernel's program, its fingerprint and its proof are the ones without them; the kernels without
 them compile to the same PTX as before they existed (checked when they were added: byte-identical for
 the four tuned configurations). Their numbers are checked on the H200 by
-benchmarks/attention_mask_check.py."""
+bench/attention_mask_check.py."""
 from __future__ import annotations
 
 import os

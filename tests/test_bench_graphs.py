@@ -1,11 +1,11 @@
-"""benchmarks/_graphs.py (the GEMM benchmarks' timing and tables) on the CPU: rotated rounds,
+"""bench/_graphs.py (the GEMM benchmarks' timing and tables) on the CPU: rotated rounds,
 medians, the printed ratios and geomeans, and graph_ms with a stand-in torch and do_bench."""
 import contextlib
 import math
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 import _graphs  # noqa: E402
 
 

@@ -3,7 +3,7 @@ loop run as one step, skip values kept modulo the ring's cycle, lifted exact cou
 with them must be the unreduced reference search's (``loops.BULK_REDUCTIONS = False``) on small
 ping-pong / hand-off programs, valid and broken. A symbolic K has no finite reference: its verdict
 is compared with the reference's at K = 1, 2, 3 (SAFE must hold at each; UNSAFE at one of them).
-The longer run: ``benchmarks/bulk_diff.py`` (and fuzz_model.py --exhaustive)."""
+The longer run: ``tools/bulk_diff.py`` (and fuzz_model.py --exhaustive)."""
 from __future__ import annotations
 
 import os

@@ -5,7 +5,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))  # checker_scaling
 
 from test_checker_builders import Buf, Queue, async_cfg, program, task  # noqa: E402
 from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, domain_loop, schedule, trip_count,  # noqa: E402

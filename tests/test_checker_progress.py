@@ -5,7 +5,7 @@ import importlib
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "bench"))  # checker_scaling
 
 from warpsched.verify.checker import run_checker  # noqa: E402
 

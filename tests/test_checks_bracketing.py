@@ -493,7 +493,7 @@ def test_value_written_under_a_condition_read_unconditionally():
 
 def test_guard_must_read_the_most_recent_write():
     """A when_true reads its token's slot where the block opens: a second write of the slot
-    in between makes the handle stale (found by benchmarks/diff_fuzz.py: TS rejects it,
+    in between makes the handle stale (found by tools/diff_fuzz.py: TS rejects it,
     warpsched accepted it while rejecting the same staleness on a work argument)."""
     src, smem, out = Gmem(name="src"), Buf(name="smem", pipeline_config=async_async()), Gmem(name="out")
 

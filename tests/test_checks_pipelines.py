@@ -181,7 +181,7 @@ def test_tma_async_consumer_arrives_once_per_warp():
 
 def test_two_consumer_tasks_are_named_together_with_their_summed_count():
     # The summed count used to be attributed to the first task alone ("task 'drain' (2 warp(s))
-    # makes 6 ...", found by benchmarks/diff_fuzz.py): the message names both tasks now.
+    # makes 6 ...", found by tools/diff_fuzz.py): the message names both tasks now.
     cfg = PipelineConfig.create_tma_async_pipeline_cfg(  # @broadcast_group
         num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(2))
     tasks, graph = tma_async_program(cfg, consumer_warps=2)

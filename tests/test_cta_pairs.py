@@ -7,7 +7,7 @@
 * The checker runs both CTAs of the pair (executors ``Task@leader`` / ``Task@peer``).
 * The lowering compiles the 2-CTA tcgen05 GEMM and the seed's pair shapes for sm_100a; their PTX
   facts are pinned here, with the values CUTLASS's own 2-CTA dense GEMM example emits for the
-  same facts (benchmarks/cta_pair_ptx.py prints both side by side, benchmarks/results/cta_pair_ptx.txt).
+  same facts (tools/cta_pair_ptx.py prints both side by side, bench/results/cta_pair_ptx.txt).
 """
 from __future__ import annotations
 
@@ -151,12 +151,12 @@ def test_the_checker_catches_one_ctas_bytes_on_both_ctas():
 
 # ------------------------------------------------------------------ PTX (sm_100a, CPU)
 def _facts(ptx):
-    bench = _load("cta_pair_ptx", "benchmarks/cta_pair_ptx.py")
+    bench = _load("cta_pair_ptx", "tools/cta_pair_ptx.py")
     return bench.facts(ptx)
 
 
 # What CUTLASS's dense_gemm.py (use_2cta_instrs=True, 256x256 MMA, cluster (2, 1)) emits for the same
-# facts (benchmarks/results/cta_pair_ptx.txt): cta_group::2 MMAs only; every TMA .cta_group::2 with its
+# facts (bench/results/cta_pair_ptx.txt): cta_group::2 MMAs only; every TMA .cta_group::2 with its
 # barrier operand masked to the leader (& 0xFEFFFFF8); arrive.expect_tx of 65536 bytes (2 CTAs x 32 KiB)
 # skipped in the peer CTA; tcgen05.commit cta_group::2 multicast to self|peer (empty) and 0b11
 # (accumulator full); TMEM alloc / relinquish / dealloc cta_group::2. warpsched also releases the

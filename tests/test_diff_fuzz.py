@@ -1,6 +1,6 @@
-"""The differential fuzzer (benchmarks/diff_fuzz.py) as a bounded regression test.
+"""The differential fuzzer (tools/diff_fuzz.py) as a bounded regression test.
 
-warpsched itself never imports the reference TS; the fuzzer in benchmarks/ does, and so does
+warpsched itself never imports the reference TS; the fuzzer in tools/ does, and so does
 the one test here that runs it.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
 
 import diff_fuzz as D  # noqa: E402
 from diff_fuzz_programs import Pipe, Prog, TaskD, generate, reformed, unrolled  # noqa: E402

@@ -1,7 +1,7 @@
 """Fuzz the model: random (often malformed) resources, configs, schedules, graphs, groups
 and tasks must make warpsched accept the program or raise its own errors -- never crash.
 
-``build_and_check(data)`` is shared with ``benchmarks/fuzz_model.py`` (the longer run).
+``build_and_check(data)`` is shared with ``tools/fuzz_model.py`` (the longer run).
 """
 from __future__ import annotations
 
@@ -262,7 +262,7 @@ def draw_allocators(data, resources):
 
 def build_and_check(data, *, exhaustive=False, programs=None):
     """Build one random program; return 'accepted', 'rejected' or raise the internal error.
-    ``programs``: a list the accepted TaskManager is appended to (benchmarks/fuzz_model.py)."""
+    ``programs``: a list the accepted TaskManager is appended to (tools/fuzz_model.py)."""
     resources = draw_resources(data)
     group = draw_group(data, resources)
     tasks = draw_tasks(data, resources, group, draw_k(data))
@@ -288,7 +288,7 @@ def build_and_check(data, *, exhaustive=False, programs=None):
 
 def _statically_valid(programs, make):
     """Append the program ``make`` builds when the static checks accept it (its checker verdict,
-    SAFE or not, is for the caller to compute: benchmarks/fuzz_model.py runs it twice)."""
+    SAFE or not, is for the caller to compute: tools/fuzz_model.py runs it twice)."""
     try:
         programs.append(make(exhaustive_deadlock_race_check=False, skip_validation=False).program)
     except (ValidationError, ScheduleError):

@@ -3,7 +3,7 @@ the CPU: variants compiled for sm_90a with fake operands through the TVM-FFI pat
 each traced program SAFE; the epilogue changes work bodies only, so the program, and its fingerprint,
 is the plain GEMM's), their PTX holding the epilogue's instructions, SwiGLU's register pairing checked
 on identity tensors, and the argument errors of ``ops.gemm``. The numerics run on the H200:
-benchmarks/gemm_epilogue_check.py."""
+bench/gemm_epilogue_check.py."""
 from __future__ import annotations
 
 import os

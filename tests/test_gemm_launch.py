@@ -3,7 +3,7 @@
 The launch path (``gemm_launch.compiled_ffi``) compiles each configuration once with fake operands
 and the caller's stream; transposed 16-bit operands (M-major A, N-major B: what a backward pass
 reads) change only the SMEM layouts, the TMA boxes and WGMMA's transpose operands, not the program
-the checker proves. Runs on the H200: benchmarks/host_overhead.py, benchmarks/linear_autograd.py."""
+the checker proves. Runs on the H200: bench/host_overhead.py, bench/linear_autograd.py."""
 from __future__ import annotations
 
 import os

@@ -203,14 +203,14 @@ def test_stream_k_host_errors(gp, monkeypatch, options, K, needle):
 
 
 def test_sweep_checks_stream_k_where_tiles_are_shared():
-    """benchmarks/gemm_sweep.py: the stream-K configurations exist, are in the tune sets of the
+    """bench/gemm_sweep.py: the stream-K configurations exist, are in the tune sets of the
     shapes with many tiles, and its SK_RAGGED shapes do share tiles on the H200's 132 SMs (M = 1,
     ragged M / N / K), except the K < one K tile shape, where every unit is a whole tile."""
     import os
     import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-    import gemm_sweep as sweep
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import gemm_sweep_configs as sweep
 
     assert set(sweep.STREAM_K) <= set(sweep.CONFIGS) and sweep.FIXED["coop_sk"] in sweep.STREAM_K
     assert all(sweep.CONFIGS[n]["split_k"] == "stream" for n in sweep.STREAM_K)

@@ -1,4 +1,4 @@
-"""benchmarks/gemm_sweep.py on the CPU: shape selection, and the supervisor with fake children
+"""bench/gemm_sweep.py on the CPU: shape selection, and the supervisor with fake children
 (a hang and a crash) producing the bf16 and fp8 tables."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
 sys.path.insert(0, BENCH)
 
-import gemm_sweep as sweep  # noqa: E402
+import gemm_sweep_configs as sweep  # noqa: E402  (the sweep's shape sets and configurations)
 
 
 def test_shape_sets():

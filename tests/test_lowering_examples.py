@@ -89,13 +89,13 @@ def test_example_ptx_counts(compiled, name):
 
 def test_examples_match_handwritten_barrier_counts(compiled):
     """The zero-overhead claim at the PTX level: same mbarrier instruction counts as our
-    hand-written CuTe DSL kernels (benchmarks/handwritten) with the same configuration."""
-    spec = importlib.util.spec_from_file_location("hw_tma_copy", os.path.join(ROOT, "benchmarks", "handwritten",
+    hand-written CuTe DSL kernels (bench/handwritten) with the same configuration."""
+    spec = importlib.util.spec_from_file_location("hw_tma_copy", os.path.join(ROOT, "bench", "handwritten",
                                                                               "tma_copy.py"))
     hw_copy = importlib.util.module_from_spec(spec)
     sys.modules["hw_tma_copy"] = hw_copy
     spec.loader.exec_module(hw_copy)
-    spec = importlib.util.spec_from_file_location("hw_wgmma_gemm", os.path.join(ROOT, "benchmarks", "handwritten",
+    spec = importlib.util.spec_from_file_location("hw_wgmma_gemm", os.path.join(ROOT, "bench", "handwritten",
                                                                                 "wgmma_gemm.py"))
     hw_gemm = importlib.util.module_from_spec(spec)
     sys.modules["hw_wgmma_gemm"] = hw_gemm

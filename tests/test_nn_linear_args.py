@@ -6,7 +6,7 @@ This machine has no torch: ``nn/functional.py`` is loaded on its own (not throug
 ``warpsched.nn``, whose other modules need the real torch) against a stand-in torch module with
 just what it reads, and the GEMM is a recorder that runs the real ``gemm_ops.check`` on what it
 gets. The numbers (zero rows adding nothing) are checked on the H200 by
-benchmarks/gemm_epilogue_check.py (token counts 300 and 17); ``test_with_torch`` runs where torch is
+bench/gemm_epilogue_check.py (token counts 300 and 17); ``test_with_torch`` runs where torch is
 installed."""
 from __future__ import annotations
 

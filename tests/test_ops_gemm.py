@@ -1,6 +1,6 @@
 """warpsched.ops.gemm on the CPU: the import stays pure Python, the argument checks name the fix,
 and the autotuner's key, candidate list and on-disk cache (write, reuse, corrupt / foreign /
-unwritable files) behave. The kernels themselves run in benchmarks/gemm_sweep.py on the H200."""
+unwritable files) behave. The kernels themselves run in bench/gemm_sweep.py on the H200."""
 from __future__ import annotations
 
 import json
@@ -171,7 +171,7 @@ def test_wide_k_tiles_are_candidates_for_small_m():
 def test_wide_pingpong_is_a_candidate_where_tiles_are_many():
     """CUTLASS's ping-pong (pingpong_shared, skip=True) with cuBLAS's 128x176 tile: 0.996x torch.matmul
     at 1024 x 14336 x 4096 against 0.935x for cooperative 128x224 in one H200 run
-    (benchmarks/results/gemm_pp176_s24_h200.log); 128x192 won the N = 128256 shapes in the full
+    (bench/results/gemm_pp176_s24_h200.log); 128x192 won the N = 128256 shapes in the full
     sweep (gemm_sweep_s24_h200.log); skip and epi_n are configuration keys."""
     wide = dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 176), ab_stages=4, epi_n=16, split_k=1)
     wider = dict(schedule="pingpong_shared", skip=True, tile_mn=(128, 192), ab_stages=4, split_k=1)

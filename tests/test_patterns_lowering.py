@@ -2,9 +2,9 @@
 CPU with fake tensors, their PTX barrier traffic pinned with derivations, and the programs the
 kernels build (with plain-int loop bounds) checked on the CPU.
 
-The same kernels ran on the H200: benchmarks/run_patterns_gpu.py, results in
-benchmarks/results/patterns_h200.log (31/31 cases correct), the 2-CTA variants in
-benchmarks/results/patterns_cluster_h200.log."""
+The same kernels ran on the H200: tools/run_patterns_gpu.py, results in
+bench/results/patterns_h200.log (31/31 cases correct), the 2-CTA variants in
+bench/results/patterns_cluster_h200.log."""
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,4 @@
-"""The planted-bug kernels (benchmarks/planted) and their GPU runner, on the CPU: every planted bug is
+"""The planted-bug kernels (tools/planted) and their GPU runner, on the CPU: every planted bug is
 found by warpsched and its fixed twin accepted, every variant compiles for sm_90a, the watchdog kills
 a hung worker, and the tables come out of given outcomes (the hardware outcomes are injected here)."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks", "planted"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+sys.path.insert(0, os.path.join(ROOT, "tools", "planted"))
 
 import cases as C  # noqa: E402
 import planted_gpu as G  # noqa: E402

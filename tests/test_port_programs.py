@@ -5,7 +5,7 @@ surface the CUTLASS tutorials use. The test does what a porting user does -- rep
 imports by ``from warpsched import`` and nothing else -- compiles the kernel for its architecture
 and pins the TS kernel's barrier, TMA and tcgen05 instruction counts. The pinned counts equal the
 reference TS's for the same programs at the same unroll (measured with nvidia-cutlass-dsl 4.8.1:
-``benchmarks/port_tutorials.py`` does the same side by side for the real tutorials).
+``tools/port_tutorials.py`` does the same side by side for the real tutorials).
 """
 from __future__ import annotations
 

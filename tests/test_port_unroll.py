@@ -1,6 +1,6 @@
 """domain_loop's unroll when left out (issue 27): 1 in warpsched code (the TS schedules page), None
 (the compiler unrolls, the reference implementation's default) in a module ported with
-``port_imports``, so a port keeps the reference's generated code. benchmarks/port_tutorials.py
+``port_imports``, so a port keeps the reference's generated code. tools/port_tutorials.py
 measures it on CUTLASS's 01_02: 5 TMA / 33 mbarrier lines as ported, as the reference (1 / 9 before)."""
 from __future__ import annotations
 

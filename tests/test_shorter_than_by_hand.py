@@ -1,10 +1,10 @@
 """Issue 11, "kernels shorter than by hand": the Hopper GEMM and TMA copy examples have fewer
-non-blank lines than their hand-written CuTe DSL twins (benchmarks/handwritten/), and the PTX they
+non-blank lines than their hand-written CuTe DSL twins (bench/handwritten/), and the PTX they
 compile to keeps the barrier / TMA / WGMMA / setmaxnreg instruction counts pinned here, for the
 single-CTA GEMM (equal to the hand-written one) and every cluster the example supports.
 
 GPU side (bitwise-equal output, timing): ``source .devcarry/prelude.sh && python3
-benchmarks/zero_overhead.py`` and ``python3 benchmarks/run_examples_gpu.py --only gemm gemm_cluster``.
+bench/zero_overhead.py`` and ``python3 tools/run_examples_gpu.py --only gemm gemm_cluster``.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TWINS = {  # example -> its hand-written twin
-    "examples/hopper/wgmma_gemm.py": "benchmarks/handwritten/wgmma_gemm.py",
-    "examples/hopper/tma_copy.py": "benchmarks/handwritten/tma_copy.py",
+    "examples/hopper/wgmma_gemm.py": "bench/handwritten/wgmma_gemm.py",
+    "examples/hopper/tma_copy.py": "bench/handwritten/tma_copy.py",
 }
 
 
@@ -60,7 +60,7 @@ def _counts(ptx, patterns):
 
 
 def _load_twin(name):
-    spec = importlib.util.spec_from_file_location(f"hw_{name}", os.path.join(ROOT, "benchmarks", "handwritten",
+    spec = importlib.util.spec_from_file_location(f"hw_{name}", os.path.join(ROOT, "bench", "handwritten",
                                                                             f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod

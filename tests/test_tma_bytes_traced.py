@@ -106,7 +106,7 @@ def test_copies_that_deliver_less_than_armed_do_not_compile(gemm, tmp_path):
 
 
 def test_skip_validation_reports_the_byte_mismatch_as_a_warning(gemm, tmp_path):
-    """skip_validation=True (how benchmarks/planted builds its buggy kernels) turns the traced finding
+    """skip_validation=True (how tools/planted builds its buggy kernels) turns the traced finding
     into a ValidationWarning, as for every static finding, and the kernel compiles."""
     from warpsched import ValidationWarning
 

@@ -11,7 +11,7 @@
                              gmem_y.tma_store(stage=stage)       # lane 0: bulk store, wait until SMEM read
                              smem.release()                      # lane 0 arrives on empty[s]
 
-Same structure as benchmarks/handwritten/tma_copy.py with store_lag=0 (the zero-overhead
+Same structure as bench/handwritten/tma_copy.py with store_lag=0 (the zero-overhead
 comparison). Host: ``copy(x, y)`` for 2D row-major torch tensors whose rows are 16-byte aligned.
 """
 from __future__ import annotations

@@ -23,7 +23,7 @@ one CTA per output tile (non-persistent), 384 threads:
                                          gmem_c.store(acc=acc)             # stmatrix -> SMEM -> TMA store
 
 ``advance_on_wait=True`` gives the MMA task split wait / release counters, so the release
-runs one stage behind the wait, exactly like benchmarks/handwritten/wgmma_gemm.py. The kernel
+runs one stage behind the wait, exactly like bench/handwritten/wgmma_gemm.py. The kernel
 object holds configuration only; the work methods read its trace-time values (TMA atoms, tiles,
 MMAs, SMEM views: ``mgr.run(name=...)``) and the CTA's cluster coordinate and multicast masks from
 ``stage_info.context``. ``cluster_mn=(2, 1) / (1, 2) / (2, 2)``: TMA multicast of B / A / both.

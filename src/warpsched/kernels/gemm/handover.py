@@ -9,7 +9,7 @@ over slabs) and ``atomic_fixup_calls`` (with a ``when`` for the last share's bra
 same way. With ``PersistentGemm(gmem_flags=
 True)`` the flag verbs go through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same flag, fence and
 barrier instructions as the hand-written accesses. ``bug=`` plants the twins the tests and
-benchmarks/gmem_flags_gpu.py use: 'missing_signal' (share 0 never hands on), 'reversed' (the chain
+tools/gmem_flags_gpu.py use: 'missing_signal' (share 0 never hands on), 'reversed' (the chain
 runs from the last share down), 'read_first' (a share reads the tile before its wait),
 'wrong_neighbour' (stream-K: the reader waits on the next slot).
 """

@@ -116,7 +116,7 @@ def check(a, b, out=None, out_dtype=None, swiglu=False):
 
 def _time_ms(launch, reps=20, rounds=5) -> float:
     """Median device milliseconds per launch over replays of a CUDA graph of ``reps`` launches
-    (the host's launch cost is left out, as in benchmarks/gemm_sweep.py: at a few microseconds a
+    (the host's launch cost is left out, as in bench/gemm_sweep.py: at a few microseconds a
     kernel, plain launches would time Python); plain event timing where capture is refused.
     ``launch`` must issue on the current stream each call (it is called inside the capture)."""
     import torch

@@ -1,0 +1,257 @@
+"""H200: warpsched's attention backward, correctness and speed.
+
+Correctness: fresh random inputs per case, dK / dV outputs poisoned with NaN, our forward's O and LSE,
+then dQ, dK, dV against an fp64 reference (autograd through softmax(QK^T * scale) V); torch SDPA's own
+bf16 / fp16 gradients against the same reference set the bar (ours must be within 2x its error + 1e-3).
+Autograd: ``warpsched.nn.scaled_dot_product_attention`` (custom ops fwd + bwd) against the fp64 reference,
+and ``torch.compile(fullgraph=True)`` of a function calling it: O, dK, dV bitwise equal to eager, dQ (reduce-
+added in the order the CTAs finish) within its rounding.
+Speed (``_eager.alternate``: calls between two synchronizations, sides alternated): backward only, TFLOP/s counted as 2.5x the forward's FLOPs (the field's
+convention): warpsched (kernel alone, and the whole call with the delta pre-pass and dQ conversion),
+torch SDPA's cuDNN and flash backends, FlashAttention-4 (``flash_attn.cute``) when installed; then
+forward + backward as a model calls them (autograd, eager), TFLOP/s counted as 3.5x the forward's.
+
+    python3 bench/attention_bwd_check.py [--only correctness|autograd|speed] [--rounds 3]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from _eager import alternate  # bench/_eager.py: sides alternated, host time included
+from warpsched import ops
+from warpsched.kernels.attention import backward_host as bwd
+
+CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
+    (2, 4, 4, 128, 128, 64, False, torch.bfloat16),
+    (1, 2, 2, 1000, 1000, 128, True, torch.bfloat16),
+    (2, 8, 2, 257, 511, 128, False, torch.float16),
+    (1, 4, 1, 1, 300, 64, True, torch.bfloat16),
+    (1, 2, 2, 700, 200, 128, True, torch.bfloat16),
+    (2, 6, 3, 333, 333, 64, True, torch.float16),
+    (1, 4, 2, 200, 700, 64, False, torch.bfloat16),
+    (3, 2, 2, 64, 64, 128, True, torch.float16),
+]
+# kernel options checked and timed per head dim (name: options; a call without options runs
+# attention_bwd_host.default_options: shared_ds at head dim 128)
+VARIANTS = {64: {"": {}, "order": {"wg_order": True}},
+            128: {"": {"shared_ds": False}, "sds": {"shared_ds": True}, "order": {"wg_order": True},
+                  "sds+order": {"shared_ds": True, "wg_order": True}}}
+SPEED = [  # B, H, S, D, causal
+    (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
+    (4, 16, 4096, 64, False), (16, 16, 1024, 128, False),
+]
+
+
+def reference(q, k, v, dout, causal, scale):
+    """fp64 dq, dk, dv (K / V heads repeated for GQA, their gradients summed back)."""
+    group = q.shape[1] // k.shape[1]
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    kk, vv = k64.repeat_interleave(group, 1), v64.repeat_interleave(group, 1)
+    s = torch.einsum("bhqd,bhkd->bhqk", q64, kk) * scale
+    if causal:
+        sq, sk = q.shape[2], k.shape[2]
+        hide = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(hide, float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    o = torch.einsum("bhqk,bhkd->bhqd", p, vv)
+    return torch.autograd.grad(o, (q64, k64, v64), dout.double())
+
+
+def sdpa_grads(q, k, v, dout, causal):
+    qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+    return torch.autograd.grad(o, (qq, kk, vv), dout)
+
+
+def err(a, ref):
+    return ((a.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+
+
+def correctness():
+    fails = 0
+    print("| B x H/Hk x Sq x Sk | D | causal | dtype | dQ err | dK err | dV err | SDPA dQ/dK/dV err | result |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case in CASES:
+        B, H, Hk, Sq, Sk, D, causal, dt = case
+        torch.manual_seed(hash(case) % 1000)
+        q = torch.randn(B, H, Sq, D, device="cuda", dtype=dt)
+        k = torch.randn(B, Hk, Sk, D, device="cuda", dtype=dt)
+        v = torch.randn(B, Hk, Sk, D, device="cuda", dtype=dt)
+        dout = torch.randn(B, H, Sq, D, device="cuda", dtype=dt)
+        scale = 1.0 / math.sqrt(D)
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        ref = reference(q, k, v, dout, causal, scale)
+        theirs = [err(a, r) for a, r in zip(sdpa_grads(q, k, v, dout, causal), ref)]
+        for name, options in VARIANTS[D].items():
+            dk = torch.full_like(k, float("nan"))
+            dv = torch.full_like(v, float("nan"))
+            dq, dk, dv = bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, dk=dk, dv=dv, **options)
+            torch.cuda.synchronize()
+            ours = [err(a, r) for a, r in zip((dq, dk, dv), ref)]
+            ok = all(o == o and o <= 2 * t + 1e-3 for o, t in zip(ours, theirs))
+            fails += not ok
+            print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} {name} | {causal} | {str(dt)[6:]} | "
+                  + " | ".join(f"{e:.2e}" for e in ours) + " | " + "/".join(f"{e:.1e}" for e in theirs)
+                  + f" | {'PASS' if ok else 'FAIL'} |", flush=True)
+    print(f"correctness: {len(CASES) - fails}/{len(CASES)} PASS; verdicts: {bwd.VERDICT_OF}", flush=True)
+    return fails
+
+
+def autograd_check():
+    """warpsched.nn.scaled_dot_product_attention: gradients against fp64, torch.compile without a graph break
+    and bitwise equal to eager."""
+    import warpsched.nn as wnn
+
+    fails = 0
+    for B, H, Hk, S, D, causal in ((2, 8, 2, 500, 128, True), (1, 4, 4, 256, 64, False)):
+        torch.manual_seed(1)
+        q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(B, Hk, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(B, Hk, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        dout = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+        out = wnn.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        ref = reference(q, k, v, dout, causal, 1.0 / math.sqrt(D))
+        theirs = [err(a, r) for a, r in zip(sdpa_grads(q, k, v, dout, causal), ref)]
+        ours = [err(a, r) for a, r in zip(grads, ref)]
+
+        def fwd(q, k, v):
+            return wnn.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(fwd)(q, k, v)
+        out_c = torch.compile(fwd, fullgraph=True)(q, k, v)
+        compiled = torch.autograd.grad(out_c, (q, k, v), dout)  # the compiled graph's backward
+        # O, dK and dV are written once each (bitwise reproducible); dQ is reduce-added by the CTAs of every
+        # key block in whatever order they finish (as FlashAttention's default), so it is compared within
+        # the fp32 rounding of that order, not bitwise
+        same = torch.equal(out_c, out) and torch.equal(compiled[1], grads[1]) and torch.equal(compiled[2], grads[2])
+        dq_close = err(compiled[0], grads[0].double()) < 1e-2
+        ok = (all(o <= 2 * t + 1e-3 for o, t in zip(ours, theirs)) and same and dq_close
+              and explained.graph_break_count == 0)
+        fails += not ok
+        print(f"autograd {B}x{H}/{Hk}x{S} d{D} {'causal' if causal else 'full'}: dq/dk/dv err "
+              + "/".join(f"{e:.2e}" for e in ours) + " (SDPA " + "/".join(f"{e:.1e}" for e in theirs)
+              + f"); torch.compile graph breaks {explained.graph_break_count}, O / dK / dV bitwise equal to eager: "
+              f"{same}, dQ within {err(compiled[0], grads[0].double()):.1e}"
+              + f" -> {'PASS' if ok else 'FAIL'}", flush=True)
+    return fails
+
+
+def model_speed(rounds):
+    """Forward + backward through autograd, eager, as a model calls it (host time included)."""
+    import warpsched.nn as wnn
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception:  # noqa: BLE001
+        flash_attn_func = None
+    print("| fwd+bwd (autograd, eager) B x H x S | D | mask | warpsched | SDPA cuDNN | FA4 | ws / cuDNN | ws / FA4 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for B, H, S, D, causal in SPEED[:4]:
+        torch.manual_seed(0)
+        q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        x = tuple(t.clone().requires_grad_() for t in (q, k, v))
+
+        def ws():
+            o = wnn.scaled_dot_product_attention(*x, is_causal=causal)
+            torch.autograd.grad(o, x, dout)
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                o = F.scaled_dot_product_attention(*x, is_causal=causal)
+            torch.autograd.grad(o, x, dout)
+
+        sides = {"warpsched": ws, "cuDNN": cudnn}
+        if flash_attn_func is not None:
+            xt = tuple(t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+            dot = dout.transpose(1, 2).contiguous()
+
+            def fa4():
+                res = flash_attn_func(*xt, causal=causal)
+                torch.autograd.grad(res[0] if isinstance(res, tuple) else res, xt, dot)
+            sides["FA4"] = fa4
+        flop = 3.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+        med = alternate(torch, sides, rounds=rounds, iters=5)
+        tf = {s: f"{flop / med[s] / 1e9:.0f}" for s in med}
+        ratio = lambda b: f"{med[b] / med['warpsched']:.3f}x" if b in med else "-"  # noqa: E731
+        print(f"| {B}x{H}x{S} | {D} | {'causal' if causal else 'full'} | {tf['warpsched']} | {tf['cuDNN']} | "
+              f"{tf.get('FA4', '-')} | {ratio('cuDNN')} | {ratio('FA4')} |", flush=True)
+
+
+def speed(rounds):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as e:  # noqa: BLE001
+        flash_attn_func = None
+        print(f"FA4 unavailable: {type(e).__name__}: {e}")
+    print("warpsched kernels alone per variant (ws default / sds / order / sds+order), the default's whole call "
+          "(ws call: pre-pass, kernel, dQ conversion); ratios: ws call and the best kernel variant")
+    print("| B x H x S | D | mask | ws call | ws default | ws sds | ws order | ws sds+order | cuDNN | flash | FA4 | "
+          "call / cuDNN | call / FA4 | best kernel / FA4 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for B, H, S, D, causal in SPEED:
+        torch.manual_seed(0)
+        q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        sides = {"ws call": lambda: bwd.attention_backward(q, k, v, out, dout, lse, causal=causal)}
+        for name, options in VARIANTS[D].items():  # the kernel alone, per variant
+            launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **options)
+            sides[f"ws {name or 'default'}"] = lambda launch=launch, dq_acc=dq_acc: (dq_acc.zero_(), launch())
+        for name, kind in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+            try:
+                with sdpa_kernel([kind]):
+                    o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal)
+                sides[name] = (lambda o=o, x=(qq, kk, vv): torch.autograd.grad(o, x, dout, retain_graph=True))
+            except Exception as e:  # noqa: BLE001
+                print(f"{name} unavailable for {B}x{H}x{S} d{D}: {e}")
+        if flash_attn_func is not None:
+            try:
+                qt, kt, vt = (t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+                res = flash_attn_func(qt, kt, vt, causal=causal)
+                o4 = res[0] if isinstance(res, tuple) else res
+                dot = dout.transpose(1, 2).contiguous()
+                sides["FA4"] = lambda o4=o4, x=(qt, kt, vt): torch.autograd.grad(o4, x, dot, retain_graph=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"FA4 failed for {B}x{H}x{S} d{D}: {type(e).__name__}: {e}")
+        flop = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+        med = alternate(torch, sides, rounds=rounds, iters=10)
+        tf = {s: flop / med[s] / 1e9 for s in med}
+        cell = lambda s: f"{tf[s]:.0f}" if s in tf else "-"  # noqa: E731
+        ratio = lambda a, b: f"{med[b] / med[a]:.3f}x" if a in med and b in med else "-"  # noqa: E731
+        best = min((s for s in med if s.startswith("ws ") and s != "ws call"), key=med.get)
+        print(f"| {B}x{H}x{S} | {D} | {'causal' if causal else 'full'} | " + " | ".join(
+            cell(s) for s in ("ws call", "ws default", "ws sds", "ws order", "ws sds+order", "cuDNN", "flash", "FA4"))
+            + f" | {ratio('ws call', 'cuDNN')} | {ratio('ws call', 'FA4')} | {best[3:]} {ratio(best, 'FA4')} |",
+            flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", choices=("correctness", "autograd", "speed"))
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
+    fails = 0
+    if a.only in (None, "correctness"):
+        fails += correctness()
+    if a.only in (None, "autograd"):
+        fails += autograd_check()
+    if a.only in (None, "speed") and not fails:
+        speed(a.rounds)
+        model_speed(a.rounds)
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()

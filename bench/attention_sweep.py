@@ -1,0 +1,178 @@
+"""FlashAttention forward sweep on the H200: warpsched's kernel against every torch SDPA backend.
+
+  python3 bench/attention_sweep.py 2>&1 | tee bench/results/attention_sweep.log
+
+Shapes: B x H x S in {4x16x4096, 2x16x8192, 16x16x1024, 1x32x16384} x D in {64, 128} x {non-causal,
+causal}, bf16, S_q = S_k. Sides: ``warpsched`` (examples/hopper/attention.py) and torch SDPA
+restricted to one backend each (cuDNN, flash, efficient; a backend that refuses a shape is
+listed as n/a). TFLOP/s = 4 B H S^2 D / time, halved for causal. Timing: ``--rounds`` rounds,
+the sides in a rotated order each round, each a triton do_bench median; the table reports each
+side's median over the rounds and warpsched's ratio to the best backend; the last lines give
+the geomean ratio and the worst shape. Runs in a child with a timeout (``--timeout``).
+
+Variants (``--variants "qring:q_stages=2,n192:block_n=192;hd=64"``) are timed in the same
+rounds as the default and the backends, with their own ratio to the best backend and to the
+default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes). ``--shapes 16x16x1024,4x16x4096``,
+``--dims`` and ``--backends`` keep a GPU run short; ``--only-passed FILE`` (written by
+``attention_correctness.py --passed-out FILE``) times only the variants that passed there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+SHAPES = [(4, 16, 4096), (2, 16, 8192), (16, 16, 1024), (1, 32, 16384)]
+BACKENDS = ("cudnn", "flash", "efficient")
+
+
+from attention_correctness import parse_variants  # noqa: E402  (one spelling of --variants for both scripts)
+
+
+def sides(q, k, v, causal, variants):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from warpsched.kernels.attention import host as att
+
+    out = {}
+    o = q.new_empty(q.shape)
+    lse = q.new_empty(q.shape[:3], dtype=__import__("torch").float32)
+    launch, _, _ = att.prepare(q, k, v, causal=causal, out=o, lse=lse)
+    launch()
+    out["warpsched"] = launch  # the compiled kernel on converted arguments: no host checks timed
+    for name, options in variants.items():
+        options = dict(options)
+        if options.pop("hd", q.shape[3]) != q.shape[3] or (options.pop("causal_only", 0) and not causal):
+            continue
+        try:
+            o2 = q.new_empty(q.shape)
+            launch2, _, _ = att.prepare(q, k, v, causal=causal, out=o2, **options)
+            launch2()
+            err = float((o2.float() - o.float()).abs().max())
+            flag = "" if err <= 2e-2 else "  MISMATCH (more than bf16 rounding apart)"
+            print(f"  ws-{name} {options}: max |ws-{name} - warpsched| = {err:.3g}{flag}", flush=True)
+            out[f"ws-{name}"] = launch2
+        except Exception as e:  # noqa: BLE001 - a configuration may not fit this shape
+            print(f"  ws-{name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:160]})", flush=True)
+    kinds = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    for name in BACKENDS:
+        def fn(kind=kinds[name]):
+            with sdpa_kernel([kind]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        try:
+            ref = fn()
+            out[name] = fn
+            err = float((ref.float() - o.float()).abs().max())
+            print(f"  {name}: max |warpsched - {name}| = {err:.3g}", flush=True)
+        except Exception as e:  # noqa: BLE001 - a backend may refuse a shape
+            print(f"  {name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
+    return out
+
+
+def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0):
+    import time
+
+    import torch
+    from triton.testing import do_bench
+
+    rows, start = [], time.time()
+    for (B, H, S) in shapes:
+        for D in dims:
+            for causal in (False, True):
+                if budget and time.time() - start > budget:
+                    print(f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}: not run (--budget {budget:.0f} s "
+                          "spent)", flush=True)
+                    continue
+                torch.manual_seed(0)
+                q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+                name = f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}"
+                print(name, flush=True)
+                fns = {n: f for n, f in sides(q, k, v, causal, variants).items() if n not in BACKENDS or n in backends}
+                times = {n: [] for n in fns}
+                order = list(fns)
+                for r in range(rounds):
+                    for n in order[r % len(order):] + order[:r % len(order)]:
+                        times[n].append(do_bench(fns[n], warmup=10, rep=40, return_mode="median"))
+                flops = 4 * B * H * S * S * D / (2 if causal else 1)
+                tf = {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
+                best = max((n for n in tf if n in BACKENDS), key=lambda n: tf[n], default=None)
+                ratio = tf["warpsched"] / tf[best] if best else float("nan")
+                rows.append(dict(shape=name, tflops=tf, best=best, ratio=ratio))
+                print("  " + json.dumps(rows[-1]), flush=True)
+                del q, k, v, fns
+                torch.cuda.empty_cache()
+    extra = tuple(f"ws-{n}" for n in variants)
+    cols = tuple(backends) + extra
+    print("\n| shape | warpsched | " + " | ".join(cols) + " | best | ratio |")
+    print("|---|---|" + "---|" * len(cols) + "---|---|")
+    for r in rows:
+        cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + cols]
+        print(f"| {r['shape']} | " + " | ".join(cells) + f" | {r['best']} | {r['ratio']:.2f}x |")
+
+    def summary(side):
+        got = [r for r in rows if r["best"] and side in r["tflops"]]
+        if not got:
+            return
+        ratios = [r["tflops"][side] / r["tflops"][r["best"]] for r in got]
+        worst = min(range(len(got)), key=lambda i: ratios[i])
+        vs_default = [r["tflops"][side] / r["tflops"]["warpsched"] for r in got]
+        print(f"{side}: geomean ratio to the best backend {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x "
+              f"over {len(got)} shapes; worst {ratios[worst]:.2f}x ({got[worst]['shape']}); geomean vs the "
+              f"default {math.exp(sum(map(math.log, vs_default)) / len(vs_default)):.3f}x")
+
+    for side in ("warpsched",) + extra:
+        summary(side)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--quick", action="store_true", help="4x16x4096 only")
+    ap.add_argument("--variants", default="", help="extra warpsched configurations timed alongside, e.g. "
+                    "'simple:overlap=0,n176:block_n=176' (reported, not in the ratio)")
+    ap.add_argument("--shapes", default="", help="BxHxS list, e.g. 16x16x1024,4x16x4096 (default: all)")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--backends", default=",".join(BACKENDS))
+    ap.add_argument("--budget", type=float, default=0, help="seconds: start no shape after this (0: none)")
+    ap.add_argument("--only-passed", default="", help="JSON {variant: passed} from attention_correctness.py")
+    ap.add_argument("--child", action="store_true")
+    args = ap.parse_args()
+    if args.only_passed and not args.child:
+        with open(args.only_passed) as f:
+            ok = json.load(f)
+        keep = [item for item in filter(None, args.variants.split(",")) if ok.get(item.partition(":")[0])]
+        dropped = sorted(set(parse_variants(args.variants)) - set(parse_variants(",".join(keep))))
+        print(f"variants kept: {[k.partition(':')[0] for k in keep]}; dropped (not passed): {dropped}", flush=True)
+        args.variants = ",".join(keep)
+    shapes = SHAPES[:1] if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+    if args.child:
+        run(args.rounds, shapes, tuple(int(d) for d in args.dims.split(",")), parse_variants(args.variants),
+            tuple(b for b in args.backends.split(",") if b), args.budget)
+        return
+    cmd = [sys.executable, __file__, "--child", "--rounds", str(args.rounds), "--variants", args.variants,
+           "--shapes", args.shapes, "--dims", args.dims, "--backends", args.backends,
+           "--budget", str(args.budget)] + (
+        ["--quick"] if args.quick else [])
+    try:
+        sys.exit(subprocess.run(cmd, timeout=args.timeout).returncode)
+    except subprocess.TimeoutExpired:
+        print(f"sweep TIMEOUT after {args.timeout} s")
+        sys.exit(124)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""H200: a Llama-style decoder block in bf16, as a PyTorch model calls it (issue 25's model block).
+
+    x -> RMSNorm -> QKV -> causal attention (GQA 32 / 8, head dim 128) -> O -> + x
+      -> RMSNorm -> [gate | up] -> silu(gate) * up -> down -> + (Llama-3-8B sizes: hidden 4096, MLP 14336)
+
+Sides, timed in alternating rounds (``_eager.alternate``: calls between two synchronizations, host time
+included: eager is what a model pays): ``warpsched`` (``warpsched.nn.functional.linear`` and ``warpsched.nn.scaled_dot_product_attention``),
+``torch`` (``F.linear`` + SDPA's default backend choice), ``torch+FA4`` (``F.linear`` + ``flash_attn.cute``'s
+attention, when installed). Passes: forward, and forward + backward (a loss on the output, gradients for
+every weight and the input). Modes: eager and ``torch.compile``. Sizes: decode (1 x 16 tokens), prefill
+(4 x 2048), training (8 x 4096; forward + backward only). First, gradients of a small block against an
+fp32 torch reference.
+
+    python3 bench/model_block.py [--rounds 3] [--sizes decode,prefill,training] [--no-compile]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.nn.functional as F
+from _eager import alternate  # bench/_eager.py: sides alternated, host time included
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
+SIZES = {"decode": (1, 16), "prefill": (4, 2048), "training": (8, 4096)}
+
+
+def params(hidden=HIDDEN, mlp=MLP, heads=HEADS, kv_heads=KV_HEADS, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def w(n, k):
+        return (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).to(dtype).requires_grad_()
+    qkv = (heads + 2 * kv_heads) * HEAD_DIM
+    return {"n1": torch.ones(hidden, device="cuda", dtype=dtype, requires_grad=True),
+            "n2": torch.ones(hidden, device="cuda", dtype=dtype, requires_grad=True),
+            "wqkv": w(qkv, hidden), "wo": w(hidden, heads * HEAD_DIM), "wgu": w(2 * mlp, hidden),
+            "wdown": w(hidden, mlp)}
+
+
+def rmsnorm(x, weight, eps=1e-5):
+    return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+
+
+def block(x, p, linear, attention, heads=HEADS, kv_heads=KV_HEADS):
+    B, S, hidden = x.shape
+    h = rmsnorm(x, p["n1"])
+    q, k, v = linear(h, p["wqkv"]).split([heads * HEAD_DIM, kv_heads * HEAD_DIM, kv_heads * HEAD_DIM], dim=-1)
+    q = q.view(B, S, heads, HEAD_DIM)
+    k = k.view(B, S, kv_heads, HEAD_DIM)
+    v = v.view(B, S, kv_heads, HEAD_DIM)
+    a = attention(q, k, v).reshape(B, S, heads * HEAD_DIM)  # (B, S, H, D) in and out
+    x = x + linear(a, p["wo"])
+    gate, up = linear(rmsnorm(x, p["n2"]), p["wgu"]).chunk(2, dim=-1)
+    return x + linear(F.silu(gate) * up, p["wdown"])
+
+
+def sdpa_bshd(q, k, v):
+    """torch SDPA on (B, S, H, D) views (its default backend choice)."""
+    o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True,
+                                       enable_gqa=True)
+    return o.transpose(1, 2)
+
+
+def warpsched_bshd(q, k, v):
+    import warpsched.nn as wnn
+
+    return wnn.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                            is_causal=True).transpose(1, 2)
+
+
+def fa4_bshd(q, k, v):
+    from flash_attn.cute import flash_attn_func
+
+    res = flash_attn_func(q, k, v, causal=True)
+    return res[0] if isinstance(res, tuple) else res
+
+
+def sides():
+    import warpsched.nn.functional as wf
+
+    out = {"warpsched": (wf.linear, warpsched_bshd), "torch": (F.linear, sdpa_bshd)}
+    try:
+        import flash_attn.cute  # noqa: F401
+
+        out["torch+FA4"] = (F.linear, fa4_bshd)
+    except Exception as e:  # noqa: BLE001
+        print(f"FA4 unavailable: {type(e).__name__}: {e}")
+    return out
+
+
+def gradient_check():
+    """A 1 x 256-token block at a quarter of the widths: warpsched's bf16 gradients and torch's bf16
+    gradients, each against fp32 torch (max |err| / max |ref| per tensor)."""
+    small = dict(hidden=1024, mlp=2048, heads=8, kv_heads=2)
+    ref_p = {k: t.detach().float().requires_grad_() for k, t in params(**small).items()}
+    x = torch.randn(1, 256, 1024, device="cuda")
+    dy = torch.randn(1, 256, 1024, device="cuda")
+    kw = dict(heads=8, kv_heads=2)
+    y = block(x.requires_grad_(), ref_p, F.linear, sdpa_bshd, **kw)
+    ref = torch.autograd.grad(y, [x] + list(ref_p.values()), dy)
+    worst = {}
+    for name, (linear, attention) in sides().items():
+        p = {k: t.detach().to(torch.bfloat16).requires_grad_() for k, t in ref_p.items()}
+        xb = x.detach().to(torch.bfloat16).requires_grad_()
+        yb = block(xb, p, linear, attention, **kw)
+        got = torch.autograd.grad(yb, [xb] + list(p.values()), dy.to(torch.bfloat16))
+        errs = [((a.float() - r).abs().max() / r.abs().max().clamp_min(1e-6)).item() for a, r in zip(got, ref)]
+        worst[name] = max(errs)
+        print(f"gradients {name}: max rel err per tensor (x, " + ", ".join(ref_p) + "): "
+              + " ".join(f"{e:.1e}" for e in errs), flush=True)
+    ok = worst["warpsched"] <= 2 * worst["torch"] + 1e-3
+    print(f"gradient check: warpsched {worst['warpsched']:.2e} vs torch bf16 {worst['torch']:.2e} -> "
+          f"{'PASS' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
+def run(size, passes, compile_modes, rounds):
+    B, S = SIZES[size]
+    p = params()
+    x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn_like(x)
+    for mode in compile_modes:
+        for pas in passes:
+            if size == "training" and pas == "forward":
+                continue
+            fns = {}
+            for name, (linear, attention) in sides().items():
+                f = (lambda x, linear=linear, attention=attention: block(x, p, linear, attention))
+                if mode == "compile":
+                    torch._dynamo.reset()
+                    f = torch.compile(f)
+                if pas == "forward":
+                    fns[name] = (lambda f=f: f(x.detach()))
+                else:
+                    fns[name] = (lambda f=f: torch.autograd.grad(f(x), [x] + list(p.values()), dy))
+            med = alternate(torch, fns, rounds=rounds, iters=20 if S <= 16 else 3)
+            names = list(fns)
+            print(f"| {size} {B}x{S} | {pas} | {mode} | " + " | ".join(f"{med[s] * 1e3:.0f}" for s in names)
+                  + f" | {med['torch'] / med['warpsched']:.3f}x"
+                  + (f" | {med['torch+FA4'] / med['warpsched']:.3f}x" if "torch+FA4" in med else " | -") + " |",
+                  flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sizes", default="decode,prefill,training")
+    ap.add_argument("--no-compile", action="store_true", help="eager only")
+    a = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
+    if not gradient_check():
+        raise SystemExit(1)
+    names = list(sides())
+    print("| size | pass | mode | " + " | ".join(f"{n} (us)" for n in names) + " | torch / warpsched | "
+          "torch+FA4 / warpsched |")
+    print("|---|---|---|" + "---|" * (len(names) + 2))
+    modes = ["eager"] + ([] if a.no_compile else ["compile"])
+    for size in a.sizes.split(","):
+        run(size, ["forward", "forward+backward"], modes, a.rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""One launch each of warpsched's FlashAttention configurations and of torch SDPA (cuDNN) on one
+shape, between cudaProfilerStart / Stop, for ``ncu --profile-from-start off``:
+
+  ncu --profile-from-start off --section SpeedOfLight \\
+      --section WarpStateStats --section SchedulerStats --section Occupancy \\
+      python3 tools/attention_profile.py --shape 16x16x1024 --dim 64 --causal \\
+      --variants "ovl:q_stages=2;tma_store_o=1;o_buffer=1;causal_pairs=1;unit_overlap=1"
+
+The kernels run in this order: the default (``ops.attention``'s options), each variant, cuDNN.
+Every kernel is launched (and compiled) once before the profiled range.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))  # bench/: timing helpers, sweep configurations
+
+from attention_correctness import parse_variants  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="16x16x1024", help="BxHxS")
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--variants", default="")
+    args = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from warpsched.kernels.attention import host as att
+
+    B, H, S = (int(x) for x in args.shape.split("x"))
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(B, H, S, args.dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    launches = [("default", att.prepare(q, k, v, causal=args.causal)[0])]
+    for name, options in parse_variants(args.variants).items():
+        launches.append((name, att.prepare(q, k, v, causal=args.causal, **options)[0]))
+
+    def cudnn():
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
+
+    launches.append(("cudnn", cudnn))
+    for _, fn in launches:  # compile and warm up outside the profiled range
+        fn()
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for name, fn in launches:
+        print(f"profiled: {name}", flush=True)
+        fn()
+        torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+if __name__ == "__main__":
+    main()
