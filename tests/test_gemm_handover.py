@@ -13,6 +13,9 @@ import pytest
 from warpsched import check_grid
 from warpsched.kernels.gemm import handover as H
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _handover_twins as twins  # noqa: E402
+
 
 @pytest.mark.parametrize("protocol", [
     H.serial_split_k_protocol(2), H.serial_split_k_protocol(3), H.serial_split_k_protocol(4, tiles=(1, 2, 3, 4)),
@@ -37,30 +40,37 @@ def test_units_are_the_kernels_partition():
                 assert order == sorted(order)
 
 
-@pytest.mark.parametrize("make, bug, words", [
-    (H.serial_split_k_protocol, "missing_signal", ["can block forever", "a missing signal"]),
-    (H.serial_split_k_protocol, "reversed", ["a cycle of waits", "its own later unit"]),
-    (H.serial_split_k_protocol, "read_first", ["without a hand-over from its writer"]),
-    (H.stream_k_protocol, "read_first", ["before its writer"]),
-    (H.stream_k_protocol, "wrong_neighbour", ["can block forever", "no CTA ever signals it"]),
-    (H.stream_k_protocol, "missing_signal", ["no CTA ever signals it"]),
-    (H.parallel_split_k_protocol, "missing_signal", ["can block forever"]),
-    (H.parallel_split_k_protocol, "read_first", ["without a hand-over from its writer"]),
-    (H.atomic_split_k_protocol, "plain_write", ["has a second writer"]),
-    (H.atomic_split_k_protocol, "release_only", ["without a hand-over from its writer"]),
+@pytest.mark.parametrize("kind, bug, words", [
+    ("serial", "missing_signal", ["can block forever", "a missing signal"]),
+    ("serial", "reversed", ["a cycle of waits", "its own later unit"]),
+    ("serial", "read_first", ["without a hand-over from its writer"]),
+    ("stream", "read_first", ["before its writer"]),
+    ("stream", "wrong_neighbour", ["can block forever", "no CTA ever signals it"]),
+    ("stream", "missing_signal", ["no CTA ever signals it"]),
+    ("parallel", "missing_signal", ["can block forever"]),
+    ("parallel", "read_first", ["without a hand-over from its writer"]),
+    ("atomic", "plain_write", ["has a second writer"]),
+    ("atomic", "release_only", ["without a hand-over from its writer"]),
 ])
-def test_gemm_twins_are_rejected_naming_ctas_and_units(make, bug, words):
-    r = check_grid(make(bug=bug))
+def test_gemm_twins_are_rejected_naming_ctas_and_units(kind, bug, words):
+    r = check_grid(twins.TWINS[kind](bug))
     assert r.verdict == "REJECTED", r.report()
     f = r.findings[0]
-    assert f.task.startswith("CTA ") and "unit" in f.task and f.location.file.endswith("gemm/handover.py")
+    # the call the finding names: the kernel's description, or the twin's planted wrapper
+    assert f.task.startswith("CTA ") and "unit" in f.task
+    assert f.location.file.endswith(("gemm/handover.py", "_handover_twins.py")), f.location
     assert "launch:" in f.detail
     for w in words:
         assert w in f.message, f.message
 
 
+def test_every_planted_twin_is_tested():
+    tested = {(k, b) for k, b, _ in test_gemm_twins_are_rejected_naming_ctas_and_units.pytestmark[0].args[1]}
+    assert tested == {(k, b) for k, bugs in twins.BUGS.items() for b in bugs}
+
+
 def test_stream_k_wrong_neighbour_races_on_three_ctas():
-    r = check_grid(H.stream_k_protocol(bug="wrong_neighbour", grids=(3,), tiles=(4,)))
+    r = check_grid(twins.stream("wrong_neighbour", grids=(3,), tiles=(4,)))
     f = r.findings[0]
     assert "CTA 0 unit (1, 0, 1, 1) reads workspace tile 1" in f.message and "CTA 1 unit (1, 1, 2, 1)" in f.message
 
@@ -117,7 +127,7 @@ def test_a_gmem_flags_kernel_carries_its_hand_over_proof(monkeypatch):
     assert "2 shares" in g.handover_proof[0].protocol and "UNPROVEN beyond" in g.handover_proof[0].statement
     # a protocol the checker rejects refuses the kernel
     monkeypatch.setattr(H, "_PROVEN", {})
-    monkeypatch.setattr(H, "serial_split_k_protocol", lambda splits: H.stream_k_protocol(bug="read_first"))
+    monkeypatch.setattr(H, "serial_split_k_protocol", lambda splits: twins.stream("read_first"))
     with pytest.raises(GemmConfigError, match="does not prove the hand-over"):
         gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="serial", gmem_flags=True)
 

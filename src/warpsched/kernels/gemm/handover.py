@@ -8,10 +8,9 @@ gemm.streamk.StreamKPlan). ``parallel_fixup_calls`` (with a ``repeat`` for the l
 over slabs) and ``atomic_fixup_calls`` (with a ``when`` for the last share's branch) are shared the
 same way. With ``PersistentGemm(gmem_flags=
 True)`` the flag verbs go through lower/gmem_flags.bind(SPLIT_K_FLAGS, mF): the same flag, fence and
-barrier instructions as the hand-written accesses. ``bug=`` plants the twins the tests and
-tools/gmem_flags_gpu.py use: 'missing_signal' (share 0 never hands on), 'reversed' (the chain
-runs from the last share down), 'read_first' (a share reads the tile before its wait),
-'wrong_neighbour' (stream-K: the reader waits on the next slot).
+barrier instructions as the hand-written accesses. The planted-bug twins the tests and
+tools/gmem_flags_gpu.py check are built in tests/_handover_twins.py, by wrapping the ``flag`` /
+``tile`` these functions take (a dropped signal, a read moved before its wait, ...).
 """
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ from .streamk import StreamKPlan
 
 SPLIT_K_FLAGS = GmemFlag(name="split-K tile flags (mF)")
 SPLIT_K_TILE = GmemWorkspace(name="split-K fp32 tile (mW)")
-BUGS = ("missing_signal", "reversed", "read_first", "wrong_neighbour")
 
 
 def split_k_units(cta, ctas, tiles, splits):
@@ -38,43 +36,34 @@ def python_branch(cond, then, otherwise=None):
         otherwise()
 
 
-def serial_fixup_calls(idx, split, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE, branch=python_branch):
+def serial_fixup_calls(idx, split, last, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE, branch=python_branch):
     """The serial hand-over of share ``split`` of ``last + 1`` on flag / tile ``idx``. One description,
     run twice: by the grid checker on the unit's ints (``branch``: a Python if; ``flag`` / ``tile``: the
     model's GmemFlag / GmemWorkspace, which record the calls) and by the kernel while it is traced
     (gemm.resources.serial_fixup: ``branch`` a runtime if, ``flag`` / ``tile`` its GMEM accesses,
-    gemm.fixup.SerialFixupIO). ``bug`` plants the CPU / GPU twins (never set by the kernel)."""
-    order = last - split if bug == "reversed" else split
-    if bug == "read_first":
-        branch(order > 0, lambda: tile.read(idx))
-
+    gemm.fixup.SerialFixupIO)."""
     def take_the_sum_so_far():
-        flag.wait(idx, order)  # tidx 0 spins, then epi_bar and a GPU fence for every thread
-        if bug != "read_first":
-            tile.read(idx)  # prev = the tile; acc += prev
+        flag.wait(idx, split)  # tidx 0 spins, then epi_bar and a GPU fence for every thread
+        tile.read(idx)  # prev = the tile; acc += prev
 
     def hand_on():
-        tile.write_or_accumulate(idx, order == 0)  # the first share writes, the later ones add to it
-        if bug == "missing_signal":
-            branch(order > 0, lambda: flag.signal(idx, order + 1))
-        else:
-            flag.signal(idx, order + 1)  # fence, epi_bar, then tidx 0's release store
+        tile.write_or_accumulate(idx, split == 0)  # the first share writes, the later ones add to it
+        flag.signal(idx, split + 1)  # fence, epi_bar, then tidx 0's release store
 
-    branch(order > 0, take_the_sum_so_far)
-    branch(order < last, hand_on, lambda: flag.reset(idx))  # the last share: zero for the next launch
+    branch(split > 0, take_the_sum_so_far)
+    branch(split < last, hand_on, lambda: flag.reset(idx))  # the last share: zero for the next launch
 
 
-def serial_split_k_protocol(splits=2, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3)) -> CrossCtaProtocol:
+def serial_split_k_protocol(splits=2, grids=(1, 2, 3, 4), tiles=(1, 2, 3)) -> CrossCtaProtocol:
     """split_reduce='serial' with ``splits`` K shares: every launch of ``grids`` CTAs over ``tiles``."""
     def assignment(cta, ctas, n_tiles):
         return split_k_units(cta, ctas, n_tiles, splits)
 
     def body(grid, unit):
         t, split = unit
-        serial_fixup_calls(t, split, splits - 1, bug)
+        serial_fixup_calls(t, split, splits - 1)
 
-    return CrossCtaProtocol(f"GEMM serial split-K ({splits} shares{', ' + bug if bug else ''})", assignment,
-                            body, grids=grids, unit_counts=tiles)
+    return CrossCtaProtocol(f"GEMM serial split-K ({splits} shares)", assignment, body, grids=grids, unit_counts=tiles)
 
 
 def python_repeat(count, body):
@@ -83,7 +72,7 @@ def python_repeat(count, body):
         body(s)
 
 
-def parallel_fixup_calls(t, split, last, slab, bug=None, flag=SPLIT_K_FLAGS, slabs=SPLIT_K_TILE,
+def parallel_fixup_calls(t, split, last, slab, flag=SPLIT_K_FLAGS, slabs=SPLIT_K_TILE,
                          branch=python_branch, repeat=python_repeat):
     """The parallel hand-over of share ``split`` of ``last + 1`` on tile ``t``: the shares but the last
     write their own slab (``slab(split)``) and count themselves (a release-only add); the last one
@@ -92,14 +81,9 @@ def parallel_fixup_calls(t, split, last, slab, bug=None, flag=SPLIT_K_FLAGS, sla
     whose slab index is the share)."""
     def hand_in():
         slabs.write(slab(split))
-        if bug == "missing_signal":
-            branch(split > 0, lambda: flag.add(t, 1, acquire=False))
-        else:
-            flag.add(t, 1, acquire=False)  # fence, epi_bar, then tidx 0's release atomic add
+        flag.add(t, 1, acquire=False)  # fence, epi_bar, then tidx 0's release atomic add
 
     def finish():
-        if bug == "read_first":
-            slabs.read(slab(0))
         flag.wait(t, last)  # tidx 0 spins, then epi_bar and a GPU fence for every thread
         flag.reset(t)
         repeat(last, lambda s: slabs.read(slab(s)))
@@ -107,17 +91,17 @@ def parallel_fixup_calls(t, split, last, slab, bug=None, flag=SPLIT_K_FLAGS, sla
     branch(split < last, hand_in, finish)
 
 
-def parallel_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3)) -> CrossCtaProtocol:
+def parallel_split_k_protocol(splits=3, grids=(1, 2, 3, 4), tiles=(1, 2, 3)) -> CrossCtaProtocol:
     """split_reduce='parallel' with ``splits`` K shares (the same unit partition as serial split-K)."""
     def assignment(cta, ctas, n_tiles):
         return split_k_units(cta, ctas, n_tiles, splits)
 
     def body(grid, unit):
         t, split = unit
-        parallel_fixup_calls(t, split, splits - 1, lambda s: s * grid.units + t, bug)
+        parallel_fixup_calls(t, split, splits - 1, lambda s: s * grid.units + t)
 
-    return CrossCtaProtocol(f"GEMM parallel split-K ({splits} shares{', ' + bug if bug else ''})", assignment,
-                            body, grids=grids, unit_counts=tiles)
+    return CrossCtaProtocol(f"GEMM parallel split-K ({splits} shares)", assignment, body, grids=grids,
+                            unit_counts=tiles)
 
 
 def python_when(ticket, old, body):
@@ -126,17 +110,14 @@ def python_when(ticket, old, body):
         body()
 
 
-def atomic_fixup_calls(t, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE, when=python_when):
+def atomic_fixup_calls(t, last, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE, when=python_when):
     """The atomic hand-over of one share of tile ``t``: reduce-add into the zeroed tile (red.add: a
     declared atomic accumulation), count itself (acq_rel add); the share whose add returns ``last``
     reads the sum, zeroes the tile and the flag for the next launch. One description, run by the grid
     checker and by the kernel (gemm.fixup.AtomicFixupIO: its ``when`` broadcasts the first thread's
     ticket by a predicate-OR barrier and returns whether this share is the last)."""
-    if bug == "plain_write":
-        tile.write(t)
-    else:
-        tile.accumulate(t, atomic=True)
-    ticket = flag.add(t, 1, acquire=bug != "release_only")  # fence, epi_bar, then tidx 0's atomic
+    tile.accumulate(t, atomic=True)
+    ticket = flag.add(t, 1, acquire=True)  # fence, epi_bar, then tidx 0's atomic
 
     def finish():
         tile.read(t)
@@ -146,21 +127,19 @@ def atomic_fixup_calls(t, last, bug=None, flag=SPLIT_K_FLAGS, tile=SPLIT_K_TILE,
     return when(ticket, last, finish)
 
 
-def atomic_split_k_protocol(splits=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2)) -> CrossCtaProtocol:
-    """split_reduce='atomic' with ``splits`` K shares: whichever share counts last finishes the tile.
-    bug: 'plain_write' (stores instead of reduce-adds), 'release_only' (the count does not acquire)."""
+def atomic_split_k_protocol(splits=3, grids=(1, 2, 3, 4), tiles=(1, 2)) -> CrossCtaProtocol:
+    """split_reduce='atomic' with ``splits`` K shares: whichever share counts last finishes the tile."""
     def assignment(cta, ctas, n_tiles):
         return split_k_units(cta, ctas, n_tiles, splits)
 
     def body(grid, unit):
         t, _ = unit
-        atomic_fixup_calls(t, splits - 1, bug)
+        atomic_fixup_calls(t, splits - 1)
 
-    return CrossCtaProtocol(f"GEMM atomic split-K ({splits} shares{', ' + bug if bug else ''})", assignment,
-                            body, grids=grids, unit_counts=tiles)
+    return CrossCtaProtocol(f"GEMM atomic split-K ({splits} shares)", assignment, body, grids=grids, unit_counts=tiles)
 
 
-def stream_k_protocol(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> CrossCtaProtocol:
+def stream_k_protocol(k_tiles=3, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> CrossCtaProtocol:
     """split_k='stream': the store's hand-over (gemm.resources.store) on StreamKPlan's units; a
     tile of two shares runs serial_fixup with last = 1 on its workspace slot."""
     def assignment(cta, ctas, n_tiles):
@@ -170,15 +149,9 @@ def stream_k_protocol(k_tiles=3, bug=None, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4
     def body(grid, unit):
         _, k_first, k_count, slot = unit
         if k_count < k_tiles:
-            share = 1 - min(k_first, 1)
-            if bug == "wrong_neighbour" and share == 1:
-                SPLIT_K_FLAGS.wait(slot + 1, 1)
-                SPLIT_K_TILE.read(slot)
-                SPLIT_K_FLAGS.reset(slot)
-                return
-            serial_fixup_calls(slot, share, 1, bug)
+            serial_fixup_calls(slot, 1 - min(k_first, 1), 1)  # share 0 holds the tile's first K tiles
 
-    return CrossCtaProtocol(f"GEMM stream-K ({k_tiles} K tiles{', ' + bug if bug else ''})", assignment, body,
+    return CrossCtaProtocol(f"GEMM stream-K ({k_tiles} K tiles)", assignment, body,
                             grids=grids, unit_counts=tiles, valid=lambda ctas, t: ctas <= t)
 
 
