@@ -1,4 +1,5 @@
-"""H200: warpsched's attention forward with a user ``mask_mod`` and a ``softcap`` (kernels/attention/masks.py):
+"""H200: warpsched's attention forward with a sliding ``window_size``, a user ``mask_mod`` and a ``softcap``
+(kernels/attention/masks.py):
 correctness against an fp64 reference, then time against FlashAttention-4's window / softcap and torch SDPA
 with the same boolean mask.
 
@@ -11,8 +12,8 @@ with the same mask (the bar: within 2x SDPA's + 1e-3) and the LSE's max abs erro
 must give O = 0. Masks: a sliding window, a sliding window with causal=True, a prefix-LM (bidirectional prefix
 of 300), a document mask (per batch: documents of 700 keys; b enters the mask), a head-dependent window, and
 softcap 30 with and without a mask. Time (``_eager.alternate``, forward, TFLOP/s on the visible pairs):
-warpsched window vs FA4 ``window_size=(255, 0)``; warpsched softcap vs FA4 ``softcap=30``; warpsched window vs
-SDPA with the boolean mask.
+warpsched ``window_size=(255, 0)`` (and the same window as a ``mask_mod``) vs FA4 ``window_size=(255, 0)`` and
+SDPA with the boolean mask; warpsched softcap vs FA4 ``softcap=30``.
 """
 from __future__ import annotations
 
@@ -56,19 +57,27 @@ def head_window(b, h, q, kv):  # head h: a window of 128 * (h + 1)
     return (kv <= q) & (q - kv < 128 * (h + 1))
 
 
-CASES = [  # name, mask_mod, causal, softcap, B, H, Hk, Sq, Sk, D
-    ("window", window, False, None, 2, 4, 4, 1000, 1000, 128),
-    ("window+causal", window, True, None, 1, 8, 2, 2048, 2048, 64),
-    ("bidirectional window", bidirectional_window, False, None, 1, 4, 4, 777, 777, 128),
-    ("prefix-LM", prefix_lm, False, None, 2, 4, 2, 513, 513, 64),
-    ("documents", documents, False, None, 3, 2, 2, 2000, 2000, 128),
-    ("head window", head_window, False, None, 1, 4, 4, 1024, 1024, 128),
-    ("softcap", None, False, 30.0, 2, 4, 4, 700, 900, 128),
-    ("softcap+causal+window", window, True, 30.0, 1, 4, 4, 1500, 1500, 64),
+CASES = [  # name, mask_mod, causal, softcap, window_size, B, H, Hk, Sq, Sk, D
+    ("window", window, False, None, None, 2, 4, 4, 1000, 1000, 128),
+    ("window+causal", window, True, None, None, 1, 8, 2, 2048, 2048, 64),
+    ("bidirectional window", bidirectional_window, False, None, None, 1, 4, 4, 777, 777, 128),
+    ("prefix-LM", prefix_lm, False, None, None, 2, 4, 2, 513, 513, 64),
+    ("documents", documents, False, None, None, 3, 2, 2, 2000, 2000, 128),
+    ("head window", head_window, False, None, None, 1, 4, 4, 1024, 1024, 128),
+    ("softcap", None, False, 30.0, None, 2, 4, 4, 700, 900, 128),
+    ("softcap+causal+window", window, True, 30.0, None, 1, 4, 4, 1500, 1500, 64),
+    # window_size: the kernel visits only the K/V tiles the window reaches
+    ("window_size causal", None, True, None, (255, 0), 2, 4, 4, 1000, 1000, 128),
+    ("window_size both sides, Sq != Sk", None, False, None, (100, 37), 1, 4, 2, 777, 900, 64),
+    ("window_size left, rows past the keys", None, False, None, (20, -1), 1, 2, 2, 3000, 129, 128),
+    ("window_size right, long keys", None, False, None, (-1, 10), 1, 2, 2, 129, 5000, 128),
+    ("window_size+softcap+causal", None, True, 30.0, (511, 0), 1, 4, 4, 3000, 3000, 64),
+    ("window_size hd256", None, True, None, (255, 0), 1, 4, 4, 1500, 1500, 256),
+    ("window_size+mask_mod", prefix_lm, False, None, (64, 64), 2, 4, 2, 1100, 1100, 128),
 ]
 
 
-def reference(q, k, v, mask_mod, causal, softcap, scale):
+def reference(q, k, v, mask_mod, causal, softcap, scale, window_size=None):
     """fp64 O and LSE with the mask evaluated on index tensors (the same function as the kernel's)."""
     B, H, Sq, D = q.shape
     Hk, Sk = k.shape[1], k.shape[2]
@@ -86,6 +95,12 @@ def reference(q, k, v, mask_mod, causal, softcap, scale):
         keep = keep & mask_mod(bi, hi, qi, ki).expand(B, H, Sq, Sk)
     if causal:
         keep = keep & (ki <= qi)
+    if window_size is not None:
+        left, right = window_size
+        if left >= 0:
+            keep = keep & (ki >= qi - left)
+        if right >= 0:
+            keep = keep & (ki <= qi + right)
     s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, -1)
     p = torch.softmax(s, -1).nan_to_num(0.0)
@@ -96,15 +111,16 @@ def correctness():
     bad = 0
     print("| case | B x H/Hk x Sq x Sk | D | O err | SDPA O err | LSE max abs err | empty rows O = 0 | result |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, mask_mod, causal, softcap, B, H, Hk, Sq, Sk, D in CASES:
+    for name, mask_mod, causal, softcap, window_size, B, H, Hk, Sq, Sk, D in CASES:
         q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(B, Hk, Sk, D, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(B, Hk, Sk, D, device="cuda", dtype=torch.bfloat16)
         scale = 1 / math.sqrt(D)
         out = torch.full_like(q, float("nan"))
         lse = torch.full((B, H, Sq), float("nan"), device="cuda")
-        ops.attention(q, k, v, causal=causal, out=out, lse=lse, mask_mod=mask_mod, softcap=softcap)
-        ref, ref_lse, keep = reference(q, k, v, mask_mod, causal, softcap, scale)
+        ops.attention(q, k, v, causal=causal, out=out, lse=lse, mask_mod=mask_mod, softcap=softcap,
+                      window_size=window_size)
+        ref, ref_lse, keep = reference(q, k, v, mask_mod, causal, softcap, scale, window_size)
         err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
         visible = keep.any(-1)
         lse_err = (lse.double() - ref_lse)[visible].abs().max().item()
@@ -131,14 +147,19 @@ def speed(rounds):
         flash_attn_func = None
     print("| B x H x S | D | what | warpsched us | FA4 us | SDPA (bool mask) us | FA4 / ws | SDPA / ws |")
     print("|---|---|---|---|---|---|---|---|")
-    for B, H, S, D in ((4, 16, 4096, 128), (8, 16, 2048, 64)):
+    for B, H, S, D in ((4, 16, 4096, 128), (8, 16, 2048, 64), (1, 16, 32768, 128)):
         q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, S, D) views of the same data
-        keep = window(None, None, torch.arange(S, device="cuda").view(S, 1), torch.arange(S, device="cuda").view(1, S))
+        keep = (window(None, None, torch.arange(S, device="cuda").view(S, 1), torch.arange(S, device="cuda").view(1, S))
+                if S <= 8192 else None)  # SDPA's boolean mask at 32k: 1 GB, and its slowest path
         for what, ws, fa, sdpa in (
-                ("window 256", lambda: ops.attention(qt, kt, vt, mask_mod=window),
+                ("window 256 (window_size)", lambda: ops.attention(qt, kt, vt, causal=True, window_size=(W - 1, 0)),
                  flash_attn_func and (lambda: flash_attn_func(q, k, v, causal=True, window_size=(W - 1, 0))),
-                 lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=keep)),
+                 keep is not None and (lambda: torch.nn.functional.scaled_dot_product_attention(qt, kt, vt,
+                                                                                                 attn_mask=keep))),
+                ("window 256 (mask_mod)", lambda: ops.attention(qt, kt, vt, mask_mod=window),
+                 flash_attn_func and (lambda: flash_attn_func(q, k, v, causal=True, window_size=(W - 1, 0))),
+                 None),
                 ("softcap 30", lambda: ops.attention(qt, kt, vt, softcap=30.0),
                  flash_attn_func and (lambda: flash_attn_func(q, k, v, softcap=30.0)), None)):
             sides = {"ws": ws}

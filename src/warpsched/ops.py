@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_lse=False, mask_mod=None,
-              softcap=None):
+              softcap=None, window_size=None):
     """Scaled dot-product attention forward on Hopper (sm_90a), as
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
@@ -18,16 +18,18 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     (top-left aligned, as SDPA's ``is_causal``). ``scale`` defaults to 1 / sqrt(D). Returns the
     output (B, H, S_q, D) in q's dtype, and with ``return_lse`` also the (B, H, S_q) fp32
     log-sum-exp of the scaled scores. ``out`` / ``lse``: preallocated results.
-    ``mask_mod(batch, head, q_idx, kv_idx)``: a user mask traced into the kernel (True: attend; combine
-    comparisons with ``&`` / ``|`` / ``~``), e.g. a sliding window ``lambda b, h, q, kv: (kv <= q) &
-    (q - kv < 256)``; ``softcap``: scores s become softcap * tanh(s / softcap). Forward only
+    ``window_size=(left, right)``: a sliding window, query i sees keys i - left .. i + right (-1 or None:
+    unbounded; as flash_attn's, from the diagonal ``causal`` uses), and the kernel visits only the K/V
+    tiles the window reaches. ``mask_mod(batch, head, q_idx, kv_idx)``: a user mask traced into the kernel
+    (True: attend; combine comparisons with ``&`` / ``|`` / ``~``), applied to every tile the unit visits;
+    ``softcap``: scores s become softcap * tanh(s / softcap). Forward only
     (``warpsched.kernels.attention.masks``).
     Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
     """
     from warpsched.kernels.attention import host as _attention
 
     return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse,
-                                mask_mod=mask_mod, softcap=softcap)
+                                mask_mod=mask_mod, softcap=softcap, window_size=window_size)
 
 
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None):

@@ -165,7 +165,7 @@ class SmemK(KAheadWorks, MemoryResource):
             tile = (1 - last) * (j + 1)
         else:
             coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
-                            else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
+                            else (g.unit_coords(g.unit_of(stage_info)), g.kv_tile_of(stage_info)))
             _, _, batch, kv_head = coords
         gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
@@ -210,7 +210,8 @@ class SmemV(MemoryResource):
         gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
                                                     cute.group_modes(gV, 0, 2))
-        stage_info.tma_copy(v.tma_v, t_g[(None, stage_info.loop_offset)], t_s[(None, stage_info.stage_idx)])
+        tile = stage_info.loop_offset if cutlass.const_expr(unit_xy is not None) else g.kv_tile_of(stage_info)
+        stage_info.tma_copy(v.tma_v, t_g[(None, tile)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     @cute.jit
@@ -246,12 +247,12 @@ class Scores(ScoresAheadWorks, MemoryResource):
             col0 = (1 - last) * (j + 1) * bN
         else:
             coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
-                            else (g.unit_coords(g.unit_of(stage_info)), stage_info.loop_offset))
+                            else (g.unit_coords(g.unit_of(stage_info)), g.kv_tile_of(stage_info)))
             row0 = (coords[0] * g.wgs + wg) * WG_ROWS
             col0 = tile * bN
         if cutlass.const_expr(g.softcap is not None):
             amasks.softcap_tile(acc_s, v.scale, g.softcap)
-        amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal)
+        amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal, g.window_left, g.window_right)
         if cutlass.const_expr(g.mask_mod is not None):
             amasks.mask_mod_tile(acc_s, v.qk_mma, row0, col0, bN, g.mask_mod, coords[2], coords[1])
         softmax_state.step(acc_s, v.qk_mma, v.scale_log2, g.pinned_exp2)
@@ -376,7 +377,7 @@ class FlashAttention(WorkUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
-                 unit_overlap=False, mask_mod=None, softcap=None):
+                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -419,6 +420,8 @@ class FlashAttention(WorkUnits):
                                        "overlap=True and wgs=2")
         self.unit_overlap = bool(unit_overlap)  # S runs one K/V tile ahead across units (attention/ahead.py)
         amasks.check(mask_mod, softcap, self.unit_overlap)
+        # a sliding window: the K/V tiles a unit visits start and end with it (units.kv_first_tile)
+        self.window_left, self.window_right = amasks.window_bounds(window_size, self.causal, self.unit_overlap)
         self.mask_mod, self.softcap = mask_mod, softcap  # attention.masks: traced into the softmax's tile
         if pinned_exp2 is None and self.unit_overlap:  # its hd128 loop otherwise evaluates 45 of 66 exp2 twice
             self.pinned_exp2 = True

@@ -139,7 +139,7 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
     return (lambda: f(*args)), out, lse
 
 
-def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, **options):
+def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, window_size=None, **options):
     """``prepare``'s work: (kernel, its arguments, out, lse, reusable), ``reusable`` when the kernel
     is a TVM-FFI one called on the inputs as they are with the tuned options (what ``attention``
     may keep as a plan for later calls with the same shapes and strides)."""
@@ -153,6 +153,8 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, **op
     if mask_mod is not None or softcap is not None:  # attention.masks: applied to the tuned kernel's tiles
         options = dict(options, **({"mask_mod": mask_mod} if mask_mod is not None else {}),
                        **({"softcap": softcap} if softcap is not None else {}))
+    if window_size is not None:  # the kernel validates it (masks.window_bounds)
+        options = dict(options, window_size=window_size)
 
     q0, k0, v0 = q, k, v
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
@@ -183,20 +185,23 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, **op
 _PLANS = {}  # (shapes, strides, dtypes, device, causal, scale) -> (TVM-FFI kernel, scale)
 
 
-def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False, mask_mod=None, softcap=None):
+def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False, mask_mod=None, softcap=None,
+              window_size=None):
     """softmax(q k^T * scale) v for (B, H, S, D) tensors, as torch SDPA (``is_causal=causal``,
     top-left aligned); ``scale`` defaults to 1 / sqrt(D). K and V may have fewer heads than Q
     (grouped-query attention). Returns ``out`` (and the (B, H, S_q) fp32 log-sum-exp with
-    ``return_lse``). ``mask_mod(batch, head, q_idx, kv_idx)`` (True: attend) and ``softcap``: see
-    ``attention.masks``.
+    ``return_lse``). ``window_size=(left, right)``, ``mask_mod(batch, head, q_idx, kv_idx)`` (True:
+    attend) and ``softcap``: see ``attention.masks``.
 
     A call whose inputs TMA reads as they are, through TVM FFI, keeps its plan per (shapes, strides,
     dtypes, device, causal, scale): a later call with that key skips the Python checks and only
     allocates the outputs and launches (the kernel call checks shapes, strides and alignment)."""
+    if isinstance(window_size, list):
+        window_size = tuple(window_size)
     pkey = None
     if out is None and lse is None:
         pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
-                q.get_device(), causal, scale, mask_mod, softcap)
+                q.get_device(), causal, scale, mask_mod, softcap, window_size)
         hit = _PLANS.get(pkey)
         if hit is not None:
             import torch
@@ -209,7 +214,7 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
                 return (out, lse) if return_lse else out
             except Exception:  # noqa: BLE001 - a misaligned input, say: the full path copies or names it
                 out = lse = None
-    f, args, out, lse, reusable = _prepare(q, k, v, causal, scale, out, lse, mask_mod, softcap)
+    f, args, out, lse, reusable = _prepare(q, k, v, causal, scale, out, lse, mask_mod, softcap, window_size)
     f(*args)
     if pkey is not None and reusable:
         _PLANS[pkey] = (f, args[5])

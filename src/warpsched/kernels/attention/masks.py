@@ -1,5 +1,10 @@
-"""What the attention forward does to a score tile besides the causal / tail mask: a user's
-``mask_mod`` and a ``softcap`` (as FlashAttention's and flex attention's).
+"""What the attention forward does to a score tile besides the causal / tail mask: a sliding window, a
+user's ``mask_mod`` and a ``softcap`` (as FlashAttention's and flex attention's).
+
+- ``window_size=(left, right)``: query i sees keys i - left .. i + right (``window_bounds``). Unlike a
+  ``mask_mod``, the window also bounds the K/V tiles a unit visits (``units.kv_first_tile`` /
+  ``kv_tiles_of``), so the work is the window's, not the sequence's; only the tiles its edges cross are
+  masked (``register_math.mask_tile``).
 
 - ``mask_mod(batch, head, q_idx, kv_idx)``: True where query ``q_idx`` of (batch, head) may attend to
   key ``kv_idx``. It is traced into the kernel: it receives the kernel's Int32 values and must combine
@@ -11,8 +16,9 @@
 - ``softcap``: scores s (already times the softmax scale) become softcap * tanh(s / softcap) before
   the masks.
 
-Neither changes the synchronization: the kernel's program, and so its proof, is the one without
-them. Forward only: the backward does not take them yet."""
+None of them changes the synchronization: the kernel's program, and so its proof, is the one
+without them (the window changes which tile a step loads, and how many steps: every count >= 1 is
+proven). Forward only: the backward does not take them yet."""
 from __future__ import annotations
 
 import cutlass
@@ -37,6 +43,39 @@ def check(mask_mod, softcap, unit_overlap):
     if unit_overlap and (mask_mod is not None or softcap is not None):
         raise AttentionConfigError("mask_mod / softcap with unit_overlap=True: the one-tile-ahead S GEMM does not "
                                    "apply them; leave unit_overlap off (the default)")
+
+
+def window_bounds(window_size, causal, unit_overlap):
+    """``window_size=(left, right)`` -> (window_left, window_right): query i sees keys i - left .. i + right
+    (None or -1: no bound on that side; as flash_attn's ``window_size``, from the diagonal ``causal``
+    uses: top-left aligned). ``causal`` is right = 0. Refuses what the kernel cannot take, naming the fix."""
+    if window_size is None:
+        return None, None
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise AttentionConfigError(f"window_size={window_size!r}: expected (left, right), e.g. (255, 0) for 256 "
+                                   "keys up to the query; None or -1 leaves a side unbounded") from None
+
+    def bound(x, side):
+        if x is None or (isinstance(x, int) and not isinstance(x, bool) and x == -1):
+            return None
+        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+            raise AttentionConfigError(f"window_size={window_size!r}: the {side} bound {x!r} is not a key count >= 0 "
+                                       "(or -1 / None for no bound)")
+        return x
+    left, right = bound(left, "left"), bound(right, "right")
+    if causal:
+        if right not in (None, 0):
+            raise AttentionConfigError(f"window_size={window_size!r} with causal=True: causal already ends the "
+                                       "window at the query; pass window_size=(left, 0) or causal=False")
+        right = 0
+        if left is None:
+            return None, None  # causal alone
+    if unit_overlap and (left is not None or right is not None):
+        raise AttentionConfigError("window_size with unit_overlap=True: the one-tile-ahead S GEMM does not start "
+                                   "at the window's first tile; leave unit_overlap off (the default)")
+    return left, right
 
 
 @cute.jit

@@ -17,6 +17,7 @@ import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
+S_TILE_ROWS = 64  # the query rows of one warp group's S tile (one WGMMA M)
 LN2 = math.log(2.0)
 
 
@@ -95,16 +96,52 @@ def apply_mask(acc_s, coords, coords0, row0, col0, seqlen_k: cutlass.Int32, caus
 
 @cute.jit
 def mask_tile(acc_s, qk_mma, row0, col0, seqlen_k: cutlass.Int32, block_n: cutlass.Constexpr,
-              causal: cutlass.Constexpr):
+              causal: cutlass.Constexpr, window_left: cutlass.Constexpr = None, window_right: cutlass.Constexpr = None):
     """Mask the S tile whose first query row is ``row0`` and first key ``col0``, if it needs it:
-    only the tile at the end of the keys and (causal) the tiles reaching past ``row0`` do."""
-    limit = seqlen_k  # keys [0, limit) are unmasked for every row of the tile
-    if cutlass.const_expr(causal):
-        limit = cutlass.min(seqlen_k, row0 + 1)
-    if col0 + block_n > limit:
-        tidx, _, _ = cute.arch.thread_idx()
-        apply_mask(acc_s, s_tile_coords(qk_mma, block_n, tidx % 128), s_tile_coords(qk_mma, block_n, 0), row0, col0,
-                   seqlen_k, causal)
+    only the tile at the end of the keys and (causal) the tiles reaching past ``row0`` do; with a
+    window (``window_left`` / ``window_right`` keys before / after the query, None: unbounded; causal
+    is right = 0), also the tiles that start before the last row's first key."""
+    if cutlass.const_expr(window_left is None and window_right is None):
+        limit = seqlen_k  # keys [0, limit) are unmasked for every row of the tile
+        if cutlass.const_expr(causal):
+            limit = cutlass.min(seqlen_k, row0 + 1)
+        if col0 + block_n > limit:
+            tidx, _, _ = cute.arch.thread_idx()
+            apply_mask(acc_s, s_tile_coords(qk_mma, block_n, tidx % 128), s_tile_coords(qk_mma, block_n, 0), row0,
+                       col0, seqlen_k, causal)
+    else:
+        limit = seqlen_k
+        if cutlass.const_expr(window_right is not None):
+            limit = cutlass.min(seqlen_k, row0 + 1 + window_right)
+        need = col0 + block_n > limit  # keys [first, limit) are visible to every row of the tile
+        if cutlass.const_expr(window_left is not None):
+            need = need | (col0 < row0 + (S_TILE_ROWS - 1) - window_left)  # first: the last row's first key
+        if need:
+            tidx, _, _ = cute.arch.thread_idx()
+            apply_window(acc_s, s_tile_coords(qk_mma, block_n, tidx % 128), s_tile_coords(qk_mma, block_n, 0), row0,
+                         col0, seqlen_k, window_left, window_right)
+
+
+
+@cute.jit
+def apply_window(acc_s, coords, coords0, row0, col0, seqlen_k: cutlass.Int32, left: cutlass.Constexpr,
+                 right: cutlass.Constexpr):
+    """-inf where the key is past the sequence end or outside query r's window [r - left, r + right]
+    (a None side is unbounded). As ``apply_mask``: the bounds are computed once per thread relative to its
+    first element, so an element costs compares with immediates."""
+    r_base, c_base = coords[0]
+    last_key = seqlen_k - 1 - col0 - c_base  # keys past it are beyond the sequence
+    diag = row0 + r_base - col0 - c_base  # row r's own key, relative to this thread's first column
+    for i in cutlass.range_constexpr(cute.size(acc_s)):
+        dr, dc = coords0[i]
+        hi = last_key
+        if cutlass.const_expr(right is not None):
+            hi = cutlass.min(last_key, diag + dr + right)
+        if dc > hi:
+            acc_s[i] = -cutlass.Float32.inf
+        if cutlass.const_expr(left is not None):
+            if dc < diag + dr - left:
+                acc_s[i] = -cutlass.Float32.inf
 
 
 def s_tile_coords(qk_mma, block_n, thread):

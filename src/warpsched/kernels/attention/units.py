@@ -10,7 +10,7 @@ import cutlass.cute as cute
 
 class WorkUnits:
     """Unit order and sizes; needs ``causal``, ``causal_pairs``, ``persistent``, ``block_m``,
-    ``block_n`` and ``max_ctas`` from the kernel configuration."""
+    ``block_n``, ``max_ctas`` and ``window_left`` / ``window_right`` from the kernel configuration."""
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
@@ -62,10 +62,33 @@ class WorkUnits:
         return q_block, head, batch, head // (self.heads // self.kv_heads)
 
     def kv_tiles_of(self, unit):
+        """How many K/V tiles ``unit`` visits, from ``kv_first_tile``: up to the last key its last row
+        sees (the sequence end; causal: the diagonal; ``window_right``: that many keys past it), at
+        least 1 (a unit whose rows see no key runs one fully masked tile: O = 0, LSE = +inf)."""
         kv_end = self.seqlen_k
         if cutlass.const_expr(self.causal):
             kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m)
-        return (kv_end + self.block_n - 1) // self.block_n
+        elif cutlass.const_expr(self.window_right is not None):
+            kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m + self.window_right)
+        tiles = (kv_end + self.block_n - 1) // self.block_n
+        if cutlass.const_expr(self.window_left is not None):
+            tiles = cutlass.max(tiles - self.kv_first_tile(unit), 1)
+        return tiles
+
+    def kv_first_tile(self, unit):
+        """The first K/V tile ``unit`` visits: 0, or with ``window_left`` the tile of the first key its
+        first row sees (clamped to the last tile: a unit past every key still visits one)."""
+        if cutlass.const_expr(self.window_left is None):
+            return 0
+        first_key = cutlass.max(self.unit_coords(unit)[0] * self.block_m - self.window_left, 0)
+        last_tile = (self.seqlen_k + self.block_n - 1) // self.block_n - 1
+        return cutlass.min(first_key // self.block_n, last_tile)
+
+    def kv_tile_of(self, stage_info):
+        """The K/V tile a step of the unit's K/V loop visits: the loop offset, from ``kv_first_tile``."""
+        if cutlass.const_expr(self.window_left is None):
+            return stage_info.loop_offset
+        return self.kv_first_tile(self.unit_of(stage_info)) + stage_info.loop_offset
 
     def ahead_of(self, stage_info):
         """``unit_overlap``: the unit coordinates (``unit_coords``) and K/V tile of the S GEMM a step
