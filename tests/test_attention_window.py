@@ -97,3 +97,39 @@ def test_the_window_leaves_the_program_and_its_proof_as_they_are():
 def test_the_windowed_kernel_compiles_for_sm90a():
     c = host.compile_for_cpu(head_dim=128, causal=False, window_size=(100, 37), **host.tuned_options(128, False))
     assert ".entry" in c.artifacts.PTX
+
+
+# ------------------------------------------------------------------ the backward
+from warpsched.kernels.attention import backward as ab  # noqa: E402
+from warpsched.kernels.attention import backward_host as bwd_host  # noqa: E402
+
+
+@pytest.mark.parametrize("sq,sk,left,right,causal", CASES)
+def test_a_key_blocks_steps_are_the_q_blocks_that_see_it(sq, sk, left, right, causal):
+    """Backward: a key block's steps walk, per query head of its group, exactly the Q blocks with a query
+    whose window holds one of its keys (none: no step, dK = dV = 0)."""
+    g = ab.FlashAttentionBackward(head_dim=64, causal=causal, window_size=(left, right))
+    if causal:
+        right = 0
+    g.grid_setup(seqlen_q=sq, seqlen_k=sk, heads=4, kv_heads=2, batches=1)
+    for unit in range(g.num_units):
+        n_block, kv_head, batch = g.unit_coords(unit)
+        keys = range(n_block * g.block_n, min(sk, (n_block + 1) * g.block_n))
+        blocks = sorted({r // g.block_m for r in range(sq) if set(_visible(r, sq, sk, left, right)) & set(keys)})
+        steps = [g.step_coords(unit, s) for s in range(g.steps_of(unit))]
+        want = [(kv_head * 2 + h, m, batch) for h in range(2) for m in blocks]
+        # the Q blocks form a range: the first and last that see a key, every one between them too
+        assert steps == want, (unit, steps[:3], want[:3])
+
+
+def test_the_backward_window_leaves_its_program_as_it_is():
+    plain = ab.build(ab.FlashAttentionBackward(head_dim=128, causal=True, shared_ds=True), verbose=False,
+                     exhaustive_deadlock_race_check=False)
+    windowed = ab.build(ab.FlashAttentionBackward(head_dim=128, causal=True, shared_ds=True, window_size=(255, 0)),
+                        verbose=False, exhaustive_deadlock_race_check=False)
+    assert windowed.fingerprint == plain.fingerprint
+
+
+def test_the_windowed_backward_compiles_for_sm90a():
+    c = bwd_host.compile_for_cpu(head_dim=64, causal=False, window_size=(100, 37))
+    assert ".entry" in c.artifacts.PTX

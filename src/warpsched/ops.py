@@ -32,18 +32,20 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
                                 mask_mod=mask_mod, softcap=softcap, window_size=window_size)
 
 
-def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None):
+def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, window_size=None):
     """The gradients (dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
     ``dout``, given the forward's ``lse`` (``attention(..., return_lse=True)``), on Hopper (sm_90a).
 
     Shapes as ``attention``; D in (64, 128); dk / dv have k's shape (summed over the query heads that share
     a K/V head: grouped-query attention). dQ is accumulated in fp32 and returned in q's dtype. The kernel is
     a warpsched program proven SAFE for every sequence length (``warpsched.kernels.attention.backward``).
+    ``window_size``: the forward's sliding window (``attention``); a key block visits only the Q blocks
+    that see it.
     Unsupported input raises ``AttentionConfigError`` naming what to change.
     """
     from warpsched.kernels.attention import backward_host as _bwd
 
-    return _bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale)
+    return _bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale, window_size=window_size)
 
 
 def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=None, scale_a=None, scale_b=None,

@@ -44,6 +44,7 @@ from . import backward_math as bmath
 from .backward_schedules import dq_writer_schedule, grad_schedule, load_schedule
 from . import register_math as amath
 from .forward import AttentionConfigError
+from .masks import window_bounds
 from .backward_math import HALF
 
 BWD_HEAD_DIMS = (64, 128)
@@ -353,7 +354,7 @@ class FlashAttentionBackward:
     """Compile-time configuration (dtype, head dim, causal, Q / dO stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
-                 consumer_regs=240, shared_ds=False, wg_order=False):
+                 consumer_regs=240, shared_ds=False, wg_order=False, window_size=None):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -361,6 +362,9 @@ class FlashAttentionBackward:
         if qdo_stages not in (1, 2, 3):
             raise AttentionConfigError(f"qdo_stages={qdo_stages}: expected 1, 2 or 3")
         self.dtype, self.head_dim, self.causal, self.qdo_stages = dtype, head_dim, bool(causal), qdo_stages
+        # the forward's sliding window: a key block's steps run over the Q blocks that see it (first_m_block,
+        # end_m_block); only the blocks the window's edges cross are masked (backward_math.grads_of_scores)
+        self.window_left, self.window_right = window_bounds(window_size, self.causal, False)
         if shared_ds and head_dim != 128:
             raise AttentionConfigError(f"shared_ds=True at head dim {head_dim}: it splits D in two 64-column dQ "
                                        "halves, one per warp group; it needs head_dim=128")
@@ -402,22 +406,33 @@ class FlashAttentionBackward:
         return n_block, bh % self.kv_heads, bh // self.kv_heads
 
     def first_m_block(self, n_block):
-        """The first Q block that sees a key of ``n_block`` (causal: query i sees keys j <= i)."""
+        """The first Q block that sees a key of ``n_block`` (causal: query i sees keys j <= i; a window:
+        keys j <= i + right)."""
         if cutlass.const_expr(self.causal):
             return n_block * BLOCK_N // BLOCK_M
+        if cutlass.const_expr(self.window_right is not None):
+            return cutlass.max(n_block * BLOCK_N - self.window_right, 0) // BLOCK_M
         return 0
 
+    def end_m_block(self, n_block):
+        """One past the last Q block that sees a key of ``n_block`` (a window: keys j >= i - left)."""
+        if cutlass.const_expr(self.window_left is None):
+            return self.m_blocks
+        last_key = cutlass.min(n_block * BLOCK_N + BLOCK_N, self.seqlen_k) - 1
+        return cutlass.min(self.m_blocks, (last_key + self.window_left) // BLOCK_M + 1)
+
     def steps_of(self, unit):
-        """(query heads of the group) x (Q blocks from ``first_m_block``): the unit's step count (>= 0)."""
+        """(query heads of the group) x (Q blocks ``first_m_block`` .. ``end_m_block``): the unit's step count
+        (>= 0)."""
         n_block = self.unit_coords(unit)[0]
-        return self.group * cutlass.max(0, self.m_blocks - self.first_m_block(n_block))
+        return self.group * cutlass.max(0, self.end_m_block(n_block) - self.first_m_block(n_block))
 
     def step_coords(self, unit, step):
         """(query head, Q block, batch) of step ``step`` of CTA ``unit``: the Q blocks of one query head in
         turn, then the group's next head."""
         n_block, kv_head, batch = self.unit_coords(unit)
         first = self.first_m_block(n_block)
-        count = cutlass.max(1, self.m_blocks - first)
+        count = cutlass.max(1, self.end_m_block(n_block) - first)
         return kv_head * self.group + step // count, first + step % count, batch
 
     # ---- compile-time layouts

@@ -96,7 +96,8 @@ def default_options(head_dim):
     return {"shared_ds": True} if head_dim == 128 else {}
 
 
-def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, **options):
+def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
+                     **options):
     """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
     return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
     from the pre-pass); dq_accum must be zeroed before each launch."""
@@ -124,6 +125,8 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if not options:
         options = default_options(D)
+    if window_size is not None:  # the forward's sliding window (the kernel validates it: masks.window_bounds)
+        options = dict(options, window_size=tuple(window_size))
     kern_key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     if _host.ffi_enabled():
         f, args = compiled_ffi(kern_key), (q, k, v, dout, lse, delta, dq_acc, dk, dv, scale)
@@ -134,11 +137,13 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     return (lambda: f(*args)), dq_acc, dk, dv
 
 
-def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, **options):
+def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
+                       **options):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient ``dout``, given
     the forward's ``lse``. dk / dv have k's shape (summed over each K/V head's query heads: GQA).
     delta = rowsum(dout * out) is computed by torch first; dQ is accumulated in fp32 and converted last."""
-    launch, dq_acc, dk, dv = prepare_backward(q, k, v, out, dout, lse, causal, scale, dk, dv, **options)
+    launch, dq_acc, dk, dv = prepare_backward(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size,
+                                              **options)
     launch()
     return dq_acc[:, :, :q.shape[2]].to(q.dtype), dk, dv
 

@@ -48,17 +48,20 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
-    mask_limit = g.seqlen_k  # keys [n0, n0 + HALF) are all visible unless the block reaches past it
-    if cutlass.const_expr(g.causal):
-        mask_limit = cutlass.min(g.seqlen_k, m0 + 1)
-    if n0 + HALF > mask_limit:
-        for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            for j in cutlass.range_constexpr(cols):
-                limit = g.seqlen_k  # this query sees keys [0, limit)
-                if cutlass.const_expr(g.causal):
-                    limit = cutlass.min(g.seqlen_k, m0 + coords[i, j][1] + 1)
-                if n0 + coords[i, j][0] >= limit:
-                    s_mn[i, j] = 0.0
+    if cutlass.const_expr(g.window_left is None and g.window_right is None):
+        mask_limit = g.seqlen_k  # keys [n0, n0 + HALF) are all visible unless the block reaches past it
+        if cutlass.const_expr(g.causal):
+            mask_limit = cutlass.min(g.seqlen_k, m0 + 1)
+        if n0 + HALF > mask_limit:
+            for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+                for j in cutlass.range_constexpr(cols):
+                    limit = g.seqlen_k  # this query sees keys [0, limit)
+                    if cutlass.const_expr(g.causal):
+                        limit = cutlass.min(g.seqlen_k, m0 + coords[i, j][1] + 1)
+                    if n0 + coords[i, j][0] >= limit:
+                        s_mn[i, j] = 0.0
+    else:
+        mask_window(s_mn, coords, cols, g, n0, m0)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             dp_mn[i, j] = s_mn[i, j] * (dp_mn[i, j] - delta[j])
@@ -66,6 +69,30 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
     amath.store_p(acc_dp, ds, g.dtype)
     if cutlass.const_expr(s_ds is not None):
         write_ds(ds, acc_dp, v, s_ds, wg=wg)
+
+
+@cute.jit
+def mask_window(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0):
+    """P^T = 0 where key ``n0 + row`` is past S_k or outside query ``m0 + column``'s window [m - left,
+    m + right] (causal: right = 0); only a block the window's edges (or the keys' end) cross is masked."""
+    mask_limit = g.seqlen_k  # keys [n0, mask_limit) are visible to the block's first query
+    if cutlass.const_expr(g.window_right is not None):
+        mask_limit = cutlass.min(g.seqlen_k, m0 + 1 + g.window_right)
+    need = n0 + HALF > mask_limit
+    if cutlass.const_expr(g.window_left is not None):
+        need = need | (n0 < m0 + g.block_m - 1 - g.window_left)  # keys before the last query's first key
+    if need:
+        for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+            for j in cutlass.range_constexpr(cols):
+                n, m = n0 + coords[i, j][0], m0 + coords[i, j][1]
+                limit = g.seqlen_k  # this query sees keys [first, limit)
+                if cutlass.const_expr(g.window_right is not None):
+                    limit = cutlass.min(g.seqlen_k, m + 1 + g.window_right)
+                if n >= limit:
+                    s_mn[i, j] = 0.0
+                if cutlass.const_expr(g.window_left is not None):
+                    if n < m - g.window_left:
+                        s_mn[i, j] = 0.0
 
 
 @cute.jit
