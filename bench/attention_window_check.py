@@ -104,7 +104,9 @@ def correctness():
         oa = wnn.scaled_dot_product_attention(qa, ka, va, is_causal=causal, window_size=window)
         oa.backward(dout)
         auto = max(rel(a, r) for a, r in zip((oa, qa.grad, ka.grad, va.grad), (ro, rdq, rdk, rdv)))
-        bar = 2 * max(theirs) + 2e-3
+        # SDPA on a query with no visible key returns what its backend makes of an all -inf row, so its
+        # error can be large there: the bar never exceeds 2e-2 (bf16 gradients land near 3e-3)
+        bar = min(2 * max(theirs) + 2e-3, 2e-2)
         finite = all(bool(t.isfinite().all()) for t in (out, dq, dk, dv))
         ok = finite and max(errs) <= bar and auto <= bar
         bad += not ok
