@@ -6,9 +6,8 @@ from .._device import H200_SMS  # noqa: F401 (gemm.kernel and the examples impor
 SCHEDULES = ("cooperative", "pingpong", "pingpong_shared")
 # pingpong_shared: ping-pong over ONE ring that both math warp groups release (see gemm.program)
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
-# the deepest ring chosen by default (tiles below 64x128 would fit more): the exhaustive check of
-# a traced program grows with the depth (docs/gemm.md has the times); shipped configurations are
-# proven ahead (docs/proofs.md), deeper rings would still search at their first compile
+# the deepest ring chosen by default (tiles below 64x128 would fit more): the proof doubles with each
+# stage (the checker decides the K-loop length per live work tile; docs/proofs.md, "The ring-depth cap")
 MAX_AUTO_STAGES = 8
 
 
