@@ -22,8 +22,8 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     unbounded; as flash_attn's, from the diagonal ``causal`` uses), and the kernel visits only the K/V
     tiles the window reaches. ``mask_mod(batch, head, q_idx, kv_idx)``: a user mask traced into the kernel
     (True: attend; combine comparisons with ``&`` / ``|`` / ``~``), applied to every tile the unit visits;
-    ``softcap``: scores s become softcap * tanh(s / softcap). Forward only
-    (``warpsched.kernels.attention.masks``).
+    ``softcap``: scores s become softcap * tanh(s / softcap). The backward takes the same three
+    (``attention_backward``; ``warpsched.kernels.attention.masks``).
     Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
     """
     from warpsched.kernels.attention import host as _attention
@@ -32,20 +32,23 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
                                 mask_mod=mask_mod, softcap=softcap, window_size=window_size)
 
 
-def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, window_size=None):
+def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, window_size=None, mask_mod=None,
+                       softcap=None):
     """The gradients (dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
     ``dout``, given the forward's ``lse`` (``attention(..., return_lse=True)``), on Hopper (sm_90a).
 
     Shapes as ``attention``; D in (64, 128); dk / dv have k's shape (summed over the query heads that share
     a K/V head: grouped-query attention). dQ is accumulated in fp32 and returned in q's dtype. The kernel is
     a warpsched program proven SAFE for every sequence length (``warpsched.kernels.attention.backward``).
-    ``window_size``: the forward's sliding window (``attention``); a key block visits only the Q blocks
-    that see it.
+    ``window_size``, ``mask_mod``, ``softcap``: the forward's (``attention``); with a window a key block
+    visits only the Q blocks that see it; P is recomputed with the mask and the cap, and dS goes through
+    the cap's derivative.
     Unsupported input raises ``AttentionConfigError`` naming what to change.
     """
     from warpsched.kernels.attention import backward_host as _bwd
 
-    return _bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale, window_size=window_size)
+    return _bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale, window_size=window_size,
+                                   mask_mod=mask_mod, softcap=softcap)
 
 
 def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=None, scale_a=None, scale_b=None,

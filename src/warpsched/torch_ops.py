@@ -3,10 +3,11 @@
 - ``torch.ops.warpsched.gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None,
   residual=None, alpha=None)``: ``warpsched.ops.gemm`` (a (M, K) row-major, b (K, N) column-major, or a
   batched (L, M, K) x (L, K, N); fp8 with per-tensor scales; the fused epilogue);
-- ``torch.ops.warpsched.attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1)
-  -> (out, lse)``: ``warpsched.ops.attention`` with its log-sum-exp (-1: no window bound on that side);
+- ``torch.ops.warpsched.attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1,
+  softcap=None) -> (out, lse)``: ``warpsched.ops.attention`` with its log-sum-exp (-1: no window bound
+  on that side);
 - ``torch.ops.warpsched.attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1,
-  window_right=-1) -> (dq, dk, dv)``: ``warpsched.ops.attention_backward``.
+  window_right=-1, softcap=None) -> (dq, dk, dv)``: ``warpsched.ops.attention_backward``.
 
 Each has a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model that calls
 them without a graph break, and CUDA-graph capture works (fp8 scales are read on the device). The
@@ -26,9 +27,10 @@ _LIB = torch.library.Library("warpsched", "DEF")  # noqa: TOR901 - the op namesp
 _LIB.define("gemm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None, "
             "Tensor? bias=None, str? activation=None, Tensor? residual=None, float? alpha=None) -> Tensor")
 _LIB.define("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
-            "int window_right=-1) -> (Tensor, Tensor)")
+            "int window_right=-1, float? softcap=None) -> (Tensor, Tensor)")
 _LIB.define("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, bool causal=False, "
-            "float? scale=None, int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)")
+            "float? scale=None, int window_left=-1, int window_right=-1, float? softcap=None) "
+            "-> (Tensor, Tensor, Tensor)")
 
 
 def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None, residual=None, alpha=None):
@@ -41,18 +43,18 @@ def _window(left, right):
     return None if left < 0 and right < 0 else (left, right)
 
 
-def attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1):
+def attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
     """softmax(q k^T * scale) v and its (B, H, S_q) fp32 log-sum-exp (see ``warpsched.ops.attention``)."""
     # no out=: ops.attention allocates O contiguous (what the fake says) and, given none, keeps the call's
     # launch plan, so a later call with the same shapes skips the host checks
     return ops.attention(q, k, v, causal=causal, scale=scale, return_lse=True,
-                         window_size=_window(window_left, window_right))
+                         window_size=_window(window_left, window_right), softcap=softcap)
 
 
-def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1):
+def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
     """(dq, dk, dv) of ``attention_fwd`` (see ``warpsched.ops.attention_backward``)."""
     return ops.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale,
-                                  window_size=_window(window_left, window_right))
+                                  window_size=_window(window_left, window_right), softcap=softcap)
 
 
 _LIB.impl("gemm", gemm, "CUDA")
@@ -69,13 +71,14 @@ def _gemm_fake(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, acti
 
 
 @torch.library.register_fake("warpsched::attention_fwd", lib=_LIB)
-def _attention_fwd_fake(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1):
+def _attention_fwd_fake(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
     B, H, S, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((B, H, S), dtype=torch.float32)
 
 
 @torch.library.register_fake("warpsched::attention_bwd", lib=_LIB)
-def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1):
+def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1,
+                        softcap=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

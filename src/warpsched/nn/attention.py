@@ -9,33 +9,57 @@ from __future__ import annotations
 
 import torch
 
+from .. import ops
 from .. import torch_ops  # noqa: F401 - registers torch.ops.warpsched.*
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, left, right):
-        out, lse = torch.ops.warpsched.attention_fwd(q, k, v, causal, scale, left, right)
+    def forward(ctx, q, k, v, causal, scale, left, right, softcap):
+        out, lse = torch.ops.warpsched.attention_fwd(q, k, v, causal, scale, left, right, softcap)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale, ctx.window = causal, scale, (left, right)
+        ctx.args = (causal, scale, left, right, softcap)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         # dout as autograd hands it: the backward's host copies it only when TMA cannot read it as it is
-        dq, dk, dv = torch.ops.warpsched.attention_bwd(q, k, v, out, dout, lse, ctx.causal, ctx.scale, *ctx.window)
-        return dq, dk, dv, None, None, None, None
+        dq, dk, dv = torch.ops.warpsched.attention_bwd(q, k, v, out, dout, lse, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None
 
 
-def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None, window_size=None):
+class _MaskedAttention(torch.autograd.Function):
+    """With a ``mask_mod`` (a Python function traced into the kernels, which a torch op's schema cannot
+    carry): ``warpsched.ops`` directly, so eager only."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, window_size, softcap, mask_mod):
+        out, lse = ops.attention(q, k, v, causal=causal, scale=scale, return_lse=True, window_size=window_size,
+                                 softcap=softcap, mask_mod=mask_mod)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.args = dict(causal=causal, scale=scale, window_size=window_size, softcap=softcap, mask_mod=mask_mod)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = ops.attention_backward(q, k, v, out, dout, lse, **ctx.args)
+        return dq, dk, dv, None, None, None, None, None
+
+
+def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None, window_size=None, softcap=None, mask_mod=None):
     """softmax(q k^T * scale) v as ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
     is_causal=is_causal, scale=scale, enable_gqa=True)``, with gradients for q, k and v.
 
     q (B, H, S_q, D), k / v (B, H_kv, S_k, D), H a multiple of H_kv; bf16 or fp16; D 64 or 128 (the
     forward also takes 256, the backward does not yet); causal is top-left aligned, as SDPA's.
     ``window_size=(left, right)``: a sliding window, query i sees keys i - left .. i + right (-1 or None:
-    unbounded; ``warpsched.ops.attention``), forward and backward visiting only the tiles it reaches.
-    No attention mask or dropout (use torch's SDPA for those)."""
+    unbounded; ``warpsched.ops.attention``), forward and backward visiting only the tiles it reaches;
+    ``softcap``: scores s become softcap * tanh(s / softcap); ``mask_mod(batch, head, q_idx, kv_idx)``: a
+    mask traced into both kernels (eager only: a torch op cannot carry the function). No tensor attention
+    mask or dropout (use torch's SDPA for those)."""
+    if mask_mod is not None:
+        return _MaskedAttention.apply(q, k, v, bool(is_causal), scale, window_size, softcap, mask_mod)
     left, right = (-1, -1) if window_size is None else (-1 if w is None else w for w in window_size)
-    return _Attention.apply(q, k, v, bool(is_causal), scale, left, right)
+    return _Attention.apply(q, k, v, bool(is_causal), scale, left, right, softcap)

@@ -44,6 +44,7 @@ from . import backward_math as bmath
 from .backward_schedules import dq_writer_schedule, grad_schedule, load_schedule
 from . import register_math as amath
 from .forward import AttentionConfigError
+from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
 
@@ -354,7 +355,7 @@ class FlashAttentionBackward:
     """Compile-time configuration (dtype, head dim, causal, Q / dO stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
-                 consumer_regs=240, shared_ds=False, wg_order=False, window_size=None):
+                 consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -365,6 +366,9 @@ class FlashAttentionBackward:
         # the forward's sliding window: a key block's steps run over the Q blocks that see it (first_m_block,
         # end_m_block); only the blocks the window's edges cross are masked (backward_math.grads_of_scores)
         self.window_left, self.window_right = window_bounds(window_size, self.causal, False)
+        # the forward's mask_mod and softcap: P recomputed as the forward made it, dS through the cap's derivative
+        check_masks(mask_mod, softcap, False)
+        self.mask_mod, self.softcap = mask_mod, softcap
         if shared_ds and head_dim != 128:
             raise AttentionConfigError(f"shared_ds=True at head dim {head_dim}: it splits D in two 64-column dQ "
                                        "halves, one per warp group; it needs head_dim=128")

@@ -97,7 +97,7 @@ def default_options(head_dim):
 
 
 def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
-                     **options):
+                     mask_mod=None, softcap=None, **options):
     """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
     return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
     from the pre-pass); dq_accum must be zeroed before each launch."""
@@ -125,8 +125,10 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if not options:
         options = default_options(D)
-    if window_size is not None:  # the forward's sliding window (the kernel validates it: masks.window_bounds)
-        options = dict(options, window_size=tuple(window_size))
+    # the forward's sliding window, mask_mod and softcap (the kernel validates them: attention.masks)
+    extra = {"window_size": None if window_size is None else tuple(window_size), "mask_mod": mask_mod,
+             "softcap": softcap}
+    options = dict(options, **{k: x for k, x in extra.items() if x is not None})
     kern_key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     if _host.ffi_enabled():
         f, args = compiled_ffi(kern_key), (q, k, v, dout, lse, delta, dq_acc, dk, dv, scale)
@@ -138,12 +140,12 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
 
 
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
-                       **options):
+                       mask_mod=None, softcap=None, **options):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient ``dout``, given
     the forward's ``lse``. dk / dv have k's shape (summed over each K/V head's query heads: GQA).
     delta = rowsum(dout * out) is computed by torch first; dQ is accumulated in fp32 and converted last."""
     launch, dq_acc, dk, dv = prepare_backward(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size,
-                                              **options)
+                                              mask_mod, softcap, **options)
     launch()
     return dq_acc[:, :, :q.shape[2]].to(q.dtype), dk, dv
 

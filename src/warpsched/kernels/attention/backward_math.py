@@ -13,6 +13,7 @@ import math
 import cutlass
 import cutlass.cute as cute
 
+from . import masks as amasks
 from . import register_math as amath
 
 LOG2E = math.log2(math.e)
@@ -45,6 +46,8 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
             lse2[j] = m_lse[m] * LOG2E
             delta[j] = m_delta[m]
     scale_log2 = v.scale_log2
+    if cutlass.const_expr(g.softcap is not None):  # the forward's capped scores (masks.softcap_tile)
+        amasks.softcap_tile(acc_s, v.scale, g.softcap)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
@@ -62,13 +65,32 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
                         s_mn[i, j] = 0.0
     else:
         mask_window(s_mn, coords, cols, g, n0, m0)
+    if cutlass.const_expr(g.mask_mod is not None):  # the user's mask, as the forward applied it
+        for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+            for j in cutlass.range_constexpr(cols):
+                if not g.mask_mod(batch, head, m0 + coords[i, j][1], n0 + coords[i, j][0]):
+                    s_mn[i, j] = 0.0
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             dp_mn[i, j] = s_mn[i, j] * (dp_mn[i, j] - delta[j])
+    if cutlass.const_expr(g.softcap is not None):
+        softcap_grad(s_mn, dp_mn, lse2, cols, g.softcap)
     amath.store_p(acc_s, p, g.dtype)
     amath.store_p(acc_dp, ds, g.dtype)
     if cutlass.const_expr(s_ds is not None):
         write_ds(ds, acc_dp, v, s_ds, wg=wg)
+
+
+@cute.jit
+def softcap_grad(s_mn, dp_mn, lse2, cols: cutlass.Constexpr, softcap: cutlass.Constexpr):
+    """dS *= 1 - t^2, the derivative of the cap y = softcap * tanh(x / softcap), with t = y / softcap read
+    back from P (log2 P = y log2 e - LSE log2 e): no register tile kept for it. Where P is 0, dS is 0
+    whatever the factor (P is clamped to the smallest normal float so the factor stays finite)."""
+    inv = 1.0 / (softcap * LOG2E)
+    for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+        for j in cutlass.range_constexpr(cols):
+            t = (cute.math.log2(cute.arch.fmax(s_mn[i, j], 1.1754944e-38), fastmath=True) + lse2[j]) * inv
+            dp_mn[i, j] = dp_mn[i, j] * (1.0 - t * t)
 
 
 @cute.jit
