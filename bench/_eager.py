@@ -20,3 +20,23 @@ def alternate(torch, sides, rounds=5, iters=30):
             torch.cuda.synchronize()
             times[name].append((time.perf_counter() - t0) / iters * 1e3)
     return {name: statistics.median(v) for name, v in times.items()}
+
+
+def check_then_time(doc, correctness, speed):
+    """A check script's command line: ``correctness()`` (returns the failure count), then ``speed(rounds)``
+    unless ``--no-time``; exits 1 on a failure."""
+    import argparse
+    import sys
+
+    import torch
+
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-time", action="store_true", help="correctness only")
+    a = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
+    torch.manual_seed(0)
+    bad = correctness()
+    if not a.no_time:
+        speed(a.rounds)
+    sys.exit(1 if bad else 0)

@@ -17,11 +17,9 @@ SDPA with the boolean mask; warpsched softcap vs FA4 ``softcap=30``.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
-import time
 
 import torch
 
@@ -30,7 +28,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from _eager import alternate  # noqa: E402
+from _eager import alternate, check_then_time  # noqa: E402
 from warpsched import ops  # noqa: E402
 
 W = 256
@@ -174,18 +172,5 @@ def speed(rounds):
                   f"{us.get('sdpa', float('nan')) / us['ws']:.3f}x |", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-time", action="store_true")
-    a = ap.parse_args()
-    print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
-    torch.manual_seed(0)
-    bad = correctness()
-    if not a.no_time:
-        speed(a.rounds)
-    sys.exit(1 if bad else 0)
-
-
 if __name__ == "__main__":
-    main()
+    check_then_time(__doc__, correctness, speed)

@@ -15,14 +15,11 @@ warpsched's own full causal attention (what the window saves).
 """
 from __future__ import annotations
 
-import argparse
 import math
-import sys
-import time
 
 import torch
 
-from _eager import alternate  # bench/_eager.py: sides alternated, host time included
+from _eager import alternate, check_then_time  # bench/_eager.py: sides alternated, host time included
 from warpsched import nn as wnn
 from warpsched import ops
 
@@ -126,9 +123,10 @@ def correctness():
         qa, ka, va = (t.detach().clone().requires_grad_() for t in (q, k, v))
         oa = wnn.scaled_dot_product_attention(qa, ka, va, is_causal=causal, **masks)
         oa.backward(dout)
-        auto = max(rel(a, r) for a, r in zip((oa, qa.grad, ka.grad, va.grad), (ro, rdq, rdk, rdv)))
+        auto_out = (oa, qa.grad, ka.grad, va.grad)
+        auto = max(rel(a, r) for a, r in zip(auto_out, (ro, rdq, rdk, rdv)))
         bar = 1e-2 if softcap is not None else min(2 * max(theirs) + 2e-3, 2e-2)
-        finite = all(bool(t.isfinite().all()) for t in (out, dq, dk, dv))
+        finite = all(bool(t.isfinite().all()) for t in (out, dq, dk, dv) + auto_out)  # max() drops a NaN
         ok = finite and max(errs) <= bar and auto <= bar
         bad += not ok
         name = mask_mod.__name__ if mask_mod else "-"
@@ -181,18 +179,5 @@ def speed(rounds):
               f"{fa / us['ws']:.3f}x | {us['full'] / us['ws']:.2f}x |", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--no-time", action="store_true")
-    a = ap.parse_args()
-    print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
-    torch.manual_seed(0)
-    bad = correctness()
-    if not a.no_time:
-        speed(a.rounds)
-    sys.exit(1 if bad else 0)
-
-
 if __name__ == "__main__":
-    main()
+    check_then_time(__doc__, correctness, speed)

@@ -29,6 +29,22 @@ def _planted_build(*args, consumer_schedule, **kw):
         return att.build(*args, **kw)
 
 
+def _retire_k_then_softmax(smem_k, scores, acc_s, p, acc_o, softmax_state, wg):
+    """The kernel's step after the S GEMM: retire it, release K, softmax, rescale O (twins share it)."""
+    smem_k.retire()
+    smem_k.release()
+    scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
+    scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
+
+
+def _pv_gemm(smem_v, p, acc_o):
+    """O += P V on the next V stage, retired and released (twins share it)."""
+    smem_v.wait()
+    smem_v.mma_pv(p=p, acc_o=acc_o)
+    smem_v.retire()
+    smem_v.release()
+
+
 @schedule
 def _v_released_before_retire(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
                               units=None):
@@ -45,14 +61,8 @@ def _v_released_before_retire(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_
             smem_v.mma_pv(p=p, acc_o=acc_o)
             smem_v.release()  # planted: the wgmma still reads the stage
         order.commit() if wg == 0 else order.release()
-        smem_k.retire()
-        smem_k.release()
-        scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
-        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-    smem_v.wait()
-    smem_v.mma_pv(p=p, acc_o=acc_o)
-    smem_v.retire()
-    smem_v.release()
+        _retire_k_then_softmax(smem_k, scores, acc_s, p, acc_o, softmax_state, wg)
+    _pv_gemm(smem_v, p, acc_o)
     smem_q.release()
     gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
 
@@ -73,14 +83,8 @@ def _second_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, 
         smem_k.mma_qk(acc_s=acc_s, wg=wg)
         if wg == 0:
             order.commit()
-        smem_k.retire()
-        smem_k.release()
-        scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
-        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-        smem_v.wait()
-        smem_v.mma_pv(p=p, acc_o=acc_o)
-        smem_v.retire()
-        smem_v.release()
+        _retire_k_then_softmax(smem_k, scores, acc_s, p, acc_o, softmax_state, wg)
+        _pv_gemm(smem_v, p, acc_o)
     smem_q.release()
     gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
 
@@ -102,14 +106,8 @@ def _q_released_with_last_gemm_in_flight(smem_q, smem_k, smem_v, scores, order, 
             with d.last_iter():
                 smem_q.release()  # planted: before the retire below
             order.commit() if wg == 0 else order.release()
-            smem_k.retire()
-            smem_k.release()
-            scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-            smem_v.wait()
-            smem_v.mma_pv(p=p, acc_o=acc_o)
-            smem_v.retire()
-            smem_v.release()
+            _retire_k_then_softmax(smem_k, scores, acc_s, p, acc_o, softmax_state, wg)
+            _pv_gemm(smem_v, p, acc_o)
         gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
         att._next_tile(wq)
 
@@ -155,10 +153,7 @@ def _ring_q_released_with_last_gemm_in_flight(smem_q, smem_k, smem_v, scores, or
                 smem_v.retire()
                 smem_v.release()
             scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-        smem_v.wait()
-        smem_v.mma_pv(p=p, acc_o=acc_o)
-        smem_v.retire()
-        smem_v.release()
+        _pv_gemm(smem_v, p, acc_o)
         gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
         att._next_tile(wq)
 
@@ -193,14 +188,8 @@ def _o_stored_after_q_release(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_
             smem_q.gemm_operand(q_idx=q_idx)
             smem_k.mma_qk(acc_s=acc_s, q_idx=q_idx, wg=wg)
             order.commit() if wg == 0 else order.release()
-            smem_k.retire()
-            smem_k.release()
-            scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
-            scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-            smem_v.wait()
-            smem_v.mma_pv(p=p, acc_o=acc_o)
-            smem_v.retire()
-            smem_v.release()
+            _retire_k_then_softmax(smem_k, scores, acc_s, p, acc_o, softmax_state, wg)
+            _pv_gemm(smem_v, p, acc_o)
         smem_q.release()
         smem_q.store_o(acc_o=acc_o, softmax_state=softmax_state, wg=wg)  # planted: after the release
         att._next_tile(wq)
@@ -295,14 +284,8 @@ def _last_keeps_ring_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tile
             order_out.commit()
         if ring is not None and wg == 0:
             ring.commit()
-        smem_k.retire()
-        smem_k.release()
-        scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
-        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-        smem_v.wait()
-        smem_v.mma_pv(p=p, acc_o=acc_o)
-        smem_v.retire()
-        smem_v.release()
+        _retire_k_then_softmax(smem_k, scores, acc_s, p, acc_o, softmax_state, wg)
+        _pv_gemm(smem_v, p, acc_o)
     smem_q.release()
     gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)
 
@@ -326,13 +309,7 @@ def _middle_keeps_turn(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, 
             order.release()
         if order_out is not None:
             order_out.commit()
-        smem_k.retire()
-        smem_k.release()
-        scores.softmax(acc_s=acc_s, softmax_state=softmax_state, wg=wg)
-        scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-        smem_v.wait()
-        smem_v.mma_pv(p=p, acc_o=acc_o)
-        smem_v.retire()
-        smem_v.release()
+        _retire_k_then_softmax(smem_k, scores, acc_s, p, acc_o, softmax_state, wg)
+        _pv_gemm(smem_v, p, acc_o)
     smem_q.release()
     gmem_o.store(acc_o=acc_o, softmax_state=softmax_state)

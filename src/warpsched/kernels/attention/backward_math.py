@@ -84,12 +84,14 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
 @cute.jit
 def softcap_grad(s_mn, dp_mn, lse2, cols: cutlass.Constexpr, softcap: cutlass.Constexpr):
     """dS *= 1 - t^2, the derivative of the cap y = softcap * tanh(x / softcap), with t = y / softcap read
-    back from P (log2 P = y log2 e - LSE log2 e): no register tile kept for it. Where P is 0, dS is 0
-    whatever the factor (P is clamped to the smallest normal float so the factor stays finite)."""
+    back from P (log2 P = y log2 e - LSE log2 e): no register tile kept for it. Where P is 0 (masked, or a
+    query past S_q, whose LSE is +inf) dS is 0 whatever the factor, so t is clamped to [-1, 1], the range
+    of tanh, which keeps the factor finite (0 * inf would be NaN)."""
     inv = 1.0 / (softcap * LOG2E)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             t = (cute.math.log2(cute.arch.fmax(s_mn[i, j], 1.1754944e-38), fastmath=True) + lse2[j]) * inv
+            t = cute.arch.fmax(cute.arch.fmin(t, 1.0), -1.0)
             dp_mn[i, j] = dp_mn[i, j] * (1.0 - t * t)
 
 
