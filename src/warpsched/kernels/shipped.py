@@ -1,6 +1,6 @@
 """The programs of the kernels warpsched ships: every configuration ``ops.gemm`` may pick on its own (the
 autotuner's candidates over a grid of shapes, for bf16, fp16 and e4m3 -> bf16, each split-K form the host
-plan can derive),
+plan can derive, and the deep-ring form it takes for a long K),
 ``ops.attention``'s tuned forward per head dim and mask, and ``ops.attention_backward``'s kernels. What
 ``warpsched prove`` proves into the manifest (``warpsched.verify.manifest``) and what
 ``tests/test_proof_manifest.py`` checks against it. A configuration a user passes explicitly is not
@@ -49,6 +49,17 @@ def _gemm_option_sets():
     return out
 
 
+def _deep_ring(opts, a, b, c):
+    """The options ``gemm.host.deep_ring`` makes of ``opts`` for a long K (None when it keeps them)."""
+    from .gemm.config import MAX_AUTO_STAGES
+    from .gemm.kernel import PersistentGemm
+
+    if "ab_stages" in opts or opts.get("split_k") or opts.get("stream_k") or opts.get("batched"):
+        return None
+    fit = PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts).ring_fit
+    return dict(opts, k_tiles_min=fit) if fit > MAX_AUTO_STAGES else None
+
+
 def programs() -> Dict[str, Callable[..., object]]:
     """label -> builder(**manager_options) returning the program's TaskManager (on the CPU)."""
     from .attention import forward as att
@@ -66,6 +77,11 @@ def programs() -> Dict[str, Callable[..., object]]:
             def build_gemm(opts=opts, a=a, b=b, c=c, **mo):
                 return gemm_host.build(PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts), **mo)
             out[label] = build_gemm
+            deep = _deep_ring(opts, a, b, c)
+            if deep is not None:  # gemm.host.deep_ring: long K gets the ring SMEM holds
+                out[label + f" k_tiles_min={deep['k_tiles_min']}"] = (
+                    lambda opts=deep, a=a, b=b, c=c, **mo:
+                    gemm_host.build(PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts), **mo))
     for hd in att.HEAD_DIMS:
         for causal in (False, True):
             options = tuned_options(hd, causal)

@@ -6,8 +6,10 @@ from .._device import H200_SMS  # noqa: F401 (gemm.kernel and the examples impor
 SCHEDULES = ("cooperative", "pingpong", "pingpong_shared")
 # pingpong_shared: ping-pong over ONE ring that both math warp groups release (see gemm.program)
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
-# the deepest ring chosen by default (tiles below 64x128 would fit more): the proof doubles with each
-# stage (the checker decides the K-loop length per live work tile; docs/proofs.md, "The ring-depth cap")
+# the deepest ring chosen by default for any K (tiles below 64x128 would fit more). With every stage the
+# proof doubles while the checker lets each work tile's K loop end anywhere; a kernel that declares its K
+# loop at least as long as its ring (PersistentGemm(k_tiles_min=...), which gemm.host.plan sets for long K)
+# gets the ring SMEM holds, proven in about a thousand states (docs/proofs.md, "Deep rings")
 MAX_AUTO_STAGES = 8
 
 

@@ -8,7 +8,7 @@ import cutlass.cute as cute
 
 from .. import _host
 from . import program as gemm_program
-from .config import DEFAULT_TILES, SCHEDULES, GemmConfigError, check_stream_k
+from .config import DEFAULT_TILES, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k
 from .kernel import PersistentGemm
 from .launch import (_CACHE, FP8_DTYPES, VERDICT_OF, GemmPlan, _kernel, compiled, compiled_ffi,  # noqa: F401
                      cutlass_dtype, fake_epilogue, fake_operands, fake_workspace, key, max_ctas, scale_tensors,
@@ -127,8 +127,12 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     if not isinstance(split_k, int) or split_k < 1 or split_k > -(-K // bK):
         raise GemmConfigError(f"split_k={split_k!r}: expected 'auto', 'stream' or an int in [1, ceil(K / {bK}) = "
                               f"{-(-K // bK)}]")
+    k_tiles = -(-K // bK)
+    if options.get("k_tiles_min", 1) > k_tiles:
+        raise GemmConfigError(f"k_tiles_min={options['k_tiles_min']} with K = {K} ({k_tiles} K tiles of {bK}): the "
+                              "kernel is proven for K loops at least that long; lower k_tiles_min or drop it")
     if split_k == 1:
-        return GemmPlan(a.dtype, c.dtype, options, 1)
+        return GemmPlan(a.dtype, c.dtype, deep_ring(options, a.dtype, c.dtype, k_tiles), 1)
     if split_reduce == "host" and any(tile_options.get(k) for k in ("bias", "activation", "residual", "scale_out")):
         split_reduce = "parallel"  # a fused epilogue needs the summed tile in the kernel (gemm.epilogue)
     rows = -(-M // bM) * bM
@@ -155,6 +159,19 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
                             torch.empty(M, N, device=a.device, dtype=torch.float32))
     ws, total = _WORKSPACE[wkey]
     return GemmPlan(a.dtype, c.dtype, dict(options, split_k=True), split_k, "host", ws, total=total, rows=rows)
+
+
+def deep_ring(options, a_dtype, c_dtype, k_tiles):
+    """``options`` with ``k_tiles_min`` set to the ring SMEM holds when K has at least that many tiles and
+    that ring is deeper than the default (small tiles): the kernel then runs that ring and its proof
+    covers K loops of at least that length. A configuration that names its depth, or a shorter K, keeps
+    its options."""
+    if "ab_stages" in options or "k_tiles_min" in options:
+        return options
+    fit = _kernel(a_dtype, c_dtype, {**options, "max_ctas": 1}).ring_fit  # resources only: nothing is traced
+    if fit <= MAX_AUTO_STAGES or k_tiles < fit:
+        return options
+    return dict(options, k_tiles_min=fit)
 
 
 def resident_ctas(a, c, options, units, what):

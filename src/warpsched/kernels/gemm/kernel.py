@@ -58,7 +58,8 @@ class PersistentGemm:
                  producer_regs=40, consumer_regs=232, ab_stages=None, split_k=False, cluster_mn=(1, 1),
                  b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False, epi_n=32,
                  epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False, a_major="k", b_major="k",
-                 bias=None, activation=None, residual=False, scale_out=False, batched=False, gmem_flags=False):
+                 bias=None, activation=None, residual=False, scale_out=False, batched=False, gmem_flags=False,
+                 k_tiles_min=1):
         if schedule not in SCHEDULES:
             raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
         if split_reduce not in ("host", "serial", "parallel", "atomic"):
@@ -68,6 +69,12 @@ class PersistentGemm:
             check_stream_k(schedule, split_reduce, cluster_mn, split_k)
         # stream-K (gemm.streamk): whole tiles, then a range of K iterations cut into units
         self.stream_k = bool(stream_k)
+        if not isinstance(k_tiles_min, int) or isinstance(k_tiles_min, bool) or k_tiles_min < 1:
+            raise GemmConfigError(f"k_tiles_min={k_tiles_min!r}: expected an int >= 1 (the fewest K tiles a launch has)")
+        if k_tiles_min > 1 and (split_k or stream_k or batched):
+            raise GemmConfigError(f"k_tiles_min={k_tiles_min} with a K split or batched products: a share's K loop "
+                                  "can be shorter than K; leave k_tiles_min at 1")
+        self.k_tiles_min = k_tiles_min  # every launch has at least this many K tiles (the host checks)
         self.serial = bool(split_k) and split_reduce != "host"  # reduced in the kernel
         self.split_reduce = split_reduce
         # gmem_flags: serial_fixup's flag chain (serial split-K, stream-K), parallel_fixup's and
@@ -210,8 +217,10 @@ class PersistentGemm:
         epi_bytes = sub_bytes * self.epi_stage * self.math_tasks
         self.tile_bytes = (bM * self.ab_dtype.width + bN * self.b_dtype.width) * bK // 8
         fit = (self.smem_capacity - 1024 - epi_bytes) // (self.tile_bytes * self.rings)
-        # deeper rings than MAX_AUTO_STAGES (tiles below 64x64) outgrow the checker's default search
-        self.ab_stage = ab_stages or min(fit, MAX_AUTO_STAGES)
+        # the automatic depth: MAX_AUTO_STAGES for any K, or as deep as SMEM holds when the K loop is declared
+        # at least that long (k_tiles_min: the program's trip count, which keeps the proof small)
+        self.ring_fit = fit
+        self.ab_stage = ab_stages or min(fit, max(MAX_AUTO_STAGES, self.k_tiles_min))
         if not 2 <= self.ab_stage <= fit:
             raise GemmConfigError(f"{self.schedule} tile {self.tile_mn}: {self.ab_stage} stages per ring "
                                   f"(fit: {fit}); need 2 <= stages <= {fit}")

@@ -210,7 +210,7 @@ def build(g, *, schedule=None, k_tiles=None, units_per_cta=None, verbose=True, *
             num_stages=1, producer_group=threads(consumer_threads), consumer_group=threads(consumer_threads),
             **(dict(cta_layout_vmnk=(1, *g.cluster_mn, 1)) if g.clustered else {})))  # CTA-local turns
         graph[order] = []
-    K = trip_count("k_tiles", k_tiles)
+    K = trip_count("k_tiles", k_tiles, min=g.k_tiles_min)  # the host launches no shorter K loop
     order_io = [] if order is None else [order]
     if pdl_io:
         graph.update({gmem_ab: [pdl_io[0]], pdl_io[0]: [], pdl_io[1]: [gmem_ab]})
