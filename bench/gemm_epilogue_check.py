@@ -81,9 +81,16 @@ def case(name, M, N, K, *, bias=None, activation=None, residual=False, alpha=Non
     return ok
 
 
+def cubic_gate(x):
+    """An epilogue function (gemm.epilogue's extension point): arithmetic only, so the same function
+    runs traced in the kernel and on the reference's torch tensor."""
+    return x * (x * x * 0.01 + 0.5)
+
+
 def correctness():
     print("== 1. correctness (NaN-poisoned outputs, fp64 reference)", flush=True)
     cases = [
+        ("epilogue function x (0.01 x^2 + 0.5) + bias", 500, 1000, 512, dict(bias="c", activation=cubic_gate)),
         ("bias bf16 + gelu_tanh", 1000, 1000, 1000, dict(bias="c", activation="gelu_tanh")),
         ("bias fp32 + gelu (erf)", 300, 512, 256, dict(bias="f32", activation="gelu")),
         ("silu", 128, 4096, 512, dict(activation="silu")),

@@ -97,6 +97,35 @@ def test_batched_uses_3d_tma_and_the_same_program(launch, plain_program):
     assert bat("ex2.approx") == 128 and bat("ld.global") == 64 + 128
 
 
+def hard_swish(x):
+    """A caller's epilogue function: x * relu6(x + 3) / 6, on one fp32 value (CuTe DSL's Float32)."""
+    import cutlass
+    import cutlass.cute as cute
+
+    f32 = cutlass.Float32
+    return x * cute.arch.fmin(cute.arch.fmax(x + f32(3.0), f32(0.0)), f32(6.0)) * f32(1.0 / 6.0)
+
+
+def test_an_epilogue_function_is_traced_into_the_plain_program(launch, plain_program):
+    """The epilogue's extension point: a function instead of an activation name, applied to each of the
+    thread's 128 accumulators before the store; the program (and its proof) and the stores are the plain
+    kernel's."""
+    plain, _, _ = _compile(launch)
+    epi, verdict, prog = _compile(launch, activation=hard_swish, bias="f32")
+    assert verdict == "SAFE" and prog == plain_program
+    assert epi("max.f32") - plain("max.f32") >= 128 and epi("min.f32") - plain("min.f32") >= 128
+    for pat in ("stmatrix", "cp.async.bulk.tensor", "wgmma.mma_async", "mbarrier.try_wait", "bar.sync"):
+        assert epi(pat) == plain(pat), pat
+
+
+def test_an_epilogue_function_must_be_callable():
+    from warpsched.kernels.gemm.epilogue import EpilogueSpec
+
+    assert "hard_swish" in EpilogueSpec(activation=hard_swish).describe()
+    with pytest.raises(ValueError, match="or a function of one fp32 value"):
+        EpilogueSpec(activation="hardswish")
+
+
 def test_swiglu_pairs_match_gate_and_up_coordinates():
     """For every register of SwiGLU's half-width fragment (output column c), the two accumulator
     registers it combines hold gate column 16 * (c // 8) + c % 8 and up column that + 8 of the same

@@ -6,7 +6,7 @@ Order of operations (one element, fp32 throughout, rounded once to the output ty
 
     x = alpha * acc            # alpha: the fp8 scales (scale_a * scale_b) times the caller's alpha
     x = x + bias[col]          # bias: per output column (per row of B), output dtype or fp32
-    x = act(x)                 # relu, relu2 (relu squared), gelu (erf), gelu_tanh, silu
+    x = act(x)                 # relu, relu2 (relu squared), gelu (erf), gelu_tanh, silu, or your function
     d = x + residual[row, col] # residual: a tensor of the output's shape and dtype
     D = round(d)
 
@@ -16,6 +16,11 @@ each gate column and its up column in its own registers (the accumulator gives a
 adjacent columns of every 8-column chunk): no data moves between threads. The output tile is half
 as wide as the MMA tile and holds silu(gate + bias_g) * (up + bias_u), then the residual is added.
 The bias of a SwiGLU GEMM has B's rows (2 N, interleaved the same way).
+
+``activation`` may also be a function of one fp32 value, traced into the kernel like attention's
+``mask_mod``: the extension point for an epilogue the names above do not cover, e.g. ``lambda x: x *
+cute.arch.fmin(cute.arch.fmax(x + 3.0, 0.0), 6.0) / 6.0`` (hard swish). It receives and returns a
+CuTe DSL Float32; the compiled kernel is cached per function object.
 
 Bias and residual are read from global memory straight into registers (L2-resident per tile,
 indices clamped to the tensor so no load is predicated off), so the epilogue adds no SMEM buffer
@@ -37,14 +42,16 @@ class EpilogueSpec:
     def __init__(self, bias=None, activation=None, residual=False, scale_out=False):
         if bias not in BIAS_KINDS:
             raise GemmConfigError(f"bias={bias!r}: expected None, 'c' (the output's dtype) or 'f32'")
-        if activation not in ACTIVATIONS:
-            raise GemmConfigError(f"activation={activation!r}: expected one of {list(ACTIVATIONS)}")
+        if not (activation in ACTIVATIONS or callable(activation)):
+            raise GemmConfigError(f"activation={activation!r}: expected one of {list(ACTIVATIONS)} or a function of "
+                                  "one fp32 value (traced into the kernel)")
         self.bias, self.activation, self.residual, self.scale_out = bias, activation, bool(residual), bool(scale_out)
         self.swiglu = activation == "swiglu"
         self.fused = bias is not None or activation is not None or self.residual or self.scale_out
 
     def describe(self):
-        parts = ([f"bias {self.bias}"] if self.bias else []) + ([self.activation] if self.activation else []) + (
+        act = getattr(self.activation, "__name__", self.activation)
+        parts = ([f"bias {self.bias}"] if self.bias else []) + ([act] if act else []) + (
             ["residual"] if self.residual else []) + (["alpha"] if self.scale_out else [])
         return (" epi " + "+".join(parts)) if parts else ""
 
@@ -67,6 +74,8 @@ def _act(name, x):
     import cutlass.cute as cute
 
     f32 = cutlass.Float32
+    if callable(name):  # the caller's epilogue function
+        return f32(name(x))
     if name == "relu":
         return cute.arch.fmax(x, f32(0.0))
     if name == "relu2":

@@ -214,9 +214,10 @@ ACTIVATIONS = (None, "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu")
 def _epilogue(b, M, N, o_t, bias, activation, residual, alpha, out, fp8):
     """Validate the fused epilogue's arguments (M, N: the output's shape); returns the kernel's
     epilogue options (gemm.epilogue: bias kind, activation, residual, scale_out)."""
-    if activation not in ACTIVATIONS:
+    if not (activation in ACTIVATIONS or callable(activation)):
         raise GemmArgumentError(f"activation={activation!r}: expected one of {list(ACTIVATIONS)} ('gelu' is the "
-                                "exact erf form, 'gelu_tanh' torch's approximate='tanh', 'relu2' relu squared)")
+                                "exact erf form, 'gelu_tanh' torch's approximate='tanh', 'relu2' relu squared) or "
+                                "a function of one fp32 value, traced into the kernel (gemm.epilogue)")
     opts = {} if activation is None else {"activation": activation}
     if bias is not None:
         nb = b.shape[1]
@@ -276,6 +277,8 @@ def epilogue_reference(acc, bias=None, activation=None, residual=None, alpha=1.0
         n = x.shape[-1]
         blocks = x.reshape(*x.shape[:-1], n // 16, 2, 8)
         x = (torch.nn.functional.silu(blocks[..., 0, :]) * blocks[..., 1, :]).reshape(*x.shape[:-1], n // 2)
+    elif callable(activation):  # the caller's function, on a torch tensor (arithmetic works on both)
+        x = activation(x)
     elif activation is not None:
         x = {"relu": torch.relu, "relu2": lambda t: torch.relu(t).square(),
              "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
@@ -321,7 +324,8 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     tensors the kernel reads on the device (no host sync; CUDA-graph safe). Fused epilogue
     (gemm.epilogue, in the kernel, before the TMA store): ``alpha`` (a float), ``bias`` (N,) in the
     output dtype or fp32, ``activation`` ("relu", "relu2", "gelu" (erf), "gelu_tanh", "silu", or
-    "swiglu": b holds gate and up interleaved, ``interleave_gate_up``, and out has N / 2 columns),
+    "swiglu": b holds gate and up interleaved, ``interleave_gate_up``, and out has N / 2 columns; or a
+    function of one fp32 value, traced into the kernel: gemm.epilogue),
     ``residual`` (the output's shape and dtype). ``config``: "auto" (the tuned choice for this shape,
     dtypes and device, cached on disk: see warpsched.kernels.gemm.autotune; an epilogue reuses the
     plain GEMM's choice), "default" (cooperative 128x256, split-K when few tiles) or a configuration
