@@ -202,7 +202,7 @@ def test_epilogue_option_errors():
         gp.PersistentGemm(schedule="cooperative", l2_hint="first")
     with pytest.raises(gp.GemmConfigError, match="epi_n is 16, 32 or 64"):
         gp.PersistentGemm(schedule="cooperative", epi_n=128)
-    with pytest.raises(gp.GemmConfigError, match="epi_sync is 'pair' or 'single'"):
+    with pytest.raises(gp.GemmConfigError, match=r"epi_sync='none': expected one of \['pair', 'single'\]"):
         gp.PersistentGemm(schedule="cooperative", epi_sync="none")
     with pytest.raises(gp.GemmConfigError, match="one epilogue buffer"):  # 64x64 sub-tiles of a 64-wide tile
         gp.PersistentGemm(schedule="cooperative", tile_mn=(128, 64), epi_n=64, epi_sync="single")
@@ -358,7 +358,7 @@ def test_split_k_compiles_with_an_fp32_epilogue():
     (dict(schedule="pingpong", tile_mn=(128, 256)), r"bM \* bN <= 24576"),
     (dict(schedule="cooperative", tile_mn=(128, 96)), "bN one of"),
     (dict(schedule="cooperative", ab_stages=9), "stages per ring"),
-    (dict(schedule="cooperative", raster="diagonal"), "raster is 'm' or 'n'"),
+    (dict(schedule="cooperative", raster="diagonal"), r"raster='diagonal': expected one of \['m', 'n'\]"),
     (dict(schedule="split_k"), "expected one of"),
     (dict(schedule="pingpong", split_k=True), "only the cooperative schedule splits K"),
     (dict(schedule="cooperative", cluster_mn=(2, 2)), "clusters are"),
@@ -497,7 +497,8 @@ def test_bf16_kernels_have_no_flag_traffic(ptx):
 
 
 def test_split_reduce_errors():
-    with pytest.raises(gp.GemmConfigError, match="'host' .*, 'serial', 'parallel' or 'atomic'"):
+    with pytest.raises(gp.GemmConfigError, match=r"split_reduce='tree': expected one of \['host', 'serial', 'parallel', "
+                                                   r"'atomic'\] \('host': fp32 slabs summed by torch"):
         gp.PersistentGemm(schedule="cooperative", split_k=True, split_reduce="tree")
 
 

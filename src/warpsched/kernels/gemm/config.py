@@ -1,10 +1,76 @@
-"""The persistent GEMM's configuration constants and its error type (no cutlass import)."""
+"""The persistent GEMM's configuration constants, its option types and its error type (no cutlass
+import)."""
 from __future__ import annotations
+
+import enum
 
 from .._device import H200_SMS  # noqa: F401 (gemm.kernel and the examples import it from here)
 
-SCHEDULES = ("cooperative", "pingpong", "pingpong_shared")
-# pingpong_shared: ping-pong over ONE ring that both math warp groups release (see gemm.program)
+
+class GemmConfigError(ValueError):
+    """An unsupported tile / schedule / dtype combination or tensor shape (raised on the host)."""
+
+
+class Choice(str, enum.Enum):
+    """A string option's allowed values, parsed once where the kernel is configured. A member is its
+    value to Python (equal, hashed and printed as the string), so a caller's "cooperative" and
+    ``Schedule.COOPERATIVE`` are interchangeable everywhere, keys of option dicts included."""
+
+    __hash__ = str.__hash__
+
+    def __str__(self):
+        return self.value
+
+    def __repr__(self):
+        return repr(self.value)
+
+    def __format__(self, spec):
+        return format(self.value, spec)
+
+    @classmethod
+    def parse(cls, value, field: str, meaning: str = ""):
+        """``value`` as a member; anything else raises GemmConfigError naming the field and its values."""
+        try:
+            return cls(value)
+        except (ValueError, TypeError):
+            raise GemmConfigError(f"{field}={value!r}: expected one of {[m.value for m in cls]}"
+                                  + (f" ({meaning})" if meaning else "")) from None
+
+
+class Schedule(Choice):
+    COOPERATIVE = "cooperative"
+    PINGPONG = "pingpong"
+    PINGPONG_SHARED = "pingpong_shared"  # ping-pong over ONE ring that both math warp groups release
+
+
+class SplitReduce(Choice):
+    HOST = "host"  # fp32 slabs summed by torch
+    SERIAL = "serial"  # in the kernel, ordered by per-tile GMEM flags (gemm.handover)
+    PARALLEL = "parallel"
+    ATOMIC = "atomic"
+
+
+class Raster(Choice):
+    M = "m"
+    N = "n"
+
+
+class EpiSync(Choice):
+    PAIR = "pair"
+    SINGLE = "single"
+
+
+class AMajor(Choice):
+    K = "k"  # row-major A
+    M = "m"
+
+
+class BMajor(Choice):
+    K = "k"  # (N, K) row-major B, i.e. K-major
+    N = "n"
+
+
+SCHEDULES = tuple(m.value for m in Schedule)
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
 # the deepest ring chosen by default for any K (tiles below 64x128 would fit more). With every stage the
 # proof doubles while the checker lets each work tile's K loop end anywhere; a kernel that declares its K
@@ -12,9 +78,6 @@ DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_sh
 # gets the ring SMEM holds, proven in about a thousand states (docs/proofs.md, "Deep rings")
 MAX_AUTO_STAGES = 8
 
-
-class GemmConfigError(ValueError):
-    """An unsupported tile / schedule / dtype combination or tensor shape (raised on the host)."""
 
 
 def check_stream_k(schedule, split_reduce, cluster_mn, split_k=None):

@@ -13,7 +13,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 
 from .. import _host
 from . import epilogue as gemm_epilogue
-from .config import DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k
+from .config import (DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfigError, Raster,
+                     Schedule, SplitReduce, check_stream_k)
 from .program import build
 from .streamk import StreamKPlan
 
@@ -60,11 +61,9 @@ class PersistentGemm:
                  epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False, a_major="k", b_major="k",
                  bias=None, activation=None, residual=False, scale_out=False, batched=False, gmem_flags=False,
                  k_tiles_min=1):
-        if schedule not in SCHEDULES:
-            raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
-        if split_reduce not in ("host", "serial", "parallel", "atomic"):
-            raise GemmConfigError(f"split_reduce={split_reduce!r}: 'host' (fp32 slabs summed by torch), 'serial', "
-                                  "'parallel' or 'atomic' (in-kernel, ordered by per-tile GMEM flags)")
+        schedule = Schedule.parse(schedule, "schedule")
+        split_reduce = SplitReduce.parse(split_reduce, "split_reduce", "'host': fp32 slabs summed by torch; the "
+                                         "others in the kernel, ordered by per-tile GMEM flags")
         if stream_k:
             check_stream_k(schedule, split_reduce, cluster_mn, split_k)
         # stream-K (gemm.streamk): whole tiles, then a range of K iterations cut into units
@@ -130,8 +129,9 @@ class PersistentGemm:
         # warp group skips them (gemm.program.mma_skip_schedule)
         self.skip = bool(skip)
         self.pdl = bool(pdl)  # programmatic dependent launch (gemm.program.load_schedule)
-        if raster not in ("m", "n") or not (isinstance(group, int) and group >= 1):
-            raise GemmConfigError(f"raster={raster!r}, group={group!r}: raster is 'm' or 'n', group an int >= 1")
+        raster = Raster.parse(raster, "raster", "walk the raster group down M or along N")
+        if not (isinstance(group, int) and group >= 1):
+            raise GemmConfigError(f"group={group!r}: an int >= 1 (the tiles a raster group walks before it turns)")
         self.schedule = schedule
         self.split_k = bool(split_k)
         if host_split:
@@ -160,9 +160,9 @@ class PersistentGemm:
         self.raster, self.group = raster, group
         self.max_ctas = max_ctas
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
-        if epi_n not in (16, 32, 64) or self.tile_mn[1] % epi_n or epi_sync not in ("pair", "single"):
-            raise GemmConfigError(f"epi_n={epi_n!r}, epi_sync={epi_sync!r} (tile_mn={self.tile_mn}): epi_n is 16, 32 or 64 "
-                                  "and divides bN; epi_sync is 'pair' or 'single'")
+        epi_sync = EpiSync.parse(epi_sync, "epi_sync")
+        if epi_n not in (16, 32, 64) or self.tile_mn[1] % epi_n:
+            raise GemmConfigError(f"epi_n={epi_n!r} (tile_mn={self.tile_mn}): epi_n is 16, 32 or 64 and divides bN")
         self.epi_n, self.epi_sync = epi_n, epi_sync
         gemm_epilogue.check_kernel(self.epi, host_split, self.tile_mn[1], epi_n)
         # the output tile's width: SwiGLU stores silu(gate) * up, half the MMA tile's columns
@@ -176,7 +176,9 @@ class PersistentGemm:
         self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR  # C, and A / B when K-major
         # A (M, K) and B (N, K): K-major (the default, and all fp8 takes), or M- / N-major for 16-bit
         # types (a transposed operand, as a backward pass has: WGMMA reads either from SMEM)
-        if a_major not in ("k", "m") or b_major not in ("k", "n") or (self.scaled and (a_major, b_major) != ("k", "k")):
+        a_major = AMajor.parse(a_major, "a_major", "A row-major (k) or column-major (m)")
+        b_major = BMajor.parse(b_major, "b_major", "B stored (N, K) row-major (k) or (K, N) row-major (n)")
+        if self.scaled and (a_major, b_major) != ("k", "k"):
             raise GemmConfigError(f"a_major={a_major!r}, b_major={b_major!r} ({ab_dtype.__name__}): A is 'k' (row-major "
                                   "(M, K)) or 'm', B 'k' (column-major (K, N)) or 'n'; fp8 operands are K-major only "
                                   "(pass a.contiguous() / b.t().contiguous().t())")
