@@ -133,3 +133,14 @@ def test_the_backward_window_leaves_its_program_as_it_is():
 def test_the_windowed_backward_compiles_for_sm90a():
     c = bwd_host.compile_for_cpu(head_dim=64, causal=False, window_size=(100, 37))
     assert ".entry" in c.artifacts.PTX
+
+
+def test_the_kernels_record_their_window():
+    import dataclasses
+
+    f = att.FlashAttention(causal=True, window_size=(255, 0), **host.tuned_options(128, True)).config
+    b = ab.FlashAttentionBackward(head_dim=64, window_size=(100, 37)).config
+    assert (f.kernel, f.causal, f.window_left, f.window_right) == ("forward", True, 255, 0)
+    assert (b.kernel, b.window_left, b.window_right, b.block_m) == ("backward", 100, 37, 64)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        f.window_left = 1

@@ -40,3 +40,20 @@ def test_the_kernel_keeps_the_parsed_options():
     assert all(type(x) is not str for x in (g.schedule, g.split_reduce, g.raster, g.epi_sync, g.a_major, g.b_major))
     with pytest.raises(GemmConfigError, match=r"raster='x': expected one of \['m', 'n'\]"):
         PersistentGemm(schedule="cooperative", raster="x")
+
+
+def test_the_kernel_has_a_frozen_typed_record_of_what_it_compiles():
+    pytest.importorskip("cutlass")
+    import dataclasses
+
+    from warpsched.kernels.gemm.config import GemmConfig
+    from warpsched.kernels.gemm.kernel import PersistentGemm
+
+    g = PersistentGemm(schedule="cooperative", tile_mn=(64, 32), k_tiles_min=18, bias="c", activation="silu")
+    c = g.config
+    assert isinstance(c, GemmConfig) and c.schedule is Schedule.COOPERATIVE and c.tile_mnk == (64, 32, 64)
+    assert (c.ab_stages, c.k_tiles_min, c.rings, c.epilogue) == (18, 18, 1, "epi bias c+silu")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.ab_stages = 4
+    assert PersistentGemm(schedule="cooperative", tile_mn=(64, 32), k_tiles_min=18, bias="c",
+                          activation="silu").config == c  # equal options, equal records

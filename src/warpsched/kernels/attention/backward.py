@@ -43,6 +43,7 @@ from .. import _host
 from . import backward_math as bmath
 from .backward_schedules import dq_writer_schedule, grad_schedule, load_schedule
 from . import register_math as amath
+from .config import AttentionConfig
 from .forward import AttentionConfigError
 from .masks import check as check_masks
 from .masks import window_bounds
@@ -392,6 +393,10 @@ class FlashAttentionBackward:
         self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=BLOCK_M * self.dq_cols, alignment=1024)
                          for wg in range(2)]
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
+        self.config = AttentionConfig(
+            "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, BLOCK_N, qdo_stages, self.window_left,
+            self.window_right, getattr(mask_mod, "__name__", None), softcap,
+            tuple(n for n in ("shared_ds", "wg_order") if getattr(self, n)))
 
     # ---- work units (run in the trace on device values and in the tests on ints)
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):

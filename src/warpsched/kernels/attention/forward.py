@@ -46,6 +46,7 @@ from .schedules import load_schedule, softmax_schedule
 from .schedules import next_tile as _next_tile  # noqa: F401 (tests write twins with them)
 from .schedules import tile_loop as _tiles  # noqa: F401
 from .epilogue import WG_ROWS, GmemO
+from .config import AttentionConfig
 from .softmax import OnlineSoftmax
 from .units import WorkUnits
 
@@ -449,6 +450,12 @@ class FlashAttention(WorkUnits):
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=block_n * head_dim * self.kv_stages, alignment=1024)
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
+        switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
+                    "unit_overlap")
+        self.config = AttentionConfig(
+            "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
+            self.window_right, getattr(mask_mod, "__name__", None), softcap,
+            tuple(n for n in switches if getattr(self, n)) + (f"q_stages={q_stages}", f"wgs={wgs}"))
 
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()

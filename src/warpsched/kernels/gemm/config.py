@@ -3,6 +3,8 @@ import)."""
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 from .._device import H200_SMS  # noqa: F401 (gemm.kernel and the examples import it from here)
 
@@ -71,6 +73,40 @@ class BMajor(Choice):
 
 
 SCHEDULES = tuple(m.value for m in Schedule)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """What one PersistentGemm compiles from, resolved and validated (``PersistentGemm.config``): the
+    defaults filled in (tile, ring depth, epilogue staging), string options as their enums, dtypes by
+    name. Frozen: the kernel object carries trace-time state besides, this record does not change."""
+
+    ab_dtype: str
+    b_dtype: str
+    c_dtype: str
+    schedule: Schedule
+    tile_mnk: Tuple[int, int, int]
+    ab_stages: int
+    rings: int
+    k_tiles_min: int
+    raster: Raster
+    group: int
+    cluster_mn: Tuple[int, int]
+    split_k: bool
+    split_reduce: SplitReduce
+    stream_k: bool
+    epi_n: int
+    epi_sync: EpiSync
+    epi_stages: int
+    a_major: AMajor
+    b_major: BMajor
+    epilogue: str  # the fused epilogue, as EpilogueSpec.describe says it ("" for none)
+    pdl: bool = False
+    skip: bool = False
+    batched: bool = False
+    device_scale: bool = False
+    gmem_flags: bool = False
+    l2_hint: Optional[str] = None
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
 # the deepest ring chosen by default for any K (tiles below 64x128 would fit more). With every stage the
 # proof doubles while the checker lets each work tile's K loop end anywhere; a kernel that declares its K

@@ -13,8 +13,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 
 from .. import _host
 from . import epilogue as gemm_epilogue
-from .config import (DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfigError, Raster,
-                     Schedule, SplitReduce, check_stream_k)
+from .config import (DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfig, GemmConfigError,
+                     Raster, Schedule, SplitReduce, check_stream_k)
 from .program import build
 from .streamk import StreamKPlan
 
@@ -229,6 +229,14 @@ class PersistentGemm:
         self.a_elems, self.b_elems = bM * bK * self.ab_stage, bN * bK * self.ab_stage
         self.c_elems = self.epi_tile[0] * self.epi_tile[1] * self.epi_stage
         self.smem_bytes = self.tile_bytes * self.ab_stage * self.rings + epi_bytes + 1024  # what _plan fits
+        self.config = GemmConfig(
+            ab_dtype=self.ab_dtype.__name__, b_dtype=self.b_dtype.__name__, c_dtype=self.c_dtype.__name__,
+            schedule=self.schedule, tile_mnk=tuple(self.tile_mnk), ab_stages=self.ab_stage, rings=self.rings,
+            k_tiles_min=self.k_tiles_min, raster=self.raster, group=self.group, cluster_mn=self.cluster_mn,
+            split_k=self.split_k, split_reduce=self.split_reduce, stream_k=self.stream_k, epi_n=self.epi_n,
+            epi_sync=self.epi_sync, epi_stages=self.epi_stage, a_major=self.a_major, b_major=self.b_major,
+            epilogue=self.epi.describe().strip(), pdl=self.pdl, skip=self.skip, batched=self.batched,
+            device_scale=self.device_scale, gmem_flags=self.gmem_flags, l2_hint=self.l2_hint)
 
     def describe(self):
         return (f"{self.schedule} {self.tile_mn[0]}x{self.tile_mn[1]}x{self.tile_mnk[2]} raster {self.raster}"
