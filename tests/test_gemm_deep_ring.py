@@ -62,11 +62,21 @@ def plan(monkeypatch):
     return gemm_host.plan
 
 
-@pytest.mark.parametrize("K, deep", [(18 * 64, True), (17 * 64, False), (17 * 64 + 1, True), (64, False), (100_000, True)])
-def test_the_host_takes_the_deep_ring_for_long_k_only(plan, K, deep):
+@pytest.mark.parametrize("K, depth", [(18 * 64, 18), (17 * 64, 16), (17 * 64 + 1, 18), (16 * 64, 16),
+                                      (15 * 64, 12), (12 * 64, 12), (11 * 64, None), (64, None), (100_000, 18)])
+def test_the_host_takes_the_deepest_ring_k_fills(plan, K, depth):
+    """64x32 holds 18 stages: K of 18+ tiles gets 18, of 16-17 tiles 16, of 12-15 tiles 12, shorter K the
+    8-stage kernel (proven for every K)."""
     a, b, c = FakeTensor((64, K)), FakeTensor((4096, K)), FakeTensor((64, 4096))
     p = plan(a, b, c, "cooperative", 1, tile_mn=(64, 32))
-    assert p.options.get("k_tiles_min") == (18 if deep else None), p.options
+    assert p.options.get("k_tiles_min") == depth, p.options
+
+
+def test_deep_ring_depths():
+    from warpsched.kernels.gemm.host import deep_ring_depths
+
+    assert deep_ring_depths(18) == [12, 16, 18] and deep_ring_depths(13) == [12, 13]
+    assert deep_ring_depths(9) == [9] and deep_ring_depths(8) == [] and deep_ring_depths(4) == []
 
 
 def test_a_named_depth_or_a_k_split_keeps_its_ring(plan):

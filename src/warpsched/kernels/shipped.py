@@ -49,15 +49,15 @@ def _gemm_option_sets():
     return out
 
 
-def _deep_ring(opts, a, b, c):
-    """The options ``gemm.host.deep_ring`` makes of ``opts`` for a long K (None when it keeps them)."""
-    from .gemm.config import MAX_AUTO_STAGES
+def _deep_rings(opts, a, b, c):
+    """The options ``gemm.host.deep_ring`` makes of ``opts`` for the K lengths that get a deeper ring."""
+    from .gemm.host import deep_ring_depths
     from .gemm.kernel import PersistentGemm
 
     if "ab_stages" in opts or opts.get("split_k") or opts.get("stream_k") or opts.get("batched"):
-        return None
+        return []
     fit = PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts).ring_fit
-    return dict(opts, k_tiles_min=fit) if fit > MAX_AUTO_STAGES else None
+    return [dict(opts, k_tiles_min=d) for d in deep_ring_depths(fit)]
 
 
 def programs() -> Dict[str, Callable[..., object]]:
@@ -77,8 +77,7 @@ def programs() -> Dict[str, Callable[..., object]]:
             def build_gemm(opts=opts, a=a, b=b, c=c, **mo):
                 return gemm_host.build(PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts), **mo)
             out[label] = build_gemm
-            deep = _deep_ring(opts, a, b, c)
-            if deep is not None:  # gemm.host.deep_ring: long K gets the ring SMEM holds
+            for deep in _deep_rings(opts, a, b, c):  # gemm.host.deep_ring: a long K gets a deeper ring
                 out[label + f" k_tiles_min={deep['k_tiles_min']}"] = (
                     lambda opts=deep, a=a, b=b, c=c, **mo:
                     gemm_host.build(PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts), **mo))

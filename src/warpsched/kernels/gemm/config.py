@@ -110,8 +110,9 @@ class GemmConfig:
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
 # the deepest ring chosen by default for any K (tiles below 64x128 would fit more). With every stage the
 # proof doubles while the checker lets each work tile's K loop end anywhere; a kernel that declares its K
-# loop at least as long as its ring (PersistentGemm(k_tiles_min=...), which gemm.host.plan sets for long K)
-# gets the ring SMEM holds, proven in about a thousand states (docs/proofs.md, "Deep rings")
+# loop at least as long as its ring (PersistentGemm(k_tiles_min=...), which gemm.host.deep_ring sets to
+# 12, 16 or the SMEM fit when K fills it) gets that ring, proven in about a thousand states
+# (docs/proofs.md, "Deep rings")
 MAX_AUTO_STAGES = 8
 
 

@@ -162,16 +162,24 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
 
 
 def deep_ring(options, a_dtype, c_dtype, k_tiles):
-    """``options`` with ``k_tiles_min`` set to the ring SMEM holds when K has at least that many tiles and
-    that ring is deeper than the default (small tiles): the kernel then runs that ring and its proof
-    covers K loops of at least that length. A configuration that names its depth, or a shorter K, keeps
-    its options."""
+    """``options`` with ``k_tiles_min`` set when the tile's SMEM holds a ring deeper than the default 8
+    stages and K is long enough to fill one: the deepest of 12, 16 and the SMEM fit that K reaches (a
+    few depths, so a few compiled kernels per configuration). The kernel then runs that ring, and its
+    proof covers K loops at least that long. A configuration that names its depth, or a K of fewer than
+    12 tiles (the 8-stage ring holds two thirds of its loop), keeps its options."""
     if "ab_stages" in options or "k_tiles_min" in options:
         return options
-    fit = _kernel(a_dtype, c_dtype, {**options, "max_ctas": 1}).ring_fit  # resources only: nothing is traced
-    if fit <= MAX_AUTO_STAGES or k_tiles < fit:
-        return options
-    return dict(options, k_tiles_min=fit)
+    depths = deep_ring_depths(_kernel(a_dtype, c_dtype, {**options, "max_ctas": 1}).ring_fit)  # nothing traced
+    reached = [d for d in depths if d <= k_tiles]
+    return dict(options, k_tiles_min=reached[-1]) if reached else options
+
+
+def deep_ring_depths(fit):
+    """The ring depths deeper than the default that a tile with SMEM for ``fit`` stages runs."""
+    return [d for d in DEEP_RING_STEPS if MAX_AUTO_STAGES < d < fit] + ([fit] if fit > MAX_AUTO_STAGES else [])
+
+
+DEEP_RING_STEPS = (12, 16)
 
 
 def resident_ctas(a, c, options, units, what):
