@@ -51,10 +51,10 @@ def _gemm_option_sets():
 
 def _deep_rings(opts, a, b, c):
     """The options ``gemm.host.deep_ring`` makes of ``opts`` for the K lengths that get a deeper ring."""
-    from .gemm.host import deep_ring_depths
+    from .gemm.host import deep_ring_depths, takes_deep_ring
     from .gemm.kernel import PersistentGemm
 
-    if "ab_stages" in opts or opts.get("split_k") or opts.get("stream_k") or opts.get("batched"):
+    if not takes_deep_ring(opts):
         return []
     fit = PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts).ring_fit
     return [dict(opts, k_tiles_min=d) for d in deep_ring_depths(fit)]

@@ -51,20 +51,7 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
-    if cutlass.const_expr(g.window_left is None and g.window_right is None):
-        mask_limit = g.seqlen_k  # keys [n0, n0 + HALF) are all visible unless the block reaches past it
-        if cutlass.const_expr(g.causal):
-            mask_limit = cutlass.min(g.seqlen_k, m0 + 1)
-        if n0 + HALF > mask_limit:
-            for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-                for j in cutlass.range_constexpr(cols):
-                    limit = g.seqlen_k  # this query sees keys [0, limit)
-                    if cutlass.const_expr(g.causal):
-                        limit = cutlass.min(g.seqlen_k, m0 + coords[i, j][1] + 1)
-                    if n0 + coords[i, j][0] >= limit:
-                        s_mn[i, j] = 0.0
-    else:
-        mask_window(s_mn, coords, cols, g, n0, m0)
+    mask_keys(s_mn, coords, cols, g, n0, m0)
     if cutlass.const_expr(g.mask_mod is not None):  # the user's mask, as the forward applied it
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             for j in cutlass.range_constexpr(cols):
@@ -96,26 +83,29 @@ def softcap_grad(s_mn, dp_mn, lse2, cols: cutlass.Constexpr, softcap: cutlass.Co
 
 
 @cute.jit
-def mask_window(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0):
-    """P^T = 0 where key ``n0 + row`` is past S_k or outside query ``m0 + column``'s window [m - left,
-    m + right] (causal: right = 0); only a block the window's edges (or the keys' end) cross is masked."""
+def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0):
+    """P^T = 0 where key ``n0 + row`` is past S_k or outside query ``m0 + column``'s keys [m - left,
+    m + right] (a None side unbounded; causal: right = 0); only a block the keys' end or a bound crosses
+    is masked."""
+    right = g.window_right
+    if cutlass.const_expr(g.causal and g.window_right is None):
+        right = 0
     mask_limit = g.seqlen_k  # keys [n0, mask_limit) are visible to the block's first query
-    if cutlass.const_expr(g.window_right is not None):
-        mask_limit = cutlass.min(g.seqlen_k, m0 + 1 + g.window_right)
+    if cutlass.const_expr(right is not None):
+        mask_limit = cutlass.min(g.seqlen_k, m0 + (1 + right))
     need = n0 + HALF > mask_limit
     if cutlass.const_expr(g.window_left is not None):
         need = need | (n0 < m0 + g.block_m - 1 - g.window_left)  # keys before the last query's first key
     if need:
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             for j in cutlass.range_constexpr(cols):
-                n, m = n0 + coords[i, j][0], m0 + coords[i, j][1]
                 limit = g.seqlen_k  # this query sees keys [first, limit)
-                if cutlass.const_expr(g.window_right is not None):
-                    limit = cutlass.min(g.seqlen_k, m + 1 + g.window_right)
-                if n >= limit:
+                if cutlass.const_expr(right is not None):
+                    limit = cutlass.min(g.seqlen_k, m0 + coords[i, j][1] + (1 + right))
+                if n0 + coords[i, j][0] >= limit:
                     s_mn[i, j] = 0.0
                 if cutlass.const_expr(g.window_left is not None):
-                    if n < m - g.window_left:
+                    if n0 + coords[i, j][0] < m0 + coords[i, j][1] - g.window_left:
                         s_mn[i, j] = 0.0
 
 

@@ -13,8 +13,8 @@ import cutlass.cute as cute
 from warpsched import MemoryResource, StageInfo, producer_work
 
 from . import register_math as amath
+from .register_math import WG_ROWS
 
-WG_ROWS = 64  # Q rows per consumer warp group (one WGMMA M)
 O_BARRIER = 2  # named barriers 2, 3 (, 4): a warp group's TMA-store epilogue (warpsched's task barriers count down from 15)
 
 

@@ -45,7 +45,8 @@ from .ahead import KAheadWorks, ScoresAheadWorks, load_ahead_schedule, softmax_a
 from .schedules import load_schedule, softmax_schedule
 from .schedules import next_tile as _next_tile  # noqa: F401 (tests write twins with them)
 from .schedules import tile_loop as _tiles  # noqa: F401
-from .epilogue import WG_ROWS, GmemO
+from .epilogue import GmemO
+from .register_math import WG_ROWS
 from .config import AttentionConfig
 from .softmax import OnlineSoftmax
 from .units import WorkUnits

@@ -17,7 +17,7 @@ import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-S_TILE_ROWS = 64  # the query rows of one warp group's S tile (one WGMMA M)
+WG_ROWS = 64  # Q rows per consumer warp group: its S tile's rows (one WGMMA M)
 LN2 = math.log(2.0)
 
 
@@ -70,78 +70,57 @@ def rows_view(tiled_mma, t):
 
 
 @cute.jit
-def apply_mask(acc_s, coords, coords0, row0, col0, seqlen_k: cutlass.Int32, causal: cutlass.Constexpr):
-    """-inf where the key is past the sequence end or (causal, top-left aligned as torch SDPA's
-    is_causal) after the query. ``coords``: the (row, column) of each accumulator element in the
-    tile for this thread, ``coords0`` the same for thread 0 (static: a thread's coordinates are
-    thread 0's plus its first element's; tests/test_attention_mask.py); ``row0`` / ``col0``: the
-    tile's first query row and key. Causal: each row's last visible key, relative to this thread's
-    first column, is computed once per row, so an element costs one compare with an immediate and
-    one select (the hd64 loop's masked branch: 257 -> 132 SASS instructions, +9 % on 16x16x1024
-    d64 causal on the H200). Non-causal masks only the last tile's tail by column: that form
-    stays, since the row-limit one made the 160-register ``wgs=3`` kernel spill (docs/attention.md)."""
-    if cutlass.const_expr(causal):
-        r_base, c_base = coords[0]
-        last_key = seqlen_k - 1 - col0 - c_base  # keys past it are beyond the sequence
-        diag = row0 + r_base - col0 - c_base  # row r sees keys up to r (+ diag)
-        for i in cutlass.range_constexpr(cute.size(acc_s)):
-            dr, dc = coords0[i]
-            if dc > cutlass.min(last_key, diag + dr):
-                acc_s[i] = -cutlass.Float32.inf
-    else:
+def apply_mask(acc_s, coords, coords0, row0, col0, seqlen_k: cutlass.Int32, left: cutlass.Constexpr,
+               right: cutlass.Constexpr):
+    """-inf where the key is past the sequence end or outside query r's keys [r - left, r + right] (a
+    None side is unbounded; causal, top-left aligned as torch SDPA's is_causal, is right = 0).
+    ``coords``: the (row, column) of each accumulator element in the tile for this thread, ``coords0``
+    the same for thread 0 (static: a thread's coordinates are thread 0's plus its first element's;
+    tests/test_attention_mask.py); ``row0`` / ``col0``: the tile's first query row and key. With a
+    bound, each row's visible keys, relative to this thread's first column, are computed once per row,
+    so an element costs a compare with an immediate and a select (the hd64 causal loop's masked branch:
+    257 -> 132 SASS instructions, +9 % on 16x16x1024 d64 causal on the H200). Without one, only the last
+    tile's tail is masked by column: that form stays, since the row-limit one made the 160-register
+    ``wgs=3`` kernel spill (docs/attention.md)."""
+    if cutlass.const_expr(left is None and right is None):
         for i in cutlass.range_constexpr(cute.size(acc_s)):
             if col0 + coords[i][1] >= seqlen_k:
                 acc_s[i] = -cutlass.Float32.inf
+    else:
+        r_base, c_base = coords[0]
+        last_key = seqlen_k - 1 - col0 - c_base  # keys past it are beyond the sequence
+        diag = row0 + r_base - col0 - c_base  # row r's own key, relative to this thread's first column
+        for i in cutlass.range_constexpr(cute.size(acc_s)):
+            dr, dc = coords0[i]
+            hi = last_key
+            if cutlass.const_expr(right is not None):
+                hi = cutlass.min(last_key, diag + dr + right)
+            if dc > hi:
+                acc_s[i] = -cutlass.Float32.inf
+            if cutlass.const_expr(left is not None):
+                if dc < diag + dr - left:
+                    acc_s[i] = -cutlass.Float32.inf
 
 
 @cute.jit
 def mask_tile(acc_s, qk_mma, row0, col0, seqlen_k: cutlass.Int32, block_n: cutlass.Constexpr,
               causal: cutlass.Constexpr, window_left: cutlass.Constexpr = None, window_right: cutlass.Constexpr = None):
-    """Mask the S tile whose first query row is ``row0`` and first key ``col0``, if it needs it:
-    only the tile at the end of the keys and (causal) the tiles reaching past ``row0`` do; with a
-    window (``window_left`` / ``window_right`` keys before / after the query, None: unbounded; causal
-    is right = 0), also the tiles that start before the last row's first key."""
-    if cutlass.const_expr(window_left is None and window_right is None):
-        limit = seqlen_k  # keys [0, limit) are unmasked for every row of the tile
-        if cutlass.const_expr(causal):
-            limit = cutlass.min(seqlen_k, row0 + 1)
-        if col0 + block_n > limit:
-            tidx, _, _ = cute.arch.thread_idx()
-            apply_mask(acc_s, s_tile_coords(qk_mma, block_n, tidx % 128), s_tile_coords(qk_mma, block_n, 0), row0,
-                       col0, seqlen_k, causal)
-    else:
-        limit = seqlen_k
-        if cutlass.const_expr(window_right is not None):
-            limit = cutlass.min(seqlen_k, row0 + 1 + window_right)
-        need = col0 + block_n > limit  # keys [first, limit) are visible to every row of the tile
-        if cutlass.const_expr(window_left is not None):
-            need = need | (col0 < row0 + (S_TILE_ROWS - 1) - window_left)  # first: the last row's first key
-        if need:
-            tidx, _, _ = cute.arch.thread_idx()
-            apply_window(acc_s, s_tile_coords(qk_mma, block_n, tidx % 128), s_tile_coords(qk_mma, block_n, 0), row0,
-                         col0, seqlen_k, window_left, window_right)
-
-
-
-@cute.jit
-def apply_window(acc_s, coords, coords0, row0, col0, seqlen_k: cutlass.Int32, left: cutlass.Constexpr,
-                 right: cutlass.Constexpr):
-    """-inf where the key is past the sequence end or outside query r's window [r - left, r + right]
-    (a None side is unbounded). As ``apply_mask``: the bounds are computed once per thread relative to its
-    first element, so an element costs compares with immediates."""
-    r_base, c_base = coords[0]
-    last_key = seqlen_k - 1 - col0 - c_base  # keys past it are beyond the sequence
-    diag = row0 + r_base - col0 - c_base  # row r's own key, relative to this thread's first column
-    for i in cutlass.range_constexpr(cute.size(acc_s)):
-        dr, dc = coords0[i]
-        hi = last_key
-        if cutlass.const_expr(right is not None):
-            hi = cutlass.min(last_key, diag + dr + right)
-        if dc > hi:
-            acc_s[i] = -cutlass.Float32.inf
-        if cutlass.const_expr(left is not None):
-            if dc < diag + dr - left:
-                acc_s[i] = -cutlass.Float32.inf
+    """Mask the S tile whose first query row is ``row0`` and first key ``col0``, if it needs it: only the
+    tile at the end of the keys, the tiles reaching past ``row0`` + the right bound (causal: right = 0),
+    and the tiles that start before the last row's first key (``window_left``)."""
+    right = window_right
+    if cutlass.const_expr(causal and window_right is None):
+        right = 0
+    limit = seqlen_k  # keys [first, limit) are visible to every row of the tile
+    if cutlass.const_expr(right is not None):
+        limit = cutlass.min(seqlen_k, row0 + (1 + right))
+    need = col0 + block_n > limit
+    if cutlass.const_expr(window_left is not None):
+        need = need | (col0 < row0 + (WG_ROWS - 1) - window_left)  # first: the last row's first key
+    if need:
+        tidx, _, _ = cute.arch.thread_idx()
+        apply_mask(acc_s, s_tile_coords(qk_mma, block_n, tidx % 128), s_tile_coords(qk_mma, block_n, 0), row0, col0,
+                   seqlen_k, window_left, right)
 
 
 def s_tile_coords(qk_mma, block_n, thread):

@@ -167,11 +167,18 @@ def deep_ring(options, a_dtype, c_dtype, k_tiles):
     few depths, so a few compiled kernels per configuration). The kernel then runs that ring, and its
     proof covers K loops at least that long. A configuration that names its depth, or a K of fewer than
     12 tiles (the 8-stage ring holds two thirds of its loop), keeps its options."""
-    if "ab_stages" in options or "k_tiles_min" in options:
+    if not takes_deep_ring(options):
         return options
     depths = deep_ring_depths(_kernel(a_dtype, c_dtype, {**options, "max_ctas": 1}).ring_fit)  # nothing traced
     reached = [d for d in depths if d <= k_tiles]
     return dict(options, k_tiles_min=reached[-1]) if reached else options
+
+
+def takes_deep_ring(options):
+    """Whether a configuration gets a deeper ring for a long K: one K loop per tile (no K split, not
+    batched) and no depth of its own."""
+    return not ("ab_stages" in options or "k_tiles_min" in options
+                or any(options.get(k) for k in ("split_k", "stream_k", "batched")))
 
 
 def deep_ring_depths(fit):
