@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_lse=False, mask_mod=None,
-              softcap=None, window_size=None):
+              softcap=None, window_size=None, num_splits=None):
     """Scaled dot-product attention forward on Hopper (sm_90a), as
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
@@ -24,12 +24,15 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     (True: attend; combine comparisons with ``&`` / ``|`` / ``~``), applied to every tile the unit visits;
     ``softcap``: scores s become softcap * tanh(s / softcap). The backward takes the same three
     (``attention_backward``; ``warpsched.kernels.attention.masks``).
+    ``num_splits``: split-KV, each Q block's keys cut into that many runs on their own CTAs, merged by a
+    combine step (fp32 partials); None (default) splits by itself when the launch's Q blocks would leave
+    SMs idle over more than 4 K/V tiles (decode: a few query rows over a long K/V); 1: never.
     Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
     """
     from warpsched.kernels.attention import host as _attention
 
     return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse,
-                                mask_mod=mask_mod, softcap=softcap, window_size=window_size)
+                                mask_mod=mask_mod, softcap=softcap, window_size=window_size, num_splits=num_splits)
 
 
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, window_size=None, mask_mod=None,

@@ -51,13 +51,15 @@ class GmemO(MemoryResource):
         tidx, _, _ = cute.arch.thread_idx()
         lse = softmax_state.normalize(acc_o, v.pv_mma, v.scale)
         thr = v.pv_mma.get_slice(tidx % 128)
-        q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
+        unit = g.unit_of(stage_info)
+        q_block, head, _, _ = g.unit_coords(unit)
+        batch = g.out_batch(unit)  # split_kv: this run's partial rows
         block = q_block * g.wgs + self.wg
         gO = cute.local_tile(v.mO[(None, None, head, batch)], (WG_ROWS, g.head_dim), (block, 0))
         t_g = amath.rows_view(v.pv_mma, thr.partition_C(gO))
         coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
-        out = cute.make_rmem_tensor_like(acc_o, g.dtype)
-        out.store(acc_o.load().to(g.dtype))
+        out = cute.make_rmem_tensor_like(acc_o, g.out_dtype)
+        out.store(acc_o.load().to(g.out_dtype))
         o_mn = amath.rows_view(v.pv_mma, out)
         m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q  # the `if` below may not carry objects
         for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):

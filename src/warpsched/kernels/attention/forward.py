@@ -379,7 +379,7 @@ class FlashAttention(WorkUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
-                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None):
+                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -421,6 +421,13 @@ class FlashAttention(WorkUnits):
                                        "it needs o_buffer=True (with tma_store_o, q_stages=2, persistent), "
                                        "overlap=True and wgs=2")
         self.unit_overlap = bool(unit_overlap)  # S runs one K/V tile ahead across units (attention/ahead.py)
+        if split_kv and (self.tma_store_o or self.unit_overlap):
+            raise AttentionConfigError("split_kv=True writes fp32 partial O from registers: it takes neither "
+                                       "tma_store_o / o_buffer nor unit_overlap (pass tma_store_o=False)")
+        # split_kv: a Q block's K/V tiles in runs, one unit each; O and LSE per run in fp32, (splits * B, H,
+        # S_q, ...), which the host combines (attention.split_kv); the run count is the out's batch / q's
+        self.split_kv = bool(split_kv)
+        self.out_dtype = cutlass.Float32 if self.split_kv else dtype
         amasks.check(mask_mod, softcap, self.unit_overlap)
         # a sliding window: the K/V tiles a unit visits start and end with it (units.kv_first_tile)
         self.window_left, self.window_right = amasks.window_bounds(window_size, self.causal, self.unit_overlap)
@@ -429,7 +436,7 @@ class FlashAttention(WorkUnits):
             self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
-        self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent
+        self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent and not self.split_kv
         self.num_units = None  # runtime, set while tracing
         self.threads = 128 * (wgs + 1)
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
@@ -452,7 +459,7 @@ class FlashAttention(WorkUnits):
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
-                    "unit_overlap")
+                    "unit_overlap", "split_kv")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
@@ -474,6 +481,12 @@ class FlashAttention(WorkUnits):
         for staged, alloc in ((q, self.alloc_q), (k, self.alloc_k), (v, self.alloc_v)):
             assert cute.cosize(staged) == alloc.count, "an SMEM layout's size differs from the allocation"
         return q, k, v
+
+    def _splits(self, mQ, mO, batch_mode=0, out_mode=0):
+        """``split_kv``: the K/V runs per Q block, the out's batch over q's (1 without splits)."""
+        if cutlass.const_expr(not self.split_kv):
+            return 1
+        return cute.size(mO, mode=[out_mode]) // cute.size(mQ, mode=[batch_mode])
 
     @staticmethod
     def _sdhb(t, modes):
@@ -502,7 +515,7 @@ class FlashAttention(WorkUnits):
                                                                cute.slice_(q_staged, (None, None, 0)),
                                                                (WG_ROWS, self.head_dim))
         self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
-                        cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
+                        cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]), self._splits(mQ, mO))
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
                     scale).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
@@ -523,7 +536,7 @@ class FlashAttention(WorkUnits):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_o)
         # mQ / mK are the TMA views: (S, D, H, B)
         self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
-                        cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
+                        cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]), self._splits(mQ, mO, batch_mode=3, out_mode=0))
         if cutlass.const_expr(self.persistent):
             units_here = (self.num_units - bid + grid - 1) // grid  # >= 1: the grid never exceeds the units
             mgr = build(self, units_per_cta=units_here, verbose=False)  # checked here, while tracing

@@ -9,7 +9,9 @@ import cutlass
 import cutlass.cute as cute
 
 from .. import _host
+from . import split_kv
 from .forward import HEAD_DIMS, TUNED, AttentionConfigError, FlashAttention, build  # noqa: F401 (TUNED: re-exported)
+from .register_math import WG_ROWS
 
 _CACHE = {}
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
@@ -77,12 +79,14 @@ def compiled(kern_key, args):
     return _CACHE[kern_key]
 
 
-def fake_operands(dtype, head_dim):
+def fake_operands(dtype, head_dim, split_kv=False):
     """Fake q, k, v, out (B, H, S, D) and lse (B, H, S): every size but D symbolic, strides multiples
-    of 8 elements, 16-byte aligned (what TMA needs; ``_tma_ready`` makes inputs so)."""
+    of 8 elements, 16-byte aligned (what TMA needs; ``_tma_ready`` makes inputs so). ``split_kv``: out and
+    lse are the runs' fp32 partials, (splits * B, H, S_q, ...), a batch size of their own."""
     B, H, Hk, Sq, Sk = (cute.sym_int32() for _ in range(5))
-    q, k, v, out = (_host.fake_bhsd(dtype, B, h, s, head_dim) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk), (H, Sq)))
-    return q, k, v, out, _host.fake_rows(B, H, Sq)
+    q, k, v = (_host.fake_bhsd(dtype, B, h, s, head_dim) for h, s in ((H, Sq), (Hk, Sk), (Hk, Sk)))
+    Bo, out_dtype = (cute.sym_int32(), cutlass.Float32) if split_kv else (B, dtype)
+    return q, k, v, _host.fake_bhsd(out_dtype, Bo, H, Sq, head_dim), _host.fake_rows(Bo, H, Sq)
 
 
 def compiled_ffi(kern_key):
@@ -92,7 +96,7 @@ def compiled_ffi(kern_key):
     if k not in _CACHE:
         dtype, head_dim = kern_key[0], kern_key[1]
         kern = _kernel(kern_key)
-        _CACHE[k] = cute.compile(kern, *fake_operands(dtype, head_dim), cutlass.Float32(0.125),
+        _CACHE[k] = cute.compile(kern, *fake_operands(dtype, head_dim, kern.split_kv), cutlass.Float32(0.125),
                                  _host.fake_env_stream(), options=_host.ffi_options())
         _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[k]
@@ -113,6 +117,12 @@ def tuned_options(head_dim, causal):
     if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 64 x 256 (32 KB each)
         options.update(q_stages=1, tma_store_o=False, o_buffer=False, block_n=64)
     return options
+
+
+def split_options(options):
+    """``options`` for a split-KV launch: fp32 partials stored from registers (``split_kv.combine`` merges
+    them), so no TMA-store epilogue."""
+    return dict(options, split_kv=True, tma_store_o=False, o_buffer=False)
 
 
 def build_tuned_hd64(verbose=True, **manager_options):
@@ -139,10 +149,12 @@ def prepare(q, k, v, causal=False, scale=None, out=None, lse=None, **options):
     return (lambda: f(*args)), out, lse
 
 
-def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, window_size=None, **options):
+def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, window_size=None, num_splits=None,
+             **options):
     """``prepare``'s work: (kernel, its arguments, out, lse, reusable), ``reusable`` when the kernel
     is a TVM-FFI one called on the inputs as they are with the tuned options (what ``attention``
-    may keep as a plan for later calls with the same shapes and strides)."""
+    may keep as a plan for later calls with the same shapes and strides). ``num_splits``: K/V runs per
+    Q block (attention.split_kv; None: chosen from the shape when no tuning keywords are given)."""
     check_args(q, k, v)
     import torch
 
@@ -150,6 +162,11 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
     options_given = bool(options)
     if not options:
         options = tuned_options(D, causal) if out is None or _tma_aligned(out) else {}
+    splits = _splits_for(q, k, options, num_splits, options_given)
+    if splits > 1:
+        options = split_options(options)
+    else:
+        options.pop("split_kv", None)
     if mask_mod is not None or softcap is not None:  # attention.masks: applied to the tuned kernel's tiles
         options = dict(options, **({"mask_mod": mask_mod} if mask_mod is not None else {}),
                        **({"softcap": softcap} if softcap is not None else {}))
@@ -174,6 +191,17 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
     if _host.ffi_enabled() and _tma_aligned(out) and lse.data_ptr() % 16 == 0:  # what the fake operands assume
         f = compiled_ffi(kern_key)
         args = (q, k, v, out, lse, scale)
+        if splits > 1:
+            f = _split_launch(f, splits)
+    elif splits > 1:
+        o_part, lse_part = _partials(q, splits)
+        args = [_host.to_cute(t, 3) for t in (q, k, v, o_part)] + [
+            _host.to_cute(lse_part, 2), cutlass.Float32(scale), _host.current_stream()]
+        kern = compiled(kern_key, args)
+
+        def f(*a, kern=kern, out=out, lse=lse):
+            kern(*a)
+            split_kv.combine(o_part, lse_part, out, lse)
     else:
         args = [_host.to_cute(t, 3) for t in (q, k, v, out)] + [_host.to_cute(lse, 2), cutlass.Float32(scale),
                                                                   _host.current_stream()]
@@ -182,16 +210,49 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
     return f, args, out, lse, reusable
 
 
+def _splits_for(q, k, options, num_splits, options_given):
+    """The K/V runs per Q block: the caller's ``num_splits`` (trimmed so that no run is empty), or with
+    the tuned options ``split_kv.choose_splits`` for the shape; 1 otherwise."""
+    block_m, block_n = WG_ROWS * options.get("wgs", 2), options.get("block_n", 128)
+    if num_splits is not None:
+        return split_kv.check_splits(num_splits, k.shape[2], block_n)
+    if options.get("split_kv"):
+        raise AttentionConfigError("split_kv=True without num_splits: pass num_splits=n (the K/V runs per Q block)")
+    if options_given:
+        return 1
+    B, H, Sq, _ = q.shape
+    return split_kv.choose_splits(B, H, Sq, k.shape[2], block_m, block_n, _host.num_sms())
+
+
+def _partials(q, splits):
+    """The runs' fp32 O and LSE, (splits * B, H, S_q, D) and (splits * B, H, S_q)."""
+    import torch
+
+    B, H, Sq, D = q.shape
+    return (torch.empty(splits * B, H, Sq, D, device=q.device, dtype=torch.float32),
+            torch.empty(splits * B, H, Sq, device=q.device, dtype=torch.float32))
+
+
+def _split_launch(kern, splits):
+    """A TVM-FFI split-KV kernel as ``f(q, k, v, out, lse, scale)``: fresh partials per call (stream
+    ordered through torch's allocator, so CUDA graphs and concurrent streams stay correct), then the combine."""
+    def launch(q, k, v, out, lse, scale):
+        o_part, lse_part = _partials(q, splits)
+        kern(q, k, v, o_part, lse_part, scale)
+        split_kv.combine(o_part, lse_part, out, lse)
+    return launch
+
+
 _PLANS = {}  # (shapes, strides, dtypes, device, causal, scale) -> (TVM-FFI kernel, scale)
 
 
 def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False, mask_mod=None, softcap=None,
-              window_size=None):
+              window_size=None, num_splits=None):
     """softmax(q k^T * scale) v for (B, H, S, D) tensors, as torch SDPA (``is_causal=causal``,
     top-left aligned); ``scale`` defaults to 1 / sqrt(D). K and V may have fewer heads than Q
     (grouped-query attention). Returns ``out`` (and the (B, H, S_q) fp32 log-sum-exp with
     ``return_lse``). ``window_size=(left, right)``, ``mask_mod(batch, head, q_idx, kv_idx)`` (True:
-    attend) and ``softcap``: see ``attention.masks``.
+    attend) and ``softcap``: see ``attention.masks``; ``num_splits``: split-KV (``attention.split_kv``).
 
     A call whose inputs TMA reads as they are, through TVM FFI, keeps its plan per (shapes, strides,
     dtypes, device, causal, scale): a later call with that key skips the Python checks and only
@@ -201,7 +262,7 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
     pkey = None
     if out is None and lse is None:
         pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
-                q.get_device(), causal, scale, mask_mod, softcap, window_size)
+                q.get_device(), causal, scale, mask_mod, softcap, window_size, num_splits)
         hit = _PLANS.get(pkey)
         if hit is not None:
             import torch
@@ -214,7 +275,8 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
                 return (out, lse) if return_lse else out
             except Exception:  # noqa: BLE001 - a misaligned input, say: the full path copies or names it
                 out = lse = None
-    f, args, out, lse, reusable = _prepare(q, k, v, causal, scale, out, lse, mask_mod, softcap, window_size)
+    f, args, out, lse, reusable = _prepare(q, k, v, causal, scale, out, lse, mask_mod, softcap, window_size,
+                                           num_splits)
     f(*args)
     if pkey is not None and reusable:
         _PLANS[pkey] = (f, args[5])
@@ -226,6 +288,7 @@ def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=
     from cutlass.cute.runtime import make_fake_stream
 
     kern = FlashAttention(dtype=dtype, head_dim=head_dim, causal=causal, **options)
-    return cute.compile(kern, *fake_operands(dtype, head_dim), cutlass.Float32(0.125), make_fake_stream(),
+    return cute.compile(kern, *fake_operands(dtype, head_dim, kern.split_kv), cutlass.Float32(0.125),
+                        make_fake_stream(),
                         options=_host.ptx_options(arch))
 

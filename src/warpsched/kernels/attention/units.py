@@ -10,13 +10,21 @@ import cutlass.cute as cute
 
 class WorkUnits:
     """Unit order and sizes; needs ``causal``, ``causal_pairs``, ``persistent``, ``block_m``,
-    ``block_n``, ``max_ctas`` and ``window_left`` / ``window_right`` from the kernel configuration."""
+    ``block_n``, ``max_ctas``, ``window_left`` / ``window_right`` and ``split_kv`` from the kernel
+    configuration.
 
-    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
+    ``split_kv``: each (Q block, head, batch) is ``splits`` units, split s taking the s-th of
+    ``splits`` equal runs of the block's K/V tiles (split-major: the units running at once share one
+    run of K / V, and a group's Q heads share it in L2). A split past the block's tiles visits one tile
+    beyond them, fully masked (its rows' LSE is +inf: the combine gives it no weight)."""
+
+    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, splits=1):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
         self.nblocks = (seqlen_q + self.block_m - 1) // self.block_m
-        self.num_units = self.nblocks * heads * batches
+        self.splits = splits
+        self.base_units = self.nblocks * heads * batches  # (Q block, head, batch) triples
+        self.num_units = self.base_units * splits
         self.ctas = cutlass.min(self.num_units, self.max_ctas)  # the persistent grid
 
     def paired_position(self, t):
@@ -47,7 +55,9 @@ class WorkUnits:
         (the longest K/V loop) to the first, every (batch, head) of a block in turn, or with
         ``causal_pairs`` long / short pairs of one head (``paired_position``); else the Q blocks of
         one (batch, head) in turn (they share K and V in L2). GQA: consecutive Q heads share a K/V
-        head."""
+        head. ``split_kv``: the coordinates of the unit's block (``split_of`` says which run)."""
+        if cutlass.const_expr(self.split_kv):
+            unit = unit % self.base_units
         hb = self.heads * self.batches
         if cutlass.const_expr(self.causal_pairs):
             z = self.paired_position(unit)
@@ -61,10 +71,33 @@ class WorkUnits:
         head, batch = bh % self.heads, bh // self.heads
         return q_block, head, batch, head // (self.heads // self.kv_heads)
 
+    def split_of(self, unit):
+        """``split_kv``: which of the block's K/V runs ``unit`` takes (0 without splits)."""
+        if cutlass.const_expr(not self.split_kv):
+            return 0
+        return unit // self.base_units
+
+    def out_batch(self, unit):
+        """The batch index ``unit``'s O and LSE rows are written at: its batch, or with ``split_kv``
+        ``split * batches + batch`` (the partial results are (splits * B, H, S_q, ...))."""
+        batch = self.unit_coords(unit)[2]
+        if cutlass.const_expr(not self.split_kv):
+            return batch
+        return self.split_of(unit) * self.batches + batch
+
     def kv_tiles_of(self, unit):
         """How many K/V tiles ``unit`` visits, from ``kv_first_tile``: up to the last key its last row
         sees (the sequence end; causal: the diagonal; ``window_right``: that many keys past it), at
-        least 1 (a unit whose rows see no key runs one fully masked tile: O = 0, LSE = +inf)."""
+        least 1 (a unit whose rows see no key runs one fully masked tile: O = 0, LSE = +inf);
+        ``split_kv``: its run of those tiles (at least 1)."""
+        tiles = self._block_kv_tiles(unit)
+        if cutlass.const_expr(self.split_kv):
+            per = (tiles + self.splits - 1) // self.splits
+            tiles = cutlass.max(cutlass.min(per, tiles - self.split_of(unit) * per), 1)
+        return tiles
+
+    def _block_kv_tiles(self, unit):
+        """The K/V tiles of ``unit``'s Q block, from ``_block_first_tile`` (every split together)."""
         kv_end = self.seqlen_k
         if cutlass.const_expr(self.causal):
             kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m)
@@ -72,12 +105,20 @@ class WorkUnits:
             kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m + self.window_right)
         tiles = (kv_end + self.block_n - 1) // self.block_n
         if cutlass.const_expr(self.window_left is not None):
-            tiles = cutlass.max(tiles - self.kv_first_tile(unit), 1)
+            tiles = cutlass.max(tiles - self._block_first_tile(unit), 1)
         return tiles
 
     def kv_first_tile(self, unit):
         """The first K/V tile ``unit`` visits: 0, or with ``window_left`` the tile of the first key its
-        first row sees (clamped to the last tile: a unit past every key still visits one)."""
+        first row sees (clamped to the last tile: a unit past every key still visits one); ``split_kv``:
+        the start of its run."""
+        first = self._block_first_tile(unit)
+        if cutlass.const_expr(self.split_kv):
+            per = (self._block_kv_tiles(unit) + self.splits - 1) // self.splits
+            first = first + self.split_of(unit) * per
+        return first
+
+    def _block_first_tile(self, unit):
         if cutlass.const_expr(self.window_left is None):
             return 0
         first_key = cutlass.max(self.unit_coords(unit)[0] * self.block_m - self.window_left, 0)
@@ -86,7 +127,7 @@ class WorkUnits:
 
     def kv_tile_of(self, stage_info):
         """The K/V tile a step of the unit's K/V loop visits: the loop offset, from ``kv_first_tile``."""
-        if cutlass.const_expr(self.window_left is None):
+        if cutlass.const_expr(self.window_left is None and not self.split_kv):
             return stage_info.loop_offset
         return self.kv_first_tile(self.unit_of(stage_info)) + stage_info.loop_offset
 
