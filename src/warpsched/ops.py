@@ -35,6 +35,23 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
                                 mask_mod=mask_mod, softcap=softcap, window_size=window_size, num_splits=num_splits)
 
 
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k=None, causal=False, scale=None,
+                     *, return_lse=False, window_size=None, softcap=None, mask_mod=None, out=None, lse=None):
+    """Attention over packed variable-length sequences on Hopper, as ``flash_attn_varlen_func``: ``q``
+    (total_q, H, D), ``k`` / ``v`` (total_k, H_kv, D) hold B sequences back to back, sequence b's queries at
+    rows ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` and its keys at ``cu_seqlens_k[b]:cu_seqlens_k[b + 1]``
+    (int32 tensors of B + 1 offsets on the GPU; empty sequences allowed: rows without keys get O = 0 and
+    LSE = +inf). ``max_seqlen_q``: an int, at least the longest query sequence (it sizes the grid; nothing
+    is synchronized to find it). Returns out (total_q, H, D), and with ``return_lse`` the (H, total_q) fp32
+    LSE. ``causal`` is top-left within each sequence, as ``attention``'s (the same as flash_attn's when a
+    sequence has as many queries as keys); ``window_size``, ``softcap`` and ``mask_mod`` as ``attention``'s,
+    with q_idx / kv_idx counted from the sequence's start and ``batch`` its index."""
+    from warpsched.kernels.attention import varlen as _varlen
+
+    return _varlen.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                    return_lse, window_size, softcap, mask_mod, out, lse)
+
+
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, window_size=None, mask_mod=None,
                        softcap=None):
     """The gradients (dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient

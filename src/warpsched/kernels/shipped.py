@@ -1,7 +1,7 @@
 """The programs of the kernels warpsched ships: every configuration ``ops.gemm`` may pick on its own (the
 autotuner's candidates over a grid of shapes, for bf16, fp16 and e4m3 -> bf16, each split-K form the host
 plan can derive, and the deep-ring form it takes for a long K),
-``ops.attention``'s tuned forward per head dim and mask (and its split-KV form), and ``ops.attention_backward``'s kernels. What
+``ops.attention``'s tuned forward per head dim and mask (and its split-KV and varlen forms), and ``ops.attention_backward``'s kernels. What
 ``warpsched prove`` proves into the manifest (``warpsched.verify.manifest``) and what
 ``tests/test_proof_manifest.py`` checks against it. A configuration a user passes explicitly is not
 here: its first compile searches, as before."""
@@ -66,6 +66,7 @@ def programs() -> Dict[str, Callable[..., object]]:
     from .attention import backward as ab
     from .gemm import host as gemm_host
     from .attention.host import split_options, tuned_options
+    from .attention.varlen import varlen_options
     from .gemm.kernel import PersistentGemm
 
     out: Dict[str, Callable[..., object]] = {}
@@ -91,6 +92,9 @@ def programs() -> Dict[str, Callable[..., object]]:
             out[f"attention hd{hd} {'causal' if causal else 'full'} split_kv"] = (
                 lambda hd=hd, causal=causal, options=split_options(options), **mo:
                 att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), **mo))
+            out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
+                lambda hd=hd, causal=causal, **mo:
+                att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **varlen_options(hd, causal)), **mo))
     for hd in ab.BWD_HEAD_DIMS:
         for causal in (False, True):
             for opts in ({}, {"shared_ds": True}, {"wg_order": True}, {"shared_ds": True, "wg_order": True}):

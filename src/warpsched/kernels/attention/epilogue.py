@@ -55,13 +55,21 @@ class GmemO(MemoryResource):
         q_block, head, _, _ = g.unit_coords(unit)
         batch = g.out_batch(unit)  # split_kv: this run's partial rows
         block = q_block * g.wgs + self.wg
-        gO = cute.local_tile(v.mO[(None, None, head, batch)], (WG_ROWS, g.head_dim), (block, 0))
+        if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed O and LSE
+            q_start, seqlen_q, _, _ = g.seq_bounds(unit)
+            o_rows = g.seq_view(v.mO, q_start, head)
+        else:
+            o_rows = v.mO[(None, None, head, batch)]
+        gO = cute.local_tile(o_rows, (WG_ROWS, g.head_dim), (block, 0))
         t_g = amath.rows_view(v.pv_mma, thr.partition_C(gO))
         coords = amath.rows_view(v.pv_mma, thr.partition_C(cute.make_identity_tensor(g.pv_tile[:2])))
         out = cute.make_rmem_tensor_like(acc_o, g.out_dtype)
         out.store(acc_o.load().to(g.out_dtype))
         o_mn = amath.rows_view(v.pv_mma, out)
-        m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q  # the `if` below may not carry objects
+        if cutlass.const_expr(g.varlen):
+            m_lse = cute.domain_offset((q_start,), v.mLSE[(0, head, None)])
+        else:
+            m_lse, seqlen_q = v.mLSE[(batch, head, None)], g.seqlen_q  # the `if` below may not carry objects
         for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
             row = block * WG_ROWS + coords[i, 0][0]
             if row < seqlen_q:

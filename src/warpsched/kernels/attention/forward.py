@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from .. import _host
 from .._device import H200_SMS
@@ -96,7 +96,11 @@ class SmemQ(MemoryResource):
             q_block, head, batch = unit_xy[3], unit_xy[4], unit_xy[5]
         else:
             q_block, head, batch, _ = g.ahead_of(stage_info)[0] if g.unit_overlap else g.unit_coords(g.unit_of(stage_info))
-        gQ = cute.flat_divide(v.mQ, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
+        if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed Q
+            q_rows = g.seq_view(v.mQ, g.seq_bounds(g.unit_of(stage_info))[0], head)
+            gQ = cute.flat_divide(q_rows, (WG_ROWS, g.head_dim))[(None, None, None, 0)]
+        else:
+            gQ = cute.flat_divide(v.mQ, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
                                                     cute.group_modes(gQ, 0, 2))
         for w in range(g.wgs):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
@@ -169,7 +173,11 @@ class SmemK(KAheadWorks, MemoryResource):
             coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
                             else (g.unit_coords(g.unit_of(stage_info)), g.kv_tile_of(stage_info)))
             _, _, batch, kv_head = coords
-        gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+        if cutlass.const_expr(g.varlen):  # the unit's sequence's keys of the packed K
+            k_rows = g.seq_view(v.mK, g.seq_bounds(g.unit_of(stage_info))[2], kv_head)
+            gK = cute.flat_divide(k_rows, (g.block_n, g.head_dim))[(None, None, None, 0)]
+        else:
+            gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
                                                     cute.group_modes(gK, 0, 2))
         stage_info.tma_copy(v.tma_k, t_g[(None, tile)], t_s[(None, stage_info.stage_idx)])
@@ -209,7 +217,11 @@ class SmemV(MemoryResource):
             batch, kv_head = unit_xy[1], unit_xy[2]
         else:
             _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
-        gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
+        if cutlass.const_expr(g.varlen):
+            v_rows = g.seq_view(v.mV, g.seq_bounds(g.unit_of(stage_info))[2], kv_head, seq_mode=1)
+            gV = cute.flat_divide(v_rows, (g.head_dim, g.block_n))[(None, None, 0, None)]
+        else:
+            gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
                                                     cute.group_modes(gV, 0, 2))
         tile = stage_info.loop_offset if cutlass.const_expr(unit_xy is not None) else g.kv_tile_of(stage_info)
@@ -254,7 +266,8 @@ class Scores(ScoresAheadWorks, MemoryResource):
             col0 = tile * bN
         if cutlass.const_expr(g.softcap is not None):
             amasks.softcap_tile(acc_s, v.scale, g.softcap)
-        amath.mask_tile(acc_s, v.qk_mma, row0, col0, g.seqlen_k, bN, g.causal, g.window_left, g.window_right)
+        seqlen_k = g.seq_bounds(g.unit_of(stage_info))[3] if cutlass.const_expr(g.varlen) else g.seqlen_k
+        amath.mask_tile(acc_s, v.qk_mma, row0, col0, seqlen_k, bN, g.causal, g.window_left, g.window_right)
         if cutlass.const_expr(g.mask_mod is not None):
             amasks.mask_mod_tile(acc_s, v.qk_mma, row0, col0, bN, g.mask_mod, coords[2], coords[1])
         softmax_state.step(acc_s, v.qk_mma, v.scale_log2, g.pinned_exp2)
@@ -379,7 +392,7 @@ class FlashAttention(WorkUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
-                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False):
+                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False, varlen=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -427,6 +440,11 @@ class FlashAttention(WorkUnits):
         # split_kv: a Q block's K/V tiles in runs, one unit each; O and LSE per run in fp32, (splits * B, H,
         # S_q, ...), which the host combines (attention.split_kv); the run count is the out's batch / q's
         self.split_kv = bool(split_kv)
+        if varlen and (self.tma_store_o or self.unit_overlap or self.split_kv):
+            raise AttentionConfigError("varlen=True stores each sequence's rows from registers (a TMA store of a "
+                                       "64-row tile would write into the next sequence): it takes neither "
+                                       "tma_store_o / o_buffer, unit_overlap nor split_kv (pass tma_store_o=False)")
+        self.varlen = bool(varlen)  # packed sequences, FlashAttentionVarlen's cu_seqlens (units.seq_bounds)
         self.out_dtype = cutlass.Float32 if self.split_kv else dtype
         amasks.check(mask_mod, softcap, self.unit_overlap)
         # a sliding window: the K/V tiles a unit visits start and end with it (units.kv_first_tile)
@@ -436,7 +454,7 @@ class FlashAttention(WorkUnits):
             self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
-        self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent and not self.split_kv
+        self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent and not (self.split_kv or self.varlen)
         self.num_units = None  # runtime, set while tracing
         self.threads = 128 * (wgs + 1)
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
@@ -459,7 +477,7 @@ class FlashAttention(WorkUnits):
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
-                    "unit_overlap", "split_kv")
+                    "unit_overlap", "split_kv", "varlen")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
@@ -496,6 +514,10 @@ class FlashAttention(WorkUnits):
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor,
                  scale: cutlass.Float32, stream):
+        self._launch(mQ, mK, mV, mO, mLSE, scale, stream)
+
+    def _launch(self, mQ, mK, mV, mO, mLSE, scale, stream, mCuQ=None, mCuK=None, max_seqlen_q=None):
+        """The launch both entry points trace (``FlashAttentionVarlen`` passes the cu_seqlens)."""
         q_staged, k_staged, v_staged = self._layouts()
         qk_mma, pv_mma = self._mmas()
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -514,18 +536,23 @@ class FlashAttention(WorkUnits):
                                                                self._sdhb(mO, [2, 3, 1, 0]),
                                                                cute.slice_(q_staged, (None, None, 0)),
                                                                (WG_ROWS, self.head_dim))
-        self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
-                        cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]), self._splits(mQ, mO))
+        if cutlass.const_expr(self.varlen):
+            self.grid_setup(max_seqlen_q, cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]), cute.size(mK, mode=[1]),
+                            cute.size(mCuQ, mode=[0]) - 1)
+        else:
+            self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
+                            cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]), self._splits(mQ, mO))
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
-                    scale).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
+                    scale, mCuQ, mCuK, max_seqlen_q).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
                tma_v: cute.CopyAtom, mV: cute.Tensor, tma_o: cute.CopyAtom, mO_tma: cute.Tensor, mO: cute.Tensor,
                mLSE: cute.Tensor, qk_mma: cute.TiledMma,
                pv_mma: cute.TiledMma, q_staged: cute.ComposedLayout, k_staged: cute.ComposedLayout,
-               v_staged: cute.ComposedLayout, scale: cutlass.Float32):
+               v_staged: cute.ComposedLayout, scale: cutlass.Float32, mCuQ: Optional[cute.Tensor],
+               mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32]):
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -535,8 +562,14 @@ class FlashAttention(WorkUnits):
             if cutlass.const_expr(self.tma_store_o):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_o)
         # mQ / mK are the TMA views: (S, D, H, B)
-        self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
-                        cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]), self._splits(mQ, mO, batch_mode=3, out_mode=0))
+        if cutlass.const_expr(self.varlen):
+            self.cu_q, self.cu_k = mCuQ, mCuK
+            self.grid_setup(max_seqlen_q, cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
+                            cute.size(mCuQ, mode=[0]) - 1)
+        else:
+            self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
+                            cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]),
+                            self._splits(mQ, mO, batch_mode=3, out_mode=0))
         if cutlass.const_expr(self.persistent):
             units_here = (self.num_units - bid + grid - 1) // grid  # >= 1: the grid never exceeds the units
             mgr = build(self, units_per_cta=units_here, verbose=False)  # checked here, while tracing
@@ -558,3 +591,18 @@ class FlashAttention(WorkUnits):
                 mO_tma=mO_tma,
                 sQ=view(self.alloc_q, q_staged), sK=view(self.alloc_k, k_staged), sV=view(self.alloc_v, v_staged),
                 scale=scale, scale_log2=scale * math.log2(math.e), **o_buffer)
+
+
+class FlashAttentionVarlen(FlashAttention):
+    """The forward over packed variable-length sequences (flash_attn_varlen_func's layout): q (1, H, total_q,
+    D) and k, v (1, H_kv, total_k, D) views of (total, heads, D) tensors, ``mCuQ`` / ``mCuK`` the int32 first
+    rows of each sequence and the end (B + 1), ``max_seqlen_q`` the longest sequence's rows; out as q and
+    lse (1, H, total_q). The program is the register-store forward's (units.seq_bounds picks the rows)."""
+
+    def __init__(self, **options):
+        super().__init__(varlen=True, **options)
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor,
+                 mCuQ: cute.Tensor, mCuK: cute.Tensor, max_seqlen_q: cutlass.Int32, scale: cutlass.Float32, stream):
+        self._launch(mQ, mK, mV, mO, mLSE, scale, stream, mCuQ, mCuK, max_seqlen_q)

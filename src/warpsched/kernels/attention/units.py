@@ -16,7 +16,11 @@ class WorkUnits:
     ``split_kv``: each (Q block, head, batch) is ``splits`` units, split s taking the s-th of
     ``splits`` equal runs of the block's K/V tiles (split-major: the units running at once share one
     run of K / V, and a group's Q heads share it in L2). A split past the block's tiles visits one tile
-    beyond them, fully masked (its rows' LSE is +inf: the combine gives it no weight)."""
+    beyond them, fully masked (its rows' LSE is +inf: the combine gives it no weight).
+
+    ``varlen``: the batch is packed sequences, ``cu_q`` / ``cu_k`` their first rows and keys (as
+    flash_attn_varlen_func's cu_seqlens); ``seqlen_q`` is the longest sequence's rows (max_seqlen_q), a
+    unit is a Q block of one (sequence, head), and a block past its sequence's rows stores nothing."""
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, splits=1):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
@@ -98,14 +102,17 @@ class WorkUnits:
 
     def _block_kv_tiles(self, unit):
         """The K/V tiles of ``unit``'s Q block, from ``_block_first_tile`` (every split together)."""
-        kv_end = self.seqlen_k
+        seqlen_k = self.seq_bounds(unit)[3]
+        kv_end = seqlen_k
         if cutlass.const_expr(self.causal):
-            kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m)
+            kv_end = cutlass.min(seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m)
         elif cutlass.const_expr(self.window_right is not None):
-            kv_end = cutlass.min(self.seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m + self.window_right)
+            kv_end = cutlass.min(seqlen_k, (self.unit_coords(unit)[0] + 1) * self.block_m + self.window_right)
         tiles = (kv_end + self.block_n - 1) // self.block_n
         if cutlass.const_expr(self.window_left is not None):
             tiles = cutlass.max(tiles - self._block_first_tile(unit), 1)
+        elif cutlass.const_expr(self.varlen):  # a sequence without keys: one tile, fully masked
+            tiles = cutlass.max(tiles, 1)
         return tiles
 
     def kv_first_tile(self, unit):
@@ -122,8 +129,25 @@ class WorkUnits:
         if cutlass.const_expr(self.window_left is None):
             return 0
         first_key = cutlass.max(self.unit_coords(unit)[0] * self.block_m - self.window_left, 0)
-        last_tile = (self.seqlen_k + self.block_n - 1) // self.block_n - 1
+        last_tile = (self.seq_bounds(unit)[3] + self.block_n - 1) // self.block_n - 1
+        if cutlass.const_expr(self.varlen):  # a sequence without keys has no last tile: tile 0
+            last_tile = cutlass.max(last_tile, 0)
         return cutlass.min(first_key // self.block_n, last_tile)
+
+    def seq_bounds(self, unit):
+        """(first Q row, Q rows, first key, keys) of ``unit``'s sequence: (0, S_q, 0, S_k), or with
+        ``varlen`` its sequence's, from ``cu_q`` / ``cu_k``."""
+        if cutlass.const_expr(not self.varlen):
+            return 0, self.seqlen_q, 0, self.seqlen_k
+        b = self.unit_coords(unit)[2]
+        q0, k0 = self.cu_q[b], self.cu_k[b]
+        return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0
+
+    @staticmethod
+    def seq_view(t, start, head, seq_mode=0):
+        """``varlen``: head ``head`` of a packed TMA or global view (one batch) whose modes are (S, D, H, B)
+        (``seq_mode`` 0) or (D, S, H, B) (1), its rows from ``start`` (a sequence's first row or key) on."""
+        return cute.domain_offset((start, 0) if seq_mode == 0 else (0, start), t[(None, None, head, 0)])
 
     def kv_tile_of(self, stage_info):
         """The K/V tile a step of the unit's K/V loop visits: the loop offset, from ``kv_first_tile``."""

@@ -1,0 +1,163 @@
+"""H200: warpsched's attention forward over packed variable-length sequences (``ops.attention_varlen``,
+kernels/attention/varlen.py): correctness against an fp64 reference, then time against FlashAttention-4's
+``flash_attn_varlen_func`` and against warpsched on the same sequences padded to a (B, H, max_S, D) batch.
+
+    python3 bench/attention_varlen.py [--rounds 3] [--no-time]
+
+Correctness: fresh random inputs, O and the LSE poisoned with NaN, an fp64 reference per sequence; O's max
+error relative to max |ref| (bar 8e-3, bf16's rounding; 4e-3 for fp16) and the LSE's max abs error (bar
+1e-2) over rows that see a key; rows that see none must give O = 0 and LSE = +inf. Batches with empty and
+one-token sequences, S_q != S_k per sequence, GQA, causal, a window, softcap, a mask_mod that reads the
+sequence index, hd 64 / 128 / 256, fp16. Time: device time (CUDA graphs of back-to-back launches, triton's
+do_bench median, sides alternating in rounds), TFLOP/s over the visible (query, key) pairs.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from _eager import check_then_time  # noqa: E402
+from _graphs import graph_ms  # noqa: E402
+from warpsched import ops  # noqa: E402
+
+
+def per_sequence_prefix(b, h, q, kv):  # sequence b: its first 50 * (b + 1) keys bidirectional, then causal
+    return (kv < 50 * (b + 1)) | (kv <= q)
+
+
+def _rand_lengths(seed, n, lo, hi):
+    r = random.Random(seed)
+    return [r.randrange(lo, hi) for _ in range(n)]
+
+
+CASES = [  # name, lengths_q, lengths_k (None: the same), H, Hk, D, dtype, causal, window, softcap, mask_mod
+    ("empty and one-token sequences", [5, 0, 1, 300, 129, 1], None, 16, 4, 128, torch.bfloat16, True, None, None, None),
+    ("S_q != S_k per sequence", [5, 0, 1, 300, 129], [5, 7, 0, 300, 1000], 8, 8, 64, torch.bfloat16, False, None,
+     None, None),
+    ("8 random, GQA 32/8", _rand_lengths(0, 8, 1, 2000), None, 32, 8, 128, torch.bfloat16, True, None, None, None),
+    ("hd256", _rand_lengths(1, 5, 1, 900), None, 8, 8, 256, torch.bfloat16, False, None, None, None),
+    ("window (255, 0) + softcap 30", _rand_lengths(2, 6, 1, 1500), None, 8, 2, 128, torch.bfloat16, True,
+     (255, 0), 30.0, None),
+    ("mask_mod reading the sequence", _rand_lengths(3, 5, 1, 700), None, 4, 4, 128, torch.bfloat16, False, None,
+     None, per_sequence_prefix),
+    ("fp16, 50 one-token sequences", [1] * 50, None, 8, 8, 64, torch.float16, False, None, None, None),
+    ("keys only in the last sequence", [3, 4, 5], [0, 0, 777], 4, 2, 128, torch.bfloat16, False, None, None, None),
+]
+
+
+def _offsets(lengths):
+    return torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
+
+
+def reference(q, k, v, lq, lk, causal, window, softcap, mask_mod, scale):
+    """fp64 O (total_q, H, D) and LSE (H, total_q), one sequence at a time."""
+    H, Hk = q.shape[1], k.shape[1]
+    outs, lses, visible = [], [], []
+    cq = ck = 0
+    for b, (nq, nk) in enumerate(zip(lq, lk)):
+        qs, ks, vs = q[cq:cq + nq].double(), k[ck:ck + nk].double(), v[ck:ck + nk].double()
+        ks, vs = (t.repeat_interleave(H // Hk, 1) for t in (ks, vs))
+        s = torch.einsum("qhd,khd->hqk", qs, ks) * scale
+        if softcap is not None:
+            s = softcap * torch.tanh(s / softcap)
+        qi = torch.arange(nq, device="cuda").view(nq, 1)
+        ki = torch.arange(nk, device="cuda").view(1, nk)
+        keep = torch.ones(nq, nk, dtype=torch.bool, device="cuda")
+        if causal:
+            keep &= ki <= qi
+        if window is not None:
+            keep &= (ki >= qi - window[0]) & (ki <= qi + window[1])
+        if mask_mod is not None:
+            keep &= mask_mod(b, None, qi, ki)
+        s = s.masked_fill(~keep, float("-inf"))
+        outs.append(torch.einsum("hqk,khd->qhd", torch.softmax(s, -1).nan_to_num(0.0), vs))
+        lses.append(torch.logsumexp(s, -1))
+        visible.append(keep.any(-1).expand(H, nq))
+        cq, ck = cq + nq, ck + nk
+    return torch.cat(outs), torch.cat(lses, 1), torch.cat(visible, 1)
+
+
+def correctness():
+    bad = 0
+    print("| case | sequences (q lengths) | H/Hk | D | O err | LSE max abs err | rows without keys O = 0, LSE = +inf | "
+          "result |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, lq, lk, H, Hk, D, dtype, causal, window, softcap, mask_mod in CASES:
+        lk = lk or lq
+        q = torch.randn(sum(lq), H, D, device="cuda", dtype=dtype)
+        k, v = (torch.randn(sum(lk), Hk, D, device="cuda", dtype=dtype) for _ in range(2))
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full((H, sum(lq)), float("nan"), device="cuda")
+        ops.attention_varlen(q, k, v, _offsets(lq), _offsets(lk), max(lq), max(lk), causal=causal, out=out, lse=lse,
+                             window_size=window, softcap=softcap, mask_mod=mask_mod)
+        ref, ref_lse, vis = reference(q, k, v, lq, lk, causal, window, softcap, mask_mod, 1 / math.sqrt(D))
+        err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+        lse_err = (lse.double() - ref_lse)[vis].abs().max().item()
+        rows_vis = vis.transpose(0, 1)  # (total_q, H)
+        empty_ok = bool((out[~rows_vis] == 0).all() and (lse[~vis] == float("inf")).all())
+        ok = (err < (8e-3 if dtype == torch.bfloat16 else 4e-3) and lse_err < 1e-2 and empty_ok
+              and not out.isnan().any() and not lse.isnan().any())
+        bad += not ok
+        shown = str(lq) if len(lq) <= 6 else f"{len(lq)} of {min(lq)}..{max(lq)}"
+        print(f"| {name} | {shown} | {H}/{Hk} | {D} | {err:.2e} | {lse_err:.1e} | "
+              f"{empty_ok if (~vis).any() else 'none'} | {'PASS' if ok else 'FAIL'} |", flush=True)
+    print(f"correctness: {len(CASES) - bad}/{len(CASES)} PASS", flush=True)
+    return bad
+
+
+BATCHES = [  # name, lengths, H, Hk, D, causal
+    ("16 x 64..4096", _rand_lengths(10, 16, 64, 4096), 16, 16, 128, True),
+    ("16 x 64..4096", _rand_lengths(10, 16, 64, 4096), 16, 16, 128, False),
+    ("64 x 16..1024", _rand_lengths(11, 64, 16, 1024), 32, 8, 128, True),
+    ("8 x 1000..8000", _rand_lengths(12, 8, 1000, 8000), 16, 4, 64, True),
+    ("128 x 1..512", _rand_lengths(13, 128, 1, 512), 16, 16, 64, False),
+]
+
+
+def speed(rounds):
+    from triton.testing import do_bench
+
+    try:
+        from flash_attn.cute import flash_attn_varlen_func
+    except Exception as e:  # noqa: BLE001
+        print(f"FA4 unavailable ({type(e).__name__}: {e})")
+        flash_attn_varlen_func = None
+    print("\ndevice time (CUDA graphs), us; TFLOP/s over visible pairs")
+    print("| batch | H/Hk | D | causal | warpsched varlen | FA4 varlen | warpsched padded | ws TFLOP/s | FA4 / ws | "
+          "padded / ws |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, lengths, H, Hk, D, causal in BATCHES:
+        total, top, B = sum(lengths), max(lengths), len(lengths)
+        cu = _offsets(lengths)
+        q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        qp, kp, vp = (torch.randn(B, h, top, D, device="cuda", dtype=torch.bfloat16) for h in (H, Hk, Hk))
+        sides = {"ws": lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal),
+                 "padded": lambda: ops.attention(qp, kp, vp, causal=causal)}
+        if flash_attn_varlen_func is not None:
+            sides["fa4"] = lambda: flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
+                                                          max_seqlen_k=top, causal=causal)
+        times = {n: [] for n in sides}
+        for _ in range(rounds):
+            for n, fn in sides.items():
+                times[n].append(graph_ms(torch, do_bench, fn, 0.3, 200))
+        us = {n: statistics.median(t) * 1e3 for n, t in times.items()}
+        pairs = sum(n * (n + 1) / 2 if causal else n * n for n in lengths)
+        tflops = 4 * D * H * pairs / (us["ws"] * 1e-6) / 1e12
+        print(f"| {name} | {H}/{Hk} | {D} | {causal} | {us['ws']:.0f} | {us.get('fa4', float('nan')):.0f} | "
+              f"{us['padded']:.0f} | {tflops:.0f} | {us.get('fa4', float('nan')) / us['ws']:.3f}x | "
+              f"{us['padded'] / us['ws']:.3f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    check_then_time(__doc__, correctness, speed)

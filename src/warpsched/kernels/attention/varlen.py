@@ -1,0 +1,160 @@
+"""Host side of the attention forward over packed variable-length sequences
+(``warpsched.ops.attention_varlen``, as ``flash_attn_varlen_func``): q (total_q, H, D), k and v (total_k,
+H_kv, D), ``cu_seqlens_q`` / ``cu_seqlens_k`` the int32 offsets of the B sequences (B + 1 of them, from 0
+to the total); the kernel (``forward.FlashAttentionVarlen``) reads every sequence's rows in place. One
+compile per dtype / head dim / causal / masks; a kept plan per (shapes, strides, options) skips the
+checks on later calls, as ``attention.host.attention``'s."""
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+
+from .. import _host
+from .forward import HEAD_DIMS, FlashAttentionVarlen
+from .host import tuned_options
+from .masks import AttentionConfigError
+
+_CACHE = {}
+_PLANS = {}
+VERDICT_OF = {}
+
+
+def varlen_options(head_dim, causal):
+    """The tuned forward's options for packed sequences: rows stored from registers (a 64-row TMA store
+    would write into the next sequence)."""
+    return dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False)
+
+
+def check_args(q, k, v, cu_seqlens_q, cu_seqlens_k):
+    """Shapes, dtypes and devices; every message names the fix (duck-typed: runs without a GPU)."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not all(hasattr(t, a) for a in ("shape", "dtype", "is_cuda")):
+            raise AttentionConfigError(f"{name} is a {type(t).__name__}; pass a torch.Tensor")
+        if not t.is_cuda:
+            raise AttentionConfigError(f"{name} is on {t.device}; move it to the GPU")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if len(t.shape) != 3:
+            raise AttentionConfigError(f"{name} has shape {tuple(t.shape)}; expected (total_tokens, heads, head_dim), "
+                                       "the layout of flash_attn_varlen_func (sequences packed along the first dim)")
+        if str(t.dtype) not in ("torch.bfloat16", "torch.float16"):
+            raise AttentionConfigError(f"{name} is {t.dtype}; supported: torch.bfloat16, torch.float16")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise AttentionConfigError(f"q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype}); use one dtype")
+    if tuple(v.shape) != tuple(k.shape):
+        raise AttentionConfigError(f"v has shape {tuple(v.shape)} but k {tuple(k.shape)}; they must match")
+    (_, H, D), (_, Hk, Dk) = q.shape, k.shape
+    if Dk != D or D not in HEAD_DIMS:
+        raise AttentionConfigError(f"head dims q {D}, k {Dk}: they must match and be one of {HEAD_DIMS}")
+    if Hk < 1 or H % Hk:
+        raise AttentionConfigError(f"{H} query heads over {Hk} key/value heads: the query heads must be a "
+                                   "multiple of the key/value heads (grouped-query attention)")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if len(t.shape) != 1 or str(t.dtype) != "torch.int32" or t.shape[0] < 2:
+            raise AttentionConfigError(f"{name} is {tuple(t.shape)} {t.dtype}: expected a 1-D torch.int32 tensor of "
+                                       "B + 1 offsets (0, len_0, len_0 + len_1, ..., total)")
+    if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
+        raise AttentionConfigError(f"cu_seqlens_q has {cu_seqlens_q.shape[0]} offsets and cu_seqlens_k "
+                                   f"{cu_seqlens_k.shape[0]}: both hold B + 1 (one sequence of keys per sequence of queries)")
+
+
+def _packed(t):
+    """(total, heads, D) -> the kernel's (1, heads, total, D) view (unit D stride; a copy only when TMA
+    cannot read the rows as they are)."""
+    if t.stride(2) != 1 or t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:2]):
+        t = t.contiguous()
+    return t.permute(1, 0, 2).unsqueeze(0)
+
+
+def _kernel(key):
+    dtype, head_dim, causal, options = key
+    return FlashAttentionVarlen(dtype=dtype, head_dim=head_dim, causal=causal,
+                                **{"max_ctas": _host.num_sms(), **dict(options)})
+
+
+def fake_operands(dtype, head_dim):
+    """Fake packed q, k, v, out (1, H, total, D), lse (1, H, total_q), the two int32 offset tensors and
+    ``max_seqlen_q``: every size but D symbolic."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    H, Hk, Tq, Tk, B1 = (cute.sym_int32() for _ in range(5))
+    q, k, v, out = (_host.fake_bhsd(dtype, 1, h, s, head_dim) for h, s in ((H, Tq), (Hk, Tk), (Hk, Tk), (H, Tq)))
+    cu_q, cu_k = (make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4) for _ in range(2))
+    return q, k, v, out, _host.fake_rows(1, H, Tq, assumed_align=4), cu_q, cu_k, cutlass.Int32(1)
+
+
+def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
+    """Compile the varlen kernel for ``arch`` with fake operands (the CPU tests read its PTX)."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    kern = FlashAttentionVarlen(dtype=dtype, head_dim=head_dim, causal=causal, **options)
+    return cute.compile(kern, *fake_operands(dtype, head_dim), cutlass.Float32(0.125), make_fake_stream(),
+                        options=_host.ptx_options(arch))
+
+
+def _compiled(key, args=None):
+    """The kernel for ``key``: through TVM FFI (fake operands, called with torch tensors) or, without it,
+    for the JIT executor with ``args``."""
+    ffi = args is None
+    ck = key + (("tvm-ffi",) if ffi else ())
+    if ck not in _CACHE:
+        kern = _kernel(key)
+        if ffi:
+            _CACHE[ck] = cute.compile(kern, *fake_operands(key[0], key[1]), cutlass.Float32(0.125),
+                                      _host.fake_env_stream(), options=_host.ffi_options())
+        else:
+            _CACHE[ck] = cute.compile(kern, *args, options=_host.launch_options())
+        _host.record_verdict(VERDICT_OF, key, kern)
+    return _CACHE[ck]
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k=None, causal=False, scale=None,
+                     return_lse=False, window_size=None, softcap=None, mask_mod=None, out=None, lse=None):
+    """``warpsched.ops.attention_varlen``: out (total_q, H, D) and with ``return_lse`` the (H, total_q) fp32
+    log-sum-exp (flash_attn_varlen_func's layout). ``max_seqlen_q`` must be at least the longest sequence's
+    query count (rows past it are not computed, as in flash-attention); ``max_seqlen_k`` is accepted for
+    flash_attn's signature and not needed. ``out`` / ``lse``: preallocated results of those shapes."""
+    import torch
+
+    if isinstance(window_size, list):
+        window_size = tuple(window_size)
+    pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.get_device(),
+            cu_seqlens_q.shape, causal, scale, window_size, softcap, mask_mod)
+    plan = _PLANS.get(pkey)
+    if plan is None:
+        check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
+        if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int) or max_seqlen_q < 0:
+            raise AttentionConfigError(f"max_seqlen_q={max_seqlen_q!r}: expected the longest sequence's query count, "
+                                       "an int (cu_seqlens_q.diff().max().item() computes it, with a host sync)")
+        D = q.shape[2]
+        options = varlen_options(D, causal)
+        for name, value in (("mask_mod", mask_mod), ("softcap", softcap), ("window_size", window_size)):
+            if value is not None:
+                options[name] = value
+        key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
+        plan = (key, 1.0 / math.sqrt(D) if scale is None else float(scale))
+    key, scale_v = plan
+    total_q, H, D = q.shape
+    if out is None:
+        out = torch.empty(total_q, H, D, device=q.device, dtype=q.dtype)
+    elif tuple(out.shape) != (total_q, H, D) or out.dtype != q.dtype or out.stride(2) != 1:
+        raise AttentionConfigError(f"out {tuple(out.shape)} {out.dtype}: expected q's shape and dtype, unit D stride")
+    if lse is None:
+        lse = torch.empty(H, total_q, device=q.device, dtype=torch.float32)
+    elif tuple(lse.shape) != (H, total_q) or lse.dtype != torch.float32 or lse.stride(1) != 1:
+        raise AttentionConfigError(f"lse {tuple(lse.shape)} {lse.dtype}: expected ({H}, {total_q}) float32")
+    if max_seqlen_q == 0 or total_q == 0:  # nothing to compute (a batch of empty query sequences)
+        lse.fill_(float("inf"))
+        return (out, lse) if return_lse else out
+    operands = [_packed(q), _packed(k), _packed(v), out.permute(1, 0, 2).unsqueeze(0), lse.unsqueeze(0)]
+    cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
+    if _host.ffi_enabled():
+        _compiled(key)(*operands, *cu, int(max_seqlen_q), scale_v)
+    else:
+        args = ([_host.to_cute(t, 3) for t in operands[:4]] + [_host.to_cute(operands[4], 2)]
+                + [_host.to_cute(t, 0) for t in cu]
+                + [cutlass.Int32(max_seqlen_q), cutlass.Float32(scale_v), _host.current_stream()])
+        _compiled(key, args)(*args)
+    _PLANS[pkey] = plan
+    return (out, lse) if return_lse else out

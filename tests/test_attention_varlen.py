@@ -1,0 +1,109 @@
+"""Packed variable-length sequences in the attention forward (``ops.attention_varlen``,
+``FlashAttentionVarlen``): every unit reads its own sequence's rows and keys (``seq_bounds``) and visits
+the K/V tiles its rows see, at least one; the program (and its proof) is the register-store forward's;
+the kernel compiles for sm_90a; bad input is refused naming the fix. On the H200:
+bench/attention_varlen.py (O and LSE against fp64 with empty and one-token sequences, time against
+FlashAttention-4's varlen forward)."""
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import sys
+
+import pytest
+
+pytest.importorskip("cutlass")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+
+import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
+from warpsched.kernels.attention import forward as att  # noqa: E402
+from warpsched.kernels.attention import varlen  # noqa: E402
+from warpsched.kernels.attention.masks import AttentionConfigError  # noqa: E402
+
+
+def _offsets(lengths):
+    return [0] + list(itertools.accumulate(lengths))
+
+
+_RANDOM = [[random.Random(s).randrange(0, 700) for _ in range(6)] for s in range(3)]
+LENGTHS = [([5, 0, 1, 300, 129], [5, 7, 0, 300, 1000]), ([1], [1]), ([0, 0, 64], [3, 0, 64])] + [
+    (lengths, lengths) for lengths in _RANDOM]
+
+
+@pytest.mark.parametrize("causal,window,hd", [(False, None, 128), (True, None, 64), (False, (100, 37), 128),
+                                              (True, (255, 0), 256)])
+@pytest.mark.parametrize("lq,lk", LENGTHS)
+def test_a_unit_reads_its_sequence_and_the_tiles_its_rows_see(causal, window, hd, lq, lk):
+    options = varlen.varlen_options(hd, causal)
+    g = att.FlashAttentionVarlen(head_dim=hd, causal=causal, window_size=window, **options)
+    g.cu_q, g.cu_k = _offsets(lq), _offsets(lk)
+    g.grid_setup(max(lq), max(lk), 4, 2, len(lq))
+    left, right = (None, 0) if causal and window is None else (window or (None, None))
+    seen = set()
+    for u in range(g.num_units):
+        q_block, head, b, _ = g.unit_coords(u)
+        assert g.seq_bounds(u) == (g.cu_q[b], lq[b], g.cu_k[b], lk[b])
+        first, count = g.kv_first_tile(u), g.kv_tiles_of(u)
+        assert count >= 1 and first >= 0  # the checker proves every count >= 1
+        rows = range(q_block * g.block_m, min(lq[b], (q_block + 1) * g.block_m))
+        seen |= {(b, head, r) for r in rows}
+        for r in rows:  # every key the row sees is in a visited tile of its own sequence
+            lo = 0 if left is None else max(0, r - left)
+            hi = lk[b] - 1 if right is None else min(lk[b] - 1, r + right)
+            assert all(first <= key // g.block_n < first + count for key in range(lo, hi + 1)), (u, r)
+    assert seen == {(b, h, r) for b in range(len(lq)) for h in range(4) for r in range(lq[b])}  # every row once
+
+
+def test_varlen_leaves_the_program_and_its_proof_as_they_are():
+    for hd, causal in ((128, False), (64, True)):
+        options = varlen.varlen_options(hd, causal)
+        plain = att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), verbose=False,
+                          exhaustive_deadlock_race_check=False)
+        packed = att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **options), verbose=False,
+                           exhaustive_deadlock_race_check=False)
+        assert packed.fingerprint == plain.fingerprint  # shipped.py lists the varlen forms: test_proof_manifest
+
+
+def test_varlen_refuses_the_tma_store_epilogue():
+    with pytest.raises(AttentionConfigError, match="tma_store_o=False"):
+        att.FlashAttentionVarlen(**att.TUNED)
+
+
+def test_the_varlen_kernel_compiles_for_sm90a():
+    c = varlen.compile_for_cpu(head_dim=128, causal=True, **varlen.varlen_options(128, True))
+    assert "cp.async.bulk.tensor" in c.artifacts.PTX and "st.global" in c.artifacts.PTX
+
+
+class _Fake:
+    """Enough of a torch tensor for the argument checks (no GPU, no torch)."""
+
+    def __init__(self, shape, dtype="torch.bfloat16", cuda=True):
+        self.shape, self.dtype, self.is_cuda, self.device = tuple(shape), dtype, cuda, "cuda" if cuda else "cpu"
+
+
+@pytest.mark.parametrize("q,k,cu_q,cu_k,words", [
+    ((10, 4, 128), (12, 2, 128), (3,), (3,), None),
+    ((2, 10, 4, 128), (12, 2, 128), (3,), (3,), "expected (total_tokens, heads, head_dim)"),
+    ((10, 3, 128), (12, 2, 128), (3,), (3,), "multiple of the key/value heads"),
+    ((10, 4, 96), (12, 2, 96), (3,), (3,), "one of (64, 128, 256)"),
+    ((10, 4, 128), (12, 2, 128), (3,), (4,), "both hold B + 1"),
+    ((10, 4, 128), (12, 2, 128), (1,), (1,), "B + 1 offsets"),
+])
+def test_bad_varlen_input_is_refused_naming_the_fix(q, k, cu_q, cu_k, words):
+    args = (_Fake(q), _Fake(k), _Fake(k), _Fake(cu_q, "torch.int32"), _Fake(cu_k, "torch.int32"))
+    if words is None:
+        varlen.check_args(*args)
+        return
+    with pytest.raises(AttentionConfigError) as e:
+        varlen.check_args(*args)
+    assert words in str(e.value)
+
+
+def test_offsets_must_be_int32_on_the_gpu():
+    q, k = _Fake((10, 4, 128)), _Fake((12, 2, 128))
+    with pytest.raises(AttentionConfigError, match="torch.int32"):
+        varlen.check_args(q, k, k, _Fake((3,), "torch.int64"), _Fake((3,), "torch.int32"))
+    with pytest.raises(AttentionConfigError, match="move it to the GPU"):
+        varlen.check_args(q, k, k, _Fake((3,), "torch.int32", cuda=False), _Fake((3,), "torch.int32"))
