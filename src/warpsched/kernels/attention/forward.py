@@ -194,10 +194,19 @@ class SmemK(KAheadWorks, MemoryResource):
         if cutlass.const_expr(q_idx is not None):
             q_stage = self.g.wgs * q_idx[0] + wg
         warpgroup.fence()
+        if cutlass.const_expr(self.g.skip_idle_wgs):
+            if self.g.wg_has_rows(self.g.unit_of(stage_info), wg):  # else an empty commit group
+                self._qk(v, acc_s, frag_q, frag_k, q_stage, s)
+        else:
+            self._qk(v, acc_s, frag_q, frag_k, q_stage, s)
+        warpgroup.commit_group()
+
+    @staticmethod
+    @cute.jit
+    def _qk(v, acc_s, frag_q, frag_k, q_stage, s):
         for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
             mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
             cute.gemm(mma, acc_s, frag_q[(None, None, kb, q_stage)], frag_k[(None, None, kb, s)], acc_s)
-        warpgroup.commit_group()
 
 
 @dataclass(kw_only=True)
@@ -235,7 +244,12 @@ class SmemV(MemoryResource):
         tidx, _, _ = cute.arch.thread_idx()
         frag_v = v.pv_mma.make_fragment_B(v.pv_mma.get_slice(tidx % 128).partition_B(v.sV))
         warpgroup.fence()  # P was written by ordinary instructions
-        cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
+        if cutlass.const_expr(self.g.skip_idle_wgs):
+            wg = cute.arch.make_warp_uniform(tidx // 128 - 1)  # consumer warp group 0 is threads 128-255
+            if self.g.wg_has_rows(self.g.unit_of(stage_info), wg):  # else an empty commit group
+                cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
+        else:
+            cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
         warpgroup.commit_group()
 
 
@@ -392,7 +406,7 @@ class FlashAttention(WorkUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
-                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False, varlen=False):
+                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False, varlen=False, skip_idle_wgs=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -445,6 +459,12 @@ class FlashAttention(WorkUnits):
                                        "64-row tile would write into the next sequence): it takes neither "
                                        "tma_store_o / o_buffer, unit_overlap nor split_kv (pass tma_store_o=False)")
         self.varlen = bool(varlen)  # packed sequences, FlashAttentionVarlen's cu_seqlens (units.seq_bounds)
+        if skip_idle_wgs and self.unit_overlap:
+            raise AttentionConfigError("skip_idle_wgs=True tests the unit a GEMM works for; unit_overlap's S GEMM "
+                                       "works one unit ahead: pass one of them")
+        # a warp group whose 64 rows are all past its sequence issues no GEMMs (decode: S_q <= 64 leaves
+        # every warp group but the first idle, and they would share the tensor cores with it)
+        self.skip_idle_wgs = bool(skip_idle_wgs)
         self.out_dtype = cutlass.Float32 if self.split_kv else dtype
         amasks.check(mask_mod, softcap, self.unit_overlap)
         # a sliding window: the K/V tiles a unit visits start and end with it (units.kv_first_tile)
@@ -477,7 +497,7 @@ class FlashAttention(WorkUnits):
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
-                    "unit_overlap", "split_kv", "varlen")
+                    "unit_overlap", "split_kv", "varlen", "skip_idle_wgs")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
