@@ -27,28 +27,26 @@ MathOrder (a 1-stage AsyncAsync pipeline, no data) makes the warp groups issue t
 so one's softmax runs while the other's GEMMs hold the tensor cores; inside a warp group softmax_j
 overlaps O += P_{j-1} V_{j-1}. The K/V loop length is read per unit (``kv_tiles_of``; without
 persistence a ``trip_count``): the checker proves every count >= 1 and every number of units per CTA.
-Epilogues: attention/epilogue.py; host side: attention.host (``TUNED`` defaults). docs/attention.md.
+Resources and their work: attention/resources.py; epilogues: attention/epilogue.py; host side:
+attention.host (``TUNED`` defaults). docs/attention.md.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 from .. import _host
 from .._device import H200_SMS
-from . import epilogue
 from . import masks as amasks
 from .masks import AttentionConfigError  # noqa: F401 (where the kernels and hosts import it from)
-from . import register_math as amath
-from .ahead import KAheadWorks, ScoresAheadWorks, load_ahead_schedule, softmax_ahead_schedule
+from .ahead import load_ahead_schedule, softmax_ahead_schedule
 from .schedules import load_schedule, softmax_schedule
 from .schedules import next_tile as _next_tile  # noqa: F401 (tests write twins with them)
 from .schedules import tile_loop as _tiles  # noqa: F401
 from .epilogue import GmemO
+from .resources import MathOrder, Scores, SmemK, SmemQ, SmemV
 from .register_math import WG_ROWS
 from .config import AttentionConfig
-from .softmax import OnlineSoftmax
 from .units import WorkUnits
 
 import cutlass
@@ -58,9 +56,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, StageInfo, Task,
-                       TaskLocalVariable, TaskManager, TileSchedulerConfig, WorkAttr, WorkQueue, consumer_work,
-                       producer_work, threads, trip_count, wgmma_wait)
+from warpsched import (PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, TileSchedulerConfig,
+                       WorkQueue, threads, trip_count)
 
 HEAD_DIMS = (64, 128, 256)
 # What attention.host.prepare() / ops.attention compile without tuning keywords; each option is
@@ -68,242 +65,6 @@ HEAD_DIMS = (64, 128, 256)
 # TMA-store epilogue, O from its own SMEM tile (o_buffer), causal units in long / short pairs over
 # few heads (causal_pairs). The measurements: docs/attention.md, one section per option.
 TUNED = {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "causal_pairs": True}
-
-
-# ---------------------------------------------------------------------------------- resources
-@dataclass(kw_only=True)
-class SmemQ(MemoryResource):
-    """Both warp groups' Q tiles, one transaction barrier per stage. ``q_stages`` 2: a ring, so the
-    load task fetches the next unit's Q (and then its K / V) while this unit is still computing."""
-
-    g: Any = None
-    q_idx: Any = TaskLocalVariable.uninitialized()
-
-    def __post_init__(self):
-        self.q_idx = TaskLocalVariable(dtype=None, docs="the Q stage of the current unit (one Int32 register)")
-
-    @consumer_work(returns=q_idx, work_attrs=WorkAttr.AUXILIARY)
-    def init_index(self, stage_info: StageInfo):
-        return cute.make_rmem_tensor(cute.make_layout(1), cutlass.Int32)
-
-    def get_smem_requirements(self):
-        return [self.g.alloc_q]
-
-    @producer_work
-    def tma_load(self, stage_info: StageInfo, unit_xy=None):
-        g, v = self.g, stage_info.context.values
-        if cutlass.const_expr(unit_xy is not None):  # unit_overlap, in the loop: the next unit's Q
-            q_block, head, batch = unit_xy[3], unit_xy[4], unit_xy[5]
-        else:
-            q_block, head, batch, _ = g.ahead_of(stage_info)[0] if g.unit_overlap else g.unit_coords(g.unit_of(stage_info))
-        if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed Q
-            q_rows = g.seq_view(v.mQ, g.seq_bounds(g.unit_of(stage_info))[0], head)
-            gQ = cute.flat_divide(q_rows, (WG_ROWS, g.head_dim))[(None, None, None, 0)]
-        else:
-            gQ = cute.flat_divide(v.mQ, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
-        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_q, 0, cute.make_layout(1), cute.group_modes(v.sQ, 0, 2),
-                                                    cute.group_modes(gQ, 0, 2))
-        for w in range(g.wgs):  # rows [64 w, 64 w + 64) of the block go to warp group w's tile
-            stage_info.tma_copy(v.tma_q, t_g[(None, q_block * g.wgs + w)],
-                                t_s[(None, g.wgs * stage_info.stage_idx + w)])
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
-    def gemm_operand(self, stage_info: StageInfo, q_idx=None):
-        """Declares that the S GEMM issued next (``SmemK.mma_qk``, same wgmma commit group) reads
-        this stage: a wgmma reads two SMEM operands but a work method belongs to one resource, so
-        Q's side is stated here and the checker holds Q until the wgmma.wait_group that retires
-        the S GEMM. With a Q ring (``q_idx``): records the stage for ``SmemK.mma_qk``."""
-        if q_idx is not None:
-            q_idx[0] = stage_info.stage_idx
-
-    @consumer_work
-    def store_o(self, stage_info: StageInfo, acc_o, softmax_state, *, wg: cutlass.Constexpr = 0):
-        """``tma_store_o``: O / sum through this warp group's tile of the Q stage (every S GEMM that read
-        it has retired) and one TMA store; its SMEM reads finish before the work returns, so the
-        stage may be released after it (``attention.epilogue.store_o_tma``)."""
-        epilogue.store_o_tma(self.g, stage_info, acc_o, softmax_state, wg=wg)
-
-
-@dataclass(kw_only=True)
-class SmemK(KAheadWorks, MemoryResource):
-    """The K ring: TMA in, S = Q K^T (wgmma, both operands from SMEM) out."""
-
-    g: Any = None
-    retire = wgmma_wait  # wgmma.wait_group(pending): the stage's WGMMA reads are done
-    acc_s: Any = TaskLocalVariable.uninitialized()
-    acc_o: Any = TaskLocalVariable.uninitialized()
-    softmax_state: Any = TaskLocalVariable.uninitialized()
-    p: Any = TaskLocalVariable.uninitialized()
-    unit_rows: Any = TaskLocalVariable.uninitialized()
-    unit_xy: Any = TaskLocalVariable.uninitialized()
-
-    def __post_init__(self):
-        self.acc_s = TaskLocalVariable(dtype=None, docs="S = Q K^T, then P (fp32 registers)")
-        self.acc_o = TaskLocalVariable(dtype=None, docs="O accumulator (fp32 registers)")
-        self.softmax_state = TaskLocalVariable(dtype=None, docs="the online softmax's running max, sum and O "
-                                               "rescale per row (softmax.OnlineSoftmax, registers)")
-        self.p = TaskLocalVariable(dtype=None, docs="P in 16 bits: the A operand of O += P V (registers)")
-        self.unit_rows = TaskLocalVariable(dtype=None, docs="unit_overlap: K/V tiles, first Q row here and next")
-        self.unit_xy = TaskLocalVariable(dtype=None, docs="unit_overlap, load task: this / the next unit's coordinates")
-
-    @consumer_work(returns=(acc_s, acc_o, softmax_state, p), work_attrs=WorkAttr.AUXILIARY)
-    def init(self, stage_info: StageInfo):
-        v = stage_info.context.values
-        tidx, _, _ = cute.arch.thread_idx()
-        acc_s = cute.make_rmem_tensor(v.qk_mma.get_slice(tidx % 128).partition_shape_C(self.g.qk_tile[:2]),
-                                      cutlass.Float32)
-        acc_o = cute.make_rmem_tensor(v.pv_mma.get_slice(tidx % 128).partition_shape_C(self.g.pv_tile[:2]),
-                                      cutlass.Float32)
-        state = OnlineSoftmax(v.pv_mma, acc_o, unit_overlap=self.g.unit_overlap)
-        return acc_s, acc_o, state, amath.make_p(acc_s, v.pv_mma, self.g.dtype)
-
-    def get_smem_requirements(self):
-        return [self.g.alloc_k]
-
-    @producer_work
-    def tma_load(self, stage_info: StageInfo, unit_xy=None):
-        g, v = self.g, stage_info.context.values
-        if cutlass.const_expr(unit_xy is not None):  # unit_overlap, in the loop: K_{j+1}, or the next unit's K_0
-            j = stage_info.loop_offset
-            last = cutlass.min(1, cutlass.max(0, j + 2 - unit_xy[0]))
-            batch = last * unit_xy[5] + (1 - last) * unit_xy[1]
-            kv_head = last * unit_xy[6] + (1 - last) * unit_xy[2]
-            tile = (1 - last) * (j + 1)
-        else:
-            coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
-                            else (g.unit_coords(g.unit_of(stage_info)), g.kv_tile_of(stage_info)))
-            _, _, batch, kv_head = coords
-        if cutlass.const_expr(g.varlen):  # the unit's sequence's keys of the packed K
-            k_rows = g.seq_view(v.mK, g.seq_bounds(g.unit_of(stage_info))[2], kv_head)
-            gK = cute.flat_divide(k_rows, (g.block_n, g.head_dim))[(None, None, None, 0)]
-        else:
-            gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
-        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
-                                                    cute.group_modes(gK, 0, 2))
-        stage_info.tma_copy(v.tma_k, t_g[(None, tile)], t_s[(None, stage_info.stage_idx)])
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads the stage (and Q) until the retire
-    @cute.jit
-    def mma_qk(self, stage_info: StageInfo, acc_s, q_idx=None, *, wg: cutlass.Constexpr = 0):
-        v, s = stage_info.context.values, stage_info.stage_idx
-        tidx, _, _ = cute.arch.thread_idx()
-        thr = v.qk_mma.get_slice(tidx % 128)
-        frag_q = v.qk_mma.make_fragment_A(thr.partition_A(v.sQ))
-        frag_k = v.qk_mma.make_fragment_B(thr.partition_B(v.sK))
-        q_stage = wg
-        if cutlass.const_expr(q_idx is not None):
-            q_stage = self.g.wgs * q_idx[0] + wg
-        warpgroup.fence()
-        if cutlass.const_expr(self.g.skip_idle_wgs):
-            if self.g.wg_has_rows(self.g.unit_of(stage_info), wg):  # else an empty commit group
-                self._qk(v, acc_s, frag_q, frag_k, q_stage, s)
-        else:
-            self._qk(v, acc_s, frag_q, frag_k, q_stage, s)
-        warpgroup.commit_group()
-
-    @staticmethod
-    @cute.jit
-    def _qk(v, acc_s, frag_q, frag_k, q_stage, s):
-        for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
-            mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
-            cute.gemm(mma, acc_s, frag_q[(None, None, kb, q_stage)], frag_k[(None, None, kb, s)], acc_s)
-
-
-@dataclass(kw_only=True)
-class SmemV(MemoryResource):
-    """The V ring: TMA in, O += P V (wgmma, P from registers) out."""
-
-    g: Any = None
-    retire = wgmma_wait
-
-    def get_smem_requirements(self):
-        return [self.g.alloc_v]
-
-    @producer_work
-    def tma_load(self, stage_info: StageInfo, unit_xy=None):
-        g, v = self.g, stage_info.context.values
-        if cutlass.const_expr(unit_xy is not None):  # unit_overlap: this unit's (batch, K/V head)
-            batch, kv_head = unit_xy[1], unit_xy[2]
-        else:
-            _, _, batch, kv_head = g.unit_coords(g.unit_of(stage_info))
-        if cutlass.const_expr(g.varlen):
-            v_rows = g.seq_view(v.mV, g.seq_bounds(g.unit_of(stage_info))[2], kv_head, seq_mode=1)
-            gV = cute.flat_divide(v_rows, (g.head_dim, g.block_n))[(None, None, 0, None)]
-        else:
-            gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
-        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
-                                                    cute.group_modes(gV, 0, 2))
-        tile = stage_info.loop_offset if cutlass.const_expr(unit_xy is not None) else g.kv_tile_of(stage_info)
-        stage_info.tma_copy(v.tma_v, t_g[(None, tile)], t_s[(None, stage_info.stage_idx)])
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
-    @cute.jit
-    def mma_pv(self, stage_info: StageInfo, p, acc_o):
-        """O += P V; P's registers and O are in use until the retire."""
-        v, s = stage_info.context.values, stage_info.stage_idx
-        tidx, _, _ = cute.arch.thread_idx()
-        frag_v = v.pv_mma.make_fragment_B(v.pv_mma.get_slice(tidx % 128).partition_B(v.sV))
-        warpgroup.fence()  # P was written by ordinary instructions
-        if cutlass.const_expr(self.g.skip_idle_wgs):
-            wg = cute.arch.make_warp_uniform(tidx // 128 - 1)  # consumer warp group 0 is threads 128-255
-            if self.g.wg_has_rows(self.g.unit_of(stage_info), wg):  # else an empty commit group
-                cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
-        else:
-            cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
-        warpgroup.commit_group()
-
-
-@dataclass(kw_only=True)
-class Scores(ScoresAheadWorks, MemoryResource):
-    """A warp group's softmax state in registers (S / P, O, running max and sum; SmemK.init makes
-    them, since values flow from consumer reads to producer writes)."""
-
-    g: Any = None
-
-    @producer_work
-    @cute.jit
-    def softmax(self, stage_info: StageInfo, acc_s, softmax_state, unit_rows=None, *, wg: cutlass.Constexpr = 0):
-        """Mask S_j (tile j = the loop offset), P_j = exp2(...) in place, running max / sum, corr.
-        ``unit_overlap``: S is one tile ahead, tile j + 1 or on the last tile the next unit's tile 0
-        (``unit_rows`` from ``enter_unit``; before the tile loop: the CTA's first unit, tile 0)."""
-        g, v = self.g, stage_info.context.values
-        bN = g.block_n
-        if cutlass.const_expr(unit_rows is not None):
-            j = stage_info.loop_offset
-            last = cutlass.min(1, cutlass.max(0, j + 2 - unit_rows[0]))  # 1: the unit's last tile
-            row0 = last * unit_rows[2] + (1 - last) * unit_rows[1] + wg * WG_ROWS
-            col0 = (1 - last) * (j + 1) * bN
-        else:
-            coords, tile = (g.ahead_of(stage_info) if g.unit_overlap
-                            else (g.unit_coords(g.unit_of(stage_info)), g.kv_tile_of(stage_info)))
-            row0 = (coords[0] * g.wgs + wg) * WG_ROWS
-            col0 = tile * bN
-        if cutlass.const_expr(g.softcap is not None):
-            amasks.softcap_tile(acc_s, v.scale, g.softcap)
-        seqlen_k = g.seq_bounds(g.unit_of(stage_info))[3] if cutlass.const_expr(g.varlen) else g.seqlen_k
-        amath.mask_tile(acc_s, v.qk_mma, row0, col0, seqlen_k, bN, g.causal, g.window_left, g.window_right)
-        if cutlass.const_expr(g.mask_mod is not None):
-            amasks.mask_mod_tile(acc_s, v.qk_mma, row0, col0, bN, g.mask_mod, coords[2], coords[1])
-        softmax_state.step(acc_s, v.qk_mma, v.scale_log2, g.pinned_exp2)
-
-    @producer_work
-    def reset(self, stage_info: StageInfo, acc_o, softmax_state):
-        """A new work tile: O = 0, running max -inf, running sum 0."""
-        acc_o.fill(0.0)
-        softmax_state.reset()
-
-    @producer_work
-    def rescale(self, stage_info: StageInfo, acc_s, p, acc_o, softmax_state):
-        """P_j into the 16-bit A-operand registers, O *= corr: only once the previous O += P V
-        has retired (it reads P's registers and accumulates into O)."""
-        v = stage_info.context.values
-        amath.store_p(acc_s, p, self.g.dtype)
-        softmax_state.rescale(acc_o, v.pv_mma)
-
-
-@dataclass(kw_only=True)
-class MathOrder(MemoryResource):
-    """The two warp groups' turn on the tensor cores: a 1-stage AsyncAsync pipeline, no data."""
 
 
 # ---------------------------------------------------------------------------------- program
