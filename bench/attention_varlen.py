@@ -1,6 +1,7 @@
 """H200: warpsched's attention forward over packed variable-length sequences (``ops.attention_varlen``,
 kernels/attention/varlen.py): correctness against an fp64 reference, then time against FlashAttention-4's
-``flash_attn_varlen_func`` and against warpsched on the same sequences padded to a (B, H, max_S, D) batch.
+``flash_attn_varlen_func`` and against warpsched on the same sequences padded to a (B, H, max_S, D) batch;
+the backward (``warpsched.nn.attention_varlen``'s autograd) checked the same way and timed as a training step.
 
     python3 bench/attention_varlen.py [--rounds 3] [--no-time]
 
@@ -9,7 +10,9 @@ error relative to max |ref| (bar 8e-3, bf16's rounding; 4e-3 for fp16) and the L
 1e-2) over rows that see a key; rows that see none must give O = 0 and LSE = +inf. Batches with empty and
 one-token sequences, S_q != S_k per sequence, GQA, causal, a window, softcap, a mask_mod that reads the
 sequence index, hd 64 / 128 / 256, fp16. Time: device time (CUDA graphs of back-to-back launches, triton's
-do_bench median, sides alternating in rounds), TFLOP/s over the visible (query, key) pairs.
+do_bench median, sides alternating in rounds), TFLOP/s over the visible (query, key) pairs. Gradients: dQ, dK,
+dV against fp64 autograd, max error over max |ref| (bar 1e-2 bf16, 2e-3 fp16), and autograd's O must equal
+``ops.attention_varlen``'s bit for bit.
 """
 from __future__ import annotations
 
@@ -26,8 +29,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from _eager import check_then_time  # noqa: E402
+from _eager import alternate, check_then_time  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
+from warpsched import nn as wnn  # noqa: E402
 from warpsched import ops  # noqa: E402
 
 
@@ -59,13 +63,15 @@ def _offsets(lengths):
     return torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device="cuda")
 
 
-def reference(q, k, v, lq, lk, causal, window, softcap, mask_mod, scale):
-    """fp64 O (total_q, H, D) and LSE (H, total_q), one sequence at a time."""
+def reference(q, k, v, lq, lk, causal, window, softcap, mask_mod, scale, dout=None):
+    """fp64 O (total_q, H, D) and LSE (H, total_q), one sequence at a time; with ``dout`` also the fp64
+    (dq, dk, dv) of sum(O * dout)."""
     H, Hk = q.shape[1], k.shape[1]
+    q64, k64, v64 = (t.detach().double().requires_grad_(dout is not None) for t in (q, k, v))
     outs, lses, visible = [], [], []
     cq = ck = 0
     for b, (nq, nk) in enumerate(zip(lq, lk)):
-        qs, ks, vs = q[cq:cq + nq].double(), k[ck:ck + nk].double(), v[ck:ck + nk].double()
+        qs, ks, vs = q64[cq:cq + nq], k64[ck:ck + nk], v64[ck:ck + nk]
         ks, vs = (t.repeat_interleave(H // Hk, 1) for t in (ks, vs))
         s = torch.einsum("qhd,khd->hqk", qs, ks) * scale
         if softcap is not None:
@@ -84,33 +90,52 @@ def reference(q, k, v, lq, lk, causal, window, softcap, mask_mod, scale):
         lses.append(torch.logsumexp(s, -1))
         visible.append(keep.any(-1).expand(H, nq))
         cq, ck = cq + nq, ck + nk
-    return torch.cat(outs), torch.cat(lses, 1), torch.cat(visible, 1)
+    o = torch.cat(outs)
+    grads = torch.autograd.grad(o, (q64, k64, v64), dout.double()) if dout is not None else None
+    return o.detach(), torch.cat(lses, 1).detach(), torch.cat(visible, 1), grads
+
+
+def err(a, ref):
+    return ((a.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
 
 
 def correctness():
     bad = 0
     print("| case | sequences (q lengths) | H/Hk | D | O err | LSE max abs err | rows without keys O = 0, LSE = +inf | "
-          "result |")
-    print("|---|---|---|---|---|---|---|---|")
+          "dQ / dK / dV err (autograd) | result |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, lq, lk, H, Hk, D, dtype, causal, window, softcap, mask_mod in CASES:
         lk = lk or lq
         q = torch.randn(sum(lq), H, D, device="cuda", dtype=dtype)
         k, v = (torch.randn(sum(lk), Hk, D, device="cuda", dtype=dtype) for _ in range(2))
         out = torch.full_like(q, float("nan"))
         lse = torch.full((H, sum(lq)), float("nan"), device="cuda")
-        ops.attention_varlen(q, k, v, _offsets(lq), _offsets(lk), max(lq), max(lk), causal=causal, out=out, lse=lse,
+        cu_q, cu_k = _offsets(lq), _offsets(lk)
+        ops.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal, out=out, lse=lse,
                              window_size=window, softcap=softcap, mask_mod=mask_mod)
-        ref, ref_lse, vis = reference(q, k, v, lq, lk, causal, window, softcap, mask_mod, 1 / math.sqrt(D))
-        err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+        dout = torch.randn_like(q) if D != 256 else None  # the backward's head dims: 64, 128
+        ref, ref_lse, vis, ref_grads = reference(q, k, v, lq, lk, causal, window, softcap, mask_mod,
+                                                 1 / math.sqrt(D), dout)
+        o_err = err(out, ref)
+        grad_errs, grads_ok = [], True
+        if dout is not None:  # through warpsched.nn.attention_varlen's autograd
+            qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+            o = wnn.attention_varlen(qq, kk, vv, cu_q, cu_k, max(lq), max(lk), causal=causal, window_size=window,
+                                     softcap=softcap, mask_mod=mask_mod)
+            grads = torch.autograd.grad(o, (qq, kk, vv), dout)
+            grad_errs = [err(g, r) for g, r in zip(grads, ref_grads)]
+            bar = 1e-2 if dtype == torch.bfloat16 else 2e-3
+            grads_ok = all(e == e and e <= bar for e in grad_errs) and torch.equal(o, out)
         lse_err = (lse.double() - ref_lse)[vis].abs().max().item()
         rows_vis = vis.transpose(0, 1)  # (total_q, H)
         empty_ok = bool((out[~rows_vis] == 0).all() and (lse[~vis] == float("inf")).all())
-        ok = (err < (8e-3 if dtype == torch.bfloat16 else 4e-3) and lse_err < 1e-2 and empty_ok
+        ok = (o_err < (8e-3 if dtype == torch.bfloat16 else 4e-3) and lse_err < 1e-2 and empty_ok and grads_ok
               and not out.isnan().any() and not lse.isnan().any())
         bad += not ok
         shown = str(lq) if len(lq) <= 6 else f"{len(lq)} of {min(lq)}..{max(lq)}"
-        print(f"| {name} | {shown} | {H}/{Hk} | {D} | {err:.2e} | {lse_err:.1e} | "
-              f"{empty_ok if (~vis).any() else 'none'} | {'PASS' if ok else 'FAIL'} |", flush=True)
+        shown_grads = " / ".join(f"{e:.1e}" for e in grad_errs) if grad_errs else "-"
+        print(f"| {name} | {shown} | {H}/{Hk} | {D} | {o_err:.2e} | {lse_err:.1e} | "
+              f"{empty_ok if (~vis).any() else 'none'} | {shown_grads} | {'PASS' if ok else 'FAIL'} |", flush=True)
     print(f"correctness: {len(CASES) - bad}/{len(CASES)} PASS", flush=True)
     return bad
 
@@ -136,6 +161,7 @@ def speed(rounds):
     print("| batch | H/Hk | D | causal | warpsched varlen | FA4 varlen | warpsched padded | ws TFLOP/s | FA4 / ws | "
           "padded / ws |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for name, lengths, H, Hk, D, causal in BATCHES:
         total, top, B = sum(lengths), max(lengths), len(lengths)
         cu = _offsets(lengths)
@@ -157,6 +183,33 @@ def speed(rounds):
         print(f"| {name} | {H}/{Hk} | {D} | {causal} | {us['ws']:.0f} | {us.get('fa4', float('nan')):.0f} | "
               f"{us['padded']:.0f} | {tflops:.0f} | {us.get('fa4', float('nan')) / us['ws']:.3f}x | "
               f"{us['padded'] / us['ws']:.3f}x |", flush=True)
+        rows.append((name, lengths, H, Hk, D, causal, q, k, v, cu))
+    print("\ntraining step (forward + backward through autograd, eager, host included), us")
+    print("| batch | H/Hk | D | causal | warpsched | FA4 | FA4 / ws |")
+    print("|---|---|---|---|---|---|---|")
+    for name, lengths, H, Hk, D, causal, q, k, v, cu in rows:
+        top = max(lengths)
+        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        dout = torch.randn_like(q)
+
+        def ws_step():
+            o = wnn.attention_varlen(qq, kk, vv, cu, cu, top, top, causal=causal)
+            torch.autograd.grad(o, (qq, kk, vv), dout)
+        sides = {"ws": ws_step}
+        if flash_attn_varlen_func is not None:
+            def fa_step():
+                o = flash_attn_varlen_func(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
+                                           max_seqlen_k=top, causal=causal)
+                o = o[0] if isinstance(o, tuple) else o
+                torch.autograd.grad(o, (qq, kk, vv), dout)
+            try:
+                fa_step()
+                sides["fa4"] = fa_step
+            except Exception as e:  # noqa: BLE001 - FA4's varlen backward may refuse a shape
+                print(f"  (FA4 varlen backward: {type(e).__name__}: {str(e)[:120]})", flush=True)
+        us = {n: ms * 1e3 for n, ms in alternate(torch, sides, rounds=rounds, iters=10).items()}
+        print(f"| {name} | {H}/{Hk} | {D} | {causal} | {us['ws']:.0f} | {us.get('fa4', float('nan')):.0f} | "
+              f"{us.get('fa4', float('nan')) / us['ws']:.3f}x |", flush=True)
 
 
 if __name__ == "__main__":

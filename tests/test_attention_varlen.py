@@ -107,3 +107,46 @@ def test_offsets_must_be_int32_on_the_gpu():
         varlen.check_args(q, k, k, _Fake((3,), "torch.int64"), _Fake((3,), "torch.int32"))
     with pytest.raises(AttentionConfigError, match="move it to the GPU"):
         varlen.check_args(q, k, k, _Fake((3,), "torch.int32", cuda=False), _Fake((3,), "torch.int32"))
+
+
+# ------------------------------------------------------------------ the backward
+from warpsched.kernels.attention import backward as ab  # noqa: E402
+from warpsched.kernels.attention.backward_host import default_options  # noqa: E402
+
+
+@pytest.mark.parametrize("causal,window", [(False, None), (True, None), (False, (100, 37))])
+@pytest.mark.parametrize("lq,lk", LENGTHS)
+def test_a_key_blocks_steps_are_its_sequences_q_blocks_that_see_it(causal, window, lq, lk):
+    """Backward, packed: a key block's steps walk, per query head of its group, exactly the Q blocks of its
+    own sequence with a query that sees one of its keys; a block past its sequence's keys has none."""
+    g = ab.FlashAttentionBackwardVarlen(head_dim=64, causal=causal, window_size=window)
+    g.cu_q, g.cu_k = _offsets(lq), _offsets(lk)
+    g.grid_setup(max(lq), max(lk), 4, 2, len(lq))
+    left, right = (None, 0) if causal and window is None else (window or (None, None))
+    for unit in range(g.num_units):
+        n_block, kv_head, b = g.unit_coords(unit)
+        assert g.seq_bounds(unit) == (g.cu_q[b], lq[b], g.cu_k[b], lk[b])
+        keys = range(n_block * g.block_n, min(lk[b], (n_block + 1) * g.block_n))
+
+        def sees(r):
+            lo = 0 if left is None else max(0, r - left)
+            hi = lk[b] - 1 if right is None else min(lk[b] - 1, r + right)
+            return any(lo <= key <= hi for key in keys)
+        blocks = sorted({r // g.block_m for r in range(lq[b]) if sees(r)})
+        steps = [g.step_coords(unit, s) for s in range(g.steps_of(unit))]
+        want = [(kv_head * 2 + h, m, b) for h in range(2) for m in blocks]
+        assert steps == want, (unit, steps[:3], want[:3])  # a block past its sequence's keys: no step
+
+
+def test_the_varlen_backward_is_the_backwards_program():
+    for hd, causal in ((128, True), (64, False)):
+        plain = ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **default_options(hd)), verbose=False,
+                         exhaustive_deadlock_race_check=False)
+        packed = ab.build(ab.FlashAttentionBackwardVarlen(head_dim=hd, causal=causal, **default_options(hd)),
+                          verbose=False, exhaustive_deadlock_race_check=False)
+        assert packed.fingerprint == plain.fingerprint  # the backward's shipped proof covers it
+
+
+def test_the_varlen_backward_compiles_for_sm90a():
+    ptx = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **default_options(128)).artifacts.PTX
+    assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's TMA reduce-add into the packed accumulator

@@ -1,14 +1,15 @@
 """Drop-in torch modules on warpsched's kernels (imports torch): ``warpsched.nn.Linear`` and
 ``warpsched.nn.functional.linear``, with autograd through warpsched's GEMM in both directions, and
-``warpsched.nn.scaled_dot_product_attention``, with autograd through warpsched's attention kernels."""
+``warpsched.nn.scaled_dot_product_attention`` and ``warpsched.nn.attention_varlen`` (packed sequences), with
+autograd through warpsched's attention kernels."""
 from __future__ import annotations
 
 import torch
 
 from . import functional
-from .attention import scaled_dot_product_attention
+from .attention import attention_varlen, scaled_dot_product_attention
 
-__all__ = ["Linear", "functional", "scaled_dot_product_attention"]
+__all__ = ["Linear", "attention_varlen", "functional", "scaled_dot_product_attention"]
 
 
 class Linear(torch.nn.Linear):

@@ -48,6 +48,33 @@ class _MaskedAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None
 
 
+class _VarlenAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_size, softcap, mask_mod):
+        out, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale,
+                                        return_lse=True, window_size=window_size, softcap=softcap, mask_mod=mask_mod)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+        ctx.args = (max_q, max_k, causal, scale)
+        ctx.masks = dict(window_size=window_size, softcap=softcap, mask_mod=mask_mod)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **ctx.masks)
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None,
+                     window_size=None, softcap=None, mask_mod=None):
+    """Attention over packed variable-length sequences with gradients for q, k and v, as flash_attn's
+    ``flash_attn_varlen_func``: q (total_q, H, D), k / v (total_k, H_kv, D), int32 ``cu_seqlens_*`` offsets
+    (B + 1) and the longest lengths as ints (``warpsched.ops.attention_varlen``). D 64 or 128 for gradients.
+    Eager (the kernels are called through ``warpsched.ops``, not torch custom ops)."""
+    return _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                                  bool(causal), scale, window_size, softcap, mask_mod)
+
+
 def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None, window_size=None, softcap=None, mask_mod=None):
     """softmax(q k^T * scale) v as ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
     is_causal=is_causal, scale=scale, enable_gqa=True)``, with gradients for q, k and v.

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import cutlass
 import cutlass.cute as cute
@@ -48,10 +48,9 @@ from .forward import AttentionConfigError
 from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
+from .backward_units import BLOCK_M, BLOCK_N, BackwardUnits
 
 BWD_HEAD_DIMS = (64, 128)
-BLOCK_N = 2 * HALF  # keys per CTA: one 64-key half per consumer warp group
-BLOCK_M = 64  # Q rows per step
 
 
 # ---------------------------------------------------------------------------------- resources
@@ -102,7 +101,11 @@ class SmemKV(MemoryResource):
         g, v = self.g, stage_info.context.values
         n_block, kv_head, batch = g.unit_coords(v.unit)
         for tma, m_x, s_x in ((v.tma_k, v.mK, v.sK), (v.tma_v, v.mV, v.sV)):
-            g_x = cute.flat_divide(m_x, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+            if cutlass.const_expr(g.varlen):  # the unit's sequence's keys of the packed K / V
+                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, kv_head, batch, key=True),
+                                       (HALF, g.head_dim))[(None, None, None, 0)]
+            else:
+                g_x = cute.flat_divide(m_x, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
             t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
                                                         cute.group_modes(g_x, 0, 2))
             for w in range(2):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
@@ -179,7 +182,10 @@ class SmemQdO(MemoryResource):
         g, v = self.g, stage_info.context.values
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
         for tma, m_x, s_x in ((v.tma_q, v.mQ, v.sQ), (v.tma_do, v.mdO, v.sdO)):
-            g_x = cute.flat_divide(m_x, (BLOCK_M, g.head_dim))[(None, None, None, 0, head, batch)]
+            if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed Q / dO
+                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, head, batch), (BLOCK_M, g.head_dim))[(None, None, None, 0)]
+            else:
+                g_x = cute.flat_divide(m_x, (BLOCK_M, g.head_dim))[(None, None, None, 0, head, batch)]
             t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
                                                         cute.group_modes(g_x, 0, 2))
             stage_info.tma_copy(tma, t_g[(None, m_block)], t_s[(None, stage_info.stage_idx)])
@@ -352,11 +358,12 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
 
 
 # ---------------------------------------------------------------------------------- kernel
-class FlashAttentionBackward:
+class FlashAttentionBackward(BackwardUnits):
     """Compile-time configuration (dtype, head dim, causal, Q / dO stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
-                 consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None):
+                 consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
+                 varlen=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -378,6 +385,7 @@ class FlashAttentionBackward:
         self.shared_ds = bool(shared_ds)
         self.dq_cols = head_dim // 2 if self.shared_ds else head_dim  # dQ columns per warp group
         self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
+        self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
         self.block_m, self.block_n = BLOCK_M, BLOCK_N
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -396,53 +404,7 @@ class FlashAttentionBackward:
         self.config = AttentionConfig(
             "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, BLOCK_N, qdo_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
-            tuple(n for n in ("shared_ds", "wg_order") if getattr(self, n)))
-
-    # ---- work units (run in the trace on device values and in the tests on ints)
-    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
-        self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
-        self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
-        self.group = heads // kv_heads
-        self.n_blocks = (seqlen_k + BLOCK_N - 1) // BLOCK_N
-        self.m_blocks = (seqlen_q + BLOCK_M - 1) // BLOCK_M
-        self.num_units = self.n_blocks * kv_heads * batches
-
-    def unit_coords(self, unit):
-        """(key block, K/V head, batch) of CTA ``unit``: the key blocks of one (batch, K/V head) are
-        consecutive CTAs, so the CTAs running at once walk the same query heads and Q blocks and their
-        dQ reduce-adds meet in L2 (the fp32 dQ buffer is larger than L2 on long sequences)."""
-        n_block, bh = unit % self.n_blocks, unit // self.n_blocks
-        return n_block, bh % self.kv_heads, bh // self.kv_heads
-
-    def first_m_block(self, n_block):
-        """The first Q block that sees a key of ``n_block`` (causal: query i sees keys j <= i; a window:
-        keys j <= i + right)."""
-        if cutlass.const_expr(self.causal):
-            return n_block * BLOCK_N // BLOCK_M
-        if cutlass.const_expr(self.window_right is not None):
-            return cutlass.max(n_block * BLOCK_N - self.window_right, 0) // BLOCK_M
-        return 0
-
-    def end_m_block(self, n_block):
-        """One past the last Q block that sees a key of ``n_block`` (a window: keys j >= i - left)."""
-        if cutlass.const_expr(self.window_left is None):
-            return self.m_blocks
-        last_key = cutlass.min(n_block * BLOCK_N + BLOCK_N, self.seqlen_k) - 1
-        return cutlass.min(self.m_blocks, (last_key + self.window_left) // BLOCK_M + 1)
-
-    def steps_of(self, unit):
-        """(query heads of the group) x (Q blocks ``first_m_block`` .. ``end_m_block``): the unit's step count
-        (>= 0)."""
-        n_block = self.unit_coords(unit)[0]
-        return self.group * cutlass.max(0, self.end_m_block(n_block) - self.first_m_block(n_block))
-
-    def step_coords(self, unit, step):
-        """(query head, Q block, batch) of step ``step`` of CTA ``unit``: the Q blocks of one query head in
-        turn, then the group's next head."""
-        n_block, kv_head, batch = self.unit_coords(unit)
-        first = self.first_m_block(n_block)
-        count = cutlass.max(1, self.end_m_block(n_block) - first)
-        return kv_head * self.group + step // count, first + step % count, batch
+            tuple(n for n in ("shared_ds", "wg_order", "varlen") if getattr(self, n)))
 
     # ---- compile-time layouts
     def _mmas(self):
@@ -486,6 +448,11 @@ class FlashAttentionBackward:
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor,
                  mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
                  scale: cutlass.Float32, stream):
+        self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream)
+
+    def _launch(self, mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mCuQ=None, mCuK=None,
+                max_seqlen_q=None, max_seqlen_k=None):
+        """The launch both entry points trace (``FlashAttentionBackwardVarlen`` passes the cu_seqlens)."""
         lay = self._layouts()
         sdp_mma, dkv_mma, dq_mma = self._mmas()
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -496,26 +463,37 @@ class FlashAttentionBackward:
         tma_dq, tdQ = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyReduceBulkTensorTileS2GOp(), self._sdhb(mdQacc),
             cute.slice_(lay["sdQ"], (None, None, 0)), (BLOCK_M, self.dq_cols))
-        self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
-                        cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
+        if cutlass.const_expr(self.varlen):
+            self.grid_setup(max_seqlen_q, max_seqlen_k, cute.size(mQ, mode=[1]), cute.size(mK, mode=[1]),
+                            cute.size(mCuQ, mode=[0]) - 1)
+        else:
+            self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
+                            cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
-                    dkv_mma, dq_mma, scale).launch(grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
+                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k).launch(grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
                tma_v: cute.CopyAtom, mV: cute.Tensor, tma_do: cute.CopyAtom, mdO: cute.Tensor, mLSE: cute.Tensor,
                mDelta: cute.Tensor, tma_dq: cute.CopyAtom, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
-               sdp_mma: cute.TiledMma, dkv_mma: cute.TiledMma, dq_mma: cute.TiledMma, scale: cutlass.Float32):
+               sdp_mma: cute.TiledMma, dkv_mma: cute.TiledMma, dq_mma: cute.TiledMma, scale: cutlass.Float32,
+               mCuQ: Optional[cute.Tensor], mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32],
+               max_seqlen_k: Optional[cutlass.Int32]):
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
             for atom in (tma_q, tma_k, tma_v, tma_do, tma_dq):
                 cute.nvgpu.cpasync.prefetch_descriptor(atom)
         # mQ / mK are the TMA views: (S, D, H, B)
-        self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
-                        cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
+        if cutlass.const_expr(self.varlen):
+            self.cu_q, self.cu_k = mCuQ, mCuK
+            self.grid_setup(max_seqlen_q, max_seqlen_k, cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
+                            cute.size(mCuQ, mode=[0]) - 1)
+        else:
+            self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
+                            cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
         mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
         self.checked = _host.checked(mgr)  # the verdict its compile reports (attention.backward_host.VERDICT_OF)
         mgr.setup_resources_and_tasks()
@@ -539,3 +517,21 @@ class FlashAttentionBackward:
                 mDelta=mDelta, tma_dq=tma_dq, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
                 dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale,
                 scale_log2=scale * math.log2(math.e), **s)
+
+
+class FlashAttentionBackwardVarlen(FlashAttentionBackward):
+    """The backward over packed variable-length sequences: q, dO (1, H, total_q, D), k, v, dK, dV (1, H_kv,
+    total_k, D) views of (total, heads, D) tensors, LSE and delta (1, H, total_q), dQaccum (1, H, total_q
+    rounded up to 64, D), the int32 offsets ``mCuQ`` / ``mCuK`` (B + 1) and the longest sequences' lengths.
+    The program is the backward's (backward_units.seq_bounds picks the rows and keys)."""
+
+    def __init__(self, **options):
+        super().__init__(varlen=True, **options)
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor,
+                 mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor, mCuQ: cute.Tensor,
+                 mCuK: cute.Tensor, max_seqlen_q: cutlass.Int32, max_seqlen_k: cutlass.Int32, scale: cutlass.Float32,
+                 stream):
+        self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mCuQ, mCuK, max_seqlen_q,
+                     max_seqlen_k)

@@ -37,7 +37,13 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
     cols = cute.size(s_mn, mode=[1])
     lse2 = cute.make_rmem_tensor(cute.make_layout(cols), cutlass.Float32)
     delta = cute.make_rmem_tensor(cute.make_layout(cols), cutlass.Float32)
-    m_lse, m_delta, seqlen_q = v.mLSE[(batch, head, None)], v.mDelta[(batch, head, None)], g.seqlen_q
+    if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed LSE and delta
+        q_start, seqlen_q, _, seqlen_k = g.seq_bounds(v.unit)
+        m_lse = cute.domain_offset((q_start,), v.mLSE[(0, head, None)])
+        m_delta = cute.domain_offset((q_start,), v.mDelta[(0, head, None)])
+    else:
+        m_lse, m_delta, seqlen_q = v.mLSE[(batch, head, None)], v.mDelta[(batch, head, None)], g.seqlen_q
+        seqlen_k = g.seqlen_k
     for j in cutlass.range_constexpr(cols):
         m = m0 + coords[0, j][1]
         lse2[j] = cutlass.Float32.inf
@@ -51,7 +57,7 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
-    mask_keys(s_mn, coords, cols, g, n0, m0)
+    mask_keys(s_mn, coords, cols, g, n0, m0, seqlen_k)
     if cutlass.const_expr(g.mask_mod is not None):  # the user's mask, as the forward applied it
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             for j in cutlass.range_constexpr(cols):
@@ -83,25 +89,25 @@ def softcap_grad(s_mn, dp_mn, lse2, cols: cutlass.Constexpr, softcap: cutlass.Co
 
 
 @cute.jit
-def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0):
-    """P^T = 0 where key ``n0 + row`` is past S_k or outside query ``m0 + column``'s keys [m - left,
+def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k):
+    """P^T = 0 where key ``n0 + row`` is past ``seqlen_k`` or outside query ``m0 + column``'s keys [m - left,
     m + right] (a None side unbounded; causal: right = 0); only a block the keys' end or a bound crosses
     is masked."""
     right = g.window_right
     if cutlass.const_expr(g.causal and g.window_right is None):
         right = 0
-    mask_limit = g.seqlen_k  # keys [n0, mask_limit) are visible to the block's first query
+    mask_limit = seqlen_k  # keys [n0, mask_limit) are visible to the block's first query
     if cutlass.const_expr(right is not None):
-        mask_limit = cutlass.min(g.seqlen_k, m0 + (1 + right))
+        mask_limit = cutlass.min(seqlen_k, m0 + (1 + right))
     need = n0 + HALF > mask_limit
     if cutlass.const_expr(g.window_left is not None):
         need = need | (n0 < m0 + g.block_m - 1 - g.window_left)  # keys before the last query's first key
     if need:
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             for j in cutlass.range_constexpr(cols):
-                limit = g.seqlen_k  # this query sees keys [first, limit)
+                limit = seqlen_k  # this query sees keys [first, limit)
                 if cutlass.const_expr(right is not None):
-                    limit = cutlass.min(g.seqlen_k, m0 + coords[i, j][1] + (1 + right))
+                    limit = cutlass.min(seqlen_k, m0 + coords[i, j][1] + (1 + right))
                 if n0 + coords[i, j][0] >= limit:
                     s_mn[i, j] = 0.0
                 if cutlass.const_expr(g.window_left is not None):
@@ -138,7 +144,11 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block):
     lane of the warp, so the whole warp calls it), and every lane waits for its own bulk group, so the
     issuing lane has seen the TMA read the tile before it arrives (the buffer's rows are padded to whole
     64-row blocks)."""
-    g_dq = cute.flat_divide(v.mdQacc, (g.block_m, g.dq_cols))[(None, None, None, col_block, head, batch)]
+    if cutlass.const_expr(g.varlen):  # the sequence's rows (a tile's rows past it add zeros: P = 0 there)
+        g_dq = cute.flat_divide(g.rows_of(v.mdQacc, v.unit, head, batch),
+                                (g.block_m, g.dq_cols))[(None, None, None, col_block)]
+    else:
+        g_dq = cute.flat_divide(v.mdQacc, (g.block_m, g.dq_cols))[(None, None, None, col_block, head, batch)]
     t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
                                                 cute.group_modes(g_dq, 0, 2))
     cute.copy(v.tma_dq, t_s[(None, 0)], t_g[(None, m_block)])
@@ -153,7 +163,7 @@ def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Cons
     thr = v.dkv_mma.get_slice(tidx % 128)
     block = n_block * 2 + wg
     coords = amath.rows_view(v.dkv_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.head_dim))))
-    seqlen_k, scale = g.seqlen_k, v.scale
+    seqlen_k, scale = g.seq_bounds(v.unit)[3], v.scale
     for acc, m_out, factor in ((acc_dk, v.mdK, scale), (acc_dv, v.mdV, None)):
         out = cute.make_rmem_tensor_like(acc, g.dtype)
         if cutlass.const_expr(factor is None):
@@ -161,7 +171,7 @@ def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Cons
         else:
             out.store((acc.load() * factor).to(g.dtype))
         t_g = amath.rows_view(v.dkv_mma, thr.partition_C(
-            cute.local_tile(m_out[(None, None, kv_head, batch)], (HALF, g.head_dim), (block, 0))))
+            cute.local_tile(g.rows_of(m_out, v.unit, kv_head, batch, key=True), (HALF, g.head_dim), (block, 0))))
         o_mn = amath.rows_view(v.dkv_mma, out)
         for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
             if block * HALF + coords[i, 0][0] < seqlen_k:

@@ -3,7 +3,8 @@
 H_kv, D), ``cu_seqlens_q`` / ``cu_seqlens_k`` the int32 offsets of the B sequences (B + 1 of them, from 0
 to the total); the kernel (``forward.FlashAttentionVarlen``) reads every sequence's rows in place. One
 compile per dtype / head dim / causal / masks; a kept plan per (shapes, strides, options) skips the
-checks on later calls, as ``attention.host.attention``'s."""
+checks on later calls, as ``attention.host.attention``'s. The backward
+(``attention_varlen_backward``, ``backward.FlashAttentionBackwardVarlen``) takes the same layout."""
 from __future__ import annotations
 
 import math
@@ -12,6 +13,8 @@ import cutlass
 import cutlass.cute as cute
 
 from .. import _host
+from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen
+from .backward_units import BLOCK_M as BWD_BLOCK_M
 from .forward import HEAD_DIMS, FlashAttentionVarlen
 from .host import tuned_options
 from .masks import AttentionConfigError
@@ -158,3 +161,103 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         _compiled(key, args)(*args)
     _PLANS[pkey] = plan
     return (out, lse) if return_lse else out
+
+
+def _backward_kernel(key):
+    dtype, head_dim, causal, options = key
+    return FlashAttentionBackwardVarlen(dtype=dtype, head_dim=head_dim, causal=causal, **dict(options))
+
+
+def fake_backward_operands(dtype, head_dim):
+    """Fake packed q, k, v, dout (1, H, total, D), lse and delta (1, H, total_q), dq_accum (1, H, padded, D)
+    fp32, dk, dv, the offsets and both longest lengths."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    H, Hk, Tq, Tk, Tp, B1 = (cute.sym_int32() for _ in range(6))
+
+    def packed(heads, total, dt=dtype):
+        return _host.fake_bhsd(dt, 1, heads, total, head_dim)
+
+    cu_q, cu_k = (make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4) for _ in range(2))
+    return (packed(H, Tq), packed(Hk, Tk), packed(Hk, Tk), packed(H, Tq), _host.fake_rows(1, H, Tq, assumed_align=4),
+            _host.fake_rows(1, H, Tq, assumed_align=4), packed(H, Tp, cutlass.Float32), packed(Hk, Tk), packed(Hk, Tk),
+            cu_q, cu_k, cutlass.Int32(1), cutlass.Int32(1))
+
+
+def compile_backward_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
+    """Compile the varlen backward for ``arch`` with fake operands (the CPU tests read its PTX)."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    kern = FlashAttentionBackwardVarlen(dtype=dtype, head_dim=head_dim, causal=causal, **options)
+    return cute.compile(kern, *fake_backward_operands(dtype, head_dim), cutlass.Float32(0.125), make_fake_stream(),
+                        options=_host.ptx_options(arch))
+
+
+def _compiled_backward(key, args=None):
+    ffi = args is None
+    ck = ("bwd",) + key + (("tvm-ffi",) if ffi else ())
+    if ck not in _CACHE:
+        kern = _backward_kernel(key)
+        if ffi:
+            _CACHE[ck] = cute.compile(kern, *fake_backward_operands(key[0], key[1]), cutlass.Float32(0.125),
+                                      _host.fake_env_stream(), options=_host.ffi_options())
+        else:
+            _CACHE[ck] = cute.compile(kern, *args, options=_host.launch_options())
+        _host.record_verdict(VERDICT_OF, ("bwd",) + key, kern)
+    return _CACHE[ck]
+
+
+def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                              causal=False, scale=None, window_size=None, softcap=None, mask_mod=None):
+    """``warpsched.ops.attention_varlen_backward``: (dq, dk, dv) in q's / k's (total, heads, D) layout for the
+    upstream ``dout``, given the forward's ``out`` and (H, total_q) ``lse``. dQ is accumulated in fp32 (TMA
+    reduce-adds; a tile's rows past its sequence add zeros: their P is 0) and converted last."""
+    import torch
+
+    from .backward_host import compiled_prep, default_options
+
+    check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    total_q, H, D = q.shape
+    if D not in BWD_HEAD_DIMS:
+        raise AttentionConfigError(f"head dim {D}: the backward supports head dims {BWD_HEAD_DIMS}")
+    for name, t in (("out", out), ("dout", dout)):
+        if tuple(t.shape) != tuple(q.shape) or t.dtype != q.dtype:
+            raise AttentionConfigError(f"{name} {tuple(t.shape)} {t.dtype}: expected q's shape {tuple(q.shape)} "
+                                       f"and dtype {q.dtype}")
+    if tuple(lse.shape) != (H, total_q) or str(lse.dtype) != "torch.float32":
+        raise AttentionConfigError(f"lse {tuple(lse.shape)} {lse.dtype}: expected ({H}, {total_q}) float32, the "
+                                   "forward's (ops.attention_varlen(..., return_lse=True))")
+    for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise AttentionConfigError(f"{name}={n!r}: expected the longest sequence's length, an int")
+    dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
+    dk = torch.zeros(k.shape, device=k.device, dtype=k.dtype)
+    dv = torch.zeros(v.shape, device=v.device, dtype=v.dtype)
+    if total_q == 0 or k.shape[0] == 0 or max_seqlen_q == 0 or max_seqlen_k == 0:
+        return dq, dk, dv
+    qv, kv, vv, ov, dov = (_packed(t) for t in (q, k, v, out, dout))
+    delta = torch.empty(1, H, total_q, device=q.device, dtype=torch.float32)
+    dq_acc = torch.zeros(1, H, -(-total_q // BWD_BLOCK_M) * BWD_BLOCK_M, D, device=q.device, dtype=torch.float32)
+    dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
+    lse_v = lse.contiguous().unsqueeze(0)
+    cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
+    options = default_options(D)
+    for name, value in (("mask_mod", mask_mod), ("softcap", softcap),
+                        ("window_size", None if window_size is None else tuple(window_size))):
+        if value is not None:
+            options[name] = value
+    key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if _host.ffi_enabled():
+        compiled_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, delta)
+        _compiled_backward(key)(qv, kv, vv, dov, lse_v, delta, dq_acc, dkv, dvv, *cu, int(max_seqlen_q),
+                                int(max_seqlen_k), scale)
+    else:
+        delta.copy_((dov.float() * ov.float()).sum(-1))
+        args = ([_host.to_cute(t, 3) for t in (qv, kv, vv, dov)] + [_host.to_cute(lse_v, 2), _host.to_cute(delta, 2)]
+                + [_host.to_cute(t, 3) for t in (dq_acc, dkv, dvv)] + [_host.to_cute(t, 0) for t in cu]
+                + [cutlass.Int32(max_seqlen_q), cutlass.Int32(max_seqlen_k), cutlass.Float32(scale),
+                   _host.current_stream()])
+        _compiled_backward(key, args)(*args)
+    dq.copy_(dq_acc[0, :, :total_q].transpose(0, 1))
+    return dq, dk, dv

@@ -1,0 +1,91 @@
+"""The work units of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``): a unit
+is a 128-key block of one (batch, K/V head), one CTA each; its steps are the (query head of the group, 64-row
+Q block) pairs that see its keys. These methods (a mixin of ``FlashAttentionBackward``) run in the trace on
+device values and, in the tests, on Python ints. ``varlen``: the batch is packed sequences (``cu_q`` /
+``cu_k``, flash_attn_varlen_func's cu_seqlens); a unit's rows and keys are its sequence's
+(``seq_bounds``), and a key block past its sequence's keys has no step."""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+from .backward_math import HALF
+
+BLOCK_N = 2 * HALF  # keys per CTA: one 64-key half per consumer warp group
+BLOCK_M = 64  # Q rows per step
+
+
+class BackwardUnits:
+    """Unit and step order; needs ``causal``, ``window_left`` / ``window_right`` and ``varlen``."""
+
+    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
+        self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
+        self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
+        self.group = heads // kv_heads
+        self.n_blocks = (seqlen_k + BLOCK_N - 1) // BLOCK_N
+        self.m_blocks = (seqlen_q + BLOCK_M - 1) // BLOCK_M
+        self.num_units = self.n_blocks * kv_heads * batches
+
+    def unit_coords(self, unit):
+        """(key block, K/V head, batch) of CTA ``unit``: the key blocks of one (batch, K/V head) are
+        consecutive CTAs, so the CTAs running at once walk the same query heads and Q blocks and their
+        dQ reduce-adds meet in L2 (the fp32 dQ buffer is larger than L2 on long sequences)."""
+        n_block, bh = unit % self.n_blocks, unit // self.n_blocks
+        return n_block, bh % self.kv_heads, bh // self.kv_heads
+
+    def first_m_block(self, n_block):
+        """The first Q block that sees a key of ``n_block`` (causal: query i sees keys j <= i; a window:
+        keys j <= i + right)."""
+        if cutlass.const_expr(self.causal):
+            return n_block * BLOCK_N // BLOCK_M
+        if cutlass.const_expr(self.window_right is not None):
+            return cutlass.max(n_block * BLOCK_N - self.window_right, 0) // BLOCK_M
+        return 0
+
+    def end_m_block(self, unit):
+        """One past the last Q block that sees a key of ``unit``'s block (a window: keys j >= i - left)."""
+        n_block = self.unit_coords(unit)[0]
+        _, seqlen_q, _, seqlen_k = self.seq_bounds(unit)
+        m_blocks = self.m_blocks
+        if cutlass.const_expr(self.varlen):
+            m_blocks = (seqlen_q + BLOCK_M - 1) // BLOCK_M
+        if cutlass.const_expr(self.window_left is None):
+            return m_blocks
+        last_key = cutlass.min(n_block * BLOCK_N + BLOCK_N, seqlen_k) - 1
+        return cutlass.min(m_blocks, (last_key + self.window_left) // BLOCK_M + 1)
+
+    def steps_of(self, unit):
+        """(query heads of the group) x (Q blocks ``first_m_block`` .. ``end_m_block``): the unit's step count
+        (>= 0; ``varlen``: 0 for a key block past its sequence's keys)."""
+        n_block = self.unit_coords(unit)[0]
+        steps = self.group * cutlass.max(0, self.end_m_block(unit) - self.first_m_block(n_block))
+        if cutlass.const_expr(self.varlen):
+            keys = self.seq_bounds(unit)[3]
+            steps = steps * cutlass.min(1, cutlass.max(0, keys - n_block * BLOCK_N))  # 0: no key of the block
+        return steps
+
+    def step_coords(self, unit, step):
+        """(query head, Q block, batch) of step ``step`` of CTA ``unit``: the Q blocks of one query head in
+        turn, then the group's next head."""
+        n_block, kv_head, batch = self.unit_coords(unit)
+        first = self.first_m_block(n_block)
+        count = cutlass.max(1, self.end_m_block(unit) - first)
+        return kv_head * self.group + step // count, first + step % count, batch
+
+    def seq_bounds(self, unit):
+        """(first query row, query rows, first key, keys) of ``unit``'s sequence: (0, S_q, 0, S_k), or with
+        ``varlen`` its sequence's, from ``cu_q`` / ``cu_k``."""
+        if cutlass.const_expr(not self.varlen):
+            return 0, self.seqlen_q, 0, self.seqlen_k
+        b = self.unit_coords(unit)[2]
+        q0, k0 = self.cu_q[b], self.cu_k[b]
+        return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0
+
+    def rows_of(self, t, unit, head, batch, key=False):
+        """``t[:, :, head, batch]`` of an (S, D, H, B) TMA or global view; ``varlen``: the packed tensor's
+        rows from the unit's sequence's first query row (``key``: first key) on."""
+        if cutlass.const_expr(not self.varlen):
+            return t[(None, None, head, batch)]
+        start = self.seq_bounds(unit)[2 if key else 0]
+        return cute.domain_offset((start, 0), t[(None, None, head, 0)])
+
