@@ -107,15 +107,3 @@ def test_the_combine_kernel_compiles_for_sm90a():
         ptx = split_kv.compiled_combine(dtype, 128, arch="sm_90a").artifacts.PTX
         assert store in ptx and "ex2.approx" in ptx and "0f7F800000" in ptx  # +inf: an empty run's mark
 
-
-@pytest.mark.parametrize("sq,wgs,want", [(1, 2, [True, False]), (64, 2, [True, False]), (65, 2, [True, True]),
-                                         (130, 3, [True, True, True]), (100, 3, [True, True, False])])
-def test_idle_warp_groups_are_those_past_the_rows(sq, wgs, want):
-    g = att.FlashAttention(head_dim=64 if wgs == 3 else 128, wgs=wgs, skip_idle_wgs=True)
-    g.grid_setup(sq, 1000, 2, 2, 1)
-    assert [g.wg_has_rows(0, wg) for wg in range(wgs)] == want
-
-
-def test_skipping_idle_warp_groups_needs_the_loop_of_its_own_unit():
-    with pytest.raises(AttentionConfigError, match="skip_idle_wgs=True"):
-        att.FlashAttention(skip_idle_wgs=True, unit_overlap=True, **host.TUNED)

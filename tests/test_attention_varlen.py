@@ -49,6 +49,8 @@ def test_a_unit_reads_its_sequence_and_the_tiles_its_rows_see(causal, window, hd
         assert count >= 1 and first >= 0  # the checker proves every count >= 1
         rows = range(q_block * g.block_m, min(lq[b], (q_block + 1) * g.block_m))
         seen |= {(b, head, r) for r in rows}
+        if not rows:  # a block past its sequence's rows: one tile, whatever the keys
+            assert count == 1
         for r in rows:  # every key the row sees is in a visited tile of its own sequence
             lo = 0 if left is None else max(0, r - left)
             hi = lk[b] - 1 if right is None else min(lk[b] - 1, r + right)

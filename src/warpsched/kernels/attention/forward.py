@@ -167,7 +167,8 @@ class FlashAttention(WorkUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, block_n=128, kv_stages=None,
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
-                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False, varlen=False, skip_idle_wgs=False):
+                 unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
+                 varlen=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -220,12 +221,6 @@ class FlashAttention(WorkUnits):
                                        "64-row tile would write into the next sequence): it takes neither "
                                        "tma_store_o / o_buffer, unit_overlap nor split_kv (pass tma_store_o=False)")
         self.varlen = bool(varlen)  # packed sequences, FlashAttentionVarlen's cu_seqlens (units.seq_bounds)
-        if skip_idle_wgs and self.unit_overlap:
-            raise AttentionConfigError("skip_idle_wgs=True tests the unit a GEMM works for; unit_overlap's S GEMM "
-                                       "works one unit ahead: pass one of them")
-        # a warp group whose 64 rows are all past its sequence issues no GEMMs (decode: S_q <= 64 leaves
-        # every warp group but the first idle, and they would share the tensor cores with it)
-        self.skip_idle_wgs = bool(skip_idle_wgs)
         self.out_dtype = cutlass.Float32 if self.split_kv else dtype
         amasks.check(mask_mod, softcap, self.unit_overlap)
         # a sliding window: the K/V tiles a unit visits start and end with it (units.kv_first_tile)
@@ -258,7 +253,7 @@ class FlashAttention(WorkUnits):
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
-                    "unit_overlap", "split_kv", "varlen", "skip_idle_wgs")
+                    "unit_overlap", "split_kv", "varlen")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,

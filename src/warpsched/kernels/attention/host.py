@@ -121,8 +121,8 @@ def tuned_options(head_dim, causal):
 
 def split_options(options):
     """``options`` for a split-KV launch: fp32 partials stored from registers (``split_kv.combine`` merges
-    them), so no TMA-store epilogue; warp groups without rows skip their GEMMs (decode's few rows)."""
-    return dict(options, split_kv=True, tma_store_o=False, o_buffer=False, skip_idle_wgs=True)
+    them), so no TMA-store epilogue."""
+    return dict(options, split_kv=True, tma_store_o=False, o_buffer=False)
 
 
 def build_tuned_hd64(verbose=True, **manager_options):
@@ -167,8 +167,6 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
         options = split_options(options)
     else:
         options.pop("split_kv", None)
-        if not options_given and Sq <= WG_ROWS * (options.get("wgs", 2) - 1):  # decode: idle warp groups
-            options = dict(options, skip_idle_wgs=True)
     if mask_mod is not None or softcap is not None:  # attention.masks: applied to the tuned kernel's tiles
         options = dict(options, **({"mask_mod": mask_mod} if mask_mod is not None else {}),
                        **({"softcap": softcap} if softcap is not None else {}))

@@ -145,19 +145,10 @@ class SmemK(KAheadWorks, MemoryResource):
         if cutlass.const_expr(q_idx is not None):
             q_stage = self.g.wgs * q_idx[0] + wg
         warpgroup.fence()
-        if cutlass.const_expr(self.g.skip_idle_wgs):
-            if self.g.wg_has_rows(self.g.unit_of(stage_info), wg):  # else an empty commit group
-                self._qk(v, acc_s, frag_q, frag_k, q_stage, s)
-        else:
-            self._qk(v, acc_s, frag_q, frag_k, q_stage, s)
-        warpgroup.commit_group()
-
-    @staticmethod
-    @cute.jit
-    def _qk(v, acc_s, frag_q, frag_k, q_stage, s):
         for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
             mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
             cute.gemm(mma, acc_s, frag_q[(None, None, kb, q_stage)], frag_k[(None, None, kb, s)], acc_s)
+        warpgroup.commit_group()
 
 
 @dataclass(kw_only=True)
@@ -195,12 +186,7 @@ class SmemV(MemoryResource):
         tidx, _, _ = cute.arch.thread_idx()
         frag_v = v.pv_mma.make_fragment_B(v.pv_mma.get_slice(tidx % 128).partition_B(v.sV))
         warpgroup.fence()  # P was written by ordinary instructions
-        if cutlass.const_expr(self.g.skip_idle_wgs):
-            wg = cute.arch.make_warp_uniform(tidx // 128 - 1)  # consumer warp group 0 is threads 128-255
-            if self.g.wg_has_rows(self.g.unit_of(stage_info), wg):  # else an empty commit group
-                cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
-        else:
-            cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
+        cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
         warpgroup.commit_group()
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from .register_math import WG_ROWS
-
 
 class WorkUnits:
     """Unit order and sizes; needs ``causal``, ``causal_pairs``, ``persistent``, ``block_m``,
@@ -115,6 +113,9 @@ class WorkUnits:
             tiles = cutlass.max(tiles - self._block_first_tile(unit), 1)
         elif cutlass.const_expr(self.varlen):  # a sequence without keys: one tile, fully masked
             tiles = cutlass.max(tiles, 1)
+        if cutlass.const_expr(self.varlen):  # a Q block past its sequence's rows stores nothing: one tile
+            live = cutlass.min(1, cutlass.max(0, self.seq_bounds(unit)[1] - self.unit_coords(unit)[0] * self.block_m))
+            tiles = live * tiles + (1 - live)
         return tiles
 
     def kv_first_tile(self, unit):
@@ -144,10 +145,6 @@ class WorkUnits:
         b = self.unit_coords(unit)[2]
         q0, k0 = self.cu_q[b], self.cu_k[b]
         return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0
-
-    def wg_has_rows(self, unit, wg):
-        """Whether warp group ``wg``'s 64 rows of ``unit``'s Q block hold a row of its sequence."""
-        return (self.unit_coords(unit)[0] * self.wgs + wg) * WG_ROWS < self.seq_bounds(unit)[1]
 
     @staticmethod
     def seq_view(t, start, head, seq_mode=0):

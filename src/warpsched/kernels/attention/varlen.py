@@ -26,8 +26,8 @@ VERDICT_OF = {}
 
 def varlen_options(head_dim, causal):
     """The tuned forward's options for packed sequences: rows stored from registers (a 64-row TMA store
-    would write into the next sequence); warp groups past their sequence's rows skip their GEMMs."""
-    return dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False, skip_idle_wgs=True)
+    would write into the next sequence)."""
+    return dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False)
 
 
 def check_args(q, k, v, cu_seqlens_q, cu_seqlens_k):
