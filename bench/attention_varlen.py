@@ -11,7 +11,7 @@ error relative to max |ref| (bar 8e-3, bf16's rounding; 4e-3 for fp16) and the L
 one-token sequences, S_q != S_k per sequence, GQA, causal, a window, softcap, a mask_mod that reads the
 sequence index, hd 64 / 128 / 256, fp16. Time: device time (CUDA graphs of back-to-back launches, triton's
 do_bench median, sides alternating in rounds), TFLOP/s over the visible (query, key) pairs. Gradients: dQ, dK,
-dV against fp64 autograd, max error over max |ref| (bar 1e-2 bf16, 2e-3 fp16), and autograd's O must equal
+dV against fp64 autograd, max error over max(max |ref|, 0.01) (bar 1e-2 bf16, 2e-3 fp16), and autograd's O must equal
 ``ops.attention_varlen``'s bit for bit.
 """
 from __future__ import annotations
@@ -95,8 +95,8 @@ def reference(q, k, v, lq, lk, causal, window, softcap, mask_mod, scale, dout=No
     return o.detach(), torch.cat(lses, 1).detach(), torch.cat(visible, 1), grads
 
 
-def err(a, ref):
-    return ((a.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+def err(a, ref, floor=1e-6):
+    return ((a.double() - ref).abs().max() / ref.abs().max().clamp_min(floor)).item()
 
 
 def correctness():
@@ -123,7 +123,9 @@ def correctness():
             o = wnn.attention_varlen(qq, kk, vv, cu_q, cu_k, max(lq), max(lk), causal=causal, window_size=window,
                                      softcap=softcap, mask_mod=mask_mod)
             grads = torch.autograd.grad(o, (qq, kk, vv), dout)
-            grad_errs = [err(g, r) for g, r in zip(grads, ref_grads)]
+            # against max(|ref|, 0.01): one-token sequences have dQ = dK = 0 exactly (P = 1, so dS = P (dP - delta)
+            # = 0), where the error relative to |ref| alone is rounding noise over fp64's 1e-16
+            grad_errs = [err(g, r, floor=1e-2) for g, r in zip(grads, ref_grads)]
             bar = 1e-2 if dtype == torch.bfloat16 else 2e-3
             grads_ok = all(e == e and e <= bar for e in grad_errs) and torch.equal(o, out)
         lse_err = (lse.double() - ref_lse)[vis].abs().max().item()
