@@ -11,7 +11,9 @@ convention): warpsched (kernel alone, and the whole call with the delta pre-pass
 torch SDPA's cuDNN and flash backends, FlashAttention-4 (``flash_attn.cute``) when installed; then
 forward + backward as a model calls them (autograd, eager), TFLOP/s counted as 3.5x the forward's.
 
-    python3 bench/attention_bwd_check.py [--only correctness|autograd|speed] [--rounds 3]
+Deterministic (``deterministic=True``): dQ bitwise equal over repeated runs, accurate, and its cost.
+
+    python3 bench/attention_bwd_check.py [--only correctness|autograd|deterministic|speed] [--rounds 3]
 """
 from __future__ import annotations
 
@@ -236,9 +238,57 @@ def speed(rounds):
             flush=True)
 
 
+DETERMINISTIC = [  # B, H, Hk, Sq, Sk, D, causal
+    (2, 8, 2, 1000, 1000, 128, True), (1, 4, 4, 777, 1500, 64, False), (2, 16, 16, 2048, 2048, 128, False),
+    (1, 8, 2, 4096, 4096, 64, True),
+]
+
+
+def deterministic_check(rounds):
+    """``deterministic=True`` (attention.dq_order): dQ bitwise equal over 5 runs, within the bar against fp64
+    (as ``correctness``), dK / dV equal to the default's; how often the default's dQ differs between runs;
+    then the kernel's time against the default's (the kernel alone, dq_accum and the turn words zeroed)."""
+    fails = 0
+    print("| B x H/Hk x Sq x Sk | D | causal | dQ err (det.) | SDPA dQ err | det. dQ equal over 5 runs | "
+          "default dQ equal over 5 runs | dK, dV equal to default | det. kernel us | default kernel us | "
+          "det. / default | result |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for B, H, Hk, Sq, Sk, D, causal in DETERMINISTIC:
+        torch.manual_seed(7)
+        q = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(B, Hk, Sk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        dout = torch.randn(B, H, Sq, D, device="cuda", dtype=torch.bfloat16)
+        out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+        runs = [ops.attention_backward(q, k, v, out, dout, lse, causal=causal, deterministic=True) for _ in range(5)]
+        plain = [ops.attention_backward(q, k, v, out, dout, lse, causal=causal) for _ in range(5)]
+        det_same = all(torch.equal(r[0], runs[0][0]) for r in runs)
+        plain_same = all(torch.equal(r[0], plain[0][0]) for r in plain)
+        dkv_same = torch.equal(runs[0][1], plain[0][1]) and torch.equal(runs[0][2], plain[0][2])
+        small = Sq * Sk <= 1500 * 1500
+        if small:
+            ref = reference(q, k, v, dout, causal, 1.0 / math.sqrt(D))
+            ours = err(runs[0][0], ref[0])
+            theirs = err(sdpa_grads(q, k, v, dout, causal)[0], ref[0])
+            accurate = ours <= 2 * theirs + 1e-3
+        else:  # the fp64 reference of 4k x 4k is slow: against the default's dQ (same math, another order)
+            ours, theirs = err(runs[0][0], plain[0][0].double()), float("nan")
+            accurate = ours < 1e-2
+        times = {}
+        for name, det in (("det", True), ("plain", False)):
+            launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, deterministic=det)
+            times[name] = (lambda launch=launch, dq_acc=dq_acc: (dq_acc.zero_(), launch()))
+        med = alternate(torch, times, rounds=rounds, iters=10)
+        ok = det_same and dkv_same and accurate
+        fails += not ok
+        print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {causal} | {ours:.2e} | {theirs:.1e} | {det_same} | {plain_same} | "
+              f"{dkv_same} | {med['det'] * 1e3:.0f} | {med['plain'] * 1e3:.0f} | {med['det'] / med['plain']:.3f}x | "
+              f"{'PASS' if ok else 'FAIL'} |", flush=True)
+    return fails
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("correctness", "autograd", "speed"))
+    ap.add_argument("--only", choices=("correctness", "autograd", "deterministic", "speed"))
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
@@ -247,6 +297,8 @@ def main():
         fails += correctness()
     if a.only in (None, "autograd"):
         fails += autograd_check()
+    if a.only in (None, "deterministic"):
+        fails += deterministic_check(a.rounds)
     if a.only in (None, "speed") and not fails:
         speed(a.rounds)
         model_speed(a.rounds)

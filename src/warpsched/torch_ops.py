@@ -52,9 +52,11 @@ def attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_righ
 
 
 def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
-    """(dq, dk, dv) of ``attention_fwd`` (see ``warpsched.ops.attention_backward``)."""
+    """(dq, dk, dv) of ``attention_fwd`` (see ``warpsched.ops.attention_backward``); dQ in a fixed order
+    when torch's deterministic mode is on (``torch.use_deterministic_algorithms(True)``)."""
     return ops.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale,
-                                  window_size=_window(window_left, window_right), softcap=softcap)
+                                  window_size=_window(window_left, window_right), softcap=softcap,
+                                  deterministic=torch.are_deterministic_algorithms_enabled())
 
 
 _LIB.impl("gemm", gemm, "CUDA")

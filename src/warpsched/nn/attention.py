@@ -44,7 +44,8 @@ class _MaskedAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = ops.attention_backward(q, k, v, out, dout, lse, **ctx.args)
+        dq, dk, dv = ops.attention_backward(q, k, v, out, dout, lse, **ctx.args,
+                                            deterministic=torch.are_deterministic_algorithms_enabled())
         return dq, dk, dv, None, None, None, None, None
 
 
@@ -85,7 +86,8 @@ def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None, window_si
     unbounded; ``warpsched.ops.attention``), forward and backward visiting only the tiles it reaches;
     ``softcap``: scores s become softcap * tanh(s / softcap); ``mask_mod(batch, head, q_idx, kv_idx)``: a
     mask traced into both kernels (eager only: a torch op cannot carry the function). No tensor attention
-    mask or dropout (use torch's SDPA for those)."""
+    mask or dropout (use torch's SDPA for those). Under ``torch.use_deterministic_algorithms(True)`` the
+    backward adds dQ in a fixed order (``warpsched.ops.attention_backward(deterministic=True)``)."""
     if mask_mod is not None:
         return _MaskedAttention.apply(q, k, v, bool(is_causal), scale, window_size, softcap, mask_mod)
     left, right = (-1, -1) if window_size is None else (-1 if w is None else w for w in window_size)

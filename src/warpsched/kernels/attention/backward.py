@@ -49,6 +49,9 @@ from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
 from .backward_units import BLOCK_M, BLOCK_N, BackwardUnits
+from . import dq_order
+from ...lower.gmem_flags import bind
+from ..gemm.fixup import SPIN_LIMIT, runtime_branch
 
 BWD_HEAD_DIMS = (64, 128)
 
@@ -294,10 +297,47 @@ class SmemDQ(MemoryResource):
     @consumer_work
     def reduce_add(self, stage_info: StageInfo):
         """dQaccum[Q block] += the stage (one thread issues the TMA reduce-add and waits until it has read
-        the stage, so the release after this work frees it)."""
+        the stage, so the release after this work frees it). ``deterministic``: in the Q block's turn
+        (attention.dq_order: the hand-over the grid checker proves, run here on the kernel's values)."""
         g, v = self.g, stage_info.context.values
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        bmath.reduce_dq(g, v, getattr(v, f"sdQ{self.wg}"), m_block, head, batch, self.wg if g.shared_ds else 0)
+        col_block = self.wg if g.shared_ds else 0
+        s_dq = getattr(v, f"sdQ{self.wg}")
+        if cutlass.const_expr(g.deterministic):
+            slot, order, last = dq_order.dq_turn(g, v.unit, stage_info.loop_offset)
+            io = DQTurnIO(g=g, v=v, s_dq=s_dq, m_block=m_block, head=head, batch=batch, col_block=col_block)
+            dq_order.dq_part_calls(slot, order, last, self.wg, flag=io, acc=io, branch=runtime_branch)
+        else:
+            bmath.reduce_dq(g, v, s_dq, m_block, head, batch, col_block)
+
+
+@dataclass(frozen=True, eq=False)
+class DQTurnIO:
+    """The dQ writer warp's side of ``dq_order.dq_part_calls``: every lane polls the Q block's word
+    (acquire loads; bounded, so a broken hand-over shows as a wrong dQ, not a hang), the TMA reduce-add
+    is waited for until its writes are done (not only its SMEM reads), and lane 0 hands the turn on with
+    a release store after the warp has seen them. Frozen, so the DSL does not carry it through a runtime
+    if (as StageInfo)."""
+
+    g: Any
+    v: Any
+    s_dq: Any
+    m_block: Any
+    head: Any
+    batch: Any
+    col_block: int
+
+    def wait(self, slot, value):
+        bind(dq_order.DQ_TURNS, self.v.mSem).wait(slot, value, spin_limit=SPIN_LIMIT)
+
+    def accumulate(self, slot):
+        bmath.reduce_dq(self.g, self.v, self.s_dq, self.m_block, self.head, self.batch, self.col_block, complete=True)
+
+    @cute.jit
+    def signal(self, slot, value):
+        cute.arch.sync_warp()  # the issuing lane has waited for its reduce-add's writes
+        if cute.arch.lane_idx() == 0:
+            bind(dq_order.DQ_TURNS, self.v.mSem).signal(slot, value)
 
 
 # ---------------------------------------------------------------------------------- program
@@ -363,7 +403,7 @@ class FlashAttentionBackward(BackwardUnits):
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
-                 varlen=False):
+                 varlen=False, deterministic=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -386,6 +426,11 @@ class FlashAttentionBackward(BackwardUnits):
         self.dq_cols = head_dim // 2 if self.shared_ds else head_dim  # dQ columns per warp group
         self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
+        if deterministic and self.varlen:
+            raise AttentionConfigError("deterministic=True with varlen: not yet; the packed backward adds dQ by "
+                                       "fp32 reduce-adds (deterministic=False)")
+        # dQ added in key-block order per Q block (attention.dq_order): FlashAttentionBackwardDeterministic
+        self.deterministic = bool(deterministic)
         self.block_m, self.block_n = BLOCK_M, BLOCK_N
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -404,7 +449,7 @@ class FlashAttentionBackward(BackwardUnits):
         self.config = AttentionConfig(
             "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, BLOCK_N, qdo_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
-            tuple(n for n in ("shared_ds", "wg_order", "varlen") if getattr(self, n)))
+            tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic") if getattr(self, n)))
 
     # ---- compile-time layouts
     def _mmas(self):
@@ -451,7 +496,7 @@ class FlashAttentionBackward(BackwardUnits):
         self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream)
 
     def _launch(self, mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mCuQ=None, mCuK=None,
-                max_seqlen_q=None, max_seqlen_k=None):
+                max_seqlen_q=None, max_seqlen_k=None, mSem=None):
         """The launch both entry points trace (``FlashAttentionBackwardVarlen`` passes the cu_seqlens)."""
         lay = self._layouts()
         sdp_mma, dkv_mma, dq_mma = self._mmas()
@@ -471,7 +516,7 @@ class FlashAttentionBackward(BackwardUnits):
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
-                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k).launch(grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
+                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem).launch(grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
@@ -480,7 +525,7 @@ class FlashAttentionBackward(BackwardUnits):
                mDelta: cute.Tensor, tma_dq: cute.CopyAtom, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
                sdp_mma: cute.TiledMma, dkv_mma: cute.TiledMma, dq_mma: cute.TiledMma, scale: cutlass.Float32,
                mCuQ: Optional[cute.Tensor], mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32],
-               max_seqlen_k: Optional[cutlass.Int32]):
+               max_seqlen_k: Optional[cutlass.Int32], mSem: Optional[cute.Tensor]):
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
@@ -495,6 +540,8 @@ class FlashAttentionBackward(BackwardUnits):
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
         mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
+        if cutlass.const_expr(self.deterministic):
+            dq_order.require_safe(self)  # the hand-over between CTAs, by the grid checker
         self.checked = _host.checked(mgr)  # the verdict its compile reports (attention.backward_host.VERDICT_OF)
         mgr.setup_resources_and_tasks()
         zeros = self._mmas()
@@ -515,7 +562,7 @@ class FlashAttentionBackward(BackwardUnits):
             s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, tma_do=tma_do, mQ=mQ, mK=mK, mV=mV, mdO=mdO, mLSE=mLSE,
                 mDelta=mDelta, tma_dq=tma_dq, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
-                dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale,
+                dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale, mSem=mSem,
                 scale_log2=scale * math.log2(math.e), **s)
 
 
@@ -535,3 +582,19 @@ class FlashAttentionBackwardVarlen(FlashAttentionBackward):
                  stream):
         self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mCuQ, mCuK, max_seqlen_q,
                      max_seqlen_k)
+
+
+class FlashAttentionBackwardDeterministic(FlashAttentionBackward):
+    """The backward with dQ added in a fixed order (``deterministic=True``, attention.dq_order): the
+    arguments of ``FlashAttentionBackward`` and ``mSem``, one Int32 word per (batch, query head, 64-row Q
+    block), zero at launch. Same program (the intra-CTA schedules do not change); the hand-over between
+    CTAs is ``dq_order.dq_protocol``'s, proven by the grid checker."""
+
+    def __init__(self, **options):
+        super().__init__(deterministic=True, **options)
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor,
+                 mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor, mSem: cute.Tensor,
+                 scale: cutlass.Float32, stream):
+        self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mSem=mSem)

@@ -10,7 +10,7 @@ import cutlass.cute as cute
 
 from .. import _host
 from .forward import AttentionConfigError
-from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward
+from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic
 from .backward_prep import DeltaPrep
 from .host import _tma_ready, check_args as _check_qkv
 
@@ -34,21 +34,29 @@ def check_args(q, k, v, out, dout, lse):
                                    "forward's log-sum-exp (ops.attention(..., return_lse=True))")
 
 
-def fake_operands(dtype, head_dim):
+def fake_operands(dtype, head_dim, deterministic=False):
     """Fake q, k, v, dout (B, H, S, D), lse and delta (B, H, S_q) fp32, dq_accum (B, H, S_pad, D) fp32,
-    dk, dv: sizes but D symbolic, 16-byte aligned strides."""
+    dk, dv: sizes but D symbolic, 16-byte aligned strides; ``deterministic``: and the Int32 turn words."""
+    from cutlass.cute.runtime import make_fake_tensor
+
     B, H, Hk, Sq, Sk, Sp = (cute.sym_int32() for _ in range(6))
 
     def bhsd(heads, seq, dt=dtype):
         return _host.fake_bhsd(dt, B, heads, seq, head_dim)
 
-    return (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), _host.fake_rows(B, H, Sq), _host.fake_rows(B, H, Sq),
-            bhsd(H, Sp, cutlass.Float32), bhsd(Hk, Sk), bhsd(Hk, Sk))
+    out = (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), _host.fake_rows(B, H, Sq), _host.fake_rows(B, H, Sq),
+           bhsd(H, Sp, cutlass.Float32), bhsd(Hk, Sk), bhsd(Hk, Sk))
+    if deterministic:
+        out += (make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=4),)
+    return out
 
 
 def _kernel(kern_key):
     dtype, head_dim, causal, options = kern_key
-    return FlashAttentionBackward(dtype=dtype, head_dim=head_dim, causal=causal, **dict(options))
+    options = dict(options)
+    if options.pop("deterministic", False):
+        return FlashAttentionBackwardDeterministic(dtype=dtype, head_dim=head_dim, causal=causal, **options)
+    return FlashAttentionBackward(dtype=dtype, head_dim=head_dim, causal=causal, **options)
 
 
 def compiled(kern_key, args):
@@ -84,7 +92,7 @@ def compiled_ffi(kern_key):
     key = kern_key + ("tvm-ffi",)
     if key not in _CACHE:
         kern = _kernel(kern_key)
-        _CACHE[key] = cute.compile(kern, *fake_operands(kern_key[0], kern_key[1]),
+        _CACHE[key] = cute.compile(kern, *fake_operands(kern_key[0], kern_key[1], kern.deterministic),
                                    cutlass.Float32(0.125), _host.fake_env_stream(), options=_host.ffi_options())
         _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[key]
@@ -97,10 +105,11 @@ def default_options(head_dim):
 
 
 def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
-                     mask_mod=None, softcap=None, **options):
+                     mask_mod=None, softcap=None, deterministic=False, **options):
     """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
     return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
-    from the pre-pass); dq_accum must be zeroed before each launch."""
+    from the pre-pass); dq_accum (and with ``deterministic`` the turn words) must be zeroed before each
+    launch."""
     check_args(q, k, v, out, dout, lse)
     import torch
 
@@ -127,25 +136,33 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
         options = default_options(D)
     # the forward's sliding window, mask_mod and softcap (the kernel validates them: attention.masks)
     extra = {"window_size": None if window_size is None else tuple(window_size), "mask_mod": mask_mod,
-             "softcap": softcap}
+             "softcap": softcap, "deterministic": True if deterministic else None}
     options = dict(options, **{k: x for k, x in extra.items() if x is not None})
     kern_key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
+    # deterministic: one Int32 turn word per (batch, query head, Q block), zero at launch (dq_order)
+    turns = (torch.zeros(B * H * (sp // BLOCK_M), device=q.device, dtype=torch.int32),) if deterministic else ()
     if _host.ffi_enabled():
-        f, args = compiled_ffi(kern_key), (q, k, v, dout, lse, delta, dq_acc, dk, dv, scale)
+        f, args = compiled_ffi(kern_key), (q, k, v, dout, lse, delta, dq_acc, dk, dv, *turns, scale)
     else:
         args = ([_host.to_cute(t, 3) for t in (q, k, v, dout)] + [_host.to_cute(lse, 2), _host.to_cute(delta, 2)]
-                + [_host.to_cute(t, 3) for t in (dq_acc, dk, dv)] + [cutlass.Float32(scale), _host.current_stream()])
+                + [_host.to_cute(t, 3) for t in (dq_acc, dk, dv)] + [_host.to_cute(t, 0) for t in turns]
+                + [cutlass.Float32(scale), _host.current_stream()])
         f = compiled(kern_key, args)
+    if turns:
+        def launch():  # the words are left at the last key block's turn: zeroed before every launch
+            turns[0].zero_()
+            f(*args)
+        return launch, dq_acc, dk, dv
     return (lambda: f(*args)), dq_acc, dk, dv
 
 
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
-                       mask_mod=None, softcap=None, **options):
+                       mask_mod=None, softcap=None, deterministic=False, **options):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient ``dout``, given
     the forward's ``lse``. dk / dv have k's shape (summed over each K/V head's query heads: GQA).
     delta = rowsum(dout * out) is computed by torch first; dQ is accumulated in fp32 and converted last."""
     launch, dq_acc, dk, dv = prepare_backward(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size,
-                                              mask_mod, softcap, **options)
+                                              mask_mod, softcap, deterministic, **options)
     launch()
     return dq_acc[:, :, :q.shape[2]].to(q.dtype), dk, dv
 
@@ -154,6 +171,6 @@ def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=
     """Compile for ``arch`` with fake tensors (every size but D symbolic)."""
     from cutlass.cute.runtime import make_fake_stream
 
-    kern = FlashAttentionBackward(dtype=dtype, head_dim=head_dim, causal=causal, **options)
-    return cute.compile(kern, *fake_operands(dtype, head_dim), cutlass.Float32(0.125), make_fake_stream(),
-                        options=_host.ptx_options(arch))
+    kern = _kernel((dtype, head_dim, causal, tuple(options.items())))
+    return cute.compile(kern, *fake_operands(dtype, head_dim, kern.deterministic), cutlass.Float32(0.125),
+                        make_fake_stream(), options=_host.ptx_options(arch))

@@ -139,11 +139,12 @@ def stage_dq(acc_dq, g, v, s_dq):
 
 
 @cute.jit
-def reduce_dq(g, v, s_dq, m_block, head, batch, col_block):
+def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, complete: cutlass.Constexpr = False):
     """dQaccum[Q block ``m_block`` of (batch, head)] += the dQ tile: one TMA reduce-add (the copy elects one
     lane of the warp, so the whole warp calls it), and every lane waits for its own bulk group, so the
     issuing lane has seen the TMA read the tile before it arrives (the buffer's rows are padded to whole
-    64-row blocks)."""
+    64-row blocks). ``complete``: waits until the add's writes are done (not only its SMEM reads), fenced
+    from the async proxy, so a hand-over after it orders the next add after this one (dq_order)."""
     if cutlass.const_expr(g.varlen):  # the sequence's rows (a tile's rows past it add zeros: P = 0 there)
         g_dq = cute.flat_divide(g.rows_of(v.mdQacc, v.unit, head, batch),
                                 (g.block_m, g.dq_cols))[(None, None, None, col_block)]
@@ -153,7 +154,11 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block):
                                                 cute.group_modes(g_dq, 0, 2))
     cute.copy(v.tma_dq, t_s[(None, 0)], t_g[(None, m_block)])
     cute.arch.cp_async_bulk_commit_group()
-    cute.arch.cp_async_bulk_wait_group(0, read=True)
+    if cutlass.const_expr(complete):
+        cute.arch.cp_async_bulk_wait_group(0)
+        cute.arch.fence_proxy("async.global")
+    else:
+        cute.arch.cp_async_bulk_wait_group(0, read=True)
 
 
 @cute.jit

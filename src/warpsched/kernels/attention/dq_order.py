@@ -1,0 +1,125 @@
+"""The backward's deterministic dQ (``FlashAttentionBackward(deterministic=True)``) as a GmemFlag protocol
+the grid checker proves.
+
+Every key block's CTA adds its part of dQ into the Q blocks that see its keys (a TMA reduce-add of each
+warp group's fp32 tile). With fp32 atomics the order of those adds, and so the rounding, changes from run
+to run. Deterministic: the key blocks that add into one Q block (of one batch and query head) take turns
+in key-block order, through one GMEM word per Q block: key block n waits until the word reads its place
+among them, adds its two parts, each complete before the next is issued, and hands the turn on. The word
+is zero at launch (the host zeroes it per call); the last key block leaves it.
+
+``dq_part_calls`` is the hand-over, run twice: by the grid checker on the unit's ints (``dq_protocol``,
+``python_branch``, the model's recording ``GmemFlag`` / ``GmemWorkspace``) and by the kernel while it is
+traced (``backward.SmemDQ.reduce_add``: a runtime branch, the flag bound to its GMEM words and the TMA
+reduce-add). ``dq_turn`` computes the slot and the turn from the kernel's own unit and step functions
+(``backward_units``), so the order the checker proves is the order the kernel walks.
+"""
+from __future__ import annotations
+
+import cutlass
+
+from ...model.gmem_flags import CrossCtaProtocol, GmemFlag, GmemWorkspace
+from ..gemm.handover import python_branch
+from .backward_units import BLOCK_M, BLOCK_N
+
+DQ_TURNS = GmemFlag(name="dQ block turns (mSem)")
+DQ_ACCUM = GmemWorkspace(name="dQ fp32 accumulator (mdQacc)")
+PARTS = 2  # one dQ tile per consumer warp group and step
+
+
+def key_blocks_of(g, unit, m_block):
+    """(first, last) key block whose steps include Q block ``m_block`` of ``unit``'s sequence: the
+    inverse of ``first_m_block`` / ``end_m_block`` (every key block between them includes it, since both
+    grow with the key block). Closed forms, branch-free on device values; empty (first > last) for a Q
+    block no key block reaches."""
+    _, _, _, seqlen_k = g.seq_bounds(unit)
+    last = (seqlen_k + BLOCK_N - 1) // BLOCK_N - 1
+    if cutlass.const_expr(g.causal):  # key block n reaches Q blocks from n * BLOCK_N // BLOCK_M on
+        last = cutlass.min(last, m_block * BLOCK_M // BLOCK_N + (BLOCK_M - 1) // BLOCK_N)
+    elif cutlass.const_expr(g.window_right is not None):
+        last = cutlass.min(last, (m_block * BLOCK_M + BLOCK_M - 1 + g.window_right) // BLOCK_N)
+    first = 0
+    if cutlass.const_expr(g.window_left is not None):  # reached while its last key >= the block's start - left
+        first = cutlass.max(m_block * BLOCK_M - g.window_left, 0) // BLOCK_N
+    return first, last
+
+
+def dq_turn(g, unit, step):
+    """(slot, order, last) of step ``step`` of ``unit``: the GMEM word of its (batch, query head, Q block),
+    this key block's place among the key blocks that add into that Q block, and the last place."""
+    n_block, _, batch = g.unit_coords(unit)
+    head, m_block, _ = g.step_coords(unit, step)
+    first, last = key_blocks_of(g, unit, m_block)
+    slot = (batch * g.heads + head) * g.m_blocks + m_block
+    return slot, n_block - first, last - first
+
+
+def dq_part_calls(slot, order, last, part, flag=DQ_TURNS, acc=DQ_ACCUM, branch=python_branch):
+    """One step's dQ part ``part`` (0, then 1): the first part waits for the key block's turn on the Q
+    block (the first key block's turn is the word's launch value, 0: it does not wait), every part adds
+    its tile (complete before the next call), the last part hands the turn on (the last key block keeps
+    it: the host zeroes the words before the next launch)."""
+    branch(part == 0, lambda: branch(order > 0, lambda: flag.wait(slot, order)))
+    acc.accumulate(slot)
+    branch(part == PARTS - 1, lambda: branch(order < last, lambda: flag.signal(slot, order + 1)))
+
+
+def dq_protocol(causal=False, window_size=None, seqlen_q=256, heads=2, kv_heads=1, batches=1, calls=None,
+                grids=None, key_blocks=(1, 2, 3)) -> CrossCtaProtocol:
+    """The grid checker's view: one CTA per unit (the backward's grid), CTAs starting in order when they
+    are not all resident (``resident=False``), every key-block count in ``key_blocks`` (S_k = 128 x
+    that); each unit runs the kernel's steps with ``calls`` (default ``dq_part_calls``; the planted twins
+    pass a mutated one)."""
+    from .backward import FlashAttentionBackward
+
+    calls = calls or dq_part_calls
+    units_of = {}
+
+    def kernel(n_keys):
+        if n_keys not in units_of:
+            g = FlashAttentionBackward(head_dim=64, causal=causal, window_size=window_size)
+            g.grid_setup(seqlen_q, n_keys * BLOCK_N, heads, kv_heads, batches)
+            units_of[n_keys] = g
+        return units_of[n_keys]
+
+    def units(n_keys):
+        return kernel(n_keys).num_units
+
+    def assignment(cta, ctas, n_keys):
+        return [(n_keys, cta)] if cta < units(n_keys) else []
+
+    def body(grid, unit):
+        n_keys, u = unit
+        g = kernel(n_keys)
+        for step in range(g.steps_of(u)):
+            slot, order, last = dq_turn(g, u, step)
+            for part in range(PARTS):
+                calls(slot, order, last, part)
+
+    name = f"attention backward deterministic dQ ({'causal' if causal else 'full'}, window {window_size})"
+    return CrossCtaProtocol(name, assignment, body, grids=grids or [units(n) for n in key_blocks],
+                            unit_counts=key_blocks, valid=lambda ctas, n: ctas == units(n), resident=False)
+
+
+_PROVEN = {}
+
+
+def require_safe(g):
+    """The grid checker's verdict on the hand-over ``g`` (a deterministic backward) runs: ``dq_protocol``
+    with its causal flag and window over 1-3 key blocks, 1 and 2 query heads per K/V head, computed once
+    per process (well under a second); a violation raises AttentionConfigError with the findings. The
+    kernel calls it while it is traced, so no deterministic kernel compiles on a hand-over the checker
+    has not proven."""
+    from ...verify.checker.grid import check_grid
+    from .masks import AttentionConfigError
+
+    window = None if g.window_left is None and g.window_right is None else (g.window_left, g.window_right)
+    key = (g.causal, window)
+    if key not in _PROVEN:
+        _PROVEN[key] = [check_grid(dq_protocol(causal=g.causal, window_size=window, heads=h))
+                        for h in (1, 2)]
+    bad = [r for r in _PROVEN[key] if r.verdict != "SAFE"]
+    if bad:
+        raise AttentionConfigError("deterministic=True: the grid checker does not prove the dQ hand-over:\n"
+                                   + "\n".join(r.report() for r in bad))
+    return _PROVEN[key]
