@@ -146,7 +146,8 @@ def speed(rounds):
             q, k, v = (torch.randn(B, s, h, D, device="cuda", dtype=torch.bfloat16)
                        for s, h in ((Sq, H), (Sk, Hk), (Sk, Hk)))
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, S, D) views of the same data
-            sides = {"ws": lambda: ops.attention(qt, kt, vt), "ws_nosplit": lambda: ops.attention(qt, kt, vt, num_splits=1)}
+            sides = {"ws": lambda: ops.attention(qt, kt, vt),
+                     "ws_nosplit": lambda: ops.attention(qt, kt, vt, num_splits=1)}
             if flash_attn_func is not None:
                 sides["fa4"] = lambda: flash_attn_func(q, k, v)
             for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):

@@ -50,8 +50,8 @@ from .masks import window_bounds
 from .backward_math import HALF
 from .backward_units import BLOCK_M, BLOCK_N, BackwardUnits
 from . import dq_order
-from ...lower.gmem_flags import bind
-from ..gemm.fixup import SPIN_LIMIT, runtime_branch
+from .dq_turns import DQTurnIO
+from ..gemm.fixup import runtime_branch
 
 BWD_HEAD_DIMS = (64, 128)
 
@@ -311,35 +311,6 @@ class SmemDQ(MemoryResource):
             bmath.reduce_dq(g, v, s_dq, m_block, head, batch, col_block)
 
 
-@dataclass(frozen=True, eq=False)
-class DQTurnIO:
-    """The dQ writer warp's side of ``dq_order.dq_part_calls``: every lane polls the Q block's word
-    (acquire loads; bounded, so a broken hand-over shows as a wrong dQ, not a hang), the TMA reduce-add
-    is waited for until its writes are done (not only its SMEM reads), and lane 0 hands the turn on with
-    a release store after the warp has seen them. Frozen, so the DSL does not carry it through a runtime
-    if (as StageInfo)."""
-
-    g: Any
-    v: Any
-    s_dq: Any
-    m_block: Any
-    head: Any
-    batch: Any
-    col_block: int
-
-    def wait(self, slot, value):
-        bind(dq_order.DQ_TURNS, self.v.mSem).wait(slot, value, spin_limit=SPIN_LIMIT)
-
-    def accumulate(self, slot):
-        bmath.reduce_dq(self.g, self.v, self.s_dq, self.m_block, self.head, self.batch, self.col_block, complete=True)
-
-    @cute.jit
-    def signal(self, slot, value):
-        cute.arch.sync_warp()  # the issuing lane has waited for its reduce-add's writes
-        if cute.arch.lane_idx() == 0:
-            bind(dq_order.DQ_TURNS, self.v.mSem).signal(slot, value)
-
-
 # ---------------------------------------------------------------------------------- program
 def build(g=None, *, steps=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
@@ -516,7 +487,8 @@ class FlashAttentionBackward(BackwardUnits):
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
-                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem).launch(grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
+                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem).launch(
+                        grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel

@@ -230,7 +230,8 @@ class FlashAttention(WorkUnits):
             self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
-        self.causal_pairs = bool(causal_pairs) and self.causal and self.persistent and not (self.split_kv or self.varlen)
+        self.causal_pairs = (bool(causal_pairs) and self.causal and self.persistent
+                             and not (self.split_kv or self.varlen))
         self.num_units = None  # runtime, set while tracing
         self.threads = 128 * (wgs + 1)
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
@@ -320,7 +321,8 @@ class FlashAttention(WorkUnits):
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]), self._splits(mQ, mO))
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
-                    scale, mCuQ, mCuK, max_seqlen_q).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
+                    scale, mCuQ, mCuK, max_seqlen_q).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                                                            min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,

@@ -59,7 +59,8 @@ def check_args(q, k, v, cu_seqlens_q, cu_seqlens_k):
                                        "B + 1 offsets (0, len_0, len_0 + len_1, ..., total)")
     if cu_seqlens_q.shape[0] != cu_seqlens_k.shape[0]:
         raise AttentionConfigError(f"cu_seqlens_q has {cu_seqlens_q.shape[0]} offsets and cu_seqlens_k "
-                                   f"{cu_seqlens_k.shape[0]}: both hold B + 1 (one sequence of keys per sequence of queries)")
+                                   f"{cu_seqlens_k.shape[0]}: both hold B + 1 (one sequence of keys per sequence "
+                                   "of queries)")
 
 
 def _packed(t):
