@@ -1,7 +1,8 @@
 """H200: warpsched's attention forward at decode shapes (a few query rows over a long K/V) with split-KV
 (``ops.attention(num_splits=None)`` splits by itself; kernels/attention/split_kv.py): correctness against
 an fp64 reference, then time against FlashAttention-4 (which has no split-KV on Hopper), torch SDPA's
-cuDNN and flash backends, and warpsched without splits.
+cuDNN and flash backends, and warpsched without splits; then the paged K/V cache (``ops.attention_paged``):
+correctness against fp64 and time against FlashAttention-4's paged forward.
 
     python3 bench/attention_decode.py [--rounds 3] [--no-time]
 
@@ -77,6 +78,60 @@ def reference(q, k, v, causal, window, softcap, mask_mod, scale):
     return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, -1).nan_to_num(0.0), vv), torch.logsumexp(s, -1)
 
 
+PAGED = [  # name, B, H, Hk, Sq, lengths, D, causal, num_splits
+    ("paged, GQA", 4, 32, 8, 1, [8192, 100, 3000, 1], 128, False, None),
+    ("paged, an empty sequence", 3, 8, 8, 4, [0, 2000, 129], 64, False, None),
+    ("paged, hd256 (64-key pages)", 2, 8, 2, 1, [5000, 777], 256, False, None),
+    ("paged, no split", 2, 16, 4, 16, [1000, 4000], 128, False, 1),
+    ("paged, causal", 2, 8, 8, 300, [300, 1000], 128, True, None),
+]
+
+
+def paged_inputs(B, H, Hk, Sq, lengths, D, page, dtype=torch.bfloat16, seed=0):
+    """A dense K / V (B, Hk, max_len, D) and the same keys in a shuffled paged cache with its table."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    per_seq = max(1, -(-max(lengths) // page))
+    q = torch.randn(B, H, Sq, D, device="cuda", dtype=dtype, generator=g)
+    k, v = (torch.randn(B, Hk, per_seq * page, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+    order = torch.randperm(B * per_seq + 3, device="cuda", generator=g)[:B * per_seq].to(torch.int32)
+    table = order.view(B, per_seq).contiguous()
+    k_cache, v_cache = (torch.randn(B * per_seq + 3, page, Hk, D, device="cuda", dtype=dtype, generator=g)
+                        for _ in range(2))
+    for cache, dense in ((k_cache, k), (v_cache, v)):
+        cache[table.flatten().long()] = dense.view(B, Hk, per_seq, page, D).permute(0, 2, 3, 1, 4).reshape(
+            B * per_seq, page, Hk, D)
+    lens = torch.tensor(lengths, dtype=torch.int32, device="cuda")
+    return q, k, v, k_cache, v_cache, table, lens
+
+
+def paged_correctness():
+    from warpsched.kernels.attention.paged import page_size_for
+
+    bad = 0
+    print("\n| paged case | B x H/Hk x Sq | cache lengths | D | O err | LSE max abs err | result |")
+    print("|---|---|---|---|---|---|---|")
+    for name, B, H, Hk, Sq, lengths, D, causal, num_splits in PAGED:
+        q, k, v, k_cache, v_cache, table, lens = paged_inputs(B, H, Hk, Sq, lengths, D, page_size_for(D, causal))
+        out, lse = ops.attention_paged(q, k_cache, v_cache, table, lens, causal=causal, num_splits=num_splits,
+                                       return_lse=True)
+        ref = torch.empty(B, H, Sq, D, device="cuda", dtype=torch.float64)
+        ref_lse = torch.empty(B, H, Sq, device="cuda", dtype=torch.float64)
+        for b, n in enumerate(lengths):
+            o_b, l_b = reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal, None, None, None,
+                                 1 / math.sqrt(D))
+            ref[b], ref_lse[b] = o_b[0], l_b[0]
+        seen = torch.isfinite(ref_lse)
+        err = ((out.double() - ref.nan_to_num(0.0)).abs().max() / ref.nan_to_num(0.0).abs().max()).item()
+        lse_err = (lse.double() - ref_lse)[seen].abs().max().item()
+        empty_ok = bool((out[~seen] == 0).all()) and bool((lse[~seen] == float("inf")).all())
+        ok = err < 8e-3 and lse_err < 1e-2 and empty_ok and not out.isnan().any()
+        bad += not ok
+        print(f"| {name} | {B}x{H}/{Hk}x{Sq} | {lengths} | {D} | {err:.2e} | {lse_err:.1e} | "
+              f"{'PASS' if ok else 'FAIL'} |", flush=True)
+    print(f"paged correctness: {len(PAGED) - bad}/{len(PAGED)} PASS", flush=True)
+    return bad
+
+
 def _sms():
     return torch.cuda.get_device_properties(0).multi_processor_count
 
@@ -104,7 +159,7 @@ def correctness():
         print(f"| {name} | {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {str(dtype)[6:]} | {runs} | {err:.2e} | {lse_err:.1e} | "
               f"{'PASS' if ok else 'FAIL'} |", flush=True)
     print(f"correctness: {len(CASES) - bad}/{len(CASES)} PASS", flush=True)
-    return bad
+    return bad + paged_correctness()
 
 
 SHAPES = [  # B, H, Hk, Sq, Sk, D
@@ -170,5 +225,50 @@ def speed(rounds):
                   + " | ".join(ratios) + " |", flush=True)
 
 
+PAGED_SPEED = [(1, 32, 8, 1, 32768, 128), (8, 32, 8, 1, 8192, 128), (4, 32, 8, 4, 16384, 128)]
+
+
+def paged_speed(rounds):
+    """Device time of the paged forward (uniform cache lengths) against FA4's paged forward and against
+    warpsched on the same keys contiguous."""
+    from triton.testing import do_bench
+
+    try:
+        from flash_attn.cute import flash_attn_varlen_func
+    except Exception:  # noqa: BLE001
+        flash_attn_varlen_func = None
+    print("\npaged K/V cache (128-key pages), device time (CUDA graphs), us")
+    print("| B x H/Hk x Sq x S_k | D | warpsched paged | warpsched contiguous | FA4 paged | FA4 / ws paged | "
+          "contiguous / paged |")
+    print("|---|---|---|---|---|---|---|")
+    for B, H, Hk, Sq, Sk, D in PAGED_SPEED:
+        q, k, v, k_cache, v_cache, table, lens = paged_inputs(B, H, Hk, Sq, [Sk] * B, D, 128)
+        sides = {"paged": lambda: ops.attention_paged(q, k_cache, v_cache, table, lens),
+                 "contiguous": lambda: ops.attention(q, k, v)}
+        if flash_attn_varlen_func is not None:
+            qf = q.transpose(1, 2).contiguous()
+
+            def fa4():
+                return flash_attn_varlen_func(qf, k_cache, v_cache, page_table=table, seqused_k=lens)
+            try:
+                fa4()
+                sides["fa4"] = fa4
+            except Exception as e:  # noqa: BLE001 - FA4 may refuse a paged shape
+                print(f"  (FA4 paged: {type(e).__name__}: {str(e)[:120]})", flush=True)
+        times = {n: [] for n in sides}
+        for _ in range(rounds):
+            for n, fn in sides.items():
+                times[n].append(graph_ms(torch, do_bench, fn, 0.05, 100))
+        us = {n: statistics.median(t) * 1e3 for n, t in times.items()}
+        print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {us['paged']:.1f} | {us['contiguous']:.1f} | "
+              f"{us.get('fa4', float('nan')):.1f} | {us.get('fa4', float('nan')) / us['paged']:.2f}x | "
+              f"{us['contiguous'] / us['paged']:.2f}x |", flush=True)
+
+
+def all_speed(rounds):
+    speed(rounds)
+    paged_speed(rounds)
+
+
 if __name__ == "__main__":
-    check_then_time(__doc__, correctness, speed)
+    check_then_time(__doc__, correctness, all_speed)

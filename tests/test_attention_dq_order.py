@@ -48,13 +48,13 @@ def test_a_key_blocks_turn_is_its_place_among_the_key_blocks_of_the_q_block(caus
 @pytest.mark.parametrize("kw", [{}, {"causal": True}, {"window_size": (100, 37)}, {"causal": True, "seqlen_q": 384},
                                 {"heads": 2, "kv_heads": 2}, {"batches": 2, "seqlen_q": 64}])
 def test_the_hand_over_is_safe_up_to_the_bound(kw):
-    r = check_grid(D.dq_protocol(**kw))
+    r = check_grid(D.dq_protocol(ab.FlashAttentionBackward, **kw))
     assert r.verdict == "SAFE", r.report()
     assert r.states > 0 and not r.findings
 
 
 def _twin(calls):
-    return check_grid(D.dq_protocol(causal=True, seqlen_q=384, calls=calls))
+    return check_grid(D.dq_protocol(ab.FlashAttentionBackward, causal=True, seqlen_q=384, calls=calls))
 
 
 def signal_before_add(slot, order, last, part, flag=D.DQ_TURNS, acc=D.DQ_ACCUM):

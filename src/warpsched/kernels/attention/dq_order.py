@@ -64,20 +64,18 @@ def dq_part_calls(slot, order, last, part, flag=DQ_TURNS, acc=DQ_ACCUM, branch=p
     branch(part == PARTS - 1, lambda: branch(order < last, lambda: flag.signal(slot, order + 1)))
 
 
-def dq_protocol(causal=False, window_size=None, seqlen_q=256, heads=2, kv_heads=1, batches=1, calls=None,
-                grids=None, key_blocks=(1, 2, 3)) -> CrossCtaProtocol:
-    """The grid checker's view: one CTA per unit (the backward's grid), CTAs starting in order when they
-    are not all resident (``resident=False``), every key-block count in ``key_blocks`` (S_k = 128 x
-    that); each unit runs the kernel's steps with ``calls`` (default ``dq_part_calls``; the planted twins
-    pass a mutated one)."""
-    from .backward import FlashAttentionBackward
-
+def dq_protocol(backward_class, causal=False, window_size=None, seqlen_q=256, heads=2, kv_heads=1, batches=1,
+                calls=None, grids=None, key_blocks=(1, 2, 3)) -> CrossCtaProtocol:
+    """The grid checker's view of ``backward_class`` (``backward.FlashAttentionBackward``: its own unit and
+    step functions): one CTA per unit (the backward's grid), CTAs starting in order when they are not all
+    resident (``resident=False``), every key-block count in ``key_blocks`` (S_k = 128 x that); each unit
+    runs the kernel's steps with ``calls`` (default ``dq_part_calls``; the planted twins pass a mutated one)."""
     calls = calls or dq_part_calls
     units_of = {}
 
     def kernel(n_keys):
         if n_keys not in units_of:
-            g = FlashAttentionBackward(head_dim=64, causal=causal, window_size=window_size)
+            g = backward_class(head_dim=64, causal=causal, window_size=window_size)
             g.grid_setup(seqlen_q, n_keys * BLOCK_N, heads, kv_heads, batches)
             units_of[n_keys] = g
         return units_of[n_keys]
@@ -116,7 +114,7 @@ def require_safe(g):
     window = None if g.window_left is None and g.window_right is None else (g.window_left, g.window_right)
     key = (g.causal, window)
     if key not in _PROVEN:
-        _PROVEN[key] = [check_grid(dq_protocol(causal=g.causal, window_size=window, heads=h))
+        _PROVEN[key] = [check_grid(dq_protocol(type(g), causal=g.causal, window_size=window, heads=h))
                         for h in (1, 2)]
     bad = [r for r in _PROVEN[key] if r.verdict != "SAFE"]
     if bad:

@@ -168,7 +168,7 @@ class FlashAttention(WorkUnits):
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
-                 varlen=False):
+                 varlen=False, paged=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -221,6 +221,10 @@ class FlashAttention(WorkUnits):
                                        "64-row tile would write into the next sequence): it takes neither "
                                        "tma_store_o / o_buffer, unit_overlap nor split_kv (pass tma_store_o=False)")
         self.varlen = bool(varlen)  # packed sequences, FlashAttentionVarlen's cu_seqlens (units.seq_bounds)
+        if paged and (self.varlen or self.unit_overlap):
+            raise AttentionConfigError("paged=True reads K / V by page (FlashAttentionPaged): it takes neither varlen "
+                                       "nor unit_overlap")
+        self.paged = bool(paged)  # K / V in a paged cache, one block_n-key page per tile (units.physical_tile)
         self.out_dtype = cutlass.Float32 if self.split_kv else dtype
         amasks.check(mask_mod, softcap, self.unit_overlap)
         # a sliding window: the K/V tiles a unit visits start and end with it (units.kv_first_tile)
@@ -254,7 +258,7 @@ class FlashAttention(WorkUnits):
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
-                    "unit_overlap", "split_kv", "varlen")
+                    "unit_overlap", "split_kv", "varlen", "paged")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
@@ -293,8 +297,10 @@ class FlashAttention(WorkUnits):
                  scale: cutlass.Float32, stream):
         self._launch(mQ, mK, mV, mO, mLSE, scale, stream)
 
-    def _launch(self, mQ, mK, mV, mO, mLSE, scale, stream, mCuQ=None, mCuK=None, max_seqlen_q=None):
-        """The launch both entry points trace (``FlashAttentionVarlen`` passes the cu_seqlens)."""
+    def _launch(self, mQ, mK, mV, mO, mLSE, scale, stream, mCuQ=None, mCuK=None, max_seqlen_q=None, mPages=None,
+                mCacheLens=None):
+        """The launch the entry points trace (``FlashAttentionVarlen`` passes the cu_seqlens,
+        ``FlashAttentionPaged`` the page table and the cache lengths)."""
         q_staged, k_staged, v_staged = self._layouts()
         qk_mma, pv_mma = self._mmas()
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -321,7 +327,7 @@ class FlashAttention(WorkUnits):
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]), self._splits(mQ, mO))
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
-                    scale, mCuQ, mCuK, max_seqlen_q).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    scale, mCuQ, mCuK, max_seqlen_q, mPages, mCacheLens).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                                             min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
@@ -330,7 +336,8 @@ class FlashAttention(WorkUnits):
                mLSE: cute.Tensor, qk_mma: cute.TiledMma,
                pv_mma: cute.TiledMma, q_staged: cute.ComposedLayout, k_staged: cute.ComposedLayout,
                v_staged: cute.ComposedLayout, scale: cutlass.Float32, mCuQ: Optional[cute.Tensor],
-               mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32]):
+               mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32], mPages: Optional[cute.Tensor],
+               mCacheLens: Optional[cute.Tensor]):
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -345,6 +352,9 @@ class FlashAttention(WorkUnits):
             self.grid_setup(max_seqlen_q, cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
                             cute.size(mCuQ, mode=[0]) - 1)
         else:
+            if cutlass.const_expr(self.paged):  # K / V: the cache as one batch of pages (units.physical_tile)
+                self.page_table, self.cache_seqlens = mPages, mCacheLens
+                self.pages_per_seq = cute.size(mPages, mode=[1])
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]),
                             self._splits(mQ, mO, batch_mode=3, out_mode=0))
@@ -384,3 +394,19 @@ class FlashAttentionVarlen(FlashAttention):
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor,
                  mCuQ: cute.Tensor, mCuK: cute.Tensor, max_seqlen_q: cutlass.Int32, scale: cutlass.Float32, stream):
         self._launch(mQ, mK, mV, mO, mLSE, scale, stream, mCuQ, mCuK, max_seqlen_q)
+
+
+class FlashAttentionPaged(FlashAttention):
+    """The forward over a paged K/V cache (flash_attn's ``page_table`` / ``seqused_k``): q, out (B, H, S_q, D)
+    and lse as the plain kernel's (with ``split_kv``: the runs' partials), k and v (1, H_kv, pages x
+    block_n, D) views of (pages, block_n, H_kv, D) caches, ``mPages`` (B, pages per sequence) int32 the
+    page of each K/V tile, ``mCacheLens`` (B,) int32 each sequence's keys. The program is the plain
+    kernel's (units.physical_tile maps a tile to its page)."""
+
+    def __init__(self, **options):
+        super().__init__(paged=True, **options)
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor,
+                 mPages: cute.Tensor, mCacheLens: cute.Tensor, scale: cutlass.Float32, stream):
+        self._launch(mQ, mK, mV, mO, mLSE, scale, stream, mPages=mPages, mCacheLens=mCacheLens)

@@ -127,6 +127,9 @@ class SmemK(KAheadWorks, MemoryResource):
         if cutlass.const_expr(g.varlen):  # the unit's sequence's keys of the packed K
             k_rows = g.seq_view(v.mK, g.seq_bounds(g.unit_of(stage_info))[2], kv_head)
             gK = cute.flat_divide(k_rows, (g.block_n, g.head_dim))[(None, None, None, 0)]
+        elif cutlass.const_expr(g.paged):  # the page that holds the tile, in the cache's one batch
+            gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, 0)]
+            tile = g.physical_tile(g.unit_of(stage_info), tile)
         else:
             gK = cute.flat_divide(v.mK, (g.block_n, g.head_dim))[(None, None, None, 0, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_k, 0, cute.make_layout(1), cute.group_modes(v.sK, 0, 2),
@@ -171,11 +174,15 @@ class SmemV(MemoryResource):
         if cutlass.const_expr(g.varlen):
             v_rows = g.seq_view(v.mV, g.seq_bounds(g.unit_of(stage_info))[2], kv_head, seq_mode=1)
             gV = cute.flat_divide(v_rows, (g.head_dim, g.block_n))[(None, None, 0, None)]
+        elif cutlass.const_expr(g.paged):
+            gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, 0)]
         else:
             gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
                                                     cute.group_modes(gV, 0, 2))
         tile = stage_info.loop_offset if cutlass.const_expr(unit_xy is not None) else g.kv_tile_of(stage_info)
+        if cutlass.const_expr(g.paged):
+            tile = g.physical_tile(g.unit_of(stage_info), tile)
         stage_info.tma_copy(v.tma_v, t_g[(None, tile)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
@@ -217,7 +224,7 @@ class Scores(ScoresAheadWorks, MemoryResource):
             col0 = tile * bN
         if cutlass.const_expr(g.softcap is not None):
             amasks.softcap_tile(acc_s, v.scale, g.softcap)
-        seqlen_k = g.seq_bounds(g.unit_of(stage_info))[3] if cutlass.const_expr(g.varlen) else g.seqlen_k
+        seqlen_k = g.seq_bounds(g.unit_of(stage_info))[3] if cutlass.const_expr(g.varlen or g.paged) else g.seqlen_k
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, seqlen_k, bN, g.causal, g.window_left, g.window_right)
         if cutlass.const_expr(g.mask_mod is not None):
             amasks.mask_mod_tile(acc_s, v.qk_mma, row0, col0, bN, g.mask_mod, coords[2], coords[1])

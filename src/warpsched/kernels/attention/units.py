@@ -20,7 +20,10 @@ class WorkUnits:
 
     ``varlen``: the batch is packed sequences, ``cu_q`` / ``cu_k`` their first rows and keys (as
     flash_attn_varlen_func's cu_seqlens); ``seqlen_q`` is the longest sequence's rows (max_seqlen_q), a
-    unit is a Q block of one (sequence, head), and a block past its sequence's rows stores nothing."""
+    unit is a Q block of one (sequence, head), and a block past its sequence's rows stores nothing.
+
+    ``paged``: K and V live in pages of ``block_n`` keys (a K/V cache), ``page_table[b, j]`` the page of
+    sequence b's j-th K/V tile and ``cache_seqlens[b]`` its keys; ``physical_tile`` maps a tile."""
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, splits=1):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
@@ -111,7 +114,7 @@ class WorkUnits:
         tiles = (kv_end + self.block_n - 1) // self.block_n
         if cutlass.const_expr(self.window_left is not None):
             tiles = cutlass.max(tiles - self._block_first_tile(unit), 1)
-        elif cutlass.const_expr(self.varlen):  # a sequence without keys: one tile, fully masked
+        elif cutlass.const_expr(self.varlen or self.paged):  # a sequence without keys: one tile, fully masked
             tiles = cutlass.max(tiles, 1)
         if cutlass.const_expr(self.varlen):  # a Q block past its sequence's rows stores nothing: one tile
             live = cutlass.min(1, cutlass.max(0, self.seq_bounds(unit)[1] - self.unit_coords(unit)[0] * self.block_m))
@@ -133,18 +136,26 @@ class WorkUnits:
             return 0
         first_key = cutlass.max(self.unit_coords(unit)[0] * self.block_m - self.window_left, 0)
         last_tile = (self.seq_bounds(unit)[3] + self.block_n - 1) // self.block_n - 1
-        if cutlass.const_expr(self.varlen):  # a sequence without keys has no last tile: tile 0
+        if cutlass.const_expr(self.varlen or self.paged):  # a sequence without keys has no last tile: tile 0
             last_tile = cutlass.max(last_tile, 0)
         return cutlass.min(first_key // self.block_n, last_tile)
 
     def seq_bounds(self, unit):
         """(first Q row, Q rows, first key, keys) of ``unit``'s sequence: (0, S_q, 0, S_k), or with
         ``varlen`` its sequence's, from ``cu_q`` / ``cu_k``."""
+        if cutlass.const_expr(self.paged):  # one sequence of Q rows per batch, its keys in the cache
+            return 0, self.seqlen_q, 0, self.cache_seqlens[self.unit_coords(unit)[2]]
         if cutlass.const_expr(not self.varlen):
             return 0, self.seqlen_q, 0, self.seqlen_k
         b = self.unit_coords(unit)[2]
         q0, k0 = self.cu_q[b], self.cu_k[b]
         return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0
+
+    def physical_tile(self, unit, tile):
+        """``paged``: the cache page that holds K/V tile ``tile`` of ``unit``'s sequence (a tile past the
+        table's last entry reads the last entry: it is fully masked)."""
+        entry = cutlass.min(tile, self.pages_per_seq - 1)
+        return self.page_table[(self.unit_coords(unit)[2], entry)]
 
     @staticmethod
     def seq_view(t, start, head, seq_mode=0):
