@@ -40,3 +40,15 @@ def check_then_time(doc, correctness, speed):
     if not a.no_time:
         speed(a.rounds)
     sys.exit(1 if bad else 0)
+
+
+def fa4(name="flash_attn_func"):
+    """FlashAttention-4's ``flash_attn.cute.<name>`` for a side-by-side run, or None (saying why) where it
+    is not installed (the private GPU carry brings it with ``make_carry.sh --with-peers``)."""
+    try:
+        import flash_attn.cute as fa
+        return getattr(fa, name)
+    except Exception as e:  # noqa: BLE001 - any import failure leaves FA4 out of the tables
+        print(f"FA4 unavailable ({type(e).__name__}: {e}): its columns stay empty", flush=True)
+        return None
+

@@ -27,7 +27,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from _eager import alternate, check_then_time  # noqa: E402
+from _eager import alternate, check_then_time, fa4  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import split_kv  # noqa: E402
@@ -186,11 +186,7 @@ def speed(rounds):
     from torch.nn.attention import SDPBackend
     from triton.testing import do_bench
 
-    try:
-        from flash_attn.cute import flash_attn_func
-    except Exception as e:  # noqa: BLE001
-        print(f"FA4 unavailable ({type(e).__name__}: {e})")
-        flash_attn_func = None
+    flash_attn_func = fa4("flash_attn_func")
     names = ["ws", "ws_nosplit", "fa4", "cudnn", "flash"]
     for mode in ("device (CUDA graphs)", "eager (host included)"):
         print(f"\n{mode}, us per call; K/V GB/s for warpsched")
@@ -233,10 +229,7 @@ def paged_speed(rounds):
     warpsched on the same keys contiguous."""
     from triton.testing import do_bench
 
-    try:
-        from flash_attn.cute import flash_attn_varlen_func
-    except Exception:  # noqa: BLE001
-        flash_attn_varlen_func = None
+    flash_attn_varlen_func = fa4("flash_attn_varlen_func")
     print("\npaged K/V cache (128-key pages), device time (CUDA graphs), us")
     print("| B x H/Hk x Sq x S_k | D | warpsched paged | warpsched contiguous | FA4 paged | FA4 / ws paged | "
           "contiguous / paged |")

@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from _eager import alternate, check_then_time  # noqa: E402
+from _eager import alternate, check_then_time, fa4  # noqa: E402
 from warpsched import ops  # noqa: E402
 
 W = 256
@@ -138,11 +138,7 @@ def correctness():
 
 
 def speed(rounds):
-    try:
-        from flash_attn.cute import flash_attn_func
-    except Exception as e:  # noqa: BLE001
-        print(f"FA4 unavailable ({type(e).__name__}: {e}): timing warpsched and SDPA only")
-        flash_attn_func = None
+    flash_attn_func = fa4("flash_attn_func")
     print("| B x H x S | D | what | warpsched us | FA4 us | SDPA (bool mask) us | FA4 / ws | SDPA / ws |")
     print("|---|---|---|---|---|---|---|---|")
     for B, H, S, D in ((4, 16, 4096, 128), (8, 16, 2048, 64), (1, 16, 32768, 128)):

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from _eager import alternate, check_then_time  # bench/_eager.py: sides alternated, host time included
+from _eager import alternate, check_then_time, fa4  # bench/_eager.py: sides alternated, host time included
 from warpsched import nn as wnn
 from warpsched import ops
 
@@ -138,11 +138,7 @@ def correctness():
 
 
 def speed(rounds):
-    try:
-        from flash_attn.cute import flash_attn_func
-    except Exception as e:  # noqa: BLE001
-        print(f"FA4 unavailable ({type(e).__name__}: {e}): timing warpsched only")
-        flash_attn_func = None
+    flash_attn_func = fa4("flash_attn_func")
     W = 256
     print("| B x H x S | D | window | warpsched us | FA4 us | ws full causal us | FA4 / ws | full / window |")
     print("|---|---|---|---|---|---|---|---|")

@@ -29,7 +29,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from _eager import alternate, check_then_time  # noqa: E402
+from _eager import alternate, check_then_time, fa4  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
 from warpsched import nn as wnn  # noqa: E402
 from warpsched import ops  # noqa: E402
@@ -154,11 +154,7 @@ BATCHES = [  # name, lengths, H, Hk, D, causal
 def speed(rounds):
     from triton.testing import do_bench
 
-    try:
-        from flash_attn.cute import flash_attn_varlen_func
-    except Exception as e:  # noqa: BLE001
-        print(f"FA4 unavailable ({type(e).__name__}: {e})")
-        flash_attn_varlen_func = None
+    flash_attn_varlen_func = fa4("flash_attn_varlen_func")
     print("\ndevice time (CUDA graphs), us; TFLOP/s over visible pairs")
     print("| batch | H/Hk | D | causal | warpsched varlen | FA4 varlen | warpsched padded | ws TFLOP/s | FA4 / ws | "
           "padded / ws |")

@@ -98,3 +98,12 @@ def mask_mod_tile(acc_s, qk_mma, row0, col0, block_n: cutlass.Constexpr, mask_mo
         keep = mask_mod(batch, head, row0 + coords[i][0], col0 + coords[i][1])
         if not keep:
             acc_s[i] = -cutlass.Float32.inf
+
+
+def with_masks(options, window_size=None, softcap=None, mask_mod=None):
+    """``options`` with the masks a caller gave added (the kernel validates them); a list window becomes a
+    tuple, so the options stay a hashable compile key."""
+    extra = {"window_size": None if window_size is None else tuple(window_size), "softcap": softcap,
+             "mask_mod": mask_mod}
+    return dict(options, **{name: value for name, value in extra.items() if value is not None})
+

@@ -15,7 +15,7 @@ from .. import _host
 from . import split_kv
 from .forward import HEAD_DIMS, FlashAttentionPaged
 from .host import _partials, split_options, tuned_options
-from .masks import AttentionConfigError
+from .masks import AttentionConfigError, with_masks
 from .register_math import WG_ROWS
 
 _CACHE = {}
@@ -122,10 +122,7 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
               split_kv.choose_splits(B, H, Sq, capacity, WG_ROWS * options.get("wgs", 2), page, _host.num_sms()))
     if splits > 1:
         options = split_options(options)
-    for name, value in (("mask_mod", mask_mod), ("softcap", softcap),
-                        ("window_size", None if window_size is None else tuple(window_size))):
-        if value is not None:
-            options[name] = value
+    options = with_masks(options, window_size, softcap, mask_mod)
     key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     q = q if q.stride(3) == 1 and q.data_ptr() % 16 == 0 else q.contiguous()

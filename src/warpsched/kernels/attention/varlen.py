@@ -17,7 +17,7 @@ from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen
 from .backward_units import BLOCK_M as BWD_BLOCK_M
 from .forward import HEAD_DIMS, FlashAttentionVarlen
 from .host import tuned_options
-from .masks import AttentionConfigError
+from .masks import AttentionConfigError, with_masks
 
 _CACHE = {}
 _PLANS = {}
@@ -97,19 +97,20 @@ def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=
                         options=_host.ptx_options(arch))
 
 
-def _compiled(key, args=None):
-    """The kernel for ``key``: through TVM FFI (fake operands, called with torch tensors) or, without it,
-    for the JIT executor with ``args``."""
+def _compiled(key, args=None, backward=False):
+    """The forward's (or ``backward``'s) kernel for ``key``: through TVM FFI (fake operands, called with
+    torch tensors) or, without it, for the JIT executor with ``args``."""
     ffi = args is None
-    ck = key + (("tvm-ffi",) if ffi else ())
+    ck = (("bwd",) if backward else ()) + key + (("tvm-ffi",) if ffi else ())
     if ck not in _CACHE:
-        kern = _kernel(key)
+        kern = (_backward_kernel if backward else _kernel)(key)
         if ffi:
-            _CACHE[ck] = cute.compile(kern, *fake_operands(key[0], key[1]), cutlass.Float32(0.125),
-                                      _host.fake_env_stream(), options=_host.ffi_options())
+            fakes = (fake_backward_operands if backward else fake_operands)(key[0], key[1])
+            _CACHE[ck] = cute.compile(kern, *fakes, cutlass.Float32(0.125), _host.fake_env_stream(),
+                                      options=_host.ffi_options())
         else:
             _CACHE[ck] = cute.compile(kern, *args, options=_host.launch_options())
-        _host.record_verdict(VERDICT_OF, key, kern)
+        _host.record_verdict(VERDICT_OF, ck[:len(ck) - ffi], kern)
     return _CACHE[ck]
 
 
@@ -132,10 +133,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise AttentionConfigError(f"max_seqlen_q={max_seqlen_q!r}: expected the longest sequence's query count, "
                                        "an int (cu_seqlens_q.diff().max().item() computes it, with a host sync)")
         D = q.shape[2]
-        options = varlen_options(D, causal)
-        for name, value in (("mask_mod", mask_mod), ("softcap", softcap), ("window_size", window_size)):
-            if value is not None:
-                options[name] = value
+        options = with_masks(varlen_options(D, causal), window_size, softcap, mask_mod)
         key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
         plan = (key, 1.0 / math.sqrt(D) if scale is None else float(scale))
     key, scale_v = plan
@@ -194,20 +192,6 @@ def compile_backward_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128
                         options=_host.ptx_options(arch))
 
 
-def _compiled_backward(key, args=None):
-    ffi = args is None
-    ck = ("bwd",) + key + (("tvm-ffi",) if ffi else ())
-    if ck not in _CACHE:
-        kern = _backward_kernel(key)
-        if ffi:
-            _CACHE[ck] = cute.compile(kern, *fake_backward_operands(key[0], key[1]), cutlass.Float32(0.125),
-                                      _host.fake_env_stream(), options=_host.ffi_options())
-        else:
-            _CACHE[ck] = cute.compile(kern, *args, options=_host.launch_options())
-        _host.record_verdict(VERDICT_OF, ("bwd",) + key, kern)
-    return _CACHE[ck]
-
-
 def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, scale=None, window_size=None, softcap=None, mask_mod=None):
     """``warpsched.ops.attention_varlen_backward``: (dq, dk, dv) in q's / k's (total, heads, D) layout for the
@@ -242,16 +226,12 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
     lse_v = lse.contiguous().unsqueeze(0)
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
-    options = default_options(D)
-    for name, value in (("mask_mod", mask_mod), ("softcap", softcap),
-                        ("window_size", None if window_size is None else tuple(window_size))):
-        if value is not None:
-            options[name] = value
+    options = with_masks(default_options(D), window_size, softcap, mask_mod)
     key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if _host.ffi_enabled():
         compiled_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, delta)
-        _compiled_backward(key)(qv, kv, vv, dov, lse_v, delta, dq_acc, dkv, dvv, *cu, int(max_seqlen_q),
+        _compiled(key, backward=True)(qv, kv, vv, dov, lse_v, delta, dq_acc, dkv, dvv, *cu, int(max_seqlen_q),
                                 int(max_seqlen_k), scale)
     else:
         delta.copy_((dov.float() * ov.float()).sum(-1))
@@ -259,6 +239,6 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                 + [_host.to_cute(t, 3) for t in (dq_acc, dkv, dvv)] + [_host.to_cute(t, 0) for t in cu]
                 + [cutlass.Int32(max_seqlen_q), cutlass.Int32(max_seqlen_k), cutlass.Float32(scale),
                    _host.current_stream()])
-        _compiled_backward(key, args)(*args)
+        _compiled(key, args, backward=True)(*args)
     dq.copy_(dq_acc[0, :, :total_q].transpose(0, 1))
     return dq, dk, dv
