@@ -29,6 +29,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from _eager import alternate, check_then_time, fa4  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
+from attention_mask_check import reference as masked_reference  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import split_kv  # noqa: E402
 
@@ -54,28 +55,9 @@ CASES = [  # name, B, H, Hk, Sq, Sk, D, dtype, causal, window, softcap, mask_mod
 
 
 def reference(q, k, v, causal, window, softcap, mask_mod, scale):
-    B, H, Sq, D = q.shape
-    Hk, Sk = k.shape[1], k.shape[2]
-    kk = k.double().repeat_interleave(H // Hk, 1)
-    vv = v.double().repeat_interleave(H // Hk, 1)
-    s = torch.einsum("bhqd,bhkd->bhqk", q.double(), kk) * scale
-    if softcap is not None:
-        s = softcap * torch.tanh(s / softcap)
-    qi = torch.arange(Sq, device=q.device).view(1, 1, Sq, 1)
-    ki = torch.arange(Sk, device=q.device).view(1, 1, 1, Sk)
-    keep = torch.ones(1, 1, Sq, Sk, dtype=torch.bool, device=q.device)
-    if causal:
-        keep = keep & (ki <= qi)
-    if window is not None:
-        left, right = window
-        if left is not None and left >= 0:
-            keep = keep & (ki >= qi - left)
-        if right is not None and right >= 0:
-            keep = keep & (ki <= qi + right)
-    if mask_mod is not None:
-        keep = keep & mask_mod(None, None, qi, ki)
-    s = s.masked_fill(~keep, float("-inf"))
-    return torch.einsum("bhqk,bhkd->bhqd", torch.softmax(s, -1).nan_to_num(0.0), vv), torch.logsumexp(s, -1)
+    """fp64 O and LSE (``attention_mask_check.reference``: the mask evaluated on index tensors)."""
+    out, lse, _ = masked_reference(q, k, v, mask_mod, causal, softcap, scale, window)
+    return out, lse
 
 
 PAGED = [  # name, B, H, Hk, Sq, lengths, D, causal, num_splits
