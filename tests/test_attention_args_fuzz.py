@@ -1,0 +1,67 @@
+"""Fuzzed arguments for the attention entry points' checks (varlen, paged, split-KV, the kernels'
+options): whatever a caller passes, the answer is the input accepted or an AttentionConfigError (a
+ValueError) that names the argument, never another exception from inside warpsched. Duck-typed tensors,
+so this runs without torch or a GPU."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+pytest.importorskip("cutlass")
+
+from warpsched.kernels.attention import paged, split_kv, varlen  # noqa: E402
+from warpsched.kernels.attention import forward as att  # noqa: E402
+from warpsched.kernels.attention.masks import AttentionConfigError  # noqa: E402
+
+DTYPES = ["torch.bfloat16", "torch.float16", "torch.float32", "torch.int32", "torch.int64", "weird"]
+
+
+class _Fake:
+    def __init__(self, shape, dtype, cuda=True, contiguous=True):
+        self.shape, self.dtype, self.is_cuda, self.device = tuple(shape), dtype, cuda, "cuda" if cuda else "cpu"
+        self._contiguous = contiguous
+
+    def is_contiguous(self):
+        return self._contiguous
+
+
+def _junk(r):
+    """A random argument: a fake tensor of random rank, sizes and dtype, or a non-tensor."""
+    kind = r.random()
+    if kind < 0.1:
+        return r.choice([None, 3, "q", 2.5, [1, 2], object()])
+    shape = [r.choice([0, 1, 2, 3, 5, 64, 128, 256, 96]) for _ in range(r.choice([0, 1, 2, 3, 4, 5]))]
+    return _Fake(shape, r.choice(DTYPES), cuda=r.random() > 0.1, contiguous=r.random() > 0.1)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_varlen_and_paged_checks_answer_every_input_with_a_named_error(seed):
+    r = random.Random(seed)
+    for _ in range(50):
+        for check, n in ((varlen.check_args, 5), (paged.check_args, 5)):
+            args = [_junk(r) for _ in range(n)]
+            try:
+                check(*args)
+            except AttentionConfigError as e:
+                assert str(e) and any(w in str(e) for w in ("q", "k", "v", "cu_seqlens", "page", "cache", "head"))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_split_counts_and_kernel_options_answer_every_input_with_a_named_error(seed):
+    r = random.Random(seed)
+    values = [None, -1, 0, 1, 2, 7, 128, 129, 1.5, True, "4", (2, 3), [1]]
+    for _ in range(100):
+        n, sk = r.choice(values), r.choice([1, 100, 128, 5000])
+        try:
+            got = split_kv.check_splits(n, sk, 128)
+            assert got is None or 1 <= got <= split_kv.MAX_SPLITS
+        except AttentionConfigError as e:
+            assert "num_splits=" in str(e)
+        options = {name: r.choice([False, True, None, 0, 2]) for name in
+                   r.sample(["split_kv", "varlen", "paged", "tma_store_o", "o_buffer", "unit_overlap", "q_stages"],
+                            r.randrange(1, 5))}
+        try:
+            att.FlashAttention(head_dim=r.choice([64, 128, 256]), **options)
+        except AttentionConfigError as e:
+            assert "=" in str(e)
