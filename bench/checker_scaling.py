@@ -35,6 +35,10 @@ from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, Task, T
                        work_tile_loop)
 from warpsched.verify import Options, Program  # noqa: E402
 from warpsched.verify.checker import run_checker  # noqa: E402
+from tools.reference_ts.scaling_schedules import persistent_schedules, plain_schedules  # noqa: E402
+
+_API = type("WarpschedApi", (), {"domain_loop": staticmethod(domain_loop), "schedule": staticmethod(schedule),
+                                 "work_tile_loop": staticmethod(work_tile_loop)})  # the schedules' side
 
 NUM_EPI_WARPS = 4
 ACC_STAGES = 2
@@ -92,33 +96,7 @@ def build_program(variant: str, S: int, K: int, max_states: int = 200_000) -> Pr
         cta_layout_vmnk=(1, 1, 1, 1)))
     gmem_d = GmemD(name="GmemD")
     if variant == "a":
-        @schedule
-        def load_s(g, s):
-            with domain_loop(0, K, 1):
-                g.compute_coords()
-                s.acquire()
-                s.tma_load()
-                s.commit()
-
-        @schedule
-        def mma_s(s, t):
-            t.acquire()
-            with domain_loop(0, K, 1):
-                s.wait()
-                s.build_desc()
-                t.mma()
-                s.release()
-            t.commit()
-
-        @schedule
-        def store_s(t, o):
-            with domain_loop(0, K, 1):
-                pass
-            t.wait()
-            t.load_subtile()
-            o.store()
-            t.release()
-
+        load_s, mma_s, store_s = plain_schedules(_API, K)
         tasks = [Task(name="LoadTask", src_resources=[gmem_ab], dst_resources=[smem_ab], warp_idx=4,
                       schedule=load_s(gmem_ab, smem_ab)),
                  Task(name="MmaTask", src_resources=[smem_ab], dst_resources=[tmem_c], warp_idx=5,
@@ -136,55 +114,7 @@ def build_program(variant: str, S: int, K: int, max_states: int = 200_000) -> Pr
                        producer_signaling_threads=SignalingThreads.CtaLeader,
                        consumer_signaling_threads=SignalingThreads.All))
 
-    def wq_tail(q):
-        q.try_wait()
-        q.wait()
-        q.get_and_advance_work_tile()
-        q.release()
-
-    @schedule
-    def load_p(g, s, q):
-        with work_tile_loop(q):
-            with domain_loop(0, K, 1):
-                g.compute_coords()
-                s.acquire()
-                s.tma_load()
-                s.commit()
-            wq_tail(q)
-
-    @schedule
-    def mma_p(s, t, q):
-        with work_tile_loop(q):
-            t.acquire()
-            with domain_loop(0, K, 1):
-                s.wait()
-                s.build_desc()
-                t.mma()
-                s.release()
-            t.commit()
-            wq_tail(q)
-
-    @schedule
-    def store_p(t, o, q):
-        with work_tile_loop(q):
-            with domain_loop(0, K, 1):
-                pass
-            t.wait()
-            t.load_subtile()
-            o.store()
-            t.release()
-            wq_tail(q)
-
-    @schedule
-    def sched_p(q):
-        with work_tile_loop(q):
-            with domain_loop(0, 0, 1):
-                pass
-            q.try_acquire()
-            q.acquire()
-            q.fetch_work_tile()
-            q.commit()
-            wq_tail(q)
+    load_p, mma_p, store_p, sched_p = persistent_schedules(_API, K)
 
     tasks = [Task(name="LoadTask", src_resources=[gmem_ab, wq], dst_resources=[smem_ab], warp_idx=4,
                   schedule=load_p(gmem_ab, smem_ab, wq)),

@@ -42,6 +42,11 @@ import sys
 import time
 import warnings
 
+try:  # the schedules warpsched's bench/checker_scaling.py builds too (one text for both checkers)
+    from .scaling_schedules import persistent_schedules, plain_schedules
+except ImportError:  # run as a script from this folder
+    from scaling_schedules import persistent_schedules, plain_schedules
+
 VARIANTS = ("a", "b", "b_static")
 
 _BFS_RE = re.compile(
@@ -164,38 +169,10 @@ def build_tasks(variant: str, S: int, K: int):
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; expected one of {VARIANTS}")
     R = _ref()
-    domain_loop, schedule, work_tile_loop = R.domain_loop, R.schedule, R.work_tile_loop
     gmem_ab, smem_ab, tmem_c, gmem_d = _resources(S)
 
     if variant == "a":
-
-        @schedule
-        def load_s(g, s):
-            with domain_loop(0, K, 1):
-                g.compute_coords()
-                s.acquire()
-                s.tma_load()
-                s.commit()
-
-        @schedule
-        def mma_s(s, t):
-            t.acquire()
-            with domain_loop(0, K, 1):
-                s.wait()
-                s.build_desc()
-                t.mma()
-                s.release()
-            t.commit()
-
-        @schedule
-        def store_s(t, o):
-            with domain_loop(0, K, 1):
-                pass
-            t.wait()
-            t.load_subtile()
-            o.store()
-            t.release()
-
+        load_s, mma_s, store_s = plain_schedules(R, K)
         tasks = [
             R.Task(name="LoadTask", src_resources=[gmem_ab], dst_resources=[smem_ab],
                    warp_idx=4, num_warps=1, schedule=load_s(gmem_ab, smem_ab)),
@@ -238,44 +215,7 @@ def build_tasks(variant: str, S: int, K: int):
             ),
         )
 
-    def _wq_tail(q):
-        q.try_wait()
-        q.wait()
-        q.get_and_advance_work_tile()
-        q.release()
-
-    @schedule
-    def load_s(g, s, q):
-        with work_tile_loop(q):
-            with domain_loop(0, K, 1):
-                g.compute_coords()
-                s.acquire()
-                s.tma_load()
-                s.commit()
-            _wq_tail(q)
-
-    @schedule
-    def mma_s(s, t, q):
-        with work_tile_loop(q):
-            t.acquire()
-            with domain_loop(0, K, 1):
-                s.wait()
-                s.build_desc()
-                t.mma()
-                s.release()
-            t.commit()
-            _wq_tail(q)
-
-    @schedule
-    def store_s(t, o, q):
-        with work_tile_loop(q):
-            with domain_loop(0, K, 1):
-                pass
-            t.wait()
-            t.load_subtile()
-            o.store()
-            t.release()
-            _wq_tail(q)
+    load_s, mma_s, store_s, sched_s = persistent_schedules(R, K)
 
     tasks = [
         R.Task(name="LoadTask", src_resources=[gmem_ab, wq], dst_resources=[smem_ab],
@@ -291,18 +231,6 @@ def build_tasks(variant: str, S: int, K: int):
         gmem_d: [tmem_c, wq],
     }
     if clc:
-
-        @schedule
-        def sched_s(q):
-            with work_tile_loop(q):
-                with domain_loop(0, 0, 1):  # empty domain: no K work
-                    pass
-                q.try_acquire()
-                q.acquire()
-                q.fetch_work_tile()
-                q.commit()
-                _wq_tail(q)
-
         tasks.append(
             R.Task(name="SchedTask", src_resources=[wq], dst_resources=[wq],
                    warp_idx=6, num_warps=1, schedule=sched_s(wq))
