@@ -35,55 +35,19 @@ from warpsched import (MemoryResource, PipelineConfig, SignalingThreads, Task, T
                        work_tile_loop)
 from warpsched.verify import Options, Program  # noqa: E402
 from warpsched.verify.checker import run_checker  # noqa: E402
-from tools.reference_ts.scaling_schedules import persistent_schedules, plain_schedules  # noqa: E402
+from tools.reference_ts.scaling_schedules import (ACC_STAGES, NUM_EPI_WARPS, WQ_STAGES,  # noqa: E402
+                                                  persistent_schedules, plain_schedules, resource_classes)
 
 _API = type("WarpschedApi", (), {"domain_loop": staticmethod(domain_loop), "schedule": staticmethod(schedule),
                                  "work_tile_loop": staticmethod(work_tile_loop)})  # the schedules' side
-
-NUM_EPI_WARPS = 4
-ACC_STAGES = 2
-WQ_STAGES = 2
-
 
 class _Group:
     def __init__(self, size):
         self.size = size
 
 
-@dataclass(kw_only=True)
-class GmemAb(MemoryResource):
-    @consumer_work
-    def compute_coords(self, stage_info):
-        pass
-
-
-@dataclass(kw_only=True)
-class SmemAb(MemoryResource):
-    @producer_work
-    def tma_load(self, stage_info):
-        pass
-
-    @consumer_work
-    def build_desc(self, stage_info):
-        pass
-
-
-@dataclass(kw_only=True)
-class TmemC(MemoryResource):
-    @producer_work
-    def mma(self, stage_info):
-        pass
-
-    @consumer_work
-    def load_subtile(self, stage_info):
-        pass
-
-
-@dataclass(kw_only=True)
-class GmemD(MemoryResource):
-    @producer_work
-    def store(self, stage_info):
-        pass
+GmemAb, SmemAb, TmemC, GmemD = resource_classes(MemoryResource, consumer_work, producer_work,
+                                                wrap=dataclass(kw_only=True))
 
 
 def build_program(variant: str, S: int, K: int, max_states: int = 200_000) -> Program:

@@ -43,9 +43,11 @@ import time
 import warnings
 
 try:  # the schedules warpsched's bench/checker_scaling.py builds too (one text for both checkers)
-    from .scaling_schedules import persistent_schedules, plain_schedules
+    from .scaling_schedules import (ACC_STAGES, NUM_EPI_WARPS, WQ_STAGES, persistent_schedules, plain_schedules,
+                                    resource_classes)
 except ImportError:  # run as a script from this folder
-    from scaling_schedules import persistent_schedules, plain_schedules
+    from scaling_schedules import (ACC_STAGES, NUM_EPI_WARPS, WQ_STAGES, persistent_schedules, plain_schedules,
+                                   resource_classes)
 
 VARIANTS = ("a", "b", "b_static")
 
@@ -81,35 +83,7 @@ def _ref():
     from cutlass.experimental.task_scheduling.task import Task
     from cutlass.experimental.task_scheduling.task_manager import TaskManager
 
-    # Schedule-facing resource classes.  Work bodies are never executed on the
-    # CPU path (only captured), so they are empty.
-    class GmemAb(MemoryResource):
-        @consumer_work
-        def compute_coords(self, stage_info):
-            pass
-
-    class SmemAb(MemoryResource):
-        @producer_work
-        def tma_load(self, stage_info):
-            pass
-
-        @consumer_work
-        def build_desc(self, stage_info):
-            pass
-
-    class TmemC(MemoryResource):
-        @producer_work
-        def mma(self, stage_info):
-            pass
-
-        @consumer_work
-        def load_subtile(self, stage_info):
-            pass
-
-    class GmemD(MemoryResource):
-        @producer_work
-        def store(self, stage_info):
-            pass
+    GmemAb, SmemAb, TmemC, GmemD = resource_classes(MemoryResource, consumer_work, producer_work)
 
     ns = dict(
         pipeline=pipeline,
@@ -129,11 +103,6 @@ def _ref():
         GmemD=GmemD,
     )
     return type("Ref", (), ns)
-
-
-NUM_EPI_WARPS = 4
-ACC_STAGES = 2
-WQ_STAGES = 2
 
 
 def _resources(S: int):

@@ -10,6 +10,49 @@ loop's trip count (an int, or warpsched's ``trip_count``).
 """
 from __future__ import annotations
 
+NUM_EPI_WARPS = 4  # the store task's warps
+ACC_STAGES = 2  # TmemC's stages
+WQ_STAGES = 2  # the CLC work queue's stages
+
+
+def resource_classes(memory_resource, consumer_work, producer_work, wrap=lambda cls: cls):
+    """(GmemAb, SmemAb, TmemC, GmemD): the programs' resources on either side's ``MemoryResource`` and work
+    decorators (``wrap``: warpsched's kw-only dataclass). Work bodies are only captured on the CPU, so
+    they are empty."""
+    @wrap
+    class GmemAb(memory_resource):
+        @consumer_work
+        def compute_coords(self, stage_info):
+            pass
+
+    @wrap
+    class SmemAb(memory_resource):
+        @producer_work
+        def tma_load(self, stage_info):
+            pass
+
+        @consumer_work
+        def build_desc(self, stage_info):
+            pass
+
+    @wrap
+    class TmemC(memory_resource):
+        @producer_work
+        def mma(self, stage_info):
+            pass
+
+        @consumer_work
+        def load_subtile(self, stage_info):
+            pass
+
+    @wrap
+    class GmemD(memory_resource):
+        @producer_work
+        def store(self, stage_info):
+            pass
+
+    return GmemAb, SmemAb, TmemC, GmemD
+
 
 def wq_tail(q):
     """The end of a work tile: wait for the next tile's id, take it, release the queue's stage."""
