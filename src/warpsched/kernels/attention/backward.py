@@ -186,7 +186,8 @@ class SmemQdO(MemoryResource):
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
         for tma, m_x, s_x in ((v.tma_q, v.mQ, v.sQ), (v.tma_do, v.mdO, v.sdO)):
             if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed Q / dO
-                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, head, batch), (BLOCK_M, g.head_dim))[(None, None, None, 0)]
+                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, head, batch),
+                                       (BLOCK_M, g.head_dim))[(None, None, None, 0)]
             else:
                 g_x = cute.flat_divide(m_x, (BLOCK_M, g.head_dim))[(None, None, None, 0, head, batch)]
             t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),

@@ -327,8 +327,8 @@ class FlashAttention(WorkUnits):
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]), self._splits(mQ, mO))
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
-                    scale, mCuQ, mCuK, max_seqlen_q, mPages, mCacheLens).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
-                                                            min_blocks_per_mp=1, stream=stream)
+                    scale, mCuQ, mCuK, max_seqlen_q, mPages, mCacheLens).launch(
+                        grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,

@@ -162,7 +162,7 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
     options_given = bool(options)
     if not options:
         options = tuned_options(D, causal) if out is None or _tma_aligned(out) else {}
-    splits = _splits_for(q, k, options, num_splits, options_given)
+    splits = _splits_for(q, k.shape[2], options, num_splits, options_given)
     if splits > 1:
         options = split_options(options)
     else:
@@ -210,18 +210,18 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
     return f, args, out, lse, reusable
 
 
-def _splits_for(q, k, options, num_splits, options_given):
-    """The K/V runs per Q block: the caller's ``num_splits`` (trimmed so that no run is empty), or with
-    the tuned options ``split_kv.choose_splits`` for the shape; 1 otherwise."""
+def _splits_for(q, seqlen_k, options, num_splits, options_given):
+    """The K/V runs per Q block over ``seqlen_k`` keys: the caller's ``num_splits`` (trimmed so that no run
+    is empty), or with the tuned options ``split_kv.choose_splits`` for the shape; 1 otherwise."""
     block_m, block_n = WG_ROWS * options.get("wgs", 2), options.get("block_n", 128)
     if num_splits is not None:
-        return split_kv.check_splits(num_splits, k.shape[2], block_n)
+        return split_kv.check_splits(num_splits, seqlen_k, block_n)
     if options.get("split_kv"):
         raise AttentionConfigError("split_kv=True without num_splits: pass num_splits=n (the K/V runs per Q block)")
     if options_given:
         return 1
     B, H, Sq, _ = q.shape
-    return split_kv.choose_splits(B, H, Sq, k.shape[2], block_m, block_n, _host.num_sms())
+    return split_kv.choose_splits(B, H, Sq, seqlen_k, block_m, block_n, _host.num_sms())
 
 
 def _partials(q, splits):

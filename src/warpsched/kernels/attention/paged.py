@@ -14,9 +14,8 @@ import cutlass.cute as cute
 from .. import _host
 from . import split_kv
 from .forward import HEAD_DIMS, FlashAttentionPaged
-from .host import _partials, split_options, tuned_options
+from .host import _partials, _splits_for, _tma_ready, split_options, tuned_options
 from .masks import AttentionConfigError, with_masks
-from .register_math import WG_ROWS
 
 _CACHE = {}
 VERDICT_OF = {}
@@ -117,15 +116,13 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
     B, H, Sq, D = q.shape
     pages, page, Hk, _ = k_cache.shape
     options = tuned_options(D, causal)
-    capacity = page_table.shape[1] * page
-    splits = (split_kv.check_splits(num_splits, capacity, page) if num_splits is not None else
-              split_kv.choose_splits(B, H, Sq, capacity, WG_ROWS * options.get("wgs", 2), page, _host.num_sms()))
+    splits = _splits_for(q, page_table.shape[1] * page, options, num_splits, False)  # the table's capacity
     if splits > 1:
         options = split_options(options)
     options = with_masks(options, window_size, softcap, mask_mod)
     key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    q = q if q.stride(3) == 1 and q.data_ptr() % 16 == 0 else q.contiguous()
+    q = _tma_ready(q)
     k, v = (t.view(pages * page, Hk, D).permute(1, 0, 2).unsqueeze(0) for t in (k_cache, v_cache))
     out = torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype)
     lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)

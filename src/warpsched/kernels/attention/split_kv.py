@@ -25,7 +25,11 @@ def choose_splits(batch, heads, seqlen_q, seqlen_k, block_m, block_n, sms):
     blocks = batch * heads * -(-seqlen_q // block_m)
     if tiles <= 4 or blocks == 0:
         return 1
-    splits = max(1, min(sms // blocks, MAX_SPLITS, tiles))
+    return _without_empty_runs(tiles, max(1, min(sms // blocks, MAX_SPLITS, tiles)))
+
+
+def _without_empty_runs(tiles, splits):
+    """``splits`` runs of ``ceil(tiles / splits)`` tiles each, fewer where the last ones would be empty."""
     per = -(-tiles // splits)
     return -(-tiles // per)
 
@@ -39,9 +43,7 @@ def check_splits(num_splits, seqlen_k, block_n):
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
         raise AttentionConfigError(f"num_splits={num_splits!r}: expected an int from 1 to {MAX_SPLITS} "
                                    "(or None: chosen from the shape)")
-    tiles = -(-seqlen_k // block_n)
-    per = -(-tiles // num_splits)
-    return -(-tiles // per)  # runs past the last K/V tile would only be masked
+    return _without_empty_runs(-(-seqlen_k // block_n), num_splits)  # runs past the last tile would only be masked
 
 
 def combine(o_part, lse_part, out, lse):

@@ -16,7 +16,7 @@ from .. import _host
 from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen
 from .backward_units import BLOCK_M as BWD_BLOCK_M
 from .forward import HEAD_DIMS, FlashAttentionVarlen
-from .host import tuned_options
+from .host import _tma_ready, tuned_options
 from .masks import AttentionConfigError, with_masks
 
 _CACHE = {}
@@ -64,11 +64,9 @@ def check_args(q, k, v, cu_seqlens_q, cu_seqlens_k):
 
 
 def _packed(t):
-    """(total, heads, D) -> the kernel's (1, heads, total, D) view (unit D stride; a copy only when TMA
-    cannot read the rows as they are)."""
-    if t.stride(2) != 1 or t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride()[:2]):
-        t = t.contiguous()
-    return t.permute(1, 0, 2).unsqueeze(0)
+    """(total, heads, D) -> the kernel's (1, heads, total, D) view (``host._tma_ready``: a copy only when
+    TMA cannot read the rows as they are)."""
+    return _tma_ready(t.permute(1, 0, 2).unsqueeze(0))
 
 
 def _kernel(key):
