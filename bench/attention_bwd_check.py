@@ -40,10 +40,13 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
     (3, 2, 2, 64, 64, 128, True, torch.float16),
 ]
 # kernel options checked and timed per head dim (name: options; a call without options runs
-# attention_bwd_host.default_options: shared_ds at head dim 128)
-VARIANTS = {64: {"": {}, "order": {"wg_order": True}},
-            128: {"": {"shared_ds": False}, "sds": {"shared_ds": True}, "order": {"wg_order": True},
-                  "sds+order": {"shared_ds": True, "wg_order": True}}}
+# attention_bwd_host.default_options); ``--variants a,b`` picks some by name
+VARIANTS = {64: {"default": {}, "os": {"overlap_scores": True}, "os+odq": {"overlap_scores": True, "overlap_dq": True},
+                 "order": {"wg_order": True}},
+            128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True},
+                  "sds+os": {"shared_ds": True, "overlap_scores": True},
+                  "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
+                  "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True}}}
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
     (4, 16, 4096, 64, False), (16, 16, 1024, 128, False),
@@ -196,11 +199,12 @@ def speed(rounds):
     except Exception as e:  # noqa: BLE001
         flash_attn_func = None
         print(f"FA4 unavailable: {type(e).__name__}: {e}")
-    print("warpsched kernels alone per variant (ws default / sds / order / sds+order), the default's whole call "
-          "(ws call: pre-pass, kernel, dQ conversion); ratios: ws call and the best kernel variant")
-    print("| B x H x S | D | mask | ws call | ws default | ws sds | ws order | ws sds+order | cuDNN | flash | FA4 | "
-          "call / cuDNN | call / FA4 | best kernel / FA4 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    names = list(dict.fromkeys(n for per_d in VARIANTS.values() for n in per_d))
+    cols = ["ws call"] + [f"ws {n}" for n in names] + ["cuDNN", "flash", "FA4"]
+    print("warpsched kernels alone per variant, the default options' whole call (ws call: pre-pass, kernel, dQ "
+          "conversion); TFLOP/s; ratios: ws call and the best kernel variant")
+    print("| B x H x S | D | mask | " + " | ".join(cols) + " | call / cuDNN | call / FA4 | best kernel / FA4 |")
+    print("|---|---|---|" + "---|" * (len(cols) + 3))
     for B, H, S, D, causal in SPEED:
         torch.manual_seed(0)
         q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -208,7 +212,7 @@ def speed(rounds):
         sides = {"ws call": lambda: bwd.attention_backward(q, k, v, out, dout, lse, causal=causal)}
         for name, options in VARIANTS[D].items():  # the kernel alone, per variant
             launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **options)
-            sides[f"ws {name or 'default'}"] = lambda launch=launch, dq_acc=dq_acc: (dq_acc.zero_(), launch())
+            sides[f"ws {name}"] = lambda launch=launch, dq_acc=dq_acc: (dq_acc.zero_(), launch())
         for name, kind in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
             try:
@@ -233,7 +237,7 @@ def speed(rounds):
         ratio = lambda a, b: f"{med[b] / med[a]:.3f}x" if a in med and b in med else "-"  # noqa: E731
         best = min((s for s in med if s.startswith("ws ") and s != "ws call"), key=med.get)
         print(f"| {B}x{H}x{S} | {D} | {'causal' if causal else 'full'} | " + " | ".join(
-            cell(s) for s in ("ws call", "ws default", "ws sds", "ws order", "ws sds+order", "cuDNN", "flash", "FA4"))
+            cell(s) for s in cols)
             + f" | {ratio('ws call', 'cuDNN')} | {ratio('ws call', 'FA4')} | {best[3:]} {ratio(best, 'FA4')} |",
             flush=True)
 
@@ -290,7 +294,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", choices=("correctness", "autograd", "deterministic", "speed"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--variants", help="comma-separated VARIANTS names to check and time (default: all)")
     a = ap.parse_args()
+    if a.variants:
+        keep = a.variants.split(",")
+        for per_d in VARIANTS.values():
+            for name in [n for n in per_d if n not in keep]:
+                del per_d[name]
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     fails = 0
     if a.only in (None, "correctness"):

@@ -57,6 +57,15 @@ BWD_HEAD_DIMS = (64, 128)
 
 
 # ---------------------------------------------------------------------------------- resources
+@cute.jit
+def _gemm_over_d(v, acc, frag_a, frag_b, stage, wg: cutlass.Constexpr):
+    """acc = A_w B_stage^T over the head dim: warp group ``wg``'s 64 keys of K or V against the stage's Q or
+    dO (the first k-block overwrites the accumulator)."""
+    for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
+        mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
+        cute.gemm(mma, acc, frag_a[(None, None, kb, wg)], frag_b[(None, None, kb, stage)], acc)
+
+
 @dataclass(kw_only=True)
 class SmemKV(MemoryResource):
     """The unit's K and V (128 keys each, as two 64-key halves, one per warp group): one stage, loaded
@@ -71,6 +80,8 @@ class SmemKV(MemoryResource):
     acc_dq: Any = TaskLocalVariable.uninitialized()
     p: Any = TaskLocalVariable.uninitialized()
     ds: Any = TaskLocalVariable.uninitialized()
+    lse2: Any = TaskLocalVariable.uninitialized()
+    delta: Any = TaskLocalVariable.uninitialized()
 
     def __post_init__(self):
         self.acc_s = TaskLocalVariable(dtype=None, docs="S^T = K Q^T, then P^T (fp32 registers)")
@@ -80,6 +91,8 @@ class SmemKV(MemoryResource):
         self.acc_dq = TaskLocalVariable(dtype=None, docs="dQ / scale of one Q block, this warp group's keys' part")
         self.p = TaskLocalVariable(dtype=None, docs="P^T in 16 bits: the A operand of dV += P^T dO")
         self.ds = TaskLocalVariable(dtype=None, docs="dS^T in 16 bits: the A operand of dK += dS^T Q")
+        self.lse2 = TaskLocalVariable(dtype=None, docs="the step's queries' LSE * log2 e (fp32 registers)")
+        self.delta = TaskLocalVariable(dtype=None, docs="the step's queries' rowsum(dO * O) (fp32 registers)")
 
     @consumer_work(returns=(acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds), work_attrs=WorkAttr.AUXILIARY)
     def init(self, stage_info: StageInfo):
@@ -95,6 +108,11 @@ class SmemKV(MemoryResource):
                                        cutlass.Float32)
         return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
                 amath.make_p(acc_dp, v.dkv_mma, g.dtype))
+
+    @consumer_work(returns=(lse2, delta), work_attrs=WorkAttr.AUXILIARY)
+    def init_stats(self, stage_info: StageInfo, acc_s):
+        """``overlap_scores``: registers for the step's queries' LSE and delta, loaded under the GEMMs."""
+        return bmath.make_stats(acc_s, stage_info.context.values)
 
     def get_smem_requirements(self):
         return [self.g.alloc_k, self.g.alloc_v]
@@ -125,14 +143,31 @@ class SmemKV(MemoryResource):
         frag_v = v.sdp_mma.make_fragment_A(thr.partition_A(v.sV))
         frag_q = v.sdp_mma.make_fragment_B(thr.partition_B(v.sQ))
         frag_do = v.sdp_mma.make_fragment_B(thr.partition_B(v.sdO))
-        stage = idx[0]
         warpgroup.fence()
-        for kb in cutlass.range_constexpr(cute.size(frag_k, mode=[2])):
-            mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
-            cute.gemm(mma, acc_s, frag_k[(None, None, kb, wg)], frag_q[(None, None, kb, stage)], acc_s)
-        for kb in cutlass.range_constexpr(cute.size(frag_v, mode=[2])):
-            mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
-            cute.gemm(mma, acc_dp, frag_v[(None, None, kb, wg)], frag_do[(None, None, kb, stage)], acc_dp)
+        _gemm_over_d(v, acc_s, frag_k, frag_q, idx[0], wg)
+        _gemm_over_d(v, acc_dp, frag_v, frag_do, idx[0], wg)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and Q: SmemQdO.gemm_operand) until its retire
+    @cute.jit
+    def mma_s(self, stage_info: StageInfo, acc_s, idx, *, wg: cutlass.Constexpr = 0):
+        """``overlap_scores``: S^T = K_w Q_i^T in a commit group of its own, so P is computed while the
+        dP GEMM (``mma_dp``, the next group) still runs."""
+        v = stage_info.context.values
+        thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        warpgroup.fence()
+        _gemm_over_d(v, acc_s, v.sdp_mma.make_fragment_A(thr.partition_A(v.sK)),
+                     v.sdp_mma.make_fragment_B(thr.partition_B(v.sQ)), idx[0], wg)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO) until its retire
+    @cute.jit
+    def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
+        """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
+        v = stage_info.context.values
+        thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        _gemm_over_d(v, acc_dp, v.sdp_mma.make_fragment_A(thr.partition_A(v.sV)),
+                     v.sdp_mma.make_fragment_B(thr.partition_B(v.sdO)), idx[0], wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
@@ -215,6 +250,28 @@ class SmemQdO(MemoryResource):
         cute.gemm(v.dkv_mma, acc_dk, ds, frag_qt[(None, None, None, s)], acc_dk)
         warpgroup.commit_group()
 
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
+    def mma_dv(self, stage_info: StageInfo, p, acc_dv):
+        """``overlap_dq``: dV += P^T dO_i alone in a commit group (dK's comes after the dQ GEMM)."""
+        v = stage_info.context.values
+        thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        warpgroup.fence()
+        cute.gemm(v.dkv_mma, acc_dv, p, v.dkv_mma.make_fragment_B(thr.partition_B(v.sdOt))[
+            (None, None, None, stage_info.stage_idx)], acc_dv)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
+    def mma_dk(self, stage_info: StageInfo, ds, acc_dk):
+        """``overlap_dq``: dK += dS^T Q_i, the step's last commit group: dQ is staged while it runs."""
+        v = stage_info.context.values
+        thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        warpgroup.fence()
+        cute.gemm(v.dkv_mma, acc_dk, ds, v.dkv_mma.make_fragment_B(thr.partition_B(v.sQt))[
+            (None, None, None, stage_info.stage_idx)], acc_dk)
+        warpgroup.commit_group()
+
 
 @dataclass(kw_only=True)
 class Grads(MemoryResource):
@@ -241,6 +298,31 @@ class Grads(MemoryResource):
         s_ds = None if g.shared_ds else getattr(v, f"sdSt{self.wg}")  # shared_ds: SmemDS.store writes it
         bmath.grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v,
                               n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch, wg=self.wg)
+
+    def _step(self, stage_info):
+        g, v = self.g, stage_info.context.values
+        n_block, _, _ = g.unit_coords(v.unit)
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        return g, v, n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch
+
+    @producer_work
+    def stats(self, stage_info: StageInfo, lse2, delta):
+        """``overlap_scores``: the step's queries' LSE and delta, loaded while the S / dP GEMMs run."""
+        g, v, _, m0, head, batch = self._step(stage_info)
+        bmath.query_stats(lse2, delta, g, v, m0, head, batch)
+
+    @producer_work
+    def probs(self, stage_info: StageInfo, acc_s, lse2):
+        """``overlap_scores``: P^T from S^T (its GEMM retired; dP's may still run)."""
+        g, v, n0, m0, head, batch = self._step(stage_info)
+        bmath.probs(acc_s, lse2, g, v, n0, m0, head, batch)
+
+    @producer_work
+    def dscores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds, lse2, delta):
+        """``overlap_scores``: dS^T from P^T and dP^T; P^T, dS^T into the A-operand registers."""
+        g, v = self.g, stage_info.context.values
+        s_ds = None if g.shared_ds else getattr(v, f"sdSt{self.wg}")
+        bmath.dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, wg=self.wg)
 
     @producer_work
     def store(self, stage_info: StageInfo, acc_dk, acc_dv):
@@ -351,6 +433,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         grads_all.append(grads)
         src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
         turn = {} if order is None else {"order": order}
+        turn.update({n: True for n in ("overlap_scores", "overlap_dq") if getattr(g, n)})
         if order is not None:
             (dst if wg == 0 else src).append(order)
         if g.shared_ds:
@@ -375,7 +458,7 @@ class FlashAttentionBackward(BackwardUnits):
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
-                 varlen=False, deterministic=False):
+                 varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -397,6 +480,8 @@ class FlashAttentionBackward(BackwardUnits):
         self.shared_ds = bool(shared_ds)
         self.dq_cols = head_dim // 2 if self.shared_ds else head_dim  # dQ columns per warp group
         self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
+        # P computed while the dP GEMM runs (LSE / delta loaded under both); dQ staged while the dK GEMM runs
+        self.overlap_scores, self.overlap_dq = bool(overlap_scores), bool(overlap_dq)
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
         if deterministic and self.varlen:
             raise AttentionConfigError("deterministic=True with varlen: not yet; the packed backward adds dQ by "
@@ -421,7 +506,8 @@ class FlashAttentionBackward(BackwardUnits):
         self.config = AttentionConfig(
             "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, BLOCK_N, qdo_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
-            tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic") if getattr(self, n)))
+            tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq")
+                  if getattr(self, n)))
 
     # ---- compile-time layouts
     def _mmas(self):

@@ -23,34 +23,57 @@ DS_BARRIER = 2  # named barriers 2, 3: a warp group's dS tile is written before 
 
 @cute.jit
 def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg: cutlass.Constexpr):
-    """From S^T and dP^T (keys ``n0 + row``, queries ``m0 + column``): P^T = exp2(S^T * scale * log2 e -
-    LSE * log2 e), zero where masked (key past S_k, or causal and key after query); dS^T = P^T (dP^T -
-    delta); both rounded to 16 bits into the A-operand registers ``p`` / ``ds``, and dS^T into this warp
-    group's SMEM tile ``s_ds`` (viewed (key, query)), fenced for the async proxy and synchronized over the
-    warp group, so the dQ GEMM issued next reads every thread's part. Queries past S_q get LSE +inf
-    (P = 0) and delta 0."""
+    """From S^T and dP^T (keys ``n0 + row``, queries ``m0 + column``), in this order after both GEMMs
+    retired: the queries' LSE and delta (``query_stats``), P^T (``probs``), dS^T (``dscores``)."""
+    lse2, delta = make_stats(acc_s, v)
+    query_stats(lse2, delta, g, v, m0, head, batch)
+    probs(acc_s, lse2, g, v, n0, m0, head, batch)
+    dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, wg=wg)
+
+
+def make_stats(acc_s, v):
+    """Registers for the LSE (times log2 e) and delta of the queries this thread's columns hold."""
+    cols = cute.size(amath.rows_view(v.sdp_mma, acc_s), mode=[1])
+    return (cute.make_rmem_tensor(cute.make_layout(cols), cutlass.Float32),
+            cute.make_rmem_tensor(cute.make_layout(cols), cutlass.Float32))
+
+
+@cute.jit
+def _columns(g, v):
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.sdp_mma.get_slice(tidx % 128)
-    coords = amath.rows_view(v.sdp_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.block_m))))
-    s_mn = amath.rows_view(v.sdp_mma, acc_s)
-    dp_mn = amath.rows_view(v.sdp_mma, acc_dp)
-    cols = cute.size(s_mn, mode=[1])
-    lse2 = cute.make_rmem_tensor(cute.make_layout(cols), cutlass.Float32)
-    delta = cute.make_rmem_tensor(cute.make_layout(cols), cutlass.Float32)
+    return amath.rows_view(v.sdp_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.block_m))))
+
+
+@cute.jit
+def query_stats(lse2, delta, g, v, m0, head, batch):
+    """LSE * log2 e and delta = rowsum(dO * O) of the queries ``m0 + column`` from global memory (plain
+    loads: issued under the S / dP GEMMs when ``overlap_scores``). Queries past S_q get LSE +inf (P = 0)
+    and delta 0."""
+    coords = _columns(g, v)
     if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed LSE and delta
-        q_start, seqlen_q, _, seqlen_k = g.seq_bounds(v.unit)
+        q_start, seqlen_q, _, _ = g.seq_bounds(v.unit)
         m_lse = cute.domain_offset((q_start,), v.mLSE[(0, head, None)])
         m_delta = cute.domain_offset((q_start,), v.mDelta[(0, head, None)])
     else:
         m_lse, m_delta, seqlen_q = v.mLSE[(batch, head, None)], v.mDelta[(batch, head, None)], g.seqlen_q
-        seqlen_k = g.seqlen_k
-    for j in cutlass.range_constexpr(cols):
+    for j in cutlass.range_constexpr(cute.size(lse2)):
         m = m0 + coords[0, j][1]
         lse2[j] = cutlass.Float32.inf
         delta[j] = 0.0
         if m < seqlen_q:
             lse2[j] = m_lse[m] * LOG2E
             delta[j] = m_delta[m]
+
+
+@cute.jit
+def probs(acc_s, lse2, g, v, n0, m0, head, batch):
+    """P^T = exp2(S^T * scale * log2 e - LSE * log2 e) in place of S^T (the forward's softcap first), zero
+    where masked (key past S_k, or outside the query's window / causal range, or the user's mask_mod)."""
+    coords = _columns(g, v)
+    s_mn = amath.rows_view(v.sdp_mma, acc_s)
+    cols = cute.size(s_mn, mode=[1])
+    seqlen_k = g.seq_bounds(v.unit)[3] if cutlass.const_expr(g.varlen) else g.seqlen_k
     scale_log2 = v.scale_log2
     if cutlass.const_expr(g.softcap is not None):  # the forward's capped scores (masks.softcap_tile)
         amasks.softcap_tile(acc_s, v.scale, g.softcap)
@@ -63,6 +86,17 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
             for j in cutlass.range_constexpr(cols):
                 if not g.mask_mod(batch, head, m0 + coords[i, j][1], n0 + coords[i, j][0]):
                     s_mn[i, j] = 0.0
+
+
+@cute.jit
+def dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, *, wg: cutlass.Constexpr):
+    """dS^T = P^T (dP^T - delta) in place of dP^T (times the softcap's derivative); P^T and dS^T rounded to
+    16 bits into the A-operand registers ``p`` / ``ds``, and dS^T into this warp group's SMEM tile ``s_ds``
+    (when given: viewed (key, query), fenced for the async proxy and synchronized over the warp group, so
+    the dQ GEMM issued next reads every thread's part)."""
+    s_mn = amath.rows_view(v.sdp_mma, acc_s)
+    dp_mn = amath.rows_view(v.sdp_mma, acc_dp)
+    cols = cute.size(s_mn, mode=[1])
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             dp_mn[i, j] = s_mn[i, j] * (dp_mn[i, j] - delta[j])

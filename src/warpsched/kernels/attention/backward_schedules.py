@@ -32,13 +32,18 @@ def pass_turn(order, wg):
 
 
 @schedule
-def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None):
+def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
+                  overlap_scores=False, overlap_dq=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
     keys for half of D: this warp group hands its dS tile to the other one and waits for the other's.
-    ``order`` (``wg_order``): the warp groups take turns issuing their S / dP GEMMs (``take_turn``)."""
+    ``order`` (``wg_order``): the warp groups take turns issuing their S / dP GEMMs (``take_turn``).
+    ``overlap_scores``: S and dP in two commit groups, the queries' LSE / delta loaded while they run and P
+    computed while dP's runs. ``overlap_dq``: the dK GEMM issued last, dQ staged while it runs."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    if overlap_scores:
+        lse2, delta = smem_kv.init_stats(acc_s=acc_s)
     idx = smem_qdo.init_index()
     grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
     smem_kv.wait()
@@ -46,26 +51,50 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
         smem_qdo.wait()
         take_turn(order, wg)
         smem_qdo.gemm_operand(idx=idx)
-        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
-        pass_turn(order, wg)
-        smem_kv.retire()
-        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        if overlap_scores:
+            smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
+            smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
+            pass_turn(order, wg)
+            grads.stats(lse2=lse2, delta=delta)
+            smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
+            grads.probs(acc_s=acc_s, lse2=lse2)
+            smem_kv.retire()
+            grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
+        else:
+            smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+            pass_turn(order, wg)
+            smem_kv.retire()
+            grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
         if ds_mine is not None:
             ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
             ds_mine.store(ds=ds, acc_dp=acc_dp)
             ds_mine.commit()
-        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        if overlap_dq:
+            smem_qdo.mma_dv(p=p, acc_dv=acc_dv)
+        else:
+            smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
         if ds_other is not None:
             ds_other.wait()
             ds_other.gemm_operand()
         smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-        smem_qdo.retire()
+        if overlap_dq:
+            smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk)
+            smem_qdo.retire(pending=1)  # dV and dQ are done; dK's GEMM may still run
+        else:
+            smem_qdo.retire()
         if ds_other is not None:
             ds_other.release()
-        smem_qdo.release()
-        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
-        smem_dq.store(acc_dq=acc_dq)
-        smem_dq.commit()
+        if overlap_dq:  # dQ out to its stage while the dK GEMM runs
+            smem_dq.acquire()
+            smem_dq.store(acc_dq=acc_dq)
+            smem_dq.commit()
+            smem_qdo.retire()
+            smem_qdo.release()
+        else:
+            smem_qdo.release()
+            smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
+            smem_dq.store(acc_dq=acc_dq)
+            smem_dq.commit()
     smem_kv.release()
     grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
 

@@ -1,0 +1,126 @@
+"""The attention backward's overlapped step (``overlap_scores``: S and dP in two WGMMA groups, P computed
+while dP's runs, the queries' LSE / delta loaded under both; ``overlap_dq``: the dK GEMM issued last and dQ
+staged while it runs): SAFE with every other option, twins that retire one group too few rejected at the
+planted call, and the kernel traced with the waits the program names."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from warpsched import ValidationError, domain_loop, schedule
+from warpsched.kernels.attention import backward as ab
+from warpsched.kernels.attention import backward_host as host
+from _planting import planted
+
+QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
+
+
+def _planted_line(marker):
+    """``test_attention_bwd_overlap.py:N``, N the line with the comment ``marker`` (where a twin goes wrong)."""
+    lines = open(__file__).read().splitlines()
+    return f"test_attention_bwd_overlap.py:{1 + next(i for i, l in enumerate(lines) if marker in l)}"
+
+
+@pytest.mark.parametrize("options", [
+    dict(overlap_scores=True), dict(overlap_dq=True), dict(overlap_scores=True, overlap_dq=True),
+    dict(overlap_scores=True, overlap_dq=True, shared_ds=True, causal=True),
+    dict(overlap_scores=True, overlap_dq=True, shared_ds=True, wg_order=True),
+    dict(overlap_scores=True, overlap_dq=True, head_dim=64, window_size=(100, 0)),
+], ids=["scores", "dq", "both", "both-sds-causal", "both-sds-order", "both-d64-window"])
+def test_overlapped_programs_are_safe(options):
+    mgr = ab.build(ab.FlashAttentionBackward(**options), **QUIET)
+    assert mgr.result.checker.verdict == "SAFE"
+
+
+@schedule
+def _p_before_s_retires(smem_kv, smem_qdo, grads, smem_dq, steps, wg, overlap_scores=True, overlap_dq=True):
+    """P computed after a wait that leaves both GEMM groups in flight: S^T is still being written."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    lse2, delta = smem_kv.init_stats(acc_s=acc_s)
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
+        smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
+        grads.stats(lse2=lse2, delta=delta)
+        smem_kv.retire(pending=2)  # planted: pending=1 retires S
+        grads.probs(acc_s=acc_s, lse2=lse2)  # reads S^T while its group may still write it
+        smem_kv.retire()
+        grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
+        smem_qdo.mma_dv(p=p, acc_dv=acc_dv)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk)
+        smem_qdo.retire(pending=1)
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+        smem_qdo.retire()
+        smem_qdo.release()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+@schedule
+def _qdo_released_under_the_dk_gemm(smem_kv, smem_qdo, grads, smem_dq, steps, wg, overlap_scores=True,
+                                    overlap_dq=True):
+    """The Q / dO stage handed back while the dK GEMM (issued last) still reads Q."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    lse2, delta = smem_kv.init_stats(acc_s=acc_s)
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
+        smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
+        grads.stats(lse2=lse2, delta=delta)
+        smem_kv.retire(pending=1)
+        grads.probs(acc_s=acc_s, lse2=lse2)
+        smem_kv.retire()
+        grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
+        smem_qdo.mma_dv(p=p, acc_dv=acc_dv)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk)
+        smem_qdo.retire(pending=1)
+        smem_qdo.release()  # planted: before the retire of the dK GEMM, which reads Q
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+        smem_qdo.retire()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def _twin(schedule_fn):
+    g = ab.FlashAttentionBackward(overlap_scores=True, overlap_dq=True)
+    with planted(ab, grad_schedule=schedule_fn):
+        return ab.build(g, **QUIET)
+
+
+def test_p_read_before_the_s_group_retires_is_rejected_there():
+    with pytest.raises(ValidationError) as e:
+        _twin(_p_before_s_retires)
+    msg = str(e.value)
+    assert "probs" in msg and "mma_s" in msg and _planted_line("reads S^T while") in msg, msg
+
+
+def test_qdo_released_under_the_dk_gemm_is_rejected_there():
+    with pytest.raises(ValidationError) as e:
+        _twin(_qdo_released_under_the_dk_gemm)
+    msg = str(e.value)
+    assert "SmemQdO" in msg and _planted_line("planted: before the retire") in msg, msg
+
+
+def test_kernel_traces_the_overlapped_waits():
+    """Per warp group: wait_group 1 after the S / dP groups and after the dV / dQ / dK groups, then
+    wait_group 0 after each; five commit groups a step (two before)."""
+    ptx = host.compile_for_cpu(head_dim=128, causal=True, shared_ds=True, overlap_scores=True,
+                               overlap_dq=True).artifacts.PTX
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d)", ptx)
+    assert waits.count("1") == 4 and waits.count("0") == 4, waits
+    assert len(re.findall(r"wgmma\.commit_group", ptx)) == 2 * 5
