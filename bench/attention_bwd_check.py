@@ -41,11 +41,13 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
 ]
 # kernel options checked and timed per head dim (name: options; a call without options runs
 # attention_bwd_host.default_options); ``--variants a,b`` picks some by name
-VARIANTS = {64: {"default": {}, "os": {"overlap_scores": True}, "os+odq": {"overlap_scores": True, "overlap_dq": True},
+VARIANTS = {64: {"default": {}, "os+odq": {"overlap_scores": True, "overlap_dq": True},
+                 "ts": {"tma_stats": True}, "ts+odq": {"tma_stats": True, "overlap_dq": True},
                  "order": {"wg_order": True}},
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True},
-                  "sds+os": {"shared_ds": True, "overlap_scores": True},
                   "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
+                  "sds+ts": {"shared_ds": True, "tma_stats": True},
+                  "sds+ts+odq": {"shared_ds": True, "tma_stats": True, "overlap_dq": True},
                   "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True}}}
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),

@@ -1,7 +1,8 @@
 """The attention backward's overlapped step (``overlap_scores``: S and dP in two WGMMA groups, P computed
 while dP's runs, the queries' LSE / delta loaded under both; ``overlap_dq``: the dK GEMM issued last and dQ
-staged while it runs): SAFE with every other option, twins that retire one group too few rejected at the
-planted call, and the kernel traced with the waits the program names."""
+staged while it runs; ``tma_stats``: LSE / delta loaded by TMA with Q / dO and read from the stage): SAFE
+with every other option, twins rejected at the planted call, and the kernel traced with the waits and
+copies the program names."""
 from __future__ import annotations
 
 import re
@@ -27,7 +28,10 @@ def _planted_line(marker):
     dict(overlap_scores=True, overlap_dq=True, shared_ds=True, causal=True),
     dict(overlap_scores=True, overlap_dq=True, shared_ds=True, wg_order=True),
     dict(overlap_scores=True, overlap_dq=True, head_dim=64, window_size=(100, 0)),
-], ids=["scores", "dq", "both", "both-sds-causal", "both-sds-order", "both-d64-window"])
+    dict(tma_stats=True, overlap_dq=True, shared_ds=True, causal=True),
+    dict(tma_stats=True, overlap_dq=True, head_dim=64, deterministic=True),
+], ids=["scores", "dq", "both", "both-sds-causal", "both-sds-order", "both-d64-window", "tma-stats-sds",
+        "tma-stats-d64-deterministic"])
 def test_overlapped_programs_are_safe(options):
     mgr = ab.build(ab.FlashAttentionBackward(**options), **QUIET)
     assert mgr.result.checker.verdict == "SAFE"
@@ -96,8 +100,8 @@ def _qdo_released_under_the_dk_gemm(smem_kv, smem_qdo, grads, smem_dq, steps, wg
     grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
 
 
-def _twin(schedule_fn):
-    g = ab.FlashAttentionBackward(overlap_scores=True, overlap_dq=True)
+def _twin(schedule_fn, **options):
+    g = ab.FlashAttentionBackward(overlap_scores=True, overlap_dq=True, **options)
     with planted(ab, grad_schedule=schedule_fn):
         return ab.build(g, **QUIET)
 
@@ -114,6 +118,65 @@ def test_qdo_released_under_the_dk_gemm_is_rejected_there():
         _twin(_qdo_released_under_the_dk_gemm)
     msg = str(e.value)
     assert "SmemQdO" in msg and _planted_line("planted: before the retire") in msg, msg
+
+
+@schedule
+def _stats_read_before_the_stage_is_waited(smem_kv, smem_qdo, grads, smem_dq, steps, wg, overlap_scores=True,
+                                           overlap_dq=True, tma_stats=True):
+    """tma_stats: LSE / delta read from the Q / dO ring before the wait for the step's stage."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    lse2, delta = smem_kv.init_stats(acc_s=acc_s)
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.load_stats(lse2=lse2, delta=delta)  # planted: before the wait (the TMA may still be writing)
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
+        smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.retire(pending=1)
+        grads.probs(acc_s=acc_s, lse2=lse2)
+        smem_kv.retire()
+        grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
+        smem_qdo.mma_dv(p=p, acc_dv=acc_dv)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk)
+        smem_qdo.retire(pending=1)
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+        smem_qdo.retire()
+        smem_qdo.release()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def test_stats_read_before_the_wait_is_rejected_there():
+    with pytest.raises(ValidationError) as e:
+        _twin(_stats_read_before_the_stage_is_waited, tma_stats=True)
+    msg = str(e.value)
+    assert "SmemQdO" in msg and "load_stats" in msg and _planted_line("planted: before the wait") in msg, msg
+
+
+def test_tma_stats_kernel_loads_lse_and_delta_with_q_and_do():
+    """tma_stats: two 1-D tile TMAs (LSE, delta) per Q / dO stage and no global load on the math warp
+    groups; the pre-pass pads both buffers."""
+    import cutlass
+
+    ptx = host.compile_for_cpu(head_dim=64, causal=False, tma_stats=True).artifacts.PTX
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global", ptx)) == 2
+    assert not re.findall(r"ld\.global", ptx)
+    prep = host.compiled_prep(cutlass.BFloat16, 64, arch="sm_90a", padded=True).artifacts.PTX
+    assert len(re.findall(r"ld\.global(\.\w+)*\.v4", prep)) == 2 * 64 * 2 // 16
+    assert len(re.findall(r"st\.global", prep)) == 4  # delta and LSE, in and past S
+
+
+def test_tma_stats_with_varlen_is_refused():
+    from warpsched.kernels.attention.forward import AttentionConfigError
+
+    with pytest.raises(AttentionConfigError, match="tma_stats=False"):
+        ab.FlashAttentionBackward(tma_stats=True, varlen=True)
 
 
 def test_kernel_traces_the_overlapped_waits():

@@ -73,13 +73,15 @@ def fake_bhsd(dtype, b, h, s, d):
                             cute.sym_int64(divisibility=8), 1), assumed_align=16)
 
 
-def fake_rows(b, h, s, assumed_align=16):
-    """A fake fp32 (B, H, S) tensor with a unit S stride (an LSE or delta per query row)."""
+def fake_rows(b, h, s, assumed_align=16, stride_divisibility=1):
+    """A fake fp32 (B, H, S) tensor with a unit S stride (an LSE or delta per query row); strides multiples
+    of ``stride_divisibility`` elements (4: 16 bytes, what a TMA view of it needs)."""
     from cutlass.cute.runtime import make_fake_tensor
     import cutlass
     import cutlass.cute as cute
 
-    return make_fake_tensor(cutlass.Float32, (b, h, s), (cute.sym_int64(), cute.sym_int64(), 1),
+    return make_fake_tensor(cutlass.Float32, (b, h, s), (cute.sym_int64(divisibility=stride_divisibility),
+                                                         cute.sym_int64(divisibility=stride_divisibility), 1),
                             assumed_align=assumed_align)
 
 

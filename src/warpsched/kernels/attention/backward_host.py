@@ -11,7 +11,7 @@ import cutlass.cute as cute
 from .. import _host
 from .forward import AttentionConfigError
 from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic
-from .backward_prep import DeltaPrep
+from .backward_prep import DeltaPrep, StatsPrep
 from .host import _tma_ready, check_args as _check_qkv
 
 _CACHE = {}
@@ -34,9 +34,10 @@ def check_args(q, k, v, out, dout, lse):
                                    "forward's log-sum-exp (ops.attention(..., return_lse=True))")
 
 
-def fake_operands(dtype, head_dim, deterministic=False):
-    """Fake q, k, v, dout (B, H, S, D), lse and delta (B, H, S_q) fp32, dq_accum (B, H, S_pad, D) fp32,
-    dk, dv: sizes but D symbolic, 16-byte aligned strides; ``deterministic``: and the Int32 turn words."""
+def fake_operands(dtype, head_dim, deterministic=False, tma_stats=False):
+    """Fake q, k, v, dout (B, H, S, D), lse and delta (B, H, S_q) fp32 (``tma_stats``: (B, H, S_pad), strides
+    16-byte multiples), dq_accum (B, H, S_pad, D) fp32, dk, dv: sizes but D symbolic, 16-byte aligned
+    strides; ``deterministic``: and the Int32 turn words."""
     from cutlass.cute.runtime import make_fake_tensor
 
     B, H, Hk, Sq, Sk, Sp = (cute.sym_int32() for _ in range(6))
@@ -44,8 +45,9 @@ def fake_operands(dtype, head_dim, deterministic=False):
     def bhsd(heads, seq, dt=dtype):
         return _host.fake_bhsd(dt, B, heads, seq, head_dim)
 
-    out = (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), _host.fake_rows(B, H, Sq), _host.fake_rows(B, H, Sq),
-           bhsd(H, Sp, cutlass.Float32), bhsd(Hk, Sk), bhsd(Hk, Sk))
+    rows = (lambda: _host.fake_rows(B, H, Sp, stride_divisibility=4)) if tma_stats else (lambda: _host.fake_rows(B, H, Sq))
+    out = (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), rows(), rows(), bhsd(H, Sp, cutlass.Float32),
+           bhsd(Hk, Sk), bhsd(Hk, Sk))
     if deterministic:
         out += (make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=4),)
     return out
@@ -74,16 +76,24 @@ def fake_prep_operands(dtype, head_dim):
             _host.fake_rows(B, H, S, assumed_align=None))
 
 
-def compiled_prep(dtype, head_dim, arch=None):
-    """The delta pre-pass for TVM-FFI calls ``f(out, dout, delta)`` (``arch``: a CPU compile for that arch)."""
+def compiled_prep(dtype, head_dim, arch=None, padded=False):
+    """The delta pre-pass for TVM-FFI calls ``f(out, dout, delta)`` (``arch``: a CPU compile for that arch);
+    ``padded``: ``StatsPrep``, ``f(out, dout, lse, delta, lse_padded)`` with (B, H, S_pad) outputs."""
     from cutlass.cute.runtime import make_fake_stream
 
-    key = ("prep", dtype, head_dim, arch)
+    key = ("prep", dtype, head_dim, arch, padded)
     if key not in _CACHE:
         options, stream = ((_host.ptx_options(arch), make_fake_stream()) if arch
                            else (_host.ffi_options(), _host.fake_env_stream()))
-        _CACHE[key] = cute.compile(DeltaPrep(dtype, head_dim), *fake_prep_operands(dtype, head_dim), stream,
-                                   options=options)
+        if padded:
+            B, H, S, Sp = (cute.sym_int32() for _ in range(4))
+            fakes = (_host.fake_bhsd(dtype, B, H, S, head_dim), _host.fake_bhsd(dtype, B, H, S, head_dim),
+                     _host.fake_rows(B, H, S, assumed_align=None), _host.fake_rows(B, H, Sp, stride_divisibility=4),
+                     _host.fake_rows(B, H, Sp, stride_divisibility=4))
+            _CACHE[key] = cute.compile(StatsPrep(dtype, head_dim), *fakes, stream, options=options)
+        else:
+            _CACHE[key] = cute.compile(DeltaPrep(dtype, head_dim), *fake_prep_operands(dtype, head_dim), stream,
+                                       options=options)
     return _CACHE[key]
 
 
@@ -92,7 +102,7 @@ def compiled_ffi(kern_key):
     key = kern_key + ("tvm-ffi",)
     if key not in _CACHE:
         kern = _kernel(kern_key)
-        _CACHE[key] = cute.compile(kern, *fake_operands(kern_key[0], kern_key[1], kern.deterministic),
+        _CACHE[key] = cute.compile(kern, *fake_operands(kern_key[0], kern_key[1], kern.deterministic, kern.tma_stats),
                                    cutlass.Float32(0.125), _host.fake_env_stream(), options=_host.ffi_options())
         _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[key]
@@ -116,13 +126,26 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     B, H, Sq, D = q.shape
     q, k, v, dout = (_tma_ready(t) for t in (q, k, v, dout))
     out = _tma_ready(out)
-    if _host.ffi_enabled():
+    if not options:
+        options = default_options(D)
+    lse = lse.contiguous()
+    sp = (Sq + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    if options.get("tma_stats"):  # delta and the LSE padded to whole Q blocks (StatsPrep), for the kernel's TMA
+        delta = torch.empty(B, H, sp, device=q.device, dtype=torch.float32)
+        lse_padded = torch.empty(B, H, sp, device=q.device, dtype=torch.float32)
+        if _host.ffi_enabled():
+            compiled_prep(_host.cutlass_dtype(q.dtype), D, padded=True)(out, dout, lse, delta, lse_padded)
+        else:
+            delta.fill_(0.0)
+            lse_padded.fill_(float("inf"))
+            delta[:, :, :Sq] = (dout.float() * out.float()).sum(-1)
+            lse_padded[:, :, :Sq] = lse
+        lse = lse_padded
+    elif _host.ffi_enabled():
         delta = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
         compiled_prep(_host.cutlass_dtype(q.dtype), D)(out, dout, delta)
     else:
         delta = (dout.float() * out.float()).sum(-1)
-    lse = lse.contiguous()
-    sp = (Sq + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     dq_acc = torch.zeros(B, H, sp, D, device=q.device, dtype=torch.float32)
     # contiguous whatever k's strides (a view of a fused QKV projection has strided heads): not empty_like
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype) if dk is None else dk
@@ -132,8 +155,6 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
             raise AttentionConfigError(f"{name} {tuple(t.shape)} {t.dtype}: expected a contiguous tensor of k's "
                                        f"shape {tuple(k.shape)} and dtype {k.dtype}")
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    if not options:
-        options = default_options(D)
     # the forward's sliding window, mask_mod and softcap (the kernel validates them: attention.masks)
     extra = {"window_size": None if window_size is None else tuple(window_size), "mask_mod": mask_mod,
              "softcap": softcap, "deterministic": True if deterministic else None}
@@ -172,5 +193,5 @@ def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=
     from cutlass.cute.runtime import make_fake_stream
 
     kern = _kernel((dtype, head_dim, causal, tuple(options.items())))
-    return cute.compile(kern, *fake_operands(dtype, head_dim, kern.deterministic), cutlass.Float32(0.125),
+    return cute.compile(kern, *fake_operands(dtype, head_dim, kern.deterministic, kern.tma_stats), cutlass.Float32(0.125),
                         make_fake_stream(), options=_host.ptx_options(arch))

@@ -67,6 +67,16 @@ def query_stats(lse2, delta, g, v, m0, head, batch):
 
 
 @cute.jit
+def stats_from_smem(lse2, delta, g, v, s_lse, s_delta):
+    """``query_stats`` from the Q / dO stage's copies (``tma_stats``: loaded by TMA with Q and dO from
+    buffers the pre-pass padded with LSE +inf and delta 0, so no row test)."""
+    coords = _columns(g, v)
+    for j in cutlass.range_constexpr(cute.size(lse2)):
+        lse2[j] = s_lse[coords[0, j][1]] * LOG2E
+        delta[j] = s_delta[coords[0, j][1]]
+
+
+@cute.jit
 def probs(acc_s, lse2, g, v, n0, m0, head, batch):
     """P^T = exp2(S^T * scale * log2 e - LSE * log2 e) in place of S^T (the forward's softcap first), zero
     where masked (key past S_k, or outside the query's window / causal range, or the user's mask_mod)."""

@@ -1,4 +1,5 @@
-"""The backward's pre-pass: delta = rowsum(dO * O) in fp32, one thread per (batch, head, query) row.
+"""The backward's pre-pass: delta = rowsum(dO * O) in fp32, one thread per (batch, head, query) row
+(``StatsPrep``: also a copy of the LSE, both into buffers padded to whole Q blocks, for the kernel's TMA).
 
 A plain CuTe DSL kernel (no pipelines, so no warpsched program): each thread copies its row of O and dO
 into registers (16-byte vector loads; D is 64 or 128 and rows are 16-byte aligned) and sums the products
@@ -40,3 +41,38 @@ class DeltaPrep:
             cute.autovec_copy(mdO[(b, h, s, None)], do)
             prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
             mDelta[(b, h, s)] = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+
+
+class StatsPrep(DeltaPrep):
+    """delta (as ``DeltaPrep``) and a copy of the LSE into (B, H, S_pad) fp32 buffers, S_pad = S rounded up
+    to whole Q blocks: rows past S get delta 0 and LSE +inf (P = 0 there), so the backward
+    (``tma_stats``) loads each step's 64 values of both with one TMA each, beside Q and dO."""
+
+    @cute.jit
+    def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mDelta: cute.Tensor,
+                 mLSEp: cute.Tensor, stream):
+        rows = cute.size(mDelta, mode=[0]) * cute.size(mDelta, mode=[1]) * cute.size(mDelta, mode=[2])
+        self.kernel(mO, mdO, mLSE, mDelta, mLSEp).launch(grid=[(rows + THREADS - 1) // THREADS, 1, 1],
+                                                         block=[THREADS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mDelta: cute.Tensor,
+               mLSEp: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        heads, seq, padded = cute.size(mO, mode=[1]), cute.size(mO, mode=[2]), cute.size(mDelta, mode=[2])
+        row = bid * THREADS + tidx
+        if row < cute.size(mO, mode=[0]) * heads * padded:
+            s, bh = row % padded, row // padded
+            h, b = bh % heads, bh // heads
+            if s < seq:
+                o = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
+                do = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
+                cute.autovec_copy(mO[(b, h, s, None)], o)
+                cute.autovec_copy(mdO[(b, h, s, None)], do)
+                prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
+                mDelta[(b, h, s)] = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+                mLSEp[(b, h, s)] = mLSE[(b, h, s)]
+            else:
+                mDelta[(b, h, s)] = cutlass.Float32(0.0)
+                mLSEp[(b, h, s)] = cutlass.Float32.inf

@@ -33,14 +33,15 @@ def pass_turn(order, wg):
 
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
-                  overlap_scores=False, overlap_dq=False):
+                  overlap_scores=False, overlap_dq=False, tma_stats=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
     keys for half of D: this warp group hands its dS tile to the other one and waits for the other's.
     ``order`` (``wg_order``): the warp groups take turns issuing their S / dP GEMMs (``take_turn``).
     ``overlap_scores``: S and dP in two commit groups, the queries' LSE / delta loaded while they run and P
-    computed while dP's runs. ``overlap_dq``: the dK GEMM issued last, dQ staged while it runs."""
+    computed while dP's runs (``tma_stats``: read from the Q / dO stage). ``overlap_dq``: the dK GEMM issued
+    last, dQ staged while it runs."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
@@ -55,7 +56,10 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
             smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
             pass_turn(order, wg)
-            grads.stats(lse2=lse2, delta=delta)
+            if tma_stats:
+                smem_qdo.load_stats(lse2=lse2, delta=delta)
+            else:
+                grads.stats(lse2=lse2, delta=delta)
             smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
             grads.probs(acc_s=acc_s, lse2=lse2)
             smem_kv.retire()

@@ -1,0 +1,372 @@
+"""The resources of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``): the K / V
+block (and the S / dP / dQ GEMMs that read it), the Q / dO ring (and the dV / dK GEMMs), a warp group's
+gradient state, the dS tiles the warp groups swap (``shared_ds``), the dQ stages the writer warp adds into
+global memory, and the warp groups' turn (``wg_order``). docs/attention.md, "Backward"."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.nvgpu import warpgroup
+
+from warpsched import MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work, wgmma_wait
+
+from . import backward_math as bmath
+from . import dq_order
+from . import register_math as amath
+from .backward_math import HALF
+from .backward_units import BLOCK_M, BLOCK_N
+from .dq_turns import DQTurnIO
+from ..gemm.fixup import runtime_branch
+
+
+@cute.jit
+def _gemm_over_d(v, acc, frag_a, frag_b, stage, wg: cutlass.Constexpr):
+    """acc = A_w B_stage^T over the head dim: warp group ``wg``'s 64 keys of K or V against the stage's Q or
+    dO (the first k-block overwrites the accumulator)."""
+    for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
+        mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
+        cute.gemm(mma, acc, frag_a[(None, None, kb, wg)], frag_b[(None, None, kb, stage)], acc)
+
+
+@dataclass(kw_only=True)
+class SmemKV(MemoryResource):
+    """The unit's K and V (128 keys each, as two 64-key halves, one per warp group): one stage, loaded
+    once; read by the S / dP GEMMs (A operands) and the dQ GEMM (K as the B operand, transposed view)."""
+
+    g: Any = None
+    retire = wgmma_wait  # wgmma.wait_group(pending): the GEMMs' SMEM and register reads are done
+    acc_s: Any = TaskLocalVariable.uninitialized()
+    acc_dp: Any = TaskLocalVariable.uninitialized()
+    acc_dv: Any = TaskLocalVariable.uninitialized()
+    acc_dk: Any = TaskLocalVariable.uninitialized()
+    acc_dq: Any = TaskLocalVariable.uninitialized()
+    p: Any = TaskLocalVariable.uninitialized()
+    ds: Any = TaskLocalVariable.uninitialized()
+    lse2: Any = TaskLocalVariable.uninitialized()
+    delta: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.acc_s = TaskLocalVariable(dtype=None, docs="S^T = K Q^T, then P^T (fp32 registers)")
+        self.acc_dp = TaskLocalVariable(dtype=None, docs="dP^T = V dO^T, then dS^T (fp32 registers)")
+        self.acc_dv = TaskLocalVariable(dtype=None, docs="dV of this warp group's keys (fp32 registers)")
+        self.acc_dk = TaskLocalVariable(dtype=None, docs="dK / scale of this warp group's keys (fp32 registers)")
+        self.acc_dq = TaskLocalVariable(dtype=None, docs="dQ / scale of one Q block, this warp group's keys' part")
+        self.p = TaskLocalVariable(dtype=None, docs="P^T in 16 bits: the A operand of dV += P^T dO")
+        self.ds = TaskLocalVariable(dtype=None, docs="dS^T in 16 bits: the A operand of dK += dS^T Q")
+        self.lse2 = TaskLocalVariable(dtype=None, docs="the step's queries' LSE * log2 e (fp32 registers)")
+        self.delta = TaskLocalVariable(dtype=None, docs="the step's queries' rowsum(dO * O) (fp32 registers)")
+
+    @consumer_work(returns=(acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds), work_attrs=WorkAttr.AUXILIARY)
+    def init(self, stage_info: StageInfo):
+        v, g = stage_info.context.values, self.g
+        tidx, _, _ = cute.arch.thread_idx()
+        sdp = v.sdp_mma.get_slice(tidx % 128)
+        acc_s = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, BLOCK_M)), cutlass.Float32)
+        acc_dp = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, BLOCK_M)), cutlass.Float32)
+        dkv = v.dkv_mma.get_slice(tidx % 128)
+        acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.head_dim)), cutlass.Float32)
+        acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.head_dim)), cutlass.Float32)
+        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((BLOCK_M, g.dq_cols)),
+                                       cutlass.Float32)
+        return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
+                amath.make_p(acc_dp, v.dkv_mma, g.dtype))
+
+    @consumer_work(returns=(lse2, delta), work_attrs=WorkAttr.AUXILIARY)
+    def init_stats(self, stage_info: StageInfo, acc_s):
+        """``overlap_scores``: registers for the step's queries' LSE and delta, loaded under the GEMMs."""
+        return bmath.make_stats(acc_s, stage_info.context.values)
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_k, self.g.alloc_v]
+
+    @producer_work
+    def tma_load(self, stage_info: StageInfo):
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
+        for tma, m_x, s_x in ((v.tma_k, v.mK, v.sK), (v.tma_v, v.mV, v.sV)):
+            if cutlass.const_expr(g.varlen):  # the unit's sequence's keys of the packed K / V
+                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, kv_head, batch, key=True),
+                                       (HALF, g.head_dim))[(None, None, None, 0)]
+            else:
+                g_x = cute.flat_divide(m_x, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+            t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
+                                                        cute.group_modes(g_x, 0, 2))
+            for w in range(2):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
+                stage_info.tma_copy(tma, t_g[(None, n_block * 2 + w)], t_s[(None, w)])
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K, V (and Q, dO: SmemQdO.gemm_operand) until the retire
+    @cute.jit
+    def mma_sdp(self, stage_info: StageInfo, acc_s, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
+        """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
+        v = stage_info.context.values
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = v.sdp_mma.get_slice(tidx % 128)
+        frag_k = v.sdp_mma.make_fragment_A(thr.partition_A(v.sK))
+        frag_v = v.sdp_mma.make_fragment_A(thr.partition_A(v.sV))
+        frag_q = v.sdp_mma.make_fragment_B(thr.partition_B(v.sQ))
+        frag_do = v.sdp_mma.make_fragment_B(thr.partition_B(v.sdO))
+        warpgroup.fence()
+        _gemm_over_d(v, acc_s, frag_k, frag_q, idx[0], wg)
+        _gemm_over_d(v, acc_dp, frag_v, frag_do, idx[0], wg)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and Q: SmemQdO.gemm_operand) until its retire
+    @cute.jit
+    def mma_s(self, stage_info: StageInfo, acc_s, idx, *, wg: cutlass.Constexpr = 0):
+        """``overlap_scores``: S^T = K_w Q_i^T in a commit group of its own, so P is computed while the
+        dP GEMM (``mma_dp``, the next group) still runs."""
+        v = stage_info.context.values
+        thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        warpgroup.fence()
+        _gemm_over_d(v, acc_s, v.sdp_mma.make_fragment_A(thr.partition_A(v.sK)),
+                     v.sdp_mma.make_fragment_B(thr.partition_B(v.sQ)), idx[0], wg)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO) until its retire
+    @cute.jit
+    def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
+        """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
+        v = stage_info.context.values
+        thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        _gemm_over_d(v, acc_dp, v.sdp_mma.make_fragment_A(thr.partition_A(v.sV)),
+                     v.sdp_mma.make_fragment_B(thr.partition_B(v.sdO)), idx[0], wg)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
+    @cute.jit
+    def mma_dq(self, stage_info: StageInfo, acc_dq, *, wg: cutlass.Constexpr = 0):
+        """dQ's part of this warp group. ``shared_ds``: dQ[:, 64 wg : 64 wg + 64] over all 128 keys, A from
+        both warp groups' dS tiles (the other's through ``SmemDS``), B from K's (D half, key half) blocks;
+        else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile)."""
+        g, v = self.g, stage_info.context.values
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = v.dq_mma.get_slice(tidx % 128)
+        frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
+        warpgroup.fence()
+        if cutlass.const_expr(g.shared_ds):  # sKt: (D half, keys, 2 * key half + D half)
+            for half in cutlass.range_constexpr(2):
+                frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
+                for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+                    mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
+                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, 2 * half + wg)],
+                              acc_dq)
+        else:
+            frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
+            for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+                mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
+                cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, wg)], acc_dq)
+        warpgroup.commit_group()
+
+
+@dataclass(kw_only=True)
+class SmemQdO(MemoryResource):
+    """The Q and dO tiles of one step (64 rows of one query head), a ring of ``qdo_stages``: one
+    transaction barrier per stage for both tiles."""
+
+    g: Any = None
+    retire = wgmma_wait
+    idx: Any = TaskLocalVariable.uninitialized()
+
+    def __post_init__(self):
+        self.idx = TaskLocalVariable(dtype=None, docs="the Q / dO stage of the current step (one Int32 register)")
+
+    @consumer_work(returns=idx, work_attrs=WorkAttr.AUXILIARY)
+    def init_index(self, stage_info: StageInfo):
+        return cute.make_rmem_tensor(cute.make_layout(1), cutlass.Int32)
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_q, self.g.alloc_do] + ([self.g.alloc_lse, self.g.alloc_delta] if self.g.tma_stats else [])
+
+    @producer_work
+    def tma_load(self, stage_info: StageInfo):
+        g, v = self.g, stage_info.context.values
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        for tma, m_x, s_x in ((v.tma_q, v.mQ, v.sQ), (v.tma_do, v.mdO, v.sdO)):
+            if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed Q / dO
+                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, head, batch),
+                                       (BLOCK_M, g.head_dim))[(None, None, None, 0)]
+            else:
+                g_x = cute.flat_divide(m_x, (BLOCK_M, g.head_dim))[(None, None, None, 0, head, batch)]
+            t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
+                                                        cute.group_modes(g_x, 0, 2))
+            stage_info.tma_copy(tma, t_g[(None, m_block)], t_s[(None, stage_info.stage_idx)])
+        if cutlass.const_expr(g.tma_stats):  # the step's 64 LSE and delta values (StatsPrep's padded rows)
+            for tma, m_x, s_x in ((v.tma_lse, v.mLSEt, v.sLSE), (v.tma_delta, v.mDeltat, v.sDelta)):
+                g_x = cute.flat_divide(m_x, (BLOCK_M,))[(None, None, head, batch)]
+                t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 1),
+                                                            cute.group_modes(g_x, 0, 1))
+                stage_info.tma_copy(tma, t_g[(None, m_block)], t_s[(None, stage_info.stage_idx)])
+
+    @consumer_work
+    def load_stats(self, stage_info: StageInfo, lse2, delta):
+        """``tma_stats``: the step's queries' LSE * log2 e and delta from the stage into registers."""
+        v = stage_info.context.values
+        bmath.stats_from_smem(lse2, delta, self.g, v, v.sLSE[(None, stage_info.stage_idx)],
+                              v.sDelta[(None, stage_info.stage_idx)])
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def gemm_operand(self, stage_info: StageInfo, idx):
+        """Declares that the S / dP GEMMs issued next (``SmemKV.mma_sdp``, same commit group) read this
+        stage, so the checker holds it until their retire; records the stage for them."""
+        idx[0] = stage_info.stage_idx
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
+    def mma_dkv(self, stage_info: StageInfo, p, ds, acc_dv, acc_dk):
+        """dV += P^T dO_i and dK += dS^T Q_i: A from the 16-bit registers, B the stage's dO / Q through
+        their transposed views (one commit group; P / dS and both accumulators in use until the retire)."""
+        v, s = stage_info.context.values, stage_info.stage_idx
+        tidx, _, _ = cute.arch.thread_idx()
+        thr = v.dkv_mma.get_slice(tidx % 128)
+        frag_dot = v.dkv_mma.make_fragment_B(thr.partition_B(v.sdOt))
+        frag_qt = v.dkv_mma.make_fragment_B(thr.partition_B(v.sQt))
+        warpgroup.fence()  # P and dS were written by ordinary instructions
+        cute.gemm(v.dkv_mma, acc_dv, p, frag_dot[(None, None, None, s)], acc_dv)
+        cute.gemm(v.dkv_mma, acc_dk, ds, frag_qt[(None, None, None, s)], acc_dk)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
+    def mma_dv(self, stage_info: StageInfo, p, acc_dv):
+        """``overlap_dq``: dV += P^T dO_i alone in a commit group (dK's comes after the dQ GEMM)."""
+        v = stage_info.context.values
+        thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        warpgroup.fence()
+        cute.gemm(v.dkv_mma, acc_dv, p, v.dkv_mma.make_fragment_B(thr.partition_B(v.sdOt))[
+            (None, None, None, stage_info.stage_idx)], acc_dv)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
+    def mma_dk(self, stage_info: StageInfo, ds, acc_dk):
+        """``overlap_dq``: dK += dS^T Q_i, the step's last commit group: dQ is staged while it runs."""
+        v = stage_info.context.values
+        thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        warpgroup.fence()
+        cute.gemm(v.dkv_mma, acc_dk, ds, v.dkv_mma.make_fragment_B(thr.partition_B(v.sQt))[
+            (None, None, None, stage_info.stage_idx)], acc_dk)
+        warpgroup.commit_group()
+
+
+@dataclass(kw_only=True)
+class Grads(MemoryResource):
+    """A warp group's gradient state (dK, dV in registers; dS^T's SMEM tile) and its writes to global
+    memory: dQ atomics per step, dK and dV at the end of the unit."""
+
+    g: Any = None
+    wg: int = 0
+
+    def get_smem_requirements(self):
+        return [] if self.g.shared_ds else [self.g.alloc_ds[self.wg]]  # shared_ds: SmemDS owns the tile
+
+    @producer_work
+    def reset(self, stage_info: StageInfo, acc_dv, acc_dk):
+        acc_dv.fill(0.0)
+        acc_dk.fill(0.0)
+
+    @producer_work
+    def scores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds):
+        """P^T and dS^T of this step (``attention.backward_math.grads_of_scores``)."""
+        g, v = self.g, stage_info.context.values
+        n_block, _, _ = g.unit_coords(v.unit)
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        s_ds = None if g.shared_ds else getattr(v, f"sdSt{self.wg}")  # shared_ds: SmemDS.store writes it
+        bmath.grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v,
+                              n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch, wg=self.wg)
+
+    def _step(self, stage_info):
+        g, v = self.g, stage_info.context.values
+        n_block, _, _ = g.unit_coords(v.unit)
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        return g, v, n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch
+
+    @producer_work
+    def stats(self, stage_info: StageInfo, lse2, delta):
+        """``overlap_scores``: the step's queries' LSE and delta, loaded while the S / dP GEMMs run."""
+        g, v, _, m0, head, batch = self._step(stage_info)
+        bmath.query_stats(lse2, delta, g, v, m0, head, batch)
+
+    @producer_work
+    def probs(self, stage_info: StageInfo, acc_s, lse2):
+        """``overlap_scores``: P^T from S^T (its GEMM retired; dP's may still run)."""
+        g, v, n0, m0, head, batch = self._step(stage_info)
+        bmath.probs(acc_s, lse2, g, v, n0, m0, head, batch)
+
+    @producer_work
+    def dscores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds, lse2, delta):
+        """``overlap_scores``: dS^T from P^T and dP^T; P^T, dS^T into the A-operand registers."""
+        g, v = self.g, stage_info.context.values
+        s_ds = None if g.shared_ds else getattr(v, f"sdSt{self.wg}")
+        bmath.dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, wg=self.wg)
+
+    @producer_work
+    def store(self, stage_info: StageInfo, acc_dk, acc_dv):
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
+        bmath.store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg)
+
+
+@dataclass(kw_only=True)
+class MathOrder(MemoryResource):
+    """``wg_order``: the two warp groups' turn to issue their S / dP GEMMs (a 1-stage AsyncAsync pipeline,
+    no data)."""
+
+
+@dataclass(kw_only=True)
+class SmemDS(MemoryResource):
+    """``shared_ds``: a warp group's dS^T tile (64 keys x 64 queries, 16-bit), written by that warp group
+    and read by both dQ GEMMs: an AsyncAsync stage from the writing warp group to the other one, which
+    releases it once its dQ GEMM has retired. (The writer's own dQ GEMM reads it too; the writer retires
+    that GEMM before its next ``store``, in program order.)"""
+
+    g: Any = None
+    wg: int = 0
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_ds[self.wg]]
+
+    @producer_work
+    def store(self, stage_info: StageInfo, ds, acc_dp):
+        v = stage_info.context.values
+        bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}"), wg=self.wg)
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def gemm_operand(self, stage_info: StageInfo):
+        """Declares that the dQ GEMM issued next (``SmemKV.mma_dq``) reads this tile until its retire."""
+
+
+@dataclass(kw_only=True)
+class SmemDQ(MemoryResource):
+    """A warp group's dQ part of one step (fp32, 64 x D) on its way to global memory: the warp group
+    writes it (an AsyncAsync stage), the dQ writer warp adds it into dQaccum with one TMA reduce-add
+    (``cp.reduce.async.bulk.tensor``), so no fp32 atomics run on the math warp groups."""
+
+    g: Any = None
+    wg: int = 0
+
+    def get_smem_requirements(self):
+        return [self.g.alloc_dq[self.wg]]
+
+    @producer_work
+    def store(self, stage_info: StageInfo, acc_dq):
+        """scale * dQ into the stage, fenced for the TMA (async proxy) that reads it."""
+        bmath.stage_dq(acc_dq, self.g, stage_info.context.values, getattr(stage_info.context.values, f"sdQ{self.wg}"))
+
+    @consumer_work
+    def reduce_add(self, stage_info: StageInfo):
+        """dQaccum[Q block] += the stage (one thread issues the TMA reduce-add and waits until it has read
+        the stage, so the release after this work frees it). ``deterministic``: in the Q block's turn
+        (attention.dq_order: the hand-over the grid checker proves, run here on the kernel's values)."""
+        g, v = self.g, stage_info.context.values
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
+        col_block = self.wg if g.shared_ds else 0
+        s_dq = getattr(v, f"sdQ{self.wg}")
+        if cutlass.const_expr(g.deterministic):
+            slot, order, last = dq_order.dq_turn(g, v.unit, stage_info.loop_offset)
+            io = DQTurnIO(g=g, v=v, s_dq=s_dq, m_block=m_block, head=head, batch=batch, col_block=col_block)
+            dq_order.dq_part_calls(slot, order, last, self.wg, flag=io, acc=io, branch=runtime_branch)
+        else:
+            bmath.reduce_dq(g, v, s_dq, m_block, head, batch, col_block)
