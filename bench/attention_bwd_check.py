@@ -39,15 +39,13 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
     (1, 4, 2, 200, 700, 64, False, torch.bfloat16),
     (3, 2, 2, 64, 64, 128, True, torch.float16),
 ]
-# kernel options checked and timed per head dim (name: options; a call without options runs
+# kernel options checked and timed per head dim (name: options; "default" is what a call without options runs,
 # attention_bwd_host.default_options); ``--variants a,b`` picks some by name
-VARIANTS = {64: {"default": {}, "os+odq": {"overlap_scores": True, "overlap_dq": True},
-                 "ts": {"tma_stats": True}, "ts+odq": {"tma_stats": True, "overlap_dq": True},
-                 "order": {"wg_order": True}},
-            128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True},
-                  "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
+VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats": True},
+                 "os+odq": {"overlap_scores": True, "overlap_dq": True}, "order": {"wg_order": True}},
+            128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
-                  "sds+ts+odq": {"shared_ds": True, "tma_stats": True, "overlap_dq": True},
+                  "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
                   "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True}}}
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),

@@ -142,13 +142,14 @@ def test_a_key_blocks_steps_are_its_sequences_q_blocks_that_see_it(causal, windo
 
 def test_the_varlen_backward_is_the_backwards_program():
     for hd, causal in ((128, True), (64, False)):
-        plain = ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **default_options(hd)), verbose=False,
+        options = default_options(hd, varlen=True)  # the packed kernel's (no TMA for LSE / delta or dK / dV)
+        plain = ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **options), verbose=False,
                          exhaustive_deadlock_race_check=False)
-        packed = ab.build(ab.FlashAttentionBackwardVarlen(head_dim=hd, causal=causal, **default_options(hd)),
+        packed = ab.build(ab.FlashAttentionBackwardVarlen(head_dim=hd, causal=causal, **options),
                           verbose=False, exhaustive_deadlock_race_check=False)
         assert packed.fingerprint == plain.fingerprint  # the backward's shipped proof covers it
 
 
 def test_the_varlen_backward_compiles_for_sm90a():
-    ptx = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **default_options(128)).artifacts.PTX
+    ptx = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **default_options(128, varlen=True)).artifacts.PTX
     assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's TMA reduce-add into the packed accumulator

@@ -64,6 +64,7 @@ def programs() -> Dict[str, Callable[..., object]]:
     """label -> builder(**manager_options) returning the program's TaskManager (on the CPU)."""
     from .attention import forward as att
     from .attention import backward as ab
+    from .attention.backward_host import default_options as default_bwd
     from .gemm import host as gemm_host
     from .attention.host import split_options, tuned_options
     from .attention.varlen import varlen_options
@@ -97,9 +98,8 @@ def programs() -> Dict[str, Callable[..., object]]:
                 att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **varlen_options(hd, causal)), **mo))
     for hd in ab.BWD_HEAD_DIMS:
         for causal in (False, True):
-            for opts in ({}, {"shared_ds": True}, {"wg_order": True}, {"shared_ds": True, "wg_order": True}):
-                if opts.get("shared_ds") and hd != 128:
-                    continue
+            for opts in [dict(o) for o in dict.fromkeys(
+                    tuple(sorted(o.items())) for o in ({}, default_bwd(hd, varlen=True), default_bwd(hd)))]:
 
                 def build_bwd(hd=hd, causal=causal, opts=opts, **mo):
                     return ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **opts), **mo)

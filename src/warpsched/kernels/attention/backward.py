@@ -89,7 +89,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         grads_all.append(grads)
         src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
         turn = {} if order is None else {"order": order}
-        turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats") if getattr(g, n)})
+        turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv") if getattr(g, n)})
         if order is not None:
             (dst if wg == 0 else src).append(order)
         if g.shared_ds:
@@ -114,7 +114,8 @@ class FlashAttentionBackward(BackwardUnits):
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
-                 varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False):
+                 varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
+                 tma_store_dkv=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -141,6 +142,10 @@ class FlashAttentionBackward(BackwardUnits):
         if tma_stats and varlen:
             raise AttentionConfigError("tma_stats=True with varlen: the packed LSE / delta rows are not padded to "
                                        "whole Q blocks (tma_stats=False)")
+        if tma_store_dkv and varlen:
+            raise AttentionConfigError("tma_store_dkv=True with varlen: a tile's rows past its sequence are the "
+                                       "next sequence's keys, which a TMA store would overwrite (tma_store_dkv=False)")
+        self.tma_store_dkv = bool(tma_store_dkv)  # dK / dV through the V halves and a TMA store each
         # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep)
         self.tma_stats = bool(tma_stats)
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
@@ -154,7 +159,8 @@ class FlashAttentionBackward(BackwardUnits):
         self.threads = 384
         elem = dtype.width // 8
         self.kv_bytes = 2 * BLOCK_N * head_dim * elem  # K and V of the block
-        self.qdo_bytes = 2 * BLOCK_M * head_dim * elem + (2 * BLOCK_M * 4 if self.tma_stats else 0)  # Q, dO (LSE, delta)
+        # Q and dO of a step (and with tma_stats its 64 fp32 LSE and delta values)
+        self.qdo_bytes = 2 * BLOCK_M * head_dim * elem + (2 * BLOCK_M * 4 if self.tma_stats else 0)
         self.alloc_k = SmemAllocation("sK", dtype=dtype, count=BLOCK_N * head_dim, alignment=1024)
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=BLOCK_N * head_dim, alignment=1024)
         self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
@@ -170,7 +176,7 @@ class FlashAttentionBackward(BackwardUnits):
             "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, BLOCK_N, qdo_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
-                              "tma_stats") if getattr(self, n)))
+                              "tma_stats", "tma_store_dkv") if getattr(self, n)))
 
     # ---- compile-time layouts
     def _mmas(self):
@@ -234,6 +240,11 @@ class FlashAttentionBackward(BackwardUnits):
             stats = tuple(x for t in (mLSE, mDelta) for x in cute.nvgpu.cpasync.make_tiled_tma_atom(
                 g2s, cute.make_tensor(t.iterator, cute.select(t.layout, mode=[2, 1, 0])),
                 cute.make_layout(BLOCK_M), (BLOCK_M,)))
+        stores = (None, None, None, None)
+        if cutlass.const_expr(self.tma_store_dkv):  # dK, dV from a V half (the load's layout and tile)
+            stores = tuple(x for t in (mdK, mdV) for x in cute.nvgpu.cpasync.make_tiled_tma_atom(
+                cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), self._sdhb(t), cute.slice_(lay["sV"], (None, None, 0)),
+                tile))
         if cutlass.const_expr(self.varlen):
             self.grid_setup(max_seqlen_q, max_seqlen_k, cute.size(mQ, mode=[1]), cute.size(mK, mode=[1]),
                             cute.size(mCuQ, mode=[0]) - 1)
@@ -242,7 +253,7 @@ class FlashAttentionBackward(BackwardUnits):
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
-                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem, *stats).launch(
+                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem, *stats, *stores).launch(
                         grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
@@ -253,7 +264,9 @@ class FlashAttentionBackward(BackwardUnits):
                sdp_mma: cute.TiledMma, dkv_mma: cute.TiledMma, dq_mma: cute.TiledMma, scale: cutlass.Float32,
                mCuQ: Optional[cute.Tensor], mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32],
                max_seqlen_k: Optional[cutlass.Int32], mSem: Optional[cute.Tensor], tma_lse: Optional[cute.CopyAtom],
-               mLSEt: Optional[cute.Tensor], tma_delta: Optional[cute.CopyAtom], mDeltat: Optional[cute.Tensor]):
+               mLSEt: Optional[cute.Tensor], tma_delta: Optional[cute.CopyAtom], mDeltat: Optional[cute.Tensor],
+               tma_dk: Optional[cute.CopyAtom], mdKt: Optional[cute.Tensor], tma_dv: Optional[cute.CopyAtom],
+               mdVt: Optional[cute.Tensor]):
         bid, _, _ = cute.arch.block_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
@@ -262,6 +275,9 @@ class FlashAttentionBackward(BackwardUnits):
             if cutlass.const_expr(self.tma_stats):
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_lse)
                 cute.nvgpu.cpasync.prefetch_descriptor(tma_delta)
+            if cutlass.const_expr(self.tma_store_dkv):
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_dk)
+                cute.nvgpu.cpasync.prefetch_descriptor(tma_dv)
         # mQ / mK are the TMA views: (S, D, H, B)
         if cutlass.const_expr(self.varlen):
             self.cu_q, self.cu_k = mCuQ, mCuK
@@ -295,6 +311,8 @@ class FlashAttentionBackward(BackwardUnits):
             s.update(sLSE=view(self.alloc_lse, cute.make_layout((BLOCK_M, self.qdo_stages))),
                      sDelta=view(self.alloc_delta, cute.make_layout((BLOCK_M, self.qdo_stages))),
                      tma_lse=tma_lse, mLSEt=mLSEt, tma_delta=tma_delta, mDeltat=mDeltat)
+        if cutlass.const_expr(self.tma_store_dkv):
+            s.update(tma_dk=tma_dk, mdKt=mdKt, tma_dv=tma_dv, mdVt=mdVt)
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, tma_do=tma_do, mQ=mQ, mK=mK, mV=mV, mdO=mdO, mLSE=mLSE,
                 mDelta=mDelta, tma_dq=tma_dq, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
                 dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale, mSem=mSem,

@@ -45,7 +45,8 @@ def fake_operands(dtype, head_dim, deterministic=False, tma_stats=False):
     def bhsd(heads, seq, dt=dtype):
         return _host.fake_bhsd(dt, B, heads, seq, head_dim)
 
-    rows = (lambda: _host.fake_rows(B, H, Sp, stride_divisibility=4)) if tma_stats else (lambda: _host.fake_rows(B, H, Sq))
+    def rows():
+        return _host.fake_rows(B, H, Sp, stride_divisibility=4) if tma_stats else _host.fake_rows(B, H, Sq)
     out = (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), rows(), rows(), bhsd(H, Sp, cutlass.Float32),
            bhsd(Hk, Sk), bhsd(Hk, Sk))
     if deterministic:
@@ -108,10 +109,13 @@ def compiled_ffi(kern_key):
     return _CACHE[key]
 
 
-def default_options(head_dim):
-    """The kernel options a call without any uses: ``shared_ds`` at head dim 128, where it ran
-    1.13-1.18x the kernel without it on the H200, with the same errors (docs/attention.md, "Backward")."""
-    return {"shared_ds": True} if head_dim == 128 else {}
+def default_options(head_dim, varlen=False):
+    """The kernel options a call without any uses: ``shared_ds`` at head dim 128 (1.13-1.18x the kernel
+    without it on the H200), ``tma_stats`` (LSE / delta by TMA with Q / dO: 1.11-1.39x) and
+    ``tma_store_dkv`` (dK / dV by TMA); the packed (``varlen``) kernel takes neither TMA option: its rows
+    are not padded to whole blocks (docs/attention.md, "Backward")."""
+    options = {"shared_ds": True} if head_dim == 128 else {}
+    return options if varlen else dict(options, tma_stats=True, tma_store_dkv=True)
 
 
 def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
@@ -193,5 +197,6 @@ def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=
     from cutlass.cute.runtime import make_fake_stream
 
     kern = _kernel((dtype, head_dim, causal, tuple(options.items())))
-    return cute.compile(kern, *fake_operands(dtype, head_dim, kern.deterministic, kern.tma_stats), cutlass.Float32(0.125),
+    return cute.compile(kern, *fake_operands(dtype, head_dim, kern.deterministic, kern.tma_stats),
+                        cutlass.Float32(0.125),
                         make_fake_stream(), options=_host.ptx_options(arch))

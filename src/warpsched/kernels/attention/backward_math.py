@@ -226,3 +226,31 @@ def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Cons
             if block * HALF + coords[i, 0][0] < seqlen_k:
                 for j in cutlass.range_constexpr(cute.size(o_mn, mode=[1])):
                     t_g[i, j] = o_mn[i, j]
+
+
+@cute.jit
+def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
+    """``tma_store_dkv``: dV, then dK * scale, through this warp group's half of the V tile (only its own dP
+    GEMMs read it, and they have all retired) and one TMA store each; the TMA clips rows past S_k. The
+    warp group waits until each store has read the tile before it is written again or released."""
+    tidx, _, _ = cute.arch.thread_idx()
+    thr = v.dkv_mma.get_slice(tidx % 128)
+    t_s = thr.partition_C(v.sV[(None, None, wg)])
+    first_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0
+    for acc, tma, m_t, factor in ((acc_dv, v.tma_dv, v.mdVt, None), (acc_dk, v.tma_dk, v.mdKt, v.scale)):
+        out = cute.make_rmem_tensor_like(acc, g.dtype)
+        if cutlass.const_expr(factor is None):
+            out.store(acc.load().to(g.dtype))
+        else:
+            out.store((acc.load() * factor).to(g.dtype))
+        cute.autovec_copy(out, t_s)
+        cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
+        cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
+        if first_warp:
+            g_x = cute.flat_divide(m_t, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+            src, dst = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
+                                                        cute.group_modes(g_x, 0, 2))
+            cute.copy(tma, src[(None, wg)], dst[(None, n_block * 2 + wg)])
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
+        cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # the store has read the tile

@@ -97,6 +97,14 @@ class SmemKV(MemoryResource):
             for w in range(2):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
                 stage_info.tma_copy(tma, t_g[(None, n_block * 2 + w)], t_s[(None, w)])
 
+    @consumer_work
+    def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0):
+        """``tma_store_dkv``: dV and dK leave through this warp group's V half, which only its own dP GEMMs
+        read (all retired), before the stage is released (``backward_math.store_dkv_tma``)."""
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
+        bmath.store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=wg)
+
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K, V (and Q, dO: SmemQdO.gemm_operand) until the retire
     @cute.jit
     def mma_sdp(self, stage_info: StageInfo, acc_s, acc_dp, idx, *, wg: cutlass.Constexpr = 0):

@@ -33,7 +33,7 @@ def pass_turn(order, wg):
 
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
-                  overlap_scores=False, overlap_dq=False, tma_stats=False):
+                  overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -41,7 +41,8 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     ``order`` (``wg_order``): the warp groups take turns issuing their S / dP GEMMs (``take_turn``).
     ``overlap_scores``: S and dP in two commit groups, the queries' LSE / delta loaded while they run and P
     computed while dP's runs (``tma_stats``: read from the Q / dO stage). ``overlap_dq``: the dK GEMM issued
-    last, dQ staged while it runs."""
+    last, dQ staged while it runs. ``tma_store_dkv``: dK and dV leave through the warp group's V half by TMA
+    before K / V are released."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
@@ -99,8 +100,12 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
             smem_dq.store(acc_dq=acc_dq)
             smem_dq.commit()
-    smem_kv.release()
-    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+    if tma_store_dkv:
+        smem_kv.store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)
+        smem_kv.release()
+    else:
+        smem_kv.release()
+        grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
 
 
 @schedule

@@ -224,7 +224,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
     lse_v = lse.contiguous().unsqueeze(0)
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
-    options = with_masks(default_options(D), window_size, softcap, mask_mod)
+    options = with_masks(default_options(D, varlen=True), window_size, softcap, mask_mod)
     key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if _host.ffi_enabled():
