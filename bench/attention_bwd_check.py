@@ -41,10 +41,14 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
 ]
 # kernel options checked and timed per head dim (name: options; "default" is what a call without options runs,
 # attention_bwd_host.default_options); ``--variants a,b`` picks some by name
+_D64, _D128 = bwd.default_options(64), bwd.default_options(128)
 VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats": True},
+                 "q3": dict(_D64, qdo_stages=3), "dq2": dict(_D64, dq_stages=2),
+                 "q3+dq2": dict(_D64, qdo_stages=3, dq_stages=2),
                  "os+odq": {"overlap_scores": True, "overlap_dq": True}, "order": {"wg_order": True}},
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
+                  "q3": dict(_D128, qdo_stages=3), "dq2": dict(_D128, dq_stages=2),
                   "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
                   "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True}}}
 SPEED = [  # B, H, S, D, causal

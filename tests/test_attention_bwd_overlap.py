@@ -32,8 +32,10 @@ def _planted_line(marker):
     dict(tma_stats=True, overlap_dq=True, head_dim=64, deterministic=True),
     dict(tma_stats=True, overlap_dq=True, shared_ds=True, tma_store_dkv=True, causal=True),
     dict(tma_store_dkv=True, head_dim=64, mask_mod=lambda b, h, q, k: k <= q),
+    dict(tma_stats=True, tma_store_dkv=True, shared_ds=True, dq_stages=2),
+    dict(tma_stats=True, tma_store_dkv=True, head_dim=64, qdo_stages=3, dq_stages=2, deterministic=True),
 ], ids=["scores", "dq", "both", "both-sds-causal", "both-sds-order", "both-d64-window", "tma-stats-sds",
-        "tma-stats-d64-deterministic", "tma-store-sds", "tma-store-d64-mask"])
+        "tma-stats-d64-deterministic", "tma-store-sds", "tma-store-d64-mask", "dq-ring-sds", "rings-d64-det"])
 def test_overlapped_programs_are_safe(options):
     mgr = ab.build(ab.FlashAttentionBackward(**options), **QUIET)
     assert mgr.result.checker.verdict == "SAFE"
@@ -235,3 +237,14 @@ def test_kernel_traces_the_overlapped_waits():
     waits = re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d)", ptx)
     assert waits.count("1") == 4 and waits.count("0") == 4, waits
     assert len(re.findall(r"wgmma\.commit_group", ptx)) == 2 * 5
+
+
+def test_ring_sizes_past_the_smem_are_refused_naming_the_fix():
+    """dq_stages outside 1..2 is refused; a ring that does not fit in SMEM (three Q / dO stages and two dQ
+    stages at head dim 128 with shared_ds: 240 KB) is refused by the allocator, naming the fix."""
+    from warpsched.kernels.attention.forward import AttentionConfigError
+
+    with pytest.raises(AttentionConfigError, match="dq_stages=3"):
+        ab.FlashAttentionBackward(dq_stages=3)
+    with pytest.raises(ValidationError, match="reduce num_stages"):
+        ab.build(ab.FlashAttentionBackward(shared_ds=True, tma_stats=True, qdo_stages=3, dq_stages=2), **QUIET)

@@ -67,7 +67,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
     smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
     load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
                 num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n))
-    dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
+    dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.dq_stages, producer_group=threads(128),
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
     writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
@@ -115,7 +115,7 @@ class FlashAttentionBackward(BackwardUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
-                 tma_store_dkv=False):
+                 tma_store_dkv=False, dq_stages=1):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -146,6 +146,9 @@ class FlashAttentionBackward(BackwardUnits):
             raise AttentionConfigError("tma_store_dkv=True with varlen: a tile's rows past its sequence are the "
                                        "next sequence's keys, which a TMA store would overwrite (tma_store_dkv=False)")
         self.tma_store_dkv = bool(tma_store_dkv)  # dK / dV through the V halves and a TMA store each
+        if dq_stages not in (1, 2):
+            raise AttentionConfigError(f"dq_stages={dq_stages}: expected 1 or 2")
+        self.dq_stages = dq_stages  # dQ tiles per warp group on their way to the writer warp
         # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep)
         self.tma_stats = bool(tma_stats)
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
@@ -169,14 +172,16 @@ class FlashAttentionBackward(BackwardUnits):
                                                            alignment=128) for n in ("sLSE", "sDelta"))
         self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * BLOCK_M, alignment=1024)
                          for wg in range(2)]
-        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=BLOCK_M * self.dq_cols, alignment=1024)
+        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=dq_stages * BLOCK_M * self.dq_cols,
+                                        alignment=1024)
                          for wg in range(2)]
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
         self.config = AttentionConfig(
             "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, BLOCK_N, qdo_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
-                              "tma_stats", "tma_store_dkv") if getattr(self, n)))
+                              "tma_stats", "tma_store_dkv") if getattr(self, n))
+            + (("dq_stages=2",) if self.dq_stages == 2 else ()))
 
     # ---- compile-time layouts
     def _mmas(self):
@@ -208,7 +213,8 @@ class FlashAttentionBackward(BackwardUnits):
             "sdOt": sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st),
             "sdS": sm90_utils.make_smem_layout_a(R, (BLOCK_M, d, HALF), dt, 1),  # (queries, keys)
             "sdSt": sm90_utils.make_smem_layout_b(C, (BLOCK_M, HALF, BLOCK_M), dt, 1),  # (keys, queries)
-            "sdQ": sm90_utils.make_smem_layout_a(R, (BLOCK_M, self.dq_cols, self.dq_cols), cutlass.Float32, 1),
+            "sdQ": sm90_utils.make_smem_layout_a(R, (BLOCK_M, self.dq_cols, self.dq_cols), cutlass.Float32,
+                                                 self.dq_stages),
         }
 
     @staticmethod

@@ -171,20 +171,20 @@ def write_ds(ds, acc_dp, v, s_ds, *, wg: cutlass.Constexpr):
 
 
 @cute.jit
-def stage_dq(acc_dq, g, v, s_dq):
+def stage_dq(acc_dq, g, v, s_dq, stage):
     """scale * dQ into the warp group's fp32 dQ tile (swizzled, the TMA reduce-add's source), fenced so the
     TMA (async proxy) the dQ writer issues after this stage's barrier sees every thread's writes."""
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dq_mma.get_slice(tidx % 128)
     scaled = cute.make_rmem_tensor_like(acc_dq, cutlass.Float32)
     scaled.store(acc_dq.load() * v.scale)
-    cute.autovec_copy(scaled, thr.partition_C(s_dq[(None, None, 0)]))
+    cute.autovec_copy(scaled, thr.partition_C(s_dq[(None, None, stage)]))
     cute.arch.fence_proxy("async.shared", space="cta")
 
 
 @cute.jit
-def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, complete: cutlass.Constexpr = False):
-    """dQaccum[Q block ``m_block`` of (batch, head)] += the dQ tile: one TMA reduce-add (the copy elects one
+def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutlass.Constexpr = False):
+    """dQaccum[Q block ``m_block`` of (batch, head)] += the dQ tile (stage ``stage``): one TMA reduce-add (the copy elects one
     lane of the warp, so the whole warp calls it), and every lane waits for its own bulk group, so the
     issuing lane has seen the TMA read the tile before it arrives (the buffer's rows are padded to whole
     64-row blocks). ``complete``: waits until the add's writes are done (not only its SMEM reads), fenced
@@ -196,7 +196,7 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, complete: cutlass.Con
         g_dq = cute.flat_divide(v.mdQacc, (g.block_m, g.dq_cols))[(None, None, None, col_block, head, batch)]
     t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
                                                 cute.group_modes(g_dq, 0, 2))
-    cute.copy(v.tma_dq, t_s[(None, 0)], t_g[(None, m_block)])
+    cute.copy(v.tma_dq, t_s[(None, stage)], t_g[(None, m_block)])
     cute.arch.cp_async_bulk_commit_group()
     if cutlass.const_expr(complete):
         cute.arch.cp_async_bulk_wait_group(0)

@@ -361,7 +361,8 @@ class SmemDQ(MemoryResource):
     @producer_work
     def store(self, stage_info: StageInfo, acc_dq):
         """scale * dQ into the stage, fenced for the TMA (async proxy) that reads it."""
-        bmath.stage_dq(acc_dq, self.g, stage_info.context.values, getattr(stage_info.context.values, f"sdQ{self.wg}"))
+        v = stage_info.context.values
+        bmath.stage_dq(acc_dq, self.g, v, getattr(v, f"sdQ{self.wg}"), stage_info.stage_idx)
 
     @consumer_work
     def reduce_add(self, stage_info: StageInfo):
@@ -374,7 +375,8 @@ class SmemDQ(MemoryResource):
         s_dq = getattr(v, f"sdQ{self.wg}")
         if cutlass.const_expr(g.deterministic):
             slot, order, last = dq_order.dq_turn(g, v.unit, stage_info.loop_offset)
-            io = DQTurnIO(g=g, v=v, s_dq=s_dq, m_block=m_block, head=head, batch=batch, col_block=col_block)
+            io = DQTurnIO(g=g, v=v, s_dq=s_dq, m_block=m_block, head=head, batch=batch, col_block=col_block,
+                          stage=stage_info.stage_idx)
             dq_order.dq_part_calls(slot, order, last, self.wg, flag=io, acc=io, branch=runtime_branch)
         else:
-            bmath.reduce_dq(g, v, s_dq, m_block, head, batch, col_block)
+            bmath.reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage_info.stage_idx)

@@ -29,13 +29,14 @@ class DQTurnIO:
     head: Any
     batch: Any
     col_block: int
+    stage: Any = 0
 
     def wait(self, slot, value):
         bind(dq_order.DQ_TURNS, self.v.mSem).wait(slot, value, spin_limit=SPIN_LIMIT)
 
     def accumulate(self, slot):
         bmath.reduce_dq(self.g, self.v, self.s_dq, self.m_block, self.head, self.batch, self.col_block,
-                        complete=True)
+                        self.stage, complete=True)
 
     @cute.jit
     def signal(self, slot, value):
