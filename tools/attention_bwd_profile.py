@@ -3,11 +3,12 @@ FlashAttention-4's backward (when installed), on one shape, between cudaProfiler
 ``ncu --profile-from-start off`` (where the backward's time goes: tensor pipe, stalls, DRAM / L2 traffic
 of the dQ reduce-adds):
 
-  ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats \\
-      --section MemoryWorkloadAnalysis --section Occupancy \\
-      python3 tools/attention_bwd_profile.py --shape 8x32x2048 --dim 128 --causal
+  ncu --profile-from-start off --clock-control none --set full -o bwd \\
+      python3 tools/attention_bwd_profile.py --shape 8x32x2048 --dim 128 --causal --variants default --no-cudnn
+  ncu -i bwd.ncu-rep --page source --csv --print-source sass > sass.csv   # stall samples per instruction
 
-Every kernel runs once before the profiled range (compiles, autotuners and caches warm).
+Every kernel runs once before the profiled range (compiles, autotuners and caches warm). ``--variants``
+picks ours by name (``default``: the call's default options); ``--options k=v,...`` adds one more.
 """
 from __future__ import annotations
 
@@ -18,9 +19,19 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-VARIANTS = {64: {"default": {}, "order": {"wg_order": True}},
+VARIANTS = {64: {"default": {}, "plain": {"tma_stats": False}, "order": {"wg_order": True}},
             128: {"default": {}, "sds": {"shared_ds": True}, "order": {"wg_order": True},
                   "sds+order": {"shared_ds": True, "wg_order": True}}}
+
+
+def parse_options(text):
+    """``k=v,...`` -> kernel options (``1`` / ``true`` / ``0`` / ``false`` as booleans, digits as ints)."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        k, _, x = item.partition("=")
+        low = x.lower()
+        out[k] = low in ("1", "true") if low in ("0", "1", "true", "false") else int(x) if x.isdigit() else x
+    return out
 
 
 def main():
@@ -28,6 +39,10 @@ def main():
     ap.add_argument("--shape", default="8x32x2048", help="BxHxS")
     ap.add_argument("--dim", type=int, default=128, choices=(64, 128))
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--variants", help="comma-separated VARIANTS names (default: all for the head dim)")
+    ap.add_argument("--options", help="one more of ours: kernel options k=v,...")
+    ap.add_argument("--no-cudnn", action="store_true")
+    ap.add_argument("--no-fa4", action="store_true")
     a = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -40,14 +55,20 @@ def main():
     q, k, v, dout = (torch.randn(B, H, S, a.dim, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     out, lse = ops.attention(q, k, v, causal=a.causal, return_lse=True)
     runs = {}
-    for name, options in VARIANTS[a.dim].items():
+    ours = {n: o for n, o in VARIANTS[a.dim].items() if not a.variants or n in a.variants.split(",")}
+    if a.options:
+        ours[a.options] = parse_options(a.options)
+    for name, options in ours.items():
         launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=a.causal, **options)
         runs[f"warpsched {name}"] = launch
-    x = tuple(t.clone().requires_grad_() for t in (q, k, v))
-    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
-        o = F.scaled_dot_product_attention(*x, is_causal=a.causal)
-    runs["cuDNN"] = lambda: torch.autograd.grad(o, x, dout, retain_graph=True)
+    if not a.no_cudnn:
+        x = tuple(t.clone().requires_grad_() for t in (q, k, v))
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            o = F.scaled_dot_product_attention(*x, is_causal=a.causal)
+        runs["cuDNN"] = lambda: torch.autograd.grad(o, x, dout, retain_graph=True)
     try:
+        if a.no_fa4:
+            raise ImportError("--no-fa4")
         from flash_attn.cute import flash_attn_func
 
         xt = tuple(t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
