@@ -79,7 +79,10 @@ def sdpa_grads(q, k, v, dout, causal):
 
 
 def err(a, ref):
-    return ((a.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+    """max |a - ref| over max(max |ref|, 0.01), as bench/attention_varlen.py: with one query a causal mask
+    leaves one key, P = 1 and dQ = dK = 0 exactly, and both we and SDPA return rounding noise (~1e-7)
+    that a floor of 1e-6 turned into "errors" of 0.1-0.8 (session 30's dq2 run failed on it)."""
+    return ((a.double() - ref).abs().max() / ref.abs().max().clamp_min(0.01)).item()
 
 
 def correctness():

@@ -56,7 +56,8 @@ class WorkAttr(enum.Flag):
     ``AUXILIARY``: a work that reads no stage data (a descriptor, a flag) and may run outside
     the wait/release bracket. ``WGMMA``: issues ``wgmma`` reading the waited stage; the reads
     continue after the call returns, until a ``WGMMA_WAIT`` work (``wgmma.wait_group(pending)``)
-    retires them, so release the stage only after that wait. See docs/checker.md (WGMMA)."""
+    retires them, so release the stage only after that wait. ``WRITES``: a consumer work that writes
+    part of its held stage. See docs/checker.md (WGMMA, consumer writes)."""
 
     NONE = 0
     AUXILIARY = enum.auto()
@@ -67,6 +68,11 @@ class WorkAttr(enum.Flag):
     # the newest N groups in flight, default 0). Releasing the stage before that is a race.
     WGMMA = enum.auto()
     WGMMA_WAIT = enum.auto()
+    # A consumer work that writes part of the stage it holds (an epilogue staging its output in
+    # operand bytes it has finished reading). With more than one consumer task on the resource,
+    # the resource declares consumer_footprint(task_name) and no part one task writes may be in
+    # another's footprint (verify/checks_writes.py).
+    WRITES = enum.auto()
 
 
 class PipelineGroupMode(enum.Enum):

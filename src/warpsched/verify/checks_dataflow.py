@@ -14,6 +14,7 @@ from ..model.enums import WorkAttr
 from ..model.ir import ScheduleResult, Step, StepKind, Token
 from ..model.resources import work_spec_of
 from ..model.task import Task
+from . import checks_writes
 from .checks_traces import condition, executions
 from .findings_util import F, dedupe, rname, steps
 from .program import Program
@@ -32,6 +33,7 @@ def check(program: Program) -> Iterable[Finding]:
         if isinstance(t, Task) and isinstance(t.schedule, ScheduleResult):
             out += _task(program, t)
             out += _wgmma_values(t)
+    out += checks_writes.check(program)  # consumer works that write their stage: whose bytes they are
     return dedupe(out)
 
 

@@ -97,7 +97,14 @@ class SmemKV(MemoryResource):
             for w in range(2):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
                 stage_info.tma_copy(tma, t_g[(None, n_block * 2 + w)], t_s[(None, w)])
 
-    @consumer_work
+    def consumer_footprint(self, task_name):
+        """What each gradient warp group's work touches in the stage: all of K (its S GEMM reads its half,
+        ``shared_ds``'s dQ GEMM both) and its own V half (its dP GEMM; with ``tma_store_dkv`` also written:
+        ``store_grads``). Checked for disjoint writes by verify/checks_writes.py."""
+        wg = int(task_name[-1])
+        return {"K": "r", f"V{wg}": "rw" if self.g.tma_store_dkv else "r"}
+
+    @consumer_work(work_attrs=WorkAttr.WRITES)
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0):
         """``tma_store_dkv``: dV and dK leave through this warp group's V half, which only its own dP GEMMs
         read (all retired), before the stage is released (``backward_math.store_dkv_tma``)."""

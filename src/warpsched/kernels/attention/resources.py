@@ -67,7 +67,12 @@ class SmemQ(MemoryResource):
         if q_idx is not None:
             q_idx[0] = stage_info.stage_idx
 
-    @consumer_work
+    def consumer_footprint(self, task_name):
+        """Each softmax warp group reads (and with ``tma_store_o`` writes, ``store_o``) only its own 64-row
+        tile of the stage. Checked for disjoint writes by verify/checks_writes.py."""
+        return {f"Q{task_name[-1]}": "rw" if self.g.o_through_q else "r"}
+
+    @consumer_work(work_attrs=WorkAttr.WRITES)
     def store_o(self, stage_info: StageInfo, acc_o, softmax_state, *, wg: cutlass.Constexpr = 0):
         """``tma_store_o``: O / sum through this warp group's tile of the Q stage (every S GEMM that read
         it has retired) and one TMA store; its SMEM reads finish before the work returns, so the
