@@ -35,12 +35,17 @@ class DeltaPrep:
         if row < cute.size(mO, mode=[0]) * heads * seq:
             s, bh = row % seq, row // seq
             h, b = bh % heads, bh // heads
-            o = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
-            do = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
-            cute.autovec_copy(mO[(b, h, s, None)], o)
-            cute.autovec_copy(mdO[(b, h, s, None)], do)
-            prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
-            mDelta[(b, h, s)] = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+            mDelta[(b, h, s)] = self.row_delta(mO, mdO, b, h, s)
+
+    @cute.jit
+    def row_delta(self, mO: cute.Tensor, mdO: cute.Tensor, b, h, s):
+        """sum_d O[b, h, s, d] * dO[b, h, s, d] in fp32, the row read with 16-byte loads."""
+        o = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
+        do = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
+        cute.autovec_copy(mO[(b, h, s, None)], o)
+        cute.autovec_copy(mdO[(b, h, s, None)], do)
+        prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
+        return prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
 
 
 class StatsPrep(DeltaPrep):
@@ -66,12 +71,7 @@ class StatsPrep(DeltaPrep):
             s, bh = row % padded, row // padded
             h, b = bh % heads, bh // heads
             if s < seq:
-                o = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
-                do = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
-                cute.autovec_copy(mO[(b, h, s, None)], o)
-                cute.autovec_copy(mdO[(b, h, s, None)], do)
-                prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
-                mDelta[(b, h, s)] = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+                mDelta[(b, h, s)] = self.row_delta(mO, mdO, b, h, s)
                 mLSEp[(b, h, s)] = mLSE[(b, h, s)]
             else:
                 mDelta[(b, h, s)] = cutlass.Float32(0.0)

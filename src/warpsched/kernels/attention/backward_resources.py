@@ -23,6 +23,15 @@ from ..gemm.fixup import runtime_branch
 
 
 @cute.jit
+def _gemm_over_rows(v, acc, a_regs, s_bt, stage):
+    """acc += A B_stage in one commit group: A (P^T or dS^T) from registers, B the stage's dO^T or Q^T view."""
+    thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+    warpgroup.fence()  # A was written by ordinary instructions
+    cute.gemm(v.dkv_mma, acc, a_regs, v.dkv_mma.make_fragment_B(thr.partition_B(s_bt))[(None, None, None, stage)], acc)
+    warpgroup.commit_group()
+
+
+@cute.jit
 def _gemm_over_d(v, acc, frag_a, frag_b, stage, wg: cutlass.Constexpr):
     """acc = A_w B_stage^T over the head dim: warp group ``wg``'s 64 keys of K or V against the stage's Q or
     dO (the first k-block overwrites the accumulator)."""
@@ -244,26 +253,14 @@ class SmemQdO(MemoryResource):
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
-    @cute.jit
     def mma_dv(self, stage_info: StageInfo, p, acc_dv):
         """``overlap_dq``: dV += P^T dO_i alone in a commit group (dK's comes after the dQ GEMM)."""
-        v = stage_info.context.values
-        thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
-        warpgroup.fence()
-        cute.gemm(v.dkv_mma, acc_dv, p, v.dkv_mma.make_fragment_B(thr.partition_B(v.sdOt))[
-            (None, None, None, stage_info.stage_idx)], acc_dv)
-        warpgroup.commit_group()
+        _gemm_over_rows(stage_info.context.values, acc_dv, p, stage_info.context.values.sdOt, stage_info.stage_idx)
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
-    @cute.jit
     def mma_dk(self, stage_info: StageInfo, ds, acc_dk):
         """``overlap_dq``: dK += dS^T Q_i, the step's last commit group: dQ is staged while it runs."""
-        v = stage_info.context.values
-        thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
-        warpgroup.fence()
-        cute.gemm(v.dkv_mma, acc_dk, ds, v.dkv_mma.make_fragment_B(thr.partition_B(v.sQt))[
-            (None, None, None, stage_info.stage_idx)], acc_dk)
-        warpgroup.commit_group()
+        _gemm_over_rows(stage_info.context.values, acc_dk, ds, stage_info.context.values.sQt, stage_info.stage_idx)
 
 
 @dataclass(kw_only=True)
