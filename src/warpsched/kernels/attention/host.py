@@ -108,7 +108,8 @@ def tuned_options(head_dim, causal):
     causal hd64 stays on two warp groups, where ``wgs=3`` lost. ``causal_pairs`` only changes causal
     kernels, so it is left out of non-causal keys. Head dim 256: 64-key K/V tiles, one Q stage and
     O stored from registers (what fits the SMEM next to two K/V stages). The measurements behind
-    each choice: docs/attention.md ("Three warp groups for non-causal hd64", "Head dim 256")."""
+    each choice: docs/history/attention_forward.md ("Three warp groups for non-causal hd64") and docs/attention.md
+    ("Head dim 256")."""
     options = dict(TUNED)
     if not causal:
         options.pop("causal_pairs", None)
