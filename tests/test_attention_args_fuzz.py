@@ -65,3 +65,31 @@ def test_split_counts_and_kernel_options_answer_every_input_with_a_named_error(s
             att.FlashAttention(head_dim=r.choice([64, 128, 256]), **options)
         except AttentionConfigError as e:
             assert "=" in str(e)
+
+
+BWD_OPTIONS = ["shared_ds", "wg_order", "overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "varlen",
+               "deterministic", "dq_stages", "qdo_stages"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_backward_options_build_a_safe_program_or_answer_with_a_named_error(seed):
+    """Random sets of the backward's options: the kernel object is refused with an AttentionConfigError that
+    names the option, or its program builds SAFE, or the build is rejected with a finding that says how to
+    fix it (a ring past the SMEM); never another exception."""
+    from warpsched import ValidationError
+    from warpsched.kernels.attention import backward as ab
+
+    r = random.Random(seed)
+    for _ in range(5):
+        options = {name: r.choice([False, True, None, 0, 1, 2, 3]) for name in r.sample(BWD_OPTIONS, r.randrange(1, 7))}
+        try:
+            g = ab.FlashAttentionBackward(head_dim=r.choice([64, 128, 256]), **options)
+        except AttentionConfigError as e:
+            assert "=" in str(e), (options, str(e))
+            continue
+        try:
+            mgr = ab.build(g, verbose=False, progress=False, cache_verdict=False)
+        except ValidationError as e:
+            assert "fix:" in str(e), (options, str(e))
+            continue
+        assert mgr.result.checker.verdict == "SAFE", options
