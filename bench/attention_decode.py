@@ -31,7 +31,7 @@ from _eager import alternate, check_then_time, fa4  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
 from attention_mask_check import reference as masked_reference  # noqa: E402
 from warpsched import ops  # noqa: E402
-from warpsched.kernels.attention import split_kv  # noqa: E402
+from warpsched.kernels.attention import host, split_kv  # noqa: E402
 
 
 def sink_or_recent(b, h, q, kv):  # attention sinks: the first 4 keys and the last 3000
@@ -130,6 +130,10 @@ def correctness():
         lse = torch.full((B, H, Sq), float("nan"), device="cuda")
         ops.attention(q, k, v, causal=causal, out=out, lse=lse, window_size=window, softcap=softcap,
                       mask_mod=mask_mod, num_splits=num_splits)
+        packs = host.gqa_packed(q, k, causal, mask_mod, window) is not None
+        if packs:  # pack_gqa: the same call as the K/V heads, into its own poisoned outputs
+            out_p, lse_p = torch.full_like(q, float("nan")), torch.full((B, H, Sq), float("nan"), device="cuda")
+            ops.attention(q, k, v, out=out_p, lse=lse_p, softcap=softcap, num_splits=num_splits, pack_gqa=True)
         block_n = 64 if D == 256 else 128
         runs = (split_kv.check_splits(num_splits, Sk, block_n) if num_splits is not None else
                 split_kv.choose_splits(B, H, Sq, Sk, 192 if D == 64 and not causal else 128, block_n, _sms()))
@@ -137,8 +141,16 @@ def correctness():
         err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
         lse_err = (lse.double() - ref_lse).abs().max().item()
         ok = err < (8e-3 if dtype == torch.bfloat16 else 4e-3) and lse_err < 1e-2 and not out.isnan().any()
+        if packs:
+            err_p = ((out_p.double() - ref).abs().max() / ref.abs().max()).item()
+            lse_err_p = (lse_p.double() - ref_lse).abs().max().item()
+            ok = ok and err_p < (8e-3 if dtype == torch.bfloat16 else 4e-3) and lse_err_p < 1e-2
+            ok = ok and not out_p.isnan().any()
+            err, lse_err = f"{err:.2e} (packed {err_p:.2e})", f"{lse_err:.1e} (packed {lse_err_p:.1e})"
+        else:
+            err, lse_err = f"{err:.2e}", f"{lse_err:.1e}"
         bad += not ok
-        print(f"| {name} | {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {str(dtype)[6:]} | {runs} | {err:.2e} | {lse_err:.1e} | "
+        print(f"| {name} | {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {str(dtype)[6:]} | {runs} | {err} | {lse_err} | "
               f"{'PASS' if ok else 'FAIL'} |", flush=True)
     print(f"correctness: {len(CASES) - bad}/{len(CASES)} PASS", flush=True)
     return bad + paged_correctness()
@@ -169,18 +181,20 @@ def speed(rounds):
     from triton.testing import do_bench
 
     flash_attn_func = fa4("flash_attn_func")
-    names = ["ws", "ws_nosplit", "fa4", "cudnn", "flash"]
+    names = ["ws", "ws_pack", "ws_nosplit", "fa4", "cudnn", "flash"]
     for mode in ("device (CUDA graphs)", "eager (host included)"):
         print(f"\n{mode}, us per call; K/V GB/s for warpsched")
-        print("| B x H/Hk x Sq x Sk | D | runs | warpsched | no split | FA4 | cuDNN | flash | ws GB/s | "
-              "FA4 / ws | cuDNN / ws | flash / ws | no split / ws |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| B x H/Hk x Sq x Sk | D | runs | warpsched | pack_gqa | no split | FA4 | cuDNN | flash | ws GB/s | "
+              "FA4 / ws | cuDNN / ws | flash / ws | no split / ws | cuDNN / pack |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for B, H, Hk, Sq, Sk, D in SHAPES:
             q, k, v = (torch.randn(B, s, h, D, device="cuda", dtype=torch.bfloat16)
                        for s, h in ((Sq, H), (Sk, Hk), (Sk, Hk)))
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, S, D) views of the same data
             sides = {"ws": lambda: ops.attention(qt, kt, vt),
                      "ws_nosplit": lambda: ops.attention(qt, kt, vt, num_splits=1)}
+            if host.gqa_packed(qt, kt) is not None:
+                sides["ws_pack"] = lambda: ops.attention(qt, kt, vt, pack_gqa=True)
             if flash_attn_func is not None:
                 sides["fa4"] = lambda: flash_attn_func(q, k, v)
             for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
@@ -199,6 +213,7 @@ def speed(rounds):
             gbs = 2 * B * Hk * Sk * D * 2 / (us["ws"] * 1e-6) / 1e9
             cells = [f"{us.get(n, float('nan')):.1f}" for n in names]
             ratios = [f"{us.get(n, float('nan')) / us['ws']:.2f}x" for n in ("fa4", "cudnn", "flash", "ws_nosplit")]
+            ratios.append(f"{us.get('cudnn', float('nan')) / us.get('ws_pack', float('nan')):.2f}x")
             print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {runs} | " + " | ".join(cells) + f" | {gbs:.0f} | "
                   + " | ".join(ratios) + " |", flush=True)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_lse=False, mask_mod=None,
-              softcap=None, window_size=None, num_splits=None):
+              softcap=None, window_size=None, num_splits=None, pack_gqa=False):
     """Scaled dot-product attention forward on Hopper (sm_90a), as
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
@@ -27,12 +27,17 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     ``num_splits``: split-KV, each Q block's keys cut into that many runs on their own CTAs, merged by a
     combine step (fp32 partials); None (default) splits by itself when the launch's Q blocks would leave
     SMs idle over more than 4 K/V tiles (decode: a few query rows over a long K/V); 1: never.
+    ``pack_gqa=True``: a grouped-query decode (H / H_kv * S_q <= 128 query rows per K/V head, no causal mask,
+    window or ``mask_mod``) runs as its K/V heads, each Q block holding the rows of every query head that
+    reads it, so K / V are read once per group (``attention.host.gqa_packed``; not yet the default: its GPU
+    run is pending, see docs/attention.md).
     Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
     """
     from warpsched.kernels.attention import host as _attention
 
     return _attention.attention(q, k, v, causal=causal, scale=scale, out=out, lse=lse, return_lse=return_lse,
-                                mask_mod=mask_mod, softcap=softcap, window_size=window_size, num_splits=num_splits)
+                                mask_mod=mask_mod, softcap=softcap, window_size=window_size, num_splits=num_splits,
+                                pack_gqa=pack_gqa)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k=None, causal=False, scale=None,

@@ -247,8 +247,29 @@ def _split_launch(kern, splits):
 _PLANS = {}  # (shapes, strides, dtypes, device, causal, scale) -> (TVM-FFI kernel, scale)
 
 
+PACK_ROWS = 128  # pack_gqa: a K/V head's query rows must fit one Q block of the tuned forward
+
+
+def gqa_packed(q, k, causal=False, mask_mod=None, window_size=None):
+    """``pack_gqa``: q (B, H, S_q, D) as (B, H_kv, group * S_q, D), row ``j * S_q + s`` of K/V head ``h`` being
+    query ``s`` of head ``h * group + j`` (a view: the group's heads are adjacent in q), so one Q block
+    holds every query row that reads a K/V head and K / V are read once per group instead of once per head.
+    None where it does not apply: no GQA, more than ``PACK_ROWS`` rows, a mask that depends on the query's
+    position or head (causal, a window, a ``mask_mod``), or a q whose strides do not allow the view."""
+    B, H, Sq, D = q.shape
+    group = H // k.shape[1]
+    if group == 1 or group * Sq > PACK_ROWS or causal or mask_mod is not None:
+        return None
+    if window_size is not None and tuple(-1 if x is None else x for x in window_size) != (-1, -1):
+        return None
+    try:
+        return q.view(B, k.shape[1], group * Sq, D)
+    except RuntimeError:  # strides that do not flatten (heads, rows): run unpacked
+        return None
+
+
 def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False, mask_mod=None, softcap=None,
-              window_size=None, num_splits=None):
+              window_size=None, num_splits=None, pack_gqa=False):
     """softmax(q k^T * scale) v for (B, H, S, D) tensors, as torch SDPA (``is_causal=causal``,
     top-left aligned); ``scale`` defaults to 1 / sqrt(D). K and V may have fewer heads than Q
     (grouped-query attention). Returns ``out`` (and the (B, H, S_q) fp32 log-sum-exp with
@@ -257,9 +278,22 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
 
     A call whose inputs TMA reads as they are, through TVM FFI, keeps its plan per (shapes, strides,
     dtypes, device, causal, scale): a later call with that key skips the Python checks and only
-    allocates the outputs and launches (the kernel call checks shapes, strides and alignment)."""
+    allocates the outputs and launches (the kernel call checks shapes, strides and alignment).
+    ``pack_gqa``: run a GQA decode as its K/V heads (``gqa_packed``) where that applies."""
     if isinstance(window_size, list):
         window_size = tuple(window_size)
+    packed = gqa_packed(q, k, causal, mask_mod, window_size) if pack_gqa else None
+    if packed is not None:
+        B, H, Sq, D = q.shape
+        try:  # a caller's out / lse must take the same view (the kernel writes through it)
+            out_p = None if out is None else out.view(packed.shape)
+            lse_p = None if lse is None else lse.view(packed.shape[:3])
+        except RuntimeError:
+            packed = None
+    if packed is not None:
+        o, l = attention(packed, k, v, causal, scale, out_p, lse_p, True, None, softcap, window_size, num_splits)
+        o, l = o.view(B, H, Sq, D), l.view(B, H, Sq)
+        return (o, l) if return_lse else o
     pkey = None
     if out is None and lse is None:
         pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
