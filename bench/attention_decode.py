@@ -96,6 +96,10 @@ def paged_correctness():
         q, k, v, k_cache, v_cache, table, lens = paged_inputs(B, H, Hk, Sq, lengths, D, page_size_for(D, causal))
         out, lse = ops.attention_paged(q, k_cache, v_cache, table, lens, causal=causal, num_splits=num_splits,
                                        return_lse=True)
+        packed = None
+        if host.gqa_packed(q, Hk, causal) is not None:  # pack_gqa: the same cache read once per group
+            packed = ops.attention_paged(q, k_cache, v_cache, table, lens, num_splits=num_splits, return_lse=True,
+                                         pack_gqa=True)
         ref = torch.empty(B, H, Sq, D, device="cuda", dtype=torch.float64)
         ref_lse = torch.empty(B, H, Sq, device="cuda", dtype=torch.float64)
         for b, n in enumerate(lengths):
@@ -107,8 +111,14 @@ def paged_correctness():
         lse_err = (lse.double() - ref_lse)[seen].abs().max().item()
         empty_ok = bool((out[~seen] == 0).all()) and bool((lse[~seen] == float("inf")).all())
         ok = err < 8e-3 and lse_err < 1e-2 and empty_ok and not out.isnan().any()
+        note = ""
+        if packed is not None:  # bitwise the unpacked result is not promised (other split counts): fp64 again
+            err_p = ((packed[0].double() - ref.nan_to_num(0.0)).abs().max() / ref.nan_to_num(0.0).abs().max()).item()
+            ok = ok and err_p < 8e-3 and not packed[0].isnan().any()
+            ok = ok and bool((packed[1][~seen] == float("inf")).all())
+            note = f" (packed {err_p:.2e})"
         bad += not ok
-        print(f"| {name} | {B}x{H}/{Hk}x{Sq} | {lengths} | {D} | {err:.2e} | {lse_err:.1e} | "
+        print(f"| {name} | {B}x{H}/{Hk}x{Sq} | {lengths} | {D} | {err:.2e}{note} | {lse_err:.1e} | "
               f"{'PASS' if ok else 'FAIL'} |", flush=True)
     print(f"paged correctness: {len(PAGED) - bad}/{len(PAGED)} PASS", flush=True)
     return bad
@@ -130,7 +140,7 @@ def correctness():
         lse = torch.full((B, H, Sq), float("nan"), device="cuda")
         ops.attention(q, k, v, causal=causal, out=out, lse=lse, window_size=window, softcap=softcap,
                       mask_mod=mask_mod, num_splits=num_splits)
-        packs = host.gqa_packed(q, k, causal, mask_mod, window) is not None
+        packs = host.gqa_packed(q, Hk, causal, mask_mod, window) is not None
         if packs:  # pack_gqa: the same call as the K/V heads, into its own poisoned outputs
             out_p, lse_p = torch.full_like(q, float("nan")), torch.full((B, H, Sq), float("nan"), device="cuda")
             ops.attention(q, k, v, out=out_p, lse=lse_p, softcap=softcap, num_splits=num_splits, pack_gqa=True)
@@ -193,7 +203,7 @@ def speed(rounds):
             qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))  # (B, H, S, D) views of the same data
             sides = {"ws": lambda: ops.attention(qt, kt, vt),
                      "ws_nosplit": lambda: ops.attention(qt, kt, vt, num_splits=1)}
-            if host.gqa_packed(qt, kt) is not None:
+            if host.gqa_packed(qt, Hk) is not None:
                 sides["ws_pack"] = lambda: ops.attention(qt, kt, vt, pack_gqa=True)
             if flash_attn_func is not None:
                 sides["fa4"] = lambda: flash_attn_func(q, k, v)
@@ -228,12 +238,13 @@ def paged_speed(rounds):
 
     flash_attn_varlen_func = fa4("flash_attn_varlen_func")
     print("\npaged K/V cache (128-key pages), device time (CUDA graphs), us")
-    print("| B x H/Hk x Sq x S_k | D | warpsched paged | warpsched contiguous | FA4 paged | FA4 / ws paged | "
-          "contiguous / paged |")
-    print("|---|---|---|---|---|---|---|")
+    print("| B x H/Hk x Sq x S_k | D | warpsched paged | paged pack_gqa | warpsched contiguous | FA4 paged | "
+          "FA4 / ws paged | FA4 / pack | contiguous / paged |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for B, H, Hk, Sq, Sk, D in PAGED_SPEED:
         q, k, v, k_cache, v_cache, table, lens = paged_inputs(B, H, Hk, Sq, [Sk] * B, D, 128)
         sides = {"paged": lambda: ops.attention_paged(q, k_cache, v_cache, table, lens),
+                 "paged_pack": lambda: ops.attention_paged(q, k_cache, v_cache, table, lens, pack_gqa=True),
                  "contiguous": lambda: ops.attention(q, k, v)}
         if flash_attn_varlen_func is not None:
             qf = q.transpose(1, 2).contiguous()
@@ -250,8 +261,9 @@ def paged_speed(rounds):
             for n, fn in sides.items():
                 times[n].append(graph_ms(torch, do_bench, fn, 0.05, 100))
         us = {n: statistics.median(t) * 1e3 for n, t in times.items()}
-        print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {us['paged']:.1f} | {us['contiguous']:.1f} | "
-              f"{us.get('fa4', float('nan')):.1f} | {us.get('fa4', float('nan')) / us['paged']:.2f}x | "
+        fa = us.get('fa4', float('nan'))
+        print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} | {us['paged']:.1f} | {us['paged_pack']:.1f} | {us['contiguous']:.1f} | "
+              f"{fa:.1f} | {fa / us['paged']:.2f}x | {fa / us['paged_pack']:.2f}x | "
               f"{us['contiguous'] / us['paged']:.2f}x |", flush=True)
 
 

@@ -58,19 +58,19 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 
 def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False, scale=None, *, num_splits=None,
-                    return_lse=False, window_size=None, softcap=None, mask_mod=None):
+                    return_lse=False, window_size=None, softcap=None, mask_mod=None, pack_gqa=False):
     """Attention over a paged K/V cache on Hopper, as flash_attn's ``page_table`` / ``seqused_k``: ``q`` (B, H,
     S_q, D) in SDPA's layout, ``k_cache`` / ``v_cache`` (pages, page_size, H_kv, D), ``page_table`` (B, pages
     per sequence) int32, the cache page holding each run of page_size keys of sequence b, ``cache_seqlens``
     (B,) int32, the keys of each sequence. ``page_size`` must be the kernel's K/V tile: 128 keys (64 at head
     dim 256; ``warpsched.kernels.attention.paged.page_size_for``). Decode shapes split the keys as
     ``attention``'s ``num_splits`` does. Returns out (B, H, S_q, D), with ``return_lse`` also the LSE;
-    ``causal`` / ``window_size`` / ``softcap`` / ``mask_mod`` as ``attention``'s (positions from the
-    sequence's first key)."""
+    ``causal`` / ``window_size`` / ``softcap`` / ``mask_mod`` / ``pack_gqa`` as ``attention``'s (positions from
+    the sequence's first key)."""
     from warpsched.kernels.attention import paged as _paged
 
     return _paged.attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal, scale, num_splits,
-                                  return_lse, window_size, softcap, mask_mod)
+                                  return_lse, window_size, softcap, mask_mod, pack_gqa)
 
 
 def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,

@@ -250,20 +250,20 @@ _PLANS = {}  # (shapes, strides, dtypes, device, causal, scale) -> (TVM-FFI kern
 PACK_ROWS = 128  # pack_gqa: a K/V head's query rows must fit one Q block of the tuned forward
 
 
-def gqa_packed(q, k, causal=False, mask_mod=None, window_size=None):
+def gqa_packed(q, kv_heads, causal=False, mask_mod=None, window_size=None):
     """``pack_gqa``: q (B, H, S_q, D) as (B, H_kv, group * S_q, D), row ``j * S_q + s`` of K/V head ``h`` being
     query ``s`` of head ``h * group + j`` (a view: the group's heads are adjacent in q), so one Q block
     holds every query row that reads a K/V head and K / V are read once per group instead of once per head.
     None where it does not apply: no GQA, more than ``PACK_ROWS`` rows, a mask that depends on the query's
     position or head (causal, a window, a ``mask_mod``), or a q whose strides do not allow the view."""
     B, H, Sq, D = q.shape
-    group = H // k.shape[1]
+    group = H // kv_heads
     if group == 1 or group * Sq > PACK_ROWS or causal or mask_mod is not None:
         return None
     if window_size is not None and tuple(-1 if x is None else x for x in window_size) != (-1, -1):
         return None
     try:
-        return q.view(B, k.shape[1], group * Sq, D)
+        return q.view(B, kv_heads, group * Sq, D)
     except RuntimeError:  # strides that do not flatten (heads, rows): run unpacked
         return None
 
@@ -282,7 +282,7 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
     ``pack_gqa``: run a GQA decode as its K/V heads (``gqa_packed``) where that applies."""
     if isinstance(window_size, list):
         window_size = tuple(window_size)
-    packed = gqa_packed(q, k, causal, mask_mod, window_size) if pack_gqa else None
+    packed = gqa_packed(q, k.shape[1], causal, mask_mod, window_size) if pack_gqa else None
     if packed is not None:
         B, H, Sq, D = q.shape
         try:  # a caller's out / lse must take the same view (the kernel writes through it)

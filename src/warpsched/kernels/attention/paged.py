@@ -14,7 +14,7 @@ import cutlass.cute as cute
 from .. import _host
 from . import split_kv
 from .forward import HEAD_DIMS, FlashAttentionPaged
-from .host import _partials, _splits_for, _tma_ready, split_options, tuned_options
+from .host import _partials, _splits_for, _tma_ready, gqa_packed, split_options, tuned_options
 from .masks import AttentionConfigError, with_masks
 
 _CACHE = {}
@@ -104,9 +104,10 @@ def _compiled(key):
 
 
 def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False, scale=None, num_splits=None,
-                    return_lse=False, window_size=None, softcap=None, mask_mod=None):
+                    return_lse=False, window_size=None, softcap=None, mask_mod=None, pack_gqa=False):
     """``warpsched.ops.attention_paged`` (TVM-FFI launches): out (B, H, S_q, D), with ``return_lse`` the
-    (B, H, S_q) fp32 LSE. Split-KV as ``ops.attention``'s (``num_splits``), from the table's capacity."""
+    (B, H, S_q) fp32 LSE. Split-KV as ``ops.attention``'s (``num_splits``), from the table's capacity;
+    ``pack_gqa`` as ``attention.host.attention``'s (the cache is read once per K/V head's group)."""
     import torch
 
     if not _host.ffi_enabled():
@@ -115,6 +116,12 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
     check_args(q, k_cache, v_cache, page_table, cache_seqlens, causal)
     B, H, Sq, D = q.shape
     pages, page, Hk, _ = k_cache.shape
+    packed = gqa_packed(q, Hk, causal, mask_mod, window_size) if pack_gqa else None
+    if packed is not None:
+        o, l = attention_paged(packed, k_cache, v_cache, page_table, cache_seqlens, causal, scale, num_splits, True,
+                               window_size, softcap, mask_mod)
+        o, l = o.view(B, H, Sq, D), l.view(B, H, Sq)
+        return (o, l) if return_lse else o
     options = tuned_options(D, causal)
     splits = _splits_for(q, page_table.shape[1] * page, options, num_splits, False)  # the table's capacity
     if splits > 1:
