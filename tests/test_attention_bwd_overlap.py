@@ -176,57 +176,42 @@ def test_tma_stats_kernel_loads_lse_and_delta_with_q_and_do():
     assert len(re.findall(r"st\.global", prep)) == 4  # delta and LSE, in and past S
 
 
-def test_tma_stats_with_varlen_is_refused():
-    from warpsched.kernels.attention.forward import AttentionConfigError
+def test_tma_stats_with_varlen_is_the_same_program_and_loads_no_stats_from_global():
+    """The packed backward with tma_stats: the dense tma_stats program (its proof), each step's LSE / delta by
+    two TMAs from the sequence's padded block, and only the offsets left as global loads."""
+    from warpsched.kernels.attention import varlen
 
-    with pytest.raises(AttentionConfigError, match="tma_stats=False"):
-        ab.FlashAttentionBackward(tma_stats=True, varlen=True)
-
-
-@schedule
-def _grads_stored_after_kv_release(smem_kv, smem_qdo, grads, smem_dq, steps, wg, tma_store_dkv=True):
-    """tma_store_dkv: dK / dV staged in the V half after K / V were handed back."""
-    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
-    idx = smem_qdo.init_index()
-    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
-    smem_kv.wait()
-    with domain_loop(0, steps, 1):
-        smem_qdo.wait()
-        smem_qdo.gemm_operand(idx=idx)
-        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
-        smem_kv.retire()
-        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
-        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-        smem_qdo.retire()
-        smem_qdo.release()
-        smem_dq.acquire()
-        smem_dq.store(acc_dq=acc_dq)
-        smem_dq.commit()
-    smem_kv.release()
-    smem_kv.store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)  # planted: after the release
+    dense = ab.build(ab.FlashAttentionBackward(shared_ds=True, tma_stats=True), **QUIET)
+    packed = ab.build(ab.FlashAttentionBackwardVarlen(shared_ds=True, tma_stats=True), **QUIET)
+    assert packed.fingerprint == dense.fingerprint and packed.result.checker.verdict == "SAFE"
+    plain = varlen.compile_backward_for_cpu(head_dim=64, causal=True).artifacts.PTX
+    ptx = varlen.compile_backward_for_cpu(head_dim=64, causal=True, tma_stats=True).artifacts.PTX
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cta\.global", ptx)) == 2
+    # the two warp groups' 16 LSE and 16 delta loads gone; the load warp reads one offset more (padded_block0)
+    assert len(re.findall(r"ld\.global", plain)) - len(re.findall(r"ld\.global", ptx)) == 2 * 2 * 16 - 1
 
 
-def test_grads_staged_after_the_kv_release_are_rejected_there():
-    g = ab.FlashAttentionBackward(tma_store_dkv=True)
-    with planted(ab, grad_schedule=_grads_stored_after_kv_release):
-        with pytest.raises(ValidationError) as e:
-            ab.build(g, **QUIET)
-    msg = str(e.value)
-    assert "SmemKV" in msg and "store_grads" in msg and _planted_line("planted: after the release") in msg, msg
+def test_padded_sequences_get_disjoint_whole_blocks_inside_the_buffer():
+    """backward_units.padded_block0 (and VarlenStatsPrep's rows): sequence b's ceil(len / 64) blocks start at a
+    block boundary, never overlap the next sequence's, and end inside T + 64 B rows, for random batches with
+    empty and one-token sequences."""
+    import random
 
-
-def test_tma_store_dkv_kernel_stores_by_tma_only():
-    """tma_store_dkv: dK and dV leave by bulk tensor stores (two 64-column boxes each per warp group at head
-    dim 128), no st.global; refused with varlen, naming the fix."""
-    from warpsched.kernels.attention.forward import AttentionConfigError
-
-    ptx = host.compile_for_cpu(head_dim=128, causal=True, shared_ds=True, tma_stats=True, overlap_dq=True,
-                               tma_store_dkv=True).artifacts.PTX
-    assert len(re.findall(r"cp\.async\.bulk\.tensor\.4d\.global\.shared::cta", ptx)) == 2 * 2 * 2
-    assert not re.findall(r"st\.global", ptx)
-    with pytest.raises(AttentionConfigError, match="tma_store_dkv=False"):
-        ab.FlashAttentionBackward(tma_store_dkv=True, varlen=True)
+    r = random.Random(3)
+    for _ in range(200):
+        lengths = [r.choice([0, 1, 63, 64, 65, 127, 128, 500, r.randrange(2000)]) for _ in range(r.randrange(1, 9))]
+        cu = [0]
+        for n in lengths:
+            cu.append(cu[-1] + n)
+        g = ab.FlashAttentionBackward(varlen=True, tma_stats=True)
+        g.grid_setup(max(lengths), 128, 1, 1, len(lengths))
+        g.cu_q = cu
+        end = 0
+        for b, n in enumerate(lengths):
+            first = g.padded_block0(b * g.n_blocks)  # any unit of sequence b
+            assert first * 64 >= end, (lengths, b)
+            end = (first + -(-n // 64)) * 64
+        assert end <= -(-(cu[-1] + 64 * len(lengths)) // 64) * 64, lengths
 
 
 def test_kernel_traces_the_overlapped_waits():

@@ -139,9 +139,6 @@ class FlashAttentionBackward(BackwardUnits):
         self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
         # P computed while the dP GEMM runs (LSE / delta loaded under both); dQ staged while the dK GEMM runs
         self.overlap_scores, self.overlap_dq = bool(overlap_scores or tma_stats), bool(overlap_dq)
-        if tma_stats and varlen:
-            raise AttentionConfigError("tma_stats=True with varlen: the packed LSE / delta rows are not padded to "
-                                       "whole Q blocks (tma_stats=False)")
         if tma_store_dkv and varlen:
             raise AttentionConfigError("tma_store_dkv=True with varlen: a tile's rows past its sequence are the "
                                        "next sequence's keys, which a TMA store would overwrite (tma_store_dkv=False)")
@@ -149,7 +146,8 @@ class FlashAttentionBackward(BackwardUnits):
         if dq_stages not in (1, 2):
             raise AttentionConfigError(f"dq_stages={dq_stages}: expected 1 or 2")
         self.dq_stages = dq_stages  # dQ tiles per warp group on their way to the writer warp
-        # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep)
+        # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep;
+        # varlen: VarlenStatsPrep, each sequence's rows from a block boundary, backward_units.padded_block0)
         self.tma_stats = bool(tma_stats)
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
         if deterministic and self.varlen:

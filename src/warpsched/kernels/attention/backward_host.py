@@ -11,7 +11,7 @@ import cutlass.cute as cute
 from .. import _host
 from .forward import AttentionConfigError
 from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic
-from .backward_prep import DeltaPrep, StatsPrep
+from .backward_prep import DeltaPrep, StatsPrep, VarlenStatsPrep
 from .host import _tma_ready, check_args as _check_qkv
 
 _CACHE = {}
@@ -95,6 +95,25 @@ def compiled_prep(dtype, head_dim, arch=None, padded=False):
         else:
             _CACHE[key] = cute.compile(DeltaPrep(dtype, head_dim), *fake_prep_operands(dtype, head_dim), stream,
                                        options=options)
+    return _CACHE[key]
+
+
+def compiled_varlen_prep(dtype, head_dim, arch=None):
+    """``backward_prep.VarlenStatsPrep`` for TVM-FFI calls ``f(out, dout, lse, cu_seqlens_q, delta, lse_padded,
+    max_seqlen_q)`` on (1, H, T) views and (1, H, T_pad) outputs (``arch``: a CPU compile for that arch)."""
+    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+
+    key = ("varlen_prep", dtype, head_dim, arch)
+    if key not in _CACHE:
+        options, stream = ((_host.ptx_options(arch), make_fake_stream()) if arch
+                           else (_host.ffi_options(), _host.fake_env_stream()))
+        H, T, Tp, B1 = (cute.sym_int32() for _ in range(4))
+        fakes = (_host.fake_bhsd(dtype, 1, H, T, head_dim), _host.fake_bhsd(dtype, 1, H, T, head_dim),
+                 _host.fake_rows(1, H, T, assumed_align=4),
+                 make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4),
+                 _host.fake_rows(1, H, Tp, stride_divisibility=4), _host.fake_rows(1, H, Tp, stride_divisibility=4),
+                 cutlass.Int32(1))
+        _CACHE[key] = cute.compile(VarlenStatsPrep(dtype, head_dim), *fakes, stream, options=options)
     return _CACHE[key]
 
 

@@ -76,3 +76,38 @@ class StatsPrep(DeltaPrep):
             else:
                 mDelta[(b, h, s)] = cutlass.Float32(0.0)
                 mLSEp[(b, h, s)] = cutlass.Float32.inf
+
+
+BLOCK = 64  # the backward's Q block (backward_units.BLOCK_M): the padded rows' granularity
+
+
+class VarlenStatsPrep(DeltaPrep):
+    """``StatsPrep`` for packed sequences: (1, H, T) O / dO / LSE and int32 offsets ``mCuQ`` (B + 1) in, delta and
+    the LSE copy out into (1, H, T_pad) buffers where sequence b's rows start at (cu_q[b] + 64 b) rounded down
+    to a block (``backward_units.padded_block0``), each followed by delta 0 / LSE +inf up to its last whole
+    block. One CTA per (128 rows of a sequence, head, sequence); T_pad >= T + 64 (B + 1) holds them all."""
+
+    @cute.jit
+    def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mCuQ: cute.Tensor, mDelta: cute.Tensor,
+                 mLSEp: cute.Tensor, max_seqlen_q: cutlass.Int32, stream):
+        blocks = (max_seqlen_q + BLOCK - 1) // BLOCK * BLOCK
+        self.kernel(mO, mdO, mLSE, mCuQ, mDelta, mLSEp).launch(
+            grid=[(blocks + THREADS - 1) // THREADS, cute.size(mO, mode=[1]), cute.size(mCuQ, mode=[0]) - 1],
+            block=[THREADS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mCuQ: cute.Tensor, mDelta: cute.Tensor,
+               mLSEp: cute.Tensor):
+        tidx, _, _ = cute.arch.thread_idx()
+        blk, h, b = cute.arch.block_idx()
+        start = mCuQ[b]
+        rows = mCuQ[b + 1] - start
+        s = blk * THREADS + tidx
+        if s < (rows + BLOCK - 1) // BLOCK * BLOCK:
+            p = (start + BLOCK * b) // BLOCK * BLOCK + s
+            if s < rows:
+                mDelta[(0, h, p)] = self.row_delta(mO, mdO, 0, h, start + s)
+                mLSEp[(0, h, p)] = mLSE[(0, h, start + s)]
+            else:
+                mDelta[(0, h, p)] = cutlass.Float32(0.0)
+                mLSEp[(0, h, p)] = cutlass.Float32.inf

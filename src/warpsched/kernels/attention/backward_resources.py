@@ -218,11 +218,14 @@ class SmemQdO(MemoryResource):
                                                         cute.group_modes(g_x, 0, 2))
             stage_info.tma_copy(tma, t_g[(None, m_block)], t_s[(None, stage_info.stage_idx)])
         if cutlass.const_expr(g.tma_stats):  # the step's 64 LSE and delta values (StatsPrep's padded rows)
+            block = m_block
+            if cutlass.const_expr(g.varlen):  # the sequence's blocks of the padded rows (VarlenStatsPrep)
+                block = g.padded_block0(v.unit) + m_block
             for tma, m_x, s_x in ((v.tma_lse, v.mLSEt, v.sLSE), (v.tma_delta, v.mDeltat, v.sDelta)):
-                g_x = cute.flat_divide(m_x, (BLOCK_M,))[(None, None, head, batch)]
+                g_x = cute.flat_divide(m_x, (BLOCK_M,))[(None, None, head, 0 if g.varlen else batch)]
                 t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 1),
                                                             cute.group_modes(g_x, 0, 1))
-                stage_info.tma_copy(tma, t_g[(None, m_block)], t_s[(None, stage_info.stage_idx)])
+                stage_info.tma_copy(tma, t_g[(None, block)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work
     def load_stats(self, stage_info: StageInfo, lse2, delta):

@@ -81,6 +81,13 @@ class BackwardUnits:
         q0, k0 = self.cu_q[b], self.cu_k[b]
         return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0
 
+    def padded_block0(self, unit):
+        """``varlen`` with ``tma_stats``: the first 64-row block of ``unit``'s sequence in the padded LSE / delta
+        rows (``backward_prep.VarlenStatsPrep``): sequence b starts at (cu_q[b] + 64 b) rounded down to a block,
+        which leaves every sequence its rows rounded up to whole blocks, apart from the next one's."""
+        b = self.unit_coords(unit)[2]
+        return (self.cu_q[b] + BLOCK_M * b) // BLOCK_M
+
     def rows_of(self, t, unit, head, batch, key=False):
         """``t[:, :, head, batch]`` of an (S, D, H, B) TMA or global view; ``varlen``: the packed tensor's
         rows from the unit's sequence's first query row (``key``: first key) on."""

@@ -103,7 +103,8 @@ def _compiled(key, args=None, backward=False):
     if ck not in _CACHE:
         kern = (_backward_kernel if backward else _kernel)(key)
         if ffi:
-            fakes = (fake_backward_operands if backward else fake_operands)(key[0], key[1])
+            fakes = (fake_backward_operands(key[0], key[1], dict(key[3]).get("tma_stats", False)) if backward
+                     else fake_operands(key[0], key[1]))
             _CACHE[ck] = cute.compile(kern, *fakes, cutlass.Float32(0.125), _host.fake_env_stream(),
                                       options=_host.ffi_options())
         else:
@@ -165,20 +166,26 @@ def _backward_kernel(key):
     return FlashAttentionBackwardVarlen(dtype=dtype, head_dim=head_dim, causal=causal, **dict(options))
 
 
-def fake_backward_operands(dtype, head_dim):
-    """Fake packed q, k, v, dout (1, H, total, D), lse and delta (1, H, total_q), dq_accum (1, H, padded, D)
-    fp32, dk, dv, the offsets and both longest lengths."""
+def fake_backward_operands(dtype, head_dim, tma_stats=False):
+    """Fake packed q, k, v, dout (1, H, total, D), lse and delta (1, H, total_q; ``tma_stats``: (1, H, padded
+    rows), strides 16-byte multiples), dq_accum (1, H, padded, D) fp32, dk, dv, the offsets and both longest
+    lengths."""
     from cutlass.cute.runtime import make_fake_tensor
 
-    H, Hk, Tq, Tk, Tp, B1 = (cute.sym_int32() for _ in range(6))
+    H, Hk, Tq, Tk, Tp, B1, Ts = (cute.sym_int32() for _ in range(7))
 
     def packed(heads, total, dt=dtype):
         return _host.fake_bhsd(dt, 1, heads, total, head_dim)
 
+    def rows():
+        if tma_stats:
+            return _host.fake_rows(1, H, Ts, stride_divisibility=4)
+        return _host.fake_rows(1, H, Tq, assumed_align=4)
+
     cu_q, cu_k = (make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4) for _ in range(2))
-    return (packed(H, Tq), packed(Hk, Tk), packed(Hk, Tk), packed(H, Tq), _host.fake_rows(1, H, Tq, assumed_align=4),
-            _host.fake_rows(1, H, Tq, assumed_align=4), packed(H, Tp, cutlass.Float32), packed(Hk, Tk), packed(Hk, Tk),
-            cu_q, cu_k, cutlass.Int32(1), cutlass.Int32(1))
+    return (packed(H, Tq), packed(Hk, Tk), packed(Hk, Tk), packed(H, Tq), rows(), rows(),
+            packed(H, Tp, cutlass.Float32), packed(Hk, Tk), packed(Hk, Tk), cu_q, cu_k, cutlass.Int32(1),
+            cutlass.Int32(1))
 
 
 def compile_backward_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
@@ -186,18 +193,20 @@ def compile_backward_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128
     from cutlass.cute.runtime import make_fake_stream
 
     kern = FlashAttentionBackwardVarlen(dtype=dtype, head_dim=head_dim, causal=causal, **options)
-    return cute.compile(kern, *fake_backward_operands(dtype, head_dim), cutlass.Float32(0.125), make_fake_stream(),
-                        options=_host.ptx_options(arch))
+    return cute.compile(kern, *fake_backward_operands(dtype, head_dim, kern.tma_stats), cutlass.Float32(0.125),
+                        make_fake_stream(), options=_host.ptx_options(arch))
 
 
 def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              causal=False, scale=None, window_size=None, softcap=None, mask_mod=None):
+                              causal=False, scale=None, window_size=None, softcap=None, mask_mod=None, options=None):
     """``warpsched.ops.attention_varlen_backward``: (dq, dk, dv) in q's / k's (total, heads, D) layout for the
     upstream ``dout``, given the forward's ``out`` and (H, total_q) ``lse``. dQ is accumulated in fp32 (TMA
-    reduce-adds; a tile's rows past its sequence add zeros: their P is 0) and converted last."""
+    reduce-adds; a tile's rows past its sequence add zeros: their P is 0) and converted last. ``options``: the
+    kernel's (default ``default_options(D, varlen=True)``; ``tma_stats`` pads LSE / delta per sequence,
+    ``backward_prep.VarlenStatsPrep``)."""
     import torch
 
-    from .backward_host import compiled_prep, default_options
+    from .backward_host import compiled_prep, compiled_varlen_prep, default_options
 
     check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
     total_q, H, D = q.shape
@@ -219,16 +228,30 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     if total_q == 0 or k.shape[0] == 0 or max_seqlen_q == 0 or max_seqlen_k == 0:
         return dq, dk, dv
     qv, kv, vv, ov, dov = (_packed(t) for t in (q, k, v, out, dout))
-    delta = torch.empty(1, H, total_q, device=q.device, dtype=torch.float32)
+    options = with_masks(default_options(D, varlen=True) if options is None else dict(options), window_size,
+                         softcap, mask_mod)
+    padded = options.get("tma_stats", False)
+    # tma_stats: each sequence's rows from a 64-row block boundary (VarlenStatsPrep): T + 64 B rows hold them
+    # (rounded up to a block, so the head stride is a multiple of 16 bytes, as TMA needs)
+    rows = -(-(total_q + 64 * (cu_seqlens_q.shape[0] - 1)) // 64) * 64 if padded else total_q
+    delta = torch.empty(1, H, rows, device=q.device, dtype=torch.float32)
     dq_acc = torch.zeros(1, H, -(-total_q // BWD_BLOCK_M) * BWD_BLOCK_M, D, device=q.device, dtype=torch.float32)
     dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
     lse_v = lse.contiguous().unsqueeze(0)
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
-    options = with_masks(default_options(D, varlen=True), window_size, softcap, mask_mod)
     key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if padded and not _host.ffi_enabled():
+        raise AttentionConfigError("tma_stats with varlen launches through TVM FFI: pip install apache-tvm-ffi "
+                                   "(or pass options without tma_stats)")
+    if padded:
+        lse_p = torch.empty_like(delta)
+        compiled_varlen_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, lse_v, cu[0], delta, lse_p,
+                                                              int(max_seqlen_q))
+        lse_v = lse_p
     if _host.ffi_enabled():
-        compiled_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, delta)
+        if not padded:
+            compiled_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, delta)
         _compiled(key, backward=True)(qv, kv, vv, dov, lse_v, delta, dq_acc, dkv, dvv, *cu, int(max_seqlen_q),
                                 int(max_seqlen_k), scale)
     else:
