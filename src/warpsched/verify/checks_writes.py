@@ -53,7 +53,10 @@ def check(program: Program) -> Iterable[Finding]:
 
 def _resource(program: Program, calls) -> List[Finding]:
     r = calls[0][1].resource
-    consumers = [t for t in tasks_with(program, r, (StepKind.ConsumerWait,)) if isinstance(t, Task)]
+    # every task that may hold the stage as a consumer: waiters, and release-only or work-only halves of a
+    # split consumer (their reads of the stage are as concurrent with the write as a waiter's)
+    kinds = (StepKind.ConsumerWait, StepKind.ConsumerRelease, StepKind.ConsumerWork)
+    consumers = [t for t in tasks_with(program, r, kinds) if isinstance(t, Task)]
     if len(consumers) < 2:
         return []  # the writer is the stage's only consumer: the pipeline orders it against the producer
     names = ", ".join(repr(t.name) for t in consumers)
