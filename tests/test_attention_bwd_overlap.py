@@ -214,6 +214,52 @@ def test_padded_sequences_get_disjoint_whole_blocks_inside_the_buffer():
         assert end <= -(-(cu[-1] + 64 * len(lengths)) // 64) * 64, lengths
 
 
+@schedule
+def _grads_stored_after_kv_release(smem_kv, smem_qdo, grads, smem_dq, steps, wg, tma_store_dkv=True):
+    """tma_store_dkv: dK / dV staged in the V half after K / V were handed back."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.retire()
+        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        smem_qdo.release()
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+    smem_kv.release()
+    smem_kv.store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)  # planted: after the release
+
+
+def test_grads_staged_after_the_kv_release_are_rejected_there():
+    g = ab.FlashAttentionBackward(tma_store_dkv=True)
+    with planted(ab, grad_schedule=_grads_stored_after_kv_release):
+        with pytest.raises(ValidationError) as e:
+            ab.build(g, **QUIET)
+    msg = str(e.value)
+    assert "SmemKV" in msg and "store_grads" in msg and _planted_line("planted: after the release") in msg, msg
+
+
+def test_tma_store_dkv_kernel_stores_by_tma_only():
+    """tma_store_dkv: dK and dV leave by bulk tensor stores (two 64-column boxes each per warp group at head
+    dim 128), no st.global; refused with varlen, naming the fix."""
+    from warpsched.kernels.attention.forward import AttentionConfigError
+
+    ptx = host.compile_for_cpu(head_dim=128, causal=True, shared_ds=True, tma_stats=True, overlap_dq=True,
+                               tma_store_dkv=True).artifacts.PTX
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.4d\.global\.shared::cta", ptx)) == 2 * 2 * 2
+    assert not re.findall(r"st\.global", ptx)
+    with pytest.raises(AttentionConfigError, match="tma_store_dkv=False"):
+        ab.FlashAttentionBackward(tma_store_dkv=True, varlen=True)
+
+
 def test_kernel_traces_the_overlapped_waits():
     """Per warp group: wait_group 1 after the S / dP groups and after the dV / dQ / dK groups, then
     wait_group 0 after each; five commit groups a step (two before)."""
