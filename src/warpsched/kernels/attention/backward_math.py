@@ -26,8 +26,9 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg
     """From S^T and dP^T (keys ``n0 + row``, queries ``m0 + column``), in this order after both GEMMs
     retired: the queries' LSE and delta (``query_stats``), P^T (``probs``), dS^T (``dscores``)."""
     lse2, delta = make_stats(acc_s, v)
-    query_stats(lse2, delta, g, v, m0, head, batch)
-    probs(acc_s, lse2, g, v, n0, m0, head, batch)
+    bounds = g.seq_bounds(v.unit)  # read once: (first query row, query rows, first key, keys)
+    query_stats(lse2, delta, g, v, m0, head, batch, bounds)
+    probs(acc_s, lse2, g, v, n0, m0, head, batch, bounds[3])
     dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, wg=wg)
 
 
@@ -46,13 +47,13 @@ def _columns(g, v):
 
 
 @cute.jit
-def query_stats(lse2, delta, g, v, m0, head, batch):
+def query_stats(lse2, delta, g, v, m0, head, batch, bounds):
     """LSE * log2 e and delta = rowsum(dO * O) of the queries ``m0 + column`` from global memory (plain
     loads: issued under the S / dP GEMMs when ``overlap_scores``). Queries past S_q get LSE +inf (P = 0)
-    and delta 0."""
+    and delta 0. ``bounds``: ``g.seq_bounds(unit)``."""
     coords = _columns(g, v)
     if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed LSE and delta
-        q_start, seqlen_q, _, _ = g.seq_bounds(v.unit)
+        q_start, seqlen_q = bounds[0], bounds[1]
         m_lse = cute.domain_offset((q_start,), v.mLSE[(0, head, None)])
         m_delta = cute.domain_offset((q_start,), v.mDelta[(0, head, None)])
     else:
@@ -77,13 +78,12 @@ def stats_from_smem(lse2, delta, g, v, s_lse, s_delta):
 
 
 @cute.jit
-def probs(acc_s, lse2, g, v, n0, m0, head, batch):
+def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
     """P^T = exp2(S^T * scale * log2 e - LSE * log2 e) in place of S^T (the forward's softcap first), zero
     where masked (key past S_k, or outside the query's window / causal range, or the user's mask_mod)."""
     coords = _columns(g, v)
     s_mn = amath.rows_view(v.sdp_mma, acc_s)
     cols = cute.size(s_mn, mode=[1])
-    seqlen_k = g.seq_bounds(v.unit)[3] if cutlass.const_expr(g.varlen) else g.seqlen_k
     scale_log2 = v.scale_log2
     if cutlass.const_expr(g.softcap is not None):  # the forward's capped scores (masks.softcap_tile)
         amasks.softcap_tile(acc_s, v.scale, g.softcap)

@@ -302,13 +302,13 @@ class Grads(MemoryResource):
     def stats(self, stage_info: StageInfo, lse2, delta):
         """``overlap_scores``: the step's queries' LSE and delta, loaded while the S / dP GEMMs run."""
         g, v, _, m0, head, batch = self._step(stage_info)
-        bmath.query_stats(lse2, delta, g, v, m0, head, batch)
+        bmath.query_stats(lse2, delta, g, v, m0, head, batch, g.seq_bounds(v.unit))
 
     @producer_work
     def probs(self, stage_info: StageInfo, acc_s, lse2):
         """``overlap_scores``: P^T from S^T (its GEMM retired; dP's may still run)."""
         g, v, n0, m0, head, batch = self._step(stage_info)
-        bmath.probs(acc_s, lse2, g, v, n0, m0, head, batch)
+        bmath.probs(acc_s, lse2, g, v, n0, m0, head, batch, g.seq_bounds(v.unit)[3])
 
     @producer_work
     def dscores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds, lse2, delta):
