@@ -197,6 +197,8 @@ def test_padded_sequences_get_disjoint_whole_blocks_inside_the_buffer():
     empty and one-token sequences."""
     import random
 
+    from warpsched.kernels.attention.backward_units import padded_stats_rows
+
     r = random.Random(3)
     for _ in range(200):
         lengths = [r.choice([0, 1, 63, 64, 65, 127, 128, 500, r.randrange(2000)]) for _ in range(r.randrange(1, 9))]
@@ -211,7 +213,8 @@ def test_padded_sequences_get_disjoint_whole_blocks_inside_the_buffer():
             first = g.padded_block0(b * g.n_blocks)  # any unit of sequence b
             assert first * 64 >= end, (lengths, b)
             end = (first + -(-n // 64)) * 64
-        assert end <= -(-(cu[-1] + 64 * len(lengths)) // 64) * 64, lengths
+        assert end <= padded_stats_rows(cu[-1], len(lengths)), lengths
+        assert padded_stats_rows(cu[-1], len(lengths)) % 4 == 0  # a 16-byte head stride for the TMA
 
 
 @schedule

@@ -77,15 +77,19 @@ def fake_prep_operands(dtype, head_dim):
             _host.fake_rows(B, H, S, assumed_align=None))
 
 
+def _prep_target(arch):
+    """(compile options, stream argument) of a pre-pass compile: PTX for ``arch`` on the CPU, else TVM FFI."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    return (_host.ptx_options(arch), make_fake_stream()) if arch else (_host.ffi_options(), _host.fake_env_stream())
+
+
 def compiled_prep(dtype, head_dim, arch=None, padded=False):
     """The delta pre-pass for TVM-FFI calls ``f(out, dout, delta)`` (``arch``: a CPU compile for that arch);
     ``padded``: ``StatsPrep``, ``f(out, dout, lse, delta, lse_padded)`` with (B, H, S_pad) outputs."""
-    from cutlass.cute.runtime import make_fake_stream
-
     key = ("prep", dtype, head_dim, arch, padded)
     if key not in _CACHE:
-        options, stream = ((_host.ptx_options(arch), make_fake_stream()) if arch
-                           else (_host.ffi_options(), _host.fake_env_stream()))
+        options, stream = _prep_target(arch)
         if padded:
             B, H, S, Sp = (cute.sym_int32() for _ in range(4))
             fakes = (_host.fake_bhsd(dtype, B, H, S, head_dim), _host.fake_bhsd(dtype, B, H, S, head_dim),
@@ -101,12 +105,11 @@ def compiled_prep(dtype, head_dim, arch=None, padded=False):
 def compiled_varlen_prep(dtype, head_dim, arch=None):
     """``backward_prep.VarlenStatsPrep`` for TVM-FFI calls ``f(out, dout, lse, cu_seqlens_q, delta, lse_padded,
     max_seqlen_q)`` on (1, H, T) views and (1, H, T_pad) outputs (``arch``: a CPU compile for that arch)."""
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_tensor
 
     key = ("varlen_prep", dtype, head_dim, arch)
     if key not in _CACHE:
-        options, stream = ((_host.ptx_options(arch), make_fake_stream()) if arch
-                           else (_host.ffi_options(), _host.fake_env_stream()))
+        options, stream = _prep_target(arch)
         H, T, Tp, B1 = (cute.sym_int32() for _ in range(4))
         fakes = (_host.fake_bhsd(dtype, 1, H, T, head_dim), _host.fake_bhsd(dtype, 1, H, T, head_dim),
                  _host.fake_rows(1, H, T, assumed_align=4),

@@ -206,6 +206,17 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutl
 
 
 @cute.jit
+def _output(acc, factor, dtype):
+    """An fp32 accumulator (times ``factor``, None: 1) rounded to the output dtype in registers."""
+    out = cute.make_rmem_tensor_like(acc, dtype)
+    if cutlass.const_expr(factor is None):
+        out.store(acc.load().to(dtype))
+    else:
+        out.store((acc.load() * factor).to(dtype))
+    return out
+
+
+@cute.jit
 def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
     """dK * scale and dV of this warp group's 64 keys into the (S_k, D) outputs (rows past S_k skipped)."""
     tidx, _, _ = cute.arch.thread_idx()
@@ -214,11 +225,7 @@ def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Cons
     coords = amath.rows_view(v.dkv_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.head_dim))))
     seqlen_k, scale = g.seq_bounds(v.unit)[3], v.scale
     for acc, m_out, factor in ((acc_dk, v.mdK, scale), (acc_dv, v.mdV, None)):
-        out = cute.make_rmem_tensor_like(acc, g.dtype)
-        if cutlass.const_expr(factor is None):
-            out.store(acc.load().to(g.dtype))
-        else:
-            out.store((acc.load() * factor).to(g.dtype))
+        out = _output(acc, factor, g.dtype)
         t_g = amath.rows_view(v.dkv_mma, thr.partition_C(
             cute.local_tile(g.rows_of(m_out, v.unit, kv_head, batch, key=True), (HALF, g.head_dim), (block, 0))))
         o_mn = amath.rows_view(v.dkv_mma, out)
@@ -238,12 +245,7 @@ def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.
     t_s = thr.partition_C(v.sV[(None, None, wg)])
     first_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0
     for acc, tma, m_t, factor in ((acc_dv, v.tma_dv, v.mdVt, None), (acc_dk, v.tma_dk, v.mdKt, v.scale)):
-        out = cute.make_rmem_tensor_like(acc, g.dtype)
-        if cutlass.const_expr(factor is None):
-            out.store(acc.load().to(g.dtype))
-        else:
-            out.store((acc.load() * factor).to(g.dtype))
-        cute.autovec_copy(out, t_s)
+        cute.autovec_copy(_output(acc, factor, g.dtype), t_s)
         cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
         cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
         if first_warp:

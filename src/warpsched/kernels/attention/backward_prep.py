@@ -11,6 +11,8 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
+from .backward_units import BLOCK_M, padded_first_block
+
 THREADS = 128
 
 
@@ -78,19 +80,16 @@ class StatsPrep(DeltaPrep):
                 mLSEp[(b, h, s)] = cutlass.Float32.inf
 
 
-BLOCK = 64  # the backward's Q block (backward_units.BLOCK_M): the padded rows' granularity
-
-
 class VarlenStatsPrep(DeltaPrep):
     """``StatsPrep`` for packed sequences: (1, H, T) O / dO / LSE and int32 offsets ``mCuQ`` (B + 1) in, delta and
-    the LSE copy out into (1, H, T_pad) buffers where sequence b's rows start at (cu_q[b] + 64 b) rounded down
-    to a block (``backward_units.padded_block0``), each followed by delta 0 / LSE +inf up to its last whole
-    block. One CTA per (128 rows of a sequence, head, sequence); T_pad >= T + 64 (B + 1) holds them all."""
+    the LSE copy out into (1, H, T_pad) buffers (``backward_units.padded_stats_rows``) where sequence b's rows
+    start at block ``backward_units.padded_first_block``, each followed by delta 0 / LSE +inf up to its last
+    whole block. One CTA per (128 rows of a sequence, head, sequence)."""
 
     @cute.jit
     def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mCuQ: cute.Tensor, mDelta: cute.Tensor,
                  mLSEp: cute.Tensor, max_seqlen_q: cutlass.Int32, stream):
-        blocks = (max_seqlen_q + BLOCK - 1) // BLOCK * BLOCK
+        blocks = (max_seqlen_q + BLOCK_M - 1) // BLOCK_M * BLOCK_M
         self.kernel(mO, mdO, mLSE, mCuQ, mDelta, mLSEp).launch(
             grid=[(blocks + THREADS - 1) // THREADS, cute.size(mO, mode=[1]), cute.size(mCuQ, mode=[0]) - 1],
             block=[THREADS, 1, 1], stream=stream)
@@ -103,8 +102,8 @@ class VarlenStatsPrep(DeltaPrep):
         start = mCuQ[b]
         rows = mCuQ[b + 1] - start
         s = blk * THREADS + tidx
-        if s < (rows + BLOCK - 1) // BLOCK * BLOCK:
-            p = (start + BLOCK * b) // BLOCK * BLOCK + s
+        if s < (rows + BLOCK_M - 1) // BLOCK_M * BLOCK_M:
+            p = padded_first_block(start, b) * BLOCK_M + s
             if s < rows:
                 mDelta[(0, h, p)] = self.row_delta(mO, mdO, 0, h, start + s)
                 mLSEp[(0, h, p)] = mLSE[(0, h, start + s)]

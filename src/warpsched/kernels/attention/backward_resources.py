@@ -22,13 +22,17 @@ from .dq_turns import DQTurnIO
 from ..gemm.fixup import runtime_branch
 
 
-@cute.jit
 def _gemm_over_rows(v, acc, a_regs, s_bt, stage):
-    """acc += A B_stage in one commit group: A (P^T or dS^T) from registers, B the stage's dO^T or Q^T view."""
+    """acc += A B_stage over the step's query rows: A (P^T or dS^T) from registers, B the stage's dO^T or Q^T
+    view (the caller fences and commits)."""
     thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
-    warpgroup.fence()  # A was written by ordinary instructions
     cute.gemm(v.dkv_mma, acc, a_regs, v.dkv_mma.make_fragment_B(thr.partition_B(s_bt))[(None, None, None, stage)], acc)
-    warpgroup.commit_group()
+
+
+def _over_d_operands(v, s_a, s_b):
+    """This thread's wgmma fragments of a K or V tile (A) and the Q or dO ring (B) for the S / dP GEMMs."""
+    thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+    return v.sdp_mma.make_fragment_A(thr.partition_A(s_a)), v.sdp_mma.make_fragment_B(thr.partition_B(s_b))
 
 
 @cute.jit
@@ -126,15 +130,9 @@ class SmemKV(MemoryResource):
     def mma_sdp(self, stage_info: StageInfo, acc_s, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
         v = stage_info.context.values
-        tidx, _, _ = cute.arch.thread_idx()
-        thr = v.sdp_mma.get_slice(tidx % 128)
-        frag_k = v.sdp_mma.make_fragment_A(thr.partition_A(v.sK))
-        frag_v = v.sdp_mma.make_fragment_A(thr.partition_A(v.sV))
-        frag_q = v.sdp_mma.make_fragment_B(thr.partition_B(v.sQ))
-        frag_do = v.sdp_mma.make_fragment_B(thr.partition_B(v.sdO))
         warpgroup.fence()
-        _gemm_over_d(v, acc_s, frag_k, frag_q, idx[0], wg)
-        _gemm_over_d(v, acc_dp, frag_v, frag_do, idx[0], wg)
+        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], wg)
+        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and Q: SmemQdO.gemm_operand) until its retire
@@ -143,10 +141,8 @@ class SmemKV(MemoryResource):
         """``overlap_scores``: S^T = K_w Q_i^T in a commit group of its own, so P is computed while the
         dP GEMM (``mma_dp``, the next group) still runs."""
         v = stage_info.context.values
-        thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
         warpgroup.fence()
-        _gemm_over_d(v, acc_s, v.sdp_mma.make_fragment_A(thr.partition_A(v.sK)),
-                     v.sdp_mma.make_fragment_B(thr.partition_B(v.sQ)), idx[0], wg)
+        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO) until its retire
@@ -154,9 +150,7 @@ class SmemKV(MemoryResource):
     def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
         v = stage_info.context.values
-        thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
-        _gemm_over_d(v, acc_dp, v.sdp_mma.make_fragment_A(thr.partition_A(v.sV)),
-                     v.sdp_mma.make_fragment_B(thr.partition_B(v.sdO)), idx[0], wg)
+        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
@@ -246,24 +240,26 @@ class SmemQdO(MemoryResource):
         """dV += P^T dO_i and dK += dS^T Q_i: A from the 16-bit registers, B the stage's dO / Q through
         their transposed views (one commit group; P / dS and both accumulators in use until the retire)."""
         v, s = stage_info.context.values, stage_info.stage_idx
-        tidx, _, _ = cute.arch.thread_idx()
-        thr = v.dkv_mma.get_slice(tidx % 128)
-        frag_dot = v.dkv_mma.make_fragment_B(thr.partition_B(v.sdOt))
-        frag_qt = v.dkv_mma.make_fragment_B(thr.partition_B(v.sQt))
         warpgroup.fence()  # P and dS were written by ordinary instructions
-        cute.gemm(v.dkv_mma, acc_dv, p, frag_dot[(None, None, None, s)], acc_dv)
-        cute.gemm(v.dkv_mma, acc_dk, ds, frag_qt[(None, None, None, s)], acc_dk)
+        _gemm_over_rows(v, acc_dv, p, v.sdOt, s)
+        _gemm_over_rows(v, acc_dk, ds, v.sQt, s)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
     def mma_dv(self, stage_info: StageInfo, p, acc_dv):
         """``overlap_dq``: dV += P^T dO_i alone in a commit group (dK's comes after the dQ GEMM)."""
+        warpgroup.fence()
         _gemm_over_rows(stage_info.context.values, acc_dv, p, stage_info.context.values.sdOt, stage_info.stage_idx)
+        warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
     def mma_dk(self, stage_info: StageInfo, ds, acc_dk):
         """``overlap_dq``: dK += dS^T Q_i, the step's last commit group: dQ is staged while it runs."""
+        warpgroup.fence()
         _gemm_over_rows(stage_info.context.values, acc_dk, ds, stage_info.context.values.sQt, stage_info.stage_idx)
+        warpgroup.commit_group()
 
 
 @dataclass(kw_only=True)
@@ -282,21 +278,22 @@ class Grads(MemoryResource):
         acc_dv.fill(0.0)
         acc_dk.fill(0.0)
 
-    @producer_work
-    def scores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds):
-        """P^T and dS^T of this step (``attention.backward_math.grads_of_scores``)."""
-        g, v = self.g, stage_info.context.values
-        n_block, _, _ = g.unit_coords(v.unit)
-        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        s_ds = None if g.shared_ds else getattr(v, f"sdSt{self.wg}")  # shared_ds: SmemDS.store writes it
-        bmath.grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v,
-                              n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch, wg=self.wg)
-
     def _step(self, stage_info):
+        """(g, values, this warp group's first key, the step's first query, query head, batch)."""
         g, v = self.g, stage_info.context.values
         n_block, _, _ = g.unit_coords(v.unit)
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
         return g, v, n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch
+
+    def _ds_tile(self, v):
+        """Where ``dscores`` writes dS^T: this warp group's tile, or None with ``shared_ds`` (SmemDS.store)."""
+        return None if self.g.shared_ds else getattr(v, f"sdSt{self.wg}")
+
+    @producer_work
+    def scores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds):
+        """P^T and dS^T of this step (``attention.backward_math.grads_of_scores``)."""
+        g, v, n0, m0, head, batch = self._step(stage_info)
+        bmath.grads_of_scores(acc_s, acc_dp, p, ds, self._ds_tile(v), g, v, n0, m0, head, batch, wg=self.wg)
 
     @producer_work
     def stats(self, stage_info: StageInfo, lse2, delta):
@@ -313,9 +310,8 @@ class Grads(MemoryResource):
     @producer_work
     def dscores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds, lse2, delta):
         """``overlap_scores``: dS^T from P^T and dP^T; P^T, dS^T into the A-operand registers."""
-        g, v = self.g, stage_info.context.values
-        s_ds = None if g.shared_ds else getattr(v, f"sdSt{self.wg}")
-        bmath.dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, wg=self.wg)
+        v = stage_info.context.values
+        bmath.dscores(acc_s, acc_dp, p, ds, lse2, delta, self._ds_tile(v), self.g, v, wg=self.wg)
 
     @producer_work
     def store(self, stage_info: StageInfo, acc_dk, acc_dv):

@@ -89,17 +89,14 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             smem_qdo.retire()
         if ds_other is not None:
             ds_other.release()
-        if overlap_dq:  # dQ out to its stage while the dK GEMM runs
-            smem_dq.acquire()
-            smem_dq.store(acc_dq=acc_dq)
-            smem_dq.commit()
+        if not overlap_dq:
+            smem_qdo.release()
+        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
+        smem_dq.store(acc_dq=acc_dq)
+        smem_dq.commit()
+        if overlap_dq:  # dQ went out to its stage while the dK GEMM ran
             smem_qdo.retire()
             smem_qdo.release()
-        else:
-            smem_qdo.release()
-            smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
-            smem_dq.store(acc_dq=acc_dq)
-            smem_dq.commit()
     if tma_store_dkv:
         smem_kv.store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)
         smem_kv.release()

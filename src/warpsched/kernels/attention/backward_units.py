@@ -15,6 +15,20 @@ BLOCK_N = 2 * HALF  # keys per CTA: one 64-key half per consumer warp group
 BLOCK_M = 64  # Q rows per step
 
 
+def padded_first_block(q_start, batch):
+    """``varlen`` with ``tma_stats``: the padded LSE / delta block where sequence ``batch`` (first packed row
+    ``q_start``) starts: (q_start + 64 batch) rounded down to a block, which leaves every sequence its rows
+    rounded up to whole blocks, apart from the next one's (``backward_prep.VarlenStatsPrep`` writes there,
+    the load warp reads there). Python ints or device values."""
+    return (q_start + BLOCK_M * batch) // BLOCK_M
+
+
+def padded_stats_rows(total_q, batches):
+    """The padded LSE / delta rows that hold every sequence's blocks: T + 64 B, rounded up to a block (so the
+    head stride is a multiple of 16 bytes, as TMA needs)."""
+    return -(-(total_q + BLOCK_M * batches) // BLOCK_M) * BLOCK_M
+
+
 class BackwardUnits:
     """Unit and step order; needs ``causal``, ``window_left`` / ``window_right`` and ``varlen``."""
 
@@ -82,11 +96,10 @@ class BackwardUnits:
         return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0
 
     def padded_block0(self, unit):
-        """``varlen`` with ``tma_stats``: the first 64-row block of ``unit``'s sequence in the padded LSE / delta
-        rows (``backward_prep.VarlenStatsPrep``): sequence b starts at (cu_q[b] + 64 b) rounded down to a block,
-        which leaves every sequence its rows rounded up to whole blocks, apart from the next one's."""
+        """``varlen`` with ``tma_stats``: the first padded LSE / delta block of ``unit``'s sequence
+        (``padded_first_block``)."""
         b = self.unit_coords(unit)[2]
-        return (self.cu_q[b] + BLOCK_M * b) // BLOCK_M
+        return padded_first_block(self.cu_q[b], b)
 
     def rows_of(self, t, unit, head, batch, key=False):
         """``t[:, :, head, batch]`` of an (S, D, H, B) TMA or global view; ``varlen``: the packed tensor's

@@ -268,6 +268,13 @@ def gqa_packed(q, kv_heads, causal=False, mask_mod=None, window_size=None):
         return None
 
 
+def gqa_unpacked(q, out, lse, return_lse):
+    """The packed run's out (B, H_kv, group * S_q, D) and LSE viewed back as q's (B, H, S_q, ...)."""
+    B, H, Sq, D = q.shape
+    out, lse = out.view(B, H, Sq, D), lse.view(B, H, Sq)
+    return (out, lse) if return_lse else out
+
+
 def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False, mask_mod=None, softcap=None,
               window_size=None, num_splits=None, pack_gqa=False):
     """softmax(q k^T * scale) v for (B, H, S, D) tensors, as torch SDPA (``is_causal=causal``,
@@ -284,16 +291,14 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
         window_size = tuple(window_size)
     packed = gqa_packed(q, k.shape[1], causal, mask_mod, window_size) if pack_gqa else None
     if packed is not None:
-        B, H, Sq, D = q.shape
         try:  # a caller's out / lse must take the same view (the kernel writes through it)
             out_p = None if out is None else out.view(packed.shape)
             lse_p = None if lse is None else lse.view(packed.shape[:3])
         except RuntimeError:
             packed = None
     if packed is not None:
-        o, l = attention(packed, k, v, causal, scale, out_p, lse_p, True, None, softcap, window_size, num_splits)
-        o, l = o.view(B, H, Sq, D), l.view(B, H, Sq)
-        return (o, l) if return_lse else o
+        return gqa_unpacked(q, *attention(packed, k, v, causal, scale, out_p, lse_p, True, None, softcap,
+                                          window_size, num_splits), return_lse)
     pkey = None
     if out is None and lse is None:
         pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,

@@ -14,7 +14,7 @@ import cutlass.cute as cute
 from .. import _host
 from . import split_kv
 from .forward import HEAD_DIMS, FlashAttentionPaged
-from .host import _partials, _splits_for, _tma_ready, gqa_packed, split_options, tuned_options
+from .host import _partials, _splits_for, _tma_ready, gqa_packed, gqa_unpacked, split_options, tuned_options
 from .masks import AttentionConfigError, with_masks
 
 _CACHE = {}
@@ -118,10 +118,8 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
     pages, page, Hk, _ = k_cache.shape
     packed = gqa_packed(q, Hk, causal, mask_mod, window_size) if pack_gqa else None
     if packed is not None:
-        o, l = attention_paged(packed, k_cache, v_cache, page_table, cache_seqlens, causal, scale, num_splits, True,
-                               window_size, softcap, mask_mod)
-        o, l = o.view(B, H, Sq, D), l.view(B, H, Sq)
-        return (o, l) if return_lse else o
+        return gqa_unpacked(q, *attention_paged(packed, k_cache, v_cache, page_table, cache_seqlens, causal, scale,
+                                                num_splits, True, window_size, softcap, mask_mod), return_lse)
     options = tuned_options(D, causal)
     splits = _splits_for(q, page_table.shape[1] * page, options, num_splits, False)  # the table's capacity
     if splits > 1:

@@ -14,7 +14,7 @@ import cutlass.cute as cute
 
 from .. import _host
 from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen
-from .backward_units import BLOCK_M as BWD_BLOCK_M
+from .backward_units import BLOCK_M as BWD_BLOCK_M, padded_stats_rows
 from .forward import HEAD_DIMS, FlashAttentionVarlen
 from .host import _tma_ready, tuned_options
 from .masks import AttentionConfigError, with_masks
@@ -231,9 +231,8 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     options = with_masks(default_options(D, varlen=True) if options is None else dict(options), window_size,
                          softcap, mask_mod)
     padded = options.get("tma_stats", False)
-    # tma_stats: each sequence's rows from a 64-row block boundary (VarlenStatsPrep): T + 64 B rows hold them
-    # (rounded up to a block, so the head stride is a multiple of 16 bytes, as TMA needs)
-    rows = -(-(total_q + 64 * (cu_seqlens_q.shape[0] - 1)) // 64) * 64 if padded else total_q
+    # tma_stats: each sequence's rows from a block boundary (VarlenStatsPrep, backward_units.padded_stats_rows)
+    rows = padded_stats_rows(total_q, cu_seqlens_q.shape[0] - 1) if padded else total_q
     delta = torch.empty(1, H, rows, device=q.device, dtype=torch.float32)
     dq_acc = torch.zeros(1, H, -(-total_q // BWD_BLOCK_M) * BWD_BLOCK_M, D, device=q.device, dtype=torch.float32)
     dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
