@@ -25,6 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import _bwd_defaults  # noqa: F401  (WS_BWD_DEFAULTS: options on trial as the defaults)
 from _eager import alternate  # bench/_eager.py: sides alternated, host time included
 from warpsched import ops
 from warpsched.kernels.attention import backward_host as bwd

@@ -19,6 +19,7 @@ import math
 
 import torch
 
+import _bwd_defaults  # noqa: F401  (WS_BWD_DEFAULTS: options on trial as the defaults)
 from _eager import alternate, check_then_time, fa4  # bench/_eager.py: sides alternated, host time included
 from warpsched import nn as wnn
 from warpsched import ops

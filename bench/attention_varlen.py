@@ -4,7 +4,7 @@ kernels/attention/varlen.py): correctness against an fp64 reference, then time a
 the backward (``warpsched.nn.attention_varlen``'s autograd) checked the same way and timed as a training step.
 
     python3 bench/attention_varlen.py [--rounds 3] [--no-time]
-    WS_VARLEN_BWD_TMA_STATS=1 python3 bench/attention_varlen.py   # the packed backward with tma_stats
+    WS_BWD_VARLEN_DEFAULTS=tma_stats=1 python3 bench/attention_varlen.py   # the packed backward with tma_stats
 
 Correctness: fresh random inputs, O and the LSE poisoned with NaN, an fp64 reference per sequence; O's max
 error relative to max |ref| (bar 8e-3, bf16's rounding; 4e-3 for fp16) and the LSE's max abs error (bar
@@ -35,12 +35,7 @@ from _graphs import graph_ms  # noqa: E402
 from warpsched import nn as wnn  # noqa: E402
 from warpsched import ops  # noqa: E402
 
-if os.environ.get("WS_VARLEN_BWD_TMA_STATS") == "1":  # the packed backward's LSE / delta by TMA, not yet its default
-    from warpsched.kernels.attention import backward_host as _bwd_host
-
-    _defaults = _bwd_host.default_options
-    _bwd_host.default_options = (lambda d, varlen=False: dict(_defaults(d, True), tma_stats=True) if varlen
-                                 else _defaults(d))
+import _bwd_defaults  # noqa: E402,F401  (WS_BWD_VARLEN_DEFAULTS: options on trial as defaults)
 
 
 def per_sequence_prefix(b, h, q, kv):  # sequence b: its first 50 * (b + 1) keys bidirectional, then causal

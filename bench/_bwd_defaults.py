@@ -1,0 +1,30 @@
+"""Try backward kernel options as if they were the defaults, across every benchmark that imports this
+module: ``WS_BWD_DEFAULTS="dq_stages=2"`` adds options to what ``ops.attention_backward`` (and autograd)
+run for dense batches, ``WS_BWD_VARLEN_DEFAULTS="tma_stats=1"`` to what the packed (varlen) kernel runs.
+Values are integers (``1`` / ``0`` for flags). A candidate is adopted as a default only after the
+correctness, deterministic, mask and varlen checks have run with it this way."""
+from __future__ import annotations
+
+import os
+
+from warpsched.kernels.attention import backward_host as _bwd_host
+
+
+def _parse(text):
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, _, value = item.partition("=")
+        out[name] = bool(int(value)) if value in ("0", "1") and name not in ("dq_stages", "qdo_stages") else int(value)
+    return out
+
+
+DENSE = _parse(os.environ.get("WS_BWD_DEFAULTS", ""))
+PACKED = _parse(os.environ.get("WS_BWD_VARLEN_DEFAULTS", ""))
+if DENSE or PACKED:
+    _stock = _bwd_host.default_options
+
+    def _trial(head_dim, varlen=False):
+        return dict(_stock(head_dim, varlen), **(PACKED if varlen else DENSE))
+
+    _bwd_host.default_options = _trial
+    print(f"# backward defaults on trial: dense {_trial(128)} (hd128), packed {_trial(128, True)}", flush=True)
