@@ -6,7 +6,8 @@
 Sides, timed in alternating rounds (``_eager.alternate``: calls between two synchronizations, host time
 included: eager is what a model pays): ``warpsched`` (``warpsched.nn.functional.linear`` and ``warpsched.nn.scaled_dot_product_attention``),
 ``torch`` (``F.linear`` + SDPA's default backend choice), ``torch+FA4`` (``F.linear`` + ``flash_attn.cute``'s
-attention, when installed). Passes: forward, and forward + backward (a loss on the output, gradients for
+attention, when installed), ``quack+FA4`` (quack-kernels' ``linear_func`` + FA4: the field's CuTe DSL kernels;
+quack's GEMMs by its heuristic, ``QUACK_TUNED=1`` for its autotuner). Passes: forward, and forward + backward (a loss on the output, gradients for
 every weight and the input). Modes: eager and ``torch.compile``. Sizes: decode (1 x 16 tokens), prefill
 (4 x 2048), training (8 x 4096; forward + backward only). First, gradients of a small block against an
 fp32 torch reference.
@@ -16,6 +17,7 @@ fp32 torch reference.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
@@ -76,6 +78,12 @@ def fa4_bshd(q, k, v):
     return res[0] if isinstance(res, tuple) else res
 
 
+def quack_linear(x, weight):
+    from quack.linear import linear_func
+
+    return linear_func(x, weight, tuned=os.environ.get("QUACK_TUNED") == "1")
+
+
 def sides():
     import warpsched.nn.functional as wf
 
@@ -84,8 +92,11 @@ def sides():
         import flash_attn.cute  # noqa: F401
 
         out["torch+FA4"] = (F.linear, fa4_bshd)
+        import quack.linear  # noqa: F401
+
+        out["quack+FA4"] = (quack_linear, fa4_bshd)
     except Exception as e:  # noqa: BLE001
-        print(f"FA4 unavailable: {type(e).__name__}: {e}")
+        print(f"FA4 / quack unavailable: {type(e).__name__}: {e}")
     return out
 
 
@@ -138,7 +149,8 @@ def run(size, passes, compile_modes, rounds):
             names = list(fns)
             print(f"| {size} {B}x{S} | {pas} | {mode} | " + " | ".join(f"{med[s] * 1e3:.0f}" for s in names)
                   + f" | {med['torch'] / med['warpsched']:.3f}x"
-                  + (f" | {med['torch+FA4'] / med['warpsched']:.3f}x" if "torch+FA4" in med else " | -") + " |",
+                  + "".join(f" | {med[p] / med['warpsched']:.3f}x" if p in med else " | -"
+                            for p in ("torch+FA4", "quack+FA4")) + " |",
                   flush=True)
 
 
@@ -153,8 +165,8 @@ def main():
         raise SystemExit(1)
     names = list(sides())
     print("| size | pass | mode | " + " | ".join(f"{n} (us)" for n in names) + " | torch / warpsched | "
-          "torch+FA4 / warpsched |")
-    print("|---|---|---|" + "---|" * (len(names) + 2))
+          "torch+FA4 / warpsched | quack+FA4 / warpsched |")
+    print("|---|---|---|" + "---|" * (len(names) + 3))
     modes = ["eager"] + ([] if a.no_compile else ["compile"])
     for size in a.sizes.split(","):
         run(size, ["forward", "forward+backward"], modes, a.rounds)

@@ -72,8 +72,9 @@ def test_cases_it_leaves_alone():
 
 
 def test_attention_launches_the_packed_shape_and_views_the_result_back(monkeypatch):
-    """host.attention(pack_gqa=True): the launch sees (B, H_kv, group * S_q, D) and the caller gets (B, H, S_q,
-    D) out and (B, H, S_q) LSE, equal to grouped-query attention; without pack_gqa the launch sees q as is."""
+    """host.attention (pack_gqa None, the default, or True): the launch sees (B, H_kv, group * S_q, D) and the
+    caller gets (B, H, S_q, D) out and (B, H, S_q) LSE, equal to grouped-query attention; with a causal mask
+    or pack_gqa=False the launch sees q as is."""
     r = np.random.default_rng(7)
     q, k, v = r.standard_normal((2, 16, 2, 64)), r.standard_normal((2, 4, 40, 64)), r.standard_normal((2, 4, 40, 64))
     launched = []
@@ -91,5 +92,6 @@ def test_attention_launches_the_packed_shape_and_views_the_result_back(monkeypat
     assert launched == [(2, 4, 8, 64)] and out.shape == (2, 16, 2, 64) and lse.shape == (2, 16, 2)
     np.testing.assert_allclose(out.a, _attention(q, k, v, 0.125), rtol=1e-12, atol=1e-12)
     host.attention(_Arr(q), _Arr(k), _Arr(v), scale=0.125, causal=True, pack_gqa=True)
+    host.attention(_Arr(q), _Arr(k), _Arr(v), scale=0.125, pack_gqa=False)
     host.attention(_Arr(q), _Arr(k), _Arr(v), scale=0.125)
-    assert launched[1:] == [(2, 16, 2, 64), (2, 16, 2, 64)]  # causal, and pack_gqa off: unpacked
+    assert launched[1:] == [(2, 16, 2, 64), (2, 16, 2, 64), (2, 4, 8, 64)]  # causal, off: unpacked; default packs

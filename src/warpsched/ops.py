@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_lse=False, mask_mod=None,
-              softcap=None, window_size=None, num_splits=None, pack_gqa=False):
+              softcap=None, window_size=None, num_splits=None, pack_gqa=None):
     """Scaled dot-product attention forward on Hopper (sm_90a), as
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
@@ -27,10 +27,10 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     ``num_splits``: split-KV, each Q block's keys cut into that many runs on their own CTAs, merged by a
     combine step (fp32 partials); None (default) splits by itself when the launch's Q blocks would leave
     SMs idle over more than 4 K/V tiles (decode: a few query rows over a long K/V); 1: never.
-    ``pack_gqa=True``: a grouped-query decode (H / H_kv * S_q <= 128 query rows per K/V head, no causal mask,
-    window or ``mask_mod``) runs as its K/V heads, each Q block holding the rows of every query head that
-    reads it, so K / V are read once per group (``attention.host.gqa_packed``; not yet the default: its GPU
-    run is pending, see docs/attention.md).
+    ``pack_gqa``: a grouped-query decode (H / H_kv * S_q <= 128 query rows per K/V head, no causal mask,
+    window or ``mask_mod``, q's heads and rows viewable as one run of rows) runs as its K/V heads, each Q
+    block holding the rows of every query head that reads it, so K / V are read once per group
+    (``attention.host.gqa_packed``): None (default) or True where that applies, False never.
     Unsupported input raises ``AttentionConfigError`` (a ``ValueError``) naming what to change.
     """
     from warpsched.kernels.attention import host as _attention
@@ -58,7 +58,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 
 def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False, scale=None, *, num_splits=None,
-                    return_lse=False, window_size=None, softcap=None, mask_mod=None, pack_gqa=False):
+                    return_lse=False, window_size=None, softcap=None, mask_mod=None, pack_gqa=None):
     """Attention over a paged K/V cache on Hopper, as flash_attn's ``page_table`` / ``seqused_k``: ``q`` (B, H,
     S_q, D) in SDPA's layout, ``k_cache`` / ``v_cache`` (pages, page_size, H_kv, D), ``page_table`` (B, pages
     per sequence) int32, the cache page holding each run of page_size keys of sequence b, ``cache_seqlens``

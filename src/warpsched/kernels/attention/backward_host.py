@@ -133,11 +133,15 @@ def compiled_ffi(kern_key):
 
 def default_options(head_dim, varlen=False):
     """The kernel options a call without any uses: ``shared_ds`` at head dim 128 (1.13-1.18x the kernel
-    without it on the H200), ``tma_stats`` (LSE / delta by TMA with Q / dO: 1.11-1.39x) and
-    ``tma_store_dkv`` (dK / dV by TMA); the packed (``varlen``) kernel takes neither TMA option: its rows
-    are not padded to whole blocks (docs/attention.md, "Backward")."""
+    without it on the H200), ``tma_stats`` (LSE / delta by TMA with Q / dO: 1.11-1.39x), ``tma_store_dkv``
+    (dK / dV by TMA) and ``dq_stages=2`` (two dQ tiles per warp group on their way to the writer warp:
+    1.00-1.07x); the packed (``varlen``) kernel takes ``tma_stats`` (its LSE / delta padded per sequence,
+    ``VarlenStatsPrep``) but stores dK / dV from registers, since its rows are not whole blocks
+    (docs/attention.md, "Backward")."""
     options = {"shared_ds": True} if head_dim == 128 else {}
-    return options if varlen else dict(options, tma_stats=True, tma_store_dkv=True)
+    if varlen:
+        return dict(options, tma_stats=True)
+    return dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2)
 
 
 def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,

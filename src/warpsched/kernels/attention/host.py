@@ -276,7 +276,7 @@ def gqa_unpacked(q, out, lse, return_lse):
 
 
 def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=False, mask_mod=None, softcap=None,
-              window_size=None, num_splits=None, pack_gqa=False):
+              window_size=None, num_splits=None, pack_gqa=None):
     """softmax(q k^T * scale) v for (B, H, S, D) tensors, as torch SDPA (``is_causal=causal``,
     top-left aligned); ``scale`` defaults to 1 / sqrt(D). K and V may have fewer heads than Q
     (grouped-query attention). Returns ``out`` (and the (B, H, S_q) fp32 log-sum-exp with
@@ -286,10 +286,11 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
     A call whose inputs TMA reads as they are, through TVM FFI, keeps its plan per (shapes, strides,
     dtypes, device, causal, scale): a later call with that key skips the Python checks and only
     allocates the outputs and launches (the kernel call checks shapes, strides and alignment).
-    ``pack_gqa``: run a GQA decode as its K/V heads (``gqa_packed``) where that applies."""
+    ``pack_gqa``: None (default) or True run a GQA decode as its K/V heads (``gqa_packed``) where that
+    applies; False never."""
     if isinstance(window_size, list):
         window_size = tuple(window_size)
-    packed = gqa_packed(q, k.shape[1], causal, mask_mod, window_size) if pack_gqa else None
+    packed = gqa_packed(q, k.shape[1], causal, mask_mod, window_size) if pack_gqa is not False else None
     if packed is not None:
         try:  # a caller's out / lse must take the same view (the kernel writes through it)
             out_p = None if out is None else out.view(packed.shape)

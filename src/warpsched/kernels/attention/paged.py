@@ -104,7 +104,7 @@ def _compiled(key):
 
 
 def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False, scale=None, num_splits=None,
-                    return_lse=False, window_size=None, softcap=None, mask_mod=None, pack_gqa=False):
+                    return_lse=False, window_size=None, softcap=None, mask_mod=None, pack_gqa=None):
     """``warpsched.ops.attention_paged`` (TVM-FFI launches): out (B, H, S_q, D), with ``return_lse`` the
     (B, H, S_q) fp32 LSE. Split-KV as ``ops.attention``'s (``num_splits``), from the table's capacity;
     ``pack_gqa`` as ``attention.host.attention``'s (the cache is read once per K/V head's group)."""
@@ -116,7 +116,7 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
     check_args(q, k_cache, v_cache, page_table, cache_seqlens, causal)
     B, H, Sq, D = q.shape
     pages, page, Hk, _ = k_cache.shape
-    packed = gqa_packed(q, Hk, causal, mask_mod, window_size) if pack_gqa else None
+    packed = gqa_packed(q, Hk, causal, mask_mod, window_size) if pack_gqa is not False else None
     if packed is not None:
         return gqa_unpacked(q, *attention_paged(packed, k_cache, v_cache, page_table, cache_seqlens, causal, scale,
                                                 num_splits, True, window_size, softcap, mask_mod), return_lse)

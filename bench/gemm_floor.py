@@ -1,0 +1,187 @@
+"""The GEMM floor (issue 25): ``warpsched.ops.gemm`` as a model calls it (``config="auto"``, weights as
+``w.t()``) against the faster of ``torch.matmul`` (cuBLAS) and quack-kernels' CuTe DSL GEMM, in device
+time, on small and odd shapes: M in {1, 16, 32, 64, 1000} and N, K that are not tile multiples.
+
+    python3 bench/gemm_floor.py [--rounds 3] [--shapes 16x4096x4096,...] [--candidates] [--quack-tuned]
+
+Correctness first: every side on every shape with fresh random inputs, ours into a NaN-poisoned output,
+relative Frobenius error against the fp64 product (< 1e-2). Time: each side a CUDA graph of back-to-back
+launches (``_graphs.graph_ms``: triton's do_bench median over replays), sides in a rotated order over
+``--rounds`` rounds, median. The table gives ours against the faster peer (the floor: >= 0.95x) and the
+configuration the autotuner chose. ``--candidates`` also times every autotune candidate for the shapes
+below the floor (what a better choice would give). quack runs ``tuned=False`` (its heuristic) unless
+``--quack-tuned`` (its autotuner: minutes per shape). Run on a Hopper machine set up as in docs/gpu.md;
+quack-kernels is optional (its column stays empty without it)."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+import torch  # noqa: E402
+from triton.testing import do_bench  # noqa: E402
+
+from _graphs import graph_ms  # noqa: E402
+from warpsched import ops  # noqa: E402
+from warpsched.kernels.gemm import autotune as tune  # noqa: E402
+
+SHAPES = [  # M x N x K: decode-sized M over model widths, then N / K off the tile grid
+    (1, 4096, 4096), (16, 4096, 4096), (32, 4096, 4096), (1000, 4096, 4096),
+    (1, 14336, 4096), (16, 14336, 4096), (32, 14336, 4096),
+    (16, 4096, 14336), (32, 4096, 14336), (16, 6144, 4096), (16, 28672, 4096),
+    (1, 5000, 1000), (16, 1000, 1000), (32, 3000, 1736), (64, 4104, 2056),
+    (1000, 1000, 1000), (1000, 3000, 1736), (1000, 2056, 4104), (1000, 14336, 4096), (16, 128256, 4096),
+]
+FLOOR = 0.95
+QUACK_SKIP = set()  # shapes quack refused or got wrong: left out of its column
+TOL = 1e-2
+
+
+def quack_gemm(tuned):
+    try:
+        from quack.gemm_interface import gemm
+    except Exception as e:  # noqa: BLE001 - not installed: the column stays empty
+        print(f"quack unavailable ({type(e).__name__}: {e})", flush=True)
+        return None
+    return lambda a, b: gemm(a, b, tuned=tuned)
+
+
+def parse_shapes(text):
+    return [tuple(int(x) for x in s.lower().split("x")) for s in text.split(",")] if text else SHAPES
+
+
+def inputs(M, N, K, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16, generator=g)  # a weight as nn.Linear holds it
+    return a, w
+
+
+def rel_err(c, ref):
+    if not bool(torch.isfinite(c).all()):
+        return float("nan")
+    return float((c.double() - ref).norm() / ref.norm())
+
+
+def chosen(M, N, K):
+    key = tune.cache_key(M, N, K, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.cuda.get_device_name())
+    hit = tune.TuneCache().get(key)
+    if not hit:
+        return "?"
+    tile = "x".join(map(str, hit.get("tile_mn", ())))
+    extra = [f"{k}={v}" for k, v in sorted(hit.items()) if k not in ("tile_mn", "schedule") and v not in (None, 1)]
+    return f"{hit.get('schedule', '')[:4]} {tile}" + (" " + " ".join(extra) if extra else "")
+
+
+def correctness(shapes, quack):
+    bad = 0
+    print("| M x N x K | ours err | torch err | quack err | result |\n|---|---|---|---|---|", flush=True)
+    for i, (M, N, K) in enumerate(shapes):
+        a, w = inputs(M, N, K, i)
+        ref = a.double() @ w.double().t()
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        ours = rel_err(ops.gemm(a, w.t(), out=out), ref)  # tunes this shape on first use
+        out.fill_(float("nan"))
+        again = rel_err(ops.gemm(a, w.t(), out=out), ref)  # the kept launch plan
+        theirs = rel_err(torch.matmul(a, w.t()), ref)
+        q = float("nan")
+        if quack:
+            try:
+                q = rel_err(quack(a, w.t()), ref)
+            except Exception as e:  # noqa: BLE001 - a shape quack refuses: no quack time for it
+                print(f"quack refused {M}x{N}x{K}: {type(e).__name__}: {str(e)[:120]}", flush=True)
+            if not q < TOL:
+                QUACK_SKIP.add((M, N, K))
+        ok = ours < TOL and again < TOL
+        bad += not ok
+        print(f"| {M}x{N}x{K} | {ours:.2e} / {again:.2e} | {theirs:.2e} | {q:.2e} | {'PASS' if ok else 'FAIL'} |",
+              flush=True)
+    print(f"correctness: {len(shapes) - bad}/{len(shapes)} PASS", flush=True)
+    return bad
+
+
+def time_shape(M, N, K, quack, rounds, rep_ms):
+    a, w = inputs(M, N, K, 1000 + M)
+    b = w.t()
+    sides = {"torch": lambda: torch.matmul(a, b), "ours": lambda: ops.gemm(a, b)}
+    if quack and (M, N, K) not in QUACK_SKIP:
+        sides["quack"] = lambda: quack(a, b)
+    est = {}
+    for name, fn in sides.items():  # warm-up (quack compiles / tunes here) and a rough size for the graph
+        fn()
+        torch.cuda.synchronize()
+        est[name] = do_bench(fn, warmup=5, rep=20, return_mode="median")
+    times = {s: [] for s in sides}
+    names = list(sides)
+    for r in range(rounds):
+        for s in names[r % len(names):] + names[:r % len(names)]:
+            times[s].append(graph_ms(torch, do_bench, sides[s], est[s], rep_ms))
+    return {s: statistics.median(v) for s, v in times.items()}, times
+
+
+def candidates_table(M, N, K, rep_ms):
+    a, w = inputs(M, N, K, 7)
+    b = w.t()
+    rows = []
+    for c in tune.candidates(M, N, K, fp8=False):
+        try:
+            ops.gemm(a, b, config=c)
+            ms = graph_ms(torch, do_bench, lambda c=c: ops.gemm(a, b, config=c), 0.02, rep_ms)
+            rows.append((ms, c))
+        except Exception as e:  # noqa: BLE001 - a candidate that does not run for this shape
+            rows.append((float("inf"), dict(c, error=f"{type(e).__name__}: {str(e)[:80]}")))
+    t = graph_ms(torch, do_bench, lambda: torch.matmul(a, b), 0.02, rep_ms)
+    print(f"  candidates at {M}x{N}x{K} (torch {t * 1e3:.1f} us):", flush=True)
+    for ms, c in sorted(rows, key=lambda r: r[0]):
+        print(f"    {ms * 1e3:8.1f} us  x{t / ms:.3f}  {c}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rep-ms", type=int, default=25, help="do_bench's rep per timing (ms)")
+    ap.add_argument("--shapes", default="", help="MxNxK,... (default: the floor set)")
+    ap.add_argument("--candidates", action="store_true", help="time every autotune candidate below the floor")
+    ap.add_argument("--quack-tuned", action="store_true", help="quack's autotuner instead of its heuristic")
+    ap.add_argument("--no-time", action="store_true", help="correctness only")
+    a = ap.parse_args()
+    shapes = parse_shapes(a.shapes)
+    print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
+    quack = quack_gemm(a.quack_tuned)
+    if correctness(shapes, quack):
+        sys.exit(1)
+    if a.no_time:
+        return
+    print("\n| M x N x K | torch us | quack us | ours us | ours / torch | ours / quack | ours / best | "
+          "chosen | rounds (us) |\n|---|---|---|---|---|---|---|---|---|", flush=True)
+    below, logs = [], []
+    for M, N, K in shapes:
+        med, times = time_shape(M, N, K, quack, a.rounds, a.rep_ms)
+        best = min(med["torch"], med.get("quack", math.inf))
+        r = best / med["ours"]
+        logs.append(r)
+        if r < FLOOR:
+            below.append((M, N, K))
+        rounds = "; ".join(f"{s} " + "/".join(f"{t * 1e3:.1f}" for t in v) for s, v in times.items())
+        q = med.get("quack")
+        print(f"| {M}x{N}x{K} | {med['torch'] * 1e3:.1f} | {q * 1e3 if q else float('nan'):.1f} | "
+              f"{med['ours'] * 1e3:.1f} | {med['torch'] / med['ours']:.3f} | "
+              f"{q / med['ours'] if q else float('nan'):.3f} | {'**' if r < FLOOR else ''}{r:.3f}"
+              f"{'**' if r < FLOOR else ''} | {chosen(M, N, K)} | {rounds} |", flush=True)
+    geo = math.exp(sum(math.log(x) for x in logs) / len(logs))
+    print(f"\nours / best peer: geomean {geo:.3f}, lowest {min(logs):.3f}; below {FLOOR}: "
+          f"{len(below)}/{len(shapes)} {['x'.join(map(str, s)) for s in below]}", flush=True)
+    if a.candidates:
+        for M, N, K in below:
+            candidates_table(M, N, K, a.rep_ms)
+
+
+if __name__ == "__main__":
+    main()
