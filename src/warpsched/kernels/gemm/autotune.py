@@ -70,6 +70,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
         out = [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
                dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), block_k=wide_k, pdl=True),
+               dict(coop, tile_mn=(64, 64)), dict(coop, tile_mn=(64, 64), split_k="auto"),
                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
         if not fp8:  # a 9th 24 KB stage (all that fits) helped bf16 at K = 4096; fp8's is not measured
             out.insert(-1, dict(coop, tile_mn=(64, 32), block_k=wide_k, ab_stages=9, pdl=True))
@@ -85,8 +86,9 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
     out = [dict(coop, tile_mn=(128, 256)), dict(coop, tile_mn=(256, 128)), dict(coop, tile_mn=(128, 256), raster="n"),
            dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
-    if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
-        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
+    if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs, or stream-K spreads K
+        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True),
+                dict(coop, tile_mn=(128, 256), split_k="stream"), dict(coop, tile_mn=(128, 128), split_k="stream")]
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,
