@@ -49,7 +49,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
     (docs/gemm.md, "Why these autotune candidates", has the measurements and their commands).
 
     - M <= 64 (memory-bound on B: many CTAs streaming it): narrow tiles, split-K where the tiles
-      leave SMs idle ("auto"), 64x32 tiles (cuBLAS's choice there) with a doubled K tile and PDL
+      leave SMs idle ("auto"), 64x64 tiles (the fastest at M = 32-64 with N of 3000-4104 in
+      bench/gemm_floor.py), 64x32 tiles (cuBLAS's choice there) with a doubled K tile and PDL
       (the next launch's prologue overlaps this one's tail), for bf16 also the 9-stage ring that
       fits, and the ping-pong; ``deterministic=False`` adds the atomic in-kernel split-K (its
       shares sum in arrival order, so its last bits can differ between calls).
@@ -61,7 +62,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
     fp8 has the same list (its K tile is 128, the doubled one 256). Serial and parallel in-kernel
-    split-K are not tried: they never won. Every candidate's program ships proven
+    split-K are not tried: they never won; nor is stream-K, slower than the
+    data-parallel tiles on the few-tile shapes of bench/gemm_floor.py as on the sweep's. Every candidate's program ships proven
     (``warpsched.kernels.shipped``), so tuning compiles without searching."""
     del K  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
@@ -70,7 +72,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
         out = [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
                dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), block_k=wide_k, pdl=True),
-               dict(coop, tile_mn=(64, 64)), dict(coop, tile_mn=(64, 64), split_k="auto"),
+               dict(coop, tile_mn=(64, 64)),
                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
         if not fp8:  # a 9th 24 KB stage (all that fits) helped bf16 at K = 4096; fp8's is not measured
             out.insert(-1, dict(coop, tile_mn=(64, 32), block_k=wide_k, ab_stages=9, pdl=True))
@@ -86,9 +88,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
     out = [dict(coop, tile_mn=(128, 256)), dict(coop, tile_mn=(256, 128)), dict(coop, tile_mn=(128, 256), raster="n"),
            dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
-    if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs, or stream-K spreads K
-        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True),
-                dict(coop, tile_mn=(128, 256), split_k="stream"), dict(coop, tile_mn=(128, 128), split_k="stream")]
+    if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
+        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,
