@@ -3,7 +3,10 @@ block's wall time per call with and without a final synchronization (host-bound 
 device time of one block (CUDA events around a call after a synchronization), and a cProfile of the
 Python host path per call (functions by own time), warpsched's block and torch's side by side.
 
-    python3 tools/decode_host_profile.py [--calls 200] [--top 30] [--config auto|default]
+    python3 tools/decode_host_profile.py [--calls 200] [--top 30] [--config auto|default] [--grad]
+
+``--grad``: with grad mode on (the weights require grad, as in bench/model_block.py's forward rows, so the
+autograd wrappers run and save their tensors) instead of ``torch.no_grad``.
 """
 import argparse
 import cProfile
@@ -24,6 +27,7 @@ ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDe
 ap.add_argument("--calls", type=int, default=200)
 ap.add_argument("--top", type=int, default=30)
 ap.add_argument("--config", default="auto", help="the GEMMs' config (auto: tuned, as ops.gemm does)")
+ap.add_argument("--grad", action="store_true", help="grad mode on, as model_block's forward rows")
 a = ap.parse_args()
 
 import warpsched.ops as wops  # noqa: E402
@@ -37,7 +41,7 @@ p = params()
 x = torch.randn(1, 16, HIDDEN, device="cuda", dtype=torch.bfloat16)
 sides = {"warpsched": (wf.linear, warpsched_bshd), "torch": (F.linear, sdpa_bshd)}
 print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
-with torch.no_grad():
+with torch.enable_grad() if a.grad else torch.no_grad():
     for name, (lin, att) in sides.items():
         f = functools.partial(block, p=p, linear=lin, attention=att)
         for _ in range(5):  # tune, compile, warm up
