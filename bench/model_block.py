@@ -4,13 +4,14 @@
       -> RMSNorm -> [gate | up] -> silu(gate) * up -> down -> + (Llama-3-8B sizes: hidden 4096, MLP 14336)
 
 Sides, timed in alternating rounds (``_eager.alternate``: calls between two synchronizations, host time
-included: eager is what a model pays): ``warpsched`` (``warpsched.nn.functional.linear`` and ``warpsched.nn.scaled_dot_product_attention``),
-``torch`` (``F.linear`` + SDPA's default backend choice), ``torch+FA4`` (``F.linear`` + ``flash_attn.cute``'s
-attention, when installed), ``quack+FA4`` (quack-kernels' ``linear_func`` + FA4: the field's CuTe DSL kernels;
-quack's GEMMs by its heuristic, ``QUACK_TUNED=1`` for its autotuner). Passes: forward, and forward + backward (a loss on the output, gradients for
-every weight and the input). Modes: eager and ``torch.compile``. Sizes: decode (1 x 16 tokens), prefill
-(4 x 2048), training (8 x 4096; forward + backward only). First, gradients of a small block against an
-fp32 torch reference.
+included: eager is what a model pays): ``warpsched`` (``warpsched.nn.functional.linear`` and
+``warpsched.nn.scaled_dot_product_attention``), ``torch`` (``F.linear`` + SDPA's default backend choice),
+``torch+FA4`` (``F.linear`` + ``flash_attn.cute``'s attention, when installed), ``quack+FA4`` (quack-kernels'
+``linear_func`` + FA4: the field's CuTe DSL kernels; quack's GEMMs by its heuristic, ``QUACK_TUNED=1`` for its
+autotuner). Passes: forward (under ``torch.no_grad``, as inference runs), and forward + backward (a loss on
+the output, gradients for every weight and the input). Modes: eager and ``torch.compile``. Sizes: decode
+(1 x 16 tokens), prefill (4 x 2048), training (8 x 4096; forward + backward only). First, gradients of a
+small block against an fp32 torch reference.
 
     python3 bench/model_block.py [--rounds 3] [--sizes decode,prefill,training] [--no-compile]
 """
@@ -137,6 +138,11 @@ def gradient_check():
     return ok
 
 
+def _no_grad(f, x):
+    with torch.no_grad():
+        return f(x)
+
+
 def run(size, passes, compile_modes, rounds):
     B, S = SIZES[size]
     p = params()
@@ -152,8 +158,8 @@ def run(size, passes, compile_modes, rounds):
                 if mode == "compile":
                     torch._dynamo.reset()
                     f = torch.compile(f)
-                if pas == "forward":
-                    fns[name] = (lambda f=f: f(x.detach()))
+                if pas == "forward":  # inference, as a model serves it: no autograd graph
+                    fns[name] = (lambda f=f: _no_grad(f, x.detach()))
                 else:
                     fns[name] = (lambda f=f: torch.autograd.grad(f(x), [x] + list(p.values()), dy))
             for name in [n for n in fns if n not in ("warpsched", "torch")]:
