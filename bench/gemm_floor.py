@@ -2,14 +2,16 @@
 ``w.t()``) against the faster of ``torch.matmul`` (cuBLAS) and quack-kernels' CuTe DSL GEMM, in device
 time, on small and odd shapes: M in {1, 16, 32, 64, 1000} and N, K that are not tile multiples.
 
-    python3 bench/gemm_floor.py [--rounds 3] [--shapes 16x4096x4096,...] [--candidates] [--quack-tuned]
+    python3 bench/gemm_floor.py [--rounds 3] [--shapes 16x4096x4096,...] [--candidates] [--swap] [--quack-tuned]
 
 Correctness first: every side on every shape with fresh random inputs, ours into a NaN-poisoned output,
 relative Frobenius error against the fp64 product (< 1e-2). Time: each side a CUDA graph of back-to-back
 launches (``_graphs.graph_ms``: triton's do_bench median over replays), sides in a rotated order over
 ``--rounds`` rounds, median. The table gives ours against the faster peer (the floor: >= 0.95x) and the
 configuration the autotuner chose. ``--candidates`` also times every autotune candidate for the shapes
-below the floor (what a better choice would give). quack runs ``tuned=False`` (its heuristic) unless
+below the floor (what a better choice would give); ``--swap`` adds the swap-AB configurations (``SWAP``: the
+weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked against fp64 with a
+NaN-poisoned output on every shape with M <= 64. quack runs ``tuned=False`` (its heuristic) unless
 ``--quack-tuned`` (its autotuner: minutes per shape). Run on a Hopper machine set up as in docs/gpu.md;
 quack-kernels is optional (its column stays empty without it)."""
 from __future__ import annotations
@@ -40,6 +42,9 @@ SHAPES = [  # M x N x K: decode-sized M over model widths, then N / K off the ti
     (1000, 1000, 1000), (1000, 3000, 1736), (1000, 2056, 4104), (1000, 14336, 4096), (16, 128256, 4096),
 ]
 FLOOR = 0.95
+SWAP = [dict(schedule="cooperative", tile_mn=(64, 32), swap_ab=True, split_k=1),
+        dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k=1),
+        dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1)]
 QUACK_SKIP = set()  # shapes quack refused or got wrong: left out of its column
 TOL = 1e-2
 
@@ -126,11 +131,33 @@ def time_shape(M, N, K, quack, rounds, rep_ms):
     return {s: statistics.median(v) for s, v in times.items()}, times
 
 
-def candidates_table(M, N, K, rep_ms):
+def swap_correctness(shapes):
+    """The swap-AB configurations against fp64 on every shape with M <= 64 (their tiles put the tokens on N),
+    into NaN-poisoned outputs; the failures' count."""
+    bad = 0
+    for i, (M, N, K) in enumerate(shapes):
+        if M > 64:
+            continue
+        a, w = inputs(M, N, K, 100 + i)
+        ref = a.double() @ w.double().t()
+        for c in SWAP:
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            try:
+                e = rel_err(ops.gemm(a, w.t(), out=out, config=c), ref)
+            except Exception as ex:  # noqa: BLE001 - reported, counted as a failure
+                e = f"{type(ex).__name__}: {str(ex)[:120]}"
+            ok = isinstance(e, float) and e < TOL
+            bad += not ok
+            print(f"swap-AB {M}x{N}x{K} {c}: {e if isinstance(e, str) else f'{e:.2e}'} {'PASS' if ok else 'FAIL'}",
+                  flush=True)
+    return bad
+
+
+def candidates_table(M, N, K, rep_ms, swap=False):
     a, w = inputs(M, N, K, 7)
     b = w.t()
     rows = []
-    for c in tune.candidates(M, N, K, fp8=False):
+    for c in tune.candidates(M, N, K, fp8=False) + (SWAP if swap and M <= 64 else []):
         try:
             ops.gemm(a, b, config=c)
             ms = graph_ms(torch, do_bench, lambda c=c: ops.gemm(a, b, config=c), 0.02, rep_ms)
@@ -149,13 +176,14 @@ def main():
     ap.add_argument("--rep-ms", type=int, default=25, help="do_bench's rep per timing (ms)")
     ap.add_argument("--shapes", default="", help="MxNxK,... (default: the floor set)")
     ap.add_argument("--candidates", action="store_true", help="time every autotune candidate below the floor")
+    ap.add_argument("--swap", action="store_true", help="also check and time the swap-AB configurations")
     ap.add_argument("--quack-tuned", action="store_true", help="quack's autotuner instead of its heuristic")
     ap.add_argument("--no-time", action="store_true", help="correctness only")
     a = ap.parse_args()
     shapes = parse_shapes(a.shapes)
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     quack = quack_gemm(a.quack_tuned)
-    if correctness(shapes, quack):
+    if correctness(shapes, quack) or (a.swap and swap_correctness(shapes)):
         sys.exit(1)
     if a.no_time:
         return
@@ -180,7 +208,7 @@ def main():
           f"{len(below)}/{len(shapes)} {['x'.join(map(str, s)) for s in below]}", flush=True)
     if a.candidates:
         for M, N, K in below:
-            candidates_table(M, N, K, a.rep_ms)
+            candidates_table(M, N, K, a.rep_ms, a.swap)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ class FakeTensor:
     def get_device(self):
         return 0 if self.is_cuda else -1
 
+    def t(self):
+        """The 2-D transpose, a view as torch's: shape and strides swapped."""
+        return FakeTensor(self.shape[::-1], self.dtype, self._strides[::-1], self.is_cuda, self._ptr, self._item)
+
     def view(self, *shape):
         """Row-major views only (what a contiguous torch tensor allows); else RuntimeError, as torch."""
         if self._strides != _row_major(self.shape):

@@ -380,8 +380,9 @@ from _fake_tensor import FakeTensor as _FakeTensor  # noqa: E402  (no torch on t
     (_FakeTensor((64, 100)), _FakeTensor((32, 100)), _FakeTensor((64, 32)), "K and N must be multiples of 8"),
     (_FakeTensor((64, 128), strides=(256, 2)), _FakeTensor((32, 128)), _FakeTensor((64, 32)), "row-major"),
     (_FakeTensor((64, 128), strides=(1, 64)), _FakeTensor((32, 128)), _FakeTensor((64, 32)), None),  # M-major a
-    (_FakeTensor((64, 128), strides=(1, 64)), _FakeTensor((32, 128)), _FakeTensor((64, 32), strides=(1, 64)),
+    (_FakeTensor((64, 128), strides=(1, 64)), _FakeTensor((32, 128)), _FakeTensor((64, 32), strides=(64, 2)),
      "c must be row-major"),
+    (_FakeTensor((64, 128)), _FakeTensor((32, 128)), _FakeTensor((64, 32), strides=(1, 64)), None),  # column-major c
     (_FakeTensor((64, 128), dtype="torch.float32"), _FakeTensor((32, 128)), _FakeTensor((64, 32)), "bfloat16"),
     (_FakeTensor((64, 128)), _FakeTensor((32, 128), dtype="torch.float16"), _FakeTensor((64, 32)), "one input dtype"),
 ])

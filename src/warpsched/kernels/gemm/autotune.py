@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ...cachedir import ENV_CACHE_DIR, cache_dir  # noqa: F401  (shared with the verdict cache)
 SCHEMA = 1  # bump when a stored configuration would mean something else
 CONFIG_KEYS = ("schedule", "tile_mn", "raster", "group", "cluster_mn", "split_k", "split_reduce", "block_k",
-               "ab_stages", "pdl", "skip", "epi_n")
+               "ab_stages", "pdl", "skip", "epi_n", "swap_ab")
 
 
 class AutotuneWarning(UserWarning):

@@ -36,11 +36,14 @@ def check_args(a, b, c):
                                       "torch.float8_e5m2 and c torch.bfloat16 or torch.float16")
             raise GemmConfigError(f"{name} is {t.dtype}; supported: torch.bfloat16, torch.float16 (or fp8 a and b: "
                                   "torch.float8_e4m3fn, torch.float8_e5m2)")
-        transposed = name != "c" and not fp8 and t.stride(0) == 1 and t.stride(1) != 1  # M- / N-major A / B
+        # M- / N-major A / B (16-bit), or a column-major C (a swap-AB GEMM writes C^T)
+        transposed = (name == "c" or not fp8) and t.stride(0) == 1 and t.stride(1) != 1
         if t.stride(1) != 1 and not transposed:
             raise GemmConfigError(f"{name} must be row-major with unit column stride (got strides {t.stride()}); "
                                   f"pass {name}.contiguous()" + (" (a 16-bit a / b may also be column-major)"
-                                                                 if name != "c" and not fp8 else ""))
+                                                                 if name != "c" and not fp8 else
+                                                                 " (or column-major: a swap-AB GEMM's C^T)"
+                                                                 if name == "c" else ""))
         lead = t.stride(1) if transposed else t.stride(0)
         if (lead * t.element_size()) % 16 or t.data_ptr() % 16:
             raise GemmConfigError(f"{name}: TMA needs a 16-byte aligned base and leading stride ({lead} elements); "
@@ -53,7 +56,7 @@ def check_args(a, b, c):
     if a.dtype != b.dtype and not fp8:
         raise GemmConfigError(f"a is {a.dtype} but b is {b.dtype}; use one input dtype")
     k_align = 8 if a.dtype == b.dtype else 16  # what the compiled kernels declare (fake_operands)
-    if K % k_align or N % 8:
+    if K % k_align or (N % 8 and c.stride(1) == 1):  # a column-major C's N (B's rows) is free
         bad = f"K = {K} is not a multiple of {k_align}" if K % k_align else f"N = {N} is not a multiple of 8"
         raise GemmConfigError(f"shapes a{tuple(a.shape)} b{tuple(b.shape)}: {bad} (TMA moves 16-byte rows: K a "
                               f"multiple of {k_align} for these dtypes, N of 8); pad it with zeros "
@@ -105,6 +108,9 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
         tile_options["a_major"] = "m"
     if b.stride(1) != 1:
         tile_options["b_major"] = "n"
+    if c.stride(1) != 1:  # column-major C (check_args allows it): whole tiles of a plain GEMM
+        tile_options["c_major"] = "m"
+        split_k = 1 if split_k == "auto" else split_k
     M, K = a.shape
     N = b.shape[0]
     bK = tile_options.get("block_k") or (128 if fp8 else 64)
@@ -273,7 +279,7 @@ def compile_for_cpu(arch="sm_90a", schedule="pingpong", ab_dtype=cutlass.BFloat1
     # examples' fake operands declare, fp8 too), to 16 for mixed fp8
     a, b, c = fake_operands(ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is ab_dtype else 16,
                             a_major=kern.a_major, b_major=kern.b_major, batched=kern.batched,
-                            c_cols_free=kern.epi.swiglu)
+                            c_cols_free=kern.epi.swiglu, c_major=kern.c_major)
     ws = (None, None)
     if kern.serial or kern.stream_k:  # the fp32 tile workspace and one int32 flag per tile
         ws = fake_workspace(cols_divisibility=64)

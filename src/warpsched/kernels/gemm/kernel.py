@@ -60,7 +60,7 @@ class PersistentGemm:
                  b_dtype=None, split_reduce="host", skip=False, block_k=None, pdl=False, epi_n=32,
                  epi_sync="pair", l2_hint=None, stream_k=False, device_scale=False, a_major="k", b_major="k",
                  bias=None, activation=None, residual=False, scale_out=False, batched=False, gmem_flags=False,
-                 k_tiles_min=1):
+                 k_tiles_min=1, c_major="n"):
         schedule = Schedule.parse(schedule, "schedule")
         split_reduce = SplitReduce.parse(split_reduce, "split_reduce", "'host': fp32 slabs summed by torch; the "
                                          "others in the kernel, ordered by per-tile GMEM flags")
@@ -173,7 +173,17 @@ class PersistentGemm:
         # (A, B) cache-hint operands of the TMA loads (CUTLASS's CacheHintSm90 values); None: the DSL's default
         self.l2_policy = L2_HINTS[l2_hint]
         self.threads = 128 * (1 + self.consumer_wgs)
-        self.layout = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR  # C, and A / B when K-major
+        # C row-major (N contiguous, "n") or column-major (M contiguous, "m": a swap-AB GEMM's C^T, whose
+        # epilogue writes transposed 8x8 blocks with stmatrix.trans); whole tiles only, no fused epilogue
+        if c_major not in ("n", "m"):
+            raise GemmConfigError(f"c_major={c_major!r}: expected 'n' (row-major C) or 'm' (column-major C)")
+        if c_major == "m" and (split_k or stream_k or batched or self.epi.fused):
+            raise GemmConfigError(f"c_major='m' with split_k={split_k!r}, stream_k={stream_k!r}, batched={batched!r}, "
+                                  f"fused epilogue: {self.epi.describe().replace(' epi ', '') or 'none'}: a column-major C is written by whole tiles of a plain "
+                                  "GEMM; drop the split and the epilogue")
+        self.c_major = c_major
+        self.layout = cutlass.tensor_utils.LayoutEnum.COL_MAJOR if c_major == "m" else \
+            cutlass.tensor_utils.LayoutEnum.ROW_MAJOR  # C's layout (A and B have a_layout / b_layout)
         # A (M, K) and B (N, K): K-major (the default, and all fp8 takes), or M- / N-major for 16-bit
         # types (a transposed operand, as a backward pass has: WGMMA reads either from SMEM)
         a_major = AMajor.parse(a_major, "a_major", "A row-major (k) or column-major (m)")

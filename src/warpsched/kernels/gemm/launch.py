@@ -79,17 +79,20 @@ def compiled(ma, mb, mc, a, c, serial_args=(), **options):
 
 
 def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16, c_rows_free=False, a_major="k", b_major="k",
-                  batched=False, c_cols_free=False):
+                  batched=False, c_cols_free=False, c_major="n"):
     """Fake row-major A (M x K), B (N x K), C (M x N) for compiles without tensors, A and B of their
     own types: M any, N a multiple of 8, K and the (symbolic) leading strides multiples of ``k_align``.
     ``c_rows_free``: C's rows are a symbol of their own (host-reduced split-K's workspace has
     splits x tile-padded M rows). ``a_major="m"`` / ``b_major="n"``: A / B with unit stride along M / N
     (a transposed operand), its other stride a multiple of ``k_align``. ``batched``: (M, K, L), (N, K, L),
     (M, N, L), each product's base 16-byte aligned (its L stride a multiple of ``k_align``).
-    ``c_cols_free``: C's columns are a symbol of their own (SwiGLU stores half of B's N)."""
+    ``c_cols_free``: C's columns are a symbol of their own (SwiGLU stores half of B's N). ``c_major="m"``:
+    C column-major (unit stride along M, its column stride a multiple of ``k_align``) and N any (a swap-AB
+    GEMM's N is the token count)."""
     from cutlass.cute.runtime import make_fake_tensor
 
-    M, N, K = cute.sym_int32(), cute.sym_int32(divisibility=8), cute.sym_int32(divisibility=k_align)
+    M, K = cute.sym_int32(), cute.sym_int32(divisibility=k_align)
+    N = cute.sym_int32() if c_major == "m" else cute.sym_int32(divisibility=8)
 
     L = cute.sym_int32()
 
@@ -102,7 +105,7 @@ def fake_operands(ab_dtype, b_dtype, c_dtype, k_align=16, c_rows_free=False, a_m
 
     return (rows(ab_dtype, (M, K), a_major == "m"), rows(b_dtype, (N, K), b_major == "n"),
             rows(c_dtype, (cute.sym_int32() if c_rows_free else M,
-                           cute.sym_int32(divisibility=8) if c_cols_free else N)))
+                           cute.sym_int32(divisibility=8) if c_cols_free else N), c_major == "m"))
 
 
 def fake_workspace(cols_divisibility=16):
@@ -155,7 +158,7 @@ def compiled_ffi(a_dtype, c_dtype, **options):
         kern = _kernel(a_dtype, c_dtype, options)
         ops = fake_operands(kern.ab_dtype, kern.b_dtype, kern.c_dtype, k_align=8 if kern.b_dtype is kern.ab_dtype else 16,
                             c_rows_free=kern.split_k and not kern.serial, a_major=kern.a_major, b_major=kern.b_major,
-                            batched=kern.batched, c_cols_free=kern.epi.swiglu)
+                            batched=kern.batched, c_cols_free=kern.epi.swiglu, c_major=kern.c_major)
         ws = fake_workspace() if (kern.serial or kern.stream_k) else (None, None)
         sc = (tuple(make_fake_tensor(cutlass.Float32, (1,), (1,), assumed_align=4) for _ in range(2))
               if kern.device_scale else (None, None))
@@ -215,7 +218,8 @@ class GemmPlan:
             c.copy_(self.total)  # ... rounded once into c
 
     def _jit(self, a, b, out, alpha, args):
-        ma, mb, mc = to_cute(a), to_cute(b), to_cute(out)
+        ma, mb = to_cute(a), to_cute(b)
+        mc = _host.to_cute(out, 0) if self.options.get("c_major") == "m" else to_cute(out)  # column-major C
         extra = tuple(None if t is None else _host.to_cute(t, list(t.stride()).index(1) if 1 in t.stride() else 0)
                       for t in args)
         f = compiled(ma, mb, mc, a, out, serial_args=extra, **self.options)

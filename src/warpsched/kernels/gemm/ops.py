@@ -148,6 +148,28 @@ def _time_ms(launch, reps=20, rounds=5) -> float:
     return statistics.median(times)
 
 
+class _Swapped:
+    """A swap-AB launch plan (``config={"swap_ab": True, ...}``): out^T = W x^T, so the weight's rows fill
+    WGMMA's M (64 / 128 rows a tile) and the few tokens its N, and the kernel writes out^T column-major,
+    which is out row-major. Called as the plain plan is (``launch(a, bt, out, ...)``)."""
+
+    def __init__(self, inner):
+        self.inner, self.ffi = inner, inner.ffi
+
+    def launch(self, a, bt, out, alpha=1.0, scales=(), bias=None, residual=None):
+        self.inner.launch(bt, a, out.t(), alpha, scales)
+
+
+def _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts):
+    if epi_opts:
+        raise GemmArgumentError("config swap_ab=True with a fused epilogue (bias, activation, residual, alpha): "
+                                "the swapped kernel writes plain tiles; drop swap_ab or the epilogue")
+    if out.stride(1) != 1:
+        raise GemmArgumentError(f"config swap_ab=True with out strides {tuple(out.stride())}: the swapped kernel "
+                                "writes out row-major; pass a contiguous out")
+    return _Swapped(gp.plan(bt, a, out.t(), device_scale=bool(scales), **dict(cfg, split_k=cfg.get("split_k", 1))))
+
+
 _PLANS: Dict[tuple, tuple] = {}  # everything a call's checks and choices depend on -> (plan, M, N, out dtype)
 _ONES: Dict[object, object] = {}  # device -> a one-element fp32 1.0 (the missing side of a device scale)
 
@@ -329,7 +351,8 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     ``residual`` (the output's shape and dtype). ``config``: "auto" (the tuned choice for this shape,
     dtypes and device, cached on disk: see warpsched.kernels.gemm.autotune; an epilogue reuses the
     plain GEMM's choice), "default" (cooperative 128x256, split-K when few tiles) or a configuration
-    dict (schedule, tile_mn, raster, group, cluster_mn, split_k, split_reduce, block_k, ab_stages).
+    dict (schedule, tile_mn, raster, group, cluster_mn, split_k, split_reduce, block_k, ab_stages;
+    swap_ab=True: out^T = W x^T with the tokens on the tile's N, plain GEMM only, not yet run on the GPU).
     With an epilogue, split-K reduces in the kernel ("parallel" unless given). ``deterministic``:
     "auto" only picks kernels whose result is the same bits on every call; False also tries the
     atomic split-K for small M. Returns ``out``.
@@ -413,7 +436,10 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
         raise GemmArgumentError(f"config={config!r}: expected 'auto', 'default' or a configuration dict")
     if activation == "swiglu":
         cfg = _epilogue_config(cfg)
-    plan = gp.plan(a, bt, out, device_scale=bool(scales), **cfg, **epi_opts)
+    if cfg.get("swap_ab"):
+        plan = _swapped_plan(gp, a, bt, out, scales, {k: v for k, v in cfg.items() if k != "swap_ab"}, epi_opts)
+    else:
+        plan = gp.plan(a, bt, out, device_scale=bool(scales), **cfg, **epi_opts)
     plan.launch(a, bt, out, alpha_f, scales, bias, residual)
     if fast:
         _PLANS[pkey] = (plan, (M, N), out.dtype, a.device)

@@ -1,0 +1,78 @@
+"""Swap-AB GEMM (``ops.gemm(..., config={"swap_ab": True, ...})``) on the CPU: out^T = W x^T, the weight's
+rows on WGMMA's M and the tokens on N, written as a column-major C (``PersistentGemm(c_major="m")``). The
+kernel compiles for sm_90a with transposed stmatrix stores and the same barrier program (so the shipped
+proof covers it); ops.gemm hands the host the swapped operands; what it cannot run is refused naming the
+fix. Not yet run on the GPU (docs/gemm.md, "The GEMM floor")."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from _fake_tensor import FakeTensor as T
+from warpsched.kernels.gemm import ops as ops_gemm
+
+cutlass = pytest.importorskip("cutlass")
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+from warpsched.kernels.gemm import host as gh  # noqa: E402
+from warpsched.kernels.gemm.config import GemmConfigError  # noqa: E402
+from warpsched.kernels.gemm.kernel import PersistentGemm  # noqa: E402
+
+TILE = dict(schedule="cooperative", tile_mn=(64, 32))
+
+
+def test_column_major_c_compiles_with_transposed_stores():
+    col = gh.compile_for_cpu(c_major="m", **TILE).artifacts.PTX
+    row = gh.compile_for_cpu(**TILE).artifacts.PTX
+    assert "stmatrix.sync.aligned.m8n8.x4.trans" in col and ".trans" not in row.split("stmatrix", 1)[-1][:40]
+    assert col.count("cp.async.bulk.tensor") == row.count("cp.async.bulk.tensor")  # the same TMA loads and store
+
+
+def test_column_major_c_is_the_same_program():
+    quiet = dict(verbose=False, exhaustive_deadlock_race_check=False)
+    plain = gh.build(PersistentGemm(**TILE), **quiet)
+    swapped = gh.build(PersistentGemm(c_major="m", **TILE), **quiet)
+    assert swapped.fingerprint == plain.fingerprint  # the shipped proof is the swapped kernel's proof
+
+
+@pytest.mark.parametrize("options,needle", [
+    (dict(c_major="k"), "c_major='k'"),
+    (dict(c_major="m", split_k=True), "drop the split"),
+    (dict(c_major="m", bias="c"), "fused epilogue: bias c"),
+    (dict(schedule="cooperative", c_major="m", stream_k=True), "drop the split"),
+])
+def test_what_a_column_major_c_refuses(options, needle):
+    with pytest.raises(GemmConfigError, match=needle):
+        PersistentGemm(**{**TILE, **options})
+
+
+def test_ops_gemm_hands_the_host_the_swapped_operands(monkeypatch):
+    """a (16, 128) tokens, b = w.t() of a (256, 128) weight: the host plans A = w (256, 128), B = a and C =
+    out.t() (256, 16) column-major, one launch, no K split; the kept plan launches the same way."""
+    planned, launched = [], []
+
+    class Plan:
+        ffi = True
+
+        def launch(self, a, b, c, *rest):
+            launched.append((a.shape, b.shape, c.shape, c.stride()))
+
+    def plan(a, b, c, **kw):
+        planned.append((a.shape, b.shape, c.shape, c.stride(), kw))
+        return Plan()
+
+    monkeypatch.setattr(gh, "plan", plan)
+    a, b, out = T((16, 128)), T((128, 256), strides=(1, 128)), T((16, 256))
+    cfg = dict(TILE, swap_ab=True)
+    assert ops_gemm.gemm(a, b, out, config=cfg) is out
+    assert ops_gemm.gemm(a, b, out, config=cfg) is out  # the kept plan
+    assert planned == [((256, 128), (16, 128), (256, 16), (1, 256),
+                        dict(device_scale=False, schedule="cooperative", tile_mn=(64, 32), split_k=1))]
+    assert launched == [((256, 128), (16, 128), (256, 16), (1, 256))] * 2
+
+
+def test_ops_gemm_refuses_a_swapped_epilogue(monkeypatch):
+    monkeypatch.setattr(gh, "plan", lambda *a, **k: pytest.fail("planned"))
+    with pytest.raises(ops_gemm.GemmArgumentError, match="swap_ab=True with a fused epilogue"):
+        ops_gemm.gemm(T((16, 128)), T((128, 256), strides=(1, 128)), T((16, 256)), bias=T((256,)),
+                      config=dict(TILE, swap_ab=True))
