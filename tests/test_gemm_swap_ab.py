@@ -6,6 +6,8 @@ fix. Not yet run on the GPU (docs/gemm.md, "The GEMM floor")."""
 from __future__ import annotations
 
 import os
+import sys
+import types
 
 import pytest
 
@@ -19,6 +21,13 @@ from warpsched.kernels.gemm.config import GemmConfigError  # noqa: E402
 from warpsched.kernels.gemm.kernel import PersistentGemm  # noqa: E402
 
 TILE = dict(schedule="cooperative", tile_mn=(64, 32))
+
+
+@pytest.fixture
+def no_torch(monkeypatch):
+    """ops.gemm imports torch on its first call for a key; out is given here, so nothing of torch is used
+    (the CI machine has no torch)."""
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
 
 
 def test_column_major_c_compiles_with_transposed_stores():
@@ -46,7 +55,7 @@ def test_what_a_column_major_c_refuses(options, needle):
         PersistentGemm(**{**TILE, **options})
 
 
-def test_ops_gemm_hands_the_host_the_swapped_operands(monkeypatch):
+def test_ops_gemm_hands_the_host_the_swapped_operands(monkeypatch, no_torch):
     """a (16, 128) tokens, b = w.t() of a (256, 128) weight: the host plans A = w (256, 128), B = a and C =
     out.t() (256, 16) column-major, one launch, no K split; the kept plan launches the same way."""
     planned, launched = [], []
@@ -71,7 +80,7 @@ def test_ops_gemm_hands_the_host_the_swapped_operands(monkeypatch):
     assert launched == [((256, 128), (16, 128), (256, 16), (1, 256))] * 2
 
 
-def test_ops_gemm_refuses_a_swapped_epilogue(monkeypatch):
+def test_ops_gemm_refuses_a_swapped_epilogue(monkeypatch, no_torch):
     monkeypatch.setattr(gh, "plan", lambda *a, **k: pytest.fail("planned"))
     with pytest.raises(ops_gemm.GemmArgumentError, match="swap_ab=True with a fused epilogue"):
         ops_gemm.gemm(T((16, 128)), T((128, 256), strides=(1, 128)), T((16, 256)), bias=T((256,)),
