@@ -137,7 +137,11 @@ class PersistentGemm:
         if host_split:
             c_dtype = cutlass.Float32  # the kernel writes fp32 partial tiles into a workspace; the host sums them
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
+        if not isinstance(tile_mn or DEFAULT_TILES[schedule], (tuple, list)):
+            raise GemmConfigError(f"tile_mn={tile_mn!r}: expected two ints (bM, bN), e.g. (128, 256)")
         self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
+        if len(self.tile_mn) != 2 or not all(isinstance(x, int) for x in self.tile_mn):
+            raise GemmConfigError(f"tile_mn={tile_mn!r}: expected two ints (bM, bN), e.g. (128, 256)")
         bM, bN = self.tile_mn
         pingpong = schedule != "cooperative"
         if bM not in (64, 128, 256) or bN not in (32, 64, 128, 176, 192, 224, 256) or (bM == 256 and pingpong):
@@ -232,6 +236,9 @@ class PersistentGemm:
         # the automatic depth: MAX_AUTO_STAGES for any K, or as deep as SMEM holds when the K loop is declared
         # at least that long (k_tiles_min: the program's trip count, which keeps the proof small)
         self.ring_fit = fit
+        if ab_stages is not None and (not isinstance(ab_stages, int) or isinstance(ab_stages, bool)):
+            raise GemmConfigError(f"ab_stages={ab_stages!r}: expected an int (the ring's stages), or None for the "
+                                  "depth SMEM and K allow")
         self.ab_stage = ab_stages or min(fit, max(MAX_AUTO_STAGES, self.k_tiles_min))
         if not 2 <= self.ab_stage <= fit:
             raise GemmConfigError(f"{self.schedule} tile {self.tile_mn}: {self.ab_stage} stages per ring "
