@@ -5,16 +5,23 @@ Values are integers (``1`` / ``0`` for flags). A candidate is adopted as a defau
 correctness, deterministic, mask and varlen checks have run with it this way."""
 from __future__ import annotations
 
+import inspect
 import os
 
 from warpsched.kernels.attention import backward_host as _bwd_host
 
 
 def _parse(text):
+    """"a=1,b=2" -> {a: True, b: 2}: an option whose default is a flag (FlashAttentionBackward's signature)
+    becomes a bool, a count stays an int."""
+    from warpsched.kernels.attention.backward import FlashAttentionBackward
+
+    defaults = inspect.signature(FlashAttentionBackward.__init__).parameters
     out = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, _, value = item.partition("=")
-        out[name] = bool(int(value)) if value in ("0", "1") and name not in ("dq_stages", "qdo_stages") else int(value)
+        flag = name in defaults and isinstance(defaults[name].default, bool)
+        out[name] = bool(int(value)) if flag else int(value)
     return out
 
 

@@ -190,7 +190,7 @@ def test_candidates_are_a_handful_of_valid_configurations(M, N, K):
     from warpsched.kernels.gemm.kernel import PersistentGemm
 
     cands = tune.candidates(M, N, K)
-    assert 3 <= len(cands) <= 10
+    assert 3 <= len(cands) <= 9
     assert len({json.dumps(c, sort_keys=True) for c in cands}) == len(cands)  # no configuration twice
     for c in cands:
         opts = {k: v for k, v in tune.normalize(c).items() if k != "split_k"}

@@ -39,11 +39,10 @@ def check_args(a, b, c):
         # M- / N-major A / B (16-bit), or a column-major C (a swap-AB GEMM writes C^T)
         transposed = (name == "c" or not fp8) and t.stride(0) == 1 and t.stride(1) != 1
         if t.stride(1) != 1 and not transposed:
+            also = (" (or column-major: a swap-AB GEMM's C^T)" if name == "c" else
+                    "" if fp8 else " (a 16-bit a / b may also be column-major)")
             raise GemmConfigError(f"{name} must be row-major with unit column stride (got strides {t.stride()}); "
-                                  f"pass {name}.contiguous()" + (" (a 16-bit a / b may also be column-major)"
-                                                                 if name != "c" and not fp8 else
-                                                                 " (or column-major: a swap-AB GEMM's C^T)"
-                                                                 if name == "c" else ""))
+                                  f"pass {name}.contiguous(){also}")
         lead = t.stride(1) if transposed else t.stride(0)
         if (lead * t.element_size()) % 16 or t.data_ptr() % 16:
             raise GemmConfigError(f"{name}: TMA needs a 16-byte aligned base and leading stride ({lead} elements); "

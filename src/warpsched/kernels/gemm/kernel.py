@@ -137,11 +137,10 @@ class PersistentGemm:
         if host_split:
             c_dtype = cutlass.Float32  # the kernel writes fp32 partial tiles into a workspace; the host sums them
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
-        if not isinstance(tile_mn or DEFAULT_TILES[schedule], (tuple, list)):
+        tile = tile_mn or DEFAULT_TILES[schedule]
+        if not (isinstance(tile, (tuple, list)) and len(tile) == 2 and all(isinstance(x, int) for x in tile)):
             raise GemmConfigError(f"tile_mn={tile_mn!r}: expected two ints (bM, bN), e.g. (128, 256)")
-        self.tile_mn = tuple(tile_mn or DEFAULT_TILES[schedule])
-        if len(self.tile_mn) != 2 or not all(isinstance(x, int) for x in self.tile_mn):
-            raise GemmConfigError(f"tile_mn={tile_mn!r}: expected two ints (bM, bN), e.g. (128, 256)")
+        self.tile_mn = tuple(tile)
         bM, bN = self.tile_mn
         pingpong = schedule != "cooperative"
         if bM not in (64, 128, 256) or bN not in (32, 64, 128, 176, 192, 224, 256) or (bM == 256 and pingpong):

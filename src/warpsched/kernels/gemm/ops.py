@@ -167,7 +167,8 @@ def _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts):
     if out.stride(1) != 1:
         raise GemmArgumentError(f"config swap_ab=True with out strides {tuple(out.stride())}: the swapped kernel "
                                 "writes out row-major; pass a contiguous out")
-    return _Swapped(gp.plan(bt, a, out.t(), device_scale=bool(scales), **dict(cfg, split_k=cfg.get("split_k", 1))))
+    opts = {k: v for k, v in cfg.items() if k != "swap_ab"}
+    return _Swapped(gp.plan(bt, a, out.t(), device_scale=bool(scales), **dict(opts, split_k=opts.get("split_k", 1))))
 
 
 _PLANS: Dict[tuple, tuple] = {}  # everything a call's checks and choices depend on -> (plan, M, N, out dtype)
@@ -437,7 +438,7 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     if activation == "swiglu":
         cfg = _epilogue_config(cfg)
     if cfg.get("swap_ab"):
-        plan = _swapped_plan(gp, a, bt, out, scales, {k: v for k, v in cfg.items() if k != "swap_ab"}, epi_opts)
+        plan = _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts)
     else:
         plan = gp.plan(a, bt, out, device_scale=bool(scales), **cfg, **epi_opts)
     plan.launch(a, bt, out, alpha_f, scales, bias, residual)
