@@ -2,7 +2,9 @@
 rows on WGMMA's M and the tokens on N, written as a column-major C (``PersistentGemm(c_major="m")``). The
 kernel compiles for sm_90a with transposed stmatrix stores and the same barrier program (so the shipped
 proof covers it); ops.gemm hands the host the swapped operands; what it cannot run is refused naming the
-fix. Not yet run on the GPU (docs/gemm.md, "The GEMM floor")."""
+fix; the autotuner tries the swap-AB tiles for M <= 64 where a swapped kernel can run the call. On the H200
+bench/gemm_floor.py --candidates --swap checks them against fp64 and times them (docs/gemm.md, "The GEMM
+floor")."""
 from __future__ import annotations
 
 import os
@@ -85,3 +87,32 @@ def test_ops_gemm_refuses_a_swapped_epilogue(monkeypatch, no_torch):
     with pytest.raises(ops_gemm.GemmArgumentError, match="swap_ab=True with a fused epilogue"):
         ops_gemm.gemm(T((16, 128)), T((128, 256), strides=(1, 128)), T((16, 256)), bias=T((256,)),
                       config=dict(TILE, swap_ab=True))
+
+
+@pytest.mark.parametrize("M,kw,swap", [
+    (16, {}, True), (64, {}, True),
+    (65, {}, False),  # past SWAP_AB_MAX_M
+    (16, {"bias": T((256,))}, False),  # a fused epilogue: the swapped kernel writes plain tiles
+    (16, {"alpha": 2.0}, False),
+])
+def test_auto_tries_swap_ab_only_where_it_can_run(monkeypatch, no_torch, M, kw, swap):
+    """config="auto": a plain 16-bit GEMM with M <= 64 tunes the swap-AB tiles too, under a key of its own
+    (so an epilogue's lookup of the same shape never gets a swapped winner); an epilogue or a larger M
+    tunes without them, under the plain key."""
+    torch = sys.modules["torch"]
+    torch.cuda = types.SimpleNamespace(get_device_name=lambda d: "NVIDIA H200")
+    torch.empty = lambda *shape, **k: T(shape)
+    tuned = []
+
+    def autotune(key, cands, bench, cache):
+        tuned.append((key, cands))
+        return dict(cands[0]), {}
+
+    monkeypatch.setattr(ops_gemm._tune, "autotune", autotune)
+    monkeypatch.setattr(ops_gemm._tune, "TuneCache", lambda: None)
+    monkeypatch.setattr(gh, "plan", lambda *a, **k: types.SimpleNamespace(ffi=True, launch=lambda *a: None))
+    ops_gemm.gemm(T((M, 128)), T((128, 256), strides=(1, 128)), T((M, 256)), **kw)
+    (key, cands), = tuned
+    swapped = [c for c in cands if c.get("swap_ab")]
+    assert key.endswith("|swap-ab") is swap
+    assert (swapped == [dict(c) for c in ops_gemm._tune.SWAP_AB]) if swap else not swapped

@@ -58,6 +58,8 @@ def nnf(monkeypatch):
     torch.autograd = types.SimpleNamespace(Function=type("Function", (), {}))
     torch.bfloat16, torch.float16, torch.float32 = "torch.bfloat16", "torch.float16", "torch.float32"
     torch.is_grad_enabled = lambda: True
+    torch.Tensor = type("Tensor", (), {})  # Tok is not one: linear calls the op, the recorder below
+    torch.compiler = types.SimpleNamespace(is_compiling=lambda: False)
 
     def gemm(a, b, out=None, **kw):
         M, N, K, _ = gemm_ops.check(a, b, out)  # the operands must pass ops.gemm's own checks
@@ -146,3 +148,23 @@ def test_with_torch():
     p = wnn.functional.pad_tokens(x)
     assert p.shape == (24, 16) and torch.equal(p[:17], x) and not p[17:].any()
     assert wnn.functional.pad_tokens(p) is p
+
+
+@pytest.mark.parametrize("compiling", [False, True])
+def test_eager_calls_the_host_and_a_tracer_gets_the_op(nnf, monkeypatch, compiling):
+    """A plain tensor in eager mode goes to warpsched's GEMM host directly (no round trip through the
+    dispatcher to a Python op); under torch.compile (or a tracer's tensor subclass) linear calls the
+    custom op, which the tracer sees as one opaque node."""
+    f, calls, _ = nnf
+    direct = []
+    monkeypatch.setattr(f.torch, "Tensor", Tok)  # Tok is now a plain tensor
+    monkeypatch.setattr(f, "_is_compiling", lambda: compiling)
+    monkeypatch.setattr(f, "_gemm_ops", types.SimpleNamespace(
+        gemm=lambda a, b, **kw: direct.append((a.shape, b.shape)) or Tok((a.shape[0], b.shape[1]))))
+    y = f.linear(Tok((17, 512)), Tok((1024, 512)))
+    assert y.shape == (17, 1024)
+    assert (direct, len(calls)) == (([], 1) if compiling else ([((17, 512), (512, 1024))], 0))
+    monkeypatch.setattr(f.torch, "Tensor", type("Tensor", (), {}))  # a subclass instance: the op, even eager
+    monkeypatch.setattr(f, "_is_compiling", lambda: False)
+    f.linear(Tok((17, 512)), Tok((1024, 512)))
+    assert len(calls) == (2 if compiling else 1)

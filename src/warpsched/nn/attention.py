@@ -13,10 +13,18 @@ from .. import ops
 from .. import torch_ops  # noqa: F401 - registers torch.ops.warpsched.*
 
 
+def _eager(t):
+    """Call the kernels' host directly (a plain tensor in eager mode: the same kernels, without the
+    dispatcher's round trip to a Python op), else the custom op (torch.compile, export or another tracer,
+    whose tensors are subclasses, sees an opaque op with a fake)."""
+    return type(t) is torch.Tensor and not torch.compiler.is_compiling()
+
+
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, left, right, softcap):
-        out, lse = torch.ops.warpsched.attention_fwd(q, k, v, causal, scale, left, right, softcap)
+        fwd = torch_ops.attention_fwd if _eager(q) else torch.ops.warpsched.attention_fwd
+        out, lse = fwd(q, k, v, causal, scale, left, right, softcap)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (causal, scale, left, right, softcap)
         return out
@@ -25,7 +33,8 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         # dout as autograd hands it: the backward's host copies it only when TMA cannot read it as it is
-        dq, dk, dv = torch.ops.warpsched.attention_bwd(q, k, v, out, dout, lse, *ctx.args)
+        bwd = torch_ops.attention_bwd if _eager(dout) else torch.ops.warpsched.attention_bwd
+        dq, dk, dv = bwd(q, k, v, out, dout, lse, *ctx.args)
         return dq, dk, dv, None, None, None, None, None
 
 

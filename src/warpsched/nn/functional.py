@@ -27,11 +27,22 @@ from __future__ import annotations
 import torch
 
 from .. import torch_ops  # noqa: F401 (registers torch.ops.warpsched.*)
+from ..kernels.gemm import ops as _gemm_ops
 from ..kernels.gemm.ops import GemmArgumentError
 
-# The GEMM as the custom op, not warpsched.ops.gemm: under torch.compile an op is opaque, while dynamo
-# would trace into the host Python of ops.gemm (plan caches, checks) and break the graph around it.
-_gemm = torch.ops.warpsched.gemm
+_OP = torch.ops.warpsched.gemm
+_is_compiling = torch.compiler.is_compiling
+
+
+def _gemm(a, b, **kw):
+    """The GEMM for these operands: warpsched's host directly for plain tensors in eager mode (the same
+    kernels, without the dispatcher's round trip to a Python op, ~10 µs a call), the custom op when
+    torch.compile, torch.export or another tracer is looking (its tensors are subclasses: fake,
+    functional): the op is opaque to it, while dynamo would trace into the host's Python (plan caches,
+    checks) and break the graph."""
+    if type(a) is torch.Tensor and not _is_compiling():
+        return _gemm_ops.gemm(a, b, **kw)
+    return _OP(a, b, **kw)
 
 ALIGN = 8  # elements: a 16-bit GEMM's K and N (16-byte TMA rows)
 
@@ -85,8 +96,7 @@ def weight_grad(dy2, x2):
 
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, bias, activation):
-        _check_dtypes(x, weight)
+    def forward(ctx, x, weight, bias, activation):  # linear() checked the arguments
         ctx.activation, ctx.has_bias = activation, bias is not None
         if activation is None or activation in FROM_OUTPUT:
             y = _gemm(x, weight.t(), bias=bias, activation=activation)
@@ -127,9 +137,18 @@ def linear(x, weight, bias=None, activation=None):
     the activation fused into its epilogue, with autograd: x (..., K), weight (N, K), bias (N,) or
     None; bf16 or fp16; ``activation``: None, "relu", "relu2", "gelu" (erf), "gelu_tanh" or "silu".
     N and K must be multiples of 8 (``check_features``); x may have any number of rows."""
-    check_activation(activation)
-    check_features(weight.shape[1], weight.shape[0], "warpsched.nn.functional.linear")
-    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))):
-        _check_dtypes(x, weight)  # no gradient: one fused GEMM, nothing saved
-        return _gemm(x, weight.t(), bias=bias, activation=activation)
-    return _LinearFunction.apply(x, weight, bias, activation)
+    # the checks cost a model's every call: the messages are built only for what fails
+    if activation is not None and activation not in ACTIVATIONS:
+        check_activation(activation)
+    try:
+        N, K = weight.shape
+    except ValueError:
+        raise GemmArgumentError(f"warpsched.nn.functional.linear: weight {tuple(weight.shape)} must be 2-D "
+                                "(out_features, in_features), as torch.nn.functional.linear's") from None
+    if N % ALIGN or K % ALIGN:
+        check_features(K, N, "warpsched.nn.functional.linear")
+    _check_dtypes(x, weight)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                    (bias is not None and bias.requires_grad)):
+        return _LinearFunction.apply(x, weight, bias, activation)
+    return _gemm(x, weight.t(), bias=bias, activation=activation)  # no gradient: one fused GEMM, nothing saved

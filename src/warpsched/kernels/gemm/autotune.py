@@ -27,13 +27,16 @@ class AutotuneWarning(UserWarning):
 
 
 def cache_key(M: int, N: int, K: int, a_dtype, b_dtype, out_dtype, device_name: str,
-              deterministic: bool = True, majors: str = "") -> str:
+              deterministic: bool = True, majors: str = "", swap: bool = False) -> str:
     """One key per problem: shape, the three dtypes (torch or plain names) and the device name;
     a choice made with ``deterministic=False`` has its own key (it may be a nondeterministic one),
-    and so do transposed operands (``majors``: e.g. "a-m", "b-n", "a-m,b-n"; "" for K-major both)."""
+    and so do transposed operands (``majors``: e.g. "a-m", "b-n", "a-m,b-n"; "" for K-major both)
+    and a choice among the swap-AB candidates too (``swap``: the winner may be a swapped kernel,
+    which a fused epilogue cannot use)."""
     names = [str(d).replace("torch.", "") for d in (a_dtype, b_dtype, out_dtype)]
     return "|".join(["gemm", str(int(M)), str(int(N)), str(int(K)), *names, str(device_name)]
-                    + ([] if deterministic else ["nondeterministic"]) + ([majors] if majors else []))
+                    + ([] if deterministic else ["nondeterministic"]) + ([majors] if majors else [])
+                    + (["swap-ab"] if swap else []))
 
 
 def normalize(config: Dict) -> Dict:
@@ -44,7 +47,17 @@ def normalize(config: Dict) -> Dict:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in config.items()}
 
 
-def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True) -> List[Dict]:
+# Swap-AB tiles for M <= 64 (bench/gemm_floor.py --candidates --swap on the H200: 64x32 with a K tile of 128
+# the fastest at 16-32 x 4096 x {4096, 14336}, 0.99-1.25x torch.matmul where the plain tiles gave 0.68-0.88x;
+# 128x32 at 16 x 14336 x 4096)
+SWAP_AB_MAX_M = 64  # the M up to which candidates() adds them
+SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1),
+           dict(schedule="cooperative", tile_mn=(64, 32), swap_ab=True, split_k=1),
+           dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k=1))
+
+
+def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True,
+               swap: bool = False) -> List[Dict]:
     """The handful of configurations tried for a shape: each won some shape of the H200 sweeps
     (docs/gemm.md, "Why these autotune candidates", has the measurements and their commands).
 
@@ -53,7 +66,9 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       bench/gemm_floor.py), 64x32 tiles (cuBLAS's choice there) with a doubled K tile and PDL
       (the next launch's prologue overlaps this one's tail), for bf16 also the 9-stage ring that
       fits, and the ping-pong; ``deterministic=False`` adds the atomic in-kernel split-K (its
-      shares sum in arrival order, so its last bits can differ between calls).
+      shares sum in arrival order, so its last bits can differ between calls). ``swap`` (16-bit, both
+      operands K-major, a row-major out and no fused epilogue: what a swapped kernel can run) adds the
+      swap-AB tiles (``SWAP_AB``): the weight's rows on WGMMA's M, the tokens on N.
     - M <= 256: the 128x256 / 256x128 / 128x128 / 64x128 / 128x64 tiles, split-K on two of them,
       the ping-pong and 128x224 tiles.
     - Larger: 128x256 and 256x128, the other raster order, a wider raster group, B multicast over a
@@ -78,6 +93,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
             out.insert(-1, dict(coop, tile_mn=(64, 32), block_k=wide_k, ab_stages=9, pdl=True))
         if not deterministic:
             out.append(dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))
+        if swap and not fp8 and M <= SWAP_AB_MAX_M:
+            out += [dict(c) for c in SWAP_AB]
         return out
     if M <= 256:
         return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),

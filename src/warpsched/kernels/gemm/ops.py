@@ -171,6 +171,13 @@ def _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts):
     return _Swapped(gp.plan(bt, a, out.t(), device_scale=bool(scales), **dict(opts, split_k=opts.get("split_k", 1))))
 
 
+def _torch():
+    """torch, imported at the first call (this module loads without it: the CPU checks)."""
+    import torch
+
+    return torch
+
+
 _PLANS: Dict[tuple, tuple] = {}  # everything a call's checks and choices depend on -> (plan, M, N, out dtype)
 _ONES: Dict[object, object] = {}  # device -> a one-element fp32 1.0 (the missing side of a device scale)
 
@@ -353,7 +360,8 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     dtypes and device, cached on disk: see warpsched.kernels.gemm.autotune; an epilogue reuses the
     plain GEMM's choice), "default" (cooperative 128x256, split-K when few tiles) or a configuration
     dict (schedule, tile_mn, raster, group, cluster_mn, split_k, split_reduce, block_k, ab_stages;
-    swap_ab=True: out^T = W x^T with the tokens on the tile's N, plain GEMM only, not yet run on the GPU).
+    swap_ab=True: out^T = W x^T with the tokens on the tile's N, plain 16-bit GEMM only; "auto" tries
+    it for M <= 64).
     With an epilogue, split-K reduces in the kernel ("parallel" unless given). ``deterministic``:
     "auto" only picks kernels whose result is the same bits on every call; False also tries the
     atomic split-K for small M. Returns ``out``.
@@ -361,13 +369,26 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     The first call for a (shapes, strides, dtypes, device, config, scale and epilogue kinds) key
     checks the operands, looks up (or tunes) the configuration and compiles; the launch plan is then
     kept in memory, and later calls with that key only launch (through TVM FFI where installed)."""
-    kw = dict(bias=bias, activation=activation, alpha=alpha, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype,
-              config=config, cache=cache, deterministic=deterministic)
-    if b.dim() == 3 and a.dim() == 3:
-        raise GemmArgumentError(f"a {tuple(a.shape)} and b {tuple(b.shape)} are batched: call warpsched.ops.gemm "
-                                "(or warpsched.kernels.gemm.batched.gemm_batched), which runs them in one launch")
-    if a.dim() > 2 and b.dim() == 2:  # (..., K) activations: the rows of a view, no copy
-        return _leading_dims(a, b, out, residual=residual, **kw)
+    a_dim = a.dim()
+    if a_dim > 2:
+        if b.dim() == 3 and a_dim == 3:
+            raise GemmArgumentError(f"a {tuple(a.shape)} and b {tuple(b.shape)} are batched: call warpsched.ops.gemm "
+                                    "(or warpsched.kernels.gemm.batched.gemm_batched), which runs them in one launch")
+        if b.dim() == 2:  # (..., K) activations: the rows of a view, no copy
+            if out is not None or residual is not None:  # their shapes checked against a's leading dims
+                return _leading_dims(a, b, out, residual=residual, bias=bias, activation=activation, alpha=alpha,
+                                     scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, config=config,
+                                     cache=cache, deterministic=deterministic)
+            lead = a.shape[:-1]
+            res = _gemm_2d(_rows(a, "a"), b, None, bias, activation, None, alpha, scale_a, scale_b, out_dtype, config,
+                           cache, deterministic)
+            return res.view(*lead, res.shape[-1])
+    return _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config, cache,
+                    deterministic)
+
+
+def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config, cache, deterministic):
+    """``gemm`` of a 2-D ``a`` (positional arguments: the launch path of every call)."""
     fast = cache is None
     epi = (activation, None if bias is None else (bias.shape, bias.dtype),
            None if residual is None else (residual.shape, residual.dtype), alpha is not None and alpha != 1.0)
@@ -386,9 +407,7 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
             if alpha is not None:
                 alpha_f *= float(alpha)
             if out is None:
-                import torch
-
-                out = torch.empty(shape, device=device, dtype=o_dtype)
+                out = _torch().empty(shape, device=device, dtype=o_dtype)
             try:
                 plan.launch(a, b.t(), out, alpha_f, scales, bias, residual)
             except Exception:
@@ -427,9 +446,12 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
                           if on)
         # the plain GEMM's winner (its key and timings): the epilogue adds the same work to every tile
         plain = out if not epi_opts else torch.empty(M, b.shape[1], device=a.device, dtype=out.dtype)
+        # swap-AB candidates where a swapped kernel can run the call (their own cache key: an epilogue's
+        # lookup of the same shape must not get a swapped winner)
+        swap = not (fp8 or majors or epi_opts) and out.stride(1) == 1
         key = _tune.cache_key(M, b.shape[1], K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
-                              deterministic, majors)
-        cands = _tune.candidates(M, b.shape[1], K, fp8, deterministic)
+                              deterministic, majors, swap=swap and M <= _tune.SWAP_AB_MAX_M)
+        cands = _tune.candidates(M, b.shape[1], K, fp8, deterministic, swap=swap)
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(
             lambda: gp.gemm(a, bt, plain, alpha=alpha_f if fp8 else 1.0, scales=scales or None, **c)),
             cache or _tune.TuneCache())
