@@ -76,7 +76,8 @@ def rel_err(c, ref):
 
 
 def chosen(M, N, K):
-    key = tune.cache_key(M, N, K, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.cuda.get_device_name())
+    key = tune.cache_key(M, N, K, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.cuda.get_device_name(),
+                         swap=M <= tune.SWAP_AB_MAX_M)  # a plain GEMM's key (with the swap-AB tiles at small M)
     hit = tune.TuneCache().get(key)
     if not hit:
         return "?"

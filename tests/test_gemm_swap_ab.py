@@ -104,10 +104,20 @@ def test_auto_tries_swap_ab_only_where_it_can_run(monkeypatch, no_torch, M, kw, 
     torch.empty = lambda *shape, **k: T(shape)
     tuned = []
 
+    timed = []
+
     def autotune(key, cands, bench, cache):
         tuned.append((key, cands))
+        for c in cands:  # each candidate's timing launch, as the tuner runs it
+            bench(c)
         return dict(cands[0]), {}
 
+    def host_gemm(a, b, c, **kw):  # the host takes no swap_ab: a swapped candidate arrives swapped
+        assert "swap_ab" not in kw
+        timed.append((a.shape, b.shape, c.shape, c.stride()))
+
+    monkeypatch.setattr(ops_gemm, "_time_ms", lambda launch: launch() or 1.0)
+    monkeypatch.setattr(gh, "gemm", host_gemm)
     monkeypatch.setattr(ops_gemm._tune, "autotune", autotune)
     monkeypatch.setattr(ops_gemm._tune, "TuneCache", lambda: None)
     monkeypatch.setattr(gh, "plan", lambda *a, **k: types.SimpleNamespace(ffi=True, launch=lambda *a: None))
@@ -116,3 +126,5 @@ def test_auto_tries_swap_ab_only_where_it_can_run(monkeypatch, no_torch, M, kw, 
     swapped = [c for c in cands if c.get("swap_ab")]
     assert key.endswith("|swap-ab") is swap
     assert (swapped == [dict(c) for c in ops_gemm._tune.SWAP_AB]) if swap else not swapped
+    assert timed.count(((256, 128), (M, 128), (256, M), (1, 256))) == len(swapped)  # W on M, tokens on N, C^T
+    assert timed.count(((M, 128), (256, 128), (M, 256), (256, 1))) == len(cands) - len(swapped)

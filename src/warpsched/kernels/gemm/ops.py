@@ -160,6 +160,15 @@ class _Swapped:
         self.inner.launch(bt, a, out.t(), alpha, scales)
 
 
+def _try_config(gp, a, bt, out, alpha, scales, cfg):
+    """One launch of configuration ``cfg`` for the autotuner's timing (a swap-AB one with its operands
+    swapped, as ``_swapped_plan`` launches it)."""
+    if cfg.get("swap_ab"):
+        opts = {k: v for k, v in cfg.items() if k != "swap_ab"}
+        return gp.gemm(bt, a, out.t(), alpha=alpha, scales=scales, **dict(opts, split_k=opts.get("split_k", 1)))
+    return gp.gemm(a, bt, out, alpha=alpha, scales=scales, **cfg)
+
+
 def _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts):
     if epi_opts:
         raise GemmArgumentError("config swap_ab=True with a fused epilogue (bias, activation, residual, alpha): "
@@ -453,7 +462,7 @@ def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out
                               deterministic, majors, swap=swap and M <= _tune.SWAP_AB_MAX_M)
         cands = _tune.candidates(M, b.shape[1], K, fp8, deterministic, swap=swap)
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(
-            lambda: gp.gemm(a, bt, plain, alpha=alpha_f if fp8 else 1.0, scales=scales or None, **c)),
+            lambda: _try_config(gp, a, bt, plain, alpha_f if fp8 else 1.0, scales or None, c)),
             cache or _tune.TuneCache())
     else:
         raise GemmArgumentError(f"config={config!r}: expected 'auto', 'default' or a configuration dict")

@@ -1,0 +1,64 @@
+"""H200: where a decoder block's device time goes, kernel by kernel, for warpsched's block and torch's
+(``bench/model_block.py``'s block), under ``torch.profiler``: one table per side of the kernels by total
+device time over ``--calls`` calls (name, count per block, µs per block), then the device total and the
+wall time per block.
+
+    python3 tools/block_kernel_profile.py [--size decode|prefill|training] [--pass forward|forward+backward]
+                                          [--calls 10] [--top 15]
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))  # bench/: model_block
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--size", default="decode")
+ap.add_argument("--pass", dest="pas", default="forward+backward")
+ap.add_argument("--calls", type=int, default=10)
+ap.add_argument("--top", type=int, default=15)
+a = ap.parse_args()
+
+import torch.nn.functional as F  # noqa: E402
+from model_block import HIDDEN, SIZES, block, params, sdpa_bshd, warpsched_bshd  # noqa: E402
+import warpsched.nn.functional as wf  # noqa: E402
+
+B, S = SIZES[a.size]
+p = params()
+x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+dy = torch.randn_like(x)
+print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), a.size, a.pas, flush=True)
+for name, (lin, att) in {"warpsched": (wf.linear, warpsched_bshd), "torch": (F.linear, sdpa_bshd)}.items():
+    def step():
+        if a.pas == "forward":
+            with torch.no_grad():
+                return block(x.detach(), p, lin, att)
+        return torch.autograd.grad(block(x, p, lin, att), [x] + list(p.values()), dy)
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(a.calls):
+        step()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / a.calls
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.calls):
+            step()
+        torch.cuda.synchronize()
+    rows = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            r = rows.setdefault(ev.name[:90], [0, 0.0])
+            r[0] += 1
+            r[1] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+    total = sum(r[1] for r in rows.values()) / a.calls
+    print(f"\n{name}: wall {wall * 1e6:.0f} us / block, kernels {total:.0f} us / block "
+          f"({sum(r[0] for r in rows.values()) / a.calls:.0f} launches)")
+    print("| kernel | per block | us / block |\n|---|---|---|")
+    for k, (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:a.top]:
+        print(f"| {k} | {n / a.calls:.0f} | {us / a.calls:.1f} |")
