@@ -82,7 +82,8 @@ def chosen(M, N, K):
     if not hit:
         return "?"
     tile = "x".join(map(str, hit.get("tile_mn", ())))
-    extra = [f"{k}={v}" for k, v in sorted(hit.items()) if k not in ("tile_mn", "schedule") and v not in (None, 1)]
+    extra = [f"{k}={v}" for k, v in sorted(hit.items())  # flags print (True == 1 would hide them)
+             if k not in ("tile_mn", "schedule") and v is not None and (v is True or v != 1)]
     return f"{hit.get('schedule', '')[:4]} {tile}" + (" " + " ".join(extra) if extra else "")
 
 
