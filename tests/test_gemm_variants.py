@@ -186,8 +186,8 @@ def test_skip_ring_3_stages_safe_and_6_stage_ptx():
     """The same schedule on a 3-stage ring: SAFE for every K-tile count, tile count per CTA and
     ownership sequence (about 58k states, 10-15 s; ring.skip(count=k_tiles) reads the owner's tile
     end once, and the non-owner's idle K loop leaves at once). The 6-stage ring the kernel runs
-    (1.65M states, about 4 minutes) is proven by ``tools/gemm_skip_proof.py --stages 6``
-    (bench/results/gemm_skip_proof_s6.log), too slow for CI's 2 cores; here its sm_90a PTX
+    (1.65M states, about 4 minutes) is proven by ``PYTHONPATH=src python3 tools/gemm_skip_proof.py
+    --stages 6``, too slow for CI's 2 cores; here its sm_90a PTX
     (init ring 2 x 6 + Turn 2 x 2) is compiled without the proof (VERDICTS holds a stand-in)."""
     mgr = gp.build(gp.PersistentGemm(**SKIP_S3), verbose=False, progress=False, cache_verdict=False)
     res = mgr.result.checker

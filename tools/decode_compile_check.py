@@ -1,5 +1,5 @@
-"""H200: the decode block (1 x 16 tokens) forward, eager vs torch.compile, warpsched vs torch, after
-nn.functional.linear moved onto torch.ops.warpsched.gemm (session 27). GEMMs on config='default' (no
+"""H200: the decode block (1 x 16 tokens) forward, eager vs torch.compile, warpsched vs torch, with
+nn.functional.linear on torch.ops.warpsched.gemm under torch.compile. GEMMs on config='default' (no
 autotune: this checks the host path under compile, not the kernel choice).
 
     python3 tools/decode_compile_check.py

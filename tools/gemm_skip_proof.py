@@ -2,7 +2,7 @@
 waits for and releases a tile's stages, the other warp group ``ring.skip(count=k_tiles)``s them)
 at the ring depth the kernel runs with. The CI test (tests/test_gemm_persistent.py) proves the
 same schedule with a 3-stage ring (about 58k states); the 6-stage proof (1.65M states, about
-4 minutes on one core) is this command, its log kept in bench/results/gemm_skip_proof_s6.log:
+4 minutes on one core) is this command:
 
     PYTHONPATH=src .venv/bin/python tools/gemm_skip_proof.py --stages 6
 
