@@ -44,7 +44,11 @@ SHAPES = [  # M x N x K: decode-sized M over model widths, then N / K off the ti
 FLOOR = 0.95
 SWAP = [dict(schedule="cooperative", tile_mn=(64, 32), swap_ab=True, split_k=1),
         dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k=1),
-        dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1)]
+        dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1),
+        # swapped with K split in the kernel (one launch): more CTAs where the weight's rows leave SMs idle
+        dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k="auto",
+             split_reduce="parallel"),
+        dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k="auto", split_reduce="parallel")]
 QUACK_SKIP = set()  # shapes quack refused or got wrong: left out of its column
 TOL = 1e-2
 

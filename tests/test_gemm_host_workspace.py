@@ -92,3 +92,18 @@ def test_device_scales_follow_the_workspace_or_two_nones(host):
     p(a, b, c, 1.0, ("sa", "sb"))
     assert host.launches[-1] == (a, b, c, 1, 1.0, None, None, "sa", "sb")
     assert host.compiles[-1] == dict(schedule="cooperative", device_scale=True)
+
+
+@pytest.mark.parametrize("mode,splits", [("parallel", 2), ("host", 1)])  # 2 x 64 tiles fill 128 SMs
+def test_column_major_c_splits_only_in_the_kernel(host, monkeypatch, mode, splits):
+    """A swap-AB GEMM's column-major C (out^T of 16 tokens by a 4096 x 4096 weight: 64 tiles of 64x32 on 132
+    SMs): split_k="auto" splits K with an in-kernel reduction (its fp32 workspace tiles do not depend on C's
+    layout) and stays whole with the host's (which would sum into a row-major C)."""
+    from warpsched.kernels import _host
+
+    monkeypatch.setattr(_host, "num_sms", lambda: 132)
+    a, b = FakeTensor((4096, 4096)), FakeTensor((16, 4096))
+    c = FakeTensor((4096, 16), strides=(1, 4096))  # out (16, 4096) row-major, seen as out^T
+    p = host.gemm_host.plan(a, b, c, "cooperative", "auto", mode, tile_mn=(64, 32), block_k=128)
+    assert p.splits == splits and host.compiles[0]["c_major"] == "m"
+    assert host.compiles[0].get("split_reduce") == (mode if splits > 1 else None)

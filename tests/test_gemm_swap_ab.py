@@ -128,3 +128,15 @@ def test_auto_tries_swap_ab_only_where_it_can_run(monkeypatch, no_torch, M, kw, 
     assert (swapped == [dict(c) for c in ops_gemm._tune.SWAP_AB]) if swap else not swapped
     assert timed.count(((256, 128), (M, 128), (256, M), (1, 256))) == len(swapped)  # W on M, tokens on N, C^T
     assert timed.count(((M, 128), (256, 128), (M, 256), (256, 1))) == len(cands) - len(swapped)
+
+
+def test_column_major_c_with_an_in_kernel_split_is_the_split_program():
+    """c_major="m" with split_reduce="parallel": the same barrier program (and grid hand-over) as the
+    row-major split kernel, so the row-major kernel's proof covers it; compiled, C stored transposed."""
+    quiet = dict(verbose=False, exhaustive_deadlock_race_check=False)
+    split = dict(TILE, split_k=True, split_reduce="parallel")
+    assert gh.build(PersistentGemm(c_major="m", **split), **quiet).fingerprint == \
+        gh.build(PersistentGemm(**split), **quiet).fingerprint
+    ptx = gh.compile_for_cpu(c_major="m", **split).artifacts.PTX
+    assert "stmatrix.sync.aligned.m8n8.x4.trans" in ptx
+    assert "ld.acquire.gpu" in ptx or "ld.global.acquire.gpu" in ptx  # the per-tile flag the last share waits on

@@ -107,9 +107,10 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
         tile_options["a_major"] = "m"
     if b.stride(1) != 1:
         tile_options["b_major"] = "n"
-    if c.stride(1) != 1:  # column-major C (check_args allows it): whole tiles of a plain GEMM
+    if c.stride(1) != 1:  # column-major C (check_args allows it): a plain GEMM, K split only in the kernel
         tile_options["c_major"] = "m"
-        split_k = 1 if split_k == "auto" else split_k
+        if split_reduce == "host":
+            split_k = 1 if split_k == "auto" else split_k
     M, K = a.shape
     N = b.shape[0]
     bK = tile_options.get("block_k") or (128 if fp8 else 64)

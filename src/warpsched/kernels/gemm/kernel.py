@@ -177,13 +177,15 @@ class PersistentGemm:
         self.l2_policy = L2_HINTS[l2_hint]
         self.threads = 128 * (1 + self.consumer_wgs)
         # C row-major (N contiguous, "n") or column-major (M contiguous, "m": a swap-AB GEMM's C^T, whose
-        # epilogue writes transposed 8x8 blocks with stmatrix.trans); whole tiles only, no fused epilogue
+        # epilogue writes transposed 8x8 blocks with stmatrix.trans); no fused epilogue, and K shares reduce
+        # in the kernel (their fp32 workspace tiles are C-layout free) or not at all
         if c_major not in ("n", "m"):
             raise GemmConfigError(f"c_major={c_major!r}: expected 'n' (row-major C) or 'm' (column-major C)")
-        if c_major == "m" and (split_k or stream_k or batched or self.epi.fused):
-            raise GemmConfigError(f"c_major='m' with split_k={split_k!r}, stream_k={stream_k!r}, batched={batched!r}, "
-                                  f"fused epilogue: {self.epi.describe().replace(' epi ', '') or 'none'}: a column-major C is written by whole tiles of a plain "
-                                  "GEMM; drop the split and the epilogue")
+        if c_major == "m" and ((split_k and not self.serial) or stream_k or batched or self.epi.fused):
+            raise GemmConfigError(f"c_major='m' with split_k={split_k!r} (split_reduce={split_reduce!r}), stream_k={stream_k!r}, batched={batched!r}, "
+                                  f"fused epilogue: {self.epi.describe().replace(' epi ', '') or 'none'}: a column-major C is written by "
+                                  "a plain GEMM whose K shares (if any) reduce in the kernel; drop the split or reduce it "
+                                  "in the kernel (split_reduce='parallel', 'serial' or 'atomic'), and drop the epilogue")
         self.c_major = c_major
         self.layout = cutlass.tensor_utils.LayoutEnum.COL_MAJOR if c_major == "m" else \
             cutlass.tensor_utils.LayoutEnum.ROW_MAJOR  # C's layout (A and B have a_layout / b_layout)

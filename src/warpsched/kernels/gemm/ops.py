@@ -369,8 +369,8 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     dtypes and device, cached on disk: see warpsched.kernels.gemm.autotune; an epilogue reuses the
     plain GEMM's choice), "default" (cooperative 128x256, split-K when few tiles) or a configuration
     dict (schedule, tile_mn, raster, group, cluster_mn, split_k, split_reduce, block_k, ab_stages;
-    swap_ab=True: out^T = W x^T with the tokens on the tile's N, plain 16-bit GEMM only; "auto" tries
-    it for M <= 64).
+    swap_ab=True: out^T = W x^T with the tokens on the tile's N, plain 16-bit GEMM only, K split only in
+    the kernel (split_reduce "parallel", "serial" or "atomic"); "auto" tries whole-tile ones for M <= 64).
     With an epilogue, split-K reduces in the kernel ("parallel" unless given). ``deterministic``:
     "auto" only picks kernels whose result is the same bits on every call; False also tries the
     atomic split-K for small M. Returns ``out``.
