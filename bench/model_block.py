@@ -11,9 +11,9 @@ included: eager is what a model pays): ``warpsched`` (``warpsched.nn.functional.
 autotuner). Passes: forward (under ``torch.no_grad``, as inference runs), and forward + backward (a loss on
 the output, gradients for every weight and the input). Modes: eager and ``torch.compile``. Sizes: decode
 (1 x 16 tokens), prefill (4 x 2048), training (8 x 4096; forward + backward only). First, gradients of a
-small block against an fp32 torch reference.
+small block against an fp32 torch reference; last, the per-op host-overhead table (``bench/_host_ops.py``).
 
-    python3 bench/model_block.py [--rounds 3] [--sizes decode,prefill,training] [--no-compile]
+    python3 bench/model_block.py [--rounds 3] [--sizes decode,prefill,training] [--no-compile] [--no-host-table]
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 from _eager import alternate  # bench/_eager.py: sides alternated, host time included
+from _host_ops import host_table  # bench/_host_ops.py: the per-op host-overhead table
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
 SIZES = {"decode": (1, 16), "prefill": (4, 2048), "training": (8, 4096)}
@@ -182,6 +183,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sizes", default="decode,prefill,training")
     ap.add_argument("--no-compile", action="store_true", help="eager only")
+    ap.add_argument("--no-host-table", action="store_true", help="skip the per-op host-overhead table")
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     if not gradient_check():
@@ -193,6 +195,9 @@ def main():
     modes = ["eager"] + ([] if a.no_compile else ["compile"])
     for size in a.sizes.split(","):
         run(size, ["forward", "forward+backward"], modes, a.rounds)
+    if not a.no_host_table:
+        print("\nHost cost per op (bench/_host_ops.py):", flush=True)
+        host_table()
 
 
 if __name__ == "__main__":
