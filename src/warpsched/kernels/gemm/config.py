@@ -108,6 +108,16 @@ class GemmConfig:
     gmem_flags: bool = False
     l2_hint: Optional[str] = None
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
+
+
+def tile_of(tile_mn, schedule):
+    """``tile_mn`` as a (bM, bN) tuple (None: the schedule's default), or a GemmConfigError naming it."""
+    tile = tile_mn or DEFAULT_TILES.get(schedule)
+    if tile is None:
+        raise GemmConfigError(f"schedule={schedule!r}: expected one of {list(DEFAULT_TILES)}")
+    if not (isinstance(tile, (tuple, list)) and len(tile) == 2 and all(isinstance(x, int) for x in tile)):
+        raise GemmConfigError(f"tile_mn={tile_mn!r}: expected two ints (bM, bN), e.g. (128, 256)")
+    return tuple(tile)
 # the deepest ring chosen by default for any K (tiles below 64x128 would fit more). With every stage the
 # proof doubles while the checker lets each work tile's K loop end anywhere; a kernel that declares its K
 # loop at least as long as its ring (PersistentGemm(k_tiles_min=...), which gemm.host.deep_ring sets to

@@ -8,7 +8,7 @@ import cutlass.cute as cute
 
 from .. import _host
 from . import program as gemm_program
-from .config import DEFAULT_TILES, MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k
+from .config import MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k, tile_of
 from .kernel import PersistentGemm
 from .launch import (_CACHE, FP8_DTYPES, VERDICT_OF, GemmPlan, _kernel, compiled, compiled_ffi,  # noqa: F401
                      cutlass_dtype, fake_epilogue, fake_operands, fake_workspace, key, max_ctas, scale_tensors,
@@ -114,7 +114,7 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     M, K = a.shape
     N = b.shape[0]
     bK = tile_options.get("block_k") or (128 if fp8 else 64)
-    tile_mn = tuple(tile_options.get("tile_mn") or DEFAULT_TILES[schedule])
+    tile_mn = tile_of(tile_options.get("tile_mn"), schedule)
     bM, bN = tile_mn
     if split_k == "auto":
         splittable = schedule == "cooperative" and tuple(tile_options.get("cluster_mn", (1, 1))) == (1, 1)

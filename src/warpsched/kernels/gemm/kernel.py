@@ -13,8 +13,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 
 from .. import _host
 from . import epilogue as gemm_epilogue
-from .config import (DEFAULT_TILES, H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfig, GemmConfigError,
-                     Raster, Schedule, SplitReduce, check_stream_k)
+from .config import (H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfig, GemmConfigError, Raster,
+                     Schedule, SplitReduce, check_stream_k, tile_of)
 from .program import build
 from .streamk import StreamKPlan
 
@@ -137,10 +137,7 @@ class PersistentGemm:
         if host_split:
             c_dtype = cutlass.Float32  # the kernel writes fp32 partial tiles into a workspace; the host sums them
         self.ab_dtype, self.c_dtype, self.acc_dtype = ab_dtype, c_dtype, acc_dtype
-        tile = tile_mn or DEFAULT_TILES[schedule]
-        if not (isinstance(tile, (tuple, list)) and len(tile) == 2 and all(isinstance(x, int) for x in tile)):
-            raise GemmConfigError(f"tile_mn={tile_mn!r}: expected two ints (bM, bN), e.g. (128, 256)")
-        self.tile_mn = tuple(tile)
+        self.tile_mn = tile_of(tile_mn, schedule)
         bM, bN = self.tile_mn
         pingpong = schedule != "cooperative"
         if bM not in (64, 128, 256) or bN not in (32, 64, 128, 176, 192, 224, 256) or (bM == 256 and pingpong):

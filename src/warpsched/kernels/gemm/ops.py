@@ -163,10 +163,10 @@ class _Swapped:
 def _try_config(gp, a, bt, out, alpha, scales, cfg):
     """One launch of configuration ``cfg`` for the autotuner's timing (a swap-AB one with its operands
     swapped, as ``_swapped_plan`` launches it)."""
+    opts = {k: v for k, v in cfg.items() if k != "swap_ab"}  # a host option, not a kernel's
     if cfg.get("swap_ab"):
-        opts = {k: v for k, v in cfg.items() if k != "swap_ab"}
         return gp.gemm(bt, a, out.t(), alpha=alpha, scales=scales, **dict(opts, split_k=opts.get("split_k", 1)))
-    return gp.gemm(a, bt, out, alpha=alpha, scales=scales, **cfg)
+    return gp.gemm(a, bt, out, alpha=alpha, scales=scales, **opts)
 
 
 def _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts):
@@ -293,9 +293,9 @@ def _epilogue(b, M, N, o_t, bias, activation, residual, alpha, out, fp8):
 def _epilogue_config(cfg):
     """A tuned / given configuration that SwiGLU's output tile (bN / 2 columns) can store: epi_n
     must divide it (16 for 128x176's 88 columns does not: the default tile then)."""
-    from .config import DEFAULT_TILES
+    from .config import tile_of
 
-    bN = tuple(cfg.get("tile_mn") or DEFAULT_TILES[cfg.get("schedule", "cooperative")])[1]
+    bN = tile_of(cfg.get("tile_mn"), cfg.get("schedule", "cooperative"))[1]
     if (bN // 2) % cfg.get("epi_n", 32) == 0:
         return cfg
     if (bN // 2) % 16 == 0:
@@ -470,8 +470,9 @@ def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out
         cfg = _epilogue_config(cfg)
     if cfg.get("swap_ab"):
         plan = _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts)
-    else:
-        plan = gp.plan(a, bt, out, device_scale=bool(scales), **cfg, **epi_opts)
+    else:  # swap_ab=False given: the plain plan (a host option, not a kernel's)
+        plan = gp.plan(a, bt, out, device_scale=bool(scales), **{k: v for k, v in cfg.items() if k != "swap_ab"},
+                       **epi_opts)
     plan.launch(a, bt, out, alpha_f, scales, bias, residual)
     if fast:
         _PLANS[pkey] = (plan, (M, N), out.dtype, a.device)
