@@ -168,3 +168,16 @@ def test_eager_calls_the_host_and_a_tracer_gets_the_op(nnf, monkeypatch, compili
     monkeypatch.setattr(f, "_is_compiling", lambda: False)
     f.linear(Tok((17, 512)), Tok((1024, 512)))
     assert len(calls) == (2 if compiling else 1)
+
+
+@pytest.mark.parametrize("x,w,kw,err,needle", [
+    (Tok((17, 512)), Tok((512,)), {}, gemm_ops.GemmArgumentError, r"weight \(512,\) must be 2-D \(out_features, in_"),
+    (Tok((17, 512)), Tok((2, 1024, 512)), {}, gemm_ops.GemmArgumentError, "must be 2-D"),
+    (Tok((17, 512)), Tok((1024, 512)), {"activation": "tanh"}, ValueError, r"activation='tanh': expected one of"),
+    (Tok((17, 512), "torch.float32"), Tok((1024, 512)), {}, TypeError, "both must be torch.bfloat16 or torch.float16"),
+])
+def test_bad_arguments_are_named_before_any_gemm(nnf, x, w, kw, err, needle):
+    f, calls, _ = nnf
+    with pytest.raises(err, match=needle):
+        f.linear(x, w, **kw)
+    assert calls == []
