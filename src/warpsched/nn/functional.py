@@ -1,7 +1,8 @@
 """``linear`` with autograd on warpsched's GEMM (imports torch).
 
-Forward y = act(x W^T + bias) with x (..., K) and W (N, K): ``torch.ops.warpsched.gemm(x, W.t(), bias=bias,
-activation=act)``, the bias and the activation fused into the GEMM's epilogue. Backward: dX = dZ W
+Forward y = act(x W^T + bias) with x (..., K) and W (N, K): ``warpsched.ops.gemm(x, W.t(), bias=bias,
+activation=act)`` (the custom op ``torch.ops.warpsched.gemm`` when torch.compile or another tracer is
+looking: ``_gemm``), the bias and the activation fused into the GEMM's epilogue. Backward: dX = dZ W
 reads W row-major (an N-major B) and dW = dZ^T X reads dZ^T column-major (an M-major A) and X
 row-major (an N-major B): the persistent GEMM takes those 16-bit operands as they are
 (``PersistentGemm(a_major=..., b_major=...)``), so no weight or activation is copied. The bias
@@ -43,6 +44,7 @@ def _gemm(a, b, **kw):
     if type(a) is torch.Tensor and not _is_compiling():
         return _gemm_ops.gemm(a, b, **kw)
     return _OP(a, b, **kw)
+
 
 ALIGN = 8  # elements: a 16-bit GEMM's K and N (16-byte TMA rows)
 
