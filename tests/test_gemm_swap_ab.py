@@ -91,7 +91,7 @@ def test_ops_gemm_refuses_a_swapped_epilogue(monkeypatch, no_torch):
 
 @pytest.mark.parametrize("M,kw,swap", [
     (16, {}, True), (64, {}, True),
-    (65, {}, False),  # past SWAP_AB_MAX_M
+    (65, {}, False),  # past the M <= 64 candidates
     (16, {"bias": T((256,))}, False),  # a fused epilogue: the swapped kernel writes plain tiles
     (16, {"alpha": 2.0}, False),
 ])

@@ -50,7 +50,6 @@ def normalize(config: Dict) -> Dict:
 # Swap-AB tiles for M <= 64 (bench/gemm_floor.py --candidates --swap on the H200: 64x32 with a K tile of 128
 # the fastest at 16-32 x 4096 x {4096, 14336}, 0.99-1.25x torch.matmul where the plain tiles gave 0.68-0.88x;
 # 128x32 at 16 x 14336 x 4096)
-SWAP_AB_MAX_M = 64  # the M up to which candidates() adds them
 SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1),
            dict(schedule="cooperative", tile_mn=(64, 32), swap_ab=True, split_k=1),
            dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k=1))
@@ -93,7 +92,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
             out.insert(-1, dict(coop, tile_mn=(64, 32), block_k=wide_k, ab_stages=9, pdl=True))
         if not deterministic:
             out.append(dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))
-        if swap and not fp8 and M <= SWAP_AB_MAX_M:
+        if swap and not fp8:
             out += [dict(c) for c in SWAP_AB]
         return out
     if M <= 256:

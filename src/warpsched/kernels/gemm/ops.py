@@ -160,24 +160,33 @@ class _Swapped:
         self.inner.launch(bt, a, out.t(), alpha, scales)
 
 
+def _host_options(cfg):
+    """(swapped, the GEMM host's options) of a configuration: ``swap_ab`` is ops.gemm's own option, not
+    a kernel's; a swapped GEMM runs whole tiles unless the configuration names a split."""
+    opts = {k: v for k, v in cfg.items() if k != "swap_ab"}
+    if cfg.get("swap_ab"):
+        return True, dict(opts, split_k=opts.get("split_k", 1))
+    return False, opts
+
+
 def _try_config(gp, a, bt, out, alpha, scales, cfg):
     """One launch of configuration ``cfg`` for the autotuner's timing (a swap-AB one with its operands
     swapped, as ``_swapped_plan`` launches it)."""
-    opts = {k: v for k, v in cfg.items() if k != "swap_ab"}  # a host option, not a kernel's
-    if cfg.get("swap_ab"):
-        return gp.gemm(bt, a, out.t(), alpha=alpha, scales=scales, **dict(opts, split_k=opts.get("split_k", 1)))
+    swapped, opts = _host_options(cfg)
+    if swapped:
+        return gp.gemm(bt, a, out.t(), alpha=alpha, scales=scales, **opts)
     return gp.gemm(a, bt, out, alpha=alpha, scales=scales, **opts)
 
 
-def _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts):
+def _swapped_plan(gp, a, bt, out, scales, opts, epi_opts):
+    """The swap-AB plan for the host options ``opts`` (``_host_options``)."""
     if epi_opts:
         raise GemmArgumentError("config swap_ab=True with a fused epilogue (bias, activation, residual, alpha): "
                                 "the swapped kernel writes plain tiles; drop swap_ab or the epilogue")
     if out.stride(1) != 1:
         raise GemmArgumentError(f"config swap_ab=True with out strides {tuple(out.stride())}: the swapped kernel "
                                 "writes out row-major; pass a contiguous out")
-    opts = {k: v for k, v in cfg.items() if k != "swap_ab"}
-    return _Swapped(gp.plan(bt, a, out.t(), device_scale=bool(scales), **dict(opts, split_k=opts.get("split_k", 1))))
+    return _Swapped(gp.plan(bt, a, out.t(), device_scale=bool(scales), **opts))
 
 
 def _torch():
@@ -455,12 +464,12 @@ def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out
                           if on)
         # the plain GEMM's winner (its key and timings): the epilogue adds the same work to every tile
         plain = out if not epi_opts else torch.empty(M, b.shape[1], device=a.device, dtype=out.dtype)
-        # swap-AB candidates where a swapped kernel can run the call (their own cache key: an epilogue's
-        # lookup of the same shape must not get a swapped winner)
-        swap = not (fp8 or majors or epi_opts) and out.stride(1) == 1
+        # swap-AB candidates where a swapped kernel can run the call, under their own cache key (an
+        # epilogue's lookup of the same shape must not get a swapped winner)
+        cands = _tune.candidates(M, b.shape[1], K, fp8, deterministic,
+                                 swap=not (fp8 or majors or epi_opts) and out.stride(1) == 1)
         key = _tune.cache_key(M, b.shape[1], K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
-                              deterministic, majors, swap=swap and M <= _tune.SWAP_AB_MAX_M)
-        cands = _tune.candidates(M, b.shape[1], K, fp8, deterministic, swap=swap)
+                              deterministic, majors, swap=any(c.get("swap_ab") for c in cands))
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(
             lambda: _try_config(gp, a, bt, plain, alpha_f if fp8 else 1.0, scales or None, c)),
             cache or _tune.TuneCache())
@@ -468,11 +477,11 @@ def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out
         raise GemmArgumentError(f"config={config!r}: expected 'auto', 'default' or a configuration dict")
     if activation == "swiglu":
         cfg = _epilogue_config(cfg)
-    if cfg.get("swap_ab"):
-        plan = _swapped_plan(gp, a, bt, out, scales, cfg, epi_opts)
-    else:  # swap_ab=False given: the plain plan (a host option, not a kernel's)
-        plan = gp.plan(a, bt, out, device_scale=bool(scales), **{k: v for k, v in cfg.items() if k != "swap_ab"},
-                       **epi_opts)
+    swapped, opts = _host_options(cfg)
+    if swapped:
+        plan = _swapped_plan(gp, a, bt, out, scales, opts, epi_opts)
+    else:
+        plan = gp.plan(a, bt, out, device_scale=bool(scales), **opts, **epi_opts)
     plan.launch(a, bt, out, alpha_f, scales, bias, residual)
     if fast:
         _PLANS[pkey] = (plan, (M, N), out.dtype, a.device)
