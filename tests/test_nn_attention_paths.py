@@ -50,6 +50,10 @@ def nna(monkeypatch):
     for name, mod in (("torch", torch), ("warpsched", pkg), ("warpsched.ops", pkg.ops),
                       ("warpsched.torch_ops", tops), ("warpsched.nn", nn)):
         monkeypatch.setitem(sys.modules, name, mod)
+    eager = importlib.util.spec_from_file_location("warpsched.nn._eager", os.path.join(os.path.dirname(ATTENTION),
+                                                                                        "_eager.py"))
+    monkeypatch.setitem(sys.modules, "warpsched.nn._eager", importlib.util.module_from_spec(eager))
+    eager.loader.exec_module(sys.modules["warpsched.nn._eager"])  # the real rule, on the stand-in torch
     spec = importlib.util.spec_from_file_location("warpsched.nn.attention", ATTENTION)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

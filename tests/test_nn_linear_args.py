@@ -69,6 +69,10 @@ def nnf(monkeypatch):
     torch.ops = types.SimpleNamespace(warpsched=types.SimpleNamespace(gemm=gemm))  # the custom op linear calls
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "warpsched.torch_ops", types.ModuleType("warpsched.torch_ops"))
+    eager = importlib.util.spec_from_file_location("warpsched.nn._eager", os.path.join(os.path.dirname(FUNCTIONAL),
+                                                                                        "_eager.py"))
+    monkeypatch.setitem(sys.modules, "warpsched.nn._eager", importlib.util.module_from_spec(eager))
+    eager.loader.exec_module(sys.modules["warpsched.nn._eager"])  # the real rule, on the stand-in torch
     spec = importlib.util.spec_from_file_location("warpsched.nn.functional", FUNCTIONAL)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # not registered in sys.modules: the real package stays unimported
@@ -158,14 +162,14 @@ def test_eager_calls_the_host_and_a_tracer_gets_the_op(nnf, monkeypatch, compili
     f, calls, _ = nnf
     direct = []
     monkeypatch.setattr(f.torch, "Tensor", Tok)  # Tok is now a plain tensor
-    monkeypatch.setattr(f, "_is_compiling", lambda: compiling)
+    monkeypatch.setattr(f.torch.compiler, "is_compiling", lambda: compiling)
     monkeypatch.setattr(f, "_gemm_ops", types.SimpleNamespace(
         gemm=lambda a, b, **kw: direct.append((a.shape, b.shape)) or Tok((a.shape[0], b.shape[1]))))
     y = f.linear(Tok((17, 512)), Tok((1024, 512)))
     assert y.shape == (17, 1024)
     assert (direct, len(calls)) == (([], 1) if compiling else ([((17, 512), (512, 1024))], 0))
     monkeypatch.setattr(f.torch, "Tensor", type("Tensor", (), {}))  # a subclass instance: the op, even eager
-    monkeypatch.setattr(f, "_is_compiling", lambda: False)
+    monkeypatch.setattr(f.torch.compiler, "is_compiling", lambda: False)
     f.linear(Tok((17, 512)), Tok((1024, 512)))
     assert len(calls) == (2 if compiling else 1)
 

@@ -10,21 +10,20 @@ from __future__ import annotations
 import torch
 
 from .. import ops
-from .. import torch_ops  # noqa: F401 - registers torch.ops.warpsched.*
+from .. import torch_ops  # registers torch.ops.warpsched.*
+from ._eager import eager
 
 
-def _eager(t):
-    """Call the kernels' host directly (a plain tensor in eager mode: the same kernels, without the
-    dispatcher's round trip to a Python op), else the custom op (torch.compile, export or another tracer,
-    whose tensors are subclasses, sees an opaque op with a fake)."""
-    return type(t) is torch.Tensor and not torch.compiler.is_compiling()
+def _run(name, t):
+    """``torch_ops.<name>`` (the kernels' host) for a plain tensor in eager mode, else the custom op
+    ``torch.ops.warpsched.<name>`` (``_eager.eager``)."""
+    return getattr(torch_ops, name) if eager(t) else getattr(torch.ops.warpsched, name)
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, left, right, softcap):
-        fwd = torch_ops.attention_fwd if _eager(q) else torch.ops.warpsched.attention_fwd
-        out, lse = fwd(q, k, v, causal, scale, left, right, softcap)
+        out, lse = _run("attention_fwd", q)(q, k, v, causal, scale, left, right, softcap)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (causal, scale, left, right, softcap)
         return out
@@ -33,8 +32,7 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         # dout as autograd hands it: the backward's host copies it only when TMA cannot read it as it is
-        bwd = torch_ops.attention_bwd if _eager(dout) else torch.ops.warpsched.attention_bwd
-        dq, dk, dv = bwd(q, k, v, out, dout, lse, *ctx.args)
+        dq, dk, dv = _run("attention_bwd", dout)(q, k, v, out, dout, lse, *ctx.args)
         return dq, dk, dv, None, None, None, None, None
 
 
@@ -102,6 +100,5 @@ def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None, window_si
     left, right = (-1, -1) if window_size is None else (-1 if w is None else w for w in window_size)
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
         # inference: the forward alone, without autograd's bookkeeping (nothing is saved)
-        fwd = torch_ops.attention_fwd if _eager(q) else torch.ops.warpsched.attention_fwd
-        return fwd(q, k, v, bool(is_causal), scale, left, right, softcap)[0]
+        return _run("attention_fwd", q)(q, k, v, bool(is_causal), scale, left, right, softcap)[0]
     return _Attention.apply(q, k, v, bool(is_causal), scale, left, right, softcap)

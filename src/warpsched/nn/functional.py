@@ -30,18 +30,15 @@ import torch
 from .. import torch_ops  # noqa: F401 (registers torch.ops.warpsched.*)
 from ..kernels.gemm import ops as _gemm_ops
 from ..kernels.gemm.ops import GemmArgumentError
+from ._eager import eager
 
 _OP = torch.ops.warpsched.gemm
-_is_compiling = torch.compiler.is_compiling
 
 
 def _gemm(a, b, **kw):
-    """The GEMM for these operands: warpsched's host directly for plain tensors in eager mode (the same
-    kernels, without the dispatcher's round trip to a Python op, ~10 µs a call), the custom op when
-    torch.compile, torch.export or another tracer is looking (its tensors are subclasses: fake,
-    functional): the op is opaque to it, while dynamo would trace into the host's Python (plan caches,
-    checks) and break the graph."""
-    if type(a) is torch.Tensor and not _is_compiling():
+    """The GEMM for these operands: warpsched's host, or the custom op where a tracer is looking
+    (``_eager.eager``)."""
+    if eager(a):
         return _gemm_ops.gemm(a, b, **kw)
     return _OP(a, b, **kw)
 
