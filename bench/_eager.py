@@ -22,6 +22,21 @@ def alternate(torch, sides, rounds=5, iters=30):
     return {name: statistics.median(v) for name, v in times.items()}
 
 
+def per_call_us(torch, fn, n=300):
+    """(host issue µs, wall µs) per call of ``fn`` over ``n`` calls after a warm-up: the issue time stops
+    when the host has queued the last call, the wall time after the device finished it."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t_host = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    t_all = time.perf_counter() - t0
+    return t_host / n * 1e6, t_all / n * 1e6
+
+
 def check_then_time(doc, correctness, speed):
     """A check script's command line: ``correctness()`` (returns the failure count), then ``speed(rounds)``
     unless ``--no-time``; exits 1 on a failure."""

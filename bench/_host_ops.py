@@ -7,19 +7,7 @@ queries, head dim 128, causal). Columns: no_grad; grad (inputs and weights requi
 what its backward needs); grad with the weights detached (only x requires grad)."""
 from __future__ import annotations
 
-import time
-
-
-def _per_call(torch, f, calls):
-    for _ in range(10):
-        f()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        f()
-    issue = (time.perf_counter() - t0) / calls
-    torch.cuda.synchronize()
-    return issue * 1e6, (time.perf_counter() - t0) / calls * 1e6
+from _eager import per_call_us
 
 
 def host_table(calls=300):
@@ -56,6 +44,6 @@ def host_table(calls=300):
                 else:
                     xs = (args[0].detach().requires_grad_(),) + tuple(t.detach() for t in args[1:])
                 with torch.no_grad() if mode == "no_grad" else torch.enable_grad():
-                    issue, wall = _per_call(torch, lambda: f(*xs), calls)
+                    issue, wall = per_call_us(torch, lambda: f(*xs), calls)
                 cells.append(f"{issue:.0f} / {wall:.0f}")
             print(f"| {name} | {side} | " + " | ".join(cells) + " |", flush=True)

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import warpsched.ops as ops  # noqa: E402
-from _eager import alternate  # noqa: E402
+from _eager import alternate, per_call_us  # noqa: E402
 from _graphs import capture  # noqa: E402
 from warpsched.kernels import _host  # noqa: E402
 from warpsched.kernels.gemm import ops as gemm_ops  # noqa: E402
@@ -101,19 +101,6 @@ def correctness():
 
 
 # ---------------------------------------------------------------- 2. host cost per call
-def per_call_us(fn, n=300):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t_host = time.perf_counter() - t0
-    torch.cuda.synchronize()
-    t_all = time.perf_counter() - t0
-    return t_host / n * 1e6, t_all / n * 1e6
-
-
 def host_cost():
     print("== host cost per call (eager loop of 300 calls; us per call: enqueue / until the GPU is done)", flush=True)
     rows = []
@@ -141,7 +128,7 @@ def host_cost():
         for name, fn in cases:
             if name.startswith(("torch", "SDPA")) and not path:
                 continue
-            h, t = per_call_us(fn)
+            h, t = per_call_us(torch, fn)
             label = name if name.startswith(("torch", "SDPA")) else f"{name} [{'TVM FFI' if path else 'JIT executor'}]"
             rows.append((label, h, t))
             print(f"  {label:<52} {h:8.1f} {t:8.1f}", flush=True)
@@ -170,7 +157,7 @@ def breakdown():
               ("ops.gemm(a, w.t())", lambda: ops.gemm(a, w.t(), config="default")),
               ("torch.matmul(a, w.t(), out=out)", lambda: torch.matmul(a, w.t(), out=out))]
     for name, fn in pieces:
-        h, _ = per_call_us(fn, n=1000)
+        h, _ = per_call_us(torch, fn, n=1000)
         print(f"  {name:<60} {h:7.2f}", flush=True)
 
 
@@ -227,7 +214,7 @@ def torch_ops():
                      ("torch.matmul 16x1024x64", lambda: torch.matmul(a1, w1.t())),
                      ("ops.gemm 16x1024x64", lambda: ops.gemm(a1, w1.t())),
                      ("torch.ops.warpsched.gemm 16x1024x64", lambda: torch.ops.warpsched.gemm(a1, w1.t()))):
-        h, _ = per_call_us(fn)
+        h, _ = per_call_us(torch, fn)
         print(f"  {name:<52} {h:8.1f} us per call", flush=True)
     return bad
 
