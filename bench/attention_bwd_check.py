@@ -14,6 +14,7 @@ forward + backward as a model calls them (autograd, eager), TFLOP/s counted as 3
 Deterministic (``deterministic=True``): dQ bitwise equal over repeated runs, accurate, and its cost.
 
     python3 bench/attention_bwd_check.py [--only correctness|autograd|deterministic|speed] [--rounds 3]
+                                         [--variants default,...] [--head-dims 64,128,256]
 """
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
     (2, 6, 3, 333, 333, 64, True, torch.float16),
     (1, 4, 2, 200, 700, 64, False, torch.bfloat16),
     (3, 2, 2, 64, 64, 128, True, torch.float16),
+    (1, 4, 2, 333, 500, 256, True, torch.bfloat16),
+    (2, 2, 2, 129, 129, 256, False, torch.float16),
+    (1, 2, 1, 1, 300, 256, True, torch.bfloat16),
+    (1, 2, 2, 700, 200, 256, False, torch.bfloat16),
 ]
 # kernel options checked and timed per head dim (name: options; "default" is what a call without options runs,
 # attention_bwd_host.default_options); ``--variants a,b`` picks some by name
@@ -51,10 +56,11 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
                   "q3": dict(_D128, qdo_stages=3), "dq2": dict(_D128, dq_stages=2),
                   "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
-                  "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True}}}
+                  "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True}},
+            256: {"default": {}}}
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
-    (4, 16, 4096, 64, False), (16, 16, 1024, 128, False),
+    (4, 16, 4096, 64, False), (16, 16, 1024, 128, False), (4, 16, 2048, 256, False), (8, 16, 2048, 256, True),
 ]
 
 
@@ -116,13 +122,16 @@ def correctness():
     return fails
 
 
+AUTOGRAD = [(2, 8, 2, 500, 128, True), (1, 4, 4, 256, 64, False), (1, 4, 2, 300, 256, True)]  # B, H, Hk, S, D, causal
+
+
 def autograd_check():
     """warpsched.nn.scaled_dot_product_attention: gradients against fp64, torch.compile without a graph break
     and bitwise equal to eager."""
     import warpsched.nn as wnn
 
     fails = 0
-    for B, H, Hk, S, D, causal in ((2, 8, 2, 500, 128, True), (1, 4, 4, 256, 64, False)):
+    for B, H, Hk, S, D, causal in AUTOGRAD:
         torch.manual_seed(1)
         q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         k = torch.randn(B, Hk, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -252,7 +261,7 @@ def speed(rounds):
 
 DETERMINISTIC = [  # B, H, Hk, Sq, Sk, D, causal
     (2, 8, 2, 1000, 1000, 128, True), (1, 4, 4, 777, 1500, 64, False), (2, 16, 16, 2048, 2048, 128, False),
-    (1, 8, 2, 4096, 4096, 64, True),
+    (1, 8, 2, 4096, 4096, 64, True), (1, 4, 2, 700, 900, 256, True),
 ]
 
 
@@ -303,7 +312,12 @@ def main():
     ap.add_argument("--only", choices=("correctness", "autograd", "deterministic", "speed"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", help="comma-separated VARIANTS names to check and time (default: all)")
+    ap.add_argument("--head-dims", help="comma-separated head dims to keep in every table (default: all)")
     a = ap.parse_args()
+    if a.head_dims:
+        dims = {int(d) for d in a.head_dims.split(",")}
+        for table, col in ((CASES, 5), (AUTOGRAD, 4), (DETERMINISTIC, 5), (SPEED, 3)):
+            table[:] = [row for row in table if row[col] in dims]
     if a.variants:
         keep = a.variants.split(",")
         for per_d in VARIANTS.values():

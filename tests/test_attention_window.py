@@ -30,7 +30,8 @@ def _visible(r, sq, sk, left, right):
 
 CASES = [(1000, 1000, 255, 0, True), (4096, 4096, 255, None, True), (777, 777, 100, 37, False),
          (300, 2000, 64, 64, False), (2000, 300, 128, 0, True), (129, 5000, None, 10, False),
-         (5000, 129, 20, None, False), (1, 1, 0, 0, False), (513, 513, 0, 0, True)]
+         (5000, 129, 20, None, False), (1, 1, 0, 0, False), (513, 513, 0, 0, True),
+         (65, 300, None, 10, False)]  # the last Q block (one query) ends before the 2nd key block's window
 
 
 @pytest.mark.parametrize("block_n,wgs,hd", [(128, 2, 128), (64, 3, 64), (64, 2, 256)])
@@ -104,11 +105,12 @@ from warpsched.kernels.attention import backward as ab  # noqa: E402
 from warpsched.kernels.attention import backward_host as bwd_host  # noqa: E402
 
 
+@pytest.mark.parametrize("head_dim", [64, 256])
 @pytest.mark.parametrize("sq,sk,left,right,causal", CASES)
-def test_a_key_blocks_steps_are_the_q_blocks_that_see_it(sq, sk, left, right, causal):
+def test_a_key_blocks_steps_are_the_q_blocks_that_see_it(sq, sk, left, right, causal, head_dim):
     """Backward: a key block's steps walk, per query head of its group, exactly the Q blocks with a query
-    whose window holds one of its keys (none: no step, dK = dV = 0)."""
-    g = ab.FlashAttentionBackward(head_dim=64, causal=causal, window_size=(left, right))
+    whose window holds one of its keys (none: no step, dK = dV = 0); 128-key blocks, 64 at head dim 256."""
+    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, window_size=(left, right))
     if causal:
         right = 0
     g.grid_setup(seqlen_q=sq, seqlen_k=sk, heads=4, kv_heads=2, batches=1)

@@ -44,10 +44,10 @@ from .forward import AttentionConfigError
 from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
-from .backward_units import BLOCK_M, BLOCK_N, BackwardUnits
+from .backward_units import BLOCK_M, BackwardUnits
 from . import dq_order
 
-BWD_HEAD_DIMS = (64, 128)
+BWD_HEAD_DIMS = (64, 128, 256)
 
 
 # ---------------------------------------------------------------------------------- program
@@ -112,7 +112,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
 class FlashAttentionBackward(BackwardUnits):
     """Compile-time configuration (dtype, head dim, causal, Q / dO stages) and the kernel."""
 
-    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=2, producer_regs=24,
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=None, producer_regs=24,
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1):
@@ -120,9 +120,21 @@ class FlashAttentionBackward(BackwardUnits):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
             raise AttentionConfigError(f"head_dim={head_dim}: the backward supports head dims {BWD_HEAD_DIMS}")
+        if qdo_stages is None:  # head dim 256: one Q / dO stage beside K, V and the dQ tiles (208 KB of SMEM)
+            qdo_stages = 1 if head_dim == 256 else 2
         if qdo_stages not in (1, 2, 3):
             raise AttentionConfigError(f"qdo_stages={qdo_stages}: expected 1, 2 or 3")
         self.dtype, self.head_dim, self.causal, self.qdo_stages = dtype, head_dim, bool(causal), qdo_stages
+        # head dim 256 (d_split): both warp groups take the CTA's 64 keys and each owns one 128-column half of
+        # D for dK, dV and dQ (64 keys x 256 columns of dK and dV would need 256 registers per thread); both
+        # compute the full S and dP over D, so the program is the 64 / 128 one with the data split by columns
+        self.d_split = head_dim == 256
+        if self.d_split and (shared_ds or tma_store_dkv):
+            raise AttentionConfigError(f"head_dim=256 with shared_ds={shared_ds}, tma_store_dkv={tma_store_dkv}: "
+                                       "at head dim 256 the warp groups split D, not keys; both options need the "
+                                       "64 / 128 split (shared_ds=False, tma_store_dkv=False)")
+        self.key_halves = 1 if self.d_split else 2  # 64-key halves of the CTA's K / V block
+        self.d_cols = head_dim // 2 if self.d_split else head_dim  # dK / dV columns per warp group
         # the forward's sliding window: a key block's steps run over the Q blocks that see it (first_m_block,
         # end_m_block); only the blocks the window's edges cross are masked (backward_math.grads_of_scores)
         self.window_left, self.window_right = window_bounds(window_size, self.causal, False)
@@ -135,7 +147,7 @@ class FlashAttentionBackward(BackwardUnits):
         # shared_ds: the warp groups swap dS tiles and each computes half of dQ's columns over all 128 keys
         # (one dQ reduce-add per step instead of two partial sums)
         self.shared_ds = bool(shared_ds)
-        self.dq_cols = head_dim // 2 if self.shared_ds else head_dim  # dQ columns per warp group
+        self.dq_cols = head_dim // 2 if self.shared_ds or self.d_split else head_dim  # dQ columns per warp group
         self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
         # P computed while the dP GEMM runs (LSE / delta loaded under both); dQ staged while the dK GEMM runs
         self.overlap_scores, self.overlap_dq = bool(overlap_scores or tma_stats), bool(overlap_dq)
@@ -155,15 +167,15 @@ class FlashAttentionBackward(BackwardUnits):
                                        "fp32 reduce-adds (deterministic=False)")
         # dQ added in key-block order per Q block (attention.dq_order): FlashAttentionBackwardDeterministic
         self.deterministic = bool(deterministic)
-        self.block_m, self.block_n = BLOCK_M, BLOCK_N
+        self.block_m, self.block_n = BLOCK_M, HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
         elem = dtype.width // 8
-        self.kv_bytes = 2 * BLOCK_N * head_dim * elem  # K and V of the block
+        self.kv_bytes = 2 * self.block_n * head_dim * elem  # K and V of the block
         # Q and dO of a step (and with tma_stats its 64 fp32 LSE and delta values)
         self.qdo_bytes = 2 * BLOCK_M * head_dim * elem + (2 * BLOCK_M * 4 if self.tma_stats else 0)
-        self.alloc_k = SmemAllocation("sK", dtype=dtype, count=BLOCK_N * head_dim, alignment=1024)
-        self.alloc_v = SmemAllocation("sV", dtype=dtype, count=BLOCK_N * head_dim, alignment=1024)
+        self.alloc_k = SmemAllocation("sK", dtype=dtype, count=self.block_n * head_dim, alignment=1024)
+        self.alloc_v = SmemAllocation("sV", dtype=dtype, count=self.block_n * head_dim, alignment=1024)
         self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
         self.alloc_do = SmemAllocation("sdO", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
         self.alloc_lse, self.alloc_delta = (SmemAllocation(n, dtype=cutlass.Float32, count=qdo_stages * BLOCK_M,
@@ -175,7 +187,7 @@ class FlashAttentionBackward(BackwardUnits):
                          for wg in range(2)]
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
         self.config = AttentionConfig(
-            "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, BLOCK_N, qdo_stages, self.window_left,
+            "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, self.block_n, qdo_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
@@ -190,7 +202,7 @@ class FlashAttentionBackward(BackwardUnits):
             return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, a_major, b_major, cutlass.Float32,
                                                      (1, 1, 1), tile, a_source)
         sdp = mma(k_major, k_major, (HALF, BLOCK_M))  # S^T, dP^T: (keys, queries), contraction over D
-        dkv = mma(k_major, mn_major, (HALF, d), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
+        dkv = mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
         dq = mma(k_major, mn_major, (BLOCK_M, self.dq_cols))  # dQ: (queries, D or its half), over keys
         return sdp, dkv, dq
 
@@ -199,16 +211,21 @@ class FlashAttentionBackward(BackwardUnits):
         operand kind: a K-major (rows, D) tile and an MN-major (D, rows) one have one physical layout."""
         d, dt, R, C = self.head_dim, self.dtype, LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
         st = self.qdo_stages
+        halves = self.key_halves
+        # d_split: (D half, queries, 2 * stage + D half), the dV / dK GEMMs' B operand of warp group w
+        rows_t = (sm90_utils.make_smem_layout_b(C, (HALF, d // 2, BLOCK_M), dt, 2 * st) if self.d_split
+                  else sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st))  # (D, queries, stage)
         return {
-            "sK": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, 2),  # (keys, D, half)
-            "sV": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, 2),
-            # (D, keys, key half) or, shared_ds, (D half, keys, 2 * key half + D half): the same bytes
+            "sK": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, halves),  # (keys, D, key half)
+            "sV": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, halves),
+            # (D, keys, key half); shared_ds: (D half, keys, 2 * key half + D half); d_split: (D half, keys,
+            # D half): the same bytes (64-column swizzle atoms, keys before columns in both)
             "sKt": (sm90_utils.make_smem_layout_b(C, (BLOCK_M, d // 2, HALF), dt, 4) if self.shared_ds
-                    else sm90_utils.make_smem_layout_b(C, (BLOCK_M, d, HALF), dt, 2)),
+                    else sm90_utils.make_smem_layout_b(C, (BLOCK_M, self.dq_cols, HALF), dt, 2)),
             "sQ": sm90_utils.make_smem_layout_b(R, (HALF, BLOCK_M, d), dt, st),  # (queries, D, stage)
             "sdO": sm90_utils.make_smem_layout_b(R, (HALF, BLOCK_M, d), dt, st),
-            "sQt": sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st),  # (D, queries, stage)
-            "sdOt": sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st),
+            "sQt": rows_t,
+            "sdOt": rows_t,
             "sdS": sm90_utils.make_smem_layout_a(R, (BLOCK_M, d, HALF), dt, 1),  # (queries, keys)
             "sdSt": sm90_utils.make_smem_layout_b(C, (BLOCK_M, HALF, BLOCK_M), dt, 1),  # (keys, queries)
             "sdQ": sm90_utils.make_smem_layout_a(R, (BLOCK_M, self.dq_cols, self.dq_cols), cutlass.Float32,

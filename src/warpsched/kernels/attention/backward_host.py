@@ -138,6 +138,8 @@ def default_options(head_dim, varlen=False):
     1.00-1.07x); the packed (``varlen``) kernel takes ``tma_stats`` (its LSE / delta padded per sequence,
     ``VarlenStatsPrep``) but stores dK / dV from registers, since its rows are not whole blocks
     (docs/attention.md, "Backward")."""
+    if head_dim == 256:  # the warp groups split D (backward.FlashAttentionBackward.d_split): LSE / delta by TMA
+        return {"tma_stats": True}
     options = {"shared_ds": True} if head_dim == 128 else {}
     if varlen:
         return dict(options, tma_stats=True)

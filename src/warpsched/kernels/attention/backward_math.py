@@ -218,16 +218,19 @@ def _output(acc, factor, dtype):
 
 @cute.jit
 def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
-    """dK * scale and dV of this warp group's 64 keys into the (S_k, D) outputs (rows past S_k skipped)."""
+    """dK * scale and dV of this warp group's 64 keys (``d_split``: its half of D for the CTA's 64 keys) into
+    the (S_k, D) outputs (rows past S_k skipped)."""
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dkv_mma.get_slice(tidx % 128)
-    block = n_block * 2 + wg
-    coords = amath.rows_view(v.dkv_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.head_dim))))
+    block = n_block * g.key_halves + (0 if g.d_split else wg)
+    col_block = wg if g.d_split else 0
+    coords = amath.rows_view(v.dkv_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.d_cols))))
     seqlen_k, scale = g.seq_bounds(v.unit)[3], v.scale
     for acc, m_out, factor in ((acc_dk, v.mdK, scale), (acc_dv, v.mdV, None)):
         out = _output(acc, factor, g.dtype)
         t_g = amath.rows_view(v.dkv_mma, thr.partition_C(
-            cute.local_tile(g.rows_of(m_out, v.unit, kv_head, batch, key=True), (HALF, g.head_dim), (block, 0))))
+            cute.local_tile(g.rows_of(m_out, v.unit, kv_head, batch, key=True), (HALF, g.d_cols),
+                            (block, col_block))))
         o_mn = amath.rows_view(v.dkv_mma, out)
         for i in cutlass.range_constexpr(cute.size(o_mn, mode=[0])):
             if block * HALF + coords[i, 0][0] < seqlen_k:

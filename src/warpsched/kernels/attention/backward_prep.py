@@ -14,6 +14,7 @@ import cutlass.cute as cute
 from .backward_units import BLOCK_M, padded_first_block
 
 THREADS = 128
+CHUNK = 128  # columns of a row in registers at once
 
 
 class DeltaPrep:
@@ -41,13 +42,20 @@ class DeltaPrep:
 
     @cute.jit
     def row_delta(self, mO: cute.Tensor, mdO: cute.Tensor, b, h, s):
-        """sum_d O[b, h, s, d] * dO[b, h, s, d] in fp32, the row read with 16-byte loads."""
-        o = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
-        do = cute.make_rmem_tensor(cute.make_layout(self.head_dim), self.dtype)
-        cute.autovec_copy(mO[(b, h, s, None)], o)
-        cute.autovec_copy(mdO[(b, h, s, None)], do)
-        prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
-        return prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+        """sum_d O[b, h, s, d] * dO[b, h, s, d] in fp32, the row read with 16-byte loads, at most 128 columns
+        at a time (a whole 256-column row of both would take 256 registers)."""
+        chunk = min(self.head_dim, CHUNK)
+        rows_o = cute.flat_divide(mO[(b, h, s, None)], (chunk,))
+        rows_do = cute.flat_divide(mdO[(b, h, s, None)], (chunk,))
+        total = cutlass.Float32(0.0)
+        for c in cutlass.range_constexpr(self.head_dim // chunk):
+            o = cute.make_rmem_tensor(cute.make_layout(chunk), self.dtype)
+            do = cute.make_rmem_tensor(cute.make_layout(chunk), self.dtype)
+            cute.autovec_copy(rows_o[(None, c)], o)
+            cute.autovec_copy(rows_do[(None, c)], do)
+            prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
+            total = total + prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+        return total
 
 
 class StatsPrep(DeltaPrep):

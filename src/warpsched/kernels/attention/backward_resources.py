@@ -17,16 +17,17 @@ from . import backward_math as bmath
 from . import dq_order
 from . import register_math as amath
 from .backward_math import HALF
-from .backward_units import BLOCK_M, BLOCK_N
+from .backward_units import BLOCK_M
 from .dq_turns import DQTurnIO
 from ..gemm.fixup import runtime_branch
 
 
-def _gemm_over_rows(v, acc, a_regs, s_bt, stage):
+def _gemm_over_rows(g, v, acc, a_regs, s_bt, stage, wg):
     """acc += A B_stage over the step's query rows: A (P^T or dS^T) from registers, B the stage's dO^T or Q^T
-    view (the caller fences and commits)."""
+    view (``d_split``: warp group ``wg``'s half of D; the caller fences and commits)."""
     thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
-    cute.gemm(v.dkv_mma, acc, a_regs, v.dkv_mma.make_fragment_B(thr.partition_B(s_bt))[(None, None, None, stage)], acc)
+    view = 2 * stage + wg if g.d_split else stage  # d_split: (D half, queries, 2 * stage + D half)
+    cute.gemm(v.dkv_mma, acc, a_regs, v.dkv_mma.make_fragment_B(thr.partition_B(s_bt))[(None, None, None, view)], acc)
 
 
 def _over_d_operands(v, s_a, s_b):
@@ -36,12 +37,12 @@ def _over_d_operands(v, s_a, s_b):
 
 
 @cute.jit
-def _gemm_over_d(v, acc, frag_a, frag_b, stage, wg: cutlass.Constexpr):
-    """acc = A_w B_stage^T over the head dim: warp group ``wg``'s 64 keys of K or V against the stage's Q or
-    dO (the first k-block overwrites the accumulator)."""
+def _gemm_over_d(v, acc, frag_a, frag_b, stage, half: cutlass.Constexpr):
+    """acc = A_h B_stage^T over the head dim: key half ``half`` of K or V (``SmemKV.half_of``) against the
+    stage's Q or dO (the first k-block overwrites the accumulator)."""
     for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
         mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
-        cute.gemm(mma, acc, frag_a[(None, None, kb, wg)], frag_b[(None, None, kb, stage)], acc)
+        cute.gemm(mma, acc, frag_a[(None, None, kb, half)], frag_b[(None, None, kb, stage)], acc)
 
 
 @dataclass(kw_only=True)
@@ -80,8 +81,8 @@ class SmemKV(MemoryResource):
         acc_s = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, BLOCK_M)), cutlass.Float32)
         acc_dp = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, BLOCK_M)), cutlass.Float32)
         dkv = v.dkv_mma.get_slice(tidx % 128)
-        acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.head_dim)), cutlass.Float32)
-        acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.head_dim)), cutlass.Float32)
+        acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
+        acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
         acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((BLOCK_M, g.dq_cols)),
                                        cutlass.Float32)
         return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
@@ -95,6 +96,11 @@ class SmemKV(MemoryResource):
     def get_smem_requirements(self):
         return [self.g.alloc_k, self.g.alloc_v]
 
+    def half_of(self, wg):
+        """The 64-key half of K / V warp group ``wg``'s S / dP GEMMs read: its own, or with ``d_split`` the CTA's
+        only one."""
+        return 0 if self.g.d_split else wg
+
     @producer_work
     def tma_load(self, stage_info: StageInfo):
         g, v = self.g, stage_info.context.values
@@ -107,13 +113,16 @@ class SmemKV(MemoryResource):
                 g_x = cute.flat_divide(m_x, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
             t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
                                                         cute.group_modes(g_x, 0, 2))
-            for w in range(2):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
-                stage_info.tma_copy(tma, t_g[(None, n_block * 2 + w)], t_s[(None, w)])
+            for w in range(g.key_halves):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
+                stage_info.tma_copy(tma, t_g[(None, n_block * g.key_halves + w)], t_s[(None, w)])
 
     def consumer_footprint(self, task_name):
         """What each gradient warp group's work touches in the stage: all of K (its S GEMM reads its half,
         ``shared_ds``'s dQ GEMM both) and its own V half (its dP GEMM; with ``tma_store_dkv`` also written:
-        ``store_grads``). Checked for disjoint writes by verify/checks_writes.py."""
+        ``store_grads``; ``d_split``: all of V, both warp groups' keys). Checked for disjoint writes by
+        verify/checks_writes.py."""
+        if self.g.d_split:
+            return {"K": "r", "V": "r"}
         wg = int(task_name[-1])
         return {"K": "r", f"V{wg}": "rw" if self.g.tma_store_dkv else "r"}
 
@@ -131,8 +140,8 @@ class SmemKV(MemoryResource):
         """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
         v = stage_info.context.values
         warpgroup.fence()
-        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], wg)
-        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], wg)
+        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], self.half_of(wg))
+        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], self.half_of(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and Q: SmemQdO.gemm_operand) until its retire
@@ -142,7 +151,7 @@ class SmemKV(MemoryResource):
         dP GEMM (``mma_dp``, the next group) still runs."""
         v = stage_info.context.values
         warpgroup.fence()
-        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], wg)
+        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], self.half_of(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO) until its retire
@@ -150,7 +159,7 @@ class SmemKV(MemoryResource):
     def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
         v = stage_info.context.values
-        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], wg)
+        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], self.half_of(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
@@ -236,29 +245,31 @@ class SmemQdO(MemoryResource):
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     @cute.jit
-    def mma_dkv(self, stage_info: StageInfo, p, ds, acc_dv, acc_dk):
+    def mma_dkv(self, stage_info: StageInfo, p, ds, acc_dv, acc_dk, *, wg: cutlass.Constexpr = 0):
         """dV += P^T dO_i and dK += dS^T Q_i: A from the 16-bit registers, B the stage's dO / Q through
         their transposed views (one commit group; P / dS and both accumulators in use until the retire)."""
         v, s = stage_info.context.values, stage_info.stage_idx
         warpgroup.fence()  # P and dS were written by ordinary instructions
-        _gemm_over_rows(v, acc_dv, p, v.sdOt, s)
-        _gemm_over_rows(v, acc_dk, ds, v.sQt, s)
+        _gemm_over_rows(self.g, v, acc_dv, p, v.sdOt, s, wg)
+        _gemm_over_rows(self.g, v, acc_dk, ds, v.sQt, s, wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     @cute.jit
-    def mma_dv(self, stage_info: StageInfo, p, acc_dv):
+    def mma_dv(self, stage_info: StageInfo, p, acc_dv, *, wg: cutlass.Constexpr = 0):
         """``overlap_dq``: dV += P^T dO_i alone in a commit group (dK's comes after the dQ GEMM)."""
         warpgroup.fence()
-        _gemm_over_rows(stage_info.context.values, acc_dv, p, stage_info.context.values.sdOt, stage_info.stage_idx)
+        v = stage_info.context.values
+        _gemm_over_rows(self.g, v, acc_dv, p, v.sdOt, stage_info.stage_idx, wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     @cute.jit
-    def mma_dk(self, stage_info: StageInfo, ds, acc_dk):
+    def mma_dk(self, stage_info: StageInfo, ds, acc_dk, *, wg: cutlass.Constexpr = 0):
         """``overlap_dq``: dK += dS^T Q_i, the step's last commit group: dQ is staged while it runs."""
         warpgroup.fence()
-        _gemm_over_rows(stage_info.context.values, acc_dk, ds, stage_info.context.values.sQt, stage_info.stage_idx)
+        v = stage_info.context.values
+        _gemm_over_rows(self.g, v, acc_dk, ds, v.sQt, stage_info.stage_idx, wg)
         warpgroup.commit_group()
 
 
@@ -283,7 +294,8 @@ class Grads(MemoryResource):
         g, v = self.g, stage_info.context.values
         n_block, _, _ = g.unit_coords(v.unit)
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        return g, v, n_block * BLOCK_N + self.wg * HALF, m_block * BLOCK_M, head, batch
+        first_key = n_block * g.block_n + (0 if g.d_split else self.wg * HALF)  # d_split: both take all 64
+        return g, v, first_key, m_block * BLOCK_M, head, batch
 
     def _ds_tile(self, v):
         """Where ``dscores`` writes dS^T: this warp group's tile, or None with ``shared_ds`` (SmemDS.store)."""
@@ -374,7 +386,7 @@ class SmemDQ(MemoryResource):
         (attention.dq_order: the hand-over the grid checker proves, run here on the kernel's values)."""
         g, v = self.g, stage_info.context.values
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        col_block = self.wg if g.shared_ds else 0
+        col_block = self.wg if g.shared_ds or g.d_split else 0
         s_dq = getattr(v, f"sdQ{self.wg}")
         if cutlass.const_expr(g.deterministic):
             slot, order, last = dq_order.dq_turn(g, v.unit, stage_info.loop_offset)

@@ -75,15 +75,15 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             ds_mine.store(ds=ds, acc_dp=acc_dp)
             ds_mine.commit()
         if overlap_dq:
-            smem_qdo.mma_dv(p=p, acc_dv=acc_dv)
+            smem_qdo.mma_dv(p=p, acc_dv=acc_dv, wg=wg)
         else:
-            smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk)
+            smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
         if ds_other is not None:
             ds_other.wait()
             ds_other.gemm_operand()
         smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
         if overlap_dq:
-            smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk)
+            smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk, wg=wg)
             smem_qdo.retire(pending=1)  # dV and dQ are done; dK's GEMM may still run
         else:
             smem_qdo.retire()

@@ -1,5 +1,5 @@
 """The work units of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``): a unit
-is a 128-key block of one (batch, K/V head), one CTA each; its steps are the (query head of the group, 64-row
+is a key block of one (batch, K/V head) (``block_n`` keys: 128, or 64 at head dim 256), one CTA each; its steps are the (query head of the group, 64-row
 Q block) pairs that see its keys. These methods (a mixin of ``FlashAttentionBackward``) run in the trace on
 device values and, in the tests, on Python ints. ``varlen``: the batch is packed sequences (``cu_q`` /
 ``cu_k``, flash_attn_varlen_func's cu_seqlens); a unit's rows and keys are its sequence's
@@ -11,7 +11,7 @@ import cutlass.cute as cute
 
 from .backward_math import HALF
 
-BLOCK_N = 2 * HALF  # keys per CTA: one 64-key half per consumer warp group
+BLOCK_N = 2 * HALF  # keys per CTA at head dims 64 / 128: one 64-key half per consumer warp group
 BLOCK_M = 64  # Q rows per step
 
 
@@ -30,13 +30,13 @@ def padded_stats_rows(total_q, batches):
 
 
 class BackwardUnits:
-    """Unit and step order; needs ``causal``, ``window_left`` / ``window_right`` and ``varlen``."""
+    """Unit and step order; needs ``block_n``, ``causal``, ``window_left`` / ``window_right`` and ``varlen``."""
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
         self.group = heads // kv_heads
-        self.n_blocks = (seqlen_k + BLOCK_N - 1) // BLOCK_N
+        self.n_blocks = (seqlen_k + self.block_n - 1) // self.block_n
         self.m_blocks = (seqlen_q + BLOCK_M - 1) // BLOCK_M
         self.num_units = self.n_blocks * kv_heads * batches
 
@@ -51,9 +51,9 @@ class BackwardUnits:
         """The first Q block that sees a key of ``n_block`` (causal: query i sees keys j <= i; a window:
         keys j <= i + right)."""
         if cutlass.const_expr(self.causal):
-            return n_block * BLOCK_N // BLOCK_M
+            return n_block * self.block_n // BLOCK_M
         if cutlass.const_expr(self.window_right is not None):
-            return cutlass.max(n_block * BLOCK_N - self.window_right, 0) // BLOCK_M
+            return cutlass.max(n_block * self.block_n - self.window_right, 0) // BLOCK_M
         return 0
 
     def end_m_block(self, unit):
@@ -65,7 +65,7 @@ class BackwardUnits:
             m_blocks = (seqlen_q + BLOCK_M - 1) // BLOCK_M
         if cutlass.const_expr(self.window_left is None):
             return m_blocks
-        last_key = cutlass.min(n_block * BLOCK_N + BLOCK_N, seqlen_k) - 1
+        last_key = cutlass.min(n_block * self.block_n + self.block_n, seqlen_k) - 1
         return cutlass.min(m_blocks, (last_key + self.window_left) // BLOCK_M + 1)
 
     def steps_of(self, unit):
@@ -75,7 +75,11 @@ class BackwardUnits:
         steps = self.group * cutlass.max(0, self.end_m_block(unit) - self.first_m_block(n_block))
         if cutlass.const_expr(self.varlen):
             keys = self.seq_bounds(unit)[3]
-            steps = steps * cutlass.min(1, cutlass.max(0, keys - n_block * BLOCK_N))  # 0: no key of the block
+            steps = steps * cutlass.min(1, cutlass.max(0, keys - n_block * self.block_n))  # 0: no key of the block
+        if cutlass.const_expr(self.window_right is not None and not self.causal):
+            # first_m_block's block may be the last, cut at S_q before a query whose window reaches the keys
+            seqlen_q = self.seq_bounds(unit)[1]
+            steps = steps * cutlass.min(1, cutlass.max(0, seqlen_q + self.window_right - n_block * self.block_n))
         return steps
 
     def step_coords(self, unit, step):

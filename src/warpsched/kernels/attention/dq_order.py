@@ -20,7 +20,7 @@ import cutlass
 
 from ...model.gmem_flags import CrossCtaProtocol, GmemFlag, GmemWorkspace
 from ..gemm.handover import python_branch
-from .backward_units import BLOCK_M, BLOCK_N
+from .backward_units import BLOCK_M
 
 DQ_TURNS = GmemFlag(name="dQ block turns (mSem)")
 DQ_ACCUM = GmemWorkspace(name="dQ fp32 accumulator (mdQacc)")
@@ -32,15 +32,18 @@ def key_blocks_of(g, unit, m_block):
     inverse of ``first_m_block`` / ``end_m_block`` (every key block between them includes it, since both
     grow with the key block). Closed forms, branch-free on device values; empty (first > last) for a Q
     block no key block reaches."""
-    _, _, _, seqlen_k = g.seq_bounds(unit)
-    last = (seqlen_k + BLOCK_N - 1) // BLOCK_N - 1
-    if cutlass.const_expr(g.causal):  # key block n reaches Q blocks from n * BLOCK_N // BLOCK_M on
-        last = cutlass.min(last, m_block * BLOCK_M // BLOCK_N + (BLOCK_M - 1) // BLOCK_N)
+    _, seqlen_q, _, seqlen_k = g.seq_bounds(unit)
+    n = g.block_n
+    last = (seqlen_k + n - 1) // n - 1
+    if cutlass.const_expr(g.causal):  # key block k reaches Q blocks from k * n // BLOCK_M on
+        last = cutlass.min(last, m_block * BLOCK_M // n + (BLOCK_M - 1) // n)
     elif cutlass.const_expr(g.window_right is not None):
-        last = cutlass.min(last, (m_block * BLOCK_M + BLOCK_M - 1 + g.window_right) // BLOCK_N)
+        # the block's last query: its end, or S_q's last row (BackwardUnits.steps_of cuts the same way)
+        last_query = cutlass.min(m_block * BLOCK_M + BLOCK_M - 1, seqlen_q - 1)
+        last = cutlass.min(last, (last_query + g.window_right) // n)
     first = 0
     if cutlass.const_expr(g.window_left is not None):  # reached while its last key >= the block's start - left
-        first = cutlass.max(m_block * BLOCK_M - g.window_left, 0) // BLOCK_N
+        first = cutlass.max(m_block * BLOCK_M - g.window_left, 0) // n
     return first, last
 
 
@@ -65,18 +68,19 @@ def dq_part_calls(slot, order, last, part, flag=DQ_TURNS, acc=DQ_ACCUM, branch=p
 
 
 def dq_protocol(backward_class, causal=False, window_size=None, seqlen_q=256, heads=2, kv_heads=1, batches=1,
-                calls=None, grids=None, key_blocks=(1, 2, 3)) -> CrossCtaProtocol:
+                calls=None, grids=None, key_blocks=(1, 2, 3), head_dim=64) -> CrossCtaProtocol:
     """The grid checker's view of ``backward_class`` (``backward.FlashAttentionBackward``: its own unit and
-    step functions): one CTA per unit (the backward's grid), CTAs starting in order when they are not all
-    resident (``resident=False``), every key-block count in ``key_blocks`` (S_k = 128 x that); each unit
+    step functions at ``head_dim``, whose key blocks are 128 keys, or 64 at 256): one CTA per unit (the
+    backward's grid), CTAs starting in order when they are not all resident (``resident=False``), every
+    key-block count in ``key_blocks`` (S_k = block_n x that); each unit
     runs the kernel's steps with ``calls`` (default ``dq_part_calls``; the planted twins pass a mutated one)."""
     calls = calls or dq_part_calls
     units_of = {}
 
     def kernel(n_keys):
         if n_keys not in units_of:
-            g = backward_class(head_dim=64, causal=causal, window_size=window_size)
-            g.grid_setup(seqlen_q, n_keys * BLOCK_N, heads, kv_heads, batches)
+            g = backward_class(head_dim=head_dim, causal=causal, window_size=window_size)
+            g.grid_setup(seqlen_q, n_keys * g.block_n, heads, kv_heads, batches)
             units_of[n_keys] = g
         return units_of[n_keys]
 
@@ -112,9 +116,10 @@ def require_safe(g):
     from .masks import AttentionConfigError
 
     window = None if g.window_left is None and g.window_right is None else (g.window_left, g.window_right)
-    key = (g.causal, window)
-    if key not in _PROVEN:
-        _PROVEN[key] = [check_grid(dq_protocol(type(g), causal=g.causal, window_size=window, heads=h))
+    key = (g.causal, window, g.block_n)
+    if key not in _PROVEN:  # the head dim decides the key block (128 keys, 64 at head dim 256)
+        _PROVEN[key] = [check_grid(dq_protocol(type(g), causal=g.causal, window_size=window, heads=h,
+                                               head_dim=256 if g.d_split else 64))
                         for h in (1, 2)]
     bad = [r for r in _PROVEN[key] if r.verdict != "SAFE"]
     if bad:
