@@ -272,6 +272,20 @@ def test_delta_pre_pass_compiles_to_vector_loads(head_dim):
     assert len(re.findall(r"st\.global", ptx)) == 1
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_stats_pre_pass_reads_rows_coalesced_and_zeroes_the_dq_accumulator(head_dim):
+    """StatsPrep (the default's pre-pass): D / 8 threads per row, one 16-byte load of O and of dO each, the
+    row's products summed by log2(D / 8) butterfly shuffles; each thread zeroes its 8 fp32 columns of the dQ
+    accumulator (two 16-byte stores), and one lane writes delta and the LSE copy (in S or past it)."""
+    import cutlass
+
+    ptx = host.compiled_prep(cutlass.BFloat16, head_dim, arch="sm_90a", padded=True).artifacts.PTX
+    assert len(re.findall(r"ld\.global(\.\w+)*\.v4", ptx)) == 2
+    assert len(re.findall(r"shfl\.sync\.bfly", ptx)) == {64: 3, 128: 4, 256: 5}[head_dim]
+    assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 2
+    assert len(re.findall(r"st\.global\.b32", ptx)) == 4
+
+
 @pytest.mark.parametrize("shared_ds", [False, True])
 def test_turn_taking_is_safe_and_a_turn_kept_deadlocks(shared_ds):
     """wg_order: the warp groups alternate issuing their S / dP GEMMs through MathOrder; a twin whose

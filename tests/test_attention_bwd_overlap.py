@@ -172,8 +172,7 @@ def test_tma_stats_kernel_loads_lse_and_delta_with_q_and_do():
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.3d\.shared::cta\.global", ptx)) == 2
     assert not re.findall(r"ld\.global", ptx)
     prep = host.compiled_prep(cutlass.BFloat16, 64, arch="sm_90a", padded=True).artifacts.PTX
-    assert len(re.findall(r"ld\.global(\.\w+)*\.v4", prep)) == 2 * 64 * 2 // 16
-    assert len(re.findall(r"st\.global", prep)) == 4  # delta and LSE, in and past S
+    assert len(re.findall(r"st\.global\.b32", prep)) == 4  # delta and LSE, in and past S (test_attention_bwd: the rest)
 
 
 def test_tma_stats_with_varlen_is_the_same_program_and_loads_no_stats_from_global():

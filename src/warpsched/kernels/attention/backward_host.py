@@ -86,7 +86,8 @@ def _prep_target(arch):
 
 def compiled_prep(dtype, head_dim, arch=None, padded=False):
     """The delta pre-pass for TVM-FFI calls ``f(out, dout, delta)`` (``arch``: a CPU compile for that arch);
-    ``padded``: ``StatsPrep``, ``f(out, dout, lse, delta, lse_padded)`` with (B, H, S_pad) outputs."""
+    ``padded``: ``StatsPrep``, ``f(out, dout, lse, delta, lse_padded, dq_accum)`` with (B, H, S_pad) outputs,
+    dq_accum (B, H, S_pad, D) fp32 zeroed."""
     key = ("prep", dtype, head_dim, arch, padded)
     if key not in _CACHE:
         options, stream = _prep_target(arch)
@@ -94,7 +95,8 @@ def compiled_prep(dtype, head_dim, arch=None, padded=False):
             B, H, S, Sp = (cute.sym_int32() for _ in range(4))
             fakes = (_host.fake_bhsd(dtype, B, H, S, head_dim), _host.fake_bhsd(dtype, B, H, S, head_dim),
                      _host.fake_rows(B, H, S, assumed_align=None), _host.fake_rows(B, H, Sp, stride_divisibility=4),
-                     _host.fake_rows(B, H, Sp, stride_divisibility=4))
+                     _host.fake_rows(B, H, Sp, stride_divisibility=4),
+                     _host.fake_bhsd(cutlass.Float32, B, H, Sp, head_dim))
             _CACHE[key] = cute.compile(StatsPrep(dtype, head_dim), *fakes, stream, options=options)
         else:
             _CACHE[key] = cute.compile(DeltaPrep(dtype, head_dim), *fake_prep_operands(dtype, head_dim), stream,
@@ -162,11 +164,15 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
         options = default_options(D)
     lse = lse.contiguous()
     sp = (Sq + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    if options.get("tma_stats") and _host.ffi_enabled():  # the pre-pass zeroes dQ's accumulator too
+        dq_acc = torch.empty(B, H, sp, D, device=q.device, dtype=torch.float32)
+    else:
+        dq_acc = torch.zeros(B, H, sp, D, device=q.device, dtype=torch.float32)
     if options.get("tma_stats"):  # delta and the LSE padded to whole Q blocks (StatsPrep), for the kernel's TMA
         delta = torch.empty(B, H, sp, device=q.device, dtype=torch.float32)
         lse_padded = torch.empty(B, H, sp, device=q.device, dtype=torch.float32)
         if _host.ffi_enabled():
-            compiled_prep(_host.cutlass_dtype(q.dtype), D, padded=True)(out, dout, lse, delta, lse_padded)
+            compiled_prep(_host.cutlass_dtype(q.dtype), D, padded=True)(out, dout, lse, delta, lse_padded, dq_acc)
         else:
             delta.fill_(0.0)
             lse_padded.fill_(float("inf"))
@@ -178,7 +184,6 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
         compiled_prep(_host.cutlass_dtype(q.dtype), D)(out, dout, delta)
     else:
         delta = (dout.float() * out.float()).sum(-1)
-    dq_acc = torch.zeros(B, H, sp, D, device=q.device, dtype=torch.float32)
     # contiguous whatever k's strides (a view of a fused QKV projection has strided heads): not empty_like
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype) if dk is None else dk
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype) if dv is None else dv

@@ -8,12 +8,15 @@ copies of the tensors.
 """
 from __future__ import annotations
 
+import math
+
 import cutlass
 import cutlass.cute as cute
 
 from .backward_units import BLOCK_M, padded_first_block
 
 THREADS = 128
+VEC = 8  # 16-bit elements per 16-byte load
 CHUNK = 128  # columns of a row in registers at once
 
 
@@ -61,31 +64,56 @@ class DeltaPrep:
 class StatsPrep(DeltaPrep):
     """delta (as ``DeltaPrep``) and a copy of the LSE into (B, H, S_pad) fp32 buffers, S_pad = S rounded up
     to whole Q blocks: rows past S get delta 0 and LSE +inf (P = 0 there), so the backward
-    (``tma_stats``) loads each step's 64 values of both with one TMA each, beside Q and dO."""
+    (``tma_stats``) loads each step's 64 values of both with one TMA each, beside Q and dO; and the fp32 dQ
+    accumulator (B, H, S_pad, D) zeroed (no separate fill kernel before the backward).
+
+    Row-parallel: D / 8 threads per row, each with one 16-byte load of O and of dO (a warp reads whole rows,
+    coalesced), their products summed by butterfly shuffles; each thread zeroes its 8 columns of the row's
+    dQ accumulator (two 16-byte stores)."""
 
     @cute.jit
     def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mDelta: cute.Tensor,
-                 mLSEp: cute.Tensor, stream):
+                 mLSEp: cute.Tensor, mdQacc: cute.Tensor, stream):
         rows = cute.size(mDelta, mode=[0]) * cute.size(mDelta, mode=[1]) * cute.size(mDelta, mode=[2])
-        self.kernel(mO, mdO, mLSE, mDelta, mLSEp).launch(grid=[(rows + THREADS - 1) // THREADS, 1, 1],
-                                                         block=[THREADS, 1, 1], stream=stream)
+        per_cta = THREADS // (self.head_dim // VEC)
+        self.kernel(mO, mdO, mLSE, mDelta, mLSEp, mdQacc).launch(grid=[(rows + per_cta - 1) // per_cta, 1, 1],
+                                                                 block=[THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mDelta: cute.Tensor,
-               mLSEp: cute.Tensor):
+               mLSEp: cute.Tensor, mdQacc: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
+        lanes = self.head_dim // VEC  # threads per row (8, 16 or 32: a row's threads are in one warp)
         heads, seq, padded = cute.size(mO, mode=[1]), cute.size(mO, mode=[2]), cute.size(mDelta, mode=[2])
-        row = bid * THREADS + tidx
-        if row < cute.size(mO, mode=[0]) * heads * padded:
-            s, bh = row % padded, row // padded
-            h, b = bh % heads, bh // heads
+        row = bid * (THREADS // lanes) + tidx // lanes
+        lane = tidx % lanes
+        s, bh = row % padded, row // padded
+        h, b = bh % heads, bh // heads
+        in_grid = row < cute.size(mO, mode=[0]) * heads * padded
+        part = cutlass.Float32(0.0)
+        if in_grid:
             if s < seq:
-                mDelta[(b, h, s)] = self.row_delta(mO, mdO, b, h, s)
-                mLSEp[(b, h, s)] = mLSE[(b, h, s)]
-            else:
-                mDelta[(b, h, s)] = cutlass.Float32(0.0)
-                mLSEp[(b, h, s)] = cutlass.Float32.inf
+                o = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
+                do = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
+                cute.autovec_copy(cute.flat_divide(mO[(b, h, s, None)], (VEC,))[(None, lane)], o)
+                cute.autovec_copy(cute.flat_divide(mdO[(b, h, s, None)], (VEC,))[(None, lane)], do)
+                prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
+                part = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+        # every lane of the warp shuffles (rows past the grid with 0), so no lane waits on an absent one
+        for i in cutlass.range_constexpr(int(math.log2(lanes))):
+            part = part + cute.arch.shuffle_sync_bfly(part, offset=lanes >> (i + 1))
+        if in_grid:
+            zero = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32)
+            zero.fill(0.0)
+            cute.autovec_copy(zero, cute.flat_divide(mdQacc[(b, h, s, None)], (VEC,))[(None, lane)])
+            if lane == 0:
+                if s < seq:
+                    mDelta[(b, h, s)] = part
+                    mLSEp[(b, h, s)] = mLSE[(b, h, s)]
+                else:
+                    mDelta[(b, h, s)] = cutlass.Float32(0.0)
+                    mLSEp[(b, h, s)] = cutlass.Float32.inf
 
 
 class VarlenStatsPrep(DeltaPrep):
