@@ -87,8 +87,8 @@ def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None, window_si
     """softmax(q k^T * scale) v as ``torch.nn.functional.scaled_dot_product_attention(q, k, v,
     is_causal=is_causal, scale=scale, enable_gqa=True)``, with gradients for q, k and v.
 
-    q (B, H, S_q, D), k / v (B, H_kv, S_k, D), H a multiple of H_kv; bf16 or fp16; D 64 or 128 (the
-    forward also takes 256, the backward does not yet); causal is top-left aligned, as SDPA's.
+    q (B, H, S_q, D), k / v (B, H_kv, S_k, D), H a multiple of H_kv; bf16 or fp16; D 64, 128 or 256;
+    causal is top-left aligned, as SDPA's.
     ``window_size=(left, right)``: a sliding window, query i sees keys i - left .. i + right (-1 or None:
     unbounded; ``warpsched.ops.attention``), forward and backward visiting only the tiles it reaches;
     ``softcap``: scores s become softcap * tanh(s / softcap); ``mask_mod(batch, head, q_idx, kv_idx)``: a

@@ -44,7 +44,7 @@ from .forward import AttentionConfigError
 from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
-from .backward_units import BLOCK_M, BackwardUnits
+from .backward_units import BLOCK_M, BackwardUnits  # noqa: F401  (BLOCK_M: the default Q block)
 from . import dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
@@ -115,7 +115,7 @@ class FlashAttentionBackward(BackwardUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=None, producer_regs=24,
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
-                 tma_store_dkv=False, dq_stages=1):
+                 tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -134,6 +134,12 @@ class FlashAttentionBackward(BackwardUnits):
                                        "at head dim 256 the warp groups split D, not keys; both options need the "
                                        "64 / 128 split (shared_ds=False, tma_store_dkv=False)")
         self.key_halves = 1 if self.d_split else 2  # 64-key halves of the CTA's K / V block
+        if block_m not in (64, 128):
+            raise AttentionConfigError(f"block_m={block_m}: expected 64 or 128 query rows per step")
+        if block_m == 128 and (head_dim != 64 or varlen):
+            raise AttentionConfigError(f"block_m=128 with head_dim={head_dim}, varlen={varlen}: 128-row Q blocks "
+                                       "fit the registers at head dim 64, for unpacked batches (block_m=64)")
+        self.block_m = block_m  # query rows per step (Q block)
         self.d_cols = head_dim // 2 if self.d_split else head_dim  # dK / dV columns per warp group
         # the forward's sliding window: a key block's steps run over the Q blocks that see it (first_m_block,
         # end_m_block); only the blocks the window's edges cross are masked (backward_math.grads_of_scores)
@@ -167,27 +173,27 @@ class FlashAttentionBackward(BackwardUnits):
                                        "fp32 reduce-adds (deterministic=False)")
         # dQ added in key-block order per Q block (attention.dq_order): FlashAttentionBackwardDeterministic
         self.deterministic = bool(deterministic)
-        self.block_m, self.block_n = BLOCK_M, HALF * self.key_halves
+        self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
         elem = dtype.width // 8
         self.kv_bytes = 2 * self.block_n * head_dim * elem  # K and V of the block
         # Q and dO of a step (and with tma_stats its 64 fp32 LSE and delta values)
-        self.qdo_bytes = 2 * BLOCK_M * head_dim * elem + (2 * BLOCK_M * 4 if self.tma_stats else 0)
+        self.qdo_bytes = 2 * self.block_m * head_dim * elem + (2 * self.block_m * 4 if self.tma_stats else 0)
         self.alloc_k = SmemAllocation("sK", dtype=dtype, count=self.block_n * head_dim, alignment=1024)
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=self.block_n * head_dim, alignment=1024)
-        self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
-        self.alloc_do = SmemAllocation("sdO", dtype=dtype, count=qdo_stages * BLOCK_M * head_dim, alignment=1024)
-        self.alloc_lse, self.alloc_delta = (SmemAllocation(n, dtype=cutlass.Float32, count=qdo_stages * BLOCK_M,
+        self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=qdo_stages * self.block_m * head_dim, alignment=1024)
+        self.alloc_do = SmemAllocation("sdO", dtype=dtype, count=qdo_stages * self.block_m * head_dim, alignment=1024)
+        self.alloc_lse, self.alloc_delta = (SmemAllocation(n, dtype=cutlass.Float32, count=qdo_stages * self.block_m,
                                                            alignment=128) for n in ("sLSE", "sDelta"))
-        self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * BLOCK_M, alignment=1024)
+        self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * self.block_m, alignment=1024)
                          for wg in range(2)]
-        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=dq_stages * BLOCK_M * self.dq_cols,
+        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=dq_stages * self.block_m * self.dq_cols,
                                         alignment=1024)
                          for wg in range(2)]
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
         self.config = AttentionConfig(
-            "backward", dtype.__name__, head_dim, self.causal, BLOCK_M, self.block_n, qdo_stages, self.window_left,
+            "backward", dtype.__name__, head_dim, self.causal, self.block_m, self.block_n, qdo_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
@@ -201,9 +207,10 @@ class FlashAttentionBackward(BackwardUnits):
         def mma(a_major, b_major, tile, a_source=warpgroup.OperandSource.SMEM):
             return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, a_major, b_major, cutlass.Float32,
                                                      (1, 1, 1), tile, a_source)
-        sdp = mma(k_major, k_major, (HALF, BLOCK_M))  # S^T, dP^T: (keys, queries), contraction over D
+        sdp = mma(k_major, k_major, (HALF, self.block_m))  # S^T, dP^T: (keys, queries), contraction over D
         dkv = mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
-        dq = mma(k_major, mn_major, (BLOCK_M, self.dq_cols))  # dQ: (queries, D or its half), over keys
+        # dQ: (queries, D or its half), over keys; one 64-row WGMMA M, repeated over a 128-row Q block
+        dq = mma(k_major, mn_major, (HALF, self.dq_cols))
         return sdp, dkv, dq
 
     def _layouts(self):
@@ -213,22 +220,22 @@ class FlashAttentionBackward(BackwardUnits):
         st = self.qdo_stages
         halves = self.key_halves
         # d_split: (D half, queries, 2 * stage + D half), the dV / dK GEMMs' B operand of warp group w
-        rows_t = (sm90_utils.make_smem_layout_b(C, (HALF, d // 2, BLOCK_M), dt, 2 * st) if self.d_split
-                  else sm90_utils.make_smem_layout_b(C, (HALF, d, BLOCK_M), dt, st))  # (D, queries, stage)
+        rows_t = (sm90_utils.make_smem_layout_b(C, (HALF, d // 2, self.block_m), dt, 2 * st) if self.d_split
+                  else sm90_utils.make_smem_layout_b(C, (HALF, d, self.block_m), dt, st))  # (D, queries, stage)
         return {
-            "sK": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, halves),  # (keys, D, key half)
-            "sV": sm90_utils.make_smem_layout_a(R, (HALF, BLOCK_M, d), dt, halves),
+            "sK": sm90_utils.make_smem_layout_a(R, (HALF, self.block_m, d), dt, halves),  # (keys, D, key half)
+            "sV": sm90_utils.make_smem_layout_a(R, (HALF, self.block_m, d), dt, halves),
             # (D, keys, key half); shared_ds: (D half, keys, 2 * key half + D half); d_split: (D half, keys,
             # D half): the same bytes (64-column swizzle atoms, keys before columns in both)
-            "sKt": (sm90_utils.make_smem_layout_b(C, (BLOCK_M, d // 2, HALF), dt, 4) if self.shared_ds
-                    else sm90_utils.make_smem_layout_b(C, (BLOCK_M, self.dq_cols, HALF), dt, 2)),
-            "sQ": sm90_utils.make_smem_layout_b(R, (HALF, BLOCK_M, d), dt, st),  # (queries, D, stage)
-            "sdO": sm90_utils.make_smem_layout_b(R, (HALF, BLOCK_M, d), dt, st),
+            "sKt": (sm90_utils.make_smem_layout_b(C, (self.block_m, d // 2, HALF), dt, 4) if self.shared_ds
+                    else sm90_utils.make_smem_layout_b(C, (self.block_m, self.dq_cols, HALF), dt, 2)),
+            "sQ": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, d), dt, st),  # (queries, D, stage)
+            "sdO": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, d), dt, st),
             "sQt": rows_t,
             "sdOt": rows_t,
-            "sdS": sm90_utils.make_smem_layout_a(R, (BLOCK_M, d, HALF), dt, 1),  # (queries, keys)
-            "sdSt": sm90_utils.make_smem_layout_b(C, (BLOCK_M, HALF, BLOCK_M), dt, 1),  # (keys, queries)
-            "sdQ": sm90_utils.make_smem_layout_a(R, (BLOCK_M, self.dq_cols, self.dq_cols), cutlass.Float32,
+            "sdS": sm90_utils.make_smem_layout_a(R, (self.block_m, d, HALF), dt, 1),  # (queries, keys)
+            "sdSt": sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, self.block_m), dt, 1),  # (keys, queries)
+            "sdQ": sm90_utils.make_smem_layout_a(R, (self.block_m, self.dq_cols, self.dq_cols), cutlass.Float32,
                                                  self.dq_stages),
         }
 
@@ -249,18 +256,19 @@ class FlashAttentionBackward(BackwardUnits):
         lay = self._layouts()
         sdp_mma, dkv_mma, dq_mma = self._mmas()
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
-        tile = (HALF, self.head_dim)
+        tile = (HALF, self.head_dim)  # a 64-key half of K / V (and the dK / dV stores)
         atoms = [cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, self._sdhb(t), cute.slice_(lay[name], (None, None, 0)),
-                                                        tile)
-                 for t, name in ((mQ, "sQ"), (mK, "sK"), (mV, "sV"), (mdO, "sdO"))]
+                                                        rows)
+                 for t, name, rows in ((mQ, "sQ", (self.block_m, self.head_dim)), (mK, "sK", tile), (mV, "sV", tile),
+                                       (mdO, "sdO", (self.block_m, self.head_dim)))]
         tma_dq, tdQ = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyReduceBulkTensorTileS2GOp(), self._sdhb(mdQacc),
-            cute.slice_(lay["sdQ"], (None, None, 0)), (BLOCK_M, self.dq_cols))
+            cute.slice_(lay["sdQ"], (None, None, 0)), (self.block_m, self.dq_cols))
         stats = (None, None, None, None)
         if cutlass.const_expr(self.tma_stats):  # (S_pad, H, B) views of the padded LSE / delta, 64-value tiles
             stats = tuple(x for t in (mLSE, mDelta) for x in cute.nvgpu.cpasync.make_tiled_tma_atom(
                 g2s, cute.make_tensor(t.iterator, cute.select(t.layout, mode=[2, 1, 0])),
-                cute.make_layout(BLOCK_M), (BLOCK_M,)))
+                cute.make_layout(self.block_m), (self.block_m,)))
         stores = (None, None, None, None)
         if cutlass.const_expr(self.tma_store_dkv):  # dK, dV from a V half (the load's layout and tile)
             stores = tuple(x for t in (mdK, mdV) for x in cute.nvgpu.cpasync.make_tiled_tma_atom(
@@ -329,8 +337,8 @@ class FlashAttentionBackward(BackwardUnits):
             s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])[(None, None, 0)]
             s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
         if cutlass.const_expr(self.tma_stats):
-            s.update(sLSE=view(self.alloc_lse, cute.make_layout((BLOCK_M, self.qdo_stages))),
-                     sDelta=view(self.alloc_delta, cute.make_layout((BLOCK_M, self.qdo_stages))),
+            s.update(sLSE=view(self.alloc_lse, cute.make_layout((self.block_m, self.qdo_stages))),
+                     sDelta=view(self.alloc_delta, cute.make_layout((self.block_m, self.qdo_stages))),
                      tma_lse=tma_lse, mLSEt=mLSEt, tma_delta=tma_delta, mDeltat=mDeltat)
         if cutlass.const_expr(self.tma_store_dkv):
             s.update(tma_dk=tma_dk, mdKt=mdKt, tma_dv=tma_dv, mdVt=mdVt)

@@ -163,7 +163,8 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     if not options:
         options = default_options(D)
     lse = lse.contiguous()
-    sp = (Sq + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    block_m = options.get("block_m", BLOCK_M)  # the kernel's Q block: dQaccum, LSE / delta padded to whole ones
+    sp = (Sq + block_m - 1) // block_m * block_m
     if options.get("tma_stats") and _host.ffi_enabled():  # the pre-pass zeroes dQ's accumulator too
         dq_acc = torch.empty(B, H, sp, D, device=q.device, dtype=torch.float32)
     else:
@@ -198,7 +199,7 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     options = dict(options, **{k: x for k, x in extra.items() if x is not None})
     kern_key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     # deterministic: one Int32 turn word per (batch, query head, Q block), zero at launch (dq_order)
-    turns = (torch.zeros(B * H * (sp // BLOCK_M), device=q.device, dtype=torch.int32),) if deterministic else ()
+    turns = (torch.zeros(B * H * (sp // block_m), device=q.device, dtype=torch.int32),) if deterministic else ()
     if _host.ffi_enabled():
         f, args = compiled_ffi(kern_key), (q, k, v, dout, lse, delta, dq_acc, dk, dv, *turns, scale)
     else:

@@ -17,7 +17,6 @@ from . import backward_math as bmath
 from . import dq_order
 from . import register_math as amath
 from .backward_math import HALF
-from .backward_units import BLOCK_M
 from .dq_turns import DQTurnIO
 from ..gemm.fixup import runtime_branch
 
@@ -78,12 +77,12 @@ class SmemKV(MemoryResource):
         v, g = stage_info.context.values, self.g
         tidx, _, _ = cute.arch.thread_idx()
         sdp = v.sdp_mma.get_slice(tidx % 128)
-        acc_s = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, BLOCK_M)), cutlass.Float32)
-        acc_dp = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, BLOCK_M)), cutlass.Float32)
+        acc_s = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, g.block_m)), cutlass.Float32)
+        acc_dp = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, g.block_m)), cutlass.Float32)
         dkv = v.dkv_mma.get_slice(tidx % 128)
         acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
         acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
-        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((BLOCK_M, g.dq_cols)),
+        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((g.block_m, g.dq_cols)),
                                        cutlass.Float32)
         return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
                 amath.make_p(acc_dp, v.dkv_mma, g.dtype))
@@ -214,9 +213,9 @@ class SmemQdO(MemoryResource):
         for tma, m_x, s_x in ((v.tma_q, v.mQ, v.sQ), (v.tma_do, v.mdO, v.sdO)):
             if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed Q / dO
                 g_x = cute.flat_divide(g.rows_of(m_x, v.unit, head, batch),
-                                       (BLOCK_M, g.head_dim))[(None, None, None, 0)]
+                                       (g.block_m, g.head_dim))[(None, None, None, 0)]
             else:
-                g_x = cute.flat_divide(m_x, (BLOCK_M, g.head_dim))[(None, None, None, 0, head, batch)]
+                g_x = cute.flat_divide(m_x, (g.block_m, g.head_dim))[(None, None, None, 0, head, batch)]
             t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
                                                         cute.group_modes(g_x, 0, 2))
             stage_info.tma_copy(tma, t_g[(None, m_block)], t_s[(None, stage_info.stage_idx)])
@@ -225,7 +224,7 @@ class SmemQdO(MemoryResource):
             if cutlass.const_expr(g.varlen):  # the sequence's blocks of the padded rows (VarlenStatsPrep)
                 block = g.padded_block0(v.unit) + m_block
             for tma, m_x, s_x in ((v.tma_lse, v.mLSEt, v.sLSE), (v.tma_delta, v.mDeltat, v.sDelta)):
-                g_x = cute.flat_divide(m_x, (BLOCK_M,))[(None, None, head, 0 if g.varlen else batch)]
+                g_x = cute.flat_divide(m_x, (g.block_m,))[(None, None, head, 0 if g.varlen else batch)]
                 t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 1),
                                                             cute.group_modes(g_x, 0, 1))
                 stage_info.tma_copy(tma, t_g[(None, block)], t_s[(None, stage_info.stage_idx)])
@@ -295,7 +294,7 @@ class Grads(MemoryResource):
         n_block, _, _ = g.unit_coords(v.unit)
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
         first_key = n_block * g.block_n + (0 if g.d_split else self.wg * HALF)  # d_split: both take all 64
-        return g, v, first_key, m_block * BLOCK_M, head, batch
+        return g, v, first_key, m_block * g.block_m, head, batch
 
     def _ds_tile(self, v):
         """Where ``dscores`` writes dS^T: this warp group's tile, or None with ``shared_ds`` (SmemDS.store)."""

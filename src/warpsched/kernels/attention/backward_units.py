@@ -12,7 +12,7 @@ import cutlass.cute as cute
 from .backward_math import HALF
 
 BLOCK_N = 2 * HALF  # keys per CTA at head dims 64 / 128: one 64-key half per consumer warp group
-BLOCK_M = 64  # Q rows per step
+BLOCK_M = 64  # Q rows per step (the default; 128 at head dim 64: FlashAttentionBackward(block_m=))
 
 
 def padded_first_block(q_start, batch):
@@ -30,14 +30,15 @@ def padded_stats_rows(total_q, batches):
 
 
 class BackwardUnits:
-    """Unit and step order; needs ``block_n``, ``causal``, ``window_left`` / ``window_right`` and ``varlen``."""
+    """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right`` and
+    ``varlen``."""
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
         self.group = heads // kv_heads
         self.n_blocks = (seqlen_k + self.block_n - 1) // self.block_n
-        self.m_blocks = (seqlen_q + BLOCK_M - 1) // BLOCK_M
+        self.m_blocks = (seqlen_q + self.block_m - 1) // self.block_m
         self.num_units = self.n_blocks * kv_heads * batches
 
     def unit_coords(self, unit):
@@ -51,9 +52,9 @@ class BackwardUnits:
         """The first Q block that sees a key of ``n_block`` (causal: query i sees keys j <= i; a window:
         keys j <= i + right)."""
         if cutlass.const_expr(self.causal):
-            return n_block * self.block_n // BLOCK_M
+            return n_block * self.block_n // self.block_m
         if cutlass.const_expr(self.window_right is not None):
-            return cutlass.max(n_block * self.block_n - self.window_right, 0) // BLOCK_M
+            return cutlass.max(n_block * self.block_n - self.window_right, 0) // self.block_m
         return 0
 
     def end_m_block(self, unit):
@@ -62,11 +63,11 @@ class BackwardUnits:
         _, seqlen_q, _, seqlen_k = self.seq_bounds(unit)
         m_blocks = self.m_blocks
         if cutlass.const_expr(self.varlen):
-            m_blocks = (seqlen_q + BLOCK_M - 1) // BLOCK_M
+            m_blocks = (seqlen_q + self.block_m - 1) // self.block_m
         if cutlass.const_expr(self.window_left is None):
             return m_blocks
         last_key = cutlass.min(n_block * self.block_n + self.block_n, seqlen_k) - 1
-        return cutlass.min(m_blocks, (last_key + self.window_left) // BLOCK_M + 1)
+        return cutlass.min(m_blocks, (last_key + self.window_left) // self.block_m + 1)
 
     def steps_of(self, unit):
         """(query heads of the group) x (Q blocks ``first_m_block`` .. ``end_m_block``): the unit's step count

@@ -20,7 +20,6 @@ import cutlass
 
 from ...model.gmem_flags import CrossCtaProtocol, GmemFlag, GmemWorkspace
 from ..gemm.handover import python_branch
-from .backward_units import BLOCK_M
 
 DQ_TURNS = GmemFlag(name="dQ block turns (mSem)")
 DQ_ACCUM = GmemWorkspace(name="dQ fp32 accumulator (mdQacc)")
@@ -35,15 +34,15 @@ def key_blocks_of(g, unit, m_block):
     _, seqlen_q, _, seqlen_k = g.seq_bounds(unit)
     n = g.block_n
     last = (seqlen_k + n - 1) // n - 1
-    if cutlass.const_expr(g.causal):  # key block k reaches Q blocks from k * n // BLOCK_M on
-        last = cutlass.min(last, m_block * BLOCK_M // n + (BLOCK_M - 1) // n)
+    if cutlass.const_expr(g.causal):  # key block k reaches Q blocks from k * n // g.block_m on
+        last = cutlass.min(last, m_block * g.block_m // n + (g.block_m - 1) // n)
     elif cutlass.const_expr(g.window_right is not None):
         # the block's last query: its end, or S_q's last row (BackwardUnits.steps_of cuts the same way)
-        last_query = cutlass.min(m_block * BLOCK_M + BLOCK_M - 1, seqlen_q - 1)
+        last_query = cutlass.min(m_block * g.block_m + g.block_m - 1, seqlen_q - 1)
         last = cutlass.min(last, (last_query + g.window_right) // n)
     first = 0
     if cutlass.const_expr(g.window_left is not None):  # reached while its last key >= the block's start - left
-        first = cutlass.max(m_block * BLOCK_M - g.window_left, 0) // n
+        first = cutlass.max(m_block * g.block_m - g.window_left, 0) // n
     return first, last
 
 
