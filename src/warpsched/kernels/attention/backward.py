@@ -89,7 +89,8 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         grads_all.append(grads)
         src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
         turn = {} if order is None else {"order": order}
-        turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv") if getattr(g, n)})
+        turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats")
+                     if getattr(g, n)})
         if order is not None:
             (dst if wg == 0 else src).append(order)
         if g.shared_ds:
@@ -167,6 +168,9 @@ class FlashAttentionBackward(BackwardUnits):
         # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep;
         # varlen: VarlenStatsPrep, each sequence's rows from a block boundary, backward_units.padded_block0)
         self.tma_stats = bool(tma_stats)
+        # 128-row Q blocks: LSE and delta (32 registers each) are read from the stage one at a time, each just
+        # before its use, so they never sit beside S, dP, dK and dV at once
+        self.split_stats = self.tma_stats and self.block_m == 128
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
         if deterministic and self.varlen:
             raise AttentionConfigError("deterministic=True with varlen: not yet; the packed backward adds dQ by "

@@ -70,11 +70,14 @@ def query_stats(lse2, delta, g, v, m0, head, batch, bounds):
 @cute.jit
 def stats_from_smem(lse2, delta, g, v, s_lse, s_delta):
     """``query_stats`` from the Q / dO stage's copies (``tma_stats``: loaded by TMA with Q and dO from
-    buffers the pre-pass padded with LSE +inf and delta 0, so no row test)."""
+    buffers the pre-pass padded with LSE +inf and delta 0, so no row test); either may be None
+    (``split_stats``: each read just before its use)."""
     coords = _columns(g, v)
-    for j in cutlass.range_constexpr(cute.size(lse2)):
-        lse2[j] = s_lse[coords[0, j][1]] * LOG2E
-        delta[j] = s_delta[coords[0, j][1]]
+    for j in cutlass.range_constexpr(cute.size(lse2 if lse2 is not None else delta)):
+        if cutlass.const_expr(lse2 is not None):
+            lse2[j] = s_lse[coords[0, j][1]] * LOG2E
+        if cutlass.const_expr(delta is not None):
+            delta[j] = s_delta[coords[0, j][1]]
 
 
 @cute.jit

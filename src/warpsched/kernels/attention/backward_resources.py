@@ -236,6 +236,19 @@ class SmemQdO(MemoryResource):
         bmath.stats_from_smem(lse2, delta, self.g, v, v.sLSE[(None, stage_info.stage_idx)],
                               v.sDelta[(None, stage_info.stage_idx)])
 
+    @consumer_work
+    def load_lse(self, stage_info: StageInfo, lse2):
+        """``split_stats``: the LSE * log2 e alone (P needs it; delta is read after P, so the two never hold
+        registers at once beside S and dP)."""
+        v = stage_info.context.values
+        bmath.stats_from_smem(lse2, None, self.g, v, v.sLSE[(None, stage_info.stage_idx)], None)
+
+    @consumer_work
+    def load_delta(self, stage_info: StageInfo, delta):
+        """``split_stats``: delta alone, for dS."""
+        v = stage_info.context.values
+        bmath.stats_from_smem(None, delta, self.g, v, None, v.sDelta[(None, stage_info.stage_idx)])
+
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     def gemm_operand(self, stage_info: StageInfo, idx):
         """Declares that the S / dP GEMMs issued next (``SmemKV.mma_sdp``, same commit group) read this

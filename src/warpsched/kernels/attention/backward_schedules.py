@@ -33,7 +33,7 @@ def pass_turn(order, wg):
 
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
-                  overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False):
+                  overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -42,7 +42,7 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     ``overlap_scores``: S and dP in two commit groups, the queries' LSE / delta loaded while they run and P
     computed while dP's runs (``tma_stats``: read from the Q / dO stage). ``overlap_dq``: the dK GEMM issued
     last, dQ staged while it runs. ``tma_store_dkv``: dK and dV leave through the warp group's V half by TMA
-    before K / V are released."""
+    before K / V are released. ``split_stats`` (with ``tma_stats``): the LSE read before P, delta after it."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
@@ -57,12 +57,16 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
             smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
             pass_turn(order, wg)
-            if tma_stats:
+            if split_stats:
+                smem_qdo.load_lse(lse2=lse2)
+            elif tma_stats:
                 smem_qdo.load_stats(lse2=lse2, delta=delta)
             else:
                 grads.stats(lse2=lse2, delta=delta)
             smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
             grads.probs(acc_s=acc_s, lse2=lse2)
+            if split_stats:
+                smem_qdo.load_delta(delta=delta)
             smem_kv.retire()
             grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
         else:
