@@ -148,13 +148,17 @@ class FlashAttentionBackward(BackwardUnits):
         # the forward's mask_mod and softcap: P recomputed as the forward made it, dS through the cap's derivative
         check_masks(mask_mod, softcap, False)
         self.mask_mod, self.softcap = mask_mod, softcap
-        if shared_ds and head_dim != 128:
-            raise AttentionConfigError(f"shared_ds=True at head dim {head_dim}: it splits D in two 64-column dQ "
-                                       "halves, one per warp group; it needs head_dim=128")
-        # shared_ds: the warp groups swap dS tiles and each computes half of dQ's columns over all 128 keys
-        # (one dQ reduce-add per step instead of two partial sums)
+        if shared_ds and (head_dim, block_m) not in ((128, 64), (64, 128)):
+            raise AttentionConfigError(f"shared_ds=True at head dim {head_dim} with block_m={block_m}: it splits "
+                                       "dQ in two halves, one per warp group: D's at head dim 128 (block_m=64), the "
+                                       "Q block's rows at head dim 64 (block_m=128)")
+        # shared_ds: the warp groups swap dS tiles and each computes half of dQ over all 128 keys (one dQ
+        # reduce-add per step instead of two partial sums): half of D's columns at head dim 128, half of the
+        # Q block's rows (ds_rows) with 128-row blocks at head dim 64
         self.shared_ds = bool(shared_ds)
-        self.dq_cols = head_dim // 2 if self.shared_ds or self.d_split else head_dim  # dQ columns per warp group
+        self.ds_rows = self.shared_ds and block_m == 128
+        self.dq_cols = head_dim // 2 if (self.shared_ds and not self.ds_rows) or self.d_split else head_dim
+        self.dq_rows = HALF if self.ds_rows else block_m  # dQ rows per warp group
         self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
         # P computed while the dP GEMM runs (LSE / delta loaded under both); dQ staged while the dK GEMM runs
         self.overlap_scores, self.overlap_dq = bool(overlap_scores or tma_stats), bool(overlap_dq)
@@ -192,7 +196,7 @@ class FlashAttentionBackward(BackwardUnits):
                                                            alignment=128) for n in ("sLSE", "sDelta"))
         self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * self.block_m, alignment=1024)
                          for wg in range(2)]
-        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=dq_stages * self.block_m * self.dq_cols,
+        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=dq_stages * self.dq_rows * self.dq_cols,
                                         alignment=1024)
                          for wg in range(2)]
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
@@ -231,15 +235,18 @@ class FlashAttentionBackward(BackwardUnits):
             "sV": sm90_utils.make_smem_layout_a(R, (HALF, self.block_m, d), dt, halves),
             # (D, keys, key half); shared_ds: (D half, keys, 2 * key half + D half); d_split: (D half, keys,
             # D half): the same bytes (64-column swizzle atoms, keys before columns in both)
-            "sKt": (sm90_utils.make_smem_layout_b(C, (self.block_m, d // 2, HALF), dt, 4) if self.shared_ds
+            "sKt": (sm90_utils.make_smem_layout_b(C, (self.block_m, d // 2, HALF), dt, 4)
+                    if self.shared_ds and not self.ds_rows
                     else sm90_utils.make_smem_layout_b(C, (self.block_m, self.dq_cols, HALF), dt, 2)),
             "sQ": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, d), dt, st),  # (queries, D, stage)
             "sdO": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, d), dt, st),
             "sQt": rows_t,
             "sdOt": rows_t,
-            "sdS": sm90_utils.make_smem_layout_a(R, (self.block_m, d, HALF), dt, 1),  # (queries, keys)
+            # (queries, keys); ds_rows: (64 queries, keys, row half), the same bytes as the 128-row tile
+            "sdS": (sm90_utils.make_smem_layout_a(R, (HALF, d, HALF), dt, 2) if self.ds_rows
+                    else sm90_utils.make_smem_layout_a(R, (self.block_m, d, HALF), dt, 1)),
             "sdSt": sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, self.block_m), dt, 1),  # (keys, queries)
-            "sdQ": sm90_utils.make_smem_layout_a(R, (self.block_m, self.dq_cols, self.dq_cols), cutlass.Float32,
+            "sdQ": sm90_utils.make_smem_layout_a(R, (self.dq_rows, self.dq_cols, self.dq_cols), cutlass.Float32,
                                                  self.dq_stages),
         }
 
@@ -267,7 +274,7 @@ class FlashAttentionBackward(BackwardUnits):
                                        (mdO, "sdO", (self.block_m, self.head_dim)))]
         tma_dq, tdQ = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyReduceBulkTensorTileS2GOp(), self._sdhb(mdQacc),
-            cute.slice_(lay["sdQ"], (None, None, 0)), (self.block_m, self.dq_cols))
+            cute.slice_(lay["sdQ"], (None, None, 0)), (self.dq_rows, self.dq_cols))
         stats = (None, None, None, None)
         if cutlass.const_expr(self.tma_stats):  # (S_pad, H, B) views of the padded LSE / delta, 64-value tiles
             stats = tuple(x for t in (mLSE, mDelta) for x in cute.nvgpu.cpasync.make_tiled_tma_atom(

@@ -187,16 +187,16 @@ def stage_dq(acc_dq, g, v, s_dq, stage):
 
 @cute.jit
 def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutlass.Constexpr = False):
-    """dQaccum[Q block ``m_block`` of (batch, head)] += the dQ tile (stage ``stage``): one TMA reduce-add (the copy elects one
-    lane of the warp, so the whole warp calls it), and every lane waits for its own bulk group, so the
-    issuing lane has seen the TMA read the tile before it arrives (the buffer's rows are padded to whole
-    64-row blocks). ``complete``: waits until the add's writes are done (not only its SMEM reads), fenced
+    """dQaccum[row block ``m_block`` (of ``g.dq_rows`` rows) of (batch, head)] += the dQ tile (stage ``stage``):
+    one TMA reduce-add (the copy elects one lane of the warp, so the whole warp calls it), and every lane waits
+    for its own bulk group, so the issuing lane has seen the TMA read the tile before it arrives (the buffer's
+    rows are padded to whole Q blocks). ``complete``: waits until the add's writes are done (not only its SMEM reads), fenced
     from the async proxy, so a hand-over after it orders the next add after this one (dq_order)."""
     if cutlass.const_expr(g.varlen):  # the sequence's rows (a tile's rows past it add zeros: P = 0 there)
         g_dq = cute.flat_divide(g.rows_of(v.mdQacc, v.unit, head, batch),
-                                (g.block_m, g.dq_cols))[(None, None, None, col_block)]
+                                (g.dq_rows, g.dq_cols))[(None, None, None, col_block)]
     else:
-        g_dq = cute.flat_divide(v.mdQacc, (g.block_m, g.dq_cols))[(None, None, None, col_block, head, batch)]
+        g_dq = cute.flat_divide(v.mdQacc, (g.dq_rows, g.dq_cols))[(None, None, None, col_block, head, batch)]
     t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
                                                 cute.group_modes(g_dq, 0, 2))
     cute.copy(v.tma_dq, t_s[(None, stage)], t_g[(None, m_block)])

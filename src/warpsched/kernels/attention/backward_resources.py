@@ -82,7 +82,7 @@ class SmemKV(MemoryResource):
         dkv = v.dkv_mma.get_slice(tidx % 128)
         acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
         acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
-        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((g.block_m, g.dq_cols)),
+        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((g.dq_rows, g.dq_cols)),
                                        cutlass.Float32)
         return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
                 amath.make_p(acc_dp, v.dkv_mma, g.dtype))
@@ -165,14 +165,21 @@ class SmemKV(MemoryResource):
     @cute.jit
     def mma_dq(self, stage_info: StageInfo, acc_dq, *, wg: cutlass.Constexpr = 0):
         """dQ's part of this warp group. ``shared_ds``: dQ[:, 64 wg : 64 wg + 64] over all 128 keys, A from
-        both warp groups' dS tiles (the other's through ``SmemDS``), B from K's (D half, key half) blocks;
+        both warp groups' dS tiles (the other's through ``SmemDS``), B from K's (D half, key half) blocks
+        (``ds_rows``: dQ[64 wg : 64 wg + 64, :], A from row half wg of both tiles, B from K's key halves);
         else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile)."""
         g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
         frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
         warpgroup.fence()
-        if cutlass.const_expr(g.shared_ds):  # sKt: (D half, keys, 2 * key half + D half)
+        if cutlass.const_expr(g.ds_rows):  # sdS: (64 queries, keys, row half); sKt: (D, keys, key half)
+            for half in cutlass.range_constexpr(2):
+                frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
+                for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+                    mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
+                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, wg)], frag_kt[(None, None, kb, half)], acc_dq)
+        elif cutlass.const_expr(g.shared_ds):  # sKt: (D half, keys, 2 * key half + D half)
             for half in cutlass.range_constexpr(2):
                 frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
                 for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
@@ -398,7 +405,9 @@ class SmemDQ(MemoryResource):
         (attention.dq_order: the hand-over the grid checker proves, run here on the kernel's values)."""
         g, v = self.g, stage_info.context.values
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        col_block = self.wg if g.shared_ds or g.d_split else 0
+        col_block = self.wg if (g.shared_ds and not g.ds_rows) or g.d_split else 0
+        if cutlass.const_expr(g.ds_rows):  # this warp group's 64 rows of the 128-row Q block
+            m_block = m_block * 2 + self.wg
         s_dq = getattr(v, f"sdQ{self.wg}")
         if cutlass.const_expr(g.deterministic):
             slot, order, last = dq_order.dq_turn(g, v.unit, stage_info.loop_offset)

@@ -1,8 +1,9 @@
-"""The attention backward at head dim 256 (``FlashAttentionBackward.d_split``): 64 keys per CTA, both warp
-groups compute S and dP over all 256 columns and each owns one 128-column half of dK, dV and dQ. The
-program is the 64 / 128 one (same tasks, same schedules), proven SAFE; the kernel fits the SMEM with one
-Q / dO stage and traces the checked program; options that need the key split are refused naming the fix.
-Numbers on the H200: docs/attention.md ("Head dim 256 backward", bench/attention_bwd_check.py)."""
+"""The attention backward's other tile splits. Head dim 256 (``FlashAttentionBackward.d_split``): 64 keys per
+CTA, both warp groups compute S and dP over all 256 columns and each owns one 128-column half of dK, dV and
+dQ; the program is the 64 / 128 one (same tasks, same schedules), proven SAFE, fits the SMEM with one Q / dO
+stage and traces the checked program. 128-row Q blocks at head dim 64 (``block_m=128``, last section). Options
+that do not fit are refused naming the fix. Numbers on the H200: docs/attention.md ("Backward",
+bench/attention_bwd_check.py)."""
 from __future__ import annotations
 
 import re
@@ -59,3 +60,33 @@ def test_the_kernel_traces_the_checked_program():
     assert counts["wgmma.mma_async"] == 2 * (2 * 16 + 3 * 4)
     assert len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)) == 2 * 128 // 32  # dQ halves, 32-float boxes
     assert not re.findall(r"(red|atom)\.global", ptx)
+
+
+# ------------------------------------------------------------------ 128-row Q blocks at head dim 64
+@pytest.mark.parametrize("shared_ds", [False, True])
+def test_128_row_q_blocks_at_head_dim_64_are_safe_and_trace_their_program(shared_ds):
+    """block_m=128 (head dim 64): S / dP are 64 keys x 128 queries per warp group; the LSE and delta are read
+    one at a time (split_stats); with shared_ds each warp group computes 64 rows of dQ over all 128 keys
+    from both dS tiles (ds_rows), else 128 rows over its own 64 keys."""
+    from warpsched.verify.verdicts import VERDICTS
+
+    opts = dict(host.default_options(64), block_m=128, shared_ds=shared_ds, dq_stages=2 if shared_ds else 1)
+    g = ab.FlashAttentionBackward(head_dim=64, causal=True, **opts)
+    assert g.split_stats and g.ds_rows == shared_ds and (g.dq_rows, g.dq_cols) == ((64 if shared_ds else 128), 64)
+    ptx = host.compile_for_cpu(head_dim=64, causal=True, **opts).artifacts.PTX
+    fingerprint = VERDICTS.looked_up[-1]
+    assert VERDICTS.get(fingerprint).verdict == "SAFE"
+    assert fingerprint == ab.build(g, verbose=False, exhaustive_deadlock_race_check=False).fingerprint
+    # per warp group: S^T, dP^T (m64n128, 4 k-steps each over D = 64); dV, dK over 128 queries (8 each) and dQ
+    # (ds_rows: 8 over 128 keys; else 2 row atoms x 4 over the warp group's 64 keys), all m64n64
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)) == 2 * 2 * 4
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)) == 2 * 24
+    assert len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)) == 2 * 2  # 64 columns, 32-float boxes
+
+
+@pytest.mark.parametrize("kw, words", [({"head_dim": 128, "block_m": 128}, "block_m=128 with head_dim=128"),
+                                       ({"head_dim": 64, "shared_ds": True}, "shared_ds=True at head dim 64 with block_m=64"),
+                                       ({"head_dim": 64, "block_m": 96}, "block_m=96: expected 64 or 128")])
+def test_q_block_options_that_do_not_fit_are_refused_naming_what_does(kw, words):
+    with pytest.raises(AttentionConfigError, match=re.escape(words)):
+        ab.FlashAttentionBackward(**kw)
