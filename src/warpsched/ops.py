@@ -77,7 +77,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                               causal=False, scale=None, *, window_size=None, softcap=None, mask_mod=None):
     """The gradients (dq, dk, dv) of ``out = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, ...)`` for
     the upstream ``dout``, given the forward's (H, total_q) ``lse`` (``return_lse=True``); dq has q's and dk /
-    dv k's (total, heads, D) shape (GQA: summed over each K/V head's query heads). D 64 or 128;
+    dv k's (total, heads, D) shape (GQA: summed over each K/V head's query heads). D 64, 128 or 256;
     ``max_seqlen_q`` / ``max_seqlen_k`` ints at least the longest sequences (they size the grid). The kernel is
     the backward's program (``attention_backward``) reading each sequence's rows in place."""
     from warpsched.kernels.attention import varlen as _varlen

@@ -77,7 +77,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                      window_size=None, softcap=None, mask_mod=None):
     """Attention over packed variable-length sequences with gradients for q, k and v, as flash_attn's
     ``flash_attn_varlen_func``: q (total_q, H, D), k / v (total_k, H_kv, D), int32 ``cu_seqlens_*`` offsets
-    (B + 1) and the longest lengths as ints (``warpsched.ops.attention_varlen``). D 64 or 128 for gradients.
+    (B + 1) and the longest lengths as ints (``warpsched.ops.attention_varlen``). D 64, 128 or 256.
     Eager (the kernels are called through ``warpsched.ops``, not torch custom ops)."""
     return _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                   bool(causal), scale, window_size, softcap, mask_mod)

@@ -18,7 +18,7 @@ user's ``mask_mod`` and a ``softcap`` (as FlashAttention's and flex attention's)
 
 None of them changes the synchronization: the kernel's program, and so its proof, is the one
 without them (the window changes which tile a step loads, and how many steps: every count >= 1 is
-proven). Forward only: the backward does not take them yet."""
+proven). The backward takes them too (``attention.backward``, docs/attention.md "Masks in the backward")."""
 from __future__ import annotations
 
 import cutlass
