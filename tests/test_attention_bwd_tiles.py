@@ -85,7 +85,8 @@ def test_128_row_q_blocks_at_head_dim_64_are_safe_and_trace_their_program(shared
 
 
 @pytest.mark.parametrize("kw, words", [({"head_dim": 128, "block_m": 128}, "block_m=128 with head_dim=128"),
-                                       ({"head_dim": 64, "shared_ds": True}, "shared_ds=True at head dim 64 with block_m=64"),
+                                       ({"head_dim": 64, "shared_ds": True},
+                                        "shared_ds=True at head dim 64 with block_m=64"),
                                        ({"head_dim": 64, "block_m": 96}, "block_m=96: expected 64 or 128")])
 def test_q_block_options_that_do_not_fit_are_refused_naming_what_does(kw, words):
     with pytest.raises(AttentionConfigError, match=re.escape(words)):

@@ -196,8 +196,8 @@ class FlashAttentionBackward(BackwardUnits):
                                                            alignment=128) for n in ("sLSE", "sDelta"))
         self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * self.block_m, alignment=1024)
                          for wg in range(2)]
-        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32, count=dq_stages * self.dq_rows * self.dq_cols,
-                                        alignment=1024)
+        self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32,
+                                        count=dq_stages * self.dq_rows * self.dq_cols, alignment=1024)
                          for wg in range(2)]
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
         self.config = AttentionConfig(

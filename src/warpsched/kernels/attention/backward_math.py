@@ -190,8 +190,9 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutl
     """dQaccum[row block ``m_block`` (of ``g.dq_rows`` rows) of (batch, head)] += the dQ tile (stage ``stage``):
     one TMA reduce-add (the copy elects one lane of the warp, so the whole warp calls it), and every lane waits
     for its own bulk group, so the issuing lane has seen the TMA read the tile before it arrives (the buffer's
-    rows are padded to whole Q blocks). ``complete``: waits until the add's writes are done (not only its SMEM reads), fenced
-    from the async proxy, so a hand-over after it orders the next add after this one (dq_order)."""
+    rows are padded to whole Q blocks). ``complete``: waits until the add's writes are done (not only its SMEM
+    reads), fenced from the async proxy, so a hand-over after it orders the next add after this one
+    (dq_order)."""
     if cutlass.const_expr(g.varlen):  # the sequence's rows (a tile's rows past it add zeros: P = 0 there)
         g_dq = cute.flat_divide(g.rows_of(v.mdQacc, v.unit, head, batch),
                                 (g.dq_rows, g.dq_cols))[(None, None, None, col_block)]

@@ -1,6 +1,6 @@
 """The work units of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``): a unit
-is a key block of one (batch, K/V head) (``block_n`` keys: 128, or 64 at head dim 256), one CTA each; its steps are the (query head of the group, 64-row
-Q block) pairs that see its keys. These methods (a mixin of ``FlashAttentionBackward``) run in the trace on
+is a key block of one (batch, K/V head) (``block_n`` keys: 128, or 64 at head dim 256), one CTA each; its
+steps are the (query head of the group, Q block of ``block_m`` rows) pairs that see its keys. These methods (a mixin of ``FlashAttentionBackward``) run in the trace on
 device values and, in the tests, on Python ints. ``varlen``: the batch is packed sequences (``cu_q`` /
 ``cu_k``, flash_attn_varlen_func's cu_seqlens); a unit's rows and keys are its sequence's
 (``seq_bounds``), and a key block past its sequence's keys has no step."""
