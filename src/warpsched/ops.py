@@ -14,7 +14,7 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
     ``q``: (B, H, S_q, D); ``k``, ``v``: (B, H_kv, S_k, D) with H a multiple of H_kv (grouped-query
-    attention); bf16 or fp16; D in (64, 128); any S_q, S_k >= 1. ``causal`` masks key j > query i
+    attention); bf16 or fp16; D 64, 128 or 256; any S_q, S_k >= 1. ``causal`` masks key j > query i
     (top-left aligned, as SDPA's ``is_causal``). ``scale`` defaults to 1 / sqrt(D). Returns the
     output (B, H, S_q, D) in q's dtype, and with ``return_lse`` also the (B, H, S_q) fp32
     log-sum-exp of the scaled scores. ``out`` / ``lse``: preallocated results.
