@@ -52,7 +52,10 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  "q3": dict(_D64, qdo_stages=3), "dq2": dict(_D64, dq_stages=2),
                  "q3+dq2": dict(_D64, qdo_stages=3, dq_stages=2),
                  "os+odq": {"overlap_scores": True, "overlap_dq": True}, "order": {"wg_order": True},
-                 "m128": dict(_D64, block_m=128, dq_stages=1), "m128s": dict(_D64, block_m=128, shared_ds=True)},
+                 # 64-row Q blocks (the default before 128-row blocks with dQ shared by rows), and 128-row blocks
+                 # with each warp group's dQ over its own keys
+                 "m64": {"tma_stats": True, "tma_store_dkv": True, "dq_stages": 2},
+                 "m128": {"tma_stats": True, "tma_store_dkv": True, "block_m": 128, "dq_stages": 1}},
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
                   "q3": dict(_D128, qdo_stages=3), "dq2": dict(_D128, dq_stages=2),

@@ -26,11 +26,12 @@ MASKS = [(False, None), (True, None), (False, (100, 37)), (False, (None, 200)), 
          (True, (255, None))]
 
 
-@pytest.mark.parametrize("head_dim", [64, 256])
+@pytest.mark.parametrize("head_dim,block_m", [(64, 64), (64, 128), (256, 64)])
 @pytest.mark.parametrize("causal,window", MASKS)
 @pytest.mark.parametrize("sq,sk", [(64, 128), (300, 700), (1000, 333), (129, 2000), (777, 777)])
-def test_a_key_blocks_turn_is_its_place_among_the_key_blocks_of_the_q_block(causal, window, sq, sk, head_dim):
-    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, window_size=window)
+def test_a_key_blocks_turn_is_its_place_among_the_key_blocks_of_the_q_block(causal, window, sq, sk, head_dim,
+                                                                             block_m):
+    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, window_size=window, block_m=block_m)
     g.grid_setup(sq, sk, 4, 2, 2)
     adders = {}
     for u in range(g.num_units):
@@ -55,8 +56,11 @@ def test_the_hand_over_is_safe_up_to_the_bound(kw):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_hand_over_is_safe_with_head_dim_256s_64_key_blocks(causal):
-    r = check_grid(D.dq_protocol(ab.FlashAttentionBackward, causal=causal, seqlen_q=384, head_dim=256))
+@pytest.mark.parametrize("head_dim,block_m", [(256, 64), (64, 128)])
+def test_the_hand_over_is_safe_with_other_blocks(causal, head_dim, block_m):
+    """Head dim 256's 64-key blocks, and head dim 64's 128-row Q blocks (its default)."""
+    r = check_grid(D.dq_protocol(ab.FlashAttentionBackward, causal=causal, seqlen_q=384, head_dim=head_dim,
+                                 block_m=block_m))
     assert r.verdict == "SAFE", r.report()
     assert r.states > 0 and not r.findings
 

@@ -67,7 +67,7 @@ def dq_part_calls(slot, order, last, part, flag=DQ_TURNS, acc=DQ_ACCUM, branch=p
 
 
 def dq_protocol(backward_class, causal=False, window_size=None, seqlen_q=256, heads=2, kv_heads=1, batches=1,
-                calls=None, grids=None, key_blocks=(1, 2, 3), head_dim=64) -> CrossCtaProtocol:
+                calls=None, grids=None, key_blocks=(1, 2, 3), head_dim=64, block_m=64) -> CrossCtaProtocol:
     """The grid checker's view of ``backward_class`` (``backward.FlashAttentionBackward``: its own unit and
     step functions at ``head_dim``, whose key blocks are 128 keys, or 64 at 256): one CTA per unit (the
     backward's grid), CTAs starting in order when they are not all resident (``resident=False``), every
@@ -78,7 +78,7 @@ def dq_protocol(backward_class, causal=False, window_size=None, seqlen_q=256, he
 
     def kernel(n_keys):
         if n_keys not in units_of:
-            g = backward_class(head_dim=head_dim, causal=causal, window_size=window_size)
+            g = backward_class(head_dim=head_dim, causal=causal, window_size=window_size, block_m=block_m)
             g.grid_setup(seqlen_q, n_keys * g.block_n, heads, kv_heads, batches)
             units_of[n_keys] = g
         return units_of[n_keys]
@@ -115,10 +115,10 @@ def require_safe(g):
     from .masks import AttentionConfigError
 
     window = None if g.window_left is None and g.window_right is None else (g.window_left, g.window_right)
-    key = (g.causal, window, g.block_n)
-    if key not in _PROVEN:  # the head dim decides the key block (128 keys, 64 at head dim 256)
+    key = (g.causal, window, g.block_n, g.block_m)
+    if key not in _PROVEN:  # the kernel's blocks: 128 keys (64 at head dim 256), 64 or 128 query rows
         _PROVEN[key] = [check_grid(dq_protocol(type(g), causal=g.causal, window_size=window, heads=h,
-                                               head_dim=256 if g.d_split else 64))
+                                               head_dim=256 if g.d_split else 64, block_m=g.block_m))
                         for h in (1, 2)]
     bad = [r for r in _PROVEN[key] if r.verdict != "SAFE"]
     if bad:
