@@ -31,7 +31,8 @@ MASKS = [(False, None), (True, None), (False, (100, 37)), (False, (None, 200)), 
 @pytest.mark.parametrize("sq,sk", [(64, 128), (300, 700), (1000, 333), (129, 2000), (777, 777)])
 def test_a_key_blocks_turn_is_its_place_among_the_key_blocks_of_the_q_block(causal, window, sq, sk, head_dim,
                                                                              block_m):
-    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, window_size=window, block_m=block_m)
+    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, window_size=window, block_m=block_m,
+                                  tma_stats=True)
     g.grid_setup(sq, sk, 4, 2, 2)
     adders = {}
     for u in range(g.num_units):

@@ -110,7 +110,8 @@ from warpsched.kernels.attention import backward_host as bwd_host  # noqa: E402
 def test_a_key_blocks_steps_are_the_q_blocks_that_see_it(sq, sk, left, right, causal, head_dim, block_m):
     """Backward: a key block's steps walk, per query head of its group, exactly the Q blocks with a query
     whose window holds one of its keys (none: no step, dK = dV = 0); 128-key blocks, 64 at head dim 256."""
-    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, window_size=(left, right), block_m=block_m)
+    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, window_size=(left, right), block_m=block_m,
+                                  tma_stats=True)
     if causal:
         right = 0
     g.grid_setup(seqlen_q=sq, seqlen_k=sk, heads=4, kv_heads=2, batches=1)

@@ -137,9 +137,10 @@ class FlashAttentionBackward(BackwardUnits):
         self.key_halves = 1 if self.d_split else 2  # 64-key halves of the CTA's K / V block
         if block_m not in (64, 128):
             raise AttentionConfigError(f"block_m={block_m}: expected 64 or 128 query rows per step")
-        if block_m == 128 and (head_dim != 64 or varlen):
-            raise AttentionConfigError(f"block_m=128 with head_dim={head_dim}, varlen={varlen}: 128-row Q blocks "
-                                       "fit the registers at head dim 64, for unpacked batches (block_m=64)")
+        if block_m == 128 and (head_dim != 64 or varlen or not tma_stats):
+            raise AttentionConfigError(f"block_m=128 with head_dim={head_dim}, varlen={varlen}, tma_stats={tma_stats}: "
+                                       "128-row Q blocks fit the registers at head dim 64, for unpacked batches, "
+                                       "with the LSE / delta read from the stage (tma_stats=True); else block_m=64")
         self.block_m = block_m  # query rows per step (Q block)
         self.d_cols = head_dim // 2 if self.d_split else head_dim  # dK / dV columns per warp group
         # the forward's sliding window: a key block's steps run over the Q blocks that see it (first_m_block,

@@ -78,7 +78,9 @@ def dq_protocol(backward_class, causal=False, window_size=None, seqlen_q=256, he
 
     def kernel(n_keys):
         if n_keys not in units_of:
-            g = backward_class(head_dim=head_dim, causal=causal, window_size=window_size, block_m=block_m)
+            # tma_stats: what 128-row blocks need to build (the units do not depend on it)
+            g = backward_class(head_dim=head_dim, causal=causal, window_size=window_size, block_m=block_m,
+                               tma_stats=True)
             g.grid_setup(seqlen_q, n_keys * g.block_n, heads, kv_heads, batches)
             units_of[n_keys] = g
         return units_of[n_keys]
