@@ -44,7 +44,7 @@ from .forward import AttentionConfigError
 from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
-from .backward_units import BLOCK_M, BackwardUnits  # noqa: F401  (BLOCK_M: the default Q block)
+from .backward_units import BLOCK_M, BackwardUnits
 from . import dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
@@ -211,7 +211,6 @@ class FlashAttentionBackward(BackwardUnits):
     # ---- compile-time layouts
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
-        d = self.head_dim
 
         def mma(a_major, b_major, tile, a_source=warpgroup.OperandSource.SMEM):
             return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, a_major, b_major, cutlass.Float32,
