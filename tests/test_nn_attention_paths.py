@@ -8,12 +8,13 @@ This machine has no torch: ``nn/attention.py`` is loaded on its own against a st
 just what it reads, and stand-ins for ``warpsched.ops`` / ``warpsched.torch_ops`` that record the call."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import types
 
 import pytest
+
+from _module_file import exec_module_file
 
 ATTENTION = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "warpsched", "nn",
                          "attention.py")
@@ -50,14 +51,9 @@ def nna(monkeypatch):
     for name, mod in (("torch", torch), ("warpsched", pkg), ("warpsched.ops", pkg.ops),
                       ("warpsched.torch_ops", tops), ("warpsched.nn", nn)):
         monkeypatch.setitem(sys.modules, name, mod)
-    eager = importlib.util.spec_from_file_location("warpsched.nn._eager", os.path.join(os.path.dirname(ATTENTION),
-                                                                                        "_eager.py"))
-    monkeypatch.setitem(sys.modules, "warpsched.nn._eager", importlib.util.module_from_spec(eager))
-    eager.loader.exec_module(sys.modules["warpsched.nn._eager"])  # the real rule, on the stand-in torch
-    spec = importlib.util.spec_from_file_location("warpsched.nn.attention", ATTENTION)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod, torch, calls
+    # the real eager-or-op rule, on the stand-in torch
+    exec_module_file("warpsched.nn._eager", os.path.join(os.path.dirname(ATTENTION), "_eager.py"), monkeypatch)
+    return exec_module_file("warpsched.nn.attention", ATTENTION), torch, calls
 
 
 def test_inference_runs_the_forward_alone_on_the_host(nna):

@@ -10,7 +10,6 @@ bench/gemm_epilogue_check.py (token counts 300 and 17); ``test_with_torch`` runs
 installed."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import types
@@ -18,6 +17,7 @@ import types
 import pytest
 
 from _fake_tensor import FakeTensor, _row_major
+from _module_file import exec_module_file
 from warpsched.kernels.gemm import ops as gemm_ops
 
 FUNCTIONAL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "warpsched", "nn",
@@ -69,14 +69,10 @@ def nnf(monkeypatch):
     torch.ops = types.SimpleNamespace(warpsched=types.SimpleNamespace(gemm=gemm))  # the custom op linear calls
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "warpsched.torch_ops", types.ModuleType("warpsched.torch_ops"))
-    eager = importlib.util.spec_from_file_location("warpsched.nn._eager", os.path.join(os.path.dirname(FUNCTIONAL),
-                                                                                        "_eager.py"))
-    monkeypatch.setitem(sys.modules, "warpsched.nn._eager", importlib.util.module_from_spec(eager))
-    eager.loader.exec_module(sys.modules["warpsched.nn._eager"])  # the real rule, on the stand-in torch
-    spec = importlib.util.spec_from_file_location("warpsched.nn.functional", FUNCTIONAL)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # not registered in sys.modules: the real package stays unimported
-    return mod, calls, pads
+    # the real eager-or-op rule, on the stand-in torch
+    exec_module_file("warpsched.nn._eager", os.path.join(os.path.dirname(FUNCTIONAL), "_eager.py"), monkeypatch)
+    # not registered in sys.modules: the real package stays unimported
+    return exec_module_file("warpsched.nn.functional", FUNCTIONAL), calls, pads
 
 
 @pytest.mark.parametrize("tokens,padded", [(300, 304), (17, 24), (1, 8), (7, 8)])
