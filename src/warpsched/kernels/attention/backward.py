@@ -208,6 +208,25 @@ class FlashAttentionBackward(BackwardUnits):
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
             + (("dq_stages=2",) if self.dq_stages == 2 else ()))
 
+    # ---- which part of a block a warp group takes
+    def key_half(self, wg):
+        """The 64-key half of the CTA's K / V block that warp group ``wg``'s S / dP GEMMs read and its dK / dV
+        rows cover: its own, or with ``d_split`` the block's only one (both warp groups share it)."""
+        return 0 if self.d_split else wg
+
+    def dq_block(self, m_block, wg):
+        """(row block, column block) of warp group ``wg``'s dQ tile (``dq_rows`` x ``dq_cols``) in dQaccum for
+        Q block ``m_block``: ``ds_rows`` splits the Q block's rows, ``shared_ds`` at head dim 128 and
+        ``d_split`` its columns."""
+        rows = m_block * 2 + wg if self.dq_rows < self.block_m else m_block
+        return rows, (wg if self.dq_cols < self.head_dim else 0)
+
+    def dq_operands(self, wg, half):
+        """``shared_ds``: (the part of dS tile ``half``, the ``sKt`` stage) warp group ``wg``'s dQ GEMM reads:
+        with ``ds_rows`` its own row half against K's key half ``half``, else the whole tile against K's
+        (key half ``half``, D half ``wg``) block."""
+        return (wg, half) if self.ds_rows else (0, 2 * half + wg)
+
     # ---- compile-time layouts
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()

@@ -226,7 +226,7 @@ def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Cons
     the (S_k, D) outputs (rows past S_k skipped)."""
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dkv_mma.get_slice(tidx % 128)
-    block = n_block * g.key_halves + (0 if g.d_split else wg)
+    block = n_block * g.key_halves + g.key_half(wg)
     col_block = wg if g.d_split else 0
     coords = amath.rows_view(v.dkv_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.d_cols))))
     seqlen_k, scale = g.seq_bounds(v.unit)[3], v.scale

@@ -37,7 +37,7 @@ def _over_d_operands(v, s_a, s_b):
 
 @cute.jit
 def _gemm_over_d(v, acc, frag_a, frag_b, stage, half: cutlass.Constexpr):
-    """acc = A_h B_stage^T over the head dim: key half ``half`` of K or V (``SmemKV.half_of``) against the
+    """acc = A_h B_stage^T over the head dim: key half ``half`` of K or V (``FlashAttentionBackward.key_half``) against the
     stage's Q or dO (the first k-block overwrites the accumulator)."""
     for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
         mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
@@ -95,11 +95,6 @@ class SmemKV(MemoryResource):
     def get_smem_requirements(self):
         return [self.g.alloc_k, self.g.alloc_v]
 
-    def half_of(self, wg):
-        """The 64-key half of K / V warp group ``wg``'s S / dP GEMMs read: its own, or with ``d_split`` the CTA's
-        only one."""
-        return 0 if self.g.d_split else wg
-
     @producer_work
     def tma_load(self, stage_info: StageInfo):
         g, v = self.g, stage_info.context.values
@@ -139,8 +134,8 @@ class SmemKV(MemoryResource):
         """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
         v = stage_info.context.values
         warpgroup.fence()
-        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], self.half_of(wg))
-        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], self.half_of(wg))
+        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], self.g.key_half(wg))
+        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and Q: SmemQdO.gemm_operand) until its retire
@@ -150,7 +145,7 @@ class SmemKV(MemoryResource):
         dP GEMM (``mma_dp``, the next group) still runs."""
         v = stage_info.context.values
         warpgroup.fence()
-        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], self.half_of(wg))
+        _gemm_over_d(v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO) until its retire
@@ -158,7 +153,7 @@ class SmemKV(MemoryResource):
     def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
         v = stage_info.context.values
-        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], self.half_of(wg))
+        _gemm_over_d(v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
@@ -173,18 +168,13 @@ class SmemKV(MemoryResource):
         thr = v.dq_mma.get_slice(tidx % 128)
         frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
         warpgroup.fence()
-        if cutlass.const_expr(g.ds_rows):  # sdS: (64 queries, keys, row half); sKt: (D, keys, key half)
+        if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
             for half in cutlass.range_constexpr(2):
+                ds_part, kt_stage = g.dq_operands(wg, half)
                 frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
                 for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
                     mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
-                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, wg)], frag_kt[(None, None, kb, half)], acc_dq)
-        elif cutlass.const_expr(g.shared_ds):  # sKt: (D half, keys, 2 * key half + D half)
-            for half in cutlass.range_constexpr(2):
-                frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
-                for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
-                    mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
-                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, 2 * half + wg)],
+                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, ds_part)], frag_kt[(None, None, kb, kt_stage)],
                               acc_dq)
         else:
             frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
@@ -313,7 +303,7 @@ class Grads(MemoryResource):
         g, v = self.g, stage_info.context.values
         n_block, _, _ = g.unit_coords(v.unit)
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        first_key = n_block * g.block_n + (0 if g.d_split else self.wg * HALF)  # d_split: both take all 64
+        first_key = n_block * g.block_n + g.key_half(self.wg) * HALF
         return g, v, first_key, m_block * g.block_m, head, batch
 
     def _ds_tile(self, v):
@@ -405,9 +395,7 @@ class SmemDQ(MemoryResource):
         (attention.dq_order: the hand-over the grid checker proves, run here on the kernel's values)."""
         g, v = self.g, stage_info.context.values
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
-        col_block = self.wg if (g.shared_ds and not g.ds_rows) or g.d_split else 0
-        if cutlass.const_expr(g.ds_rows):  # this warp group's 64 rows of the 128-row Q block
-            m_block = m_block * 2 + self.wg
+        m_block, col_block = g.dq_block(m_block, self.wg)  # this warp group's tile of the Q block's dQ
         s_dq = getattr(v, f"sdQ{self.wg}")
         if cutlass.const_expr(g.deterministic):
             slot, order, last = dq_order.dq_turn(g, v.unit, stage_info.loop_offset)
