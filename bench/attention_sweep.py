@@ -5,7 +5,9 @@
 Shapes: B x H x S in {4x16x4096, 2x16x8192, 16x16x1024, 1x32x16384} x D in {64, 128} x {non-causal,
 causal}, bf16, S_q = S_k. Sides: ``warpsched`` (examples/hopper/attention.py) and torch SDPA
 restricted to one backend each (cuDNN, flash, efficient; a backend that refuses a shape is
-listed as n/a). TFLOP/s = 4 B H S^2 D / time, halved for causal. Timing: ``--rounds`` rounds,
+listed as n/a), and FlashAttention-4's CuTe DSL forward (``flash_attn.cute``, side ``fa4``) where it is
+installed, counted among the backends (the best of them is the ratio's denominator; a last line
+gives each warpsched side's geomean against FA4 alone). TFLOP/s = 4 B H S^2 D / time, halved for causal. Timing: ``--rounds`` rounds,
 the sides in a rotated order each round, each a triton do_bench median; the table reports each
 side's median over the rounds and warpsched's ratio to the best backend; the last lines give
 the geomean ratio and the worst shape. Runs in a child with a timeout (``--timeout``).
@@ -32,7 +34,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
 SHAPES = [(4, 16, 4096), (2, 16, 8192), (16, 16, 1024), (1, 32, 16384)]
-BACKENDS = ("cudnn", "flash", "efficient")
+BACKENDS = ("cudnn", "flash", "efficient", "fa4")  # fa4: FlashAttention-4's CuTe DSL forward, when installed
 
 
 from attention_correctness import parse_variants  # noqa: E402  (one spelling of --variants for both scripts)
@@ -66,11 +68,15 @@ def sides(q, k, v, causal, variants):
             print(f"  ws-{name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:160]})", flush=True)
     kinds = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
              "efficient": SDPBackend.EFFICIENT_ATTENTION}
-    for name in BACKENDS:
-        def fn(kind=kinds[name]):
+    def sdpa(kind):
+        def fn():
             with sdpa_kernel([kind]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return fn
+
+    for name in BACKENDS:
         try:
+            fn = fa4_forward(q, k, v, causal) if name == "fa4" else sdpa(kinds[name])
             ref = fn()
             out[name] = fn
             err = float((ref.float() - o.float()).abs().max())
@@ -78,6 +84,19 @@ def sides(q, k, v, causal, variants):
         except Exception as e:  # noqa: BLE001 - a backend may refuse a shape
             print(f"  {name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
     return out
+
+
+def fa4_forward(q, k, v, causal):
+    """FlashAttention-4's forward (``flash_attn.cute.flash_attn_func``) on (B, S, H, D) copies made once,
+    returning O in SDPA's (B, H, S, D) view; raises where the package is not installed."""
+    from flash_attn.cute import flash_attn_func
+
+    qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+
+    def fn():
+        res = flash_attn_func(qt, kt, vt, causal=causal)
+        return (res[0] if isinstance(res, tuple) else res).transpose(1, 2)
+    return fn
 
 
 def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0):
@@ -133,6 +152,13 @@ def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0):
 
     for side in ("warpsched",) + extra:
         summary(side)
+    fa4 = [r for r in rows if "fa4" in r["tflops"]]
+    for side in ("warpsched",) + extra:
+        got = [r["tflops"][side] / r["tflops"]["fa4"] for r in fa4 if side in r["tflops"]]
+        if got:
+            worst = min(range(len(got)), key=lambda i: got[i])
+            print(f"{side} / FA4: geomean {math.exp(sum(map(math.log, got)) / len(got)):.3f}x over {len(got)} shapes; "
+                  f"worst {got[worst]:.2f}x ({[r for r in fa4 if side in r['tflops']][worst]['shape']})")
 
 
 def main():

@@ -173,8 +173,8 @@ class FlashAttention(WorkUnits):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
             raise AttentionConfigError(f"head_dim={head_dim}: supported head dims are {HEAD_DIMS}")
-        if block_n not in (64, 128, 176, 192):
-            raise AttentionConfigError(f"block_n={block_n}: expected 64, 128, 176 or 192")
+        if block_n not in (64, 80, 128, 176, 192):
+            raise AttentionConfigError(f"block_n={block_n}: expected 64, 80, 128, 176 or 192")
         self.dtype, self.head_dim, self.causal, self.block_n = dtype, head_dim, bool(causal), block_n
         if wgs not in (2, 3) or (wgs == 3 and head_dim != 64):
             raise AttentionConfigError(f"wgs={wgs}: expected 2 consumer warp groups, or 3 at head dim 64 (a 192-row "
@@ -183,8 +183,9 @@ class FlashAttention(WorkUnits):
         if ring_order and wgs != 3:
             raise AttentionConfigError(f"ring_order=True with wgs={wgs}: the strict 0 -> 1 -> 2 -> 0 turn needs wgs=3")
         self.ring_order = bool(ring_order)  # wgs=3: warp group 0's next turn also waits for warp group 2's
-        # P's exp2 computed once (amath.exp2_pinned; the compiler evaluates it twice at wgs=3's 160 registers)
-        self.pinned_exp2 = (wgs == 3) if pinned_exp2 is None else bool(pinned_exp2)  # None: wgs=3 only
+        # P's exp2 computed once (amath.exp2_pinned): the compiler evaluates it twice at wgs=3's 160 registers
+        # and at head dim 256 (its 128 O registers a thread), which halves the softmax's MUFU rate there
+        self.pinned_exp2 = (wgs == 3 or head_dim == 256) if pinned_exp2 is None else bool(pinned_exp2)
         self.block_m = wgs * WG_ROWS
         # the register file (65,536) over 128 * (wgs + 1) threads: 24 for the load warp group
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs or (240 if wgs == 2 else 160)
@@ -194,9 +195,8 @@ class FlashAttention(WorkUnits):
             raise AttentionConfigError(f"q_stages={q_stages}: expected 1, or 2 with persistent=True (a Q ring "
                                        "prefetches the next work unit's Q)")
         self.q_stages = q_stages
-        if tma_store_o and q_stages != 2:
-            raise AttentionConfigError("tma_store_o=True writes O through the unit's Q stage: it needs q_stages=2 "
-                                       "(else the next unit's Q waits for the epilogue)")
+        # tma_store_o with one Q stage: the next unit's Q load waits for this unit's O store (FlashAttention-3's
+        # head dim 256 epilogue, where no second Q stage fits); with two it does not
         self.tma_store_o = bool(tma_store_o)
         if o_buffer and not self.tma_store_o:
             raise AttentionConfigError("o_buffer=True is a TMA-store epilogue through a dedicated SMEM buffer: it "
@@ -248,7 +248,8 @@ class FlashAttention(WorkUnits):
         fit = (capacity - 1024 - q_stages * self.q_bytes - self.o_bytes) // (2 * self.kv_bytes)
         self.kv_stages = kv_stages or min(4, fit)
         if not 2 <= self.kv_stages <= fit:
-            hint = (" (head dim 256 fits with block_n=64, q_stages=1 and no o_buffer: attention.host.tuned_options)"
+            hint = (" (head dim 256 fits with block_n=64 or 80, q_stages=1 and no o_buffer: "
+                    "attention.host.tuned_options)"
                     if head_dim == 256 else "")
             raise AttentionConfigError(f"kv_stages={self.kv_stages}: K and V rings of {self.kv_bytes} bytes a stage "
                                        f"fit {fit} stages next to Q; need 2 <= stages <= {fit}{hint}")

@@ -115,8 +115,8 @@ def tuned_options(head_dim, causal):
         options.pop("causal_pairs", None)
         if head_dim == 64:
             options["wgs"] = 3
-    if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 64 x 256 (32 KB each)
-        options.update(q_stages=1, tma_store_o=False, o_buffer=False, block_n=64)
+    if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 80 x 256 (40 KB each)
+        options.update(q_stages=1, tma_store_o=True, o_buffer=False, block_n=80)
     return options
 
 

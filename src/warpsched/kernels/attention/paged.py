@@ -21,9 +21,18 @@ _CACHE = {}
 VERDICT_OF = {}
 
 
+def paged_options(head_dim, causal=False):
+    """``tuned_options``, with 64-key tiles at head dim 256: a page is one K/V tile, and the contiguous
+    forward's 80-key tile there is not a page size K/V caches use."""
+    options = tuned_options(head_dim, causal)
+    if head_dim == 256:
+        options["block_n"] = 64
+    return options
+
+
 def page_size_for(head_dim, causal=False):
-    """The page size the kernel takes: its K/V tile (``tuned_options``' block_n)."""
-    return tuned_options(head_dim, causal).get("block_n", 128)
+    """The page size the kernel takes: its K/V tile (``paged_options``' block_n)."""
+    return paged_options(head_dim, causal).get("block_n", 128)
 
 
 def check_args(q, k_cache, v_cache, page_table, cache_seqlens, causal=False):
@@ -120,7 +129,7 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
     if packed is not None:
         return gqa_unpacked(q, *attention_paged(packed, k_cache, v_cache, page_table, cache_seqlens, causal, scale,
                                                 num_splits, True, window_size, softcap, mask_mod), return_lse)
-    options = tuned_options(D, causal)
+    options = paged_options(D, causal)
     splits = _splits_for(q, page_table.shape[1] * page, options, num_splits, False)  # the table's capacity
     if splits > 1:
         options = split_options(options)

@@ -225,7 +225,29 @@ def make_p(acc_s, pv_mma, dtype):
     return cute.make_rmem_tensor_like(c_layout_as_a_layout(acc_s.layout, pv_mma.tv_layout_A.shape[1]), dtype)
 
 
+@cute.jit
 def store_p(acc_s, p, dtype):
     """P = S rounded to 16 bits, written into the A-operand registers (for 16-bit types an
-    accumulator row pair is an A-fragment row pair: a re-read, no shuffle)."""
-    cute.make_tensor(p.iterator, acc_s.layout).store(acc_s.load().to(dtype))
+    accumulator row pair is an A-fragment row pair: a re-read, no shuffle). Two neighbouring
+    accumulator registers become one 32-bit A register through one ``cvt_pair``: a whole-tensor
+    ``.to(dtype)`` converts element by element where the fragment's size is not a power of two
+    (40 a thread for an 80-key tile), and ptxas then packs the halves with two PRMTs a register."""
+    n = cute.size(acc_s)
+    if cutlass.const_expr(cute.cosize(acc_s.layout) != n or n % 2 != 0):  # not one dense register run
+        cute.make_tensor(p.iterator, acc_s.layout).store(acc_s.load().to(dtype))
+    else:  # register j of P takes register j of S, as acc_s.layout maps both
+        src = cute.make_tensor(acc_s.iterator, cute.make_layout(n))
+        words = cute.recast_tensor(cute.make_tensor(p.iterator, cute.make_layout(n)), cutlass.Int32)
+        for k in cutlass.range_constexpr(n // 2):
+            words[k] = cvt_pair(src[2 * k], src[2 * k + 1], dtype)
+
+
+@dsl_user_op
+def cvt_pair(lo, hi, dtype, *, loc=None, ip=None):
+    """Two fp32 values rounded to nearest into the halves of one 32-bit register (``lo`` in the low
+    half, the lower-addressed 16-bit element): ``cvt.rn.bf16x2.f32`` (``f16x2`` for Float16)."""
+    kind = "bf16x2" if dtype is cutlass.BFloat16 else "f16x2"
+    return cutlass.Int32(llvm.inline_asm(T.i32(), [cutlass.Float32(hi).ir_value(loc=loc, ip=ip),
+                                                   cutlass.Float32(lo).ir_value(loc=loc, ip=ip)],
+                                         f"cvt.rn.{kind}.f32 $0, $1, $2;", "=r,f,f", has_side_effects=False,
+                                         is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
