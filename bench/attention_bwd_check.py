@@ -48,17 +48,17 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
 # kernel options checked and timed per head dim (name: options; "default" is what a call without options runs,
 # attention_bwd_host.default_options); ``--variants a,b`` picks some by name
 _D64, _D128 = bwd.default_options(64), bwd.default_options(128)
+_M64 = {"tma_stats": True, "tma_store_dkv": True, "dq_stages": 2}  # 64-row Q blocks: room for a third Q / dO stage
 VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats": True},
-                 "q3": dict(_D64, qdo_stages=3), "dq2": dict(_D64, dq_stages=2),
-                 "q3+dq2": dict(_D64, qdo_stages=3, dq_stages=2),
+                 "q3": dict(_M64, qdo_stages=3, dq_stages=1), "q3+dq2": dict(_M64, qdo_stages=3),
                  "os+odq": {"overlap_scores": True, "overlap_dq": True}, "order": {"wg_order": True},
                  # 64-row Q blocks (the default before 128-row blocks with dQ shared by rows), and 128-row blocks
                  # with each warp group's dQ over its own keys
-                 "m64": {"tma_stats": True, "tma_store_dkv": True, "dq_stages": 2},
+                 "m64": _M64,
                  "m128": {"tma_stats": True, "tma_store_dkv": True, "block_m": 128, "dq_stages": 1}},
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
-                  "q3": dict(_D128, qdo_stages=3), "dq2": dict(_D128, dq_stages=2),
+                  "q3": dict(_D128, qdo_stages=3, dq_stages=1), "dq2": dict(_D128, dq_stages=2),
                   "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
                   "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True}},
             256: {"default": {}}}

@@ -274,10 +274,16 @@ def test_kernel_traces_the_overlapped_waits():
 
 def test_ring_sizes_past_the_smem_are_refused_naming_the_fix():
     """dq_stages outside 1..2 is refused; a ring that does not fit in SMEM (three Q / dO stages and two dQ
-    stages at head dim 128 with shared_ds: 240 KB) is refused by the allocator, naming the fix."""
+    stages at head dim 128 with shared_ds: 240 KB) is refused when the kernel object is made, naming the
+    knobs, before any trace (where the program's smem capacity check would also reject it)."""
     from warpsched.kernels.attention.forward import AttentionConfigError
 
     with pytest.raises(AttentionConfigError, match="dq_stages=3"):
         ab.FlashAttentionBackward(dq_stages=3)
-    with pytest.raises(ValidationError, match="reduce num_stages"):
-        ab.build(ab.FlashAttentionBackward(shared_ds=True, tma_stats=True, qdo_stages=3, dq_stages=2), **QUIET)
+    with pytest.raises(AttentionConfigError, match=r"qdo_stages=3, dq_stages=2: SMEM needs about 247456 bytes, more "
+                       r"than sm_90's 232448 .*lower qdo_stages or dq_stages"):
+        ab.FlashAttentionBackward(shared_ds=True, tma_stats=True, qdo_stages=3, dq_stages=2)
+    with pytest.raises(AttentionConfigError, match="or use block_m=64"):  # 128-row blocks: three stages do not fit
+        ab.FlashAttentionBackward(head_dim=64, shared_ds=True, tma_stats=True, block_m=128, qdo_stages=3,
+                                  dq_stages=2)
+    assert ab.FlashAttentionBackward(head_dim=64, tma_stats=True, qdo_stages=3, dq_stages=2).qdo_stages == 3

@@ -10,7 +10,6 @@ import re
 
 import pytest
 
-from warpsched import ValidationError
 from warpsched.kernels import _host
 from warpsched.kernels.attention import backward as ab
 from warpsched.kernels.attention import backward_host as host
@@ -33,8 +32,8 @@ def test_the_defaults_split_d_and_fit_the_smem(causal):
 
 
 def test_a_second_q_stage_is_refused_by_the_smem_check():
-    with pytest.raises(ValidationError, match=r"smem capacity.*sQ"):
-        ab.build(ab.FlashAttentionBackward(head_dim=256, qdo_stages=2), **QUIET)
+    with pytest.raises(AttentionConfigError, match=r"head_dim=256, block_m=64, qdo_stages=2, dq_stages=1: SMEM needs"):
+        ab.FlashAttentionBackward(head_dim=256, qdo_stages=2)
 
 
 @pytest.mark.parametrize("option", ["shared_ds", "tma_store_dkv"])

@@ -200,6 +200,7 @@ class FlashAttentionBackward(BackwardUnits):
         self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32,
                                         count=dq_stages * self.dq_rows * self.dq_cols, alignment=1024)
                          for wg in range(2)]
+        self._check_smem_fit()
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
         self.config = AttentionConfig(
             "backward", dtype.__name__, head_dim, self.causal, self.block_m, self.block_n, qdo_stages, self.window_left,
@@ -207,6 +208,22 @@ class FlashAttentionBackward(BackwardUnits):
             tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
             + (("dq_stages=2",) if self.dq_stages == 2 else ()))
+
+    def _check_smem_fit(self):
+        """Refuse, naming the knobs, a configuration whose SMEM (each region rounded up to its alignment, and the
+        pipelines' mbarriers) exceeds sm_90's, here rather than as the traced program's [smem capacity] finding."""
+        stats = [self.alloc_lse, self.alloc_delta] if self.tma_stats else []
+        regions = [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_dq]
+        need = sum(-(-a.size_bytes // a.alignment) * a.alignment for a in regions)
+        # mbarriers, 16 bytes a stage: Q / dO, K / V, each warp group's dQ ring and with shared_ds its dS tile
+        need += 16 * (self.qdo_stages + 1 + 2 * self.dq_stages + (2 if self.shared_ds else 0))
+        capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
+        if need > capacity:
+            raise AttentionConfigError(
+                f"head_dim={self.head_dim}, block_m={self.block_m}, qdo_stages={self.qdo_stages}, "
+                f"dq_stages={self.dq_stages}: SMEM needs about {need} bytes, more than sm_90's {capacity} (Q and dO "
+                f"{self.alloc_q.size_bytes} bytes each); lower qdo_stages or dq_stages"
+                + (", or use block_m=64" if self.block_m != 64 else ""))
 
     # ---- which part of a block a warp group takes
     def key_half(self, wg):
