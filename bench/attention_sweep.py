@@ -14,7 +14,8 @@ the geomean ratio and the worst shape. Runs in a child with a timeout (``--timeo
 
 Variants (``--variants "qring:q_stages=2,n192:block_n=192;hd=64"``) are timed in the same
 rounds as the default and the backends, with their own ratio to the best backend and to the
-default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes). ``--shapes 16x16x1024,4x16x4096``,
+default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes, ``tuned=1``
+starts it from the default's options: ``nofence:tuned=1;pv_wait_fence=0``). ``--shapes 16x16x1024,4x16x4096``,
 ``--dims`` and ``--backends`` keep a GPU run short; ``--only-passed FILE`` (written by
 ``attention_correctness.py --passed-out FILE``) times only the variants that passed there.
 """
@@ -56,6 +57,8 @@ def sides(q, k, v, causal, variants):
         options = dict(options)
         if options.pop("hd", q.shape[3]) != q.shape[3] or (options.pop("causal_only", 0) and not causal):
             continue
+        if options.pop("tuned", 0):  # on top of what the default runs for this head dim and mask
+            options = dict(att.tuned_options(q.shape[3], causal), **options)
         try:
             o2 = q.new_empty(q.shape)
             launch2, _, _ = att.prepare(q, k, v, causal=causal, out=o2, **options)

@@ -26,7 +26,9 @@ from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 # lowering peels the first iteration of the overlapped loop):
 #  wgmma: hd128, bN 128: S = Q K^T is 8 k-blocks of m64n128k16, O += P V 8 k-blocks of m64n128k16;
 #    overlap: QK in the peeled and the main iteration, PV in the main iteration and after the loop:
-#    2 tasks x (2 x 8 + 2 x 8) = 64; one commit and one wait per GEMM site: 2 x 4.
+#    2 tasks x (2 x 8 + 2 x 8) = 64; one commit and one wait per GEMM site: 2 x 4; at hd128 and 256
+#    the P V GEMM's two waits are fenced (resources.fenced_wgmma_wait: a wait under a branch and one
+#    after it), 2 more each: 2 x (4 + 2) = 12.
 #    no overlap: 2 tasks x (8 + 8) = 32, 2 x 2 commits / waits.
 #  TMA: Q (two 64-row boxes) + K + V = 4 copies; a 128-element bf16 row is 2 boxes of 64: 8 for hd128.
 #  setmaxnreg: one dec (producer warp group, 24) and one inc (consumers, 240).
@@ -35,10 +37,10 @@ from warpsched.verify.verdicts import VERDICTS  # noqa: E402
 #    m64n192k16, P V 12 k-blocks of m64n64k16: 2 x (2 x 4 + 2 x 12) = 64.
 EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
     (128, False, True, True, ()): {"wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n128k16": 64,
-                         "wgmma.commit_group": 8, "wgmma.wait_group": 8, "cp.async.bulk.tensor": 8,
+                         "wgmma.commit_group": 8, "wgmma.wait_group": 12, "cp.async.bulk.tensor": 8,
                          "mbarrier.init": 16, "expect_tx": 3, "setmaxnreg": 2,
                          "setmaxnreg.inc.sync.aligned.u32 \t240": 1, "setmaxnreg.dec.sync.aligned.u32 \t24": 1},
-    (128, True, True, False, ()): {"wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 8,
+    (128, True, True, False, ()): {"wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 12,
                                "cp.async.bulk.tensor": 8, "mbarrier.init": 16, "expect_tx": 3, "setmaxnreg": 2},
     (64, True, False, True, ()): {"wgmma.mma_async": 24, "wgmma.mma_async.sync.aligned.m64n128k16": 8,
                         "wgmma.mma_async.sync.aligned.m64n64k16": 16, "wgmma.commit_group": 4,
@@ -50,7 +52,7 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
         "cp.async.bulk.tensor": 4, "mbarrier.init": 22, "expect_tx": 3, "setmaxnreg": 2},
     (128, False, True, True, (("q_stages", 2),)): {
         "wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n128k16": 64, "wgmma.commit_group": 8,
-        "wgmma.wait_group": 8, "cp.async.bulk.tensor": 8, "mbarrier.init": 14, "expect_tx": 3, "setmaxnreg": 2},
+        "wgmma.wait_group": 12, "cp.async.bulk.tensor": 8, "mbarrier.init": 14, "expect_tx": 3, "setmaxnreg": 2},
     (64, False, True, True, (("block_n", 192), ("q_stages", 2))): {
         "wgmma.mma_async": 64, "wgmma.mma_async.sync.aligned.m64n192k16": 16,
         "wgmma.mma_async.sync.aligned.m64n64k16": 48, "wgmma.commit_group": 8, "wgmma.wait_group": 8,
@@ -59,14 +61,14 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
     # commit / read-wait, one proxy fence, two named barriers (+1 CTA barrier); O is written to SMEM
     # as 32 b32 pairs a thread (no 16-bit st.global of O; the LSE still goes out directly).
     (128, False, True, True, (("q_stages", 2), ("tma_store_o", True))): {
-        "wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 8, "cp.async.bulk.tensor": 12,
+        "wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 12, "cp.async.bulk.tensor": 12,
         "cp.async.bulk.tensor.4d.global.shared": 4, "cp.async.bulk.commit_group": 2,
         "cp.async.bulk.wait_group.read": 2, "fence.proxy.async.shared::cta": 2, "bar.sync": 5,
         "st.shared.b32": 64, "mbarrier.init": 14, "expect_tx": 3, "setmaxnreg": 2},
     # o_buffer: the same TMA stores from a per-warp-group O tile; the read-wait comes before the next
     # store and once more after the tile loop (GmemO.drain): 4; Q's ring and 2 K/V stages as above.
     (128, True, True, True, (("causal_pairs", True), ("o_buffer", True), ("q_stages", 2), ("tma_store_o", True))): {
-        "wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 8, "cp.async.bulk.tensor": 12,
+        "wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 12, "cp.async.bulk.tensor": 12,
         "cp.async.bulk.tensor.4d.global.shared": 4, "cp.async.bulk.commit_group": 2,
         "cp.async.bulk.wait_group.read": 4, "fence.proxy.async.shared::cta": 2, "bar.sync": 5,
         "st.shared.b32": 64, "mbarrier.init": 14, "expect_tx": 3, "setmaxnreg": 2},

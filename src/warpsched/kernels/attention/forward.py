@@ -168,7 +168,7 @@ class FlashAttention(WorkUnits):
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
-                 varlen=False, paged=False):
+                 varlen=False, paged=False, pv_wait_fence=None):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -230,6 +230,9 @@ class FlashAttention(WorkUnits):
         # a sliding window: the K/V tiles a unit visits start and end with it (units.kv_first_tile)
         self.window_left, self.window_right = amasks.window_bounds(window_size, self.causal, self.unit_overlap)
         self.mask_mod, self.softcap = mask_mod, softcap  # attention.masks: traced into the softmax's tile
+        # the P V GEMM's wait stays after the softmax (resources.fenced_wgmma_wait); False: ptxas places it.
+        # None: at head dim 128 and 256, where it measured 1.02-1.08x; at 64 the unfenced kernel was 1.01-1.07x
+        self.pv_wait_fence = (head_dim != 64) if pv_wait_fence is None else bool(pv_wait_fence)
         if pinned_exp2 is None and self.unit_overlap:  # its hd128 loop otherwise evaluates 45 of 66 exp2 twice
             self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
@@ -259,7 +262,7 @@ class FlashAttention(WorkUnits):
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
-                    "unit_overlap", "split_kv", "varlen", "paged")
+                    "unit_overlap", "split_kv", "varlen", "paged", "pv_wait_fence")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,

@@ -159,12 +159,32 @@ class SmemK(KAheadWorks, MemoryResource):
         warpgroup.commit_group()
 
 
+@cute.jit
+def fenced_wgmma_wait(runtime_value: cutlass.Float32, pending: cutlass.Constexpr):
+    """``wgmma.wait_group(pending)`` that ptxas cannot schedule earlier. A plain wait has no operands, so
+    ptxas's scheduler hoists it to wherever it likes; before the P V GEMM's wait it hoisted it to the top
+    of the softmax (to start converting P into the GEMM's A registers early), so the softmax never ran
+    under the P V GEMM. A wait under a branch on a value only known at run time (always taken; the
+    unconditional wait after it keeps a NaN from skipping it) fences it in place."""
+    if runtime_value == runtime_value:
+        cute.nvgpu.warpgroup.wait_group(pending)
+    cute.nvgpu.warpgroup.wait_group(pending)
+
+
 @dataclass(kw_only=True)
 class SmemV(MemoryResource):
     """The V ring: TMA in, O += P V (wgmma, P from registers) out."""
 
     g: Any = None
-    retire = wgmma_wait
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
+    def retire(self, stage_info: StageInfo, *, pending: int = 0):
+        """``wgmma.wait_group(pending)`` (as ``warpsched.wgmma_wait``); with ``pv_wait_fence`` where the
+        schedule puts it (``fenced_wgmma_wait``): after the softmax that runs under the P V GEMM."""
+        if cutlass.const_expr(self.g.pv_wait_fence):
+            fenced_wgmma_wait(stage_info.context.values.scale_log2, pending)
+        else:
+            warpgroup.wait_group(pending)
 
     def get_smem_requirements(self):
         return [self.g.alloc_v]
