@@ -95,6 +95,10 @@ def programs() -> Dict[str, Callable[..., object]]:
             out[f"attention hd{hd} {'causal' if causal else 'full'} split_kv"] = (
                 lambda hd=hd, causal=causal, options=split_options(options), **mo:
                 att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), **mo))
+            if hd == 64 and causal:  # long sequences (attention.host.LONG_CAUSAL_HD64): three warp groups in a ring
+                out["attention hd64 causal long"] = (
+                    lambda options=tuned_options(64, True, 1 << 30), **mo:
+                    att.build(att.FlashAttention(head_dim=64, causal=True, **options), **mo))
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
                 lambda hd=hd, causal=causal, **mo:
                 att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **varlen_options(hd, causal)), **mo))

@@ -102,10 +102,14 @@ def compiled_ffi(kern_key):
     return _CACHE[k]
 
 
-def tuned_options(head_dim, causal):
+LONG_CAUSAL_HD64 = 4096  # S_q from which causal head dim 64 runs three warp groups in a ring (tuned_options)
+
+
+def tuned_options(head_dim, causal, seqlen_q=None):
     """What ``prepare`` compiles without tuning keywords: ``TUNED``, and for non-causal hd64 three
     consumer warp groups (``wgs=3``: a 192-row Q block, P's exp2 pinned), faster than TUNED there;
-    causal hd64 stays on two warp groups, where ``wgs=3`` lost. ``causal_pairs`` only changes causal
+    causal hd64 stays on two warp groups, where ``wgs=3`` lost, up to ``seqlen_q`` < ``LONG_CAUSAL_HD64`` (from
+    there three in a ring, ``ring_order``, won). ``causal_pairs`` only changes causal
     kernels, so it is left out of non-causal keys. Head dim 256: 80-key K/V tiles, one Q stage and
     O stored by TMA through it (what fits the SMEM next to two K/V stages). The measurements behind
     each choice: docs/history/attention_forward.md ("Three warp groups for non-causal hd64") and docs/attention.md
@@ -115,6 +119,10 @@ def tuned_options(head_dim, causal):
         options.pop("causal_pairs", None)
         if head_dim == 64:
             options["wgs"] = 3
+    if head_dim == 64 and causal and seqlen_q is not None and seqlen_q >= LONG_CAUSAL_HD64:
+        # long causal sequences: a 192-row Q block over three warp groups taking turns in a strict ring
+        # measured 1.02x / 1.06x / 1.13x two warp groups at S = 4096 / 8192 / 16384, but 0.64x at 1024
+        options.update(wgs=3, ring_order=True)
     if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 80 x 256 (40 KB each)
         options.update(q_stages=1, tma_store_o=True, o_buffer=False, block_n=80)
     return options
@@ -162,7 +170,8 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
     B, H, Sq, D = q.shape
     options_given = bool(options)
     if not options:
-        options = tuned_options(D, causal) if out is None or _tma_aligned(out) else {}
+        plain = mask_mod is None and softcap is None and window_size is None  # what the S_q choice was measured on
+        options = (tuned_options(D, causal, Sq if plain else None) if out is None or _tma_aligned(out) else {})
     splits = _splits_for(q, k.shape[2], options, num_splits, options_given)
     if splits > 1:
         options = split_options(options)
