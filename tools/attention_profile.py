@@ -1,13 +1,21 @@
-"""One launch each of warpsched's FlashAttention configurations and of torch SDPA (cuDNN) on one
-shape, between cudaProfilerStart / Stop, for ``ncu --profile-from-start off``:
+"""One launch each of warpsched's FlashAttention configurations, of torch SDPA (cuDNN) and of
+FlashAttention-4's forward (``--fa4``, when ``flash_attn.cute`` is installed) on one shape, between
+cudaProfilerStart / Stop, for ``ncu --profile-from-start off``:
 
   ncu --profile-from-start off --section SpeedOfLight \\
       --section WarpStateStats --section SchedulerStats --section Occupancy \\
       python3 tools/attention_profile.py --shape 16x16x1024 --dim 64 --causal \\
       --variants "ovl:q_stages=2;tma_store_o=1;o_buffer=1;causal_pairs=1;unit_overlap=1"
 
-The kernels run in this order: the default (``ops.attention``'s options), each variant, cuDNN.
-Every kernel is launched (and compiled) once before the profiled range.
+The kernels run in this order: the default (``ops.attention``'s options), each variant, cuDNN, FA4.
+Every kernel is launched (and compiled) once before the profiled range. Where the SASS spends its
+instructions and stalls (what found the doubled exp2, the PRMT-packed P and the hoisted P V wait at
+head dim 256, docs/attention.md "Head dim 256"):
+
+  ncu --profile-from-start off --clock-control none --set full -o fwd \
+      python3 tools/attention_profile.py --shape 4x16x4096 --dim 256 --no-cudnn --fa4
+  ncu -i fwd.ncu-rep --page source --csv --print-source sass > fwd_sass.csv
+  python3 tools/ncu_sass_summary.py fwd_sass.csv
 """
 from __future__ import annotations
 
@@ -30,6 +38,8 @@ def main():
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--variants", default="")
+    ap.add_argument("--no-cudnn", action="store_true")
+    ap.add_argument("--fa4", action="store_true", help="also FlashAttention-4's forward (flash_attn.cute)")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -48,7 +58,13 @@ def main():
         with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
             return F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
 
-    launches.append(("cudnn", cudnn))
+    if not args.no_cudnn:
+        launches.append(("cudnn", cudnn))
+    if args.fa4:
+        from flash_attn.cute import flash_attn_func
+
+        qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        launches.append(("fa4", lambda: flash_attn_func(qt, kt, vt, causal=args.causal)))
     for _, fn in launches:  # compile and warm up outside the profiled range
         fn()
         fn()

@@ -1,0 +1,36 @@
+"""tools/ncu_sass_summary.py on a small export in Nsight Compute's per-instruction CSV form: opcodes
+counted without predicates, kernels kept apart, the most-stalled instruction shown in its place."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools", "ncu_sass_summary.py")
+HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)",'
+          '"# Samples","Instructions Executed"')
+
+
+def _export(tmp_path, kernels):
+    lines = []
+    for name, rows in kernels:
+        lines += [f'"Kernel Name","{name}",', HEADER]
+        lines += [f'"0x{i:x}","{src}","{stall}","0","{stall}","{n}"' for i, (src, n, stall) in enumerate(rows)]
+    path = tmp_path / "sass.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return subprocess.run([sys.executable, TOOL, str(path), "--context", "1"], capture_output=True, text=True)
+
+
+def test_opcodes_stalls_and_kernels(tmp_path):
+    out = _export(tmp_path, [
+        ("kernel_a", [("      MUFU.EX2 R1, R2", 300, 5), ("@!P0  MUFU.EX2 R3, R4", 100, 5),
+                      ("      WARPGROUP.DEPBAR.LE gsb0, 0x0", 400, 90), ("      FMNMX R5, R6, R7, !PT", 200, 0)]),
+        ("kernel_b", [("      FMUL R1, R2, R3", 50, 1)]),
+    ])
+    assert out.returncode == 0, out.stderr
+    a, b = out.stdout.split("== ")[1:]
+    assert "kernel_a" in a and "executed instructions 0.0 M, stall samples 100" in a
+    assert "| MUFU.EX2 | 0.00 | 40.0% | 10.0% |" in a  # 300 + 100 of 1000, the predicated one included
+    assert "| WARPGROUP.DEPBAR.LE | 0.00 | 40.0% | 90.0% |" in a
+    assert "most stalled: 90.0% of samples" in a and ">        400 WARPGROUP.DEPBAR.LE gsb0, 0x0" in a
+    assert "kernel_b" in b and "| FMUL | 0.00 | 100.0% | 100.0% |" in b and "MUFU" not in b

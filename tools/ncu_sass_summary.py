@@ -1,0 +1,73 @@
+"""Where a kernel's instructions and warp stalls go, from Nsight Compute's per-instruction SASS table:
+executed instructions and stall samples per opcode, and the most-stalled instructions with their
+neighbours. Each kernel of the export is summarized on its own.
+
+    ncu -i report.ncu-rep --page source --csv --print-source sass > sass.csv
+    python3 tools/ncu_sass_summary.py sass.csv [--top 25] [--context 4]
+
+Read next to docs/attention.md "Head dim 256": the doubled MUFU.EX2 count and the PRMTs showed there,
+and the stall samples on ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` at the top of the softmax.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import re
+
+
+def kernels(path):
+    """[(kernel name, [row dict, ...])] from one ``--page source --csv`` export (a "Kernel Name" line
+    before each kernel's table)."""
+    out, header, name = [], None, None
+    with open(path, newline="") as f:
+        for row in csv.reader(f):
+            if row and row[0] == "Kernel Name":
+                name, header = row[1], None
+                out.append((name, []))
+            elif row and row[0] == "Address":
+                header = row
+            elif header and len(row) >= len(header) - 1:
+                out[-1][1].append(dict(zip(header, row)))
+    return out
+
+
+def opcode(source):
+    """The opcode of a SASS line, without its predicate (``@!P0 BRA`` -> ``BRA``)."""
+    text = re.sub(r"^@!?U?P\w+\s+", "", source.strip())
+    return text.split()[0] if text else "?"
+
+
+def summarize(rows, top, context):
+    count = lambda d, k: int(d.get(k) or 0)  # noqa: E731
+    executed, stalls = collections.Counter(), collections.Counter()
+    for d in rows:
+        executed[opcode(d["Source"])] += count(d, "Instructions Executed")
+        stalls[opcode(d["Source"])] += count(d, "Warp Stall Sampling (All Samples)")
+    total, samples = sum(executed.values()) or 1, sum(stalls.values()) or 1
+    print(f"  executed instructions {total / 1e6:.1f} M, stall samples {samples}")
+    print("  | opcode | executed (M) | share | stall samples |\n  |---|---|---|---|")
+    for op, n in executed.most_common(top):
+        print(f"  | {op} | {n / 1e6:.2f} | {100 * n / total:.1f}% | {100 * stalls[op] / samples:.1f}% |")
+    ranked = sorted(range(len(rows)), key=lambda i: -count(rows[i], "Warp Stall Sampling (All Samples)"))
+    for i in ranked[:3]:
+        print(f"  most stalled: {100 * count(rows[i], 'Warp Stall Sampling (All Samples)') / samples:.1f}% of samples")
+        for d in rows[max(0, i - context): i + context + 1]:
+            mark = ">" if d is rows[i] else " "
+            print(f"   {mark} {count(d, 'Instructions Executed'):>10} {d['Source'].strip()[:90]}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", nargs="+", help="ncu --page source --csv --print-source sass exports")
+    ap.add_argument("--top", type=int, default=25, help="opcodes listed")
+    ap.add_argument("--context", type=int, default=4, help="instructions shown around each most-stalled one")
+    args = ap.parse_args()
+    for path in args.csv:
+        for name, rows in kernels(path):
+            print(f"== {path}: {name[:100]}")
+            summarize(rows, args.top, args.context)
+
+
+if __name__ == "__main__":
+    main()
