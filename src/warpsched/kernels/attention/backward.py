@@ -25,6 +25,7 @@ the last query has no step and writes zeros). docs/attention.md, "Backward".
 """
 from __future__ import annotations
 
+import copy
 import math
 from typing import Optional
 
@@ -35,6 +36,7 @@ from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads, trip_count
+from warpsched.model.memory import BARRIER_BYTES_PER_STAGE
 
 from .. import _host
 from .backward_resources import Grads, MathOrder, SmemDQ, SmemDS, SmemKV, SmemQdO
@@ -210,13 +212,16 @@ class FlashAttentionBackward(BackwardUnits):
             + (("dq_stages=2",) if self.dq_stages == 2 else ()))
 
     def _check_smem_fit(self):
-        """Refuse, naming the knobs, a configuration whose SMEM (each region rounded up to its alignment, and the
-        pipelines' mbarriers) exceeds sm_90's, here rather than as the traced program's [smem capacity] finding."""
+        """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
+        scratch ``SmemAllocator`` on copies, and the pipelines' mbarriers) exceeds sm_90's, here rather than as
+        the traced program's [smem capacity] finding."""
         stats = [self.alloc_lse, self.alloc_delta] if self.tma_stats else []
-        regions = [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_dq]
-        need = sum(-(-a.size_bytes // a.alignment) * a.alignment for a in regions)
-        # mbarriers, 16 bytes a stage: Q / dO, K / V, each warp group's dQ ring and with shared_ds its dS tile
-        need += 16 * (self.qdo_stages + 1 + 2 * self.dq_stages + (2 if self.shared_ds else 0))
+        scratch = SmemAllocator()
+        for a in [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_dq]:
+            scratch.add(copy.copy(a))  # copies: compute_layout assigns offsets, the kernel's are build's to set
+        # mbarrier stages: Q / dO, K / V, each warp group's dQ ring and with shared_ds its dS tile
+        stages = self.qdo_stages + 1 + 2 * self.dq_stages + (2 if self.shared_ds else 0)
+        need = scratch.compute_layout() + BARRIER_BYTES_PER_STAGE * stages
         capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         if need > capacity:
             raise AttentionConfigError(
