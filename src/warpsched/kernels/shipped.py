@@ -68,7 +68,7 @@ def programs() -> Dict[str, Callable[..., object]]:
     from .attention import backward as ab
     from .attention.backward_host import default_options as default_bwd
     from .gemm import host as gemm_host
-    from .attention.host import split_options, tuned_options
+    from .attention.host import LONG_CAUSAL_HD64, split_options, tuned_options
     from .attention.varlen import varlen_options
     from .gemm.kernel import PersistentGemm
 
@@ -95,9 +95,9 @@ def programs() -> Dict[str, Callable[..., object]]:
             out[f"attention hd{hd} {'causal' if causal else 'full'} split_kv"] = (
                 lambda hd=hd, causal=causal, options=split_options(options), **mo:
                 att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), **mo))
-            if hd == 64 and causal:  # long sequences (attention.host.LONG_CAUSAL_HD64): three warp groups in a ring
+            if hd == 64 and causal:  # long sequences: three warp groups in a ring
                 out["attention hd64 causal long"] = (
-                    lambda options=tuned_options(64, True, 1 << 30), **mo:
+                    lambda options=tuned_options(64, True, LONG_CAUSAL_HD64), **mo:
                     att.build(att.FlashAttention(head_dim=64, causal=True, **options), **mo))
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
                 lambda hd=hd, causal=causal, **mo:
