@@ -5,19 +5,21 @@
 Shapes: B x H x S in {4x16x4096, 2x16x8192, 16x16x1024, 1x32x16384} x D in {64, 128} x {non-causal,
 causal}, bf16, S_q = S_k. Sides: ``warpsched`` (examples/hopper/attention.py) and torch SDPA
 restricted to one backend each (cuDNN, flash, efficient; a backend that refuses a shape is
-listed as n/a), and FlashAttention-4's CuTe DSL forward (``flash_attn.cute``, side ``fa4``) where it is
-installed, counted among the backends (the best of them is the ratio's denominator; a last line
-gives each warpsched side's geomean against FA4 alone). TFLOP/s = 4 B H S^2 D / time, halved for causal. Timing: ``--rounds`` rounds,
-the sides in a rotated order each round, each a triton do_bench median; the table reports each
-side's median over the rounds and warpsched's ratio to the best backend; the last lines give
-the geomean ratio and the worst shape. Runs in a child with a timeout (``--timeout``).
+listed as n/a), and FlashAttention-4's CuTe DSL forward (``flash_attn.cute``, side ``fa4``) where it
+is installed, counted among the backends (the best of them is the ratio's denominator; a last line
+gives each warpsched side's geomean against FA4 alone). TFLOP/s = 4 B H S^2 D / time, halved for
+causal. Timing: ``--rounds`` rounds, the sides in a rotated order each round, each a triton do_bench
+median; the table reports each side's median over the rounds and warpsched's ratio to the best
+backend; the last lines give the geomean ratio and the worst shape. Runs in a child with a timeout
+(``--timeout``).
 
 Variants (``--variants "qring:q_stages=2,n192:block_n=192;hd=64"``) are timed in the same
 rounds as the default and the backends, with their own ratio to the best backend and to the
-default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes, ``tuned=1``
-starts it from the default's options: ``nofence:tuned=1;pv_wait_fence=0``). ``--shapes 16x16x1024,4x16x4096``,
-``--dims`` and ``--backends`` keep a GPU run short; ``--only-passed FILE`` (written by
-``attention_correctness.py --passed-out FILE``) times only the variants that passed there.
+default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes,
+``tuned=1`` starts it from the default's options: ``nofence:tuned=1;pv_wait_fence=0``).
+``--shapes 16x16x1024,4x16x4096``, ``--dims`` and ``--backends`` keep a GPU run short;
+``--only-passed FILE`` (written by ``attention_correctness.py --passed-out FILE``) times only the
+variants that passed there.
 """
 from __future__ import annotations
 
@@ -142,26 +144,31 @@ def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0):
         cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + cols]
         print(f"| {r['shape']} | " + " | ".join(cells) + f" | {r['best']} | {r['ratio']:.2f}x |")
 
-    def summary(side):
-        got = [r for r in rows if r["best"] and side in r["tflops"]]
-        if not got:
-            return
-        ratios = [r["tflops"][side] / r["tflops"][r["best"]] for r in got]
-        worst = min(range(len(got)), key=lambda i: ratios[i])
-        vs_default = [r["tflops"][side] / r["tflops"]["warpsched"] for r in got]
-        print(f"{side}: geomean ratio to the best backend {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x "
-              f"over {len(got)} shapes; worst {ratios[worst]:.2f}x ({got[worst]['shape']}); geomean vs the "
-              f"default {math.exp(sum(map(math.log, vs_default)) / len(vs_default)):.3f}x")
+    print_summaries(rows, extra)
 
+
+def geomean_and_worst(got, ratio):
+    """(geomean of ``ratio(row)`` over ``got``, worst ratio, its shape)."""
+    ratios = [ratio(r) for r in got]
+    worst = min(range(len(got)), key=lambda i: ratios[i])
+    return math.exp(sum(map(math.log, ratios)) / len(ratios)), ratios[worst], got[worst]["shape"]
+
+
+def print_summaries(rows, extra):
+    """The last lines: each warpsched side's geomean and worst ratio to the best backend (and its geomean
+    against the default), then against FA4 alone where it ran."""
     for side in ("warpsched",) + extra:
-        summary(side)
-    fa4 = [r for r in rows if "fa4" in r["tflops"]]
-    for side in ("warpsched",) + extra:
-        got = [r["tflops"][side] / r["tflops"]["fa4"] for r in fa4 if side in r["tflops"]]
+        got = [r for r in rows if r["best"] and side in r["tflops"]]
         if got:
-            worst = min(range(len(got)), key=lambda i: got[i])
-            print(f"{side} / FA4: geomean {math.exp(sum(map(math.log, got)) / len(got)):.3f}x over {len(got)} shapes; "
-                  f"worst {got[worst]:.2f}x ({[r for r in fa4 if side in r['tflops']][worst]['shape']})")
+            geo, worst, shape = geomean_and_worst(got, lambda r: r["tflops"][side] / r["tflops"][r["best"]])
+            vs_default, _, _ = geomean_and_worst(got, lambda r: r["tflops"][side] / r["tflops"]["warpsched"])
+            print(f"{side}: geomean ratio to the best backend {geo:.3f}x over {len(got)} shapes; worst {worst:.2f}x "
+                  f"({shape}); geomean vs the default {vs_default:.3f}x")
+    for side in ("warpsched",) + extra:
+        got = [r for r in rows if "fa4" in r["tflops"] and side in r["tflops"]]
+        if got:
+            geo, worst, shape = geomean_and_worst(got, lambda r: r["tflops"][side] / r["tflops"]["fa4"])
+            print(f"{side} / FA4: geomean {geo:.3f}x over {len(got)} shapes; worst {worst:.2f}x ({shape})")
 
 
 def main():
