@@ -10,10 +10,13 @@ import re
 
 import pytest
 
+from warpsched import ValidationError, domain_loop, schedule
 from warpsched.kernels import _host
 from warpsched.kernels.attention import backward as ab
 from warpsched.kernels.attention import backward_host as host
 from warpsched.kernels.attention.forward import AttentionConfigError
+
+from _planting import planted
 
 QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
 
@@ -52,13 +55,59 @@ def test_the_kernel_traces_the_checked_program():
                    exhaustive_deadlock_race_check=False)
     assert fingerprint == cpu.fingerprint
     counts = _host.count_ptx(ptx)
-    # per warp group: S^T and dP^T over D = 256 (16 k-steps of m64n64 each); dV, dK over 64 queries and dQ
-    # over 64 keys (4 k-steps of m64n128 each: the warp group's 128 columns)
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)) == 2 * 2 * 16
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)) == 2 * 3 * 4
-    assert counts["wgmma.mma_async"] == 2 * (2 * 16 + 3 * 4)
+    # per warp group: S^T and dP^T over D = 256 (16 k-steps of m64n64 each); dV, dK over 64 queries (4 k-steps
+    # of m64n128 each: the warp group's 128 columns); dQ over 64 keys as two 64-column parts in turn (4 k-steps
+    # of m64n64 each), so its accumulator is 32 registers, not 64 (ptxas serialized every WGMMA with 64)
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)) == 2 * (2 * 16 + 2 * 4)
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)) == 2 * 2 * 4
+    assert counts["wgmma.mma_async"] == 2 * (2 * 16 + 2 * 4 + 2 * 4)
     assert len(re.findall(r"cp\.reduce\.async\.bulk\.tensor", ptx)) == 2 * 128 // 32  # dQ halves, 32-float boxes
     assert not re.findall(r"(red|atom)\.global", ptx)
+
+
+@schedule
+def _second_dq_part_staged_before_it_retires(smem_kv, smem_qdo, grads, smem_dq, steps, wg, dq_parts, **_):
+    """Head dim 256's dQ parts, with the second part's registers staged while its GEMM may still write them
+    (the retire after it is missing)."""
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    lse2, delta = smem_kv.init_stats(acc_s=acc_s)
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        smem_qdo.gemm_operand(idx=idx)
+        smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
+        smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_qdo.load_stats(lse2=lse2, delta=delta)
+        smem_kv.retire(pending=1)
+        grads.probs(acc_s=acc_s, lse2=lse2)
+        smem_kv.retire()
+        grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        smem_qdo.release()
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
+        smem_dq.store(acc_dq=acc_dq, part=1)  # planted: no retire of the part's GEMM before this read
+        smem_kv.retire()
+        smem_dq.commit()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def test_dq_parts_staged_before_their_gemm_retires_are_rejected():
+    """Head dim 256 computes dQ as two 64-column GEMMs in turn into one accumulator; staging the second
+    part before its GEMM has retired is a register race on that accumulator, named at the planted call."""
+    g = ab.FlashAttentionBackward(head_dim=256, **host.default_options(256))
+    assert g.dq_parts == 2 and g.dq_part_cols == 64
+    with planted(ab, grad_schedule=_second_dq_part_staged_before_it_retires):
+        with pytest.raises(ValidationError) as e:
+            ab.build(g, **QUIET)
+    msg = str(e.value)
+    assert "acc_dq" in msg and "store" in msg and re.search(r"test_attention_bwd_tiles\.py:\d+", msg), msg
 
 
 # ------------------------------------------------------------------ 128-row Q blocks at head dim 64

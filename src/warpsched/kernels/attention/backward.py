@@ -93,6 +93,8 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         turn = {} if order is None else {"order": order}
         turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats")
                      if getattr(g, n)})
+        if g.dq_parts > 1:
+            turn["dq_parts"] = g.dq_parts
         if order is not None:
             (dst if wg == 0 else src).append(order)
         if g.shared_ds:
@@ -162,6 +164,10 @@ class FlashAttentionBackward(BackwardUnits):
         self.ds_rows = self.shared_ds and block_m == 128
         self.dq_cols = head_dim // 2 if (self.shared_ds and not self.ds_rows) or self.d_split else head_dim
         self.dq_rows = HALF if self.ds_rows else block_m  # dQ rows per warp group
+        # d_split: the warp group's 128 dQ columns as two 64-column GEMMs in turn into one 32-register
+        # accumulator; a 64 x 128 one beside dK and dV made ptxas serialize every WGMMA (C7512)
+        self.dq_parts = 2 if self.d_split else 1
+        self.dq_part_cols = self.dq_cols // self.dq_parts
         self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
         # P computed while the dP GEMM runs (LSE / delta loaded under both); dQ staged while the dK GEMM runs
         self.overlap_scores, self.overlap_dq = bool(overlap_scores or tma_stats), bool(overlap_dq)
@@ -249,6 +255,11 @@ class FlashAttentionBackward(BackwardUnits):
         (key half ``half``, D half ``wg``) block."""
         return (wg, half) if self.ds_rows else (0, 2 * half + wg)
 
+    def dq_kt_view(self, wg, part):
+        """Without ``shared_ds``: the ``sKt`` stage warp group ``wg``'s dQ GEMM ``part`` reads: its own key
+        half, or with ``d_split`` the 64-column quarter ``part`` of its half of D."""
+        return 2 * wg + part if self.d_split else wg
+
     # ---- compile-time layouts
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
@@ -259,7 +270,7 @@ class FlashAttentionBackward(BackwardUnits):
         sdp = mma(k_major, k_major, (HALF, self.block_m))  # S^T, dP^T: (keys, queries), contraction over D
         dkv = mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
         # dQ: (queries, D or its half), over keys; one 64-row WGMMA M, repeated over a 128-row Q block
-        dq = mma(k_major, mn_major, (HALF, self.dq_cols))
+        dq = mma(k_major, mn_major, (HALF, self.dq_part_cols))
         return sdp, dkv, dq
 
     def _layouts(self):
@@ -274,10 +285,11 @@ class FlashAttentionBackward(BackwardUnits):
         return {
             "sK": sm90_utils.make_smem_layout_a(R, (HALF, self.block_m, d), dt, halves),  # (keys, D, key half)
             "sV": sm90_utils.make_smem_layout_a(R, (HALF, self.block_m, d), dt, halves),
-            # (D, keys, key half); shared_ds: (D half, keys, 2 * key half + D half); d_split: (D half, keys,
-            # D half): the same bytes (64-column swizzle atoms, keys before columns in both)
-            "sKt": (sm90_utils.make_smem_layout_b(C, (self.block_m, d // 2, HALF), dt, 4)
-                    if self.shared_ds and not self.ds_rows
+            # (D, keys, key half); shared_ds: (D half, keys, 2 * key half + D half); d_split: (64 columns, keys,
+            # D quarter), the dQ parts' B operands (dq_kt_view): the same bytes (64-column swizzle atoms, keys
+            # before columns in both)
+            "sKt": (sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, HALF), dt, 4)
+                    if (self.shared_ds and not self.ds_rows) or self.d_split
                     else sm90_utils.make_smem_layout_b(C, (self.block_m, self.dq_cols, HALF), dt, 2)),
             "sQ": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, d), dt, st),  # (queries, D, stage)
             "sdO": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, d), dt, st),

@@ -174,14 +174,16 @@ def write_ds(ds, acc_dp, v, s_ds, *, wg: cutlass.Constexpr):
 
 
 @cute.jit
-def stage_dq(acc_dq, g, v, s_dq, stage):
-    """scale * dQ into the warp group's fp32 dQ tile (swizzled, the TMA reduce-add's source), fenced so the
-    TMA (async proxy) the dQ writer issues after this stage's barrier sees every thread's writes."""
+def stage_dq(acc_dq, g, v, s_dq, stage, part: cutlass.Constexpr = 0):
+    """scale * dQ into the warp group's fp32 dQ tile (swizzled, the TMA reduce-add's source; ``g.dq_parts``
+    > 1: into its ``g.dq_part_cols`` columns ``part``), fenced so the TMA (async proxy) the dQ writer issues
+    after this stage's barrier sees every thread's writes."""
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dq_mma.get_slice(tidx % 128)
     scaled = cute.make_rmem_tensor_like(acc_dq, cutlass.Float32)
     scaled.store(acc_dq.load() * v.scale)
-    cute.autovec_copy(scaled, thr.partition_C(s_dq[(None, None, stage)]))
+    tile = cute.local_tile(s_dq[(None, None, stage)], (g.dq_rows, g.dq_part_cols), (0, part))
+    cute.autovec_copy(scaled, thr.partition_C(tile))
     cute.arch.fence_proxy("async.shared", space="cta")
 
 

@@ -82,8 +82,8 @@ class SmemKV(MemoryResource):
         dkv = v.dkv_mma.get_slice(tidx % 128)
         acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
         acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
-        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C((g.dq_rows, g.dq_cols)),
-                                       cutlass.Float32)
+        acc_dq = cute.make_rmem_tensor(
+            v.dq_mma.get_slice(tidx % 128).partition_shape_C((g.dq_rows, g.dq_part_cols)), cutlass.Float32)
         return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
                 amath.make_p(acc_dp, v.dkv_mma, g.dtype))
 
@@ -158,11 +158,12 @@ class SmemKV(MemoryResource):
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
     @cute.jit
-    def mma_dq(self, stage_info: StageInfo, acc_dq, *, wg: cutlass.Constexpr = 0):
+    def mma_dq(self, stage_info: StageInfo, acc_dq, *, wg: cutlass.Constexpr = 0, part: cutlass.Constexpr = 0):
         """dQ's part of this warp group. ``shared_ds``: dQ[:, 64 wg : 64 wg + 64] over all 128 keys, A from
         both warp groups' dS tiles (the other's through ``SmemDS``), B from K's (D half, key half) blocks
         (``ds_rows``: dQ[64 wg : 64 wg + 64, :], A from row half wg of both tiles, B from K's key halves);
-        else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile)."""
+        else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile; ``d_split``: the 64 columns
+        ``part`` of its half of D, ``FlashAttentionBackward.dq_kt_view``)."""
         g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
@@ -180,7 +181,8 @@ class SmemKV(MemoryResource):
             frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
             for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
                 mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
-                cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, wg)], acc_dq)
+                cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, g.dq_kt_view(wg, part))],
+                          acc_dq)
         warpgroup.commit_group()
 
 
@@ -383,10 +385,11 @@ class SmemDQ(MemoryResource):
         return [self.g.alloc_dq[self.wg]]
 
     @producer_work
-    def store(self, stage_info: StageInfo, acc_dq):
-        """scale * dQ into the stage, fenced for the TMA (async proxy) that reads it."""
+    def store(self, stage_info: StageInfo, acc_dq, *, part: cutlass.Constexpr = 0):
+        """scale * dQ into the stage (``part``: its 64-column part ``part``, ``d_split``), fenced for the TMA
+        (async proxy) that reads it."""
         v = stage_info.context.values
-        bmath.stage_dq(acc_dq, self.g, v, getattr(v, f"sdQ{self.wg}"), stage_info.stage_idx)
+        bmath.stage_dq(acc_dq, self.g, v, getattr(v, f"sdQ{self.wg}"), stage_info.stage_idx, part)
 
     @consumer_work
     def reduce_add(self, stage_info: StageInfo):

@@ -33,7 +33,8 @@ def pass_turn(order, wg):
 
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
-                  overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False):
+                  overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False,
+                  dq_parts=1):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -42,7 +43,9 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     ``overlap_scores``: S and dP in two commit groups, the queries' LSE / delta loaded while they run and P
     computed while dP's runs (``tma_stats``: read from the Q / dO stage). ``overlap_dq``: the dK GEMM issued
     last, dQ staged while it runs. ``tma_store_dkv``: dK and dV leave through the warp group's V half by TMA
-    before K / V are released. ``split_stats`` (with ``tma_stats``): the LSE read before P, delta after it."""
+    before K / V are released. ``split_stats`` (with ``tma_stats``): the LSE read before P, delta after it.
+    ``dq_parts`` (head dim 256): dQ's columns in that many GEMMs in turn, each staged before the next is
+    issued into the same accumulator."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
@@ -97,6 +100,10 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             smem_qdo.release()
         smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
         smem_dq.store(acc_dq=acc_dq)
+        for part in range(1, dq_parts):  # the accumulator's registers are free again once staged
+            smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=part)
+            smem_kv.retire()
+            smem_dq.store(acc_dq=acc_dq, part=part)
         smem_dq.commit()
         if overlap_dq:  # dQ went out to its stage while the dK GEMM ran
             smem_qdo.retire()
