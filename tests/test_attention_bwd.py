@@ -276,7 +276,8 @@ def test_delta_pre_pass_compiles_to_vector_loads(head_dim):
 def test_stats_pre_pass_reads_rows_coalesced_and_zeroes_the_dq_accumulator(head_dim):
     """StatsPrep (the default's pre-pass): D / 8 threads per row, one 16-byte load of O and of dO each, the
     row's products summed by log2(D / 8) butterfly shuffles; each thread zeroes its 8 fp32 columns of the dQ
-    accumulator (two 16-byte stores), and one lane writes delta and the LSE copy (in S or past it)."""
+    accumulator (two 16-byte stores), and one lane writes delta and the LSE times log2 e (in S or past it),
+    so the backward's steps do not multiply it."""
     import cutlass
 
     ptx = host.compiled_prep(cutlass.BFloat16, head_dim, arch="sm_90a", padded=True).artifacts.PTX
@@ -284,6 +285,7 @@ def test_stats_pre_pass_reads_rows_coalesced_and_zeroes_the_dq_accumulator(head_
     assert len(re.findall(r"shfl\.sync\.bfly", ptx)) == {64: 3, 128: 4, 256: 5}[head_dim]
     assert len(re.findall(r"st\.global\.v4\.b32", ptx)) == 2
     assert len(re.findall(r"st\.global\.b32", ptx)) == 4
+    assert len(re.findall(r"mul\.f32\s+%r\d+, %r\d+, 0f3FB8AA3B;", ptx)) == 1  # LSE * log2 e
 
 
 @pytest.mark.parametrize("shared_ds", [False, True])

@@ -17,7 +17,7 @@ over the group's query heads) stay in registers until the end. 384 threads in th
                                                P^T, dS^T (grads.scores; dS^T also into SMEM)
                                                dV += P^T dO_i, dK += dS^T Q_i (wgmma, A from registers)
                                                dQ_w = dS_w K_w (wgmma from SMEM); retire; qdo.release
-                                               dQaccum += scale * dQ_w (fp32 atomics)
+                                               dQaccum += dQ_w (TMA reduce-add; times scale on the host)
                                 kv.release; dK * scale, dV -> global
 
 The step count per unit is read at run time (every count >= 0 is proven: a causal key block past

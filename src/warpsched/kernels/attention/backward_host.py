@@ -11,6 +11,7 @@ import cutlass.cute as cute
 from .. import _host
 from .forward import AttentionConfigError
 from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic
+from .backward_math import LOG2E
 from .backward_prep import DeltaPrep, StatsPrep, VarlenStatsPrep
 from .host import _tma_ready, check_args as _check_qkv
 
@@ -180,7 +181,7 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
             delta.fill_(0.0)
             lse_padded.fill_(float("inf"))
             delta[:, :, :Sq] = (dout.float() * out.float()).sum(-1)
-            lse_padded[:, :, :Sq] = lse
+            lse_padded[:, :, :Sq] = lse * LOG2E  # as StatsPrep: the LSE times log2 e
         lse = lse_padded
     elif _host.ffi_enabled():
         delta = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
@@ -217,6 +218,16 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     return (lambda: f(*args)), dq_acc, dk, dv
 
 
+def dq_from_accum(dq_acc, scale, dtype, out=None):
+    """dQ = scale * dQaccum (the kernel adds dQ / scale: ``backward_math.stage_dq``), rounded to ``dtype`` in
+    one elementwise pass (into ``out`` when given)."""
+    import torch
+
+    if out is None:
+        out = torch.empty(dq_acc.shape, device=dq_acc.device, dtype=dtype)
+    return torch.mul(dq_acc, scale, out=out)
+
+
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
                        mask_mod=None, softcap=None, deterministic=False, **options):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient ``dout``, given
@@ -225,7 +236,8 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
     launch, dq_acc, dk, dv = prepare_backward(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size,
                                               mask_mod, softcap, deterministic, **options)
     launch()
-    return dq_acc[:, :, :q.shape[2]].to(q.dtype), dk, dv
+    return dq_from_accum(dq_acc[:, :, :q.shape[2]], 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale),
+                         q.dtype), dk, dv
 
 
 def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):

@@ -70,12 +70,12 @@ def query_stats(lse2, delta, g, v, m0, head, batch, bounds):
 @cute.jit
 def stats_from_smem(lse2, delta, g, v, s_lse, s_delta):
     """``query_stats`` from the Q / dO stage's copies (``tma_stats``: loaded by TMA with Q and dO from
-    buffers the pre-pass padded with LSE +inf and delta 0, so no row test); either may be None
-    (``split_stats``: each read just before its use)."""
+    buffers the pre-pass padded with LSE +inf and delta 0, so no row test; its LSE already times log2 e,
+    ``backward_prep.StatsPrep``); either may be None (``split_stats``: each read just before its use)."""
     coords = _columns(g, v)
     for j in cutlass.range_constexpr(cute.size(lse2 if lse2 is not None else delta)):
         if cutlass.const_expr(lse2 is not None):
-            lse2[j] = s_lse[coords[0, j][1]] * LOG2E
+            lse2[j] = s_lse[coords[0, j][1]]
         if cutlass.const_expr(delta is not None):
             delta[j] = s_delta[coords[0, j][1]]
 
@@ -167,23 +167,26 @@ def write_ds(ds, acc_dp, v, s_ds, *, wg: cutlass.Constexpr):
     """dS^T (16-bit registers in ``acc_dp``'s layout) into the warp group's SMEM tile, viewed (key, query);
     fenced for the async proxy (the dQ wgmma) and synchronized over the warp group."""
     tidx, _, _ = cute.arch.thread_idx()
-    thr = v.sdp_mma.get_slice(tidx % 128)
-    cute.autovec_copy(cute.make_tensor(ds.iterator, acc_dp.layout), thr.partition_C(s_ds))
+    # stmatrix .trans: the tile is stored key-contiguous, across the accumulator's pairs of queries, so
+    # element-wise 16-bit stores (and the shifts / permutes that feed them) become 16-byte rows of 8x8 blocks
+    atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4), ds.element_type)
+    tiled = cute.make_tiled_copy_C(atom, v.sdp_mma)
+    thr = tiled.get_slice(tidx % 128)
+    cute.copy(tiled, tiled.retile(cute.make_tensor(ds.iterator, acc_dp.layout)), thr.partition_D(s_ds))
     cute.arch.fence_proxy("async.shared", space="cta")  # the dQ wgmma (async proxy) reads these writes
     cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
 
 
 @cute.jit
 def stage_dq(acc_dq, g, v, s_dq, stage, part: cutlass.Constexpr = 0):
-    """scale * dQ into the warp group's fp32 dQ tile (swizzled, the TMA reduce-add's source; ``g.dq_parts``
+    """dQ / scale into the warp group's fp32 dQ tile (swizzled, the TMA reduce-add's source; ``g.dq_parts``
     > 1: into its ``g.dq_part_cols`` columns ``part``), fenced so the TMA (async proxy) the dQ writer issues
-    after this stage's barrier sees every thread's writes."""
+    after this stage's barrier sees every thread's writes. The host's conversion of dQaccum multiplies by
+    the scale (``backward_host.dq_from_accum``): one multiply per element of dQ, not one per step."""
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dq_mma.get_slice(tidx % 128)
-    scaled = cute.make_rmem_tensor_like(acc_dq, cutlass.Float32)
-    scaled.store(acc_dq.load() * v.scale)
     tile = cute.local_tile(s_dq[(None, None, stage)], (g.dq_rows, g.dq_part_cols), (0, part))
-    cute.autovec_copy(scaled, thr.partition_C(tile))
+    cute.autovec_copy(acc_dq, thr.partition_C(tile))
     cute.arch.fence_proxy("async.shared", space="cta")
 
 

@@ -14,6 +14,7 @@ import cutlass
 import cutlass.cute as cute
 
 from .backward_units import BLOCK_M, padded_first_block
+from .backward_math import LOG2E
 
 THREADS = 128
 VEC = 8  # 16-bit elements per 16-byte load
@@ -62,7 +63,8 @@ class DeltaPrep:
 
 
 class StatsPrep(DeltaPrep):
-    """delta (as ``DeltaPrep``) and a copy of the LSE into (B, H, S_pad) fp32 buffers, S_pad = S rounded up
+    """delta (as ``DeltaPrep``) and the LSE times log2 e (what the backward's exp2 subtracts, so no step
+    multiplies it) into (B, H, S_pad) fp32 buffers, S_pad = S rounded up
     to whole Q blocks: rows past S get delta 0 and LSE +inf (P = 0 there), so the backward
     (``tma_stats``) loads each step's 64 values of both with one TMA each, beside Q and dO; and the fp32 dQ
     accumulator (B, H, S_pad, D) zeroed (no separate fill kernel before the backward).
@@ -110,7 +112,7 @@ class StatsPrep(DeltaPrep):
             if lane == 0:
                 if s < seq:
                     mDelta[(b, h, s)] = part
-                    mLSEp[(b, h, s)] = mLSE[(b, h, s)]
+                    mLSEp[(b, h, s)] = mLSE[(b, h, s)] * LOG2E
                 else:
                     mDelta[(b, h, s)] = cutlass.Float32(0.0)
                     mLSEp[(b, h, s)] = cutlass.Float32.inf
@@ -118,7 +120,7 @@ class StatsPrep(DeltaPrep):
 
 class VarlenStatsPrep(DeltaPrep):
     """``StatsPrep`` for packed sequences: (1, H, T) O / dO / LSE and int32 offsets ``mCuQ`` (B + 1) in, delta and
-    the LSE copy out into (1, H, T_pad) buffers (``backward_units.padded_stats_rows``) where sequence b's rows
+    the LSE times log2 e out into (1, H, T_pad) buffers (``backward_units.padded_stats_rows``) where sequence b's rows
     start at block ``backward_units.padded_first_block``, each followed by delta 0 / LSE +inf up to its last
     whole block. One CTA per (128 rows of a sequence, head, sequence)."""
 
@@ -142,7 +144,7 @@ class VarlenStatsPrep(DeltaPrep):
             p = padded_first_block(start, b) * BLOCK_M + s
             if s < rows:
                 mDelta[(0, h, p)] = self.row_delta(mO, mdO, 0, h, start + s)
-                mLSEp[(0, h, p)] = mLSE[(0, h, start + s)]
+                mLSEp[(0, h, p)] = mLSE[(0, h, start + s)] * LOG2E
             else:
                 mDelta[(0, h, p)] = cutlass.Float32(0.0)
                 mLSEp[(0, h, p)] = cutlass.Float32.inf

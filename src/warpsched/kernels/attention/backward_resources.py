@@ -386,7 +386,7 @@ class SmemDQ(MemoryResource):
 
     @producer_work
     def store(self, stage_info: StageInfo, acc_dq, *, part: cutlass.Constexpr = 0):
-        """scale * dQ into the stage (``part``: its 64-column part ``part``, ``d_split``), fenced for the TMA
+        """dQ / scale into the stage (``part``: its 64-column part ``part``, ``d_split``), fenced for the TMA
         (async proxy) that reads it."""
         v = stage_info.context.values
         bmath.stage_dq(acc_dq, self.g, v, getattr(v, f"sdQ{self.wg}"), stage_info.stage_idx, part)

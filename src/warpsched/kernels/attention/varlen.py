@@ -206,7 +206,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     ``backward_prep.VarlenStatsPrep``)."""
     import torch
 
-    from .backward_host import compiled_prep, compiled_varlen_prep, default_options
+    from .backward_host import compiled_prep, compiled_varlen_prep, default_options, dq_from_accum
 
     check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
     total_q, H, D = q.shape
@@ -260,5 +260,5 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                 + [cutlass.Int32(max_seqlen_q), cutlass.Int32(max_seqlen_k), cutlass.Float32(scale),
                    _host.current_stream()])
         _compiled(key, args, backward=True)(*args)
-    dq.copy_(dq_acc[0, :, :total_q].transpose(0, 1))
+    dq_from_accum(dq_acc[0, :, :total_q].transpose(0, 1), scale, dq.dtype, out=dq)
     return dq, dk, dv
