@@ -41,8 +41,8 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     keys for half of D: this warp group hands its dS tile to the other one and waits for the other's.
     ``order`` (``wg_order``): the warp groups take turns issuing their S / dP GEMMs (``take_turn``).
     ``overlap_scores``: S and dP in two commit groups, the queries' LSE / delta loaded while they run and P
-    computed while dP's runs (``tma_stats``: read from the Q / dO stage). ``overlap_dq``: the dV GEMM issued
-    before dS is handed over, the dK GEMM last, dQ staged while it runs. ``tma_store_dkv``: dK and dV leave through the warp group's V half by TMA
+    computed while dP's runs (``tma_stats``: read from the Q / dO stage). ``overlap_dq``: the dK GEMM issued
+    last, dQ staged while it runs. ``tma_store_dkv``: dK and dV leave through the warp group's V half by TMA
     before K / V are released. ``split_stats`` (with ``tma_stats``): the LSE read before P, delta after it.
     ``dq_parts`` (head dim 256): dQ's columns in that many GEMMs in turn, each staged before the next is
     issued into the same accumulator."""
@@ -77,13 +77,13 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             pass_turn(order, wg)
             smem_kv.retire()
             grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
-        if overlap_dq:  # dV needs only P: it runs while dS is handed over
-            smem_qdo.mma_dv(p=p, acc_dv=acc_dv, wg=wg)
         if ds_mine is not None:
             ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
             ds_mine.store(ds=ds, acc_dp=acc_dp)
             ds_mine.commit()
-        if not overlap_dq:
+        if overlap_dq:
+            smem_qdo.mma_dv(p=p, acc_dv=acc_dv, wg=wg)
+        else:
             smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
         if ds_other is not None:
             ds_other.wait()
