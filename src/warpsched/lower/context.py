@@ -22,6 +22,8 @@ import cutlass.cute as cute
 from . import LoweringError
 from .memory import smem_pointer
 
+TMA_SMEM_ALIGN = 128  # bytes: the SMEM address of a cp.async.bulk.tensor copy
+
 
 class KernelValues:
     """The kernel's trace-time values, read by name (``context.values.tma_a``); read-only."""
@@ -64,6 +66,7 @@ class KernelContext:
     values: KernelValues = field(default_factory=lambda: KernelValues({}))
     extra: Dict[str, Any] = field(default_factory=dict)
     tma_copies: List[Tuple[int, str]] = field(default_factory=list)  # (bytes into this CTA, what) per tma_copy()
+    tma_misaligned: List[Tuple[int, str]] = field(default_factory=list)  # (alignment, destination) below TMA's
 
     def smem(self, allocation, dtype=None):
         """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""
@@ -97,6 +100,12 @@ class KernelContext:
                                 "bytes the copy delivers cannot be checked against num_bytes", task=self.task,
                                 fix="pass the stage's SMEM tensor with a static layout (e.g. t_s[(None, stage)])")
         self.tma_copies.append((size * width // 8, f"{size} x {width // 8} B"))
+        # the alignment CuTe derives for the destination's address (its base's, reduced by any offset, e.g. a
+        # stage index times the stage's stride); a tensor copy's SMEM address must be 128-byte aligned, and
+        # the hardware's answer to less is a "misaligned address" fault at run time
+        align = getattr(getattr(dst, "iterator", None), "alignment", None)
+        if isinstance(align, int) and align < TMA_SMEM_ALIGN:
+            self.tma_misaligned.append((align, f"{dst.layout}"))
         mask = None if mcast_mode is None else self.mcast_mask(mcast_mode)
         if mask is not None:
             copy_kwargs["mcast_mask"] = mask

@@ -38,6 +38,28 @@ class TxLedger:
             bracket[0].extend(copies)
             bracket[1].append(step)
 
+    def aligned(self, resource, step, misaligned: List[Tuple[int, str]]) -> None:
+        """Reject a work whose ``StageInfo.tma_copy`` wrote to an SMEM address CuTe cannot prove 128-byte
+        aligned (KernelContext.tma_misaligned): a stage stride that is not a multiple of 128 bytes, or a
+        base allocation aligned to less."""
+        if not misaligned:
+            return
+        from .context import TMA_SMEM_ALIGN
+
+        name = getattr(resource, "name", None) or type(resource).__name__
+        align, dst = misaligned[0]
+        finding = Finding(
+            check="TMA alignment", task=self.task.name, resource=name, location=step.location,
+            message=(f"{name}.{step.method}(): a TMA copy's SMEM destination {dst} is only {align}-byte aligned "
+                     f"(the hardware faults with 'misaligned address' at run time)"),
+            expected=f"a destination address aligned to {TMA_SMEM_ALIGN} bytes in every stage",
+            fix=(f"pad each stage of the destination to a multiple of {TMA_SMEM_ALIGN} bytes (its layout's stage "
+                 f"stride and its SmemAllocation's count), and give the allocation alignment >= {TMA_SMEM_ALIGN}"))
+        if self.skip_validation:
+            warnings.warn(ValidationWarning(finding.format()), stacklevel=2)
+            return
+        raise ValidationError([finding], title="warpsched rejected the traced kernel")
+
     def committed(self, resource) -> None:
         copies, works = self.open.pop(id(resource), ([], []))
         if not copies:
