@@ -156,7 +156,7 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
     return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
     from the pre-pass); dq_accum (and with ``deterministic`` the turn words) must be zeroed before each
-    launch."""
+    launch. dq_accum receives dQ / scale (fp32): ``dq_from_accum`` makes dQ of it."""
     check_args(q, k, v, out, dout, lse)
     import torch
 
