@@ -65,8 +65,8 @@ class KernelContext:
     cluster_coord: Any = (0, 0, 0)  # this CTA's (m, n, 0) in the cluster: Int32s inside a cluster, else ints
     values: KernelValues = field(default_factory=lambda: KernelValues({}))
     extra: Dict[str, Any] = field(default_factory=dict)
-    tma_copies: List[Tuple[int, str]] = field(default_factory=list)  # (bytes into this CTA, what) per tma_copy()
-    tma_misaligned: List[Tuple[int, str]] = field(default_factory=list)  # (alignment, destination) below TMA's
+    # per tma_copy(): (bytes into this CTA, what, the destination's address alignment or None, its layout)
+    tma_copies: List[Tuple[int, str, Optional[int], str]] = field(default_factory=list)
 
     def smem(self, allocation, dtype=None):
         """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""
@@ -99,13 +99,11 @@ class KernelContext:
             raise LoweringError(f"StageInfo.tma_copy(): the destination {dst} has no compile-time size, so the "
                                 "bytes the copy delivers cannot be checked against num_bytes", task=self.task,
                                 fix="pass the stage's SMEM tensor with a static layout (e.g. t_s[(None, stage)])")
-        self.tma_copies.append((size * width // 8, f"{size} x {width // 8} B"))
-        # the alignment CuTe derives for the destination's address (its base's, reduced by any offset, e.g. a
-        # stage index times the stage's stride); a tensor copy's SMEM address must be 128-byte aligned, and
-        # the hardware's answer to less is a "misaligned address" fault at run time
+        # with the alignment CuTe derives for the destination's address (its base's, reduced by any offset,
+        # e.g. a stage index times the stage's stride), checked by the TxLedger (TMA_SMEM_ALIGN)
         align = getattr(getattr(dst, "iterator", None), "alignment", None)
-        if isinstance(align, int) and align < TMA_SMEM_ALIGN:
-            self.tma_misaligned.append((align, f"{dst.layout}"))
+        self.tma_copies.append((size * width // 8, f"{size} x {width // 8} B", align if isinstance(align, int) else None,
+                                f"{dst.layout}"))
         mask = None if mcast_mode is None else self.mcast_mask(mcast_mode)
         if mask is not None:
             copy_kwargs["mcast_mask"] = mask

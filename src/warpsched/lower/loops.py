@@ -545,7 +545,6 @@ class TaskEmitter:
                          work_tile=frame.work_tile, context=self.L.context_for(self.task),
                          loop_start=frame.start, loop_end=frame.end, loop_step=frame.step)
         kwargs, copies = dict(s.const_args), len(info.context.tma_copies)
-        misaligned = len(info.context.tma_misaligned)
         for pname, tok in s.token_args.items():
             key = self._tkey(tok)
             if key not in env:
@@ -555,7 +554,6 @@ class TaskEmitter:
                                         "TaskLocalVariable with dtype= and default=")
             kwargs[pname] = env[key]
         out = spec.fn(res, info, **kwargs)
-        self.tx.aligned(res, s, info.context.tma_misaligned[misaligned:])
         self.tx.worked(res, s, info.context.tma_copies[copies:])
         if not s.returns:
             return

@@ -12,10 +12,11 @@ finding. Works that issue copies any other way are not counted (the opt-in is th
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import Finding, ValidationError, ValidationWarning
 from ..protocol.plan import config_of, tma_bytes_per_cta
+from .context import TMA_SMEM_ALIGN
 
 CHECK = "pipeline thread counts and bytes"
 
@@ -26,37 +27,39 @@ class TxLedger:
     def __init__(self, task, skip_validation: bool = False):
         self.task = task
         self.skip_validation = skip_validation  # TaskManager(skip_validation=True): a warning, as for the static findings
-        self.open: Dict[int, Tuple[List[Tuple[int, str]], List[Any]]] = {}
+        self.open: Dict[int, Tuple[List[Tuple[int, str, Optional[int], str]], List[Any]]] = {}
 
     def acquired(self, resource, protocol) -> None:
         if protocol.transaction_bytes:
             self.open[id(resource)] = ([], [])
 
-    def worked(self, resource, step, copies: List[Tuple[int, str]]) -> None:
+    def worked(self, resource, step, copies: List[Tuple[int, str, Optional[int], str]]) -> None:
+        self._check_alignment(resource, step, copies)
         bracket = self.open.get(id(resource))
         if bracket is not None and copies:
             bracket[0].extend(copies)
             bracket[1].append(step)
 
-    def aligned(self, resource, step, misaligned: List[Tuple[int, str]]) -> None:
-        """Reject a work whose ``StageInfo.tma_copy`` wrote to an SMEM address CuTe cannot prove 128-byte
-        aligned (KernelContext.tma_misaligned): a stage stride that is not a multiple of 128 bytes, or a
-        base allocation aligned to less."""
-        if not misaligned:
+    def _check_alignment(self, resource, step, copies) -> None:
+        """A copy into an SMEM address CuTe cannot prove 128-byte aligned (a stage stride that is not a multiple
+        of 128 bytes, or a base allocation aligned to less) faults with "misaligned address" on the hardware."""
+        bad = [(align, dst) for _, _, align, dst in copies if align is not None and align < TMA_SMEM_ALIGN]
+        if not bad:
             return
-        from .context import TMA_SMEM_ALIGN
-
         name = getattr(resource, "name", None) or type(resource).__name__
-        align, dst = misaligned[0]
-        finding = Finding(
+        align, dst = bad[0]
+        self._report(Finding(
             check="TMA alignment", task=self.task.name, resource=name, location=step.location,
             message=(f"{name}.{step.method}(): a TMA copy's SMEM destination {dst} is only {align}-byte aligned "
                      f"(the hardware faults with 'misaligned address' at run time)"),
             expected=f"a destination address aligned to {TMA_SMEM_ALIGN} bytes in every stage",
             fix=(f"pad each stage of the destination to a multiple of {TMA_SMEM_ALIGN} bytes (its layout's stage "
-                 f"stride and its SmemAllocation's count), and give the allocation alignment >= {TMA_SMEM_ALIGN}"))
+                 f"stride and its SmemAllocation's count), and give the allocation alignment >= {TMA_SMEM_ALIGN}")))
+
+    def _report(self, finding) -> None:
+        """TaskManager(skip_validation=True): a warning, else the traced kernel is rejected."""
         if self.skip_validation:
-            warnings.warn(ValidationWarning(finding.format()), stacklevel=2)
+            warnings.warn(ValidationWarning(finding.format()), stacklevel=3)
             return
         raise ValidationError([finding], title="warpsched rejected the traced kernel")
 
@@ -66,12 +69,12 @@ class TxLedger:
             return  # no copy went through StageInfo.tma_copy: nothing known to compare
         cfg = config_of(resource)
         warps, want, derivation = tma_bytes_per_cta(cfg, self.task.num_warps)
-        per_warp = sum(b for b, _ in copies)
+        per_warp = sum(c[0] for c in copies)
         if per_warp * warps == want:
             return
         name = getattr(resource, "name", None) or type(resource).__name__
         calls = ", ".join(f"{s.method}()" for s in works)
-        each = " + ".join(what for _, what in copies)
+        each = " + ".join(c[1] for c in copies)
         many = f"each of its {warps} warps issues" if warps > 1 else "its warp issues"
         split = f"{want // warps} per warp, " if warps > 1 and want % warps == 0 else ""
         if warps > 1:
@@ -88,10 +91,7 @@ class TxLedger:
                      f"arms {want}: the phase " + ("never completes (the kernel hangs)" if per_warp * warps < want
                                                    else "completes before the last copies land")),
             expected=f"copies of {split}{want} bytes into each CTA's stage ({derivation})", fix=fix)
-        if self.skip_validation:
-            warnings.warn(ValidationWarning(finding.format()), stacklevel=2)
-            return
-        raise ValidationError([finding], title="warpsched rejected the traced kernel")
+        self._report(finding)
 
 
 __all__ = ["TxLedger"]
