@@ -3,7 +3,6 @@ checks, the compile cache (one kernel per dtype / head dim / causal / options; s
 the delta pre-pass and the dQ conversion around the kernel, and the CPU compile used by the tests."""
 from __future__ import annotations
 
-import math
 
 import cutlass
 import cutlass.cute as cute
@@ -13,7 +12,7 @@ from .forward import AttentionConfigError
 from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic
 from .backward_math import LOG2E
 from .backward_prep import DeltaPrep, StatsPrep, VarlenStatsPrep
-from .host import _tma_ready, check_args as _check_qkv
+from .host import _tma_ready, check_args as _check_qkv, softmax_scale
 
 _CACHE = {}
 VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the program the trace checked
@@ -195,7 +194,7 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
         if tuple(t.shape) != tuple(k.shape) or t.dtype != k.dtype or not t.is_contiguous():
             raise AttentionConfigError(f"{name} {tuple(t.shape)} {t.dtype}: expected a contiguous tensor of k's "
                                        f"shape {tuple(k.shape)} and dtype {k.dtype}")
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = softmax_scale(D, scale)
     # the forward's sliding window, mask_mod and softcap (the kernel validates them: attention.masks)
     extra = {"window_size": None if window_size is None else tuple(window_size), "mask_mod": mask_mod,
              "softcap": softcap, "deterministic": True if deterministic else None}
@@ -236,8 +235,7 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
     launch, dq_acc, dk, dv = prepare_backward(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size,
                                               mask_mod, softcap, deterministic, **options)
     launch()
-    return dq_from_accum(dq_acc[:, :, :q.shape[2]], 1.0 / math.sqrt(q.shape[3]) if scale is None else float(scale),
-                         q.dtype), dk, dv
+    return dq_from_accum(dq_acc[:, :, :q.shape[2]], softmax_scale(q.shape[3], scale), q.dtype), dk, dv
 
 
 def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):

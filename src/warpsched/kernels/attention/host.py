@@ -58,6 +58,11 @@ def _tma_aligned(t) -> bool:
                                                                 for s in t.stride()[:3])
 
 
+def softmax_scale(head_dim, scale=None):
+    """The scale applied to Q K^T: ``scale`` as a float, or 1 / sqrt(head_dim) when None (SDPA's default)."""
+    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+
 def _tma_ready(t):
     """A (B, H, S, D) tensor TMA can use: ``t`` itself, or a contiguous copy."""
     return t if _tma_aligned(t) else t.contiguous()
@@ -196,7 +201,7 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
                                    "16-byte aligned strides and address; pass a contiguous out")
     if tuple(lse.shape) != (B, H, Sq) or lse.dtype != torch.float32 or lse.stride(2) != 1:
         raise AttentionConfigError(f"lse {tuple(lse.shape)} {lse.dtype}: expected ({B}, {H}, {Sq}) float32")
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = softmax_scale(D, scale)
     kern_key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
     if _host.ffi_enabled() and _tma_aligned(out) and lse.data_ptr() % 16 == 0:  # what the fake operands assume
         f = compiled_ffi(kern_key)

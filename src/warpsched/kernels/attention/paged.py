@@ -6,7 +6,6 @@ kernel's tile (128 keys; 64 at head dim 256). Decode shapes split the keys (``sp
 ``ops.attention`` does, from the table's capacity (no host sync for the lengths)."""
 from __future__ import annotations
 
-import math
 
 import cutlass
 import cutlass.cute as cute
@@ -14,7 +13,8 @@ import cutlass.cute as cute
 from .. import _host
 from . import split_kv
 from .forward import HEAD_DIMS, FlashAttentionPaged
-from .host import _partials, _splits_for, _tma_ready, gqa_packed, gqa_unpacked, split_options, tuned_options
+from .host import (_partials, _splits_for, _tma_ready, gqa_packed, gqa_unpacked, softmax_scale, split_options,
+                   tuned_options)
 from .masks import AttentionConfigError, with_masks
 
 _CACHE = {}
@@ -135,7 +135,7 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
         options = split_options(options)
     options = with_masks(options, window_size, softcap, mask_mod)
     key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = softmax_scale(D, scale)
     q = _tma_ready(q)
     k, v = (t.view(pages * page, Hk, D).permute(1, 0, 2).unsqueeze(0) for t in (k_cache, v_cache))
     out = torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype)

@@ -7,7 +7,6 @@ checks on later calls, as ``attention.host.attention``'s. The backward
 (``attention_varlen_backward``, ``backward.FlashAttentionBackwardVarlen``) takes the same layout."""
 from __future__ import annotations
 
-import math
 
 import cutlass
 import cutlass.cute as cute
@@ -16,7 +15,7 @@ from .. import _host
 from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen
 from .backward_units import BLOCK_M as BWD_BLOCK_M, padded_stats_rows
 from .forward import HEAD_DIMS, FlashAttentionVarlen
-from .host import _tma_ready, tuned_options
+from .host import _tma_ready, softmax_scale, tuned_options
 from .masks import AttentionConfigError, with_masks
 
 _CACHE = {}
@@ -134,7 +133,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         D = q.shape[2]
         options = with_masks(varlen_options(D, causal), window_size, softcap, mask_mod)
         key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
-        plan = (key, 1.0 / math.sqrt(D) if scale is None else float(scale))
+        plan = (key, softmax_scale(D, scale))
     key, scale_v = plan
     total_q, H, D = q.shape
     if out is None:
@@ -239,7 +238,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     lse_v = lse.contiguous().unsqueeze(0)
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
     key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    scale = softmax_scale(D, scale)
     if padded and not _host.ffi_enabled():
         raise AttentionConfigError("tma_stats with varlen launches through TVM FFI: pip install apache-tvm-ffi "
                                    "(or pass options without tma_stats)")
