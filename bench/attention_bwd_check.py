@@ -56,14 +56,16 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  # with each warp group's dQ over its own keys
                  "m64": _M64,
                  "m128": {"tma_stats": True, "tma_store_dkv": True, "block_m": 128, "dq_stages": 1},
-                 "odq": dict(_D64, overlap_dq=True)},  # the dK GEMM issued last, dQ staged while it runs
+                 "odq": dict(_D64, overlap_dq=True),  # the dK GEMM issued last, dQ staged while it runs
+                 "flat": dict(_D64, flat_dq=True)},  # dQ tiles in register order (backward_post)  # the dK GEMM issued last, dQ staged while it runs
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
                   "q3": dict(_D128, qdo_stages=3, dq_stages=1), "dq2": dict(_D128, dq_stages=2),
                   "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
                   "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True},
-                  "odq": dict(_D128, overlap_dq=True)},
-            256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True)}}
+                  "odq": dict(_D128, overlap_dq=True), "flat": dict(_D128, flat_dq=True)},
+            256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
+                  "flat": dict(bwd.default_options(256), flat_dq=True)}}
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
     (4, 16, 4096, 64, False), (16, 16, 1024, 128, False), (4, 16, 2048, 256, False), (8, 16, 2048, 256, True),
@@ -120,6 +122,14 @@ def correctness():
             torch.cuda.synchronize()
             ours = [err(a, r) for a, r in zip((dq, dk, dv), ref)]
             ok = all(o == o and o <= 2 * t + 1e-3 for o, t in zip(ours, theirs))
+            if options.get("flat_dq"):  # the post-pass kernel against its torch twin, on one accumulator
+                launch, dq_acc, _, _, flat = bwd._prepare(q, k, v, out, dout, lse, causal, None, None, None, None,
+                                                          None, None, False, **options)
+                launch()
+                same = torch.equal(bwd.finish_dq(dq_acc, flat, scale, dt, Sq),
+                                   bwd.flat_to_rows(dq_acc, *flat, scale, dt, Sq))
+                ok = ok and same
+                name += "" if same else " (post-pass kernel != torch)"
             fails += not ok
             print(f"| {B}x{H}/{Hk}x{Sq}x{Sk} | {D} {name} | {causal} | {str(dt)[6:]} | "
                   + " | ".join(f"{e:.2e}" for e in ours) + " | " + "/".join(f"{e:.1e}" for e in theirs)
@@ -214,7 +224,7 @@ def model_speed(rounds):
               f"{tf.get('FA4', '-')} | {ratio('cuDNN')} | {ratio('FA4')} |", flush=True)
 
 
-def speed(rounds):
+def speed(rounds, calls=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     try:
@@ -223,7 +233,8 @@ def speed(rounds):
         flash_attn_func = None
         print(f"FA4 unavailable: {type(e).__name__}: {e}")
     names = list(dict.fromkeys(n for per_d in VARIANTS.values() for n in per_d))
-    cols = ["ws call"] + [f"ws {n}" for n in names] + ["cuDNN", "flash", "FA4"]
+    cols = (["ws call"] + [f"ws {n}" for n in names] + ([f"call {n}" for n in names if n != "default"] if calls else [])
+            + ["cuDNN", "flash", "FA4"])
     print("warpsched kernels alone per variant, the default options' whole call (ws call: pre-pass, kernel, dQ "
           "conversion); TFLOP/s; ratios: ws call and the best kernel variant")
     print("| B x H x S | D | mask | " + " | ".join(cols) + " | call / cuDNN | call / FA4 | best kernel / FA4 |")
@@ -236,6 +247,9 @@ def speed(rounds):
         for name, options in VARIANTS[D].items():  # the kernel alone, per variant
             launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **options)
             sides[f"ws {name}"] = lambda launch=launch, dq_acc=dq_acc: (dq_acc.zero_(), launch())
+            if calls and name != "default":
+                sides[f"call {name}"] = (lambda options=options: bwd.attention_backward(q, k, v, out, dout, lse,
+                                                                                        causal=causal, **options))
         for name, kind in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
             try:
@@ -319,6 +333,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--variants", help="comma-separated VARIANTS names to check and time (default: all)")
     ap.add_argument("--head-dims", help="comma-separated head dims to keep in every table (default: all)")
+    ap.add_argument("--calls", action="store_true", help="speed: also time each variant's whole call")
     a = ap.parse_args()
     if a.head_dims:
         dims = {int(d) for d in a.head_dims.split(",")}
@@ -338,7 +353,7 @@ def main():
     if a.only in (None, "deterministic"):
         fails += deterministic_check(a.rounds)
     if a.only in (None, "speed") and not fails:
-        speed(a.rounds)
+        speed(a.rounds, a.calls)
         model_speed(a.rounds)
     sys.exit(1 if fails else 0)
 

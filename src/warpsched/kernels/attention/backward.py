@@ -50,6 +50,7 @@ from .backward_units import BLOCK_M, BackwardUnits
 from . import dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
+FLAT_ROW = 256  # flat_dq: values per row of the dQ reduce-add's TMA box (a box dimension holds at most 256)
 
 
 # ---------------------------------------------------------------------------------- program
@@ -120,7 +121,7 @@ class FlashAttentionBackward(BackwardUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=None, producer_regs=24,
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
-                 tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M):
+                 tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -178,6 +179,14 @@ class FlashAttentionBackward(BackwardUnits):
         if dq_stages not in (1, 2):
             raise AttentionConfigError(f"dq_stages={dq_stages}: expected 1 or 2")
         self.dq_stages = dq_stages  # dQ tiles per warp group on their way to the writer warp
+        if flat_dq and varlen:
+            raise AttentionConfigError("flat_dq=True with varlen: a packed sequence's dQ tiles start at any row, and "
+                                       "the flat layout needs whole tiles (flat_dq=False)")
+        # dQaccum and the SMEM dQ tiles in the accumulator's register order (backward_math.stage_dq): each
+        # thread's 16-byte chunks side by side with its neighbours', so staging dQ is 16-byte stores at fixed
+        # offsets from one address, not a swizzled address per element pair; the host's conversion
+        # (backward_post) puts the rows and columns back in place
+        self.flat_dq = bool(flat_dq)
         # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep;
         # varlen: VarlenStatsPrep, each sequence's rows from a block boundary, backward_units.padded_block0)
         self.tma_stats = bool(tma_stats)
@@ -215,7 +224,7 @@ class FlashAttentionBackward(BackwardUnits):
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
-            + (("dq_stages=2",) if self.dq_stages == 2 else ()))
+            + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
@@ -299,9 +308,25 @@ class FlashAttentionBackward(BackwardUnits):
             "sdS": (sm90_utils.make_smem_layout_a(R, (HALF, d, HALF), dt, 2) if self.ds_rows
                     else sm90_utils.make_smem_layout_a(R, (self.block_m, d, HALF), dt, 1)),
             "sdSt": sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, self.block_m), dt, 1),  # (keys, queries)
-            "sdQ": sm90_utils.make_smem_layout_a(R, (self.dq_rows, self.dq_cols, self.dq_cols), cutlass.Float32,
-                                                 self.dq_stages),
+            "sdQ": (cute.make_layout((FLAT_ROW, self.dq_tile_floats // FLAT_ROW, self.dq_stages)) if self.flat_dq
+                    else sm90_utils.make_smem_layout_a(R, (self.dq_rows, self.dq_cols, self.dq_cols), cutlass.Float32,
+                                                       self.dq_stages)),
         }
+
+    @property
+    def dq_tile_floats(self):
+        """fp32 values in one warp group's dQ tile (one TMA reduce-add)."""
+        return self.dq_rows * self.dq_cols
+
+    def _dq_target(self, mdQacc):
+        """What the dQ reduce-add's TMA tiles: (S, D, H, B), or with ``flat_dq`` the buffer as (FLAT_ROW,
+        values / FLAT_ROW, tiles): tile ((batch * H + head) * row blocks + row block) * column blocks + column
+        block, each ``dq_tile_floats`` contiguous values (the buffer is contiguous: the host allocates it)."""
+        if not self.flat_dq:
+            return self._sdhb(mdQacc)
+        tile = self.dq_tile_floats
+        return cute.make_tensor(mdQacc.iterator, cute.make_layout(
+            (FLAT_ROW, tile // FLAT_ROW, cute.size(mdQacc) // tile), stride=(1, FLAT_ROW, tile)))
 
     @staticmethod
     def _sdhb(t):
@@ -326,8 +351,9 @@ class FlashAttentionBackward(BackwardUnits):
                  for t, name, rows in ((mQ, "sQ", (self.block_m, self.head_dim)), (mK, "sK", tile), (mV, "sV", tile),
                                        (mdO, "sdO", (self.block_m, self.head_dim)))]
         tma_dq, tdQ = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            cute.nvgpu.cpasync.CopyReduceBulkTensorTileS2GOp(), self._sdhb(mdQacc),
-            cute.slice_(lay["sdQ"], (None, None, 0)), (self.dq_rows, self.dq_cols))
+            cute.nvgpu.cpasync.CopyReduceBulkTensorTileS2GOp(), self._dq_target(mdQacc),
+            cute.slice_(lay["sdQ"], (None, None, 0)),
+            (FLAT_ROW, self.dq_tile_floats // FLAT_ROW) if self.flat_dq else (self.dq_rows, self.dq_cols))
         stats = (None, None, None, None)
         if cutlass.const_expr(self.tma_stats):  # (S_pad, H, B) views of the padded LSE / delta, 64-value tiles
             stats = tuple(x for t in (mLSE, mDelta) for x in cute.nvgpu.cpasync.make_tiled_tma_atom(

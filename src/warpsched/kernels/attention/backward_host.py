@@ -11,6 +11,7 @@ from .. import _host
 from .forward import AttentionConfigError
 from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic
 from .backward_math import LOG2E
+from .backward_post import DQConvert, flat_to_rows
 from .backward_prep import DeltaPrep, StatsPrep, VarlenStatsPrep
 from .host import _tma_ready, check_args as _check_qkv, softmax_scale
 
@@ -122,6 +123,27 @@ def compiled_varlen_prep(dtype, head_dim, arch=None):
     return _CACHE[key]
 
 
+def compiled_post(dtype, head_dim, dq_cols, parts, arch=None):
+    """``backward_post.DQConvert`` for TVM-FFI calls ``f(dq_accum, dq, scale)`` (``arch``: a CPU compile)."""
+    key = ("post", dtype, head_dim, dq_cols, parts, arch)
+    if key not in _CACHE:
+        options, stream = _prep_target(arch)
+        B, H, S, Sp = (cute.sym_int32() for _ in range(4))
+        fakes = (_host.fake_bhsd(cutlass.Float32, B, H, Sp, head_dim), _host.fake_bhsd(dtype, B, H, S, head_dim))
+        _CACHE[key] = cute.compile(DQConvert(dtype, head_dim, dq_cols, parts), *fakes, cutlass.Float32(1.0), stream,
+                                   options=options)
+    return _CACHE[key]
+
+
+def flat_dq_tile(kern_key):
+    """(dq_cols, parts) of the kernel's flat dQaccum tiles (``flat_dq``), or None (rows and columns)."""
+    key = ("flat", kern_key)
+    if key not in _CACHE:
+        kern = _kernel(kern_key)
+        _CACHE[key] = (kern.dq_cols, kern.dq_parts) if kern.flat_dq else None
+    return _CACHE[key]
+
+
 def compiled_ffi(kern_key):
     """The kernel for TVM-FFI calls: compiled once with fake operands; called with torch tensors."""
     key = kern_key + ("tvm-ffi",)
@@ -155,7 +177,14 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
     return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
     from the pre-pass); dq_accum (and with ``deterministic`` the turn words) must be zeroed before each
-    launch. dq_accum receives dQ / scale (fp32): ``dq_from_accum`` makes dQ of it."""
+    launch. dq_accum receives dQ / scale (fp32): ``finish_dq`` makes dQ of it."""
+    return _prepare(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size, mask_mod, softcap, deterministic,
+                    **options)[:4]
+
+
+def _prepare(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size, mask_mod, softcap, deterministic,
+             **options):
+    """``prepare_backward``, and the kernel's flat dQ tile (``flat_dq_tile``) as a fifth value."""
     check_args(q, k, v, out, dout, lse)
     import torch
 
@@ -209,12 +238,13 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
                 + [_host.to_cute(t, 3) for t in (dq_acc, dk, dv)] + [_host.to_cute(t, 0) for t in turns]
                 + [cutlass.Float32(scale), _host.current_stream()])
         f = compiled(kern_key, args)
+    flat = flat_dq_tile(kern_key)
     if turns:
         def launch():  # the words are left at the last key block's turn: zeroed before every launch
             turns[0].zero_()
             f(*args)
-        return launch, dq_acc, dk, dv
-    return (lambda: f(*args)), dq_acc, dk, dv
+        return launch, dq_acc, dk, dv, flat
+    return (lambda: f(*args)), dq_acc, dk, dv, flat
 
 
 def dq_from_accum(dq_acc, scale, dtype, out=None):
@@ -232,10 +262,26 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient ``dout``, given
     the forward's ``lse``. dk / dv have k's shape (summed over each K/V head's query heads: GQA).
     delta = rowsum(dout * out) is computed by torch first; dQ is accumulated in fp32 and converted last."""
-    launch, dq_acc, dk, dv = prepare_backward(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size,
-                                              mask_mod, softcap, deterministic, **options)
+    launch, dq_acc, dk, dv, flat = _prepare(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size, mask_mod,
+                                            softcap, deterministic, **options)
     launch()
-    return dq_from_accum(dq_acc[:, :, :q.shape[2]], softmax_scale(q.shape[3], scale), q.dtype), dk, dv
+    return finish_dq(dq_acc, flat, softmax_scale(q.shape[3], scale), q.dtype, q.shape[2]), dk, dv
+
+
+def finish_dq(dq_acc, flat, scale, dtype, seqlen):
+    """dQ (B, H, seqlen, D) in ``dtype`` of the kernel's dQaccum: rows and columns (``flat`` None:
+    ``dq_from_accum``), or flat tiles of ``flat = (dq_cols, parts)`` (``backward_post``: its kernel with TVM
+    FFI, else the same permutation in torch)."""
+    import torch
+
+    if flat is None:
+        return dq_from_accum(dq_acc[:, :, :seqlen], scale, dtype)
+    B, H, _, D = dq_acc.shape
+    if _host.ffi_enabled():
+        dq = torch.empty(B, H, seqlen, D, device=dq_acc.device, dtype=dtype)
+        compiled_post(_host.cutlass_dtype(dtype), D, *flat)(dq_acc, dq, scale)
+        return dq
+    return flat_to_rows(dq_acc, *flat, scale, dtype, seqlen)
 
 
 def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):

@@ -18,6 +18,7 @@ from . import register_math as amath
 
 LOG2E = math.log2(math.e)
 HALF = 64  # keys per consumer warp group (one WGMMA M); a CTA's K/V block is 2 * HALF keys
+FLAT_THREADS = 128  # flat_dq: a warp group's threads, each one 16-byte chunk per 8 dQ columns
 DS_BARRIER = 2  # named barriers 2, 3: a warp group's dS tile is written before its dQ GEMM reads it
 
 
@@ -179,14 +180,25 @@ def write_ds(ds, acc_dp, v, s_ds, *, wg: cutlass.Constexpr):
 
 @cute.jit
 def stage_dq(acc_dq, g, v, s_dq, stage, part: cutlass.Constexpr = 0):
-    """dQ / scale into the warp group's fp32 dQ tile (swizzled, the TMA reduce-add's source; ``g.dq_parts``
-    > 1: into its ``g.dq_part_cols`` columns ``part``), fenced so the TMA (async proxy) the dQ writer issues
-    after this stage's barrier sees every thread's writes. The host's conversion of dQaccum multiplies by
-    the scale (``backward_host.dq_from_accum``): one multiply per element of dQ, not one per step."""
+    """dQ / scale into the warp group's fp32 dQ tile (the TMA reduce-add's source; ``g.dq_parts`` > 1: into
+    its ``g.dq_part_cols`` columns ``part``), fenced so the TMA (async proxy) the dQ writer issues after this
+    stage's barrier sees every thread's writes. The host's conversion of dQaccum multiplies by the scale
+    (``backward_host.dq_from_accum``): one multiply per element of dQ, not one per step.
+
+    The tile is swizzled (rows, columns), or with ``g.flat_dq`` in register order (``flat_dq_index``): each
+    thread's four values of an 8-column chunk are one 16-byte store beside its neighbours' (no bank
+    conflict), at a fixed offset from one address."""
     tidx, _, _ = cute.arch.thread_idx()
-    thr = v.dq_mma.get_slice(tidx % 128)
-    tile = cute.local_tile(s_dq[(None, None, stage)], (g.dq_rows, g.dq_part_cols), (0, part))
-    cute.autovec_copy(acc_dq, thr.partition_C(tile))
+    if cutlass.const_expr(g.flat_dq):
+        chunks = g.dq_part_cols // 8
+        mine = cute.make_tensor(s_dq[(None, None, stage)].iterator,
+                                cute.make_layout((4, FLAT_THREADS, g.dq_parts * chunks), stride=(1, 4, 4 * FLAT_THREADS)))
+        dst = cute.flat_divide(mine[(None, tidx % FLAT_THREADS, None)], (4, chunks))[(None, None, 0, part)]
+        cute.autovec_copy(cute.make_tensor(acc_dq.iterator, cute.make_layout((4, chunks))), dst)
+    else:
+        thr = v.dq_mma.get_slice(tidx % 128)
+        tile = cute.local_tile(s_dq[(None, None, stage)], (g.dq_rows, g.dq_part_cols), (0, part))
+        cute.autovec_copy(acc_dq, thr.partition_C(tile))
     cute.arch.fence_proxy("async.shared", space="cta")
 
 
@@ -197,15 +209,23 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutl
     for its own bulk group, so the issuing lane has seen the TMA read the tile before it arrives (the buffer's
     rows are padded to whole Q blocks). ``complete``: waits until the add's writes are done (not only its SMEM
     reads), fenced from the async proxy, so a hand-over after it orders the next add after this one
-    (dq_order)."""
-    if cutlass.const_expr(g.varlen):  # the sequence's rows (a tile's rows past it add zeros: P = 0 there)
-        g_dq = cute.flat_divide(g.rows_of(v.mdQacc, v.unit, head, batch),
-                                (g.dq_rows, g.dq_cols))[(None, None, None, col_block)]
+    (dq_order). ``g.flat_dq``: the tile's values are contiguous in dQaccum (``FlashAttentionBackward._dq_target``)."""
+    if cutlass.const_expr(g.flat_dq):
+        col_blocks = g.head_dim // g.dq_cols
+        row_blocks = g.m_blocks * (g.block_m // g.dq_rows)
+        tile = ((batch * g.heads + head) * row_blocks + m_block) * col_blocks + col_block
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
+                                                    cute.group_modes(v.mdQacc, 0, 2))
+        cute.copy(v.tma_dq, t_s[(None, stage)], t_g[(None, tile)])
     else:
-        g_dq = cute.flat_divide(v.mdQacc, (g.dq_rows, g.dq_cols))[(None, None, None, col_block, head, batch)]
-    t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
-                                                cute.group_modes(g_dq, 0, 2))
-    cute.copy(v.tma_dq, t_s[(None, stage)], t_g[(None, m_block)])
+        if cutlass.const_expr(g.varlen):  # the sequence's rows (a tile's rows past it add zeros: P = 0 there)
+            g_dq = cute.flat_divide(g.rows_of(v.mdQacc, v.unit, head, batch),
+                                    (g.dq_rows, g.dq_cols))[(None, None, None, col_block)]
+        else:
+            g_dq = cute.flat_divide(v.mdQacc, (g.dq_rows, g.dq_cols))[(None, None, None, col_block, head, batch)]
+        t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
+                                                    cute.group_modes(g_dq, 0, 2))
+        cute.copy(v.tma_dq, t_s[(None, stage)], t_g[(None, m_block)])
     cute.arch.cp_async_bulk_commit_group()
     if cutlass.const_expr(complete):
         cute.arch.cp_async_bulk_wait_group(0)

@@ -1,0 +1,117 @@
+"""The backward's post-pass with ``flat_dq``: dQ = scale * dQaccum, rows and columns put back in place.
+
+With ``flat_dq`` the kernel adds each warp group's dQ tile (64 rows x ``dq_cols`` columns, in ``parts``
+GEMMs of ``dq_cols / parts`` columns) into dQaccum as it holds it in registers: for each part, for each
+8-column chunk ``j``, the 128 threads' 16-byte chunks side by side (``backward_math.stage_dq``). Thread
+``t = 32 w + 4 r + c`` holds rows ``16 w + r`` and ``16 w + 8 + r``, columns ``8 j + 2 c`` and ``8 j + 2 c + 1``
+of the part (the WGMMA accumulator layout), in the order (row half, column). Tiles follow each other
+as (batch, head, row block, column block).
+
+``DQConvert`` (one CTA of 128 threads per tile) reads each thread's chunks back with 16-byte loads into
+that same register layout, scales, rounds to the output dtype and stores through the MMA's own
+partition of the (S, D) output, so no thread exchanges data. ``flat_to_rows`` is the same permutation in
+torch (the fallback without TVM FFI, and what the tests compare against).
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.tensor_utils import LayoutEnum
+
+ROWS = 64  # rows of a flat dQ tile (one WGMMA M)
+THREADS = 128
+
+
+def flat_view_dims(parts, part_cols):
+    """(part, chunk, warp, row, lane column, row half, column pair): a flat tile's value dims, outer first."""
+    return (parts, part_cols // 8, 4, 8, 4, 2, 2)
+
+
+def flat_coords(index, dq_cols, parts):
+    """(row, column) in a flat dQ tile of the value at flat ``index`` (what ``flat_to_rows`` permutes)."""
+    part_cols = dq_cols // parts
+    dims = flat_view_dims(parts, part_cols)
+    digits = []
+    for size in reversed(dims):
+        digits.append(index % size)
+        index //= size
+    e, h, c, r, w, j, p = digits
+    return 16 * w + 8 * h + r, p * part_cols + 8 * j + 2 * c + e
+
+
+def flat_to_rows(acc, dq_cols, parts, scale, dtype, seqlen, out=None):
+    """torch: dQ (B, H, seqlen, D) in ``dtype`` = scale * the flat dQaccum ``acc`` (B, H, S_pad, D)."""
+    import torch
+
+    B, H, sp, D = acc.shape
+    dims = flat_view_dims(parts, dq_cols // parts)
+    src = acc.view(B, H, sp // ROWS, D // dq_cols, *dims)
+    # (b, h, row block, col block, part, chunk, warp, row, lane col, half, pair) -> rows (row block, warp, half,
+    # row), columns (col block, part, chunk, lane col, pair)
+    src = src.permute(0, 1, 2, 6, 9, 7, 3, 4, 5, 8, 10).reshape(B, H, sp, D)
+    if out is None:
+        out = torch.empty(B, H, seqlen, D, device=acc.device, dtype=dtype)
+    return torch.mul(src[:, :, :seqlen], scale, out=out)
+
+
+def rows_to_flat(dq, dq_cols, parts, block_rows=ROWS):
+    """torch: the inverse of ``flat_to_rows`` without the scale (tests: a flat dQaccum of a known dQ)."""
+    B, H, S, D = dq.shape
+    sp = (S + block_rows - 1) // block_rows * block_rows
+    padded = dq.new_zeros(B, H, sp, D)
+    padded[:, :, :S] = dq
+    pc = dq_cols // parts
+    rows = padded.view(B, H, sp // ROWS, 4, 2, 8, D // dq_cols, parts, pc // 8, 4, 2)
+    # back to (b, h, row block, col block, part, chunk, warp, row, lane col, half, pair)
+    return rows.permute(0, 1, 2, 6, 7, 8, 3, 5, 9, 4, 10).contiguous().view(B, H, sp, D)
+
+
+class DQConvert:
+    """dQ[b, h, s, :] (``dtype``, (B, H, S, D)) = scale * the flat dQaccum (fp32, (B, H, S_pad, D))."""
+
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, dq_cols=64, parts=1):
+        self.dtype, self.head_dim, self.dq_cols, self.parts = dtype, head_dim, dq_cols, parts
+        self.part_cols = dq_cols // parts
+        self.tile = ROWS * dq_cols
+
+    def _mma(self):
+        k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
+        return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, k_major, mn_major, cutlass.Float32,
+                                                 (1, 1, 1), (ROWS, self.part_cols))
+
+    @cute.jit
+    def __call__(self, mAcc: cute.Tensor, mdQ: cute.Tensor, scale: cutlass.Float32, stream):
+        self.kernel(mAcc, mdQ, scale).launch(grid=[cute.size(mAcc) // self.tile, 1, 1], block=[THREADS, 1, 1],
+                                             stream=stream)
+
+    @cute.kernel
+    def kernel(self, mAcc: cute.Tensor, mdQ: cute.Tensor, scale: cutlass.Float32):
+        tidx, _, _ = cute.arch.thread_idx()
+        tile, _, _ = cute.arch.block_idx()
+        heads, seqlen = cute.size(mdQ, mode=[1]), cute.size(mdQ, mode=[2])
+        col_blocks = self.head_dim // self.dq_cols
+        row_blocks = cute.size(mAcc, mode=[2]) // ROWS
+        col_block, rest = tile % col_blocks, tile // col_blocks
+        row_block, bh = rest % row_blocks, rest // row_blocks
+        head, batch = bh % heads, bh // heads
+        chunks = self.part_cols // 8
+        flat = cute.make_tensor(mAcc.iterator, cute.make_layout(
+            (4, THREADS, self.parts * chunks, cute.size(mAcc) // self.tile), stride=(1, 4, 4 * THREADS, self.tile)))
+        mine = cute.flat_divide(flat[(None, tidx, None, tile)], (4, chunks))
+        thr = self._mma().get_slice(tidx)
+        coords = thr.partition_C(cute.make_identity_tensor((ROWS, self.part_cols)))
+        whole = (row_block + 1) * ROWS <= seqlen
+        for part in cutlass.range_constexpr(self.parts):
+            acc = cute.make_rmem_tensor(thr.partition_shape_C((ROWS, self.part_cols)), cutlass.Float32)
+            cute.autovec_copy(mine[(None, None, 0, part)], cute.make_tensor(acc.iterator, cute.make_layout((4, chunks))))
+            out = cute.make_rmem_tensor_like(acc, self.dtype)
+            out.store((acc.load() * scale).to(self.dtype))
+            g = thr.partition_C(cute.local_tile(mdQ[(batch, head, None, None)], (ROWS, self.part_cols),
+                                                (row_block, col_block * self.parts + part)))
+            if whole:
+                cute.autovec_copy(out, g)
+            else:  # the last row block of a ragged S: rows past it are padding
+                for i in cutlass.range_constexpr(cute.size(out)):
+                    if row_block * ROWS + coords[i][0] < seqlen:
+                        g[i] = out[i]
