@@ -83,7 +83,11 @@ class DQConvert:
     @cute.jit
     def __call__(self, mAcc: cute.Tensor, mdQ: cute.Tensor, scale: cutlass.Float32, stream):
         self.kernel(mAcc, mdQ, scale).launch(grid=[cute.size(mAcc) // self.tile, 1, 1], block=[THREADS, 1, 1],
-                                             stream=stream)
+                                             smem=self.smem_bytes, stream=stream)
+
+    @property
+    def smem_bytes(self):
+        return ROWS * self.part_cols * self.dtype.width // 8 + 1024  # one part's tile, 1024-byte aligned
 
     @cute.kernel
     def kernel(self, mAcc: cute.Tensor, mdQ: cute.Tensor, scale: cutlass.Float32):
@@ -99,19 +103,35 @@ class DQConvert:
         flat = cute.make_tensor(mAcc.iterator, cute.make_layout(
             (4, THREADS, self.parts * chunks, cute.size(mAcc) // self.tile), stride=(1, 4, 4 * THREADS, self.tile)))
         mine = cute.flat_divide(flat[(None, tidx, None, tile)], (4, chunks))
-        thr = self._mma().get_slice(tidx)
-        coords = thr.partition_C(cute.make_identity_tensor((ROWS, self.part_cols)))
-        whole = (row_block + 1) * ROWS <= seqlen
+        mma = self._mma()
+        thr = mma.get_slice(tidx)
+        # registers -> SMEM by stmatrix (16-byte rows of 8x8 blocks, swizzled: no bank conflict), then each
+        # thread copies 16-byte pieces of rows to global memory: whole 128-byte row segments per 8 threads
+        s_tile = cutlass.utils.SmemAllocator().allocate_tensor(
+            self.dtype, cute.slice_(sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (ROWS, 16, self.part_cols),
+                                                                  self.dtype, 1), (None, None, 0)),
+            byte_alignment=1024)
+        to_smem = cute.make_tiled_copy_C(
+            cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=False, num_matrices=4), self.dtype), mma)
+        to_gmem = cute.make_tiled_copy_tv(
+            cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), self.dtype, num_bits_per_copy=128),
+            cute.make_layout((THREADS // 8, 8), stride=(8, 1)), cute.make_layout((1, 8)))
+        mover = to_gmem.get_slice(tidx)
+        coords = mover.partition_D(cute.make_identity_tensor((ROWS, self.part_cols)))
+        src = mover.partition_S(s_tile)
         for part in cutlass.range_constexpr(self.parts):
             acc = cute.make_rmem_tensor(thr.partition_shape_C((ROWS, self.part_cols)), cutlass.Float32)
             cute.autovec_copy(mine[(None, None, 0, part)], cute.make_tensor(acc.iterator, cute.make_layout((4, chunks))))
             out = cute.make_rmem_tensor_like(acc, self.dtype)
             out.store((acc.load() * scale).to(self.dtype))
-            g = thr.partition_C(cute.local_tile(mdQ[(batch, head, None, None)], (ROWS, self.part_cols),
-                                                (row_block, col_block * self.parts + part)))
-            if whole:
-                cute.autovec_copy(out, g)
-            else:  # the last row block of a ragged S: rows past it are padding
-                for i in cutlass.range_constexpr(cute.size(out)):
-                    if row_block * ROWS + coords[i][0] < seqlen:
-                        g[i] = out[i]
+            if cutlass.const_expr(part > 0):
+                cute.arch.barrier()  # every thread has read the previous part out of the tile
+            cute.copy(to_smem, to_smem.retile(out), to_smem.get_slice(tidx).partition_D(s_tile))
+            cute.arch.barrier()
+            rows = cute.make_rmem_tensor_like(src)
+            cute.autovec_copy(src, rows)
+            dst = mover.partition_D(cute.local_tile(mdQ[(batch, head, None, None)], (ROWS, self.part_cols),
+                                                    (row_block, col_block * self.parts + part)))
+            for i in cutlass.range_constexpr(cute.size(rows, mode=[1])):
+                if row_block * ROWS + coords[(0, i, 0)][0] < seqlen:  # rows past a ragged S are padding
+                    cute.autovec_copy(rows[(None, i, None)], dst[(None, i, None)])
