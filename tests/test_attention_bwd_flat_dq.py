@@ -57,7 +57,8 @@ def test_flat_dq_kernels_are_safe_and_stage_with_16_byte_stores(head_dim, causal
     from warpsched.verify.verdicts import VERDICTS
 
     opts = dict(host.default_options(head_dim), flat_dq=True)
-    plain = host.compile_for_cpu(head_dim=head_dim, causal=causal, **host.default_options(head_dim)).artifacts.PTX
+    plain_opts = dict(host.default_options(head_dim), flat_dq=False)
+    plain = host.compile_for_cpu(head_dim=head_dim, causal=causal, **plain_opts).artifacts.PTX
     flat = host.compile_for_cpu(head_dim=head_dim, causal=causal, **opts).artifacts.PTX
     fingerprint = VERDICTS.looked_up[-1]
     assert VERDICTS.get(fingerprint).verdict == "SAFE"

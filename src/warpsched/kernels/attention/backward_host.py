@@ -158,18 +158,19 @@ def compiled_ffi(kern_key):
 def default_options(head_dim, varlen=False):
     """The kernel options a call without any uses: ``shared_ds`` (head dim 128: dQ split by columns; head dim
     64: with 128-row Q blocks, ``block_m=128``, split by rows), ``tma_stats`` (LSE / delta by TMA with Q / dO),
-    ``tma_store_dkv`` (dK / dV by TMA) and ``dq_stages=2`` (two dQ tiles per warp group on their way to the
-    writer warp); the packed (``varlen``) kernel takes ``tma_stats`` (its LSE / delta padded per sequence,
-    ``VarlenStatsPrep``, 64-row blocks) but stores dK / dV from registers, since its rows are not whole
-    blocks; head dim 256 splits D between the warp groups and takes ``tma_stats``. What each is worth on the
+    ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
+    writer warp) and ``flat_dq`` (dQ tiles in register order, ``backward_post``); the packed (``varlen``)
+    kernel takes ``tma_stats`` (its LSE / delta padded per sequence, ``VarlenStatsPrep``, 64-row blocks) but
+    stores dK / dV from registers, since its rows are not whole blocks; head dim 256 splits D between the warp groups and takes ``tma_stats``. What each is worth on the
     H200: docs/attention.md ("Backward")."""
     if head_dim == 256:  # the warp groups split D (backward.FlashAttentionBackward.d_split): LSE / delta by TMA
         return {"tma_stats": True}
     if varlen:  # 64-row Q blocks (the packed LSE / delta padding is per 64 rows)
         return dict({"shared_ds": True} if head_dim == 128 else {}, tma_stats=True)
-    # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200)
+    # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
+    # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there)
     options = {"shared_ds": True} if head_dim == 128 else {"shared_ds": True, "block_m": 128}
-    return dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2)
+    return dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2, flat_dq=True)
 
 
 def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
