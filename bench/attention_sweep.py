@@ -20,6 +20,12 @@ default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to th
 ``--shapes 16x16x1024,4x16x4096``, ``--dims`` and ``--backends`` keep a GPU run short;
 ``--only-passed FILE`` (written by ``attention_correctness.py --passed-out FILE``) times only the
 variants that passed there.
+
+``--backward`` adds, in the same run and for the same inputs, each side's backward (TFLOP/s = 2.5x the
+forward's FLOPs, the field's convention) and a second table: warpsched's whole call
+(``ops.attention_backward``: pre-pass, kernel, dQ post-pass) from its forward's O and LSE, and the SDPA
+backends' and FA4's backward through autograd (``retain_graph``: their forward is not timed); each
+side's dQ is compared with warpsched's before it is timed.
 """
 from __future__ import annotations
 
@@ -91,6 +97,69 @@ def sides(q, k, v, causal, variants):
     return out
 
 
+def backward_sides(q, k, v, causal, backends):
+    """{side: one backward call} on one random upstream gradient (``--backward``)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from warpsched import ops
+
+    dout = torch.randn_like(q)
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+    fns = {"warpsched": lambda: ops.attention_backward(q, k, v, out, dout, lse, causal=causal)}
+    dq = fns["warpsched"]()[0]
+    kinds = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    for name in backends:
+        try:
+            if name == "fa4":  # (B, S, H, D) copies, as fa4_forward
+                from flash_attn.cute import flash_attn_func
+
+                x = tuple(t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+                res = flash_attn_func(*x, causal=causal)
+                o, g = (res[0] if isinstance(res, tuple) else res), dout.transpose(1, 2).contiguous()
+            else:
+                x = tuple(t.detach().clone().requires_grad_() for t in (q, k, v))
+                with sdpa_kernel([kinds[name]]):
+                    o = F.scaled_dot_product_attention(*x, is_causal=causal)
+                g = dout
+            fn = (lambda o=o, x=x, g=g: torch.autograd.grad(o, x, g, retain_graph=True))
+            theirs = fn()[0]
+            theirs = theirs.transpose(1, 2) if name == "fa4" else theirs
+            err = float((theirs.float() - dq.float()).abs().max())
+            print(f"  backward {name}: max |dQ warpsched - dQ {name}| = {err:.3g}", flush=True)
+            fns[name] = fn
+        except Exception as e:  # noqa: BLE001 - a backend may refuse a shape
+            print(f"  backward {name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:100]})", flush=True)
+    return fns
+
+
+def timed(fns, rounds, flops):
+    """{side: TFLOP/s}: ``rounds`` rounds in a rotated order, each a do_bench median; the median round."""
+    from triton.testing import do_bench
+
+    times = {n: [] for n in fns}
+    order = list(fns)
+    for r in range(rounds):
+        for n in order[r % len(order):] + order[:r % len(order)]:
+            times[n].append(do_bench(fns[n], warmup=10, rep=40, return_mode="median"))
+    return {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
+
+
+def table(rows, cols, title):
+    print(f"\n{title}\n| shape | warpsched | " + " | ".join(cols) + " | best | ratio |")
+    print("|---|---|" + "---|" * len(cols) + "---|---|")
+    for r in rows:
+        cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + cols]
+        print(f"| {r['shape']} | " + " | ".join(cells) + f" | {r['best']} | {r['ratio']:.2f}x |")
+
+
+def row(name, tf):
+    best = max((n for n in tf if n in BACKENDS), key=lambda n: tf[n], default=None)
+    return dict(shape=name, tflops=tf, best=best, ratio=tf["warpsched"] / tf[best] if best else float("nan"))
+
+
 def fa4_forward(q, k, v, causal):
     """FlashAttention-4's forward (``flash_attn.cute.flash_attn_func``) on (B, S, H, D) copies made once,
     returning O in SDPA's (B, H, S, D) view; raises where the package is not installed."""
@@ -104,13 +173,12 @@ def fa4_forward(q, k, v, causal):
     return fn
 
 
-def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0):
+def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0, backward=False):
     import time
 
     import torch
-    from triton.testing import do_bench
 
-    rows, start = [], time.time()
+    rows, rows_bwd, start = [], [], time.time()
     for (B, H, S) in shapes:
         for D in dims:
             for causal in (False, True):
@@ -123,28 +191,21 @@ def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0):
                 name = f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}"
                 print(name, flush=True)
                 fns = {n: f for n, f in sides(q, k, v, causal, variants).items() if n not in BACKENDS or n in backends}
-                times = {n: [] for n in fns}
-                order = list(fns)
-                for r in range(rounds):
-                    for n in order[r % len(order):] + order[:r % len(order)]:
-                        times[n].append(do_bench(fns[n], warmup=10, rep=40, return_mode="median"))
                 flops = 4 * B * H * S * S * D / (2 if causal else 1)
-                tf = {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
-                best = max((n for n in tf if n in BACKENDS), key=lambda n: tf[n], default=None)
-                ratio = tf["warpsched"] / tf[best] if best else float("nan")
-                rows.append(dict(shape=name, tflops=tf, best=best, ratio=ratio))
+                rows.append(row(name, timed(fns, rounds, flops)))
                 print("  " + json.dumps(rows[-1]), flush=True)
-                del q, k, v, fns
+                del fns
+                if backward:
+                    rows_bwd.append(row(name, timed(backward_sides(q, k, v, causal, backends), rounds, 2.5 * flops)))
+                    print("  backward " + json.dumps(rows_bwd[-1]), flush=True)
+                del q, k, v
                 torch.cuda.empty_cache()
     extra = tuple(f"ws-{n}" for n in variants)
-    cols = tuple(backends) + extra
-    print("\n| shape | warpsched | " + " | ".join(cols) + " | best | ratio |")
-    print("|---|---|" + "---|" * len(cols) + "---|---|")
-    for r in rows:
-        cells = [f"{r['tflops'][n]:.0f}" if n in r["tflops"] else "n/a" for n in ("warpsched",) + cols]
-        print(f"| {r['shape']} | " + " | ".join(cells) + f" | {r['best']} | {r['ratio']:.2f}x |")
-
+    table(rows, tuple(backends) + extra, "forward (TFLOP/s)")
     print_summaries(rows, extra)
+    if backward:
+        table(rows_bwd, tuple(backends), "backward (TFLOP/s, 2.5x the forward's FLOPs; warpsched: the whole call)")
+        print_summaries(rows_bwd, ())
 
 
 def geomean_and_worst(got, ratio):
@@ -183,6 +244,7 @@ def main():
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--budget", type=float, default=0, help="seconds: start no shape after this (0: none)")
     ap.add_argument("--only-passed", default="", help="JSON {variant: passed} from attention_correctness.py")
+    ap.add_argument("--backward", action="store_true", help="also each side's backward, a second table")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     if args.only_passed and not args.child:
@@ -197,12 +259,12 @@ def main():
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     if args.child:
         run(args.rounds, shapes, tuple(int(d) for d in args.dims.split(",")), parse_variants(args.variants),
-            tuple(b for b in args.backends.split(",") if b), args.budget)
+            tuple(b for b in args.backends.split(",") if b), args.budget, args.backward)
         return
     cmd = [sys.executable, __file__, "--child", "--rounds", str(args.rounds), "--variants", args.variants,
            "--shapes", args.shapes, "--dims", args.dims, "--backends", args.backends,
-           "--budget", str(args.budget)] + (
-        ["--quick"] if args.quick else [])
+           "--budget", str(args.budget)] + (["--quick"] if args.quick else []) + (
+        ["--backward"] if args.backward else [])
     try:
         sys.exit(subprocess.run(cmd, timeout=args.timeout).returncode)
     except subprocess.TimeoutExpired:
