@@ -83,3 +83,24 @@ def test_flat_dq_with_varlen_is_refused_naming_the_fix():
 
     with pytest.raises(AttentionConfigError, match="flat_dq=False"):
         FlashAttentionBackward(head_dim=128, varlen=True, flat_dq=True)
+
+
+@pytest.mark.parametrize("dq_cols, parts, head_dim", [(64, 1, 128), (128, 2, 256), (64, 1, 64), (128, 1, 128)])
+def test_the_hosts_permutation_puts_every_flat_value_at_its_row_and_column(dq_cols, parts, head_dim):
+    """``flat_to_rows``'s view and permutation (numpy here: the same reshape / transpose semantics as torch's)
+    take the value at each flat index to the (row, column) ``flat_coords`` gives it, tile by tile."""
+    import numpy as np
+
+    shape = (2, 3, 2 * post.ROWS, head_dim)
+    index = np.arange(np.prod(shape)).reshape(post.flat_view_shape(shape, dq_cols, parts))
+    rows = index.transpose(post.FLAT_TO_ROWS).reshape(shape)
+    tile = post.ROWS * dq_cols
+    for b, h, r, c in [(0, 0, 0, 0), (1, 2, 127, head_dim - 1), (0, 1, 70, 33), (1, 0, 9, head_dim // 2 + 5)]:
+        flat = int(rows[b, h, r, c])
+        t, within = divmod(flat, tile)
+        col_blocks = head_dim // dq_cols
+        col_block, rest = t % col_blocks, t // col_blocks
+        row_block, bh = rest % (shape[2] // post.ROWS), rest // (shape[2] // post.ROWS)
+        assert divmod(bh, shape[1]) == (b, h)
+        row, col = post.flat_coords(within, dq_cols, parts)
+        assert (row_block * post.ROWS + row, col_block * dq_cols + col) == (r, c)

@@ -40,31 +40,26 @@ def flat_coords(index, dq_cols, parts):
     return 16 * w + 8 * h + r, p * part_cols + 8 * j + 2 * c + e
 
 
+# (b, h, row block, col block, part, chunk, warp, row, lane col, half, pair) -> rows (row block, warp, half,
+# row), columns (col block, part, chunk, lane col, pair)
+FLAT_TO_ROWS = (0, 1, 2, 6, 9, 7, 3, 4, 5, 8, 10)
+
+
+def flat_view_shape(shape, dq_cols, parts):
+    """The 11 dims of a flat dQaccum of ``shape`` (B, H, S_pad, D), the order ``FLAT_TO_ROWS`` permutes."""
+    B, H, sp, D = shape
+    return (B, H, sp // ROWS, D // dq_cols) + flat_view_dims(parts, dq_cols // parts)
+
+
 def flat_to_rows(acc, dq_cols, parts, scale, dtype, seqlen, out=None):
     """torch: dQ (B, H, seqlen, D) in ``dtype`` = scale * the flat dQaccum ``acc`` (B, H, S_pad, D)."""
     import torch
 
     B, H, sp, D = acc.shape
-    dims = flat_view_dims(parts, dq_cols // parts)
-    src = acc.view(B, H, sp // ROWS, D // dq_cols, *dims)
-    # (b, h, row block, col block, part, chunk, warp, row, lane col, half, pair) -> rows (row block, warp, half,
-    # row), columns (col block, part, chunk, lane col, pair)
-    src = src.permute(0, 1, 2, 6, 9, 7, 3, 4, 5, 8, 10).reshape(B, H, sp, D)
+    src = acc.view(flat_view_shape(acc.shape, dq_cols, parts)).permute(FLAT_TO_ROWS).reshape(B, H, sp, D)
     if out is None:
         out = torch.empty(B, H, seqlen, D, device=acc.device, dtype=dtype)
     return torch.mul(src[:, :, :seqlen], scale, out=out)
-
-
-def rows_to_flat(dq, dq_cols, parts, block_rows=ROWS):
-    """torch: the inverse of ``flat_to_rows`` without the scale (tests: a flat dQaccum of a known dQ)."""
-    B, H, S, D = dq.shape
-    sp = (S + block_rows - 1) // block_rows * block_rows
-    padded = dq.new_zeros(B, H, sp, D)
-    padded[:, :, :S] = dq
-    pc = dq_cols // parts
-    rows = padded.view(B, H, sp // ROWS, 4, 2, 8, D // dq_cols, parts, pc // 8, 4, 2)
-    # back to (b, h, row block, col block, part, chunk, warp, row, lane col, half, pair)
-    return rows.permute(0, 1, 2, 6, 7, 8, 3, 5, 9, 4, 10).contiguous().view(B, H, sp, D)
 
 
 class DQConvert:
