@@ -57,15 +57,20 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  "m64": _M64,
                  "m128": {"tma_stats": True, "tma_store_dkv": True, "block_m": 128, "dq_stages": 1},
                  "odq": dict(_D64, overlap_dq=True),  # the dK GEMM issued last, dQ staged while it runs
-                 "flat": dict(_D64, flat_dq=True)},  # dQ tiles in register order (backward_post)  # the dK GEMM issued last, dQ staged while it runs
+                 # dQ tiles in register order (backward_post; the default since session 36), in 4 TMA boxes a
+                 # tile, and the (rows, columns) tiles before it
+                 "flat": dict(_D64, flat_dq=True), "flat4": dict(_D64, flat_dq=True, flat_boxes=4),
+                 "rows": dict(_D64, flat_dq=False)},
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
                   "q3": dict(_D128, qdo_stages=3, dq_stages=1), "dq2": dict(_D128, dq_stages=2),
                   "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
                   "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True},
-                  "odq": dict(_D128, overlap_dq=True), "flat": dict(_D128, flat_dq=True)},
+                  "odq": dict(_D128, overlap_dq=True), "flat": dict(_D128, flat_dq=True),
+                  "flat4": dict(_D128, flat_dq=True, flat_boxes=4), "rows": dict(_D128, flat_dq=False)},
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
-                  "flat": dict(bwd.default_options(256), flat_dq=True)}}
+                  "flat": dict(bwd.default_options(256), flat_dq=True),
+                  "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4)}}
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
     (4, 16, 4096, 64, False), (16, 16, 1024, 128, False), (4, 16, 2048, 256, False), (8, 16, 2048, 256, True),

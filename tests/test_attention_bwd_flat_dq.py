@@ -104,3 +104,22 @@ def test_the_hosts_permutation_puts_every_flat_value_at_its_row_and_column(dq_co
         assert divmod(bh, shape[1]) == (b, h)
         row, col = post.flat_coords(within, dq_cols, parts)
         assert (row_block * post.ROWS + row, col_block * dq_cols + col) == (r, c)
+
+
+@pytest.mark.parametrize("boxes", [2, 4])
+def test_a_flat_tile_can_be_added_as_several_tma_boxes(boxes):
+    """``flat_boxes``: each warp group's tile added by that many TMA boxes (same bytes, same order in
+    dQaccum, so the post-pass is unchanged); the program stays SAFE."""
+    from warpsched.verify.verdicts import VERDICTS
+
+    opts = dict(host.default_options(128), flat_dq=True, flat_boxes=boxes)
+    ptx = host.compile_for_cpu(head_dim=128, causal=True, **opts).artifacts.PTX
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+    assert len(re.findall(r"cp\.reduce\.async\.bulk\.tensor\.3d", ptx)) == 2 * boxes  # two warp groups' tiles
+
+
+def test_flat_boxes_without_flat_dq_is_refused():
+    from warpsched.kernels.attention.backward import FlashAttentionBackward
+
+    with pytest.raises(AttentionConfigError, match="flat_boxes=2 with flat_dq=False"):
+        FlashAttentionBackward(head_dim=128, flat_boxes=2)

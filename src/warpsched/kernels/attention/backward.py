@@ -121,7 +121,7 @@ class FlashAttentionBackward(BackwardUnits):
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=None, producer_regs=24,
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
-                 tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False):
+                 tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -187,6 +187,11 @@ class FlashAttentionBackward(BackwardUnits):
         # offsets from one address, not a swizzled address per element pair; the host's conversion
         # (backward_post) puts the rows and columns back in place
         self.flat_dq = bool(flat_dq)
+        # flat_dq: each tile added by this many TMA boxes (tiles of ``dq_tile_floats / flat_boxes`` values)
+        if flat_boxes not in (1, 2, 4, 8) or (flat_boxes > 1 and not self.flat_dq):
+            raise AttentionConfigError(f"flat_boxes={flat_boxes} with flat_dq={self.flat_dq}: expected 1, 2, 4 or 8, "
+                                       "and more than 1 only with flat_dq=True")
+        self.flat_boxes = flat_boxes
         # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep;
         # varlen: VarlenStatsPrep, each sequence's rows from a block boundary, backward_units.padded_block0)
         self.tma_stats = bool(tma_stats)
@@ -224,7 +229,8 @@ class FlashAttentionBackward(BackwardUnits):
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
-            + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ()))
+            + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
+            + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
@@ -308,25 +314,31 @@ class FlashAttentionBackward(BackwardUnits):
             "sdS": (sm90_utils.make_smem_layout_a(R, (HALF, d, HALF), dt, 2) if self.ds_rows
                     else sm90_utils.make_smem_layout_a(R, (self.block_m, d, HALF), dt, 1)),
             "sdSt": sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, self.block_m), dt, 1),  # (keys, queries)
-            "sdQ": (cute.make_layout((FLAT_ROW, self.dq_tile_floats // FLAT_ROW, self.dq_stages)) if self.flat_dq
+            "sdQ": (cute.make_layout((FLAT_ROW, self.dq_box_floats // FLAT_ROW, self.dq_stages * self.flat_boxes))
+                    if self.flat_dq
                     else sm90_utils.make_smem_layout_a(R, (self.dq_rows, self.dq_cols, self.dq_cols), cutlass.Float32,
                                                        self.dq_stages)),
         }
 
     @property
     def dq_tile_floats(self):
-        """fp32 values in one warp group's dQ tile (one TMA reduce-add)."""
+        """fp32 values in one warp group's dQ tile."""
         return self.dq_rows * self.dq_cols
+
+    @property
+    def dq_box_floats(self):
+        """``flat_dq``: fp32 values in one TMA box of the reduce-add (``flat_boxes`` boxes a tile)."""
+        return self.dq_tile_floats // self.flat_boxes
 
     def _dq_target(self, mdQacc):
         """What the dQ reduce-add's TMA tiles: (S, D, H, B), or with ``flat_dq`` the buffer as (FLAT_ROW,
-        values / FLAT_ROW, tiles): tile ((batch * H + head) * row blocks + row block) * column blocks + column
-        block, each ``dq_tile_floats`` contiguous values (the buffer is contiguous: the host allocates it)."""
+        values / FLAT_ROW, boxes): tile ((batch * H + head) * row blocks + row block) * column blocks + column
+        block is ``dq_tile_floats`` contiguous values, ``flat_boxes`` boxes (the host allocates it contiguous)."""
         if not self.flat_dq:
             return self._sdhb(mdQacc)
-        tile = self.dq_tile_floats
+        box = self.dq_box_floats
         return cute.make_tensor(mdQacc.iterator, cute.make_layout(
-            (FLAT_ROW, tile // FLAT_ROW, cute.size(mdQacc) // tile), stride=(1, FLAT_ROW, tile)))
+            (FLAT_ROW, box // FLAT_ROW, cute.size(mdQacc) // box), stride=(1, FLAT_ROW, box)))
 
     @staticmethod
     def _sdhb(t):
@@ -353,7 +365,7 @@ class FlashAttentionBackward(BackwardUnits):
         tma_dq, tdQ = cute.nvgpu.cpasync.make_tiled_tma_atom(
             cute.nvgpu.cpasync.CopyReduceBulkTensorTileS2GOp(), self._dq_target(mdQacc),
             cute.slice_(lay["sdQ"], (None, None, 0)),
-            (FLAT_ROW, self.dq_tile_floats // FLAT_ROW) if self.flat_dq else (self.dq_rows, self.dq_cols))
+            (FLAT_ROW, self.dq_box_floats // FLAT_ROW) if self.flat_dq else (self.dq_rows, self.dq_cols))
         stats = (None, None, None, None)
         if cutlass.const_expr(self.tma_stats):  # (S_pad, H, B) views of the padded LSE / delta, 64-value tiles
             stats = tuple(x for t in (mLSE, mDelta) for x in cute.nvgpu.cpasync.make_tiled_tma_atom(

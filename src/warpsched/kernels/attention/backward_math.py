@@ -185,13 +185,13 @@ def stage_dq(acc_dq, g, v, s_dq, stage, part: cutlass.Constexpr = 0):
     stage's barrier sees every thread's writes. The host's conversion of dQaccum multiplies by the scale
     (``backward_host.dq_from_accum``): one multiply per element of dQ, not one per step.
 
-    The tile is swizzled (rows, columns), or with ``g.flat_dq`` in register order (``flat_dq_index``): each
+    The tile is swizzled (rows, columns), or with ``g.flat_dq`` in register order (``backward_post``): each
     thread's four values of an 8-column chunk are one 16-byte store beside its neighbours' (no bank
     conflict), at a fixed offset from one address."""
     tidx, _, _ = cute.arch.thread_idx()
     if cutlass.const_expr(g.flat_dq):
         chunks = g.dq_part_cols // 8
-        mine = cute.make_tensor(s_dq[(None, None, stage)].iterator,
+        mine = cute.make_tensor(s_dq[(None, None, stage * g.flat_boxes)].iterator,
                                 cute.make_layout((4, FLAT_THREADS, g.dq_parts * chunks), stride=(1, 4, 4 * FLAT_THREADS)))
         dst = cute.flat_divide(mine[(None, tidx % FLAT_THREADS, None)], (4, chunks))[(None, None, 0, part)]
         cute.autovec_copy(cute.make_tensor(acc_dq.iterator, cute.make_layout((4, chunks))), dst)
@@ -216,7 +216,8 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutl
         tile = ((batch * g.heads + head) * row_blocks + m_block) * col_blocks + col_block
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
                                                     cute.group_modes(v.mdQacc, 0, 2))
-        cute.copy(v.tma_dq, t_s[(None, stage)], t_g[(None, tile)])
+        for box in cutlass.range_constexpr(g.flat_boxes):  # the tile's boxes, stage by stage in SMEM too
+            cute.copy(v.tma_dq, t_s[(None, stage * g.flat_boxes + box)], t_g[(None, tile * g.flat_boxes + box)])
     else:
         if cutlass.const_expr(g.varlen):  # the sequence's rows (a tile's rows past it add zeros: P = 0 there)
             g_dq = cute.flat_divide(g.rows_of(v.mdQacc, v.unit, head, batch),
