@@ -78,11 +78,27 @@ def test_the_post_pass_loads_16_bytes_and_compiles_for_each_geometry():
         assert loads and all(".v4" in x for x in loads), loads
 
 
-def test_flat_dq_with_varlen_is_refused_naming_the_fix():
+def test_flat_dq_with_varlen_needs_padded_rows_and_says_so():
     from warpsched.kernels.attention.backward import FlashAttentionBackward
 
-    with pytest.raises(AttentionConfigError, match="flat_dq=False"):
-        FlashAttentionBackward(head_dim=128, varlen=True, flat_dq=True)
+    with pytest.raises(AttentionConfigError, match="tma_stats=True, or flat_dq=False"):
+        FlashAttentionBackward(head_dim=128, varlen=True, flat_dq=True, tma_stats=False)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_the_packed_kernel_with_flat_dq_is_safe_and_its_post_pass_compiles(head_dim):
+    """varlen: a sequence's flat dQ tiles sit from its padded block on (as its LSE / delta), and
+    ``DQConvertVarlen`` writes each back to the sequence's packed rows."""
+    from warpsched.kernels.attention import varlen
+    from warpsched.verify.verdicts import VERDICTS
+
+    opts = dict(host.default_options(head_dim, varlen=True), flat_dq=True)
+    ptx = varlen.compile_backward_for_cpu(head_dim=head_dim, causal=True, **opts).artifacts.PTX
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+    assert len(re.findall(r"cp\.reduce\.async\.bulk\.tensor\.3d", ptx)) == 2
+    cols, parts = (128, 2) if head_dim == 256 else (64, 1)
+    post = host.compiled_varlen_post(cutlass.BFloat16, head_dim, cols, parts, arch="sm_90a").artifacts.PTX
+    assert len(re.findall(r"st\.global\.v4", post)) == 4 * parts
 
 
 @pytest.mark.parametrize("dq_cols, parts, head_dim", [(64, 1, 128), (128, 2, 256), (64, 1, 64), (128, 1, 128)])

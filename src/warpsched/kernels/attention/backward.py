@@ -179,9 +179,10 @@ class FlashAttentionBackward(BackwardUnits):
         if dq_stages not in (1, 2):
             raise AttentionConfigError(f"dq_stages={dq_stages}: expected 1 or 2")
         self.dq_stages = dq_stages  # dQ tiles per warp group on their way to the writer warp
-        if flat_dq and varlen:
-            raise AttentionConfigError("flat_dq=True with varlen: a packed sequence's dQ tiles start at any row, and "
-                                       "the flat layout needs whole tiles (flat_dq=False)")
+        if flat_dq and varlen and not tma_stats:
+            raise AttentionConfigError("flat_dq=True with varlen and tma_stats=False: the flat layout needs whole dQ "
+                                       "tiles, which a packed batch has where its rows are padded per sequence as "
+                                       "tma_stats pads the LSE / delta (tma_stats=True, or flat_dq=False)")
         # dQaccum and the SMEM dQ tiles in the accumulator's register order (backward_math.stage_dq): each
         # thread's 16-byte chunks side by side with its neighbours', so staging dQ is 16-byte stores at fixed
         # offsets from one address, not a swizzled address per element pair; the host's conversion
@@ -319,6 +320,11 @@ class FlashAttentionBackward(BackwardUnits):
                     else sm90_utils.make_smem_layout_a(R, (self.dq_rows, self.dq_cols, self.dq_cols), cutlass.Float32,
                                                        self.dq_stages)),
         }
+
+    @property
+    def flat_tile(self):
+        """``flat_dq``: (dq_cols, parts) of a flat dQ tile, what the post-pass (``backward_post``) undoes."""
+        return self.dq_cols, self.dq_parts
 
     @property
     def dq_tile_floats(self):

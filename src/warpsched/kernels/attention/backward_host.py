@@ -11,7 +11,7 @@ from .. import _host
 from .forward import AttentionConfigError
 from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic
 from .backward_math import LOG2E
-from .backward_post import DQConvert, flat_to_rows
+from .backward_post import DQConvert, DQConvertVarlen, flat_to_rows
 from .backward_prep import DeltaPrep, StatsPrep, VarlenStatsPrep
 from .host import _tma_ready, check_args as _check_qkv, softmax_scale
 
@@ -135,12 +135,28 @@ def compiled_post(dtype, head_dim, dq_cols, parts, arch=None):
     return _CACHE[key]
 
 
+def compiled_varlen_post(dtype, head_dim, dq_cols, parts, arch=None):
+    """``backward_post.DQConvertVarlen`` for TVM-FFI calls ``f(dq_accum, dq, cu_seqlens_q, max_seqlen_q, scale)``
+    on a (1, H, T_pad, D) flat accumulator and a (1, H, T, D) view of dQ (``arch``: a CPU compile)."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    key = ("varlen_post", dtype, head_dim, dq_cols, parts, arch)
+    if key not in _CACHE:
+        options, stream = _prep_target(arch)
+        H, T, Tp, B1 = (cute.sym_int32() for _ in range(4))
+        fakes = (_host.fake_bhsd(cutlass.Float32, 1, H, Tp, head_dim), _host.fake_bhsd(dtype, 1, H, T, head_dim),
+                 make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4), cutlass.Int32(1))
+        _CACHE[key] = cute.compile(DQConvertVarlen(dtype, head_dim, dq_cols, parts), *fakes, cutlass.Float32(1.0),
+                                   stream, options=options)
+    return _CACHE[key]
+
+
 def flat_dq_tile(kern_key):
     """(dq_cols, parts) of the kernel's flat dQaccum tiles (``flat_dq``), or None (rows and columns)."""
     key = ("flat", kern_key)
     if key not in _CACHE:
         kern = _kernel(kern_key)
-        _CACHE[key] = (kern.dq_cols, kern.dq_parts) if kern.flat_dq else None
+        _CACHE[key] = kern.flat_tile if kern.flat_dq else None
     return _CACHE[key]
 
 

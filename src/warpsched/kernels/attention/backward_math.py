@@ -212,8 +212,12 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutl
     (dq_order). ``g.flat_dq``: the tile's values are contiguous in dQaccum (``FlashAttentionBackward._dq_target``)."""
     if cutlass.const_expr(g.flat_dq):
         col_blocks = g.head_dim // g.dq_cols
-        row_blocks = g.m_blocks * (g.block_m // g.dq_rows)
-        tile = ((batch * g.heads + head) * row_blocks + m_block) * col_blocks + col_block
+        if cutlass.const_expr(g.varlen):  # the sequence's tiles from its padded block on (as its LSE / delta)
+            row_blocks = cute.size(v.mLSE, mode=[2]) // g.dq_rows
+            tile = (head * row_blocks + g.padded_block0(v.unit) + m_block) * col_blocks + col_block
+        else:
+            row_blocks = g.m_blocks * (g.block_m // g.dq_rows)
+            tile = ((batch * g.heads + head) * row_blocks + m_block) * col_blocks + col_block
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
                                                     cute.group_modes(v.mdQacc, 0, 2))
         for box in cutlass.range_constexpr(g.flat_boxes):  # the tile's boxes, stage by stage in SMEM too

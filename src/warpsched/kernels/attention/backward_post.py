@@ -19,6 +19,8 @@ import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.tensor_utils import LayoutEnum
 
+from .backward_units import padded_first_block
+
 ROWS = 64  # rows of a flat dQ tile (one WGMMA M)
 THREADS = 128
 
@@ -86,7 +88,6 @@ class DQConvert:
 
     @cute.kernel
     def kernel(self, mAcc: cute.Tensor, mdQ: cute.Tensor, scale: cutlass.Float32):
-        tidx, _, _ = cute.arch.thread_idx()
         tile, _, _ = cute.arch.block_idx()
         heads, seqlen = cute.size(mdQ, mode=[1]), cute.size(mdQ, mode=[2])
         col_blocks = self.head_dim // self.dq_cols
@@ -94,6 +95,14 @@ class DQConvert:
         col_block, rest = tile % col_blocks, tile // col_blocks
         row_block, bh = rest % row_blocks, rest // row_blocks
         head, batch = bh % heads, bh // heads
+        self.convert(mAcc, tile, mdQ[(batch, head, None, None)], row_block, seqlen, col_block, scale)
+
+    @cute.jit
+    def convert(self, mAcc: cute.Tensor, tile, rows_out: cute.Tensor, row_block, seqlen, col_block,
+                scale: cutlass.Float32):
+        """Flat tile ``tile`` of ``mAcc`` -> row block ``row_block`` (rows below ``seqlen``), column block
+        ``col_block`` of the (S, D) ``rows_out``, times ``scale``."""
+        tidx, _, _ = cute.arch.thread_idx()
         chunks = self.part_cols // 8
         flat = cute.make_tensor(mAcc.iterator, cute.make_layout(
             (4, THREADS, self.parts * chunks, cute.size(mAcc) // self.tile), stride=(1, 4, 4 * THREADS, self.tile)))
@@ -125,8 +134,35 @@ class DQConvert:
             cute.arch.barrier()
             rows = cute.make_rmem_tensor_like(src)
             cute.autovec_copy(src, rows)
-            dst = mover.partition_D(cute.local_tile(mdQ[(batch, head, None, None)], (ROWS, self.part_cols),
+            dst = mover.partition_D(cute.local_tile(rows_out, (ROWS, self.part_cols),
                                                     (row_block, col_block * self.parts + part)))
             for i in cutlass.range_constexpr(cute.size(rows, mode=[1])):
                 if row_block * ROWS + coords[(0, i, 0)][0] < seqlen:  # rows past a ragged S are padding
                     cute.autovec_copy(rows[(None, i, None)], dst[(None, i, None)])
+
+
+class DQConvertVarlen(DQConvert):
+    """``DQConvert`` for packed sequences: the flat dQaccum (1, H, T_pad, D) holds sequence b's tiles from
+    padded block ``backward_units.padded_first_block(cu_q[b], b)`` on (the padded LSE / delta's rows), dQ is
+    (1, H, T, D) (a view of the (T, H, D) tensor). One CTA per (row block x column block, head, sequence)."""
+
+    @cute.jit
+    def __call__(self, mAcc: cute.Tensor, mdQ: cute.Tensor, mCuQ: cute.Tensor, max_seqlen_q: cutlass.Int32,
+                 scale: cutlass.Float32, stream):
+        blocks = (max_seqlen_q + ROWS - 1) // ROWS * (self.head_dim // self.dq_cols)
+        self.kernel_varlen(mAcc, mdQ, mCuQ, scale).launch(
+            grid=[blocks, cute.size(mdQ, mode=[1]), cute.size(mCuQ, mode=[0]) - 1], block=[THREADS, 1, 1],
+            smem=self.smem_bytes, stream=stream)
+
+    @cute.kernel
+    def kernel_varlen(self, mAcc: cute.Tensor, mdQ: cute.Tensor, mCuQ: cute.Tensor, scale: cutlass.Float32):
+        blk, head, b = cute.arch.block_idx()
+        col_blocks = self.head_dim // self.dq_cols
+        row_block, col_block = blk // col_blocks, blk % col_blocks
+        start = mCuQ[b]
+        seqlen = mCuQ[b + 1] - start
+        if row_block * ROWS < seqlen:
+            row = padded_first_block(start, b) + row_block
+            tile = (head * (cute.size(mAcc, mode=[2]) // ROWS) + row) * col_blocks + col_block
+            self.convert(mAcc, tile, cute.domain_offset((start, 0), mdQ[(0, head, None, None)]), row_block, seqlen,
+                         col_block, scale)

@@ -205,7 +205,8 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     ``backward_prep.VarlenStatsPrep``)."""
     import torch
 
-    from .backward_host import compiled_prep, compiled_varlen_prep, default_options, dq_from_accum
+    from .backward_host import (compiled_prep, compiled_varlen_post, compiled_varlen_prep, default_options,
+                                dq_from_accum)
 
     check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
     total_q, H, D = q.shape
@@ -233,7 +234,9 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     # tma_stats: each sequence's rows from a block boundary (VarlenStatsPrep, backward_units.padded_stats_rows)
     rows = padded_stats_rows(total_q, cu_seqlens_q.shape[0] - 1) if padded else total_q
     delta = torch.empty(1, H, rows, device=q.device, dtype=torch.float32)
-    dq_acc = torch.zeros(1, H, -(-total_q // BWD_BLOCK_M) * BWD_BLOCK_M, D, device=q.device, dtype=torch.float32)
+    flat = options.get("flat_dq", False)  # dQ tiles in register order, padded per sequence as LSE / delta
+    acc_rows = rows if flat else -(-total_q // BWD_BLOCK_M) * BWD_BLOCK_M
+    dq_acc = torch.zeros(1, H, acc_rows, D, device=q.device, dtype=torch.float32)
     dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
     lse_v = lse.contiguous().unsqueeze(0)
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
@@ -259,5 +262,13 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                 + [cutlass.Int32(max_seqlen_q), cutlass.Int32(max_seqlen_k), cutlass.Float32(scale),
                    _host.current_stream()])
         _compiled(key, args, backward=True)(*args)
-    dq_from_accum(dq_acc[0, :, :total_q].transpose(0, 1), scale, dq.dtype, out=dq)
+    if flat:  # (flat_dq needs tma_stats, which needs TVM FFI: checked above)
+        tile_key = ("flat_tile",) + key
+        if tile_key not in _CACHE:
+            _CACHE[tile_key] = _backward_kernel(key).flat_tile
+        dq_cols, parts = _CACHE[tile_key]
+        compiled_varlen_post(_host.cutlass_dtype(q.dtype), D, dq_cols, parts)(
+            dq_acc, dq.permute(1, 0, 2).unsqueeze(0), cu[0], int(max_seqlen_q), scale)
+    else:
+        dq_from_accum(dq_acc[0, :, :total_q].transpose(0, 1), scale, dq.dtype, out=dq)
     return dq, dk, dv
