@@ -78,13 +78,14 @@ def test_bias_gelu_tanh_residual_is_the_plain_program_with_its_loads(launch, pla
 
 
 def test_swiglu_stores_half_the_tile(launch, plain_program):
-    """SwiGLU: one silu (ex2) per output element, 64 of them (half of 128 accumulators); half the
-    stmatrix and TMA stores (4 sub-tiles of 32 columns: a 128-column output tile); an fp32 bias of
-    the 256 B rows (64 loads: one per column)."""
+    """SwiGLU: one silu (ex2 and an approximate reciprocal, no IEEE division) per output element, 64 of
+    them (half of 128 accumulators); half the stmatrix and TMA stores (4 sub-tiles of 32 columns: a
+    128-column output tile); an fp32 bias of the 256 B rows (64 loads: one per column)."""
     plain, _, _ = _compile(launch)
     epi, verdict, prog = _compile(launch, bias="f32", activation="swiglu")
     assert verdict == "SAFE" and prog == plain_program
     assert epi("ex2.approx") == 64 and epi("ld.global") == 64
+    assert epi("rcp.approx") == 64 and epi("div.rn.f32") == 0
     assert epi("stmatrix") == plain("stmatrix") // 2
     assert epi("cp.async.bulk.tensor") == 2 + (plain("cp.async.bulk.tensor") - 2) // 2
 
