@@ -14,6 +14,7 @@ the output, gradients for every weight and the input). Modes: eager and ``torch.
 small block against an fp32 torch reference; last, the per-op host-overhead table (``bench/_host_ops.py``).
 
     python3 bench/model_block.py [--rounds 3] [--sizes decode,prefill,training] [--no-compile] [--no-host-table]
+                                 [--fused-mlp]
 """
 from __future__ import annotations
 
@@ -55,6 +56,10 @@ def block(x, p, linear, attention, heads=HEADS, kv_heads=KV_HEADS):
     v = v.view(B, S, kv_heads, HEAD_DIM)
     a = attention(q, k, v).reshape(B, S, heads * HEAD_DIM)  # (B, S, H, D) in and out
     x = x + linear(a, p["wo"])
+    if "wgu_swiglu" in p:  # --fused-mlp's side: the gate / up GEMM with silu(gate) * up in its epilogue
+        from warpsched import ops
+
+        return x + linear(ops.gemm(rmsnorm(x, p["n2"]), p["wgu_swiglu"].t(), activation="swiglu"), p["wdown"])
     gate, up = linear(rmsnorm(x, p["n2"]), p["wgu"]).chunk(2, dim=-1)
     return x + linear(F.silu(gate) * up, p["wdown"])
 
@@ -144,9 +149,19 @@ def _no_grad(f, x):
         return f(x)
 
 
-def run(size, passes, compile_modes, rounds):
+def fused_mlp_params(p):
+    """``p`` with the gate / up weight interleaved for a SwiGLU epilogue (``ops.interleave_gate_up``, once, as
+    when weights are loaded); the forward pass only (the fused GEMM has no autograd)."""
+    from warpsched import ops
+
+    gate, up = p["wgu"].detach().chunk(2, dim=0)
+    return dict(p, wgu_swiglu=ops.interleave_gate_up(gate, up)[0])
+
+
+def run(size, passes, compile_modes, rounds, fused_mlp=False):
     B, S = SIZES[size]
     p = params()
+    pf = fused_mlp_params(p) if fused_mlp else None
     x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
     for mode in compile_modes:
@@ -154,8 +169,12 @@ def run(size, passes, compile_modes, rounds):
             if size == "training" and pas == "forward":
                 continue
             fns = {}
-            for name, (linear, attention) in sides().items():
-                f = (lambda x, linear=linear, attention=attention: block(x, p, linear, attention))
+            named = dict(sides())
+            if pf is not None and pas == "forward" and mode == "eager":
+                named["ws fused MLP"] = named["warpsched"]
+            for name, (linear, attention) in named.items():
+                pp = pf if name == "ws fused MLP" else p
+                f = (lambda x, linear=linear, attention=attention, pp=pp: block(x, pp, linear, attention))
                 if mode == "compile":
                     torch._dynamo.reset()
                     f = torch.compile(f)
@@ -163,6 +182,11 @@ def run(size, passes, compile_modes, rounds):
                     fns[name] = (lambda f=f: _no_grad(f, x.detach()))
                 else:
                     fns[name] = (lambda f=f: torch.autograd.grad(f(x), [x] + list(p.values()), dy))
+            if "ws fused MLP" in fns:  # the same block: its output against the unfused one's
+                a_, b_ = fns["ws fused MLP"](), fns["warpsched"]()
+                err = ((a_.float() - b_.float()).abs().max() / b_.float().abs().max()).item()
+                print(f"  ws fused MLP {size} {pas}: max |fused - unfused| / max |unfused| = {err:.1e}"
+                      + ("" if err < 2e-2 else "  MISMATCH"), flush=True)
             for name in [n for n in fns if n not in ("warpsched", "torch")]:
                 try:  # a peer that fails here (a compile it refuses, say) is left out of this row
                     fns[name]()
@@ -174,7 +198,9 @@ def run(size, passes, compile_modes, rounds):
                   + " | ".join(f"{med[s] * 1e3:.0f}" if s in med else "-" for s in sides_names())
                   + f" | {med['torch'] / med['warpsched']:.3f}x"
                   + "".join(f" | {med[p] / med['warpsched']:.3f}x" if p in med else " | -"
-                            for p in ("torch+FA4", "quack+FA4")) + " |",
+                            for p in ("torch+FA4", "quack+FA4")) + " |"
+                  + (f" ws fused MLP {med['ws fused MLP'] * 1e3:.0f} us: torch / it "
+                     f"{med['torch'] / med['ws fused MLP']:.3f}x" if "ws fused MLP" in med else ""),
                   flush=True)
 
 
@@ -184,6 +210,8 @@ def main():
     ap.add_argument("--sizes", default="decode,prefill,training")
     ap.add_argument("--no-compile", action="store_true", help="eager only")
     ap.add_argument("--no-host-table", action="store_true", help="skip the per-op host-overhead table")
+    ap.add_argument("--fused-mlp", action="store_true", help="forward rows (eager): also warpsched with the gate / "
+                    "up GEMM's SwiGLU epilogue (ops.gemm activation='swiglu')")
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     if not gradient_check():
@@ -194,7 +222,7 @@ def main():
     print("|---|---|---|" + "---|" * (len(names) + 3))
     modes = ["eager"] + ([] if a.no_compile else ["compile"])
     for size in a.sizes.split(","):
-        run(size, ["forward", "forward+backward"], modes, a.rounds)
+        run(size, ["forward", "forward+backward"], modes, a.rounds, a.fused_mlp)
     if not a.no_host_table:
         print("\nHost cost per op (bench/_host_ops.py):", flush=True)
         host_table()

@@ -177,8 +177,8 @@ def default_options(head_dim, varlen=False):
     ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
     writer warp) and ``flat_dq`` (dQ tiles in register order, ``backward_post``); the packed (``varlen``)
     kernel takes ``tma_stats`` (its LSE / delta padded per sequence, ``VarlenStatsPrep``, 64-row blocks) but
-    stores dK / dV from registers, since its rows are not whole blocks; head dim 256 splits D between the warp groups and takes ``tma_stats``. What each is worth on the
-    H200: docs/attention.md ("Backward")."""
+    stores dK / dV from registers, since its rows are not whole blocks; head dim 256 splits D between the warp
+    groups and takes ``tma_stats``. What each is worth on the H200: docs/attention.md ("Backward")."""
     if head_dim == 256:  # the warp groups split D (backward.FlashAttentionBackward.d_split): LSE / delta by TMA
         return {"tma_stats": True}
     if varlen:  # 64-row Q blocks (the packed LSE / delta padding is per 64 rows)

@@ -191,8 +191,8 @@ def stage_dq(acc_dq, g, v, s_dq, stage, part: cutlass.Constexpr = 0):
     tidx, _, _ = cute.arch.thread_idx()
     if cutlass.const_expr(g.flat_dq):
         chunks = g.dq_part_cols // 8
-        mine = cute.make_tensor(s_dq[(None, None, stage * g.flat_boxes)].iterator,
-                                cute.make_layout((4, FLAT_THREADS, g.dq_parts * chunks), stride=(1, 4, 4 * FLAT_THREADS)))
+        values = cute.make_layout((4, FLAT_THREADS, g.dq_parts * chunks), stride=(1, 4, 4 * FLAT_THREADS))
+        mine = cute.make_tensor(s_dq[(None, None, stage * g.flat_boxes)].iterator, values)
         dst = cute.flat_divide(mine[(None, tidx % FLAT_THREADS, None)], (4, chunks))[(None, None, 0, part)]
         cute.autovec_copy(cute.make_tensor(acc_dq.iterator, cute.make_layout((4, chunks))), dst)
     else:

@@ -125,7 +125,8 @@ class DQConvert:
         src = mover.partition_S(s_tile)
         for part in cutlass.range_constexpr(self.parts):
             acc = cute.make_rmem_tensor(thr.partition_shape_C((ROWS, self.part_cols)), cutlass.Float32)
-            cute.autovec_copy(mine[(None, None, 0, part)], cute.make_tensor(acc.iterator, cute.make_layout((4, chunks))))
+            regs = cute.make_tensor(acc.iterator, cute.make_layout((4, chunks)))
+            cute.autovec_copy(mine[(None, None, 0, part)], regs)
             out = cute.make_rmem_tensor_like(acc, self.dtype)
             out.store((acc.load() * scale).to(self.dtype))
             if cutlass.const_expr(part > 0):
