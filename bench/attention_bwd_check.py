@@ -67,7 +67,8 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "sds+os+odq": {"shared_ds": True, "overlap_scores": True, "overlap_dq": True},
                   "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True},
                   "odq": dict(_D128, overlap_dq=True), "flat": dict(_D128, flat_dq=True),
-                  "flat4": dict(_D128, flat_dq=True, flat_boxes=4), "rows": dict(_D128, flat_dq=False)},
+                  "flat4": dict(_D128, flat_dq=True, flat_boxes=4), "rows": dict(_D128, flat_dq=False),
+                  "sf": dict(_D128, stage_first=True)},  # the S / dP GEMMs' Q / dO stage sliced first
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4)}}

@@ -139,3 +139,19 @@ def test_flat_boxes_without_flat_dq_is_refused():
 
     with pytest.raises(AttentionConfigError, match="flat_boxes=2 with flat_dq=False"):
         FlashAttentionBackward(head_dim=128, flat_boxes=2)
+
+
+def test_stage_first_is_the_same_program_with_the_same_gemms():
+    """``stage_first`` only changes how the S / dP GEMMs address the Q / dO stage: the checked program and
+    the WGMMA count are the default's."""
+    from warpsched.kernels.attention import backward as ab
+    from warpsched.verify.verdicts import VERDICTS
+
+    base = host.compile_for_cpu(head_dim=128, causal=True, **host.default_options(128)).artifacts.PTX
+    opts = dict(host.default_options(128), stage_first=True)
+    ptx = host.compile_for_cpu(head_dim=128, causal=True, **opts).artifacts.PTX
+    assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
+    g = ab.FlashAttentionBackward(head_dim=128, causal=True, **opts)
+    assert VERDICTS.looked_up[-1] == ab.build(g, verbose=False, exhaustive_deadlock_race_check=False).fingerprint
+    count = lambda p: len(re.findall(r"wgmma\.mma_async", p))  # noqa: E731
+    assert count(ptx) == count(base) > 0
