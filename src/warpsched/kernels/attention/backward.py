@@ -194,8 +194,8 @@ class FlashAttentionBackward(BackwardUnits):
             raise AttentionConfigError(f"flat_boxes={flat_boxes} with flat_dq={self.flat_dq}: expected 1, 2, 4 or 8, "
                                        "and more than 1 only with flat_dq=True")
         self.flat_boxes = flat_boxes
-        # the S / dP GEMMs' B operand: the Q / dO stage sliced before it is partitioned (backward_resources
-        # ._gemm_over_d): 16 fewer instructions a step at head dim 128 on the CPU's SASS, not yet measured
+        # the S / dP GEMMs' B operand: the Q / dO stage sliced before it is partitioned, so its address is
+        # computed once a step (backward_resources._gemm_over_d; docs/attention.md, "The program")
         self.stage_first = bool(stage_first)
         # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep;
         # varlen: VarlenStatsPrep, each sequence's rows from a block boundary, backward_units.padded_block0)

@@ -8,9 +8,10 @@ of the part (the WGMMA accumulator layout), in the order (row half, column). Til
 as (batch, head, row block, column block).
 
 ``DQConvert`` (one CTA of 128 threads per tile) reads each thread's chunks back with 16-byte loads into
-that same register layout, scales, rounds to the output dtype and stores through the MMA's own
-partition of the (S, D) output, so no thread exchanges data. ``flat_to_rows`` is the same permutation in
-torch (the fallback without TVM FFI, and what the tests compare against).
+that same register layout, scales, rounds to the output dtype, writes the tile into swizzled SMEM by
+``stmatrix`` and copies it out in 16-byte pieces of rows. ``DQConvertVarlen`` does the same for packed
+sequences. ``flat_to_rows`` is the same permutation in torch (the fallback without TVM FFI; the tests
+check its view and permutation against ``flat_coords``).
 """
 from __future__ import annotations
 
