@@ -129,8 +129,7 @@ def correctness():
             ours = [err(a, r) for a, r in zip((dq, dk, dv), ref)]
             ok = all(o == o and o <= 2 * t + 1e-3 for o, t in zip(ours, theirs))
             if options.get("flat_dq"):  # the post-pass kernel against its torch twin, on one accumulator
-                launch, dq_acc, _, _, flat = bwd._prepare(q, k, v, out, dout, lse, causal, None, None, None, None,
-                                                          None, None, False, **options)
+                launch, dq_acc, _, _, flat = bwd._prepare(q, k, v, out, dout, lse, causal=causal, **options)
                 launch()
                 same = torch.equal(bwd.finish_dq(dq_acc, flat, scale, dt, Sq),
                                    bwd.flat_to_rows(dq_acc, *flat, scale, dt, Sq))

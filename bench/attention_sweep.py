@@ -49,9 +49,17 @@ BACKENDS = ("cudnn", "flash", "efficient", "fa4")  # fa4: FlashAttention-4's CuT
 from attention_correctness import parse_variants  # noqa: E402  (one spelling of --variants for both scripts)
 
 
+def sdpa_kinds():
+    """The torch SDPA backends a side name stands for (``BACKENDS`` but fa4)."""
+    from torch.nn.attention import SDPBackend
+
+    return {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION}
+
+
 def sides(q, k, v, causal, variants):
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
 
     from warpsched.kernels.attention import host as att
 
@@ -77,8 +85,8 @@ def sides(q, k, v, causal, variants):
             out[f"ws-{name}"] = launch2
         except Exception as e:  # noqa: BLE001 - a configuration may not fit this shape
             print(f"  ws-{name}: n/a ({type(e).__name__}: {str(e).splitlines()[0][:160]})", flush=True)
-    kinds = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    kinds = sdpa_kinds()
+
     def sdpa(kind):
         def fn():
             with sdpa_kernel([kind]):
@@ -101,7 +109,7 @@ def backward_sides(q, k, v, causal, backends):
     """{side: one backward call} on one random upstream gradient (``--backward``)."""
     import torch
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
 
     from warpsched import ops
 
@@ -109,8 +117,7 @@ def backward_sides(q, k, v, causal, backends):
     out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
     fns = {"warpsched": lambda: ops.attention_backward(q, k, v, out, dout, lse, causal=causal)}
     dq = fns["warpsched"]()[0]
-    kinds = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
-             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    kinds = sdpa_kinds()
     for name in backends:
         try:
             if name == "fa4":  # (B, S, H, D) copies, as fa4_forward

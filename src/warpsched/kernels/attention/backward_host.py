@@ -152,7 +152,8 @@ def compiled_varlen_post(dtype, head_dim, dq_cols, parts, arch=None):
 
 
 def flat_dq_tile(kern_key):
-    """(dq_cols, parts) of the kernel's flat dQaccum tiles (``flat_dq``), or None (rows and columns)."""
+    """(dq_cols, parts) of the kernel's flat dQaccum tiles (``flat_dq``), or None (rows and columns); the
+    tile depends on the options alone, so the packed kernel's key (``varlen``) answers the same way."""
     key = ("flat", kern_key)
     if key not in _CACHE:
         kern = _kernel(kern_key)
@@ -199,8 +200,8 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
                     **options)[:4]
 
 
-def _prepare(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size, mask_mod, softcap, deterministic,
-             **options):
+def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
+             mask_mod=None, softcap=None, deterministic=False, **options):
     """``prepare_backward``, and the kernel's flat dQ tile (``flat_dq_tile``) as a fifth value."""
     check_args(q, k, v, out, dout, lse)
     import torch

@@ -29,29 +29,20 @@ def _gemm_over_rows(g, v, acc, a_regs, s_bt, stage, wg):
     cute.gemm(v.dkv_mma, acc, a_regs, v.dkv_mma.make_fragment_B(thr.partition_B(s_bt))[(None, None, None, view)], acc)
 
 
-def _over_d_operands(v, s_a, s_b):
-    """This thread's wgmma fragments of a K or V tile (A), and the Q or dO ring (B) for the S / dP GEMMs."""
-    thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
-    return v.sdp_mma.make_fragment_A(thr.partition_A(s_a)), s_b
-
-
 @cute.jit
-def _gemm_over_d(g, v, acc, frag_a, s_b, stage, half: cutlass.Constexpr):
-    """acc = A_h B_stage^T over the head dim: key half ``half`` of K or V (``FlashAttentionBackward.key_half``)
-    against the stage's Q or dO (the first k-block overwrites the accumulator). ``g.stage_first``: the stage's
-    tile is sliced before it is partitioned (its address computed once, each k-block a fixed offset from it),
-    else every k-block's descriptor indexes the ring by the run-time stage."""
+def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr):
+    """acc = A_h B_stage^T over the head dim: key half ``half`` of the K or V tile ``s_a``
+    (``FlashAttentionBackward.key_half``) against the stage of the Q or dO ring ``s_b`` (the first k-block
+    overwrites the accumulator). ``g.stage_first``: the stage's tile is sliced before it is partitioned (its
+    address computed once, each k-block a fixed offset from it), else every k-block's descriptor indexes the
+    ring by the run-time stage."""
     thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
-    if cutlass.const_expr(g.stage_first):
-        frag_b = v.sdp_mma.make_fragment_B(thr.partition_B(s_b[(None, None, stage)]))
-        for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
-            mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
-            cute.gemm(mma, acc, frag_a[(None, None, kb, half)], frag_b[(None, None, kb)], acc)
-    else:
-        frag_b = v.sdp_mma.make_fragment_B(thr.partition_B(s_b))
-        for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
-            mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
-            cute.gemm(mma, acc, frag_a[(None, None, kb, half)], frag_b[(None, None, kb, stage)], acc)
+    frag_a = v.sdp_mma.make_fragment_A(thr.partition_A(s_a))
+    frag_b = v.sdp_mma.make_fragment_B(thr.partition_B(s_b[(None, None, stage)] if g.stage_first else s_b))
+    for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
+        mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
+        b = frag_b[(None, None, kb)] if g.stage_first else frag_b[(None, None, kb, stage)]
+        cute.gemm(mma, acc, frag_a[(None, None, kb, half)], b, acc)
 
 
 @dataclass(kw_only=True)
@@ -144,8 +135,8 @@ class SmemKV(MemoryResource):
         """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
         v = stage_info.context.values
         warpgroup.fence()
-        _gemm_over_d(self.g, v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], self.g.key_half(wg))
-        _gemm_over_d(self.g, v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], self.g.key_half(wg))
+        _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
+        _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and Q: SmemQdO.gemm_operand) until its retire
@@ -155,7 +146,7 @@ class SmemKV(MemoryResource):
         dP GEMM (``mma_dp``, the next group) still runs."""
         v = stage_info.context.values
         warpgroup.fence()
-        _gemm_over_d(self.g, v, acc_s, *_over_d_operands(v, v.sK, v.sQ), idx[0], self.g.key_half(wg))
+        _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO) until its retire
@@ -163,7 +154,7 @@ class SmemKV(MemoryResource):
     def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
         v = stage_info.context.values
-        _gemm_over_d(self.g, v, acc_dp, *_over_d_operands(v, v.sV, v.sdO), idx[0], self.g.key_half(wg))
+        _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire

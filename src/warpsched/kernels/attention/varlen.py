@@ -206,7 +206,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     import torch
 
     from .backward_host import (compiled_prep, compiled_varlen_post, compiled_varlen_prep, default_options,
-                                dq_from_accum)
+                                dq_from_accum, flat_dq_tile)
 
     check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
     total_q, H, D = q.shape
@@ -263,11 +263,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                    _host.current_stream()])
         _compiled(key, args, backward=True)(*args)
     if flat:  # (flat_dq needs tma_stats, which needs TVM FFI: checked above)
-        tile_key = ("flat_tile",) + key
-        if tile_key not in _CACHE:
-            _CACHE[tile_key] = _backward_kernel(key).flat_tile
-        dq_cols, parts = _CACHE[tile_key]
-        compiled_varlen_post(_host.cutlass_dtype(q.dtype), D, dq_cols, parts)(
+        compiled_varlen_post(_host.cutlass_dtype(q.dtype), D, *flat_dq_tile(key))(
             dq_acc, dq.permute(1, 0, 2).unsqueeze(0), cu[0], int(max_seqlen_q), scale)
     else:
         dq_from_accum(dq_acc[0, :, :total_q].transpose(0, 1), scale, dq.dtype, out=dq)
