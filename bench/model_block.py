@@ -56,10 +56,8 @@ def block(x, p, linear, attention, heads=HEADS, kv_heads=KV_HEADS):
     v = v.view(B, S, kv_heads, HEAD_DIM)
     a = attention(q, k, v).reshape(B, S, heads * HEAD_DIM)  # (B, S, H, D) in and out
     x = x + linear(a, p["wo"])
-    if "wgu_swiglu" in p:  # --fused-mlp's side: the gate / up GEMM with silu(gate) * up in its epilogue
-        from warpsched import ops
-
-        return x + linear(ops.gemm(rmsnorm(x, p["n2"]), p["wgu_swiglu"].t(), activation="swiglu"), p["wdown"])
+    if "wgu_swiglu" in p:  # --fused-mlp's side: silu(gate) * up in the gate / up GEMM's epilogue (inference)
+        return x + linear(linear(rmsnorm(x, p["n2"]), p["wgu_swiglu"], activation="swiglu"), p["wdown"])
     gate, up = linear(rmsnorm(x, p["n2"]), p["wgu"]).chunk(2, dim=-1)
     return x + linear(F.silu(gate) * up, p["wdown"])
 
@@ -138,8 +136,24 @@ def gradient_check():
         worst[name] = max(errs)
         print(f"gradients {name}: max rel err per tensor (x, " + ", ".join(ref_p) + "): "
               + " ".join(f"{e:.1e}" for e in errs), flush=True)
-    ok = worst["warpsched"] <= 2 * worst["torch"] + 1e-3
-    print(f"gradient check: warpsched {worst['warpsched']:.2e} vs torch bf16 {worst['torch']:.2e} -> "
+    # the interleaved SwiGLU weight (--fused-mlp's side): its gradient against the reference's gate / up rows
+    import warpsched.nn.functional as wf
+    from warpsched import ops
+
+    pf = fused_mlp_params({k: t.detach().to(torch.bfloat16).requires_grad_() for k, t in ref_p.items()})
+    xb = x.detach().to(torch.bfloat16).requires_grad_()
+    got = torch.autograd.grad(block(xb, pf, wf.linear, warpsched_bshd, **kw), [xb] + list(pf.values()),
+                              dy.to(torch.bfloat16))
+    names = ["x"] + list(pf)
+    refs = dict(zip(["x"] + list(ref_p), ref))
+    refs["wgu_swiglu"] = ops.interleave_gate_up(*refs["wgu"].chunk(2, dim=0))[0]
+    errs = [((a.float() - refs[n]).abs().max() / refs[n].abs().max().clamp_min(1e-6)).item() for a, n in zip(got, names)]
+    worst["ws fused MLP"] = max(errs)
+    print("gradients ws fused MLP: max rel err per tensor (" + ", ".join(names) + "): "
+          + " ".join(f"{e:.1e}" for e in errs), flush=True)
+    ok = max(worst["warpsched"], worst["ws fused MLP"]) <= 2 * worst["torch"] + 1e-3
+    print(f"gradient check: warpsched {worst['warpsched']:.2e} (fused MLP {worst['ws fused MLP']:.2e}) vs torch bf16 "
+          f"{worst['torch']:.2e} -> "
           f"{'PASS' if ok else 'FAIL'}", flush=True)
     return ok
 
@@ -150,12 +164,14 @@ def _no_grad(f, x):
 
 
 def fused_mlp_params(p):
-    """``p`` with the gate / up weight interleaved for a SwiGLU epilogue (``ops.interleave_gate_up``, once, as
-    when weights are loaded); the forward pass only (the fused GEMM has no autograd)."""
+    """``p`` with the gate / up weight interleaved for ``linear(..., activation="swiglu")``
+    (``ops.interleave_gate_up``, once, as when weights are loaded) in place of ``wgu``."""
     from warpsched import ops
 
     gate, up = p["wgu"].detach().chunk(2, dim=0)
-    return dict(p, wgu_swiglu=ops.interleave_gate_up(gate, up)[0])
+    out = {k: t for k, t in p.items() if k != "wgu"}
+    out["wgu_swiglu"] = ops.interleave_gate_up(gate, up)[0].requires_grad_(p["wgu"].requires_grad)
+    return out
 
 
 def run(size, passes, compile_modes, rounds, fused_mlp=False):
@@ -170,7 +186,7 @@ def run(size, passes, compile_modes, rounds, fused_mlp=False):
                 continue
             fns = {}
             named = dict(sides())
-            if pf is not None and pas == "forward" and mode == "eager":
+            if pf is not None and mode == "eager":
                 named["ws fused MLP"] = named["warpsched"]
             for name, (linear, attention) in named.items():
                 pp = pf if name == "ws fused MLP" else p
@@ -181,9 +197,10 @@ def run(size, passes, compile_modes, rounds, fused_mlp=False):
                 if pas == "forward":  # inference, as a model serves it: no autograd graph
                     fns[name] = (lambda f=f: _no_grad(f, x.detach()))
                 else:
-                    fns[name] = (lambda f=f: torch.autograd.grad(f(x), [x] + list(p.values()), dy))
+                    fns[name] = (lambda f=f, pp=pp: torch.autograd.grad(f(x), [x] + list(pp.values()), dy))
             if "ws fused MLP" in fns:  # the same block: its output against the unfused one's
                 a_, b_ = fns["ws fused MLP"](), fns["warpsched"]()
+                a_, b_ = (a_, b_) if pas == "forward" else (a_[0], b_[0])  # forward + backward: dX
                 err = ((a_.float() - b_.float()).abs().max() / b_.float().abs().max()).item()
                 print(f"  ws fused MLP {size} {pas}: max |fused - unfused| / max |unfused| = {err:.1e}"
                       + ("" if err < 2e-2 else "  MISMATCH"), flush=True)
@@ -210,8 +227,9 @@ def main():
     ap.add_argument("--sizes", default="decode,prefill,training")
     ap.add_argument("--no-compile", action="store_true", help="eager only")
     ap.add_argument("--no-host-table", action="store_true", help="skip the per-op host-overhead table")
-    ap.add_argument("--fused-mlp", action="store_true", help="forward rows (eager): also warpsched with the gate / "
-                    "up GEMM's SwiGLU epilogue (ops.gemm activation='swiglu')")
+    ap.add_argument("--fused-mlp", action="store_true", help="eager rows: also warpsched with the gate / up weights "
+                    "interleaved, linear(..., activation='swiglu'): the product in the GEMM's epilogue in inference "
+                    "from 128 tokens on, in torch under autograd")
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     if not gradient_check():

@@ -181,3 +181,61 @@ def test_bad_arguments_are_named_before_any_gemm(nnf, x, w, kw, err, needle):
     with pytest.raises(err, match=needle):
         f.linear(x, w, **kw)
     assert calls == []
+
+
+def test_swiglu_weight_rows_must_pair_gate_and_up(nnf):
+    """SwiGLU's weight is gate and up interleaved in blocks of 8 rows: an N that is a multiple of 8 but not
+    of 16 cannot be such a pair of weights, refused before any GEMM, naming interleave_gate_up."""
+    f, calls, _ = nnf
+    with pytest.raises(gemm_ops.GemmArgumentError, match=r"weight \(1000, 512\) has 1000 rows.*interleave_gate_up"):
+        f.linear(Tok((256, 512)), Tok((1000, 512)), activation="swiglu")
+    assert calls == []
+
+
+def test_with_torch_swiglu_matches_separate_gate_and_up(monkeypatch):
+    """Where torch is installed (CPU tensors, the GEMM replaced by torch's product with the epilogue in
+    fp64, ``epilogue_reference``): linear(x, interleave_gate_up(Wg, Wu), activation='swiglu') equals
+    silu(x Wg^T + bg) * (x Wu^T + bu) and its gradients, fused (256 tokens, no gradient), unfused (16 tokens)
+    and through autograd; nn.Linear refuses swiglu, naming the functional form."""
+    torch = pytest.importorskip("torch")
+    import warpsched.nn as wnn
+    from warpsched import ops
+
+    launched = []
+
+    def gemm(a, b, out=None, bias=None, activation=None, **kw):
+        launched.append(activation)
+        acc = a.reshape(-1, a.shape[-1]).double() @ b.double()
+        y = gemm_ops.epilogue_reference(acc, bias=bias, activation=activation).to(a.dtype)
+        return y.view(*a.shape[:-1], y.shape[-1])
+
+    monkeypatch.setattr(wnn.functional, "_gemm", gemm)
+    monkeypatch.setattr(wnn.functional, "_check_dtypes", lambda x, w: None)  # fp64 here, for exact references
+    g = torch.Generator().manual_seed(0)
+    wg, wu = (torch.randn(48, 64, generator=g, dtype=torch.float64) / 8 for _ in range(2))
+    bg, bu = (torch.randn(48, generator=g, dtype=torch.float64) for _ in range(2))
+    w, b = ops.interleave_gate_up(wg, wu, bg, bu)
+
+    def ref(x):
+        return torch.nn.functional.silu(x @ wg.t() + bg) * (x @ wu.t() + bu)
+
+    for tokens, fused in ((256, "swiglu"), (16, None)):
+        x = torch.randn(2, tokens // 2, 64, generator=g, dtype=torch.float64)
+        launched.clear()
+        with torch.no_grad():
+            y = wnn.functional.linear(x, w, b, activation="swiglu")
+        assert launched == [fused] and y.shape == (2, tokens // 2, 48)
+        assert torch.allclose(y, ref(x), atol=1e-12)
+    x = torch.randn(3, 5, 64, generator=g, dtype=torch.float64, requires_grad=True)
+    w_, b_ = w.clone().requires_grad_(), b.clone().requires_grad_()
+    y = wnn.functional.linear(x, w_, b_, activation="swiglu")
+    dy = torch.randn_like(y)
+    dx, dw, db = torch.autograd.grad(y, [x, w_, b_], dy)
+    x2, wg2, wu2, bg2, bu2 = (t.detach().clone().requires_grad_() for t in (x, wg, wu, bg, bu))
+    y2 = torch.nn.functional.silu(x2 @ wg2.t() + bg2) * (x2 @ wu2.t() + bu2)
+    rx, rwg, rwu, rbg, rbu = torch.autograd.grad(y2, [x2, wg2, wu2, bg2, bu2], dy)
+    assert torch.allclose(y, y2, atol=1e-12) and torch.allclose(dx, rx, atol=1e-10)
+    assert torch.allclose(dw, ops.interleave_gate_up(rwg, rwu)[0], atol=1e-10)
+    assert torch.allclose(db, ops.interleave_gate_up(rwg, rwu, rbg, rbu)[1], atol=1e-5)  # summed in fp32
+    with pytest.raises(ValueError, match=r"functional.linear\(x, w, activation='swiglu'\)"):
+        wnn.Linear(64, 96, activation="swiglu")

@@ -21,6 +21,11 @@ class Linear(torch.nn.Linear):
 
     def __init__(self, in_features, out_features, bias=True, device=None, dtype=None, activation=None):
         functional.check_activation(activation)
+        if activation == "swiglu":
+            raise ValueError("warpsched.nn.Linear(activation='swiglu'): a Linear's out_features are its output's; "
+                             "SwiGLU halves them and needs the gate and up weights interleaved: call "
+                             "warpsched.nn.functional.linear(x, w, activation='swiglu') with "
+                             "w = warpsched.ops.interleave_gate_up(w_gate, w_up)[0]")
         functional.check_features(in_features, out_features)
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation = activation

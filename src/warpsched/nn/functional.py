@@ -16,6 +16,13 @@ the backward appends zero rows to dZ and X up to the next multiple of 8 for the 
 add nothing to dZ^T X: the result is exact). That copies dZ and X once per backward, for unaligned
 token counts only.
 
+SwiGLU (``activation="swiglu"``): W is the gate and up weights as one (2 I, K) weight interleaved in blocks
+of 8 rows (``warpsched.ops.interleave_gate_up``, made once when the weights are loaded) and y = silu(x W_g^T)
+* (x W_u^T) has I features. Without a gradient the product runs in the GEMM's epilogue from about a prefill's
+tokens on (``SWIGLU_FUSED_FROM``); below, the plain GEMM (whose swap-AB tiles are faster there) and the
+product in torch. With one, Z = x W^T (the interleaved pre-activation) is kept and the product runs in
+torch, as for gelu.
+
 The activation's gradient dZ = dY * act'(Z):
 - relu and relu2 are computed from the saved output Y (relu' = [Y > 0]; relu2' = 2 relu(Z) = 2 sqrt(Y)),
   so the forward stays one fused GEMM;
@@ -52,14 +59,25 @@ ACTIVATIONS = {
     "gelu": torch.nn.functional.gelu,
     "gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh"),
     "silu": torch.nn.functional.silu,
+    "swiglu": lambda z: swiglu_interleaved(z),
 }
 FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 
 
+SWIGLU_FUSED_FROM = 128  # tokens: below, the unfused SwiGLU (docs/torch.md "Fused epilogues on the H200")
+
+
+def swiglu_interleaved(z):
+    """silu(gate) * up of a pre-activation whose (2 I) features are gate and up interleaved in blocks of 8
+    (``interleave_gate_up``'s order): (..., 2 I) -> (..., I), in torch."""
+    blocks = z.unflatten(-1, (z.shape[-1] // 16, 2, 8))
+    return (torch.nn.functional.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
+
+
 def check_activation(activation):
     if activation not in ACTIVATIONS:
-        raise ValueError(f"activation={activation!r}: expected one of {list(ACTIVATIONS)} (swiglu: "
-                         "warpsched.ops.gemm(x, w.t(), activation='swiglu') with ops.interleave_gate_up)")
+        raise ValueError(f"activation={activation!r}: expected one of {list(ACTIVATIONS)} (swiglu: the gate and "
+                         "up weights interleaved by warpsched.ops.interleave_gate_up)")
 
 
 def _check_dtypes(x, weight):
@@ -134,8 +152,10 @@ class _LinearFunction(torch.autograd.Function):
 def linear(x, weight, bias=None, activation=None):
     """``activation(torch.nn.functional.linear(x, weight, bias))`` on warpsched's GEMM, the bias and
     the activation fused into its epilogue, with autograd: x (..., K), weight (N, K), bias (N,) or
-    None; bf16 or fp16; ``activation``: None, "relu", "relu2", "gelu" (erf), "gelu_tanh" or "silu".
-    N and K must be multiples of 8 (``check_features``); x may have any number of rows."""
+    None; bf16 or fp16; ``activation``: None, "relu", "relu2", "gelu" (erf), "gelu_tanh", "silu" or
+    "swiglu" (weight and bias: gate and up interleaved by ``warpsched.ops.interleave_gate_up``; the output
+    has N / 2 features). N and K must be multiples of 8 (``check_features``; 16 for N with swiglu); x may
+    have any number of rows."""
     # the checks cost a model's every call: the messages are built only for what fails
     if activation is not None and activation not in ACTIVATIONS:
         check_activation(activation)
@@ -146,8 +166,14 @@ def linear(x, weight, bias=None, activation=None):
                                 "(out_features, in_features), as torch.nn.functional.linear's") from None
     if N % ALIGN or K % ALIGN:
         check_features(K, N, "warpsched.nn.functional.linear")
+    if activation == "swiglu" and N % (2 * ALIGN):
+        raise GemmArgumentError(f"warpsched.nn.functional.linear(activation='swiglu'): weight {tuple(weight.shape)} "
+                                f"has {N} rows; expected the gate and up weights, (I, {K}) each with I a multiple of "
+                                "8, interleaved by warpsched.ops.interleave_gate_up (2 I rows)")
     _check_dtypes(x, weight)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                     (bias is not None and bias.requires_grad)):
         return _LinearFunction.apply(x, weight, bias, activation)
+    if activation == "swiglu" and x.numel() < SWIGLU_FUSED_FROM * K:
+        return swiglu_interleaved(_gemm(x, weight.t(), bias=bias))  # few tokens: the swap-AB GEMM, then torch
     return _gemm(x, weight.t(), bias=bias, activation=activation)  # no gradient: one fused GEMM, nothing saved
