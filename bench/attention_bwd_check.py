@@ -72,6 +72,18 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4)}}
+for _d in VARIANTS:  # the grid's units longest first (causal rows only)
+    VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
+
+
+def variants_for(head_dim, causal):
+    """(name, kernel options) of the head dim's variants that apply to this mask (``causal_only``)."""
+    for name, options in VARIANTS[head_dim].items():
+        if options.get("causal_only") and not causal:
+            continue
+        yield name, {k: v for k, v in options.items() if k != "causal_only"}
+
+
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
     (4, 16, 4096, 64, False), (16, 16, 1024, 128, False), (4, 16, 2048, 256, False), (8, 16, 2048, 256, True),
@@ -121,7 +133,7 @@ def correctness():
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
         ref = reference(q, k, v, dout, causal, scale)
         theirs = [err(a, r) for a, r in zip(sdpa_grads(q, k, v, dout, causal), ref)]
-        for name, options in VARIANTS[D].items():
+        for name, options in variants_for(D, causal):
             dk = torch.full_like(k, float("nan"))
             dv = torch.full_like(v, float("nan"))
             dq, dk, dv = bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, dk=dk, dv=dv, **options)
@@ -249,7 +261,7 @@ def speed(rounds, calls=False):
         q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
         sides = {"ws call": lambda: bwd.attention_backward(q, k, v, out, dout, lse, causal=causal)}
-        for name, options in VARIANTS[D].items():  # the kernel alone, per variant
+        for name, options in variants_for(D, causal):  # the kernel alone, per variant
             launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **options)
             sides[f"ws {name}"] = lambda launch=launch, dq_acc=dq_acc: (dq_acc.zero_(), launch())
             if calls and name != "default":

@@ -261,6 +261,34 @@ def test_work_units_cover_every_key_block_and_step():
         assert len(seen) == g.num_units == 3 * 2 * 2
 
 
+def test_lpt_orders_the_units_longest_first_over_every_head():
+    """``lpt``: the same units (a bijection onto (key block, K/V head, batch)), in non-increasing step
+    counts over the whole grid, so the hardware's in-order dispatch is longest-processing-time first; the
+    default order walks one (batch, K/V head) at a time (its steps fall and rise again); refused where it
+    does not apply, naming why."""
+    for head_dim, block_m in ((128, 64), (64, 128)):
+        g = ab.FlashAttentionBackward(head_dim=head_dim, causal=True, block_m=block_m, tma_stats=True, lpt=True)
+        plain = ab.FlashAttentionBackward(head_dim=head_dim, causal=True, block_m=block_m, tma_stats=True)
+        for x in (g, plain):
+            x.grid_setup(seqlen_q=1000, seqlen_k=1000, heads=6, kv_heads=3, batches=2)
+        units = [g.unit_coords(u) for u in range(g.num_units)]
+        assert sorted(units) == sorted(plain.unit_coords(u) for u in range(plain.num_units))
+        assert len(set(units)) == g.num_units == 8 * 3 * 2
+        steps = [g.steps_of(u) for u in range(g.num_units)]
+        assert steps == sorted(steps, reverse=True) and steps[0] > steps[-1]
+        plain_steps = [plain.steps_of(u) for u in range(plain.num_units)]
+        assert plain_steps != sorted(plain_steps, reverse=True)
+        for u in range(g.num_units):  # a unit's steps are its coordinates', whatever the order
+            n, h, b = g.unit_coords(u)
+            twin = next(v for v in range(plain.num_units) if plain.unit_coords(v) == (n, h, b))
+            assert [g.step_coords(u, s) for s in range(g.steps_of(u))] == \
+                [plain.step_coords(twin, s) for s in range(plain.steps_of(twin))]
+    for kw, word in ((dict(causal=False), "causal=False"), (dict(causal=True, deterministic=True), "deterministic=True"),
+                     (dict(causal=True, varlen=True, tma_stats=True), "varlen=True")):
+        with pytest.raises(ab.AttentionConfigError, match=f"lpt=True with .*{word}.*longest-first order"):
+            ab.FlashAttentionBackward(head_dim=128, lpt=True, **kw)
+
+
 @pytest.mark.parametrize("head_dim", [128, 256])
 def test_delta_pre_pass_compiles_to_vector_loads(head_dim):
     """The pre-pass reads each row of O and dO with 16-byte loads (at most 128 columns in registers at once)

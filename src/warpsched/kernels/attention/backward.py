@@ -122,7 +122,7 @@ class FlashAttentionBackward(BackwardUnits):
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
-                 stage_first=False):
+                 stage_first=False, lpt=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -209,6 +209,12 @@ class FlashAttentionBackward(BackwardUnits):
                                        "fp32 reduce-adds (deterministic=False)")
         # dQ added in key-block order per Q block (attention.dq_order): FlashAttentionBackwardDeterministic
         self.deterministic = bool(deterministic)
+        # causal: the grid's units longest first across every (batch, K/V head) (backward_units.unit_coords)
+        if lpt and (not self.causal or self.varlen or self.deterministic):
+            raise AttentionConfigError(f"lpt=True with causal={self.causal}, varlen={self.varlen}, deterministic="
+                                       f"{self.deterministic}: the longest-first order is for causal dense batches "
+                                       "(the deterministic dQ's hand-over is proven for the head-major order)")
+        self.lpt = bool(lpt)
         self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -235,7 +241,8 @@ class FlashAttentionBackward(BackwardUnits):
             tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
             + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
-            + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ()))
+            + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
+            + (("lpt",) if self.lpt else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a

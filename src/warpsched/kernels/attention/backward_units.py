@@ -30,8 +30,8 @@ def padded_stats_rows(total_q, batches):
 
 
 class BackwardUnits:
-    """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right`` and
-    ``varlen``."""
+    """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right``,
+    ``varlen`` and ``lpt``."""
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
@@ -44,8 +44,15 @@ class BackwardUnits:
     def unit_coords(self, unit):
         """(key block, K/V head, batch) of CTA ``unit``: the key blocks of one (batch, K/V head) are
         consecutive CTAs, so the CTAs running at once walk the same query heads and Q blocks and their
-        dQ reduce-adds meet in L2 (the fp32 dQ buffer is larger than L2 on long sequences)."""
-        n_block, bh = unit % self.n_blocks, unit // self.n_blocks
+        dQ reduce-adds meet in L2 (the fp32 dQ buffer is larger than L2 on long sequences). ``lpt``
+        (causal): key block 0 of every (batch, K/V head), then block 1, ...: the longest units first over
+        the whole grid, so the hardware hands the short ones to the SMs that finish early (without it the
+        last head's long blocks start late and run alone: a 3-7% tail, docs/attention.md)."""
+        if cutlass.const_expr(self.lpt):
+            bhs = self.kv_heads * self.batches
+            n_block, bh = unit // bhs, unit % bhs
+        else:
+            n_block, bh = unit % self.n_blocks, unit // self.n_blocks
         return n_block, bh % self.kv_heads, bh // self.kv_heads
 
     def first_m_block(self, n_block):
