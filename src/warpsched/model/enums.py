@@ -56,7 +56,10 @@ class WorkAttr(enum.Flag):
     ``AUXILIARY``: a work that reads no stage data (a descriptor, a flag) and may run outside
     the wait/release bracket. ``WGMMA``: issues ``wgmma`` reading the waited stage; the reads
     continue after the call returns, until a ``WGMMA_WAIT`` work (``wgmma.wait_group(pending)``)
-    retires them, so release the stage only after that wait. ``WRITES``: a consumer work that writes
+    retires them, so release the stage only after that wait; each WGMMA work is one commit group.
+    ``WGMMA_OPERAND``: declares that the task's next WGMMA work (its commit group) also reads this
+    stage; on a producer work, after the commit, the stage the task just handed over (its own reads
+    must retire before it writes the stage again). ``WRITES``: a consumer work that writes
     part of its held stage. See docs/checker.md (WGMMA, consumer writes)."""
 
     NONE = 0
@@ -68,6 +71,11 @@ class WorkAttr(enum.Flag):
     # the newest N groups in flight, default 0). Releasing the stage before that is a race.
     WGMMA = enum.auto()
     WGMMA_WAIT = enum.auto()
+    # A declaration: the task's next WGMMA work (same commit group) also reads this stage, so the
+    # read window opens here and joins that group's (a wgmma reads two SMEM operands, a work method
+    # belongs to one resource). On a producer work it names the stage the task last committed (a tile
+    # it wrote and handed over, and reads itself too): declared after that commit.
+    WGMMA_OPERAND = enum.auto()
     # A consumer work that writes part of the stage it holds (an epilogue staging its output in
     # operand bytes it has finished reading). With more than one consumer task on the resource,
     # the resource declares consumer_footprint(task_name) and no part one task writes may be in

@@ -164,6 +164,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
     released: Dict[int, Step] = {}  # last release of a resource, for DMA messages
     res: Dict[int, object] = {}
     handed_back = set()  # resources released since their last wait (or their proxy's last wait)
+    committed = set()  # resources this run has committed (a producer's own WGMMA_OPERAND reads come after)
     opened_ever = set()  # resources this run has waited on (directly or through a proxy)
     program = ctx.program
     by_index = {x.index: x for x in steps(program, t)}
@@ -210,11 +211,20 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                         "commit the stage before acquiring the next one (or set advance_on_acquire=True)")
                 p.append(s)
             elif k is StepKind.ProducerCommit:
+                committed.add(rid)
                 if p:
                     p.pop(0)
                 elif not (ctx.adv_acquire(r) and ctx.others(r, StepKind.ProducerAcquire, t)):
                     add(f"{n}.commit() without a preceding acquire()", s, r, f"{n}.acquire() before {n}.commit()",
                         f"acquire the stage first: {n}.acquire(); <work>; {n}.commit()")
+            elif k is StepKind.ProducerWork and _own_operand(r, s):
+                # the writer's own wgmma read of the stage it handed over: after that commit, before the
+                # next acquire (inside a bracket the stage is not handed over yet: a plain read of it)
+                if p or rid not in committed:
+                    add(f"{n}.{s.method}() declares a read of the stage this task last committed, but "
+                        + (f"runs inside the acquire() at {p[-1].location}" if p else f"no {n}.commit() precedes it"),
+                        s, r, f"{n}.{s.method}() after {n}.commit() and before the next {n}.acquire()",
+                        f"move {s.method}() after {n}.commit(), just before the WGMMA work that reads the stage")
             elif k in (StepKind.ProducerWork, StepKind.QueueFetch):
                 if not p and not (ctx.adv_acquire(r) and ctx.others(r, StepKind.ProducerAcquire, t)):
                     add(f"producer work {n}.{s.method}() runs outside an acquire()/commit() bracket", s, r,
@@ -283,6 +293,11 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                 f"{n}.release() after each {n}.wait() in some task",
                 f"add {n}.release() after the consumer work (or release it in the split-consumer task)")
     return out
+
+
+def _own_operand(r, s: Step) -> bool:
+    spec = work_spec_of(getattr(type(r), s.method, None))
+    return spec is not None and WorkAttr.WGMMA_OPERAND in spec.attrs
 
 
 def _wgmma_wait(r, s: Step) -> bool:

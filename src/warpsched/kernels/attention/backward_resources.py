@@ -249,7 +249,7 @@ class SmemQdO(MemoryResource):
         v = stage_info.context.values
         bmath.stats_from_smem(None, delta, self.g, v, None, v.sDelta[(None, stage_info.stage_idx)])
 
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand(self, stage_info: StageInfo, idx):
         """Declares that the S / dP GEMMs issued next (``SmemKV.mma_sdp``, same commit group) read this
         stage, so the checker holds it until their retire; records the stage for them."""
@@ -354,8 +354,9 @@ class MathOrder(MemoryResource):
 class SmemDS(MemoryResource):
     """``shared_ds``: a warp group's dS^T tile (64 keys x 64 queries, 16-bit), written by that warp group
     and read by both dQ GEMMs: an AsyncAsync stage from the writing warp group to the other one, which
-    releases it once its dQ GEMM has retired. (The writer's own dQ GEMM reads it too; the writer retires
-    that GEMM before its next ``store``, in program order.)"""
+    releases it once its dQ GEMM has retired. The writer's own dQ GEMM reads it too (``own_gemm_operand``,
+    after the commit): the checker holds that read until the writer's wgmma.wait_group retires the GEMM's
+    group, and a ``store`` of the next tile before then is a race."""
 
     g: Any = None
     wg: int = 0
@@ -368,9 +369,14 @@ class SmemDS(MemoryResource):
         v = stage_info.context.values
         bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}"), wg=self.wg)
 
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand(self, stage_info: StageInfo):
         """Declares that the dQ GEMM issued next (``SmemKV.mma_dq``) reads this tile until its retire."""
+
+    @producer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def own_gemm_operand(self, stage_info: StageInfo):
+        """The writer's side: its own dQ GEMM issued next (``SmemKV.mma_dq``) reads the tile it just
+        committed, until its retire (a declaration: nothing runs)."""
 
 
 @dataclass(kw_only=True)

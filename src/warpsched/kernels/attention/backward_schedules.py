@@ -88,6 +88,7 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
         if ds_other is not None:
             ds_other.wait()
             ds_other.gemm_operand()
+            ds_mine.own_gemm_operand()  # this warp group's dQ GEMM reads its own tile too
         smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
         if overlap_dq:
             smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk, wg=wg)

@@ -58,12 +58,12 @@ class SmemQ(MemoryResource):
             stage_info.tma_copy(v.tma_q, t_g[(None, q_block * g.wgs + w)],
                                 t_s[(None, g.wgs * stage_info.stage_idx + w)])
 
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand(self, stage_info: StageInfo, q_idx=None):
         """Declares that the S GEMM issued next (``SmemK.mma_qk``, same wgmma commit group) reads
         this stage: a wgmma reads two SMEM operands but a work method belongs to one resource, so
         Q's side is stated here and the checker holds Q until the wgmma.wait_group that retires
-        the S GEMM. With a Q ring (``q_idx``): records the stage for ``SmemK.mma_qk``."""
+        the S GEMM's group. With a Q ring (``q_idx``): records the stage for ``SmemK.mma_qk``."""
         if q_idx is not None:
             q_idx[0] = stage_info.stage_idx
 

@@ -92,6 +92,7 @@ class Action:
     write: bool = False
     hw_window: bool = False  # producer hardware writes until full[s] completes
     wgmma: bool = False
+    wgmma_operand: bool = False  # reads until the retire of the task's next WGMMA work's commit group
     wgmma_wait: int = -1  # pending groups kept by a WGMMA_WAIT work
     pdl_dependent: bool = False
     keys: Tuple[int, ...] = ()  # guard keys whose value this step produces

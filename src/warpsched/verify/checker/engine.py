@@ -34,6 +34,30 @@ from .violations import Unbounded, Violation  # noqa: F401 (re-exported: explore
 EAGER_DECISIONS = True  # see Engine.is_local
 
 
+
+WG_TAGS = ("wg", "wgj", "wgo")  # a task's WGMMA read windows: a group's last work, its declared operands, undeclared yet
+
+
+def issue_group(asyncw, region):
+    """A WGMMA work: one commit group of its own read and the operands declared since the last one
+    (``wgo`` -> ``wgj``), kept together at the end so a retire finds the group's windows side by side."""
+    declared = tuple((r, w, "wgj") for (r, w, t) in asyncw if t == "wgo")
+    return tuple(x for x in asyncw if x[2] != "wgo") + declared + ((region, False, "wg"),)
+
+
+def retire_groups(asyncw, pending):
+    """``wgmma.wait_group(pending)``: the newest ``pending`` groups (a ``wg`` window and the ``wgj`` ones just
+    before it) stay in flight, and declarations of a group not yet issued (``wgo``); older groups end."""
+    keep, groups, current = [], 0, False
+    for x in reversed(asyncw):
+        if x[2] == "wg":
+            groups += 1
+            current = groups <= pending
+        if current or x[2] not in ("wg", "wgj"):
+            keep.append(x)
+    return tuple(reversed(keep))
+
+
 class Engine(MacroMixin, LoopsMixin):
     def __init__(self, comp: Compiled, exact_lift: bool = True):
         self.c = comp
@@ -239,6 +263,12 @@ class Engine(MacroMixin, LoopsMixin):
         ov = self.regions.overlap
         for o, os_ in enumerate(state[0]):
             if o == e:
+                if write:  # the task's own wgmma reads run on after the call that issued them
+                    for (r2, _, tag) in os_[ASYNC]:
+                        if tag in WG_TAGS and ov(region, r2):
+                            raise Violation("race", f"{self.execs[e].name} writes {self.regions.label(region)} while "
+                                            f"its own WGMMA still reads {self.regions.label(r2)} (WGMMA reads until "
+                                            "wgmma.wait_group)", e, step, region=region)
                 continue
             w = os_[SYNC]
             if w is not None and (write or w[1]) and ov(region, w[0]):
@@ -247,6 +277,8 @@ class Engine(MacroMixin, LoopsMixin):
             for (r2, w2, tag) in os_[ASYNC]:
                 if (write or w2) and ov(region, r2):
                     what = {"umma": "UMMA reads until its commit arrives", "wg": "WGMMA reads until wgmma.wait_group",
+                            "wgj": "WGMMA reads until wgmma.wait_group",
+                            "wgo": "WGMMA reads, declared for its next WGMMA group, until wgmma.wait_group",
                             "hold": f"between its {'acquire and commit' if w2 else 'wait and release'}"}[tag]
                     raise Violation("race", self._race_text(e, region, write, o, r2, w2, what), e, step,
                                     region=region)
@@ -398,9 +430,7 @@ class Engine(MacroMixin, LoopsMixin):
                             "before executing wait_griddep", e, a.step)
         asyncw = es[ASYNC]
         if a.wgmma_wait >= 0:
-            wg = [w for w in asyncw if w[2] == "wg"]
-            keep = wg[len(wg) - a.wgmma_wait:] if a.wgmma_wait else []
-            asyncw = tuple(w for w in asyncw if w[2] != "wg" or w in keep)
+            asyncw = retire_groups(asyncw, a.wgmma_wait)
             es2 = es[:ASYNC] + (asyncw,) + es[ASYNC + 1:]
             return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
         if not a.regions:
@@ -431,11 +461,17 @@ class Engine(MacroMixin, LoopsMixin):
             st = self._set_exec(state, e, es2, pc=es[PC] + 1)
             st = (st[0], tuple(bars), hw) + st[3:]
             return self._with_keys(st, e, es2, a, label, es[PC] + 1)
+        if a.wgmma_operand:  # a declared read of the next WGMMA group: open until that group retires
+            self._check_race(state, e, region, False, a.step)
+            es2 = es[:ASYNC] + (asyncw + ((region, False, "wgo"),),) + es[ASYNC + 1:]
+            return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
         if a.wgmma:  # wgmma keeps reading after the call: always tracked (same-resource races too)
             self._check_race(state, e, region, False, a.step)
-            es2 = es[:ASYNC] + (asyncw + ((region, False, "wg"),),) + es[ASYNC + 1:]
+            es2 = es[:ASYNC] + (issue_group(asyncw, region),) + es[ASYNC + 1:]
             return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
-        if a.private:  # no other resource aliases these bytes: the bracket hold covers them
+        if a.private:  # no other resource aliases these bytes: the bracket hold covers them (not this task's
+            if a.write and any(w[2] in WG_TAGS for w in asyncw):  # own wgmma reads: its write may overlap them
+                self._check_race(state, e, region, True, a.step)
             return self._with_keys(self._set_exec(state, e, es, pc=es[PC] + 1), e, es, a, label, es[PC] + 1)
         if a.umma_wait_window:
             entry = (region, False, "umma")

@@ -481,7 +481,12 @@ class _Builder:
             elif side == PRODUCER and self._fork_view(res):
                 act.hold_open = "w"  # Fork views of one buffer: written once every view is acquired
             proto = pp.protocol
-            if side == PRODUCER:
+            if WorkAttr.WGMMA_OPERAND in attrs:
+                act.wgmma_operand = True  # a read by the next WGMMA group: held until that group retires
+                if side == PRODUCER:  # after the commit: the stage just handed over, one stride behind
+                    act.after_open = True
+                    act.hold_open = None
+            elif side == PRODUCER:
                 act.write = True
                 act.hw_window = proto.producer_async_completion
                 if proto.transaction_bytes or act.hw_window:  # a pair's TMA completes on the leader's barrier

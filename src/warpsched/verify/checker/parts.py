@@ -16,7 +16,8 @@ def _is_local(act, regions) -> bool:
         return True
     if act.op is Op.WORK:
         return ((not act.regions or act.private) and not act.pdl_dependent and act.wgmma_wait < 0
-                and act.deliver_base < 0 and not act.tx_deliver and not act.hold_open and not act.wgmma)
+                and act.deliver_base < 0 and not act.tx_deliver and not act.hold_open and not act.wgmma
+                and not act.wgmma_operand)
     return False
 
 
@@ -35,6 +36,13 @@ def _mark_private(execs, regions) -> None:
         touched.append(keys)
     for ex in execs:
         others = [k for o in execs if o.index != ex.index for k in touched[o.index]]
+        # the bytes this executor's own wgmma reads (they run on past the call): a write of them by the
+        # same executor is checked against its open WGMMA windows, so it is neither private nor local
+        wgmma_read = {(rid, st) for ins in ex.program if ins.action is not None
+                      and (ins.action.wgmma or ins.action.wgmma_operand)
+                      for rid, sl in ins.action.regions
+                      for st in (_stages(ex.cursors[ins.action.cursor]) if sl is None and ins.action.cursor
+                                 is not None else {sl if sl is not None else -1})}
         for ins in ex.program:
             a = ins.action
             if a is None or not a.regions:
@@ -44,6 +52,8 @@ def _mark_private(execs, regions) -> None:
             # only needed where another resource's bytes overlap (aliasing)
             a.private = not any(regions.overlap(m, o) for m in mine for o in others
                                 if o[0] != m[0] or a.unheld)
+            if a.private and a.write and any(regions.overlap(m, w) for m in mine for w in wgmma_read):
+                a.private = False
             ins.local = _is_local(a, regions)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from ...model.pipeline_group import PipelineGroup
-from .engine import ASYNC, CUR, PEND, SYNC
+from .engine import ASYNC, CUR, PEND, SYNC, WG_TAGS
 from .model import Compiled, _lcm
 
 
@@ -159,18 +159,19 @@ class Canon:
                     execs[i] = tuple(x)
                 if hw:
                     hw = tuple(sorted((perm.get(b, b), e, rot(reg)) for b, e, reg in hw))
-        # windows other than wgmma groups are sets: store them sorted
+        # windows other than wgmma groups (kept in issue order: wait_group retires the oldest) are sets:
+        # store them sorted
         fixed = None
         for i, x in enumerate(execs):
             w = x[ASYNC]
             if len(w) > 1:
-                if len(w) == 2 and w[0][2] != "wg" and w[1][2] != "wg":
+                if len(w) == 2 and w[0][2] not in WG_TAGS and w[1][2] not in WG_TAGS:
                     if w[0] <= w[1]:
                         continue
                     nw = (w[1], w[0])
                 else:
-                    wg = tuple(v for v in w if v[2] == "wg")
-                    rest = tuple(sorted(v for v in w if v[2] != "wg"))
+                    wg = tuple(v for v in w if v[2] in WG_TAGS)
+                    rest = tuple(sorted(v for v in w if v[2] not in WG_TAGS))
                     nw = rest + wg
                     if nw == w:
                         continue

@@ -1,0 +1,262 @@
+"""A warp group's wgmma reading a tile it wrote itself and handed to another warp group (the attention
+backward's ``shared_ds``: each warp group's dQ GEMM reads its own dS tile and the other's). The other warp
+group's reads end at its release, which the pipeline orders before the next write; the writer's own reads
+end only at its own ``wgmma.wait_group``, which nothing but program order puts before its next write. The
+checker tracks them as a read window of the writer (``@producer_work(work_attrs=WorkAttr.WGMMA)``, declared
+inside the producer bracket), and a write of the stage by the same task while the window is open is a race."""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from test_checker_builders import Group, program, task, tma_cfg  # noqa: E402
+from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, WorkAttr, consumer_work,  # noqa: E402
+                       domain_loop, producer_work, schedule)
+from warpsched.verify.checker import run_checker  # noqa: E402
+
+
+class Tile(MemoryResource):
+    """One warp group's tile, written by it and read by both warp groups' wgmma."""
+
+    def get_smem_requirements(self):
+        return [SmemAllocation(f"s_{self.name}", dtype=2, count=64 * 64, alignment=1024)]
+
+    @producer_work
+    def store(self, stage_info): ...
+
+    @producer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def own_operand(self, stage_info):
+        """The writer's next wgmma group reads the tile it just committed too (until its wait_group)."""
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def operand(self, stage_info):
+        """The next wgmma group reads the other warp group's tile."""
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def mma(self, stage_info):
+        """The GEMM: one commit group reading both tiles (and whatever was declared before it)."""
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def mma_other(self, stage_info):
+        """A second commit group that reads only the other warp group's tile."""
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
+    def retire(self, stage_info, pending=0): ...
+
+
+class K(MemoryResource):
+    """A tile both warp groups read for the whole loop (loaded once by TMA)."""
+
+    def get_smem_requirements(self):
+        return [SmemAllocation("s_K", dtype=2, count=64 * 64, alignment=1024)]
+
+    @producer_work
+    def load(self, stage_info): ...
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def mma(self, stage_info):
+        """One commit group reading K and the tiles declared since the last group."""
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
+    def retire(self, stage_info, pending=0): ...
+
+
+def _cfg():
+    return PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=Group(128),
+                                                          consumer_group=Group(128))
+
+
+def _exchange(variant):
+    """Two warp groups swapping tiles for 4 steps. Each step: store its tile, commit; one GEMM group reads the
+    other's tile with K, a second group reads its own tile with K; then ``k.retire(pending)`` and the other's
+    tile released. "safe": ``pending=0``, every read retired before the next store. "own_in_flight":
+    ``pending=1`` keeps the second group (its own tile) in flight at the next store. "undeclared": the same
+    bug without ``mine.own_operand()`` (what the checker saw before the writer's own reads were modelled)."""
+    tiles = [Tile(name=f"T{w}", pipeline_config=_cfg()) for w in range(2)]
+    k = K(name="K", pipeline_config=tma_cfg(stages=1, cons=8, nbytes=8192))
+
+    @schedule
+    def load(k):
+        k.acquire()
+        k.load()
+        k.commit()
+
+    @schedule
+    def wg(mine, other, k):
+        k.wait()
+        with domain_loop(0, 4, 1):
+            mine.acquire()
+            mine.store()
+            mine.commit()
+            other.wait()
+            other.operand()
+            k.mma()  # group 1: the other warp group's tile and K
+            if variant != "undeclared":
+                mine.own_operand()
+            k.mma()  # group 2: this warp group's own tile and K
+            k.retire(pending=0 if variant == "safe" else 1)
+            other.release()
+        k.retire()
+        k.release()
+
+    tasks = [task("Load", load(k), dst=[k], warp=0)]
+    tasks += [task(f"WG{w}", wg(tiles[w], tiles[1 - w], k), src=[tiles[1 - w], k], dst=[tiles[w]], warp=4 * (w + 1),
+                   warps=4) for w in range(2)]
+    smem = SmemAllocator.for_resources(k, *tiles)
+    return program(tasks, {tiles[0]: [], tiles[1]: [], k: []}, smem=smem), wg
+
+
+def test_the_writers_own_read_retired_before_its_next_store_is_safe():
+    res = run_checker(_exchange("safe")[0])
+    assert res.verdict == "SAFE", res.report()
+
+
+def test_a_store_over_the_writers_own_wgmma_read_is_a_race():
+    prog, wg = _exchange("own_in_flight")
+    res = run_checker(prog)
+    assert res.verdict == "UNSAFE", res.report()
+    errs = [f for f in res.findings if f.severity == "error"]
+    assert any("while its own WGMMA still reads" in f.message for f in errs), [f.message for f in errs]
+    hit = [f for f in errs if "while its own WGMMA still reads" in f.message][0]
+    # the store, or the acquire it runs with as one step (an acquire and its work are fused)
+    assert hit.location.line in (_line(wg.fn, "mine.acquire()"), _line(wg.fn, "mine.store()")), hit.location
+    assert "T0 stage 0" in hit.message or "T1 stage 0" in hit.message
+
+
+def test_undeclared_the_same_bug_passes():
+    """Why the declaration is needed: without it the checker sees only the other warp group's reads, which
+    the schedule does retire before the release."""
+    res = run_checker(_exchange("undeclared")[0])
+    assert res.verdict == "SAFE", res.report()
+
+
+def _line(fn, marker):
+    import inspect
+
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, text in enumerate(lines) if marker in text)
+
+
+# ------------------------------------------------------------------ commit groups, not calls
+def _declared_operand(pending):
+    """One wgmma group reading two stages: A's declared (WGMMA_OPERAND), B's the GEMM call itself; then
+    ``retire(pending)`` and A's release. ``pending=1`` keeps that one group, so A is still read at its
+    release. (Counting WGMMA calls instead of commit groups, the checker once kept only B's window and called
+    this SAFE.)"""
+    from warpsched import PipelineConfig as _PC  # noqa: F401
+
+    class Ring(MemoryResource):
+        def get_smem_requirements(self):
+            return [SmemAllocation(f"s_{self.name}", dtype=2, count=2 * 64 * 64, alignment=1024)]
+
+        @producer_work
+        def load(self, stage_info): ...
+
+        @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+        def operand(self, stage_info): ...
+
+        @consumer_work(work_attrs=WorkAttr.WGMMA)
+        def mma(self, stage_info): ...
+
+        @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
+        def retire(self, stage_info, pending=0): ...
+
+    a, b = (Ring(name=n, pipeline_config=tma_cfg(stages=2, cons=4, nbytes=8192)) for n in "AB")
+
+    @schedule
+    def load(a, b):
+        with domain_loop(0, 4, 1):
+            a.acquire()
+            a.load()
+            a.commit()
+            b.acquire()
+            b.load()
+            b.commit()
+
+    @schedule
+    def mma(a, b):
+        with domain_loop(0, 4, 1):
+            a.wait()
+            b.wait()
+            a.operand()
+            b.mma()
+            b.retire(pending=pending)
+            a.release()
+            b.retire()
+            b.release()
+
+    smem = SmemAllocator.for_resources(a, b)
+    return program([task("Load", load(a, b), dst=[a, b], warp=0),
+                    task("MMA", mma(a, b), src=[a, b], warp=4, warps=4)], {a: [], b: []}, smem=smem)
+
+
+def test_a_declared_operand_stays_read_while_its_group_is_kept():
+    res = run_checker(_declared_operand(1))
+    assert res.verdict == "UNSAFE", res.report()
+    assert any("Load writes A" in f.message and "MMA reads A" in f.message for f in res.findings), res.report()
+
+
+def test_a_declared_operand_ends_with_its_group():
+    res = run_checker(_declared_operand(0))
+    assert res.verdict == "SAFE", res.report()
+
+
+# ------------------------------------------------------------------ where the declaration may stand
+def _static(where):
+    """The exchange with the writer's declaration ``where``: "after_commit" (its place), "in_bracket"
+    (between store and commit: the tile is not handed over yet), "before_any_commit" (no commit precedes)."""
+    import warpsched
+    from warpsched import SmemAllocator as _SA, Task, TaskManager
+
+    tiles = [Tile(name=f"T{w}", pipeline_config=_cfg()) for w in range(2)]
+    k = K(name="K", pipeline_config=tma_cfg(stages=1, cons=8, nbytes=8192))
+
+    @schedule
+    def load(k):
+        k.acquire()
+        k.load()
+        k.commit()
+
+    @schedule
+    def wg(mine, other, k):
+        k.wait()
+        with domain_loop(0, 4, 1):
+            if where == "before_any_commit":
+                mine.own_operand()  # declared where nothing was committed yet
+            mine.acquire()
+            mine.store()
+            if where == "in_bracket":
+                mine.own_operand()  # declared inside the bracket
+            mine.commit()
+            other.wait()
+            other.operand()
+            if where == "after_commit":
+                mine.own_operand()
+            k.mma()
+            k.retire()
+            other.release()
+        k.release()
+
+    tasks = [Task(name="Load", src_resources=[], dst_resources=[k], warp_idx=0, num_warps=1, schedule=load(k))]
+    tasks += [Task(name=f"WG{w}", src_resources=[tiles[1 - w], k], dst_resources=[tiles[w]], warp_idx=4 * (w + 1),
+                   num_warps=4, schedule=wg(tiles[w], tiles[1 - w], k)) for w in range(2)]
+    graph = {tiles[0]: [], tiles[1]: [], k: []}
+    try:
+        TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=_SA.for_resources(k, *tiles),
+                    verbose=False)
+    except warpsched.ValidationError as e:
+        return e.findings
+    return []
+
+
+def test_the_declaration_after_the_commit_is_accepted():
+    assert [f for f in _static("after_commit") if f.severity == "error"] == []
+
+
+def test_a_declaration_inside_the_bracket_or_before_any_commit_is_refused():
+    for where, needle in (("in_bracket", "runs inside the acquire()"), ("before_any_commit", "no T0.commit()")):
+        errs = [f for f in _static(where) if f.severity == "error"]
+        hit = [f for f in errs if "own_operand() declares a read of the stage this task last committed" in f.message]
+        assert hit and needle in hit[0].message and hit[0].fix and hit[0].expected, [f.message for f in errs]
