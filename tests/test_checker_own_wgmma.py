@@ -260,3 +260,18 @@ def test_a_declaration_inside_the_bracket_or_before_any_commit_is_refused():
         errs = [f for f in _static(where) if f.severity == "error"]
         hit = [f for f in errs if "own_operand() declares a read of the stage this task last committed" in f.message]
         assert hit and needle in hit[0].message and hit[0].fix and hit[0].expected, [f.message for f in errs]
+
+
+def test_wait_group_keeps_the_newest_groups_with_their_declared_operands():
+    """The window bookkeeping alone: a declaration joins the next WGMMA work's group; wait_group(N) keeps
+    the newest N groups whole and every declaration whose group is not issued yet."""
+    from warpsched.verify.checker.wgmma import issue_group, retire_groups
+
+    w = issue_group((("Q", False, "wgo"),), "K")  # group 1: Q (declared) and K
+    w = issue_group(w, "V")  # group 2: V
+    w = w + (("dS", False, "wgo"),)  # declared for a group not issued yet
+    assert [x[0] for x in retire_groups(w, 1)] == ["V", "dS"]
+    assert [x[0] for x in retire_groups(w, 2)] == ["Q", "K", "V", "dS"]
+    assert [x[0] for x in retire_groups(w, 0)] == ["dS"]
+    hold = (("T", True, "hold"),)  # other windows are left alone
+    assert retire_groups(hold + w, 0) == hold + (("dS", False, "wgo"),)

@@ -20,8 +20,11 @@ SwiGLU (``activation="swiglu"``): W is the gate and up weights as one (2 I, K) w
 of 8 rows (``warpsched.ops.interleave_gate_up``, made once when the weights are loaded) and y = silu(x W_g^T)
 * (x W_u^T) has I features. Without a gradient the product runs in the GEMM's epilogue from about a prefill's
 tokens on (``SWIGLU_FUSED_FROM``); below, the plain GEMM (whose swap-AB tiles are faster there) and the
-product in torch. With one, Z = x W^T (the interleaved pre-activation) is kept and the product runs in
-torch, as for gelu.
+product in torch. With one, the weight is put back in [gate | up] order (a copy per call, differentiable:
+its gradient comes back interleaved) and the block runs as torch's linear + silu(gate) * up would: torch's
+elementwise kernels on the interleaved pre-activation's 8-wide runs made a prefill block's forward +
+backward 12% slower on the H200 (docs/torch.md); a weight copy is one pass over it (235 MB at Llama-3-8B's
+widths, about 0.1 ms).
 
 The activation's gradient dZ = dY * act'(Z):
 - relu and relu2 are computed from the saved output Y (relu' = [Y > 0]; relu2' = 2 relu(Z) = 2 sqrt(Y)),
@@ -59,7 +62,7 @@ ACTIVATIONS = {
     "gelu": torch.nn.functional.gelu,
     "gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh"),
     "silu": torch.nn.functional.silu,
-    "swiglu": lambda z: swiglu_interleaved(z),
+    "swiglu": None,  # linear() handles it (``_swiglu_with_grad``); never reaches _LinearFunction
 }
 FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 
@@ -72,6 +75,18 @@ def swiglu_interleaved(z):
     (``interleave_gate_up``'s order): (..., 2 I) -> (..., I), in torch."""
     blocks = z.unflatten(-1, (z.shape[-1] // 16, 2, 8))
     return (torch.nn.functional.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
+
+
+def _gate_up_order(t):
+    """An interleaved (2 I, ...) weight or (2 I,) bias as [gate | up] (a differentiable copy)."""
+    return t.unflatten(0, (t.shape[0] // 16, 2, 8)).transpose(0, 1).reshape(t.shape)
+
+
+def _swiglu_with_grad(x, weight, bias):
+    """SwiGLU under autograd: the GEMM on the [gate | up] weight, then torch's silu(gate) * up."""
+    gate, up = _LinearFunction.apply(x, _gate_up_order(weight), None if bias is None else _gate_up_order(bias),
+                                     None).chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
 
 
 def check_activation(activation):
@@ -173,6 +188,8 @@ def linear(x, weight, bias=None, activation=None):
     _check_dtypes(x, weight)
     if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                     (bias is not None and bias.requires_grad)):
+        if activation == "swiglu":
+            return _swiglu_with_grad(x, weight, bias)
         return _LinearFunction.apply(x, weight, bias, activation)
     if activation == "swiglu" and x.numel() < SWIGLU_FUSED_FROM * K:
         return swiglu_interleaved(_gemm(x, weight.t(), bias=bias))  # few tokens: the swap-AB GEMM, then torch

@@ -29,33 +29,12 @@ from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, Loops
 from .model import Compiled, Instr, Op
 from .macro import MacroMixin
 from .tables import fast_forward, maybe_local, merge_static, wait_at
+from .wgmma import WG_TAGS, issue_group, retire_groups
 from .violations import Unbounded, Violation  # noqa: F401 (re-exported: explore, balance import them here)
 
 EAGER_DECISIONS = True  # see Engine.is_local
 
 
-
-WG_TAGS = ("wg", "wgj", "wgo")  # a task's WGMMA read windows: a group's last work, its declared operands, undeclared yet
-
-
-def issue_group(asyncw, region):
-    """A WGMMA work: one commit group of its own read and the operands declared since the last one
-    (``wgo`` -> ``wgj``), kept together at the end so a retire finds the group's windows side by side."""
-    declared = tuple((r, w, "wgj") for (r, w, t) in asyncw if t == "wgo")
-    return tuple(x for x in asyncw if x[2] != "wgo") + declared + ((region, False, "wg"),)
-
-
-def retire_groups(asyncw, pending):
-    """``wgmma.wait_group(pending)``: the newest ``pending`` groups (a ``wg`` window and the ``wgj`` ones just
-    before it) stay in flight, and declarations of a group not yet issued (``wgo``); older groups end."""
-    keep, groups, current = [], 0, False
-    for x in reversed(asyncw):
-        if x[2] == "wg":
-            groups += 1
-            current = groups <= pending
-        if current or x[2] not in ("wg", "wgj"):
-            keep.append(x)
-    return tuple(reversed(keep))
 
 
 class Engine(MacroMixin, LoopsMixin):

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from ...model.pipeline_group import PipelineGroup
-from .engine import ASYNC, CUR, PEND, SYNC, WG_TAGS
+from .engine import ASYNC, CUR, PEND, SYNC
+from .wgmma import WG_TAGS
 from .model import Compiled, _lcm
 
 
