@@ -68,12 +68,12 @@ def _cfg():
                                                           consumer_group=Group(128))
 
 
-def _exchange(variant):
-    """Two warp groups swapping tiles for 4 steps. Each step: store its tile, commit; one GEMM group reads the
-    other's tile with K, a second group reads its own tile with K; then ``k.retire(pending)`` and the other's
-    tile released. "safe": ``pending=0``, every read retired before the next store. "own_in_flight":
-    ``pending=1`` keeps the second group (its own tile) in flight at the next store. "undeclared": the same
-    bug without ``mine.own_operand()`` (what the checker saw before the writer's own reads were modelled)."""
+def _exchange_parts(declare, pending):
+    """Two warp groups swapping tiles for 4 steps: (tasks, graph, smem, the warp groups' schedule). Each
+    step: store its tile, commit; one GEMM group reads the other's tile with K, a second one this warp
+    group's own tile with K; then ``k.retire(pending)`` and the other's tile released. ``declare``: where
+    the writer declares its own read: "group_2" (its group, the second), "after_commit" (the first),
+    "in_bracket" (before the commit), "before_any_commit", or None (not at all)."""
     tiles = [Tile(name=f"T{w}", pipeline_config=_cfg()) for w in range(2)]
     k = K(name="K", pipeline_config=tma_cfg(stages=1, cons=8, nbytes=8192))
 
@@ -87,16 +87,22 @@ def _exchange(variant):
     def wg(mine, other, k):
         k.wait()
         with domain_loop(0, 4, 1):
+            if declare == "before_any_commit":
+                mine.own_operand()  # declared where nothing was committed yet
             mine.acquire()
             mine.store()
+            if declare == "in_bracket":
+                mine.own_operand()  # declared inside the bracket
             mine.commit()
             other.wait()
             other.operand()
-            k.mma()  # group 1: the other warp group's tile and K
-            if variant != "undeclared":
+            if declare == "after_commit":
                 mine.own_operand()
-            k.mma()  # group 2: this warp group's own tile and K
-            k.retire(pending=0 if variant == "safe" else 1)
+            k.mma()  # group 1: the other warp group's tile and K
+            if declare == "group_2":
+                mine.own_operand()
+            k.mma()  # group 2: K (and this warp group's own tile)
+            k.retire(pending=pending)
             other.release()
         k.retire()
         k.release()
@@ -104,8 +110,17 @@ def _exchange(variant):
     tasks = [task("Load", load(k), dst=[k], warp=0)]
     tasks += [task(f"WG{w}", wg(tiles[w], tiles[1 - w], k), src=[tiles[1 - w], k], dst=[tiles[w]], warp=4 * (w + 1),
                    warps=4) for w in range(2)]
-    smem = SmemAllocator.for_resources(k, *tiles)
-    return program(tasks, {tiles[0]: [], tiles[1]: [], k: []}, smem=smem), wg
+    return tasks, {tiles[0]: [], tiles[1]: [], k: []}, SmemAllocator.for_resources(k, *tiles), wg
+
+
+def _exchange(variant):
+    """"safe": every read retired (``pending=0``) before the next store. "own_in_flight": ``pending=1``
+    keeps the second group, which reads this warp group's own tile, in flight at the next store.
+    "undeclared": the same bug without ``mine.own_operand()`` (what the checker saw before the writer's own
+    reads were modelled)."""
+    declare, pending = {"safe": ("group_2", 0), "own_in_flight": ("group_2", 1), "undeclared": (None, 1)}[variant]
+    tasks, graph, smem, wg = _exchange_parts(declare, pending)
+    return program(tasks, graph, smem=smem), wg
 
 
 def test_the_writers_own_read_retired_before_its_next_store_is_safe():
@@ -145,7 +160,6 @@ def _declared_operand(pending):
     ``retire(pending)`` and A's release. ``pending=1`` keeps that one group, so A is still read at its
     release. (Counting WGMMA calls instead of commit groups, the checker once kept only B's window and called
     this SAFE.)"""
-    from warpsched import PipelineConfig as _PC  # noqa: F401
 
     class Ring(MemoryResource):
         def get_smem_requirements(self):
@@ -205,47 +219,13 @@ def test_a_declared_operand_ends_with_its_group():
 
 # ------------------------------------------------------------------ where the declaration may stand
 def _static(where):
-    """The exchange with the writer's declaration ``where``: "after_commit" (its place), "in_bracket"
-    (between store and commit: the tile is not handed over yet), "before_any_commit" (no commit precedes)."""
+    """The static checks' findings for the exchange with the writer's declaration ``where``."""
     import warpsched
-    from warpsched import SmemAllocator as _SA, Task, TaskManager
+    from warpsched import TaskManager
 
-    tiles = [Tile(name=f"T{w}", pipeline_config=_cfg()) for w in range(2)]
-    k = K(name="K", pipeline_config=tma_cfg(stages=1, cons=8, nbytes=8192))
-
-    @schedule
-    def load(k):
-        k.acquire()
-        k.load()
-        k.commit()
-
-    @schedule
-    def wg(mine, other, k):
-        k.wait()
-        with domain_loop(0, 4, 1):
-            if where == "before_any_commit":
-                mine.own_operand()  # declared where nothing was committed yet
-            mine.acquire()
-            mine.store()
-            if where == "in_bracket":
-                mine.own_operand()  # declared inside the bracket
-            mine.commit()
-            other.wait()
-            other.operand()
-            if where == "after_commit":
-                mine.own_operand()
-            k.mma()
-            k.retire()
-            other.release()
-        k.release()
-
-    tasks = [Task(name="Load", src_resources=[], dst_resources=[k], warp_idx=0, num_warps=1, schedule=load(k))]
-    tasks += [Task(name=f"WG{w}", src_resources=[tiles[1 - w], k], dst_resources=[tiles[w]], warp_idx=4 * (w + 1),
-                   num_warps=4, schedule=wg(tiles[w], tiles[1 - w], k)) for w in range(2)]
-    graph = {tiles[0]: [], tiles[1]: [], k: []}
+    tasks, graph, smem, _ = _exchange_parts(where, 0)
     try:
-        TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=_SA.for_resources(k, *tiles),
-                    verbose=False)
+        TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, verbose=False)
     except warpsched.ValidationError as e:
         return e.findings
     return []
