@@ -35,8 +35,6 @@ from .violations import Unbounded, Violation  # noqa: F401 (re-exported: explore
 EAGER_DECISIONS = True  # see Engine.is_local
 
 
-
-
 class Engine(MacroMixin, LoopsMixin):
     def __init__(self, comp: Compiled, exact_lift: bool = True):
         self.c = comp

@@ -485,7 +485,7 @@ class _Builder:
                 act.wgmma_operand = True  # a read by the next WGMMA group: held until that group retires
                 if side == PRODUCER:  # after the commit: the stage just handed over, one stride behind
                     act.after_open = True
-                    act.hold_open = None
+                    act.hold_open = ""
             elif side == PRODUCER:
                 act.write = True
                 act.hw_window = proto.producer_async_completion
