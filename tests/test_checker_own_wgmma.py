@@ -154,69 +154,6 @@ def _line(fn, marker):
     return start + next(i for i, text in enumerate(lines) if marker in text)
 
 
-# ------------------------------------------------------------------ commit groups, not calls
-def _declared_operand(pending):
-    """One wgmma group reading two stages: A's declared (WGMMA_OPERAND), B's the GEMM call itself; then
-    ``retire(pending)`` and A's release. ``pending=1`` keeps that one group, so A is still read at its
-    release. (Counting WGMMA calls instead of commit groups, the checker once kept only B's window and called
-    this SAFE.)"""
-
-    class Ring(MemoryResource):
-        def get_smem_requirements(self):
-            return [SmemAllocation(f"s_{self.name}", dtype=2, count=2 * 64 * 64, alignment=1024)]
-
-        @producer_work
-        def load(self, stage_info): ...
-
-        @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
-        def operand(self, stage_info): ...
-
-        @consumer_work(work_attrs=WorkAttr.WGMMA)
-        def mma(self, stage_info): ...
-
-        @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
-        def retire(self, stage_info, pending=0): ...
-
-    a, b = (Ring(name=n, pipeline_config=tma_cfg(stages=2, cons=4, nbytes=8192)) for n in "AB")
-
-    @schedule
-    def load(a, b):
-        with domain_loop(0, 4, 1):
-            a.acquire()
-            a.load()
-            a.commit()
-            b.acquire()
-            b.load()
-            b.commit()
-
-    @schedule
-    def mma(a, b):
-        with domain_loop(0, 4, 1):
-            a.wait()
-            b.wait()
-            a.operand()
-            b.mma()
-            b.retire(pending=pending)
-            a.release()
-            b.retire()
-            b.release()
-
-    smem = SmemAllocator.for_resources(a, b)
-    return program([task("Load", load(a, b), dst=[a, b], warp=0),
-                    task("MMA", mma(a, b), src=[a, b], warp=4, warps=4)], {a: [], b: []}, smem=smem)
-
-
-def test_a_declared_operand_stays_read_while_its_group_is_kept():
-    res = run_checker(_declared_operand(1))
-    assert res.verdict == "UNSAFE", res.report()
-    assert any("Load writes A" in f.message and "MMA reads A" in f.message for f in res.findings), res.report()
-
-
-def test_a_declared_operand_ends_with_its_group():
-    res = run_checker(_declared_operand(0))
-    assert res.verdict == "SAFE", res.report()
-
-
 # ------------------------------------------------------------------ where the declaration may stand
 def _static(where):
     """The static checks' findings for the exchange with the writer's declaration ``where``."""

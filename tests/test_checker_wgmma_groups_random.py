@@ -135,3 +135,13 @@ def test_random_wgmma_schedules_match_the_commit_group_reading(monkeypatch, fuse
             races += 1
             assert any(f.severity == "error" and "race" in f.message for f in res.findings), res.report()
     assert 20 <= races <= 130 and missed_before >= 5, (races, missed_before)  # both verdicts, and the old misses
+
+
+@pytest.mark.parametrize("pending,verdict", [(1, "UNSAFE"), (0, "SAFE")])
+def test_a_declared_operand_is_read_while_its_group_is_kept(pending, verdict):
+    """The named twin: one group reads A (declared) and B; ``wait_group(1)`` keeps it, so A is still read at
+    its release. (Counting WGMMA calls, the checker kept only B's window and called this SAFE.)"""
+    res = run_checker(build([("operand", "A"), ("mma", "B"), ("retire", pending)]))
+    assert res.verdict == verdict, res.report()
+    if verdict == "UNSAFE":
+        assert any("Load writes A" in f.message and "MMA reads A" in f.message for f in res.findings), res.report()
