@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 import warpsched
 from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, PipelineGroup,
                        PipelineGroupMode, ScheduleError, SignalingThreads, SmemAllocation, SmemAllocator, Task,
-                       TaskManager, TmemAllocation, TmemAllocator, ValidationError, WorkQueue, domain_loop,
-                       schedule, trip_count, when_false, when_true, work_tile_loop)
+                       TaskManager, TmemAllocation, TmemAllocator, ValidationError, WorkAttr, WorkQueue, consumer_work,
+                       domain_loop, producer_work, schedule, trip_count, when_false, when_true, work_tile_loop)
 from warpsched.model.memory import LayoutError
 from warpsched.model.schedule import ScheduleFunction
 
@@ -31,6 +31,27 @@ GARBAGE = [None, "x", -1, 0, 2.5, (1,), [], object()]
 class FuzzQueue(WorkQueue):
     def skip_work_tile_if(self, work_tile):
         return False
+
+
+class WgmmaBuf(Buf):
+    """A Buf with Hopper WGMMA works: a GEMM (one commit group), declared operands (a consumer's, and a
+    producer's own read of the stage it committed) and wgmma.wait_group."""
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def wgmma(self, stage_info):
+        pass
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def operand(self, stage_info):
+        pass
+
+    @producer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def own_operand(self, stage_info):
+        pass
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
+    def wgmma_wait(self, stage_info, pending=0):
+        pass
 
 
 class DynTask(Task):
@@ -86,7 +107,7 @@ def draw_resources(data):
         if cls == "gmem":
             r = Gmem(name=name, pipeline_config=cfg if data.draw(st.floats(0, 1)) < 0.2 else None)
         elif cls == "buf":
-            r = Buf(name=name, pipeline_config=cfg)
+            r = (WgmmaBuf if data.draw(st.booleans()) else Buf)(name=name, pipeline_config=cfg)
         elif cls == "queue":
             r = FuzzQueue(name=name, pipeline_config=cfg if data.draw(st.booleans()) else None)
         elif cls == "pdl_wait":
@@ -105,6 +126,7 @@ WORK = {Gmem: ["compute_coords", "load", "store", "load_header"],
               "write_next", "needs_epilogue", "consume_tile", "produce_and_report"],
         FuzzQueue: ["fetch_work_tile", "get_and_advance_work_tile"],
         PdlWaitBarrier: ["wait_griddep"], PdlLaunchBarrier: ["launch_griddep"]}
+WORK[WgmmaBuf] = WORK[Buf] + ["wgmma", "operand", "own_operand", "wgmma_wait", "wgmma"]
 
 
 def draw_ops(data, n_res, group):
@@ -166,6 +188,8 @@ def make_schedule(data, resources, group, K=3):
                 kwargs[["value", "desc_a", "cur", "coord_k", "acc"][pick % 5]] = tokens[-1]
             elif pass_token and attr == "skip" and pick % 4 == 0:
                 kwargs["stages"] = pick % 3  # a verb takes no arguments: the capture must say so
+            elif attr == "wgmma_wait":
+                kwargs["pending"] = pick % 3  # wgmma.wait_group(0 / 1 / 2)
             elif attr == "skip" and pick % 4 in (1, 2):
                 kwargs["count"] = counts[pick % len(counts)]  # skip(count=...): a whole loop's stages
 
