@@ -263,7 +263,7 @@ def timing():
             "warpsched fused": lambda: ops.gemm(hd, wd.t(), o, residual=r, config=cfg)})
     # where linear(..., activation="swiglu") stops fusing (nn.functional.SWIGLU_FUSED_FROM): autotuned
     # configurations, as a model gets them (the plain GEMM may pick a swap-AB tile, the fused one may not)
-    from warpsched.nn.functional import swiglu_interleaved
+    from warpsched.kernels.gemm.ops import swiglu_interleaved
 
     N, K = 14336, 4096
     wg, wu = rnd(N, K), rnd(N, K)

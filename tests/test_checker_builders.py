@@ -20,8 +20,29 @@ class Group:
         self.size = size
 
 
+class WgmmaWorks:
+    """Hopper WGMMA work stubs for a test resource: a GEMM (one commit group), a consumer's declared operand,
+    a producer's own declared read of the stage it committed, and wgmma.wait_group."""
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def wgmma(self, stage_info):
+        pass
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def operand(self, stage_info):
+        pass
+
+    @producer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def own_operand(self, stage_info):
+        pass
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
+    def wgmma_wait(self, stage_info, pending=0):
+        pass
+
+
 @dataclass(kw_only=True)
-class Buf(MemoryResource):
+class Buf(WgmmaWorks, MemoryResource):
     """A buffer with every kind of work method the tests need."""
 
     flag: object = TaskLocalVariable.uninitialized()
@@ -39,14 +60,6 @@ class Buf(MemoryResource):
 
     @consumer_work
     def read(self, stage_info):
-        pass
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
-    def wgmma(self, stage_info):
-        pass
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
-    def wgmma_wait(self, stage_info, pending=0):
         pass
 
     @consumer_work(returns=flag, work_attrs=WorkAttr.AUXILIARY)

@@ -11,14 +11,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from test_checker_builders import Group, program, task, tma_cfg  # noqa: E402
-from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, WorkAttr, consumer_work,  # noqa: E402
-                       domain_loop, producer_work, schedule)
+from test_checker_builders import Group, WgmmaWorks, program, task, tma_cfg  # noqa: E402
+from warpsched import (MemoryResource, PipelineConfig, SmemAllocation, SmemAllocator, domain_loop,  # noqa: E402
+                       producer_work, schedule)
 from warpsched.verify.checker import run_checker  # noqa: E402
 
 
-class Tile(MemoryResource):
-    """One warp group's tile, written by it and read by both warp groups' wgmma."""
+class Tile(WgmmaWorks, MemoryResource):
+    """One warp group's tile, written by it and read by both warp groups' wgmma (``operand``; the writer's
+    own read: ``own_operand``, after the commit)."""
 
     def get_smem_requirements(self):
         return [SmemAllocation(f"s_{self.name}", dtype=2, count=64 * 64, alignment=1024)]
@@ -26,41 +27,16 @@ class Tile(MemoryResource):
     @producer_work
     def store(self, stage_info): ...
 
-    @producer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
-    def own_operand(self, stage_info):
-        """The writer's next wgmma group reads the tile it just committed too (until its wait_group)."""
 
-    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
-    def operand(self, stage_info):
-        """The next wgmma group reads the other warp group's tile."""
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
-    def mma(self, stage_info):
-        """The GEMM: one commit group reading both tiles (and whatever was declared before it)."""
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
-    def mma_other(self, stage_info):
-        """A second commit group that reads only the other warp group's tile."""
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
-    def retire(self, stage_info, pending=0): ...
-
-
-class K(MemoryResource):
-    """A tile both warp groups read for the whole loop (loaded once by TMA)."""
+class K(WgmmaWorks, MemoryResource):
+    """A tile both warp groups read for the whole loop (loaded once by TMA); its ``wgmma`` is one commit
+    group reading K and the tiles declared since the last group."""
 
     def get_smem_requirements(self):
         return [SmemAllocation("s_K", dtype=2, count=64 * 64, alignment=1024)]
 
     @producer_work
     def load(self, stage_info): ...
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
-    def mma(self, stage_info):
-        """One commit group reading K and the tiles declared since the last group."""
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
-    def retire(self, stage_info, pending=0): ...
 
 
 def _cfg():
@@ -71,7 +47,7 @@ def _cfg():
 def _exchange_parts(declare, pending):
     """Two warp groups swapping tiles for 4 steps: (tasks, graph, smem, the warp groups' schedule). Each
     step: store its tile, commit; one GEMM group reads the other's tile with K, a second one this warp
-    group's own tile with K; then ``k.retire(pending)`` and the other's tile released. ``declare``: where
+    group's own tile with K; then ``k.wgmma_wait(pending)`` and the other's tile released. ``declare``: where
     the writer declares its own read: "group_2" (its group, the second), "after_commit" (the first),
     "in_bracket" (before the commit), "before_any_commit", or None (not at all)."""
     tiles = [Tile(name=f"T{w}", pipeline_config=_cfg()) for w in range(2)]
@@ -98,13 +74,13 @@ def _exchange_parts(declare, pending):
             other.operand()
             if declare == "after_commit":
                 mine.own_operand()
-            k.mma()  # group 1: the other warp group's tile and K
+            k.wgmma()  # group 1: the other warp group's tile and K
             if declare == "group_2":
                 mine.own_operand()
-            k.mma()  # group 2: K (and this warp group's own tile)
-            k.retire(pending=pending)
+            k.wgmma()  # group 2: K (and this warp group's own tile)
+            k.wgmma_wait(pending=pending)
             other.release()
-        k.retire()
+        k.wgmma_wait()
         k.release()
 
     tasks = [task("Load", load(k), dst=[k], warp=0)]

@@ -3,7 +3,7 @@
 A consumer warp group holds a tile C for the whole loop (loaded once) and, each step, waits on a stage of
 two TMA rings A and B (2 stages, 4 steps, so the stages of steps 0 and 1 are loaded again), then runs a
 random sequence of: a declared operand (``X.operand()``: the next WGMMA group reads X), a GEMM
-(``X.mma()``: one commit group reading X and the declared operands), ``wgmma.wait_group(p)``; then releases
+(``X.wgmma()``: one commit group reading X and the declared operands), ``wgmma.wait_group(p)``; then releases
 A and B. (C lets a group read a ring only through a declaration: what tells commit groups from calls.) The expected verdict comes from a direct
 simulation: the groups in flight as a list of sets, ``wait_group(p)`` keeping the newest p; a release
 of X in steps 0 or 1 while a group in flight (or a declaration not issued yet) reads X lets the loader
@@ -19,29 +19,20 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from test_checker_builders import program, task, tma_cfg  # noqa: E402
-from warpsched import (MemoryResource, SmemAllocation, SmemAllocator, WorkAttr, consumer_work,  # noqa: E402
-                       domain_loop, producer_work, schedule)
+from test_checker_builders import WgmmaWorks, program, task, tma_cfg  # noqa: E402
+from warpsched import (MemoryResource, SmemAllocation, SmemAllocator, domain_loop, producer_work,  # noqa: E402
+                       schedule)
 from warpsched.verify.checker import macro, run_checker  # noqa: E402
 
 STEPS, STAGES = 4, 2
 
 
-class Ring(MemoryResource):
+class Ring(WgmmaWorks, MemoryResource):
     def get_smem_requirements(self):
         return [SmemAllocation(f"s_{self.name}", dtype=2, count=STAGES * 64 * 64, alignment=1024)]
 
     @producer_work
     def load(self, stage_info): ...
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
-    def operand(self, stage_info): ...
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
-    def mma(self, stage_info): ...
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
-    def retire(self, stage_info, pending=0): ...
 
 
 def draw_ops(rng):
@@ -106,12 +97,12 @@ def build(ops):
             b.wait()
             for kind, arg in ops:
                 if kind == "retire":
-                    c.retire(pending=arg)
+                    c.wgmma_wait(pending=arg)
                 else:
-                    getattr(res[arg], kind)()
+                    getattr(res[arg], {"operand": "operand", "mma": "wgmma"}[kind])()
             a.release()
             b.release()
-        c.retire()
+        c.wgmma_wait()
         c.release()
 
     return program([task("Load", load(a, b, c), dst=[a, b, c], warp=0),

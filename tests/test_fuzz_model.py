@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 import warpsched
 from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, PipelineGroup,
                        PipelineGroupMode, ScheduleError, SignalingThreads, SmemAllocation, SmemAllocator, Task,
-                       TaskManager, TmemAllocation, TmemAllocator, ValidationError, WorkAttr, WorkQueue, consumer_work,
-                       domain_loop, producer_work, schedule, trip_count, when_false, when_true, work_tile_loop)
+                       TaskManager, TmemAllocation, TmemAllocator, ValidationError, WorkQueue, domain_loop,
+                       schedule, trip_count, when_false, when_true, work_tile_loop)
 from warpsched.model.memory import LayoutError
 from warpsched.model.schedule import ScheduleFunction
 
+from test_checker_builders import WgmmaWorks
 from test_checks_support import Buf, Gmem, cg
 
 ST = SignalingThreads
@@ -33,25 +34,8 @@ class FuzzQueue(WorkQueue):
         return False
 
 
-class WgmmaBuf(Buf):
-    """A Buf with Hopper WGMMA works: a GEMM (one commit group), declared operands (a consumer's, and a
-    producer's own read of the stage it committed) and wgmma.wait_group."""
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA)
-    def wgmma(self, stage_info):
-        pass
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
-    def operand(self, stage_info):
-        pass
-
-    @producer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
-    def own_operand(self, stage_info):
-        pass
-
-    @consumer_work(work_attrs=WorkAttr.WGMMA_WAIT | WorkAttr.AUXILIARY)
-    def wgmma_wait(self, stage_info, pending=0):
-        pass
+class WgmmaBuf(WgmmaWorks, Buf):
+    """A Buf with Hopper WGMMA works."""
 
 
 class DynTask(Task):

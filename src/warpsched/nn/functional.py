@@ -70,22 +70,10 @@ FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 SWIGLU_FUSED_FROM = 128  # tokens: below, the unfused SwiGLU (docs/torch.md "Fused epilogues on the H200")
 
 
-def swiglu_interleaved(z):
-    """silu(gate) * up of a pre-activation whose (2 I) features are gate and up interleaved in blocks of 8
-    (``interleave_gate_up``'s order): (..., 2 I) -> (..., I), in torch."""
-    blocks = z.unflatten(-1, (z.shape[-1] // 16, 2, 8))
-    return (torch.nn.functional.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
-
-
-def _gate_up_order(t):
-    """An interleaved (2 I, ...) weight or (2 I,) bias as [gate | up] (a differentiable copy)."""
-    return t.unflatten(0, (t.shape[0] // 16, 2, 8)).transpose(0, 1).reshape(t.shape)
-
-
 def _swiglu_with_grad(x, weight, bias):
     """SwiGLU under autograd: the GEMM on the [gate | up] weight, then torch's silu(gate) * up."""
-    gate, up = _LinearFunction.apply(x, _gate_up_order(weight), None if bias is None else _gate_up_order(bias),
-                                     None).chunk(2, dim=-1)
+    order = _gemm_ops.gate_up_order
+    gate, up = _LinearFunction.apply(x, order(weight), None if bias is None else order(bias), None).chunk(2, dim=-1)
     return torch.nn.functional.silu(gate) * up
 
 
@@ -192,5 +180,6 @@ def linear(x, weight, bias=None, activation=None):
             return _swiglu_with_grad(x, weight, bias)
         return _LinearFunction.apply(x, weight, bias, activation)
     if activation == "swiglu" and x.numel() < SWIGLU_FUSED_FROM * K:
-        return swiglu_interleaved(_gemm(x, weight.t(), bias=bias))  # few tokens: the swap-AB GEMM, then torch
+        # few tokens: the swap-AB GEMM, then the product in torch
+        return _gemm_ops.swiglu_interleaved(_gemm(x, weight.t(), bias=bias))
     return _gemm(x, weight.t(), bias=bias, activation=activation)  # no gradient: one fused GEMM, nothing saved

@@ -217,7 +217,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                 elif not (ctx.adv_acquire(r) and ctx.others(r, StepKind.ProducerAcquire, t)):
                     add(f"{n}.commit() without a preceding acquire()", s, r, f"{n}.acquire() before {n}.commit()",
                         f"acquire the stage first: {n}.acquire(); <work>; {n}.commit()")
-            elif k is StepKind.ProducerWork and _own_operand(r, s):
+            elif k is StepKind.ProducerWork and _has_attr(r, s, WorkAttr.WGMMA_OPERAND):
                 # the writer's own wgmma read of the stage it handed over: after that commit, before the
                 # next acquire (inside a bracket the stage is not handed over yet: a plain read of it)
                 if p or rid not in committed:
@@ -269,7 +269,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                         f"needs no position in it: drop the skip)")
                 _bulk_skip(s, n, r, add)
             elif k in (StepKind.ConsumerWork, StepKind.QueueAdvance):
-                if k is StepKind.ConsumerWork and _wgmma_wait(r, s):
+                if k is StepKind.ConsumerWork and _has_attr(r, s, WorkAttr.WGMMA_WAIT):
                     continue  # wgmma.wait_group reads no stage: it may run where this task holds none
                 ok = c or proxy_open(r) or (p and self_edge(program, r))
                 if not ok:
@@ -295,14 +295,10 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
     return out
 
 
-def _own_operand(r, s: Step) -> bool:
+def _has_attr(r, s: Step, attr: WorkAttr) -> bool:
+    """Whether ``s`` calls a work method of ``r`` marked ``attr``."""
     spec = work_spec_of(getattr(type(r), s.method, None))
-    return spec is not None and WorkAttr.WGMMA_OPERAND in spec.attrs
-
-
-def _wgmma_wait(r, s: Step) -> bool:
-    spec = work_spec_of(getattr(type(r), s.method, None))
-    return spec is not None and WorkAttr.WGMMA_WAIT in spec.attrs
+    return spec is not None and attr in spec.attrs
 
 
 def _dma(ctx: _Context, t: Task, s: Step, down, cons, released, proxy_open, add) -> None:

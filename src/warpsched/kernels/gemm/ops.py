@@ -322,9 +322,7 @@ def epilogue_reference(acc, bias=None, activation=None, residual=None, alpha=1.0
     if bias is not None:
         x = x + bias.to(x.dtype)
     if activation == "swiglu":
-        n = x.shape[-1]
-        blocks = x.reshape(*x.shape[:-1], n // 16, 2, 8)
-        x = (torch.nn.functional.silu(blocks[..., 0, :]) * blocks[..., 1, :]).reshape(*x.shape[:-1], n // 2)
+        x = swiglu_interleaved(x)
     elif callable(activation):  # the caller's function, on a torch tensor (arithmetic works on both)
         x = activation(x)
     elif activation is not None:
@@ -354,6 +352,21 @@ def interleave_gate_up(w_gate, w_up, bias_gate=None, bias_up=None):
         bg, bu = (t if t is not None else zero for t in (bias_gate, bias_up))
         bias = torch.stack([bg.reshape(I // 8, 8), bu.reshape(I // 8, 8)], dim=1).reshape(2 * I)
     return w.contiguous(), bias
+
+
+def gate_up_order(t):
+    """``interleave_gate_up``'s (2 I, ...) weight or (2 I,) bias back in [gate | up] order (a copy; through
+    torch ops, so autograd carries a gradient back interleaved)."""
+    return t.unflatten(0, (t.shape[0] // 16, 2, 8)).transpose(0, 1).reshape(t.shape)
+
+
+def swiglu_interleaved(z):
+    """silu(gate) * up of a (..., 2 I) product whose features are gate and up interleaved as
+    ``interleave_gate_up`` lays them out: (..., I), in torch (the epilogue's reference and its unfused form)."""
+    import torch
+
+    blocks = z.unflatten(-1, (z.shape[-1] // 16, 2, 8))
+    return (torch.nn.functional.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
 
 
 # ------------------------------------------------------------------------------- gemm

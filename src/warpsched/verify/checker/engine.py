@@ -446,9 +446,7 @@ class Engine(MacroMixin, LoopsMixin):
             self._check_race(state, e, region, False, a.step)
             es2 = es[:ASYNC] + (issue_group(asyncw, region),) + es[ASYNC + 1:]
             return self._with_keys(self._set_exec(state, e, es2, pc=es[PC] + 1), e, es2, a, label, es[PC] + 1)
-        if a.private:  # no other resource aliases these bytes: the bracket hold covers them (not this task's
-            if a.write and any(w[2] in WG_TAGS for w in asyncw):  # own wgmma reads: its write may overlap them
-                self._check_race(state, e, region, True, a.step)
+        if a.private:  # no other resource aliases these bytes, nor this task's own wgmma reads (parts)
             return self._with_keys(self._set_exec(state, e, es, pc=es[PC] + 1), e, es, a, label, es[PC] + 1)
         if a.umma_wait_window:
             entry = (region, False, "umma")
