@@ -72,8 +72,10 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4)}}
-for _d in VARIANTS:  # the grid's units longest first (causal rows only)
+for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16
     VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
+    for _g in (4, 8, 16):
+        VARIANTS[_d][f"lpt{_g}"] = dict(bwd.default_options(_d), lpt=True, lpt_heads=_g, causal_only=True)
 
 
 def variants_for(head_dim, causal):

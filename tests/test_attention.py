@@ -311,3 +311,32 @@ def test_causal_pairs_cover_every_block_once_and_balance(wgs, sq, sk, heads, kv_
     for u, c in enumerate(coords):
         per_two_rounds.setdefault(u // (2 * g.ctas), set()).add(c[1:3])
     assert max(len(h) for h in per_two_rounds.values()) <= 2 * g.ctas // nb + 2
+
+
+@pytest.mark.parametrize("group", [1, 3, 8, 64])
+@pytest.mark.parametrize("sq,heads,kv_heads,batches", [(8192, 16, 16, 2), (1000, 8, 2, 3), (1, 4, 4, 1)])
+def test_lpt_heads_is_longest_first_within_groups_of_heads(group, sq, heads, kv_heads, batches):
+    """Causal ``lpt_heads``: a bijection onto (Q block, head, batch); the units come group after group of
+    ``lpt_heads`` (batch, head) pairs (the last one smaller when they do not divide) and within a group in
+    non-increasing K/V tile counts, so in-order dispatch is longest-first per group; refused without causal,
+    with causal_pairs, or below 0."""
+    g = att.FlashAttention(causal=True, persistent=False, head_dim=64, wgs=3, lpt_heads=group)
+    g.grid_setup(sq, sq, heads, kv_heads, batches)
+    coords = [g.unit_coords(u) for u in range(g.num_units)]
+    nb = -(-sq // 192)
+    assert sorted(c[:3] for c in coords) == [(b, h, n) for b in range(nb) for h in range(heads) for n in range(batches)]
+    assert all(kv == h // (heads // kv_heads) for _, h, _, kv in coords)
+    pairs, size = heads * batches, min(group, heads * batches)
+    start = 0
+    for first in range(0, pairs, size):
+        members = list(range(first, min(first + size, pairs)))
+        span = nb * len(members)
+        assert sorted({b * heads + h for _, h, b, _ in coords[start:start + span]}) == members
+        counts = [g.kv_tiles_of(u) for u in range(start, start + span)]
+        assert counts == sorted(counts, reverse=True)
+        start += span
+    assert start == g.num_units
+    for kw in (dict(causal=False, lpt_heads=4), dict(causal=True, causal_pairs=True, lpt_heads=4),
+               dict(causal=True, lpt_heads=-1)):
+        with pytest.raises(att.AttentionConfigError, match="lpt_heads=.*causal kernel without causal_pairs"):
+            att.FlashAttention(head_dim=64, **kw)

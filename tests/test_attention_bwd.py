@@ -378,3 +378,28 @@ def test_a_compile_reports_the_verdict_its_trace_checked():
     assert table == {"key": "SAFE"} and kern.checked == (cpu.fingerprint, "SAFE")
     _host.record_verdict(table, "never compiled", ab.FlashAttentionBackward())
     assert table["never compiled"] == "not checked"
+
+
+@pytest.mark.parametrize("group", [1, 2, 4, 5, 100])
+def test_lpt_heads_orders_longest_first_within_each_group_of_heads(group):
+    """``lpt_heads``: the same units (a bijection), group after group of ``lpt_heads`` (batch, K/V head) pairs
+    (the last group smaller when they do not divide), longest-first within a group; refused without ``lpt``
+    or below 1, naming the fix."""
+    g = ab.FlashAttentionBackward(head_dim=128, causal=True, tma_stats=True, lpt=True, lpt_heads=group)
+    plain = ab.FlashAttentionBackward(head_dim=128, causal=True, tma_stats=True)
+    for x in (g, plain):
+        x.grid_setup(seqlen_q=1000, seqlen_k=1000, heads=6, kv_heads=3, batches=3)  # 9 (batch, K/V head) pairs
+    units = [g.unit_coords(u) for u in range(g.num_units)]
+    assert sorted(units) == sorted(plain.unit_coords(u) for u in range(plain.num_units))
+    pairs = [b * 3 + h for _, h, b in units]
+    size = min(group, 9)
+    groups = [pairs[i:i + 8 * size] for i in range(0, len(pairs), 8 * size)]  # 8 key blocks a pair
+    assert [sorted(set(x)) for x in groups] == [list(range(i, min(i + size, 9))) for i in range(0, 9, size)]
+    start = 0
+    for x in groups:
+        steps = [g.steps_of(u) for u in range(start, start + len(x))]
+        assert steps == sorted(steps, reverse=True)
+        start += len(x)
+    for kw in (dict(lpt_heads=4), dict(lpt=True, lpt_heads=0), dict(lpt=True, lpt_heads=2.0)):
+        with pytest.raises(ab.AttentionConfigError, match="lpt_heads=.*an int >= 1 with lpt=True"):
+            ab.FlashAttentionBackward(head_dim=128, causal=True, **kw)

@@ -122,7 +122,7 @@ class FlashAttentionBackward(BackwardUnits):
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
-                 stage_first=False, lpt=False):
+                 stage_first=False, lpt=False, lpt_heads=None):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -215,6 +215,11 @@ class FlashAttentionBackward(BackwardUnits):
                                        f"{self.deterministic}: the longest-first order is for causal dense batches "
                                        "(the deterministic dQ's hand-over is proven for the head-major order)")
         self.lpt = bool(lpt)
+        # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
+        if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
+            raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "
+                                       "longest-first order, an int >= 1 with lpt=True (None: every head at once)")
+        self.lpt_heads = lpt_heads
         self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -242,7 +247,7 @@ class FlashAttentionBackward(BackwardUnits):
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
             + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
-            + (("lpt",) if self.lpt else ()))
+            + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a

@@ -10,6 +10,7 @@ import cutlass
 import cutlass.cute as cute
 
 from .backward_math import HALF
+from .units import grouped_longest_first
 
 BLOCK_N = 2 * HALF  # keys per CTA at head dims 64 / 128: one 64-key half per consumer warp group
 BLOCK_M = 64  # Q rows per step (the default; 128 at head dim 64: FlashAttentionBackward(block_m=))
@@ -31,7 +32,7 @@ def padded_stats_rows(total_q, batches):
 
 class BackwardUnits:
     """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right``,
-    ``varlen`` and ``lpt``."""
+    ``varlen``, ``lpt`` and ``lpt_heads``."""
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
@@ -47,10 +48,15 @@ class BackwardUnits:
         dQ reduce-adds meet in L2 (the fp32 dQ buffer is larger than L2 on long sequences). ``lpt``
         (causal): key block 0 of every (batch, K/V head), then block 1, ...: the longest units first over
         the whole grid, so the hardware hands the short ones to the SMs that finish early (without it the
-        last head's long blocks start late and run alone: a 3-7% tail, docs/attention.md)."""
+        last head's long blocks start late and run alone: a 3-7% tail, docs/attention.md); ``lpt_heads``: the
+        same within groups of that many (batch, K/V head) pairs (``units.grouped_longest_first``), so the
+        CTAs running at once share fewer heads' Q / dO / dQ."""
         if cutlass.const_expr(self.lpt):
             bhs = self.kv_heads * self.batches
-            n_block, bh = unit // bhs, unit % bhs
+            if cutlass.const_expr(self.lpt_heads is not None):
+                n_block, bh = grouped_longest_first(unit, self.n_blocks, bhs, self.lpt_heads)
+            else:
+                n_block, bh = unit // bhs, unit % bhs
         else:
             n_block, bh = unit % self.n_blocks, unit // self.n_blocks
         return n_block, bh % self.kv_heads, bh // self.kv_heads

@@ -168,7 +168,7 @@ class FlashAttention(WorkUnits):
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
-                 varlen=False, paged=False, pv_wait_fence=None):
+                 varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -239,6 +239,14 @@ class FlashAttention(WorkUnits):
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
         self.causal_pairs = (bool(causal_pairs) and self.causal and self.persistent
                              and not (self.split_kv or self.varlen))
+        # causal: longest-first within groups of lpt_heads (batch, head) pairs (units.grouped_longest_first);
+        # with persistent=False the hardware hands the next unit to the first free SM, so each group's short
+        # units fill its tail while the CTAs that run at once read about lpt_heads heads' K / V
+        if not isinstance(lpt_heads, int) or lpt_heads < 0 or (lpt_heads and (not self.causal or self.causal_pairs)):
+            raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with causal={self.causal}, causal_pairs="
+                                       f"{self.causal_pairs}: expected an int >= 0, and > 0 only for a causal kernel "
+                                       "without causal_pairs (its pair rounds are another order)")
+        self.lpt_heads = lpt_heads
         self.num_units = None  # runtime, set while tracing
         self.threads = 128 * (wgs + 1)
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
@@ -266,7 +274,8 @@ class FlashAttention(WorkUnits):
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
-            tuple(n for n in switches if getattr(self, n)) + (f"q_stages={q_stages}", f"wgs={wgs}"))
+            tuple(n for n in switches if getattr(self, n)) + (f"q_stages={q_stages}", f"wgs={wgs}")
+            + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ()))
 
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()

@@ -8,8 +8,21 @@ import cutlass
 import cutlass.cute as cute
 
 
+def grouped_longest_first(unit, blocks, pairs, group):
+    """Position ``unit`` of the order that takes ``pairs`` (batch, head) pairs ``group`` at a time and,
+    within a group, block 0 of every pair, then block 1, ...: (block, pair). Callers number blocks so that
+    block 0 is the longest, so a grid dispatched in order (one CTA per unit) runs longest-first within each
+    group: a group's short units fill the SMs its long ones leave while the next group's long ones start,
+    and the CTAs running at once touch about ``group`` pairs' K / V (or Q / dO / dQ), not every pair's
+    (docs/attention.md, "Unit order"). The last group may be smaller. Python ints or device values."""
+    span = group * blocks
+    chunk, rest = unit // span, unit % span
+    size = cutlass.min(group, pairs - chunk * group)
+    return rest // size, chunk * group + rest % size
+
+
 class WorkUnits:
-    """Unit order and sizes; needs ``causal``, ``causal_pairs``, ``persistent``, ``block_m``,
+    """Unit order and sizes; needs ``causal``, ``causal_pairs``, ``lpt_heads``, ``persistent``, ``block_m``,
     ``block_n``, ``max_ctas``, ``window_left`` / ``window_right`` and ``split_kv`` from the kernel
     configuration.
 
@@ -59,7 +72,9 @@ class WorkUnits:
 
     def unit_coords(self, unit):
         """(q_block, head, batch, kv_head) of work unit ``unit``. Causal: Q blocks from the last
-        (the longest K/V loop) to the first, every (batch, head) of a block in turn, or with
+        (the longest K/V loop) to the first, every (batch, head) of a block in turn; with ``lpt_heads``
+        the same within each group of that many (batch, head) pairs, group after group
+        (``grouped_longest_first``); or with
         ``causal_pairs`` long / short pairs of one head (``paired_position``); else the Q blocks of
         one (batch, head) in turn (they share K and V in L2). GQA: consecutive Q heads share a K/V
         head. ``split_kv``: the coordinates of the unit's block (``split_of`` says which run)."""
@@ -71,6 +86,9 @@ class WorkUnits:
             bh, i = z // self.nblocks, z % self.nblocks
             odd = i % 2
             q_block = (1 - odd) * (self.nblocks - 1 - i // 2) + odd * (i // 2)
+        elif cutlass.const_expr(self.causal and self.lpt_heads > 0):
+            longest, bh = grouped_longest_first(unit, self.nblocks, hb, self.lpt_heads)
+            q_block = self.nblocks - 1 - longest
         elif cutlass.const_expr(self.causal):
             q_block, bh = self.nblocks - 1 - unit // hb, unit % hb
         else:
