@@ -68,7 +68,9 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "order": {"wg_order": True}, "sds+order": {"shared_ds": True, "wg_order": True},
                   "odq": dict(_D128, overlap_dq=True), "flat": dict(_D128, flat_dq=True),
                   "flat4": dict(_D128, flat_dq=True, flat_boxes=4), "rows": dict(_D128, flat_dq=False),
-                  "sf": dict(_D128, stage_first=True)},  # the S / dP GEMMs' Q / dO stage sliced first
+                  "sf": dict(_D128, stage_first=True),  # the S / dP GEMMs' Q / dO stage sliced first
+                  # LSE / delta read before the S / dP GEMMs are issued, with and without overlap_dq
+                  "es": dict(_D128, early_stats=True), "odq+es": dict(_D128, overlap_dq=True, early_stats=True)},
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4)}}

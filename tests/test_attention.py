@@ -267,11 +267,14 @@ def test_tuned_default_is_a_checked_program(ptx, hd, causal, builder):
 
 def test_tuned_options_per_problem():
     """Non-causal hd64 runs three consumer warp groups; causal keeps TUNED (wgs=3 lost there on the
-    H200) below LONG_CAUSAL_HD64 query rows and from there runs three in a ring; causal_pairs only in
+    H200) below LONG_CAUSAL_HD64 query rows and from there runs three in a ring, one CTA per unit in
+    groups of 8 heads longest-first; causal_pairs only in
     causal keys (it changes nothing else)."""
     assert host.tuned_options(128, True) == host.TUNED == host.tuned_options(128, True, 1 << 20)
     assert host.tuned_options(64, True) == host.TUNED == host.tuned_options(64, True, host.LONG_CAUSAL_HD64 - 1)
-    assert host.tuned_options(64, True, host.LONG_CAUSAL_HD64) == dict(host.TUNED, wgs=3, ring_order=True)
+    long = dict(host.TUNED, wgs=3, ring_order=True, persistent=False, q_stages=1, lpt_heads=8)
+    del long["causal_pairs"]
+    assert host.tuned_options(64, True, host.LONG_CAUSAL_HD64) == long
     assert host.tuned_options(64, False, 1 << 20) == host.tuned_options(64, False)
     assert host.tuned_options(64, False) == {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "wgs": 3}
     assert host.tuned_options(128, False) == {"q_stages": 2, "tma_store_o": True, "o_buffer": True}

@@ -18,9 +18,9 @@ token counts only.
 
 SwiGLU (``activation="swiglu"``): W is the gate and up weights as one (2 I, K) weight interleaved in blocks
 of 8 rows (``warpsched.ops.interleave_gate_up``, made once when the weights are loaded) and y = silu(x W_g^T)
-* (x W_u^T) has I features. Without a gradient the product runs in the GEMM's epilogue from about a prefill's
-tokens on (``SWIGLU_FUSED_FROM``); below, the plain GEMM (whose swap-AB tiles are faster there) and the
-product in torch. With one, the weight is put back in [gate | up] order (a copy per call, differentiable:
+* (x W_u^T) has I features. Without a gradient the product runs in the GEMM's epilogue from 16 tokens on
+(``SWIGLU_FUSED_FROM``, where it was timed faster than the plain GEMM + torch's product); below, the plain
+GEMM (with its swap-AB tiles) and the product in torch. With one, the weight is put back in [gate | up] order (a copy per call, differentiable:
 its gradient comes back interleaved) and the block runs as torch's linear + silu(gate) * up would: torch's
 elementwise kernels on the interleaved pre-activation's 8-wide runs made a prefill block's forward +
 backward 12% slower on the H200 (docs/torch.md); a weight copy is one pass over it (235 MB at Llama-3-8B's
@@ -67,7 +67,7 @@ ACTIVATIONS = {
 FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 
 
-SWIGLU_FUSED_FROM = 128  # tokens: below, the unfused SwiGLU (docs/torch.md "Fused epilogues on the H200")
+SWIGLU_FUSED_FROM = 16  # tokens: below, the unfused SwiGLU (docs/torch.md "Fused epilogues on the H200")
 
 
 def _swiglu_with_grad(x, weight, bias):

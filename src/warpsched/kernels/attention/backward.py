@@ -92,8 +92,8 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         grads_all.append(grads)
         src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
         turn = {} if order is None else {"order": order}
-        turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats")
-                     if getattr(g, n)})
+        turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats",
+                                       "early_stats") if getattr(g, n)})
         if g.dq_parts > 1:
             turn["dq_parts"] = g.dq_parts
         if order is not None:
@@ -122,7 +122,7 @@ class FlashAttentionBackward(BackwardUnits):
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
-                 stage_first=False, lpt=False, lpt_heads=None):
+                 stage_first=False, lpt=False, lpt_heads=None, early_stats=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -203,6 +203,12 @@ class FlashAttentionBackward(BackwardUnits):
         # 128-row Q blocks: LSE and delta (32 registers each) are read from the stage one at a time, each just
         # before its use, so they never sit beside S, dP, dK and dV at once
         self.split_stats = self.tma_stats and self.block_m == 128
+        # the LSE / delta read from the stage before the S / dP GEMMs are issued (backward_schedules.grad_schedule)
+        if early_stats and (not self.tma_stats or self.split_stats):
+            raise AttentionConfigError(f"early_stats=True with tma_stats={self.tma_stats}, block_m={block_m}: it moves "
+                                       "the stage's LSE / delta reads (tma_stats=True) of 64-row Q blocks (128-row "
+                                       "blocks read them one at a time, split_stats)")
+        self.early_stats = bool(early_stats)
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
         if deterministic and self.varlen:
             raise AttentionConfigError("deterministic=True with varlen: not yet; the packed backward adds dQ by "
@@ -247,7 +253,8 @@ class FlashAttentionBackward(BackwardUnits):
                               "tma_stats", "tma_store_dkv") if getattr(self, n))
             + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
-            + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ()))
+            + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
+            + (("early_stats",) if self.early_stats else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a

@@ -34,7 +34,7 @@ def pass_turn(order, wg):
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
                   overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False,
-                  dq_parts=1):
+                  dq_parts=1, early_stats=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -45,7 +45,9 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     last, dQ staged while it runs. ``tma_store_dkv``: dK and dV leave through the warp group's V half by TMA
     before K / V are released. ``split_stats`` (with ``tma_stats``): the LSE read before P, delta after it.
     ``dq_parts`` (head dim 256): dQ's columns in that many GEMMs in turn, each staged before the next is
-    issued into the same accumulator."""
+    issued into the same accumulator. ``early_stats`` (with ``tma_stats``): the LSE / delta read from the stage
+    before the S / dP GEMMs are issued, not among them (where the shared-memory loads waited behind the
+    GEMMs' issue in the MIO queue: docs/attention.md, "The program")."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
@@ -55,6 +57,8 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     with domain_loop(0, steps, 1):
         smem_qdo.wait()
         take_turn(order, wg)
+        if early_stats:
+            smem_qdo.load_stats(lse2=lse2, delta=delta)
         smem_qdo.gemm_operand(idx=idx)
         if overlap_scores:
             smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
@@ -62,9 +66,9 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             pass_turn(order, wg)
             if split_stats:
                 smem_qdo.load_lse(lse2=lse2)
-            elif tma_stats:
+            elif tma_stats and not early_stats:
                 smem_qdo.load_stats(lse2=lse2, delta=delta)
-            else:
+            elif not tma_stats:
                 grads.stats(lse2=lse2, delta=delta)
             smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
             grads.probs(acc_s=acc_s, lse2=lse2)

@@ -114,7 +114,7 @@ def tuned_options(head_dim, causal, seqlen_q=None):
     """What ``prepare`` compiles without tuning keywords: ``TUNED``, and for non-causal hd64 three
     consumer warp groups (``wgs=3``: a 192-row Q block, P's exp2 pinned), faster than TUNED there;
     causal hd64 stays on two warp groups, where ``wgs=3`` lost, up to ``seqlen_q`` < ``LONG_CAUSAL_HD64`` (from
-    there three in a ring, ``ring_order``, won). ``causal_pairs`` only changes causal
+    there three in a ring, ``ring_order``, won, one CTA per unit in ``lpt_heads=8`` order). ``causal_pairs`` only changes causal
     kernels, so it is left out of non-causal keys. Head dim 256: 80-key K/V tiles, one Q stage and
     O stored by TMA through it (what fits the SMEM next to two K/V stages). The measurements behind
     each choice: docs/history/attention_forward.md ("Three warp groups for non-causal hd64") and docs/attention.md
@@ -126,8 +126,12 @@ def tuned_options(head_dim, causal, seqlen_q=None):
             options["wgs"] = 3
     if head_dim == 64 and causal and seqlen_q is not None and seqlen_q >= LONG_CAUSAL_HD64:
         # long causal sequences: a 192-row Q block over three warp groups taking turns in a strict ring
-        # measured 1.02x / 1.06x / 1.13x two warp groups at S = 4096 / 8192 / 16384, but 0.64x at 1024
-        options.update(wgs=3, ring_order=True)
+        # measured 1.02x / 1.06x / 1.13x two warp groups at S = 4096 / 8192 / 16384, but 0.64x at 1024;
+        # one CTA per unit, longest-first within groups of 8 (batch, head) pairs (units.grouped_longest_first)
+        # instead of the persistent pair rounds: 1.11x / 1.01x / 0.99x at 2x16x8192 / 4x16x4096 / 1x32x16384
+        # (docs/attention.md, "Unit order")
+        options.update(wgs=3, ring_order=True, persistent=False, q_stages=1, lpt_heads=8)
+        options.pop("causal_pairs", None)
     if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 80 x 256 (40 KB each)
         options.update(q_stages=1, tma_store_o=True, o_buffer=False, block_n=80)
     return options
