@@ -176,7 +176,8 @@ def default_options(head_dim, varlen=False):
     """The kernel options a call without any uses: ``shared_ds`` (head dim 128: dQ split by columns; head dim
     64: with 128-row Q blocks, ``block_m=128``, split by rows), ``tma_stats`` (LSE / delta by TMA with Q / dO),
     ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
-    writer warp) and ``flat_dq`` (dQ tiles in register order, ``backward_post``); the packed (``varlen``)
+    writer warp), ``flat_dq`` (dQ tiles in register order, ``backward_post``) and at head dim 128
+    ``overlap_dq`` with ``early_stats``; the packed (``varlen``)
     kernel takes ``tma_stats`` (its LSE / delta padded per sequence, ``VarlenStatsPrep``, 64-row blocks) but
     stores dK / dV from registers, since its rows are not whole blocks; head dim 256 splits D between the warp
     groups and takes ``tma_stats``. What each is worth on the H200: docs/attention.md ("Backward")."""
@@ -185,8 +186,13 @@ def default_options(head_dim, varlen=False):
     if varlen:  # 64-row Q blocks (the packed LSE / delta padding is per 64 rows)
         return dict({"shared_ds": True} if head_dim == 128 else {}, tma_stats=True)
     # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
-    # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there)
-    options = {"shared_ds": True} if head_dim == 128 else {"shared_ds": True, "block_m": 128}
+    # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there);
+    # head dim 128: overlap_dq (dQ staged under the dK GEMM) with early_stats (LSE / delta read before the S / dP
+    # GEMMs), the kernel 1.04-1.10x (at head dim 64 overlap_dq measured 0.98x)
+    if head_dim == 128:
+        options = {"shared_ds": True, "overlap_dq": True, "early_stats": True}
+    else:
+        options = {"shared_ds": True, "block_m": 128}
     return dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2, flat_dq=True)
 
 
