@@ -59,8 +59,10 @@ def test_split_counts_and_kernel_options_answer_every_input_with_a_named_error(s
         except AttentionConfigError as e:
             assert "num_splits=" in str(e)
         options = {name: r.choice([False, True, None, 0, 2]) for name in
-                   r.sample(["split_kv", "varlen", "paged", "tma_store_o", "o_buffer", "unit_overlap", "q_stages"],
-                            r.randrange(1, 5))}
+                   r.sample(["split_kv", "varlen", "paged", "tma_store_o", "o_buffer", "unit_overlap", "q_stages",
+                             "causal", "causal_pairs", "persistent", "lpt_heads"], r.randrange(1, 6))}
+        if "lpt_heads" in options and r.random() < 0.5:
+            options["lpt_heads"] = r.choice([-3, 1, 8, 2.0, "8", 10 ** 6])
         try:
             att.FlashAttention(head_dim=r.choice([64, 128, 256]), **options)
         except AttentionConfigError as e:
@@ -68,7 +70,7 @@ def test_split_counts_and_kernel_options_answer_every_input_with_a_named_error(s
 
 
 BWD_OPTIONS = ["shared_ds", "wg_order", "overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "varlen",
-               "deterministic", "dq_stages", "qdo_stages"]
+               "deterministic", "dq_stages", "qdo_stages", "early_stats", "causal", "lpt", "lpt_heads"]
 
 
 @pytest.mark.parametrize("seed", range(20))
