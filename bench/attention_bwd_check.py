@@ -60,7 +60,8 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  # dQ tiles in register order (backward_post; the default since session 36), in 4 TMA boxes a
                  # tile, and the (rows, columns) tiles before it
                  "flat": dict(_D64, flat_dq=True), "flat4": dict(_D64, flat_dq=True, flat_boxes=4),
-                 "rows": dict(_D64, flat_dq=False)},
+                 "rows": dict(_D64, flat_dq=False),
+                 "es": dict(_D64, early_stats=True)},  # the LSE read before the S / dP GEMMs are issued
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
                   "q3": dict(_D128, qdo_stages=3, dq_stages=1), "dq2": dict(_D128, dq_stages=2),
@@ -73,7 +74,9 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "es": dict(_D128, early_stats=True), "odq+es": dict(_D128, overlap_dq=True, early_stats=True)},
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
-                  "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4)}}
+                  "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4),
+                  "es": dict(bwd.default_options(256), early_stats=True),
+                  "odq+es": dict(bwd.default_options(256), overlap_dq=True, early_stats=True)}}
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16
     VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
     for _g in (4, 8, 16):

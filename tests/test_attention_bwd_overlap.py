@@ -37,9 +37,10 @@ def _planted_line(marker):
     dict(tma_stats=True, early_stats=True, overlap_dq=True, shared_ds=True, tma_store_dkv=True, dq_stages=2,
          flat_dq=True, causal=True),
     dict(tma_stats=True, early_stats=True, head_dim=256, deterministic=True),
+    dict(tma_stats=True, early_stats=True, head_dim=64, block_m=128, shared_ds=True, dq_stages=2, causal=True),
 ], ids=["scores", "dq", "both", "both-sds-causal", "both-sds-order", "both-d64-window", "tma-stats-sds",
         "tma-stats-d64-deterministic", "tma-store-sds", "tma-store-d64-mask", "dq-ring-sds", "rings-d64-det",
-        "early-stats-odq-sds", "early-stats-d256-det"])
+        "early-stats-odq-sds", "early-stats-d256-det", "early-lse-d64-rows"])
 def test_overlapped_programs_are_safe(options):
     mgr = ab.build(ab.FlashAttentionBackward(**options), **QUIET)
     assert mgr.result.checker.verdict == "SAFE"
@@ -295,8 +296,8 @@ def test_ring_sizes_past_the_smem_are_refused_naming_the_fix():
 
 def test_early_stats_reads_the_stage_before_the_gemms_are_issued():
     """``early_stats``: per warp group the 16 shared-memory loads of the LSE / delta come after the Q / dO
-    stage's wait and before the S GEMM's first wgmma (without it they follow the dP GEMM's issue); refused
-    without tma_stats and with 128-row blocks (split_stats), naming why."""
+    stage's wait and before the S GEMM's first wgmma (without it they follow the dP GEMM's issue); with 128-row
+    blocks (split_stats) the LSE's alone; refused without tma_stats, naming why."""
     from warpsched.kernels.attention.forward import AttentionConfigError
 
     def loads_before_first_gemm(ptx):
@@ -307,7 +308,10 @@ def test_early_stats_reads_the_stage_before_the_gemms_are_issued():
     early = host.compile_for_cpu(early_stats=True, **base).artifacts.PTX
     late = host.compile_for_cpu(**base).artifacts.PTX
     assert loads_before_first_gemm(early) == 16 and loads_before_first_gemm(late) == 0
-    for kw, why in ((dict(tma_stats=False), "tma_stats=False"), (dict(tma_stats=True, head_dim=64, block_m=128),
-                                                                   "block_m=128")):
-        with pytest.raises(AttentionConfigError, match=f"early_stats=True with .*{why}.*split_stats"):
-            ab.FlashAttentionBackward(early_stats=True, **kw)
+    with pytest.raises(AttentionConfigError, match="early_stats=True with tma_stats=False: .*need tma_stats=True"):
+        ab.FlashAttentionBackward(early_stats=True, tma_stats=False)
+    # 128-row blocks (split_stats): the LSE alone (16 loads) before the GEMMs, delta still after P
+    base64 = dict(head_dim=64, causal=True, shared_ds=True, block_m=128, tma_stats=True, tma_store_dkv=True,
+                  flat_dq=True)
+    assert loads_before_first_gemm(host.compile_for_cpu(early_stats=True, **base64).artifacts.PTX) == 16
+    assert loads_before_first_gemm(host.compile_for_cpu(**base64).artifacts.PTX) == 0

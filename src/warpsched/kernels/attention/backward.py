@@ -203,11 +203,11 @@ class FlashAttentionBackward(BackwardUnits):
         # 128-row Q blocks: LSE and delta (32 registers each) are read from the stage one at a time, each just
         # before its use, so they never sit beside S, dP, dK and dV at once
         self.split_stats = self.tma_stats and self.block_m == 128
-        # the LSE / delta read from the stage before the S / dP GEMMs are issued (backward_schedules.grad_schedule)
-        if early_stats and (not self.tma_stats or self.split_stats):
-            raise AttentionConfigError(f"early_stats=True with tma_stats={self.tma_stats}, block_m={block_m}: it moves "
-                                       "the stage's LSE / delta reads (tma_stats=True) of 64-row Q blocks (128-row "
-                                       "blocks read them one at a time, split_stats)")
+        # the LSE / delta (split_stats: the LSE) read from the stage before the S / dP GEMMs are issued
+        # (backward_schedules.grad_schedule)
+        if early_stats and not self.tma_stats:
+            raise AttentionConfigError(f"early_stats=True with tma_stats={self.tma_stats}: it moves the stage's LSE / "
+                                       "delta reads, which need tma_stats=True")
         self.early_stats = bool(early_stats)
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
         if deterministic and self.varlen:

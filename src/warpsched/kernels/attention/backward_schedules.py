@@ -45,9 +45,9 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     last, dQ staged while it runs. ``tma_store_dkv``: dK and dV leave through the warp group's V half by TMA
     before K / V are released. ``split_stats`` (with ``tma_stats``): the LSE read before P, delta after it.
     ``dq_parts`` (head dim 256): dQ's columns in that many GEMMs in turn, each staged before the next is
-    issued into the same accumulator. ``early_stats`` (with ``tma_stats``): the LSE / delta read from the stage
-    before the S / dP GEMMs are issued, not among them (where the shared-memory loads waited behind the
-    GEMMs' issue in the MIO queue: docs/attention.md, "The program")."""
+    issued into the same accumulator. ``early_stats`` (with ``tma_stats``): the LSE / delta (with ``split_stats``
+    the LSE alone) read from the stage before the S / dP GEMMs are issued, not among them (where the
+    shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program")."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
@@ -57,16 +57,18 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     with domain_loop(0, steps, 1):
         smem_qdo.wait()
         take_turn(order, wg)
-        if early_stats:
+        if early_stats and split_stats:
+            smem_qdo.load_lse(lse2=lse2)
+        elif early_stats:
             smem_qdo.load_stats(lse2=lse2, delta=delta)
         smem_qdo.gemm_operand(idx=idx)
         if overlap_scores:
             smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
             smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
             pass_turn(order, wg)
-            if split_stats:
+            if split_stats and not early_stats:
                 smem_qdo.load_lse(lse2=lse2)
-            elif tma_stats and not early_stats:
+            elif tma_stats and not early_stats and not split_stats:
                 smem_qdo.load_stats(lse2=lse2, delta=delta)
             elif not tma_stats:
                 grads.stats(lse2=lse2, delta=delta)
