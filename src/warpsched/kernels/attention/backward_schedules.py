@@ -31,6 +31,15 @@ def pass_turn(order, wg):
         order.commit() if wg == 0 else order.release()
 
 
+def read_stage_stats(smem_qdo, lse2, delta, split_stats):
+    """``tma_stats``: the step's LSE and delta from the Q / dO stage, or with ``split_stats`` the LSE alone
+    (delta is read after P)."""
+    if split_stats:
+        smem_qdo.load_lse(lse2=lse2)
+    else:
+        smem_qdo.load_stats(lse2=lse2, delta=delta)
+
+
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
                   overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False,
@@ -57,19 +66,15 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     with domain_loop(0, steps, 1):
         smem_qdo.wait()
         take_turn(order, wg)
-        if early_stats and split_stats:
-            smem_qdo.load_lse(lse2=lse2)
-        elif early_stats:
-            smem_qdo.load_stats(lse2=lse2, delta=delta)
+        if early_stats:
+            read_stage_stats(smem_qdo, lse2, delta, split_stats)
         smem_qdo.gemm_operand(idx=idx)
         if overlap_scores:
             smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
             smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
             pass_turn(order, wg)
-            if split_stats and not early_stats:
-                smem_qdo.load_lse(lse2=lse2)
-            elif tma_stats and not early_stats and not split_stats:
-                smem_qdo.load_stats(lse2=lse2, delta=delta)
+            if tma_stats and not early_stats:
+                read_stage_stats(smem_qdo, lse2, delta, split_stats)
             elif not tma_stats:
                 grads.stats(lse2=lse2, delta=delta)
             smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
