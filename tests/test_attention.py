@@ -105,6 +105,12 @@ EXPECTED = {  # (head dim, causal, overlap, persistent, FlashAttention options)
         "wgmma.mma_async.sync.aligned.m64n64k16": 16, "wgmma.commit_group": 6, "wgmma.wait_group": 6,
         "cp.async.bulk.tensor": 9, "cp.async.bulk.tensor.4d.global.shared": 2, "cp.async.bulk.wait_group.read": 4,
         "ex2.approx": 264, "bar.sync": 5, "mbarrier.init": 22, "setmaxnreg.inc.sync.aligned.u32 \t240": 1},
+    # k_ahead + early_rescale + max_chains=4 on TUNED at hd128: the same GEMMs, commits, waits and exp2; V is
+    # loaded in the loop (V_{j-1}) and once after it (the last tile), 2 boxes each: 2 more TMA copies
+    (128, False, True, True, tuple(sorted(dict(att.TUNED, k_ahead=True, early_rescale=True,
+                                               max_chains=4).items()))): {
+        "wgmma.mma_async": 64, "wgmma.commit_group": 8, "wgmma.wait_group": 12, "cp.async.bulk.tensor": 14,
+        "ex2.approx": 264, "setmaxnreg.inc.sync.aligned.u32 \t240": 1},
 }
 TRACED = {}
 

@@ -195,7 +195,7 @@ def test_swiglu_weight_rows_must_pair_gate_and_up(nnf):
 def test_with_torch_swiglu_matches_separate_gate_and_up(monkeypatch):
     """Where torch is installed (CPU tensors, the GEMM replaced by torch's product with the epilogue in
     fp64, ``epilogue_reference``): linear(x, interleave_gate_up(Wg, Wu), activation='swiglu') equals
-    silu(x Wg^T + bg) * (x Wu^T + bu) and its gradients, fused (256 tokens, no gradient), unfused (16 tokens)
+    silu(x Wg^T + bg) * (x Wu^T + bu) and its gradients, fused (256 tokens, no gradient), unfused (below SWIGLU_FUSED_FROM)
     and through autograd; nn.Linear refuses swiglu, naming the functional form."""
     torch = pytest.importorskip("torch")
     import warpsched.nn as wnn
@@ -219,7 +219,8 @@ def test_with_torch_swiglu_matches_separate_gate_and_up(monkeypatch):
     def ref(x):
         return torch.nn.functional.silu(x @ wg.t() + bg) * (x @ wu.t() + bu)
 
-    for tokens, fused in ((256, "swiglu"), (16, None)):
+    below = wnn.functional.SWIGLU_FUSED_FROM // 2 * 2 - 2  # an even token count below the fused path's floor
+    for tokens, fused in ((256, "swiglu"), (below, None)):
         x = torch.randn(2, tokens // 2, 64, generator=g, dtype=torch.float64)
         launched.clear()
         with torch.no_grad():

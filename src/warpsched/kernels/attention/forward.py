@@ -119,7 +119,8 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
     if g.unit_overlap:
         load.schedule = load_ahead_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of, wq, units)
     else:
-        load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units)
+        load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units,
+                                      **({"k_ahead": True} if g.k_ahead else {}))
     tasks, outs = [load], []
     graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue),
              **{o: [] for o in orders + [ring_order] if o is not None}}
@@ -138,6 +139,8 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
                              num_registers=g.consumer_regs)
         task.g = g
         ring = {"q_ring": True} if g.q_stages > 1 else {}  # the default program stays as it was
+        if g.early_rescale:
+            ring["early_rescale"] = True
         if g.o_through_q:
             ring["tma_store_o"] = True
         if g.o_buffer:
@@ -168,7 +171,8 @@ class FlashAttention(WorkUnits):
                  producer_regs=24, consumer_regs=None, overlap=True, persistent=True, max_ctas=H200_SMS, q_stages=1,
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
-                 varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0):
+                 varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0, k_ahead=False, early_rescale=False,
+                 max_chains=1):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -247,6 +251,22 @@ class FlashAttention(WorkUnits):
                                        f"{self.causal_pairs}: expected an int >= 0, and > 0 only for a causal kernel "
                                        "without causal_pairs (its pair rounds are another order)")
         self.lpt_heads = lpt_heads
+        if (k_ahead or early_rescale) and self.unit_overlap:
+            raise AttentionConfigError("k_ahead / early_rescale reorder the default schedules' loads / O rescale: "
+                                       "unit_overlap=True has schedules of its own (attention/ahead.py)")
+        if early_rescale and not self.overlap:
+            raise AttentionConfigError("early_rescale=True rescales O between the S and the P V GEMMs of one turn: "
+                                       "it needs overlap=True")
+        # k_ahead: the load task issues K_j before V_{j-1} (FlashAttention-3's order), so K no longer waits
+        # behind the late release of a V stage (schedules.load_schedule)
+        self.k_ahead = bool(k_ahead)
+        # early_rescale: O *= corr_{j-1} while the S_j GEMM runs, before O += P_{j-1} V_{j-1} is issued, instead
+        # of after the P V GEMM's wait (FlashAttention-3 at head dim 256: 128 multiplies a thread off the path
+        # from that wait to the next turn's GEMMs)
+        self.early_rescale = bool(early_rescale)
+        if type(max_chains) is not int or max_chains not in (1, 2, 4, 8):
+            raise AttentionConfigError(f"max_chains={max_chains!r}: expected 1, 2, 4 or 8 running maxima per row")
+        self.max_chains = max_chains  # the softmax's row max in that many independent chains (register_math)
         self.num_units = None  # runtime, set while tracing
         self.threads = 128 * (wgs + 1)
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T
@@ -270,12 +290,12 @@ class FlashAttention(WorkUnits):
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
-                    "unit_overlap", "split_kv", "varlen", "paged", "pv_wait_fence")
+                    "unit_overlap", "split_kv", "varlen", "paged", "pv_wait_fence", "k_ahead", "early_rescale")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in switches if getattr(self, n)) + (f"q_stages={q_stages}", f"wgs={wgs}")
-            + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ()))
+            + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ()) + ((f"max_chains={max_chains}",) if max_chains > 1 else ()))
 
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()

@@ -141,21 +141,39 @@ def exp2_pinned(x, *, loc=None, ip=None):
                                            loc=loc, ip=ip))
 
 
+def row_max_of(s_mn, i, prev, chains):
+    """max(prev, row i of ``s_mn``) in ``chains`` independent running maxima over the row's columns, then
+    combined pairwise: a dependent chain of n / chains + log2(chains) FMNMX instead of n (traced Python)."""
+    n = cute.size(s_mn, mode=[1])
+    if chains <= 1 or n < 2 * chains:
+        cur = prev
+        for j in range(n):
+            cur = cute.arch.fmax(cur, s_mn[i, j])
+        return cur
+    part = [s_mn[i, k] for k in range(chains)]
+    for j in range(chains, n):
+        part[j % chains] = cute.arch.fmax(part[j % chains], s_mn[i, j])
+    part[0] = cute.arch.fmax(part[0], prev)
+    while len(part) > 1:
+        part = [cute.arch.fmax(part[k], part[k + 1]) if k + 1 < len(part) else part[k]
+                for k in range(0, len(part), 2)]
+    return part[0]
+
+
 @cute.jit
 def softmax_step(acc_s, row_max, row_sum, corr, qk_mma, scale_log2: cutlass.Float32,
-                 pinned_exp2: cutlass.Constexpr = False):
+                 pinned_exp2: cutlass.Constexpr = False, max_chains: cutlass.Constexpr = 1):
     """One step of the online softmax on a masked S tile, O untouched: the new running max per
     row, P = exp2(S * scale_log2 - max * scale_log2) in place of S, ``corr`` = exp2((old max -
     new max) * scale_log2) (0 while nothing was seen) and the running sum rescaled by it plus
     this tile's P. A row whose max is still -inf (all keys masked so far) keeps P = 0.
-    ``pinned_exp2``: P's exp2 through ``exp2_pinned`` (computed once; same instruction)."""
+    ``pinned_exp2``: P's exp2 through ``exp2_pinned`` (computed once; same instruction). ``max_chains``: the
+    row max in that many independent chains (``row_max_of``)."""
     s_mn = rows_view(qk_mma, acc_s)
     red = reduction_target_n(qk_mma)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         prev = row_max[i]
-        cur = prev
-        for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-            cur = cute.arch.fmax(cur, s_mn[i, j])
+        cur = row_max_of(s_mn, i, prev, max_chains)
         for r in cutlass.range_constexpr(cute.rank(red)):
             cur = cute.arch.warp_reduction_max(cur, threads_in_group=red.shape[r])
         row_max[i] = cur

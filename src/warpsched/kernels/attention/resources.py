@@ -190,7 +190,10 @@ class SmemV(MemoryResource):
         return [self.g.alloc_v]
 
     @producer_work
-    def tma_load(self, stage_info: StageInfo, unit_xy=None):
+    def tma_load(self, stage_info: StageInfo, unit_xy=None, *, behind: cutlass.Constexpr = False,
+                 last: cutlass.Constexpr = False):
+        """V_j by TMA; ``k_ahead`` (``load_schedule``): ``behind``, the tile before the loop offset's, or after
+        the loop ``last``, the unit's last tile."""
         g, v = self.g, stage_info.context.values
         if cutlass.const_expr(unit_xy is not None):  # unit_overlap: this unit's (batch, K/V head)
             batch, kv_head = unit_xy[1], unit_xy[2]
@@ -205,7 +208,12 @@ class SmemV(MemoryResource):
             gV = cute.flat_divide(v.mV, (g.head_dim, g.block_n))[(None, None, 0, None, kv_head, batch)]
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_v, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
                                                     cute.group_modes(gV, 0, 2))
-        tile = stage_info.loop_offset if cutlass.const_expr(unit_xy is not None) else g.kv_tile_of(stage_info)
+        if cutlass.const_expr(last):
+            tile = g.last_kv_tile(g.unit_of(stage_info))
+        elif cutlass.const_expr(unit_xy is not None):
+            tile = stage_info.loop_offset
+        else:
+            tile = g.kv_tile_of(stage_info) - (1 if cutlass.const_expr(behind) else 0)
         if cutlass.const_expr(g.paged):
             tile = g.physical_tile(g.unit_of(stage_info), tile)
         stage_info.tma_copy(v.tma_v, t_g[(None, tile)], t_s[(None, stage_info.stage_idx)])
@@ -253,7 +261,7 @@ class Scores(ScoresAheadWorks, MemoryResource):
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, seqlen_k, bN, g.causal, g.window_left, g.window_right)
         if cutlass.const_expr(g.mask_mod is not None):
             amasks.mask_mod_tile(acc_s, v.qk_mma, row0, col0, bN, g.mask_mod, coords[2], coords[1])
-        softmax_state.step(acc_s, v.qk_mma, v.scale_log2, g.pinned_exp2)
+        softmax_state.step(acc_s, v.qk_mma, v.scale_log2, g.pinned_exp2, g.max_chains)
 
     @producer_work
     def reset(self, stage_info: StageInfo, acc_o, softmax_state):
@@ -268,6 +276,16 @@ class Scores(ScoresAheadWorks, MemoryResource):
         v = stage_info.context.values
         amath.store_p(acc_s, p, self.g.dtype)
         softmax_state.rescale(acc_o, v.pv_mma)
+
+    @producer_work
+    def store_p(self, stage_info: StageInfo, acc_s, p):
+        """``early_rescale``: P_j into the A-operand registers alone (once the previous O += P V has retired)."""
+        amath.store_p(acc_s, p, self.g.dtype)
+
+    @producer_work
+    def rescale_o(self, stage_info: StageInfo, acc_o, softmax_state):
+        """``early_rescale``: O *= corr of the last softmax step, before the P V GEMM that adds that step's P."""
+        softmax_state.rescale(acc_o, stage_info.context.values.pv_mma)
 
 
 @dataclass(kw_only=True)

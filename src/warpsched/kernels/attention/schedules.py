@@ -23,17 +23,30 @@ def next_tile(wq):
 
 
 @schedule
-def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
+def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None, k_ahead=False):
+    """Per unit: Q, then K_j and V_j in turn. ``k_ahead`` (FlashAttention-3's order): K_0, then K_j before
+    V_{j-1}, V of the last tile after the loop, so a K load no longer queues behind the previous V
+    stage's release (the late one: V_{j-2} is released after the P V GEMM of step j - 1)."""
     with tile_loop(wq, units):
         smem_q.acquire()  # persistent: the previous tile's Q is released after its last S GEMM
         smem_q.tma_load()
         smem_q.commit()
-        with domain_loop(0, kv_tiles, 1):
+        with domain_loop(0, kv_tiles, 1) as d:
             smem_k.acquire()
             smem_k.tma_load()
             smem_k.commit()
+            if k_ahead:
+                with d.every(1, start=1):
+                    smem_v.acquire()
+                    smem_v.tma_load(behind=True)  # V_{j-1}
+                    smem_v.commit()
+            else:
+                smem_v.acquire()
+                smem_v.tma_load()
+                smem_v.commit()
+        if k_ahead:
             smem_v.acquire()
-            smem_v.tma_load()
+            smem_v.tma_load(last=True)  # V of the unit's last tile
             smem_v.commit()
         next_tile(wq)
 
@@ -41,7 +54,7 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None):
 @schedule
 def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
                      units=None, q_ring=False, tma_store_o=False, drain_o=False, chain=False, order_out=None,
-                     ring=None):
+                     ring=None, early_rescale=False):
     """Two warp groups: ``wg`` 0 produces the math order (it goes first), 1 consumes it. ``chain`` (three,
     0 -> 1 -> 2): ``order`` is the turn this warp group waits for (None: 0), ``order_out`` the one it hands
     on (None: the last); ``ring`` (``ring_order``): MathOrder02, produced by 0 and consumed by 2, so 0's next
@@ -50,7 +63,9 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
     O += P_{j-1} V_{j-1} in one turn; wait for S_j only and run softmax_j while the PV GEMM runs; retire it,
     release V_{j-1}, rescale O. Q is released after the loop, then the last P V. overlap=False: S_j, wait,
     softmax_j, O += P_j V_j, wait. ``q_ring``: the S GEMM reads the Q stage this unit waited on.
-    ``tma_store_o``: O leaves through Q's stage. ``drain_o`` (``o_buffer``): wait for the last O store's reads."""
+    ``tma_store_o``: O leaves through Q's stage. ``drain_o`` (``o_buffer``): wait for the last O store's reads.
+    ``early_rescale`` (with overlap): O *= the last softmax's correction in the turn, between the S GEMM's
+    issue and the P V GEMM's, not after the P V GEMM's wait (which then only converts P)."""
     if not chain:  # two warp groups, one MathOrder: 0 hands the turn to 1
         order, order_out = (None, order) if wg == 0 else (order, None)
     acc_s, acc_o, softmax_state, p = smem_k.init()
@@ -74,6 +89,8 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                 smem_k.mma_qk(acc_s=acc_s, wg=wg)
             if overlap:
                 with d.every(1, start=1):
+                    if early_rescale:
+                        scores.rescale_o(acc_o=acc_o, softmax_state=softmax_state)  # corr_{j-1}
                     smem_v.wait()
                     smem_v.mma_pv(p=p, acc_o=acc_o)  # P_{j-1} V_{j-1}
             if order is not None:
@@ -95,7 +112,10 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                 with d.every(1, start=1):
                     smem_v.retire()
                     smem_v.release()
-                scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
+                if early_rescale:
+                    scores.store_p(acc_s=acc_s, p=p)
+                else:
+                    scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
             else:
                 scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
                 smem_v.wait()
@@ -105,6 +125,8 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
         if not tma_store_o:
             smem_q.release()  # every S GEMM of the tile has retired: the next tile's Q may load
         if overlap:
+            if early_rescale:
+                scores.rescale_o(acc_o=acc_o, softmax_state=softmax_state)
             smem_v.wait()
             smem_v.mma_pv(p=p, acc_o=acc_o)
             smem_v.retire()

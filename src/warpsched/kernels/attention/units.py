@@ -149,6 +149,10 @@ class WorkUnits:
             first = first + self.split_of(unit) * per
         return first
 
+    def last_kv_tile(self, unit):
+        """The last K/V tile ``unit`` visits (``k_ahead`` loads its V after the K/V loop)."""
+        return self.kv_first_tile(unit) + self.kv_tiles_of(unit) - 1
+
     def _block_first_tile(self, unit):
         if cutlass.const_expr(self.window_left is None):
             return 0
