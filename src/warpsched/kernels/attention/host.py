@@ -116,8 +116,8 @@ def tuned_options(head_dim, causal, seqlen_q=None):
     causal hd64 stays on two warp groups, where ``wgs=3`` lost, up to ``seqlen_q`` < ``LONG_CAUSAL_HD64`` (from
     there three in a ring, ``ring_order``, won, one CTA per unit in ``lpt_heads=8`` order). ``causal_pairs``
     only changes causal kernels, so it is left out of non-causal keys. Head dim 256: 80-key K/V tiles, one Q stage and
-    O stored by TMA through it (what fits the SMEM next to two K/V stages). The measurements behind
-    each choice: docs/history/attention_forward.md ("Three warp groups for non-causal hd64") and docs/attention.md
+    O stored by TMA through it (what fits the SMEM next to two K/V stages), O rescaled early
+    (``early_rescale``). The measurements behind each choice: docs/history/attention_forward.md ("Three warp groups for non-causal hd64") and docs/attention.md
     ("Head dim 256")."""
     options = dict(TUNED)
     if not causal:
@@ -133,7 +133,9 @@ def tuned_options(head_dim, causal, seqlen_q=None):
         options.update(wgs=3, ring_order=True, persistent=False, q_stages=1, lpt_heads=8)
         options.pop("causal_pairs", None)
     if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 80 x 256 (40 KB each)
-        options.update(q_stages=1, tma_store_o=True, o_buffer=False, block_n=80)
+        # early_rescale: O (128 registers a thread) rescaled under the S GEMM, 1.01x over 6 shapes, 1.03x at
+        # 2x16x8192 (docs/attention.md, "Head dim 256")
+        options.update(q_stages=1, tma_store_o=True, o_buffer=False, block_n=80, early_rescale=True)
     return options
 
 
