@@ -172,7 +172,7 @@ class FlashAttention(WorkUnits):
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
                  varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0, k_ahead=False, early_rescale=False,
-                 max_chains=1):
+                 max_chains=1, slice_stages=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -267,6 +267,11 @@ class FlashAttention(WorkUnits):
         if type(max_chains) is not int or max_chains not in (1, 2, 4, 8):
             raise AttentionConfigError(f"max_chains={max_chains!r}: expected 1, 2, 4 or 8 running maxima per row")
         self.max_chains = max_chains  # the softmax's row max in that many independent chains (register_math)
+        # slice_stages: the GEMMs take their SMEM stage before the k-blocks, so each k-block's WGMMA descriptor
+        # is one 64-bit add to the stage's (FA4's form) instead of both halves rebuilt per k-block (the profile
+        # of docs/attention.md "Head dim 128, long and non-causal": 66 M more uniform instructions than FA4);
+        # code generation only, the program is the same
+        self.slice_stages = bool(slice_stages)
         self.num_units = None  # runtime, set while tracing
         self.threads = 128 * (wgs + 1)
         self.qk_tile = (WG_ROWS, block_n, head_dim)  # (M, N, K) of S = Q K^T

@@ -153,9 +153,15 @@ class SmemK(KAheadWorks, MemoryResource):
         if cutlass.const_expr(q_idx is not None):
             q_stage = self.g.wgs * q_idx[0] + wg
         warpgroup.fence()
-        for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
-            mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
-            cute.gemm(mma, acc_s, frag_q[(None, None, kb, q_stage)], frag_k[(None, None, kb, s)], acc_s)
+        if cutlass.const_expr(self.g.slice_stages):  # the stage first: one 64-bit descriptor add per k-block
+            stage_q, stage_k = frag_q[(None, None, None, q_stage)], frag_k[(None, None, None, s)]
+            for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
+                mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
+                cute.gemm(mma, acc_s, stage_q[(None, None, kb)], stage_k[(None, None, kb)], acc_s)
+        else:
+            for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
+                mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma
+                cute.gemm(mma, acc_s, frag_q[(None, None, kb, q_stage)], frag_k[(None, None, kb, s)], acc_s)
         warpgroup.commit_group()
 
 
@@ -225,8 +231,13 @@ class SmemV(MemoryResource):
         v, s = stage_info.context.values, stage_info.stage_idx
         tidx, _, _ = cute.arch.thread_idx()
         frag_v = v.pv_mma.make_fragment_B(v.pv_mma.get_slice(tidx % 128).partition_B(v.sV))
+        stage_v = frag_v[(None, None, None, s)]
         warpgroup.fence()  # P was written by ordinary instructions
-        cute.gemm(v.pv_mma, acc_o, p, frag_v[(None, None, None, s)], acc_o)
+        if cutlass.const_expr(self.g.slice_stages):  # one 64-bit descriptor add per k-block
+            for kb in cutlass.range_constexpr(cute.size(p, mode=[2])):
+                cute.gemm(v.pv_mma, acc_o, p[(None, None, kb)], stage_v[(None, None, kb)], acc_o)
+        else:
+            cute.gemm(v.pv_mma, acc_o, p, stage_v, acc_o)
         warpgroup.commit_group()
 
 
