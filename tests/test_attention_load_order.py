@@ -113,3 +113,13 @@ def test_row_max_chains_equal_the_sequential_max(monkeypatch, chains, n):
 def test_option_errors(kwargs, needle):
     with pytest.raises(att.AttentionConfigError, match=needle):
         att.FlashAttention(**kwargs)
+
+
+def test_slice_stages_is_code_generation_only():
+    """slice_stages changes how the GEMMs address their stage, not the program: the same fingerprint (and so
+    the same proof), at every head dim."""
+    for hd in (64, 128, 256):
+        options = host.tuned_options(hd, False)
+        a, b = (att.build(att.FlashAttention(head_dim=hd, **options, slice_stages=flag), verbose=False,
+                          progress=False) for flag in (False, True))
+        assert a.fingerprint == b.fingerprint
