@@ -117,8 +117,8 @@ def test_option_errors(kwargs, needle):
 
 def test_slice_stages_is_code_generation_only():
     """slice_stages changes how the GEMMs address their stage, not the program: the same fingerprint (and so
-    the same proof), at every head dim."""
-    for hd in (64, 128, 256):
+    the same proof), at head dims 128 and 256."""
+    for hd in (128, 256):
         options = host.tuned_options(hd, False)
         a, b = (att.build(att.FlashAttention(head_dim=hd, **options, slice_stages=flag), verbose=False,
                           progress=False) for flag in (False, True))
