@@ -18,12 +18,12 @@ token counts only.
 
 SwiGLU (``activation="swiglu"``): W is the gate and up weights as one (2 I, K) weight interleaved in blocks
 of 8 rows (``warpsched.ops.interleave_gate_up``, made once when the weights are loaded) and y = silu(x W_g^T)
-* (x W_u^T) has I features. Without a gradient the product runs in the GEMM's epilogue from 16 tokens on
-(``SWIGLU_FUSED_FROM``, where it was timed faster than the plain GEMM + torch's product); below, the plain
-GEMM (with its swap-AB tiles) and the product in torch. With one, the weight is put back in [gate | up] order (a copy per call, differentiable:
-its gradient comes back interleaved) and the block runs as torch's linear + silu(gate) * up would: torch's
-elementwise kernels on the interleaved pre-activation's 8-wide runs made a prefill block's forward +
-backward 12% slower on the H200 (docs/torch.md); a weight copy is one pass over it (235 MB at Llama-3-8B's
+* (x W_u^T) has I features. Without a gradient the product runs in the GEMM's epilogue from
+``SWIGLU_FUSED_FROM`` tokens on (where it was timed faster than the plain GEMM + torch's product); below, the
+plain GEMM (with its swap-AB tiles) and the product in torch. With one, the weight is put back in [gate | up]
+order (a copy per call, differentiable: its gradient comes back interleaved) and the block runs as torch's
+linear + silu(gate) * up would: torch's elementwise kernels on the interleaved pre-activation's 8-wide runs
+made a prefill block's forward + backward 12% slower on the H200 (docs/torch.md); a weight copy is one pass over it (235 MB at Llama-3-8B's
 widths, about 0.1 ms).
 
 The activation's gradient dZ = dY * act'(Z):

@@ -300,7 +300,8 @@ class FlashAttention(WorkUnits):
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in switches if getattr(self, n)) + (f"q_stages={q_stages}", f"wgs={wgs}")
-            + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ()) + ((f"max_chains={max_chains}",) if max_chains > 1 else ()))
+            + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
+            + ((f"max_chains={max_chains}",) if max_chains > 1 else ()))
 
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()

@@ -115,10 +115,10 @@ def tuned_options(head_dim, causal, seqlen_q=None):
     consumer warp groups (``wgs=3``: a 192-row Q block, P's exp2 pinned), faster than TUNED there;
     causal hd64 stays on two warp groups, where ``wgs=3`` lost, up to ``seqlen_q`` < ``LONG_CAUSAL_HD64`` (from
     there three in a ring, ``ring_order``, won, one CTA per unit in ``lpt_heads=8`` order). ``causal_pairs``
-    only changes causal kernels, so it is left out of non-causal keys. Head dim 256: 80-key K/V tiles, one Q stage and
-    O stored by TMA through it (what fits the SMEM next to two K/V stages), O rescaled early
-    (``early_rescale``). The measurements behind each choice: docs/history/attention_forward.md ("Three warp groups for non-causal hd64") and docs/attention.md
-    ("Head dim 256")."""
+    only changes causal kernels, so it is left out of non-causal keys. Head dim 256: 80-key K/V tiles, one Q
+    stage and O stored by TMA through it (what fits the SMEM next to two K/V stages), O rescaled early
+    (``early_rescale``). The measurements behind each choice: docs/history/attention_forward.md ("Three warp
+    groups for non-causal hd64") and docs/attention.md ("Head dim 256")."""
     options = dict(TUNED)
     if not causal:
         options.pop("causal_pairs", None)

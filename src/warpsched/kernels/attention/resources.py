@@ -152,16 +152,16 @@ class SmemK(KAheadWorks, MemoryResource):
         q_stage = wg
         if cutlass.const_expr(q_idx is not None):
             q_stage = self.g.wgs * q_idx[0] + wg
-        warpgroup.fence()
         if cutlass.const_expr(self.g.slice_stages):  # the stage first: one 64-bit descriptor add per k-block
             stage_q, stage_k = frag_q[(None, None, None, q_stage)], frag_k[(None, None, None, s)]
-            for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
-                mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
-                cute.gemm(mma, acc_s, stage_q[(None, None, kb)], stage_k[(None, None, kb)], acc_s)
-        else:
-            for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
-                mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma
-                cute.gemm(mma, acc_s, frag_q[(None, None, kb, q_stage)], frag_k[(None, None, kb, s)], acc_s)
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(frag_q, mode=[2])):
+            mma = v.qk_mma_zero if cutlass.const_expr(kb == 0) else v.qk_mma  # S is overwritten
+            if cutlass.const_expr(self.g.slice_stages):
+                a, b = stage_q[(None, None, kb)], stage_k[(None, None, kb)]
+            else:
+                a, b = frag_q[(None, None, kb, q_stage)], frag_k[(None, None, kb, s)]
+            cute.gemm(mma, acc_s, a, b, acc_s)
         warpgroup.commit_group()
 
 
