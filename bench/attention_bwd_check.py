@@ -71,7 +71,11 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "flat4": dict(_D128, flat_dq=True, flat_boxes=4), "rows": dict(_D128, flat_dq=False),
                   "sf": dict(_D128, stage_first=True),  # the S / dP GEMMs' Q / dO stage sliced first
                   # LSE / delta read before the S / dP GEMMs are issued, with and without overlap_dq
-                  "es": dict(_D128, early_stats=True), "odq+es": dict(_D128, overlap_dq=True, early_stats=True)},
+                  "es": dict(_D128, early_stats=True), "odq+es": dict(_D128, overlap_dq=True, early_stats=True),
+                  # 80-row Q blocks, dQ computed transposed (FA4's non-causal tile), with and without the LSE
+                  # read before the S / dP GEMMs
+                  "m80": dict(_D128, block_m=80, dq_stages=1),
+                  "m80ne": dict(_D128, block_m=80, dq_stages=1, early_stats=False)},
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4),

@@ -65,7 +65,10 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         g = FlashAttentionBackward()
     n = trip_count("steps", steps, min=0)
     kv_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=g.kv_bytes)
-    qdo_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.qdo_stages, num_bytes=g.qdo_bytes)
+    # partial_stage: an 80-row block's LSE / delta fill 80 of each stage's 96 floats (128-byte stage starts)
+    qdo_cfg = PipelineConfig.create_tma_async_pipeline_cfg(
+        num_stages=g.qdo_stages, num_bytes=g.qdo_bytes,
+        **({"partial_stage": True} if g.tma_stats and g.stats_stride != g.block_m else {}))
     smem_kv = SmemKV(name="SmemKV", pipeline_config=kv_cfg, g=g)
     smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
     load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
@@ -141,13 +144,24 @@ class FlashAttentionBackward(BackwardUnits):
                                        "at head dim 256 the warp groups split D, not keys; both options need the "
                                        "64 / 128 split (shared_ds=False, tma_store_dkv=False)")
         self.key_halves = 1 if self.d_split else 2  # 64-key halves of the CTA's K / V block
-        if block_m not in (64, 128):
-            raise AttentionConfigError(f"block_m={block_m}: expected 64 or 128 query rows per step")
+        if block_m not in (64, 80, 128):
+            raise AttentionConfigError(f"block_m={block_m}: expected 64, 80 or 128 query rows per step")
         if block_m == 128 and (head_dim != 64 or varlen or not tma_stats):
             raise AttentionConfigError(f"block_m=128 with head_dim={head_dim}, varlen={varlen}, tma_stats={tma_stats}: "
                                        "128-row Q blocks fit the registers at head dim 64, for unpacked batches, "
                                        "with the LSE / delta read from the stage (tma_stats=True); else block_m=64")
+        if block_m == 80 and (head_dim != 128 or varlen or deterministic or not (shared_ds and flat_dq and tma_stats)
+                              or dq_stages != 1):
+            raise AttentionConfigError(
+                f"block_m=80 with head_dim={head_dim}, varlen={varlen}, deterministic={deterministic}, shared_ds="
+                f"{shared_ds}, flat_dq={flat_dq}, tma_stats={tma_stats}, dq_stages={dq_stages}: 80-row Q blocks "
+                "compute dQ transposed (dQ^T = K^T dS^T, 80 is no WGMMA M), for unpacked batches at head dim 128, with "
+                "shared_ds=True, flat_dq=True, tma_stats=True and dq_stages=1 (two dQ stages do not fit in SMEM "
+                "beside 80-row Q / dO stages); else block_m=64")
         self.block_m = block_m  # query rows per step (Q block)
+        # 80-row Q blocks (FA3's / FA4's non-causal head dim 128 tile): dQ^T = K^T dS^T, each warp group 64
+        # columns of D (WGMMA M) by the block's 80 queries (N)
+        self.dq_swap = block_m == 80
         self.d_cols = head_dim // 2 if self.d_split else head_dim  # dK / dV columns per warp group
         # the forward's sliding window: a key block's steps run over the Q blocks that see it (first_m_block,
         # end_m_block); only the blocks the window's edges cross are masked (backward_math.grads_of_scores)
@@ -155,17 +169,17 @@ class FlashAttentionBackward(BackwardUnits):
         # the forward's mask_mod and softcap: P recomputed as the forward made it, dS through the cap's derivative
         check_masks(mask_mod, softcap, False)
         self.mask_mod, self.softcap = mask_mod, softcap
-        if shared_ds and (head_dim, block_m) not in ((128, 64), (64, 128)):
+        if shared_ds and (head_dim, block_m) not in ((128, 64), (128, 80), (64, 128)):
             raise AttentionConfigError(f"shared_ds=True at head dim {head_dim} with block_m={block_m}: it splits "
-                                       "dQ in two halves, one per warp group: D's at head dim 128 (block_m=64), the "
-                                       "Q block's rows at head dim 64 (block_m=128)")
+                                       "dQ in two halves, one per warp group: D's at head dim 128 (block_m=64 or 80), "
+                                       "the Q block's rows at head dim 64 (block_m=128)")
         # shared_ds: the warp groups swap dS tiles and each computes half of dQ over all 128 keys (one dQ
         # reduce-add per step instead of two partial sums): half of D's columns at head dim 128, half of the
         # Q block's rows (ds_rows) with 128-row blocks at head dim 64
         self.shared_ds = bool(shared_ds)
         self.ds_rows = self.shared_ds and block_m == 128
         self.dq_cols = head_dim // 2 if (self.shared_ds and not self.ds_rows) or self.d_split else head_dim
-        self.dq_rows = HALF if self.ds_rows else block_m  # dQ rows per warp group
+        self.dq_rows = HALF if self.ds_rows else block_m  # dQ rows (queries) per warp group
         # d_split: the warp group's 128 dQ columns as two 64-column GEMMs in turn into one 32-register
         # accumulator; a 64 x 128 one beside dK and dV made ptxas serialize every WGMMA (C7512)
         self.dq_parts = 2 if self.d_split else 1
@@ -200,9 +214,10 @@ class FlashAttentionBackward(BackwardUnits):
         # LSE / delta loaded by TMA with Q / dO from the pre-pass's padded copies (backward_prep.StatsPrep;
         # varlen: VarlenStatsPrep, each sequence's rows from a block boundary, backward_units.padded_block0)
         self.tma_stats = bool(tma_stats)
-        # 128-row Q blocks: LSE and delta (32 registers each) are read from the stage one at a time, each just
-        # before its use, so they never sit beside S, dP, dK and dV at once
-        self.split_stats = self.tma_stats and self.block_m == 128
+        # 128-row Q blocks: LSE and delta (32 registers each; 20 with 80 rows) are read from the stage one at a
+        # time, each just before its use, so they never sit beside S, dP, dK and dV at once (80 rows with both
+        # read early: 144 bytes of spills at 240 registers)
+        self.split_stats = self.tma_stats and self.block_m in (80, 128)
         # the LSE / delta (split_stats: the LSE) read from the stage before the S / dP GEMMs are issued
         # (backward_schedules.grad_schedule)
         if early_stats and not self.tma_stats:
@@ -237,7 +252,9 @@ class FlashAttentionBackward(BackwardUnits):
         self.alloc_v = SmemAllocation("sV", dtype=dtype, count=self.block_n * head_dim, alignment=1024)
         self.alloc_q = SmemAllocation("sQ", dtype=dtype, count=qdo_stages * self.block_m * head_dim, alignment=1024)
         self.alloc_do = SmemAllocation("sdO", dtype=dtype, count=qdo_stages * self.block_m * head_dim, alignment=1024)
-        self.alloc_lse, self.alloc_delta = (SmemAllocation(n, dtype=cutlass.Float32, count=qdo_stages * self.block_m,
+        # each stage's LSE / delta from a 128-byte boundary (a TMA destination's alignment): 80 rows take 96 floats
+        self.stats_stride = -(-self.block_m // 32) * 32
+        self.alloc_lse, self.alloc_delta = (SmemAllocation(n, dtype=cutlass.Float32, count=qdo_stages * self.stats_stride,
                                                            alignment=128) for n in ("sLSE", "sDelta"))
         self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * self.block_m, alignment=1024)
                          for wg in range(2)]
@@ -308,9 +325,16 @@ class FlashAttentionBackward(BackwardUnits):
                                                      (1, 1, 1), tile, a_source)
         sdp = mma(k_major, k_major, (HALF, self.block_m))  # S^T, dP^T: (keys, queries), contraction over D
         dkv = mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
-        # dQ: (queries, D or its half), over keys; one 64-row WGMMA M, repeated over a 128-row Q block
-        dq = mma(k_major, mn_major, (HALF, self.dq_part_cols))
+        # dQ: (queries, D or its half), over keys; one 64-row WGMMA M, repeated over a 128-row Q block;
+        # dq_swap: dQ^T (D half, queries), A = K^T (D contiguous: MN-major), B = dS (keys contiguous: K-major)
+        dq = mma(mn_major, k_major, self.dq_acc_tile) if self.dq_swap else mma(k_major, mn_major, self.dq_acc_tile)
         return sdp, dkv, dq
+
+    @property
+    def dq_acc_tile(self):
+        """(rows, columns) of a warp group's dQ accumulator: (queries, D part), or with ``dq_swap`` (D half,
+        queries)."""
+        return (HALF, self.block_m) if self.dq_swap else (self.dq_rows, self.dq_part_cols)
 
     def _layouts(self):
         """Each SMEM buffer and, for the ones a GEMM also reads transposed, the same bytes as the other
@@ -338,6 +362,10 @@ class FlashAttentionBackward(BackwardUnits):
             "sdS": (sm90_utils.make_smem_layout_a(R, (HALF, d, HALF), dt, 2) if self.ds_rows
                     else sm90_utils.make_smem_layout_a(R, (self.block_m, d, HALF), dt, 1)),
             "sdSt": sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, self.block_m), dt, 1),  # (keys, queries)
+            # dq_swap: the swapped dQ GEMM's operands, the same bytes as sKt's (D half, keys, 2 * key half + D
+            # half) blocks and sdS's (queries, keys) tile (tests/test_attention_bwd_m80.py compares the offsets)
+            "sKtA": sm90_utils.make_smem_layout_a(C, (HALF, self.block_m, HALF), dt, 4),
+            "sdSB": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, HALF), dt, 1),
             "sdQ": (cute.make_layout((FLAT_ROW, self.dq_box_floats // FLAT_ROW, self.dq_stages * self.flat_boxes))
                     if self.flat_dq
                     else sm90_utils.make_smem_layout_a(R, (self.dq_rows, self.dq_cols, self.dq_cols), cutlass.Float32,
@@ -346,8 +374,9 @@ class FlashAttentionBackward(BackwardUnits):
 
     @property
     def flat_tile(self):
-        """``flat_dq``: (dq_cols, parts) of a flat dQ tile, what the post-pass (``backward_post``) undoes."""
-        return self.dq_cols, self.dq_parts
+        """``flat_dq``: (dq_cols, parts, transposed rows) of a flat dQ tile, what the post-pass (``backward_post``)
+        undoes; the third is 0, or with ``dq_swap`` the Q block's rows (the tile is dQ^T)."""
+        return self.dq_cols, self.dq_parts, self.block_m if self.dq_swap else 0
 
     @property
     def dq_tile_floats(self):
@@ -461,15 +490,15 @@ class FlashAttentionBackward(BackwardUnits):
         view = mgr.smem_allocator.view
         s = {name: view(alloc, lay[name]) for name, alloc in (("sK", self.alloc_k), ("sV", self.alloc_v),
                                                               ("sQ", self.alloc_q), ("sdO", self.alloc_do))}
-        s.update(sKt=view(self.alloc_k, lay["sKt"]), sQt=view(self.alloc_q, lay["sQt"]),
+        s.update(sKt=view(self.alloc_k, lay["sKtA" if self.dq_swap else "sKt"]), sQt=view(self.alloc_q, lay["sQt"]),
                  sdOt=view(self.alloc_do, lay["sdOt"]))
         for wg in cutlass.range_constexpr(2):
-            s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdS"])
+            s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdSB" if self.dq_swap else "sdS"])
             s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])[(None, None, 0)]
             s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
         if cutlass.const_expr(self.tma_stats):
-            s.update(sLSE=view(self.alloc_lse, cute.make_layout((self.block_m, self.qdo_stages))),
-                     sDelta=view(self.alloc_delta, cute.make_layout((self.block_m, self.qdo_stages))),
+            stats = cute.make_layout((self.block_m, self.qdo_stages), stride=(1, self.stats_stride))
+            s.update(sLSE=view(self.alloc_lse, stats), sDelta=view(self.alloc_delta, stats),
                      tma_lse=tma_lse, mLSEt=mLSEt, tma_delta=tma_delta, mDeltat=mDeltat)
         if cutlass.const_expr(self.tma_store_dkv):
             s.update(tma_dk=tma_dk, mdKt=mdKt, tma_dv=tma_dv, mdVt=mdVt)

@@ -123,22 +123,26 @@ def compiled_varlen_prep(dtype, head_dim, arch=None):
     return _CACHE[key]
 
 
-def compiled_post(dtype, head_dim, dq_cols, parts, arch=None):
-    """``backward_post.DQConvert`` for TVM-FFI calls ``f(dq_accum, dq, scale)`` (``arch``: a CPU compile)."""
-    key = ("post", dtype, head_dim, dq_cols, parts, arch)
+def compiled_post(dtype, head_dim, dq_cols, parts, rows=0, arch=None):
+    """``backward_post.DQConvert`` for TVM-FFI calls ``f(dq_accum, dq, scale)`` (``arch``: a CPU compile;
+    ``rows`` > 0: transposed tiles of that many query rows)."""
+    key = ("post", dtype, head_dim, dq_cols, parts, rows, arch)
     if key not in _CACHE:
         options, stream = _prep_target(arch)
         B, H, S, Sp = (cute.sym_int32() for _ in range(4))
         fakes = (_host.fake_bhsd(cutlass.Float32, B, H, Sp, head_dim), _host.fake_bhsd(dtype, B, H, S, head_dim))
-        _CACHE[key] = cute.compile(DQConvert(dtype, head_dim, dq_cols, parts), *fakes, cutlass.Float32(1.0), stream,
-                                   options=options)
+        _CACHE[key] = cute.compile(DQConvert(dtype, head_dim, dq_cols, parts, rows), *fakes, cutlass.Float32(1.0),
+                                   stream, options=options)
     return _CACHE[key]
 
 
-def compiled_varlen_post(dtype, head_dim, dq_cols, parts, arch=None):
+def compiled_varlen_post(dtype, head_dim, dq_cols, parts, rows=0, arch=None):
     """``backward_post.DQConvertVarlen`` for TVM-FFI calls ``f(dq_accum, dq, cu_seqlens_q, max_seqlen_q, scale)``
-    on a (1, H, T_pad, D) flat accumulator and a (1, H, T, D) view of dQ (``arch``: a CPU compile)."""
+    on a (1, H, T_pad, D) flat accumulator and a (1, H, T, D) view of dQ (``arch``: a CPU compile; ``rows``:
+    0, the packed kernel's tiles are never transposed)."""
     from cutlass.cute.runtime import make_fake_tensor
+
+    assert rows == 0, "the packed backward refuses block_m=80 (FlashAttentionBackward)"
 
     key = ("varlen_post", dtype, head_dim, dq_cols, parts, arch)
     if key not in _CACHE:
@@ -152,7 +156,7 @@ def compiled_varlen_post(dtype, head_dim, dq_cols, parts, arch=None):
 
 
 def flat_dq_tile(kern_key):
-    """(dq_cols, parts) of the kernel's flat dQaccum tiles (``flat_dq``), or None (rows and columns); the
+    """(dq_cols, parts, transposed rows) of the kernel's flat dQaccum tiles (``flat_dq``), or None (rows and columns); the
     tile depends on the options alone, so the packed kernel's key (``varlen``) answers the same way."""
     key = ("flat", kern_key)
     if key not in _CACHE:
@@ -294,7 +298,7 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
 
 def finish_dq(dq_acc, flat, scale, dtype, seqlen):
     """dQ (B, H, seqlen, D) in ``dtype`` of the kernel's dQaccum: rows and columns (``flat`` None:
-    ``dq_from_accum``), or flat tiles of ``flat = (dq_cols, parts)`` (``backward_post``: its kernel with TVM
+    ``dq_from_accum``), or flat tiles of ``flat = (dq_cols, parts, rows)`` (``backward_post``: its kernel with TVM
     FFI, else the same permutation in torch)."""
     import torch
 

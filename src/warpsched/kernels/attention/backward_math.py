@@ -190,7 +190,7 @@ def stage_dq(acc_dq, g, v, s_dq, stage, part: cutlass.Constexpr = 0):
     conflict), at a fixed offset from one address."""
     tidx, _, _ = cute.arch.thread_idx()
     if cutlass.const_expr(g.flat_dq):
-        chunks = g.dq_part_cols // 8
+        chunks = g.dq_acc_tile[1] // 8  # the accumulator's 8-column chunks (dq_swap: of queries)
         values = cute.make_layout((4, FLAT_THREADS, g.dq_parts * chunks), stride=(1, 4, 4 * FLAT_THREADS))
         mine = cute.make_tensor(s_dq[(None, None, stage * g.flat_boxes)].iterator, values)
         dst = cute.flat_divide(mine[(None, tidx % FLAT_THREADS, None)], (4, chunks))[(None, None, 0, part)]

@@ -83,8 +83,8 @@ class SmemKV(MemoryResource):
         dkv = v.dkv_mma.get_slice(tidx % 128)
         acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
         acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
-        acc_dq = cute.make_rmem_tensor(
-            v.dq_mma.get_slice(tidx % 128).partition_shape_C((g.dq_rows, g.dq_part_cols)), cutlass.Float32)
+        acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C(g.dq_acc_tile),
+                                       cutlass.Float32)
         return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
                 amath.make_p(acc_dp, v.dkv_mma, g.dtype))
 
@@ -168,22 +168,32 @@ class SmemKV(MemoryResource):
         g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
-        frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
-        warpgroup.fence()
-        if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
+        if cutlass.const_expr(g.dq_swap):  # dQ^T[64 wg : 64 wg + 64, :] = K^T dS^T over both key halves
+            frag_kt = v.dq_mma.make_fragment_A(thr.partition_A(v.sKt))
+            warpgroup.fence()
             for half in cutlass.range_constexpr(2):
-                ds_part, kt_stage = g.dq_operands(wg, half)
-                frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
+                frag_ds = v.dq_mma.make_fragment_B(thr.partition_B(getattr(v, f"sdS{half}")))
                 for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
                     mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
-                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, ds_part)], frag_kt[(None, None, kb, kt_stage)],
+                    cute.gemm(mma, acc_dq, frag_kt[(None, None, kb, 2 * half + wg)], frag_ds[(None, None, kb, 0)],
                               acc_dq)
         else:
-            frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
-            for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
-                mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
-                cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, g.dq_kt_view(wg, part))],
-                          acc_dq)
+            frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
+            warpgroup.fence()
+            if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
+                for half in cutlass.range_constexpr(2):
+                    ds_part, kt_stage = g.dq_operands(wg, half)
+                    frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
+                    for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+                        mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
+                        cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, ds_part)],
+                                  frag_kt[(None, None, kb, kt_stage)], acc_dq)
+            else:
+                frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
+                for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+                    mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
+                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)],
+                              frag_kt[(None, None, kb, g.dq_kt_view(wg, part))], acc_dq)
         warpgroup.commit_group()
 
 
