@@ -2,6 +2,7 @@
 
   python3 bench/gemm_epilogue_check.py 2>&1 | tee bench/results/gemm_epilogue_check.log
   python3 bench/gemm_epilogue_check.py --small-swiglu   # only the fused / unfused SwiGLU at few tokens
+  python3 bench/gemm_epilogue_check.py --swiglu-grad     # only the SwiGLU kernels under autograd, then timed
 
 1. Correctness: every epilogue variant (bias in the output dtype / fp32, relu, relu2, gelu, gelu_tanh,
    silu, SwiGLU, residual, alpha, fp8 with device scales, (..., K) activations, transposed a, split-K
@@ -37,6 +38,7 @@ from warpsched.kernels.gemm.ops import epilogue_reference  # noqa: E402
 DEV = "cuda"
 BF = torch.bfloat16
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
+SWIGLU_GRAD_ONLY = "--swiglu-grad" in sys.argv  # only the SwiGLU kernels under autograd: checked, then timed
 SMALL_SWIGLU_ONLY = "--small-swiglu" in sys.argv  # time only the autotuned SwiGLU at 16 / 64 / 128 tokens  # EPI_AUTO=1 adds a batched autotuned case
 T0 = time.time()
 
@@ -158,6 +160,78 @@ def linear_case(wnn, wf, act, rows, module):
           f"{errs[0]:.1e} (inference {errs[1]:.1e}), dX {errs[2]:.1e}, dW {errs[3]:.1e}, db {errs[4]:.1e}",
           flush=True)
     return ok
+
+
+def swiglu_autograd():
+    """The SwiGLU kernels on an interleaved pre-activation (kernels.gemm.swiglu) against fp64 torch, a ragged
+    token count included, and linear(..., activation="swiglu") through autograd against separate gate / up
+    layers in fp64 (its dW compared interleaved: the layout the GEMM's backward writes)."""
+    import warpsched.nn.functional as wf
+    from warpsched.kernels.gemm import swiglu
+    from warpsched.kernels.gemm.ops import swiglu_interleaved
+
+    bad = 0
+    print("== SwiGLU under autograd: the interleaved kernels, then linear(activation='swiglu') (fp64 reference)",
+          flush=True)
+    for T, I in ((4096, 1024), (7, 24)):
+        z, dh = rnd(T, 2 * I, scale=2.0), rnd(T, I)
+        zd = z.double().requires_grad_()
+        hd = swiglu_interleaved(zd)
+        (dzd,) = torch.autograd.grad(hd, zd, dh.double())
+        h, dz = swiglu.swiglu_forward(z), swiglu.swiglu_backward(dh, z)
+        errs = (rel(h, hd), rel(dz, dzd))
+        ok = max(errs) < 1e-2 and not (h.isnan().any() or dz.isnan().any())
+        bad += not ok
+        print(f"  {'PASS' if ok else 'FAIL'} swiglu kernels {T}x{I}: h {errs[0]:.1e}, dz {errs[1]:.1e}", flush=True)
+    x = rnd(3, 100, 512, scale=0.5).requires_grad_()
+    wg, wu = rnd(256, 512, scale=512 ** -0.5), rnd(256, 512, scale=512 ** -0.5)
+    bg, bu = rnd(256), rnd(256)
+    w, b = ops.interleave_gate_up(wg, wu, bg, bu)
+    w, b = w.requires_grad_(), b.requires_grad_()
+    y = wf.linear(x, w, b, activation="swiglu")
+    dy = rnd(*y.shape)
+    y.backward(dy)
+    xd, wgd, wud, bgd, bud = (t.detach().double().requires_grad_() for t in (x, wg, wu, bg, bu))
+    yd = F.silu(xd @ wgd.t() + bgd) * (xd @ wud.t() + bud)
+    yd.backward(dy.double())
+    w_ref, b_ref = ops.interleave_gate_up(wgd.grad, wud.grad, bgd.grad, bud.grad)
+    errs = (rel(y, yd), rel(x.grad, xd.grad), rel(w.grad, w_ref), rel(b.grad, b_ref))
+    ok = max(errs) < 1e-2
+    bad += not ok
+    print(f"  {'PASS' if ok else 'FAIL'} linear swiglu, 300 tokens: y {errs[0]:.1e}, dX {errs[1]:.1e}, dW "
+          f"{errs[2]:.1e}, db {errs[3]:.1e}", flush=True)
+    return bad
+
+
+def time_swiglu_elementwise():
+    """Forward + backward of the SwiGLU product at Llama-3-8B's width: torch on [gate | up] halves (its best
+    layout) against the interleaved kernels; device time, CUDA graphs, rotated rounds."""
+    import triton.testing
+    from _graphs import graph_ms
+    from warpsched.kernels.gemm import swiglu
+
+    print("== SwiGLU product, forward + backward (T x 14336 features), us", flush=True)
+    for T in (128, 8192):
+        z, dh = rnd(T, 2 * 14336), rnd(T, 14336)
+
+        def torch_side():
+            zz = z.detach().requires_grad_()
+            g, u = zz.chunk(2, dim=-1)
+            (F.silu(g) * u).backward(dh)
+
+        def ours():
+            swiglu.swiglu_forward(z)
+            swiglu.swiglu_backward(dh, z)
+        sides = {"torch": torch_side, "warpsched": ours}
+        times = {k: [] for k in sides}
+        for f in sides.values():
+            f()
+        for r in range(ROUNDS):
+            for k in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+                times[k].append(graph_ms(torch, triton.testing.do_bench, sides[k], 0.5, 20))
+        med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in times.items()}
+        print(f"  T={T}: torch {med['torch']:.1f} us, warpsched {med['warpsched']:.1f} us "
+              f"(x{med['torch'] / med['warpsched']:.2f})", flush=True)
 
 
 def linear_and_op():
@@ -292,8 +366,18 @@ def main():
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     torch.manual_seed(0)
     bad = 0
+    if SWIGLU_GRAD_ONLY:
+        bad = swiglu_autograd()
+        time_swiglu_elementwise()
+        print(f"done in {time.time() - T0:.0f} s", flush=True)
+        sys.exit(1 if bad else 0)
     if not SMALL_SWIGLU_ONLY:
         bad = correctness()
+        try:
+            bad += swiglu_autograd()
+        except Exception as e:  # noqa: BLE001 - reported; the rest still runs
+            bad += 1
+            print(f"  FAIL swiglu section: {type(e).__name__}: {str(e)[:300]}", flush=True)
         print(f"({time.time() - T0:.0f} s)", flush=True)
         try:
             bad += linear_and_op()

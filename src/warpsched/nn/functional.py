@@ -20,11 +20,11 @@ SwiGLU (``activation="swiglu"``): W is the gate and up weights as one (2 I, K) w
 of 8 rows (``warpsched.ops.interleave_gate_up``, made once when the weights are loaded) and y = silu(x W_g^T)
 * (x W_u^T) has I features. Without a gradient the product runs in the GEMM's epilogue from
 ``SWIGLU_FUSED_FROM`` tokens on (where it was timed faster than the plain GEMM + torch's product); below, the
-plain GEMM (with its swap-AB tiles) and the product in torch. With one, the weight is put back in [gate | up]
-order (a copy per call, differentiable: its gradient comes back interleaved) and the block runs as torch's
-linear + silu(gate) * up would: torch's elementwise kernels on the interleaved pre-activation's 8-wide runs
-made a prefill block's forward + backward 12% slower on the H200 (docs/torch.md); a weight copy is one pass over it (235 MB at Llama-3-8B's
-widths, about 0.1 ms).
+plain GEMM (with its swap-AB tiles) and the product in torch. With one, the GEMM keeps the interleaved
+pre-activation z and the product and its gradient are one elementwise kernel each on z as it is
+(``kernels.gemm.swiglu``: 16-byte accesses to its 8-wide gate / up runs, where torch's elementwise kernels on
+them made a prefill block's forward + backward 12% slower on the H200, docs/torch.md), so neither the weight
+nor its gradient is reordered.
 
 The activation's gradient dZ = dY * act'(Z):
 - relu and relu2 are computed from the saved output Y (relu' = [Y > 0]; relu2' = 2 relu(Z) = 2 sqrt(Y)),
@@ -39,6 +39,7 @@ import torch
 
 from .. import torch_ops  # noqa: F401 (registers torch.ops.warpsched.*)
 from ..kernels.gemm import ops as _gemm_ops
+from ..kernels.gemm import swiglu as _swiglu
 from ..kernels.gemm.ops import GemmArgumentError
 from ._eager import eager
 
@@ -70,11 +71,29 @@ FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 SWIGLU_FUSED_FROM = 16  # tokens: below, the unfused SwiGLU (docs/torch.md "Fused epilogues on the H200")
 
 
+class _SwiGLUInterleaved(torch.autograd.Function):
+    """h = silu(gate) * up of the GEMM's interleaved pre-activation z, and dz interleaved the same way
+    (``kernels.gemm.swiglu``: one elementwise kernel each way)."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return _swiglu.swiglu_forward(z)
+
+    @staticmethod
+    def backward(ctx, dh):
+        (z,) = ctx.saved_tensors
+        return _swiglu.swiglu_backward(dh, z)
+
+
 def _swiglu_with_grad(x, weight, bias):
-    """SwiGLU under autograd: the GEMM on the [gate | up] weight, then torch's silu(gate) * up."""
-    order = _gemm_ops.gate_up_order
-    gate, up = _LinearFunction.apply(x, order(weight), None if bias is None else order(bias), None).chunk(2, dim=-1)
-    return torch.nn.functional.silu(gate) * up
+    """SwiGLU under autograd: the GEMM on the interleaved weight keeps the pre-activation z (T, 2 I), and the
+    product and its gradient run on z as it is (``_SwiGLUInterleaved``), so dz reaches the GEMM's backward
+    interleaved like the weight. Under a tracer (torch.compile) the product is torch's ops, which it fuses."""
+    z = _LinearFunction.apply(x, weight, bias, None)
+    if eager(z):
+        return _SwiGLUInterleaved.apply(z)
+    return _gemm_ops.swiglu_interleaved(z)
 
 
 def check_activation(activation):

@@ -354,12 +354,6 @@ def interleave_gate_up(w_gate, w_up, bias_gate=None, bias_up=None):
     return w.contiguous(), bias
 
 
-def gate_up_order(t):
-    """``interleave_gate_up``'s (2 I, ...) weight or (2 I,) bias back in [gate | up] order (a copy; through
-    torch ops, so autograd carries a gradient back interleaved)."""
-    return t.unflatten(0, (t.shape[0] // 16, 2, 8)).transpose(0, 1).reshape(t.shape)
-
-
 def swiglu_interleaved(z):
     """silu(gate) * up of a (..., 2 I) product whose features are gate and up interleaved as
     ``interleave_gate_up`` lays them out: (..., I), in torch (the epilogue's reference and its unfused form)."""
