@@ -139,7 +139,7 @@ def test_128_row_q_blocks_at_head_dim_64_are_safe_and_trace_their_program(shared
                                        ({"head_dim": 64, "block_m": 128}, "tma_stats=False: 128-row Q blocks"),
                                        ({"head_dim": 64, "shared_ds": True},
                                         "shared_ds=True at head dim 64 with block_m=64"),
-                                       ({"head_dim": 64, "block_m": 96}, "block_m=96: expected 64 or 128")])
+                                       ({"head_dim": 64, "block_m": 96}, "block_m=96: expected 64, 80 or 128")])
 def test_q_block_options_that_do_not_fit_are_refused_naming_what_does(kw, words):
     with pytest.raises(AttentionConfigError, match=re.escape(words)):
         ab.FlashAttentionBackward(**kw)

@@ -327,7 +327,8 @@ class FlashAttentionBackward(BackwardUnits):
         dkv = mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
         # dQ: (queries, D or its half), over keys; one 64-row WGMMA M, repeated over a 128-row Q block;
         # dq_swap: dQ^T (D half, queries), A = K^T (D contiguous: MN-major), B = dS (keys contiguous: K-major)
-        dq = mma(mn_major, k_major, self.dq_acc_tile) if self.dq_swap else mma(k_major, mn_major, self.dq_acc_tile)
+        dq = (mma(mn_major, k_major, self.dq_acc_tile) if self.dq_swap
+              else mma(k_major, mn_major, (HALF, self.dq_part_cols)))
         return sdp, dkv, dq
 
     @property
