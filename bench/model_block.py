@@ -5,7 +5,10 @@
 
 Sides, timed in alternating rounds (``_eager.alternate``: calls between two synchronizations, host time
 included: eager is what a model pays): ``warpsched`` (``warpsched.nn.functional.linear`` and
-``warpsched.nn.scaled_dot_product_attention``), ``torch`` (``F.linear`` + SDPA's default backend choice),
+``warpsched.nn.scaled_dot_product_attention``, the MLP's gate / up weight interleaved once as a warpsched model
+loads it, ``ops.interleave_gate_up``, and ``linear(..., activation="swiglu")``: the product in the GEMM's
+epilogue in inference, one elementwise kernel each way under autograd; ``--unfused-mlp`` adds ``ws unfused
+MLP``, the [gate | up] weight and torch's silu(gate) * up), ``torch`` (``F.linear`` + SDPA's default backend choice),
 ``torch+FA4`` (``F.linear`` + ``flash_attn.cute``'s attention, when installed), ``quack+FA4`` (quack-kernels'
 ``linear_func`` + FA4: the field's CuTe DSL kernels; quack's GEMMs by its heuristic, ``QUACK_TUNED=1`` for its
 autotuner). Passes: forward (under ``torch.no_grad``, as inference runs), and forward + backward (a loss on
@@ -14,7 +17,7 @@ the output, gradients for every weight and the input). Modes: eager and ``torch.
 small block against an fp32 torch reference; last, the per-op host-overhead table (``bench/_host_ops.py``).
 
     python3 bench/model_block.py [--rounds 3] [--sizes decode,prefill,training] [--no-compile] [--no-host-table]
-                                 [--fused-mlp]
+                                 [--unfused-mlp]
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from _host_ops import host_table  # bench/_host_ops.py: the per-op host-overhead
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
 SIZES = {"decode": (1, 16), "prefill": (4, 2048), "training": (8, 4096)}
+UNFUSED_MLP = False  # --unfused-mlp: also warpsched with the [gate | up] weight and torch's product
 
 
 def params(hidden=HIDDEN, mlp=MLP, heads=HEADS, kv_heads=KV_HEADS, dtype=torch.bfloat16, seed=0):
@@ -56,7 +60,7 @@ def block(x, p, linear, attention, heads=HEADS, kv_heads=KV_HEADS):
     v = v.view(B, S, kv_heads, HEAD_DIM)
     a = attention(q, k, v).reshape(B, S, heads * HEAD_DIM)  # (B, S, H, D) in and out
     x = x + linear(a, p["wo"])
-    if "wgu_swiglu" in p:  # --fused-mlp's side: silu(gate) * up in the gate / up GEMM's epilogue (inference)
+    if "wgu_swiglu" in p:  # warpsched's side: the interleaved gate / up weight, linear(..., activation="swiglu")
         return x + linear(linear(rmsnorm(x, p["n2"]), p["wgu_swiglu"], activation="swiglu"), p["wdown"])
     gate, up = linear(rmsnorm(x, p["n2"]), p["wgu"]).chunk(2, dim=-1)
     return x + linear(F.silu(gate) * up, p["wdown"])
@@ -97,6 +101,8 @@ def sides(quiet=False):
     import warpsched.nn.functional as wf
 
     out = {"warpsched": (wf.linear, warpsched_bshd), "torch": (F.linear, sdpa_bshd)}
+    if UNFUSED_MLP:
+        out["ws unfused MLP"] = (wf.linear, warpsched_bshd)
     try:
         import flash_attn.cute  # noqa: F401
 
@@ -120,9 +126,15 @@ def gradient_check():
     kw = dict(heads=8, kv_heads=2)
     y = block(x.requires_grad_(), ref_p, F.linear, sdpa_bshd, **kw)
     ref = torch.autograd.grad(y, [x] + list(ref_p.values()), dy)
+    from warpsched import ops
+
+    refs = dict(zip(["x"] + list(ref_p), ref))
+    refs["wgu_swiglu"] = ops.interleave_gate_up(*refs["wgu"].chunk(2, dim=0))[0]
     worst = {}
     for name, (linear, attention) in sides().items():
         p = {k: t.detach().to(torch.bfloat16).requires_grad_() for k, t in ref_p.items()}
+        if name == "warpsched":  # its gate / up weight interleaved: the gradient compared interleaved too
+            p = fused_mlp_params(p)
         xb = x.detach().to(torch.bfloat16).requires_grad_()
         try:
             yb = block(xb, p, linear, attention, **kw)
@@ -132,29 +144,16 @@ def gradient_check():
                 raise
             print(f"gradients {name}: {type(e).__name__}: {str(e)[:200]} (left out)", flush=True)
             continue
-        errs = [((a.float() - r).abs().max() / r.abs().max().clamp_min(1e-6)).item() for a, r in zip(got, ref)]
+        names = ["x"] + list(p)
+        errs = [((a.float() - refs[n]).abs().max() / refs[n].abs().max().clamp_min(1e-6)).item()
+                for a, n in zip(got, names)]
         worst[name] = max(errs)
-        print(f"gradients {name}: max rel err per tensor (x, " + ", ".join(ref_p) + "): "
+        print(f"gradients {name}: max rel err per tensor (" + ", ".join(names) + "): "
               + " ".join(f"{e:.1e}" for e in errs), flush=True)
-    # the interleaved SwiGLU weight (--fused-mlp's side): its gradient against the reference's gate / up rows
-    import warpsched.nn.functional as wf
-    from warpsched import ops
-
-    pf = fused_mlp_params({k: t.detach().to(torch.bfloat16).requires_grad_() for k, t in ref_p.items()})
-    xb = x.detach().to(torch.bfloat16).requires_grad_()
-    got = torch.autograd.grad(block(xb, pf, wf.linear, warpsched_bshd, **kw), [xb] + list(pf.values()),
-                              dy.to(torch.bfloat16))
-    names = ["x"] + list(pf)
-    refs = dict(zip(["x"] + list(ref_p), ref))
-    refs["wgu_swiglu"] = ops.interleave_gate_up(*refs["wgu"].chunk(2, dim=0))[0]
-    errs = [((a.float() - refs[n]).abs().max() / refs[n].abs().max().clamp_min(1e-6)).item() for a, n in zip(got, names)]
-    worst["ws fused MLP"] = max(errs)
-    print("gradients ws fused MLP: max rel err per tensor (" + ", ".join(names) + "): "
-          + " ".join(f"{e:.1e}" for e in errs), flush=True)
-    ok = max(worst["warpsched"], worst["ws fused MLP"]) <= 2 * worst["torch"] + 1e-3
-    print(f"gradient check: warpsched {worst['warpsched']:.2e} (fused MLP {worst['ws fused MLP']:.2e}) vs torch bf16 "
-          f"{worst['torch']:.2e} -> "
-          f"{'PASS' if ok else 'FAIL'}", flush=True)
+    ws = max(v for k, v in worst.items() if k.startswith("w"))
+    ok = ws <= 2 * worst["torch"] + 1e-3
+    print(f"gradient check: warpsched {ws:.2e} vs torch bf16 {worst['torch']:.2e} -> {'PASS' if ok else 'FAIL'}",
+          flush=True)
     return ok
 
 
@@ -174,10 +173,10 @@ def fused_mlp_params(p):
     return out
 
 
-def run(size, passes, compile_modes, rounds, fused_mlp=False):
+def run(size, passes, compile_modes, rounds):
     B, S = SIZES[size]
     p = params()
-    pf = fused_mlp_params(p) if fused_mlp else None
+    pf = fused_mlp_params(p)  # warpsched's side: the gate / up weight interleaved
     x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn_like(x)
     for mode in compile_modes:
@@ -185,11 +184,8 @@ def run(size, passes, compile_modes, rounds, fused_mlp=False):
             if size == "training" and pas == "forward":
                 continue
             fns = {}
-            named = dict(sides())
-            if pf is not None and mode == "eager":
-                named["ws fused MLP"] = named["warpsched"]
-            for name, (linear, attention) in named.items():
-                pp = pf if name == "ws fused MLP" else p
+            for name, (linear, attention) in sides().items():
+                pp = pf if name == "warpsched" else p
                 f = (lambda x, linear=linear, attention=attention, pp=pp: block(x, pp, linear, attention))
                 if mode == "compile":
                     torch._dynamo.reset()
@@ -198,11 +194,11 @@ def run(size, passes, compile_modes, rounds, fused_mlp=False):
                     fns[name] = (lambda f=f: _no_grad(f, x.detach()))
                 else:
                     fns[name] = (lambda f=f, pp=pp: torch.autograd.grad(f(x), [x] + list(pp.values()), dy))
-            if "ws fused MLP" in fns:  # the same block: its output against the unfused one's
-                a_, b_ = fns["ws fused MLP"](), fns["warpsched"]()
+            if "ws unfused MLP" in fns:  # the same block: its output against the fused one's
+                a_, b_ = fns["warpsched"](), fns["ws unfused MLP"]()
                 a_, b_ = (a_, b_) if pas == "forward" else (a_[0], b_[0])  # forward + backward: dX
                 err = ((a_.float() - b_.float()).abs().max() / b_.float().abs().max()).item()
-                print(f"  ws fused MLP {size} {pas}: max |fused - unfused| / max |unfused| = {err:.1e}"
+                print(f"  ws {size} {pas} {mode}: max |fused MLP - unfused| / max |unfused| = {err:.1e}"
                       + ("" if err < 2e-2 else "  MISMATCH"), flush=True)
             for name in [n for n in fns if n not in ("warpsched", "torch")]:
                 try:  # a peer that fails here (a compile it refuses, say) is left out of this row
@@ -215,10 +211,7 @@ def run(size, passes, compile_modes, rounds, fused_mlp=False):
                   + " | ".join(f"{med[s] * 1e3:.0f}" if s in med else "-" for s in sides_names())
                   + f" | {med['torch'] / med['warpsched']:.3f}x"
                   + "".join(f" | {med[p] / med['warpsched']:.3f}x" if p in med else " | -"
-                            for p in ("torch+FA4", "quack+FA4")) + " |"
-                  + (f" ws fused MLP {med['ws fused MLP'] * 1e3:.0f} us: torch / it "
-                     f"{med['torch'] / med['ws fused MLP']:.3f}x" if "ws fused MLP" in med else ""),
-                  flush=True)
+                            for p in ("torch+FA4", "quack+FA4")) + " |", flush=True)
 
 
 def main():
@@ -227,10 +220,11 @@ def main():
     ap.add_argument("--sizes", default="decode,prefill,training")
     ap.add_argument("--no-compile", action="store_true", help="eager only")
     ap.add_argument("--no-host-table", action="store_true", help="skip the per-op host-overhead table")
-    ap.add_argument("--fused-mlp", action="store_true", help="eager rows: also warpsched with the gate / up weights "
-                    "interleaved, linear(..., activation='swiglu'): the product in the GEMM's epilogue in inference "
-                    "from 128 tokens on, in torch under autograd")
+    ap.add_argument("--unfused-mlp", action="store_true", help="also warpsched with the [gate | up] weight and "
+                    "torch's silu(gate) * up (the side before the interleaved SwiGLU kernels)")
     a = ap.parse_args()
+    global UNFUSED_MLP
+    UNFUSED_MLP = a.unfused_mlp
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     if not gradient_check():
         raise SystemExit(1)
@@ -240,7 +234,7 @@ def main():
     print("|---|---|---|" + "---|" * (len(names) + 3))
     modes = ["eager"] + ([] if a.no_compile else ["compile"])
     for size in a.sizes.split(","):
-        run(size, ["forward", "forward+backward"], modes, a.rounds, a.fused_mlp)
+        run(size, ["forward", "forward+backward"], modes, a.rounds)
     if not a.no_host_table:
         print("\nHost cost per op (bench/_host_ops.py):", flush=True)
         host_table()
