@@ -47,15 +47,21 @@ def _views(out):
 
 
 @cute.jit
-def _probe_views(out: cutlass.Constexpr):
-    _views(out)
+def _probe(fill: cutlass.Constexpr, out: cutlass.Constexpr):
+    fill(out)
+
+
+def _traced(monkeypatch, fill):
+    """What ``fill`` (plain Python) records while a Hopper compile traces it: layouts and MMA partitions exist
+    only there."""
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    out = {}
+    cute.compile(_probe, fill, out, options=_host.ptx_options("sm_90a"))
+    return out
 
 
 def test_the_swapped_gemms_operands_are_the_bytes_the_tiles_were_written_as(monkeypatch):
-    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
-    out = {}
-    cute.compile(_probe_views, out, options=_host.ptx_options("sm_90a"))
-    assert out == {"q": True, "kt": True, "ds": True, "dst": True}
+    assert _traced(monkeypatch, _views) == {"q": True, "kt": True, "ds": True, "dst": True}
 
 
 def _fill(seen):
@@ -65,15 +71,8 @@ def _fill(seen):
         seen[t] = [c[v] for v in range(cute.size(c))]
 
 
-@cute.jit
-def _register_coords(seen: cutlass.Constexpr):
-    _fill(seen)
-
-
 def test_a_transposed_flat_tile_is_the_register_order_of_the_64_by_80_accumulator(monkeypatch):
-    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
-    seen = {}
-    cute.compile(_register_coords, seen, options=_host.ptx_options("sm_90a"))
+    seen = _traced(monkeypatch, _fill)
     covered = set()
     for t, coords in seen.items():
         assert len(coords) == 40  # 64 x 80 fp32 over 128 threads
