@@ -71,7 +71,11 @@ def test_split_counts_and_kernel_options_answer_every_input_with_a_named_error(s
 
 
 BWD_OPTIONS = ["shared_ds", "wg_order", "overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "varlen",
-               "deterministic", "dq_stages", "qdo_stages", "early_stats", "causal", "lpt", "lpt_heads"]
+               "deterministic", "dq_stages", "qdo_stages", "early_stats", "causal", "lpt", "lpt_heads", "flat_dq",
+               "block_m"]
+BLOCK_M = [64, 80, 96, 128, None, True]
+# the 80-row kernel's options (one random option of BWD_OPTIONS then changed): most single changes are refused
+M80 = {"shared_ds": True, "flat_dq": True, "tma_stats": True, "dq_stages": 1, "block_m": 80}
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -84,7 +88,11 @@ def test_backward_options_build_a_safe_program_or_answer_with_a_named_error(seed
 
     r = random.Random(seed)
     for _ in range(5):
-        options = {name: r.choice([False, True, None, 0, 1, 2, 3]) for name in r.sample(BWD_OPTIONS, r.randrange(1, 7))}
+        options = {name: r.choice(BLOCK_M if name == "block_m" else [False, True, None, 0, 1, 2, 3])
+                   for name in r.sample(BWD_OPTIONS, r.randrange(1, 7))}
+        if r.random() < 0.3:
+            name = r.choice(BWD_OPTIONS)
+            options = dict(M80, **{name: r.choice(BLOCK_M if name == "block_m" else [False, True, None, 1, 2])})
         try:
             g = ab.FlashAttentionBackward(head_dim=r.choice([64, 128, 256]), **options)
         except AttentionConfigError as e:
