@@ -1,6 +1,7 @@
-"""The autotuner's wave-filling candidate (``autotune.fill_tile``): for a shape of few tiles, the cooperative
-128-row tile whose width leaves the fewest SMs idle. The floor's worst shapes (docs/gemm.md, "The GEMM
-floor") ran 72-96 tiles of 128x256 on 132 SMs; their fill tiles make one wave of 120-128."""
+"""The wave-filling tile (``autotune.fill_tile``): for a shape of few tiles, the cooperative 128-row tile whose
+width leaves the fewest SMs idle. The floor's worst shapes (docs/gemm.md, "The GEMM floor") ran 72-96 tiles of
+128x256 on 132 SMs; their fill tiles make one wave of 120-128. Shipped proven; not an autotune candidate until
+``bench/gemm_floor.py --fill`` has checked and timed it on the GPU."""
 from __future__ import annotations
 
 import re
@@ -21,7 +22,7 @@ def test_a_few_tile_shape_gets_the_width_that_fills_one_wave(M, N, width, tiles)
     cfg = autotune.fill_tile(M, N)
     assert cfg["tile_mn"] == (128, width) and _tiles(M, N, width) == tiles <= autotune.SMS
     assert cfg.get("epi_n", 32) == (16 if width % 32 else 32)  # the epilogue's columns divide the tile
-    assert cfg in autotune.candidates(M, N, 4096)
+    assert cfg not in autotune.candidates(M, N, 4096)  # not before the GPU has checked it
     # every fixed width of the list takes two waves or leaves more than a third of the SMs idle here
     for bn in (128, 256):
         t = _tiles(M, N, bn)
@@ -29,16 +30,8 @@ def test_a_few_tile_shape_gets_the_width_that_fills_one_wave(M, N, width, tiles)
 
 
 @pytest.mark.parametrize("M, N", [(1000, 1000), (1000, 4096), (2048, 2048), (512, 2048)])
-def test_where_a_listed_tile_already_fills_the_wave_nothing_is_added(M, N):
-    cands = autotune.candidates(M, N, 4096)
-    assert len(cands) == len({repr(c) for c in cands})
-    assert autotune.fill_tile(M, N) in cands
-
-
-def test_many_tile_and_small_m_shapes_do_not_take_a_fill_tile():
-    for M, N in ((4096, 14336), (16, 4096), (200, 3000)):
-        widths = {c["tile_mn"][1] for c in autotune.candidates(M, N, 4096) if "tile_mn" in c}
-        assert not widths & {144, 160}
+def test_where_a_listed_tile_already_fills_the_wave_the_fill_tile_is_that_one(M, N):
+    assert autotune.fill_tile(M, N) in autotune.candidates(M, N, 4096)
 
 
 def test_every_fill_width_is_a_valid_kernel_and_ships_proven():

@@ -25,7 +25,8 @@ def _gemm_option_sets():
     configuration), for 16-bit and fp8 operands."""
     from .gemm.autotune import FILL_TILE_N, candidates, normalize
 
-    # the few-tile shapes' wave-filling widths (autotune.fill_tile), whichever shape picks them
+    # the few-tile shapes' wave-filling widths (autotune.fill_tile): proven ahead of their GPU check
+    # (bench/gemm_floor.py --fill), after which they join the candidates
     fills = [dict(schedule="cooperative", tile_mn=(128, bn), split_k=1, **({"epi_n": 16} if bn % 32 else {}))
              for bn in FILL_TILE_N]
     seen, out = set(), []

@@ -67,7 +67,9 @@ def fill_tile(M: int, N: int, sms: int = SMS) -> Dict:
     """The cooperative 128-row tile whose width makes the least work per SM: waves (ceil(tiles / sms))
     times the width plus ``TILE_OVERHEAD_N``, the narrower on a tie. A shape of few tiles leaves SMs
     idle with the fixed widths (1000 x 2056: 72 tiles of 128x256, 136 of 128x128, two waves); a width
-    from ``FILL_TILE_N`` can fill one wave (128x144: 120 tiles). The autotuner times it with the others."""
+    from ``FILL_TILE_N`` can fill one wave (128x144: 120 tiles). Built and shipped proven; not yet among
+    ``candidates``: ``bench/gemm_floor.py --fill`` checks it against fp64 and times it on the GPU first (the
+    swapped split-K's rule: docs/gemm.md, "The GEMM floor")."""
     rows = -(-M // 128)
 
     def cost(bn):
@@ -95,8 +97,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
     - M <= 256: the 128x256 / 256x128 / 128x128 / 64x128 / 128x64 tiles, split-K on two of them,
       the ping-pong and 128x224 tiles.
     - Larger: 128x256 and 256x128, the other raster order, a wider raster group, B multicast over a
-      2x1 cluster, the ping-pong; few tiles (M * N <= 2048^2) add smaller tiles (64x128 with PDL) and the
-      128-row tile whose width fills the SMs' wave best (``fill_tile``),
+      2x1 cluster, the ping-pong; few tiles (M * N <= 2048^2) add smaller tiles (64x128 with PDL),
       many tiles add 128x224 (an even last wave at N = 14336) and CUTLASS's ping-pong with 128x176
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
@@ -131,9 +132,6 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
         out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
-        fill = fill_tile(M, N)  # the width that fills the wave best, where it is none of those
-        if fill not in out:
-            out.append(fill)
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,
