@@ -140,16 +140,16 @@ def time_shape(M, N, K, quack, rounds, rep_ms):
     return {s: statistics.median(v) for s, v in times.items()}, times
 
 
-def swap_correctness(shapes):
-    """The swap-AB configurations against fp64 on every shape with M <= 64 (their tiles put the tokens on N),
-    into NaN-poisoned outputs; the failures' count."""
+def config_correctness(shapes, label, applies, configs_of, seed0):
+    """Configurations a shape's tuning does not pick on its own, against fp64 into NaN-poisoned outputs, on every
+    shape they are for (``applies(M)``; ``configs_of(M, N)``: the list); the failures' count."""
     bad = 0
     for i, (M, N, K) in enumerate(shapes):
-        if M > 64:
+        if not applies(M):
             continue
-        a, w = inputs(M, N, K, 100 + i)
+        a, w = inputs(M, N, K, seed0 + i)
         ref = a.double() @ w.double().t()
-        for c in SWAP:
+        for c in configs_of(M, N):
             out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             try:
                 e = rel_err(ops.gemm(a, w.t(), out=out, config=c), ref)
@@ -157,31 +157,19 @@ def swap_correctness(shapes):
                 e = f"{type(ex).__name__}: {str(ex)[:120]}"
             ok = isinstance(e, float) and e < TOL
             bad += not ok
-            print(f"swap-AB {M}x{N}x{K} {c}: {e if isinstance(e, str) else f'{e:.2e}'} {'PASS' if ok else 'FAIL'}",
+            print(f"{label} {M}x{N}x{K} {c}: {e if isinstance(e, str) else f'{e:.2e}'} {'PASS' if ok else 'FAIL'}",
                   flush=True)
     return bad
 
 
+def swap_correctness(shapes):
+    """The swap-AB configurations on every shape with M <= 64 (their tiles put the tokens on N)."""
+    return config_correctness(shapes, "swap-AB", lambda M: M <= 64, lambda M, N: SWAP, 100)
+
+
 def fill_correctness(shapes):
-    """``autotune.fill_tile``'s configuration against fp64 on every shape with M > 256 (the few-tile shapes it
-    is for), into NaN-poisoned outputs; the failures' count."""
-    bad = 0
-    for i, (M, N, K) in enumerate(shapes):
-        if M <= 256:
-            continue
-        a, w = inputs(M, N, K, 200 + i)
-        ref = a.double() @ w.double().t()
-        c = tune.fill_tile(M, N)
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-        try:
-            e = rel_err(ops.gemm(a, w.t(), out=out, config=c), ref)
-        except Exception as ex:  # noqa: BLE001 - reported, counted as a failure
-            e = f"{type(ex).__name__}: {str(ex)[:120]}"
-        ok = isinstance(e, float) and e < TOL
-        bad += not ok
-        print(f"fill tile {M}x{N}x{K} {c}: {e if isinstance(e, str) else f'{e:.2e}'} {'PASS' if ok else 'FAIL'}",
-              flush=True)
-    return bad
+    """``autotune.fill_tile``'s configuration on every shape with M > 256 (the few-tile shapes it is for)."""
+    return config_correctness(shapes, "fill tile", lambda M: M > 256, lambda M, N: [tune.fill_tile(M, N)], 200)
 
 
 def candidates_table(M, N, K, rep_ms, swap=False, fill=False):
