@@ -17,7 +17,7 @@ the output, gradients for every weight and the input). Modes: eager and ``torch.
 small block against an fp32 torch reference; last, the per-op host-overhead table (``bench/_host_ops.py``).
 
     python3 bench/model_block.py [--rounds 3] [--sizes decode,prefill,training] [--no-compile] [--no-host-table]
-                                 [--unfused-mlp]
+                                 [--unfused-mlp] [--composed-rmsnorm]
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from _host_ops import host_table  # bench/_host_ops.py: the per-op host-overhead
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
 SIZES = {"decode": (1, 16), "prefill": (4, 2048), "training": (8, 4096)}
 UNFUSED_MLP = False  # --unfused-mlp: also warpsched with the [gate | up] weight and torch's product
+COMPOSED_RMSNORM = False  # --composed-rmsnorm: RMSNorm as elementwise ops (the earlier tables), not F.rms_norm
 
 
 def params(hidden=HIDDEN, mlp=MLP, heads=HEADS, kv_heads=KV_HEADS, dtype=torch.bfloat16, seed=0):
@@ -48,7 +49,11 @@ def params(hidden=HIDDEN, mlp=MLP, heads=HEADS, kv_heads=KV_HEADS, dtype=torch.b
 
 
 def rmsnorm(x, weight, eps=1e-5):
-    return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+    """torch's RMSNorm (``F.rms_norm``: its fused CUDA kernel, what ``torch.nn.RMSNorm`` runs), the same on every
+    side; ``--composed-rmsnorm``: the fp32 composition of elementwise ops the tables up to session 40 used."""
+    if COMPOSED_RMSNORM:
+        return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
 def block(x, p, linear, attention, heads=HEADS, kv_heads=KV_HEADS):
@@ -222,9 +227,11 @@ def main():
     ap.add_argument("--no-host-table", action="store_true", help="skip the per-op host-overhead table")
     ap.add_argument("--unfused-mlp", action="store_true", help="also warpsched with the [gate | up] weight and "
                     "torch's silu(gate) * up (the side before the interleaved SwiGLU kernels)")
+    ap.add_argument("--composed-rmsnorm", action="store_true", help="RMSNorm as fp32 elementwise ops on every side "
+                    "(the tables up to session 40) instead of F.rms_norm")
     a = ap.parse_args()
-    global UNFUSED_MLP
-    UNFUSED_MLP = a.unfused_mlp
+    global UNFUSED_MLP, COMPOSED_RMSNORM
+    UNFUSED_MLP, COMPOSED_RMSNORM = a.unfused_mlp, a.composed_rmsnorm
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     if not gradient_check():
         raise SystemExit(1)
