@@ -43,3 +43,11 @@ def test_without_the_kernels_the_gradient_is_torchs_on_gate_and_up_halves():
     expect = torch.stack([gate.grad.view(T, I // 8, 8), up.grad.view(T, I // 8, 8)], dim=2).view(T, 2 * I)
     assert torch.allclose(dz, expect, atol=1e-12)
     assert torch.allclose(swiglu.swiglu_forward(z), swiglu_interleaved(z))
+
+
+def test_a_gradient_that_is_not_half_of_z_is_refused_naming_the_shapes():
+    torch = pytest.importorskip("torch")
+    from warpsched.kernels.gemm.ops import GemmArgumentError
+
+    with pytest.raises(GemmArgumentError, match=r"dh \(4, 16\) must be z \(4, 48\) with half"):
+        swiglu.swiglu_backward(torch.zeros(4, 16), torch.zeros(4, 48))

@@ -159,9 +159,13 @@ def swiglu_forward(z):
 
 def swiglu_backward(dh, z):
     """dz (..., 2 I), interleaved as z, of h = ``swiglu_forward(z)`` for the upstream gradient dh (..., I)."""
-    from .ops import swiglu_interleaved
+    from .ops import GemmArgumentError, swiglu_interleaved
     from .. import _host
     import torch
+
+    if tuple(dh.shape[:-1]) != tuple(z.shape[:-1]) or 2 * dh.shape[-1] != z.shape[-1]:
+        raise GemmArgumentError(f"swiglu_backward: dh {tuple(dh.shape)} must be z {tuple(z.shape)} with half its last "
+                                "dimension (h = swiglu_forward(z) has I features for z's 2 I)")
 
     if not _kernels_take(dh, z) or z.shape[-1] % (2 * RUN):
         with torch.enable_grad():
