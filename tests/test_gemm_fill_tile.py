@@ -37,7 +37,7 @@ def test_where_a_listed_tile_already_fills_the_wave_the_fill_tile_is_that_one(M,
 def test_every_fill_width_is_a_valid_kernel_and_ships_proven():
     options = [opts for fp8, opts in shipped._gemm_option_sets() if not fp8]
     for bn in autotune.FILL_TILE_N:
-        kern = PersistentGemm(schedule="cooperative", tile_mn=(128, bn), epi_n=16 if bn % 32 else 32)
+        kern = PersistentGemm(**{k: v for k, v in autotune.fill_config(bn).items() if k != "split_k"})
         assert kern.tile_mn == (128, bn)
         assert any(o.get("tile_mn") == (128, bn) and o.get("schedule") == "cooperative" for o in options)
 

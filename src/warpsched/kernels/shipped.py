@@ -23,12 +23,11 @@ GEMM_SHAPES = [(16, 4096), (64, 14336), (128, 4096), (256, 14336), (1024, 1024),
 def _gemm_option_sets():
     """Every kernel-option dict ``gemm_host.plan`` can build from an autotune candidate (or the default
     configuration), for 16-bit and fp8 operands."""
-    from .gemm.autotune import FILL_TILE_N, candidates, normalize
+    from .gemm.autotune import FILL_TILE_N, candidates, fill_config, normalize
 
     # the few-tile shapes' wave-filling widths (autotune.fill_tile): proven ahead of their GPU check
     # (bench/gemm_floor.py --fill), after which they join the candidates
-    fills = [dict(schedule="cooperative", tile_mn=(128, bn), split_k=1, **({"epi_n": 16} if bn % 32 else {}))
-             for bn in FILL_TILE_N]
+    fills = [fill_config(bn) for bn in FILL_TILE_N]
     seen, out = set(), []
     for fp8 in (False, True):
         for M, N in GEMM_SHAPES:

@@ -58,8 +58,6 @@ SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=T
 # the cooperative 128-row tiles' widths ``fill_tile`` chooses among (144: epi_n=16, the others 32)
 FILL_TILE_N = (64, 128, 144, 160, 176, 192, 224, 256)
 SMS = 132  # H100 / H200: the wave a few-tile shape should fill
-
-
 TILE_OVERHEAD_N = 64  # a tile's fixed cost (prologue, epilogue, the operand reuse a narrow tile loses), in columns
 
 
@@ -74,9 +72,13 @@ def fill_tile(M: int, N: int, sms: int = SMS) -> Dict:
 
     def cost(bn):
         return -(-rows * -(-N // bn) // sms) * (bn + TILE_OVERHEAD_N)
-    bn = min(FILL_TILE_N, key=lambda b: (cost(b), b))
-    cfg = dict(schedule="cooperative", tile_mn=(128, bn), split_k=1)
-    if bn % 32:
+    return fill_config(min(FILL_TILE_N, key=lambda b: (cost(b), b)))
+
+
+def fill_config(width: int) -> Dict:
+    """The cooperative 128 x ``width`` tile's configuration: its epilogue's columns (``epi_n``) divide the tile."""
+    cfg = dict(schedule="cooperative", tile_mn=(128, width), split_k=1)
+    if width % 32:
         cfg["epi_n"] = 16
     return cfg
 
