@@ -50,7 +50,7 @@ def params(hidden=HIDDEN, mlp=MLP, heads=HEADS, kv_heads=KV_HEADS, dtype=torch.b
 
 def rmsnorm(x, weight, eps=1e-5):
     """torch's RMSNorm (``F.rms_norm``: its fused CUDA kernel, what ``torch.nn.RMSNorm`` runs), the same on every
-    side; ``--composed-rmsnorm``: the fp32 composition of elementwise ops the tables up to session 40 used."""
+    side; ``--composed-rmsnorm``: the fp32 composition of elementwise ops the docs' block tables were measured with."""
     if COMPOSED_RMSNORM:
         return (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
@@ -228,7 +228,7 @@ def main():
     ap.add_argument("--unfused-mlp", action="store_true", help="also warpsched with the [gate | up] weight and "
                     "torch's silu(gate) * up (the side before the interleaved SwiGLU kernels)")
     ap.add_argument("--composed-rmsnorm", action="store_true", help="RMSNorm as fp32 elementwise ops on every side "
-                    "(the tables up to session 40) instead of F.rms_norm")
+                    "(what the docs' block tables measured) instead of F.rms_norm")
     a = ap.parse_args()
     global UNFUSED_MLP, COMPOSED_RMSNORM
     UNFUSED_MLP, COMPOSED_RMSNORM = a.unfused_mlp, a.composed_rmsnorm
