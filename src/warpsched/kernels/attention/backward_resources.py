@@ -45,6 +45,11 @@ def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr):
         cute.gemm(mma, acc, frag_a[(None, None, kb, half)], b, acc)
 
 
+def _fragment(mma, thr, tile, as_a):
+    """``tile`` as ``mma``'s A operand (``as_a``) or its B operand, partitioned for this thread."""
+    return mma.make_fragment_A(thr.partition_A(tile)) if as_a else mma.make_fragment_B(thr.partition_B(tile))
+
+
 @dataclass(kw_only=True)
 class SmemKV(MemoryResource):
     """The unit's K and V (128 keys each, as two 64-key halves, one per warp group): one stage, loaded
@@ -162,38 +167,33 @@ class SmemKV(MemoryResource):
     def mma_dq(self, stage_info: StageInfo, acc_dq, *, wg: cutlass.Constexpr = 0, part: cutlass.Constexpr = 0):
         """dQ's part of this warp group. ``shared_ds``: dQ[:, 64 wg : 64 wg + 64] over all 128 keys, A from
         both warp groups' dS tiles (the other's through ``SmemDS``), B from K's (D half, key half) blocks
-        (``ds_rows``: dQ[64 wg : 64 wg + 64, :], A from row half wg of both tiles, B from K's key halves);
+        (``ds_rows``: dQ[64 wg : 64 wg + 64, :], A from row half wg of both tiles, B from K's key halves;
+        ``dq_swap``: its transpose, A from K's blocks and B from the dS tiles);
         else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile; ``d_split``: the 64 columns
         ``part`` of its half of D, ``FlashAttentionBackward.dq_kt_view``)."""
         g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
-        if cutlass.const_expr(g.dq_swap):  # dQ^T[64 wg : 64 wg + 64, :] = K^T dS^T over both key halves
-            frag_kt = v.dq_mma.make_fragment_A(thr.partition_A(v.sKt))
+        if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
+            # dq_swap: dQ^T = K^T dS^T, the same views with K^T as A and dS as B
+            frag_kt = _fragment(v.dq_mma, thr, v.sKt, as_a=g.dq_swap)
             warpgroup.fence()
             for half in cutlass.range_constexpr(2):
-                frag_ds = v.dq_mma.make_fragment_B(thr.partition_B(getattr(v, f"sdS{half}")))
+                ds_part, kt_stage = g.dq_operands(wg, half)
+                frag_ds = _fragment(v.dq_mma, thr, getattr(v, f"sdS{half}"), as_a=not g.dq_swap)
                 for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
                     mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
-                    cute.gemm(mma, acc_dq, frag_kt[(None, None, kb, 2 * half + wg)], frag_ds[(None, None, kb, 0)],
-                              acc_dq)
+                    ds, kt = frag_ds[(None, None, kb, ds_part)], frag_kt[(None, None, kb, kt_stage)]
+                    a, b = (kt, ds) if g.dq_swap else (ds, kt)
+                    cute.gemm(mma, acc_dq, a, b, acc_dq)
         else:
             frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
             warpgroup.fence()
-            if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
-                for half in cutlass.range_constexpr(2):
-                    ds_part, kt_stage = g.dq_operands(wg, half)
-                    frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{half}")))
-                    for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
-                        mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
-                        cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, ds_part)],
-                                  frag_kt[(None, None, kb, kt_stage)], acc_dq)
-            else:
-                frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
-                for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
-                    mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
-                    cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)],
-                              frag_kt[(None, None, kb, g.dq_kt_view(wg, part))], acc_dq)
+            frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
+            for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
+                mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
+                cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, g.dq_kt_view(wg, part))],
+                          acc_dq)
         warpgroup.commit_group()
 
 
