@@ -19,6 +19,9 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
+from .. import _host
+from .ops import GemmArgumentError, swiglu_interleaved
+
 THREADS = 256
 RUN = 8  # features in a gate (or up) run: one 16-byte access of 16-bit values
 
@@ -110,7 +113,6 @@ def _fake(dtype, n):
 def compiled(direction, dtype, arch=None):
     """The kernel for TVM-FFI calls on flat tensors: ``forward``: ``f(z, h)``; ``backward``: ``f(dh, z, dz)``
     (``arch``: a CPU compile for that arch, its PTX kept)."""
-    from .. import _host
     from cutlass.cute.runtime import make_fake_stream
 
     key = (direction, dtype, arch)
@@ -130,8 +132,6 @@ def compiled(direction, dtype, arch=None):
 # ------------------------------------------------------------------------------- torch
 def _kernels_take(*tensors):
     """The kernels run on CUDA 16-bit tensors with TVM FFI (the launch path of every warpsched op); else torch."""
-    from .. import _host
-
     return _host.ffi_enabled() and all(t.is_cuda and t.dtype == tensors[0].dtype for t in tensors) and \
         str(tensors[0].dtype) in ("torch.bfloat16", "torch.float16")
 
@@ -145,8 +145,6 @@ def _flat(t):
 def swiglu_forward(z):
     """h (..., I) = silu(gate) * up of the interleaved pre-activation z (..., 2 I) (``ops.swiglu_interleaved``'s
     value: one pass of the ``SwiGLUForward`` kernel on CUDA, torch's ops elsewhere)."""
-    from .ops import swiglu_interleaved
-    from .. import _host
     import torch
 
     if not _kernels_take(z) or z.shape[-1] % (2 * RUN):
@@ -159,8 +157,6 @@ def swiglu_forward(z):
 
 def swiglu_backward(dh, z):
     """dz (..., 2 I), interleaved as z, of h = ``swiglu_forward(z)`` for the upstream gradient dh (..., I)."""
-    from .ops import GemmArgumentError, swiglu_interleaved
-    from .. import _host
     import torch
 
     if tuple(dh.shape[:-1]) != tuple(z.shape[:-1]) or 2 * dh.shape[-1] != z.shape[-1]:
