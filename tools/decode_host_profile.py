@@ -3,10 +3,12 @@ block's wall time per call with and without a final synchronization (host-bound 
 device time of one block (CUDA events around a call after a synchronization), and a cProfile of the
 Python host path per call (functions by own time), warpsched's block and torch's side by side.
 
-    python3 tools/decode_host_profile.py [--calls 200] [--top 30] [--config auto|default] [--grad]
+    python3 tools/decode_host_profile.py [--calls 200] [--top 30] [--config auto|default] [--grad | --backward]
 
-``--grad``: with grad mode on (the weights require grad, as in bench/model_block.py's forward rows, so the
-autograd wrappers run and save their tensors) instead of ``torch.no_grad``.
+warpsched's side is bench/model_block.py's: the gate / up weight interleaved, ``linear(..., activation="swiglu")``.
+``--grad``: the forward with grad mode on (the weights require grad, so the autograd wrappers run and save their
+tensors) instead of ``torch.no_grad``; ``--backward``: forward + backward, as model_block.py's forward + backward
+rows (``torch.autograd.grad`` of the output for x and every weight).
 """
 import argparse
 import cProfile
@@ -27,23 +29,29 @@ ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDe
 ap.add_argument("--calls", type=int, default=200)
 ap.add_argument("--top", type=int, default=30)
 ap.add_argument("--config", default="auto", help="the GEMMs' config (auto: tuned, as ops.gemm does)")
-ap.add_argument("--grad", action="store_true", help="grad mode on, as model_block's forward rows")
+ap.add_argument("--grad", action="store_true", help="the forward with grad mode on")
+ap.add_argument("--backward", action="store_true", help="forward + backward, as model_block's forward + backward rows")
 a = ap.parse_args()
 
 import warpsched.ops as wops  # noqa: E402
 
 if a.config != "auto":
     wops.gemm = functools.partial(wops.gemm, config=a.config)
-from model_block import HIDDEN, block, params, sdpa_bshd, warpsched_bshd  # noqa: E402
+from model_block import HIDDEN, block, fused_mlp_params, params, sdpa_bshd, warpsched_bshd  # noqa: E402
 import warpsched.nn.functional as wf  # noqa: E402
 
 p = params()
-x = torch.randn(1, 16, HIDDEN, device="cuda", dtype=torch.bfloat16)
-sides = {"warpsched": (wf.linear, warpsched_bshd), "torch": (F.linear, sdpa_bshd)}
-print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
-with torch.enable_grad() if a.grad else torch.no_grad():
-    for name, (lin, att) in sides.items():
-        f = functools.partial(block, p=p, linear=lin, attention=att)
+pf = fused_mlp_params(p)
+x = torch.randn(1, 16, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=a.backward)
+dy = torch.randn_like(x)
+sides = {"warpsched": (wf.linear, warpsched_bshd, pf), "torch": (F.linear, sdpa_bshd, p)}
+print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"),
+      "forward + backward" if a.backward else "forward, grad mode " + ("on" if a.grad else "off"), flush=True)
+with torch.enable_grad() if (a.grad or a.backward) else torch.no_grad():
+    for name, (lin, att, pp) in sides.items():
+        f = functools.partial(block, p=pp, linear=lin, attention=att)
+        if a.backward:
+            f = (lambda x, f=f, pp=pp: torch.autograd.grad(f(x), [x] + list(pp.values()), dy))
         for _ in range(5):  # tune, compile, warm up
             f(x)
         torch.cuda.synchronize()

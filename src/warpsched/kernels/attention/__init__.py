@@ -7,3 +7,14 @@ the K/V tiles each visits), ``host`` (``warpsched.ops.attention``).
 Backward: ``backward`` (``FlashAttentionBackward``), ``backward_schedules``, ``backward_math``,
 ``backward_prep`` (the dO.O row-sum pre-pass), ``backward_host``. Importing a kernel module imports cutlass.
 """
+
+
+def out_in_q_order(q) -> bool:
+    """Whether attention's O for ``q`` (B, H, S_q, D) is made in (B, S_q, H, D) memory order: q's sequence stride
+    is larger than its head stride, i.e. q is (a slice of) a (B, S_q, ..., D) tensor seen through
+    ``transpose(1, 2)``, how a model's QKV projection hands it over. SDPA's flash and cuDNN backends return O
+    so, and a model's ``O.transpose(1, 2).reshape(B, S_q, H * D)`` is then a view, not a copy. The host
+    (``host.empty_out``) and the custom op's fake (``warpsched.torch_ops``) both ask this, so compiled and eager
+    agree on O's strides. Pure Python: no cutlass."""
+    _, H, S, _ = q.shape
+    return H > 1 and S > 1 and q.stride(2) > q.stride(1)

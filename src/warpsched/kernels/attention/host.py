@@ -9,7 +9,7 @@ import cutlass
 import cutlass.cute as cute
 
 from .. import _host
-from . import split_kv
+from . import out_in_q_order, split_kv
 from .forward import HEAD_DIMS, TUNED, AttentionConfigError, FlashAttention, build  # noqa: F401 (TUNED: re-exported)
 from .register_math import WG_ROWS
 
@@ -61,6 +61,16 @@ def _tma_aligned(t) -> bool:
 def softmax_scale(head_dim, scale=None):
     """The scale applied to Q K^T: ``scale`` as a float, or 1 / sqrt(head_dim) when None (SDPA's default)."""
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+
+def empty_out(q):
+    """A new O for ``q`` (B, H, S_q, D): in q's memory order where ``out_in_q_order`` says so, else contiguous."""
+    import torch
+
+    B, H, S, D = q.shape
+    if out_in_q_order(q):
+        return torch.empty(B, S, H, D, device=q.device, dtype=q.dtype).transpose(1, 2)
+    return torch.empty(q.shape, device=q.device, dtype=q.dtype)
 
 
 def _tma_ready(t):
@@ -196,8 +206,8 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
 
     q0, k0, v0 = q, k, v
     q, k, v = _tma_ready(q), _tma_ready(k), _tma_ready(v)
-    if out is None:  # contiguous, as the custom op's fake says (empty_like would keep a dense q's strides)
-        out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    if out is None:  # q's memory order or contiguous, as the custom op's fake says
+        out = empty_out(q0)
     if lse is None:
         lse = torch.empty(B, H, Sq, device=q.device, dtype=torch.float32)
     if tuple(out.shape) != tuple(q.shape) or out.dtype != q.dtype or out.stride(3) != 1:
@@ -329,7 +339,7 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
             import torch
 
             f, scale_v = hit
-            out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+            out = empty_out(q)
             lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
             try:
                 f(q, k, v, out, lse, scale_v)
