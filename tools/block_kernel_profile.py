@@ -24,7 +24,7 @@ ap.add_argument("--top", type=int, default=15)
 a = ap.parse_args()
 
 import torch.nn.functional as F  # noqa: E402
-from model_block import HIDDEN, SIZES, block, params, sdpa_bshd, warpsched_bshd  # noqa: E402
+from model_block import HIDDEN, SIZES, block, fused_mlp_params, params, sdpa_bshd, warpsched_bshd  # noqa: E402
 import warpsched.nn.functional as wf  # noqa: E402
 
 B, S = SIZES[a.size]
@@ -32,12 +32,13 @@ p = params()
 x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
 dy = torch.randn_like(x)
 print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), a.size, a.pas, flush=True)
-for name, (lin, att) in {"warpsched": (wf.linear, warpsched_bshd), "torch": (F.linear, sdpa_bshd)}.items():
+pf = fused_mlp_params(p)  # warpsched's side holds the gate / up weight interleaved, as model_block.py's
+for name, (lin, att, pp) in {"warpsched": (wf.linear, warpsched_bshd, pf), "torch": (F.linear, sdpa_bshd, p)}.items():
     def step():
         if a.pas == "forward":
             with torch.no_grad():
-                return block(x.detach(), p, lin, att)
-        return torch.autograd.grad(block(x, p, lin, att), [x] + list(p.values()), dy)
+                return block(x.detach(), pp, lin, att)
+        return torch.autograd.grad(block(x, pp, lin, att), [x] + list(pp.values()), dy)
     for _ in range(3):
         step()
     torch.cuda.synchronize()
