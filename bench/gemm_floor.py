@@ -2,7 +2,7 @@
 ``w.t()``) against the faster of ``torch.matmul`` (cuBLAS) and quack-kernels' CuTe DSL GEMM, in device
 time, on small and odd shapes: M in {1, 16, 32, 64, 1000} and N, K that are not tile multiples.
 
-    python3 bench/gemm_floor.py [--rounds 3] [--shapes 16x4096x4096,...] [--candidates] [--swap] [--fill]
+    python3 bench/gemm_floor.py [--rounds 3] [--shapes 16x4096x4096,...] [--candidates] [--swap]
                                 [--quack-tuned]
 
 Correctness first: every side on every shape with fresh random inputs, ours into a NaN-poisoned output,
@@ -12,8 +12,7 @@ launches (``_graphs.graph_ms``: triton's do_bench median over replays), sides in
 configuration the autotuner chose. ``--candidates`` also times every autotune candidate for the shapes
 below the floor (what a better choice would give); ``--swap`` adds the swap-AB configurations (``SWAP``: the
 weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked against fp64 with a
-NaN-poisoned output on every shape with M <= 64; ``--fill`` does the same for the wave-filling tile
-(``autotune.fill_tile``, not yet a candidate) on every shape with M > 256. quack runs ``tuned=False`` (its heuristic) unless
+NaN-poisoned output on every shape with M <= 64. quack runs ``tuned=False`` (its heuristic) unless
 ``--quack-tuned`` (its autotuner: minutes per shape). Run on a Hopper machine set up as in docs/gpu.md;
 quack-kernels is optional (its column stays empty without it)."""
 from __future__ import annotations
@@ -167,17 +166,11 @@ def swap_correctness(shapes):
     return config_correctness(shapes, "swap-AB", lambda M: M <= 64, lambda M, N: SWAP, 100)
 
 
-def fill_correctness(shapes):
-    """``autotune.fill_tile``'s configuration on every shape with M > 256 (the few-tile shapes it is for)."""
-    return config_correctness(shapes, "fill tile", lambda M: M > 256, lambda M, N: [tune.fill_tile(M, N)], 200)
-
-
-def candidates_table(M, N, K, rep_ms, swap=False, fill=False):
+def candidates_table(M, N, K, rep_ms, swap=False):
     a, w = inputs(M, N, K, 7)
     b = w.t()
     rows = []
-    extra = (SWAP if swap and M <= 64 else []) + ([tune.fill_tile(M, N)] if fill and M > 256 else [])
-    for c in tune.candidates(M, N, K, fp8=False) + extra:
+    for c in tune.candidates(M, N, K, fp8=False) + (SWAP if swap and M <= 64 else []):
         try:
             ops.gemm(a, b, config=c)
             ms = graph_ms(torch, do_bench, lambda c=c: ops.gemm(a, b, config=c), 0.02, rep_ms)
@@ -197,15 +190,13 @@ def main():
     ap.add_argument("--shapes", default="", help="MxNxK,... (default: the floor set)")
     ap.add_argument("--candidates", action="store_true", help="time every autotune candidate below the floor")
     ap.add_argument("--swap", action="store_true", help="also check and time the swap-AB configurations")
-    ap.add_argument("--fill", action="store_true", help="also check and time the wave-filling tile "
-                    "(autotune.fill_tile) where M > 256")
     ap.add_argument("--quack-tuned", action="store_true", help="quack's autotuner instead of its heuristic")
     ap.add_argument("--no-time", action="store_true", help="correctness only")
     a = ap.parse_args()
     shapes = parse_shapes(a.shapes)
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     quack = quack_gemm(a.quack_tuned)
-    if correctness(shapes, quack) or (a.swap and swap_correctness(shapes)) or (a.fill and fill_correctness(shapes)):
+    if correctness(shapes, quack) or (a.swap and swap_correctness(shapes)):
         sys.exit(1)
     if a.no_time:
         return
@@ -230,7 +221,7 @@ def main():
           f"{len(below)}/{len(shapes)} {['x'.join(map(str, s)) for s in below]}", flush=True)
     if a.candidates:
         for M, N, K in below:
-            candidates_table(M, N, K, a.rep_ms, a.swap, a.fill)
+            candidates_table(M, N, K, a.rep_ms, a.swap)
 
 
 if __name__ == "__main__":

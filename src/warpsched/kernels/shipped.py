@@ -23,17 +23,13 @@ GEMM_SHAPES = [(16, 4096), (64, 14336), (128, 4096), (256, 14336), (1024, 1024),
 def _gemm_option_sets():
     """Every kernel-option dict ``gemm_host.plan`` can build from an autotune candidate (or the default
     configuration), for 16-bit and fp8 operands."""
-    from .gemm.autotune import FILL_TILE_N, candidates, fill_config, normalize
+    from .gemm.autotune import candidates, normalize
 
-    # the few-tile shapes' wave-filling widths (autotune.fill_tile): proven ahead of their GPU check
-    # (bench/gemm_floor.py --fill), after which they join the candidates
-    fills = [fill_config(bn) for bn in FILL_TILE_N]
     seen, out = set(), []
     for fp8 in (False, True):
         for M, N in GEMM_SHAPES:
             for deterministic in (True, False):
-                for cand in ([{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic, swap=True)
-                             + fills):
+                for cand in ([{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic, swap=True)):
                     cfg = normalize(dict(cand))
                     if cfg.pop("swap_ab", False):  # the swapped plan's kernel: whole tiles, C column-major
                         cfg["c_major"] = "m"
@@ -43,8 +39,9 @@ def _gemm_option_sets():
                     if split == "auto" or (isinstance(split, int) and split > 1):  # 1 or more shares at run time
                         if base.get("schedule", "cooperative") == "cooperative" and \
                                 tuple(base.get("cluster_mn", (1, 1))) == (1, 1):
-                            forms.append(dict(base, split_k=True))  # host reduce
-                            forms.append(dict(base, split_k=True, split_reduce="parallel"))  # with an epilogue
+                            if base.get("c_major") != "m":  # a swapped (column-major C) split reduces in the kernel
+                                forms.append(dict(base, split_k=True))  # host reduce
+                                forms.append(dict(base, split_k=True, split_reduce="parallel"))  # with an epilogue
                             if reduce != "host":
                                 forms.append(dict(base, split_k=True, split_reduce=reduce))
                     for opts in forms:

@@ -49,38 +49,12 @@ def normalize(config: Dict) -> Dict:
 
 # Swap-AB tiles for M <= 64 (bench/gemm_floor.py --candidates --swap on the H200: 64x32 with a K tile of 128
 # the fastest at 16-32 x 4096 x {4096, 14336}, 0.99-1.25x torch.matmul where the plain tiles gave 0.68-0.88x;
-# 128x32 at 16 x 14336 x 4096)
+# 128x32 at 16 x 14336 x 4096; 128x32 with K split in the kernel at 1 x 4096 x 4096, 12.5 us where the whole
+# swapped tiles took 13.1-13.3: its 32 weight-row tiles leave most SMs idle)
 SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1),
            dict(schedule="cooperative", tile_mn=(64, 32), swap_ab=True, split_k=1),
-           dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k=1))
-
-
-# the cooperative 128-row tiles' widths ``fill_tile`` chooses among (144: epi_n=16, the others 32)
-FILL_TILE_N = (64, 128, 144, 160, 176, 192, 224, 256)
-SMS = 132  # H100 / H200: the wave a few-tile shape should fill
-TILE_OVERHEAD_N = 64  # a tile's fixed cost (prologue, epilogue, the operand reuse a narrow tile loses), in columns
-
-
-def fill_tile(M: int, N: int, sms: int = SMS) -> Dict:
-    """The cooperative 128-row tile whose width makes the least work per SM: waves (ceil(tiles / sms))
-    times the width plus ``TILE_OVERHEAD_N``, the narrower on a tie. A shape of few tiles leaves SMs
-    idle with the fixed widths (1000 x 2056: 72 tiles of 128x256, 136 of 128x128, two waves); a width
-    from ``FILL_TILE_N`` can fill one wave (128x144: 120 tiles). Built and shipped proven; not yet among
-    ``candidates``: ``bench/gemm_floor.py --fill`` checks it against fp64 and times it on the GPU first (the
-    swapped split-K's rule: docs/gemm.md, "The GEMM floor")."""
-    rows = -(-M // 128)
-
-    def cost(bn):
-        return -(-rows * -(-N // bn) // sms) * (bn + TILE_OVERHEAD_N)
-    return fill_config(min(FILL_TILE_N, key=lambda b: (cost(b), b)))
-
-
-def fill_config(width: int) -> Dict:
-    """The cooperative 128 x ``width`` tile's configuration: its epilogue's columns (``epi_n``) divide the tile."""
-    cfg = dict(schedule="cooperative", tile_mn=(128, width), split_k=1)
-    if width % 32:
-        cfg["epi_n"] = 16
-    return cfg
+           dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k=1),
+           dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k="auto", split_reduce="parallel"))
 
 
 def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True,
