@@ -159,11 +159,12 @@ def test_eager_calls_the_host_and_a_tracer_gets_the_op(nnf, monkeypatch, compili
     direct = []
     monkeypatch.setattr(f.torch, "Tensor", Tok)  # Tok is now a plain tensor
     monkeypatch.setattr(f.torch.compiler, "is_compiling", lambda: compiling)
-    monkeypatch.setattr(f, "_gemm_ops", types.SimpleNamespace(
-        gemm=lambda a, b, **kw: direct.append((a.shape, b.shape)) or Tok((a.shape[0], b.shape[1]))))
+    monkeypatch.setattr(f, "_gemm_ops", types.SimpleNamespace(  # the host's short path for linear layers
+        linear=lambda x, w, bias=None, activation=None: direct.append((x.shape, w.shape)) or Tok((x.shape[0],
+                                                                                                  w.shape[0]))))
     y = f.linear(Tok((17, 512)), Tok((1024, 512)))
     assert y.shape == (17, 1024)
-    assert (direct, len(calls)) == (([], 1) if compiling else ([((17, 512), (512, 1024))], 0))
+    assert (direct, len(calls)) == (([], 1) if compiling else ([((17, 512), (1024, 512))], 0))
     monkeypatch.setattr(f.torch, "Tensor", type("Tensor", (), {}))  # a subclass instance: the op, even eager
     monkeypatch.setattr(f.torch.compiler, "is_compiling", lambda: False)
     f.linear(Tok((17, 512)), Tok((1024, 512)))
@@ -203,13 +204,13 @@ def test_with_torch_swiglu_matches_separate_gate_and_up(monkeypatch):
 
     launched = []
 
-    def gemm(a, b, out=None, bias=None, activation=None, **kw):
+    def linear(x, w, bias=None, activation=None):  # x @ w.T, as functional._linear
         launched.append(activation)
-        acc = a.reshape(-1, a.shape[-1]).double() @ b.double()
-        y = gemm_ops.epilogue_reference(acc, bias=bias, activation=activation).to(a.dtype)
-        return y.view(*a.shape[:-1], y.shape[-1])
+        acc = x.reshape(-1, x.shape[-1]).double() @ w.t().double()
+        y = gemm_ops.epilogue_reference(acc, bias=bias, activation=activation).to(x.dtype)
+        return y.view(*x.shape[:-1], y.shape[-1])
 
-    monkeypatch.setattr(wnn.functional, "_gemm", gemm)
+    monkeypatch.setattr(wnn.functional, "_linear", linear)
     monkeypatch.setattr(wnn.functional, "_check_dtypes", lambda x, w: None)  # fp64 here, for exact references
     g = torch.Generator().manual_seed(0)
     wg, wu = (torch.randn(48, 64, generator=g, dtype=torch.float64) / 8 for _ in range(2))

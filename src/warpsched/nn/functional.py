@@ -2,7 +2,7 @@
 
 Forward y = act(x W^T + bias) with x (..., K) and W (N, K): ``warpsched.ops.gemm(x, W.t(), bias=bias,
 activation=act)`` (the custom op ``torch.ops.warpsched.gemm`` when torch.compile or another tracer is
-looking: ``_gemm``), the bias and the activation fused into the GEMM's epilogue. Backward: dX = dZ W
+looking: ``_linear``), the bias and the activation fused into the GEMM's epilogue. Backward: dX = dZ W
 reads W row-major (an N-major B) and dW = dZ^T X reads dZ^T column-major (an M-major A) and X
 row-major (an N-major B): the persistent GEMM takes those 16-bit operands as they are
 (``PersistentGemm(a_major=..., b_major=...)``), so no weight or activation is copied. The bias
@@ -46,12 +46,13 @@ from ._eager import eager
 _OP = torch.ops.warpsched.gemm
 
 
-def _gemm(a, b, **kw):
-    """The GEMM for these operands: warpsched's host, or the custom op where a tracer is looking
-    (``_eager.eager``)."""
-    if eager(a):
-        return _gemm_ops.gemm(a, b, **kw)
-    return _OP(a, b, **kw)
+def _linear(x, weight, bias=None, activation=None):
+    """act(x @ weight.T + bias): warpsched's GEMM through ``gemm.ops.linear`` (its short host path for a
+    model's every call), or the custom op ``torch.ops.warpsched.gemm`` where a tracer is looking
+    (``_eager.eager``). ``weight`` (N, K) may be a transposed view (dX = dY W is ``_linear(dy, w.t())``)."""
+    if eager(x):
+        return _gemm_ops.linear(x, weight, bias, activation)
+    return _OP(x, weight.t(), bias=bias, activation=activation)
 
 
 ALIGN = 8  # elements: a 16-bit GEMM's K and N (16-byte TMA rows)
@@ -130,7 +131,7 @@ def pad_tokens(t):
 def weight_grad(dy2, x2):
     """dW = dY^T X for dY (T, N) and X (T, K): T is this GEMM's contraction, so an unaligned T is
     zero-padded (``pad_tokens``; exact: zero rows add nothing)."""
-    return _gemm(pad_tokens(dy2).t(), pad_tokens(x2))  # (N, T) @ (T, K): dY^T column-major, X row-major
+    return _linear(pad_tokens(dy2).t(), pad_tokens(x2).t())  # (N, T) @ (T, K): dY^T column-major, X row-major
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -138,10 +139,10 @@ class _LinearFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, activation):  # linear() checked the arguments
         ctx.activation, ctx.has_bias = activation, bias is not None
         if activation is None or activation in FROM_OUTPUT:
-            y = _gemm(x, weight.t(), bias=bias, activation=activation)
+            y = _linear(x, weight, bias, activation)
             ctx.save_for_backward(x, weight, y if activation in FROM_OUTPUT else None)
             return y
-        z = _gemm(x, weight.t(), bias=bias)  # the pre-activation, kept for the activation's gradient
+        z = _linear(x, weight, bias)  # the pre-activation, kept for the activation's gradient
         ctx.save_for_backward(x, weight, z)
         return ACTIVATIONS[activation](z)
 
@@ -163,7 +164,7 @@ class _LinearFunction(torch.autograd.Function):
             dy2 = dy2.contiguous()  # autograd may hand an expanded gradient (e.g. of a sum)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = _gemm(dy2, weight).view(*x.shape)  # (M, N) @ (N, K): W read row-major
+            dx = _linear(dy2, weight.t()).view(*x.shape)  # (M, N) @ (N, K): W read row-major
         if ctx.needs_input_grad[1]:
             dw = weight_grad(dy2, x.reshape(-1, K))
         if ctx.has_bias and ctx.needs_input_grad[2]:
@@ -200,5 +201,5 @@ def linear(x, weight, bias=None, activation=None):
         return _LinearFunction.apply(x, weight, bias, activation)
     if activation == "swiglu" and x.numel() < SWIGLU_FUSED_FROM * K:
         # few tokens: the swap-AB GEMM, then the product in torch
-        return _gemm_ops.swiglu_interleaved(_gemm(x, weight.t(), bias=bias))
-    return _gemm(x, weight.t(), bias=bias, activation=activation)  # no gradient: one fused GEMM, nothing saved
+        return _gemm_ops.swiglu_interleaved(_linear(x, weight, bias))
+    return _linear(x, weight, bias, activation)  # no gradient: one fused GEMM, nothing saved

@@ -412,16 +412,53 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
                     deterministic)
 
 
+def _plan_key(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config, deterministic):
+    """Everything a 2-D call's checks and choices depend on: the key of its launch plan in ``_PLANS``."""
+    epi = (activation, None if bias is None else (bias.shape, bias.dtype),
+           None if residual is None else (residual.shape, residual.dtype), alpha is not None and alpha != 1.0)
+    ckey = config if isinstance(config, str) else _config_key(config)
+    return (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(),
+            None if out is None else (out.shape, out.stride(), out.dtype), out_dtype, ckey, deterministic,
+            _kind(scale_a), _kind(scale_b), epi)
+
+
+_LINEAR: Dict[tuple, tuple] = {}  # linear()'s calls -> (the launch plan gemm() keeps for them, N, out dtype)
+
+
+def linear(x, weight, bias=None, activation=None):
+    """act(x @ weight.T + bias) for x (..., K) and weight (N, K): ``gemm(x, weight.t(), bias=bias,
+    activation=activation)`` (config "auto"), the same kernel and bits, on a shorter host path for a model's
+    every call. The first call with a key goes through ``gemm``; later ones launch the plan it kept directly
+    (one view of x in and of the output out, no transposes, none of gemm's argument handling). ``weight`` may
+    be any operand ``gemm`` takes as ``weight.t()``, e.g. a transposed view (a backward pass's dX = dY W is
+    ``linear(dy, w.t())``)."""
+    key = (x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
+           None if bias is None else (bias.shape, bias.dtype), activation)
+    hit = _LINEAR.get(key)
+    if hit is None:
+        y = gemm(x, weight.t(), bias=bias, activation=activation)
+        x2 = x if x.dim() == 2 else x.view(-1, x.shape[-1])  # gemm viewed it so: no copy was made
+        plan = _PLANS.get(_plan_key(x2, weight.t(), None, bias, activation, None, None, None, None, None, "auto",
+                                    True))
+        if plan is not None and plan[0].ffi:  # TVM FFI checks the operands in C on every launch
+            _LINEAR[key] = (plan[0], y.shape[-1], y.dtype)
+        return y
+    plan, n, o_dtype = hit
+    x2 = x if x.dim() == 2 else x.view(-1, x.shape[-1])
+    out = _torch().empty((x2.shape[0], n), device=x.device, dtype=o_dtype)
+    try:
+        plan.launch(x2, weight, out, 1.0, (), bias, None)
+    except Exception:  # noqa: BLE001 - a misaligned base, say: gemm's path names the fix (or runs it)
+        return gemm(x, weight.t(), bias=bias, activation=activation)
+    return out if x.dim() == 2 else out.view(*x.shape[:-1], n)
+
+
 def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config, cache, deterministic):
     """``gemm`` of a 2-D ``a`` (positional arguments: the launch path of every call)."""
     fast = cache is None
-    epi = (activation, None if bias is None else (bias.shape, bias.dtype),
-           None if residual is None else (residual.shape, residual.dtype), alpha is not None and alpha != 1.0)
     if fast:
-        ckey = config if isinstance(config, str) else _config_key(config)
-        pkey = (a.shape, b.shape, a.stride(), b.stride(), a.dtype, b.dtype, a.get_device(),
-                None if out is None else (out.shape, out.stride(), out.dtype), out_dtype, ckey, deterministic,
-                _kind(scale_a), _kind(scale_b), epi)
+        pkey = _plan_key(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config,
+                         deterministic)
         hit = _PLANS.get(pkey)
         aliased = residual is not None and out is not None and residual.data_ptr() == out.data_ptr()
         if hit is not None and not aliased:

@@ -1,0 +1,82 @@
+"""``gemm.ops.linear``: a linear layer's repeated calls launch the plan ``gemm`` kept for the first, with the
+weight itself as the kernel's (N, K) operand, and fall back on ``gemm`` (whose errors name the fix) when that
+launch refuses its operands. On the CPU: ``gemm`` is a recorder that keeps a plan as ``_gemm_2d`` does; the
+kernels and their bits run on the H200 (bench/model_block.py's gradient check and tables)."""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from _fake_tensor import FakeTensor
+from warpsched.kernels.gemm import ops as gemm_ops
+
+
+class Plan:
+    ffi = True
+
+    def __init__(self, calls, fail=False):
+        self.calls, self.fail = calls, fail
+
+    def launch(self, a, bt, out, alpha=1.0, scales=(), bias=None, residual=None):
+        if self.fail:
+            raise ValueError("misaligned")
+        self.calls.append(("launch", a.shape, bt.shape, bt.stride(), out.shape, alpha, bias))
+
+
+@pytest.fixture
+def host(monkeypatch):
+    calls, plans = [], {}
+
+    def gemm(a, b, bias=None, activation=None, **kw):
+        calls.append(("gemm", a.shape, b.shape, activation))
+        a2 = a.view(-1, a.shape[-1])
+        key = gemm_ops._plan_key(a2, b, None, bias, activation, None, None, None, None, None, "auto", True)
+        gemm_ops._PLANS[key] = (plans.get("plan") or Plan(calls), (a2.shape[0], b.shape[1]), a.dtype, a.device)
+        return FakeTensor(a.shape[:-1] + (b.shape[1],))
+
+    monkeypatch.setattr(gemm_ops, "gemm", gemm)
+    monkeypatch.setattr(gemm_ops, "_PLANS", {})
+    monkeypatch.setattr(gemm_ops, "_LINEAR", {})
+    monkeypatch.setattr(gemm_ops, "_torch", lambda: types.SimpleNamespace(
+        empty=lambda shape, device, dtype: FakeTensor(shape, dtype)))
+    return calls, plans
+
+
+def test_the_second_call_launches_the_kept_plan_on_the_weight_itself(host):
+    calls, _ = host
+    x, w = FakeTensor((2, 8, 64)), FakeTensor((128, 64))
+    assert gemm_ops.linear(x, w).shape == (2, 8, 128)
+    y = gemm_ops.linear(x, w)
+    assert y.shape == (2, 8, 128)
+    # one gemm (with w.t(), as ops.gemm takes it), then the plan with the (N, K) weight as it is: no transposes
+    assert calls == [("gemm", (2, 8, 64), (64, 128), None), ("launch", (16, 64), (128, 64), (64, 1), (16, 128), 1.0,
+                                                                None)]
+
+
+def test_a_new_shape_or_activation_goes_through_gemm_first(host):
+    calls, _ = host
+    w = FakeTensor((128, 64))
+    for x, act in ((FakeTensor((16, 64)), None), (FakeTensor((24, 64)), None), (FakeTensor((24, 64)), "relu"),
+                   (FakeTensor((24, 64)), "relu")):
+        gemm_ops.linear(x, w, activation=act)
+    assert [c[0] for c in calls] == ["gemm", "gemm", "gemm", "launch"]
+
+
+def test_a_transposed_weight_view_is_a_weight_like_any_other(host):
+    """dX = dY W of a backward pass: ``linear(dy, w.t())``, W read row-major as gemm's b."""
+    calls, _ = host
+    dy, w = FakeTensor((16, 128)), FakeTensor((128, 64))
+    gemm_ops.linear(dy, w.t())
+    gemm_ops.linear(dy, w.t())
+    assert calls[0] == ("gemm", (16, 128), (128, 64), None)
+    assert calls[1] == ("launch", (16, 128), (64, 128), (1, 64), (16, 64), 1.0, None)
+
+
+def test_a_launch_that_refuses_its_operands_goes_back_to_gemm(host):
+    calls, plans = host
+    plans["plan"] = Plan(calls, fail=True)
+    x, w = FakeTensor((16, 64)), FakeTensor((128, 64))
+    gemm_ops.linear(x, w)
+    gemm_ops.linear(x, w)  # the kept plan raises: gemm's own path runs (and names the fix, were it a user error)
+    assert [c[0] for c in calls] == ["gemm", "gemm"]
