@@ -178,6 +178,28 @@ def fused_mlp_params(p):
     return out
 
 
+def profiled_steps(size, pas):
+    """{"warpsched": step, "torch": step} for the tools that profile one block (tools/block_*.py): ``step()`` runs a
+    ``size`` block's forward (under ``torch.no_grad``) or forward + backward (``pas``), on each side's weights (the
+    warpsched side's gate / up weight interleaved)."""
+    import warpsched.nn.functional as wf
+
+    B, S = SIZES[size]
+    p = params()
+    x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn_like(x)
+    steps = {}
+    for name, (lin, att, pp) in {"warpsched": (wf.linear, warpsched_bshd, fused_mlp_params(p)),
+                                 "torch": (F.linear, sdpa_bshd, p)}.items():
+        def step(lin=lin, att=att, pp=pp):
+            if pas == "forward":
+                with torch.no_grad():
+                    return block(x.detach(), pp, lin, att)
+            return torch.autograd.grad(block(x, pp, lin, att), [x] + list(pp.values()), dy)
+        steps[name] = step
+    return steps
+
+
 def run(size, passes, compile_modes, rounds):
     B, S = SIZES[size]
     p = params()

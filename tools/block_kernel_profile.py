@@ -23,22 +23,10 @@ ap.add_argument("--calls", type=int, default=10)
 ap.add_argument("--top", type=int, default=15)
 a = ap.parse_args()
 
-import torch.nn.functional as F  # noqa: E402
-from model_block import HIDDEN, SIZES, block, fused_mlp_params, params, sdpa_bshd, warpsched_bshd  # noqa: E402
-import warpsched.nn.functional as wf  # noqa: E402
+from model_block import profiled_steps  # noqa: E402
 
-B, S = SIZES[a.size]
-p = params()
-x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-dy = torch.randn_like(x)
 print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), a.size, a.pas, flush=True)
-pf = fused_mlp_params(p)  # warpsched's side holds the gate / up weight interleaved, as model_block.py's
-for name, (lin, att, pp) in {"warpsched": (wf.linear, warpsched_bshd, pf), "torch": (F.linear, sdpa_bshd, p)}.items():
-    def step():
-        if a.pas == "forward":
-            with torch.no_grad():
-                return block(x.detach(), pp, lin, att)
-        return torch.autograd.grad(block(x, pp, lin, att), [x] + list(pp.values()), dy)
+for name, step in profiled_steps(a.size, a.pas).items():
     for _ in range(3):
         step()
     torch.cuda.synchronize()

@@ -13,7 +13,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))  # bench/: model_block
@@ -25,28 +24,10 @@ ap.add_argument("--loops", default="5,20")
 ap.add_argument("--rounds", type=int, default=2)
 a = ap.parse_args()
 
-from model_block import HIDDEN, SIZES, block, fused_mlp_params, params, sdpa_bshd, warpsched_bshd  # noqa: E402
-import warpsched.nn.functional as wf  # noqa: E402
+from model_block import profiled_steps  # noqa: E402
 
-B, S = SIZES[a.size]
-p = params()
-pf = fused_mlp_params(p)
-x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-dy = torch.randn_like(x)
-SIDES = {"warpsched": (wf.linear, warpsched_bshd, pf), "torch": (F.linear, sdpa_bshd, p)}
 print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), a.size, a.pas, flush=True)
-
-
-def stepper(lin, att, pp):
-    def step():
-        if a.pas == "forward":
-            with torch.no_grad():
-                return block(x.detach(), pp, lin, att)
-        return torch.autograd.grad(block(x, pp, lin, att), [x] + list(pp.values()), dy)
-    return step
-
-
-steps = {name: stepper(*side) for name, side in SIDES.items()}
+steps = profiled_steps(a.size, a.pas)
 for f in steps.values():
     for _ in range(3):
         f()
