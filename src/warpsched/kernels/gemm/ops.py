@@ -438,8 +438,9 @@ def linear(x, weight, bias=None, activation=None):
     if hit is None:
         y = gemm(x, weight.t(), bias=bias, activation=activation)
         x2 = x if x.dim() == 2 else x.view(-1, x.shape[-1])  # gemm viewed it so: no copy was made
-        plan = _PLANS.get(_plan_key(x2, weight.t(), None, bias, activation, None, None, None, None, None, "auto",
-                                    True))
+        plan = _PLANS.get(_plan_key(x2, weight.t(), out=None, bias=bias, activation=activation, residual=None,
+                                    alpha=None, scale_a=None, scale_b=None, out_dtype=None, config="auto",
+                                    deterministic=True))  # the key gemm's defaults gave this call
         if plan is not None and plan[0].ffi:  # TVM FFI checks the operands in C on every launch
             _LINEAR[key] = (plan[0], y.shape[-1], y.dtype)
         return y
