@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from . import ops
-from .kernels.attention import out_in_q_order  # pure Python
+from .kernels.attention import empty_out  # pure Python
 from .kernels.gemm import ops as _gemm_ops  # no cutlass until a kernel is built
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -78,12 +78,8 @@ def _gemm_fake(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, acti
 
 @torch.library.register_fake("warpsched::attention_fwd", lib=_LIB)
 def _attention_fwd_fake(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
-    B, H, S, D = q.shape
-    if out_in_q_order(q):  # what the host allocates (kernels.attention.host.empty_out)
-        out = q.new_empty((B, S, H, D)).transpose(1, 2)
-    else:
-        out = q.new_empty(q.shape)
-    return out, q.new_empty((B, H, S), dtype=torch.float32)
+    B, H, S, _ = q.shape
+    return empty_out(q), q.new_empty((B, H, S), dtype=torch.float32)  # O as the host allocates it
 
 
 @torch.library.register_fake("warpsched::attention_bwd", lib=_LIB)

@@ -14,7 +14,16 @@ def out_in_q_order(q) -> bool:
     is larger than its head stride, i.e. q is (a slice of) a (B, S_q, ..., D) tensor seen through
     ``transpose(1, 2)``, how a model's QKV projection hands it over. SDPA's flash and cuDNN backends return O
     so, and a model's ``O.transpose(1, 2).reshape(B, S_q, H * D)`` is then a view, not a copy. The host
-    (``host.empty_out``) and the custom op's fake (``warpsched.torch_ops``) both ask this, so compiled and eager
-    agree on O's strides. Pure Python: no cutlass."""
+    (``empty_out``) and the custom op's fake (``warpsched.torch_ops``) both allocate through it, so compiled and
+    eager agree on O's strides. Pure Python: no cutlass."""
     _, H, S, _ = q.shape
     return H > 1 and S > 1 and q.stride(2) > q.stride(1)
+
+
+def empty_out(q):
+    """A new O for ``q`` (B, H, S_q, D), q's dtype and device: in (B, S_q, H, D) memory where ``out_in_q_order``
+    says so, else contiguous (``new_empty``: a real tensor on the device, a fake one under a tracer)."""
+    B, H, S, D = q.shape
+    if out_in_q_order(q):
+        return q.new_empty((B, S, H, D)).transpose(1, 2)
+    return q.new_empty((B, H, S, D))

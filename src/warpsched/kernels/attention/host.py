@@ -9,7 +9,7 @@ import cutlass
 import cutlass.cute as cute
 
 from .. import _host
-from . import out_in_q_order, split_kv
+from . import empty_out, split_kv
 from .forward import HEAD_DIMS, TUNED, AttentionConfigError, FlashAttention, build  # noqa: F401 (TUNED: re-exported)
 from .register_math import WG_ROWS
 
@@ -61,16 +61,6 @@ def _tma_aligned(t) -> bool:
 def softmax_scale(head_dim, scale=None):
     """The scale applied to Q K^T: ``scale`` as a float, or 1 / sqrt(head_dim) when None (SDPA's default)."""
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-
-
-def empty_out(q):
-    """A new O for ``q`` (B, H, S_q, D): in q's memory order where ``out_in_q_order`` says so, else contiguous."""
-    import torch
-
-    B, H, S, D = q.shape
-    if out_in_q_order(q):
-        return torch.empty(B, S, H, D, device=q.device, dtype=q.dtype).transpose(1, 2)
-    return torch.empty(q.shape, device=q.device, dtype=q.dtype)
 
 
 def _tma_ready(t):
