@@ -29,7 +29,7 @@ def _gemm_option_sets():
     for fp8 in (False, True):
         for M, N in GEMM_SHAPES:
             for deterministic in (True, False):
-                for cand in ([{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic, swap=True)):
+                for cand in [{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic, swap=True):
                     cfg = normalize(dict(cand))
                     if cfg.pop("swap_ab", False):  # the swapped plan's kernel: whole tiles, C column-major
                         cfg["c_major"] = "m"
