@@ -80,3 +80,47 @@ def test_a_launch_that_refuses_its_operands_goes_back_to_gemm(host):
     gemm_ops.linear(x, w)
     gemm_ops.linear(x, w)  # the kept plan raises: gemm's own path runs (and names the fix, were it a user error)
     assert [c[0] for c in calls] == ["gemm", "gemm"]
+
+
+def _torch_ops_with_stand_in_torch(monkeypatch):
+    """``warpsched.torch_ops`` executed against a stand-in torch (library registration as no-ops): its op bodies are
+    plain Python, the module they live in registers them with torch."""
+    import os
+    import sys
+
+    from _module_file import exec_module_file
+
+    class Lib:
+        def __init__(self, *a):
+            pass
+
+        def define(self, *a):
+            pass
+
+        def impl(self, *a):
+            pass
+    stand_in = types.SimpleNamespace(
+        library=types.SimpleNamespace(Library=Lib, register_fake=lambda name, lib=None: (lambda f: f)),
+        float8_e4m3fn="torch.float8_e4m3fn", float8_e5m2="torch.float8_e5m2", bfloat16="torch.bfloat16",
+        float32="torch.float32", are_deterministic_algorithms_enabled=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", stand_in)
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "warpsched", "torch_ops.py")
+    return exec_module_file("warpsched.torch_ops", path)
+
+
+def test_the_compiled_graphs_linear_calls_take_the_short_path(host, monkeypatch):
+    """torch.compile's graph calls ``torch.ops.warpsched.gemm(x, w.t())`` for a linear layer: its second call with a
+    key launches the kept plan on the weight, as eager ``linear`` does; an fp8 scale, a residual, alpha or an
+    out dtype go to gemm every time."""
+    calls, _ = host
+    tops = _torch_ops_with_stand_in_torch(monkeypatch)
+    x, w = FakeTensor((1, 16, 64)), FakeTensor((128, 64))
+    for _ in range(2):
+        tops.gemm(x, w.t())
+    assert [c[0] for c in calls] == ["gemm", "launch"]
+    assert calls[1][2:4] == ((128, 64), (64, 1))  # the (N, K) weight as it is
+    calls.clear()
+    for _ in range(2):
+        tops.gemm(x, w.t(), alpha=2.0)
+        tops.gemm(x, w.t(), residual=FakeTensor((1, 16, 128)))
+    assert [c[0] for c in calls] == ["gemm"] * 4

@@ -37,7 +37,12 @@ _LIB.define("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout
 
 def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None, residual=None, alpha=None):
     """act(alpha * (a @ b) + bias) + residual on warpsched's persistent GEMM (see ``warpsched.ops.gemm``)."""
-    # a compiled graph calls this once per GEMM: straight to the GEMM's host (batched through ops.gemm)
+    # a compiled graph calls this once per GEMM: a linear layer's (2-D b, at most a bias and an activation)
+    # through gemm.ops.linear's short path, b being its weight transposed; others straight to the GEMM's host
+    # (batched through ops.gemm)
+    if (b.dim() == 2 and scale_a is None and scale_b is None and out_dtype is None and residual is None
+            and alpha is None):
+        return _gemm_ops.linear(a, b.t(), bias, activation)
     run = ops.gemm if a.dim() == 3 and b.dim() == 3 else _gemm_ops.gemm
     return run(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, bias=bias, activation=activation,
                residual=residual, alpha=alpha)

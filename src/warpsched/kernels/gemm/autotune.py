@@ -66,7 +66,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       leave SMs idle ("auto"), 64x64 tiles (the fastest at M = 32-64 with N of 3000-4104 in
       bench/gemm_floor.py), 64x32 tiles (cuBLAS's choice there) with a doubled K tile and PDL
       (the next launch's prologue overlaps this one's tail), for bf16 also the 9-stage ring that
-      fits, and the ping-pong; ``deterministic=False`` adds the atomic in-kernel split-K (its
+      fits, and the ping-pong; the 64-row splits also reduced in the kernel (one launch: the tuner
+      charges a host-reduced split its two extra launches, ``EXTRA_LAUNCH_MS``); ``deterministic=False`` adds the atomic in-kernel split-K (its
       shares sum in arrival order, so its last bits can differ between calls). ``swap`` (16-bit, both
       operands K-major, a row-major out and no fused epilogue: what a swapped kernel can run) adds the
       swap-AB tiles (``SWAP_AB``): the weight's rows on WGMMA's M, the tokens on N.
@@ -77,8 +78,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       many tiles add 128x224 (an even last wave at N = 14336) and CUTLASS's ping-pong with 128x176
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
-    fp8 has the same list (its K tile is 128, the doubled one 256). Serial and parallel in-kernel
-    split-K are not tried: they never won; nor is stream-K, slower than the
+    fp8 has the same list (its K tile is 128, the doubled one 256). Serial in-kernel split-K is not
+    tried, nor the parallel one above M = 64: they never won on device time; nor is stream-K, slower than the
     data-parallel tiles on the few-tile shapes of bench/gemm_floor.py as on the sweep's. Every candidate's program ships proven
     (``warpsched.kernels.shipped``), so tuning compiles without searching."""
     del K  # the list depends on M and N; split_k="auto" looks at K itself
@@ -87,6 +88,10 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
     if M <= 64:  # memory-bound on B: many CTAs streaming it, K split and reduced in the kernel
         out = [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(64, 128), split_k="auto"),
+               # the same splits reduced in the kernel: one launch where torch's sum and copy add two
+               # (``EXTRA_LAUNCH_MS``), which an eager model's decode step pays on the host
+               dict(coop, tile_mn=(64, 256), split_k="auto", split_reduce="parallel"),
+               dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="parallel"),
                dict(coop, tile_mn=(64, 32)), dict(coop, tile_mn=(64, 32), block_k=wide_k, pdl=True),
                dict(coop, tile_mn=(64, 64)),
                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
@@ -115,6 +120,13 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
         pp = dict(schedule="pingpong_shared", skip=True, ab_stages=4, split_k=1)
         out += [dict(pp, tile_mn=(128, 176), epi_n=16), dict(pp, tile_mn=(128, 192))]
     return out
+
+
+# What the tuner adds to a configuration's device time for each launch beyond the GEMM's own (a host-reduced
+# split-K: torch's sum of the fp32 shares and the copy into the output): what a model calling it eagerly pays for
+# them on the host, where device time alone would pick a plan that is faster only inside a CUDA graph (docs/gemm.md,
+# "Launches count at small M")
+EXTRA_LAUNCH_MS = 0.005
 
 
 class TuneCache:

@@ -178,6 +178,15 @@ def _try_config(gp, a, bt, out, alpha, scales, cfg):
     return gp.gemm(a, bt, out, alpha=alpha, scales=scales, **opts)
 
 
+def _extra_launches(gp, a, bt, out, scales, cfg):
+    """The launches configuration ``cfg`` adds to the GEMM's own for this call: 2 for a K split reduced by torch
+    (its sum and the copy into ``out``), else 0 (``autotune.EXTRA_LAUNCH_MS`` weighs them)."""
+    swapped, opts = _host_options(cfg)
+    if swapped:  # a swapped split reduces in the kernel
+        return 0
+    return 2 if gp.plan(a, bt, out, device_scale=bool(scales), **opts).target == "host" else 0
+
+
 def _swapped_plan(gp, a, bt, out, scales, opts, epi_opts):
     """The swap-AB plan for the host options ``opts`` (``_host_options``)."""
     if epi_opts:
@@ -516,8 +525,8 @@ def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out
         key = _tune.cache_key(M, b.shape[1], K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
                               deterministic, majors, swap=any(c.get("swap_ab") for c in cands))
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(
-            lambda: _try_config(gp, a, bt, plain, alpha_f if fp8 else 1.0, scales or None, c)),
-            cache or _tune.TuneCache())
+            lambda: _try_config(gp, a, bt, plain, alpha_f if fp8 else 1.0, scales or None, c))
+            + _tune.EXTRA_LAUNCH_MS * _extra_launches(gp, a, bt, plain, scales, c), cache or _tune.TuneCache())
     else:
         raise GemmArgumentError(f"config={config!r}: expected 'auto', 'default' or a configuration dict")
     if activation == "swiglu":
