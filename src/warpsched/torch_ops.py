@@ -61,11 +61,18 @@ def attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_righ
 
 
 def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
-    """(dq, dk, dv) of ``attention_fwd`` (see ``warpsched.ops.attention_backward``); dQ in a fixed order
+    """(dq, dk, dv) of ``attention_fwd`` (``warpsched.ops.attention_backward``'s host); dQ in a fixed order
     when torch's deterministic mode is on (``torch.use_deterministic_algorithms(True)``)."""
-    return ops.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale,
-                                  window_size=_window(window_left, window_right), softcap=softcap,
-                                  deterministic=torch.are_deterministic_algorithms_enabled())
+    if not _BWD:  # the backward's host (imports cutlass: at the first call, not with this module)
+        from .kernels.attention import backward_host
+
+        _BWD.append(backward_host)
+    return _BWD[0].attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale,
+                                      window_size=_window(window_left, window_right), softcap=softcap,
+                                      deterministic=torch.are_deterministic_algorithms_enabled())
+
+
+_BWD = []  # warpsched.kernels.attention.backward_host, once imported
 
 
 _LIB.impl("gemm", gemm, "CUDA")
