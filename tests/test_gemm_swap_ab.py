@@ -120,7 +120,7 @@ def test_auto_tries_swap_ab_only_where_it_can_run(monkeypatch, no_torch, M, kw, 
     monkeypatch.setattr(gh, "gemm", host_gemm)
     monkeypatch.setattr(ops_gemm._tune, "autotune", autotune)
     monkeypatch.setattr(ops_gemm._tune, "TuneCache", lambda: None)
-    monkeypatch.setattr(gh, "plan", lambda *a, **k: types.SimpleNamespace(ffi=True, launch=lambda *a: None))
+    monkeypatch.setattr(gh, "plan", lambda *a, **k: types.SimpleNamespace(ffi=True, target="c", launch=lambda *a: None))
     ops_gemm.gemm(T((M, 128)), T((128, 256), strides=(1, 128)), T((M, 256)), **kw)
     (key, cands), = tuned
     swapped = [c for c in cands if c.get("swap_ab")]

@@ -125,7 +125,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
 # What the tuner adds to a configuration's device time for each launch beyond the GEMM's own (a host-reduced
 # split-K: torch's sum of the fp32 shares and the copy into the output): what a model calling it eagerly pays for
 # them on the host, where device time alone would pick a plan that is faster only inside a CUDA graph (docs/gemm.md,
-# "Launches count at small M")
+# "Why these autotune candidates")
 EXTRA_LAUNCH_MS = 0.005
 
 
