@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from _fake_tensor import FakeTensor
+from _fake_tensor import FakeTensor, _prod
 
 bwd = pytest.importorskip("warpsched.kernels.attention.backward_host")
 
@@ -26,6 +26,22 @@ class T(FakeTensor):
 
     def zero_(self):
         return self
+
+    def narrow(self, dim, start, length):  # 1-D: a piece of a flat buffer, at its byte offset
+        assert dim == 0 and self.dim() == 1
+        return T((length,), self.dtype, ptr=self._ptr + start * self._item, itemsize=self._item)
+
+    def view(self, *shape):
+        n = _prod(self.shape)
+        shape = tuple(n // -_prod(shape) if d == -1 else d for d in shape)
+        assert _prod(shape) == n
+        return T(shape, self.dtype, ptr=self._ptr, itemsize=self._item)
+
+    def unbind(self, dim):
+        assert dim == 0
+        step = _prod(self.shape[1:]) * self._item
+        return tuple(T(self.shape[1:], self.dtype, ptr=self._ptr + i * step, itemsize=self._item)
+                     for i in range(self.shape[0]))
 
 
 def fake_torch(made):
@@ -47,6 +63,7 @@ def host(monkeypatch):
     def recorder(name):
         def launch(*args):
             launches.append((name, tuple((tuple(a.shape), a.dtype) if hasattr(a, "shape") else a for a in args)))
+            assert all(a.data_ptr() % 16 == 0 for a in args if hasattr(a, "shape"))  # what TMA and the fakes need
         return launch
     monkeypatch.setattr(bwd, "compiled_ffi", lambda key: recorder(("kernel",) + key[:3]))
     monkeypatch.setattr(bwd, "compiled_prep", lambda dtype, d, padded=False: recorder(("prep", padded)))
