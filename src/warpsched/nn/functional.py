@@ -64,7 +64,7 @@ ACTIVATIONS = {
     "gelu": torch.nn.functional.gelu,
     "gelu_tanh": lambda y: torch.nn.functional.gelu(y, approximate="tanh"),
     "silu": torch.nn.functional.silu,
-    "swiglu": None,  # linear() handles it (``_swiglu_with_grad``); never reaches _LinearFunction
+    "swiglu": None,  # linear() handles it (``_swiglu_with_grad``); never reaches _LinearFunction's activation
 }
 FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 
@@ -72,29 +72,33 @@ FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 SWIGLU_FUSED_FROM = 16  # tokens: below, the unfused SwiGLU (docs/torch.md "Fused epilogues on the H200")
 
 
-class _SwiGLUInterleaved(torch.autograd.Function):
-    """h = silu(gate) * up of the GEMM's interleaved pre-activation z, and dz interleaved the same way
-    (``kernels.gemm.swiglu``: one elementwise kernel each way)."""
+class _SwiGLULinear(torch.autograd.Function):
+    """h = silu(gate) * up of z = x W^T + bias, the GEMM's interleaved pre-activation, as one autograd node
+    (eager): the GEMM, then the product on z as it is (``kernels.gemm.swiglu``: one elementwise kernel each way);
+    the backward makes dz interleaved like the weight and runs the GEMM's backward on it. One node where a
+    linear and a separate product took two: each Python backward is a hand-over to autograd's device thread,
+    what a decode step pays most for on the host (docs/torch.md, "The decode backward's host path")."""
 
     @staticmethod
-    def forward(ctx, z):
-        ctx.save_for_backward(z)
+    def forward(ctx, x, weight, bias):
+        z = _linear(x, weight, bias)
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x, weight, z)
         return _swiglu.swiglu_forward(z)
 
     @staticmethod
     def backward(ctx, dh):
-        (z,) = ctx.saved_tensors
-        return _swiglu.swiglu_backward(dh, z)
+        x, weight, z = ctx.saved_tensors
+        return _linear_grads(ctx.needs_input_grad, _swiglu.swiglu_backward(dh, z), x, weight, ctx.has_bias)
 
 
 def _swiglu_with_grad(x, weight, bias):
-    """SwiGLU under autograd: the GEMM on the interleaved weight keeps the pre-activation z (T, 2 I), and the
-    product and its gradient run on z as it is (``_SwiGLUInterleaved``), so dz reaches the GEMM's backward
-    interleaved like the weight. Under a tracer (torch.compile) the product is torch's ops, which it fuses."""
-    z = _LinearFunction.apply(x, weight, bias, None)
-    if eager(z):
-        return _SwiGLUInterleaved.apply(z)
-    return _gemm_ops.swiglu_interleaved(z)
+    """SwiGLU under autograd: eager, one node (``_SwiGLULinear``), so dz reaches the GEMM's backward interleaved
+    like the weight; under a tracer (torch.compile) the GEMM's node and the product as torch's ops, which it
+    fuses."""
+    if eager(x):
+        return _SwiGLULinear.apply(x, weight, bias)
+    return _gemm_ops.swiglu_interleaved(_LinearFunction.apply(x, weight, bias, None))
 
 
 def check_activation(activation):
@@ -134,6 +138,23 @@ def weight_grad(dy2, x2):
     return _linear(pad_tokens(dy2).t(), pad_tokens(x2).t())  # (N, T) @ (T, K): dY^T column-major, X row-major
 
 
+def _linear_grads(needs, dz, x, weight, has_bias):
+    """(dX, dW, dbias) of z = x W^T + bias for the gradient dz (None where ``needs`` says no): dX = dz W reads W
+    row-major, dW = dz^T X (``weight_grad``), dbias dz summed over the rows (fp32, torch)."""
+    N, K = weight.shape
+    dz2 = dz.reshape(-1, N)
+    if not dz2.is_contiguous():
+        dz2 = dz2.contiguous()  # autograd may hand an expanded gradient (e.g. of a sum)
+    dx = dw = db = None
+    if needs[0]:
+        dx = _linear(dz2, weight.t()).view(*x.shape)  # (M, N) @ (N, K): W read row-major
+    if needs[1]:
+        dw = weight_grad(dz2, x.reshape(-1, K))
+    if has_bias and needs[2]:
+        db = dz2.sum(0, dtype=torch.float32).to(dz.dtype)
+    return dx, dw, db
+
+
 class _LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, activation):  # linear() checked the arguments
@@ -149,7 +170,6 @@ class _LinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, saved = ctx.saved_tensors
-        N, K = weight.shape
         act = ctx.activation
         if act == "relu":
             dy = dy * (saved > 0)
@@ -159,17 +179,7 @@ class _LinearFunction(torch.autograd.Function):
             with torch.enable_grad():
                 z = saved.detach().requires_grad_()
                 (dy,) = torch.autograd.grad(ACTIVATIONS[act](z), z, dy)
-        dy2 = dy.reshape(-1, N)
-        if not dy2.is_contiguous():
-            dy2 = dy2.contiguous()  # autograd may hand an expanded gradient (e.g. of a sum)
-        dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = _linear(dy2, weight.t()).view(*x.shape)  # (M, N) @ (N, K): W read row-major
-        if ctx.needs_input_grad[1]:
-            dw = weight_grad(dy2, x.reshape(-1, K))
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = dy2.sum(0, dtype=torch.float32).to(dy.dtype)
-        return dx, dw, db, None
+        return _linear_grads(ctx.needs_input_grad, dy, x, weight, ctx.has_bias) + (None,)
 
 
 def linear(x, weight, bias=None, activation=None):
