@@ -431,7 +431,8 @@ def _plan_key(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, ou
             _kind(scale_a), _kind(scale_b), epi)
 
 
-_LINEAR: Dict[tuple, tuple] = {}  # linear()'s calls -> (the launch plan gemm() keeps for them, N, out dtype)
+_LINEAR: Dict[tuple, tuple] = {}  # linear()'s calls -> (the launch of the plan gemm() keeps for them, N, out dtype,
+#                                    device, torch.empty)
 
 
 def linear(x, weight, bias=None, activation=None):
@@ -451,16 +452,17 @@ def linear(x, weight, bias=None, activation=None):
                                     alpha=None, scale_a=None, scale_b=None, out_dtype=None, config="auto",
                                     deterministic=True))  # the key gemm's defaults gave this call
         if plan is not None and plan[0].ffi:  # TVM FFI checks the operands in C on every launch
-            _LINEAR[key] = (plan[0], y.shape[-1], y.dtype)
+            _LINEAR[key] = (plan[0].launch, y.shape[-1], y.dtype, x.device, _torch().empty)
         return y
-    plan, n, o_dtype = hit
-    x2 = x if x.dim() == 2 else x.view(-1, x.shape[-1])
-    out = _torch().empty((x2.shape[0], n), device=x.device, dtype=o_dtype)
+    launch, n, o_dtype, device, empty = hit
+    flat = x.dim() == 2
+    x2 = x if flat else x.view(-1, x.shape[-1])
+    out = empty((x2.shape[0], n), device=device, dtype=o_dtype)
     try:
-        plan.launch(x2, weight, out, 1.0, (), bias, None)
+        launch(x2, weight, out, 1.0, (), bias, None)
     except Exception:  # noqa: BLE001 - a misaligned base, say: gemm's path names the fix (or runs it)
         return gemm(x, weight.t(), bias=bias, activation=activation)
-    return out if x.dim() == 2 else out.view(*x.shape[:-1], n)
+    return out if flat else out.view(*x.shape[:-1], n)
 
 
 def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config, cache, deterministic):
