@@ -124,3 +124,21 @@ def test_the_compiled_graphs_linear_calls_take_the_short_path(host, monkeypatch)
         tops.gemm(x, w.t(), alpha=2.0)
         tops.gemm(x, w.t(), residual=FakeTensor((1, 16, 128)))
     assert [c[0] for c in calls] == ["gemm"] * 4
+
+
+def test_the_linear_op_runs_the_short_path_and_its_fake_has_the_layers_shape(host, monkeypatch):
+    """``torch.ops.warpsched.linear(x, weight, bias, activation)``, what ``nn.functional.linear`` calls under a tracer:
+    its first call with a key goes through gemm (with ``weight.t()``), later ones launch the kept plan; its fake gives
+    (..., N), (..., N / 2) for swiglu."""
+    calls, _ = host
+    tops = _torch_ops_with_stand_in_torch(monkeypatch)
+    x, w = FakeTensor((2, 8, 64)), FakeTensor((128, 64))
+    tops.linear(x, w, None, None)
+    tops.linear(x, w, None, None)
+    assert [c[0] for c in calls] == ["gemm", "launch"] and calls[0][2] == (64, 128)
+
+    class Made(FakeTensor):
+        def new_empty(self, shape):
+            return FakeTensor(shape)
+    assert tops._linear_fake(Made((2, 8, 64)), w, None, None).shape == (2, 8, 128)
+    assert tops._linear_fake(Made((2, 8, 64)), w, None, "swiglu").shape == (2, 8, 64)

@@ -66,7 +66,10 @@ def nnf(monkeypatch):
         calls.append((a.shape, a.stride(), b.shape, b.stride()))
         return Tok((M, N))
 
-    torch.ops = types.SimpleNamespace(warpsched=types.SimpleNamespace(gemm=gemm))  # the custom op linear calls
+    def linear(x, weight, bias, activation):  # torch.ops.warpsched.linear: gemm(x, weight.t()) on the short path
+        return gemm(x, weight.t(), bias=bias, activation=activation)
+
+    torch.ops = types.SimpleNamespace(warpsched=types.SimpleNamespace(linear=linear))  # the custom op linear calls
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "warpsched.torch_ops", types.ModuleType("warpsched.torch_ops"))
     # the real eager-or-op rule, on the stand-in torch

@@ -3,6 +3,8 @@
 - ``torch.ops.warpsched.gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None,
   residual=None, alpha=None)``: ``warpsched.ops.gemm`` (a (M, K) row-major, b (K, N) column-major, or a
   batched (L, M, K) x (L, K, N); fp8 with per-tensor scales; the fused epilogue);
+- ``torch.ops.warpsched.linear(x, weight, bias, activation)``: a linear layer, act(x @ weight.T + bias) for a (N, K)
+  weight (what ``warpsched.nn.functional.linear`` runs under torch.compile; every argument required);
 - ``torch.ops.warpsched.attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1,
   softcap=None) -> (out, lse)``: ``warpsched.ops.attention`` with its log-sum-exp (-1: no window bound
   on that side);
@@ -28,6 +30,9 @@ _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _LIB = torch.library.Library("warpsched", "DEF")  # noqa: TOR901 - the op namespace is ours
 _LIB.define("gemm(Tensor a, Tensor b, Tensor? scale_a=None, Tensor? scale_b=None, ScalarType? out_dtype=None, "
             "Tensor? bias=None, str? activation=None, Tensor? residual=None, float? alpha=None) -> Tensor")
+# a linear layer's GEMM, what warpsched.nn.functional.linear calls under a tracer: no defaults, so a compiled graph
+# passes its arguments positionally (the dispatcher parses each keyword argument: ~1 us apiece on a CPU)
+_LIB.define("linear(Tensor x, Tensor weight, Tensor? bias, str? activation) -> Tensor")
 _LIB.define("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
             "int window_right=-1, float? softcap=None) -> (Tensor, Tensor)")
 _LIB.define("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, bool causal=False, "
@@ -46,6 +51,12 @@ def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation
     run = ops.gemm if a.dim() == 3 and b.dim() == 3 else _gemm_ops.gemm
     return run(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, bias=bias, activation=activation,
                residual=residual, alpha=alpha)
+
+
+def linear(x, weight, bias, activation):
+    """act(x @ weight.T + bias) for x (..., K) and a (N, K) weight: ``gemm.ops.linear`` (``gemm(x, weight.t(),
+    bias=bias, activation=activation)`` on its short launch path)."""
+    return _gemm_ops.linear(x, weight, bias, activation)
 
 
 def _window(left, right):
@@ -76,6 +87,7 @@ _BWD = []  # warpsched.kernels.attention.backward_host, once imported
 
 
 _LIB.impl("gemm", gemm, "CUDA")
+_LIB.impl("linear", linear, "CUDA")
 _LIB.impl("attention_fwd", attention_fwd, "CUDA")
 _LIB.impl("attention_bwd", attention_bwd, "CUDA")
 
@@ -86,6 +98,12 @@ def _gemm_fake(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, acti
     dtype = out_dtype or (torch.bfloat16 if a.dtype in _FP8 else a.dtype)
     n = b.shape[-1] // (2 if activation == "swiglu" else 1)
     return a.new_empty((*a.shape[:-1], n), dtype=dtype)
+
+
+@torch.library.register_fake("warpsched::linear", lib=_LIB)
+def _linear_fake(x, weight, bias, activation):
+    n = weight.shape[0] // (2 if activation == "swiglu" else 1)
+    return x.new_empty((*x.shape[:-1], n))
 
 
 @torch.library.register_fake("warpsched::attention_fwd", lib=_LIB)
@@ -100,4 +118,4 @@ def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None, windo
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-__all__ = ["attention_bwd", "attention_fwd", "gemm"]
+__all__ = ["attention_bwd", "attention_fwd", "gemm", "linear"]

@@ -1,7 +1,7 @@
 """``linear`` with autograd on warpsched's GEMM (imports torch).
 
 Forward y = act(x W^T + bias) with x (..., K) and W (N, K): ``warpsched.ops.gemm(x, W.t(), bias=bias,
-activation=act)`` (the custom op ``torch.ops.warpsched.gemm`` when torch.compile or another tracer is
+activation=act)`` (the custom op ``torch.ops.warpsched.linear`` when torch.compile or another tracer is
 looking: ``_linear``), the bias and the activation fused into the GEMM's epilogue. Backward: dX = dZ W
 reads W row-major (an N-major B) and dW = dZ^T X reads dZ^T column-major (an M-major A) and X
 row-major (an N-major B): the persistent GEMM takes those 16-bit operands as they are
@@ -43,16 +43,16 @@ from ..kernels.gemm import swiglu as _swiglu
 from ..kernels.gemm.ops import GemmArgumentError
 from ._eager import eager
 
-_OP = torch.ops.warpsched.gemm
+_OP = torch.ops.warpsched.linear
 
 
 def _linear(x, weight, bias=None, activation=None):
     """act(x @ weight.T + bias): warpsched's GEMM through ``gemm.ops.linear`` (its short host path for a
-    model's every call), or the custom op ``torch.ops.warpsched.gemm`` where a tracer is looking
+    model's every call), or the custom op ``torch.ops.warpsched.linear`` where a tracer is looking
     (``_eager.eager``). ``weight`` (N, K) may be a transposed view (dX = dY W is ``_linear(dy, w.t())``)."""
     if eager(x):
         return _gemm_ops.linear(x, weight, bias, activation)
-    return _OP(x, weight.t(), bias=bias, activation=activation)
+    return _OP(x, weight, bias, activation)
 
 
 ALIGN = 8  # elements: a 16-bit GEMM's K and N (16-byte TMA rows)
