@@ -134,3 +134,13 @@ def test_deterministic_plans_zero_fresh_turn_words_every_call(host):
     assert launches[n:] == launches[:n]
     kernel_args = [args for name, args in launches if name[0] == "kernel"][1]
     assert ((8,), "torch.int32") in kernel_args  # one turn word per (batch, head, 64-row Q block)
+
+
+def test_arguments_that_are_not_tensors_get_the_full_paths_message(host):
+    """The plan's key is built before the checks: what it cannot read goes to the full path, whose error names it."""
+    q, k, v, out, dout, lse = inputs()
+    with pytest.raises(bwd.AttentionConfigError, match="pass a torch.Tensor"):
+        bwd.attention_backward([1, 2], k, v, out, dout, lse, causal=True)
+    with pytest.raises(bwd.AttentionConfigError, match="lse"):
+        bwd.attention_backward(q, k, v, out, dout, object(), causal=True)
+    assert not bwd._PLANS

@@ -192,6 +192,10 @@ def linear(x, weight, bias=None, activation=None):
     # the checks cost a model's every call: the messages are built only for what fails
     if activation is not None and activation not in ACTIVATIONS:
         check_activation(activation)
+    for name, t in (("x", x), ("weight", weight)):
+        if not (hasattr(t, "shape") and hasattr(t, "dtype")):
+            raise TypeError(f"warpsched.nn.functional.linear: {name} is a {type(t).__name__}; pass a torch.Tensor "
+                            "(as torch.nn.functional.linear)")
     try:
         N, K = weight.shape
     except ValueError:

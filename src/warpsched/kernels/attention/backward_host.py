@@ -22,6 +22,11 @@ VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the progra
 def check_args(q, k, v, out, dout, lse):
     """The forward's checks on q, k, v, then out / dout (q's shape and dtype) and lse ((B, H, S_q) fp32)."""
     _check_qkv(q, k, v)
+    for name, t in (("out", out), ("dout", dout), ("lse", lse)):
+        if not all(hasattr(t, a) for a in ("shape", "dtype")):
+            raise AttentionConfigError(f"{name} is a {type(t).__name__}; pass a torch.Tensor ("
+                                       + ("the forward's log-sum-exp, ops.attention(..., return_lse=True))"
+                                          if name == "lse" else "of q's shape and dtype)"))
     B, H, Sq, D = q.shape
     if D not in BWD_HEAD_DIMS:
         raise AttentionConfigError(f"head dim {D}: the backward supports head dims {BWD_HEAD_DIMS}; use "
@@ -295,11 +300,9 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient ``dout``, given
     the forward's ``lse``. dk / dv have k's shape (summed over each K/V head's query heads: GQA).
     delta = rowsum(dout * out) is computed by torch first; dQ is accumulated in fp32 and converted last."""
-    pkey = None
-    if not options and dk is None and dv is None and mask_mod is None:  # a model's call: an earlier one's plan?
-        pkey = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), lse.stride(),
-                q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype, lse.dtype, q.get_device(), causal, scale,
-                None if window_size is None else tuple(window_size), softcap, deterministic)
+    pkey = _plan_key(q, k, v, out, dout, lse, causal, scale, window_size, softcap, deterministic) \
+        if not options and dk is None and dv is None and mask_mod is None else None  # a model's call
+    if pkey is not None:
         plan = _PLANS.get(pkey)
         if plan is not None:
             try:
@@ -316,6 +319,19 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
 
 
 _PLANS = {}  # (shapes, strides, dtypes, device, causal, scale, window, softcap, deterministic) -> _plan's run
+
+
+def _plan_key(q, k, v, out, dout, lse, causal, scale, window_size, softcap, deterministic):
+    """The key of a call's plan in ``_PLANS``, or None for arguments that are not tensors or a window that is not a
+    pair (the full path's checks name what is wrong with them)."""
+    try:
+        key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), lse.stride(),
+               q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype, lse.dtype, q.get_device(), causal, scale,
+               None if window_size is None else tuple(window_size), softcap, deterministic)
+        hash(key)
+        return key
+    except (AttributeError, TypeError):
+        return None
 
 
 def _plannable(q, k, v, out, dout, lse):
