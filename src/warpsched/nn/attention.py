@@ -98,7 +98,9 @@ def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None, window_si
     if mask_mod is not None:
         return _MaskedAttention.apply(q, k, v, bool(is_causal), scale, window_size, softcap, mask_mod)
     left, right = (-1, -1) if window_size is None else (-1 if w is None else w for w in window_size)
-    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)):
+    # getattr: what is not a tensor reaches the kernels' checks, which name it
+    if not (torch.is_grad_enabled() and (getattr(q, "requires_grad", False) or getattr(k, "requires_grad", False)
+                                         or getattr(v, "requires_grad", False))):
         # inference: the forward alone, without autograd's bookkeeping (nothing is saved)
         return _run("attention_fwd", q)(q, k, v, bool(is_causal), scale, left, right, softcap)[0]
     return _Attention.apply(q, k, v, bool(is_causal), scale, left, right, softcap)
