@@ -108,15 +108,18 @@ def test_backward_options_build_a_safe_program_or_answer_with_a_named_error(seed
 
 @pytest.mark.parametrize("seed", range(10))
 def test_the_entry_points_name_an_argument_that_is_not_a_tensor(seed):
-    """``attention`` and ``attention_backward`` read shapes and strides for their plan lookups before their checks:
+    """``attention``, ``attention_backward`` and ``attention_varlen`` read shapes and strides for their plan lookups
+    before their checks:
     an argument that is not a tensor must still get the checks' named error, never an AttributeError."""
     from warpsched.kernels.attention import backward_host as bwd
     from warpsched.kernels.attention import host
 
     r = random.Random(seed)
     for _ in range(30):
-        for entry, n in ((host.attention, 3), (bwd.attention_backward, 6)):
+        for entry, n in ((host.attention, 3), (bwd.attention_backward, 6), (varlen.attention_varlen, 5)):
             args = [_junk(r) for _ in range(n)]
             args[r.randrange(n)] = r.choice([None, 3, "q", 2.5, [1, 2], object()])
+            if entry is varlen.attention_varlen:
+                args.append(r.choice([0, 16, 128]))  # max_seqlen_q
             with pytest.raises(AttentionConfigError):
                 entry(*args, causal=r.random() < 0.5)

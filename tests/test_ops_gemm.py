@@ -393,3 +393,19 @@ def test_the_tuner_charges_a_host_reduced_split_its_two_launches():
     assert len(made) == 3 and 0 < tune.EXTRA_LAUNCH_MS < 0.05
     assert {(c.get("split_reduce"), c["tile_mn"]) for c in tune.candidates(16, 4096, 14336) if c["split_k"] == "auto"} \
         >= {("parallel", (64, 256)), ("parallel", (64, 128)), (None, (64, 256)), (None, (64, 128))}
+
+
+@pytest.mark.parametrize("junk", [None, 3, "b", [1, 2], object()])
+def test_an_operand_that_is_not_a_tensor_is_named(junk):
+    """ops.gemm and gemm.ops.linear read shapes and strides for their plan lookups first: whatever is not a tensor
+    gets a GemmArgumentError naming it, not an AttributeError from inside."""
+    from _fake_tensor import FakeTensor
+    from warpsched import ops
+    from warpsched.kernels.gemm import ops as gops
+
+    w = FakeTensor((64, 64))
+    for call, name in ((lambda: ops.gemm(junk, w), "a"), (lambda: ops.gemm(w, junk), "b"),
+                       (lambda: ops.gemm(FakeTensor((2, 8, 64)), junk), "b"),
+                       (lambda: gops.linear(junk, w), "x"), (lambda: gops.linear(FakeTensor((8, 64)), junk), "weight")):
+        with pytest.raises(gops.GemmArgumentError, match=f"^{name} is a {type(junk).__name__}; pass a torch.Tensor"):
+            call()

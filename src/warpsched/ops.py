@@ -128,7 +128,7 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     The first call for a shape checks, tunes and compiles; later calls launch through TVM FFI within a
     few microseconds of ``torch.matmul`` (docs/torch.md). Unsupported input raises
     ``GemmArgumentError`` (a ``ValueError``) naming the fix. See ``warpsched.kernels.gemm.ops.gemm``."""
-    if getattr(a, "dim", None) is not None and a.dim() == 3 and b.dim() == 3:  # (L, M, K) x (L, K, N)
+    if getattr(a, "dim", None) is not None and getattr(b, "dim", None) is not None and a.dim() == 3 and b.dim() == 3:
         from warpsched.kernels.gemm.batched import gemm_batched
 
         return gemm_batched(a, b, out, bias=bias, activation=activation, residual=residual, alpha=alpha,

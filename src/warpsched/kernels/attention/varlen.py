@@ -122,6 +122,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
     if isinstance(window_size, list):
         window_size = tuple(window_size)
+    if not all(hasattr(t, "stride") for t in (q, k, v, cu_seqlens_q)):
+        check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)  # names what is not a tensor (the plan key reads strides)
     pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.get_device(),
             cu_seqlens_q.shape, causal, scale, window_size, softcap, mask_mod)
     plan = _PLANS.get(pkey)

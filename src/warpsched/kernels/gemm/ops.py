@@ -403,6 +403,8 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     The first call for a (shapes, strides, dtypes, device, config, scale and epilogue kinds) key
     checks the operands, looks up (or tunes) the configuration and compiles; the launch plan is then
     kept in memory, and later calls with that key only launch (through TVM FFI where installed)."""
+    if not (hasattr(a, "dim") and hasattr(b, "dim")):
+        _require_tensors(a=a, b=b)
     a_dim = a.dim()
     if a_dim > 2:
         if b.dim() == 3 and a_dim == 3:
@@ -419,6 +421,13 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
             return res.view(*lead, res.shape[-1])
     return _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config, cache,
                     deterministic)
+
+
+def _require_tensors(**named):
+    """Refuse an operand that is not a tensor (``None`` allowed only for a bias), naming it."""
+    for name, t in named.items():
+        if not (t is None and name == "bias") and not (hasattr(t, "shape") and hasattr(t, "stride")):
+            raise GemmArgumentError(f"{name} is a {type(t).__name__}; pass a torch.Tensor")
 
 
 def _plan_key(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config, deterministic):
@@ -442,8 +451,12 @@ def linear(x, weight, bias=None, activation=None):
     (one view of x in and of the output out, no transposes, none of gemm's argument handling). ``weight`` may
     be any operand ``gemm`` takes as ``weight.t()``, e.g. a transposed view (a backward pass's dX = dY W is
     ``linear(dy, w.t())``)."""
-    key = (x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
-           None if bias is None else (bias.shape, bias.dtype), activation)
+    try:
+        key = (x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
+               None if bias is None else (bias.shape, bias.dtype), activation)
+    except AttributeError:
+        _require_tensors(x=x, weight=weight, bias=bias)
+        raise
     hit = _LINEAR.get(key)
     if hit is None:
         y = gemm(x, weight.t(), bias=bias, activation=activation)
