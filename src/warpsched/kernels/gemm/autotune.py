@@ -67,8 +67,9 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       bench/gemm_floor.py), 64x32 tiles (cuBLAS's choice there) with a doubled K tile and PDL
       (the next launch's prologue overlaps this one's tail), for bf16 also the 9-stage ring that
       fits, and the ping-pong; the 64-row splits also reduced in the kernel (one launch: the tuner
-      charges a host-reduced split its two extra launches, ``EXTRA_LAUNCH_MS``); ``deterministic=False`` adds the atomic in-kernel split-K (its
-      shares sum in arrival order, so its last bits can differ between calls). ``swap`` (16-bit, both
+      charges a host-reduced split its two extra launches, ``EXTRA_LAUNCH_MS``); ``deterministic=False``
+      adds the atomic in-kernel split-K (its shares sum in arrival order, so its last bits can differ
+      between calls). ``swap`` (16-bit, both
       operands K-major, a row-major out and no fused epilogue: what a swapped kernel can run) adds the
       swap-AB tiles (``SWAP_AB``): the weight's rows on WGMMA's M, the tokens on N.
     - M <= 256: the 128x256 / 256x128 / 128x128 / 64x128 / 128x64 tiles, split-K on two of them,
@@ -79,8 +80,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
     fp8 has the same list (its K tile is 128, the doubled one 256). Serial in-kernel split-K is not
-    tried, nor the parallel one above M = 64: they never won on device time; nor is stream-K, slower than the
-    data-parallel tiles on the few-tile shapes of bench/gemm_floor.py as on the sweep's. Every candidate's program ships proven
+    tried, nor the parallel one above M = 64: they never won on device time; nor is stream-K, slower
+    than the data-parallel tiles on the few-tile shapes of bench/gemm_floor.py as on the sweep's. Every candidate's program ships proven
     (``warpsched.kernels.shipped``), so tuning compiles without searching."""
     del K  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
