@@ -142,3 +142,21 @@ def test_the_linear_op_runs_the_short_path_and_its_fake_has_the_layers_shape(hos
             return FakeTensor(shape)
     assert tops._linear_fake(Made((2, 8, 64)), w, None, None).shape == (2, 8, 128)
     assert tops._linear_fake(Made((2, 8, 64)), w, None, "swiglu").shape == (2, 8, 64)
+
+
+def test_the_attention_ops_call_the_kernels_hosts_with_the_ops_arguments(monkeypatch):
+    """``attention_fwd`` / ``attention_bwd`` go straight to the forward's and the backward's hosts (no
+    ``warpsched.ops`` layer): the LSE asked for, no out tensors (so the host keeps its plan), the window as a pair
+    or None, deterministic from torch's flag."""
+    tops = _torch_ops_with_stand_in_torch(monkeypatch)
+    seen = []
+    fwd = types.SimpleNamespace(attention=lambda *a, **k: seen.append(("fwd", a, k)) or ("o", "lse"))
+    bwd = types.SimpleNamespace(attention_backward=lambda *a, **k: seen.append(("bwd", a, k)) or ("dq", "dk", "dv"))
+    monkeypatch.setattr(tops, "_HOSTS", {"host": fwd, "backward_host": bwd})
+    assert tops.attention_fwd("q", "k", "v", True) == ("o", "lse")
+    assert tops.attention_fwd("q", "k", "v", False, 0.5, 8, 0, 30.0) == ("o", "lse")
+    assert tops.attention_bwd("q", "k", "v", "o", "do", "lse", True, None, -1, 4) == ("dq", "dk", "dv")
+    assert seen[0] == ("fwd", ("q", "k", "v", True, None, None, None, True, None, None, None), {})
+    assert seen[1] == ("fwd", ("q", "k", "v", False, 0.5, None, None, True, None, 30.0, (8, 0)), {})
+    assert seen[2] == ("bwd", ("q", "k", "v", "o", "do", "lse"), dict(causal=True, scale=None, window_size=(-1, 4),
+                                                                      softcap=None, deterministic=False))

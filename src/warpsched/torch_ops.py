@@ -64,26 +64,33 @@ def _window(left, right):
 
 
 def attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
-    """softmax(q k^T * scale) v and its (B, H, S_q) fp32 log-sum-exp (see ``warpsched.ops.attention``)."""
-    # no out=: ops.attention allocates O contiguous (what the fake says) and, given none, keeps the call's
-    # launch plan, so a later call with the same shapes skips the host checks
-    return ops.attention(q, k, v, causal=causal, scale=scale, return_lse=True,
-                         window_size=_window(window_left, window_right), softcap=softcap)
+    """softmax(q k^T * scale) v and its (B, H, S_q) fp32 log-sum-exp (``warpsched.ops.attention``'s host)."""
+    # straight to the forward's host; no out=: it allocates O as the fake does (``empty_out``) and, given none,
+    # keeps the call's launch plan, so a later call with the same shapes skips the host checks
+    return _attention_host("host").attention(q, k, v, causal, scale, None, None, True, None, softcap,
+                                             _window(window_left, window_right))
 
 
 def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
     """(dq, dk, dv) of ``attention_fwd`` (``warpsched.ops.attention_backward``'s host); dQ in a fixed order
     when torch's deterministic mode is on (``torch.use_deterministic_algorithms(True)``)."""
-    if not _BWD:  # the backward's host (imports cutlass: at the first call, not with this module)
-        from .kernels.attention import backward_host
-
-        _BWD.append(backward_host)
-    return _BWD[0].attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale,
-                                      window_size=_window(window_left, window_right), softcap=softcap,
-                                      deterministic=torch.are_deterministic_algorithms_enabled())
+    return _attention_host("backward_host").attention_backward(
+        q, k, v, out, dout, lse, causal=causal, scale=scale, window_size=_window(window_left, window_right),
+        softcap=softcap, deterministic=torch.are_deterministic_algorithms_enabled())
 
 
-_BWD = []  # warpsched.kernels.attention.backward_host, once imported
+_HOSTS = {}  # "host" / "backward_host" -> that module of warpsched.kernels.attention, once imported
+
+
+def _attention_host(name):
+    """``warpsched.kernels.attention.<name>``: imported at the first call (it imports cutlass), not with this
+    module, and then a dict lookup per call (what ``warpsched.ops``' function-level imports cost every call)."""
+    mod = _HOSTS.get(name)
+    if mod is None:
+        import importlib
+
+        mod = _HOSTS[name] = importlib.import_module(f"{__package__}.kernels.attention.{name}")
+    return mod
 
 
 _LIB.impl("gemm", gemm, "CUDA")
