@@ -192,10 +192,10 @@ def linear(x, weight, bias=None, activation=None):
     # the checks cost a model's every call: the messages are built only for what fails
     if activation is not None and activation not in ACTIVATIONS:
         check_activation(activation)
-    for name, t in (("x", x), ("weight", weight)):
-        if not (hasattr(t, "shape") and hasattr(t, "dtype")):
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if not (hasattr(t, "shape") and hasattr(t, "dtype")) and not (name == "bias" and t is None):
             raise TypeError(f"warpsched.nn.functional.linear: {name} is a {type(t).__name__}; pass a torch.Tensor "
-                            "(as torch.nn.functional.linear)")
+                            "(as torch.nn.functional.linear)" + (" or None" if name == "bias" else ""))
     try:
         N, K = weight.shape
     except ValueError:
