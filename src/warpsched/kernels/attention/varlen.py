@@ -118,12 +118,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     log-sum-exp (flash_attn_varlen_func's layout). ``max_seqlen_q`` must be at least the longest sequence's
     query count (rows past it are not computed, as in flash-attention); ``max_seqlen_k`` is accepted for
     flash_attn's signature and not needed. ``out`` / ``lse``: preallocated results of those shapes."""
+    if not all(hasattr(t, "stride") for t in (q, k, v, cu_seqlens_q)):
+        check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)  # names what is not a tensor (the plan key reads strides)
     import torch
 
     if isinstance(window_size, list):
         window_size = tuple(window_size)
-    if not all(hasattr(t, "stride") for t in (q, k, v, cu_seqlens_q)):
-        check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)  # names what is not a tensor (the plan key reads strides)
     pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.get_device(),
             cu_seqlens_q.shape, causal, scale, window_size, softcap, mask_mod)
     plan = _PLANS.get(pkey)
