@@ -148,11 +148,13 @@ def test_the_attention_ops_call_the_kernels_hosts_with_the_ops_arguments(monkeyp
     """``attention_fwd`` / ``attention_bwd`` go straight to the forward's and the backward's hosts (no
     ``warpsched.ops`` layer): the LSE asked for, no out tensors (so the host keeps its plan), the window as a pair
     or None, deterministic from torch's flag."""
+    fwd = pytest.importorskip("warpsched.kernels.attention.host")  # imports cutlass
+    from warpsched.kernels.attention import backward_host as bwd
+
     tops = _torch_ops_with_stand_in_torch(monkeypatch)
     seen = []
-    fwd = types.SimpleNamespace(attention=lambda *a, **k: seen.append(("fwd", a, k)) or ("o", "lse"))
-    bwd = types.SimpleNamespace(attention_backward=lambda *a, **k: seen.append(("bwd", a, k)) or ("dq", "dk", "dv"))
-    monkeypatch.setattr(tops, "_HOSTS", {"host": fwd, "backward_host": bwd})
+    monkeypatch.setattr(fwd, "attention", lambda *a, **k: seen.append(("fwd", a, k)) or ("o", "lse"))
+    monkeypatch.setattr(bwd, "attention_backward", lambda *a, **k: seen.append(("bwd", a, k)) or ("dq", "dk", "dv"))
     assert tops.attention_fwd("q", "k", "v", True) == ("o", "lse")
     assert tops.attention_fwd("q", "k", "v", False, 0.5, 8, 0, 30.0) == ("o", "lse")
     assert tops.attention_bwd("q", "k", "v", "o", "do", "lse", True, None, -1, 4) == ("dq", "dk", "dv")

@@ -47,7 +47,7 @@ def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation
     # (batched through ops.gemm)
     if (b.dim() == 2 and scale_a is None and scale_b is None and out_dtype is None and residual is None
             and alpha is None):
-        return _gemm_ops.linear(a, b.t(), bias, activation)
+        return linear(a, b.t(), bias, activation)
     run = ops.gemm if a.dim() == 3 and b.dim() == 3 else _gemm_ops.gemm
     return run(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype, bias=bias, activation=activation,
                residual=residual, alpha=alpha)
@@ -65,32 +65,22 @@ def _window(left, right):
 
 def attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
     """softmax(q k^T * scale) v and its (B, H, S_q) fp32 log-sum-exp (``warpsched.ops.attention``'s host)."""
-    # straight to the forward's host; no out=: it allocates O as the fake does (``empty_out``) and, given none,
-    # keeps the call's launch plan, so a later call with the same shapes skips the host checks
-    return _attention_host("host").attention(q, k, v, causal, scale, None, None, True, None, softcap,
-                                             _window(window_left, window_right))
+    # straight to the forward's host (imports cutlass: at the first call, not with this module); no out=: it
+    # allocates O as the fake does (``empty_out``) and, given none, keeps the call's launch plan, so a later call
+    # with the same shapes skips the host checks
+    from .kernels.attention import host
+
+    return host.attention(q, k, v, causal, scale, None, None, True, None, softcap, _window(window_left, window_right))
 
 
 def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
     """(dq, dk, dv) of ``attention_fwd`` (``warpsched.ops.attention_backward``'s host); dQ in a fixed order
     when torch's deterministic mode is on (``torch.use_deterministic_algorithms(True)``)."""
-    return _attention_host("backward_host").attention_backward(
-        q, k, v, out, dout, lse, causal=causal, scale=scale, window_size=_window(window_left, window_right),
-        softcap=softcap, deterministic=torch.are_deterministic_algorithms_enabled())
+    from .kernels.attention import backward_host  # straight to the backward's host, as attention_fwd
 
-
-_HOSTS = {}  # "host" / "backward_host" -> that module of warpsched.kernels.attention, once imported
-
-
-def _attention_host(name):
-    """``warpsched.kernels.attention.<name>``: imported at the first call (it imports cutlass), not with this
-    module, and then a dict lookup per call (what ``warpsched.ops``' function-level imports cost every call)."""
-    mod = _HOSTS.get(name)
-    if mod is None:
-        import importlib
-
-        mod = _HOSTS[name] = importlib.import_module(f"{__package__}.kernels.attention.{name}")
-    return mod
+    return backward_host.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale,
+                                            window_size=_window(window_left, window_right), softcap=softcap,
+                                            deterministic=torch.are_deterministic_algorithms_enabled())
 
 
 _LIB.impl("gemm", gemm, "CUDA")

@@ -182,6 +182,14 @@ class _LinearFunction(torch.autograd.Function):
         return _linear_grads(ctx.needs_input_grad, dy, x, weight, ctx.has_bias) + (None,)
 
 
+def _refuse_non_tensors(x, weight, bias):
+    """The TypeError for the first of x, weight and bias that is not a tensor (bias may be None)."""
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        if not (hasattr(t, "shape") and hasattr(t, "dtype")) and not (name == "bias" and t is None):
+            raise TypeError(f"warpsched.nn.functional.linear: {name} is a {type(t).__name__}; pass a torch.Tensor "
+                            "(as torch.nn.functional.linear)" + (" or None" if name == "bias" else ""))
+
+
 def linear(x, weight, bias=None, activation=None):
     """``activation(torch.nn.functional.linear(x, weight, bias))`` on warpsched's GEMM, the bias and
     the activation fused into its epilogue, with autograd: x (..., K), weight (N, K), bias (N,) or
@@ -192,10 +200,8 @@ def linear(x, weight, bias=None, activation=None):
     # the checks cost a model's every call: the messages are built only for what fails
     if activation is not None and activation not in ACTIVATIONS:
         check_activation(activation)
-    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if not (hasattr(t, "shape") and hasattr(t, "dtype")) and not (name == "bias" and t is None):
-            raise TypeError(f"warpsched.nn.functional.linear: {name} is a {type(t).__name__}; pass a torch.Tensor "
-                            "(as torch.nn.functional.linear)" + (" or None" if name == "bias" else ""))
+    if not (hasattr(x, "dtype") and hasattr(weight, "shape") and (bias is None or hasattr(bias, "shape"))):
+        _refuse_non_tensors(x, weight, bias)
     try:
         N, K = weight.shape
     except ValueError:

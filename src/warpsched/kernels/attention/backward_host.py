@@ -303,7 +303,10 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
     pkey = _plan_key(q, k, v, out, dout, lse, causal, scale, window_size, softcap, deterministic) \
         if not options and dk is None and dv is None and mask_mod is None else None  # a model's call
     if pkey is not None:
-        plan = _PLANS.get(pkey)
+        try:
+            plan = _PLANS.get(pkey)
+        except TypeError:  # an unhashable scale or softcap: the full path names it
+            pkey = plan = None
         if plan is not None:
             try:
                 return plan(q, k, v, out, dout, lse)
@@ -323,13 +326,11 @@ _PLANS = {}  # (shapes, strides, dtypes, device, causal, scale, window, softcap,
 
 def _plan_key(q, k, v, out, dout, lse, causal, scale, window_size, softcap, deterministic):
     """The key of a call's plan in ``_PLANS``, or None for arguments that are not tensors or a window that is not a
-    pair (the full path's checks name what is wrong with them)."""
+    sequence (the full path's checks name what is wrong with them)."""
     try:
-        key = (q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), lse.stride(),
-               q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype, lse.dtype, q.get_device(), causal, scale,
-               None if window_size is None else tuple(window_size), softcap, deterministic)
-        hash(key)
-        return key
+        return (q.shape, k.shape, q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), lse.stride(),
+                q.dtype, k.dtype, v.dtype, out.dtype, dout.dtype, lse.dtype, q.get_device(), causal, scale,
+                None if window_size is None else tuple(window_size), softcap, deterministic)
     except (AttributeError, TypeError):
         return None
 
