@@ -15,7 +15,8 @@ backend; the last lines give the geomean ratio and the worst shape. Runs in a ch
 
 Variants (``--variants "qring:q_stages=2,n192:block_n=192;hd=64"``) are timed in the same
 rounds as the default and the backends, with their own ratio to the best backend and to the
-default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes,
+default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes, ``full_only=1``
+to the others,
 ``tuned=1`` starts it from the default's options: ``nofence:tuned=1;pv_wait_fence=0``).
 ``--shapes 16x16x1024,4x16x4096``, ``--dims`` and ``--backends`` keep a GPU run short;
 ``--only-passed FILE`` (written by ``attention_correctness.py --passed-out FILE``) times only the
@@ -71,7 +72,8 @@ def sides(q, k, v, causal, variants):
     out["warpsched"] = launch  # the compiled kernel on converted arguments: no host checks timed
     for name, options in variants.items():
         options = dict(options)
-        if options.pop("hd", q.shape[3]) != q.shape[3] or (options.pop("causal_only", 0) and not causal):
+        if (options.pop("hd", q.shape[3]) != q.shape[3] or (options.pop("causal_only", 0) and not causal)
+                or (options.pop("full_only", 0) and causal)):
             continue
         if options.pop("tuned", 0):  # on top of what the default runs for this head dim and mask
             options = dict(att.tuned_options(q.shape[3], causal), **options)

@@ -3,6 +3,7 @@
   python3 bench/gemm_epilogue_check.py 2>&1 | tee bench/results/gemm_epilogue_check.log
   python3 bench/gemm_epilogue_check.py --small-swiglu   # only the fused / unfused SwiGLU at few tokens
   python3 bench/gemm_epilogue_check.py --swiglu-grad     # only the SwiGLU kernels under autograd, then timed
+  python3 bench/gemm_epilogue_check.py --ops-only        # only nn.functional.linear and torch.ops.warpsched.*
 
 1. Correctness: every epilogue variant (bias in the output dtype / fp32, relu, relu2, gelu, gelu_tanh,
    silu, SwiGLU, residual, alpha, fp8 with device scales, (..., K) activations, transposed a, split-K
@@ -12,7 +13,8 @@
    ``warpsched.nn.functional.linear`` with an activation (forward, backward) against fp64 autograd, at
    300 and 17 tokens (dW's contraction: zero-padded in the backward), the refusal of shapes no kernel
    takes (K = 300 given to ops.gemm directly, a 500-feature Linear), and
-   ``torch.ops.warpsched.gemm`` with an epilogue bitwise equal to ``ops.gemm``.
+   ``torch.ops.warpsched.gemm`` with an epilogue bitwise equal to ``ops.gemm``; ``torch.ops.warpsched.linear``
+   bitwise equal to the eager path, compiled (fwd + bwd through ``nn.functional.linear``) and in a CUDA graph.
 2. Time (CUDA graphs of back-to-back launches, triton do_bench medians, sides in rotated order over
    ``ROUNDS`` rounds): the fused GEMM against torch's unfused equivalent (cuBLAS matmul, then the bias /
    activation / product / residual as torch kernels) and against warpsched's own GEMM without the
@@ -39,6 +41,7 @@ DEV = "cuda"
 BF = torch.bfloat16
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 SWIGLU_GRAD_ONLY = "--swiglu-grad" in sys.argv  # only the SwiGLU kernels under autograd: checked, then timed
+OPS_ONLY = "--ops-only" in sys.argv  # only nn.functional.linear and the torch ops (section 1's end), no timing
 SMALL_SWIGLU_ONLY = "--small-swiglu" in sys.argv  # time only the autotuned SwiGLU at 16 / 64 / 128 tokens  # EPI_AUTO=1 adds a batched autotuned case
 T0 = time.time()
 
@@ -276,6 +279,53 @@ def linear_and_op():
     bad += not ok
     print(f"  {'PASS' if ok else 'FAIL'} torch.ops.warpsched.gemm with an epilogue (eager and torch.compile "
           "fullgraph) bitwise equal to ops.gemm", flush=True)
+    return bad + linear_op()
+
+
+def linear_op():
+    """``torch.ops.warpsched.linear`` (what ``nn.functional.linear`` calls under a tracer): the op bitwise equal to
+    the eager path, a compiled (fullgraph) forward + backward through ``nn.functional.linear`` bitwise equal to the
+    eager one in every output and gradient, and the op replayed in a CUDA graph bitwise equal too."""
+    import warpsched.nn.functional as wf
+    from warpsched.kernels.gemm import ops as gemm_ops
+
+    bad = 0
+    x, w, bias = rnd(2, 9, 512, scale=0.05), rnd(1024, 512, scale=0.05), rnd(1024)
+    for act in (None, "relu2", "gelu_tanh"):
+        ok = torch.equal(torch.ops.warpsched.linear(x, w, bias, act), gemm_ops.linear(x, w, bias, act))
+        bad += not ok
+        print(f"  {'PASS' if ok else 'FAIL'} torch.ops.warpsched.linear(activation={act}) bitwise equal to the eager "
+              "gemm.ops.linear", flush=True)
+
+    def fwd_bwd(f, act):
+        xx, ww, bb = (t.detach().clone().requires_grad_() for t in (x, w, bias))
+        y = f(xx, ww, bb, act)
+        y.backward(dy)
+        return y.detach(), xx.grad, ww.grad, bb.grad
+
+    dy = rnd(2, 9, 1024, scale=0.1)
+    for act in (None, "relu2"):  # relu2's gradient from the output: no torch elementwise op inductor could fuse
+        eager = fwd_bwd(wf.linear, act)
+        compiled = fwd_bwd(torch.compile(wf.linear, fullgraph=True), act)
+        # y, dX and dW are our kernels' (bitwise); db is a torch sum that inductor may order differently
+        ok = all(torch.equal(a, b) for a, b in zip(eager[:3], compiled[:3])) and torch.allclose(
+            eager[3].float(), compiled[3].float(), rtol=1e-2, atol=1e-2)
+        bad += not ok
+        diffs = [f"{(a.float() - b.float()).abs().max().item():.1e}" for a, b in zip(eager, compiled)]
+        print(f"  {'PASS' if ok else 'FAIL'} nn.functional.linear(activation={act}) compiled (fullgraph) forward + "
+              f"backward: y, dX, dW bitwise equal to eager, db within 1e-2 (max |diff| y, dX, dW, db: "
+              f"{', '.join(diffs)})", flush=True)
+    out = torch.ops.warpsched.linear(x, w, bias, "gelu_tanh")  # warm: compiled and tuned before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = torch.ops.warpsched.linear(x, w, bias, "gelu_tanh")
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ok = torch.equal(captured, out)
+    bad += not ok
+    print(f"  {'PASS' if ok else 'FAIL'} torch.ops.warpsched.linear replayed in a CUDA graph bitwise equal to eager",
+          flush=True)
     return bad
 
 
@@ -370,6 +420,10 @@ def main():
         bad = swiglu_autograd()
         time_swiglu_elementwise()
         print(f"done in {time.time() - T0:.0f} s", flush=True)
+        sys.exit(1 if bad else 0)
+    if OPS_ONLY:
+        bad = linear_and_op()
+        print(f"correctness: {'ALL PASS' if not bad else f'{bad} FAILED'} ({time.time() - T0:.0f} s)", flush=True)
         sys.exit(1 if bad else 0)
     if not SMALL_SWIGLU_ONLY:
         bad = correctness()

@@ -18,6 +18,7 @@ quack-kernels is optional (its column stays empty without it)."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -166,11 +167,31 @@ def swap_correctness(shapes):
     return config_correctness(shapes, "swap-AB", lambda M: M <= 64, lambda M, N: SWAP, 100)
 
 
-def candidates_table(M, N, K, rep_ms, swap=False):
+def extra_checked(M, N, K, extra):
+    """The ``--extra`` configurations that compute M x N x K within the floor's error bar of fp64 (the rest are
+    printed as failures and not timed)."""
+    a, w = inputs(M, N, K, 11)
+    ref = (a.double() @ w.double().t())
+    out = []
+    for c in extra:
+        try:
+            got = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+            ops.gemm(a, w.t(), out=got, config=c)
+            err = ((got.double() - ref).norm() / ref.norm()).item()
+        except Exception as e:  # noqa: BLE001 - a configuration this shape cannot run is reported
+            print(f"  extra {c}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            continue
+        print(f"  extra {c}: rel. error {err:.2e} {'PASS' if err < 1e-2 else 'FAIL'}", flush=True)
+        if err < 1e-2:
+            out.append(c)
+    return out
+
+
+def candidates_table(M, N, K, rep_ms, swap=False, extra=()):
     a, w = inputs(M, N, K, 7)
     b = w.t()
     rows = []
-    for c in tune.candidates(M, N, K, fp8=False) + (SWAP if swap and M <= 64 else []):
+    for c in tune.candidates(M, N, K, fp8=False) + (SWAP if swap and M <= 64 else []) + list(extra):
         try:
             ops.gemm(a, b, config=c)
             ms = graph_ms(torch, do_bench, lambda c=c: ops.gemm(a, b, config=c), 0.02, rep_ms)
@@ -190,6 +211,9 @@ def main():
     ap.add_argument("--shapes", default="", help="MxNxK,... (default: the floor set)")
     ap.add_argument("--candidates", action="store_true", help="time every autotune candidate below the floor")
     ap.add_argument("--swap", action="store_true", help="also check and time the swap-AB configurations")
+    ap.add_argument("--extra", default="[]", help="JSON list of configurations --candidates also times (each "
+                    "checked against fp64 first), e.g. '[{\"schedule\": \"cooperative\", \"tile_mn\": [128, 256], "
+                    "\"split_k\": 2, \"split_reduce\": \"parallel\"}]'")
     ap.add_argument("--quack-tuned", action="store_true", help="quack's autotuner instead of its heuristic")
     ap.add_argument("--no-time", action="store_true", help="correctness only")
     a = ap.parse_args()
@@ -220,8 +244,9 @@ def main():
     print(f"\nours / best peer: geomean {geo:.3f}, lowest {min(logs):.3f}; below {FLOOR}: "
           f"{len(below)}/{len(shapes)} {['x'.join(map(str, s)) for s in below]}", flush=True)
     if a.candidates:
+        extra = [dict(c, tile_mn=tuple(c["tile_mn"])) if "tile_mn" in c else c for c in json.loads(a.extra)]
         for M, N, K in below:
-            candidates_table(M, N, K, a.rep_ms, a.swap)
+            candidates_table(M, N, K, a.rep_ms, a.swap, extra_checked(M, N, K, extra))
 
 
 if __name__ == "__main__":

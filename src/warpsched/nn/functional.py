@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from .. import torch_ops  # noqa: F401 (registers torch.ops.warpsched.*)
+from ..kernels import _host
 from ..kernels.gemm import ops as _gemm_ops
 from ..kernels.gemm import swiglu as _swiglu
 from ..kernels.gemm.ops import GemmArgumentError
@@ -184,10 +185,10 @@ class _LinearFunction(torch.autograd.Function):
 
 def _refuse_non_tensors(x, weight, bias):
     """The TypeError for the first of x, weight and bias that is not a tensor (bias may be None)."""
-    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
-        if not (hasattr(t, "shape") and hasattr(t, "dtype")) and not (name == "bias" and t is None):
-            raise TypeError(f"warpsched.nn.functional.linear: {name} is a {type(t).__name__}; pass a torch.Tensor "
-                            "(as torch.nn.functional.linear)" + (" or None" if name == "bias" else ""))
+    refusal = _host.non_tensor({"x": x, "weight": weight, "bias": bias}, optional=("bias",))
+    if refusal:
+        raise TypeError(f"warpsched.nn.functional.linear: {refusal} (as torch.nn.functional.linear)"
+                        + (" or None" if refusal.startswith("bias ") else ""))
 
 
 def linear(x, weight, bias=None, activation=None):

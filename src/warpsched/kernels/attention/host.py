@@ -23,9 +23,10 @@ _DTYPES = ("torch.bfloat16", "torch.float16")
 def check_args(q, k, v):
     """Shapes, dtypes and devices the kernel takes; the reason and the fix in every message
     (duck-typed on ``shape`` / ``dtype`` / ``is_cuda``, so it runs without a GPU)."""
+    refusal = _host.non_tensor({"q": q, "k": k, "v": v}, ("shape", "dtype", "is_cuda"))
+    if refusal:
+        raise AttentionConfigError(refusal)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not all(hasattr(t, a) for a in ("shape", "dtype", "is_cuda")):
-            raise AttentionConfigError(f"{name} is a {type(t).__name__}; pass a torch.Tensor")
         if len(t.shape) != 4:
             raise AttentionConfigError(f"{name} has shape {tuple(t.shape)}; expected 4 dimensions (B, H, S, D), "
                                        "the layout of torch.nn.functional.scaled_dot_product_attention")

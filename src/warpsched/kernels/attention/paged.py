@@ -37,10 +37,11 @@ def page_size_for(head_dim, causal=False):
 
 def check_args(q, k_cache, v_cache, page_table, cache_seqlens, causal=False):
     """Shapes, dtypes and devices; every message names the fix (duck-typed: runs without a GPU)."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
-                    ("cache_seqlens", cache_seqlens)):
-        if not all(hasattr(t, a) for a in ("shape", "dtype", "is_cuda")):
-            raise AttentionConfigError(f"{name} is a {type(t).__name__}; pass a torch.Tensor")
+    named = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table, "cache_seqlens": cache_seqlens}
+    refusal = _host.non_tensor(named, ("shape", "dtype", "is_cuda"))
+    if refusal:
+        raise AttentionConfigError(refusal)
+    for name, t in named.items():
         if not t.is_cuda:
             raise AttentionConfigError(f"{name} is on {t.device}; move it to the GPU")
     if len(q.shape) != 4:

@@ -31,9 +31,11 @@ def varlen_options(head_dim, causal):
 
 def check_args(q, k, v, cu_seqlens_q, cu_seqlens_k):
     """Shapes, dtypes and devices; every message names the fix (duck-typed: runs without a GPU)."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        if not all(hasattr(t, a) for a in ("shape", "dtype", "is_cuda")):
-            raise AttentionConfigError(f"{name} is a {type(t).__name__}; pass a torch.Tensor")
+    named = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k}
+    refusal = _host.non_tensor(named, ("shape", "dtype", "is_cuda"))
+    if refusal:
+        raise AttentionConfigError(refusal)
+    for name, t in named.items():
         if not t.is_cuda:
             raise AttentionConfigError(f"{name} is on {t.device}; move it to the GPU")
     for name, t in (("q", q), ("k", k), ("v", v)):

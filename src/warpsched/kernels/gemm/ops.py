@@ -425,10 +425,11 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
 
 def _require_tensors(**named):
     """Refuse an operand that is not a tensor (``None`` allowed only for a bias), naming it."""
-    for name, t in named.items():
-        if not (t is None and name == "bias") and not (hasattr(t, "shape") and hasattr(t, "stride")):
-            kind = type(t).__name__
-            raise GemmArgumentError(f"{name} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; pass a torch.Tensor")
+    from .. import _host  # stdlib only
+
+    refusal = _host.non_tensor(named, ("shape", "stride"), optional=("bias",))
+    if refusal:
+        raise GemmArgumentError(refusal)
 
 
 def _plan_key(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out_dtype, config, deterministic):
