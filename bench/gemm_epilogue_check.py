@@ -304,17 +304,18 @@ def linear_op():
         return y.detach(), xx.grad, ww.grad, bb.grad
 
     dy = rnd(2, 9, 1024, scale=0.1)
-    for act in (None, "relu2"):  # relu2's gradient from the output: no torch elementwise op inductor could fuse
+    # no activation: y, dX and dW are our kernels' alone, so bitwise; relu2: y is the fused epilogue (bitwise), but
+    # its gradient dZ = dY * 2 sqrt(Y) is torch glue, which inductor fuses without eager's bf16 rounding of
+    # 2 sqrt(Y), so dX / dW (GEMMs of that dZ) match to bf16 rounding only; db is a torch sum either way
+    for act, exact in ((None, 3), ("relu2", 1)):
         eager = fwd_bwd(wf.linear, act)
         compiled = fwd_bwd(torch.compile(wf.linear, fullgraph=True), act)
-        # y, dX and dW are our kernels' (bitwise); db is a torch sum that inductor may order differently
-        ok = all(torch.equal(a, b) for a, b in zip(eager[:3], compiled[:3])) and torch.allclose(
-            eager[3].float(), compiled[3].float(), rtol=1e-2, atol=1e-2)
+        rel = [((a.float() - b.float()).norm() / b.float().norm()).item() for a, b in zip(eager, compiled)]
+        ok = all(torch.equal(a, b) for a, b in zip(eager[:exact], compiled[:exact])) and max(rel) < 1e-2
         bad += not ok
-        diffs = [f"{(a.float() - b.float()).abs().max().item():.1e}" for a, b in zip(eager, compiled)]
         print(f"  {'PASS' if ok else 'FAIL'} nn.functional.linear(activation={act}) compiled (fullgraph) forward + "
-              f"backward: y, dX, dW bitwise equal to eager, db within 1e-2 (max |diff| y, dX, dW, db: "
-              f"{', '.join(diffs)})", flush=True)
+              f"backward: {', '.join(['y', 'dX', 'dW'][:exact])} bitwise equal to eager, the rest within 1e-2 "
+              f"(relative error y, dX, dW, db: {', '.join(f'{r:.1e}' for r in rel)})", flush=True)
     out = torch.ops.warpsched.linear(x, w, bias, "gelu_tanh")  # warm: compiled and tuned before capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -107,3 +107,17 @@ def test_column_major_c_splits_only_in_the_kernel(host, monkeypatch, mode, split
     p = host.gemm_host.plan(a, b, c, "cooperative", "auto", mode, tile_mn=(64, 32), block_k=128)
     assert p.splits == splits and host.compiles[0]["c_major"] == "m"
     assert host.compiles[0].get("split_reduce") == (mode if splits > 1 else None)
+
+
+@pytest.mark.parametrize("mode", ["serial", "parallel", "atomic"])
+def test_tiles_padding_m_n_alike_get_flag_arrays_of_their_own_count(host, mode):
+    """128x256 and 128x128 tiles pad 1000 x 3000 to the same 1024 x 3072 workspace, but need 8 x 12 and 8 x 24
+    flags: each plan gets an array of its own tile count, whichever is planned first (sharing the first one's
+    array, the H200 gave NaN where the second kernel's flags ran past its end)."""
+    a, b, c = FakeTensor((1000, 1736)), FakeTensor((3000, 1736)), FakeTensor((1000, 3000))
+    for tile, tiles in (((128, 256), 8 * 12), ((128, 128), 8 * 24), ((128, 256), 8 * 12)):
+        p = host.gemm_host.plan(a, b, c, "cooperative", 2, mode, tile_mn=tile)
+        p(a, b, c, 1.0)
+        flags = host.launches[-1][6]
+        assert flags.shape == (tiles,) and flags.kind == "zeros"
+    assert len([x for x in host.torch.allocs if x.dtype == "int32"]) == 2  # the 128x256 plan's reused

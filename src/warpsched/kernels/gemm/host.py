@@ -148,11 +148,14 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     if split_reduce in IN_KERNEL:
         # the shares of a tile reduce in an fp32 tile workspace (parallel: one slab per share but the
         # last; atomic: zeroed), ordered by per-tile flags; the kernel leaves flags (and the atomic
-        # workspace) zero again, so launches that share them must be on one stream
+        # workspace) zero again, so launches that share them must be on one stream; the flag count is
+        # part of the key: two tiles that pad M x N alike (128x256 and 128x128 at N = 3000) need
+        # different counts, and a plan handed the other's shorter flag array would index past its end
         cols = -(-N // bN) * bN
         slabs = split_k - 1 if split_reduce == "parallel" else 1
-        ws, flags = _workspace((split_reduce, a.device, rows, cols, slabs), (slabs * rows, cols),
-                               (rows // bM) * (cols // bN), split_reduce == "atomic", a.device)
+        n_flags = (rows // bM) * (cols // bN)
+        ws, flags = _workspace((split_reduce, a.device, rows, cols, slabs, n_flags), (slabs * rows, cols), n_flags,
+                               split_reduce == "atomic", a.device)
         return GemmPlan(a.dtype, c.dtype, dict(options, split_k=True, split_reduce=split_reduce), split_k, "flags",
                         ws, flags)
     if split_reduce != "host":
