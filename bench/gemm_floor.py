@@ -3,7 +3,7 @@
 time, on small and odd shapes: M in {1, 16, 32, 64, 1000} and N, K that are not tile multiples.
 
     python3 bench/gemm_floor.py [--rounds 3] [--shapes 16x4096x4096,...] [--candidates] [--swap]
-                                [--quack-tuned]
+                                [--stream] [--quack-tuned]
 
 Correctness first: every side on every shape with fresh random inputs, ours into a NaN-poisoned output,
 relative Frobenius error against the fp64 product (< 1e-2). Time: each side a CUDA graph of back-to-back
@@ -12,7 +12,8 @@ launches (``_graphs.graph_ms``: triton's do_bench median over replays), sides in
 configuration the autotuner chose. ``--candidates`` also times every autotune candidate for the shapes
 below the floor (what a better choice would give); ``--swap`` adds the swap-AB configurations (``SWAP``: the
 weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked against fp64 with a
-NaN-poisoned output on every shape with M <= 64. quack runs ``tuned=False`` (its heuristic) unless
+NaN-poisoned output on every shape with M <= 64; ``--stream`` checks the stream-K configurations (``STREAM``)
+the same way on M > 64 and on shapes with long share chains, a second launch bitwise equal. quack runs ``tuned=False`` (its heuristic) unless
 ``--quack-tuned`` (its autotuner: minutes per shape). Run on a Hopper machine set up as in docs/gpu.md;
 quack-kernels is optional (its column stays empty without it)."""
 from __future__ import annotations
@@ -162,6 +163,38 @@ def config_correctness(shapes, label, applies, configs_of, seed0):
     return bad
 
 
+STREAM = [dict(schedule="cooperative", tile_mn=(128, 256), split_k="stream"),
+          dict(schedule="cooperative", tile_mn=(128, 128), split_k="stream")]
+# fewer tiles than SMs, with long share chains (4 tiles of 65 K tiles over 132 CTAs: ~33 shares a tile), and
+# K under one K tile (one K iteration a tile: every tile whole, a grid of one CTA per tile)
+STREAM_EXTRA = [(200, 304, 4104), (1000, 1000, 40), (129, 264, 1000)]
+
+
+def stream_correctness(shapes):
+    """Stream-K (``STREAM``) on every shape with M > 64 and on ``STREAM_EXTRA``: against fp64 into NaN-poisoned
+    outputs, then a second launch equal to the first bit for bit (the shares of a tile always add in one
+    order); the failures' count."""
+    bad = 0
+    for i, (M, N, K) in enumerate([s for s in shapes if s[0] > 64] + STREAM_EXTRA):
+        a, w = inputs(M, N, K, 300 + i)
+        ref = a.double() @ w.double().t()
+        for c in STREAM:
+            outs = []
+            try:
+                for _ in range(2):
+                    outs.append(torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16))
+                    ops.gemm(a, w.t(), out=outs[-1], config=c)
+                e = rel_err(outs[0], ref)
+                same = bool(torch.equal(outs[0], outs[1]))
+            except Exception as ex:  # noqa: BLE001 - reported, counted as a failure
+                e, same = f"{type(ex).__name__}: {str(ex)[:120]}", False
+            ok = isinstance(e, float) and e < TOL and same
+            bad += not ok
+            print(f"stream-K {M}x{N}x{K} {c['tile_mn']}: {e if isinstance(e, str) else f'{e:.2e}'}, second launch "
+                  f"{'bitwise equal' if same else 'DIFFERS'} {'PASS' if ok else 'FAIL'}", flush=True)
+    return bad
+
+
 def swap_correctness(shapes):
     """The swap-AB configurations on every shape with M <= 64 (their tiles put the tokens on N)."""
     return config_correctness(shapes, "swap-AB", lambda M: M <= 64, lambda M, N: SWAP, 100)
@@ -214,13 +247,16 @@ def main():
     ap.add_argument("--extra", default="[]", help="JSON list of configurations --candidates also times (each "
                     "checked against fp64 first), e.g. '[{\"schedule\": \"cooperative\", \"tile_mn\": [128, 256], "
                     "\"split_k\": 2, \"split_reduce\": \"parallel\"}]'")
+    ap.add_argument("--stream", action="store_true", help="also check the stream-K configurations (fp64, poisoned, "
+                    "bitwise-equal second launch) on M > 64 and on shapes with long share chains")
     ap.add_argument("--quack-tuned", action="store_true", help="quack's autotuner instead of its heuristic")
     ap.add_argument("--no-time", action="store_true", help="correctness only")
     a = ap.parse_args()
     shapes = parse_shapes(a.shapes)
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     quack = quack_gemm(a.quack_tuned)
-    if correctness(shapes, quack) or (a.swap and swap_correctness(shapes)):
+    if (correctness(shapes, quack) or (a.swap and swap_correctness(shapes))
+            or (a.stream and stream_correctness(shapes))):
         sys.exit(1)
     if a.no_time:
         return

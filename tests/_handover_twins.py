@@ -5,7 +5,8 @@ so the production descriptions carry no test hook.
 
     serial:   missing_signal (share 0 never hands on), reversed (the chain runs from the last share
               down), read_first (a share reads the tile before its wait)
-    stream-K: read_first, missing_signal, wrong_neighbour (the reader waits on the next slot)
+    stream-K: read_first, missing_signal, wrong_neighbour (the reader waits on the next slot),
+              two_share_rule (a middle share of a tile with three takes itself for the writer)
     parallel: missing_signal (share 0 never counts itself), read_first (the last share reads a slab
               before its wait)
     atomic:   plain_write (stores instead of reduce-adds), release_only (the count does not acquire)
@@ -18,7 +19,7 @@ from warpsched.kernels.gemm.streamk import StreamKPlan
 
 FLAGS, TILE = H.SPLIT_K_FLAGS, H.SPLIT_K_TILE
 BUGS = {"serial": ("missing_signal", "reversed", "read_first"),
-        "stream": ("read_first", "missing_signal", "wrong_neighbour"),
+        "stream": ("read_first", "missing_signal", "wrong_neighbour", "two_share_rule"),
         "parallel": ("missing_signal", "read_first"),
         "atomic": ("plain_write", "release_only")}
 
@@ -102,18 +103,22 @@ def stream(bug, k_tiles=3, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> CrossCt
         _, k_first, k_count, slot = unit
         if k_count >= k_tiles:
             return
-        share = 1 - min(k_first, 1)
+        share, last = StreamKPlan(grid.units, k_tiles, grid.ctas).share(slot, k_first, k_count)
         if bug == "missing_signal":
-            H.serial_fixup_calls(slot, share, 1, flag=NeverHandsOn(FLAGS) if share == 0 else FLAGS)
+            H.serial_fixup_calls(slot, share, last, flag=NeverHandsOn(FLAGS) if share == 0 else FLAGS)
         elif bug == "read_first":
-            H.serial_fixup_calls(slot, share, 1, flag=ReadsBeforeWait(FLAGS, TILE), tile=ReadsNothing(TILE))
+            H.serial_fixup_calls(slot, share, last, flag=ReadsBeforeWait(FLAGS, TILE), tile=ReadsNothing(TILE))
         elif bug == "wrong_neighbour":
-            H.serial_fixup_calls(slot, share, 1, flag=_NextSlot(FLAGS) if share == 1 else FLAGS)
+            H.serial_fixup_calls(slot, share, last, flag=_NextSlot(FLAGS) if share == last else FLAGS)
+        elif bug == "two_share_rule":
+            # the rule of a grid with no more CTAs than tiles (a tile has one share or two), on a grid
+            # with more: a middle share takes itself for the writer
+            H.serial_fixup_calls(slot, 1 - min(k_first, 1), 1)
         else:
             raise ValueError(f"stream-K twin {bug!r}: one of {BUGS['stream']}")
 
     return CrossCtaProtocol(f"GEMM stream-K ({k_tiles} K tiles, {bug})", assignment, body, grids=grids,
-                            unit_counts=tiles, valid=lambda ctas, t: ctas <= t)
+                            unit_counts=tiles, valid=lambda ctas, t: ctas <= t * k_tiles)
 
 
 class _NextSlot(_Wrap):

@@ -20,6 +20,7 @@ import _handover_twins as twins  # noqa: E402
 @pytest.mark.parametrize("protocol", [
     H.serial_split_k_protocol(2), H.serial_split_k_protocol(3), H.serial_split_k_protocol(4, tiles=(1, 2, 3, 4)),
     H.stream_k_protocol(3), H.stream_k_protocol(2, tiles=tuple(range(1, 9))),
+    H.stream_k_protocol(5, grids=(1, 2, 3, 4, 5, 6), tiles=(1, 2, 3)),
     H.parallel_split_k_protocol(2), H.parallel_split_k_protocol(3),
     H.atomic_split_k_protocol(2), H.atomic_split_k_protocol(3),
 ], ids=lambda p: p.name)
@@ -47,6 +48,7 @@ def test_units_are_the_kernels_partition():
     ("stream", "read_first", ["before its writer"]),
     ("stream", "wrong_neighbour", ["can block forever", "no CTA ever signals it"]),
     ("stream", "missing_signal", ["no CTA ever signals it"]),
+    ("stream", "two_share_rule", ["has a second writer"]),
     ("parallel", "missing_signal", ["can block forever"]),
     ("parallel", "read_first", ["without a hand-over from its writer"]),
     ("atomic", "plain_write", ["has a second writer"]),

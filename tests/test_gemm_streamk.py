@@ -1,9 +1,10 @@
 """Stream-K partition (warpsched.kernels.gemm.streamk) in pure Python: over many (tiles, K tiles,
-CTAs), every (tile, k) iteration is covered exactly once, a tile has at most two shares, the
-share count every unit derives locally (K tiles < k_tiles: shared) is the true one, a shared tile
-has one writer (its last K tiles: the next CTA's first stream-K unit) and one reader (its first K
-tiles: this CTA's last unit), every CTA has at least one unit, and the work per CTA differs by at
-most one tile's K iterations plus one. Then the kernel on the CPU (sm_90a)."""
+CTAs), every (tile, k) iteration is covered exactly once; a shared tile's shares, numbered locally by
+each unit (``StreamKPlan.share``), run 0 (its last K tiles) to ``last`` (its first K tile) in K order;
+each share after the first waits for the one before it, which is the next CTA's first stream-K unit
+(so no cycle of waits); a tile has at most two shares when the CTAs are no more than the tiles;
+every CTA has at least one unit, and the work per CTA differs by at most one. Then the kernel on the
+CPU (sm_90a)."""
 from __future__ import annotations
 
 import itertools
@@ -14,11 +15,10 @@ from warpsched.kernels.gemm.streamk import StreamKPlan, ctas_for
 
 
 def _check(tiles, k_tiles, max_ctas):
-    ctas = ctas_for(tiles, max_ctas)
+    ctas = ctas_for(tiles, k_tiles, max_ctas)
     plan = StreamKPlan(tiles, k_tiles, ctas)
     cover = {}  # (tile, k) -> how many units ran it
-    shares = {}  # tile -> [(K tiles of the unit, slot)]
-    roles = {}  # shared tile -> [(write | read, CTA, unit)]
+    shares = {}  # shared tile -> [(first K tile, share, last, slot, CTA, unit)]
     work = []
     for b in range(ctas):
         n = plan.units(b)
@@ -29,36 +29,34 @@ def _check(tiles, k_tiles, max_ctas):
             assert 0 <= tile < tiles and count >= 1 and 0 <= first and first + count <= k_tiles
             for k in range(first, first + count):
                 cover[(tile, k)] = cover.get((tile, k), 0) + 1
-            shares.setdefault(tile, []).append((count, slot))
-            if count < k_tiles:  # the kernel's hand-over: the share with first > 0 writes, the other reads
-                role = "write" if first > 0 else "read"
-                roles.setdefault(tile, []).append((role, b, j))
-                # deadlock freedom: a writer is its CTA's first stream-K unit (nothing before it
-                # waits), a reader its CTA's last unit
-                assert j == (plan.dp_per_cta if role == "write" else n - 1), (tiles, k_tiles, ctas, b, j)
+            if count < k_tiles:
+                shares.setdefault(tile, []).append((first, *plan.share(slot, first, count), slot, b, j))
             done += count
         work.append(done)
     assert cover == {(t, k): 1 for t in range(tiles) for k in range(k_tiles)}
     for tile, units in shares.items():
-        assert len(units) <= 2, (tiles, k_tiles, ctas, tile, units)
-        for count, slot in units:  # the kernel's rule: fewer than k_tiles K tiles -> 2 arrivals
-            assert (2 if count < k_tiles else 1) == len(units)
-        if len(units) == 2:  # both shares count on one workspace slot, owned by this tile alone
-            assert units[0][1] == units[1][1] and 0 <= units[0][1] < 2 * ctas
-            assert tile >= plan.dp_tiles and units[0][1] == tile - plan.dp_tiles
-    for tile, rs in roles.items():  # one writer and one reader per shared tile, on neighbour CTAs
-        (w, bw, _), (r, br, _) = sorted(rs, reverse=True)
-        assert (w, r) == ("write", "read") and bw == br + 1, (tiles, k_tiles, ctas, tile, rs)
+        units.sort()  # K order: the tile's first K tiles first
+        n = len(units)
+        assert n >= 2 and (n == 2 or ctas > tiles), (tiles, k_tiles, ctas, tile, units)
+        assert [u[1:3] for u in units] == [(n - 1 - i, n - 1) for i in range(n)], (tiles, k_tiles, ctas, units)
+        # one workspace slot per shared tile, owned by it alone
+        assert len({u[3] for u in units}) == 1 and 0 <= units[0][3] < 2 * ctas
+        assert tile >= plan.dp_tiles and units[0][3] == tile - plan.dp_tiles
+        for (_, _, _, _, b, j), (_, _, _, _, b_next, j_next) in zip(units, units[1:]):
+            # a share waits for the next in K order: the next CTA's first stream-K unit, which
+            # waits for nothing before it in its CTA (deadlock freedom)
+            assert b_next == b + 1 and j_next == plan.dp_per_cta, (tiles, k_tiles, ctas, units)
+        assert units[-1][5] == plan.dp_per_cta  # share 0 (the writer) is its CTA's first stream-K unit
     if plan.sk_tiles:
         assert max(work) - min(work) <= 1  # balanced: every CTA the same iterations, up to rounding
-        assert plan.sk_tiles == tiles % ctas + ctas and plan.dp_tiles % ctas == 0
+        assert plan.sk_tiles == min(tiles, tiles % ctas + ctas) and plan.dp_tiles % ctas == 0
     else:
         assert tiles % ctas == 0 and all(w == tiles // ctas * k_tiles for w in work)
     return plan
 
 
 @pytest.mark.parametrize("max_ctas", [1, 2, 3, 7, 16, 132])
-def test_partition_covers_every_iteration_once_with_at_most_two_shares(max_ctas):
+def test_partition_covers_every_iteration_once_with_chained_shares(max_ctas):
     for tiles, k_tiles in itertools.product(list(range(1, 40)) + [131, 133, 263, 264, 265, 448, 512],
                                             [1, 2, 3, 5, 8, 64, 65, 224]):
         _check(tiles, k_tiles, max_ctas)
@@ -79,10 +77,18 @@ def test_sweep_shapes(shape, tile, k_tile):
         assert (plan.dp_tiles, plan.sk_tiles, plan.dp_per_cta) == (264, 184, 2)
 
 
-def test_fewer_tiles_than_ctas_is_data_parallel():
-    plan = StreamKPlan(100, 64, ctas_for(100, 132))
-    assert plan.ctas == 100 and plan.sk_tiles == 0 and [plan.unit(b, 0) for b in (0, 99)] == [(0, 0, 64, 0),
-                                                                                              (99, 0, 64, 0)]
+def test_fewer_tiles_than_ctas_spreads_their_k_iterations_over_every_cta():
+    # 1000 x 2056 x 4104 at 128x256: 72 tiles of 65 K tiles on 132 SMs, 35-36 K tiles per CTA
+    plan = StreamKPlan(72, 65, ctas_for(72, 65, 132))
+    assert plan.ctas == 132 and plan.sk_tiles == 72 and plan.dp_tiles == 0
+    assert {plan.range_of(b)[1] - plan.range_of(b)[0] for b in range(132)} == {35, 36}
+    # tile 0: CTA 0 holds its first 35 K tiles (the last share, 1 of 0..1), CTA 1 the other 30
+    assert plan.unit(0, 0) == (0, 0, 35, 0) and plan.share(0, 0, 35) == (1, 1)
+    assert plan.unit(1, 0) == (0, 35, 30, 0) and plan.share(0, 35, 30) == (0, 1)
+    # one K tile per CTA: a tile of 3 K tiles on 3 CTAs is a chain of three shares
+    tiny = StreamKPlan(1, 3, ctas_for(1, 3, 132))
+    units = [tiny.unit(b, 0) for b in range(tiny.ctas)]
+    assert [tiny.share(slot, first, count) for _, first, count, slot in units] == [(2, 2), (1, 2), (0, 2)]
 
 
 # ------------------------------------------------------------------ the kernel (CPU compile, sm_90a)
@@ -166,15 +172,17 @@ def test_stream_k_config_errors(gp, kwargs, needle):
         gp.PersistentGemm(**kwargs)
 
 
-def test_stream_k_is_not_an_autotune_candidate_yet():
-    """Slower than data-parallel on the H200 (docs/gemm.md): the sweep times it as named configurations,
-    ops.gemm's tuner does not try it."""
+def test_stream_k_is_an_autotune_candidate_for_few_tiles_only():
+    """Stream-K spreads fewer tiles than SMs over every SM (M > 64, M * N <= 2048^2); on many tiles it
+    was slower than data-parallel on the H200 (docs/gemm.md) and M <= 64 has its split-K forms."""
     from warpsched.kernels.gemm import autotune as gemm_autotune
 
-    for M, N, K in [(64, 4096, 4096), (256, 14336, 4096), (1024, 14336, 4096), (4096, 4096, 4096)]:
+    for M, N, K, few in [(64, 4096, 4096, False), (1000, 2056, 4104, True), (256, 14336, 4096, True),
+                         (1024, 14336, 4096, False), (4096, 4096, 4096, False), (1000, 1000, 1000, True)]:
         for fp8 in (False, True):
             for det in (False, True):
-                assert all(c.get("split_k") != "stream" for c in gemm_autotune.candidates(M, N, K, fp8, det))
+                streams = [c for c in gemm_autotune.candidates(M, N, K, fp8, det) if c.get("split_k") == "stream"]
+                assert [c["tile_mn"] for c in streams] == ([(128, 256), (128, 128)] if few else []), (M, N, K)
     assert gemm_autotune.normalize({"split_k": "stream", "tile_mn": [128, 256]}) == {"split_k": "stream",
                                                                                      "tile_mn": (128, 256)}
 
@@ -220,7 +228,7 @@ def test_sweep_checks_stream_k_where_tiles_are_shared():
     shared = {}
     for M, N, K in sweep.SK_RAGGED:
         tiles, k_tiles = -(-M // 128) * -(-N // 256), -(-K // 64)
-        plan = StreamKPlan(tiles, k_tiles, ctas_for(tiles, 132))
+        plan = StreamKPlan(tiles, k_tiles, ctas_for(tiles, k_tiles, 132))
         units = [plan.unit(b, j) for b in range(plan.ctas) for j in range(plan.units(b))]
         shared[(M, N, K)] = sum(count < k_tiles for _, _, count, _ in units)
         assert M % 128 or N % 256 or K % 64  # ragged

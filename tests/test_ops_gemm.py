@@ -191,11 +191,15 @@ def test_candidates_are_a_handful_of_valid_configurations(M, N, K):
     from warpsched.kernels.gemm.kernel import PersistentGemm
 
     cands = tune.candidates(M, N, K)
-    assert 3 <= len(cands) <= (11 if M <= 64 else 9)  # small M: two splits also reduced in the kernel
+    # small M: two splits also reduced in the kernel; few tiles: two stream-K tiles
+    assert 3 <= len(cands) <= (11 if M <= 64 or M * N <= 2048 * 2048 else 9)
     assert len({json.dumps(c, sort_keys=True) for c in cands}) == len(cands)  # no configuration twice
     for c in cands:
         opts = {k: v for k, v in tune.normalize(c).items() if k != "split_k"}
-        PersistentGemm(split_k=c["split_k"] != 1 and opts.get("cluster_mn", (1, 1)) == (1, 1), **opts)
+        if c["split_k"] == "stream":
+            PersistentGemm(stream_k=True, **opts)
+        else:
+            PersistentGemm(split_k=c["split_k"] != 1 and opts.get("cluster_mn", (1, 1)) == (1, 1), **opts)
     if M <= 256:
         assert any(c["split_k"] == "auto" for c in cands)  # few tiles: split-K is tried
 

@@ -35,7 +35,7 @@ def _gemm_option_sets():
                         cfg["c_major"] = "m"
                     split, reduce = cfg.pop("split_k", "auto"), cfg.pop("split_reduce", "host")
                     base = {k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()}
-                    forms = [base]
+                    forms = [dict(base, stream_k=True)] if split == "stream" else [base]
                     if split == "auto" or (isinstance(split, int) and split > 1):  # 1 or more shares at run time
                         if base.get("schedule", "cooperative") == "cooperative" and \
                                 tuple(base.get("cluster_mn", (1, 1))) == (1, 1):

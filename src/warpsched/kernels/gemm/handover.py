@@ -141,7 +141,9 @@ def atomic_split_k_protocol(splits=3, grids=(1, 2, 3, 4), tiles=(1, 2)) -> Cross
 
 def stream_k_protocol(k_tiles=3, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> CrossCtaProtocol:
     """split_k='stream': the store's hand-over (gemm.resources.store) on StreamKPlan's units; a
-    tile of two shares runs serial_fixup with last = 1 on its workspace slot."""
+    shared tile runs serial_fixup on its workspace slot, its shares chained from the last K tiles to
+    the first (StreamKPlan.share). The grids include more CTAs than tiles (a tile of up to k_tiles
+    shares) up to one CTA per K iteration (gemm.streamk.ctas_for)."""
     def assignment(cta, ctas, n_tiles):
         plan = StreamKPlan(n_tiles, k_tiles, ctas)
         return [plan.unit(cta, j) for j in range(plan.units(cta))]
@@ -149,10 +151,11 @@ def stream_k_protocol(k_tiles=3, grids=(1, 2, 3, 4), tiles=(1, 2, 3, 4, 5)) -> C
     def body(grid, unit):
         _, k_first, k_count, slot = unit
         if k_count < k_tiles:
-            serial_fixup_calls(slot, 1 - min(k_first, 1), 1)  # share 0 holds the tile's first K tiles
+            share, last = StreamKPlan(grid.units, k_tiles, grid.ctas).share(slot, k_first, k_count)
+            serial_fixup_calls(slot, share, last)
 
     return CrossCtaProtocol(f"GEMM stream-K ({k_tiles} K tiles)", assignment, body,
-                            grids=grids, unit_counts=tiles, valid=lambda ctas, t: ctas <= t)
+                            grids=grids, unit_counts=tiles, valid=lambda ctas, t: ctas <= t * k_tiles)
 
 
 _PROVEN = {}

@@ -123,7 +123,9 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     tiles = -(-M // bM) * -(-N // bN)
     if split_k == "stream":
         check_stream_k(schedule, split_reduce, tile_options.get("cluster_mn", (1, 1)))
-        ctas = options["max_ctas"] = resident_ctas(a, c, dict(options, stream_k=True), tiles, "split_k='stream'")
+        # one CTA per K iteration at most (gemm.streamk.ctas_for): fewer tiles than SMs still fill them
+        ctas = options["max_ctas"] = resident_ctas(a, c, dict(options, stream_k=True), tiles * -(-K // bK),
+                                                   "split_k='stream'")
         slots = 2 * ctas
         if slots * -(-K // bK) * ctas >= 2 ** 31:  # the partition's device arithmetic is 32-bit
             raise GemmConfigError(f"split_k='stream': K = {K} ({-(-K // bK)} K tiles) is too long for stream-K's "

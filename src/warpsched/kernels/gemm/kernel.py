@@ -401,8 +401,10 @@ class PersistentGemm:
         tma_c, tC = cute.nvgpu.cpasync.make_tiled_tma_atom(cute.nvgpu.cpasync.CopyBulkTensorTileS2GOp(), mC,
                                                            cute.slice_(self.c_staged, (None, None, 0)), self.epi_tile)
         self.grid_setup(self._tiles_m(mC, splits), cute.ceil_div(cute.size(mC, mode=[1]), self.out_n), splits)
-        grid = cutlass.min(self.num_units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
-        # stream-K: num_units is the tile count here, so this is gemm.streamk.ctas_for (units are set per CTA)
+        units = self.num_units
+        if cutlass.const_expr(self.stream_k):  # gemm.streamk.ctas_for: one CTA per K iteration at most
+            units = self.num_units * cute.ceil_div(cute.size(mA, mode=[1]), bK)
+        grid = cutlass.min(units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
         kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
                            self.c_staged, splits, alpha, mW, mF, mScaleA, mScaleB, mBias, mRes)
         if cutlass.const_expr(cm * cn > 1):

@@ -187,16 +187,16 @@ class GmemC(MemoryResource):
         epi_layout = cute.make_layout(epi_shape, stride=(epi_shape[1], 1))
         store_pipe = pipeline.PipelineTmaStore.create(num_stages=g.epi_stage, producer_group=threads(self.num_threads))
         if cutlass.const_expr(g.stream_k):
-            # stream-K: a unit with fewer than k_tiles K tiles shares its tile with exactly one other
-            # (gemm.streamk): the share holding the tile's last K tiles (a CTA's first stream-K unit)
-            # leaves its partial sum in the slot's workspace tile; the share holding the first K tiles
-            # (the neighbour CTA's last unit, so later) adds it and stores C. A whole tile: stored.
+            # stream-K: a unit with fewer than k_tiles K tiles shares its tile (gemm.streamk): share 0
+            # (the tile's last K tiles, a CTA's first stream-K unit) leaves its partial sum in the
+            # slot's workspace tile, each next share adds it to its own and hands on, and the last (the
+            # tile's first K tiles) adds and stores C. A whole tile: stored.
             _, k_first, k_count, slot = g.sk_unit(stage_info.work_tile.tile_idx[0])
             owner = cutlass.Boolean(True)
+            share, last = g.sk_plan.share(slot, k_first, k_count)  # meaningful for a shared tile only
             if k_count < g.k_tiles:
-                share = 1 - cutlass.min(k_first, 1)  # 0: writes the partial, 1: adds it and stores C
-                self.serial_fixup(acc, slot, 0, share, tidx, epi_bar, flag_idx=slot, last=1)
-                owner = share == 1
+                self.serial_fixup(acc, slot, 0, share, tidx, epi_bar, flag_idx=slot, last=last)
+                owner = share == last
             if owner:
                 self.finish(acc, frag, m, n, tidx)
                 self.store_tile(acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC,
@@ -266,7 +266,7 @@ class GmemC(MemoryResource):
                 epi_bar.arrive_and_wait()
 
     @cute.jit
-    def serial_fixup(self, acc, m, n, split, tidx, epi_bar, flag_idx=None, last: cutlass.Constexpr = None):
+    def serial_fixup(self, acc, m, n, split, tidx, epi_bar, flag_idx=None, last=None):
         """Serial split-K, K share ``split`` of tile (m, n): wait until the flag of the tile says the
         shares before it are in the fp32 tile workspace, add that tile to ``acc``; unless this is
         the last share, write the sum back and advance the flag (release after a GPU-scope fence
@@ -277,7 +277,8 @@ class GmemC(MemoryResource):
         poisoned with NaN rather than hang. The calls are gemm.handover.serial_fixup_calls, the
         description the grid checker proves, on this share's values (gemm.fixup.SerialFixupIO:
         with ``g.gmem_flags`` the flag verbs go through lower/gmem_flags, else hand-written).
-        Stream-K passes its workspace slot as (m, 0) and ``flag_idx``, and ``last`` = 1 (two shares)."""
+        Stream-K passes its workspace slot as (m, 0) and ``flag_idx``, and the tile's ``last`` share
+        (a runtime value: gemm.streamk.StreamKPlan.share)."""
         g = self.g
         bM, bN, _ = g.tile_mnk
         if cutlass.const_expr(last is None):
