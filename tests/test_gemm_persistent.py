@@ -470,10 +470,11 @@ def test_choose_splits_counts_fp8_k_tiles_of_128():
 # Serial split-K (split_reduce="serial"): the barriers and TMA of the cooperative kernel, plus the
 # per-tile flag hand-over: two acquire loads (before and inside the bounded spin), one release store
 # (hand on), one relaxed store (reset by the last share), a GPU-scope fence on each side, two more
-# epilogue barriers; the fp32 tile is read and written with 8-byte accesses (128 values per thread).
+# epilogue barriers; the fp32 tile is read and written with 16-byte accesses in the accumulators' register
+# order (128 values per thread: 32 each way, gemm.fixup.fragment_block).
 SERIAL = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8, "stmatrix": 16,
           "cp.async.bulk.tensor": 10, "ld.acquire.gpu": 2, "st.release.gpu": 1, "st.relaxed.gpu": 1,
-          "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 18, "ld.global.v2.b32": 64, "st.global.v2.b32": 64}
+          "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 18, "ld.global.v4.b32": 32, "st.global.v4.b32": 32, "ld.global.v2.b32": 0}
 
 
 @pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
@@ -505,12 +506,12 @@ def test_split_reduce_errors():
 
 # Parallel split-K (split_reduce="parallel"): the shares but the last write their own fp32 slab and
 # count themselves on the tile flag (one release atomic add); the last share waits (two acquire
-# loads), resets the flag (relaxed store) and adds the slabs in a runtime loop (one 8-byte load
-# body); GPU-scope fences on both sides, one more epilogue barrier on each side.
+# loads), resets the flag (relaxed store) and adds the slabs in a runtime loop (one body of 16-byte
+# loads in the accumulators' order); GPU-scope fences on both sides, one more epilogue barrier on each side.
 PARALLEL = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8, "stmatrix": 16,
             "cp.async.bulk.tensor": 10, "ld.acquire.gpu": 2, "atom.global.release.add": 1, "st.release.gpu": 0,
-            "st.relaxed.gpu": 1, "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 18, "ld.global.v2.b32": 64,
-            "st.global.v2.b32": 64}
+            "st.relaxed.gpu": 1, "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 18, "ld.global.v4.b32": 32,
+            "st.global.v4.b32": 32, "ld.global.v2.b32": 0}
 
 
 def test_parallel_split_k_compiles_and_is_safe():

@@ -93,16 +93,16 @@ def test_fewer_tiles_than_ctas_spreads_their_k_iterations_over_every_cta():
 
 # ------------------------------------------------------------------ the kernel (CPU compile, sm_90a)
 # Stream-K cooperative 128x256: the ring, wgmma and TMA of the cooperative kernel; the epilogue of
-# a shared tile once: the share holding the tile's last K tiles writes its partial (64 v2 stores)
-# and releases the slot's flag after a fence and a barrier; the share holding the first K tiles
-# polls the flag (acquire loads: before and in the bounded spin), reads the partial (64 v2 loads)
-# after a barrier and a fence, and resets the flag (relaxed store). No atomics, no zeroing. Then ONE
+# a shared tile once (serial_fixup's branches): a share reads the partial so far after its wait
+# (acquire loads: before and in the bounded spin; 32 16-byte loads in the accumulators' order, after a
+# barrier and a fence) and, unless it is the last, writes the sum (32 16-byte stores) and releases the
+# slot's flag after a fence and a barrier; the last resets the flag (relaxed store). No atomics, no zeroing. Then ONE
 # store_tile that a whole tile and the reader reach: 16 stmatrix, 16 + 2 epilogue barriers.
 STREAM_K = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8,
             "wgmma.mma_async.sync.aligned.m64n256k16": 8, "stmatrix": 16, "cp.async.bulk.tensor": 10,
             "red.relaxed.gpu.global.add.v2.f32": 0, "atom.global": 0, "bar.red.or.pred \t%p": 0,
             "ld.acquire.gpu": 2, "st.release.gpu": 1, "st.relaxed.gpu": 1, "fence.acq_rel.gpu": 2,
-            "bar.sync \t1, 256;": 18, "ld.global.v2.b32": 64, "st.global.v2.b32": 64, "setmaxnreg": 2}
+            "bar.sync \t1, 256;": 18, "ld.global.v4.b32": 32, "st.global.v4.b32": 32, "ld.global.v2.b32": 0, "setmaxnreg": 2}
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +154,8 @@ def test_stream_k_64_row_tile_reduces_on_one_warp_group(gp):
 
     ptx = gp.compile_for_cpu(schedule="cooperative", stream_k=True, tile_mn=(64, 128), pdl=True).artifacts.PTX
     assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
-    want = {"red.relaxed.gpu.global.add.v2.f32": 0, "ld.acquire.gpu": 2, "st.release.gpu": 1, "ld.global.v2.b32": 32,
-            "st.global.v2.b32": 32, "bar.sync \t1, 128;": 10, "wgmma.mma_async.sync.aligned.m64n128k16": 8,
+    want = {"red.relaxed.gpu.global.add.v2.f32": 0, "ld.acquire.gpu": 2, "st.release.gpu": 1, "ld.global.v4.b32": 16,
+            "st.global.v4.b32": 16, "bar.sync \t1, 128;": 10, "wgmma.mma_async.sync.aligned.m64n128k16": 8,
             "griddepcontrol.wait": 1, "griddepcontrol.launch_dependents": 1}
     assert _common.count_ptx(ptx, want) == want
 

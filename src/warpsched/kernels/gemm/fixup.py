@@ -64,6 +64,23 @@ def first_thread_reset(io, idx):
             cute.arch.store(io.words.iterator + idx, cutlass.Int32(0), sem="relaxed", scope="gpu")
 
 
+def acc_vectors(acc):
+    """The accumulator fragment as (4, n / 4) registers: the order ``fragment_block`` stores them in."""
+    return cute.make_tensor(acc.iterator, cute.make_layout((4, cute.size(acc) // 4)))
+
+
+def fragment_block(g, acc, block, thread):
+    """This thread's part of fp32 workspace block ``block`` (bM * bN floats at block * bM * bN: one per
+    tile, slab or stream-K slot, which the host's tile-padded workspace holds), in the accumulators'
+    register order rather than as the tile's rows: thread t's 4-float vector v at (v * threads + t) * 4, so
+    a warp's access is one 512-byte run of 16-byte vectors (a row-major tile took 8-byte pieces of 8 rows
+    per access). Writer and reader of a block run the same kernel, so they agree on the order."""
+    bM, bN, _ = g.tile_mnk
+    threads = cute.size(g.epi_tiled_mma)
+    base = cute.assume(block * (bM * bN) + thread * 4, divby=4)
+    return cute.make_tensor(g.mW.iterator + base, cute.make_layout((4, cute.size(acc) // 4), stride=(1, 4 * threads)))
+
+
 def runtime_branch(cond, then, otherwise=None):
     """The kernel's ``branch``: a runtime if on the unit's values (plain Python on a constant)."""
     dyn_if({}, [], cond, lambda env: then(), (lambda env: otherwise()) if otherwise is not None else None)
@@ -78,8 +95,8 @@ class SerialFixupIO:
     through a runtime if (as StageInfo)."""
 
     out: Any  # the GmemC resource: first_thread
-    acc: Any  # this thread's fp32 accumulator fragment
-    tile: Any  # its fragment of the tile's fp32 workspace
+    acc: Any  # acc_vectors of this thread's fp32 accumulators
+    tile: Any  # its part of the tile's fp32 workspace block (fragment_block)
     tidx: Any
     epi_bar: Any
     words: Any  # the Int32 flag words (g.mF)
@@ -130,8 +147,8 @@ class ParallelFixupIO:
     thread with the epilogue barrier and fences around them. Its slab index is the share."""
 
     out: Any  # the GmemC resource: first_thread
-    acc: Any
-    thr: Any  # this thread's slice of the epilogue MMA (partitions a workspace tile)
+    acc: Any  # acc_vectors of this thread's accumulators
+    thread: Any  # this thread's index among the epilogue's (fragment_block)
     tidx: Any
     epi_bar: Any
     words: Any
@@ -141,8 +158,7 @@ class ParallelFixupIO:
 
     def _slab(self, share):
         g = self.out.g
-        bM, bN, _ = g.tile_mnk
-        return self.thr.partition_C(cute.local_tile(g.mW, (bM, bN), (share * g.tiles_m + self.m, self.n)))
+        return fragment_block(g, self.acc, (share * g.tiles_m + self.m) * g.tiles_n + self.n, self.thread)
 
     @cute.jit
     def write(self, share):

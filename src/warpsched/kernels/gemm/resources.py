@@ -8,7 +8,8 @@ from typing import Any
 
 from . import epilogue as gemm_epilogue
 from .config import GemmConfigError
-from .fixup import AtomicFixupIO, ParallelFixupIO, SerialFixupIO, runtime_branch, runtime_repeat
+from .fixup import (AtomicFixupIO, ParallelFixupIO, SerialFixupIO, acc_vectors, fragment_block, runtime_branch,
+                    runtime_repeat)
 from .handover import atomic_fixup_calls, parallel_fixup_calls, serial_fixup_calls
 
 import cutlass
@@ -284,10 +285,9 @@ class GmemC(MemoryResource):
         if cutlass.const_expr(last is None):
             last = g.splits - 1
         idx = m * g.tiles_n + n if flag_idx is None else flag_idx
-        thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
-        tCgW = thr.partition_C(cute.local_tile(g.mW, (bM, bN), (m, n)))
+        tile = fragment_block(g, acc, idx, tidx - self.first_thread)
         # the hand-over the grid checker proves, run on this share's values (gemm.fixup)
-        io = SerialFixupIO(self, acc, tCgW, tidx, epi_bar, g.mF, g.gmem_flags)
+        io = SerialFixupIO(self, acc_vectors(acc), tile, tidx, epi_bar, g.mF, g.gmem_flags)
         serial_fixup_calls(idx, split, last, flag=io, tile=io, branch=runtime_branch)
 
     @cute.jit
@@ -300,8 +300,7 @@ class GmemC(MemoryResource):
         are gemm.handover.parallel_fixup_calls, the description the grid checker proves, on this
         share's values (gemm.fixup.ParallelFixupIO)."""
         g = self.g
-        thr = g.epi_tiled_mma.get_slice(tidx - self.first_thread)
-        io = ParallelFixupIO(self, acc, thr, tidx, epi_bar, g.mF, g.gmem_flags, m, n)
+        io = ParallelFixupIO(self, acc_vectors(acc), tidx - self.first_thread, tidx, epi_bar, g.mF, g.gmem_flags, m, n)
         # the hand-over the grid checker proves, run on this share's values (gemm.fixup)
         parallel_fixup_calls(m * g.tiles_n + n, split, g.splits - 1, lambda share: share, flag=io, slabs=io,
                              branch=runtime_branch, repeat=runtime_repeat)
