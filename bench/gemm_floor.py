@@ -13,7 +13,8 @@ configuration the autotuner chose. ``--candidates`` also times every autotune ca
 below the floor (what a better choice would give); ``--swap`` adds the swap-AB configurations (``SWAP``: the
 weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked against fp64 with a
 NaN-poisoned output on every shape with M <= 64; ``--stream`` checks the stream-K configurations (``STREAM``)
-the same way on M > 64 and on shapes with long share chains, a second launch bitwise equal. quack runs ``tuned=False`` (its heuristic) unless
+and the wave-fit tiles the same way on M > 64 and on shapes with long share chains, a second launch bitwise
+equal. quack runs ``tuned=False`` (its heuristic) unless
 ``--quack-tuned`` (its autotuner: minutes per shape). Run on a Hopper machine set up as in docs/gpu.md;
 quack-kernels is optional (its column stays empty without it)."""
 from __future__ import annotations
@@ -171,14 +172,16 @@ STREAM_EXTRA = [(200, 304, 4104), (1000, 1000, 40), (129, 264, 1000)]
 
 
 def stream_correctness(shapes):
-    """Stream-K (``STREAM``) on every shape with M > 64 and on ``STREAM_EXTRA``: against fp64 into NaN-poisoned
+    """Stream-K (``STREAM``) and the wave-fit tile where there is one (``autotune.wave_fit_tile``) on every shape
+    with M > 64 and on ``STREAM_EXTRA``: against fp64 into NaN-poisoned
     outputs, then a second launch equal to the first bit for bit (the shares of a tile always add in one
     order); the failures' count."""
     bad = 0
     for i, (M, N, K) in enumerate([s for s in shapes if s[0] > 64] + STREAM_EXTRA):
         a, w = inputs(M, N, K, 300 + i)
         ref = a.double() @ w.double().t()
-        for c in STREAM:
+        fit = tune.wave_fit_tile(M, N, torch.cuda.get_device_properties(0).multi_processor_count)
+        for c in STREAM + ([fit] if fit else []):
             outs = []
             try:
                 for _ in range(2):
@@ -190,7 +193,8 @@ def stream_correctness(shapes):
                 e, same = f"{type(ex).__name__}: {str(ex)[:120]}", False
             ok = isinstance(e, float) and e < TOL and same
             bad += not ok
-            print(f"stream-K {M}x{N}x{K} {c['tile_mn']}: {e if isinstance(e, str) else f'{e:.2e}'}, second launch "
+            kind = "stream-K" if c.get("split_k") == "stream" else "wave-fit"
+            print(f"{kind} {M}x{N}x{K} {c['tile_mn']}: {e if isinstance(e, str) else f'{e:.2e}'}, second launch "
                   f"{'bitwise equal' if same else 'DIFFERS'} {'PASS' if ok else 'FAIL'}", flush=True)
     return bad
 
@@ -247,7 +251,7 @@ def main():
     ap.add_argument("--extra", default="[]", help="JSON list of configurations --candidates also times (each "
                     "checked against fp64 first), e.g. '[{\"schedule\": \"cooperative\", \"tile_mn\": [128, 256], "
                     "\"split_k\": 2, \"split_reduce\": \"parallel\"}]'")
-    ap.add_argument("--stream", action="store_true", help="also check the stream-K configurations (fp64, poisoned, "
+    ap.add_argument("--stream", action="store_true", help="also check the stream-K and wave-fit configurations (fp64, poisoned, "
                     "bitwise-equal second launch) on M > 64 and on shapes with long share chains")
     ap.add_argument("--quack-tuned", action="store_true", help="quack's autotuner instead of its heuristic")
     ap.add_argument("--no-time", action="store_true", help="correctness only")

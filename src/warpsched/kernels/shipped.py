@@ -23,13 +23,15 @@ GEMM_SHAPES = [(16, 4096), (64, 14336), (128, 4096), (256, 14336), (1024, 1024),
 def _gemm_option_sets():
     """Every kernel-option dict ``gemm_host.plan`` can build from an autotune candidate (or the default
     configuration), for 16-bit and fp8 operands."""
-    from .gemm.autotune import candidates, normalize
+    from .gemm.autotune import WAVE_FIT_BN, candidates, normalize, wave_fit
 
     seen, out = set(), []
     for fp8 in (False, True):
         for M, N in GEMM_SHAPES:
             for deterministic in (True, False):
-                for cand in [{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic, swap=True):
+                wave_fits = [wave_fit(bN) for bN in WAVE_FIT_BN]  # the tile a shape's SM count picks
+                for cand in [{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic, swap=True) \
+                        + wave_fits:
                     cfg = normalize(dict(cand))
                     if cfg.pop("swap_ab", False):  # the swapped plan's kernel: whole tiles, C column-major
                         cfg["c_major"] = "m"

@@ -57,8 +57,28 @@ SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=T
            dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k="auto", split_reduce="parallel"))
 
 
+# bN of the 128-row "wave-fit" tiles (bench/gemm_floor.py): cuBLAS fills one wave of 120 SMs at 1000 x 2056 with
+# 144-column tiles where 128x256 leaves 60 of 132 idle
+WAVE_FIT_BN = (144, 160, 176, 192, 224)
+
+
+def wave_fit(bN: int) -> Dict:
+    """The cooperative 128 x ``bN`` configuration of a wave-fit tile (its epilogue sub-tile divides bN)."""
+    return dict(schedule="cooperative", split_k=1, tile_mn=(128, bN), epi_n=32 if bN % 32 == 0 else 16)
+
+
+def wave_fit_tile(M: int, N: int, sms: int) -> Optional[Dict]:
+    """The narrowest wave-fit tile whose 128-row tiles fit in one wave of ``sms`` CTAs, when 128x256 tiles
+    fill less than one and 128x128 tiles more (None otherwise: a listed tile already fits or none does)."""
+    rows = -(-M // 128)
+    if rows * -(-N // 256) >= sms or rows * -(-N // 128) <= sms:
+        return None
+    fits = [bN for bN in WAVE_FIT_BN if rows * -(-N // bN) <= sms]
+    return wave_fit(fits[0]) if fits else None
+
+
 def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True,
-               swap: bool = False) -> List[Dict]:
+               swap: bool = False, sms: int = 132) -> List[Dict]:
     """The handful of configurations tried for a shape: each won some shape of the H200 sweeps
     (docs/gemm.md, "Why these autotune candidates", has the measurements and their commands).
 
@@ -81,7 +101,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
 
     - M > 64 with few tiles (M * N <= 2048^2): stream-K on 128x256 and 128x128 tiles
       (``split_k="stream"``), which spreads fewer tiles than SMs over every SM, a tile's K range
-      shared by two or more CTAs.
+      shared by two or more CTAs; for M > 256, the wave-fit tile (``wave_fit_tile``): 128 rows and
+      the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs.
 
     fp8 has the same list (its K tile is 128, the doubled one 256). Serial in-kernel split-K is not
     tried, nor the parallel one above M = 64: they never won on device time; nor stream-K on many
@@ -123,7 +144,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
         out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
-        out += stream
+        fit = wave_fit_tile(M, N, sms)
+        out += stream + ([fit] if fit and fit not in out else [])
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,

@@ -140,9 +140,9 @@ class PersistentGemm:
         self.tile_mn = tile_of(tile_mn, schedule)
         bM, bN = self.tile_mn
         pingpong = schedule != "cooperative"
-        if bM not in (64, 128, 256) or bN not in (32, 64, 128, 176, 192, 224, 256) or (bM == 256 and pingpong):
+        if bM not in (64, 128, 256) or bN not in (32, 64, 128, 144, 160, 176, 192, 224, 256) or (bM == 256 and pingpong):
             raise GemmConfigError(f"{schedule} tile_mn={self.tile_mn}: bM must be 64, 128 (or 256, cooperative "
-                                  "only), bN one of 32, 64, 128, 176, 192, 224, 256")
+                                  "only), bN one of 32, 64, 128, 144, 160, 176, 192, 224, 256")
         # ping-pong: two math tasks, each owning one of a unit's two tiles; "pingpong" gives each its
         # own ring (and load warp), "pingpong_shared" one ring both release, loaded in tile order
         self.math_tasks = 2 if pingpong else 1

@@ -521,6 +521,7 @@ def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out
                                              bias, activation, residual, float(alpha or 1.0)))
         return out
     from . import host as gp  # imports cutlass
+    from .. import _host
 
     bt = b.t()  # (N, K) row-major: the kernel computes a @ bt.T
     alpha_f, scales = _scales(a, scale_a, scale_b)
@@ -538,7 +539,7 @@ def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out
         # swap-AB candidates where a swapped kernel can run the call, under their own cache key (an
         # epilogue's lookup of the same shape must not get a swapped winner)
         cands = _tune.candidates(M, b.shape[1], K, fp8, deterministic,
-                                 swap=not (fp8 or majors or epi_opts) and out.stride(1) == 1)
+                                 swap=not (fp8 or majors or epi_opts) and out.stride(1) == 1, sms=_host.num_sms())
         key = _tune.cache_key(M, b.shape[1], K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
                               deterministic, majors, swap=any(c.get("swap_ab") for c in cands))
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(
