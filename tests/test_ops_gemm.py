@@ -414,3 +414,16 @@ def test_an_operand_that_is_not_a_tensor_is_named(junk):
         kind = type(junk).__name__
         with pytest.raises(gops.GemmArgumentError, match=f"^{name} is an? {kind}; pass a torch.Tensor"):
             call()
+
+
+def test_wave_fit_tile_fills_one_wave_where_128x256_leaves_sms_idle():
+    # 1000 x 2056 on 132 SMs: 72 tiles of 128x256, 136 of 128x128; 128x144 gives 8 x 15 = 120 (cuBLAS's count)
+    assert tune.wave_fit_tile(1000, 2056, 132)["tile_mn"] == (128, 144)
+    assert tune.wave_fit_tile(1000, 3000, 132) == dict(schedule="cooperative", split_k=1, tile_mn=(128, 192), epi_n=32)
+    assert tune.wave_fit_tile(1000, 2056, 132)["epi_n"] == 16  # 144 columns: 9 sub-tiles of 16
+    # 128x256 already fills the SMs, or 128x128 fits in one wave: nothing to add
+    assert tune.wave_fit_tile(1000, 4096, 132) is None and tune.wave_fit_tile(512, 4096, 132) is None
+    # a smaller GPU fits fewer tiles: the narrowest bN that still fits one wave
+    assert tune.wave_fit_tile(1000, 2056, 114)["tile_mn"] == (128, 160)
+    assert tune.wave_fit(144) in tune.candidates(1000, 2056, 4104, sms=132)
+    assert not any(c.get("tile_mn") == (128, 144) for c in tune.candidates(1000, 2056, 4104, sms=200))
