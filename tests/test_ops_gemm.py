@@ -416,14 +416,19 @@ def test_an_operand_that_is_not_a_tensor_is_named(junk):
             call()
 
 
-def test_wave_fit_tile_fills_one_wave_where_128x256_leaves_sms_idle():
-    # 1000 x 2056 on 132 SMs: 72 tiles of 128x256, 136 of 128x128; 128x144 gives 8 x 15 = 120 (cuBLAS's count)
-    assert tune.wave_fit_tile(1000, 2056, 132)["tile_mn"] == (128, 144)
-    assert tune.wave_fit_tile(1000, 3000, 132) == dict(schedule="cooperative", split_k=1, tile_mn=(128, 192), epi_n=32)
-    assert tune.wave_fit_tile(1000, 2056, 132)["epi_n"] == 16  # 144 columns: 9 sub-tiles of 16
+def test_wave_fit_tiles_fill_one_wave_where_128x256_leaves_sms_idle():
+    # 1000 x 2056 on 132 SMs: 72 tiles of 128x256, 136 of 128x128; 128x144 gives 8 x 15 = 120 (cuBLAS's count),
+    # 128x160 8 x 13 = 104: both over a 2x1 cluster (B multicast), and the narrowest without one
+    fits = tune.wave_fit_tiles(1000, 2056, 132)
+    assert [(c["tile_mn"], c.get("cluster_mn", (1, 1))) for c in fits] == [((128, 144), (2, 1)), ((128, 160), (2, 1)),
+                                                                          ((128, 144), (1, 1))]
+    assert fits[0]["epi_n"] == 16 and fits[1]["epi_n"] == 32  # 144 columns: 9 sub-tiles of 16
+    assert tune.wave_fit_tiles(1000, 3000, 132)[0] == dict(schedule="cooperative", split_k=1, tile_mn=(128, 192),
+                                                           epi_n=32, cluster_mn=(2, 1))
     # 128x256 already fills the SMs, or 128x128 fits in one wave: nothing to add
-    assert tune.wave_fit_tile(1000, 4096, 132) is None and tune.wave_fit_tile(512, 4096, 132) is None
+    assert tune.wave_fit_tiles(1000, 4096, 132) == [] and tune.wave_fit_tiles(512, 4096, 132) == []
     # a smaller GPU fits fewer tiles: the narrowest bN that still fits one wave
-    assert tune.wave_fit_tile(1000, 2056, 114)["tile_mn"] == (128, 160)
-    assert tune.wave_fit(144) in tune.candidates(1000, 2056, 4104, sms=132)
+    assert tune.wave_fit_tiles(1000, 2056, 114)[0]["tile_mn"] == (128, 160)
+    cands = tune.candidates(1000, 2056, 4104, sms=132)
+    assert all(c in cands for c in fits)
     assert not any(c.get("tile_mn") == (128, 144) for c in tune.candidates(1000, 2056, 4104, sms=200))

@@ -29,7 +29,8 @@ def _gemm_option_sets():
     for fp8 in (False, True):
         for M, N in GEMM_SHAPES:
             for deterministic in (True, False):
-                wave_fits = [wave_fit(bN) for bN in WAVE_FIT_BN]  # the tile a shape's SM count picks
+                # the tiles a shape's SM count picks
+                wave_fits = [wave_fit(bN, cluster) for bN in WAVE_FIT_BN for cluster in ((1, 1), (2, 1))]
                 for cand in [{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic, swap=True) \
                         + wave_fits:
                     cfg = normalize(dict(cand))

@@ -58,23 +58,27 @@ SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=T
 
 
 # bN of the 128-row "wave-fit" tiles (bench/gemm_floor.py): cuBLAS fills one wave of 120 SMs at 1000 x 2056 with
-# 144-column tiles where 128x256 leaves 60 of 132 idle
+# 144-column tiles over 4-CTA clusters where 128x256 leaves 60 of 132 SMs idle; ours, with B multicast over a 2x1
+# cluster (half the L2 reads of B, which bound these tiles without it), took 1000 x 2056 x 4104 from 42.7 to 30.4 us
 WAVE_FIT_BN = (144, 160, 176, 192, 224)
 
 
-def wave_fit(bN: int) -> Dict:
-    """The cooperative 128 x ``bN`` configuration of a wave-fit tile (its epilogue sub-tile divides bN)."""
-    return dict(schedule="cooperative", split_k=1, tile_mn=(128, bN), epi_n=32 if bN % 32 == 0 else 16)
+def wave_fit(bN: int, cluster_mn=(1, 1)) -> Dict:
+    """The cooperative 128 x ``bN`` configuration of a wave-fit tile (its epilogue sub-tile divides bN), with B
+    multicast over ``cluster_mn`` = (2, 1) or not."""
+    cfg = dict(schedule="cooperative", split_k=1, tile_mn=(128, bN), epi_n=32 if bN % 32 == 0 else 16)
+    return dict(cfg, cluster_mn=tuple(cluster_mn)) if tuple(cluster_mn) != (1, 1) else cfg
 
 
-def wave_fit_tile(M: int, N: int, sms: int) -> Optional[Dict]:
-    """The narrowest wave-fit tile whose 128-row tiles fit in one wave of ``sms`` CTAs, when 128x256 tiles
-    fill less than one and 128x128 tiles more (None otherwise: a listed tile already fits or none does)."""
+def wave_fit_tiles(M: int, N: int, sms: int) -> List[Dict]:
+    """The wave-fit candidates where 128x256 tiles fill less than one wave of ``sms`` CTAs and 128x128 tiles
+    more: the two narrowest bN of ``WAVE_FIT_BN`` whose 128-row tiles fit one wave, each over a 2x1 cluster
+    (the faster form on the H200: docs/gemm.md, "The GEMM floor"), and the narrowest without one."""
     rows = -(-M // 128)
     if rows * -(-N // 256) >= sms or rows * -(-N // 128) <= sms:
-        return None
+        return []
     fits = [bN for bN in WAVE_FIT_BN if rows * -(-N // bN) <= sms]
-    return wave_fit(fits[0]) if fits else None
+    return [wave_fit(bN, (2, 1)) for bN in fits[:2]] + [wave_fit(bN) for bN in fits[:1]]
 
 
 def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True,
@@ -101,8 +105,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
 
     - M > 64 with few tiles (M * N <= 2048^2): stream-K on 128x256 and 128x128 tiles
       (``split_k="stream"``), which spreads fewer tiles than SMs over every SM, a tile's K range
-      shared by two or more CTAs; for M > 256, the wave-fit tile (``wave_fit_tile``): 128 rows and
-      the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs.
+      shared by two or more CTAs; for M > 256, the wave-fit tiles (``wave_fit_tiles``): 128 rows and
+      the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs, over 2x1 clusters.
 
     fp8 has the same list (its K tile is 128, the doubled one 256). Serial in-kernel split-K is not
     tried, nor the parallel one above M = 64: they never won on device time; nor stream-K on many
@@ -144,8 +148,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
         out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
-        fit = wave_fit_tile(M, N, sms)
-        out += stream + ([fit] if fit and fit not in out else [])
+        out += stream + [c for c in wave_fit_tiles(M, N, sms) if c not in out]
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,
