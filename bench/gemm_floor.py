@@ -172,7 +172,7 @@ STREAM_EXTRA = [(200, 304, 4104), (1000, 1000, 40), (129, 264, 1000)]
 
 
 def stream_correctness(shapes):
-    """Stream-K (``STREAM``) and the wave-fit tile where there is one (``autotune.wave_fit_tile``) on every shape
+    """Stream-K (``STREAM``) and the wave-fit tile where there is one (``autotune.wave_fit_tiles``) on every shape
     with M > 64 and on ``STREAM_EXTRA``: against fp64 into NaN-poisoned
     outputs, then a second launch equal to the first bit for bit (the shares of a tile always add in one
     order); the failures' count."""
@@ -180,8 +180,8 @@ def stream_correctness(shapes):
     for i, (M, N, K) in enumerate([s for s in shapes if s[0] > 64] + STREAM_EXTRA):
         a, w = inputs(M, N, K, 300 + i)
         ref = a.double() @ w.double().t()
-        fit = tune.wave_fit_tile(M, N, torch.cuda.get_device_properties(0).multi_processor_count)
-        for c in STREAM + ([fit] if fit else []):
+        fits = tune.wave_fit_tiles(M, N, torch.cuda.get_device_properties(0).multi_processor_count)
+        for c in STREAM + fits:
             outs = []
             try:
                 for _ in range(2):
@@ -194,7 +194,7 @@ def stream_correctness(shapes):
             ok = isinstance(e, float) and e < TOL and same
             bad += not ok
             kind = "stream-K" if c.get("split_k") == "stream" else "wave-fit"
-            print(f"{kind} {M}x{N}x{K} {c['tile_mn']}: {e if isinstance(e, str) else f'{e:.2e}'}, second launch "
+            print(f"{kind} {M}x{N}x{K} {c['tile_mn']} cluster {c.get('cluster_mn', (1, 1))}: {e if isinstance(e, str) else f'{e:.2e}'}, second launch "
                   f"{'bitwise equal' if same else 'DIFFERS'} {'PASS' if ok else 'FAIL'}", flush=True)
     return bad
 
