@@ -172,17 +172,17 @@ def test_stream_k_config_errors(gp, kwargs, needle):
         gp.PersistentGemm(**kwargs)
 
 
-def test_stream_k_is_an_autotune_candidate_for_few_tiles_only():
-    """Stream-K spreads fewer tiles than SMs over every SM (M > 64, M * N <= 2048^2); on many tiles it
-    was slower than data-parallel on the H200 (docs/gemm.md) and M <= 64 has its split-K forms."""
+def test_stream_k_is_not_an_autotune_candidate():
+    """Slower than the best data-parallel tile on the H200 on few tiles (fewer than SMs, where its tiles have
+    two or more shares) and on many (docs/gemm.md, "Stream-K"): the sweep and bench/gemm_floor.py --stream
+    run it as named configurations, ops.gemm's tuner does not try it."""
     from warpsched.kernels.gemm import autotune as gemm_autotune
 
-    for M, N, K, few in [(64, 4096, 4096, False), (1000, 2056, 4104, True), (256, 14336, 4096, True),
-                         (1024, 14336, 4096, False), (4096, 4096, 4096, False), (1000, 1000, 1000, True)]:
+    for M, N, K in [(64, 4096, 4096), (256, 14336, 4096), (1024, 14336, 4096), (4096, 4096, 4096),
+                    (1000, 2056, 4104), (1000, 1000, 1000)]:
         for fp8 in (False, True):
             for det in (False, True):
-                streams = [c for c in gemm_autotune.candidates(M, N, K, fp8, det) if c.get("split_k") == "stream"]
-                assert [c["tile_mn"] for c in streams] == ([(128, 256), (128, 128)] if few else []), (M, N, K)
+                assert all(c.get("split_k") != "stream" for c in gemm_autotune.candidates(M, N, K, fp8, det))
     assert gemm_autotune.normalize({"split_k": "stream", "tile_mn": [128, 256]}) == {"split_k": "stream",
                                                                                      "tile_mn": (128, 256)}
 

@@ -103,14 +103,13 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       many tiles add 128x224 (an even last wave at N = 14336) and CUTLASS's ping-pong with 128x176
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
-    - M > 64 with few tiles (M * N <= 2048^2): stream-K on 128x256 and 128x128 tiles
-      (``split_k="stream"``), which spreads fewer tiles than SMs over every SM, a tile's K range
-      shared by two or more CTAs; for M > 256, the wave-fit tiles (``wave_fit_tiles``): 128 rows and
+    - M > 256 with few tiles (M * N <= 2048^2): the wave-fit tiles (``wave_fit_tiles``), 128 rows and
       the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs, over 2x1 clusters.
 
     fp8 has the same list (its K tile is 128, the doubled one 256). Serial in-kernel split-K is not
-    tried, nor the parallel one above M = 64: they never won on device time; nor stream-K on many
-    tiles, slower than the data-parallel tiles on the sweep's shapes. Every candidate's program ships proven
+    tried, nor the parallel one above M = 64: they never won on device time; nor stream-K, slower than
+    the best data-parallel tile on every shape measured, few tiles (fewer than SMs: bench/gemm_floor.py)
+    and many (the sweep's). Every candidate's program ships proven
     (``warpsched.kernels.shipped``), so tuning compiles without searching."""
     del K  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
@@ -132,23 +131,18 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
         if swap and not fp8:
             out += [dict(c) for c in SWAP_AB]
         return out
-    # few tiles (M * N <= 2048^2: at most 128 of 128x256, fewer than an H100's or H200's SMs): stream-K
-    # spreads their K iterations over every SM (gemm.streamk)
-    stream = [dict(coop, tile_mn=(128, 256), split_k="stream"), dict(coop, tile_mn=(128, 128), split_k="stream")]
-    if M * N > 2048 * 2048:
-        stream = []
     if M <= 256:
         return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
                 dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(256, 128)),
                 dict(coop, tile_mn=(64, 128)), dict(coop, tile_mn=(128, 64)),
                 dict(coop, tile_mn=(128, 128), split_k="auto"),
-                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1), dict(coop, tile_mn=(128, 224))] + stream
+                dict(schedule="pingpong", tile_mn=(128, 128), split_k=1), dict(coop, tile_mn=(128, 224))]
     out = [dict(coop, tile_mn=(128, 256)), dict(coop, tile_mn=(256, 128)), dict(coop, tile_mn=(128, 256), raster="n"),
            dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
         out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
-        out += stream + [c for c in wave_fit_tiles(M, N, sms) if c not in out]
+        out += [c for c in wave_fit_tiles(M, N, sms) if c not in out]
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,
