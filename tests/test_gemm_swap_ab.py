@@ -100,7 +100,8 @@ def test_auto_tries_swap_ab_only_where_it_can_run(monkeypatch, no_torch, M, kw, 
     (so an epilogue's lookup of the same shape never gets a swapped winner); an epilogue or a larger M
     tunes without them, under the plain key."""
     torch = sys.modules["torch"]
-    torch.cuda = types.SimpleNamespace(get_device_name=lambda d: "NVIDIA H200")
+    torch.cuda = types.SimpleNamespace(get_device_name=lambda d: "NVIDIA H200", current_device=lambda: 0,
+                                       get_device_properties=lambda d: types.SimpleNamespace(multi_processor_count=132))
     torch.empty = lambda *shape, **k: T(shape)
     tuned = []
 
@@ -125,7 +126,8 @@ def test_auto_tries_swap_ab_only_where_it_can_run(monkeypatch, no_torch, M, kw, 
     (key, cands), = tuned
     swapped = [c for c in cands if c.get("swap_ab")]
     assert key.endswith("|swap-ab") is swap
-    assert (swapped == [dict(c) for c in ops_gemm._tune.SWAP_AB]) if swap else not swapped
+    pair = list(ops_gemm._tune.SWAP_AB_PAIR) if M > 32 else []  # two token tiles: also over a 1x2 cluster
+    assert (swapped == [dict(c) for c in ops_gemm._tune.SWAP_AB] + pair) if swap else not swapped
     assert timed.count(((256, 128), (M, 128), (256, M), (1, 256))) == len(swapped)  # W on M, tokens on N, C^T
     assert timed.count(((M, 128), (256, 128), (M, 256), (256, 1))) == len(cands) - len(swapped)
 

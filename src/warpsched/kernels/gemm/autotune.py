@@ -81,6 +81,11 @@ def wave_fit_tiles(M: int, N: int, sms: int) -> List[Dict]:
     return [wave_fit(bN, (2, 1)) for bN in fits[:2]] + [wave_fit(bN) for bN in fits[:1]]
 
 
+# Swapped tiles for 32 < M <= 64 (two 32-token tiles): the weight's tile multicast to both over a 1x2 cluster, one
+# L2 read of it (64 x 4104 x 2056: 8.3 us against 9.2 for the best tile without, bench/gemm_floor.py --extra)
+SWAP_AB_PAIR = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1, cluster_mn=(1, 2)),)
+
+
 def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True,
                swap: bool = False, sms: int = 132) -> List[Dict]:
     """The handful of configurations tried for a shape: each won some shape of the H200 sweeps
@@ -93,13 +98,15 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       fits, and the ping-pong; the 64-row splits also reduced in the kernel (one launch: the tuner
       charges a host-reduced split its two extra launches, ``EXTRA_LAUNCH_MS``); ``deterministic=False``
       adds the atomic in-kernel split-K (its shares sum in arrival order, so its last bits can differ
-      between calls). ``swap`` (16-bit, both
+      between calls); 32 < M <= 64 adds 64x32 tiles over a 1x2 cluster (plain, and swapped with a K
+      tile of 128: the weight's tile multicast to the two token tiles). ``swap`` (16-bit, both
       operands K-major, a row-major out and no fused epilogue: what a swapped kernel can run) adds the
       swap-AB tiles (``SWAP_AB``): the weight's rows on WGMMA's M, the tokens on N.
     - M <= 256: the 128x256 / 256x128 / 128x128 / 64x128 / 128x64 tiles, split-K on two of them,
       the ping-pong and 128x224 tiles.
     - Larger: 128x256 and 256x128, the other raster order, a wider raster group, B multicast over a
-      2x1 cluster, the ping-pong; few tiles (M * N <= 2048^2) add smaller tiles (64x128 with PDL),
+      2x1 cluster, the ping-pong; few tiles (M * N <= 2048^2) add smaller tiles (64x128 with PDL, also
+      over a 2x1 cluster),
       many tiles add 128x224 (an even last wave at N = 14336) and CUTLASS's ping-pong with 128x176
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
@@ -128,8 +135,12 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
             out.insert(-1, dict(coop, tile_mn=(64, 32), block_k=wide_k, ab_stages=9, pdl=True))
         if not deterministic:
             out.append(dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))
+        if M > 32:  # two 32-token tiles: the weight's tile multicast to both over a 1x2 cluster, one L2 read
+            out.append(dict(coop, tile_mn=(64, 32), cluster_mn=(1, 2)))
         if swap and not fp8:
             out += [dict(c) for c in SWAP_AB]
+            if M > 32:
+                out += [dict(c) for c in SWAP_AB_PAIR]
         return out
     if M <= 256:
         return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
@@ -141,7 +152,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
            dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
-        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
+        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True),
+                dict(coop, tile_mn=(64, 128), pdl=True, cluster_mn=(2, 1))]
         out += [c for c in wave_fit_tiles(M, N, sms) if c not in out]
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
