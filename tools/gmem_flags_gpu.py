@@ -128,8 +128,10 @@ def build_kernel(bug):
 
 
 def build_stream_kernel(bug):
-    """Stream-K's hand-over (gemm_resources.store + serial_fixup, last = 1) on StreamKPlan's units,
-    computed on device values as the GEMM does: k-iteration k of tile t contributes (k + 1) * 1000 + t.
+    """Stream-K's hand-over (gemm_resources.store + serial_fixup) on StreamKPlan's units, computed on device
+    values as the GEMM does, for grids of no more CTAs than tiles (``CASES``), where a tile has one share or
+    two (last = 1; the chain of more shares on larger grids is the grid checker's, handover.stream_k_protocol):
+    k-iteration k of tile t contributes (k + 1) * 1000 + t.
     The writer of slot s in CTA b first spins (ctas - b) * DELAY polls, so lower CTAs hand over later."""
     import cutlass
     import cutlass.cute as cute

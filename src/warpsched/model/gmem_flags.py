@@ -239,7 +239,7 @@ class CrossCtaProtocol:
     the kernel's scheduler function). ``body(grid, unit)`` issues the unit's flag / workspace calls.
     ``grids`` and ``unit_counts`` are the launches the checker covers: every pair is explored;
     ``valid(ctas, units)`` (optional) leaves out pairs the kernel cannot launch (e.g. stream-K needs
-    ctas <= tiles). Beyond the largest ones the verdict says UNPROVEN. ``resident``: the waits
+    ctas <= tiles x K tiles). Beyond the largest ones the verdict says UNPROVEN. ``resident``: the waits
     assume every CTA of the grid is resident at once (a persistent grid); with False the checker
     also explores launches where CTAs start one at a time, in order, each after the previous ones end.
     """

@@ -33,7 +33,8 @@ def ctas_for(tiles, k_tiles, max_ctas):
 
 
 class StreamKPlan:
-    """The partition of ``tiles`` output tiles of ``k_tiles`` K tiles over ``ctas`` CTAs (ctas <= tiles)."""
+    """The partition of ``tiles`` output tiles of ``k_tiles`` K tiles over ``ctas`` CTAs
+    (ctas <= tiles * k_tiles: ``ctas_for``)."""
 
     def __init__(self, tiles, k_tiles, ctas, minimum=min, maximum=max):
         self.k_tiles, self.ctas, self.min, self.max = k_tiles, ctas, minimum, maximum
