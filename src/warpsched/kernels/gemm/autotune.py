@@ -98,25 +98,26 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       fits, and the ping-pong; the 64-row splits also reduced in the kernel (one launch: the tuner
       charges a host-reduced split its two extra launches, ``EXTRA_LAUNCH_MS``); ``deterministic=False``
       adds the atomic in-kernel split-K (its shares sum in arrival order, so its last bits can differ
-      between calls); 32 < M <= 64 adds 64x32 tiles over a 1x2 cluster (plain, and swapped with a K
-      tile of 128: the weight's tile multicast to the two token tiles). ``swap`` (16-bit, both
+      between calls); 16-bit 32 < M <= 64 adds 64x32 tiles over a 1x2 cluster (plain, and swapped with a
+      K tile of 128: the weight's tile multicast to the two token tiles). ``swap`` (16-bit, both
       operands K-major, a row-major out and no fused epilogue: what a swapped kernel can run) adds the
       swap-AB tiles (``SWAP_AB``): the weight's rows on WGMMA's M, the tokens on N.
     - M <= 256: the 128x256 / 256x128 / 128x128 / 64x128 / 128x64 tiles, split-K on two of them,
       the ping-pong and 128x224 tiles.
     - Larger: 128x256 and 256x128, the other raster order, a wider raster group, B multicast over a
-      2x1 cluster, the ping-pong; few tiles (M * N <= 2048^2) add smaller tiles (64x128 with PDL, also
-      over a 2x1 cluster),
+      2x1 cluster, the ping-pong; few tiles (M * N <= 2048^2) add smaller tiles (64x128 with PDL, for
+      16-bit also over a 2x1 cluster),
       many tiles add 128x224 (an even last wave at N = 14336) and CUTLASS's ping-pong with 128x176
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
-    - M > 256 with few tiles (M * N <= 2048^2): the wave-fit tiles (``wave_fit_tiles``), 128 rows and
-      the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs, over 2x1 clusters.
+    - 16-bit M > 256 with few tiles (M * N <= 2048^2): the wave-fit tiles (``wave_fit_tiles``), 128 rows
+      and the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs, over 2x1 clusters
+      (measured on bf16; fp8 keeps the list it was measured with).
 
-    fp8 has the same list (its K tile is 128, the doubled one 256). Serial in-kernel split-K is not
-    tried, nor the parallel one above M = 64: they never won on device time; nor stream-K, slower than
-    the best data-parallel tile on every shape measured, few tiles (fewer than SMs: bench/gemm_floor.py)
-    and many (the sweep's). Every candidate's program ships proven
+    fp8 has the same list but the clustered additions above (its K tile is 128, the doubled one 256).
+    Serial in-kernel split-K is not tried, nor the parallel one above M = 64: they never won on device
+    time; nor stream-K, slower than the best data-parallel tile on every shape measured, few tiles
+    (fewer than SMs: bench/gemm_floor.py) and many (the sweep's). Every candidate's program ships proven
     (``warpsched.kernels.shipped``), so tuning compiles without searching."""
     del K  # the list depends on M and N; split_k="auto" looks at K itself
     coop = dict(schedule="cooperative", split_k=1)
@@ -135,7 +136,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
             out.insert(-1, dict(coop, tile_mn=(64, 32), block_k=wide_k, ab_stages=9, pdl=True))
         if not deterministic:
             out.append(dict(coop, tile_mn=(64, 128), split_k="auto", split_reduce="atomic"))
-        if M > 32:  # two 32-token tiles: the weight's tile multicast to both over a 1x2 cluster, one L2 read
+        if M > 32 and not fp8:  # two 32-token tiles: the weight's tile multicast to both over a 1x2 cluster
             out.append(dict(coop, tile_mn=(64, 32), cluster_mn=(1, 2)))
         if swap and not fp8:
             out += [dict(c) for c in SWAP_AB]
@@ -152,9 +153,10 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
            dict(coop, tile_mn=(128, 256), group=16), dict(coop, tile_mn=(128, 256), cluster_mn=(2, 1)),
            dict(schedule="pingpong", tile_mn=(128, 128), split_k=1)]
     if M * N <= 2048 * 2048:  # few tiles of 128x256: a smaller tile fills more SMs
-        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True),
-                dict(coop, tile_mn=(64, 128), pdl=True, cluster_mn=(2, 1))]
-        out += [c for c in wave_fit_tiles(M, N, sms) if c not in out]
+        out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
+        if not fp8:  # the clustered forms were measured on 16-bit GEMMs only
+            out.append(dict(coop, tile_mn=(64, 128), pdl=True, cluster_mn=(2, 1)))
+            out += [c for c in wave_fit_tiles(M, N, sms) if c not in out]
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,
