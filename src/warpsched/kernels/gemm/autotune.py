@@ -57,9 +57,8 @@ SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=T
            dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k="auto", split_reduce="parallel"))
 
 
-# bN of the 128-row "wave-fit" tiles (bench/gemm_floor.py): cuBLAS fills one wave of 120 SMs at 1000 x 2056 with
-# 144-column tiles over 4-CTA clusters where 128x256 leaves 60 of 132 SMs idle; ours, with B multicast over a 2x1
-# cluster (half the L2 reads of B, which bound these tiles without it), took 1000 x 2056 x 4104 from 42.7 to 30.4 us
+# bN of the 128-row "wave-fit" tiles: one wave of narrower tiles where 128x256 tiles leave SMs idle, with B
+# multicast over a 2x1 cluster, since without it L2 reads, not the SMs, bound them (docs/gemm.md, "The GEMM floor")
 WAVE_FIT_BN = (144, 160, 176, 192, 224)
 
 
@@ -82,7 +81,7 @@ def wave_fit_tiles(M: int, N: int, sms: int) -> List[Dict]:
 
 
 # Swapped tiles for 32 < M <= 64 (two 32-token tiles): the weight's tile multicast to both over a 1x2 cluster, one
-# L2 read of it (64 x 4104 x 2056: 8.3 us against 9.2 for the best tile without, bench/gemm_floor.py --extra)
+# L2 read of it (docs/gemm.md, "Why these autotune candidates")
 SWAP_AB_PAIR = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1, cluster_mn=(1, 2)),)
 
 
