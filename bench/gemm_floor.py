@@ -142,9 +142,10 @@ def time_shape(M, N, K, quack, rounds, rep_ms):
     return {s: statistics.median(v) for s, v in times.items()}, times
 
 
-def config_correctness(shapes, label, applies, configs_of, seed0):
+def config_correctness(shapes, label, applies, configs_of, seed0, twice=False):
     """Configurations a shape's tuning does not pick on its own, against fp64 into NaN-poisoned outputs, on every
-    shape they are for (``applies(M)``; ``configs_of(M, N)``: the list); the failures' count."""
+    shape they are for (``applies(M)``; ``configs_of(M, N)``: the list); with ``twice``, a second launch into
+    another poisoned output must equal the first bit for bit. The failures' count."""
     bad = 0
     for i, (M, N, K) in enumerate(shapes):
         if not applies(M):
@@ -152,15 +153,20 @@ def config_correctness(shapes, label, applies, configs_of, seed0):
         a, w = inputs(M, N, K, seed0 + i)
         ref = a.double() @ w.double().t()
         for c in configs_of(M, N):
-            out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            outs, same = [], True
             try:
-                e = rel_err(ops.gemm(a, w.t(), out=out, config=c), ref)
+                for _ in range(2 if twice else 1):
+                    outs.append(ops.gemm(a, w.t(), out=torch.full((M, N), float("nan"), device="cuda",
+                                                                  dtype=torch.bfloat16), config=c))
+                e = rel_err(outs[0], ref)
+                same = bool(torch.equal(outs[0], outs[-1]))
             except Exception as ex:  # noqa: BLE001 - reported, counted as a failure
                 e = f"{type(ex).__name__}: {str(ex)[:120]}"
-            ok = isinstance(e, float) and e < TOL
+            ok = isinstance(e, float) and e < TOL and same
             bad += not ok
-            print(f"{label} {M}x{N}x{K} {c}: {e if isinstance(e, str) else f'{e:.2e}'} {'PASS' if ok else 'FAIL'}",
-                  flush=True)
+            again = (", second launch " + ("bitwise equal" if same else "DIFFERS")) if twice else ""
+            print(f"{label} {M}x{N}x{K} {c}: {e if isinstance(e, str) else f'{e:.2e}'}{again} "
+                  f"{'PASS' if ok else 'FAIL'}", flush=True)
     return bad
 
 
@@ -172,31 +178,12 @@ STREAM_EXTRA = [(200, 304, 4104), (1000, 1000, 40), (129, 264, 1000)]
 
 
 def stream_correctness(shapes):
-    """Stream-K (``STREAM``) and the wave-fit tile where there is one (``autotune.wave_fit_tiles``) on every shape
-    with M > 64 and on ``STREAM_EXTRA``: against fp64 into NaN-poisoned
-    outputs, then a second launch equal to the first bit for bit (the shares of a tile always add in one
-    order); the failures' count."""
-    bad = 0
-    for i, (M, N, K) in enumerate([s for s in shapes if s[0] > 64] + STREAM_EXTRA):
-        a, w = inputs(M, N, K, 300 + i)
-        ref = a.double() @ w.double().t()
-        fits = tune.wave_fit_tiles(M, N, torch.cuda.get_device_properties(0).multi_processor_count)
-        for c in STREAM + fits:
-            outs = []
-            try:
-                for _ in range(2):
-                    outs.append(torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16))
-                    ops.gemm(a, w.t(), out=outs[-1], config=c)
-                e = rel_err(outs[0], ref)
-                same = bool(torch.equal(outs[0], outs[1]))
-            except Exception as ex:  # noqa: BLE001 - reported, counted as a failure
-                e, same = f"{type(ex).__name__}: {str(ex)[:120]}", False
-            ok = isinstance(e, float) and e < TOL and same
-            bad += not ok
-            kind = "stream-K" if c.get("split_k") == "stream" else "wave-fit"
-            print(f"{kind} {M}x{N}x{K} {c['tile_mn']} cluster {c.get('cluster_mn', (1, 1))}: {e if isinstance(e, str) else f'{e:.2e}'}, second launch "
-                  f"{'bitwise equal' if same else 'DIFFERS'} {'PASS' if ok else 'FAIL'}", flush=True)
-    return bad
+    """Stream-K (``STREAM``) and the wave-fit tiles where there are some (``autotune.wave_fit_tiles``) on every
+    shape with M > 64 and on ``STREAM_EXTRA``: against fp64 into NaN-poisoned outputs, then a second launch
+    equal to the first bit for bit (the shares of a tile always add in one order); the failures' count."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return config_correctness([s for s in shapes if s[0] > 64] + STREAM_EXTRA, "stream-K / wave-fit",
+                              lambda M: True, lambda M, N: STREAM + tune.wave_fit_tiles(M, N, sms), 300, twice=True)
 
 
 def swap_correctness(shapes):
@@ -251,8 +238,8 @@ def main():
     ap.add_argument("--extra", default="[]", help="JSON list of configurations --candidates also times (each "
                     "checked against fp64 first), e.g. '[{\"schedule\": \"cooperative\", \"tile_mn\": [128, 256], "
                     "\"split_k\": 2, \"split_reduce\": \"parallel\"}]'")
-    ap.add_argument("--stream", action="store_true", help="also check the stream-K and wave-fit configurations (fp64, poisoned, "
-                    "bitwise-equal second launch) on M > 64 and on shapes with long share chains")
+    ap.add_argument("--stream", action="store_true", help="also check the stream-K and wave-fit configurations "
+                    "(fp64, poisoned, bitwise-equal second launch) on M > 64 and on shapes with long share chains")
     ap.add_argument("--quack-tuned", action="store_true", help="quack's autotuner instead of its heuristic")
     ap.add_argument("--no-time", action="store_true", help="correctness only")
     a = ap.parse_args()

@@ -26,13 +26,13 @@ def _gemm_option_sets():
     from .gemm.autotune import WAVE_FIT_BN, candidates, normalize, wave_fit
 
     seen, out = set(), []
+    # every wave-fit tile a 16-bit shape may pick (which ones depends on its SM count)
+    wave_fits = {False: [wave_fit(bN, cluster) for bN in WAVE_FIT_BN for cluster in ((1, 1), (2, 1))], True: []}
     for fp8 in (False, True):
         for M, N in GEMM_SHAPES:
             for deterministic in (True, False):
-                # the tiles a shape's SM count picks
-                wave_fits = [wave_fit(bN, cluster) for bN in WAVE_FIT_BN for cluster in ((1, 1), (2, 1))]
                 for cand in [{"schedule": "cooperative"}] + candidates(M, N, 4096, fp8, deterministic, swap=True) \
-                        + wave_fits:
+                        + wave_fits[fp8]:
                     cfg = normalize(dict(cand))
                     if cfg.pop("swap_ab", False):  # the swapped plan's kernel: whole tiles, C column-major
                         cfg["c_major"] = "m"

@@ -194,7 +194,9 @@ class GmemC(MemoryResource):
             # tile's first K tiles) adds and stores C. A whole tile: stored.
             _, k_first, k_count, slot = g.sk_unit(stage_info.work_tile.tile_idx[0])
             owner = cutlass.Boolean(True)
-            share, last = g.sk_plan.share(slot, k_first, k_count)  # meaningful for a shared tile only
+            # meaningful for a shared tile only; computed before the runtime if, which could not carry
+            # the plan object through its region
+            share, last = g.sk_plan.share(slot, k_first, k_count)
             if k_count < g.k_tiles:
                 self.serial_fixup(acc, slot, 0, share, tidx, epi_bar, flag_idx=slot, last=last)
                 owner = share == last
