@@ -37,6 +37,7 @@ from triton.testing import do_bench  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.gemm import autotune as tune  # noqa: E402
+from warpsched.kernels.gemm import host as gemm_host  # noqa: E402
 
 SHAPES = [  # M x N x K: decode-sized M over model widths, then N / K off the tile grid
     (1, 4096, 4096), (16, 4096, 4096), (32, 4096, 4096), (1000, 4096, 4096),
@@ -183,12 +184,18 @@ def stream_correctness(shapes):
     equal to the first bit for bit (the shares of a tile always add in one order); the failures' count."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return config_correctness([s for s in shapes if s[0] > 64] + STREAM_EXTRA, "stream-K / wave-fit",
-                              lambda M: True, lambda M, N: STREAM + tune.wave_fit_tiles(M, N, sms), 300, twice=True)
+                              lambda M: True, lambda M, N: STREAM + tune.wave_fit_tiles(M, N, sms, gemm_host.max_ctas), 300, twice=True)
 
 
 def swap_correctness(shapes):
     """The swap-AB configurations on every shape with M <= 64 (their tiles put the tokens on N)."""
-    return config_correctness(shapes, "swap-AB", lambda M: M <= 64, lambda M, N: SWAP, 100)
+    return config_correctness(shapes, "swap-AB", lambda M: M <= 64, swap_configs, 100)
+
+
+def swap_configs(M, N):
+    """``SWAP`` and the swapped configurations the tuner tries for an M x N GEMM (its clustered and PDL forms)."""
+    tuned = [c for c in tune.candidates(M, N, 4096, swap=True) if c.get("swap_ab")]
+    return SWAP + [c for c in tuned if c not in SWAP]
 
 
 def extra_checked(M, N, K, extra):
@@ -215,7 +222,8 @@ def candidates_table(M, N, K, rep_ms, swap=False, extra=()):
     a, w = inputs(M, N, K, 7)
     b = w.t()
     rows = []
-    for c in tune.candidates(M, N, K, fp8=False) + (SWAP if swap and M <= 64 else []) + list(extra):
+    for c in tune.candidates(M, N, K, fp8=False, cluster_ctas=gemm_host.max_ctas) + \
+            (swap_configs(M, N) if swap and M <= 64 else []) + list(extra):
         try:
             ops.gemm(a, b, config=c)
             ms = graph_ms(torch, do_bench, lambda c=c: ops.gemm(a, b, config=c), 0.02, rep_ms)
@@ -234,6 +242,7 @@ def main():
     ap.add_argument("--rep-ms", type=int, default=25, help="do_bench's rep per timing (ms)")
     ap.add_argument("--shapes", default="", help="MxNxK,... (default: the floor set)")
     ap.add_argument("--candidates", action="store_true", help="time every autotune candidate below the floor")
+    ap.add_argument("--every", action="store_true", help="--candidates on every shape, not only those below the floor")
     ap.add_argument("--swap", action="store_true", help="also check and time the swap-AB configurations")
     ap.add_argument("--extra", default="[]", help="JSON list of configurations --candidates also times (each "
                     "checked against fp64 first), e.g. '[{\"schedule\": \"cooperative\", \"tile_mn\": [128, 256], "
@@ -272,7 +281,7 @@ def main():
           f"{len(below)}/{len(shapes)} {['x'.join(map(str, s)) for s in below]}", flush=True)
     if a.candidates:
         extra = [dict(c, tile_mn=tuple(c["tile_mn"])) if "tile_mn" in c else c for c in json.loads(a.extra)]
-        for M, N, K in below:
+        for M, N, K in (shapes if a.every else below):
             candidates_table(M, N, K, a.rep_ms, a.swap, extra_checked(M, N, K, extra))
 
 

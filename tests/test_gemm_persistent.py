@@ -281,22 +281,26 @@ def test_rasterization_covers_every_tile_once(schedule, raster, group, tiles_m, 
 
 
 @pytest.mark.parametrize("schedule", ["cooperative", "pingpong"])
-@pytest.mark.parametrize("cluster", [(2, 1), (1, 2)])
+@pytest.mark.parametrize("cluster", [(2, 1), (1, 2), (4, 1), (1, 4), (2, 2)])
 @pytest.mark.parametrize("tiles_m,tiles_n", [(1, 1), (3, 5), (8, 8), (17, 9)])
-def test_cluster_units_pair_neighbour_tiles(schedule, cluster, tiles_m, tiles_n):
-    """The CTAs of a cluster (consecutive units, rank = unit % 2) get the two halves of one cluster
-    tile in every step; tiles past the edge (odd tile counts) are only ever TMA-clipped extras."""
+def test_cluster_units_cover_neighbour_tiles(schedule, cluster, tiles_m, tiles_n):
+    """The CTAs of a cluster (consecutive units, rank = unit % size) get the cm x cn neighbouring tiles of one
+    cluster tile in every step, rank r at (r % cm, r // cm) as the multicast masks place it; tiles past the
+    edge (tile counts that are not multiples) are only ever TMA-clipped extras."""
     g = gp.PersistentGemm(schedule=schedule, cluster_mn=cluster)
+    cm, cn = cluster
+    size = cm * cn
     got = _coords(g, tiles_m, tiles_n)
-    assert g.num_units % 2 == 0
+    assert g.num_units % size == 0
     inside = {(m, n) for m, n in got if m < tiles_m and n < tiles_n}
     assert inside == {(m, n) for m in range(tiles_m) for n in range(tiles_n)}
     per_unit = g.rings
-    for u in range(0, g.num_units, 2):  # a cluster step: unit u (rank 0) and u + 1 (rank 1), each warp group
+    for u in range(0, g.num_units, size):  # a cluster step: units u .. u + size - 1, each warp group
         for w in range(per_unit):
-            (m0, n0), (m1, n1) = got[u * per_unit + w], got[(u + 1) * per_unit + w]
-            assert (m1 - m0, n1 - n0) == ((1, 0) if cluster == (2, 1) else (0, 1))
-            assert m0 % cluster[0] == 0 and n0 % cluster[1] == 0
+            m0, n0 = got[u * per_unit + w]
+            assert m0 % cm == 0 and n0 % cn == 0
+            for r in range(size):
+                assert got[(u + r) * per_unit + w] == (m0 + r % cm, n0 + r // cm)
 
 
 def test_rasterization_groups_tiles_along_the_raster():
@@ -339,6 +343,22 @@ def test_cluster_2x1_multicast_compiles_and_is_safe(schedule):
     assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE" and mgr.fingerprint == traced
 
 
+@pytest.mark.parametrize("cluster,partners", [((4, 1), 4), ((1, 4), 4), ((2, 2), 3)])
+def test_four_cta_clusters_compile_and_are_safe(cluster, partners):
+    """4-CTA clusters (cuBLAS's 1x4 at M = 1000, N ~ 2000): each CTA multicasts its quarter (or half) of the
+    shared tiles, one multicast TMA per multicast operand; each empty barrier counts the releases of every CTA
+    that multicasts into it (cm + cn - 1 of them) from the 8 consumer warps; SAFE."""
+    ptx = gp.compile_for_cpu(schedule="cooperative", cluster_mn=cluster).artifacts.PTX
+    traced = VERDICTS.looked_up[-1]
+    want = {"barrier.cluster.arrive": 1, "barrier.cluster.wait": 1,
+            "multicast::cluster": 2 if cluster == (2, 2) else 1}
+    assert _common.count_ptx(ptx, want) == want
+    mgr = gp.build(gp.PersistentGemm(schedule="cooperative", cluster_mn=cluster), verbose=False, progress=False)
+    assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE" and mgr.fingerprint == traced
+    ring = next(r for r in mgr.resource_dependency_graph if getattr(r, "name", "") == "SmemAB")
+    assert mgr.plan.pipeline(ring).empty.init == 8 * partners
+
+
 def test_split_k_program_is_safe_for_every_k_share():
     mgr = gp.build_split_k(verbose=False, progress=False, cache_verdict=False)
     assert mgr.result.accepted and mgr.result.checker.verdict == "SAFE"
@@ -361,7 +381,8 @@ def test_split_k_compiles_with_an_fp32_epilogue():
     (dict(schedule="cooperative", raster="diagonal"), r"raster='diagonal': expected one of \['m', 'n'\]"),
     (dict(schedule="split_k"), "expected one of"),
     (dict(schedule="pingpong", split_k=True), "only the cooperative schedule splits K"),
-    (dict(schedule="cooperative", cluster_mn=(2, 2)), "clusters are"),
+    (dict(schedule="cooperative", cluster_mn=(4, 2)), "clusters are"),
+    (dict(schedule="cooperative", cluster_mn=(3, 1)), "clusters are"),
     (dict(schedule="pingpong_shared", cluster_mn=(2, 1)), "pingpong_shared runs without a cluster"),
     (dict(schedule="cooperative", cluster_mn=(2, 1), split_k=True), "without split-K"),
 ])

@@ -126,7 +126,8 @@ def test_auto_tries_swap_ab_only_where_it_can_run(monkeypatch, no_torch, M, kw, 
     (key, cands), = tuned
     swapped = [c for c in cands if c.get("swap_ab")]
     assert key.endswith("|swap-ab") is swap
-    pair = list(ops_gemm._tune.SWAP_AB_PAIR) if M > 32 else []  # two token tiles: also over a 1x2 cluster
+    # two token tiles: also over a 1x2 cluster; one: multicast to four weight tiles, and with PDL
+    pair = list(ops_gemm._tune.SWAP_AB_PAIR if M > 32 else ops_gemm._tune.SWAP_AB_SHARED)
     assert (swapped == [dict(c) for c in ops_gemm._tune.SWAP_AB] + pair) if swap else not swapped
     assert timed.count(((256, 128), (M, 128), (256, M), (1, 256))) == len(swapped)  # W on M, tokens on N, C^T
     assert timed.count(((M, 128), (256, 128), (M, 256), (256, 1))) == len(cands) - len(swapped)

@@ -23,11 +23,12 @@ GEMM_SHAPES = [(16, 4096), (64, 14336), (128, 4096), (256, 14336), (1024, 1024),
 def _gemm_option_sets():
     """Every kernel-option dict ``gemm_host.plan`` can build from an autotune candidate (or the default
     configuration), for 16-bit and fp8 operands."""
-    from .gemm.autotune import WAVE_FIT_BN, candidates, normalize, wave_fit
+    from .gemm.autotune import WAVE_FIT_BN, WAVE_FIT_CLUSTERS, candidates, normalize, wave_fit
 
     seen, out = set(), []
     # every wave-fit tile a 16-bit shape may pick (which ones depends on its SM count)
-    wave_fits = {False: [wave_fit(bN, cluster) for bN in WAVE_FIT_BN for cluster in ((1, 1), (2, 1))], True: []}
+    wave_fits = {False: [wave_fit(bN, cluster) for bN in WAVE_FIT_BN for cluster in ((1, 1),) + WAVE_FIT_CLUSTERS],
+                 True: []}
     for fp8 in (False, True):
         for M, N in GEMM_SHAPES:
             for deterministic in (True, False):

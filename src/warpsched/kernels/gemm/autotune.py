@@ -58,35 +58,53 @@ SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=T
 
 
 # bN of the 128-row "wave-fit" tiles: one wave of narrower tiles where 128x256 tiles leave SMs idle, with B
-# multicast over a 2x1 cluster, since without it L2 reads, not the SMs, bound them (docs/gemm.md, "The GEMM floor")
+# multicast over a cluster along M, since without it L2 reads, not the SMs, bound them (docs/gemm.md, "The GEMM
+# floor"); the clusters they are tried over, each with its narrowest tile that fits one wave
 WAVE_FIT_BN = (144, 160, 176, 192, 224)
+WAVE_FIT_CLUSTERS = ((4, 1), (2, 2), (2, 1))
 
 
 def wave_fit(bN: int, cluster_mn=(1, 1)) -> Dict:
     """The cooperative 128 x ``bN`` configuration of a wave-fit tile (its epilogue sub-tile divides bN), with B
-    multicast over ``cluster_mn`` = (2, 1) or not."""
+    multicast over ``cluster_mn`` (one of ``WAVE_FIT_CLUSTERS``) or not."""
     cfg = dict(schedule="cooperative", split_k=1, tile_mn=(128, bN), epi_n=32 if bN % 32 == 0 else 16)
     return dict(cfg, cluster_mn=tuple(cluster_mn)) if tuple(cluster_mn) != (1, 1) else cfg
 
 
-def wave_fit_tiles(M: int, N: int, sms: int) -> List[Dict]:
+def wave_fit_tiles(M: int, N: int, sms: int, cluster_ctas: Optional[Callable[[Tuple[int, int]], int]] = None
+                   ) -> List[Dict]:
     """The wave-fit candidates where 128x256 tiles fill less than one wave of ``sms`` CTAs and 128x128 tiles
-    more: the two narrowest bN of ``WAVE_FIT_BN`` whose 128-row tiles fit one wave, each over a 2x1 cluster
-    (the faster form on the H200: docs/gemm.md, "The GEMM floor"), and the narrowest without one."""
+    more: for each of ``WAVE_FIT_CLUSTERS`` the narrowest bN of ``WAVE_FIT_BN`` whose 128-row tiles, in whole
+    clusters, fit one wave (over 2x1 also the next narrower), and the narrowest without a cluster (cuBLAS's
+    128x144 over four CTAs along M at 1000 x 2056: docs/gemm.md, "The GEMM floor"). ``cluster_ctas(cluster)``:
+    the CTAs the device holds at once in such clusters (``gemm.launch.max_ctas``; default ``sms`` rounded down
+    to whole clusters, more than a GPU's GPCs hold for 4-CTA clusters)."""
     rows = -(-M // 128)
     if rows * -(-N // 256) >= sms or rows * -(-N // 128) <= sms:
         return []
-    fits = [bN for bN in WAVE_FIT_BN if rows * -(-N // bN) <= sms]
-    return [wave_fit(bN, (2, 1)) for bN in fits[:2]] + [wave_fit(bN) for bN in fits[:1]]
+
+    def fits(cm, cn):
+        wave = cluster_ctas((cm, cn)) if cluster_ctas else sms // (cm * cn) * (cm * cn)
+        return [bN for bN in WAVE_FIT_BN if -(-rows // cm) * cm * (-(-N // bN // cn) * cn) <= wave]
+    out = []
+    for cluster in WAVE_FIT_CLUSTERS:
+        out += [wave_fit(bN, cluster) for bN in fits(*cluster)[:2 if cluster == (2, 1) else 1]]
+    return out + [wave_fit(bN) for bN in fits(1, 1)[:1]]
 
 
 # Swapped tiles for 32 < M <= 64 (two 32-token tiles): the weight's tile multicast to both over a 1x2 cluster, one
-# L2 read of it (docs/gemm.md, "Why these autotune candidates")
-SWAP_AB_PAIR = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1, cluster_mn=(1, 2)),)
+# L2 read of it, also with PDL (docs/gemm.md, "Why these autotune candidates")
+_SWAP_64X32 = dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=True, split_k=1)
+SWAP_AB_PAIR = (dict(_SWAP_64X32, cluster_mn=(1, 2)), dict(_SWAP_64X32, cluster_mn=(1, 2), pdl=True))
+# Swapped tiles for M <= 32 (one token tile every CTA reads): the token tile multicast to four weight tiles over
+# a 4x1 cluster (a quarter of the CTAs read the same L2 lines), with the 9-stage ring or PDL, and PDL alone
+SWAP_AB_SHARED = (dict(_SWAP_64X32, cluster_mn=(4, 1)), dict(_SWAP_64X32, cluster_mn=(4, 1), ab_stages=9),
+                  dict(_SWAP_64X32, cluster_mn=(4, 1), pdl=True), dict(_SWAP_64X32, pdl=True))
 
 
 def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = True,
-               swap: bool = False, sms: int = 132) -> List[Dict]:
+               swap: bool = False, sms: int = 132,
+               cluster_ctas: Optional[Callable[[Tuple[int, int]], int]] = None) -> List[Dict]:
     """The handful of configurations tried for a shape: each won some shape of the H200 sweeps
     (docs/gemm.md, "Why these autotune candidates", has the measurements and their commands).
 
@@ -100,7 +118,9 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       between calls); 16-bit 32 < M <= 64 adds 64x32 tiles over a 1x2 cluster (plain, and swapped with a
       K tile of 128: the weight's tile multicast to the two token tiles). ``swap`` (16-bit, both
       operands K-major, a row-major out and no fused epilogue: what a swapped kernel can run) adds the
-      swap-AB tiles (``SWAP_AB``): the weight's rows on WGMMA's M, the tokens on N.
+      swap-AB tiles (``SWAP_AB``): the weight's rows on WGMMA's M, the tokens on N; for M <= 32 also the
+      token tile multicast over a 4x1 cluster and PDL (``SWAP_AB_SHARED``), for 32 < M <= 64 the weight's tile
+      over a 1x2 cluster (``SWAP_AB_PAIR``).
     - M <= 256: the 128x256 / 256x128 / 128x128 / 64x128 / 128x64 tiles, split-K on two of them,
       the ping-pong and 128x224 tiles.
     - Larger: 128x256 and 256x128, the other raster order, a wider raster group, B multicast over a
@@ -110,8 +130,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
     - 16-bit M > 256 with few tiles (M * N <= 2048^2): the wave-fit tiles (``wave_fit_tiles``), 128 rows
-      and the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs, over 2x1 clusters
-      (measured on bf16; fp8 keeps the list it was measured with).
+      and the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs, over 4x1, 2x2 and 2x1
+      clusters (measured on bf16; fp8 keeps the list it was measured with).
 
     fp8 has the same list but the clustered additions above (its K tile is 128, the doubled one 256).
     Serial in-kernel split-K is not tried, nor the parallel one above M = 64: they never won on device
@@ -139,8 +159,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
             out.append(dict(coop, tile_mn=(64, 32), cluster_mn=(1, 2)))
         if swap and not fp8:
             out += [dict(c) for c in SWAP_AB]
-            if M > 32:
-                out += [dict(c) for c in SWAP_AB_PAIR]
+            out += [dict(c) for c in (SWAP_AB_PAIR if M > 32 else SWAP_AB_SHARED)]
         return out
     if M <= 256:
         return [dict(coop, tile_mn=(128, 256), split_k="auto"), dict(coop, tile_mn=(64, 256), split_k="auto"),
@@ -155,7 +174,7 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
         out += [dict(coop, tile_mn=(128, 128)), dict(coop, tile_mn=(128, 64)), dict(coop, tile_mn=(64, 128), pdl=True)]
         if not fp8:  # the clustered forms were measured on 16-bit GEMMs only
             out.append(dict(coop, tile_mn=(64, 128), pdl=True, cluster_mn=(2, 1)))
-            out += [c for c in wave_fit_tiles(M, N, sms) if c not in out]
+            out += [c for c in wave_fit_tiles(M, N, sms, cluster_ctas) if c not in out]
     else:  # many tiles: a narrower one can even out the last wave
         out.append(dict(coop, tile_mn=(128, 224)))
         # CUTLASS's ping-pong with cuBLAS's 176-column tile (656 tiles, 4.97 waves at M = 1024,

@@ -107,6 +107,10 @@ class GemmConfig:
     device_scale: bool = False
     gmem_flags: bool = False
     l2_hint: Optional[str] = None
+# the cluster shapes a kernel launches (cm, cn): B multicast to the cm CTAs along M, A to the cn along N. Each
+# CTA loads 1 / cm of the B tile and 1 / cn of the A tile and multicasts it; the empty barriers count the releases
+# of every CTA that multicasts into them (cm + cn - 1, protocol.barriers.mcast_partners)
+CLUSTERS = ((1, 1), (2, 1), (1, 2), (4, 1), (1, 4), (2, 2))
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
 
 

@@ -13,8 +13,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 
 from .. import _host
 from . import epilogue as gemm_epilogue
-from .config import (H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfig, GemmConfigError, Raster,
-                     Schedule, SplitReduce, check_stream_k, tile_of)
+from .config import (CLUSTERS, H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfig, GemmConfigError,
+                     Raster, Schedule, SplitReduce, check_stream_k, tile_of)
 from .program import build
 from .streamk import StreamKPlan
 
@@ -116,9 +116,10 @@ class PersistentGemm:
             raise GemmConfigError("split_k=True: only the cooperative schedule splits K (pingpong pairs tiles)")
         self.cluster_mn = tuple(cluster_mn)
         self.clustered = self.cluster_mn != (1, 1)
-        if self.cluster_mn not in ((1, 1), (2, 1), (1, 2)) or (self.clustered and split_k):
-            raise GemmConfigError(f"cluster_mn={cluster_mn} (split_k={split_k}): clusters are (1, 1), (2, 1) (B "
-                                  "multicast to 2 CTAs along M) or (1, 2) (A along N), without split-K")
+        if self.cluster_mn not in CLUSTERS or (self.clustered and split_k):
+            raise GemmConfigError(f"cluster_mn={cluster_mn} (split_k={split_k}): clusters are (1, 1), (2, 1) or (4, "
+                                  "1) (B multicast to the CTAs along M), (1, 2) or (1, 4) (A along N) or (2, 2) "
+                                  "(both), without split-K")
         if self.clustered and schedule == "pingpong_shared":
             raise GemmConfigError(f"cluster_mn={cluster_mn}: pingpong_shared runs without a cluster (its shared ring's "
                                   "multicast is not built); use pingpong or cooperative for clusters")

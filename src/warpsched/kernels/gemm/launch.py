@@ -11,6 +11,7 @@ Two calling conventions, one kernel:
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional, Tuple
 
 import cutlass
@@ -46,16 +47,21 @@ def to_cute(t):
 
 
 def max_ctas(cluster_mn=(1, 1)):
-    """The persistent grid bound: every SM, or as many whole clusters as can be resident at once."""
+    """The persistent grid bound: every SM, or as many whole clusters as can be resident at once (a cluster
+    lives in one GPC, so fewer 4-CTA clusters fit than the SM count says: on the H200 a grid of 128 CTAs in
+    clusters of 4 runs in two waves)."""
     size = cluster_mn[0] * cluster_mn[1]
-    if size == 1:
-        return _host.num_sms()
+    return _host.num_sms() if size == 1 else _resident_clusters(size) * size
+
+
+@functools.lru_cache(maxsize=None)
+def _resident_clusters(size):
     try:
         from cutlass.utils import HardwareInfo
 
-        return size * HardwareInfo().get_max_active_clusters(size)
-    except Exception:  # noqa: BLE001 - an older driver: assume every SM pairs up
-        return _host.num_sms() // size * size
+        return HardwareInfo().get_max_active_clusters(size)
+    except Exception:  # noqa: BLE001 - an older driver: assume every SM joins one
+        return _host.num_sms() // size
 
 
 def _kernel(a_dtype, c_dtype, options):

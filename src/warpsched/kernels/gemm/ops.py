@@ -539,7 +539,8 @@ def _gemm_2d(a, b, out, bias, activation, residual, alpha, scale_a, scale_b, out
         # swap-AB candidates where a swapped kernel can run the call, under their own cache key (an
         # epilogue's lookup of the same shape must not get a swapped winner)
         cands = _tune.candidates(M, b.shape[1], K, fp8, deterministic,
-                                 swap=not (fp8 or majors or epi_opts) and out.stride(1) == 1, sms=_host.num_sms())
+                                 swap=not (fp8 or majors or epi_opts) and out.stride(1) == 1, sms=_host.num_sms(),
+                                 cluster_ctas=gp.max_ctas)
         key = _tune.cache_key(M, b.shape[1], K, a.dtype, b.dtype, out.dtype, torch.cuda.get_device_name(a.device),
                               deterministic, majors, swap=any(c.get("swap_ab") for c in cands))
         cfg, _ = _tune.autotune(key, cands, lambda c: _time_ms(
