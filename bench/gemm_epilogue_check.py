@@ -94,6 +94,9 @@ def cubic_gate(x):
     return x * (x * x * 0.01 + 0.5)
 
 
+CLUSTERED = dict(schedule="cooperative", split_k=1)
+
+
 def correctness():
     print("== 1. correctness (NaN-poisoned outputs, fp64 reference)", flush=True)
     cases = [
@@ -113,6 +116,10 @@ def correctness():
          dict(bias="c", activation="silu", config={"schedule": "pingpong", "tile_mn": (128, 128), "split_k": 1})),
         ("swiglu, ping-pong 128x128", 333, 2048, 512,
          dict(activation="swiglu", config={"schedule": "pingpong", "tile_mn": (128, 128), "split_k": 1})),
+        ("bias + gelu_tanh, 128x144 over a 4x1 cluster", 1000, 2056, 4104,
+         dict(bias="c", activation="gelu_tanh", config=dict(CLUSTERED, tile_mn=(128, 144), epi_n=16, cluster_mn=(4, 1)))),
+        ("swiglu + residual, 2x2 cluster", 700, 2048, 512,
+         dict(activation="swiglu", residual=True, config=dict(CLUSTERED, tile_mn=(128, 128), cluster_mn=(2, 2)))),
         ("(..., K) + bias + silu + residual", 100, 1024, 512, dict(bias="c", activation="silu", residual=True,
                                                                   lead=(2,))),
         ("column-major a + bias + gelu", 512, 1024, 512, dict(bias="c", activation="gelu", a_col=True)),

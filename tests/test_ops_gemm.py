@@ -431,11 +431,12 @@ def test_an_operand_that_is_not_a_tensor_is_named(junk):
 def test_wave_fit_tiles_fill_one_wave_where_128x256_leaves_sms_idle():
     # 1000 x 2056 on 132 SMs: 72 tiles of 128x256, 136 of 128x128; 128x144 gives 8 x 15 = 120 (cuBLAS's count,
     # over its 4x1 cluster), 16 x 8 = 128 in 2x2 clusters, 128x160 8 x 13 = 104: over a 4x1, a 2x2 and a 2x1
-    # cluster (B multicast; over 2x1 the next width too), and the narrowest without one
+    # cluster (B multicast; over 4x1 and 2x1 the next width too), and the narrowest without one
     fits = tune.wave_fit_tiles(1000, 2056, 132)
     assert [(c["tile_mn"], c.get("cluster_mn", (1, 1))) for c in fits] == [
-        ((128, 144), (4, 1)), ((128, 144), (2, 2)), ((128, 144), (2, 1)), ((128, 160), (2, 1)), ((128, 144), (1, 1))]
-    assert fits[0]["epi_n"] == 16 and fits[3]["epi_n"] == 32  # 144 columns: 9 sub-tiles of 16
+        ((128, 144), (4, 1)), ((128, 160), (4, 1)), ((128, 144), (2, 2)), ((128, 144), (2, 1)), ((128, 160), (2, 1)),
+        ((128, 144), (1, 1))]
+    assert fits[0]["epi_n"] == 16 and fits[1]["epi_n"] == 32  # 144 columns: 9 sub-tiles of 16
     assert tune.wave_fit_tiles(1000, 3000, 132)[0] == dict(schedule="cooperative", split_k=1, tile_mn=(128, 192),
                                                            epi_n=32, cluster_mn=(4, 1))
     # the device holds fewer 4-CTA clusters than its SMs (a cluster lives in one GPC; 30 on the H200): 1000 x 3000
@@ -444,6 +445,8 @@ def test_wave_fit_tiles_fill_one_wave_where_128x256_leaves_sms_idle():
     assert [(c["tile_mn"][1], c.get("cluster_mn", (1, 1))) for c in h200] == [
         (224, (4, 1)), (224, (2, 2)), (192, (2, 1)), (224, (2, 1)), (192, (1, 1))]
     assert tune.candidates(1000, 3000, 1736, cluster_ctas=lambda c: 120 if c[0] * c[1] == 4 else 132)[-5:] == h200
+    # by the driver's count (33 clusters of 4) 128x192 fits; 32 clusters took two waves' time, so 224 is tried too
+    assert [c["tile_mn"][1] for c in tune.wave_fit_tiles(1000, 3000, 132)[:2]] == [192, 224]
     # whole clusters: 600 rows are 5 tiles, 8 in 4x1 clusters, where no width fits (224: 8 x 17 = 136 tiles); 6 in
     # 2x2 and 2x1 clusters (176: 6 x 22 = 132); without a cluster 144 fits (5 x 26 = 130)
     assert [(c["tile_mn"][1], c.get("cluster_mn", (1, 1))) for c in tune.wave_fit_tiles(600, 3700, 132)] == [

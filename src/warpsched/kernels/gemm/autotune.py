@@ -75,10 +75,11 @@ def wave_fit_tiles(M: int, N: int, sms: int, cluster_ctas: Optional[Callable[[Tu
                    ) -> List[Dict]:
     """The wave-fit candidates where 128x256 tiles fill less than one wave of ``sms`` CTAs and 128x128 tiles
     more: for each of ``WAVE_FIT_CLUSTERS`` the narrowest bN of ``WAVE_FIT_BN`` whose 128-row tiles, in whole
-    clusters, fit one wave (over 2x1 also the next narrower), and the narrowest without a cluster (cuBLAS's
-    128x144 over four CTAs along M at 1000 x 2056: docs/gemm.md, "The GEMM floor"). ``cluster_ctas(cluster)``:
-    the CTAs the device holds at once in such clusters (``gemm.launch.max_ctas``; default ``sms`` rounded down
-    to whole clusters, more than a GPU's GPCs hold for 4-CTA clusters)."""
+    clusters, fit one wave (over 4x1 and 2x1 also the next wider one), and the narrowest without a cluster
+    (cuBLAS's 128x144 over four CTAs along M at 1000 x 2056: docs/gemm.md, "The GEMM floor").
+    ``cluster_ctas(cluster)``: the CTAs the device holds at once in such clusters (``gemm.launch.max_ctas``;
+    default ``sms`` rounded down to whole clusters). On the H200 the driver's count (33 clusters of 4) is more
+    than run at once: 32 of them took two waves' time, 30 one, hence the next wider tile over 4x1 too."""
     rows = -(-M // 128)
     if rows * -(-N // 256) >= sms or rows * -(-N // 128) <= sms:
         return []
@@ -88,7 +89,7 @@ def wave_fit_tiles(M: int, N: int, sms: int, cluster_ctas: Optional[Callable[[Tu
         return [bN for bN in WAVE_FIT_BN if -(-rows // cm) * cm * (-(-N // bN // cn) * cn) <= wave]
     out = []
     for cluster in WAVE_FIT_CLUSTERS:
-        out += [wave_fit(bN, cluster) for bN in fits(*cluster)[:2 if cluster == (2, 1) else 1]]
+        out += [wave_fit(bN, cluster) for bN in fits(*cluster)[:1 if cluster == (2, 2) else 2]]
     return out + [wave_fit(bN) for bN in fits(1, 1)[:1]]
 
 

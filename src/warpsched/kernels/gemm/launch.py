@@ -47,9 +47,9 @@ def to_cute(t):
 
 
 def max_ctas(cluster_mn=(1, 1)):
-    """The persistent grid bound: every SM, or as many whole clusters as can be resident at once (a cluster
-    lives in one GPC, so fewer 4-CTA clusters fit than the SM count says: on the H200 a grid of 128 CTAs in
-    clusters of 4 runs in two waves)."""
+    """The persistent grid bound: every SM, or as many whole clusters as the driver says can be resident at once
+    (a cluster lives in one GPC; for 4-CTA clusters on the H200 the driver's 33 is more than run in one wave:
+    ``autotune.wave_fit_tiles``)."""
     size = cluster_mn[0] * cluster_mn[1]
     return _host.num_sms() if size == 1 else _resident_clusters(size) * size
 
