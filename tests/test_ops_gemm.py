@@ -438,7 +438,8 @@ def test_wave_fit_tiles_fill_one_wave_where_128x256_leaves_sms_idle():
         ((128, 144), (1, 1))]
     assert fits[0]["epi_n"] == 16 and fits[1]["epi_n"] == 32  # 144 columns: 9 sub-tiles of 16
     assert tune.wave_fit_tiles(1000, 3000, 132)[0] == dict(schedule="cooperative", split_k=1, tile_mn=(128, 192),
-                                                           epi_n=32, cluster_mn=(4, 1))
+                                                           epi_n=32, cluster_mn=(4, 1), pdl=True)
+    assert [c.get("pdl", False) for c in fits] == [True, True, False, False, False, False]  # 4x1 with PDL
     # the device holds fewer 4-CTA clusters than its SMs (a cluster lives in one GPC; 30 on the H200): 1000 x 3000
     # in 4x1 clusters then takes 128x224 (8 x 14 = 112 CTAs), where 128x192 (128) would run two waves
     h200 = tune.wave_fit_tiles(1000, 3000, 132, lambda c: 120 if c[0] * c[1] == 4 else 132)

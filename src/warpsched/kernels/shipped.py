@@ -27,8 +27,8 @@ def _gemm_option_sets():
 
     seen, out = set(), []
     # every wave-fit tile a 16-bit shape may pick (which ones depends on its SM count)
-    wave_fits = {False: [wave_fit(bN, cluster) for bN in WAVE_FIT_BN for cluster in ((1, 1),) + WAVE_FIT_CLUSTERS],
-                 True: []}
+    wave_fits = {False: [wave_fit(bN, cluster, pdl) for bN in WAVE_FIT_BN
+                         for cluster, pdl in (((1, 1), False),) + WAVE_FIT_CLUSTERS], True: []}
     for fp8 in (False, True):
         for M, N in GEMM_SHAPES:
             for deterministic in (True, False):

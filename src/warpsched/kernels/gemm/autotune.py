@@ -61,20 +61,23 @@ SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=T
 # multicast over a cluster along M, since without it L2 reads, not the SMs, bound them (docs/gemm.md, "The GEMM
 # floor"); the clusters they are tried over, each with its narrowest tile that fits one wave
 WAVE_FIT_BN = (144, 160, 176, 192, 224)
-WAVE_FIT_CLUSTERS = ((4, 1), (2, 2), (2, 1))
+# (cluster, pdl): over 4x1 clusters with PDL (1000 x 2056 x 4104, 128x144: 26.9 us with it, 28.0 without)
+WAVE_FIT_CLUSTERS = (((4, 1), True), ((2, 2), False), ((2, 1), False))
 
 
-def wave_fit(bN: int, cluster_mn=(1, 1)) -> Dict:
+def wave_fit(bN: int, cluster_mn=(1, 1), pdl: bool = False) -> Dict:
     """The cooperative 128 x ``bN`` configuration of a wave-fit tile (its epilogue sub-tile divides bN), with B
-    multicast over ``cluster_mn`` (one of ``WAVE_FIT_CLUSTERS``) or not."""
+    multicast over ``cluster_mn`` (one of ``WAVE_FIT_CLUSTERS``) or not, with PDL or not."""
     cfg = dict(schedule="cooperative", split_k=1, tile_mn=(128, bN), epi_n=32 if bN % 32 == 0 else 16)
-    return dict(cfg, cluster_mn=tuple(cluster_mn)) if tuple(cluster_mn) != (1, 1) else cfg
+    if tuple(cluster_mn) != (1, 1):
+        cfg["cluster_mn"] = tuple(cluster_mn)
+    return dict(cfg, pdl=True) if pdl else cfg
 
 
 def wave_fit_tiles(M: int, N: int, sms: int, cluster_ctas: Optional[Callable[[Tuple[int, int]], int]] = None
                    ) -> List[Dict]:
     """The wave-fit candidates where 128x256 tiles fill less than one wave of ``sms`` CTAs and 128x128 tiles
-    more: for each of ``WAVE_FIT_CLUSTERS`` the narrowest bN of ``WAVE_FIT_BN`` whose 128-row tiles, in whole
+    more: for each of ``WAVE_FIT_CLUSTERS`` (over 4x1 with PDL) the narrowest bN of ``WAVE_FIT_BN`` whose 128-row tiles, in whole
     clusters, fit one wave (over 4x1 and 2x1 also the next wider one), and the narrowest without a cluster
     (cuBLAS's 128x144 over four CTAs along M at 1000 x 2056: docs/gemm.md, "The GEMM floor").
     ``cluster_ctas(cluster)``: the CTAs the device holds at once in such clusters (``gemm.launch.max_ctas``;
@@ -88,8 +91,8 @@ def wave_fit_tiles(M: int, N: int, sms: int, cluster_ctas: Optional[Callable[[Tu
         wave = cluster_ctas((cm, cn)) if cluster_ctas else sms // (cm * cn) * (cm * cn)
         return [bN for bN in WAVE_FIT_BN if -(-rows // cm) * cm * (-(-N // bN // cn) * cn) <= wave]
     out = []
-    for cluster in WAVE_FIT_CLUSTERS:
-        out += [wave_fit(bN, cluster) for bN in fits(*cluster)[:1 if cluster == (2, 2) else 2]]
+    for cluster, pdl in WAVE_FIT_CLUSTERS:
+        out += [wave_fit(bN, cluster, pdl) for bN in fits(*cluster)[:1 if cluster == (2, 2) else 2]]
     return out + [wave_fit(bN) for bN in fits(1, 1)[:1]]
 
 
