@@ -435,23 +435,23 @@ def test_wave_fit_tiles_fill_one_wave_where_128x256_leaves_sms_idle():
     fits = tune.wave_fit_tiles(1000, 2056, 132)
     assert [(c["tile_mn"], c.get("cluster_mn", (1, 1))) for c in fits] == [
         ((128, 144), (4, 1)), ((128, 160), (4, 1)), ((128, 144), (2, 2)), ((128, 144), (2, 1)), ((128, 160), (2, 1)),
-        ((128, 144), (1, 1))]
+        ((128, 144), (2, 1)), ((128, 160), (2, 1)), ((128, 144), (1, 1))]
     assert fits[0]["epi_n"] == 16 and fits[1]["epi_n"] == 32  # 144 columns: 9 sub-tiles of 16
     assert tune.wave_fit_tiles(1000, 3000, 132)[0] == dict(schedule="cooperative", split_k=1, tile_mn=(128, 192),
                                                            epi_n=32, cluster_mn=(4, 1), pdl=True)
-    assert [c.get("pdl", False) for c in fits] == [True, True, False, False, False, False]  # 4x1 with PDL
+    assert [c.get("pdl", False) for c in fits] == [True, True, False, False, False, True, True, False]  # 4x1: PDL
     # the device holds fewer 4-CTA clusters than its SMs (a cluster lives in one GPC; 30 on the H200): 1000 x 3000
     # in 4x1 clusters then takes 128x224 (8 x 14 = 112 CTAs), where 128x192 (128) would run two waves
     h200 = tune.wave_fit_tiles(1000, 3000, 132, lambda c: 120 if c[0] * c[1] == 4 else 132)
     assert [(c["tile_mn"][1], c.get("cluster_mn", (1, 1))) for c in h200] == [
-        (224, (4, 1)), (224, (2, 2)), (192, (2, 1)), (224, (2, 1)), (192, (1, 1))]
-    assert tune.candidates(1000, 3000, 1736, cluster_ctas=lambda c: 120 if c[0] * c[1] == 4 else 132)[-5:] == h200
+        (224, (4, 1)), (224, (2, 2)), (192, (2, 1)), (224, (2, 1)), (192, (2, 1)), (224, (2, 1)), (192, (1, 1))]
+    assert tune.candidates(1000, 3000, 1736, cluster_ctas=lambda c: 120 if c[0] * c[1] == 4 else 132)[-7:] == h200
     # by the driver's count (33 clusters of 4) 128x192 fits; 32 clusters took two waves' time, so 224 is tried too
     assert [c["tile_mn"][1] for c in tune.wave_fit_tiles(1000, 3000, 132)[:2]] == [192, 224]
     # whole clusters: 600 rows are 5 tiles, 8 in 4x1 clusters, where no width fits (224: 8 x 17 = 136 tiles); 6 in
     # 2x2 and 2x1 clusters (176: 6 x 22 = 132); without a cluster 144 fits (5 x 26 = 130)
     assert [(c["tile_mn"][1], c.get("cluster_mn", (1, 1))) for c in tune.wave_fit_tiles(600, 3700, 132)] == [
-        (176, (2, 2)), (176, (2, 1)), (192, (2, 1)), (144, (1, 1))]
+        (176, (2, 2)), (176, (2, 1)), (192, (2, 1)), (176, (2, 1)), (192, (2, 1)), (144, (1, 1))]
     # 128x256 already fills the SMs, or 128x128 fits in one wave: nothing to add
     assert tune.wave_fit_tiles(1000, 4096, 132) == [] and tune.wave_fit_tiles(512, 4096, 132) == []
     # a smaller GPU fits fewer tiles: the narrowest bN that still fits one wave

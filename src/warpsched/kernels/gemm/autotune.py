@@ -61,8 +61,9 @@ SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=T
 # multicast over a cluster along M, since without it L2 reads, not the SMs, bound them (docs/gemm.md, "The GEMM
 # floor"); the clusters they are tried over, each with its narrowest tile that fits one wave
 WAVE_FIT_BN = (144, 160, 176, 192, 224)
-# (cluster, pdl): over 4x1 clusters with PDL (1000 x 2056 x 4104, 128x144: 26.9 us with it, 28.0 without)
-WAVE_FIT_CLUSTERS = (((4, 1), True), ((2, 2), False), ((2, 1), False))
+# (cluster, pdl): over 4x1 clusters with PDL (1000 x 2056 x 4104, 128x144: 26.9 us with it, 28.0 without); over
+# 2x1 both with and without
+WAVE_FIT_CLUSTERS = (((4, 1), True), ((2, 2), False), ((2, 1), False), ((2, 1), True))
 
 
 def wave_fit(bN: int, cluster_mn=(1, 1), pdl: bool = False) -> Dict:
