@@ -142,6 +142,9 @@ def test_arguments_that_are_not_tensors_get_the_full_paths_message(host):
     q, k, v, out, dout, lse = inputs()
     with pytest.raises(bwd.AttentionConfigError, match="pass a torch.Tensor"):
         bwd.attention_backward([1, 2], k, v, out, dout, lse, causal=True)
-    with pytest.raises(bwd.AttentionConfigError, match="lse"):
+    with pytest.raises(bwd.AttentionConfigError, match=r"^lse is an object; pass a torch.Tensor \(the forward's "
+                                                        r"log-sum-exp, ops.attention\(\.\.\., return_lse=True\)\)$"):
         bwd.attention_backward(q, k, v, out, dout, object(), causal=True)
+    with pytest.raises(bwd.AttentionConfigError, match=r"^dout is a str; pass a torch.Tensor \(of q's shape and dtype\)$"):
+        bwd.attention_backward(q, k, v, out, "dout", lse, causal=True)
     assert not bwd._PLANS

@@ -10,14 +10,16 @@ PTX_PATTERNS = ["mbarrier.init", "mbarrier.arrive", "mbarrier.try_wait", "expect
                 "wgmma.mma_async", "wgmma.commit_group", "wgmma.wait_group", "setmaxnreg", "bar.sync"]
 
 
-def non_tensor(named, attrs=("shape", "dtype"), optional=()):
-    """"<name> is a <type>; pass a torch.Tensor" for the first value of ``named`` (name -> value) that lacks one
-    of ``attrs`` (duck-typed, so the checks run without a GPU), ``None`` allowed for the names in ``optional``;
-    None when every value passes. Each entry point raises it as its own error class, with its own hint."""
+def non_tensor(named, attrs=("shape", "dtype"), optional=(), hints=None):
+    """"<name> is a <type>; pass a torch.Tensor<hint>" for the first value of ``named`` (name -> value) that lacks
+    one of ``attrs`` (duck-typed, so the checks run without a GPU), ``None`` allowed for the names in
+    ``optional``; ``hints``: name -> what to add for that argument (e.g. " or None"). None when every value
+    passes. Each entry point raises it as its own error class."""
     for name, t in named.items():
         if not (t is None and name in optional) and not all(hasattr(t, a) for a in attrs):
             kind = type(t).__name__
-            return f"{name} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; pass a torch.Tensor"
+            hint = (hints or {}).get(name, "")
+            return f"{name} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; pass a torch.Tensor{hint}"
     return None
 
 

@@ -185,10 +185,10 @@ class _LinearFunction(torch.autograd.Function):
 
 def _refuse_non_tensors(x, weight, bias):
     """The TypeError for the first of x, weight and bias that is not a tensor (bias may be None)."""
-    refusal = _host.non_tensor({"x": x, "weight": weight, "bias": bias}, optional=("bias",))
+    refusal = _host.non_tensor({"x": x, "weight": weight, "bias": bias}, optional=("bias",),
+                               hints={"bias": " or None"})
     if refusal:
-        raise TypeError(f"warpsched.nn.functional.linear: {refusal} (as torch.nn.functional.linear)"
-                        + (" or None" if refusal.startswith("bias ") else ""))
+        raise TypeError(f"warpsched.nn.functional.linear: {refusal} (as torch.nn.functional.linear)")
 
 
 def linear(x, weight, bias=None, activation=None):

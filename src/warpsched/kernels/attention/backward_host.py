@@ -22,10 +22,11 @@ VERDICT_OF = {}  # compile key -> the exhaustive checker's verdict on the progra
 def check_args(q, k, v, out, dout, lse):
     """The forward's checks on q, k, v, then out / dout (q's shape and dtype) and lse ((B, H, S_q) fp32)."""
     _check_qkv(q, k, v)
-    refusal = _host.non_tensor({"out": out, "dout": dout, "lse": lse})
+    like_q = " (of q's shape and dtype)"
+    refusal = _host.non_tensor({"out": out, "dout": dout, "lse": lse}, hints={
+        "out": like_q, "dout": like_q, "lse": " (the forward's log-sum-exp, ops.attention(..., return_lse=True))"})
     if refusal:
-        raise AttentionConfigError(refusal + (" (the forward's log-sum-exp, ops.attention(..., return_lse=True))"
-                                              if refusal.startswith("lse ") else " (of q's shape and dtype)"))
+        raise AttentionConfigError(refusal)
     B, H, Sq, D = q.shape
     if D not in BWD_HEAD_DIMS:
         raise AttentionConfigError(f"head dim {D}: the backward supports head dims {BWD_HEAD_DIMS}; use "
