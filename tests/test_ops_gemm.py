@@ -440,8 +440,8 @@ def test_wave_fit_tiles_fill_one_wave_where_128x256_leaves_sms_idle():
     assert tune.wave_fit_tiles(1000, 3000, 132)[0] == dict(schedule="cooperative", split_k=1, tile_mn=(128, 192),
                                                            epi_n=32, cluster_mn=(4, 1), pdl=True)
     assert [c.get("pdl", False) for c in fits] == [True, True, False, False, False, True, True, False]  # 4x1: PDL
-    # the device holds fewer 4-CTA clusters than its SMs (a cluster lives in one GPC; 30 on the H200): 1000 x 3000
-    # in 4x1 clusters then takes 128x224 (8 x 14 = 112 CTAs), where 128x192 (128) would run two waves
+    # a device that holds 120 CTAs in 4-CTA clusters: 1000 x 3000 over 4x1 then takes 128x224 (8 x 14 = 112
+    # CTAs), where 128x192 (128) would run two waves
     h200 = tune.wave_fit_tiles(1000, 3000, 132, lambda c: 120 if c[0] * c[1] == 4 else 132)
     assert [(c["tile_mn"][1], c.get("cluster_mn", (1, 1))) for c in h200] == [
         (224, (4, 1)), (224, (2, 2)), (192, (2, 1)), (224, (2, 1)), (192, (2, 1)), (224, (2, 1)), (192, (1, 1))]

@@ -78,12 +78,14 @@ def wave_fit(bN: int, cluster_mn=(1, 1), pdl: bool = False) -> Dict:
 def wave_fit_tiles(M: int, N: int, sms: int, cluster_ctas: Optional[Callable[[Tuple[int, int]], int]] = None
                    ) -> List[Dict]:
     """The wave-fit candidates where 128x256 tiles fill less than one wave of ``sms`` CTAs and 128x128 tiles
-    more: for each of ``WAVE_FIT_CLUSTERS`` (over 4x1 with PDL) the narrowest bN of ``WAVE_FIT_BN`` whose 128-row tiles, in whole
-    clusters, fit one wave (over 4x1 and 2x1 also the next wider one), and the narrowest without a cluster
-    (cuBLAS's 128x144 over four CTAs along M at 1000 x 2056: docs/gemm.md, "The GEMM floor").
+    more: for each of ``WAVE_FIT_CLUSTERS`` (over 4x1 with PDL) the narrowest bN of ``WAVE_FIT_BN`` whose
+    128-row tiles, in whole clusters, fit one wave (over 4x1 and 2x1 also the next wider one), and the
+    narrowest without a cluster (cuBLAS's 128x144 over four CTAs along M at 1000 x 2056: docs/gemm.md,
+    "The GEMM floor").
     ``cluster_ctas(cluster)``: the CTAs the device holds at once in such clusters (``gemm.launch.max_ctas``;
-    default ``sms`` rounded down to whole clusters). On the H200 the driver's count (33 clusters of 4) is more
-    than run at once: 32 of them took two waves' time, 30 one, hence the next wider tile over 4x1 too."""
+    default ``sms`` rounded down to whole clusters). On the H200 wave-fit grids of 32 clusters of 4 took two
+    waves' time though the driver counts 33 (docs/gemm.md, "4-CTA clusters"), hence the next wider tile over
+    4x1 too."""
     rows = -(-M // 128)
     if rows * -(-N // 256) >= sms or rows * -(-N // 128) <= sms:
         return []

@@ -48,8 +48,7 @@ def to_cute(t):
 
 def max_ctas(cluster_mn=(1, 1)):
     """The persistent grid bound: every SM, or as many whole clusters as the driver says can be resident at once
-    (a cluster lives in one GPC; for 4-CTA clusters on the H200 the driver's 33 is more than run in one wave:
-    ``autotune.wave_fit_tiles``)."""
+    (33 of 4 CTAs on the H200, where wave-fit grids of 32 ran as if in two waves: ``autotune.wave_fit_tiles``)."""
     size = cluster_mn[0] * cluster_mn[1]
     return _host.num_sms() if size == 1 else _resident_clusters(size) * size
 
