@@ -29,7 +29,7 @@ CHOICES = {
     "split_k": [1, 2, 3, "auto", "stream", 0, 100000, "x"],
     "split_reduce": ["host", "serial", "parallel", "atomic", "tree"],
     "swap_ab": [True, False],
-    "cluster_mn": [(1, 1), (2, 1), (1, 2)],
+    "cluster_mn": [(1, 1), (2, 1), (1, 2), (4, 1), (1, 4), (2, 2), (3, 1), [4, 1], (4,), 4, "2x1"],
     "block_k": [None, 64, 128, 100],
     "ab_stages": [None, 4, 9, 40],
     "pdl": [False, True],

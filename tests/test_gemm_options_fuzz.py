@@ -18,7 +18,7 @@ CHOICES = {
     "split_k": [False, True],
     "split_reduce": ["host", "serial", "parallel", "atomic", "tree"],
     "stream_k": [False, True],
-    "cluster_mn": [(1, 1), (2, 1), (1, 2), (2, 2)],
+    "cluster_mn": [(1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4), (3, 1), (4,), 4, "2x1", None],
     "block_k": [None, 32, 64, 128, 256, 100, "64"],
     "ab_stages": [None, 1, 2, 4, 9, 40, "4", 2.5],
     "pdl": [False, True],

@@ -384,7 +384,8 @@ def test_split_k_compiles_with_an_fp32_epilogue():
     (dict(schedule="cooperative", cluster_mn=(4, 2)), "clusters are"),
     (dict(schedule="cooperative", cluster_mn=(3, 1)), "clusters are"),
     (dict(schedule="pingpong_shared", cluster_mn=(2, 1)), "pingpong_shared runs without a cluster"),
-    (dict(schedule="cooperative", cluster_mn=(2, 1), split_k=True), "without split-K"),
+    (dict(schedule="cooperative", cluster_mn=(2, 1), split_k=True), "runs without split-K"),
+    (dict(schedule="cooperative", cluster_mn=4), "clusters are"),
 ])
 def test_config_errors(kwargs, needle):
     with pytest.raises(gp.GemmConfigError, match=needle):

@@ -105,7 +105,7 @@ def gemm_batched(a, b, out=None, *, bias=None, activation=None, residual=None, a
                              None if residual is None else _Product(residual), alpha,
                              None if out is None else _Product(out), fp8)
         if isinstance(config, dict) and (config.get("split_k", 1) not in (1, "auto")
-                                         or tuple(config.get("cluster_mn", (1, 1))) != (1, 1)):
+                                         or config.get("cluster_mn", (1, 1)) not in ((1, 1), [1, 1])):
             raise GemmArgumentError(f"config {config}: a batched GEMM runs whole tiles of each product; drop split_k "
                                     "and cluster_mn (or call gemm once per product)")
     import torch

@@ -111,6 +111,19 @@ class GemmConfig:
 # CTA loads 1 / cm of the B tile and 1 / cn of the A tile and multicasts it; the empty barriers count the releases
 # of every CTA that multicasts into them (cm + cn - 1, protocol.barriers.mcast_partners)
 CLUSTERS = ((1, 1), (2, 1), (1, 2), (4, 1), (1, 4), (2, 2))
+
+
+def cluster_of(cluster_mn):
+    """``cluster_mn`` as a (cm, cn) tuple of ``CLUSTERS``, or a GemmConfigError naming them (a list, as JSON
+    gives it, is taken)."""
+    try:
+        cluster = tuple(cluster_mn)
+    except TypeError:
+        cluster = None
+    if cluster not in CLUSTERS:
+        raise GemmConfigError(f"cluster_mn={cluster_mn!r}: clusters are (1, 1), (2, 1) or (4, 1) (B multicast to the "
+                              "CTAs along M), (1, 2) or (1, 4) (A along N) or (2, 2) (both)")
+    return cluster
 DEFAULT_TILES = {"cooperative": (128, 256), "pingpong": (128, 128), "pingpong_shared": (128, 128)}
 
 

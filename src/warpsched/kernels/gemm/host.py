@@ -8,7 +8,7 @@ import cutlass.cute as cute
 
 from .. import _host
 from . import program as gemm_program
-from .config import MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k, tile_of
+from .config import MAX_AUTO_STAGES, SCHEDULES, GemmConfigError, check_stream_k, cluster_of, tile_of
 from .kernel import PersistentGemm
 from .launch import (_CACHE, FP8_DTYPES, VERDICT_OF, GemmPlan, _kernel, compiled, compiled_ffi,  # noqa: F401
                      cutlass_dtype, fake_epilogue, fake_operands, fake_workspace, key, max_ctas, scale_tensors,
@@ -98,6 +98,8 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     if schedule not in SCHEDULES:
         raise GemmConfigError(f"schedule={schedule!r}: expected one of {SCHEDULES}")
     tile_options = {k: tuple(v) if isinstance(v, list) else v for k, v in tile_options.items()}
+    if "cluster_mn" in tile_options:
+        tile_options["cluster_mn"] = cluster_of(tile_options["cluster_mn"])
     fp8 = _dtype_name(a) in FP8_DTYPES
     if fp8 and b.dtype != a.dtype:
         tile_options["b_dtype"] = b.dtype  # part of the compile key (the MMA and B's SMEM type)
@@ -117,7 +119,7 @@ def plan(a, b, c, schedule="cooperative", split_k="auto", split_reduce="host", d
     tile_mn = tile_of(tile_options.get("tile_mn"), schedule)
     bM, bN = tile_mn
     if split_k == "auto":
-        splittable = schedule == "cooperative" and tuple(tile_options.get("cluster_mn", (1, 1))) == (1, 1)
+        splittable = schedule == "cooperative" and tile_options.get("cluster_mn", (1, 1)) == (1, 1)
         split_k = choose_splits(M, N, K, tile_mn, _host.num_sms(), bK) if splittable else 1
     options = dict(schedule=schedule, **tile_options)
     tiles = -(-M // bM) * -(-N // bN)
@@ -207,7 +209,7 @@ def resident_ctas(a, c, options, units, what):
     once. It becomes part of the compile key, so each device gets a grid it holds."""
     from . import residency
 
-    cluster = tuple(options.get("cluster_mn", (1, 1)))
+    cluster = cluster_of(options.get("cluster_mn", (1, 1)))
     size = cluster[0] * cluster[1]
     kern = _kernel(a.dtype, c.dtype, {**options, "max_ctas": 1})  # resources only: nothing is traced
     occ = residency.device_occupancy(a.device)

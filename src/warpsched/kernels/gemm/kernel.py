@@ -13,8 +13,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 
 from .. import _host
 from . import epilogue as gemm_epilogue
-from .config import (CLUSTERS, H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfig, GemmConfigError,
-                     Raster, Schedule, SplitReduce, check_stream_k, tile_of)
+from .config import (H200_SMS, MAX_AUTO_STAGES, AMajor, BMajor, EpiSync, GemmConfig, GemmConfigError,
+                     Raster, Schedule, SplitReduce, check_stream_k, cluster_of, tile_of)
 from .program import build
 from .streamk import StreamKPlan
 
@@ -62,6 +62,7 @@ class PersistentGemm:
                  bias=None, activation=None, residual=False, scale_out=False, batched=False, gmem_flags=False,
                  k_tiles_min=1, c_major="n"):
         schedule = Schedule.parse(schedule, "schedule")
+        cluster_mn = cluster_of(cluster_mn)
         split_reduce = SplitReduce.parse(split_reduce, "split_reduce", "'host': fp32 slabs summed by torch; the "
                                          "others in the kernel, ordered by per-tile GMEM flags")
         if stream_k:
@@ -101,9 +102,9 @@ class PersistentGemm:
         self.b_dtype = b_dtype
         self.epi = gemm_epilogue.EpilogueSpec(bias, activation, residual, scale_out)
         self.batched = bool(batched)
-        if self.batched and (split_k or stream_k or tuple(cluster_mn) != (1, 1)):
+        if self.batched and (split_k or stream_k or cluster_mn != (1, 1)):
             raise GemmConfigError(f"batched=True with split_k={split_k!r}, stream_k={stream_k!r}, cluster_mn="
-                                  f"{tuple(cluster_mn)}: a batched GEMM runs whole tiles of each product, without a "
+                                  f"{cluster_mn}: a batched GEMM runs whole tiles of each product, without a "
                                   "K split or a cluster; drop those options")
         # fp8: the epilogue multiplies by alpha = scale_a * scale_b (16-bit: with scale_out, by alpha)
         self.scaled = ab_dtype in fp8 or self.epi.scale_out
@@ -114,12 +115,11 @@ class PersistentGemm:
         self.device_scale = bool(device_scale)
         if split_k and schedule != "cooperative":
             raise GemmConfigError("split_k=True: only the cooperative schedule splits K (pingpong pairs tiles)")
-        self.cluster_mn = tuple(cluster_mn)
+        self.cluster_mn = cluster_mn
         self.clustered = self.cluster_mn != (1, 1)
-        if self.cluster_mn not in CLUSTERS or (self.clustered and split_k):
-            raise GemmConfigError(f"cluster_mn={cluster_mn} (split_k={split_k}): clusters are (1, 1), (2, 1) or (4, "
-                                  "1) (B multicast to the CTAs along M), (1, 2) or (1, 4) (A along N) or (2, 2) "
-                                  "(both), without split-K")
+        if self.clustered and split_k:
+            raise GemmConfigError(f"cluster_mn={cluster_mn} with split_k={split_k}: a cluster runs without split-K; "
+                                  "drop one of them")
         if self.clustered and schedule == "pingpong_shared":
             raise GemmConfigError(f"cluster_mn={cluster_mn}: pingpong_shared runs without a cluster (its shared ring's "
                                   "multicast is not built); use pingpong or cooperative for clusters")
