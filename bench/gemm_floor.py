@@ -2,16 +2,17 @@
 ``w.t()``) against the faster of ``torch.matmul`` (cuBLAS) and quack-kernels' CuTe DSL GEMM, in device
 time, on small and odd shapes: M in {1, 16, 32, 64, 1000} and N, K that are not tile multiples.
 
-    python3 bench/gemm_floor.py [--rounds 3] [--shapes 16x4096x4096,...] [--candidates] [--swap]
-                                [--stream] [--quack-tuned]
+    python3 bench/gemm_floor.py [--rounds 3] [--shapes 16x4096x4096,...] [--candidates [--every]] [--swap]
+                                [--stream] [--extra JSON] [--quack-tuned]
 
 Correctness first: every side on every shape with fresh random inputs, ours into a NaN-poisoned output,
 relative Frobenius error against the fp64 product (< 1e-2). Time: each side a CUDA graph of back-to-back
 launches (``_graphs.graph_ms``: triton's do_bench median over replays), sides in a rotated order over
 ``--rounds`` rounds, median. The table gives ours against the faster peer (the floor: >= 0.95x) and the
 configuration the autotuner chose. ``--candidates`` also times every autotune candidate for the shapes
-below the floor (what a better choice would give); ``--swap`` adds the swap-AB configurations (``SWAP``: the
-weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked against fp64 with a
+below the floor (what a better choice would give; ``--every``: for every shape), and the ``--extra``
+configurations, each checked against fp64 first; ``--swap`` adds the swap-AB configurations (``SWAP`` and the
+tuner's swapped forms: the weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked against fp64 with a
 NaN-poisoned output on every shape with M <= 64; ``--stream`` checks the stream-K configurations (``STREAM``)
 and the wave-fit tiles the same way on M > 64 and on shapes with long share chains, a second launch bitwise
 equal. quack runs ``tuned=False`` (its heuristic) unless
