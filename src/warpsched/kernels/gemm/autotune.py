@@ -59,10 +59,10 @@ SWAP_AB = (dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_ab=T
 
 # bN of the 128-row "wave-fit" tiles: one wave of narrower tiles where 128x256 tiles leave SMs idle, with B
 # multicast over a cluster along M, since without it L2 reads, not the SMs, bound them (docs/gemm.md, "The GEMM
-# floor"); the clusters they are tried over, each with its narrowest tile that fits one wave
+# floor")
 WAVE_FIT_BN = (144, 160, 176, 192, 224)
-# (cluster, pdl): over 4x1 clusters with PDL (1000 x 2056 x 4104, 128x144: 26.9 us with it, 28.0 without); over
-# 2x1 both with and without
+# (cluster, pdl) forms they are tried in: over 4x1 with PDL (1000 x 2056 x 4104, 128x144: 26.9 us with it, 28.0
+# without); over 2x1 both (1000 x 3000 x 1736, 128x192: the tuner took PDL, 18.4 us; 18.8-19.4 without)
 WAVE_FIT_CLUSTERS = (((4, 1), True), ((2, 2), False), ((2, 1), False), ((2, 1), True))
 
 
@@ -137,8 +137,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       and 128x192 tiles (a warp group's epilogue under the other's mainloop).
 
     - 16-bit M > 256 with few tiles (M * N <= 2048^2): the wave-fit tiles (``wave_fit_tiles``), 128 rows
-      and the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs, over 4x1, 2x2 and 2x1
-      clusters (measured on bf16; fp8 keeps the list it was measured with).
+      and the narrowest bN of ``WAVE_FIT_BN`` whose tiles fit one wave of ``sms`` SMs, over 4x1 (with PDL), 2x2
+      and 2x1 (with and without) clusters (measured on bf16; fp8 keeps the list it was measured with).
 
     fp8 has the same list but the clustered additions above (its K tile is 128, the doubled one 256).
     Serial in-kernel split-K is not tried, nor the parallel one above M = 64: they never won on device
