@@ -344,19 +344,25 @@ def test_interleave_stride_is_parsed_once_when_built(stride, stages, ok):
             PipelineConfig.create_async_async_pipeline_cfg(**kw)
 
 
-def test_multicast_consumer_count_comes_from_the_protocol():
-    """TMA multicast: the consumers of every CTA that received the tile release into it."""
+@pytest.mark.parametrize("layout,partners,wrong", [
+    ((1, 2, 1, 1), 2, 2),  # the count of one CTA
+    ((1, 4, 1, 1), 4, 4),  # a 4-CTA cluster declared with a pair's count
+    ((1, 2, 2, 1), 3, 4),  # 2x2: a pair's count again (3 CTAs multicast into each barrier)
+])
+def test_multicast_consumer_count_comes_from_the_protocol(layout, partners, wrong):
+    """TMA multicast: the consumers of every CTA that multicasts into a barrier release into it (cm + cn - 1
+    CTAs); a count declared for another cluster is rejected at the config's line with the right one."""
     def cfg(size):
         return PipelineConfig.create_tma_async_pipeline_cfg(  # @mcast_cfg
             num_stages=2, num_bytes=8192, producer_group=cg(1), consumer_group=cg(size),
-            cta_layout_vmnk=(1, 2, 1, 1), mcast_mode_mn=(True, True))
+            cta_layout_vmnk=layout, mcast_mode_mn=(True, True))
 
     probe = cfg(1)
     want = expected_group_size(probe, "consumer", 2)
-    f = rejected(*tma_async_program(cfg(2), consumer_warps=2))
+    f = rejected(*tma_async_program(cfg(wrong), consumer_warps=2))
     hit = expect(f, "pipeline thread counts and bytes", "drain", "smem", line("mcast_cfg"))
     assert hit.expected.startswith(f"consumer_group size {want.arrivals} = {want.derivation}")
-    assert "signaling CTA(s)" in want.derivation and want.arrivals == 2 * 2
+    assert "signaling CTA(s)" in want.derivation and want.arrivals == 2 * partners
     accepted(*tma_async_program(cfg(want.arrivals), consumer_warps=2))
 
 

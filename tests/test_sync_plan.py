@@ -226,7 +226,8 @@ def test_public_group_helpers():
     assert isinstance(g, pipeline.CooperativeGroup) and g.agent is pipeline.Agent.Thread
 
 
-@pytest.mark.parametrize("cluster,partners", [((1, 1, 1, 1), 1), ((1, 2, 1, 1), 2), ((1, 2, 2, 1), 3)])
+@pytest.mark.parametrize("cluster,partners", [((1, 1, 1, 1), 1), ((1, 2, 1, 1), 2), ((1, 2, 2, 1), 3), ((1, 4, 1, 1), 4),
+                                              ((1, 1, 4, 1), 4)])
 def test_left_out_groups_are_derived_with_the_multicast_partners(cluster, partners):
     """A TMA producer's arming warp and every consumer warp of every CTA that multicasts into this
     one: what wgmma_gemm used to compute as consumer_group(warps x (cm + cn - 1))."""
