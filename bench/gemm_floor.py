@@ -12,8 +12,8 @@ launches (``_graphs.graph_ms``: triton's do_bench median over replays), sides in
 configuration the autotuner chose. ``--candidates`` also times every autotune candidate for the shapes
 below the floor (what a better choice would give; ``--every``: for every shape), and the ``--extra``
 configurations, each checked against fp64 first; ``--swap`` adds the swap-AB configurations (``SWAP`` and the
-tuner's swapped forms: the weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked against fp64 with a
-NaN-poisoned output on every shape with M <= 64; ``--stream`` checks the stream-K configurations (``STREAM``)
+tuner's swapped forms: the weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked
+against fp64 with a NaN-poisoned output on every shape with M <= 64; ``--stream`` checks the stream-K configurations (``STREAM``)
 and the wave-fit tiles the same way on M > 64 and on shapes with long share chains, a second launch bitwise
 equal. quack runs ``tuned=False`` (its heuristic) unless
 ``--quack-tuned`` (its autotuner: minutes per shape). Run on a Hopper machine set up as in docs/gpu.md;
@@ -184,8 +184,11 @@ def stream_correctness(shapes):
     shape with M > 64 and on ``STREAM_EXTRA``: against fp64 into NaN-poisoned outputs, then a second launch
     equal to the first bit for bit (the shares of a tile always add in one order); the failures' count."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def configs(M, N):
+        return STREAM + tune.wave_fit_tiles(M, N, sms, gemm_host.max_ctas)
     return config_correctness([s for s in shapes if s[0] > 64] + STREAM_EXTRA, "stream-K / wave-fit",
-                              lambda M: True, lambda M, N: STREAM + tune.wave_fit_tiles(M, N, sms, gemm_host.max_ctas), 300, twice=True)
+                              lambda M: True, configs, 300, twice=True)
 
 
 def swap_correctness(shapes):
