@@ -13,11 +13,11 @@ configuration the autotuner chose. ``--candidates`` also times every autotune ca
 below the floor (what a better choice would give; ``--every``: for every shape), and the ``--extra``
 configurations, each checked against fp64 first; ``--swap`` adds the swap-AB configurations (``SWAP`` and the
 tuner's swapped forms: the weight's rows on WGMMA's M, the tokens on N) to that listing, each first checked
-against fp64 with a NaN-poisoned output on every shape with M <= 64; ``--stream`` checks the stream-K configurations (``STREAM``)
-and the wave-fit tiles the same way on M > 64 and on shapes with long share chains, a second launch bitwise
-equal. quack runs ``tuned=False`` (its heuristic) unless
-``--quack-tuned`` (its autotuner: minutes per shape). Run on a Hopper machine set up as in docs/gpu.md;
-quack-kernels is optional (its column stays empty without it)."""
+against fp64 with a NaN-poisoned output on every shape with M <= 64; ``--stream`` checks the stream-K
+configurations (``STREAM``) and the wave-fit tiles the same way on M > 64 and on shapes with long share chains,
+a second launch bitwise equal. quack runs ``tuned=False`` (its heuristic) unless ``--quack-tuned`` (its
+autotuner: minutes per shape). Run on a Hopper machine set up as in docs/gpu.md; quack-kernels is optional (its
+column stays empty without it)."""
 from __future__ import annotations
 
 import argparse
