@@ -241,6 +241,29 @@ def test_autotune_times_once_then_reuses_the_disk_cache(tmp_path):
     assert set(json.load(open(path))["entries"]) == {"k1", "k2"}  # stores merge
 
 
+def test_autotune_keeps_the_finalists_timings_beside_the_winner(tmp_path):
+    """The candidates timed against the winner (within the screen's margin) are stored with their medians,
+    fastest first, so that a choice can be checked from the cache file; one screened out is not."""
+    path = str(tmp_path / "gemm_autotune.json")
+    cands = [dict(schedule="cooperative", tile_mn=(64, 32), split_k=1),
+             dict(schedule="cooperative", tile_mn=(128, 32), split_k=1, cluster_mn=(4, 1), pdl=True),
+             dict(schedule="cooperative", tile_mn=(128, 256), split_k=1)]
+    ms = {(64, 32): [1.10, 1.05, 1.07, 1.06, 1.08, 1.09], (128, 32): [1.00, 0.98, 0.99, 1.01, 0.97, 1.02],
+          (128, 256): [3.0]}
+
+    def bench(cfg):
+        return ms[cfg["tile_mn"]].pop(0)
+
+    best, timings = tune.autotune("k", cands, bench, tune.TuneCache(path))
+    assert best == cands[1] and len(timings[0]) == 6 and timings[2] == [3.0]  # the screen and 5 rounds
+    entry = json.load(open(path))["entries"]["k"]
+    assert entry["ms"] == 0.995 and entry["config"]["cluster_mn"] == [4, 1]
+    assert entry["finalists"] == [[{"schedule": "cooperative", "tile_mn": [128, 32], "split_k": 1,
+                                    "cluster_mn": [4, 1], "pdl": True}, 0.995],
+                                  [{"schedule": "cooperative", "tile_mn": [64, 32], "split_k": 1}, 1.075]]
+    assert tune.TuneCache(path).get("k") == cands[1]  # the extra field does not change what a lookup returns
+
+
 def test_select_is_not_fooled_by_one_noisy_timing():
     """A GPU that drifts: "a" (really 1.00 ms) is timed 1.15 once, "b" (really 1.10) 0.95 once. A
     single timing each picks b; the screen keeps both (within 25 %), the interleaved repeats and
@@ -446,7 +469,7 @@ def test_wave_fit_tiles_fill_one_wave_where_128x256_leaves_sms_idle():
     assert [(c["tile_mn"][1], c.get("cluster_mn", (1, 1))) for c in h200] == [
         (224, (4, 1)), (224, (2, 2)), (192, (2, 1)), (224, (2, 1)), (192, (2, 1)), (224, (2, 1)), (192, (1, 1))]
     assert tune.candidates(1000, 3000, 1736, cluster_ctas=lambda c: 120 if c[0] * c[1] == 4 else 132)[-7:] == h200
-    # by the driver's count (33 clusters of 4) 128x192 fits; 32 clusters took two waves' time, so 224 is tried too
+    # by a count of 33 clusters of 4 128x192 fits; 32 clusters took two waves' time on such a machine, so 224 too
     assert [c["tile_mn"][1] for c in tune.wave_fit_tiles(1000, 3000, 132)[:2]] == [192, 224]
     # whole clusters: 600 rows are 5 tiles, 8 in 4x1 clusters, where no width fits (224: 8 x 17 = 136 tiles); 6 in
     # 2x2 and 2x1 clusters (176: 6 x 22 = 132); without a cluster 144 fits (5 x 26 = 130)

@@ -2,9 +2,9 @@
 
     python3 tools/cluster_residency.py [--smem 200000] [--hold-us 200] [--sizes 1,2,4] [--grids 120,128,132]
 
-Why: on the H200 ``HardwareInfo().get_max_active_clusters(4)`` (what ``gemm.launch.max_ctas`` asks) says 33
-clusters of 4, yet wave-fit GEMM grids of 32 such clusters ran in about two waves' time (docs/gemm.md, "4-CTA
-clusters"). This launches a probe kernel with the GEMM's shape of residency (384 threads, ``--smem`` bytes of
+Why: on one H200 ``HardwareInfo().get_max_active_clusters(4)`` (what ``gemm.launch.max_ctas`` asks) said 33
+clusters of 4, yet wave-fit GEMM grids of 32 such clusters ran in about two waves' time; on another it said 30 and
+this probe measured 30 (docs/gemm.md, "4-CTA clusters"). This launches a probe kernel with the GEMM's shape of residency (384 threads, ``--smem`` bytes of
 SMEM: one CTA per SM) over a grid of G CTAs in clusters of ``size``: each CTA's first thread reads
 ``%globaltimer`` and ``%smid``, spins for ``--hold-us`` and reads the timer again. A CTA that could not be
 resident with the first ones starts only after some of them end, so the most intervals that overlap at one

@@ -83,9 +83,8 @@ def wave_fit_tiles(M: int, N: int, sms: int, cluster_ctas: Optional[Callable[[Tu
     narrowest without a cluster (cuBLAS's 128x144 over four CTAs along M at 1000 x 2056: docs/gemm.md,
     "The GEMM floor").
     ``cluster_ctas(cluster)``: the CTAs the device holds at once in such clusters (``gemm.launch.max_ctas``;
-    default ``sms`` rounded down to whole clusters). On the H200 wave-fit grids of 32 clusters of 4 took two
-    waves' time though the driver counts 33 (docs/gemm.md, "4-CTA clusters"), hence the next wider tile over
-    4x1 too."""
+    default ``sms`` rounded down to whole clusters). On one H200 whose driver counted 33 clusters of 4, wave-fit
+    grids of 32 took two waves' time (docs/gemm.md, "4-CTA clusters"), hence the next wider tile over 4x1 too."""
     rows = -(-M // 128)
     if rows * -(-N // 256) >= sms or rows * -(-N // 128) <= sms:
         return []
@@ -234,10 +233,14 @@ class TuneCache:
         except ValueError:  # a configuration key this version does not know: tune again
             return None
 
-    def put(self, key: str, config: Dict, ms: Optional[float] = None) -> None:
-        entry = {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}}
+    def put(self, key: str, config: Dict, ms: Optional[float] = None, finalists: Optional[List] = None) -> None:
+        """Store ``config`` as ``key``'s winner with its median ``ms``; ``finalists``: [(config, median ms), ...] of
+        the candidates timed against it, kept beside it (fastest first) so that a choice can be checked later."""
+        entry = {"config": _jsonable(config)}
         if ms is not None and math.isfinite(ms):
             entry["ms"] = ms
+        if finalists:
+            entry["finalists"] = [[_jsonable(c), round(t, 5)] for c, t in sorted(finalists, key=lambda f: f[1])]
         self.memory[key] = entry
         entries = self.load()
         entries[key] = entry
@@ -250,6 +253,10 @@ class TuneCache:
         except OSError as e:
             warnings.warn(f"autotune cache {self.path} not written ({e}); the choice is kept for this process",
                           AutotuneWarning, stacklevel=3)
+
+
+def _jsonable(config: Dict) -> Dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
 
 
 def select(names: List, time_once: Callable[[object], float], rounds: int = 3, margin: float = 1.25
@@ -287,10 +294,11 @@ def select(names: List, time_once: Callable[[object], float], rounds: int = 3, m
 
 
 def autotune(key: str, configs: List[Dict], bench: Callable[[Dict], float],
-             cache: TuneCache, rounds: int = 3) -> Tuple[Dict, Dict[int, object]]:
+             cache: TuneCache, rounds: int = 5) -> Tuple[Dict, Dict[int, object]]:
     """The cached winner for ``key``, else ``select`` over the configurations (``bench``: one
     timing in ms; an exception drops that configuration), store the winner with its median time
-    and return it with every timing ({index: [ms, ...] or the error})."""
+    and the finalists' (those timed ``rounds`` more times) and return it with every timing
+    ({index: [ms, ...] or the error})."""
     hit = cache.get(key)
     if hit is not None:
         return hit, {}
@@ -298,5 +306,6 @@ def autotune(key: str, configs: List[Dict], bench: Callable[[Dict], float],
     if best is None:
         raise RuntimeError(f"autotune {key}: no configuration ran: " + "; ".join(f"{configs[i]}: {t}"
                                                                                 for i, t in timings.items()))
-    cache.put(key, configs[best], statistics.median(timings[best]))
+    finalists = [(configs[i], statistics.median(t)) for i, t in timings.items() if isinstance(t, list) and len(t) > 1]
+    cache.put(key, configs[best], statistics.median(timings[best]), finalists)
     return normalize(configs[best]), timings

@@ -48,7 +48,7 @@ def to_cute(t):
 
 def max_ctas(cluster_mn=(1, 1)):
     """The persistent grid bound: every SM, or as many whole clusters as the driver says can be resident at once
-    (33 of 4 CTAs on the H200, where wave-fit grids of 32 ran as if in two waves: ``autotune.wave_fit_tiles``)."""
+    (clusters of 4 on an H200: 30 or 33, depending on the chip's GPCs; docs/gemm.md, "4-CTA clusters")."""
     size = cluster_mn[0] * cluster_mn[1]
     return _host.num_sms() if size == 1 else _resident_clusters(size) * size
 
