@@ -4,6 +4,7 @@ device time of one block (CUDA events around a call after a synchronization), an
 Python host path per call (functions by own time), warpsched's block and torch's side by side.
 
     python3 tools/decode_host_profile.py [--calls 200] [--top 30] [--config auto|default] [--grad | --backward]
+                                         [--no-threads]
 
 warpsched's side is bench/model_block.py's: the gate / up weight interleaved, ``linear(..., activation="swiglu")``.
 ``--grad``: the forward with grad mode on (the weights require grad, so the autograd wrappers run and save their
@@ -31,7 +32,11 @@ ap.add_argument("--top", type=int, default=30)
 ap.add_argument("--config", default="auto", help="the GEMMs' config (auto: tuned, as ops.gemm does)")
 ap.add_argument("--grad", action="store_true", help="the forward with grad mode on")
 ap.add_argument("--backward", action="store_true", help="forward + backward, as model_block's forward + backward rows")
+ap.add_argument("--no-threads", action="store_true", help="autograd's device threads off, so that cProfile (which "
+                "sees the calling thread only) also sees the Python backwards")
 a = ap.parse_args()
+if a.no_threads:
+    torch.autograd.set_multithreading_enabled(False)
 
 import warpsched.ops as wops  # noqa: E402
 
