@@ -284,6 +284,13 @@ def test_tuned_options_per_problem():
     assert host.tuned_options(64, False, 1 << 20) == host.tuned_options(64, False)
     assert host.tuned_options(64, False) == {"q_stages": 2, "tma_store_o": True, "o_buffer": True, "wgs": 3}
     assert host.tuned_options(128, False) == {"q_stages": 2, "tma_store_o": True, "o_buffer": True}
+    # non-causal hd128 over LONG_FULL_HD128 keys or more: 176-key tiles, one Q stage, O through it; causal and the
+    # other head dims keep theirs
+    assert host.tuned_options(128, False, 4096, host.LONG_FULL_HD128 - 1) == host.tuned_options(128, False)
+    assert host.tuned_options(128, False, 4096, host.LONG_FULL_HD128) == {"q_stages": 1, "tma_store_o": True,
+                                                                         "o_buffer": False, "block_n": 176}
+    for hd, causal in ((128, True), (64, False), (256, False)):
+        assert host.tuned_options(hd, causal, None, 1 << 20) == host.tuned_options(hd, causal)
     assert host.tuned_options(64, False) is not host.tuned_options(64, False)  # callers may edit it
 
 
@@ -349,3 +356,21 @@ def test_lpt_heads_is_longest_first_within_groups_of_heads(group, sq, heads, kv_
                dict(causal=True, lpt_heads=-1)):
         with pytest.raises(att.AttentionConfigError, match="lpt_heads=.*causal kernel without causal_pairs"):
             att.FlashAttention(head_dim=64, **kw)
+
+
+def test_kernel_options_take_the_long_key_tiles_for_one_run_only(monkeypatch):
+    """A plain non-causal hd128 call over LONG_FULL_HD128 keys or more runs the 176-key tiles when it is one K/V
+    run per Q block; a call split into runs (few Q blocks: decode) keeps the shipped split kernel's 128-key
+    tiles, and so do a mask_mod / softcap / window call, a caller's options and an out TMA cannot write."""
+    monkeypatch.setattr(host._host, "num_sms", lambda: 132)
+    long_k = host.LONG_FULL_HD128
+    opts, splits = host.kernel_options((4, 32, long_k, 128), long_k, False, {})
+    assert splits == 1 and opts == host.tuned_options(128, False, None, long_k) and opts["block_n"] == 176
+    opts, splits = host.kernel_options((4, 32, 4096, 128), long_k - 1, False, {})
+    assert splits == 1 and opts == host.tuned_options(128, False)
+    opts, splits = host.kernel_options((1, 8, 16, 128), 4 * long_k, False, {})  # decode: split into runs
+    assert splits > 1 and opts == host.split_options(host.tuned_options(128, False))
+    assert host.kernel_options((4, 32, long_k, 128), long_k, False, {}, plain=False)[0] == host.tuned_options(128, False)
+    assert host.kernel_options((4, 32, long_k, 128), long_k, False, {"block_n": 128}) == ({"block_n": 128}, 1)
+    assert host.kernel_options((4, 32, long_k, 128), long_k, False, {}, out_tma=False) == ({}, 1)
+    assert host.kernel_options((4, 32, long_k, 128), long_k, True, {})[0] == host.tuned_options(128, True)

@@ -73,7 +73,7 @@ def programs() -> Dict[str, Callable[..., object]]:
     from .attention import backward as ab
     from .attention.backward_host import default_options as default_bwd
     from .gemm import host as gemm_host
-    from .attention.host import LONG_CAUSAL_HD64, split_options, tuned_options
+    from .attention.host import LONG_CAUSAL_HD64, LONG_FULL_HD128, split_options, tuned_options
     from .attention.varlen import varlen_options
     from .gemm.kernel import PersistentGemm
 
@@ -104,6 +104,10 @@ def programs() -> Dict[str, Callable[..., object]]:
                 out["attention hd64 causal long"] = (
                     lambda options=tuned_options(64, True, LONG_CAUSAL_HD64), **mo:
                     att.build(att.FlashAttention(head_dim=64, causal=True, **options), **mo))
+            if hd == 128 and not causal:  # long K / V: 176-key tiles
+                out["attention hd128 full long"] = (
+                    lambda options=tuned_options(128, False, None, LONG_FULL_HD128), **mo:
+                    att.build(att.FlashAttention(head_dim=128, causal=False, **options), **mo))
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
                 lambda hd=hd, causal=causal, **mo:
                 att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **varlen_options(hd, causal)), **mo))

@@ -109,17 +109,20 @@ def compiled_ffi(kern_key):
 
 
 LONG_CAUSAL_HD64 = 4096  # S_q from which causal head dim 64 runs three warp groups in a ring (tuned_options)
+LONG_FULL_HD128 = 16384  # S_k from which non-causal head dim 128 runs 176-key K / V tiles (tuned_options)
 
 
-def tuned_options(head_dim, causal, seqlen_q=None):
+def tuned_options(head_dim, causal, seqlen_q=None, seqlen_k=None):
     """What ``prepare`` compiles without tuning keywords: ``TUNED``, and for non-causal hd64 three
     consumer warp groups (``wgs=3``: a 192-row Q block, P's exp2 pinned), faster than TUNED there;
     causal hd64 stays on two warp groups, where ``wgs=3`` lost, up to ``seqlen_q`` < ``LONG_CAUSAL_HD64`` (from
     there three in a ring, ``ring_order``, won, one CTA per unit in ``lpt_heads=8`` order). ``causal_pairs``
     only changes causal kernels, so it is left out of non-causal keys. Head dim 256: 80-key K/V tiles, one Q
     stage and O stored by TMA through it (what fits the SMEM next to two K/V stages), O rescaled early
-    (``early_rescale``). The measurements behind each choice: docs/history/attention_forward.md ("Three warp
-    groups for non-causal hd64") and docs/attention.md ("Head dim 256")."""
+    (``early_rescale``). Non-causal hd128 over ``seqlen_k`` >= ``LONG_FULL_HD128`` keys: 176-key K / V tiles, one Q
+    stage and O stored by TMA through it (what fits beside two such K / V stages). The measurements behind each
+    choice: docs/history/attention_forward.md ("Three warp groups for non-causal hd64") and docs/attention.md
+    ("Head dim 256", "Head dim 128, long and non-causal")."""
     options = dict(TUNED)
     if not causal:
         options.pop("causal_pairs", None)
@@ -133,6 +136,10 @@ def tuned_options(head_dim, causal, seqlen_q=None):
         # (docs/attention.md, "Unit order")
         options.update(wgs=3, ring_order=True, persistent=False, q_stages=1, lpt_heads=8)
         options.pop("causal_pairs", None)
+    if head_dim == 128 and not causal and seqlen_k is not None and seqlen_k >= LONG_FULL_HD128:
+        # a long K / V loop per unit: 176-key tiles measured 1.02-1.03x the 128-key default at 16384 and 32768 keys
+        # (but 0.97-1.02x at 8192, 0.93-0.98x at 4096, where the lost second Q stage costs more per unit)
+        options.update(block_n=176, q_stages=1, o_buffer=False)
     if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 80 x 256 (40 KB each)
         # early_rescale: O (128 registers a thread) rescaled under the S GEMM, 1.01x over 6 shapes, 1.03x at
         # 2x16x8192 (docs/attention.md, "Head dim 256")
@@ -181,14 +188,9 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
 
     B, H, Sq, D = q.shape
     options_given = bool(options)
-    if not options:
-        plain = mask_mod is None and softcap is None and window_size is None  # what the S_q choice was measured on
-        options = (tuned_options(D, causal, Sq if plain else None) if out is None or _tma_aligned(out) else {})
-    splits = _splits_for(q, k.shape[2], options, num_splits, options_given)
-    if splits > 1:
-        options = split_options(options)
-    else:
-        options.pop("split_kv", None)
+    plain = mask_mod is None and softcap is None and window_size is None  # what the S_q / S_k choices were measured on
+    options, splits = kernel_options(q.shape, k.shape[2], causal, options, num_splits, plain,
+                                     out is None or _tma_aligned(out))
     if mask_mod is not None or softcap is not None:  # attention.masks: applied to the tuned kernel's tiles
         options = dict(options, **({"mask_mod": mask_mod} if mask_mod is not None else {}),
                        **({"softcap": softcap} if softcap is not None else {}))
@@ -232,7 +234,27 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
     return f, args, out, lse, reusable
 
 
-def _splits_for(q, seqlen_k, options, num_splits, options_given):
+def kernel_options(q_shape, seqlen_k, causal, options, num_splits=None, plain=True, out_tma=True):
+    """(the forward kernel's options, its K/V runs per Q block) for a call: the caller's ``options``, else
+    ``tuned_options`` ({} when a caller's ``out`` cannot be written by TMA), split into runs
+    (``split_options``) where ``split_kv.choose_splits`` or ``num_splits`` says so; one run of a ``plain`` call
+    (no mask_mod, softcap or window: what the sequence-length choices were measured on) takes the
+    ``seqlen_k`` choice too. Pure Python: no tensors."""
+    B, H, Sq, D = q_shape
+    options_given = bool(options)
+    if not options:
+        options = tuned_options(D, causal, Sq if plain else None) if out_tma else {}
+    options = dict(options)
+    splits = _splits_for(q_shape, seqlen_k, options, num_splits, options_given)
+    if splits > 1:
+        return split_options(options), splits
+    if options and plain and not options_given:  # one run over every key: the long-K / V tiles where they pay
+        return tuned_options(D, causal, Sq, seqlen_k), 1
+    options.pop("split_kv", None)
+    return options, 1
+
+
+def _splits_for(q_shape, seqlen_k, options, num_splits, options_given):
     """The K/V runs per Q block over ``seqlen_k`` keys: the caller's ``num_splits`` (trimmed so that no run
     is empty), or with the tuned options ``split_kv.choose_splits`` for the shape; 1 otherwise."""
     block_m, block_n = WG_ROWS * options.get("wgs", 2), options.get("block_n", 128)
@@ -242,7 +264,7 @@ def _splits_for(q, seqlen_k, options, num_splits, options_given):
         raise AttentionConfigError("split_kv=True without num_splits: pass num_splits=n (the K/V runs per Q block)")
     if options_given:
         return 1
-    B, H, Sq, _ = q.shape
+    B, H, Sq, _ = q_shape
     return split_kv.choose_splits(B, H, Sq, seqlen_k, block_m, block_n, _host.num_sms())
 
 

@@ -131,7 +131,7 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
         return gqa_unpacked(q, *attention_paged(packed, k_cache, v_cache, page_table, cache_seqlens, causal, scale,
                                                 num_splits, True, window_size, softcap, mask_mod), return_lse)
     options = paged_options(D, causal)
-    splits = _splits_for(q, page_table.shape[1] * page, options, num_splits, False)  # the table's capacity
+    splits = _splits_for(q.shape, page_table.shape[1] * page, options, num_splits, False)  # the table's capacity
     if splits > 1:
         options = split_options(options)
     options = with_masks(options, window_size, softcap, mask_mod)
