@@ -370,7 +370,8 @@ def test_kernel_options_take_the_long_key_tiles_for_one_run_only(monkeypatch):
     assert splits == 1 and opts == host.tuned_options(128, False)
     opts, splits = host.kernel_options((1, 8, 16, 128), 4 * long_k, False, {})  # decode: split into runs
     assert splits > 1 and opts == host.split_options(host.tuned_options(128, False))
-    assert host.kernel_options((4, 32, long_k, 128), long_k, False, {}, plain=False)[0] == host.tuned_options(128, False)
+    masked = host.kernel_options((4, 32, long_k, 128), long_k, False, {}, plain=False)
+    assert masked == (host.tuned_options(128, False), 1)
     assert host.kernel_options((4, 32, long_k, 128), long_k, False, {"block_n": 128}) == ({"block_n": 128}, 1)
     assert host.kernel_options((4, 32, long_k, 128), long_k, False, {}, out_tma=False) == ({}, 1)
     assert host.kernel_options((4, 32, long_k, 128), long_k, True, {})[0] == host.tuned_options(128, True)

@@ -137,8 +137,9 @@ def tuned_options(head_dim, causal, seqlen_q=None, seqlen_k=None):
         options.update(wgs=3, ring_order=True, persistent=False, q_stages=1, lpt_heads=8)
         options.pop("causal_pairs", None)
     if head_dim == 128 and not causal and seqlen_k is not None and seqlen_k >= LONG_FULL_HD128:
-        # a long K / V loop per unit: 176-key tiles measured 1.02-1.03x the 128-key default at 16384 and 32768 keys
-        # (but 0.97-1.02x at 8192, 0.93-0.98x at 4096, where the lost second Q stage costs more per unit)
+        # a long K / V loop per unit: 176-key tiles measured -0.2 % to +2.9 % (+2 % on average, five runs) against
+        # the 128-key default at 16384 and 32768 keys, but 0.97-1.02x at 8192 and 0.93-0.98x at 4096, where the lost
+        # second Q stage costs more per unit (docs/attention.md, "Head dim 128, long and non-causal")
         options.update(block_n=176, q_stages=1, o_buffer=False)
     if head_dim == 256:  # SMEM: one 64 KB Q stage, two K and two V stages of 80 x 256 (40 KB each)
         # early_rescale: O (128 registers a thread) rescaled under the S GEMM, 1.01x over 6 shapes, 1.03x at

@@ -104,7 +104,7 @@ _SWAP_64X32 = dict(schedule="cooperative", tile_mn=(64, 32), block_k=128, swap_a
 SWAP_AB_PAIR = (dict(_SWAP_64X32, cluster_mn=(1, 2)), dict(_SWAP_64X32, cluster_mn=(1, 2), pdl=True))
 # Swapped tiles for M <= 32 (one token tile every CTA reads): the token tile multicast to four weight tiles over
 # a 4x1 cluster (a quarter of the CTAs read the same L2 lines), with the 9-stage ring or PDL, and PDL alone; and
-# 128-row weight tiles over 4x1 with PDL (the fastest form at 16 x 28672 x 4096: docs/gemm.md, "4-CTA clusters")
+# 128-row weight tiles over 4x1 with PDL (won 16 x 6144 x 4096 and 1-16 x 14336 x 4096: docs/gemm.md, "The GEMM floor")
 SWAP_AB_SHARED = (dict(_SWAP_64X32, cluster_mn=(4, 1)), dict(_SWAP_64X32, cluster_mn=(4, 1), ab_stages=9),
                   dict(_SWAP_64X32, cluster_mn=(4, 1), pdl=True), dict(_SWAP_64X32, pdl=True),
                   dict(schedule="cooperative", tile_mn=(128, 32), swap_ab=True, split_k=1, cluster_mn=(4, 1),
