@@ -375,3 +375,26 @@ def test_kernel_options_take_the_long_key_tiles_for_one_run_only(monkeypatch):
     assert host.kernel_options((4, 32, long_k, 128), long_k, False, {"block_n": 128}) == ({"block_n": 128}, 1)
     assert host.kernel_options((4, 32, long_k, 128), long_k, False, {}, out_tma=False) == ({}, 1)
     assert host.kernel_options((4, 32, long_k, 128), long_k, True, {})[0] == host.tuned_options(128, True)
+
+
+def test_every_forward_kernel_a_plain_call_picks_is_shipped(monkeypatch):
+    """Over a grid of call shapes (one query to long prefill, few heads to many, short to 64k keys), the
+    kernel ``ops.attention`` picks by itself for a call without tuning keywords or masks is one of
+    ``shipped.attention_forward_configs`` (so its proof ships in the manifest), split-KV forms included: a
+    long causal hd64 call with few heads is split on the shipped split kernel, not on the three-warp-group ring
+    (which no run measured split)."""
+    from warpsched.kernels import shipped
+
+    monkeypatch.setattr(host._host, "num_sms", lambda: 132)
+    configs = [(hd, causal, opts) for _, hd, causal, opts in shipped.attention_forward_configs()]
+    picked = set()
+    for hd in (64, 128, 256):
+        for causal in (False, True):
+            for b, h in ((1, 1), (1, 8), (4, 32)):
+                for sq in (1, 16, 1000, host.LONG_CAUSAL_HD64, 3 * host.LONG_CAUSAL_HD64):
+                    for sk in (sq, 77, 4096, host.LONG_FULL_HD128, 4 * host.LONG_FULL_HD128 + 5):
+                        for num_splits in (None, 1, 3):  # chosen, or the caller's
+                            opts, splits = host.kernel_options((b, h, sq, hd), sk, causal, {}, num_splits)
+                            assert (hd, causal, opts) in configs, (b, h, sq, sk, hd, causal, num_splits, opts)
+                            picked.add((hd, causal, tuple(sorted(opts.items())), splits > 1))
+    assert len({p[:3] for p in picked}) == len(configs)  # and the grid reaches every shipped form

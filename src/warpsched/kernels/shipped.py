@@ -67,13 +67,32 @@ def _deep_rings(opts, a, b, c):
     return [dict(opts, k_tiles_min=d) for d in deep_ring_depths(fit)]
 
 
+def attention_forward_configs():
+    """(label, head_dim, causal, options) of every dense forward kernel ``ops.attention`` picks by itself
+    (``attention.host.kernel_options`` on a call without tuning keywords, mask_mod, softcap or window): the
+    tuned kernel per head dim and mask, its split-KV form, and the sequence-length forms (causal hd64 from
+    ``LONG_CAUSAL_HD64`` query rows, non-causal hd128 from ``LONG_FULL_HD128`` keys)."""
+    from .attention import forward as att
+    from .attention.host import LONG_CAUSAL_HD64, LONG_FULL_HD128, split_options, tuned_options
+
+    out = []
+    for hd in att.HEAD_DIMS:
+        for causal in (False, True):
+            name = f"attention hd{hd} {'causal' if causal else 'full'}"
+            options = tuned_options(hd, causal)
+            out += [(name, hd, causal, options), (name + " split_kv", hd, causal, split_options(options))]
+            long = tuned_options(hd, causal, LONG_CAUSAL_HD64, LONG_FULL_HD128)
+            if long != options:  # hd64 causal: three warp groups in a ring; hd128 full: 176-key tiles
+                out.append((name + " long", hd, causal, long))
+    return out
+
+
 def programs() -> Dict[str, Callable[..., object]]:
     """label -> builder(**manager_options) returning the program's TaskManager (on the CPU)."""
     from .attention import forward as att
     from .attention import backward as ab
     from .attention.backward_host import default_options as default_bwd
     from .gemm import host as gemm_host
-    from .attention.host import LONG_CAUSAL_HD64, LONG_FULL_HD128, split_options, tuned_options
     from .attention.varlen import varlen_options
     from .gemm.kernel import PersistentGemm
 
@@ -90,24 +109,11 @@ def programs() -> Dict[str, Callable[..., object]]:
                 out[label + f" k_tiles_min={deep['k_tiles_min']}"] = (
                     lambda opts=deep, a=a, b=b, c=c, **mo:
                     gemm_host.build(PersistentGemm(ab_dtype=a, b_dtype=b, c_dtype=c, **opts), **mo))
+    for label, hd, causal, options in attention_forward_configs():
+        out[label] = (lambda hd=hd, causal=causal, options=options, **mo:
+                      att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), **mo))
     for hd in att.HEAD_DIMS:
         for causal in (False, True):
-            options = tuned_options(hd, causal)
-
-            def build_fwd(hd=hd, causal=causal, options=options, **mo):
-                return att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), **mo)
-            out[f"attention hd{hd} {'causal' if causal else 'full'}"] = build_fwd
-            out[f"attention hd{hd} {'causal' if causal else 'full'} split_kv"] = (
-                lambda hd=hd, causal=causal, options=split_options(options), **mo:
-                att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), **mo))
-            if hd == 64 and causal:  # long sequences: three warp groups in a ring
-                out["attention hd64 causal long"] = (
-                    lambda options=tuned_options(64, True, LONG_CAUSAL_HD64), **mo:
-                    att.build(att.FlashAttention(head_dim=64, causal=True, **options), **mo))
-            if hd == 128 and not causal:  # long K / V: 176-key tiles
-                out["attention hd128 full long"] = (
-                    lambda options=tuned_options(128, False, None, LONG_FULL_HD128), **mo:
-                    att.build(att.FlashAttention(head_dim=128, causal=False, **options), **mo))
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
                 lambda hd=hd, causal=causal, **mo:
                 att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **varlen_options(hd, causal)), **mo))

@@ -238,19 +238,24 @@ def _prepare(q, k, v, causal, scale, out, lse, mask_mod=None, softcap=None, wind
 def kernel_options(q_shape, seqlen_k, causal, options, num_splits=None, plain=True, out_tma=True):
     """(the forward kernel's options, its K/V runs per Q block) for a call: the caller's ``options``, else
     ``tuned_options`` ({} when a caller's ``out`` cannot be written by TMA), split into runs
-    (``split_options``) where ``split_kv.choose_splits`` or ``num_splits`` says so; one run of a ``plain`` call
-    (no mask_mod, softcap or window: what the sequence-length choices were measured on) takes the
-    ``seqlen_k`` choice too. Pure Python: no tensors."""
+    (``split_options``) where ``split_kv.choose_splits`` or ``num_splits`` says so. A tuned call split into runs
+    takes the split form of the short-sequence kernel; one run of a ``plain`` call (no mask_mod, softcap or
+    window: what the sequence-length choices were measured on) takes ``tuned_options`` for its S_q and S_k.
+    Each such choice is one of ``kernels.shipped.attention_forward_configs``, proven in the manifest. Pure
+    Python: no tensors."""
     B, H, Sq, D = q_shape
+    if not options and out_tma:
+        tuned = tuned_options(D, causal)  # the runs and the split kernel: the short-sequence tiles, as shipped
+        splits = _splits_for(q_shape, seqlen_k, tuned, num_splits, False)
+        if splits > 1:
+            return split_options(tuned), splits
+        # one run over every key: the sequence-length forms where they were measured (plain calls)
+        return (tuned_options(D, causal, Sq, seqlen_k) if plain else tuned), 1
     options_given = bool(options)
-    if not options:
-        options = tuned_options(D, causal, Sq if plain else None) if out_tma else {}
     options = dict(options)
     splits = _splits_for(q_shape, seqlen_k, options, num_splits, options_given)
     if splits > 1:
         return split_options(options), splits
-    if options and plain and not options_given:  # one run over every key: the long-K / V tiles where they pay
-        return tuned_options(D, causal, Sq, seqlen_k), 1
     options.pop("split_kv", None)
     return options, 1
 
