@@ -8,8 +8,8 @@ output and the LSE with NaN (every element must be written), and compares with a
 reference (scores, top-left causal mask as torch SDPA's is_causal, softmax, P V, log-sum-exp):
 max and mean absolute error of O and of the LSE, and, for scale, the error of torch SDPA (default
 backend) on the same inputs. Cases: S = 1, 127, 1000, tails, S_q != S_k (both ways, causal
-too), grouped-query attention (H / H_kv = 4 and 8), 512 work units (several per persistent CTA) and one run
-over 16500 keys (the long-key tiles).
+too), grouped-query attention (H / H_kv = 4 and 8), 512 work units (several per persistent CTA), one run
+over 16500 keys (the long-key tiles) and one long head split into K/V runs.
 
 ``--variants "qring:q_stages=2,n192q:block_n=192;q_stages=2;hd=64"`` also runs each named
 FlashAttention configuration (``warpsched.kernels.attention.host.prepare(**options)``; ``hd=64``
@@ -40,7 +40,8 @@ CASES = [(1, 2, 2, 1, 1), (2, 3, 3, 127, 127), (1, 2, 2, 1000, 1000), (2, 4, 4, 
          (1, 2, 2, 256, 1024), (1, 2, 2, 1000, 77), (2, 8, 2, 513, 700), (1, 8, 1, 2048, 2048),
          (1, 2, 2, 4096, 4096),
          (4, 16, 4, 1000, 1000),  # 512 work units: several per persistent CTA (a Q ring's both stages)
-         (1, 4, 2, 2100, 16500)]  # one run over 16500 keys (no split): the long-key tiles (tuned_options' seqlen_k)
+         (1, 4, 2, 2100, 16500),  # one run over 16500 keys (no split): the long-key tiles (tuned_options' seqlen_k)
+         (1, 1, 1, 4500, 4500)]  # one head, 36 Q blocks: split into K/V runs on the short-sequence split kernel
 CONFIGS = [(dtype, d, causal) for dtype in ("bfloat16", "float16") for d in (64, 128, 256) for causal in (False, True)]
 # O: bf16 / fp16 rounding of values up to a few units, plus fp32 reordering; LSE: fp32 only
 TOL = {"bfloat16": (1e-2, 8e-3), "float16": (2e-3, 1e-3)}  # (absolute, relative to |ref|)
