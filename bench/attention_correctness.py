@@ -90,10 +90,13 @@ def run_config(dtype_name, d, causal, options=None, cases=None):
         lse = torch.full((B, H, Sq), float("nan"), device="cuda", dtype=torch.float32)
         scale = 1.0 / math.sqrt(d)
         t0 = time.time()
+        ran_shape = q.shape  # the (B, H, S_q, D) the kernel ran: a packed GQA call runs its K/V heads
         if options:  # a variant: the same host path with FlashAttention options
             att.prepare(q, k, v, causal=causal, out=out, lse=lse, **options)[0]()
         else:
             ops.attention(q, k, v, causal=causal, out=out, lse=lse)  # the public entry point
+            packed = att.gqa_packed(q, Hk, causal)
+            ran_shape = q.shape if packed is None else packed.shape
         torch.cuda.synchronize()
         ref, ref_lse = reference(q, k, v, causal, scale)
         err = (out.float() - ref).abs()
@@ -115,8 +118,9 @@ def run_config(dtype_name, d, causal, options=None, cases=None):
                               lse_max=float(lse_err.max()) if finite else None, sdpa_o_max=sdpa_err,
                               seconds=round(time.time() - t0, 2),
                               options=options or {}, verdict=att.VERDICT_OF.get(
-                                  (att._host.cutlass_dtype(dtype), d, causal,  # the default: tuned_options
-                                   tuple(sorted((options or att.tuned_options(d, causal)).items())))))),
+                                  (att._host.cutlass_dtype(dtype), d, causal,  # the kernel the call ran
+                                   tuple(sorted(att.kernel_options(ran_shape, Sk, causal, options or {})[0]
+                                                .items())))))),
               flush=True)
     return ok
 
