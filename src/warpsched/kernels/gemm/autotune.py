@@ -128,8 +128,8 @@ def candidates(M: int, N: int, K: int, fp8: bool = False, deterministic: bool = 
       K tile of 128: the weight's tile multicast to the two token tiles). ``swap`` (16-bit, both
       operands K-major, a row-major out and no fused epilogue: what a swapped kernel can run) adds the
       swap-AB tiles (``SWAP_AB``): the weight's rows on WGMMA's M, the tokens on N; for M <= 32 also the
-      token tile multicast over a 4x1 cluster and PDL (``SWAP_AB_SHARED``), for 32 < M <= 64 the weight's tile
-      over a 1x2 cluster (``SWAP_AB_PAIR``).
+      token tile multicast over a 4x1 cluster (64- and 128-row weight tiles) and PDL (``SWAP_AB_SHARED``), for
+      32 < M <= 64 the weight's tile over a 1x2 cluster (``SWAP_AB_PAIR``).
     - M <= 256: the 128x256 / 256x128 / 128x128 / 64x128 / 128x64 tiles, split-K on two of them,
       the ping-pong and 128x224 tiles.
     - Larger: 128x256 and 256x128, the other raster order, a wider raster group, B multicast over a
