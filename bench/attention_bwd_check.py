@@ -57,7 +57,7 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  "m64": _M64,
                  "m128": {"tma_stats": True, "tma_store_dkv": True, "block_m": 128, "dq_stages": 1},
                  "odq": dict(_D64, overlap_dq=True),  # the dK GEMM issued last, dQ staged while it runs
-                 # dQ tiles in register order (backward_post; the default since session 36), in 4 TMA boxes a
+                 # dQ tiles in register order (backward_post; the default), in 4 TMA boxes a
                  # tile, and the (rows, columns) tiles before it
                  "flat": dict(_D64, flat_dq=True), "flat4": dict(_D64, flat_dq=True, flat_boxes=4),
                  "rows": dict(_D64, flat_dq=False),
@@ -125,7 +125,7 @@ def sdpa_grads(q, k, v, dout, causal):
 def err(a, ref):
     """max |a - ref| over max(max |ref|, 0.01), as bench/attention_varlen.py: with one query a causal mask
     leaves one key, P = 1 and dQ = dK = 0 exactly, and both we and SDPA return rounding noise (~1e-7)
-    that a floor of 1e-6 turned into "errors" of 0.1-0.8 (session 30's dq2 run failed on it)."""
+    that a floor of 1e-6 turned into "errors" of 0.1-0.8."""
     return ((a.double() - ref).abs().max() / ref.abs().max().clamp_min(0.01)).item()
 
 

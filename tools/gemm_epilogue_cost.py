@@ -4,8 +4,8 @@ replaced (a diagnostic, not a kernel anyone should run: ``smem`` does not store 
   full  the real epilogue (acc -> bf16 -> SMEM sub-tiles -> TMA store, its buffer waits)
   smem  SMEM writes, fence and one barrier per sub-tile; no TMA store, no buffer wait
 
-(An empty body is no measure: with the accumulator unused, the compiler drops the wgmmas too;
-session 24 saw "1157 TFLOP/s", above the H200's peak.)
+(An empty body is no measure: with the accumulator unused, the compiler drops the wgmmas too and
+the "rate" comes out above the H200's peak.)
 
 The schedule (and so the checked program) is the same in both; only ``GmemC.store_tile``'s
 body is swapped, before anything is compiled, in a child process per mode. torch.matmul is
