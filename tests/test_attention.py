@@ -374,6 +374,7 @@ def test_kernel_options_take_the_long_key_tiles_for_one_run_only(monkeypatch):
     assert masked == (host.tuned_options(128, False), 1)
     assert host.kernel_options((4, 32, long_k, 128), long_k, False, {"block_n": 128}) == ({"block_n": 128}, 1)
     assert host.kernel_options((4, 32, long_k, 128), long_k, False, {}, out_tma=False) == ({}, 1)
+    assert host.kernel_options((4, 32, long_k, 128), long_k, False, None, out_tma=False) == ({}, 1)  # None: none
     assert host.kernel_options((4, 32, long_k, 128), long_k, True, {})[0] == host.tuned_options(128, True)
 
 

@@ -242,7 +242,7 @@ def kernel_options(q_shape, seqlen_k, causal, options, num_splits=None, plain=Tr
     takes the split form of the short-sequence kernel; one run of a ``plain`` call (no mask_mod, softcap or
     window: what the sequence-length choices were measured on) takes ``tuned_options`` for its S_q and S_k.
     Each such choice is one of ``kernels.shipped.attention_forward_configs``, proven in the manifest. Pure
-    Python: no tensors."""
+    Python: no tensors; the sizes are checked ones (``check_args``: each >= 1)."""
     B, H, Sq, D = q_shape
     if not options and out_tma:
         tuned = tuned_options(D, causal)  # the runs and the split kernel: the short-sequence tiles, as shipped
@@ -252,7 +252,7 @@ def kernel_options(q_shape, seqlen_k, causal, options, num_splits=None, plain=Tr
         # one run over every key: the sequence-length forms where they were measured (plain calls)
         return (tuned_options(D, causal, Sq, seqlen_k) if plain else tuned), 1
     options_given = bool(options)
-    options = dict(options)
+    options = dict(options or {})
     splits = _splits_for(q_shape, seqlen_k, options, num_splits, options_given)
     if splits > 1:
         return split_options(options), splits
