@@ -244,18 +244,15 @@ def kernel_options(q_shape, seqlen_k, causal, options, num_splits=None, plain=Tr
     Each such choice is one of ``kernels.shipped.attention_forward_configs``, proven in the manifest. Pure
     Python: no tensors; the sizes are checked ones (``check_args``: each >= 1)."""
     B, H, Sq, D = q_shape
-    if not options and out_tma:
-        tuned = tuned_options(D, causal)  # the runs and the split kernel: the short-sequence tiles, as shipped
-        splits = _splits_for(q_shape, seqlen_k, tuned, num_splits, False)
-        if splits > 1:
-            return split_options(tuned), splits
-        # one run over every key: the sequence-length forms where they were measured (plain calls)
-        return (tuned_options(D, causal, Sq, seqlen_k) if plain else tuned), 1
-    options_given = bool(options)
-    options = dict(options or {})
-    splits = _splits_for(q_shape, seqlen_k, options, num_splits, options_given)
+    given = dict(options or {})
+    tuned = not given and out_tma
+    # the runs and the split kernel of a tuned call: the short-sequence tiles, as shipped
+    options = tuned_options(D, causal) if tuned else given
+    splits = _splits_for(q_shape, seqlen_k, options, num_splits, bool(given))
     if splits > 1:
         return split_options(options), splits
+    if tuned and plain:  # one run over every key: the sequence-length forms, where they were measured
+        return tuned_options(D, causal, Sq, seqlen_k), 1
     options.pop("split_kv", None)
     return options, 1
 
