@@ -34,6 +34,7 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
 SIZES = {"decode": (1, 16), "prefill": (4, 2048), "training": (8, 4096)}
 UNFUSED_MLP = False  # --unfused-mlp: also warpsched with the [gate | up] weight and torch's product
 COMPOSED_RMSNORM = False  # --composed-rmsnorm: RMSNorm as elementwise ops (the earlier tables), not F.rms_norm
+PYTHON_LINEAR = False  # --python-linear: also warpsched with its linear layers on the Python path (no native op)
 
 
 def params(hidden=HIDDEN, mlp=MLP, heads=HEADS, kv_heads=KV_HEADS, dtype=torch.bfloat16, seed=0):
@@ -108,6 +109,8 @@ def sides(quiet=False):
     out = {"warpsched": (wf.linear, warpsched_bshd), "torch": (F.linear, sdpa_bshd)}
     if UNFUSED_MLP:
         out["ws unfused MLP"] = (wf.linear, warpsched_bshd)
+    if PYTHON_LINEAR:
+        out["ws Python linear"] = (wf.linear, warpsched_bshd)
     try:
         import flash_attn.cute  # noqa: F401
 
@@ -138,12 +141,14 @@ def gradient_check():
     worst = {}
     for name, (linear, attention) in sides().items():
         p = {k: t.detach().to(torch.bfloat16).requires_grad_() for k, t in ref_p.items()}
-        if name == "warpsched":  # its gate / up weight interleaved: the gradient compared interleaved too
+        if name in ("warpsched", "ws Python linear"):  # its gate / up weight interleaved: compared interleaved
             p = fused_mlp_params(p)
         xb = x.detach().to(torch.bfloat16).requires_grad_()
         try:
-            yb = block(xb, p, linear, attention, **kw)
-            got = torch.autograd.grad(yb, [xb] + list(p.values()), dy.to(torch.bfloat16))
+            def grads(p=p, linear=linear, attention=attention):
+                return torch.autograd.grad(block(xb, p, linear, attention, **kw), [xb] + list(p.values()),
+                                           dy.to(torch.bfloat16))
+            got = _without_native(grads) if name == "ws Python linear" else grads()
         except Exception as e:  # noqa: BLE001 - a peer that fails is left out of every table, saying why
             if name in ("warpsched", "torch"):
                 raise
@@ -165,6 +170,18 @@ def gradient_check():
 def _no_grad(f, x):
     with torch.no_grad():
         return f(x)
+
+
+def _without_native(f):
+    """``f()`` with ``warpsched.nn.functional.linear`` on its Python path (``warpsched.native`` off)."""
+    import warpsched.nn.functional as wf
+
+    wf._native()
+    saved, wf._NATIVE[:] = wf._NATIVE[:], [None]
+    try:
+        return f()
+    finally:
+        wf._NATIVE[:] = saved
 
 
 def fused_mlp_params(p):
@@ -212,7 +229,7 @@ def run(size, passes, compile_modes, rounds):
                 continue
             fns = {}
             for name, (linear, attention) in sides().items():
-                pp = pf if name == "warpsched" else p
+                pp = pf if name in ("warpsched", "ws Python linear") else p
                 f = (lambda x, linear=linear, attention=attention, pp=pp: block(x, pp, linear, attention))
                 if mode == "compile":
                     torch._dynamo.reset()
@@ -221,6 +238,8 @@ def run(size, passes, compile_modes, rounds):
                     fns[name] = (lambda f=f: _no_grad(f, x.detach()))
                 else:
                     fns[name] = (lambda f=f, pp=pp: torch.autograd.grad(f(x), [x] + list(pp.values()), dy))
+            if "ws Python linear" in fns:  # the native op off for this side's every call
+                fns["ws Python linear"] = (lambda f=fns["ws Python linear"]: _without_native(f))
             if "ws unfused MLP" in fns:  # the same block: its output against the fused one's
                 a_, b_ = fns["warpsched"](), fns["ws unfused MLP"]()
                 a_, b_ = (a_, b_) if pas == "forward" else (a_[0], b_[0])  # forward + backward: dX
@@ -249,11 +268,13 @@ def main():
     ap.add_argument("--no-host-table", action="store_true", help="skip the per-op host-overhead table")
     ap.add_argument("--unfused-mlp", action="store_true", help="also warpsched with the [gate | up] weight and "
                     "torch's silu(gate) * up (the side before the interleaved SwiGLU kernels)")
+    ap.add_argument("--python-linear", action="store_true", help="also warpsched with its linear layers on the "
+                    "Python path (warpsched.native off): the side before the native op")
     ap.add_argument("--composed-rmsnorm", action="store_true", help="RMSNorm as fp32 elementwise ops on every side "
                     "(what the docs' block tables measured) instead of F.rms_norm")
     a = ap.parse_args()
-    global UNFUSED_MLP, COMPOSED_RMSNORM
-    UNFUSED_MLP, COMPOSED_RMSNORM = a.unfused_mlp, a.composed_rmsnorm
+    global UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR
+    UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR = a.unfused_mlp, a.composed_rmsnorm, a.python_linear
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     if not gradient_check():
         raise SystemExit(1)

@@ -37,7 +37,7 @@ def nna(monkeypatch):
     torch = types.ModuleType("torch")
     torch.Tensor = Plain
     torch.autograd = types.SimpleNamespace(Function=type("Function", (), {}))
-    torch.compiler = types.SimpleNamespace(is_compiling=lambda: False)
+    torch.compiler = types.SimpleNamespace(is_compiling=lambda: False, assume_constant_result=lambda f: f)
     torch.is_grad_enabled = lambda: True
     torch.ops = types.SimpleNamespace(warpsched=types.SimpleNamespace(
         attention_fwd=lambda *a: calls.append(("op", a[3:])) or ("out-op", "lse")))

@@ -53,6 +53,9 @@ def _linear(x, weight, bias=None, activation=None):
     (``_eager.eager``). ``weight`` (N, K) may be a transposed view (dX = dY W is ``_linear(dy, w.t())``)."""
     if eager(x):
         return _gemm_ops.linear(x, weight, bias, activation)
+    if activation is None and x.is_cuda and _native_ready():
+        # a compiled graph: the native GEMM, a C++ kernel the dispatcher calls without a hop through Python
+        return torch.ops.warpsched_native.gemm.default(x, weight, bias)
     return _OP(x, weight, bias, activation)
 
 
@@ -191,6 +194,26 @@ def _refuse_non_tensors(x, weight, bias):
         raise TypeError(f"warpsched.nn.functional.linear: {refusal} (as torch.nn.functional.linear)")
 
 
+_NATIVE = []
+
+
+def _native():
+    """``torch.ops.warpsched_native.linear`` (built on first use: ``warpsched.native``), or None."""
+    if not _NATIVE:
+        from .. import native
+
+        op = native.load()
+        _NATIVE.append(None if op is None else op.default)
+    return _NATIVE[0]
+
+
+@torch.compiler.assume_constant_result
+def _native_ready() -> bool:
+    """Whether the native ops are built and loaded (a tracer runs this once and keeps its answer: the load is
+    no graph code)."""
+    return _native() is not None
+
+
 def linear(x, weight, bias=None, activation=None):
     """``activation(torch.nn.functional.linear(x, weight, bias))`` on warpsched's GEMM, the bias and
     the activation fused into its epilogue, with autograd: x (..., K), weight (N, K), bias (N,) or
@@ -215,8 +238,13 @@ def linear(x, weight, bias=None, activation=None):
                                 f"has {N} rows; expected the gate and up weights, (I, {K}) each with I a multiple of "
                                 "8, interleaved by warpsched.ops.interleave_gate_up (2 I rows)")
     _check_dtypes(x, weight)
-    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
-                                    (bias is not None and bias.requires_grad)):
+    grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
+                                        (bias is not None and bias.requires_grad))
+    if (activation is None or (activation == "swiglu" and grad)) and x.is_cuda and eager(x):
+        native = _native()  # the autograd node and the launches in C++ (warpsched.native), where it is built
+        if native is not None:
+            return native(x, weight, bias, activation == "swiglu")
+    if grad:
         if activation == "swiglu":
             return _swiglu_with_grad(x, weight, bias)
         return _LinearFunction.apply(x, weight, bias, activation)

@@ -1,0 +1,140 @@
+"""H200: warpsched's native linear (``warpsched.native``: the autograd node and the launches in C++) against the
+Python path it replaces and against torch.
+
+1. Correctness: for each case, the native op's output and gradients (dX, dW, dbias) against the Python path's
+   (``nn.functional``'s ``_LinearFunction`` / ``_SwiGLULinear``: the same kernels, so bitwise equal) and against
+   fp32 torch (max |err| / max |ref| within 2x torch bf16's own + 1e-3). Outputs land in memory the caching
+   allocator held NaNs in (a poisoned block freed before each case), so a tile left unwritten shows.
+2. Host cost: µs per call of one layer's forward + backward (``torch.autograd.grad``) as a decode step calls it,
+   issue time and wall time, native / Python path / torch, in alternating rounds.
+
+    python3 bench/native_linear_check.py [--calls 300] [--no-time]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from _eager import per_call_us
+
+import warpsched.native as native
+import warpsched.nn.functional as wf
+from warpsched.kernels.gemm.ops import swiglu_interleaved
+
+CASES = [  # (B, S, K, N, bias, swiglu, dtype)
+    (1, 16, 4096, 6144, False, False, torch.bfloat16),
+    (1, 16, 4096, 28672, False, True, torch.bfloat16),
+    (1, 16, 14336, 4096, False, False, torch.bfloat16),
+    (2, 300, 1024, 2048, True, False, torch.bfloat16),
+    (1, 13, 512, 1024, True, False, torch.float16),
+    (3, 7, 256, 512, True, True, torch.float16),
+    (4, 2048, 4096, 4096, False, False, torch.bfloat16),
+]
+
+
+def poison():
+    """Fill what the caching allocator holds with NaNs and free it: the next allocations start poisoned."""
+    t = torch.full((1 << 28,), float("nan"), device="cuda", dtype=torch.float16)
+    del t
+
+
+def python_path(x, w, b, swiglu):
+    return wf._SwiGLULinear.apply(x, w, b) if swiglu else wf._LinearFunction.apply(x, w, b, None)
+
+
+def reference(x, w, b, swiglu):
+    y = F.linear(x, w, b)
+    if swiglu:
+        return swiglu_interleaved(y)
+    return y
+
+
+def grads(f, x, w, b, swiglu, dy_seed=1):
+    y = f(x, w, b, swiglu)
+    g = torch.Generator(device="cuda").manual_seed(dy_seed)
+    dy = torch.randn(y.shape, device="cuda", generator=g).to(y.dtype)
+    ins = [x, w] + ([b] if b is not None else [])
+    return [y] + list(torch.autograd.grad(y, ins, dy))
+
+
+def correctness(op):
+    bad = 0
+    for case in CASES:
+        B, S, K, N, has_bias, swiglu, dt = case
+        g = torch.Generator(device="cuda").manual_seed(hash(case) % (1 << 31))
+        x = torch.randn(B, S, K, device="cuda", generator=g).to(dt).requires_grad_()
+        w = (torch.randn(N, K, device="cuda", generator=g) / K ** 0.5).to(dt).requires_grad_()
+        b = (torch.randn(N, device="cuda", generator=g) * 0.1).to(dt).requires_grad_() if has_bias else None
+        poison()
+        got = grads(lambda *a: op(*a), x, w, b, swiglu)
+        poison()
+        py = grads(python_path, x, w, b, swiglu)
+        ref = grads(reference, *(t.detach().float().requires_grad_() if t is not None else None for t in (x, w, b)),
+                    swiglu)
+        tb = grads(reference, x, w, b, swiglu)
+        names = ["y", "dx", "dw", "db"][:len(got)]
+        equal = all(torch.equal(a, c) for a, c in zip(got, py))
+        errs = [((a.float() - r).abs().max() / r.abs().max().clamp_min(1e-6)).item() for a, r in zip(got, ref)]
+        terrs = [((a.float() - r).abs().max() / r.abs().max().clamp_min(1e-6)).item() for a, r in zip(tb, ref)]
+        finite = all(torch.isfinite(a).all().item() for a in got)
+        ok = equal and finite and all(e <= 2 * t + 1e-3 for e, t in zip(errs, terrs))
+        bad += not ok
+        print(f"{'PASS' if ok else 'FAIL'} {B}x{S}x{K} -> {N} bias={has_bias} swiglu={swiglu} {str(dt)[6:]}: "
+              f"bitwise equal to the Python path {equal}, finite {finite}; rel err vs fp32 "
+              + ", ".join(f"{n} {e:.1e} (torch {t:.1e})" for n, e, t in zip(names, errs, terrs)), flush=True)
+    return bad
+
+
+def host_cost(op, calls):
+    bf = torch.bfloat16
+    rows = {"linear 16x4096 -> 6144": (4096, 6144, False), "swiglu linear 16x4096 -> 2x14336": (4096, 28672, True)}
+    print("\n| layer, forward + backward | native issue / wall (us) | Python path issue / wall | torch issue / wall |")
+    print("|---|---|---|---|")
+    for name, (K, N, swiglu) in rows.items():
+        x = torch.randn(1, 16, K, device="cuda", dtype=bf, requires_grad=True)
+        w = (torch.randn(N, K, device="cuda") / K ** 0.5).to(bf).requires_grad_()
+        wt = w  # torch's side: the same weight, its SwiGLU unfused as a model writes it
+        dy = torch.randn(1, 16, N // 2 if swiglu else N, device="cuda", dtype=bf)
+
+        def torch_side():
+            z = F.linear(x, wt)
+            y = swiglu_interleaved(z) if swiglu else z
+            return torch.autograd.grad(y, [x, wt], dy)
+        sides = {"native": lambda: torch.autograd.grad(op(x, w, None, swiglu), [x, w], dy),
+                 "python": lambda: torch.autograd.grad(python_path(x, w, None, swiglu), [x, w], dy),
+                 "torch": torch_side}
+        res = {k: [] for k in sides}
+        for _ in range(3):
+            for k, f in sides.items():
+                res[k].append(per_call_us(torch, f, calls))
+        cell = {k: tuple(statistics.median(r[i] for r in v) for i in range(2)) for k, v in res.items()}
+        print(f"| {name} | " + " | ".join(f"{cell[k][0]:.0f} / {cell[k][1]:.0f}" for k in sides) + " |", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--no-time", action="store_true")
+    a = ap.parse_args()
+    print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
+    t0 = time.time()
+    op = native.load()
+    print(f"native path: {'built / loaded' if op is not None else 'unavailable: ' + native.reason()} "
+          f"in {time.time() - t0:.1f} s", flush=True)
+    if op is None:
+        sys.exit(1)
+    op = op.default
+    bad = correctness(op)
+    print(f"correctness: {len(CASES) - bad}/{len(CASES)} PASS; plans {torch.ops.warpsched_native.plan_count()}",
+          flush=True)
+    if not a.no_time:
+        host_cost(op, a.calls)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""warpsched's native launch path (imports torch): ``linear.cpp``, a torch C++ extension with the ops
+``torch.ops.warpsched_native.linear(x, weight, bias, swiglu)``, a linear layer (or one with the SwiGLU of
+``warpsched.nn.functional.linear(..., activation="swiglu")``) whose autograd node and launches are C++, and
+``torch.ops.warpsched_native.gemm(x, weight, bias)``, its GEMM alone (no autograd node: what a compiled graph's
+linear layers call, their autograd being the traced ``nn.functional`` one).
+
+Why: a decode step is host-bound. A Python ``autograd.Function`` per layer, its backward handed to autograd's
+device thread and back to Python, and each launch's Python make a small model's step slower than torch's
+all-C++ one, with the kernels no slower (docs/torch.md, "The native launch path").
+
+How: the kernels are the Python path's. On the first call with a new key (shapes, strides, dtype, device,
+alignment) the C++ calls back ``resolve`` (a TVM-FFI global function): it runs the call through the Python
+path (which compiles or tunes the kernel and writes the output) and returns the kernel's TVM-FFI function,
+which later calls launch from C++. A plan that is not one launch (split-K summed by the host) runs through
+``resolve`` on every call: the same result at the Python path's cost.
+
+Building: ``load()`` builds the extension once per torch / tvm-ffi version with ``torch.utils.cpp_extension``
+(a C++17 compiler and ninja; ~1 minute) into the warpsched cache directory, then loads it. Where it cannot
+(no compiler, ``WARPSCHED_NATIVE=0``), ``load()`` returns None, ``reason()`` says why, and
+``warpsched.nn.functional.linear`` keeps its Python path.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+ENV_NATIVE = "WARPSCHED_NATIVE"
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "linear.cpp")
+KIND_GEMM, KIND_SWIGLU_FORWARD, KIND_SWIGLU_BACKWARD = 0, 1, 2
+
+_LOCK = threading.Lock()
+_STATE = {"tried": False, "op": None, "reason": "not loaded yet"}
+
+
+def reason() -> str:
+    """Why the native path is not in use ("" when it is)."""
+    return _STATE["reason"]
+
+
+def load():
+    """``torch.ops.warpsched_native.linear`` (built on first use), or None where it cannot be built."""
+    if _STATE["tried"]:
+        return _STATE["op"]
+    with _LOCK:
+        if not _STATE["tried"]:
+            _STATE["op"], _STATE["reason"] = _build()
+            _STATE["tried"] = True
+    return _STATE["op"]
+
+
+def _build():
+    if os.environ.get(ENV_NATIVE, "1") == "0":
+        return None, f"{ENV_NATIVE}=0"
+    try:
+        import torch
+        import tvm_ffi
+        from tvm_ffi import libinfo
+        from torch.utils import cpp_extension
+
+        from ..cachedir import cache_dir
+
+        if not _REGISTERED:
+            register_resolver()
+        lib = libinfo.find_libtvm_ffi()
+        tag = f"torch{torch.__version__}-tvmffi{tvm_ffi.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+        build_dir = os.path.join(cache_dir(), "native", tag.replace("+", "_"))
+        os.makedirs(build_dir, exist_ok=True)
+        if not os.path.exists(os.path.join(build_dir, "warpsched_native.so")):
+            print("warpsched: building the native launch path (once per torch version, about a minute)",
+                  file=sys.stderr, flush=True)
+        cpp_extension.load(name="warpsched_native", sources=[SOURCE], build_directory=build_dir,
+                           extra_include_paths=[libinfo.find_include_path()], extra_cflags=["-O2"],
+                           extra_ldflags=[lib, f"-Wl,-rpath,{os.path.dirname(lib)}"], is_python_module=False,
+                           verbose=False)
+        _register_fakes(torch)
+        return torch.ops.warpsched_native.linear, ""
+    except Exception as e:  # noqa: BLE001 - no compiler, no headers: the Python path stays
+        return None, f"{type(e).__name__}: {str(e)[:400]}"
+
+
+def _register_fakes(torch):
+    """Fake (meta) implementations, so torch.compile traces the ops (their outputs: new contiguous tensors)."""
+
+    @torch.library.register_fake("warpsched_native::gemm")
+    def _gemm_fake(x, weight, bias):
+        return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+    @torch.library.register_fake("warpsched_native::swiglu_forward")
+    def _swiglu_forward_fake(z):
+        return z.new_empty((*z.shape[:-1], z.shape[-1] // 2))
+
+    @torch.library.register_fake("warpsched_native::swiglu_backward")
+    def _swiglu_backward_fake(dh, z):
+        return z.new_empty(z.shape)
+
+
+_REGISTERED = []
+
+
+def register_resolver(resolve_fn=None):
+    """Register ``resolve`` (or a stand-in: the CPU tests') as the TVM-FFI global the C++ calls on a new key."""
+    import tvm_ffi
+
+    tvm_ffi.register_global_func("warpsched.native.resolve", resolve_fn or resolve, override=True)
+    _REGISTERED[:] = [resolve_fn or resolve]
+    if _STATE["op"] is not None:  # the plans the previous resolver gave go with it
+        import torch
+
+        torch.ops.warpsched_native.clear_plans()
+
+
+def _torch_view(t):
+    import torch
+
+    return None if t is None else torch.from_dlpack(t)
+
+
+def resolve(kind, *operands):
+    """Run one call through the Python path into its output (the last operand) and return its kernel as
+    ``[function, parameters]``, each parameter a slot the C++ fills per call ("in0", "in1", "in2": the operands,
+    "out" or "out_t": the output or its transpose) or a fixed value; None where the plan is not one launch.
+    ``kind``: GEMM (x, weight, bias or None, out: ``gemm.ops.linear``), SwiGLU forward (z, h) or backward
+    (dh, z, dz), the flat tensors of ``kernels.gemm.swiglu`` (whole 16-feature gate / up blocks)."""
+    ts = [_torch_view(t) for t in operands]
+    if kind == KIND_GEMM:
+        return _resolve_gemm(*ts)
+    return _resolve_swiglu(kind, *ts)
+
+
+def _resolve_gemm(x, weight, bias, out):
+    from ..kernels.gemm import ops as gemm_ops
+
+    out.copy_(gemm_ops.linear(x, weight, bias, None))
+    return gemm_call(gemm_ops.linear_plan(x, weight, bias), bias is not None)
+
+
+def gemm_call(plan, has_bias):
+    """``[function, parameters]`` of a linear layer's GEMM plan (``gemm.ops.GemmPlan``, or ``_Swapped`` around one:
+    out^T = W x^T), as ``GemmPlan`` launches it, or None for a plan that is not one kernel launch."""
+    from ..kernels.gemm.launch import trailing
+
+    swapped = hasattr(plan, "inner")
+    g = plan.inner if swapped else plan
+    if g is None or not getattr(g, "ffi", False) or g.target == "host" or g.device_scale:
+        return None
+    if swapped and has_bias:
+        return None  # a swapped plan runs without the epilogue's tensors
+    raw, count = _raw(g.f)
+    if raw is None:
+        return None
+    a, b, c = ("in1", "in0", "out_t") if swapped else ("in0", "in1", "out")
+    if g.launch == g._direct:  # the plain launch (GemmPlan._direct)
+        params = [a, b, c, 1, 1.0]
+    else:  # GemmPlan.__call__: [workspace, flags], [scales], [bias, residual], trailing absent ones left out
+        params = [a, b, c, g.splits, 1.0] + list(trailing(*g.mid, None, None, "in2" if has_bias else None, None))
+    if count is not None:
+        params += [None] * (count - len(params))
+    return [raw, params]
+
+
+def _resolve_swiglu(kind, *ts):
+    from ..kernels import _host
+    from ..kernels.gemm import swiglu
+
+    blocks = [t.view(-1, 2 * swiglu.RUN) for t in ts]  # flat gate / up blocks: the kernels' and torch's layout
+    if kind == KIND_SWIGLU_FORWARD:
+        z, h = ts
+        h.copy_(swiglu.swiglu_forward(blocks[0]).view(-1))
+        direction, inputs, params = "forward", (z,), ["in0", "out"]
+    else:
+        dh, z, dz = ts
+        dz.copy_(swiglu.swiglu_backward(dh.view(-1, swiglu.RUN), blocks[1]).view(-1))
+        direction, inputs, params = "backward", (dh, z), ["in0", "in1", "out"]
+    if not swiglu._kernels_take(*inputs):
+        return None
+    raw, count = _raw(swiglu.compiled(direction, _host.cutlass_dtype(z.dtype)))
+    if raw is None or count not in (None, len(params)):
+        return None
+    return [raw, params]
+
+
+def _raw(f):
+    """(the TVM-FFI function under a compiled kernel, its parameter count or None when it has no defaults)."""
+    import inspect
+
+    import tvm_ffi
+
+    if isinstance(f, tvm_ffi.Function):  # a kernel without defaulted parameters: the function itself
+        return f, None
+    wrapper = getattr(f, "_kwargs_wrapper", None)
+    try:
+        return f.__tvm_ffi_object__(), len(inspect.signature(wrapper).parameters)
+    except (AttributeError, TypeError, ValueError):
+        return None, None

@@ -1,0 +1,339 @@
+// warpsched's linear layer with its autograd node and its launches in C++ (torch op
+// warpsched_native::linear): what a model's every call of warpsched.nn.functional.linear runs once the
+// extension is built (warpsched/native/__init__.py). The kernels are the ones the Python path runs: on the
+// first call with a new key (shapes, strides, dtype, device) the Python resolver `warpsched.native.resolve`
+// (a TVM-FFI global function) runs the call through the Python path, which compiles / tunes the kernel and
+// writes the output, and hands back the kernel's TVM-FFI function; later calls with that key launch it
+// from here: one DLTensor per operand on the stack, torch's current stream, one TVMFFIFunctionCall.
+// A key whose plan is not a single launch (split-K summed by the host, say) goes through the resolver on
+// every call: the same result, at the Python path's cost.
+#include <ATen/ATen.h>
+#include <ATen/DLConvertor.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/function.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using tvm::ffi::Any;
+using tvm::ffi::AnyView;
+using tvm::ffi::Function;
+
+enum Kind : int64_t { kGemm = 0, kSwigluForward = 1, kSwigluBackward = 2 };
+
+// A kernel's call as the resolver described it: per parameter a slot (an operand, the output or its
+// transpose) or a fixed value (split count, alpha, a plan's workspace tensor, None)
+enum Slot : int8_t { kFixed = -1, kIn0 = 0, kIn1 = 1, kIn2 = 2, kOut = 3, kOutT = 4 };
+constexpr int kMaxParams = 16;
+
+struct Plan {
+  Function fn;  // the kernel's TVM-FFI function; null: every call through the resolver
+  std::vector<Any> fixed;
+  std::vector<int8_t> slots;
+};
+
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& k) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ static_cast<size_t>(v)) * 1099511628211ull;
+    return h;
+  }
+};
+
+std::mutex g_mutex;  // the autograd engine's device thread launches backward GEMMs beside the caller's thread
+// never destroyed: at exit the plans' functions may be Python objects the interpreter has already freed
+auto& g_plans = *new std::unordered_map<std::vector<int64_t>, Plan, KeyHash>();
+
+void push_tensor_key(std::vector<int64_t>& key, const at::Tensor& t) {
+  key.push_back(t.dim());
+  for (int64_t s : t.sizes()) key.push_back(s);
+  for (int64_t s : t.strides()) key.push_back(s);
+  key.push_back(static_cast<int64_t>(t.scalar_type()));
+  key.push_back(t.get_device());
+  key.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0);  // TMA's 16-byte aligned base
+}
+
+DLTensor as_dl(const at::Tensor& t) {
+  DLTensor d;
+  d.data = t.data_ptr();
+  d.device = DLDevice{t.is_cuda() ? kDLCUDA : kDLCPU, static_cast<int32_t>(t.is_cuda() ? t.get_device() : 0)};
+  d.ndim = static_cast<int32_t>(t.dim());
+  switch (t.scalar_type()) {
+    case at::kBFloat16: d.dtype = DLDataType{kDLBfloat, 16, 1}; break;
+    case at::kHalf: d.dtype = DLDataType{kDLFloat, 16, 1}; break;
+    case at::kFloat: d.dtype = DLDataType{kDLFloat, 32, 1}; break;
+    default: TORCH_CHECK(false, "warpsched native linear: unsupported dtype ", t.scalar_type());
+  }
+  d.shape = const_cast<int64_t*>(t.sizes().data());
+  d.strides = const_cast<int64_t*>(t.strides().data());
+  d.byte_offset = 0;
+  return d;
+}
+
+// torch's current stream on t's device, made the TVM-FFI environment's stream for one call (the kernels
+// were compiled to launch on it), the previous one put back after
+struct StreamScope {
+  int32_t device = -1;
+  TVMFFIStreamHandle prev = nullptr;
+  explicit StreamScope(const at::Tensor& t) {
+    if (!t.is_cuda()) return;
+    device = t.get_device();
+    c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+    void* stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(dev).native_handle();
+    TORCH_CHECK(TVMFFIEnvSetStream(kDLCUDA, device, stream, &prev) == 0, "warpsched: TVMFFIEnvSetStream failed");
+  }
+  ~StreamScope() {
+    if (device >= 0) TVMFFIEnvSetStream(kDLCUDA, device, prev, nullptr);
+  }
+};
+
+Function resolver() {  // looked up at each resolve: a resolver registered later (a test's stand-in) takes over
+  auto f = Function::GetGlobal("warpsched.native.resolve");
+  TORCH_CHECK(f.has_value(), "warpsched native linear: the resolver warpsched.native.resolve is not registered "
+              "(import warpsched.native, which registers it, before calling the op)");
+  return *f;
+}
+
+// Run `kind` on `ins` into `out` through the Python path (compiling / tuning on first use); returns the plan
+// that later calls with the same key launch
+Plan resolve(Kind kind, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
+  // owned TVM-FFI tensors (DLPack from torch): the resolver makes torch tensors of them
+  std::vector<Any> owned;
+  owned.push_back(Any(static_cast<int64_t>(kind)));
+  for (const auto& t : ins) {
+    owned.push_back(t.defined() ? Any(tvm::ffi::Tensor::FromDLPack(at::toDLPack(t))) : Any(nullptr));
+  }
+  owned.push_back(Any(tvm::ffi::Tensor::FromDLPack(at::toDLPack(out))));
+  std::vector<AnyView> args(owned.begin(), owned.end());
+  StreamScope scope(out);
+  Any ret;
+  try {
+    resolver().CallPacked(tvm::ffi::PackedArgs(args.data(), static_cast<int32_t>(args.size())), &ret);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  Plan plan;
+  if (ret == nullptr) return plan;
+  auto pair = ret.cast<tvm::ffi::Array<Any>>();  // [function, [parameter: slot name or value, ...]]
+  auto params = pair[1].cast<tvm::ffi::Array<Any>>();
+  TORCH_CHECK(params.size() <= kMaxParams, "warpsched native linear: a kernel with ", params.size(), " parameters");
+  for (const Any& p : params) {
+    auto name = p.try_cast<tvm::ffi::String>();
+    int8_t slot = kFixed;
+    if (name.has_value()) {
+      const std::string n = *name;
+      slot = n == "in0" ? kIn0 : n == "in1" ? kIn1 : n == "in2" ? kIn2 : n == "out" ? kOut : n == "out_t" ? kOutT : kFixed;
+      TORCH_CHECK(slot != kFixed, "warpsched native linear: unknown slot ", n);
+    }
+    plan.slots.push_back(slot);
+    plan.fixed.push_back(slot == kFixed ? p : Any(nullptr));
+  }
+  plan.fn = pair[0].cast<Function>();
+  return plan;
+}
+
+// One launch of `kind` on `ins` (undefined: an absent operand) into `out`, through the plan of its key
+void run(Kind kind, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
+  std::vector<int64_t> key{static_cast<int64_t>(kind)};
+  key.reserve(48);
+  for (const auto& t : ins) {
+    if (t.defined()) push_tensor_key(key, t); else key.push_back(-1);
+  }
+  push_tensor_key(key, out);
+  Plan plan;
+  bool known;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_plans.find(key);
+    known = it != g_plans.end();
+    if (known) plan = it->second;
+  }
+  if (!known) {
+    Plan fresh = resolve(kind, ins, out);  // ran the call
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_plans.emplace(std::move(key), std::move(fresh));
+    return;
+  }
+  if (plan.fn == nullptr) {
+    resolve(kind, ins, out);
+    return;
+  }
+  DLTensor dl[kMaxParams];
+  AnyView args[kMaxParams];
+  at::Tensor out_t;
+  const int n = static_cast<int>(plan.slots.size());
+  for (int i = 0; i < n; ++i) {
+    const int8_t slot = plan.slots[i];
+    if (slot == kFixed) {
+      args[i] = AnyView(plan.fixed[i]);
+      continue;
+    }
+    if (slot == kOutT) out_t = out.t();
+    dl[i] = as_dl(slot == kOut ? out : slot == kOutT ? out_t : ins[slot]);
+    args[i] = AnyView(&dl[i]);
+  }
+  StreamScope scope(out);
+  Any ret;
+  try {
+    plan.fn.CallPacked(tvm::ffi::PackedArgs(args, n), &ret);
+  } catch (const std::exception& e) {
+    if (std::getenv("WARPSCHED_NATIVE_DEBUG")) fprintf(stderr, "warpsched native: launch failed: %s\n", e.what());
+    resolve(kind, ins, out);  // the Python path names what is wrong (or copies a misaligned operand)
+  }
+}
+
+at::Tensor gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  // act(x @ weight.T + bias) for x (..., K) and weight (N, K) (any strides the GEMM takes: a transposed view)
+  const int64_t N = weight.size(0), K = weight.size(1);
+  at::Tensor x2 = x.dim() == 2 ? x : x.view({-1, K});
+  at::Tensor out = at::empty({x2.size(0), N}, x.options());
+  if (out.numel()) run(kGemm, {x2, weight, bias}, out);
+  if (x.dim() == 2) return out;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(N);
+  return out.view(shape);
+}
+
+at::Tensor flat(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c.view({-1}) : c.clone().view({-1});
+}
+
+at::Tensor swiglu_forward(const at::Tensor& z) {
+  std::vector<int64_t> shape(z.sizes().begin(), z.sizes().end());
+  shape.back() /= 2;
+  at::Tensor h = at::empty(shape, z.options());
+  if (h.numel()) run(kSwigluForward, {flat(z)}, h.view({-1}));
+  return h;
+}
+
+at::Tensor swiglu_backward(const at::Tensor& dh, const at::Tensor& z) {
+  at::Tensor dz = at::empty(z.sizes(), z.options());
+  if (dz.numel()) run(kSwigluBackward, {flat(dh), flat(z)}, dz.view({-1}));
+  return dz;
+}
+
+at::Tensor pad_tokens(const at::Tensor& t) {  // zero rows up to a multiple of 8: dW's contraction (exact)
+  const int64_t extra = (8 - t.size(0) % 8) % 8;
+  return extra ? at::constant_pad_nd(t, {0, 0, 0, extra}) : t;
+}
+
+// The autograd node calls its kernels through the dispatcher (warpsched_native::gemm / swiglu_*), so a
+// fake or meta tensor mode below autograd sees ops whose shapes it knows, never a data pointer
+at::Tensor call_gemm(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched_native::gemm", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&)>();
+  return op.call(x, weight, bias);
+}
+
+at::Tensor call_swiglu_forward(const at::Tensor& z) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched_native::swiglu_forward", "")
+                       .typed<at::Tensor(const at::Tensor&)>();
+  return op.call(z);
+}
+
+at::Tensor call_swiglu_backward(const at::Tensor& dh, const at::Tensor& z) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched_native::swiglu_backward", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
+  return op.call(dh, z);
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct LinearFunction : public torch::autograd::Function<LinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const c10::optional<at::Tensor>& bias, bool swiglu) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    at::Tensor z = call_gemm(x, weight, bias);
+    ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
+    ctx->saved_data["swiglu"] = swiglu;
+    ctx->save_for_backward({x, weight, swiglu ? z : at::Tensor()});
+    return swiglu ? call_swiglu_forward(z) : z;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1];
+    at::Tensor dz = ctx->saved_data["swiglu"].toBool() ? call_swiglu_backward(grads[0], saved[2]) : grads[0];
+    const int64_t N = weight.size(0), K = weight.size(1);
+    at::Tensor dz2 = dz.reshape({-1, N});
+    if (!dz2.is_contiguous()) dz2 = dz2.contiguous();  // autograd may hand an expanded gradient
+    at::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) dx = call_gemm(dz2, weight.t(), c10::nullopt).view(x.sizes());  // dZ W
+    if (ctx->needs_input_grad(1)) {  // dZ^T X: (N, T) @ (T, K), T zero-padded to a multiple of 8
+      dw = call_gemm(pad_tokens(dz2).t(), pad_tokens(x.reshape({-1, K})).t(), c10::nullopt);
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2)) {
+      db = dz2.sum(0, false, at::kFloat).to(dz.scalar_type());
+    }
+    return {dx, dw, db, at::Tensor()};
+  }
+};
+
+at::Tensor linear_autograd(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                           bool swiglu) {
+  return LinearFunction::apply(x, weight, bias, swiglu);
+}
+
+at::Tensor linear_kernel(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                         bool swiglu) {
+  at::Tensor z = call_gemm(x, weight, bias);
+  return swiglu ? call_swiglu_forward(z) : z;
+}
+
+at::Tensor gemm_op(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
+  return gemm(x, weight, bias.has_value() ? *bias : at::Tensor());
+}
+
+int64_t plan_count() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<int64_t>(g_plans.size());
+}
+
+int64_t clear_plans() {  // a new resolver's plans replace the old one's
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto n = static_cast<int64_t>(g_plans.size());
+  g_plans.clear();
+  return n;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(warpsched_native, m) {
+  m.def("linear(Tensor x, Tensor weight, Tensor? bias, bool swiglu) -> Tensor");
+  // x @ weight.T + bias without an autograd node: what a compiled graph's linear layers call (its own
+  // autograd, nn.functional's _LinearFunction traced, calls it for the forward, dX and dW GEMMs)
+  m.def("gemm(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  // h = silu(gate) * up of the interleaved z (..., 2 I), and dz of it for dh (kernels.gemm.swiglu)
+  m.def("swiglu_forward(Tensor z) -> Tensor");
+  m.def("swiglu_backward(Tensor dh, Tensor z) -> Tensor");
+  m.def("plan_count() -> int", &plan_count);
+  m.def("clear_plans() -> int", &clear_plans);
+}
+
+TORCH_LIBRARY_IMPL(warpsched_native, Autograd, m) { m.impl("linear", &linear_autograd); }
+TORCH_LIBRARY_IMPL(warpsched_native, CUDA, m) {
+  m.impl("gemm", &gemm_op);
+  m.impl("swiglu_forward", &swiglu_forward);
+  m.impl("swiglu_backward", &swiglu_backward);
+}
+TORCH_LIBRARY_IMPL(warpsched_native, CPU, m) {  // the CPU tests' stand-in kernels
+  m.impl("gemm", &gemm_op);
+  m.impl("swiglu_forward", &swiglu_forward);
+  m.impl("swiglu_backward", &swiglu_backward);
+}
+// linear below autograd (no gradient wanted, or a tracer's modes): its kernels through the dispatcher
+TORCH_LIBRARY_IMPL(warpsched_native, CompositeExplicitAutograd, m) { m.impl("linear", &linear_kernel); }

@@ -1,0 +1,202 @@
+"""warpsched.native: the C++ linear op's plumbing on the CPU (torch-only; the kernels' run is
+bench/native_linear_check.py on the GPU). Stand-in "kernels" (TVM-FFI functions over Python callables on fp32 CPU
+tensors) take the GPU kernels' place, so what is checked is the C++: its plan cache (one resolve per key, then
+launches), the parameter slots it fills (operands, the output, its transpose, fixed values), the autograd node
+(dX, dW, dbias, the SwiGLU's two kernels) and the fallback through the resolver. Then the resolver's parameter
+lists for real compiled GEMM plans."""
+import ctypes
+
+import pytest
+
+torch = pytest.importorskip("torch")
+tvm_ffi = pytest.importorskip("tvm_ffi")
+
+import warpsched.native as native  # noqa: E402
+
+F = torch.nn.functional
+
+
+def view(t):
+    """A DLTensor* argument (a view the C++ owns) as a torch tensor over the same fp32 CPU memory."""
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
+    ptr = t.data_ptr() if callable(t.data_ptr) else t.data_ptr
+    buf = (ctypes.c_float * span).from_address(ptr)
+    return torch.frombuffer(buf, dtype=torch.float32).as_strided(tuple(t.shape), tuple(t.strides))
+
+
+class StandIn:
+    """A resolver whose plans launch Python "kernels": ``mode`` "plain" (a, b, c, splits, alpha, 6 x None, the
+    bias at 9), "swapped" (out^T = W x^T written through the output's transpose, a workspace passed through)
+    or "none" (no plan: every call resolved)."""
+
+    def __init__(self, mode):
+        self.mode, self.resolves, self.launches = mode, 0, 0
+        self.workspace = torch.zeros(4)
+
+    def gemm(self, a, b, c, splits, alpha, *rest):
+        self.launches += 1
+        assert splits == 1 and alpha == 1.0
+        if self.mode == "swapped":
+            assert torch.equal(view(rest[0]), self.workspace) and len(rest) == 1
+        A, B, C = view(a), view(b), view(c)
+        r = A @ B.t()
+        bias = [t for t in rest[:6] if t is not None and self.mode == "plain"]
+        if bias:
+            r = r + view(bias[0])
+        C.copy_(r)
+
+    def swiglu(self, z, h):
+        self.launches += 1
+        Z = view(z).view(-1, 2, 8)
+        view(h).view(-1, 8).copy_(F.silu(Z[:, 0]) * Z[:, 1])
+
+    def __call__(self, kind, *operands):
+        self.resolves += 1
+        ts = [None if t is None else torch.from_dlpack(t) for t in operands]
+        if kind == native.KIND_GEMM:
+            x, w, b, out = ts
+            out.copy_(F.linear(x, w, b))
+            if self.mode == "none":
+                return None
+            if self.mode == "swapped":
+                if b is not None:
+                    return None
+                return [tvm_ffi.convert(self.gemm), ["in1", "in0", "out_t", 1, 1.0, self.workspace]]
+            return [tvm_ffi.convert(self.gemm), ["in0", "in1", "out", 1, 1.0, None, None, None, None,
+                                                 "in2" if b is not None else None, None]]
+        if kind == native.KIND_SWIGLU_FORWARD:
+            z, h = ts
+            h.copy_(swiglu_ref(z.view(-1, 16)).reshape(-1))
+            return None if self.mode == "none" else [tvm_ffi.convert(self.swiglu), ["in0", "out"]]
+        dh, z, dz = ts
+        with torch.enable_grad():
+            zz = z.view(-1, 16).clone().requires_grad_()
+            (g,) = torch.autograd.grad(swiglu_ref(zz), zz, dh.view(-1, 8))
+        dz.copy_(g.reshape(-1))
+        return None
+
+
+def swiglu_ref(z):
+    blocks = z.unflatten(-1, (z.shape[-1] // 16, 2, 8))
+    return (F.silu(blocks[..., 0, :]) * blocks[..., 1, :]).flatten(-2)
+
+
+@pytest.fixture(scope="module")
+def op():
+    got = native.load()
+    assert got is not None, f"the native extension did not build here: {native.reason()}"
+    yield got.default
+    native.register_resolver()  # the real resolver back
+
+
+def _case(seed, shape=(3, 5, 32), n=48, bias=True):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g).requires_grad_()
+    w = torch.randn(n, shape[-1], generator=g).requires_grad_()
+    b = torch.randn(n, generator=g).requires_grad_() if bias else None
+    return x, w, b
+
+
+def _grads(y, ins, seed=7):
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed))
+    return torch.autograd.grad(y, [t for t in ins if t is not None], dy)
+
+
+@pytest.mark.parametrize("mode", ["plain", "swapped", "none"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_native_linear_matches_torch_and_launches_its_plans(op, mode, bias):
+    standin = StandIn(mode)
+    native.register_resolver(standin)
+    x, w, b = _case(["plain", "swapped", "none"].index(mode) * 2 + bias, bias=bias)
+    for step in range(3):
+        y = op(x, w, b, False)
+        ref = F.linear(x, w, b)
+        torch.testing.assert_close(y, ref)
+        for got, want in zip(_grads(y, (x, w, b)), _grads(ref, (x, w, b))):
+            torch.testing.assert_close(got, want)
+        # the forward, dX and dW GEMMs each have their own key: resolved once, then launched from the C++;
+        # without a plan (a swapped one has none with a bias) every call goes through the resolver
+        planless = 3 if mode == "none" else (1 if mode == "swapped" and bias else 0)
+        assert standin.resolves == 3 + planless * step
+        assert standin.launches == (3 - planless) * step
+
+
+def test_native_swiglu_node_runs_both_kernels(op):
+    standin = StandIn("plain")
+    native.register_resolver(standin)
+    x, w, _ = _case(3, shape=(2, 7, 32), n=64, bias=False)
+    for _ in range(2):
+        y = op(x, w, None, True)
+        ref = swiglu_ref(F.linear(x, w))
+        torch.testing.assert_close(y, ref)
+        for got, want in zip(_grads(y, (x, w)), _grads(ref, (x, w))):
+            torch.testing.assert_close(got, want)
+    # GEMMs: forward, dX, dW; SwiGLU forward launched from its plan the second time, its backward resolved
+    # each time (the stand-in gives it no plan)
+    assert standin.resolves == 3 + 1 + 2 and standin.launches == 3 + 1
+
+
+def test_native_linear_unaligned_tokens_pad_the_weight_gradient(op):
+    standin = StandIn("plain")
+    native.register_resolver(standin)
+    x, w, b = _case(5, shape=(13, 16), n=24)
+    y = op(x, w, b, False)
+    for got, want in zip(_grads(y, (x, w, b)), _grads(F.linear(x, w, b), (x, w, b))):
+        torch.testing.assert_close(got, want)
+
+
+def test_native_linear_saves_no_gradient_without_one(op):
+    native.register_resolver(StandIn("plain"))
+    x, w, b = _case(9)
+    with torch.no_grad():
+        y = op(x, w, b, False)
+    assert y.grad_fn is None and not y.requires_grad
+    torch.testing.assert_close(y, F.linear(x, w, b))
+
+
+def test_resolver_parameters_for_gemm_plans(monkeypatch):
+    """``gemm_call`` on ``GemmPlan`` objects (their compiled kernel a stand-in with the GEMM's parameter list):
+    the plain launch's 5 parameters padded with None to the kernel's 11, a bias plan's bias at its place, a
+    swapped plan's operands exchanged with the output transposed, and no plan for the host-reduced split."""
+    from warpsched.kernels.gemm import launch, ops as gemm_ops
+
+    raw = tvm_ffi.convert(lambda *args: None)
+
+    class Compiled:  # what CuTe DSL's compile returns for a kernel with defaulted parameters
+        @staticmethod
+        def _kwargs_wrapper(mA, mB, mC, splits, alpha, mW=None, mF=None, mScaleA=None, mScaleB=None, mBias=None,
+                            mRes=None):
+            pass
+
+        def __tvm_ffi_object__(self):
+            return raw
+
+    monkeypatch.setattr(launch, "compiled_ffi", lambda a_dtype, c_dtype, **options: Compiled())
+    monkeypatch.setattr(launch._host, "ffi_enabled", lambda: True)
+    plan = launch.GemmPlan("bfloat16", "bfloat16", {}, 1)
+    fn, params = native.gemm_call(plan, False)
+    assert fn.same_as(raw) and params == ["in0", "in1", "out", 1, 1.0] + [None] * 6
+    fn, params = native.gemm_call(launch.GemmPlan("bfloat16", "bfloat16", {"bias": True}, 1), True)
+    assert params == ["in0", "in1", "out", 1, 1.0, None, None, None, None, "in2", None]
+    fn, params = native.gemm_call(gemm_ops._Swapped(plan), False)
+    assert params == ["in1", "in0", "out_t", 1, 1.0] + [None] * 6
+    assert native.gemm_call(gemm_ops._Swapped(plan), True) is None  # no epilogue tensors through a swap
+    host = launch.GemmPlan("bfloat16", "bfloat16", {}, 2)
+    host.target = "host"  # fp32 partial tiles summed by torch: three launches
+    assert native.gemm_call(host, False) is None
+
+
+def test_native_gemm_op_and_its_fake(op):
+    """``warpsched_native::gemm`` (a compiled graph's GEMM, no autograd node) and the fake a tracer runs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    native.register_resolver(StandIn("plain"))
+    x, w, b = _case(11, shape=(2, 3, 32), n=40)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.ops.warpsched_native.gemm(x, w, b), F.linear(x, w, b))
+        torch.testing.assert_close(torch.ops.warpsched_native.gemm(x, w, None), F.linear(x, w))
+    xd, wd = x.detach(), w.detach()
+    with FakeTensorMode() as mode:
+        fx, fw = mode.from_tensor(xd), mode.from_tensor(wd)
+        assert torch.ops.warpsched_native.gemm(fx, fw, None).shape == (2, 3, 40)
+        assert torch.ops.warpsched_native.linear(fx, fw, None, True).shape == (2, 3, 20)
