@@ -43,7 +43,13 @@ def poison():
 
 
 def python_path(x, w, b, swiglu):
-    return wf._SwiGLULinear.apply(x, w, b) if swiglu else wf._LinearFunction.apply(x, w, b, None)
+    """The layer on the Python path: its autograd.Function, the launches from Python (warpsched.native off)."""
+    wf._native()
+    saved, wf._NATIVE[:] = wf._NATIVE[:], [None]
+    try:
+        return wf._SwiGLULinear.apply(x, w, b) if swiglu else wf._LinearFunction.apply(x, w, b, None)
+    finally:
+        wf._NATIVE[:] = saved
 
 
 def reference(x, w, b, swiglu):
@@ -89,6 +95,16 @@ def correctness(op):
     return bad
 
 
+def _python_grads(x, w, swiglu, dy):
+    """Forward and backward on the Python path (the backward's launches from Python too)."""
+    saved, wf._NATIVE[:] = wf._NATIVE[:], [None]
+    try:
+        return torch.autograd.grad(wf._SwiGLULinear.apply(x, w, None) if swiglu else
+                                   wf._LinearFunction.apply(x, w, None, None), [x, w], dy)
+    finally:
+        wf._NATIVE[:] = saved
+
+
 def host_cost(op, calls):
     bf = torch.bfloat16
     rows = {"linear 16x4096 -> 6144": (4096, 6144, False), "swiglu linear 16x4096 -> 2x14336": (4096, 28672, True)}
@@ -105,7 +121,7 @@ def host_cost(op, calls):
             y = swiglu_interleaved(z) if swiglu else z
             return torch.autograd.grad(y, [x, wt], dy)
         sides = {"native": lambda: torch.autograd.grad(op(x, w, None, swiglu), [x, w], dy),
-                 "python": lambda: torch.autograd.grad(python_path(x, w, None, swiglu), [x, w], dy),
+                 "python": lambda: _python_grads(x, w, swiglu, dy),
                  "torch": torch_side}
         res = {k: [] for k in sides}
         for _ in range(3):

@@ -30,7 +30,7 @@ class StandIn:
     or "none" (no plan: every call resolved)."""
 
     def __init__(self, mode):
-        self.mode, self.resolves, self.launches = mode, 0, 0
+        self.mode, self.resolves, self.launches, self.activations = mode, 0, 0, []
         self.workspace = torch.zeros(4)
 
     def gemm(self, a, b, c, splits, alpha, *rest):
@@ -50,13 +50,14 @@ class StandIn:
         Z = view(z).view(-1, 2, 8)
         view(h).view(-1, 8).copy_(F.silu(Z[:, 0]) * Z[:, 1])
 
-    def __call__(self, kind, *operands):
+    def __call__(self, kind, activation, *operands):
         self.resolves += 1
+        self.activations.append(activation)
         ts = [None if t is None else torch.from_dlpack(t) for t in operands]
         if kind == native.KIND_GEMM:
             x, w, b, out = ts
-            out.copy_(F.linear(x, w, b))
-            if self.mode == "none":
+            out.copy_({None: lambda y: y, "relu": F.relu, "swiglu": swiglu_ref}[activation](F.linear(x, w, b)))
+            if self.mode == "none" or activation is not None:  # the stand-in kernel has no epilogue
                 return None
             if self.mode == "swapped":
                 if b is not None:
@@ -191,12 +192,20 @@ def test_native_gemm_op_and_its_fake(op):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     native.register_resolver(StandIn("plain"))
-    x, w, b = _case(11, shape=(2, 3, 32), n=40)
+    x, w, b = _case(11, shape=(2, 3, 32), n=48)
     with torch.no_grad():
         torch.testing.assert_close(torch.ops.warpsched_native.gemm(x, w, b), F.linear(x, w, b))
         torch.testing.assert_close(torch.ops.warpsched_native.gemm(x, w, None), F.linear(x, w))
+        standin = StandIn("plain")
+        native.register_resolver(standin)
+        for act, f in (("relu", F.relu), ("swiglu", swiglu_ref), ("relu", F.relu)):
+            torch.testing.assert_close(torch.ops.warpsched_native.gemm(x, w, b, act), f(F.linear(x, w, b)))
+        assert standin.activations == ["relu", "swiglu", "relu"]  # keyed apart from the plain GEMM's plan
+        with pytest.raises(RuntimeError, match="activation 'tanh' is none of"):
+            torch.ops.warpsched_native.gemm(x, w, b, "tanh")
     xd, wd = x.detach(), w.detach()
     with FakeTensorMode() as mode:
         fx, fw = mode.from_tensor(xd), mode.from_tensor(wd)
-        assert torch.ops.warpsched_native.gemm(fx, fw, None).shape == (2, 3, 40)
-        assert torch.ops.warpsched_native.linear(fx, fw, None, True).shape == (2, 3, 20)
+        assert torch.ops.warpsched_native.gemm(fx, fw, None).shape == (2, 3, 48)
+        assert torch.ops.warpsched_native.gemm(fx, fw, None, "swiglu").shape == (2, 3, 24)
+        assert torch.ops.warpsched_native.linear(fx, fw, None, True).shape == (2, 3, 24)

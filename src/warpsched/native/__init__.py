@@ -83,8 +83,8 @@ def _register_fakes(torch):
     """Fake (meta) implementations, so torch.compile traces the ops (their outputs: new contiguous tensors)."""
 
     @torch.library.register_fake("warpsched_native::gemm")
-    def _gemm_fake(x, weight, bias):
-        return x.new_empty((*x.shape[:-1], weight.shape[0]))
+    def _gemm_fake(x, weight, bias, activation=None):
+        return x.new_empty((*x.shape[:-1], weight.shape[0] // (2 if activation == "swiglu" else 1)))
 
     @torch.library.register_fake("warpsched_native::swiglu_forward")
     def _swiglu_forward_fake(z):
@@ -116,23 +116,25 @@ def _torch_view(t):
     return None if t is None else torch.from_dlpack(t)
 
 
-def resolve(kind, *operands):
+def resolve(kind, activation, *operands):
     """Run one call through the Python path into its output (the last operand) and return its kernel as
     ``[function, parameters]``, each parameter a slot the C++ fills per call ("in0", "in1", "in2": the operands,
     "out" or "out_t": the output or its transpose) or a fixed value; None where the plan is not one launch.
-    ``kind``: GEMM (x, weight, bias or None, out: ``gemm.ops.linear``), SwiGLU forward (z, h) or backward
-    (dh, z, dz), the flat tensors of ``kernels.gemm.swiglu`` (whole 16-feature gate / up blocks)."""
+    ``kind``: GEMM (x, weight, bias or None, out: ``gemm.ops.linear`` with the epilogue's ``activation``), SwiGLU
+    forward (z, h) or backward (dh, z, dz), the flat tensors of ``kernels.gemm.swiglu`` (whole 16-feature gate /
+    up blocks)."""
     ts = [_torch_view(t) for t in operands]
     if kind == KIND_GEMM:
-        return _resolve_gemm(*ts)
+        return _resolve_gemm(*ts, activation)
     return _resolve_swiglu(kind, *ts)
 
 
-def _resolve_gemm(x, weight, bias, out):
+def _resolve_gemm(x, weight, bias, out, activation=None):
     from ..kernels.gemm import ops as gemm_ops
 
-    out.copy_(gemm_ops.linear(x, weight, bias, None))
-    return gemm_call(gemm_ops.linear_plan(x, weight, bias), bias is not None)
+    activation = None if activation is None else str(activation)
+    out.copy_(gemm_ops.linear(x, weight, bias, activation))
+    return gemm_call(gemm_ops.linear_plan(x, weight, bias, activation), bias is not None)
 
 
 def gemm_call(plan, has_bias):

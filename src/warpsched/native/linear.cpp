@@ -33,6 +33,19 @@ using tvm::ffi::Function;
 
 enum Kind : int64_t { kGemm = 0, kSwigluForward = 1, kSwigluBackward = 2 };
 
+// the GEMM epilogue's activations (nn.functional.ACTIVATIONS), by code; 0: none
+const char* const kActivations[] = {"", "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu"};
+constexpr int64_t kSwiglu = 6;
+
+int64_t activation_code(const c10::optional<c10::string_view>& activation) {
+  if (!activation.has_value()) return 0;
+  for (int64_t i = 1; i <= kSwiglu; ++i) {
+    if (*activation == kActivations[i]) return i;
+  }
+  TORCH_CHECK(false, "warpsched native gemm: activation '", std::string(*activation), "' is none of relu, relu2, ",
+              "gelu, gelu_tanh, silu and swiglu");
+}
+
 // A kernel's call as the resolver described it: per parameter a slot (an operand, the output or its
 // transpose) or a fixed value (split count, alpha, a plan's workspace tensor, None)
 enum Slot : int8_t { kFixed = -1, kIn0 = 0, kIn1 = 1, kIn2 = 2, kOut = 3, kOutT = 4 };
@@ -108,10 +121,11 @@ Function resolver() {  // looked up at each resolve: a resolver registered later
 
 // Run `kind` on `ins` into `out` through the Python path (compiling / tuning on first use); returns the plan
 // that later calls with the same key launch
-Plan resolve(Kind kind, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
+Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
   // owned TVM-FFI tensors (DLPack from torch): the resolver makes torch tensors of them
   std::vector<Any> owned;
   owned.push_back(Any(static_cast<int64_t>(kind)));
+  owned.push_back(act ? Any(tvm::ffi::String(kActivations[act])) : Any(nullptr));
   for (const auto& t : ins) {
     owned.push_back(t.defined() ? Any(tvm::ffi::Tensor::FromDLPack(at::toDLPack(t))) : Any(nullptr));
   }
@@ -145,8 +159,8 @@ Plan resolve(Kind kind, const std::vector<at::Tensor>& ins, const at::Tensor& ou
 }
 
 // One launch of `kind` on `ins` (undefined: an absent operand) into `out`, through the plan of its key
-void run(Kind kind, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
-  std::vector<int64_t> key{static_cast<int64_t>(kind)};
+void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
+  std::vector<int64_t> key{static_cast<int64_t>(kind), act};
   key.reserve(48);
   for (const auto& t : ins) {
     if (t.defined()) push_tensor_key(key, t); else key.push_back(-1);
@@ -161,13 +175,13 @@ void run(Kind kind, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
     if (known) plan = it->second;
   }
   if (!known) {
-    Plan fresh = resolve(kind, ins, out);  // ran the call
+    Plan fresh = resolve(kind, act, ins, out);  // ran the call
     std::lock_guard<std::mutex> lock(g_mutex);
     g_plans.emplace(std::move(key), std::move(fresh));
     return;
   }
   if (plan.fn == nullptr) {
-    resolve(kind, ins, out);
+    resolve(kind, act, ins, out);
     return;
   }
   DLTensor dl[kMaxParams];
@@ -190,16 +204,17 @@ void run(Kind kind, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
     plan.fn.CallPacked(tvm::ffi::PackedArgs(args, n), &ret);
   } catch (const std::exception& e) {
     if (std::getenv("WARPSCHED_NATIVE_DEBUG")) fprintf(stderr, "warpsched native: launch failed: %s\n", e.what());
-    resolve(kind, ins, out);  // the Python path names what is wrong (or copies a misaligned operand)
+    resolve(kind, act, ins, out);  // the Python path names what is wrong (or copies a misaligned operand)
   }
 }
 
-at::Tensor gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  // act(x @ weight.T + bias) for x (..., K) and weight (N, K) (any strides the GEMM takes: a transposed view)
-  const int64_t N = weight.size(0), K = weight.size(1);
+at::Tensor gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int64_t act = 0) {
+  // act(x @ weight.T + bias) for x (..., K) and weight (N, K) (any strides the GEMM takes: a transposed view);
+  // swiglu: N / 2 features (the gate / up rows interleaved in the weight)
+  const int64_t N = weight.size(0) / (act == kSwiglu ? 2 : 1), K = weight.size(1);
   at::Tensor x2 = x.dim() == 2 ? x : x.view({-1, K});
   at::Tensor out = at::empty({x2.size(0), N}, x.options());
-  if (out.numel()) run(kGemm, {x2, weight, bias}, out);
+  if (out.numel()) run(kGemm, act, {x2, weight, bias}, out);
   if (x.dim() == 2) return out;
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
   shape.push_back(N);
@@ -215,13 +230,13 @@ at::Tensor swiglu_forward(const at::Tensor& z) {
   std::vector<int64_t> shape(z.sizes().begin(), z.sizes().end());
   shape.back() /= 2;
   at::Tensor h = at::empty(shape, z.options());
-  if (h.numel()) run(kSwigluForward, {flat(z)}, h.view({-1}));
+  if (h.numel()) run(kSwigluForward, 0, {flat(z)}, h.view({-1}));
   return h;
 }
 
 at::Tensor swiglu_backward(const at::Tensor& dh, const at::Tensor& z) {
   at::Tensor dz = at::empty(z.sizes(), z.options());
-  if (dz.numel()) run(kSwigluBackward, {flat(dh), flat(z)}, dz.view({-1}));
+  if (dz.numel()) run(kSwigluBackward, 0, {flat(dh), flat(z)}, dz.view({-1}));
   return dz;
 }
 
@@ -234,8 +249,9 @@ at::Tensor pad_tokens(const at::Tensor& t) {  // zero rows up to a multiple of 8
 // fake or meta tensor mode below autograd sees ops whose shapes it knows, never a data pointer
 at::Tensor call_gemm(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched_native::gemm", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&)>();
-  return op.call(x, weight, bias);
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
+                                         c10::optional<c10::string_view>)>();
+  return op.call(x, weight, bias, c10::nullopt);
 }
 
 at::Tensor call_swiglu_forward(const at::Tensor& z) {
@@ -294,8 +310,9 @@ at::Tensor linear_kernel(const at::Tensor& x, const at::Tensor& weight, const c1
   return swiglu ? call_swiglu_forward(z) : z;
 }
 
-at::Tensor gemm_op(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
-  return gemm(x, weight, bias.has_value() ? *bias : at::Tensor());
+at::Tensor gemm_op(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                   c10::optional<c10::string_view> activation) {
+  return gemm(x, weight, bias.has_value() ? *bias : at::Tensor(), activation_code(activation));
 }
 
 int64_t plan_count() {
@@ -314,9 +331,9 @@ int64_t clear_plans() {  // a new resolver's plans replace the old one's
 
 TORCH_LIBRARY(warpsched_native, m) {
   m.def("linear(Tensor x, Tensor weight, Tensor? bias, bool swiglu) -> Tensor");
-  // x @ weight.T + bias without an autograd node: what a compiled graph's linear layers call (its own
-  // autograd, nn.functional's _LinearFunction traced, calls it for the forward, dX and dW GEMMs)
-  m.def("gemm(Tensor x, Tensor weight, Tensor? bias) -> Tensor");
+  // act(x @ weight.T + bias) without an autograd node: what inference and a compiled graph's linear layers
+  // call (the graph's own autograd, nn.functional's _LinearFunction traced, calls it for the forward, dX, dW)
+  m.def("gemm(Tensor x, Tensor weight, Tensor? bias, str? activation=None) -> Tensor");
   // h = silu(gate) * up of the interleaved z (..., 2 I), and dz of it for dh (kernels.gemm.swiglu)
   m.def("swiglu_forward(Tensor z) -> Tensor");
   m.def("swiglu_backward(Tensor dh, Tensor z) -> Tensor");

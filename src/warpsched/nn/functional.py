@@ -51,11 +51,11 @@ def _linear(x, weight, bias=None, activation=None):
     """act(x @ weight.T + bias): warpsched's GEMM through ``gemm.ops.linear`` (its short host path for a
     model's every call), or the custom op ``torch.ops.warpsched.linear`` where a tracer is looking
     (``_eager.eager``). ``weight`` (N, K) may be a transposed view (dX = dY W is ``_linear(dy, w.t())``)."""
+    if x.is_cuda and _native_ready():  # the native GEMM (warpsched.native): launched from C++, also where a
+        # compiled graph calls it (a C++ kernel the dispatcher runs without a hop through Python)
+        return torch.ops.warpsched_native.gemm.default(x, weight, bias, activation)
     if eager(x):
         return _gemm_ops.linear(x, weight, bias, activation)
-    if activation is None and x.is_cuda and _native_ready():
-        # a compiled graph: the native GEMM, a C++ kernel the dispatcher calls without a hop through Python
-        return torch.ops.warpsched_native.gemm.default(x, weight, bias)
     return _OP(x, weight, bias, activation)
 
 
@@ -240,7 +240,7 @@ def linear(x, weight, bias=None, activation=None):
     _check_dtypes(x, weight)
     grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad or
                                         (bias is not None and bias.requires_grad))
-    if (activation is None or (activation == "swiglu" and grad)) and x.is_cuda and eager(x):
+    if grad and activation in (None, "swiglu") and x.is_cuda and eager(x):
         native = _native()  # the autograd node and the launches in C++ (warpsched.native), where it is built
         if native is not None:
             return native(x, weight, bias, activation == "swiglu")

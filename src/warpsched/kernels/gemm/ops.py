@@ -480,10 +480,10 @@ def linear(x, weight, bias=None, activation=None):
     return out if flat else out.view(*x.shape[:-1], n)
 
 
-def linear_plan(x, weight, bias=None):
-    """The ``GemmPlan`` that ``linear(x, weight, bias)`` launches (after its first call), or None."""
+def linear_plan(x, weight, bias=None, activation=None):
+    """The ``GemmPlan`` that ``linear(x, weight, bias, activation)`` launches (after its first call), or None."""
     x2 = x if x.dim() == 2 else x.view(-1, x.shape[-1])
-    hit = _PLANS.get(_plan_key(x2, weight.t(), out=None, bias=bias, activation=None, residual=None, alpha=None,
+    hit = _PLANS.get(_plan_key(x2, weight.t(), out=None, bias=bias, activation=activation, residual=None, alpha=None,
                                scale_a=None, scale_b=None, out_dtype=None, config="auto", deterministic=True))
     return None if hit is None else hit[0]
 
