@@ -209,3 +209,32 @@ def test_native_gemm_op_and_its_fake(op):
         assert torch.ops.warpsched_native.gemm(fx, fw, None).shape == (2, 3, 48)
         assert torch.ops.warpsched_native.gemm(fx, fw, None, "swiglu").shape == (2, 3, 24)
         assert torch.ops.warpsched_native.linear(fx, fw, None, True).shape == (2, 3, 24)
+
+
+def test_native_ops_refuse_bad_input_without_crashing(op):
+    """Random shapes, dtypes and ranks through both native ops (stand-in kernels): each call returns torch's
+    result or raises a Python exception; the process never dies in the C++."""
+    import random
+
+    native.register_resolver(StandIn("plain"))
+    rng = random.Random(0)
+    dtypes = [torch.float32, torch.float64, torch.int32, torch.bfloat16]
+    outcomes = {"ok": 0, "refused": 0}
+    for _ in range(150):
+        xs = tuple(rng.choice([0, 1, 3, 8, 16]) for _ in range(rng.choice([0, 1, 2, 3])))
+        ws = tuple(rng.choice([0, 1, 8, 16, 32]) for _ in range(rng.choice([1, 2, 3])))
+        x = torch.zeros(xs, dtype=rng.choice(dtypes))
+        w = torch.ones(ws, dtype=rng.choice(dtypes))
+        b = torch.ones(ws[:1], dtype=w.dtype) if rng.random() < 0.3 else None
+        try:
+            with torch.no_grad():
+                if rng.random() < 0.5:
+                    got = op(x, w, b, rng.random() < 0.3)
+                else:
+                    got = torch.ops.warpsched_native.gemm(x, w, b, rng.choice([None, "relu", "swiglu"]))
+        except (RuntimeError, IndexError, ValueError, TypeError):
+            outcomes["refused"] += 1
+            continue
+        outcomes["ok"] += 1
+        assert got.shape[:-1] == x.shape[:-1]
+    assert outcomes["ok"] > 10 and outcomes["refused"] > 10, outcomes
