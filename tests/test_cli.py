@@ -257,3 +257,15 @@ def test_a_package_module_with_relative_imports_is_checked_by_path(tmp_path):
     rc, out, err = cli("check", str(pkg / "bad.py"), "-q", cwd=str(tmp_path))
     assert rc == 1, out + err
     assert "bad.py:" in out and "Internal error" not in out + err
+
+
+def test_cli_native_says_why_it_is_off(monkeypatch, capsys):
+    """`warpsched native` where the native path is off (WARPSCHED_NATIVE=0; CI, without torch, is the same
+    branch): exit 1, the reason, and that warpsched.nn stays on its Python path."""
+    import warpsched.native as native
+
+    monkeypatch.setenv("WARPSCHED_NATIVE", "0")
+    monkeypatch.setattr(native, "_STATE", {"tried": False, "op": None, "reason": "not loaded yet"})
+    assert main(["native"]) == 1
+    err = capsys.readouterr().err
+    assert "unavailable (WARPSCHED_NATIVE=0)" in err and "Python path" in err

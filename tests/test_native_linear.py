@@ -238,3 +238,11 @@ def test_native_ops_refuse_bad_input_without_crashing(op):
         outcomes["ok"] += 1
         assert got.shape[:-1] == x.shape[:-1]
     assert outcomes["ok"] > 10 and outcomes["refused"] > 10, outcomes
+
+
+def test_cli_native_builds_and_says_where(capsys):
+    from warpsched.cli import main
+
+    assert main(["native"]) == 0
+    out = capsys.readouterr().out
+    assert "warpsched native: loaded in" in out and native.build_directory() in out

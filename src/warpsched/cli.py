@@ -11,6 +11,7 @@ import os
 import re
 import sys
 import sysconfig
+import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -410,7 +411,25 @@ def build_parser() -> argparse.ArgumentParser:
     prove.add_argument("--all", action="store_true", help="search every shipped program again")
     prove.add_argument("--max-states", metavar="N", type=_positive(int), default=5_000_000,
                        help="the search budget per program (default 5000000)")
+    sub.add_parser("native", help="build (once) and load the native launch path of warpsched.nn (needs torch)",
+                   description="Build warpsched's native launch path (warpsched.native: the linear layer's autograd "
+                   "node and launches in C++, a torch extension) if it is not built for this torch yet, load it "
+                   "and say where it is, or why it cannot be. warpsched.nn builds it on first use anyway; this "
+                   "does it ahead (a container's build step, say). Needs torch, a C++17 compiler and ninja; "
+                   "WARPSCHED_NATIVE=0 turns the native path off.")
     return parser
+
+
+def _native() -> int:
+    from . import native
+
+    started = time.time()
+    if native.load() is None:
+        print(f"warpsched native: unavailable ({native.reason()}); warpsched.nn runs on its Python path",
+              file=sys.stderr)
+        return 1
+    print(f"warpsched native: loaded in {time.time() - started:.1f} s from {native.build_directory()}")
+    return EXIT_ACCEPTED
 
 
 def _positive(kind):
@@ -433,6 +452,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .prove import prove
 
         return prove(check_only=args.check, again=args.all, max_states=args.max_states)
+    if args.command == "native":
+        return _native()
     if args.command != "check":
         parser.print_help()
         return EXIT_USAGE

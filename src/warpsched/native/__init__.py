@@ -49,25 +49,32 @@ def load():
     return _STATE["op"]
 
 
+def build_directory() -> str:
+    """Where the extension is built for this torch / tvm-ffi / Python (under the warpsched cache directory)."""
+    import torch
+    import tvm_ffi
+
+    from ..cachedir import cache_dir
+
+    tag = f"torch{torch.__version__}-tvmffi{tvm_ffi.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
+    return os.path.join(cache_dir(), "native", tag.replace("+", "_"))
+
+
 def _build():
     if os.environ.get(ENV_NATIVE, "1") == "0":
         return None, f"{ENV_NATIVE}=0"
     try:
         import torch
-        import tvm_ffi
-        from tvm_ffi import libinfo
         from torch.utils import cpp_extension
-
-        from ..cachedir import cache_dir
+        from tvm_ffi import libinfo
 
         if not _REGISTERED:
             register_resolver()
         lib = libinfo.find_libtvm_ffi()
-        tag = f"torch{torch.__version__}-tvmffi{tvm_ffi.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
-        build_dir = os.path.join(cache_dir(), "native", tag.replace("+", "_"))
+        build_dir = build_directory()
         os.makedirs(build_dir, exist_ok=True)
         if not os.path.exists(os.path.join(build_dir, "warpsched_native.so")):
-            print("warpsched: building the native launch path (once per torch version, about a minute)",
+            print("warpsched: building the native launch path (once per torch version, 20 s to a minute)",
                   file=sys.stderr, flush=True)
         cpp_extension.load(name="warpsched_native", sources=[SOURCE], build_directory=build_dir,
                            extra_include_paths=[libinfo.find_include_path()], extra_cflags=["-O2"],

@@ -20,6 +20,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -67,7 +68,8 @@ struct KeyHash {
 
 std::mutex g_mutex;  // the autograd engine's device thread launches backward GEMMs beside the caller's thread
 // never destroyed: at exit the plans' functions may be Python objects the interpreter has already freed
-auto& g_plans = *new std::unordered_map<std::vector<int64_t>, Plan, KeyHash>();
+// (a call copies its plan's pointer out of the lock, not the plan)
+auto& g_plans = *new std::unordered_map<std::vector<int64_t>, std::shared_ptr<const Plan>, KeyHash>();
 
 void push_tensor_key(std::vector<int64_t>& key, const at::Tensor& t) {
   key.push_back(t.dim());
@@ -166,20 +168,19 @@ void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::T
     if (t.defined()) push_tensor_key(key, t); else key.push_back(-1);
   }
   push_tensor_key(key, out);
-  Plan plan;
-  bool known;
+  std::shared_ptr<const Plan> found;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_plans.find(key);
-    known = it != g_plans.end();
-    if (known) plan = it->second;
+    if (it != g_plans.end()) found = it->second;
   }
-  if (!known) {
-    Plan fresh = resolve(kind, act, ins, out);  // ran the call
+  if (!found) {
+    auto fresh = std::make_shared<const Plan>(resolve(kind, act, ins, out));  // ran the call
     std::lock_guard<std::mutex> lock(g_mutex);
     g_plans.emplace(std::move(key), std::move(fresh));
     return;
   }
+  const Plan& plan = *found;
   if (plan.fn == nullptr) {
     resolve(kind, act, ins, out);
     return;
@@ -194,6 +195,9 @@ void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::T
       args[i] = AnyView(plan.fixed[i]);
       continue;
     }
+    TORCH_CHECK(slot >= kOut || (static_cast<size_t>(slot) < ins.size() && ins[slot].defined()),
+                "warpsched native: the resolver's parameter ", i, " names operand ", static_cast<int>(slot),
+                ", which this call does not have");
     if (slot == kOutT) out_t = out.t();
     dl[i] = as_dl(slot == kOut ? out : slot == kOutT ? out_t : ins[slot]);
     args[i] = AnyView(&dl[i]);
