@@ -176,12 +176,8 @@ def _without_native(f):
     """``f()`` with ``warpsched.nn.functional.linear`` on its Python path (``warpsched.native`` off)."""
     import warpsched.nn.functional as wf
 
-    wf._native()
-    saved, wf._NATIVE[:] = wf._NATIVE[:], [None]
-    try:
+    with wf.without_native():
         return f()
-    finally:
-        wf._NATIVE[:] = saved
 
 
 def fused_mlp_params(p):

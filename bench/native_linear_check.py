@@ -44,12 +44,8 @@ def poison():
 
 def python_path(x, w, b, swiglu):
     """The layer on the Python path: its autograd.Function, the launches from Python (warpsched.native off)."""
-    wf._native()
-    saved, wf._NATIVE[:] = wf._NATIVE[:], [None]
-    try:
+    with wf.without_native():
         return wf._SwiGLULinear.apply(x, w, b) if swiglu else wf._LinearFunction.apply(x, w, b, None)
-    finally:
-        wf._NATIVE[:] = saved
 
 
 def reference(x, w, b, swiglu):
@@ -97,12 +93,9 @@ def correctness(op):
 
 def _python_grads(x, w, swiglu, dy):
     """Forward and backward on the Python path (the backward's launches from Python too)."""
-    saved, wf._NATIVE[:] = wf._NATIVE[:], [None]
-    try:
+    with wf.without_native():
         return torch.autograd.grad(wf._SwiGLULinear.apply(x, w, None) if swiglu else
                                    wf._LinearFunction.apply(x, w, None, None), [x, w], dy)
-    finally:
-        wf._NATIVE[:] = saved
 
 
 def host_cost(op, calls):

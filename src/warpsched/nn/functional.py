@@ -35,6 +35,8 @@ The activation's gradient dZ = dY * act'(Z):
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .. import torch_ops  # noqa: F401 (registers torch.ops.warpsched.*)
@@ -205,6 +207,18 @@ def _native():
         op = native.load()
         _NATIVE.append(None if op is None else op.default)
     return _NATIVE[0]
+
+
+@contextlib.contextmanager
+def without_native():
+    """Within it, ``linear`` runs on its Python path (``warpsched.native`` off in this process): the A / B side of
+    the benchmarks that measure what the native path is worth. Not for use across threads."""
+    _native()
+    saved, _NATIVE[:] = _NATIVE[:], [None]
+    try:
+        yield
+    finally:
+        _NATIVE[:] = saved
 
 
 @torch.compiler.assume_constant_result
