@@ -269,3 +269,17 @@ def test_cli_native_says_why_it_is_off(monkeypatch, capsys):
     assert main(["native"]) == 1
     err = capsys.readouterr().err
     assert "unavailable (WARPSCHED_NATIVE=0)" in err and "Python path" in err
+
+
+def test_native_build_failure_warns_once_and_keeps_the_python_path(monkeypatch):
+    import warnings
+
+    import warpsched.native as native
+
+    monkeypatch.setattr(native, "_STATE", {"tried": False, "op": None, "reason": "not loaded yet"})
+    monkeypatch.setattr(native, "_build", lambda: (None, "CalledProcessError: c++ not found"))
+    with pytest.warns(RuntimeWarning, match=r"unavailable \(CalledProcessError: c\+\+ not found\).*Python path"):
+        assert native.load() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second call: no warning again
+        assert native.load() is None and native.reason() == "CalledProcessError: c++ not found"

@@ -1,8 +1,9 @@
-"""warpsched's native launch path (imports torch): ``linear.cpp``, a torch C++ extension with the ops
-``torch.ops.warpsched_native.linear(x, weight, bias, swiglu)``, a linear layer (or one with the SwiGLU of
+"""warpsched's native launch path (torch is imported by ``load()``): ``linear.cpp``, a torch C++ extension with the
+ops ``torch.ops.warpsched_native.linear(x, weight, bias, swiglu)``, a linear layer (or one with the SwiGLU of
 ``warpsched.nn.functional.linear(..., activation="swiglu")``) whose autograd node and launches are C++, and
-``torch.ops.warpsched_native.gemm(x, weight, bias)``, its GEMM alone (no autograd node: what a compiled graph's
-linear layers call, their autograd being the traced ``nn.functional`` one).
+``torch.ops.warpsched_native.gemm(x, weight, bias, activation=None)``, its GEMM with the epilogue's activation and
+no autograd node (what inference and a compiled graph's linear layers call, the graph's autograd being the traced
+``nn.functional`` one).
 
 Why: a decode step is host-bound. A Python ``autograd.Function`` per layer, its backward handed to autograd's
 device thread and back to Python, and each launch's Python make a small model's step slower than torch's
@@ -15,7 +16,8 @@ which later calls launch from C++. A plan that is not one launch (split-K summed
 ``resolve`` on every call: the same result at the Python path's cost.
 
 Building: ``load()`` builds the extension once per torch / tvm-ffi version with ``torch.utils.cpp_extension``
-(a C++17 compiler and ninja; ~1 minute) into the warpsched cache directory, then loads it. Where it cannot
+(a C++17 compiler and ninja; 20 s to a minute) into the warpsched cache directory, then loads it
+(``warpsched native`` on the command line does it ahead). Where it cannot
 (no compiler, ``WARPSCHED_NATIVE=0``), ``load()`` returns None, ``reason()`` says why, and
 ``warpsched.nn.functional.linear`` keeps its Python path.
 """
@@ -46,6 +48,12 @@ def load():
         if not _STATE["tried"]:
             _STATE["op"], _STATE["reason"] = _build()
             _STATE["tried"] = True
+            if _STATE["op"] is None and not _STATE["reason"].startswith(ENV_NATIVE):
+                import warnings
+
+                warnings.warn(f"warpsched: the native launch path is unavailable ({_STATE['reason']}); "
+                              "warpsched.nn runs on its Python path (slower per call; `warpsched native` says "
+                              f"more, {ENV_NATIVE}=0 silences this)", RuntimeWarning, stacklevel=2)
     return _STATE["op"]
 
 
