@@ -191,10 +191,11 @@ def fused_mlp_params(p):
     return out
 
 
-def profiled_steps(size, pas):
+def profiled_steps(size, pas, compiled=False):
     """{"warpsched": step, "torch": step} for the tools that profile one block (tools/block_*.py): ``step()`` runs a
     ``size`` block's forward (under ``torch.no_grad``) or forward + backward (``pas``), on each side's weights (the
-    warpsched side's gate / up weight interleaved)."""
+    warpsched side's gate / up weight interleaved); ``compiled``: the block under ``torch.compile``, compiled here
+    (three warm-up steps)."""
     import warpsched.nn.functional as wf
 
     B, S = SIZES[size]
@@ -204,11 +205,19 @@ def profiled_steps(size, pas):
     steps = {}
     for name, (lin, att, pp) in {"warpsched": (wf.linear, warpsched_bshd, fused_mlp_params(p)),
                                  "torch": (F.linear, sdpa_bshd, p)}.items():
-        def step(lin=lin, att=att, pp=pp):
+        f = (lambda x, lin=lin, att=att, pp=pp: block(x, pp, lin, att))
+        if compiled:
+            torch._dynamo.reset()
+            f = torch.compile(f)
+
+        def step(f=f, pp=pp):
             if pas == "forward":
                 with torch.no_grad():
-                    return block(x.detach(), pp, lin, att)
-            return torch.autograd.grad(block(x, pp, lin, att), [x] + list(pp.values()), dy)
+                    return f(x.detach())
+            return torch.autograd.grad(f(x), [x] + list(pp.values()), dy)
+        if compiled:
+            for _ in range(3):
+                step()
         steps[name] = step
     return steps
 
