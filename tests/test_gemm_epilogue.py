@@ -272,6 +272,15 @@ def test_batched_argument_errors_name_the_fix(a, b, kw, needle):
         gemm_batched(a, b, **kw)
 
 
+@pytest.mark.parametrize("cluster", [(3, 1), "2x1", None])
+def test_batched_odd_cluster_is_named_as_a_config_error(cluster):
+    from warpsched.kernels.gemm.batched import gemm_batched
+    from warpsched.kernels.gemm.config import GemmConfigError
+
+    with pytest.raises(GemmConfigError, match="clusters are"):
+        gemm_batched(T((2, 64, 128)), T((2, 128, 256), strides=(32768, 1, 128)), config={"cluster_mn": cluster})
+
+
 def test_the_2d_entry_point_sends_batched_operands_to_ops_gemm():
     with pytest.raises(ops_gemm.GemmArgumentError, match="call warpsched.ops.gemm"):
         ops_gemm.gemm(T((2, 64, 128)), T((2, 128, 256), strides=(32768, 1, 128)), config="default")

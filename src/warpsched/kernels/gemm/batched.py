@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Dict
 
 from . import autotune as _tune
+from .config import cluster_of
 from .ops import FP8, GemmArgumentError, _epilogue, _epilogue_config, _kind, _name, _scales, _time_ms, check
 
 _PLANS: Dict[tuple, tuple] = {}
@@ -104,8 +105,9 @@ def gemm_batched(a, b, out=None, *, bias=None, activation=None, residual=None, a
         epi_opts = _epilogue(_Product(b), M, N, o_t, bias, activation,
                              None if residual is None else _Product(residual), alpha,
                              None if out is None else _Product(out), fp8)
-        if isinstance(config, dict) and (config.get("split_k", 1) not in (1, "auto")
-                                         or config.get("cluster_mn", (1, 1)) not in ((1, 1), [1, 1])):
+        # a cluster that is no cluster is named first (cluster_of: the GemmConfigError listing them)
+        if isinstance(config, dict) and (cluster_of(config.get("cluster_mn", (1, 1))) != (1, 1)
+                                         or config.get("split_k", 1) not in (1, "auto")):
             raise GemmArgumentError(f"config {config}: a batched GEMM runs whole tiles of each product; drop split_k "
                                     "and cluster_mn (or call gemm once per product)")
     import torch
