@@ -1,5 +1,9 @@
 """``linear`` with autograd on warpsched's GEMM (imports torch).
 
+On CUDA the layer runs on the native launch path where it is built (``warpsched.native``: the autograd node of a
+plain or SwiGLU layer and every launch in C++, the same kernels). Where it cannot be built, the Python path
+below runs instead; the other activations' autograd nodes are Python either way (their GEMMs native).
+
 Forward y = act(x W^T + bias) with x (..., K) and W (N, K): ``warpsched.ops.gemm(x, W.t(), bias=bias,
 activation=act)`` (the custom op ``torch.ops.warpsched.linear`` when torch.compile or another tracer is
 looking: ``_linear``), the bias and the activation fused into the GEMM's epilogue. Backward: dX = dZ W
@@ -50,9 +54,11 @@ _OP = torch.ops.warpsched.linear
 
 
 def _linear(x, weight, bias=None, activation=None):
-    """act(x @ weight.T + bias): warpsched's GEMM through ``gemm.ops.linear`` (its short host path for a
+    """act(x @ weight.T + bias): on CUDA, the native GEMM (``warpsched.native``, launched from C++, eager or under
+    a tracer) where it is built; else warpsched's GEMM through ``gemm.ops.linear`` (its short host path for a
     model's every call), or the custom op ``torch.ops.warpsched.linear`` where a tracer is looking
-    (``_eager.eager``). ``weight`` (N, K) may be a transposed view (dX = dY W is ``_linear(dy, w.t())``)."""
+    (``_eager.eager``). The same kernels either way. ``weight`` (N, K) may be a transposed view (dX = dY W is
+    ``_linear(dy, w.t())``)."""
     if x.is_cuda and _native_ready():  # the native GEMM (warpsched.native): launched from C++, also where a
         # compiled graph calls it (a C++ kernel the dispatcher runs without a hop through Python)
         return torch.ops.warpsched_native.gemm.default(x, weight, bias, activation)
