@@ -246,3 +246,38 @@ def test_cli_native_builds_and_says_where(capsys):
     assert main(["native"]) == 0
     out = capsys.readouterr().out
     assert "warpsched native: loaded in" in out and native.build_directory() in out
+
+
+def test_resolver_runs_the_python_path_into_the_output(monkeypatch):
+    """``native.resolve`` (what the C++ calls on a new key), on CPU tensors: the GEMM through ``gemm.ops.linear``
+    copied into the C++'s output and its plan's parameter list returned; the SwiGLU kernels' torch fallback into
+    the output with no plan (the CPU has no kernel to launch)."""
+    from warpsched.kernels.gemm import launch, ops as gemm_ops
+
+    raw = tvm_ffi.convert(lambda *args: None)
+
+    class Compiled:
+        @staticmethod
+        def _kwargs_wrapper(mA, mB, mC, splits, alpha, mW=None, mF=None, mScaleA=None, mScaleB=None, mBias=None,
+                            mRes=None):
+            pass
+
+        def __tvm_ffi_object__(self):
+            return raw
+
+    monkeypatch.setattr(launch, "compiled_ffi", lambda a_dtype, c_dtype, **options: Compiled())
+    monkeypatch.setattr(launch._host, "ffi_enabled", lambda: True)
+    plan = launch.GemmPlan("bfloat16", "bfloat16", {}, 1)
+    seen = []
+    monkeypatch.setattr(gemm_ops, "linear", lambda x, w, b, act: seen.append(act) or F.linear(x, w, b))
+    monkeypatch.setattr(gemm_ops, "linear_plan", lambda x, w, b, act: plan)
+    x, w = torch.randn(4, 16), torch.randn(8, 16)
+    out = torch.full((4, 8), float("nan"))
+    fn, params = native.resolve(native.KIND_GEMM, "relu", x, w, None, out)
+    torch.testing.assert_close(out, F.linear(x, w))
+    assert seen == ["relu"] and fn.same_as(raw) and params[:5] == ["in0", "in1", "out", 1, 1.0]
+
+    z = torch.randn(3, 32)
+    h = torch.full((3 * 16,), float("nan"))
+    assert native.resolve(native.KIND_SWIGLU_FORWARD, None, z.view(-1), h) is None
+    torch.testing.assert_close(h.view(3, 16), swiglu_ref(z))
