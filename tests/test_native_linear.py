@@ -277,7 +277,14 @@ def test_resolver_runs_the_python_path_into_the_output(monkeypatch):
     torch.testing.assert_close(out, F.linear(x, w))
     assert seen == ["relu"] and fn.same_as(raw) and params[:5] == ["in0", "in1", "out", 1, 1.0]
 
-    z = torch.randn(3, 32)
-    h = torch.full((3 * 16,), float("nan"))
-    assert native.resolve(native.KIND_SWIGLU_FORWARD, None, z.view(-1), h) is None
-    torch.testing.assert_close(h.view(3, 16), swiglu_ref(z))
+    for rows, features in ((3, 32), (1, 48)):  # 1 x 48: h and dh hold 24 values, no whole 16-wide block
+        z = torch.randn(rows, features)
+        h = torch.full((rows * features // 2,), float("nan"))
+        assert native.resolve(native.KIND_SWIGLU_FORWARD, None, z.view(-1), h) is None
+        torch.testing.assert_close(h.view(rows, -1), swiglu_ref(z))
+        dh, dz = torch.randn(rows, features // 2), torch.full((rows * features,), float("nan"))
+        assert native.resolve(native.KIND_SWIGLU_BACKWARD, None, dh.view(-1), z.view(-1), dz) is None
+        with torch.enable_grad():
+            zz = z.clone().requires_grad_()
+            (want,) = torch.autograd.grad(swiglu_ref(zz), zz, dh)
+        torch.testing.assert_close(dz.view(rows, features), want)

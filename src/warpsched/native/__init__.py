@@ -180,14 +180,13 @@ def _resolve_swiglu(kind, *ts):
     from ..kernels import _host
     from ..kernels.gemm import swiglu
 
-    blocks = [t.view(-1, 2 * swiglu.RUN) for t in ts]  # flat gate / up blocks: the kernels' and torch's layout
     if kind == KIND_SWIGLU_FORWARD:
         z, h = ts
-        h.copy_(swiglu.swiglu_forward(blocks[0]).view(-1))
+        h.copy_(swiglu.swiglu_forward(_gate_up_blocks(z)).view(-1))
         direction, inputs, params = "forward", (z,), ["in0", "out"]
     else:
         dh, z, dz = ts
-        dz.copy_(swiglu.swiglu_backward(dh.view(-1, swiglu.RUN), blocks[1]).view(-1))
+        dz.copy_(swiglu.swiglu_backward(dh.view(-1, swiglu.RUN), _gate_up_blocks(z)).view(-1))
         direction, inputs, params = "backward", (dh, z), ["in0", "in1", "out"]
     if not swiglu._kernels_take(*inputs):
         return None
@@ -195,6 +194,14 @@ def _resolve_swiglu(kind, *ts):
     if raw is None or count not in (None, len(params)):
         return None
     return [raw, params]
+
+
+def _gate_up_blocks(z):
+    """The flat interleaved z as rows of one 8-wide gate run and its up run (the kernels' and torch's layout); only
+    z divides so: h and dh hold I features a row, which need not be a multiple of 16."""
+    from ..kernels.gemm import swiglu
+
+    return z.view(-1, 2 * swiglu.RUN)
 
 
 def _raw(f):
