@@ -194,8 +194,8 @@ def fused_mlp_params(p):
 def profiled_steps(size, pas, compiled=False):
     """{"warpsched": step, "torch": step} for the tools that profile one block (tools/block_*.py): ``step()`` runs a
     ``size`` block's forward (under ``torch.no_grad``) or forward + backward (``pas``), on each side's weights (the
-    warpsched side's gate / up weight interleaved); ``compiled``: the block under ``torch.compile``, compiled here
-    (three warm-up steps)."""
+    warpsched side's gate / up weight interleaved); ``compiled``: the block under ``torch.compile`` (compiled at its
+    first step, as ``run``'s)."""
     import warpsched.nn.functional as wf
 
     B, S = SIZES[size]
@@ -215,9 +215,6 @@ def profiled_steps(size, pas, compiled=False):
                 with torch.no_grad():
                     return f(x.detach())
             return torch.autograd.grad(f(x), [x] + list(pp.values()), dy)
-        if compiled:
-            for _ in range(3):
-                step()
         steps[name] = step
     return steps
 
