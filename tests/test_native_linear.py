@@ -155,15 +155,14 @@ def test_native_linear_saves_no_gradient_without_one(op):
     torch.testing.assert_close(y, F.linear(x, w, b))
 
 
-def test_resolver_parameters_for_gemm_plans(monkeypatch):
-    """``gemm_call`` on ``GemmPlan`` objects (their compiled kernel a stand-in with the GEMM's parameter list):
-    the plain launch's 5 parameters padded with None to the kernel's 11, a bias plan's bias at its place, a
-    swapped plan's operands exchanged with the output transposed, and no plan for the host-reduced split."""
-    from warpsched.kernels.gemm import launch, ops as gemm_ops
+def _stub_gemm_compile(monkeypatch):
+    """``launch.compiled_ffi`` returning what CuTe DSL's compile returns for the GEMM (a kernel with defaulted
+    parameters: its TVM-FFI function and its keyword wrapper's 11 parameters), TVM FFI on: the raw function."""
+    from warpsched.kernels.gemm import launch
 
     raw = tvm_ffi.convert(lambda *args: None)
 
-    class Compiled:  # what CuTe DSL's compile returns for a kernel with defaulted parameters
+    class Compiled:
         @staticmethod
         def _kwargs_wrapper(mA, mB, mC, splits, alpha, mW=None, mF=None, mScaleA=None, mScaleB=None, mBias=None,
                             mRes=None):
@@ -174,6 +173,16 @@ def test_resolver_parameters_for_gemm_plans(monkeypatch):
 
     monkeypatch.setattr(launch, "compiled_ffi", lambda a_dtype, c_dtype, **options: Compiled())
     monkeypatch.setattr(launch._host, "ffi_enabled", lambda: True)
+    return raw
+
+
+def test_resolver_parameters_for_gemm_plans(monkeypatch):
+    """``gemm_call`` on ``GemmPlan`` objects (their compiled kernel a stand-in with the GEMM's parameter list):
+    the plain launch's 5 parameters padded with None to the kernel's 11, a bias plan's bias at its place, a
+    swapped plan's operands exchanged with the output transposed, and no plan for the host-reduced split."""
+    from warpsched.kernels.gemm import launch, ops as gemm_ops
+
+    raw = _stub_gemm_compile(monkeypatch)
     plan = launch.GemmPlan("bfloat16", "bfloat16", {}, 1)
     fn, params = native.gemm_call(plan, False)
     assert fn.same_as(raw) and params == ["in0", "in1", "out", 1, 1.0] + [None] * 6
@@ -254,19 +263,7 @@ def test_resolver_runs_the_python_path_into_the_output(monkeypatch):
     the output with no plan (the CPU has no kernel to launch)."""
     from warpsched.kernels.gemm import launch, ops as gemm_ops
 
-    raw = tvm_ffi.convert(lambda *args: None)
-
-    class Compiled:
-        @staticmethod
-        def _kwargs_wrapper(mA, mB, mC, splits, alpha, mW=None, mF=None, mScaleA=None, mScaleB=None, mBias=None,
-                            mRes=None):
-            pass
-
-        def __tvm_ffi_object__(self):
-            return raw
-
-    monkeypatch.setattr(launch, "compiled_ffi", lambda a_dtype, c_dtype, **options: Compiled())
-    monkeypatch.setattr(launch._host, "ffi_enabled", lambda: True)
+    raw = _stub_gemm_compile(monkeypatch)
     plan = launch.GemmPlan("bfloat16", "bfloat16", {}, 1)
     seen = []
     monkeypatch.setattr(gemm_ops, "linear", lambda x, w, b, act: seen.append(act) or F.linear(x, w, b))
