@@ -8,7 +8,7 @@ Python path it replaces and against torch.
 2. Host cost: µs per call of one layer's forward + backward (``torch.autograd.grad``) as a decode step calls it,
    issue time and wall time, native / Python path / torch, in alternating rounds.
 
-    python3 bench/native_linear_check.py [--calls 300] [--no-time]
+    python3 bench/native_linear_check.py [--calls 300] [--no-time] [--attention]
 """
 from __future__ import annotations
 
@@ -124,10 +124,49 @@ def host_cost(op, calls):
         print(f"| {name} | " + " | ".join(f"{cell[k][0]:.0f} / {cell[k][1]:.0f}" for k in sides) + " |", flush=True)
 
 
+ATTENTION_CASES = [  # (B, H, H_kv, S_q, S_k, D, causal, window): decode, prefill-sized, GQA packed (split per call)
+    (1, 32, 8, 16, 16, 128, True, (-1, -1)),
+    (2, 16, 16, 1000, 1000, 64, False, (-1, -1)),
+    (1, 32, 8, 1, 4096, 128, False, (-1, -1)),
+    (2, 8, 2, 300, 700, 128, True, (64, 0)),
+]
+
+
+def attention_check(calls):
+    """The native attention forward against the Python host: bitwise equal O and LSE over poisoned memory, q as a
+    model hands it ((B, S, H, D) memory); then µs per call, native / Python host / SDPA, decode-sized."""
+    from warpsched import torch_ops
+
+    bad = 0
+    for B, H, Hk, Sq, Sk, D, causal, (left, right) in ATTENTION_CASES:
+        q = torch.randn(B, Sq, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        k, v = (torch.randn(B, Sk, Hk, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+        args = (q, k, v, causal, None, left, right, None)
+        runs = []
+        for f in (torch.ops.warpsched_native.attention_fwd.default, torch_ops.attention_fwd) * 2:
+            poison()
+            runs.append(f(*args))
+        equal = all(torch.equal(a, b) for r in runs[1:] for a, b in zip(runs[0], r))
+        bad += not equal
+        print(f"{'PASS' if equal else 'FAIL'} attention {B}x{H}/{Hk}x{Sq}x{Sk} d{D} causal={causal} window="
+              f"({left}, {right}): native O and LSE bitwise equal to the Python host's (twice each)", flush=True)
+    q = torch.randn(1, 16, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k, v = (torch.randn(1, 16, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+    sides = {"native": lambda: torch.ops.warpsched_native.attention_fwd.default(q, k, v, True, None, -1, -1, None),
+             "python": lambda: torch_ops.attention_fwd(q, k, v, True, None, -1, -1, None),
+             "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)}
+    res = {k_: [per_call_us(torch, f, calls) for _ in range(3)] for k_, f in sides.items()}
+    print("| attention forward 1x32/8x16 d128 causal | " + " | ".join(
+        f"{k_} {statistics.median(r[0] for r in v_):.0f} / {statistics.median(r[1] for r in v_):.0f}"
+        for k_, v_ in res.items()) + " | (issue / wall us)", flush=True)
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--no-time", action="store_true")
+    ap.add_argument("--attention", action="store_true", help="also the native attention forward (its own check)")
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     t0 = time.time()
@@ -142,6 +181,8 @@ def main():
           flush=True)
     if not a.no_time:
         host_cost(op, a.calls)
+    if a.attention:
+        bad += attention_check(a.calls)
     sys.exit(1 if bad else 0)
 
 

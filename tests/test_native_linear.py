@@ -50,7 +50,7 @@ class StandIn:
         Z = view(z).view(-1, 2, 8)
         view(h).view(-1, 8).copy_(F.silu(Z[:, 0]) * Z[:, 1])
 
-    def __call__(self, kind, activation, *operands):
+    def __call__(self, kind, activation, scalars, *operands):
         self.resolves += 1
         self.activations.append(activation)
         ts = [None if t is None else torch.from_dlpack(t) for t in operands]
@@ -270,18 +270,89 @@ def test_resolver_runs_the_python_path_into_the_output(monkeypatch):
     monkeypatch.setattr(gemm_ops, "linear_plan", lambda x, w, b, act: plan)
     x, w = torch.randn(4, 16), torch.randn(8, 16)
     out = torch.full((4, 8), float("nan"))
-    fn, params = native.resolve(native.KIND_GEMM, "relu", x, w, None, out)
+    fn, params = native.resolve(native.KIND_GEMM, "relu", [], x, w, None, out)
     torch.testing.assert_close(out, F.linear(x, w))
     assert seen == ["relu"] and fn.same_as(raw) and params[:5] == ["in0", "in1", "out", 1, 1.0]
 
     for rows, features in ((3, 32), (1, 48)):  # 1 x 48: h and dh hold 24 values, no whole 16-wide block
         z = torch.randn(rows, features)
         h = torch.full((rows * features // 2,), float("nan"))
-        assert native.resolve(native.KIND_SWIGLU_FORWARD, None, z.view(-1), h) is None
+        assert native.resolve(native.KIND_SWIGLU_FORWARD, None, [], z.view(-1), h) is None
         torch.testing.assert_close(h.view(rows, -1), swiglu_ref(z))
         dh, dz = torch.randn(rows, features // 2), torch.full((rows * features,), float("nan"))
-        assert native.resolve(native.KIND_SWIGLU_BACKWARD, None, dh.view(-1), z.view(-1), dz) is None
+        assert native.resolve(native.KIND_SWIGLU_BACKWARD, None, [], dh.view(-1), z.view(-1), dz) is None
         with torch.enable_grad():
             zz = z.clone().requires_grad_()
             (want,) = torch.autograd.grad(swiglu_ref(zz), zz, dh)
         torch.testing.assert_close(dz.view(rows, features), want)
+
+
+def _attention_ref(q, k, v, causal, scale):
+    """(O, LSE) in fp32 for (B, H, S, D) q and (B, H_kv, S_k, D) k / v (GQA by repeating K / V heads)."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = q @ k.transpose(-1, -2) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v, torch.logsumexp(s, -1)
+
+
+class AttentionStandIn(StandIn):
+    """A resolver for attention's forward: the reference into the outputs, then a plan launching it as
+    ``host.attention`` launches its kernel, f(q, k, v, out, lse, scale)."""
+
+    def __init__(self):
+        super().__init__("plain")
+        self.scalars = []
+
+    def attention(self, q, k, v, out, lse, scale):
+        self.launches += 1
+        o, m = _attention_ref(view(q), view(k), view(v), self.scalars[-1][0] == 1.0, scale)
+        view(out).copy_(o)
+        view(lse).copy_(m)
+
+    def __call__(self, kind, activation, scalars, *operands):
+        assert kind == native.KIND_ATTENTION_FORWARD
+        self.resolves += 1
+        self.scalars.append(list(scalars))
+        q, k, v, lse, out = (torch.from_dlpack(t) for t in operands)
+        causal, scale = scalars[0] == 1.0, (None if scalars[1] != scalars[1] else scalars[1])
+        o, m = _attention_ref(q, k, v, causal, scale)
+        out.copy_(o)
+        lse.copy_(m)
+        return [tvm_ffi.convert(self.attention), ["in0", "in1", "in2", "out", "in3",
+                                                  scale if scale is not None else q.shape[-1] ** -0.5]]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_native_attention_forward_launches_its_plan_with_o_in_q_order(op, causal):
+    from warpsched.kernels.attention import out_in_q_order
+
+    standin = AttentionStandIn()
+    native.register_resolver(standin)
+    g = torch.Generator().manual_seed(int(causal))
+    q = torch.randn(2, 5, 4, 16, generator=g).transpose(1, 2)  # (B, H, S, D) over (B, S, H, D) memory
+    k, v = (torch.randn(2, 2, 5, 16, generator=g) for _ in range(2))
+    for step in range(3):
+        out, lse = torch.ops.warpsched_native.attention_fwd(q, k, v, causal, None, -1, -1, None)
+        ref_o, ref_m = _attention_ref(q, k, v, causal, None)
+        torch.testing.assert_close(out, ref_o)
+        torch.testing.assert_close(lse, ref_m)
+        assert out_in_q_order(q) and out.transpose(1, 2).is_contiguous()  # O made in q's memory order
+        assert (standin.resolves, standin.launches) == (1, step)
+    assert standin.scalars[0][:1] == [float(causal)] and standin.scalars[0][1] != standin.scalars[0][1]  # None: NaN
+    assert standin.scalars[0][2:4] == [-1.0, -1.0] and standin.scalars[0][4] != standin.scalars[0][4]
+
+
+def test_native_attention_out_layout_is_the_python_rule(op):
+    """The C++ allocation of O against ``kernels.attention.out_in_q_order`` / ``empty_out`` over q layouts."""
+    from warpsched.kernels.attention import empty_out
+
+    native.register_resolver(AttentionStandIn())
+    for shape in [(1, 1, 4, 8), (1, 3, 1, 8), (2, 3, 4, 8), (1, 2, 2, 8)]:
+        B, H, S, D = shape
+        for q in (torch.randn(B, H, S, D), torch.randn(B, S, H, D).transpose(1, 2),
+                  torch.randn(B, S, 3 * H, D)[:, :, :H].transpose(1, 2)):
+            k = v = torch.randn(B, H, S, D)
+            out, _ = torch.ops.warpsched_native.attention_fwd(q, k, v)
+            assert out.stride() == empty_out(q).stride(), (shape, q.stride())

@@ -29,7 +29,7 @@ import threading
 
 ENV_NATIVE = "WARPSCHED_NATIVE"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "linear.cpp")
-KIND_GEMM, KIND_SWIGLU_FORWARD, KIND_SWIGLU_BACKWARD = 0, 1, 2
+KIND_GEMM, KIND_SWIGLU_FORWARD, KIND_SWIGLU_BACKWARD, KIND_ATTENTION_FORWARD = 0, 1, 2, 3
 
 _LOCK = threading.Lock()
 _STATE = {"tried": False, "op": None, "reason": "not loaded yet"}
@@ -105,6 +105,13 @@ def _register_fakes(torch):
     def _swiglu_forward_fake(z):
         return z.new_empty((*z.shape[:-1], z.shape[-1] // 2))
 
+    @torch.library.register_fake("warpsched_native::attention_fwd")
+    def _attention_fwd_fake(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
+        from ..kernels.attention import empty_out
+
+        B, H, S, _ = q.shape
+        return empty_out(q), q.new_empty((B, H, S), dtype=torch.float32)
+
     @torch.library.register_fake("warpsched_native::swiglu_backward")
     def _swiglu_backward_fake(dh, z):
         return z.new_empty(z.shape)
@@ -131,17 +138,39 @@ def _torch_view(t):
     return None if t is None else torch.from_dlpack(t)
 
 
-def resolve(kind, activation, *operands):
+def resolve(kind, activation, scalars, *operands):
     """Run one call through the Python path into its output (the last operand) and return its kernel as
-    ``[function, parameters]``, each parameter a slot the C++ fills per call ("in0", "in1", "in2": the operands,
-    "out" or "out_t": the output or its transpose) or a fixed value; None where the plan is not one launch.
+    ``[function, parameters]``, each parameter a slot the C++ fills per call ("in0" .. "in5": the operands, "out"
+    or "out_t": the output or its transpose) or a fixed value; None where the plan is not one launch.
     ``kind``: GEMM (x, weight, bias or None, out: ``gemm.ops.linear`` with the epilogue's ``activation``), SwiGLU
     forward (z, h) or backward (dh, z, dz), the flat tensors of ``kernels.gemm.swiglu`` (whole 16-feature gate /
-    up blocks)."""
+    up blocks), attention's forward (q, k, v, lse, out; ``scalars``: causal, scale, window left / right,
+    softcap, NaN for an absent one)."""
     ts = [_torch_view(t) for t in operands]
     if kind == KIND_GEMM:
         return _resolve_gemm(*ts, activation)
+    if kind == KIND_ATTENTION_FORWARD:
+        return _resolve_attention(*ts, *[None if v != v else v for v in scalars])
     return _resolve_swiglu(kind, *ts)
+
+
+def _resolve_attention(q, k, v, lse, out, causal, scale, left, right, softcap):
+    from .. import torch_ops
+    from ..kernels.attention import host
+
+    causal, left, right = bool(causal), int(left), int(right)
+    o, m = torch_ops.attention_fwd(q, k, v, causal, scale, left, right, softcap)
+    out.copy_(o)
+    lse.copy_(m)
+    hit = host.plan_of(q, k, v, causal, scale, softcap, torch_ops._window(left, right))
+    if hit is None:  # not one launch on q as it is (GQA packed, split, copied): the Python path each call
+        return None
+    f, scale_value = hit
+    raw, count = _raw(f)
+    if raw is None:
+        return None
+    params = ["in0", "in1", "in2", "out", "in3", scale_value]  # host.attention's launch: f(q, k, v, out, lse, scale)
+    return [raw, params + [None] * ((count or len(params)) - len(params))]
 
 
 def _resolve_gemm(x, weight, bias, out, activation=None):

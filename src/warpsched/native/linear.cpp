@@ -18,7 +18,9 @@
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -32,7 +34,7 @@ using tvm::ffi::Any;
 using tvm::ffi::AnyView;
 using tvm::ffi::Function;
 
-enum Kind : int64_t { kGemm = 0, kSwigluForward = 1, kSwigluBackward = 2 };
+enum Kind : int64_t { kGemm = 0, kSwigluForward = 1, kSwigluBackward = 2, kAttentionForward = 3 };
 
 // the GEMM epilogue's activations (nn.functional.ACTIVATIONS), by code; 0: none
 const char* const kActivations[] = {"", "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu"};
@@ -49,7 +51,7 @@ int64_t activation_code(const c10::optional<c10::string_view>& activation) {
 
 // A kernel's call as the resolver described it: per parameter a slot (an operand, the output or its
 // transpose) or a fixed value (split count, alpha, a plan's workspace tensor, None)
-enum Slot : int8_t { kFixed = -1, kIn0 = 0, kIn1 = 1, kIn2 = 2, kOut = 3, kOutT = 4 };
+enum Slot : int8_t { kFixed = -1, kIn0 = 0, kInLast = 5, kOut = 6, kOutT = 7 };
 constexpr int kMaxParams = 16;
 
 struct Plan {
@@ -123,11 +125,15 @@ Function resolver() {  // looked up at each resolve: a resolver registered later
 
 // Run `kind` on `ins` into `out` through the Python path (compiling / tuning on first use); returns the plan
 // that later calls with the same key launch
-Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
+Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out,
+             const std::vector<double>& scalars) {
   // owned TVM-FFI tensors (DLPack from torch): the resolver makes torch tensors of them
   std::vector<Any> owned;
   owned.push_back(Any(static_cast<int64_t>(kind)));
   owned.push_back(act ? Any(tvm::ffi::String(kActivations[act])) : Any(nullptr));
+  tvm::ffi::Array<Any> values;
+  for (double v : scalars) values.push_back(Any(v));
+  owned.push_back(Any(values));
   for (const auto& t : ins) {
     owned.push_back(t.defined() ? Any(tvm::ffi::Tensor::FromDLPack(at::toDLPack(t))) : Any(nullptr));
   }
@@ -150,7 +156,13 @@ Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const a
     int8_t slot = kFixed;
     if (name.has_value()) {
       const std::string n = *name;
-      slot = n == "in0" ? kIn0 : n == "in1" ? kIn1 : n == "in2" ? kIn2 : n == "out" ? kOut : n == "out_t" ? kOutT : kFixed;
+      if (n == "out") {
+        slot = kOut;
+      } else if (n == "out_t") {
+        slot = kOutT;
+      } else if (n.size() == 3 && n.compare(0, 2, "in") == 0 && n[2] >= '0' && n[2] <= '0' + kInLast) {
+        slot = static_cast<int8_t>(n[2] - '0');
+      }
       TORCH_CHECK(slot != kFixed, "warpsched native linear: unknown slot ", n);
     }
     plan.slots.push_back(slot);
@@ -161,8 +173,15 @@ Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const a
 }
 
 // One launch of `kind` on `ins` (undefined: an absent operand) into `out`, through the plan of its key
-void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out) {
+// (`scalars`: the call's other arguments, a NaN for an absent one, in its key and handed to the resolver)
+void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out,
+         const std::vector<double>& scalars = {}) {
   std::vector<int64_t> key{static_cast<int64_t>(kind), act};
+  for (double v : scalars) {
+    int64_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    key.push_back(bits);
+  }
   key.reserve(48);
   for (const auto& t : ins) {
     if (t.defined()) push_tensor_key(key, t); else key.push_back(-1);
@@ -175,14 +194,14 @@ void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::T
     if (it != g_plans.end()) found = it->second;
   }
   if (!found) {
-    auto fresh = std::make_shared<const Plan>(resolve(kind, act, ins, out));  // ran the call
+    auto fresh = std::make_shared<const Plan>(resolve(kind, act, ins, out, scalars));  // ran the call
     std::lock_guard<std::mutex> lock(g_mutex);
     g_plans.emplace(std::move(key), std::move(fresh));
     return;
   }
   const Plan& plan = *found;
   if (plan.fn == nullptr) {
-    resolve(kind, act, ins, out);
+    resolve(kind, act, ins, out, scalars);
     return;
   }
   DLTensor dl[kMaxParams];
@@ -208,7 +227,7 @@ void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::T
     plan.fn.CallPacked(tvm::ffi::PackedArgs(args, n), &ret);
   } catch (const std::exception& e) {
     if (std::getenv("WARPSCHED_NATIVE_DEBUG")) fprintf(stderr, "warpsched native: launch failed: %s\n", e.what());
-    resolve(kind, act, ins, out);  // the Python path names what is wrong (or copies a misaligned operand)
+    resolve(kind, act, ins, out, scalars);  // the Python path names what is wrong (or copies a misaligned operand)
   }
 }
 
@@ -319,6 +338,27 @@ at::Tensor gemm_op(const at::Tensor& x, const at::Tensor& weight, const c10::opt
   return gemm(x, weight, bias.has_value() ? *bias : at::Tensor(), activation_code(activation));
 }
 
+// O for q (B, H, S_q, D): in (B, S_q, H, D) memory where q is a (B, S_q, H, D) tensor seen through
+// transpose(1, 2), else contiguous: kernels/attention's out_in_q_order, which the CPU tests compare with this
+bool out_in_q_order(const at::Tensor& q) { return q.size(1) > 1 && q.size(2) > 1 && q.stride(2) > q.stride(1); }
+
+std::tuple<at::Tensor, at::Tensor> attention_fwd_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                    bool causal, c10::optional<double> scale, int64_t window_left,
+                                                    int64_t window_right, c10::optional<double> softcap) {
+  TORCH_CHECK(q.dim() == 4, "warpsched native attention: q must be (B, H, S_q, D), got ", q.sizes());
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3);
+  at::Tensor out = out_in_q_order(q) ? at::empty({B, S, H, D}, q.options()).transpose(1, 2)
+                                     : at::empty({B, H, S, D}, q.options());
+  at::Tensor lse = at::empty({B, H, S}, q.options().dtype(at::kFloat));
+  const double none = std::nan("");
+  if (out.numel()) {
+    run(kAttentionForward, 0, {q, k, v, lse}, out,
+        {causal ? 1.0 : 0.0, scale.value_or(none), static_cast<double>(window_left), static_cast<double>(window_right),
+         softcap.value_or(none)});
+  }
+  return {out, lse};
+}
+
 int64_t plan_count() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return static_cast<int64_t>(g_plans.size());
@@ -341,6 +381,10 @@ TORCH_LIBRARY(warpsched_native, m) {
   // h = silu(gate) * up of the interleaved z (..., 2 I), and dz of it for dh (kernels.gemm.swiglu)
   m.def("swiglu_forward(Tensor z) -> Tensor");
   m.def("swiglu_backward(Tensor dh, Tensor z) -> Tensor");
+  // attention's forward (O, LSE) as torch.ops.warpsched.attention_fwd, launched from here (no autograd node:
+  // nn.scaled_dot_product_attention's own, or a compiled graph's)
+  m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
+        "int window_right=-1, float? softcap=None) -> (Tensor, Tensor)");
   m.def("plan_count() -> int", &plan_count);
   m.def("clear_plans() -> int", &clear_plans);
 }
@@ -350,11 +394,13 @@ TORCH_LIBRARY_IMPL(warpsched_native, CUDA, m) {
   m.impl("gemm", &gemm_op);
   m.impl("swiglu_forward", &swiglu_forward);
   m.impl("swiglu_backward", &swiglu_backward);
+  m.impl("attention_fwd", &attention_fwd_op);
 }
 TORCH_LIBRARY_IMPL(warpsched_native, CPU, m) {  // the CPU tests' stand-in kernels
   m.impl("gemm", &gemm_op);
   m.impl("swiglu_forward", &swiglu_forward);
   m.impl("swiglu_backward", &swiglu_backward);
+  m.impl("attention_fwd", &attention_fwd_op);
 }
 // linear below autograd (no gradient wanted, or a tracer's modes): its kernels through the dispatcher
 TORCH_LIBRARY_IMPL(warpsched_native, CompositeExplicitAutograd, m) { m.impl("linear", &linear_kernel); }

@@ -350,8 +350,7 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
                                           window_size, num_splits), return_lse)
     pkey = None
     if out is None and lse is None:
-        pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
-                q.get_device(), causal, scale, mask_mod, softcap, window_size, num_splits)
+        pkey = _plan_key(q, k, v, causal, scale, mask_mod, softcap, window_size, num_splits)
         hit = _PLANS.get(pkey)
         if hit is not None:
             import torch
@@ -370,6 +369,17 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
     if pkey is not None and reusable:
         _PLANS[pkey] = (f, args[5])
     return (out, lse) if return_lse else out
+
+
+def _plan_key(q, k, v, causal, scale, mask_mod, softcap, window_size, num_splits):
+    return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.get_device(),
+            causal, scale, mask_mod, softcap, window_size, num_splits)
+
+
+def plan_of(q, k, v, causal=False, scale=None, softcap=None, window_size=None):
+    """(the TVM-FFI kernel, its scale) that ``attention`` launches on these inputs as they are, kept after its
+    first call (``_PLANS``), or None (not yet, or not one launch on q as it is: GQA packed, split, copied)."""
+    return _PLANS.get(_plan_key(q, k, v, causal, scale, None, softcap, window_size, None))
 
 
 def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
