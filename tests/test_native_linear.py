@@ -356,3 +356,60 @@ def test_native_attention_out_layout_is_the_python_rule(op):
             k = v = torch.randn(B, H, S, D)
             out, _ = torch.ops.warpsched_native.attention_fwd(q, k, v)
             assert out.stride() == empty_out(q).stride(), (shape, q.stride())
+
+
+class PackedAttentionStandIn(AttentionStandIn):
+    """As AttentionStandIn, but its plan runs over GQA-packed views (``host.gqa_packed``'s (B, H_kv, group *
+    S_q, D) q, O and LSE), as ``host.attention`` launches a packed decode."""
+
+    def __call__(self, kind, activation, scalars, *operands):
+        plan = super().__call__(kind, activation, scalars, *operands)
+        q, k = torch.from_dlpack(operands[0]), torch.from_dlpack(operands[1])
+        B, H, S, D = q.shape
+        shape = [B, k.shape[1], H // k.shape[1] * S, D]
+        fn, params = plan
+        return [fn, [["view", "in0", shape], "in1", "in2", ["view", "out", shape], ["view", "in3", shape[:3]],
+                     params[5]]]
+
+
+def test_native_attention_launches_through_packed_views(op):
+    standin = PackedAttentionStandIn()
+    native.register_resolver(standin)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 8, 2, 16, generator=g)  # 4 query heads per K/V head, 2 rows each: 8 packed rows
+    k, v = (torch.randn(2, 2, 7, 16, generator=g) for _ in range(2))
+    for step in range(2):
+        out, lse = torch.ops.warpsched_native.attention_fwd(q, k, v, False, 0.25, -1, -1, None)
+        ref_o, ref_m = _attention_ref(q, k, v, False, 0.25)
+        torch.testing.assert_close(out, ref_o)
+        torch.testing.assert_close(lse, ref_m)
+        assert (standin.resolves, standin.launches) == (1, step)
+
+
+def test_attention_resolver_describes_packed_and_plain_plans(monkeypatch):
+    """``native.resolve`` for attention's forward on CPU tensors: the Python host's outputs copied into the C++'s,
+    then the plan ``host.attention`` kept, with q / O / LSE viewed packed for a GQA decode."""
+    from warpsched import torch_ops
+    from warpsched.kernels.attention import host
+
+    raw = tvm_ffi.convert(lambda *args: None)
+    monkeypatch.setattr(torch_ops, "attention_fwd", lambda q, k, v, causal, scale, l, r, cap: _attention_ref(
+        q, k, v, causal, scale))
+    monkeypatch.setattr(host, "_PLANS", {})
+    nan = float("nan")
+    for q, causal in ((torch.randn(1, 8, 2, 16), False), (torch.randn(1, 8, 5, 16), True)):
+        k = v = torch.randn(1, 2, 7, 16)
+        packed = host.gqa_packed(q, 2, causal)
+        host._PLANS[host._plan_key(q if packed is None else packed, k, v, causal, None, None, None, None, None)] = \
+            (raw, 0.25)
+        out, lse = torch.full(q.shape, nan), torch.full(q.shape[:3], nan)
+        fn, params = native.resolve(native.KIND_ATTENTION_FORWARD, None, [float(causal), nan, -1.0, -1.0, nan],
+                                    q, k, v, lse, out)
+        ref_o, ref_m = _attention_ref(q, k, v, causal, None)
+        torch.testing.assert_close(out, ref_o)
+        torch.testing.assert_close(lse, ref_m)
+        assert fn.same_as(raw) and params[1:3] == ["in1", "in2"] and params[5] == 0.25
+        if causal:  # a causal mask depends on the query's row: never packed
+            assert params[0] == "in0" and params[3:5] == ["out", "in3"]
+        else:
+            assert params[0] == ["view", "in0", [1, 2, 8, 16]] and params[4] == ["view", "in3", [1, 2, 8]]

@@ -159,17 +159,29 @@ def _resolve_attention(q, k, v, lse, out, causal, scale, left, right, softcap):
     from ..kernels.attention import host
 
     causal, left, right = bool(causal), int(left), int(right)
+    window = torch_ops._window(left, right)
     o, m = torch_ops.attention_fwd(q, k, v, causal, scale, left, right, softcap)
     out.copy_(o)
     lse.copy_(m)
-    hit = host.plan_of(q, k, v, causal, scale, softcap, torch_ops._window(left, right))
-    if hit is None:  # not one launch on q as it is (GQA packed, split, copied): the Python path each call
+    packed = host.gqa_packed(q, k.shape[1], causal, None, window)  # a GQA decode run over its K/V heads
+    if packed is not None:
+        try:
+            out.view(packed.shape), lse.view(packed.shape[:3])
+        except RuntimeError:  # as host.attention: outputs that do not take the packed view run unpacked
+            packed = None
+    hit = host.plan_of(q if packed is None else packed, k, v, causal, scale, softcap, window)
+    if hit is None:  # not one launch (split, copied): the Python path each call
         return None
     f, scale_value = hit
     raw, count = _raw(f)
     if raw is None:
         return None
-    params = ["in0", "in1", "in2", "out", "in3", scale_value]  # host.attention's launch: f(q, k, v, out, lse, scale)
+    if packed is None:
+        q_in, out_in, lse_in = "in0", "out", "in3"
+    else:  # the kernel's operands are q, O and the LSE viewed with the K/V heads' rows packed
+        shape = list(packed.shape)
+        q_in, out_in, lse_in = ["view", "in0", shape], ["view", "out", shape], ["view", "in3", shape[:3]]
+    params = [q_in, "in1", "in2", out_in, lse_in, scale_value]  # host.attention's launch: f(q, k, v, out, lse, scale)
     return [raw, params + [None] * ((count or len(params)) - len(params))]
 
 

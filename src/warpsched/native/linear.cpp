@@ -58,7 +58,21 @@ struct Plan {
   Function fn;  // the kernel's TVM-FFI function; null: every call through the resolver
   std::vector<Any> fixed;
   std::vector<int8_t> slots;
+  std::vector<std::vector<int64_t>> views;  // per parameter: the shape its slot's tensor is viewed as (empty: none)
 };
+
+int8_t slot_of(const std::string& n) {
+  int8_t slot = kFixed;
+  if (n == "out") {
+    slot = kOut;
+  } else if (n == "out_t") {
+    slot = kOutT;
+  } else if (n.size() == 3 && n.compare(0, 2, "in") == 0 && n[2] >= '0' && n[2] <= '0' + kInLast) {
+    slot = static_cast<int8_t>(n[2] - '0');
+  }
+  TORCH_CHECK(slot != kFixed, "warpsched native: unknown slot ", n);
+  return slot;
+}
 
 struct KeyHash {
   size_t operator()(const std::vector<int64_t>& k) const {
@@ -152,21 +166,20 @@ Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const a
   auto params = pair[1].cast<tvm::ffi::Array<Any>>();
   TORCH_CHECK(params.size() <= kMaxParams, "warpsched native linear: a kernel with ", params.size(), " parameters");
   for (const Any& p : params) {
-    auto name = p.try_cast<tvm::ffi::String>();
+    // a slot name, ["view", slot name, shape] (the slot's tensor viewed as shape: GQA's packed heads), or a value
     int8_t slot = kFixed;
-    if (name.has_value()) {
-      const std::string n = *name;
-      if (n == "out") {
-        slot = kOut;
-      } else if (n == "out_t") {
-        slot = kOutT;
-      } else if (n.size() == 3 && n.compare(0, 2, "in") == 0 && n[2] >= '0' && n[2] <= '0' + kInLast) {
-        slot = static_cast<int8_t>(n[2] - '0');
-      }
-      TORCH_CHECK(slot != kFixed, "warpsched native linear: unknown slot ", n);
+    std::vector<int64_t> shape;
+    if (auto name = p.try_cast<tvm::ffi::String>()) {
+      slot = slot_of(*name);
+    } else if (auto spec = p.try_cast<tvm::ffi::Array<Any>>()) {
+      TORCH_CHECK(spec->size() == 3 && (*spec)[0].cast<tvm::ffi::String>() == "view",
+                  "warpsched native: a parameter list entry is a slot, [\"view\", slot, shape] or a value");
+      slot = slot_of((*spec)[1].cast<tvm::ffi::String>());
+      for (const Any& d : (*spec)[2].cast<tvm::ffi::Array<Any>>()) shape.push_back(d.cast<int64_t>());
     }
     plan.slots.push_back(slot);
     plan.fixed.push_back(slot == kFixed ? p : Any(nullptr));
+    plan.views.push_back(std::move(shape));
   }
   plan.fn = pair[0].cast<Function>();
   return plan;
@@ -206,7 +219,7 @@ void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::T
   }
   DLTensor dl[kMaxParams];
   AnyView args[kMaxParams];
-  at::Tensor out_t;
+  at::Tensor out_t, viewed[kMaxParams];
   const int n = static_cast<int>(plan.slots.size());
   for (int i = 0; i < n; ++i) {
     const int8_t slot = plan.slots[i];
@@ -218,7 +231,9 @@ void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::T
                 "warpsched native: the resolver's parameter ", i, " names operand ", static_cast<int>(slot),
                 ", which this call does not have");
     if (slot == kOutT) out_t = out.t();
-    dl[i] = as_dl(slot == kOut ? out : slot == kOutT ? out_t : ins[slot]);
+    const at::Tensor& base = slot == kOut ? out : slot == kOutT ? out_t : ins[slot];
+    if (!plan.views[i].empty()) viewed[i] = base.view(plan.views[i]);
+    dl[i] = as_dl(plan.views[i].empty() ? base : viewed[i]);
     args[i] = AnyView(&dl[i]);
   }
   StreamScope scope(out);
