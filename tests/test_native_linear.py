@@ -413,3 +413,37 @@ def test_attention_resolver_describes_packed_and_plain_plans(monkeypatch):
             assert params[0] == "in0" and params[3:5] == ["out", "in3"]
         else:
             assert params[0] == ["view", "in0", [1, 2, 8, 16]] and params[4] == ["view", "in3", [1, 2, 8]]
+
+
+class PlanlessAttentionStandIn(AttentionStandIn):
+    """No plan for attention (as a split-KV call): the first call resolves into the C++'s outputs, later ones ask
+    for the host's own outputs (``KIND_ATTENTION_BY_HOST``), which the C++ returns as they are."""
+
+    def __init__(self):
+        super().__init__()
+        self.by_host = []
+
+    def __call__(self, kind, activation, scalars, *operands):
+        if kind == native.KIND_ATTENTION_BY_HOST:
+            q, k, v = (torch.from_dlpack(t) for t in operands)
+            o, m = _attention_ref(q, k, v, scalars[0] == 1.0, None)
+            self.by_host.append(o)
+            return [o, m]
+        super().__call__(kind, activation, scalars, *operands)
+        return None
+
+
+def test_native_attention_without_a_plan_returns_the_hosts_outputs_uncopied(op):
+    standin = PlanlessAttentionStandIn()
+    native.register_resolver(standin)
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(1, 4, 3, 16, generator=g)
+    k = v = torch.randn(1, 4, 6, 16, generator=g)
+    for step in range(3):
+        out, lse = torch.ops.warpsched_native.attention_fwd(q, k, v, True, None, -1, -1, None)
+        ref_o, ref_m = _attention_ref(q, k, v, True, None)
+        torch.testing.assert_close(out, ref_o)
+        torch.testing.assert_close(lse, ref_m)
+        assert standin.resolves == 1 and len(standin.by_host) == step
+        if step:  # the host's tensor itself, not a copy into the C++'s allocation
+            assert out.data_ptr() == standin.by_host[-1].data_ptr()

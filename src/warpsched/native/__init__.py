@@ -29,7 +29,7 @@ import threading
 
 ENV_NATIVE = "WARPSCHED_NATIVE"
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "linear.cpp")
-KIND_GEMM, KIND_SWIGLU_FORWARD, KIND_SWIGLU_BACKWARD, KIND_ATTENTION_FORWARD = 0, 1, 2, 3
+KIND_GEMM, KIND_SWIGLU_FORWARD, KIND_SWIGLU_BACKWARD, KIND_ATTENTION_FORWARD, KIND_ATTENTION_BY_HOST = 0, 1, 2, 3, 4
 
 _LOCK = threading.Lock()
 _STATE = {"tried": False, "op": None, "reason": "not loaded yet"}
@@ -145,12 +145,18 @@ def resolve(kind, activation, scalars, *operands):
     ``kind``: GEMM (x, weight, bias or None, out: ``gemm.ops.linear`` with the epilogue's ``activation``), SwiGLU
     forward (z, h) or backward (dh, z, dz), the flat tensors of ``kernels.gemm.swiglu`` (whole 16-feature gate /
     up blocks), attention's forward (q, k, v, lse, out; ``scalars``: causal, scale, window left / right,
-    softcap, NaN for an absent one)."""
+    softcap, NaN for an absent one); ``KIND_ATTENTION_BY_HOST`` (q, k, v): the host's [O, LSE], for a key the
+    first call found without a plan."""
     ts = [_torch_view(t) for t in operands]
     if kind == KIND_GEMM:
         return _resolve_gemm(*ts, activation)
-    if kind == KIND_ATTENTION_FORWARD:
-        return _resolve_attention(*ts, *[None if v != v else v for v in scalars])
+    if kind in (KIND_ATTENTION_FORWARD, KIND_ATTENTION_BY_HOST):
+        causal, scale, left, right, softcap = [None if v != v else v for v in scalars]
+        if kind == KIND_ATTENTION_BY_HOST:  # a key without a plan: the host's (O, LSE) themselves
+            from .. import torch_ops
+
+            return list(torch_ops.attention_fwd(*ts, bool(causal), scale, int(left), int(right), softcap))
+        return _resolve_attention(*ts, causal, scale, left, right, softcap)
     return _resolve_swiglu(kind, *ts)
 
 

@@ -34,7 +34,10 @@ using tvm::ffi::Any;
 using tvm::ffi::AnyView;
 using tvm::ffi::Function;
 
-enum Kind : int64_t { kGemm = 0, kSwigluForward = 1, kSwigluBackward = 2, kAttentionForward = 3 };
+enum Kind : int64_t {
+  kGemm = 0, kSwigluForward = 1, kSwigluBackward = 2, kAttentionForward = 3,
+  kAttentionForwardByHost = 4,  // not a plan's kind: the resolver runs the host and returns its outputs
+};
 
 // the GEMM epilogue's activations (nn.functional.ACTIVATIONS), by code; 0: none
 const char* const kActivations[] = {"", "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu"};
@@ -187,25 +190,32 @@ Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const a
 
 // One launch of `kind` on `ins` (undefined: an absent operand) into `out`, through the plan of its key
 // (`scalars`: the call's other arguments, a NaN for an absent one, in its key and handed to the resolver)
-void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out,
-         const std::vector<double>& scalars = {}) {
+std::vector<int64_t> plan_key(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out,
+                              const std::vector<double>& scalars) {
   std::vector<int64_t> key{static_cast<int64_t>(kind), act};
+  key.reserve(48);
   for (double v : scalars) {
     int64_t bits;
     std::memcpy(&bits, &v, sizeof bits);
     key.push_back(bits);
   }
-  key.reserve(48);
   for (const auto& t : ins) {
     if (t.defined()) push_tensor_key(key, t); else key.push_back(-1);
   }
   push_tensor_key(key, out);
-  std::shared_ptr<const Plan> found;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_plans.find(key);
-    if (it != g_plans.end()) found = it->second;
-  }
+  return key;
+}
+
+std::shared_ptr<const Plan> find_plan(const std::vector<int64_t>& key) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_plans.find(key);
+  return it == g_plans.end() ? nullptr : it->second;
+}
+
+void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out,
+         const std::vector<double>& scalars = {}) {
+  std::vector<int64_t> key = plan_key(kind, act, ins, out, scalars);
+  std::shared_ptr<const Plan> found = find_plan(key);
   if (!found) {
     auto fresh = std::make_shared<const Plan>(resolve(kind, act, ins, out, scalars));  // ran the call
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -353,6 +363,28 @@ at::Tensor gemm_op(const at::Tensor& x, const at::Tensor& weight, const c10::opt
   return gemm(x, weight, bias.has_value() ? *bias : at::Tensor(), activation_code(activation));
 }
 
+// attention's forward by the Python host (resolver kind kAttentionForwardByHost): its (O, LSE) as they are
+std::tuple<at::Tensor, at::Tensor> attention_by_host(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                     const std::vector<double>& scalars) {
+  std::vector<Any> owned{Any(static_cast<int64_t>(kAttentionForwardByHost)), Any(nullptr)};
+  tvm::ffi::Array<Any> values;
+  for (double x : scalars) values.push_back(Any(x));
+  owned.push_back(Any(values));
+  for (const auto& t : {q, k, v}) owned.push_back(Any(tvm::ffi::Tensor::FromDLPack(at::toDLPack(t))));
+  std::vector<AnyView> args(owned.begin(), owned.end());
+  StreamScope scope(q);
+  Any ret;
+  try {
+    resolver().CallPacked(tvm::ffi::PackedArgs(args.data(), static_cast<int32_t>(args.size())), &ret);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  auto pair = ret.cast<tvm::ffi::Array<Any>>();
+  TORCH_CHECK(pair.size() == 2, "warpsched native attention: the host returned ", pair.size(), " tensors, not 2");
+  return {at::fromDLPack(pair[0].cast<tvm::ffi::Tensor>().ToDLPack()),
+          at::fromDLPack(pair[1].cast<tvm::ffi::Tensor>().ToDLPack())};
+}
+
 // O for q (B, H, S_q, D): in (B, S_q, H, D) memory where q is a (B, S_q, H, D) tensor seen through
 // transpose(1, 2), else contiguous: kernels/attention's out_in_q_order, which the CPU tests compare with this
 bool out_in_q_order(const at::Tensor& q) { return q.size(1) > 1 && q.size(2) > 1 && q.stride(2) > q.stride(1); }
@@ -366,11 +398,14 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_op(const at::Tensor& q, const a
                                      : at::empty({B, H, S, D}, q.options());
   at::Tensor lse = at::empty({B, H, S}, q.options().dtype(at::kFloat));
   const double none = std::nan("");
-  if (out.numel()) {
-    run(kAttentionForward, 0, {q, k, v, lse}, out,
-        {causal ? 1.0 : 0.0, scale.value_or(none), static_cast<double>(window_left), static_cast<double>(window_right),
-         softcap.value_or(none)});
+  const std::vector<double> scalars{causal ? 1.0 : 0.0, scale.value_or(none), static_cast<double>(window_left),
+                                    static_cast<double>(window_right), softcap.value_or(none)};
+  if (!out.numel()) return {out, lse};
+  auto found = find_plan(plan_key(kAttentionForward, 0, {q, k, v, lse}, out, scalars));
+  if (found && found->fn == nullptr) {  // no single launch (split-KV): the Python host's own outputs, no copy
+    return attention_by_host(q, k, v, scalars);
   }
+  run(kAttentionForward, 0, {q, k, v, lse}, out, scalars);
   return {out, lse};
 }
 
