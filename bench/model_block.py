@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import types
 
 import torch
 import torch.nn.functional as F
@@ -172,6 +173,14 @@ def _no_grad(f, x):
         return f(x)
 
 
+def own_code(f):
+    """``f`` with a code object of its own. torch.compile keeps its graphs per code object: sides made from one
+    lambda would share one cache of graphs, each looked up by guards, and a side whose guards match another's
+    (warpsched and "ws Python linear" differ only in a switch the lambda does not see) would run that side's
+    graph."""
+    return types.FunctionType(f.__code__.replace(), f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+
+
 def _without_native(f):
     """``f()`` with ``warpsched.nn.functional.linear`` on its Python path (``warpsched.native`` off)."""
     import warpsched.nn.functional as wf
@@ -208,7 +217,7 @@ def profiled_steps(size, pas, compiled=False):
         f = (lambda x, lin=lin, att=att, pp=pp: block(x, pp, lin, att))
         if compiled:
             torch._dynamo.reset()
-            f = torch.compile(f)
+            f = torch.compile(own_code(f))
 
         def step(f=f, pp=pp):
             if pas == "forward":
@@ -235,7 +244,7 @@ def run(size, passes, compile_modes, rounds):
                 f = (lambda x, linear=linear, attention=attention, pp=pp: block(x, pp, linear, attention))
                 if mode == "compile":
                     torch._dynamo.reset()
-                    f = torch.compile(f)
+                    f = torch.compile(own_code(f))
                 if pas == "forward":  # inference, as a model serves it: no autograd graph
                     fns[name] = (lambda f=f: _no_grad(f, x.detach()))
                 else:

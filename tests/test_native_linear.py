@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
 import warpsched.native as native  # noqa: E402
+import warpsched.nn.functional as wf  # noqa: E402
 
 F = torch.nn.functional
 
@@ -447,3 +448,18 @@ def test_native_attention_without_a_plan_returns_the_hosts_outputs_uncopied(op):
         assert standin.resolves == 1 and len(standin.by_host) == step
         if step:  # the host's tensor itself, not a copy into the C++'s allocation
             assert out.data_ptr() == standin.by_host[-1].data_ptr()
+
+
+def test_a_compiled_graph_is_not_reused_across_without_native(monkeypatch):
+    """The native switch is a guard of a compiled graph: a graph traced with the native path on is not run within
+    ``without_native()`` (the benchmarks' A / B side), nor the other way round."""
+    monkeypatch.setattr(wf, "_NATIVE", [object()])  # "built"
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: x + 1 if wf._native_ready() else x - 1, backend="eager", fullgraph=True)
+    x = torch.zeros(3)
+    assert compiled(x).tolist() == [1, 1, 1]
+    with wf.without_native():
+        assert compiled(x).tolist() == [-1, -1, -1]
+        assert wf._native() is None
+    assert compiled(x).tolist() == [1, 1, 1]
+    torch._dynamo.reset()

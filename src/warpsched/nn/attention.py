@@ -7,31 +7,21 @@ without a graph break.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from .. import ops
 from .. import torch_ops  # registers torch.ops.warpsched.*
 from ._eager import eager
+from .functional import _native_ready
 
 
 def _run(name, t):
     """The forward on the native path (``warpsched.native``, eager and compiled) where it is on; else
     ``torch_ops.<name>`` (the kernels' host) for a plain tensor in eager mode, or the custom op
     ``torch.ops.warpsched.<name>`` (``_eager.eager``)."""
-    if name == "attention_fwd" and getattr(t, "is_cuda", False) and _native_attention():
+    if name == "attention_fwd" and getattr(t, "is_cuda", False) and _native_ready():
         return torch.ops.warpsched_native.attention_fwd.default
     return getattr(torch_ops, name) if eager(t) else getattr(torch.ops.warpsched, name)
-
-
-@torch.compiler.assume_constant_result
-def _native_attention() -> bool:
-    """Whether attention's forward runs on the native path: built, and asked for (``WARPSCHED_NATIVE_ATTENTION=1``,
-    until it is measured on the GPU; a tracer runs this once and keeps its answer)."""
-    from .functional import _native
-
-    return os.environ.get("WARPSCHED_NATIVE_ATTENTION") == "1" and _native() is not None
 
 
 class _Attention(torch.autograd.Function):

@@ -203,6 +203,7 @@ def _refuse_non_tensors(x, weight, bias):
 
 
 _NATIVE = []
+_native_off = False  # set by without_native(); read in traced code, so a compiled graph is guarded on it
 
 
 def _native():
@@ -212,26 +213,35 @@ def _native():
 
         op = native.load()
         _NATIVE.append(None if op is None else op.default)
-    return _NATIVE[0]
+    return None if _native_off else _NATIVE[0]
 
 
 @contextlib.contextmanager
 def without_native():
-    """Within it, ``linear`` runs on its Python path (``warpsched.native`` off in this process): the A / B side of
-    the benchmarks that measure what the native path is worth. Not for use across threads."""
-    _native()
-    saved, _NATIVE[:] = _NATIVE[:], [None]
+    """Within it, ``linear`` and attention run on their Python path (``warpsched.native`` off in this process):
+    the A / B side of the benchmarks that measure what the native path is worth. A graph ``torch.compile`` made
+    outside it is not reused inside it (and the other way round): the switch is part of the graph's guards. Not
+    for use across threads."""
+    global _native_off
+    saved, _native_off = _native_off, True
     try:
         yield
     finally:
-        _NATIVE[:] = saved
+        _native_off = saved
 
 
 @torch.compiler.assume_constant_result
-def _native_ready() -> bool:
+def _native_built() -> bool:
     """Whether the native ops are built and loaded (a tracer runs this once and keeps its answer: the load is
     no graph code)."""
-    return _native() is not None
+    _native()
+    return _NATIVE[0] is not None
+
+
+def _native_ready() -> bool:
+    """Whether the native ops are built and on (not within ``without_native``; a tracer reads that switch as a
+    guarded constant, so toggling it recompiles rather than reusing a graph made for the other side)."""
+    return not _native_off and _native_built()
 
 
 def linear(x, weight, bias=None, activation=None):
