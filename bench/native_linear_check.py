@@ -132,9 +132,35 @@ ATTENTION_CASES = [  # (B, H, H_kv, S_q, S_k, D, causal, window): decode, prefil
 ]
 
 
+def _python_side(f):
+    with wf.without_native():
+        return f()
+
+
+def _attention_grads_fp32(q, k, v, dout, causal, left, right):
+    """(dQ, dK, dV) in fp32 of softmax(q k^T / sqrt(D) + mask) v, K / V heads repeated for GQA."""
+    q, k, v = (t.detach().float().requires_grad_() for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    s = q @ k.repeat_interleave(group, 1).transpose(-1, -2) * q.shape[-1] ** -0.5
+    Sq, Sk = q.shape[2], k.shape[2]
+    i = torch.arange(Sq, device=q.device)[:, None]  # top-left aligned, as the kernels (and SDPA's is_causal)
+    j = torch.arange(Sk, device=q.device)[None, :]
+    keep = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device)
+    if causal:
+        keep &= j <= i
+    if left >= 0:
+        keep &= j >= i - left
+    if right >= 0:
+        keep &= j <= i + right
+    o = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v.repeat_interleave(group, 1)
+    return torch.autograd.grad(o, (q, k, v), dout.float())
+
+
 def attention_check(calls):
-    """The native attention forward against the Python host: bitwise equal O and LSE over poisoned memory, q as a
-    model hands it ((B, S, H, D) memory); then µs per call, native / Python host / SDPA, decode-sized."""
+    """The native attention forward and backward against the Python host: bitwise equal O and LSE, dK and dV (dQ too
+    in deterministic mode) over poisoned memory, q as a model hands it ((B, S, H, D) memory), gradients against
+    fp32; then µs per call, native / Python host / SDPA, decode-sized: the forward op, and the layer's forward +
+    backward."""
     from warpsched import torch_ops
 
     bad = 0
@@ -150,6 +176,31 @@ def attention_check(calls):
         bad += not equal
         print(f"{'PASS' if equal else 'FAIL'} attention {B}x{H}/{Hk}x{Sq}x{Sk} d{D} causal={causal} window="
               f"({left}, {right}): native O and LSE bitwise equal to the Python host's (twice each)", flush=True)
+    for B, H, Hk, Sq, Sk, D, causal, (left, right) in ATTENTION_CASES:
+        q = torch.randn(B, Sq, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        k, v = (torch.randn(B, Sk, Hk, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+        out, lse = torch_ops.attention_fwd(q, k, v, causal, None, left, right, None)
+        dout = torch.randn(B, Sq, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+        args = (q, k, v, out, dout, lse, causal, None, left, right, None)
+        ref = _attention_grads_fp32(q, k, v, dout, causal, left, right)
+        for deterministic in (False, True):
+            torch.use_deterministic_algorithms(deterministic)
+            runs = []
+            for f in (torch.ops.warpsched_native.attention_bwd.default, torch_ops.attention_bwd) * 2:
+                poison()
+                runs.append(f(*args))
+            torch.use_deterministic_algorithms(False)
+            # dQ is summed with fp32 atomics unless deterministic: its bits may differ run to run, so it is held to
+            # the fp32 reference there, and bitwise in deterministic mode
+            exact = range(3) if deterministic else range(1, 3)
+            equal = all(torch.equal(r[i], runs[0][i]) for r in runs[1:] for i in exact)
+            errs = [((g.float() - w).abs().max() / w.abs().max()).item() for g, w in zip(runs[0], ref)]
+            close = all(e < 2e-2 for e in errs) and all(torch.isfinite(g).all() for g in runs[0])
+            bad += not (equal and close)
+            print(f"{'PASS' if equal and close else 'FAIL'} attention backward {B}x{H}/{Hk}x{Sq}x{Sk} d{D} "
+                  f"causal={causal} window=({left}, {right}) deterministic={deterministic}: native "
+                  f"{'dQ, dK, dV' if deterministic else 'dK, dV'} bitwise equal to the Python host's (twice each) "
+                  f"{equal}; max rel err vs fp32 dQ {errs[0]:.1e} dK {errs[1]:.1e} dV {errs[2]:.1e}", flush=True)
     q = torch.randn(1, 16, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     k, v = (torch.randn(1, 16, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
     sides = {"native": lambda: torch.ops.warpsched_native.attention_fwd.default(q, k, v, True, None, -1, -1, None),
@@ -159,6 +210,20 @@ def attention_check(calls):
     print("| attention forward 1x32/8x16 d128 causal | " + " | ".join(
         f"{k_} {statistics.median(r[0] for r in v_):.0f} / {statistics.median(r[1] for r in v_):.0f}"
         for k_, v_ in res.items()) + " | (issue / wall us)", flush=True)
+    import warpsched.nn as wnn
+
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+
+    def layer(f):
+        return lambda: torch.autograd.grad(f(q, k, v), (q, k, v), dout)
+    native_layer = layer(lambda q, k, v: wnn.scaled_dot_product_attention(q, k, v, is_causal=True))
+    sides = {"native": native_layer, "python": lambda: _python_side(native_layer),
+             "sdpa": layer(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))}
+    res = {k_: [per_call_us(torch, f, calls) for _ in range(3)] for k_, f in sides.items()}
+    print("| attention layer forward + backward 1x32/8x16 d128 causal | " + " | ".join(
+        f"{k_} {statistics.median(r[0] for r in v_):.0f} / {statistics.median(r[1] for r in v_):.0f}"
+        for k_, v_ in res.items()) + " | (issue / wall us)", flush=True)
     return bad
 
 
@@ -166,7 +231,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--no-time", action="store_true")
-    ap.add_argument("--attention", action="store_true", help="also the native attention forward (its own check)")
+    ap.add_argument("--attention", action="store_true", help="also the native attention forward and backward (their own check)")
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     t0 = time.time()

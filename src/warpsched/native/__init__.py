@@ -28,8 +28,9 @@ import sys
 import threading
 
 ENV_NATIVE = "WARPSCHED_NATIVE"
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "linear.cpp")
+SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in ("linear.cpp", "attention.cpp")]
 KIND_GEMM, KIND_SWIGLU_FORWARD, KIND_SWIGLU_BACKWARD, KIND_ATTENTION_FORWARD, KIND_ATTENTION_BY_HOST = 0, 1, 2, 3, 4
+KIND_ATTENTION_BACKWARD = 5
 
 _LOCK = threading.Lock()
 _STATE = {"tried": False, "op": None, "reason": "not loaded yet"}
@@ -84,7 +85,7 @@ def _build():
         if not os.path.exists(os.path.join(build_dir, "warpsched_native.so")):
             print("warpsched: building the native launch path (once per torch version, 20 s to a minute)",
                   file=sys.stderr, flush=True)
-        cpp_extension.load(name="warpsched_native", sources=[SOURCE], build_directory=build_dir,
+        cpp_extension.load(name="warpsched_native", sources=SOURCES, build_directory=build_dir,
                            extra_include_paths=[libinfo.find_include_path()], extra_cflags=["-O2"],
                            extra_ldflags=[lib, f"-Wl,-rpath,{os.path.dirname(lib)}"], is_python_module=False,
                            verbose=False)
@@ -111,6 +112,11 @@ def _register_fakes(torch):
 
         B, H, S, _ = q.shape
         return empty_out(q), q.new_empty((B, H, S), dtype=torch.float32)
+
+    @torch.library.register_fake("warpsched_native::attention_bwd")
+    def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1,
+                            softcap=None):
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
     @torch.library.register_fake("warpsched_native::swiglu_backward")
     def _swiglu_backward_fake(dh, z):
@@ -146,7 +152,9 @@ def resolve(kind, activation, scalars, *operands):
     forward (z, h) or backward (dh, z, dz), the flat tensors of ``kernels.gemm.swiglu`` (whole 16-feature gate /
     up blocks), attention's forward (q, k, v, lse, out; ``scalars``: causal, scale, window left / right,
     softcap, NaN for an absent one); ``KIND_ATTENTION_BY_HOST`` (q, k, v): the host's [O, LSE], for a key the
-    first call found without a plan."""
+    first call found without a plan; ``KIND_ATTENTION_BACKWARD`` (q, k, v, out, dout, lse; ``scalars`` as the
+    forward's, then deterministic): ``[[dq, dk, dv], program]``, the gradients the host computed and what the C++
+    launches for the key next time (``_backward_program``; None: the host every call)."""
     ts = [_torch_view(t) for t in operands]
     if kind == KIND_GEMM:
         return _resolve_gemm(*ts, activation)
@@ -157,7 +165,42 @@ def resolve(kind, activation, scalars, *operands):
 
             return list(torch_ops.attention_fwd(*ts, bool(causal), scale, int(left), int(right), softcap))
         return _resolve_attention(*ts, causal, scale, left, right, softcap)
+    if kind == KIND_ATTENTION_BACKWARD:
+        return _resolve_attention_backward(*ts, *[None if v != v else v for v in scalars])
     return _resolve_swiglu(kind, *ts)
+
+
+def _resolve_attention_backward(q, k, v, out, dout, lse, causal, scale, left, right, softcap, deterministic):
+    from .. import torch_ops
+    from ..kernels.attention import backward_host
+
+    causal, deterministic, window = bool(causal), bool(deterministic), torch_ops._window(int(left), int(right))
+    grads = backward_host.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale,
+                                             window_size=window, softcap=softcap, deterministic=deterministic)
+    return [list(grads), _backward_program(q, k, v, out, dout, lse, causal, scale, window, softcap, deterministic)]
+
+
+def _backward_program(q, k, v, out, dout, lse, causal, scale, window, softcap, deterministic):
+    """What ``backward_host._plan`` launches for this call's key, for the C++ to launch the same: [pre-pass, kernel,
+    dQ conversion (None: scale * dQaccum rounded by ATen), [their parameter counts], [Q block rows, softmax scale]];
+    None where the host would not plan the call (its full path each time)."""
+    from ..kernels import _host
+    from ..kernels.attention import backward_host as bh
+
+    key = bh._plan_key(q, k, v, out, dout, lse, causal, scale, window, softcap, deterministic)
+    if key is None or not bh._plannable(q, k, v, out, dout, lse):
+        return None
+    D = q.shape[3]
+    options, kern_key = bh._options_and_key(q.dtype, D, causal, {}, window, None, softcap, deterministic)
+    cdtype = _host.cutlass_dtype(q.dtype)
+    flat = bh.flat_dq_tile(kern_key)
+    steps = [_raw(bh.compiled_prep(cdtype, D, padded=True)), _raw(bh.compiled_ffi(kern_key)),
+             _raw(bh.compiled_post(cdtype, D, *flat)) if flat is not None else (None, 0)]
+    if any(fn is None for fn, _ in steps[:2]) or (flat is not None and steps[2][0] is None):
+        return None
+    return [*(fn for fn, _ in steps), [-1 if count is None else count for _, count in steps],
+            [float(options.get("block_m", bh.BLOCK_M)), float(bh.softmax_scale(D, scale))]]
+
 
 
 def _resolve_attention(q, k, v, lse, out, causal, scale, left, right, softcap):

@@ -16,11 +16,11 @@ from .functional import _native_ready
 
 
 def _run(name, t):
-    """The forward on the native path (``warpsched.native``, eager and compiled) where it is on; else
-    ``torch_ops.<name>`` (the kernels' host) for a plain tensor in eager mode, or the custom op
-    ``torch.ops.warpsched.<name>`` (``_eager.eager``)."""
-    if name == "attention_fwd" and getattr(t, "is_cuda", False) and _native_ready():
-        return torch.ops.warpsched_native.attention_fwd.default
+    """``torch.ops.warpsched_native.<name>`` (launched from C++: ``warpsched.native``, eager and compiled) where it
+    is built and on; else ``torch_ops.<name>`` (the kernels' host) for a plain tensor in eager mode, or the custom
+    op ``torch.ops.warpsched.<name>`` (``_eager.eager``)."""
+    if getattr(t, "is_cuda", False) and _native_ready():
+        return getattr(torch.ops.warpsched_native, name).default
     return getattr(torch_ops, name) if eager(t) else getattr(torch.ops.warpsched, name)
 
 
