@@ -75,7 +75,9 @@ def nnf(monkeypatch):
     # the real eager-or-op rule, on the stand-in torch
     exec_module_file("warpsched.nn._eager", os.path.join(os.path.dirname(FUNCTIONAL), "_eager.py"), monkeypatch)
     # not registered in sys.modules: the real package stays unimported
-    return exec_module_file("warpsched.nn.functional", FUNCTIONAL), calls, pads
+    functional = exec_module_file("warpsched.nn.functional", FUNCTIONAL)
+    functional._native_off = True  # no native build under the stand-in torch (a failed build is kept per process)
+    return functional, calls, pads
 
 
 @pytest.mark.parametrize("tokens,padded", [(300, 304), (17, 24), (1, 8), (7, 8)])

@@ -206,14 +206,19 @@ _NATIVE = []
 _native_off = False  # set by without_native(); read in traced code, so a compiled graph is guarded on it
 
 
-def _native():
-    """``torch.ops.warpsched_native.linear`` (built on first use: ``warpsched.native``), or None."""
+def _loaded():
+    """``torch.ops.warpsched_native.linear`` (built on first use: ``warpsched.native``), or None where it is not."""
     if not _NATIVE:
         from .. import native
 
         op = native.load()
         _NATIVE.append(None if op is None else op.default)
-    return None if _native_off else _NATIVE[0]
+    return _NATIVE[0]
+
+
+def _native():
+    """The native linear op where it is built and on (not within ``without_native``), else None."""
+    return None if _native_off else _loaded()
 
 
 @contextlib.contextmanager
@@ -234,8 +239,7 @@ def without_native():
 def _native_built() -> bool:
     """Whether the native ops are built and loaded (a tracer runs this once and keeps its answer: the load is
     no graph code)."""
-    _native()
-    return _NATIVE[0] is not None
+    return _loaded() is not None
 
 
 def _native_ready() -> bool:
