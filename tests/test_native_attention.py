@@ -342,3 +342,30 @@ def test_backward_resolver_describes_the_hosts_plan(monkeypatch):
     monkeypatch.setattr(bh, "_plannable", lambda *a: False)
     assert native.resolve(native.KIND_ATTENTION_BACKWARD, None, [1.0, nan, -1.0, -1.0, nan, 0.0],
                           q, k, v, out, dout, lse)[1] is None
+
+
+def test_native_attention_ops_refuse_bad_input_without_crashing(op):
+    """Random ranks, shapes (zeros included) and dtypes through both attention ops and the real resolver (whose
+    host refuses CPU tensors, and names what is wrong first): each call raises a Python exception with a message;
+    the process never dies in the C++."""
+    import random
+
+    native.register_resolver()
+    rng = random.Random(1)
+    dtypes = [torch.float32, torch.int32, torch.bfloat16, torch.float16]
+    refused = 0
+    for _ in range(120):
+        def t():
+            return torch.zeros(tuple(rng.choice([0, 1, 2, 4, 8]) for _ in range(rng.choice([0, 1, 3, 4, 4, 5]))),
+                               dtype=rng.choice(dtypes))
+        q, k, v = t(), t(), t()
+        try:
+            if rng.random() < 0.5:
+                torch.ops.warpsched_native.attention_fwd(q, k, v, rng.random() < 0.5, None, -1, -1, None)
+            else:
+                torch.ops.warpsched_native.attention_bwd(q, k, v, t(), t(), t(), rng.random() < 0.5, None, -1, -1,
+                                                         None)
+        except (RuntimeError, ValueError, TypeError, IndexError) as e:
+            assert str(e).strip(), type(e)
+            refused += 1
+    assert refused == 120

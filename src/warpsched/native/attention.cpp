@@ -35,7 +35,7 @@ std::tuple<at::Tensor, at::Tensor> attention_fwd_op(const at::Tensor& q, const a
   const double none = std::nan("");
   const std::vector<double> scalars{causal ? 1.0 : 0.0, scale.value_or(none), static_cast<double>(window_left),
                                     static_cast<double>(window_right), softcap.value_or(none)};
-  if (!out.numel()) return {out, lse};
+  if (!out.numel()) return attention_by_host(q, k, v, scalars);  // nothing to launch: the host's checks and answer
   auto found = find_plan(plan_key(kAttentionForward, 0, {q, k, v, lse}, out, scalars));
   if (found && found->fn == nullptr) {  // no single launch (split-KV): the Python host's own outputs, no copy
     return attention_by_host(q, k, v, scalars);
