@@ -1,9 +1,11 @@
-"""warpsched's native launch path (torch is imported by ``load()``): ``linear.cpp``, a torch C++ extension with the
-ops ``torch.ops.warpsched_native.linear(x, weight, bias, swiglu)``, a linear layer (or one with the SwiGLU of
-``warpsched.nn.functional.linear(..., activation="swiglu")``) whose autograd node and launches are C++, and
-``torch.ops.warpsched_native.gemm(x, weight, bias, activation=None)``, its GEMM with the epilogue's activation and
-no autograd node (what inference and a compiled graph's linear layers call, the graph's autograd being the traced
-``nn.functional`` one).
+"""warpsched's native launch path (torch is imported by ``load()``): a torch C++ extension (``linear.cpp``,
+``attention.cpp``, what they share in ``native.h``) with the ops ``torch.ops.warpsched_native.linear(x, weight,
+bias, swiglu)``, a linear layer (or one with the SwiGLU of ``warpsched.nn.functional.linear(...,
+activation="swiglu")``) whose autograd node and launches are C++; ``torch.ops.warpsched_native.gemm(x, weight,
+bias, activation=None)``, its GEMM with the epilogue's activation and no autograd node (what inference and a
+compiled graph's linear layers call, the graph's autograd being the traced ``nn.functional`` one); and
+``attention_fwd`` / ``attention_bwd``, attention's forward and backward with ``torch.ops.warpsched``'s signatures
+(what ``warpsched.nn.scaled_dot_product_attention`` calls, eager and compiled).
 
 Why: a decode step is host-bound. A Python ``autograd.Function`` per layer, its backward handed to autograd's
 device thread and back to Python, and each launch's Python make a small model's step slower than torch's
@@ -18,8 +20,8 @@ which later calls launch from C++. A plan that is not one launch (split-K summed
 Building: ``load()`` builds the extension once per torch / tvm-ffi version with ``torch.utils.cpp_extension``
 (a C++17 compiler and ninja; 20 s to a minute) into the warpsched cache directory, then loads it
 (``warpsched native`` on the command line does it ahead). Where it cannot
-(no compiler, ``WARPSCHED_NATIVE=0``), ``load()`` returns None, ``reason()`` says why, and
-``warpsched.nn.functional.linear`` keeps its Python path.
+(no compiler, ``WARPSCHED_NATIVE=0``), ``load()`` returns None, ``reason()`` says why, and ``warpsched.nn``
+keeps its Python path.
 """
 from __future__ import annotations
 
