@@ -231,7 +231,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--no-time", action="store_true")
-    ap.add_argument("--attention", action="store_true", help="also the native attention forward and backward (their own check)")
+    ap.add_argument("--attention", action="store_true",
+                    help="also the native attention forward and backward (their own check)")
     a = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     t0 = time.time()
