@@ -48,8 +48,10 @@ def nna(monkeypatch):
     pkg.__path__ = []
     nn = types.ModuleType("warpsched.nn")
     nn.__path__ = []
+    functional = types.ModuleType("warpsched.nn.functional")
+    functional._native_ready = lambda: False  # the Python path here (the native one: tests/test_native_attention.py)
     for name, mod in (("torch", torch), ("warpsched", pkg), ("warpsched.ops", pkg.ops),
-                      ("warpsched.torch_ops", tops), ("warpsched.nn", nn)):
+                      ("warpsched.torch_ops", tops), ("warpsched.nn", nn), ("warpsched.nn.functional", functional)):
         monkeypatch.setitem(sys.modules, name, mod)
     # the real eager-or-op rule, on the stand-in torch
     exec_module_file("warpsched.nn._eager", os.path.join(os.path.dirname(ATTENTION), "_eager.py"), monkeypatch)
