@@ -41,3 +41,17 @@ def checker_runs(monkeypatch):
     VERDICTS.clear()
     yield runs
     VERDICTS.clear()
+
+
+@pytest.fixture(scope="module")
+def native_op():
+    """``torch.ops.warpsched_native.linear`` built here (torch-only tests: the extension's CPU stand-in kernels);
+    the real resolver registered again after the module's tests."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tvm_ffi")
+    import warpsched.native as native
+
+    got = native.load()
+    assert got is not None, f"the native extension did not build here: {native.reason()}"
+    yield got.default
+    native.register_resolver()
