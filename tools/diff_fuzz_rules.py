@@ -31,6 +31,9 @@ RULES = [
      r"per stage on a UmmaAsync pipeline", r"^$", DELIBERATE,
      "a UmmaAsync producer task of several warps: each warp's elected thread issues a tcgen05.commit (CUTLASS "
      "elects per warp) and warpsched counts each; the generator and the reference assume one commit per task"),
+    ("only reference", None, r"UmmaAsync\): producer_group.size=\d+ but TCGen05Mma", DELIBERATE,
+     "the UmmaAsync producer task of several warps, seen from the reference's side: warpsched accepts a "
+     "producer_group of the task's warp count (one tcgen05.commit per warp); the reference wants 1"),
     ("only warpsched", r"consumer_group is size \d+, but tasks? .* on a TmaUmma pipeline", r"^$", DELIBERATE,
      "the same TmaUmma arrival count, seen from the other side (two MMA tasks, consumer_group size 1)"),
     ("only reference", None, r"cannot be nested", DELIBERATE,
