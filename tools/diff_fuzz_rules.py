@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # diff_fuzz imports this module
 # the first match labels the disagreement. A disagreement no rule matches prints UNCLASSIFIED.
 DELIBERATE, REF_GAP, WS_GAP, BUDGET = "deliberate", "reference gap", "warpsched gap", "search budget"
 RULES = [
+    ("only warpsched", r"num_warps=0 is not a positive int", r"^$", REF_GAP,
+     "a task of zero warps: warpsched refuses it at its declaration, the reference accepts it"),
     ("only reference", None, r"TaskWarpLeader is only supported for TMA", DELIBERATE,
      "TaskWarpLeader on a non-TMA producer: warpsched lowers it (bar.sync over the task's warps, then the "
      "leader warp arrives) and counts that warp; the reference allows it on TMA producers only"),
