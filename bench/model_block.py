@@ -36,6 +36,7 @@ SIZES = {"decode": (1, 16), "prefill": (4, 2048), "training": (8, 4096)}
 UNFUSED_MLP = False  # --unfused-mlp: also warpsched with the [gate | up] weight and torch's product
 COMPOSED_RMSNORM = False  # --composed-rmsnorm: RMSNorm as elementwise ops (the earlier tables), not F.rms_norm
 PYTHON_LINEAR = False  # --python-linear: also warpsched with its linear layers on the Python path (no native op)
+PEERS = True  # --no-peers: warpsched and torch only
 
 
 def params(hidden=HIDDEN, mlp=MLP, heads=HEADS, kv_heads=KV_HEADS, dtype=torch.bfloat16, seed=0):
@@ -112,6 +113,8 @@ def sides(quiet=False):
         out["ws unfused MLP"] = (wf.linear, warpsched_bshd)
     if PYTHON_LINEAR:
         out["ws Python linear"] = (wf.linear, warpsched_bshd)
+    if not PEERS:
+        return out
     try:
         import flash_attn.cute  # noqa: F401
 
@@ -283,9 +286,12 @@ def main():
                     "Python path (warpsched.native off): the side before the native op")
     ap.add_argument("--composed-rmsnorm", action="store_true", help="RMSNorm as fp32 elementwise ops on every side "
                     "(what the docs' block tables measured) instead of F.rms_norm")
+    ap.add_argument("--no-peers", action="store_true", help="warpsched and torch only (no torch + FA4, quack + FA4): "
+                    "a shorter run, e.g. the training rows' first, which tunes their GEMMs")
     a = ap.parse_args()
-    global UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR
-    UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR = a.unfused_mlp, a.composed_rmsnorm, a.python_linear
+    global UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR, PEERS
+    UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR, PEERS = (a.unfused_mlp, a.composed_rmsnorm, a.python_linear,
+                                                          not a.no_peers)
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     if not gradient_check():
         raise SystemExit(1)
