@@ -2,10 +2,12 @@
 (``bench/model_block.py``'s block), under ``torch.profiler``: one table per side of the kernels by total
 device time over ``--calls`` calls (name, count per block, µs per block), then the device total and the
 wall time per block. ``--compile``: the block under ``torch.compile``; ``--host``: also the operators by self
-CPU time per block (where a host-bound block's time goes: ops, launches, the compiled graph's own call).
+CPU time per block (where a host-bound block's time goes: ops, launches, the compiled graph's own call);
+``--gemms``: also each GEMM shape's device time per block, warpsched against torch (which GEMM of a device-bound
+block is behind cuBLAS).
 
     python3 tools/block_kernel_profile.py [--size decode|prefill|training] [--pass forward|forward+backward]
-                                          [--calls 10] [--top 15] [--compile] [--host]
+                                          [--calls 10] [--top 15] [--compile] [--host] [--gemms]
 """
 import argparse
 import os
@@ -24,13 +26,31 @@ ap.add_argument("--calls", type=int, default=10)
 ap.add_argument("--top", type=int, default=15)
 ap.add_argument("--compile", action="store_true", help="the block under torch.compile")
 ap.add_argument("--host", action="store_true", help="also the operators by self CPU time per block")
+ap.add_argument("--gemms", action="store_true", help="also every GEMM by its M x N x K, device time per block, "
+                "warpsched against torch (the GEMM ops' recorded input shapes)")
 a = ap.parse_args()
 
 from model_block import profiled_steps  # noqa: E402
 
 print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), a.size, a.pas,
       "compiled" if a.compile else "eager", flush=True)
-activities = [torch.profiler.ProfilerActivity.CUDA] + ([torch.profiler.ProfilerActivity.CPU] if a.host else [])
+activities = [torch.profiler.ProfilerActivity.CUDA] + ([torch.profiler.ProfilerActivity.CPU]
+                                                      if a.host or a.gemms else [])
+GEMM_OPS = {"warpsched_native::gemm", "warpsched::gemm", "warpsched::linear", "aten::mm", "aten::addmm"}
+gemms = {}  # side -> {"MxNxK": (calls per block, us per block)}
+
+
+def mnk(op, shapes):
+    """M x N x K of a GEMM op's recorded input shapes: (.., K) x (N, K) for the linear-shaped ops (warpsched's;
+    the weight may be a transposed view, its shape is (N, K) either way), (M, K) x (K, N) for aten's."""
+    a, b = shapes[0], shapes[1]
+    m = 1
+    for d in a[:-1]:
+        m *= d
+    n = b[0] if op.startswith("warpsched") else b[-1]
+    return f"{m}x{n}x{a[-1]}"
+
+
 for name, step in profiled_steps(a.size, a.pas, compiled=a.compile).items():
     for _ in range(3):
         step()
@@ -40,7 +60,7 @@ for name, step in profiled_steps(a.size, a.pas, compiled=a.compile).items():
         step()
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / a.calls
-    with torch.profiler.profile(activities=activities) as prof:
+    with torch.profiler.profile(activities=activities, record_shapes=a.gemms) as prof:
         for _ in range(a.calls):
             step()
         torch.cuda.synchronize()
@@ -56,7 +76,23 @@ for name, step in profiled_steps(a.size, a.pas, compiled=a.compile).items():
     print("| kernel | per block | us / block |\n|---|---|---|")
     for k, (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:a.top]:
         print(f"| {k} | {n / a.calls:.0f} | {us / a.calls:.1f} |")
+    if a.gemms:
+        side = gemms.setdefault(name, {})
+        for e in prof.key_averages(group_by_input_shape=True):
+            if e.key in GEMM_OPS and len(e.input_shapes) >= 2 and all(e.input_shapes[:2]):
+                n, us = side.get(mnk(e.key, e.input_shapes), (0, 0.0))
+                dev = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+                side[mnk(e.key, e.input_shapes)] = (n + e.count / a.calls, us + dev / a.calls)
     if a.host:
         print("\n| operator (self CPU time) | per block | us / block |\n|---|---|---|")
         for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:a.top]:
             print(f"| {e.key[:90]} | {e.count / a.calls:.1f} | {e.self_cpu_time_total / a.calls:.1f} |")
+
+if a.gemms:
+    ws, th = gemms.get("warpsched", {}), gemms.get("torch", {})
+    print("\n| GEMM M x N x K | warpsched calls / us per block | torch calls / us per block | torch / warpsched |")
+    print("|---|---|---|---|")
+    for key in sorted(set(ws) | set(th), key=lambda k: -max(ws.get(k, (0, 0))[1], th.get(k, (0, 0))[1])):
+        (wn, wus), (tn, tus) = ws.get(key, (0, 0.0)), th.get(key, (0, 0.0))
+        ratio = f"{tus / wus:.3f}" if wus and tus and wn == tn else "-"
+        print(f"| {key} | {wn:.0f} / {wus:.1f} | {tn:.0f} / {tus:.1f} | {ratio} |")
