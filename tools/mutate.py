@@ -1,7 +1,7 @@
 """Mutation testing of warpsched's checks: small bugs planted in the bundled programs and in the
 Hopper examples' CPU builds, each checked by the static checks and the exhaustive checker.
 
-  PYTHONPATH=src python tools/mutate.py [--out bench/results/mutate.txt] [--only SUBSTR] [--jobs 1]
+  PYTHONPATH=src python tools/mutate.py [--out bench/results/mutate.txt] [--only SUBSTR]
 
 Operators (one edit per mutant, line numbers kept, applied to the module's source text):
   del-verb        delete one pipeline verb (acquire / commit / wait / release / try_*, queue and PDL
