@@ -12,6 +12,9 @@ from mutate_targets import BUNDLED, HOPPER, PATTERNS
 
 R_VALUE = ("the moved call uses only a value already read into registers (a token a read returned inside the "
            "bracket), not the stage: the release may come before or after it")
+R_BATCHED_PROBE = ("a try_ probe moved past an adjacent call on another resource: its next call on its own resource is "
+                   "still its blocking verb, and only that verb moves the phase it probed, so its answer cannot go stale "
+                   "(batched probes, accepted since the checker reads a probe per resource)")
 R_INDEP_WAITS = "two waits on different pipelines: the work after them runs only once both completed, in either order"
 R_INDEP_RELEASES = ("two releases of different pipelines with no access between them: both stages are handed back "
                     "after the last read either way")
@@ -72,6 +75,13 @@ CLASSIFIED: Dict[str, str] = {
            f"{B}/gemm_persistent.py::store_schedule:swap-up:release<->gmem_d.store", f"{H}/interleaved_copy.py::consume:swap-down:release<->out.store",
            f"{H}/relu_pipeline.py::consumer_schedule:swap-up:release<->pos = buf.is_positive", f"{H}/wgmma_gemm.py::mma_schedule:swap-down:release<->gmem_c.store",
            f"{P}/leader_routed.py::consume:swap-up:release<->out.store_plus_one", f"{P}/interleaved.py::wl_consume:swap-up:release<->out.store"),
+    **_ids(R_BATCHED_PROBE, f"{B}/tma_copy.py::load_schedule:swap-up:try_acquire<->gmem_idx = input_gmem.compute_coords",
+           f"{B}/gemm.py::load_schedule:swap-up:try_acquire<->coords = gmem_ab.compute_coords",
+           f"{B}/gemm_persistent.py::load_schedule:swap-up:try_acquire<->coords = gmem_ab.compute_coords",
+           f"{B}/gemm_persistent.py::mma_schedule:swap-up:try_acquire<->tmem_c.init_work_tile_state",
+           f"{B}/gemm_persistent.py::mma_schedule:swap-down:commit<->wq.try_wait",
+           f"{B}/gemm_persistent.py::store_schedule:swap-down:release<->wq.try_wait",
+           f"{H}/relu_pipeline.py::producer_schedule:swap-up:try_acquire<->v = src.load"),
     **_ids(R_EMPTY_LOOP, f"{B}/gemm_persistent.py::store_schedule:loop-start:+1", f"{B}/gemm_persistent.py::store_schedule:loop-end:+1",
            f"{B}/gemm_persistent.py::store_schedule:loop-step:+1"),
     **_ids(R_COORDS, f"{B}/split_consumer.py::load_schedule:swap-up:acquire<->coords = gmem.compute_coords",
