@@ -548,3 +548,42 @@ def test_value_from_another_schedule_is_rejected_at_capture():
     assert info.value.finding.check == "value routing" and info.value.finding.line == line("foreign_token")
 
 
+
+
+def test_work_on_iterations_whose_guards_skip_the_wait_is_rejected():
+    """A consumer that waits on every other iteration (every(2, start=1)) but stores, taking no value, on every
+    one: iteration 0 stores before the task ever waited, reading a stage that is not ready. The loop is checked
+    as it runs (its unrolled twin was rejected before the loop form was); in phase, it is accepted."""
+    gmem_a, smem_a, out = Gmem(name="gmem_a"), Buf(name="smem_a", pipeline_config=_tma_async()), Gmem(name="out")
+    graph = {smem_a: [gmem_a], out: [smem_a]}
+
+    @schedule
+    def phased_load(gmem_a, smem_a):
+        with domain_loop(0, K, 1) as d:
+            with d.every(2, start=1):
+                coords = gmem_a.compute_coords()
+                smem_a.acquire()
+                smem_a.tma_load_a(coord_k=coords, coord_m=coords)
+                smem_a.commit()
+
+    def drain(store_in_phase):
+        @schedule
+        def drain_every_other(smem_a, out):
+            with domain_loop(0, K, 1) as d:
+                with d.every(2, start=1):
+                    smem_a.wait()
+                if store_in_phase:
+                    with d.every(2, start=1):
+                        out.store()
+                else:
+                    out.store()  # @store_every_iteration
+                with d.every(2, start=1):
+                    smem_a.release()
+
+        return Task(name="drain", src_resources=[smem_a], dst_resources=[out], warp_idx=1, num_warps=1,
+                    schedule=drain_every_other(smem_a, out))
+
+    f = rejected([load_task(gmem_a, smem_a, phased_load), drain(False)], graph)
+    hit = expect(f, "work bracketing", "drain", "smem_a", line("store_every_iteration"))
+    assert "before this task has waited on smem_a" in hit.message
+    accepted([load_task(gmem_a, smem_a, phased_load), drain(True)], graph)

@@ -368,10 +368,10 @@ def _stage_refs(s: Step, by_index, prod, cons, proxy_open, handed_back, add) -> 
 
 def _reads_upstream(ctx: _Context, t: Task, s: Step, down, opened_ever, rest, i, add) -> None:
     """Synchronous producer work reads what its resource depends on (the graph edges). In a task that
-    consumes an upstream buffer of it, the work may not run before the wait that the same iteration
-    (or the same section, outside the loop) makes on that buffer later -- it would read the stage
-    before it is ready -- unless the task already waited on it earlier or the work takes a value (an
-    argument or a guard) a read returned. After a wait the work may be an epilogue of values already
+    consumes an upstream buffer of it, the work may not run before a wait that the same section makes
+    on that buffer later (the same iteration, or a later one of the loop: an iteration whose guards skip
+    the wait) -- it would read the stage before it is ready -- unless the task already waited on it
+    earlier or the work takes a value (an argument or a guard) a read returned. After a wait the work may be an epilogue of values already
     in registers (a store of the accumulator after the loop), which the schedule cannot tell from a
     late read. Hardware producers: ``_dma``."""
     cfg = good_config(down)
@@ -392,8 +392,10 @@ def _reads_upstream(ctx: _Context, t: Task, s: Step, down, opened_ever, rest, i,
     if any(getattr(g, "token", None) is not None for g in s.guards):
         return
     later = []
-    for x, j in rest:
-        if j != i or x.section is not s.section:
+    for x, j in rest:  # this iteration's (or straight-line section's) later waits; in a loop also the later
+        # iterations': the task has not waited yet (opened_ever), so an iteration whose guards skip the wait
+        # (every() out of phase) runs the work before any stage was ready, as its unrolled twin shows
+        if x.section is not s.section or (j != i and i is None):
             break
         if x.kind is StepKind.ConsumerWait:
             later += [up for up in consumed if any(y is up for y in targets(x))]
