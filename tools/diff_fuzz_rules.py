@@ -15,6 +15,10 @@ if TYPE_CHECKING:  # diff_fuzz imports this module
 # the first match labels the disagreement. A disagreement no rule matches prints UNCLASSIFIED.
 DELIBERATE, REF_GAP, WS_GAP, BUDGET = "deliberate", "reference gap", "warpsched gap", "search budget"
 RULES = [
+    ("only warpsched", r"runs before this task has waited on \w+, which \w+ depends on, and takes no value", r"^$",
+     REF_GAP, "work that takes no value on an iteration whose every() guard skips the task's wait (phases out of "
+     "step): it reads its upstream before any stage is ready; the reference reads the loop body as written (it "
+     "rejects the unrolled twin)"),
     ("only warpsched", r"num_warps=0 is not a positive int", r"^$", REF_GAP,
      "a task of zero warps: warpsched refuses it at its declaration, the reference accepts it"),
     ("only reference", None, r"TaskWarpLeader is only supported for TMA", DELIBERATE,
