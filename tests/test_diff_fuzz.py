@@ -68,21 +68,30 @@ def test_both_implementations_run_and_nothing_crashes():
 
 
 # ------------------------------------------------------------------ issue 30: reversed loops, every() guards
-def _issue30(stages=2):
+def _issue30(stages=2, store_in_phase=False):
     """The issue's program: load commits on zero-based 0, 2, 4 of a 5-iteration reversed loop, store
-    waits on 1, 3."""
+    waits on 1, 3 (``store_in_phase``: and stores only there, else on every iteration)."""
     load = [("loop", 5, 0, -1, [("op", "in_0", "load"), ("every", 2, 0, [
         ("op", "s0", "acquire"), ("op", "s0", "fill"), ("op", "s0", "commit")])])]
-    store = [("loop", 5, 0, -1, [("every", 2, 1, [("op", "s0", "wait"), ("op", "s0", "read")]),
-                                 ("op", "out_1", "store"), ("every", 2, 1, [("op", "s0", "release")])])]
+    store_op = ("op", "out_1", "store")
+    store = [("loop", 5, 0, -1, [("every", 2, 1, [("op", "s0", "wait"), ("op", "s0", "read")]
+                                  + ([store_op] if store_in_phase else [])),
+                                 *([] if store_in_phase else [store_op]),
+                                 ("every", 2, 1, [("op", "s0", "release")])])]
     return Prog([Pipe("s0", "AsyncAsync", stages, 32, 32)],
                 [TaskD("load", 0, 1, ["in_0"], ["s0"], load), TaskD("store", 1, 1, ["s0"], ["out_1"], store)], K=5)
 
 
 def test_issue30_reversed_program_is_rejected_with_its_five_iterations():
-    out = D.run_side(D.warpsched_lib(), _issue30(), timeout=60)
+    """Three commits, two waits: the checker's counterexample runs both reversed loops 5 times. As the issue
+    wrote it, the store also ran on the iterations without a wait: iteration 0 stores before any stage is ready,
+    which work bracketing names first (as it does for the unrolled twin)."""
+    out = D.run_side(D.warpsched_lib(), _issue30(store_in_phase=True), timeout=60)
     assert out.kind == "reject" and out.checks == ("checker:never",), out.message
     assert "trip counts in this counterexample: load: 5 iteration(s); store: 5 iteration(s)" in out.message
+    out = D.run_side(D.warpsched_lib(), _issue30(), timeout=60)
+    assert out.kind == "reject" and out.checks == ("work bracketing",), out.message
+    assert "out_1.store() runs before this task has waited on s0" in out.message
 
 
 @pytest.mark.parametrize("forms", [((5, 0, -1), (0, 5, 1)), ((0, 5, 1), (9, -1, -2)), ((7, 2, -1), (6, 1, -1))])
