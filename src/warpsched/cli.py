@@ -414,9 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("native", help="build (once) and load the native launch path of warpsched.nn (needs torch)",
                    description="Build warpsched's native launch path (warpsched.native: the linear layer's autograd "
                    "node, its launches and attention's in C++, a torch extension) if it is not built for this torch "
-                   "yet, load it and say where it is, or why it cannot be. warpsched.nn builds it on first use anyway; this "
-                   "does it ahead (a container's build step, say). Needs torch, a C++17 compiler and ninja; "
-                   "WARPSCHED_NATIVE=0 turns the native path off.")
+                   "yet, load it and say where it is, or why it cannot be. warpsched.nn builds it on first use "
+                   "anyway; this does it ahead (a container's build step, say). Needs torch, a C++17 compiler and "
+                   "ninja; WARPSCHED_NATIVE=0 turns the native path off.")
     return parser
 
 

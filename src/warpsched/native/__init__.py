@@ -204,7 +204,6 @@ def _backward_program(q, k, v, out, dout, lse, causal, scale, window, softcap, d
             [float(options.get("block_m", bh.BLOCK_M)), float(bh.softmax_scale(D, scale))]]
 
 
-
 def _resolve_attention(q, k, v, lse, out, causal, scale, left, right, softcap):
     from .. import torch_ops
     from ..kernels.attention import host

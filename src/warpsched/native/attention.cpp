@@ -136,16 +136,15 @@ Grads attention_bwd_op(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   if (!found) {  // the host runs it and says what to launch next time (nothing: the host every call)
     Plan plan;
     Grads grads = backward_by_host(ins, scalars, &plan.program);
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_plans.emplace(std::move(key), std::make_shared<const Plan>(std::move(plan)));
+    store_plan(std::move(key), std::move(plan));
     return grads;
   }
   if (!found->program) return backward_by_host(ins, scalars, nullptr);
   try {
     return launch_backward(*found->program, q, k, v, out, dout, lse, deterministic);
   } catch (const std::exception& e) {
-    if (std::getenv("WARPSCHED_NATIVE_DEBUG")) fprintf(stderr, "warpsched native: launch failed: %s\n", e.what());
-    return backward_by_host(ins, scalars, nullptr);  // the host names what is wrong (or copies an operand)
+    note_refused_launch(e);
+    return backward_by_host(ins, scalars, nullptr);
   }
 }
 

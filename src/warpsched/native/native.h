@@ -142,7 +142,7 @@ struct StreamScope {
 
 inline Function resolver() {  // looked up at each resolve: a resolver registered later (a test's stand-in) takes over
   auto f = Function::GetGlobal("warpsched.native.resolve");
-  TORCH_CHECK(f.has_value(), "warpsched native linear: the resolver warpsched.native.resolve is not registered "
+  TORCH_CHECK(f.has_value(), "warpsched native: the resolver warpsched.native.resolve is not registered "
               "(import warpsched.native, which registers it, before calling the op)");
   return *f;
 }
@@ -176,7 +176,7 @@ inline at::Tensor torch_of(const Any& t) { return at::fromDLPack(t.cast<tvm::ffi
 // Run `kind` on `ins` into `out` through the Python path (compiling / tuning on first use); returns the plan
 // that later calls with the same key launch
 inline Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out,
-             const std::vector<double>& scalars) {
+                    const std::vector<double>& scalars) {
   std::vector<at::Tensor> tensors(ins);
   tensors.push_back(out);
   Any ret = call_resolver(kind, act, tensors, scalars);
@@ -184,7 +184,7 @@ inline Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, 
   if (ret == nullptr) return plan;
   auto pair = ret.cast<tvm::ffi::Array<Any>>();  // [function, [parameter: slot name or value, ...]]
   auto params = pair[1].cast<tvm::ffi::Array<Any>>();
-  TORCH_CHECK(params.size() <= kMaxParams, "warpsched native linear: a kernel with ", params.size(), " parameters");
+  TORCH_CHECK(params.size() <= kMaxParams, "warpsched native: a kernel with ", params.size(), " parameters");
   for (const Any& p : params) {
     // a slot name, ["view", slot name, shape] (the slot's tensor viewed as shape: GQA's packed heads), or a value
     int8_t slot = kFixed;
@@ -207,8 +207,8 @@ inline Plan resolve(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, 
 
 // One launch of `kind` on `ins` (undefined: an absent operand) into `out`, through the plan of its key
 // (`scalars`: the call's other arguments, a NaN for an absent one, in its key and handed to the resolver)
-inline std::vector<int64_t> plan_key(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out,
-                              const std::vector<double>& scalars) {
+inline std::vector<int64_t> plan_key(Kind kind, int64_t act, const std::vector<at::Tensor>& ins,
+                                     const at::Tensor& out, const std::vector<double>& scalars) {
   std::vector<int64_t> key{static_cast<int64_t>(kind), act};
   key.reserve(48);
   for (double v : scalars) {
@@ -229,14 +229,24 @@ inline std::shared_ptr<const Plan> find_plan(const std::vector<int64_t>& key) {
   return it == g_plans.end() ? nullptr : it->second;
 }
 
+inline void store_plan(std::vector<int64_t> key, Plan plan) {
+  auto kept = std::make_shared<const Plan>(std::move(plan));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_plans.emplace(std::move(key), std::move(kept));
+}
+
+// A launch the kernel refused (a misaligned base, say): said under WARPSCHED_NATIVE_DEBUG; the caller falls back
+// to the Python path, which names what is wrong (or copies the operand)
+inline void note_refused_launch(const std::exception& e) {
+  if (std::getenv("WARPSCHED_NATIVE_DEBUG")) fprintf(stderr, "warpsched native: launch failed: %s\n", e.what());
+}
+
 inline void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, const at::Tensor& out,
-         const std::vector<double>& scalars = {}) {
+                const std::vector<double>& scalars = {}) {
   std::vector<int64_t> key = plan_key(kind, act, ins, out, scalars);
   std::shared_ptr<const Plan> found = find_plan(key);
   if (!found) {
-    auto fresh = std::make_shared<const Plan>(resolve(kind, act, ins, out, scalars));  // ran the call
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_plans.emplace(std::move(key), std::move(fresh));
+    store_plan(std::move(key), resolve(kind, act, ins, out, scalars));  // ran the call
     return;
   }
   const Plan& plan = *found;
@@ -268,8 +278,8 @@ inline void run(Kind kind, int64_t act, const std::vector<at::Tensor>& ins, cons
   try {
     plan.fn.CallPacked(tvm::ffi::PackedArgs(args, n), &ret);
   } catch (const std::exception& e) {
-    if (std::getenv("WARPSCHED_NATIVE_DEBUG")) fprintf(stderr, "warpsched native: launch failed: %s\n", e.what());
-    resolve(kind, act, ins, out, scalars);  // the Python path names what is wrong (or copies a misaligned operand)
+    note_refused_launch(e);
+    resolve(kind, act, ins, out, scalars);
   }
 }
 
