@@ -179,7 +179,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
         out.append(F(check, msg, task=t, resource=r, location=s.location, expected=expected, fix=fix))
 
     run = list(run)
-    for pos, (s, _i) in enumerate(run):
+    for pos, (s, _) in enumerate(run):
         k = s.kind
         if s.token_args:
             _stage_refs(s, by_index, prod, cons, proxy_open, handed_back, add)
@@ -198,7 +198,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
             if not ctx.bracketed(r):
                 if k is StepKind.ProducerWork:
                     _dma(ctx, t, s, r, cons, released, proxy_open, add)
-                    _reads_upstream(ctx, t, s, r, opened_ever, run[pos + 1:], _i, add)
+                    _reads_upstream(ctx, t, s, r, opened_ever, run[pos + 1:], add)
                 continue
             rid = id(r)
             res[rid] = r
@@ -232,7 +232,7 @@ def _simulate(ctx: _Context, t: Task, run) -> List[Finding]:
                         f"move {s.method}() between {n}.acquire() and {n}.commit()")
                 if k is StepKind.ProducerWork:
                     _dma(ctx, t, s, r, cons, released, proxy_open, add)
-                    _reads_upstream(ctx, t, s, r, opened_ever, run[pos + 1:], _i, add)
+                    _reads_upstream(ctx, t, s, r, opened_ever, run[pos + 1:], add)
             elif k is StepKind.ConsumerWait:
                 # a WorkQueue has no split consumers: every task runs its own queue epilogue
                 if not ctx.releases(r, t) and ctx.others(r, StepKind.ConsumerRelease, t) and not is_queue(r):
@@ -366,14 +366,14 @@ def _stage_refs(s: Step, by_index, prod, cons, proxy_open, handed_back, add) -> 
                 f"move {n}.release() after {s.resource_name}.{s.method}()")
 
 
-def _reads_upstream(ctx: _Context, t: Task, s: Step, down, opened_ever, rest, i, add) -> None:
+def _reads_upstream(ctx: _Context, t: Task, s: Step, down, opened_ever, rest, add) -> None:
     """Synchronous producer work reads what its resource depends on (the graph edges). In a task that
     consumes an upstream buffer of it, the work may not run before a wait that the same section makes
     on that buffer later (the same iteration, or a later one of the loop: an iteration whose guards skip
     the wait) -- it would read the stage before it is ready -- unless the task already waited on it
-    earlier or the work takes a value (an argument or a guard) a read returned. After a wait the work may be an epilogue of values already
-    in registers (a store of the accumulator after the loop), which the schedule cannot tell from a
-    late read. Hardware producers: ``_dma``."""
+    earlier or the work takes a value (an argument or a guard) a read returned. After a wait the work
+    may be an epilogue of values already in registers (a store of the accumulator after the loop),
+    which the schedule cannot tell from a late read. Hardware producers: ``_dma``."""
     cfg = good_config(down)
     if cfg is not None and protocol_of(cfg).producer_is_hardware:
         return
@@ -392,10 +392,10 @@ def _reads_upstream(ctx: _Context, t: Task, s: Step, down, opened_ever, rest, i,
     if any(getattr(g, "token", None) is not None for g in s.guards):
         return
     later = []
-    for x, j in rest:  # this iteration's (or straight-line section's) later waits; in a loop also the later
-        # iterations': the task has not waited yet (opened_ever), so an iteration whose guards skip the wait
-        # (every() out of phase) runs the work before any stage was ready, as its unrolled twin shows
-        if x.section is not s.section or (j != i and i is None):
+    for x, _ in rest:  # the section's later waits, in a loop this iteration's and the later ones': the task has
+        # not waited yet (opened_ever), so an iteration whose guards skip the wait (every() out of phase) runs the
+        # work before any stage was ready, as its unrolled twin shows
+        if x.section is not s.section:
             break
         if x.kind is StepKind.ConsumerWait:
             later += [up for up in consumed if any(y is up for y in targets(x))]
