@@ -137,30 +137,12 @@ def _python_side(f):
         return f()
 
 
-def _attention_grads_fp32(q, k, v, dout, causal, left, right):
-    """(dQ, dK, dV) in fp32 of softmax(q k^T / sqrt(D) + mask) v, K / V heads repeated for GQA."""
-    q, k, v = (t.detach().float().requires_grad_() for t in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    s = q @ k.repeat_interleave(group, 1).transpose(-1, -2) * q.shape[-1] ** -0.5
-    Sq, Sk = q.shape[2], k.shape[2]
-    i = torch.arange(Sq, device=q.device)[:, None]  # top-left aligned, as the kernels (and SDPA's is_causal)
-    j = torch.arange(Sk, device=q.device)[None, :]
-    keep = torch.ones(Sq, Sk, dtype=torch.bool, device=q.device)
-    if causal:
-        keep &= j <= i
-    if left >= 0:
-        keep &= j >= i - left
-    if right >= 0:
-        keep &= j <= i + right
-    o = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v.repeat_interleave(group, 1)
-    return torch.autograd.grad(o, (q, k, v), dout.float())
-
-
 def attention_check(calls):
     """The native attention forward and backward against the Python host: bitwise equal O and LSE, dK and dV (dQ too
     in deterministic mode) over poisoned memory, q as a model hands it ((B, S, H, D) memory), gradients against
-    fp32; then µs per call, native / Python host / SDPA, decode-sized: the forward op, and the layer's forward +
+    fp64; then µs per call, native / Python host / SDPA, decode-sized: the forward op, and the layer's forward +
     backward."""
+    from attention_training_masks import keep_mask, reference as attention_reference
     from warpsched import torch_ops
 
     bad = 0
@@ -182,7 +164,9 @@ def attention_check(calls):
         out, lse = torch_ops.attention_fwd(q, k, v, causal, None, left, right, None)
         dout = torch.randn(B, Sq, H, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
         args = (q, k, v, out, dout, lse, causal, None, left, right, None)
-        ref = _attention_grads_fp32(q, k, v, dout, causal, left, right)
+        # fp64 gradients through the masked softmax (attention_training_masks.py's reference and mask)
+        ref = attention_reference(q, k, v, dout, keep_mask(B, H, Sq, Sk, causal, (left, right), None, q.device),
+                                  D ** -0.5)[1:]
         for deterministic in (False, True):
             torch.use_deterministic_algorithms(deterministic)
             runs = []
@@ -191,7 +175,7 @@ def attention_check(calls):
                 runs.append(f(*args))
             torch.use_deterministic_algorithms(False)
             # dQ is summed with fp32 atomics unless deterministic: its bits may differ run to run, so it is held to
-            # the fp32 reference there, and bitwise in deterministic mode
+            # the fp64 reference there, and bitwise in deterministic mode
             exact = range(3) if deterministic else range(1, 3)
             equal = all(torch.equal(r[i], runs[0][i]) for r in runs[1:] for i in exact)
             errs = [((g.float() - w).abs().max() / w.abs().max()).item() for g, w in zip(runs[0], ref)]
@@ -200,7 +184,7 @@ def attention_check(calls):
             print(f"{'PASS' if equal and close else 'FAIL'} attention backward {B}x{H}/{Hk}x{Sq}x{Sk} d{D} "
                   f"causal={causal} window=({left}, {right}) deterministic={deterministic}: native "
                   f"{'dQ, dK, dV' if deterministic else 'dK, dV'} bitwise equal to the Python host's (twice each) "
-                  f"{equal}; max rel err vs fp32 dQ {errs[0]:.1e} dK {errs[1]:.1e} dV {errs[2]:.1e}", flush=True)
+                  f"{equal}; max rel err vs fp64 dQ {errs[0]:.1e} dK {errs[1]:.1e} dV {errs[2]:.1e}", flush=True)
     q = torch.randn(1, 16, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     k, v = (torch.randn(1, 16, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
     sides = {"native": lambda: torch.ops.warpsched_native.attention_fwd.default(q, k, v, True, None, -1, -1, None),
