@@ -3,7 +3,6 @@
 over fp32 CPU tensors take the GPU kernels' place, so what is checked is the C++: the plan cache (one resolve per
 key, then launches), O's allocation in q's order, GQA-packed views, planless keys, and the backward's program
 (its allocations, pre-pass, kernel and dQ conversion, the deterministic turn words)."""
-import ctypes
 import math
 
 import pytest
@@ -11,16 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
+from _dl_view import view  # noqa: E402  (imports torch)
 import warpsched.native as native  # noqa: E402
-
-
-def view(t):
-    """A DLTensor* argument (a view the C++ owns) as a torch tensor over the same 4-byte-element CPU memory (fp32;
-    ``.view(torch.int32)`` for the turn words)."""
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
-    ptr = t.data_ptr() if callable(t.data_ptr) else t.data_ptr
-    buf = (ctypes.c_float * span).from_address(ptr)
-    return torch.frombuffer(buf, dtype=torch.float32).as_strided(tuple(t.shape), tuple(t.strides))
 
 
 @pytest.fixture(scope="module")

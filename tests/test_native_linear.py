@@ -4,25 +4,17 @@ tensors) take the GPU kernels' place, so what is checked is the C++: its plan ca
 launches), the parameter slots it fills (operands, the output, its transpose, fixed values), the autograd node
 (dX, dW, dbias, the SwiGLU's two kernels) and the fallback through the resolver. Then the resolver's parameter
 lists for real compiled GEMM plans."""
-import ctypes
 
 import pytest
 
 torch = pytest.importorskip("torch")
 tvm_ffi = pytest.importorskip("tvm_ffi")
 
+from _dl_view import view  # noqa: E402  (imports torch)
 import warpsched.native as native  # noqa: E402
 import warpsched.nn.functional as wf  # noqa: E402
 
 F = torch.nn.functional
-
-
-def view(t):
-    """A DLTensor* argument (a view the C++ owns) as a torch tensor over the same fp32 CPU memory."""
-    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.strides))
-    ptr = t.data_ptr() if callable(t.data_ptr) else t.data_ptr
-    buf = (ctypes.c_float * span).from_address(ptr)
-    return torch.frombuffer(buf, dtype=torch.float32).as_strided(tuple(t.shape), tuple(t.strides))
 
 
 class StandIn:
