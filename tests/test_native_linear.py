@@ -290,3 +290,40 @@ def test_a_compiled_graph_is_not_reused_across_without_native(monkeypatch):
         assert wf._native() is None
     assert compiled(x).tolist() == [1, 1, 1]
     torch._dynamo.reset()
+
+
+def _traced_swiglu_step():
+    """The ops of a SwiGLU layer's forward, and of its node's backward, as a tracer sees them (fake CUDA tensors:
+    no GPU needed; the backward called on the node directly, as the autograd engine wants a device)."""
+    import types
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def forward(x, w):
+        return wf.linear(x, w, activation="swiglu")
+
+    def backward(dh, x, w, z):
+        ctx = types.SimpleNamespace(saved_tensors=(x, w, z), needs_input_grad=(True, True, False), has_bias=False)
+        return wf._SwiGLULinear.backward(ctx, dh)
+
+    def ops(gm):
+        return {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    with FakeTensorMode():
+        x = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = torch.empty(32, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        dh, z = torch.empty(64, 16, device="cuda", dtype=torch.bfloat16), torch.empty(64, 32, device="cuda",
+                                                                                      dtype=torch.bfloat16)
+        return ops(make_fx(forward)(x, w)), ops(make_fx(backward)(dh, x.detach(), w.detach(), z))
+
+
+def test_a_traced_swiglu_layer_runs_the_native_swiglu_kernels(op):
+    """Under a tracer (torch.compile's) the SwiGLU layer is the one node over the native ops: the GEMMs and the
+    CuTe SwiGLU kernels (faster than inductor's fusion of the product on z's 8-wide runs), not torch's silu."""
+    forward, backward = _traced_swiglu_step()
+    assert {"warpsched_native.gemm.default", "warpsched_native.swiglu_forward.default"} <= forward, forward
+    assert {"warpsched_native.gemm.default", "warpsched_native.swiglu_backward.default"} <= backward, backward
+    assert not any("silu" in o for o in forward | backward)
+    with wf.without_native():  # the Python path's graph: the GEMM's node and the product as torch ops
+        forward, _ = _traced_swiglu_step()
+    assert not any(o.startswith("warpsched_native") for o in forward) and any("silu" in o for o in forward), forward

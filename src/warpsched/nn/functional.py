@@ -85,30 +85,39 @@ SWIGLU_FUSED_FROM = 16  # tokens: below, the unfused SwiGLU (docs/torch.md "Fuse
 
 
 class _SwiGLULinear(torch.autograd.Function):
-    """h = silu(gate) * up of z = x W^T + bias, the GEMM's interleaved pre-activation, as one autograd node
-    (eager): the GEMM, then the product on z as it is (``kernels.gemm.swiglu``: one elementwise kernel each way);
-    the backward makes dz interleaved like the weight and runs the GEMM's backward on it. One node where a
-    linear and a separate product took two: each Python backward is a hand-over to autograd's device thread,
-    what a decode step pays most for on the host (docs/torch.md, "The decode backward's host path")."""
+    """h = silu(gate) * up of z = x W^T + bias, the GEMM's interleaved pre-activation, as one autograd node: the
+    GEMM, then the product on z as it is (``kernels.gemm.swiglu``: one elementwise kernel each way); the backward
+    makes dz interleaved like the weight and runs the GEMM's backward on it. Eager (without the native path): one
+    node where a linear and a separate product took two (each Python backward is a hand-over to autograd's device
+    thread: docs/torch.md, "The decode backward's host path"). Under a tracer with the native path: the same node
+    over the native ops, whose SwiGLU kernels beat what inductor makes of the product on z's 8-wide runs."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
         z = _linear(x, weight, bias)
         ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight, z)
-        return _swiglu.swiglu_forward(z)
+        return _swiglu_forward(z)
 
     @staticmethod
     def backward(ctx, dh):
         x, weight, z = ctx.saved_tensors
-        return _linear_grads(ctx.needs_input_grad, _swiglu.swiglu_backward(dh, z), x, weight, ctx.has_bias)
+        return _linear_grads(ctx.needs_input_grad, _swiglu_backward(dh, z), x, weight, ctx.has_bias)
+
+
+def _swiglu_forward(z):
+    return _swiglu.swiglu_forward(z) if eager(z) else torch.ops.warpsched_native.swiglu_forward.default(z)
+
+
+def _swiglu_backward(dh, z):
+    return _swiglu.swiglu_backward(dh, z) if eager(z) else torch.ops.warpsched_native.swiglu_backward.default(dh, z)
 
 
 def _swiglu_with_grad(x, weight, bias):
-    """SwiGLU under autograd: eager, one node (``_SwiGLULinear``), so dz reaches the GEMM's backward interleaved
-    like the weight; under a tracer (torch.compile) the GEMM's node and the product as torch's ops, which it
-    fuses."""
-    if eager(x):
+    """SwiGLU under autograd: one node (``_SwiGLULinear``) eager, or under a tracer (torch.compile) where the native
+    ops are built, so dz reaches the GEMM's backward interleaved like the weight; under a tracer without them, the
+    GEMM's node and the product as torch's ops, which inductor fuses."""
+    if eager(x) or (x.is_cuda and _native_ready()):
         return _SwiGLULinear.apply(x, weight, bias)
     return _gemm_ops.swiglu_interleaved(_LinearFunction.apply(x, weight, bias, None))
 
