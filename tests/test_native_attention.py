@@ -188,9 +188,10 @@ def test_native_attention_without_a_plan_returns_the_hosts_outputs_uncopied(op):
 
 def _grads_ref(q, k, v, dout, causal, scale):
     """(dQ, dK, dV) in fp32 of ``_attention_ref``'s O (dK / dV summed over each K/V head's query heads)."""
-    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    o, _ = _attention_ref(q, k, v, causal, scale)
-    return torch.autograd.grad(o, (q, k, v), dout)
+    with torch.enable_grad():  # also where autograd's engine calls the stand-in, grad mode off
+        q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+        o, _ = _attention_ref(q, k, v, causal, scale)
+        return torch.autograd.grad(o, (q, k, v), dout)
 
 
 LOG2E = 1.0 / math.log(2.0)
@@ -357,3 +358,35 @@ def test_native_attention_ops_refuse_bad_input_without_crashing(op):
             assert str(e).strip(), type(e)
             refused += 1
     assert refused == 120
+
+
+class TrainingStandIn:
+    """The forward's and the backward's stand-ins behind one resolver (kind decides)."""
+
+    def __init__(self):
+        self.forward, self.backward = AttentionStandIn(), BackwardStandIn()
+
+    def __call__(self, kind, *rest):
+        return (self.forward if kind == native.KIND_ATTENTION_FORWARD else self.backward)(kind, *rest)
+
+
+def test_native_attention_op_has_its_autograd_node_in_cpp(op):
+    """``warpsched_native::attention``: O with a C++ autograd node whose backward is ``attention_bwd`` on what the
+    forward saved (q, k, v, O, the LSE, the scalars)."""
+    standin = TrainingStandIn()
+    native.register_resolver(standin)
+    q0, k0, v0, _, dout, _ = _backward_case(9)
+    for step in range(2):
+        q, k, v = (t.detach().clone().requires_grad_() for t in (q0, k0, v0))
+        out = torch.ops.warpsched_native.attention(q, k, v, True, 0.3, -1, -1, None)
+        assert "Python" not in type(out.grad_fn).__name__  # a C++ node, not an autograd.Function's
+        torch.testing.assert_close(out, _attention_ref(q0, k0, v0, True, 0.3)[0])
+        out.backward(dout)
+        for got, want in zip((q.grad, k.grad, v.grad), _grads_ref(q0, k0, v0, dout, True, 0.3)):
+            torch.testing.assert_close(got, want)
+    assert standin.forward.resolves == standin.backward.resolves == 1  # then launched from the plans
+    assert standin.forward.launches == 1 and standin.backward.calls == ["prep", "kernel", "post"]
+    assert standin.backward.scalars[0][:5] == [1.0, 0.3, -1.0, -1.0, standin.backward.scalars[0][4]]
+    with torch.no_grad():  # below autograd: the forward alone
+        torch.testing.assert_close(torch.ops.warpsched_native.attention(q0, k0, v0, True, 0.3, -1, -1, None),
+                                   _attention_ref(q0, k0, v0, True, 0.3)[0])

@@ -115,6 +115,12 @@ def _register_fakes(torch):
         B, H, S, _ = q.shape
         return empty_out(q), q.new_empty((B, H, S), dtype=torch.float32)
 
+    @torch.library.register_fake("warpsched_native::attention")
+    def _attention_fake(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
+        from ..kernels.attention import empty_out
+
+        return empty_out(q)
+
     @torch.library.register_fake("warpsched_native::attention_bwd")
     def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1,
                             softcap=None):

@@ -4,6 +4,7 @@
 // compiles and runs it and says what to launch; later calls launch that from here.
 #include "native.h"
 
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
 #include <tuple>
@@ -148,6 +149,73 @@ Grads attention_bwd_op(const at::Tensor& q, const at::Tensor& k, const at::Tenso
   }
 }
 
+// The attention ops through the dispatcher (so a fake or meta mode below autograd sees their fakes)
+std::tuple<at::Tensor, at::Tensor> call_attention_fwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                      bool causal, c10::optional<double> scale, int64_t left,
+                                                      int64_t right, c10::optional<double> softcap) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched_native::attention_fwd", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                 const at::Tensor&, bool, c10::optional<double>,
+                                                                 int64_t, int64_t, c10::optional<double>)>();
+  return op.call(q, k, v, causal, scale, left, right, softcap);
+}
+
+Grads call_attention_bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                         const at::Tensor& dout, const at::Tensor& lse, bool causal, c10::optional<double> scale,
+                         int64_t left, int64_t right, c10::optional<double> softcap) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched_native::attention_bwd", "")
+                       .typed<Grads(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                    const at::Tensor&, const at::Tensor&, bool, c10::optional<double>, int64_t,
+                                    int64_t, c10::optional<double>)>();
+  return op.call(q, k, v, out, dout, lse, causal, scale, left, right, softcap);
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// O = attention(q, k, v) with its autograd node in C++ (nn.scaled_dot_product_attention's eager calls): the
+// forward saves q, k, v, O and the LSE; the backward is attention_bwd's
+struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            bool causal, c10::optional<double> scale, int64_t left, int64_t right,
+                            c10::optional<double> softcap) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [out, lse] = call_attention_fwd(q, k, v, causal, scale, left, right, softcap);
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["left"] = left;
+    ctx->saved_data["right"] = right;
+    ctx->saved_data["softcap"] = softcap;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto optional = [&](const char* name) {
+      const auto& value = ctx->saved_data[name];
+      return value.isNone() ? c10::optional<double>() : c10::optional<double>(value.toDouble());
+    };
+    auto [dq, dk, dv] = call_attention_bwd(saved[0], saved[1], saved[2], saved[3], grads[0], saved[4],
+                                           ctx->saved_data["causal"].toBool(), optional("scale"),
+                                           ctx->saved_data["left"].toInt(), ctx->saved_data["right"].toInt(),
+                                           optional("softcap"));
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                              c10::optional<double> scale, int64_t left, int64_t right,
+                              c10::optional<double> softcap) {
+  return AttentionFunction::apply(q, k, v, causal, scale, left, right, softcap);
+}
+
+at::Tensor attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                            c10::optional<double> scale, int64_t left, int64_t right,
+                            c10::optional<double> softcap) {
+  return std::get<0>(call_attention_fwd(q, k, v, causal, scale, left, right, softcap));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(warpsched_native, CUDA, m) {
@@ -158,3 +226,6 @@ TORCH_LIBRARY_IMPL(warpsched_native, CPU, m) {  // the CPU tests' stand-in kerne
   m.impl("attention_fwd", &attention_fwd_op);
   m.impl("attention_bwd", &attention_bwd_op);
 }
+TORCH_LIBRARY_IMPL(warpsched_native, Autograd, m) { m.impl("attention", &attention_autograd); }
+// below autograd (no gradient wanted, or a tracer's modes): the forward alone
+TORCH_LIBRARY_IMPL(warpsched_native, CompositeExplicitAutograd, m) { m.impl("attention", &attention_kernel); }

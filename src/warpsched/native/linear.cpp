@@ -154,6 +154,9 @@ TORCH_LIBRARY(warpsched_native, m) {
   m.def("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, bool causal=False, "
         "float? scale=None, int window_left=-1, int window_right=-1, float? softcap=None) "
         "-> (Tensor, Tensor, Tensor)");
+  // O of attention_fwd with an autograd node in C++ whose backward is attention_bwd (eager models' calls)
+  m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
+        "int window_right=-1, float? softcap=None) -> Tensor");
   m.def("plan_count() -> int", &plan_count);
   m.def("clear_plans() -> int", &clear_plans);
 }
