@@ -211,44 +211,110 @@ def attention_check(calls):
     return bad + graph_check(q.detach(), k.detach(), v.detach(), dout)
 
 
+def decode_attention_operands():
+    """q, k, v (1 x 32 / 8 heads x 16 tokens, d128, BHSD views of BSHD tensors) and dO of a decode layer."""
+    q = torch.randn(1, 16, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k, v = (torch.randn(1, 16, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+    return q, k, v, torch.randn_like(q)
+
+
+def _capture_status():
+    """The current stream's capture status by name ("active", "invalidated", "none"): which launch broke a
+    capture shows right after it (torch reports a broken capture only at its end)."""
+    from cuda.bindings import runtime as cudart
+
+    err, status = cudart.cudaStreamIsCapturing(torch.cuda.current_stream().cuda_stream)
+    return str(status).split(".")[-1].replace("cudaStreamCaptureStatus", "").lower() or str(status)
+
+
 def graph_check(q, k, v, dout):
     """A decode layer's native launches captured in a CUDA graph (after a warm-up resolved their plans) and replayed
     over NaN-poisoned outputs: the linear's forward + backward and attention's, bitwise equal to eager (deterministic
-    dQ, so that it is bitwise too)."""
+    dQ, so that it is bitwise too). Each piece is captured alone first, its capture status read after it and the
+    resolver's calls counted (a call during capture means a key without a launch plan), so a failure names the
+    piece that broke the capture."""
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = torch.randn(6144, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True) * 0.02
     w = w.detach().requires_grad_()
     dy = torch.randn(16, 6144, device="cuda", dtype=torch.bfloat16)
+    state = {}
 
-    def step():
-        y = wf.linear(x, w)
-        dx, dw = torch.autograd.grad(y, (x, w), dy)
-        o, lse = torch.ops.warpsched_native.attention_fwd.default(q, k, v, True, None, -1, -1, None)
-        grads = torch.ops.warpsched_native.attention_bwd.default(q, k, v, o, dout, lse, True, None, -1, -1, None)
-        return (y, dx, dw, o, lse, *grads)
+    def linear_forward():
+        state["y"] = wf.linear(x, w)
+        return (state["y"],)
+
+    def linear_backward():
+        return torch.autograd.grad(state["y"], (x, w), dy)
+
+    def attention_forward():
+        state["o"], state["lse"] = torch.ops.warpsched_native.attention_fwd.default(q, k, v, True, None, -1, -1, None)
+        return state["o"], state["lse"]
+
+    def attention_backward():
+        return torch.ops.warpsched_native.attention_bwd.default(q, k, v, state["o"], dout, state["lse"], True, None,
+                                                                -1, -1, None)
+    pieces = [("linear forward", linear_forward), ("linear backward", linear_backward),
+              ("attention forward", attention_forward), ("attention backward", attention_backward)]
+    calls = []
+    resolve = native.resolve
+
+    def counting(*args):
+        calls.append(args[0])
+        return resolve(*args)
+    native.register_resolver(counting)  # clears the plans: the warm-up below resolves them again
     torch.use_deterministic_algorithms(True)
+    bad = 0
     try:
-        eager = [t.clone() for t in step()]
-        step()  # warm: every key resolved, its plan kept
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = step()
-        for t in captured:
-            t.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
+        # eager twice: every key resolved, its plan kept. As torch's whole-network capture recipe says: on a side
+        # stream, and no autograd graph of it kept (detached copies, state cleared), so that the captured backward
+        # does not meet the leaves' gradient accumulators made on another stream.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                eager = [t.detach().clone() for _, piece in pieces for t in piece()]
+                state.clear()
+        torch.cuda.current_stream().wait_stream(side)
+        for upto in range(1, len(pieces) + 1):  # the first piece alone, then the first two, ...: the whole last
+            calls.clear()
+            graph = torch.cuda.CUDAGraph()
+            statuses, captured, error = [], [], None
+            try:
+                with torch.cuda.graph(graph):
+                    for name, piece in pieces[:upto]:
+                        captured += list(piece())
+                        statuses.append(f"{name}: {_capture_status()}")
+            except Exception as e:  # noqa: BLE001 - reported with the piece that broke the capture
+                error = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            label = " + ".join(n for n, _ in pieces[:upto])
+            if error is not None:
+                bad += 1
+                print(f"FAIL capture of {label}: {error}; status after each piece: {statuses}; resolver calls "
+                      f"during capture (kinds): {calls}", flush=True)
+                torch.cuda.synchronize()
+                continue
+            state.clear()
+            for t in captured:
+                t.fill_(float("nan"))
+            graph.replay()
+            torch.cuda.synchronize()
+            n = len(captured)
+            ok = all(torch.equal(a, b) for a, b in zip(eager[:n], captured))
+            bad += not ok
+            print(f"{'PASS' if ok else 'FAIL'} {label} replayed in a CUDA graph over poisoned outputs: bitwise equal "
+                  f"to eager {ok}; resolver calls during capture: {len(calls)}", flush=True)
     finally:
         torch.use_deterministic_algorithms(False)
-    ok = all(torch.equal(a, b) for a, b in zip(eager, captured))
-    print(f"{'PASS' if ok else 'FAIL'} a decode layer's native launches (linear forward + backward, attention "
-          "forward + backward) replayed in a CUDA graph over poisoned outputs: bitwise equal to eager", flush=True)
-    return not ok
+        native.register_resolver()
+    return bad
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--no-time", action="store_true")
+    ap.add_argument("--graph-only", action="store_true",
+                    help="only the CUDA-graph capture check of the native launches")
     ap.add_argument("--attention", action="store_true",
                     help="also the native attention forward and backward (their own check)")
     a = ap.parse_args()
@@ -259,6 +325,8 @@ def main():
           f"in {time.time() - t0:.1f} s", flush=True)
     if op is None:
         sys.exit(1)
+    if a.graph_only:
+        sys.exit(1 if graph_check(*decode_attention_operands()) else 0)
     op = op.default
     bad = correctness(op)
     print(f"correctness: {len(CASES) - bad}/{len(CASES)} PASS; plans {torch.ops.warpsched_native.plan_count()}",
