@@ -279,6 +279,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sizes", default="decode,prefill,training")
     ap.add_argument("--no-compile", action="store_true", help="eager only")
+    ap.add_argument("--compile-only", action="store_true", help="torch.compile rows only")
+    ap.add_argument("--passes", default="forward,forward+backward",
+                    help="which passes: forward, forward+backward or both (comma-separated)")
     ap.add_argument("--no-host-table", action="store_true", help="skip the per-op host-overhead table")
     ap.add_argument("--unfused-mlp", action="store_true", help="also warpsched with the [gate | up] weight and "
                     "torch's silu(gate) * up (the side before the interleaved SwiGLU kernels)")
@@ -299,9 +302,12 @@ def main():
     print("| size | pass | mode | " + " | ".join(f"{n} (us)" for n in names) + " | torch / warpsched | "
           "torch+FA4 / warpsched | quack+FA4 / warpsched |")
     print("|---|---|---|" + "---|" * (len(names) + 3))
-    modes = ["eager"] + ([] if a.no_compile else ["compile"])
+    modes = ([] if a.compile_only else ["eager"]) + ([] if a.no_compile else ["compile"])
+    passes = [p_ for p_ in a.passes.split(",") if p_]
+    if not modes or any(p_ not in ("forward", "forward+backward") for p_ in passes):
+        ap.error("--compile-only with --no-compile leaves no rows; --passes takes forward and forward+backward")
     for size in a.sizes.split(","):
-        run(size, ["forward", "forward+backward"], modes, a.rounds)
+        run(size, passes, modes, a.rounds)
     if not a.no_host_table:
         print("\nHost cost per op (bench/_host_ops.py):", flush=True)
         host_table()
