@@ -107,6 +107,6 @@ def scaled_dot_product_attention(q, k, v, is_causal=False, scale=None, window_si
                                          or getattr(v, "requires_grad", False))):
         # inference: the forward alone, without autograd's bookkeeping (nothing is saved)
         return _run("attention_fwd", q)(q, k, v, bool(is_causal), scale, left, right, softcap)[0]
-    if eager(q) and q.is_cuda and _native_ready():  # the autograd node in C++ too (warpsched.native)
+    if eager(q) and getattr(q, "is_cuda", False) and _native_ready():  # the autograd node in C++ too (warpsched.native)
         return torch.ops.warpsched_native.attention.default(q, k, v, bool(is_causal), scale, left, right, softcap)
     return _Attention.apply(q, k, v, bool(is_causal), scale, left, right, softcap)
