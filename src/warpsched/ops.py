@@ -87,7 +87,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
 
 
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, window_size=None, mask_mod=None,
-                       softcap=None, deterministic=False):
+                       softcap=None, deterministic=False, dlse=None):
     """The gradients (dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
     ``dout``, given the forward's ``lse`` (``attention(..., return_lse=True)``), on Hopper (sm_90a).
 
@@ -99,13 +99,15 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, win
     the cap's derivative. ``deterministic=True``: the key blocks add into each Q block's dQ in key-block
     order (a GMEM turn per Q block, ``warpsched.kernels.attention.dq_order``, proven free of hangs and
     unordered adds by the grid checker), so dq is bitwise the same from run to run; else fp32 reduce-adds
-    in whatever order the CTAs reach them.
+    in whatever order the CTAs reach them. ``dlse`` (B, H, S_q): the upstream gradient of the forward's LSE,
+    where the caller used the LSE itself (flash_attn's ``return_lse``); it joins delta = rowsum(dO * O), since
+    d LSE_i / d s_ij = P_ij.
     Unsupported input raises ``AttentionConfigError`` naming what to change.
     """
     from warpsched.kernels.attention import backward_host as _bwd
 
     return _bwd.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale, window_size=window_size,
-                                   mask_mod=mask_mod, softcap=softcap, deterministic=deterministic)
+                                   mask_mod=mask_mod, softcap=softcap, deterministic=deterministic, dlse=dlse)
 
 
 def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=None, scale_a=None, scale_b=None,

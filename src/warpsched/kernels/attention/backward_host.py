@@ -227,8 +227,9 @@ def _options_and_key(dtype, head_dim, causal, options, window_size, mask_mod, so
 
 
 def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
-             mask_mod=None, softcap=None, deterministic=False, **options):
-    """``prepare_backward``, and the kernel's flat dQ tile (``flat_dq_tile``) as a fifth value."""
+             mask_mod=None, softcap=None, deterministic=False, dlse=None, **options):
+    """``prepare_backward``, and the kernel's flat dQ tile (``flat_dq_tile``) as a fifth value. ``dlse``: the
+    upstream gradient of the LSE (``attention_backward``), folded into delta."""
     check_args(q, k, v, out, dout, lse)
     import torch
 
@@ -259,6 +260,8 @@ def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None
         compiled_prep(_host.cutlass_dtype(q.dtype), D)(out, dout, delta)
     else:
         delta = (dout.float() * out.float()).sum(-1)
+    if dlse is not None:  # d LSE_i / d s_ij = P_ij, so dS = P (dP - delta) + P dLSE = P (dP - (delta - dLSE))
+        delta[:, :, :Sq].sub_(_checked_dlse(dlse, q))
     # contiguous whatever k's strides (a view of a fused QKV projection has strided heads): not empty_like
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype) if dk is None else dk
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype) if dv is None else dv
@@ -296,12 +299,14 @@ def dq_from_accum(dq_acc, scale, dtype, out=None):
 
 
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
-                       mask_mod=None, softcap=None, deterministic=False, **options):
+                       mask_mod=None, softcap=None, deterministic=False, dlse=None, **options):
     """(dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient ``dout``, given
     the forward's ``lse``. dk / dv have k's shape (summed over each K/V head's query heads: GQA).
-    delta = rowsum(dout * out) is computed by torch first; dQ is accumulated in fp32 and converted last."""
-    pkey = _plan_key(q, k, v, out, dout, lse, causal, scale, window_size, softcap, deterministic) \
-        if not options and dk is None and dv is None and mask_mod is None else None  # a model's call
+    delta = rowsum(dout * out) is computed by the pre-pass first; dQ is accumulated in fp32 and converted last.
+    ``dlse`` (B, H, S_q): the upstream gradient of the LSE too, where a caller used it (flash_attn's
+    ``return_lse``), subtracted from delta."""
+    plain = not options and dk is None and dv is None and mask_mod is None and dlse is None  # a model's call
+    pkey = _plan_key(q, k, v, out, dout, lse, causal, scale, window_size, softcap, deterministic) if plain else None
     if pkey is not None:
         try:
             plan = _PLANS.get(pkey)
@@ -313,12 +318,21 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
             except Exception:  # noqa: BLE001 - a misaligned base, say: the full path copies or names it
                 pass
     launch, dq_acc, dk, dv, flat = _prepare(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size, mask_mod,
-                                            softcap, deterministic, **options)
+                                            softcap, deterministic, dlse, **options)
     launch()
     if pkey is not None and _plannable(q, k, v, out, dout, lse):
         _PLANS[pkey] = _plan(q.dtype, q.shape[3], causal, softmax_scale(q.shape[3], scale), window_size, softcap,
                              deterministic)
     return finish_dq(dq_acc, flat, softmax_scale(q.shape[3], scale), q.dtype, q.shape[2]), dk, dv
+
+
+def _checked_dlse(dlse, q):
+    """``dlse`` as fp32 (B, H, S_q), or AttentionConfigError naming the shape it should have."""
+    B, H, Sq, _ = q.shape
+    if tuple(getattr(dlse, "shape", ())) != (B, H, Sq) or not dlse.is_floating_point() or dlse.device != q.device:
+        raise AttentionConfigError(f"dlse {tuple(getattr(dlse, 'shape', ()))}: expected the LSE's gradient, a "
+                                   f"floating-point ({B}, {H}, {Sq}) tensor on q's device")
+    return dlse.float()
 
 
 _PLANS = {}  # (shapes, strides, dtypes, device, causal, scale, window, softcap, deterministic) -> _plan's run

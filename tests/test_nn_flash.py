@@ -1,0 +1,171 @@
+"""``warpsched.nn.flash`` (flash_attn.cute's interface), on the CPU: how flash_attn's bottom-right causal
+alignment and windows map onto warpsched's top-left kernels, which calls each argument reaches, and what is
+refused by name. The numbers (against FlashAttention-4's own functions and an fp64 reference) are checked on
+the H200 by ``bench/flash_interface_check.py``.
+
+This machine has no torch: ``nn/flash.py`` runs against a stand-in torch (tensors with a shape and
+``transpose``) and a stand-in ``warpsched.ops`` that records each call."""
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import pytest
+
+from _module_file import exec_module_file
+
+FLASH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "warpsched", "nn", "flash.py")
+
+
+class ConfigError(ValueError):
+    """The stand-in AttentionConfigError."""
+
+
+class T:
+    """A stand-in tensor: a shape, whether it wants a gradient, and the transposes it went through."""
+
+    def __init__(self, *shape, requires_grad=False, tag="t"):
+        self.shape, self.requires_grad, self.tag = tuple(shape), requires_grad, tag
+
+    def dim(self):
+        return len(self.shape)
+
+    def transpose(self, a, b):
+        s = list(self.shape)
+        s[a], s[b] = s[b], s[a]
+        return T(*s, requires_grad=self.requires_grad, tag=f"{self.tag}^T")
+
+
+@pytest.fixture
+def flash(monkeypatch):
+    calls = []
+    torch = types.ModuleType("torch")
+    torch.Tensor = T
+    torch.is_grad_enabled = lambda: True
+    torch.equal = lambda a, b: a.tag == b.tag
+    torch.zeros_like = lambda t: T(*t.shape, tag="zeros")
+
+    class Function:
+        @classmethod
+        def apply(cls, *args):
+            calls.append((cls.__name__, args))
+            return T(*args[0].shape, tag="out-grad"), T(1, tag="lse-grad")
+    torch.autograd = types.SimpleNamespace(Function=Function)
+    ops = types.ModuleType("warpsched.ops")
+
+    def recorder(name, out_of):
+        def f(*args, **kwargs):
+            calls.append((name, args, kwargs))
+            return out_of(*args), T(1, tag="lse")
+        return f
+    ops.attention = recorder("attention", lambda q, *a: T(*q.shape, tag="out"))
+    ops.attention_varlen = recorder("attention_varlen", lambda q, *a: T(*q.shape, tag="out"))
+    ops.attention_paged = recorder("attention_paged", lambda q, *a: T(*q.shape, tag="out"))
+    pkg = types.ModuleType("warpsched")
+    pkg.ops, pkg.__path__ = ops, []
+    masks = types.ModuleType("warpsched.kernels.attention.masks")
+    masks.AttentionConfigError = ConfigError
+    mods = {"torch": torch, "warpsched": pkg, "warpsched.ops": ops,
+            "warpsched.nn": types.ModuleType("warpsched.nn"), "warpsched.kernels": types.ModuleType("k"),
+            "warpsched.kernels.attention": types.ModuleType("a"), "warpsched.kernels.attention.masks": masks}
+    mods["warpsched.nn"].__path__ = []
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    return exec_module_file("warpsched.nn.flash", FLASH), calls
+
+
+@pytest.mark.parametrize("window, causal, sq, sk, expected", [
+    ((None, None), True, 100, 100, (True, None)),  # as many queries as keys: the kernels' causal itself
+    ((64, None), True, 100, 100, (True, (64, 0))),
+    ((-1, -1), False, 100, 300, (False, None)),
+    ((None, None), True, 100, 300, (False, (None, 200))),  # bottom-right: query i sees keys up to i + 200
+    ((None, None), True, 1, 4096, (False, None)),  # decode: one token sees its whole cache, no mask
+    ((250, 0), True, 100, 300, (False, (50, 200))),  # keys i + 200 - 250 .. i + 200
+    ((300, 0), True, 100, 300, (False, (None, 200))),  # every lower bound i - 100 <= 0: no left bound
+    ((64, 16), False, 50, 80, (False, (34, 46))),
+    ((None, 5), False, 100, 100, (False, (None, 5))),
+])
+def test_bottom_right_windows_become_top_left_ones(flash, window, causal, sq, sk, expected):
+    mod, _ = flash
+    assert mod._bounds(window, causal, sq, sk, "f") == expected
+
+
+@pytest.mark.parametrize("window, causal, sq, sk, words", [
+    ((None, None), True, 300, 100, "see no key"),  # more queries than keys: the first 200 see none
+    ((10, 0), True, 100, 300, "see no key"),  # the window starts 190 keys past each query's top-left diagonal
+    ((5, 3), True, 10, 10, "causal ends the window"),
+    ((-2, 0), False, 10, 10, "not a key count"),
+    ((1.5, 0), False, 10, 10, "not a key count"),
+    (7, False, 10, 10, "expected (left, right)"),
+])
+def test_windows_the_kernels_cannot_express_are_refused(flash, window, causal, sq, sk, words):
+    mod, _ = flash
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        mod._bounds(window, causal, sq, sk, "f")
+
+
+def test_inference_calls_the_forward_on_transposed_views(flash):
+    mod, calls = flash
+    q, k, v = T(2, 100, 8, 64, tag="q"), T(2, 300, 2, 64, tag="k"), T(2, 300, 2, 64, tag="v")
+    out, lse = mod.flash_attn_func(q, k, v, softmax_scale=0.1, causal=True, softcap=0.0, num_splits=1)
+    name, args, kwargs = calls[0]
+    assert name == "attention" and [a.tag for a in args] == ["q^T", "k^T", "v^T"]
+    assert args[0].shape == (2, 8, 100, 64)
+    assert kwargs["causal"] is False and kwargs["window_size"] == (None, 200) and kwargs["scale"] == 0.1
+    assert kwargs["softcap"] is None and kwargs["num_splits"] is None  # 0.0: no cap; 1: warpsched decides
+    assert out.shape == (2, 100, 8, 64) and lse is None  # O back in (B, S, H, D); no LSE unless asked
+    assert mod.flash_attn_func(q, k, v, return_lse=True)[1].tag == "lse"
+
+
+def test_a_gradient_goes_through_the_autograd_function_with_the_lse(flash):
+    mod, calls = flash
+    q = T(1, 16, 4, 128, requires_grad=True, tag="q")
+    k = v = T(1, 16, 4, 128, tag="kv")
+    out, lse = mod.flash_attn_func(q, k, v, causal=True, deterministic=True)
+    name, args = calls[0]
+    assert name == "_FlashAttention" and args[3:] == (True, None, None, None, None, True)
+    assert lse.tag == "lse-grad"  # returned as FlashAttention-4 does when a gradient is wanted
+
+
+def test_flash_attention_4_arguments_without_a_kernel_are_refused_by_name(flash):
+    mod, _ = flash
+    q = T(1, 16, 4, 64)
+    with pytest.raises(ConfigError, match="learnable_sink"):
+        mod.flash_attn_func(q, q, q, learnable_sink=T(4))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sofcap'"):
+        mod.flash_attn_func(q, q, q, sofcap=30.0)
+    mod.flash_attn_func(q, q, q, qv=None, score_mod=None, gather_bwd_recompute_p=False)  # defaults pass
+    with pytest.raises(ConfigError, match="expected a 4-d"):
+        mod.flash_attn_func(T(16, 4, 64), q, q)
+
+
+def test_varlen_with_causal_needs_equal_query_and_key_offsets(flash):
+    mod, calls = flash
+    q = T(30, 4, 64, tag="q")
+    cu, other = T(3, tag="cu"), T(3, tag="cu-k")
+    out, lse = mod.flash_attn_varlen_func(q, q, q, cu, cu, 20, 20, causal=True, return_lse=True)
+    name, args, kwargs = calls[0]
+    assert name == "attention_varlen" and args[5:8] == (20, 20, True) and lse.tag == "lse"
+    mod.flash_attn_varlen_func(q, q, q, cu, other, 20, 20)  # no mask: any offsets
+    with pytest.raises(ConfigError, match="bottom-right"):
+        mod.flash_attn_varlen_func(q, q, q, cu, other, 20, 20, causal=True)
+    with pytest.raises(ConfigError, match="cu_seqlens_q, cu_seqlens_k"):
+        mod.flash_attn_varlen_func(q, q, q, cu, None, 20, 20)
+
+
+def test_a_paged_cache_runs_the_paged_kernel_for_inference_only(flash):
+    mod, calls = flash
+    q, cache = T(4, 1, 8, 128, tag="q"), T(64, 128, 2, 128, tag="cache")
+    table, used = T(4, 16, tag="table"), T(4, tag="used")
+    out, _ = mod.flash_attn_varlen_func(q, cache, cache, page_table=table, seqused_k=used, causal=True)
+    name, args, kwargs = calls[0]
+    assert name == "attention_paged" and args[0].shape == (4, 8, 1, 128) and args[5] is False  # decode: no mask
+    assert out.shape == (4, 1, 8, 128)
+    with pytest.raises(ConfigError, match="one token a sequence"):
+        mod.flash_attn_varlen_func(T(4, 3, 8, 128), cache, cache, page_table=table, seqused_k=used, causal=True)
+    with pytest.raises(ConfigError, match="inference"):
+        mod.flash_attn_varlen_func(T(4, 1, 8, 128, requires_grad=True), cache, cache, page_table=table,
+                                   seqused_k=used)
+    with pytest.raises(ConfigError, match="seqused_k"):
+        mod.flash_attn_varlen_func(q, cache, cache, page_table=table)
