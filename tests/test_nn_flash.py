@@ -76,15 +76,19 @@ def flash(monkeypatch):
 
 
 @pytest.mark.parametrize("window, causal, sq, sk, expected", [
-    ((None, None), True, 100, 100, (True, None)),  # as many queries as keys: the kernels' causal itself
-    ((64, None), True, 100, 100, (True, (64, 0))),
-    ((-1, -1), False, 100, 300, (False, None)),
-    ((None, None), True, 100, 300, (False, (None, 200))),  # bottom-right: query i sees keys up to i + 200
-    ((None, None), True, 1, 4096, (False, None)),  # decode: one token sees its whole cache, no mask
-    ((250, 0), True, 100, 300, (False, (50, 200))),  # keys i + 200 - 250 .. i + 200
-    ((300, 0), True, 100, 300, (False, (None, 200))),  # every lower bound i - 100 <= 0: no left bound
-    ((64, 16), False, 50, 80, (False, (34, 46))),
-    ((None, 5), False, 100, 100, (False, (None, 5))),
+    ((None, None), True, 100, 100, (True, None, 0)),  # as many queries as keys: the kernels' causal itself
+    ((64, None), True, 100, 100, (True, (64, 0), 0)),
+    ((-1, -1), False, 100, 300, (False, None, 0)),
+    ((None, None), True, 100, 300, (False, (None, 200), 0)),  # bottom-right: query i sees keys up to i + 200
+    ((None, None), True, 1, 4096, (False, None, 0)),  # decode: one token sees its whole cache, no mask
+    ((250, 0), True, 100, 300, (False, (50, 200), 0)),  # keys i + 200 - 250 .. i + 200
+    ((300, 0), True, 100, 300, (False, (None, 200), 0)),  # every lower bound i - 100 <= 0: no left bound
+    ((64, 16), False, 50, 80, (False, (34, 46), 0)),
+    ((None, 5), False, 100, 100, (False, (None, 5), 0)),
+    # a sliding window over a long cache: query i sees keys i + 616 .. i + 872; the first 616 are nobody's
+    ((256, 0), True, 128, 1000, (False, (0, 256), 616)),
+    ((10, 0), True, 100, 300, (False, (0, 10), 190)),
+    ((0, 0), True, 1, 4096, (False, None, 4095)),  # one token, its own key alone
 ])
 def test_bottom_right_windows_become_top_left_ones(flash, window, causal, sq, sk, expected):
     mod, _ = flash
@@ -93,7 +97,6 @@ def test_bottom_right_windows_become_top_left_ones(flash, window, causal, sq, sk
 
 @pytest.mark.parametrize("window, causal, sq, sk, words", [
     ((None, None), True, 300, 100, "see no key"),  # more queries than keys: the first 200 see none
-    ((10, 0), True, 100, 300, "see no key"),  # the window starts 190 keys past each query's top-left diagonal
     ((5, 3), True, 10, 10, "causal ends the window"),
     ((-2, 0), False, 10, 10, "not a key count"),
     ((1.5, 0), False, 10, 10, "not a key count"),
@@ -103,6 +106,18 @@ def test_windows_the_kernels_cannot_express_are_refused(flash, window, causal, s
     mod, _ = flash
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
         mod._bounds(window, causal, sq, sk, "f")
+
+
+def test_keys_no_query_sees_are_left_out_of_the_call(flash):
+    mod, calls = flash
+    sliced = []
+    q, k = T(1, 128, 8, 64, tag="q"), T(1, 1000, 2, 64, tag="k")
+    k.__class__ = type("Sliceable", (T,), {"__getitem__": lambda self, idx: sliced.append(idx) or
+                                           T(1, 1000 - idx[1].start, 2, 64, tag="k-tail")})
+    mod.flash_attn_func(q, k, k, causal=True, window_size=(256, 0))
+    name, args, kwargs = calls[0]
+    assert sliced == [(slice(None), slice(616, None))] * 2 and args[1].shape == (1, 2, 384, 64)
+    assert kwargs["window_size"] == (0, 256) and kwargs["causal"] is False
 
 
 def test_inference_calls_the_forward_on_transposed_views(flash):

@@ -11,8 +11,9 @@ What it maps, and why:
   (no copy: a transpose), and O comes back in q's (B, S, H, D) order.
 - **Causal alignment.** flash_attn aligns the causal diagonal (and a window) bottom-right: with S_q queries
   over S_k keys, query i sees keys up to i + S_k - S_q. warpsched's kernels align it top-left, so a call with
-  S_q != S_k runs as the window shifted by S_k - S_q. Where the shift leaves a side negative (S_q > S_k with
-  causal: queries that see no key; a left bound shorter than the shift) the call is refused, naming the case.
+  S_q != S_k runs as the window shifted by S_k - S_q; keys no query sees (a sliding window over a long cache)
+  are left out of the call (views, their dK and dV zero). Where queries would see no key at all (S_q > S_k with
+  causal) the call is refused, naming the case.
   Varlen batches align per sequence: warpsched's kernels and flash_attn's agree where each sequence has as many
   queries as keys, which is checked (free when ``cu_seqlens_q is cu_seqlens_k``, one comparison on the device
   and a host sync otherwise); a batch where they differ is refused with causal or a window.
@@ -52,7 +53,9 @@ def _refuse_unsupported(fn, extra):
 
 def _bounds(window_size, causal, sq, sk, where):
     """flash_attn's (left, right) window and causal flag, bottom-right aligned (S_q queries over S_k keys), as
-    warpsched's top-left (causal, (left, right)) (None: no window); a bound no query reaches is dropped (one
+    warpsched's top-left ``(causal, (left, right) or None, first key)``: the keys before the first no query sees
+    (a window that starts past query 0's top-left diagonal, e.g. a sliding window over a long cache), and the
+    caller passes K and V from there on (views; their dK, dV are zero); a bound no query reaches is dropped (one
     token over its cache, causal, sees every key: no mask at all)."""
     shift = sk - sq
     try:
@@ -72,11 +75,15 @@ def _bounds(window_size, causal, sq, sk, where):
         right = 0
     if shift == 0:
         if causal:
-            return True, (None if left is None else (left, 0))
-        return False, (None if left is None and right is None else (left, right))
+            return True, (None if left is None else (left, 0)), 0
+        return False, (None if left is None and right is None else (left, right)), 0
     # query i sees keys i + shift - left .. i + shift + right: top-left, i - (left - shift) .. i + (right + shift)
     left = None if left is None else left - shift
     right = None if right is None else right + shift
+    start = 0
+    if left is not None and left < 0:  # query i's first key is i + (-left): the first -left keys are nobody's
+        start = -left
+        left, right, sk = 0, (None if right is None else right - start), sk - start
     left = None if left is not None and left >= sq - 1 else left  # the last query's first key is key 0 or before
     right = None if right is not None and right >= sk - 1 else right  # the first query's last key is past S_k - 1
     if (left is not None and left < 0) or (right is not None and right < 0):
@@ -85,7 +92,7 @@ def _bounds(window_size, causal, sq, sk, where):
             "bottom-right as flash_attn does, some queries would see no key or start past their own diagonal, "
             "which warpsched's kernels (top-left aligned) cannot express; call flash_attn.cute for this case, or "
             "warpsched.ops.attention with its top-left alignment")
-    return False, (None if left is None and right is None else (left, right))
+    return False, (None if left is None and right is None else (left, right)), start
 
 
 class _FlashAttention(torch.autograd.Function):
@@ -157,8 +164,10 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(None
     _refuse_unsupported("flash_attn_func", flash_kwargs)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _dims(t, 4, name, "flash_attn_func")
-    causal, window = _bounds(window_size, bool(causal), q.shape[1], k.shape[1], "flash_attn_func")
+    causal, window, start = _bounds(window_size, bool(causal), q.shape[1], k.shape[1], "flash_attn_func")
     softcap = softcap or None
+    if start:  # keys no query sees: left out (views, so their gradients are zeros)
+        k, v = k[:, start:], v[:, start:]
     qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
     if not _wants_grad(q, k, v):
         out, lse = ops.attention(qh, kh, vh, causal=causal, scale=softmax_scale, return_lse=True, window_size=window,
@@ -197,7 +206,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_se
     if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
         raise AttentionConfigError("flash_attn_varlen_func: warpsched needs cu_seqlens_q, cu_seqlens_k, max_seqlen_q "
                                    "and max_seqlen_k (the packed batch's offsets and longest lengths)")
-    causal, window = _bounds(window_size, bool(causal), 1, 1, "flash_attn_varlen_func")
+    causal, window, _ = _bounds(window_size, bool(causal), 1, 1, "flash_attn_varlen_func")
     if (causal or window is not None) and not _same_lengths(cu_seqlens_q, cu_seqlens_k):
         raise AttentionConfigError(
             "flash_attn_varlen_func: causal or a window over sequences whose query and key counts differ: flash_attn "
