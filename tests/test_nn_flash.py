@@ -184,3 +184,41 @@ def test_a_paged_cache_runs_the_paged_kernel_for_inference_only(flash):
                                    seqused_k=used)
     with pytest.raises(ConfigError, match="seqused_k"):
         mod.flash_attn_varlen_func(q, cache, cache, page_table=table)
+
+
+def _flash_sees(i, sq, sk, causal, left, right):
+    """The keys flash_attn's query i sees: bottom-right aligned, -1 / None unbounded."""
+    d = i + sk - sq
+    right = 0 if causal else right
+    return {j for j in range(sk) if (left is None or j >= d - left) and (right is None or j <= d + right)}
+
+
+def _mapped_sees(i, sk, mapping):
+    causal, window, start = mapping
+    left, right = (None, None) if window is None else window
+    right = 0 if causal else right
+    return {j + start for j in range(sk - start) if (left is None or j >= i - left) and (right is None or j <= i + right)}
+
+
+def test_every_small_window_maps_to_the_same_keys_or_is_refused_for_a_query_without_any(flash):
+    """Exhaustively over S_q, S_k <= 7 and every window: what a mapped call's kernels see (top-left, keys from
+    the first one on) is flash_attn's set for every query; a refusal only where some query would see no key."""
+    mod, _ = flash
+    bounds = [None, 0, 1, 2, 3, 5, 8]
+    checked = refused = 0
+    for sq in range(1, 8):
+        for sk in range(1, 8):
+            for causal in (False, True):
+                for left in bounds:
+                    for right in ([0] if causal else bounds):
+                        try:
+                            mapping = mod._bounds((left, right), causal, sq, sk, "f")
+                        except ConfigError:
+                            refused += 1
+                            assert any(not _flash_sees(i, sq, sk, causal, left, right) for i in range(sq))
+                            continue
+                        checked += 1
+                        for i in range(sq):
+                            assert _mapped_sees(i, sk, mapping) == _flash_sees(i, sq, sk, causal, left, right), \
+                                (sq, sk, causal, left, right, mapping, i)
+    assert checked > 1000 and refused > 100
