@@ -197,7 +197,8 @@ def _mapped_sees(i, sk, mapping):
     causal, window, start = mapping
     left, right = (None, None) if window is None else window
     right = 0 if causal else right
-    return {j + start for j in range(sk - start) if (left is None or j >= i - left) and (right is None or j <= i + right)}
+    return {j + start for j in range(sk - start)
+            if (left is None or j >= i - left) and (right is None or j <= i + right)}
 
 
 def test_every_small_window_maps_to_the_same_keys_or_is_refused_for_a_query_without_any(flash):

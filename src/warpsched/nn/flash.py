@@ -247,8 +247,8 @@ def _paged(q, k_cache, v_cache, page_table, seqused_k, scale, causal, window_siz
                                    "warpsched.ops.attention_paged")
     if causal and q.shape[1] != 1:
         raise AttentionConfigError(f"{where}: causal with {q.shape[1]} new tokens a sequence: flash_attn aligns the "
-                                   "diagonal to each sequence's cache length, which warpsched's paged kernel (top-left) "
-                                   "does not; causal runs here with one token a sequence (decode)")
+                                   "diagonal to each sequence's cache length, which warpsched's paged kernel "
+                                   "(top-left) does not; causal runs here with one token a sequence (decode)")
     out, lse = ops.attention_paged(q.transpose(1, 2), k_cache, v_cache, page_table, seqused_k, False, scale,
                                    num_splits=None if num_splits in (0, 1) else num_splits, return_lse=True,
                                    softcap=softcap, mask_mod=mask_mod, pack_gqa=pack_gqa)
