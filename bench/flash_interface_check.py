@@ -91,6 +91,17 @@ def run_side(fn, q, k, v, dout, dlse, **kw):
     return out.detach(), (None if lse is None else lse.detach()), q.grad, k.grad, v.grad
 
 
+def peer_side(fn, what, *args, **kw):
+    """FA4's run of a case (``run_side``), or None where FA4 is not here or refuses the case (said)."""
+    if fn is None:
+        return None
+    try:
+        return run_side(fn, *args, **kw)
+    except Exception as e:  # noqa: BLE001
+        print(f"  (FA4 refused {what}: {type(e).__name__}: {str(e)[:160]})", flush=True)
+        return None
+
+
 def judge(label, mine, theirs, refs, names):
     errs = [rel(m, r) for m, r in zip(mine, refs)]
     finite = all(torch.isfinite(m).all().item() for m in mine)
@@ -125,12 +136,7 @@ def dense_cases(picked):
             print(f"FAIL {label}: {type(e).__name__}: {str(e)[:300]}", flush=True)
             bad += 1
             continue
-        theirs = None
-        if fa4_func is not None:
-            try:
-                theirs = run_side(fa4_func, q, k, v, dout, dlse, **kw)
-            except Exception as e:  # noqa: BLE001
-                print(f"  (FA4 refused: {type(e).__name__}: {str(e)[:160]})", flush=True)
+        theirs = peer_side(fa4_func, "it", q, k, v, dout, dlse, **kw)
         names = ["O", "LSE", "dQ", "dK", "dV"]
         sel = [0, 1, 2, 3, 4] if mine[1] is not None and (theirs is None or theirs[1] is not None) else [0, 2, 3, 4]
         bad += judge(label, [mine[i] for i in sel], None if theirs is None else [theirs[i] for i in sel],
@@ -162,12 +168,7 @@ def varlen_case():
     kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), softmax_scale=scale,
               causal=True)
     mine = run_side(ws_flash.flash_attn_varlen_func, q, k, v, dout, None, **kw)
-    theirs = None
-    if fa4_varlen is not None:
-        try:
-            theirs = run_side(fa4_varlen, q, k, v, dout, None, **kw)
-        except Exception as e:  # noqa: BLE001
-            print(f"  (FA4 refused varlen: {type(e).__name__}: {str(e)[:160]})", flush=True)
+    theirs = peer_side(fa4_varlen, "varlen", q, k, v, dout, None, **kw)
     sel = [0, 2, 3, 4]
     return judge(f"flash_attn_varlen_func lengths {lens} 8/2 d128 causal", [mine[i] for i in sel],
                  None if theirs is None else [theirs[i] for i in sel], [refs[i] for i in sel], ["O", "dQ", "dK", "dV"])
