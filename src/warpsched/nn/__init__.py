@@ -1,7 +1,8 @@
 """Drop-in torch modules on warpsched's kernels (imports torch): ``warpsched.nn.Linear`` and
 ``warpsched.nn.functional.linear``, with autograd through warpsched's GEMM in both directions, and
 ``warpsched.nn.scaled_dot_product_attention`` and ``warpsched.nn.attention_varlen`` (packed sequences), with
-autograd through warpsched's attention kernels."""
+autograd through warpsched's attention kernels; ``warpsched.nn.flash`` has flash_attn.cute's ``flash_attn_func`` /
+``flash_attn_varlen_func`` interface on the same kernels (imported on its own)."""
 from __future__ import annotations
 
 import torch
