@@ -113,7 +113,9 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
-        dq, dk, dv = ops.attention_backward(q, k, v, out, dout, lse, dlse=dlse, **ctx.args)
+        # deterministic as asked, or as torch's deterministic mode says (as nn.scaled_dot_product_attention)
+        exact = bool(ctx.args["deterministic"]) or torch.are_deterministic_algorithms_enabled()
+        dq, dk, dv = ops.attention_backward(q, k, v, out, dout, lse, dlse=dlse, **dict(ctx.args, deterministic=exact))
         return dq, dk, dv, None, None, None, None, None, None
 
 
