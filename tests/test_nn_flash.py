@@ -31,6 +31,11 @@ class T:
     def dim(self):
         return len(self.shape)
 
+    def __getitem__(self, idx):  # t[:, start:]: the keys from start on
+        start = idx[1].start or 0
+        return T(self.shape[0], self.shape[1] - start, *self.shape[2:], requires_grad=self.requires_grad,
+                 tag=f"{self.tag}[{start}:]")
+
     def transpose(self, a, b):
         s = list(self.shape)
         s[a], s[b] = s[b], s[a]
@@ -223,3 +228,48 @@ def test_every_small_window_maps_to_the_same_keys_or_is_refused_for_a_query_with
                             assert _mapped_sees(i, sk, mapping) == _flash_sees(i, sq, sk, causal, left, right), \
                                 (sq, sk, causal, left, right, mapping, i)
     assert checked > 1000 and refused > 100
+
+
+class _Index:
+    """An integer type that is not int (as numpy's and a 0-d tensor's are): operator.index reads it."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __index__(self):
+        return self.n
+
+
+def test_any_integer_type_is_a_window_bound(flash):
+    mod, _ = flash
+    assert mod._bounds((_Index(64), _Index(0)), True, 100, 100, "f") == (True, (64, 0), 0)
+    assert mod._bounds((_Index(-1), None), False, 10, 10, "f") == (False, None, 0)
+
+
+def test_fuzzed_arguments_are_answered_or_refused_by_name_never_crash(flash):
+    """Random values for every argument the interface reads itself (windows, flags, shapes, hints): a result, or
+    an AttentionConfigError / TypeError, never another exception from inside warpsched."""
+    import random
+
+    mod, _ = flash
+    rng = random.Random(49)
+    junk = [None, -2, -1, 0, 1, 7, 1.5, True, "left", (), (1,), (1, 2, 3), [3, 0], (None, -1), (0.5, 0), {},
+            _Index(3), _Index(-5), float("nan")]
+    checked = 0
+    for _ in range(3000):
+        window = rng.choice(junk + [(rng.choice(junk), rng.choice(junk)) for _ in range(3)])
+        sq, sk = rng.randint(1, 9), rng.randint(1, 9)
+        q, k = T(2, sq, 4, 64), T(2, sk, 2, 64)
+        kwargs = dict(window_size=window, causal=rng.choice([True, False, 0, 1, None]),
+                      softcap=rng.choice([0.0, None, 30.0]), num_splits=rng.choice([0, 1, 4]),
+                      pack_gqa=rng.choice([None, True]), return_lse=rng.choice([True, False]))
+        if rng.random() < 0.1:
+            kwargs[rng.choice(["qv", "learnable_sink", "typo", "gather_bwd_token_chunk"])] = rng.choice(junk)
+        try:
+            mod.flash_attn_func(q, k, k, **kwargs)
+        except ConfigError:
+            pass
+        except TypeError as e:  # only the misspelled keyword's, as any Python function raises it
+            assert "unexpected keyword argument" in str(e), (kwargs, e)
+        checked += 1
+    assert checked == 3000

@@ -27,6 +27,8 @@ What it maps, and why:
 """
 from __future__ import annotations
 
+import operator
+
 import torch
 
 from .. import ops
@@ -63,11 +65,7 @@ def _bounds(window_size, causal, sq, sk, where):
     except (TypeError, ValueError):
         raise AttentionConfigError(f"{where}: window_size={window_size!r}: expected (left, right), -1 or None for an "
                                    "unbounded side") from None
-    left, right = (None if x is None or x == -1 else x for x in (left, right))
-    for side, x in (("left", left), ("right", right)):
-        if x is not None and (isinstance(x, bool) or not isinstance(x, int) or x < 0):
-            raise AttentionConfigError(f"{where}: window_size={window_size!r}: the {side} bound is not a key count "
-                                       ">= 0 (or -1 / None)")
+    left, right = _key_count(left, "left", window_size, where), _key_count(right, "right", window_size, where)
     if causal:
         if right not in (None, 0):
             raise AttentionConfigError(f"{where}: window_size={window_size!r} with causal=True: causal ends the "
@@ -93,6 +91,21 @@ def _bounds(window_size, causal, sq, sk, where):
             "which warpsched's kernels (top-left aligned) cannot express; call flash_attn.cute for this case, or "
             "warpsched.ops.attention with its top-left alignment")
     return False, (None if left is None and right is None else (left, right)), start
+
+
+def _key_count(x, side, window_size, where):
+    """One side of a window as an int >= 0, or None (None or -1: unbounded); any integer type (numpy's, a 0-d
+    tensor's) is taken, anything else refused."""
+    if x is None:
+        return None
+    try:
+        n = None if isinstance(x, bool) else operator.index(x)
+    except TypeError:
+        n = None
+    if n is None or n < -1:
+        raise AttentionConfigError(f"{where}: window_size={window_size!r}: the {side} bound is not a key count >= 0 "
+                                   "(or -1 / None)")
+    return None if n == -1 else n
 
 
 class _FlashAttention(torch.autograd.Function):
