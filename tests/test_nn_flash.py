@@ -189,6 +189,10 @@ def test_a_paged_cache_runs_the_paged_kernel_for_inference_only(flash):
                                    seqused_k=used)
     with pytest.raises(ConfigError, match="seqused_k"):
         mod.flash_attn_varlen_func(q, cache, cache, page_table=table)
+    mod.flash_attn_varlen_func(q, cache, cache, page_table=table, seqused_k=used, window_size=(_Index(-1), None))
+    for window, words in (((256, 0), "aligns per sequence"), ((1.5, 0), "not a key count"), (7, "expected")):
+        with pytest.raises(ConfigError, match=words):
+            mod.flash_attn_varlen_func(q, cache, cache, page_table=table, seqused_k=used, window_size=window)
 
 
 def _flash_sees(i, sq, sk, causal, left, right):

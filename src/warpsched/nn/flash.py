@@ -256,7 +256,7 @@ def _paged(q, k_cache, v_cache, page_table, seqused_k, scale, causal, window_siz
     if _wants_grad(q, k_cache, v_cache):
         raise AttentionConfigError(f"{where}: a gradient was asked for; the paged kernel is for inference (run it "
                                    "under torch.no_grad(), or pass packed K/V without a page table)")
-    if window_size not in (None, (None, None), (-1, -1), [None, None], [-1, -1]):
+    if _bounds(window_size, False, 1, 1, where)[1] is not None:  # a bound on either side (malformed: refused there)
         raise AttentionConfigError(f"{where}: window_size={window_size!r}: a window over a paged cache aligns "
                                    "per sequence; warpsched's paged kernel takes it top-left only: call "
                                    "warpsched.ops.attention_paged")
