@@ -185,30 +185,30 @@ def attention_check(calls):
                   f"causal={causal} window=({left}, {right}) deterministic={deterministic}: native "
                   f"{'dQ, dK, dV' if deterministic else 'dK, dV'} bitwise equal to the Python host's (twice each) "
                   f"{equal}; max rel err vs fp64 dQ {errs[0]:.1e} dK {errs[1]:.1e} dV {errs[2]:.1e}", flush=True)
-    q = torch.randn(1, 16, 32, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    k, v = (torch.randn(1, 16, 8, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2) for _ in range(2))
+    q, k, v, dout = decode_attention_operands()
     sides = {"native": lambda: torch.ops.warpsched_native.attention_fwd.default(q, k, v, True, None, -1, -1, None),
              "python": lambda: torch_ops.attention_fwd(q, k, v, True, None, -1, -1, None),
              "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)}
-    res = {k_: [per_call_us(torch, f, calls) for _ in range(3)] for k_, f in sides.items()}
-    print("| attention forward 1x32/8x16 d128 causal | " + " | ".join(
-        f"{k_} {statistics.median(r[0] for r in v_):.0f} / {statistics.median(r[1] for r in v_):.0f}"
-        for k_, v_ in res.items()) + " | (issue / wall us)", flush=True)
+    host_row("attention forward 1x32/8x16 d128 causal", sides, calls)
     import warpsched.nn as wnn
 
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    dout = torch.randn_like(q)
 
     def layer(f):
         return lambda: torch.autograd.grad(f(q, k, v), (q, k, v), dout)
     native_layer = layer(lambda q, k, v: wnn.scaled_dot_product_attention(q, k, v, is_causal=True))
     sides = {"native": native_layer, "python": lambda: _python_side(native_layer),
              "sdpa": layer(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True))}
-    res = {k_: [per_call_us(torch, f, calls) for _ in range(3)] for k_, f in sides.items()}
-    print("| attention layer forward + backward 1x32/8x16 d128 causal | " + " | ".join(
-        f"{k_} {statistics.median(r[0] for r in v_):.0f} / {statistics.median(r[1] for r in v_):.0f}"
-        for k_, v_ in res.items()) + " | (issue / wall us)", flush=True)
+    host_row("attention layer forward + backward 1x32/8x16 d128 causal", sides, calls)
     return bad + graph_check(q.detach(), k.detach(), v.detach(), dout)
+
+
+def host_row(label, sides, calls):
+    """One table row: each side's median issue / wall us per call over three runs of ``calls`` calls."""
+    res = {name: [per_call_us(torch, f, calls) for _ in range(3)] for name, f in sides.items()}
+    print(f"| {label} | " + " | ".join(
+        f"{name} {statistics.median(r[0] for r in runs):.0f} / {statistics.median(r[1] for r in runs):.0f}"
+        for name, runs in res.items()) + " | (issue / wall us)", flush=True)
 
 
 def decode_attention_operands():

@@ -403,3 +403,19 @@ def test_lpt_heads_orders_longest_first_within_each_group_of_heads(group):
     for kw in (dict(lpt_heads=4), dict(lpt=True, lpt_heads=0), dict(lpt=True, lpt_heads=2.0)):
         with pytest.raises(ab.AttentionConfigError, match="lpt_heads=.*an int >= 1 with lpt=True"):
             ab.FlashAttentionBackward(head_dim=128, causal=True, **kw)
+
+
+def test_the_lse_gradient_is_checked_against_the_lses_shape():
+    """``dlse`` (what flash_attn's return_lse sends back): the LSE's shape, floating point, on q's device."""
+    import types
+
+    good = types.SimpleNamespace(shape=(2, 4, 33), device="cuda:0", is_floating_point=lambda: True,
+                                 float=lambda: "as fp32")
+    assert host.checked_dlse(good, (2, 4, 33), "cuda:0") == "as fp32"
+    for bad, device in ((types.SimpleNamespace(shape=(2, 4, 32), device="cuda:0", is_floating_point=lambda: True),
+                         "cuda:0"),
+                        (types.SimpleNamespace(shape=(2, 4, 33), device="cuda:0", is_floating_point=lambda: False),
+                         "cuda:0"),
+                        (good, "cuda:1"), ("not a tensor", "cuda:0")):
+        with pytest.raises(AttentionConfigError, match=re.escape("a floating-point (2, 4, 33) tensor on q's device")):
+            host.checked_dlse(bad, (2, 4, 33), device)

@@ -44,6 +44,11 @@ GEMM_OPS = {"warpsched_native::gemm", "warpsched::gemm", "warpsched::linear", "a
 gemms = {}  # side -> {"MxNxK": (calls per block, us per block)}
 
 
+def device_us(event):
+    """An event's device time (the attribute's name before torch 2.4: cuda_time_total)."""
+    return event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
+
+
 def mnk(op, shapes):
     """M x N x K of a GEMM op's recorded input shapes: (.., K) x (N, K) for the linear-shaped ops (warpsched's;
     the weight may be a transposed view, its shape is (N, K) either way), (M, K) x (K, N) for aten's."""
@@ -83,13 +88,13 @@ for rnd in range(a.rounds):  # the sides alternate, the order reversed every oth
             if ev.device_type == torch.autograd.DeviceType.CUDA:
                 r = rows.setdefault(ev.name[:90], [0, 0.0])
                 r[0] += 1
-                r[1] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+                r[1] += device_us(ev)
         if a.gemms:
             side = gemms.setdefault(name, {})
             for e in prof.key_averages(group_by_input_shape=True):
                 if e.key in GEMM_OPS and len(e.input_shapes) >= 2 and all(e.input_shapes[:2]):
                     n, us = side.get(mnk(e.key, e.input_shapes), (0, 0.0))
-                    dev = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+                    dev = device_us(e)
                     side[mnk(e.key, e.input_shapes)] = (n + e.count / a.calls / a.rounds,
                                                         us + dev / a.calls / a.rounds)
         if a.host:

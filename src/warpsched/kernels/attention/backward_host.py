@@ -261,7 +261,7 @@ def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None
     else:
         delta = (dout.float() * out.float()).sum(-1)
     if dlse is not None:  # d LSE_i / d s_ij = P_ij, so dS = P (dP - delta) + P dLSE = P (dP - (delta - dLSE))
-        delta[:, :, :Sq].sub_(_checked_dlse(dlse, q))
+        delta[:, :, :Sq].sub_(checked_dlse(dlse, (B, H, Sq), q.device))
     # contiguous whatever k's strides (a view of a fused QKV projection has strided heads): not empty_like
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype) if dk is None else dk
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype) if dv is None else dv
@@ -326,12 +326,12 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=Non
     return finish_dq(dq_acc, flat, softmax_scale(q.shape[3], scale), q.dtype, q.shape[2]), dk, dv
 
 
-def _checked_dlse(dlse, q):
-    """``dlse`` as fp32 (B, H, S_q), or AttentionConfigError naming the shape it should have."""
-    B, H, Sq, _ = q.shape
-    if tuple(getattr(dlse, "shape", ())) != (B, H, Sq) or not dlse.is_floating_point() or dlse.device != q.device:
+def checked_dlse(dlse, shape, device):
+    """``dlse`` as fp32, or AttentionConfigError naming what it should be: the LSE's gradient, of the LSE's
+    ``shape`` ((B, H, S_q); varlen's (H, total_q)) on q's ``device``."""
+    if tuple(getattr(dlse, "shape", ())) != tuple(shape) or not dlse.is_floating_point() or dlse.device != device:
         raise AttentionConfigError(f"dlse {tuple(getattr(dlse, 'shape', ()))}: expected the LSE's gradient, a "
-                                   f"floating-point ({B}, {H}, {Sq}) tensor on q's device")
+                                   f"floating-point {tuple(shape)} tensor on q's device")
     return dlse.float()
 
 
