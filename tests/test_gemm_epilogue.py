@@ -90,6 +90,18 @@ def test_swiglu_stores_half_the_tile(launch, plain_program):
     assert epi("cp.async.bulk.tensor") == 2 + (plain("cp.async.bulk.tensor") - 2) // 2
 
 
+def test_swiglu_keep_stores_z_by_tma_and_h_from_registers(launch, plain_program):
+    """swiglu_keep: C is z (the full tile: the plain kernel's stmatrix and TMA stores), h one silu per pair (64 of
+    the 128 accumulators) stored with scalar global stores, one per h element; the same checked program."""
+    plain, _, _ = _compile(launch)
+    epi, verdict, prog = _compile(launch, bias="f32", activation="swiglu_keep")
+    assert verdict == "SAFE" and prog == plain_program
+    assert epi("ex2.approx") == 64 and epi("rcp.approx") == 64 and epi("ld.global") == 64
+    assert epi("st.global") - plain("st.global") == 64
+    for pat in ("stmatrix", "cp.async.bulk.tensor", "wgmma.mma_async", "mbarrier.try_wait", "bar.sync"):
+        assert epi(pat) == plain(pat), pat
+
+
 def test_batched_uses_3d_tma_and_the_same_program(launch, plain_program):
     plain, _, _ = _compile(launch)
     bat, verdict, prog = _compile(launch, batched=True, bias="c", residual=True, activation="silu")
@@ -197,6 +209,16 @@ def test_pingpong_swiglu_compiles_safe(launch):
     assert VERDICTS.looked_up and "ex2.approx" in f.artifacts.PTX
 
 
+@pytest.mark.slow
+def test_pingpong_shared_swiglu_keep_compiles_safe(launch):
+    """The configuration the tuner picks for a prefill gate / up GEMM, with the option."""
+    f = launch.compiled_ffi("bfloat16", "bfloat16", schedule="pingpong_shared", tile_mn=(128, 192),
+                            activation="swiglu_keep")
+    assert launch.VERDICT_OF[launch.key("bfloat16", "bfloat16", dict(
+        schedule="pingpong_shared", tile_mn=(128, 192), activation="swiglu_keep"))] == "SAFE"
+    assert "ex2.approx" in f.artifacts.PTX
+
+
 # ------------------------------------------------------------------------ configuration errors
 def test_kernel_refuses_what_the_epilogue_cannot_do():
     pytest.importorskip("cutlass")
@@ -210,6 +232,8 @@ def test_kernel_refuses_what_the_epilogue_cannot_do():
         PersistentGemm(schedule="cooperative", tile_mn=(128, 224), activation="swiglu")
     with pytest.raises(GemmConfigError, match="without a K split or a cluster"):
         PersistentGemm(schedule="cooperative", batched=True, split_k=True)
+    with pytest.raises(GemmConfigError, match="swiglu_keep.*drop the residual"):
+        PersistentGemm(schedule="cooperative", activation="swiglu_keep", residual=True)
     with pytest.raises(GemmConfigError, match="activation='tanh'"):
         PersistentGemm(schedule="cooperative", activation="tanh")
     g = PersistentGemm(schedule="cooperative", tile_mn=(128, 224), activation="swiglu", epi_n=16)

@@ -23,7 +23,7 @@ class StandIn:
     or "none" (no plan: every call resolved)."""
 
     def __init__(self, mode):
-        self.mode, self.resolves, self.launches, self.activations = mode, 0, 0, []
+        self.mode, self.resolves, self.launches, self.activations, self.kinds = mode, 0, 0, [], []
         self.workspace = torch.zeros(4)
 
     def gemm(self, a, b, c, splits, alpha, *rest):
@@ -38,6 +38,13 @@ class StandIn:
             r = r + view(bias[0])
         C.copy_(r)
 
+    def keep(self, a, b, c, splits, alpha, *rest):  # swiglu_keep: z into c, h into the aux (the 7th trailing one)
+        self.launches += 1
+        assert len(rest) == 7 and rest[6] is not None
+        Z = view(a) @ view(b).t() + (view(rest[4]) if rest[4] is not None else 0)
+        view(c).copy_(Z)
+        view(rest[6]).copy_(swiglu_ref(Z))
+
     def swiglu(self, z, h):
         self.launches += 1
         Z = view(z).view(-1, 2, 8)
@@ -46,7 +53,14 @@ class StandIn:
     def __call__(self, kind, activation, scalars, *operands):
         self.resolves += 1
         self.activations.append(activation)
+        self.kinds.append(kind)
         ts = [None if t is None else torch.from_dlpack(t) for t in operands]
+        if kind == native.KIND_SWIGLU_KEEP:
+            x, w, b, h, z = ts
+            z.copy_(F.linear(x, w, b))
+            h.copy_(swiglu_ref(z))
+            return None if self.mode == "none" else [tvm_ffi.convert(self.keep), [
+                "in0", "in1", "out", 1, 1.0, None, None, None, None, "in2" if b is not None else None, None, "in3"]]
         if kind == native.KIND_GEMM:
             x, w, b, out = ts
             out.copy_({None: lambda y: y, "relu": F.relu, "swiglu": swiglu_ref}[activation](F.linear(x, w, b)))
@@ -127,6 +141,30 @@ def test_native_swiglu_node_runs_both_kernels(op):
     assert standin.resolves == 3 + 1 + 2 and standin.launches == 3 + 1
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_native_swiglu_node_keeps_z_from_one_gemm_from_the_threshold(op, bias):
+    """From SWIGLU_KEEP_FROM tokens the node's forward is one GEMM writing z and h (kind swiglu_keep, h its
+    operand 3): resolved once, then launched from the C++; no SwiGLU forward kernel runs. The C++ threshold is
+    the Python one."""
+    standin = StandIn("plain")
+    native.register_resolver(standin)
+    x, w, b = _case(11, shape=(1, wf.SWIGLU_KEEP_FROM, 32), n=64, bias=bias)
+    for _ in range(2):
+        y = op(x, w, b, True)
+        ref = swiglu_ref(F.linear(x, w, b))
+        torch.testing.assert_close(y, ref)
+        for got, want in zip(_grads(y, (x, w, b)), _grads(ref, (x, w, b))):
+            torch.testing.assert_close(got, want)
+    assert native.KIND_SWIGLU_FORWARD not in standin.kinds
+    assert standin.kinds.count(native.KIND_SWIGLU_KEEP) == 1
+    # resolved: keep, dX, dW once, the SwiGLU backward each call (no plan); launched: keep, dX, dW the second time
+    assert standin.resolves == 3 + 2 and standin.launches == 3
+    standin.kinds.clear()
+    x1 = x[:, :-1].detach()  # one token fewer: below the threshold, the GEMM and the SwiGLU kernel
+    op(x1, w.detach(), None if b is None else b.detach(), True)
+    assert native.KIND_SWIGLU_FORWARD in standin.kinds and native.KIND_SWIGLU_KEEP not in standin.kinds
+
+
 def test_native_linear_unaligned_tokens_pad_the_weight_gradient(op):
     standin = StandIn("plain")
     native.register_resolver(standin)
@@ -147,7 +185,7 @@ def test_native_linear_saves_no_gradient_without_one(op):
 
 def _stub_gemm_compile(monkeypatch):
     """``launch.compiled_ffi`` returning what CuTe DSL's compile returns for the GEMM (a kernel with defaulted
-    parameters: its TVM-FFI function and its keyword wrapper's 11 parameters), TVM FFI on: the raw function."""
+    parameters: its TVM-FFI function and its keyword wrapper's 12 parameters), TVM FFI on: the raw function."""
     from warpsched.kernels.gemm import launch
 
     raw = tvm_ffi.convert(lambda *args: None)
@@ -155,7 +193,7 @@ def _stub_gemm_compile(monkeypatch):
     class Compiled:
         @staticmethod
         def _kwargs_wrapper(mA, mB, mC, splits, alpha, mW=None, mF=None, mScaleA=None, mScaleB=None, mBias=None,
-                            mRes=None):
+                            mRes=None, mAux=None):
             pass
 
         def __tvm_ffi_object__(self):
@@ -168,18 +206,22 @@ def _stub_gemm_compile(monkeypatch):
 
 def test_resolver_parameters_for_gemm_plans(monkeypatch):
     """``gemm_call`` on ``GemmPlan`` objects (their compiled kernel a stand-in with the GEMM's parameter list):
-    the plain launch's 5 parameters padded with None to the kernel's 11, a bias plan's bias at its place, a
-    swapped plan's operands exchanged with the output transposed, and no plan for the host-reduced split."""
+    the plain launch's 5 parameters padded with None to the kernel's 12, a bias plan's bias at its place, a
+    swiglu_keep plan's h at the last, a swapped plan's operands exchanged with the output transposed, and no plan
+    for the host-reduced split."""
     from warpsched.kernels.gemm import launch, ops as gemm_ops
 
     raw = _stub_gemm_compile(monkeypatch)
     plan = launch.GemmPlan("bfloat16", "bfloat16", {}, 1)
     fn, params = native.gemm_call(plan, False)
-    assert fn.same_as(raw) and params == ["in0", "in1", "out", 1, 1.0] + [None] * 6
+    assert fn.same_as(raw) and params == ["in0", "in1", "out", 1, 1.0] + [None] * 7
     fn, params = native.gemm_call(launch.GemmPlan("bfloat16", "bfloat16", {"bias": True}, 1), True)
-    assert params == ["in0", "in1", "out", 1, 1.0, None, None, None, None, "in2", None]
+    assert params == ["in0", "in1", "out", 1, 1.0, None, None, None, None, "in2", None, None]
+    keep = launch.GemmPlan("bfloat16", "bfloat16", {"activation": "swiglu_keep"}, 1)
+    fn, params = native.gemm_call(keep, False, aux="in3")
+    assert params == ["in0", "in1", "out", 1, 1.0, None, None, None, None, None, None, "in3"]
     fn, params = native.gemm_call(gemm_ops._Swapped(plan), False)
-    assert params == ["in1", "in0", "out_t", 1, 1.0] + [None] * 6
+    assert params == ["in1", "in0", "out_t", 1, 1.0] + [None] * 7
     assert native.gemm_call(gemm_ops._Swapped(plan), True) is None  # no epilogue tensors through a swap
     host = launch.GemmPlan("bfloat16", "bfloat16", {}, 2)
     host.target = "host"  # fp32 partial tiles summed by torch: three launches
@@ -292,7 +334,7 @@ def test_a_compiled_graph_is_not_reused_across_without_native(monkeypatch):
     torch._dynamo.reset()
 
 
-def _traced_swiglu_step():
+def _traced_swiglu_step(tokens=64):
     """The ops of a SwiGLU layer's forward, and of its node's backward, as a tracer sees them (fake CUDA tensors:
     no GPU needed; the backward called on the node directly, as the autograd engine wants a device)."""
     import types
@@ -310,10 +352,10 @@ def _traced_swiglu_step():
     def ops(gm):
         return {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
     with FakeTensorMode():
-        x = torch.empty(64, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        x = torch.empty(tokens, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         w = torch.empty(32, 32, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        dh, z = torch.empty(64, 16, device="cuda", dtype=torch.bfloat16), torch.empty(64, 32, device="cuda",
-                                                                                      dtype=torch.bfloat16)
+        dh, z = torch.empty(tokens, 16, device="cuda", dtype=torch.bfloat16), torch.empty(tokens, 32, device="cuda",
+                                                                                          dtype=torch.bfloat16)
         return ops(make_fx(forward)(x, w)), ops(make_fx(backward)(dh, x.detach(), w.detach(), z))
 
 
@@ -327,3 +369,11 @@ def test_a_traced_swiglu_layer_runs_the_native_swiglu_kernels(op):
     with wf.without_native():  # the Python path's graph: the GEMM's node and the product as torch ops
         forward, _ = _traced_swiglu_step()
     assert not any(o.startswith("warpsched_native") for o in forward) and any("silu" in o for o in forward), forward
+
+
+def test_a_traced_swiglu_layer_keeps_z_from_one_gemm_from_the_threshold(op):
+    """Under a tracer, from SWIGLU_KEEP_FROM tokens the forward is the one-GEMM op (its fake gives z and h)."""
+    forward, backward = _traced_swiglu_step(tokens=wf.SWIGLU_KEEP_FROM)
+    assert "warpsched_native.swiglu_keep.default" in forward, forward
+    assert "warpsched_native.swiglu_forward.default" not in forward
+    assert "warpsched_native.swiglu_backward.default" in backward

@@ -32,7 +32,7 @@ import threading
 ENV_NATIVE = "WARPSCHED_NATIVE"
 SOURCES = [os.path.join(os.path.dirname(os.path.abspath(__file__)), name) for name in ("linear.cpp", "attention.cpp")]
 KIND_GEMM, KIND_SWIGLU_FORWARD, KIND_SWIGLU_BACKWARD, KIND_ATTENTION_FORWARD, KIND_ATTENTION_BY_HOST = 0, 1, 2, 3, 4
-KIND_ATTENTION_BACKWARD = 5
+KIND_ATTENTION_BACKWARD, KIND_SWIGLU_KEEP = 5, 6
 
 _LOCK = threading.Lock()
 _STATE = {"tried": False, "op": None, "reason": "not loaded yet"}
@@ -130,6 +130,11 @@ def _register_fakes(torch):
     def _swiglu_backward_fake(dh, z):
         return z.new_empty(z.shape)
 
+    @torch.library.register_fake("warpsched_native::swiglu_keep")
+    def _swiglu_keep_fake(x, weight, bias):
+        n = weight.shape[0]
+        return x.new_empty((*x.shape[:-1], n)), x.new_empty((*x.shape[:-1], n // 2))
+
 
 _REGISTERED = []
 
@@ -158,7 +163,7 @@ def resolve(kind, activation, scalars, *operands):
     or "out_t": the output or its transpose) or a fixed value; None where the plan is not one launch.
     ``kind``: GEMM (x, weight, bias or None, out: ``gemm.ops.linear`` with the epilogue's ``activation``), SwiGLU
     forward (z, h) or backward (dh, z, dz), the flat tensors of ``kernels.gemm.swiglu`` (whole 16-feature gate /
-    up blocks), attention's forward (q, k, v, lse, out; ``scalars``: causal, scale, window left / right,
+    up blocks), the SwiGLU GEMM keeping z (x, weight, bias or None, h, z: ``gemm.swiglu.swiglu_keep``), attention's forward (q, k, v, lse, out; ``scalars``: causal, scale, window left / right,
     softcap, NaN for an absent one); ``KIND_ATTENTION_BY_HOST`` (q, k, v): the host's [O, LSE], for a key the
     first call found without a plan; ``KIND_ATTENTION_BACKWARD`` (q, k, v, out, dout, lse; ``scalars`` as the
     forward's, then deterministic): ``[[dq, dk, dv], program]``, the gradients the host computed and what the C++
@@ -175,7 +180,22 @@ def resolve(kind, activation, scalars, *operands):
         return _resolve_attention(*ts, causal, scale, left, right, softcap)
     if kind == KIND_ATTENTION_BACKWARD:
         return _resolve_attention_backward(*ts, *[None if v != v else v for v in scalars])
+    if kind == KIND_SWIGLU_KEEP:
+        return _resolve_swiglu_keep(*ts)
     return _resolve_swiglu(kind, *ts)
+
+
+def _resolve_swiglu_keep(x, weight, bias, h, z):
+    from ..kernels.gemm import swiglu
+
+    plan = swiglu.swiglu_keep_plan(x, weight, bias) if swiglu._kernels_take(x, weight) else None
+    if plan is None:
+        zz, hh = swiglu.swiglu_keep(x, weight, bias)
+        z.copy_(zz)
+        h.copy_(hh)
+        return None
+    plan(x, weight, z, 1.0, (), bias, None, h)
+    return gemm_call(plan, bias is not None, aux="in3")
 
 
 def _resolve_attention_backward(q, k, v, out, dout, lse, causal, scale, left, right, softcap, deterministic):
@@ -249,9 +269,10 @@ def _resolve_gemm(x, weight, bias, out, activation=None):
     return gemm_call(gemm_ops.linear_plan(x, weight, bias, activation), bias is not None)
 
 
-def gemm_call(plan, has_bias):
+def gemm_call(plan, has_bias, aux=None):
     """``[function, parameters]`` of a linear layer's GEMM plan (``gemm.ops.GemmPlan``, or ``_Swapped`` around one:
-    out^T = W x^T), as ``GemmPlan`` launches it, or None for a plan that is not one kernel launch."""
+    out^T = W x^T), as ``GemmPlan`` launches it, or None for a plan that is not one kernel launch. ``aux``: the
+    slot of swiglu_keep's h."""
     from ..kernels.gemm.launch import trailing
 
     swapped = hasattr(plan, "inner")
@@ -267,7 +288,7 @@ def gemm_call(plan, has_bias):
     if g.launch == g._direct:  # the plain launch (GemmPlan._direct)
         params = [a, b, c, 1, 1.0]
     else:  # GemmPlan.__call__: [workspace, flags], [scales], [bias, residual], trailing absent ones left out
-        params = [a, b, c, g.splits, 1.0] + list(trailing(*g.mid, None, None, "in2" if has_bias else None, None))
+        params = [a, b, c, g.splits, 1.0] + list(trailing(*g.mid, None, None, "in2" if has_bias else None, None, aux))
     if count is not None:
         params += [None] * (count - len(params))
     return [raw, params]

@@ -29,6 +29,24 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
   return out.view(shape);
 }
 
+// From this many tokens the SwiGLU layer's forward is one GEMM writing z and h (swiglu_keep); below, the GEMM
+// and the elementwise SwiGLU kernel (nn.functional.SWIGLU_KEEP_FROM says why, and is kept equal to it)
+constexpr int64_t kSwigluKeepFrom = 512;
+
+std::tuple<at::Tensor, at::Tensor> swiglu_keep(const at::Tensor& x, const at::Tensor& weight,
+                                               const c10::optional<at::Tensor>& bias) {
+  // z (..., 2 I) = x @ weight.T + bias and h (..., I) = silu(gate) * up of z, from one GEMM
+  const int64_t N = weight.size(0), K = weight.size(1);
+  at::Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, K});
+  at::Tensor z = at::empty({x2.size(0), N}, x.options()), h = at::empty({x2.size(0), N / 2}, x.options());
+  if (z.numel()) run(kSwigluKeep, 0, {x2, weight, bias.has_value() ? *bias : at::Tensor(), h}, z);
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(N);
+  at::Tensor zv = z.view(shape);
+  shape.back() = N / 2;
+  return {zv, h.view(shape)};
+}
+
 at::Tensor flat(const at::Tensor& t) {
   at::Tensor c = t.contiguous();
   return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c.view({-1}) : c.clone().view({-1});
@@ -68,6 +86,18 @@ at::Tensor call_swiglu_forward(const at::Tensor& z) {
   return op.call(z);
 }
 
+std::tuple<at::Tensor, at::Tensor> call_swiglu_keep(const at::Tensor& x, const at::Tensor& weight,
+                                                    const c10::optional<at::Tensor>& bias) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched_native::swiglu_keep", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                                 const c10::optional<at::Tensor>&)>();
+  return op.call(x, weight, bias);
+}
+
+bool keeps(const at::Tensor& x, const at::Tensor& weight, bool swiglu) {  // the SwiGLU forward as one GEMM
+  return swiglu && x.numel() >= kSwigluKeepFrom * weight.size(1);
+}
+
 at::Tensor call_swiglu_backward(const at::Tensor& dh, const at::Tensor& z) {
   static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched_native::swiglu_backward", "")
                        .typed<at::Tensor(const at::Tensor&, const at::Tensor&)>();
@@ -81,11 +111,17 @@ struct LinearFunction : public torch::autograd::Function<LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const c10::optional<at::Tensor>& bias, bool swiglu) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    at::Tensor z = call_gemm(x, weight, bias);
+    at::Tensor z, h;
+    if (keeps(x, weight, swiglu)) {
+      std::tie(z, h) = call_swiglu_keep(x, weight, bias);
+    } else {
+      z = call_gemm(x, weight, bias);
+      if (swiglu) h = call_swiglu_forward(z);
+    }
     ctx->saved_data["has_bias"] = bias.has_value() && bias->defined();
     ctx->saved_data["swiglu"] = swiglu;
     ctx->save_for_backward({x, weight, swiglu ? z : at::Tensor()});
-    return swiglu ? call_swiglu_forward(z) : z;
+    return swiglu ? h : z;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -145,6 +181,8 @@ TORCH_LIBRARY(warpsched_native, m) {
   // h = silu(gate) * up of the interleaved z (..., 2 I), and dz of it for dh (kernels.gemm.swiglu)
   m.def("swiglu_forward(Tensor z) -> Tensor");
   m.def("swiglu_backward(Tensor dh, Tensor z) -> Tensor");
+  // (z, h) of the SwiGLU layer from one GEMM whose epilogue stores both (kernels.gemm.swiglu.swiglu_keep)
+  m.def("swiglu_keep(Tensor x, Tensor weight, Tensor? bias) -> (Tensor, Tensor)");
   // attention's forward (O, LSE) as torch.ops.warpsched.attention_fwd, launched from here (attention.cpp; no
   // autograd node: nn.scaled_dot_product_attention's own, or a compiled graph's)
   m.def("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
@@ -166,11 +204,13 @@ TORCH_LIBRARY_IMPL(warpsched_native, CUDA, m) {
   m.impl("gemm", &gemm_op);
   m.impl("swiglu_forward", &swiglu_forward);
   m.impl("swiglu_backward", &swiglu_backward);
+  m.impl("swiglu_keep", &swiglu_keep);
 }
 TORCH_LIBRARY_IMPL(warpsched_native, CPU, m) {  // the CPU tests' stand-in kernels
   m.impl("gemm", &gemm_op);
   m.impl("swiglu_forward", &swiglu_forward);
   m.impl("swiglu_backward", &swiglu_backward);
+  m.impl("swiglu_keep", &swiglu_keep);
 }
 // linear below autograd (no gradient wanted, or a tracer's modes): its kernels through the dispatcher
 TORCH_LIBRARY_IMPL(warpsched_native, CompositeExplicitAutograd, m) { m.impl("linear", &linear_kernel); }

@@ -34,6 +34,7 @@ enum Kind : int64_t {
   kGemm = 0, kSwigluForward = 1, kSwigluBackward = 2, kAttentionForward = 3,
   kAttentionForwardByHost = 4,  // not a plan's kind: the resolver runs the host and returns its outputs
   kAttentionBackward = 5,
+  kSwigluKeep = 6,  // the SwiGLU GEMM writing z (the output) and h (operand 3): kernels.gemm.swiglu.swiglu_keep
 };
 
 // the GEMM epilogue's activations (nn.functional.ACTIVATIONS), by code; 0: none

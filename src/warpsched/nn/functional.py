@@ -82,6 +82,9 @@ FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 
 
 SWIGLU_FUSED_FROM = 16  # tokens: below, the unfused SwiGLU (docs/torch.md "Fused epilogues on the H200")
+# tokens: from here a SwiGLU layer's forward under autograd is one GEMM storing z and h (the epilogue's
+# swiglu_keep), below the GEMM and the elementwise kernel (the C++ node's kSwigluKeepFrom is the same number)
+SWIGLU_KEEP_FROM = 512
 
 
 class _SwiGLULinear(torch.autograd.Function):
@@ -94,15 +97,27 @@ class _SwiGLULinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        z = _linear(x, weight, bias)
+        if x.numel() >= SWIGLU_KEEP_FROM * x.shape[-1]:
+            z, h = _swiglu_keep(x, weight, bias)
+        else:
+            z = _linear(x, weight, bias)
+            h = _swiglu_forward(z)
         ctx.has_bias = bias is not None
         ctx.save_for_backward(x, weight, z)
-        return _swiglu_forward(z)
+        return h
 
     @staticmethod
     def backward(ctx, dh):
         x, weight, z = ctx.saved_tensors
         return _linear_grads(ctx.needs_input_grad, _swiglu_backward(dh, z), x, weight, ctx.has_bias)
+
+
+def _swiglu_keep(x, weight, bias):
+    """(z, h) from one GEMM (``kernels.gemm.swiglu.swiglu_keep``): the native op where it is built, else the
+    Python path's."""
+    if x.is_cuda and _native_ready():
+        return torch.ops.warpsched_native.swiglu_keep.default(x, weight, bias)
+    return _swiglu.swiglu_keep(x, weight, bias)
 
 
 def _swiglu_forward(z):

@@ -17,6 +17,12 @@ adjacent columns of every 8-column chunk): no data moves between threads. The ou
 as wide as the MMA tile and holds silu(gate + bias_g) * (up + bias_u), then the residual is added.
 The bias of a SwiGLU GEMM has B's rows (2 N, interleaved the same way).
 
+``activation="swiglu_keep"``: the same interleaved B, for training: C keeps the pre-activation z = alpha * acc +
+bias (the full MMA tile, the plain kernel's TMA stores: what the backward's dz needs) and h = silu(gate) * up,
+computed from z in fp32 as "swiglu" computes it, goes to a second tensor H (M, N / 2) straight from the
+registers as predicated global stores. One GEMM then replaces a GEMM and the elementwise SwiGLU kernel, which
+read z back from memory. No residual (h is the layer's output, z the saved value).
+
 ``activation`` may also be a function of one fp32 value, traced into the kernel like attention's
 ``mask_mod``: the extension point for an epilogue the names above do not cover, e.g. ``lambda x: x *
 cute.arch.fmin(cute.arch.fmax(x + 3.0, 0.0), 6.0) / 6.0`` (hard swish). It receives and returns a
@@ -32,7 +38,7 @@ import math
 
 from .config import GemmConfigError
 
-ACTIVATIONS = (None, "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu")
+ACTIVATIONS = (None, "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu", "swiglu_keep")
 BIAS_KINDS = (None, "c", "f32")  # the output's dtype, or fp32
 
 
@@ -47,6 +53,7 @@ class EpilogueSpec:
                                   "one fp32 value (traced into the kernel)")
         self.bias, self.activation, self.residual, self.scale_out = bias, activation, bool(residual), bool(scale_out)
         self.swiglu = activation == "swiglu"
+        self.keep = activation == "swiglu_keep"  # C = z (full width), h to the aux tensor
         self.fused = bias is not None or activation is not None or self.residual or self.scale_out
 
     def describe(self):
@@ -56,8 +63,12 @@ class EpilogueSpec:
         return (" epi " + "+".join(parts)) if parts else ""
 
 
-def check_kernel(spec, host_split, tile_n, epi_n):
+def check_kernel(spec, host_split, tile_n, epi_n, batched=False):
     """The combinations a fused epilogue cannot run in (GemmConfigError naming the fix)."""
+    if spec.keep and (spec.residual or batched or tile_n % 16):
+        raise GemmConfigError(f"activation='swiglu_keep' with residual={spec.residual}, batched={batched}, "
+                              f"tile_mn[1]={tile_n}: it stores z and h of one 2-D product whose tile holds whole "
+                              "16-column gate / up blocks; drop the residual and the batch, or use 'swiglu'")
     if spec.fused and host_split:
         raise GemmConfigError("a fused epilogue with split_reduce='host': the kernel writes fp32 partial tiles that "
                               "torch sums, so there is no tile to finish; use split_reduce='serial', 'parallel' or "
@@ -101,7 +112,7 @@ def swiglu_pairs(g):
 
     bM, bN, _ = g.tile_mnk
     full = g._make_tiled_mma().get_slice(0).partition_C(cute.make_identity_tensor((bM, bN)))
-    half = g._make_tiled_mma(g.out_n).get_slice(0).partition_C(cute.make_identity_tensor((bM, g.out_n)))
+    half = g._make_tiled_mma(bN // 2).get_slice(0).partition_C(cute.make_identity_tensor((bM, bN // 2)))
     where = {tuple(full[i]): i for i in range(cute.size(full))}
     pairs = []
     for j in range(cute.size(half)):
@@ -125,7 +136,7 @@ def apply(g, acc, frag, m, n, thread, l=0):
         cols = g.epi_tiled_mma.get_slice(thread).partition_C(cute.make_identity_tensor((bM, bN)))
         last = cute.size(g.mBias, mode=[0]) - 1
         col0 = n * bN
-    post = spec.activation if not spec.swiglu else None
+    post = spec.activation if not (spec.swiglu or spec.keep) else None
     for i in range(cute.size(acc)):
         x = acc[i]
         if g.scaled:
@@ -147,3 +158,18 @@ def apply(g, acc, frag, m, n, thread, l=0):
             r, c = coords[i]
             at = (cutlass.min(r0 + r, rows), cutlass.min(c0 + c, ncols)) + ((l,) if g.batched else ())
             frag[i] = frag[i] + g.mRes[at].to(f32)
+
+
+def h_coords(g, thread):
+    """swiglu_keep: the (row, column) in tile's h block (bM x bN / 2) of each register of a thread's half-width
+    fragment (the order of ``g.swiglu_pairs``)."""
+    import cutlass.cute as cute
+
+    bM, bN, _ = g.tile_mnk
+    return g._make_tiled_mma(bN // 2).get_slice(thread).partition_C(cute.make_identity_tensor((bM, bN // 2)))
+
+
+def h_value(g, acc, j):
+    """swiglu_keep: h of the half-width register ``j``: silu(gate) * up of z, rounded to the output type."""
+    ig, iu = g.swiglu_pairs[j]
+    return (_act("silu", acc[ig]) * acc[iu]).to(g.c_dtype)

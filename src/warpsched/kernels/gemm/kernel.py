@@ -165,7 +165,7 @@ class PersistentGemm:
         if epi_n not in (16, 32, 64) or self.tile_mn[1] % epi_n:
             raise GemmConfigError(f"epi_n={epi_n!r} (tile_mn={self.tile_mn}): epi_n is 16, 32 or 64 and divides bN")
         self.epi_n, self.epi_sync = epi_n, epi_sync
-        gemm_epilogue.check_kernel(self.epi, host_split, self.tile_mn[1], epi_n)
+        gemm_epilogue.check_kernel(self.epi, host_split, self.tile_mn[1], epi_n, self.batched)
         # the output tile's width: SwiGLU stores silu(gate) * up, half the MMA tile's columns
         self.out_n = self.tile_mn[1] // 2 if self.epi.swiglu else self.tile_mn[1]
         if l2_hint not in L2_HINTS:
@@ -381,14 +381,14 @@ class PersistentGemm:
                  alpha: cutlass.Float32, stream, mW: Optional[cute.Tensor] = None,
                  mF: Optional[cute.Tensor] = None, mScaleA: Optional[cute.Tensor] = None,
                  mScaleB: Optional[cute.Tensor] = None, mBias: Optional[cute.Tensor] = None,
-                 mRes: Optional[cute.Tensor] = None):
+                 mRes: Optional[cute.Tensor] = None, mAux: Optional[cute.Tensor] = None):
         """``mC``: C, or with host-reduced split-K the fp32 workspace of ``splits`` x ceil(M / bM) * bM
         rows. ``alpha``: the fp8 kernels' output scale (scale_a * scale_b); unused otherwise.
         In-kernel split-K: ``mW`` one fp32 tile per output tile (tile-padded M x N; parallel:
         ``splits - 1`` such slabs, stacked along M), ``mF`` one int32 flag per output tile, zero
         before the launch (the kernel leaves them zero). ``mScaleA`` / ``mScaleB`` (``device_scale``):
         one-element fp32 tensors; the output scale is alpha * scale_a[0] * scale_b[0]. ``mBias`` (N,) /
-        ``mRes`` (M, N): the fused epilogue's bias and residual (gemm_epilogue)."""
+        ``mRes`` (M, N): the fused epilogue's bias and residual (gemm_epilogue); ``mAux`` (M, N / 2): swiglu_keep's h."""
         self._setup()
         bM, bN, bK = self.tile_mnk
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
@@ -407,7 +407,7 @@ class PersistentGemm:
             units = self.num_units * cute.ceil_div(cute.size(mA, mode=[1]), bK)
         grid = cutlass.min(units, self.max_ctas // (cm * cn) * (cm * cn))  # whole clusters
         kern = self.kernel(tma_a, tA, tma_b, tB, tma_c, tC, self.tiled_mma, self.a_staged, self.b_staged,
-                           self.c_staged, splits, alpha, mW, mF, mScaleA, mScaleB, mBias, mRes)
+                           self.c_staged, splits, alpha, mW, mF, mScaleA, mScaleB, mBias, mRes, mAux)
         if cutlass.const_expr(cm * cn > 1):
             kern.launch(grid=[grid, 1, 1], block=[self.threads, 1, 1], cluster=[cm * cn, 1, 1], min_blocks_per_mp=1,
                         stream=stream, use_pdl=self.pdl)
@@ -434,7 +434,7 @@ class PersistentGemm:
                b_staged: cute.ComposedLayout, c_staged: cute.ComposedLayout, splits: cutlass.Int32,
                alpha: cutlass.Float32, mW: Optional[cute.Tensor], mF: Optional[cute.Tensor],
                mScaleA: Optional[cute.Tensor], mScaleB: Optional[cute.Tensor], mBias: Optional[cute.Tensor],
-               mRes: Optional[cute.Tensor]):
+               mRes: Optional[cute.Tensor], mAux: Optional[cute.Tensor]):
         bM, bN, bK = self.tile_mnk
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         if warp_idx == 0:
@@ -458,13 +458,14 @@ class PersistentGemm:
         if cutlass.const_expr(self.device_scale):
             self.alpha = alpha * mScaleA[0] * mScaleB[0]
         self.mW, self.mF = mW, mF
-        self.mBias, self.mRes = mBias, mRes
+        self.mBias, self.mRes, self.mAux = mBias, mRes, mAux
         self.tma_a, self.tma_b, self.tma_c, self.tiled_mma = tma_a, tma_b, tma_c, tiled_mma
         # the mainloop's two MMA objects have a fixed ACCUMULATE field; the epilogue gets its own copy
         self.epi_tiled_mma = self._make_tiled_mma()
         # the fragment the epilogue stores: the accumulator's layout, or SwiGLU's half-width one
         self.out_mma = self._make_tiled_mma(self.out_n) if cutlass.const_expr(self.epi.swiglu) else self.epi_tiled_mma
-        self.swiglu_pairs = gemm_epilogue.swiglu_pairs(self) if cutlass.const_expr(self.epi.swiglu) else None
+        self.swiglu_pairs = gemm_epilogue.swiglu_pairs(self) if cutlass.const_expr(self.epi.swiglu or self.epi.keep) \
+            else None
         self.mma_overwrite = self._make_tiled_mma()
         self.mma_overwrite.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, False)
         tiled_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)

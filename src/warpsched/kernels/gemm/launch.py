@@ -125,11 +125,11 @@ def fake_workspace(cols_divisibility=16):
 
 
 def fake_epilogue(kern):
-    """The fused epilogue's fake bias (N,) and residual (M, N) for fake compiles (None where the
-    kernel has none): any length and row stride, element-aligned (read with scalar loads)."""
+    """The fused epilogue's fake bias (N,), residual (M, N) and swiglu_keep's h (M, N / 2) for fake compiles
+    (None where the kernel has none): any length and row stride, element-aligned (scalar loads and stores)."""
     from cutlass.cute.runtime import make_fake_tensor
 
-    bias = res = None
+    bias = res = aux = None
     if kern.epi.bias is not None:
         dt = cutlass.Float32 if kern.epi.bias == "f32" else kern.c_dtype
         bias = make_fake_tensor(dt, (cute.sym_int32(),), (1,), assumed_align=dt.width // 8)
@@ -138,12 +138,15 @@ def fake_epilogue(kern):
         if kern.batched:  # (M, N, L)
             shape, stride = shape + (cute.sym_int32(),), stride + (cute.sym_int64(),)
         res = make_fake_tensor(kern.c_dtype, shape, stride, assumed_align=kern.c_dtype.width // 8)
-    return bias, res
+    if kern.epi.keep:
+        aux = make_fake_tensor(kern.c_dtype, (cute.sym_int32(), cute.sym_int32()), (cute.sym_int64(), 1),
+                               assumed_align=kern.c_dtype.width // 8)
+    return bias, res, aux
 
 
-def trailing(ws=None, flags=None, scale_a=None, scale_b=None, bias=None, residual=None):
+def trailing(ws=None, flags=None, scale_a=None, scale_b=None, bias=None, residual=None, aux=None):
     """The kernel's optional arguments after the stream, in order, without the trailing Nones."""
-    args = [ws, flags, scale_a, scale_b, bias, residual]
+    args = [ws, flags, scale_a, scale_b, bias, residual, aux]
     while args and args[-1] is None:
         args.pop()
     return tuple(args)
@@ -153,7 +156,7 @@ def compiled_ffi(a_dtype, c_dtype, **options):
     """The same kernel compiled for TVM-FFI calls, once per key, with fake operands (those of the
     CPU tests: ``fake_operands``; K aligned to 8 elements when A and B share a type, 16 otherwise)
     and the caller's current stream. Called as ``f(a, b, c, splits, alpha, [workspace, flags],
-    [scale_a, scale_b], [bias, residual])`` with torch tensors (None for an absent one, trailing
+    [scale_a, scale_b], [bias, residual, h])`` with torch tensors (None for an absent one, trailing
     ones left out: ``trailing``)."""
     k = key(a_dtype, c_dtype, options) + ("tvm-ffi",)
     f = _CACHE.get(k)
@@ -185,8 +188,8 @@ def scale_tensors(scales) -> Tuple:
 
 class GemmPlan:
     """What gemm() decided for one (shape, dtypes, configuration): the compiled kernel, the split
-    count, the workspace; calling it only launches (``plan(a, b, c, alpha, scales, bias, residual)``,
-    b as (N, K); bias and residual for a kernel compiled with that fused epilogue).
+    count, the workspace; calling it only launches (``plan(a, b, c, alpha, scales, bias, residual, aux)``,
+    b as (N, K); bias, residual and swiglu_keep's h (``aux``) for a kernel compiled with that fused epilogue).
 
     ``target``: "c" (the kernel writes c), "host" (fp32 partial tiles into ``ws``, summed by torch
     into c), or "flags" (in-kernel split-K / stream-K through ``ws`` and ``flags``)."""
@@ -200,7 +203,8 @@ class GemmPlan:
         out_dtype = ws.dtype if target == "host" else c_dtype
         self.f = compiled_ffi(a_dtype, out_dtype, **options) if self.ffi else None
         self.mid = (ws, flags) if target == "flags" else (None, None)
-        self.epilogue = bool(options.get("bias") or options.get("residual"))  # tensors to pass
+        self.epilogue = bool(options.get("bias") or options.get("residual")
+                             or options.get("activation") == "swiglu_keep")  # tensors to pass
         # the common case, one launch writing c, without the general path's branches
         plain = target == "c" and not self.device_scale and not self.epilogue
         self.launch = self._direct if (self.ffi and plain) else self.__call__
@@ -208,9 +212,9 @@ class GemmPlan:
     def _direct(self, a, b, c, alpha=1.0, scales=(), bias=None, residual=None):
         self.f(a, b, c, 1, alpha)
 
-    def __call__(self, a, b, c, alpha=1.0, scales=(), bias=None, residual=None):
+    def __call__(self, a, b, c, alpha=1.0, scales=(), bias=None, residual=None, aux=None):
         out = self.ws if self.target == "host" else c
-        args = trailing(*self.mid, *(scales or (None, None)), bias, residual)
+        args = trailing(*self.mid, *(scales or (None, None)), bias, residual, aux)
         if self.ffi:
             self.f(a, b, out, self.splits, alpha, *args)
         else:

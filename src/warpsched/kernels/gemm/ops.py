@@ -271,6 +271,9 @@ ACTIVATIONS = (None, "relu", "relu2", "gelu", "gelu_tanh", "silu", "swiglu")
 def _epilogue(b, M, N, o_t, bias, activation, residual, alpha, out, fp8):
     """Validate the fused epilogue's arguments (M, N: the output's shape); returns the kernel's
     epilogue options (gemm.epilogue: bias kind, activation, residual, scale_out)."""
+    if activation == "swiglu_keep":
+        raise GemmArgumentError("activation='swiglu_keep' writes two tensors (z and h): call "
+                                "warpsched.kernels.gemm.swiglu.swiglu_keep(x, weight, bias), which returns both")
     if not (activation in ACTIVATIONS or callable(activation)):
         raise GemmArgumentError(f"activation={activation!r}: expected one of {list(ACTIVATIONS)} ('gelu' is the "
                                 "exact erf form, 'gelu_tanh' torch's approximate='tanh', 'relu2' relu squared) or "

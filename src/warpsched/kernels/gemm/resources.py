@@ -229,6 +229,25 @@ class GmemC(MemoryResource):
         the finished accumulator, into ``frag``; nothing without one."""
         if self.g.epi.fused:
             gemm_epilogue.apply(self.g, acc, frag, m, n, tidx - self.first_thread, l)
+        if cutlass.const_expr(self.g.epi.keep):
+            self.store_h(acc, m, n, tidx - self.first_thread)
+
+    @cute.jit
+    def store_h(self, acc, m, n, thread):
+        """swiglu_keep: h = silu(gate) * up of the finished z into the aux tensor (M, N / 2), tile (m, n)'s bM x
+        bN / 2 block, one predicated global store per element (rows past M, columns past N / 2 skipped)."""
+        g = self.g
+        bM, bN, _ = g.tile_mnk
+        coords = gemm_epilogue.h_coords(g, thread)
+        aux = g.mAux  # a tensor, not the kernel object, is what the runtime ifs below write
+        rows, cols = cute.size(aux, mode=[0]), cute.size(aux, mode=[1])
+        r0, c0 = m * bM, n * (bN // 2)
+        for j in cutlass.range_constexpr(len(g.swiglu_pairs)):
+            r, c = coords[j]
+            h = gemm_epilogue.h_value(g, acc, j)
+            if r0 + r < rows:
+                if c0 + c < cols:
+                    aux[(r0 + r, c0 + c)] = h
 
     @cute.jit
     def store_tile(self, acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC, epi_shape,

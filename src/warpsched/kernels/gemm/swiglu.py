@@ -172,3 +172,51 @@ def swiglu_backward(dh, z):
     if dz.numel():
         compiled("backward", _host.cutlass_dtype(z.dtype))(_flat(dh), _flat(z), dz.view(-1))
     return dz
+
+
+# --------------------------------------------------------------- z and h from one GEMM
+_KEEP = {}  # (shapes, strides, dtypes, device, bias) -> the swiglu_keep GemmPlan
+
+
+def swiglu_keep_plan(x2, weight, bias=None):
+    """The plan of ``swiglu_keep`` for a 2-D x: the configuration ``linear(..., activation="swiglu")`` tuned for this
+    shape (tuned on the first call) with the epilogue option ``swiglu_keep`` (gemm.epilogue): C holds z, the
+    plan's ``aux`` tensor receives h. None where the SwiGLU GEMM's plan is not one launch of a ``GemmPlan``."""
+    from . import ops as gemm_ops
+    from .launch import GemmPlan
+
+    key = (x2.shape, x2.stride(), weight.shape, weight.stride(), x2.dtype, weight.dtype, x2.get_device(),
+           None if bias is None else (bias.shape, bias.dtype))
+    if key not in _KEEP:
+        gemm_ops.linear(x2, weight, bias, "swiglu")  # tunes and keeps the SwiGLU GEMM's plan
+        base = gemm_ops.linear_plan(x2, weight, bias, "swiglu")
+        plan = None
+        if isinstance(base, GemmPlan) and base.target != "host":
+            plan = GemmPlan(x2.dtype, x2.dtype, dict(base.options, activation="swiglu_keep"), base.splits,
+                            base.target, base.ws, base.flags)
+        _KEEP[key] = plan
+    return _KEEP[key]
+
+
+def swiglu_keep(x, weight, bias=None):
+    """(z, h) of a SwiGLU layer in one GEMM: z (..., 2 I) = x @ weight.T + bias (the interleaved pre-activation the
+    backward needs) and h (..., I) = silu(gate) * up of z, computed by the GEMM's epilogue from z in fp32 (the
+    values ``linear(x, weight, bias, "swiglu")`` returns). ``weight``: (2 I, K), gate and up interleaved
+    (``ops.interleave_gate_up``). Where no one-launch plan exists (or off CUDA), the SwiGLU GEMM's z and
+    ``swiglu_forward(z)``."""
+    import torch
+
+    from . import ops as gemm_ops
+
+    K = weight.shape[-1]
+    x2 = x if x.dim() == 2 else x.reshape(-1, K)
+    plan = swiglu_keep_plan(x2, weight, bias) if _kernels_take(x2, weight) and x2.shape[0] else None
+    if plan is None:
+        z = gemm_ops.linear(x2, weight, bias)
+        h = swiglu_forward(z)
+    else:
+        z = torch.empty(x2.shape[0], weight.shape[0], device=x.device, dtype=x.dtype)
+        h = torch.empty(x2.shape[0], weight.shape[0] // 2, device=x.device, dtype=x.dtype)
+        plan(x2, weight, z, 1.0, (), bias, None, h)
+    lead = tuple(x.shape[:-1])
+    return z.view(*lead, z.shape[-1]), h.view(*lead, h.shape[-1])
