@@ -36,6 +36,7 @@ SIZES = {"decode": (1, 16), "prefill": (4, 2048), "training": (8, 4096)}
 UNFUSED_MLP = False  # --unfused-mlp: also warpsched with the [gate | up] weight and torch's product
 COMPOSED_RMSNORM = False  # --composed-rmsnorm: RMSNorm as elementwise ops (the earlier tables), not F.rms_norm
 PYTHON_LINEAR = False  # --python-linear: also warpsched with its linear layers on the Python path (no native op)
+NO_KEEP = False  # --no-keep: also warpsched with the SwiGLU forward as two kernels at every size (no swiglu_keep)
 PEERS = True  # --no-peers: warpsched and torch only
 
 
@@ -113,6 +114,8 @@ def sides(quiet=False):
         out["ws unfused MLP"] = (wf.linear, warpsched_bshd)
     if PYTHON_LINEAR:
         out["ws Python linear"] = (wf.linear, warpsched_bshd)
+    if NO_KEEP:
+        out["ws no keep"] = (wf.linear, warpsched_bshd)
     if not PEERS:
         return out
     try:
@@ -145,14 +148,20 @@ def gradient_check():
     worst = {}
     for name, (linear, attention) in sides().items():
         p = {k: t.detach().to(torch.bfloat16).requires_grad_() for k, t in ref_p.items()}
-        if name in ("warpsched", "ws Python linear"):  # its gate / up weight interleaved: compared interleaved
+        if name in ("warpsched", "ws Python linear", "ws no keep"):  # gate / up interleaved: compared interleaved
             p = fused_mlp_params(p)
         xb = x.detach().to(torch.bfloat16).requires_grad_()
         try:
             def grads(p=p, linear=linear, attention=attention):
                 return torch.autograd.grad(block(xb, p, linear, attention, **kw), [xb] + list(p.values()),
                                            dy.to(torch.bfloat16))
-            got = _without_native(grads) if name == "ws Python linear" else grads()
+            if name == "warpsched":  # 256 tokens: the swiglu_keep GEMM forced, so the check covers it
+                import warpsched.nn.functional as wf
+
+                with wf.swiglu_keep_from(1):
+                    got = grads()
+            else:
+                got = _without_native(grads) if name == "ws Python linear" else grads()
         except Exception as e:  # noqa: BLE001 - a peer that fails is left out of every table, saying why
             if name in ("warpsched", "torch"):
                 raise
@@ -189,6 +198,14 @@ def _without_native(f):
     import warpsched.nn.functional as wf
 
     with wf.without_native():
+        return f()
+
+
+def _without_keep(f):
+    """``f()`` with the SwiGLU layers' forward as two kernels (no ``swiglu_keep`` GEMM) at every token count."""
+    import warpsched.nn.functional as wf
+
+    with wf.swiglu_keep_from(1 << 40):
         return f()
 
 
@@ -243,7 +260,7 @@ def run(size, passes, compile_modes, rounds):
                 continue
             fns = {}
             for name, (linear, attention) in sides().items():
-                pp = pf if name in ("warpsched", "ws Python linear") else p
+                pp = pf if name in ("warpsched", "ws Python linear", "ws no keep") else p
                 f = (lambda x, linear=linear, attention=attention, pp=pp: block(x, pp, linear, attention))
                 if mode == "compile":
                     torch._dynamo.reset()
@@ -254,6 +271,8 @@ def run(size, passes, compile_modes, rounds):
                     fns[name] = (lambda f=f, pp=pp: torch.autograd.grad(f(x), [x] + list(pp.values()), dy))
             if "ws Python linear" in fns:  # the native op off for this side's every call
                 fns["ws Python linear"] = (lambda f=fns["ws Python linear"]: _without_native(f))
+            if "ws no keep" in fns:  # the SwiGLU forward as the GEMM + the elementwise kernel at every size
+                fns["ws no keep"] = (lambda f=fns["ws no keep"]: _without_keep(f))
             if "ws unfused MLP" in fns:  # the same block: its output against the fused one's
                 a_, b_ = fns["warpsched"](), fns["ws unfused MLP"]()
                 a_, b_ = (a_, b_) if pas == "forward" else (a_[0], b_[0])  # forward + backward: dX
@@ -287,14 +306,17 @@ def main():
                     "torch's silu(gate) * up (the side before the interleaved SwiGLU kernels)")
     ap.add_argument("--python-linear", action="store_true", help="also warpsched with its linear layers on the "
                     "Python path (warpsched.native off): the side before the native op")
+    ap.add_argument("--no-keep", action="store_true", help="also warpsched with the SwiGLU layers' forward as the "
+                    "GEMM + the elementwise kernel at every size (the side before the swiglu_keep GEMM)")
     ap.add_argument("--composed-rmsnorm", action="store_true", help="RMSNorm as fp32 elementwise ops on every side "
                     "(what the docs' block tables measured) instead of F.rms_norm")
     ap.add_argument("--no-peers", action="store_true", help="warpsched and torch only (no torch + FA4, quack + FA4): "
                     "a shorter run, e.g. the training rows' first, which tunes their GEMMs")
     a = ap.parse_args()
-    global UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR, PEERS
+    global UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR, PEERS, NO_KEEP
     UNFUSED_MLP, COMPOSED_RMSNORM, PYTHON_LINEAR, PEERS = (a.unfused_mlp, a.composed_rmsnorm, a.python_linear,
                                                           not a.no_peers)
+    NO_KEEP = a.no_keep
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     if not gradient_check():
         raise SystemExit(1)

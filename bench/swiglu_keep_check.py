@@ -14,7 +14,7 @@ writes h. With it, the GEMM's epilogue stores both (``kernels.gemm.swiglu.swiglu
    autograd: y, dX, dW, db with the one-GEMM forward against the two-kernel node's (within 1e-2; bitwise shown).
 2. Time (CUDA graphs, triton do_bench medians, sides in rotated order over ``--rounds``): ``keep`` (one GEMM)
    against ``two`` (the GEMM writing z, then ``swiglu_forward``) and, for scale, ``h only`` (the fused SwiGLU
-   GEMM, what inference runs). The token counts span the threshold ``SWIGLU_KEEP_FROM``.
+   GEMM, what inference runs). The token counts span the threshold ``swiglu.KEEP_FROM``.
 """
 from __future__ import annotations
 
@@ -81,6 +81,27 @@ def check_case(T, K, N, bias):
     return ok
 
 
+def check_scalar_tile():
+    """A tile whose h width (88 columns) is no multiple of 32 stores h element by element: checked the same way."""
+    from warpsched.kernels.gemm import host as gp
+
+    T, K, N = 1000, 1024, 2 * 1056
+    x, w, b = operands(T, K, N, True)
+    plan = gp.plan(x, w, torch.empty(T, N, device=DEV, dtype=BF), schedule="cooperative", tile_mn=(128, 176),
+                   epi_n=16, split_k=1, activation="swiglu_keep", bias="c")
+    z = torch.full((T, N), float("nan"), device=DEV, dtype=BF)
+    h = torch.full((T, N // 2), float("nan"), device=DEV, dtype=BF)
+    plan(x, w, z, 1.0, (), b, None, h)
+    zref = x.double() @ w.double().t() + b.double()
+    fused = gemm_ops.gemm(x, w.t(), bias=b, activation="swiglu", config=dict(schedule="cooperative",
+                                                                            tile_mn=(128, 176), epi_n=16))
+    ez, same = rel(z, zref), torch.equal(h, fused)
+    ok = ez < 1e-2 and same
+    print(f"  {T}x{N}x{K} bias=True [cooperative (128, 176), scalar h stores]: z err {ez:.2e}, h == fused SwiGLU "
+          f"GEMM's {same}  {'PASS' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
 def _native():
     from warpsched import native
 
@@ -101,14 +122,10 @@ def check_autograd(T, K, N):
         y.backward(dy)
         return y.detach(), xx.grad, ww.grad, bb.grad
 
-    saved = nnf.SWIGLU_KEEP_FROM
-    try:
-        nnf.SWIGLU_KEEP_FROM = 1
+    with nnf.swiglu_keep_from(1):
         kept = run()
-        nnf.SWIGLU_KEEP_FROM = 1 << 40
+    with nnf.swiglu_keep_from(1 << 40):
         two = run()
-    finally:
-        nnf.SWIGLU_KEEP_FROM = saved
     # h differs in its rounding where the two-kernel path reads z rounded to bf16; the gradients are bitwise equal
     # where both GEMMs' z are (the plain GEMM's tuned tile may differ from the SwiGLU GEMM's)
     errs = [rel(p, q) for p, q in zip(kept, two)]
@@ -157,6 +174,7 @@ def main():
     print("correctness", flush=True)
     results = [check_case(T, K, N, bias) for T, bias in ((2048, False), (8192, False), (1000, True), (17, False))]
     results.append(check_case(300, 1000, 2 * 1040, True))  # ragged: a partial last tile of h's columns and rows
+    results.append(check_scalar_tile())
     results.append(check_autograd(1024, K, N))
     print(f"correctness: {sum(results)}/{len(results)} PASS", flush=True)
     if args.no_time:

@@ -92,14 +92,55 @@ def test_swiglu_stores_half_the_tile(launch, plain_program):
 
 def test_swiglu_keep_stores_z_by_tma_and_h_from_registers(launch, plain_program):
     """swiglu_keep: C is z (the full tile: the plain kernel's stmatrix and TMA stores), h one silu per pair (64 of
-    the 128 accumulators) stored with scalar global stores, one per h element; the same checked program."""
+    the 128 accumulators), transposed within each quad (3 butterfly shuffles per value: 48) and stored as 16-byte
+    vectors (8 per thread, one per 8 h columns of a row); the same checked program."""
     plain, _, _ = _compile(launch)
     epi, verdict, prog = _compile(launch, bias="f32", activation="swiglu_keep")
     assert verdict == "SAFE" and prog == plain_program
     assert epi("ex2.approx") == 64 and epi("rcp.approx") == 64 and epi("ld.global") == 64
-    assert epi("st.global") - plain("st.global") == 64
+    assert epi("st.global.v4.b32") == 8 and epi("st.global") - plain("st.global") == 8
+    assert epi("shfl.sync.bfly") - plain("shfl.sync.bfly") == 48
     for pat in ("stmatrix", "cp.async.bulk.tensor", "wgmma.mma_async", "mbarrier.try_wait", "bar.sync"):
         assert epi(pat) == plain(pat), pat
+
+
+def test_swiglu_keep_groups_cover_the_fragment_by_quads():
+    """h_groups: every register of the half-width fragment in exactly one group of four 8-column chunks of a row,
+    and for threads of every warp, lane q of a quad holds thread 0's columns + 2 q in the same registers, on one
+    row per group (what the kernel's quad transpose assumes); None where h's tile width is not a multiple of 32."""
+    pytest.importorskip("cutlass")
+    sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+    import _common
+    import cutlass
+    import cutlass.cute as cute
+
+    from warpsched.kernels.gemm import epilogue as gemm_epilogue
+    from warpsched.kernels.gemm.kernel import PersistentGemm
+
+    for schedule, tile in (("cooperative", (128, 256)), ("cooperative", (256, 128)), ("pingpong_shared", (128, 192)),
+                           ("cooperative", (64, 64))):
+        g = PersistentGemm(schedule=schedule, tile_mn=tile, activation="swiglu_keep")
+        found = {}
+
+        @cute.jit
+        def trace():
+            found["groups"] = gemm_epilogue.h_groups(g)
+            for tid in cutlass.range_constexpr(0, 128 * g.wgs_per_mma_task, 7):
+                coords = gemm_epilogue.h_coords(g, tid)
+                found[tid] = [tuple(coords[j]) for j in range(cute.size(coords))]
+
+        cute.compile(trace, options=_common.ptx_options("sm_90a"))
+        groups = found.pop("groups")
+        regs = sorted(j for rg, _, _ in groups for pair in rg for j in pair)
+        assert regs == list(range(len(found[0]))), (schedule, tile)
+        for tid, coords in found.items():
+            for rg, r, c in groups:
+                row = coords[rg[0][0]][0]
+                want = [(row, c + 8 * k + e + 2 * (tid % 4)) for k in range(4) for e in range(2)]
+                assert [coords[rg[k][e]] for k in range(4) for e in range(2)] == want, (schedule, tile, tid)
+    g = PersistentGemm(schedule="cooperative", tile_mn=(128, 176), epi_n=16, activation="swiglu_keep")
+    g.tile_mnk = (128, 176, 64)
+    assert gemm_epilogue.h_groups(g) is None
 
 
 def test_batched_uses_3d_tma_and_the_same_program(launch, plain_program):

@@ -143,12 +143,14 @@ def test_native_swiglu_node_runs_both_kernels(op):
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_native_swiglu_node_keeps_z_from_one_gemm_from_the_threshold(op, bias):
-    """From SWIGLU_KEEP_FROM tokens the node's forward is one GEMM writing z and h (kind swiglu_keep, h its
+    """From ``kernels.gemm.swiglu.KEEP_FROM`` tokens the node's forward is one GEMM writing z and h (kind swiglu_keep, h its
     operand 3): resolved once, then launched from the C++; no SwiGLU forward kernel runs. The C++ threshold is
-    the Python one."""
+    the Python one, and ``swiglu_keep_from`` moves both."""
     standin = StandIn("plain")
     native.register_resolver(standin)
-    x, w, b = _case(11, shape=(1, wf.SWIGLU_KEEP_FROM, 32), n=64, bias=bias)
+    from warpsched.kernels.gemm import swiglu
+
+    x, w, b = _case(11, shape=(1, swiglu.KEEP_FROM, 32), n=64, bias=bias)
     for _ in range(2):
         y = op(x, w, b, True)
         ref = swiglu_ref(F.linear(x, w, b))
@@ -163,6 +165,11 @@ def test_native_swiglu_node_keeps_z_from_one_gemm_from_the_threshold(op, bias):
     x1 = x[:, :-1].detach()  # one token fewer: below the threshold, the GEMM and the SwiGLU kernel
     op(x1, w.detach(), None if b is None else b.detach(), True)
     assert native.KIND_SWIGLU_FORWARD in standin.kinds and native.KIND_SWIGLU_KEEP not in standin.kinds
+    standin.kinds.clear()
+    with wf.swiglu_keep_from(1 << 40):  # never: the two-kernel forward at the threshold's own token count
+        op(x.detach(), w.detach(), None, True)
+    assert native.KIND_SWIGLU_FORWARD in standin.kinds and native.KIND_SWIGLU_KEEP not in standin.kinds
+    assert torch.ops.warpsched_native.swiglu_keep_from(-1) == swiglu.KEEP_FROM  # put back
 
 
 def test_native_linear_unaligned_tokens_pad_the_weight_gradient(op):
@@ -372,8 +379,10 @@ def test_a_traced_swiglu_layer_runs_the_native_swiglu_kernels(op):
 
 
 def test_a_traced_swiglu_layer_keeps_z_from_one_gemm_from_the_threshold(op):
-    """Under a tracer, from SWIGLU_KEEP_FROM tokens the forward is the one-GEMM op (its fake gives z and h)."""
-    forward, backward = _traced_swiglu_step(tokens=wf.SWIGLU_KEEP_FROM)
+    """Under a tracer, from ``swiglu.KEEP_FROM`` tokens the forward is the one-GEMM op (its fake gives z and h)."""
+    from warpsched.kernels.gemm import swiglu
+
+    forward, backward = _traced_swiglu_step(tokens=swiglu.KEEP_FROM)
     assert "warpsched_native.swiglu_keep.default" in forward, forward
     assert "warpsched_native.swiglu_forward.default" not in forward
     assert "warpsched_native.swiglu_backward.default" in backward

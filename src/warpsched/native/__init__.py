@@ -92,6 +92,9 @@ def _build():
                            extra_ldflags=[lib, f"-Wl,-rpath,{os.path.dirname(lib)}"], is_python_module=False,
                            verbose=False)
         _register_fakes(torch)
+        from ..kernels.gemm import swiglu
+
+        torch.ops.warpsched_native.swiglu_keep_from(swiglu.KEEP_FROM)
         return torch.ops.warpsched_native.linear, ""
     except Exception as e:  # noqa: BLE001 - no compiler, no headers: the Python path stays
         return None, f"{type(e).__name__}: {str(e)[:400]}"

@@ -9,6 +9,8 @@
 // every call: the same result, at the Python path's cost.
 #include "native.h"
 
+#include <atomic>
+
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -30,8 +32,12 @@ at::Tensor gemm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor&
 }
 
 // From this many tokens the SwiGLU layer's forward is one GEMM writing z and h (swiglu_keep); below, the GEMM
-// and the elementwise SwiGLU kernel (nn.functional.SWIGLU_KEEP_FROM says why, and is kept equal to it)
-constexpr int64_t kSwigluKeepFrom = 512;
+// and the elementwise SwiGLU kernel. Set from kernels.gemm.swiglu.KEEP_FROM when the extension loads.
+std::atomic<int64_t> g_keep_from{1LL << 62};
+
+int64_t swiglu_keep_from(int64_t tokens) {  // sets the threshold (a negative value: reads it), returns the previous one
+  return tokens < 0 ? g_keep_from.load() : g_keep_from.exchange(tokens);
+}
 
 std::tuple<at::Tensor, at::Tensor> swiglu_keep(const at::Tensor& x, const at::Tensor& weight,
                                                const c10::optional<at::Tensor>& bias) {
@@ -95,7 +101,7 @@ std::tuple<at::Tensor, at::Tensor> call_swiglu_keep(const at::Tensor& x, const a
 }
 
 bool keeps(const at::Tensor& x, const at::Tensor& weight, bool swiglu) {  // the SwiGLU forward as one GEMM
-  return swiglu && x.numel() >= kSwigluKeepFrom * weight.size(1);
+  return swiglu && x.numel() >= g_keep_from.load() * weight.size(1);
 }
 
 at::Tensor call_swiglu_backward(const at::Tensor& dh, const at::Tensor& z) {
@@ -195,6 +201,7 @@ TORCH_LIBRARY(warpsched_native, m) {
   // O of attention_fwd with an autograd node in C++ whose backward is attention_bwd (eager models' calls)
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
         "int window_right=-1, float? softcap=None) -> Tensor");
+  m.def("swiglu_keep_from(int tokens) -> int", &swiglu_keep_from);
   m.def("plan_count() -> int", &plan_count);
   m.def("clear_plans() -> int", &clear_plans);
 }

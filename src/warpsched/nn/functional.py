@@ -82,9 +82,6 @@ FROM_OUTPUT = ("relu", "relu2")  # their gradient is a function of the output
 
 
 SWIGLU_FUSED_FROM = 16  # tokens: below, the unfused SwiGLU (docs/torch.md "Fused epilogues on the H200")
-# tokens: from here a SwiGLU layer's forward under autograd is one GEMM storing z and h (the epilogue's
-# swiglu_keep), below the GEMM and the elementwise kernel (the C++ node's kSwigluKeepFrom is the same number)
-SWIGLU_KEEP_FROM = 512
 
 
 class _SwiGLULinear(torch.autograd.Function):
@@ -97,7 +94,7 @@ class _SwiGLULinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        if x.numel() >= SWIGLU_KEEP_FROM * x.shape[-1]:
+        if x.numel() >= _swiglu.KEEP_FROM * x.shape[-1]:  # read while traced: a compiled graph is guarded on it
             z, h = _swiglu_keep(x, weight, bias)
         else:
             z = _linear(x, weight, bias)
@@ -264,6 +261,25 @@ def _native_built() -> bool:
     """Whether the native ops are built and loaded (a tracer runs this once and keeps its answer: the load is
     no graph code)."""
     return _loaded() is not None
+
+
+@contextlib.contextmanager
+def swiglu_keep_from(tokens):
+    """Within it, a SwiGLU layer with a gradient runs its forward as one GEMM storing z and h (``swiglu_keep``)
+    from ``tokens`` tokens on (``kernels.gemm.swiglu.KEEP_FROM`` outside), in the Python and the native node: the
+    A / B side of the benchmarks (a very large ``tokens``: never). Not for use across threads."""
+    saved = _swiglu.KEEP_FROM
+    _set_keep_from(int(tokens))
+    try:
+        yield
+    finally:
+        _set_keep_from(saved)
+
+
+def _set_keep_from(tokens):
+    _swiglu.KEEP_FROM = tokens
+    if _native_built():
+        torch.ops.warpsched_native.swiglu_keep_from(tokens)
 
 
 def _native_ready() -> bool:

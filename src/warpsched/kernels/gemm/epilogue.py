@@ -170,6 +170,28 @@ def h_coords(g, thread):
 
 
 def h_value(g, acc, j):
-    """swiglu_keep: h of the half-width register ``j``: silu(gate) * up of z, rounded to the output type."""
+    """swiglu_keep: h of the half-width register ``j``: silu(gate) * up of z, in fp32."""
     ig, iu = g.swiglu_pairs[j]
-    return (_act("silu", acc[ig]) * acc[iu]).to(g.c_dtype)
+    return _act("silu", acc[ig]) * acc[iu]
+
+
+def h_groups(g):
+    """swiglu_keep's 16-byte stores: the half-width fragment's registers in groups a quad of threads (lanes 4 i ..
+    4 i + 3, one row) transposes so that lane q holds 8 consecutive h columns (trace-time ints, from thread 0's
+    coordinates: every thread's are its base plus the same offsets; lane q's columns are thread 0's + 2 q). Each
+    group: ``(regs, row, col)`` with ``regs[k]`` the registers of columns col + 8 k, col + 8 k + 1 (k = 0..3) in
+    thread 0. None where the tile's h width is not a multiple of 32 (four 8-column chunks a row): scalar stores."""
+    import cutlass.cute as cute
+
+    bM, bN, _ = g.tile_mnk
+    if (bN // 2) % 32:
+        return None
+    coords = g._make_tiled_mma(bN // 2).get_slice(0).partition_C(cute.make_identity_tensor((bM, bN // 2)))
+    where = {tuple(coords[j]): j for j in range(cute.size(coords))}
+    groups = []
+    for (r, c), j in sorted(where.items()):
+        if c % 32 == 0:
+            regs = [(where[(r, c + 8 * k)], where[(r, c + 8 * k + 1)]) for k in range(4)]
+            groups.append((regs, r, c))
+    assert 8 * len(groups) == len(where), "the accumulator layout is not the quad layout h_groups expects"
+    return groups

@@ -126,7 +126,8 @@ def fake_workspace(cols_divisibility=16):
 
 def fake_epilogue(kern):
     """The fused epilogue's fake bias (N,), residual (M, N) and swiglu_keep's h (M, N / 2) for fake compiles
-    (None where the kernel has none): any length and row stride, element-aligned (scalar loads and stores)."""
+    (None where the kernel has none): bias and residual of any length and row stride, element-aligned (scalar
+    loads); h 16-byte aligned with rows of a multiple of 8 elements (its 16-byte stores)."""
     from cutlass.cute.runtime import make_fake_tensor
 
     bias = res = aux = None
@@ -138,9 +139,9 @@ def fake_epilogue(kern):
         if kern.batched:  # (M, N, L)
             shape, stride = shape + (cute.sym_int32(),), stride + (cute.sym_int64(),)
         res = make_fake_tensor(kern.c_dtype, shape, stride, assumed_align=kern.c_dtype.width // 8)
-    if kern.epi.keep:
-        aux = make_fake_tensor(kern.c_dtype, (cute.sym_int32(), cute.sym_int32()), (cute.sym_int64(), 1),
-                               assumed_align=kern.c_dtype.width // 8)
+    if kern.epi.keep:  # 16-byte stores of 8 columns: a 16-byte aligned base, rows a multiple of 8 elements
+        aux = make_fake_tensor(kern.c_dtype, (cute.sym_int32(), cute.sym_int32(divisibility=8)),
+                               (cute.sym_int64(divisibility=8), 1), assumed_align=16)
     return bias, res, aux
 
 

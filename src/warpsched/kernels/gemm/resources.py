@@ -235,19 +235,48 @@ class GmemC(MemoryResource):
     @cute.jit
     def store_h(self, acc, m, n, thread):
         """swiglu_keep: h = silu(gate) * up of the finished z into the aux tensor (M, N / 2), tile (m, n)'s bM x
-        bN / 2 block, one predicated global store per element (rows past M, columns past N / 2 skipped)."""
+        bN / 2 block. A quad of threads holds a row's h two columns each per 8-column chunk; over four chunks
+        it transposes them by shuffles so each lane stores one chunk as a 16-byte vector (rows past M skipped;
+        N / 2 is a multiple of 8, so a chunk is in or out whole). Tiles whose h width is not a multiple of 32:
+        one predicated scalar store per element."""
         g = self.g
         bM, bN, _ = g.tile_mnk
-        coords = gemm_epilogue.h_coords(g, thread)
         aux = g.mAux  # a tensor, not the kernel object, is what the runtime ifs below write
         rows, cols = cute.size(aux, mode=[0]), cute.size(aux, mode=[1])
         r0, c0 = m * bM, n * (bN // 2)
-        for j in cutlass.range_constexpr(len(g.swiglu_pairs)):
-            r, c = coords[j]
-            h = gemm_epilogue.h_value(g, acc, j)
-            if r0 + r < rows:
-                if c0 + c < cols:
-                    aux[(r0 + r, c0 + c)] = h
+        coords = gemm_epilogue.h_coords(g, thread)
+        groups = gemm_epilogue.h_groups(g)
+        if cutlass.const_expr(groups is not None):
+            chunks = cute.flat_divide(aux, (1, 8))  # (1, 8, M, N / 16): one 16-byte chunk per (row, 8 columns)
+            q = cute.arch.lane_idx() % 4
+            for i in cutlass.range_constexpr(len(groups)):
+                regs = groups[i][0]
+                w = [[gemm_epilogue.h_value(g, acc, regs[k][e]) for e in range(2)] for k in range(4)]
+                got = [[None] * 2 for _ in range(4)]  # got[s]: lane q ^ s's columns of chunk q (s = 0: its own)
+                for e in cutlass.range_constexpr(2):
+                    got[0][e] = _pick(q, [w[k][e] for k in range(4)])
+                    for s_ in cutlass.range_constexpr(1, 4):
+                        send = _pick(q ^ s_, [w[k][e] for k in range(4)])  # lane q ^ s wants its own chunk
+                        got[s_][e] = cute.arch.shuffle_sync_bfly(send, offset=s_)
+                vec = cute.make_rmem_tensor(cute.make_layout(8), cutlass.Float32)
+                for p in cutlass.range_constexpr(4):  # columns 2 p, 2 p + 1 of the chunk: lane p's, got[p ^ q]
+                    for e in cutlass.range_constexpr(2):
+                        vec[2 * p + e] = _pick(p ^ q, [got[s_][e] for s_ in range(4)])
+                out = cute.make_rmem_tensor(cute.make_layout(8), g.c_dtype)
+                out.store(vec.load().to(g.c_dtype))
+                j0 = regs[0][0]
+                row = r0 + coords[j0][0]
+                block = (c0 + coords[j0][1]) // 8 + q  # this lane's first column is thread 0's + 2 q: chunk q on
+                if row < rows:
+                    if block * 8 < cols:
+                        cute.autovec_copy(out, chunks[(0, None, row, block)])
+        else:
+            for j in cutlass.range_constexpr(len(g.swiglu_pairs)):
+                r, c = coords[j]
+                h = gemm_epilogue.h_value(g, acc, j).to(g.c_dtype)
+                if r0 + r < rows:
+                    if c0 + c < cols:
+                        aux[(r0 + r, c0 + c)] = h
 
     @cute.jit
     def store_tile(self, acc, tiled_copy_r2s, tRS_sC, tRS_acc, tRS_rAcc, tRS_rC, gather, bSG_sC, bSG_gC, epi_shape,
@@ -382,3 +411,10 @@ class EpilogueGather:
 class MathOrder(MemoryResource):
     """Pingpong's turn on the tensor cores: a 1-stage AsyncAsync pipeline with no data."""
 
+
+def _pick(i, values):
+    """values[i] for a runtime index ``i`` in [0, len(values)), by selects (no dynamic register indexing)."""
+    out = values[-1]
+    for k in range(len(values) - 2, -1, -1):
+        out = cutlass.select_(i == k, values[k], out)
+    return out

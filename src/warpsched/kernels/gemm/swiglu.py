@@ -175,6 +175,10 @@ def swiglu_backward(dh, z):
 
 
 # --------------------------------------------------------------- z and h from one GEMM
+# tokens: from here a SwiGLU layer's forward under autograd is one GEMM storing z and h (``swiglu_keep``), below
+# the GEMM writing z and ``swiglu_forward``; read by nn.functional's node and pushed into the native node
+# (``nn.functional.swiglu_keep_from`` changes both). docs/torch.md ("The SwiGLU GEMM that keeps z") has the timing.
+KEEP_FROM = 512
 _KEEP = {}  # (shapes, strides, dtypes, device, bias) -> the swiglu_keep GemmPlan
 
 
