@@ -6,7 +6,10 @@ Per case: O and the LSE, and dQ, dK, dV of a loss that uses O and, with ``return
 flows into warpsched's backward through ``dlse``); outputs land in memory the caching allocator held NaNs in.
 PASS: finite, and every max relative error within 2x FA4's own + 2e-3 (FA4's where it runs the case; else within
 1e-2 of the reference). Varlen batches (empty and one-token sequences among them) and a paged decode go the same
-way. Exit code 1 on any FAIL.
+way. Then the compiled call: ``torch.compile(fullgraph=True)`` of a function calling ``flash_attn_func`` (forward and
+backward, with the LSE's gradient and with ``deterministic=True``) bitwise equal to the eager call. Last, what an
+eager call costs with the host included (a small shape, where the host shows): warpsched's ``flash_attn_func``
+against FA4's and torch's SDPA, forward (inference) and forward + backward, us per call. Exit code 1 on any FAIL.
 
     python3 bench/flash_interface_check.py [--cases 2,7] [--dense-only]
 """
@@ -203,6 +206,76 @@ def paged_case():
     return judge(f"flash_attn_varlen_func paged decode lengths {lens} 32/8 d128", [mine], theirs, [ref], ["O"])
 
 
+def compiled_cases():
+    """torch.compile(fullgraph=True) of a flash_attn_func call, forward + backward, against the eager call: bitwise."""
+    bad = 0
+    for label, kw in [("causal, a loss on the LSE", dict(causal=True, return_lse=True)),
+                      ("window (64, 0), deterministic", dict(causal=True, window_size=(64, 0), deterministic=True))]:
+        torch.manual_seed(5)
+        q = torch.randn(2, 256, 8, 128, device="cuda", dtype=DT)
+        k, v = (torch.randn(2, 256, 2, 128, device="cuda", dtype=DT) for _ in range(2))
+        dout = torch.randn_like(q)
+        dlse = torch.randn(2, 8, 256, device="cuda") if kw.get("return_lse") else None
+
+        def call(q, k, v, kw=kw):
+            return ws_flash.flash_attn_func(q, k, v, **kw)
+        try:
+            eager = run_side(call, q, k, v, dout, dlse)
+            torch._dynamo.reset()
+            compiled = run_side(torch.compile(call, fullgraph=True), q, k, v, dout, dlse)
+            same = [a is None and b is None or torch.equal(a, b) for a, b in zip(eager, compiled)]
+            ok = all(same)
+            msg = "O, LSE, dQ, dK, dV bitwise equal " + str(same)
+        except Exception as e:  # noqa: BLE001 - a graph break under fullgraph=True raises
+            ok, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
+        bad += not ok
+        print(f"{'PASS' if ok else 'FAIL'} compiled flash_attn_func ({label}): {msg}", flush=True)
+    return bad
+
+
+def host_costs(calls=200, rounds=3):
+    """us per eager call, host included, on a small shape: warpsched's flash_attn_func, FA4's, torch's SDPA."""
+    import statistics
+
+    import torch.nn.functional as F
+
+    q = torch.randn(1, 128, 8, 64, device="cuda", dtype=DT, requires_grad=True)
+    k, v = (torch.randn(1, 128, 8, 64, device="cuda", dtype=DT, requires_grad=True) for _ in range(2))
+    dout = torch.randn_like(q)
+
+    def sdpa(q, k, v, causal):
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=causal).transpose(1, 2), None
+    sides = {"warpsched": ws_flash.flash_attn_func, "SDPA": lambda q, k, v, causal: sdpa(q, k, v, causal)}
+    if fa4_func is not None:
+        sides["FA4"] = fa4_func
+    rows = {}
+    for pas in ("forward", "forward+backward"):
+        def one(fn, pas=pas):
+            if pas == "forward":
+                with torch.no_grad():
+                    fn(q, k, v, causal=True)
+            else:
+                fn(q, k, v, causal=True)[0].backward(dout)
+        times = {n: [] for n in sides}
+        for n in sides:
+            one(sides[n])
+        for r in range(rounds):
+            for n in sides:
+                torch.cuda.synchronize()
+                t = time.perf_counter()
+                for _ in range(calls):
+                    one(sides[n])
+                torch.cuda.synchronize()
+                times[n].append((time.perf_counter() - t) / calls * 1e6)
+        rows[pas] = {n: statistics.median(t) for n, t in times.items()}
+    names = list(sides)
+    print("\nhost cost, eager, 1x128 8 heads d64 causal, us per call (host included)\n| pass | " + " | ".join(names)
+          + " |\n|---" * (len(names) + 1) + "|")
+    for pas, med in rows.items():
+        print(f"| {pas} | " + " | ".join(f"{med[n]:.1f}" for n in names) + " |", flush=True)
+
+
 def refusals():
     """What the interface refuses, by name: a case its kernels cannot express and an FA4 argument it lacks."""
     q = torch.randn(1, 300, 4, 64, device="cuda", dtype=DT)
@@ -231,8 +304,10 @@ def main():
     picked = range(len(CASES)) if a.cases is None else [int(i) for i in a.cases.split(",")]
     print(torch.cuda.get_device_name(), torch.__version__, time.strftime("%Y-%m-%d %H:%M"), flush=True)
     t0 = time.time()
-    bad = dense_cases(picked) + (0 if a.dense_only else varlen_case() + paged_case() + refusals())
+    bad = dense_cases(picked) + (0 if a.dense_only else varlen_case() + paged_case() + refusals() + compiled_cases())
     print(f"flash interface: {'ALL PASS' if not bad else f'{bad} FAIL'} ({time.time() - t0:.0f} s)", flush=True)
+    if not a.dense_only:
+        host_costs()
     sys.exit(1 if bad else 0)
 
 

@@ -4,7 +4,8 @@ refused by name. The numbers (against FlashAttention-4's own functions and an fp
 the H200 by ``bench/flash_interface_check.py``.
 
 This machine has no torch: ``nn/flash.py`` runs against a stand-in torch (tensors with a shape and
-``transpose``) and a stand-in ``warpsched.ops`` that records each call."""
+``transpose``) and stand-ins for ``warpsched.ops``, the ops ``nn.attention._run`` picks and the custom op, which
+record each call (``EAGER["on"]`` says whether the call is eager or traced)."""
 from __future__ import annotations
 
 import os
@@ -42,9 +43,13 @@ class T:
         return T(*s, requires_grad=self.requires_grad, tag=f"{self.tag}^T")
 
 
+EAGER = {"on": True}
+
+
 @pytest.fixture
 def flash(monkeypatch):
     calls = []
+    EAGER["on"] = True
     torch = types.ModuleType("torch")
     torch.Tensor = T
     torch.is_grad_enabled = lambda: True
@@ -65,13 +70,31 @@ def flash(monkeypatch):
             return out_of(*args), T(1, tag="lse")
         return f
     ops.attention = recorder("attention", lambda q, *a: T(*q.shape, tag="out"))
+    torch.are_deterministic_algorithms_enabled = lambda: False
+
+    def grads(name):
+        def f(*args, **kwargs):
+            calls.append((name, args, kwargs))
+            return T(*args[0].shape, tag="dq"), T(*args[1].shape, tag="dk"), T(*args[2].shape, tag="dv")
+        return f
+    ops.attention_backward = grads("attention_backward")
+    torch_ops = types.ModuleType("warpsched.torch_ops")
+    torch_ops.attention_bwd = grads("torch_ops.attention_bwd")
+    torch.ops = types.SimpleNamespace(warpsched=types.SimpleNamespace(attention_bwd=grads("op.attention_bwd")))
+    attention = types.ModuleType("warpsched.nn.attention")
+    run = {"attention_fwd": recorder("attention_fwd", lambda q, *a: T(*q.shape, tag="out")),
+           "attention_bwd": grads("attention_bwd")}
+    attention._run = lambda name, t: run[name]  # the op nn.scaled_dot_product_attention runs (native or custom)
+    eager_mod = types.ModuleType("warpsched.nn._eager")
+    eager_mod.eager = lambda t: EAGER["on"]
     ops.attention_varlen = recorder("attention_varlen", lambda q, *a: T(*q.shape, tag="out"))
     ops.attention_paged = recorder("attention_paged", lambda q, *a: T(*q.shape, tag="out"))
     pkg = types.ModuleType("warpsched")
-    pkg.ops, pkg.__path__ = ops, []
+    pkg.ops, pkg.torch_ops, pkg.__path__ = ops, torch_ops, []
     masks = types.ModuleType("warpsched.kernels.attention.masks")
     masks.AttentionConfigError = ConfigError
-    mods = {"torch": torch, "warpsched": pkg, "warpsched.ops": ops,
+    mods = {"torch": torch, "warpsched": pkg, "warpsched.ops": ops, "warpsched.torch_ops": torch_ops,
+            "warpsched.nn.attention": attention, "warpsched.nn._eager": eager_mod,
             "warpsched.nn": types.ModuleType("warpsched.nn"), "warpsched.kernels": types.ModuleType("k"),
             "warpsched.kernels.attention": types.ModuleType("a"), "warpsched.kernels.attention.masks": masks}
     mods["warpsched.nn"].__path__ = []
@@ -122,20 +145,28 @@ def test_keys_no_query_sees_are_left_out_of_the_call(flash):
     mod.flash_attn_func(q, k, k, causal=True, window_size=(256, 0))
     name, args, kwargs = calls[0]
     assert sliced == [(slice(None), slice(616, None))] * 2 and args[1].shape == (1, 2, 384, 64)
-    assert kwargs["window_size"] == (0, 256) and kwargs["causal"] is False
+    assert name == "attention_fwd" and args[3] is False and args[5:7] == (0, 256)  # causal, window left / right
 
 
-def test_inference_calls_the_forward_on_transposed_views(flash):
+def test_inference_calls_the_forward_op_on_transposed_views(flash):
+    """Inference runs the forward op ``nn.scaled_dot_product_attention`` runs (positional: q, k, v, causal, scale,
+    window left / right with -1 for none, softcap); hints given in eager mode go to ``ops.attention``, which takes
+    them; traced, the op (the hints change speed, not results)."""
     mod, calls = flash
     q, k, v = T(2, 100, 8, 64, tag="q"), T(2, 300, 2, 64, tag="k"), T(2, 300, 2, 64, tag="v")
     out, lse = mod.flash_attn_func(q, k, v, softmax_scale=0.1, causal=True, softcap=0.0, num_splits=1)
     name, args, kwargs = calls[0]
-    assert name == "attention" and [a.tag for a in args] == ["q^T", "k^T", "v^T"]
+    assert name == "attention_fwd" and [a.tag for a in args[:3]] == ["q^T", "k^T", "v^T"]
     assert args[0].shape == (2, 8, 100, 64)
-    assert kwargs["causal"] is False and kwargs["window_size"] == (None, 200) and kwargs["scale"] == 0.1
-    assert kwargs["softcap"] is None and kwargs["num_splits"] is None  # 0.0: no cap; 1: warpsched decides
+    assert args[3:] == (False, 0.1, -1, 200, None)  # bottom-right causal as a shifted window; 0.0: no cap
     assert out.shape == (2, 100, 8, 64) and lse is None  # O back in (B, S, H, D); no LSE unless asked
     assert mod.flash_attn_func(q, k, v, return_lse=True)[1].tag == "lse"
+    calls.clear()
+    mod.flash_attn_func(q, k, v, num_splits=4, pack_gqa=True)
+    assert calls[0][0] == "attention" and calls[0][2]["num_splits"] == 4 and calls[0][2]["pack_gqa"] is True
+    EAGER["on"] = False
+    mod.flash_attn_func(q, k, v, num_splits=4, pack_gqa=True)
+    assert calls[1][0] == "attention_fwd"
 
 
 def test_a_gradient_goes_through_the_autograd_function_with_the_lse(flash):
@@ -146,6 +177,52 @@ def test_a_gradient_goes_through_the_autograd_function_with_the_lse(flash):
     name, args = calls[0]
     assert name == "_FlashAttention" and args[3:] == (True, None, None, None, None, True)
     assert lse.tag == "lse-grad"  # returned as FlashAttention-4 does when a gradient is wanted
+
+
+class _Ctx:
+    """A stand-in autograd context: what _FlashAttention.forward saved."""
+
+    def __init__(self):
+        self.saved_tensors = None
+
+    def save_for_backward(self, *ts):
+        self.saved_tensors = ts
+
+    def set_materialize_grads(self, on):
+        pass
+
+
+@pytest.mark.parametrize("dlse, deterministic, eager, want", [
+    (None, False, True, "attention_bwd"),  # the op nn.scaled_dot_product_attention's backward runs
+    (None, False, False, "attention_bwd"),
+    ("dlse", False, True, "torch_ops.attention_bwd"),  # the LSE's gradient: the host that takes it
+    ("dlse", False, False, "op.attention_bwd"),  # traced: the custom op, which takes it too
+    (None, True, True, "torch_ops.attention_bwd"),  # deterministic=True asked by the caller
+    (None, True, False, "op.attention_bwd"),
+])
+def test_the_backward_takes_the_op_that_carries_what_it_needs(flash, dlse, deterministic, eager, want):
+    mod, calls = flash
+    EAGER["on"] = eager
+    q, k = T(1, 4, 16, 128, tag="q"), T(1, 2, 16, 128, tag="k")
+    ctx = _Ctx()
+    mod._FlashAttention.forward(ctx, q, k, k, True, 0.5, (8, 0), 30.0, None, deterministic)
+    assert calls[-1][0] == "attention_fwd" and calls[-1][1][3:] == (True, 0.5, 8, 0, 30.0)
+    dlse_t = T(1, 4, 16, tag="dlse") if dlse else None
+    dq, dk, dv = mod._FlashAttention.backward(ctx, T(1, 4, 16, 128, tag="do"), dlse_t)[:3]
+    name, args, kwargs = calls[-1]
+    assert name == want and args[6:] == (True, 0.5, 8, 0, 30.0) and (dq.tag, dk.tag, dv.tag) == ("dq", "dk", "dv")
+    if want != "attention_bwd":
+        assert kwargs == {"dlse": dlse_t, "deterministic": deterministic}
+
+
+def test_a_mask_mod_runs_on_the_ops_host(flash):
+    mod, calls = flash
+    q = T(1, 4, 16, 64, tag="q")
+    ctx = _Ctx()
+    mask = lambda b, h, i, j: i >= j  # noqa: E731
+    mod._FlashAttention.forward(ctx, q, q, q, False, None, None, None, mask, False)
+    mod._FlashAttention.backward(ctx, T(1, 4, 16, 64, tag="do"), None)
+    assert [c[0] for c in calls] == ["attention", "attention_backward"] and calls[1][2]["mask_mod"] is mask
 
 
 def test_flash_attention_4_arguments_without_a_kernel_are_refused_by_name(flash):

@@ -9,7 +9,9 @@
   softcap=None) -> (out, lse)``: ``warpsched.ops.attention`` with its log-sum-exp (-1: no window bound
   on that side);
 - ``torch.ops.warpsched.attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1,
-  window_right=-1, softcap=None) -> (dq, dk, dv)``: ``warpsched.ops.attention_backward``.
+  window_right=-1, softcap=None, dlse=None, deterministic=False) -> (dq, dk, dv)``:
+  ``warpsched.ops.attention_backward`` (``dlse``: the LSE's own gradient; dQ in a fixed order with
+  ``deterministic`` or torch's deterministic mode).
 
 Each has a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model that calls
 them without a graph break, and CUDA-graph capture works (fp8 scales are read on the device). The
@@ -36,8 +38,8 @@ _LIB.define("linear(Tensor x, Tensor weight, Tensor? bias, str? activation) -> T
 _LIB.define("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
             "int window_right=-1, float? softcap=None) -> (Tensor, Tensor)")
 _LIB.define("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, bool causal=False, "
-            "float? scale=None, int window_left=-1, int window_right=-1, float? softcap=None) "
-            "-> (Tensor, Tensor, Tensor)")
+            "float? scale=None, int window_left=-1, int window_right=-1, float? softcap=None, Tensor? dlse=None, "
+            "bool deterministic=False) -> (Tensor, Tensor, Tensor)")
 
 
 def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None, residual=None, alpha=None):
@@ -73,14 +75,17 @@ def attention_fwd(q, k, v, causal=False, scale=None, window_left=-1, window_righ
     return host.attention(q, k, v, causal, scale, None, None, True, None, softcap, _window(window_left, window_right))
 
 
-def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
-    """(dq, dk, dv) of ``attention_fwd`` (``warpsched.ops.attention_backward``'s host); dQ in a fixed order
-    when torch's deterministic mode is on (``torch.use_deterministic_algorithms(True)``)."""
+def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None,
+                  dlse=None, deterministic=False):
+    """(dq, dk, dv) of ``attention_fwd`` (``warpsched.ops.attention_backward``'s host), with ``dlse`` the gradient
+    of its LSE output if one reached it; dQ in a fixed order with ``deterministic`` or when torch's
+    deterministic mode is on (``torch.use_deterministic_algorithms(True)``)."""
     from .kernels.attention import backward_host  # straight to the backward's host, as attention_fwd
 
     return backward_host.attention_backward(q, k, v, out, dout, lse, causal=causal, scale=scale,
                                             window_size=_window(window_left, window_right), softcap=softcap,
-                                            deterministic=torch.are_deterministic_algorithms_enabled())
+                                            deterministic=deterministic or torch.are_deterministic_algorithms_enabled(),
+                                            dlse=dlse)
 
 
 _LIB.impl("gemm", gemm, "CUDA")
@@ -111,7 +116,7 @@ def _attention_fwd_fake(q, k, v, causal=False, scale=None, window_left=-1, windo
 
 @torch.library.register_fake("warpsched::attention_bwd", lib=_LIB)
 def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1,
-                        softcap=None):
+                        softcap=None, dlse=None, deterministic=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

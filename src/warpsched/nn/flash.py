@@ -32,7 +32,10 @@ import operator
 import torch
 
 from .. import ops
+from .. import torch_ops  # registers torch.ops.warpsched.*
 from ..kernels.attention.masks import AttentionConfigError
+from ._eager import eager
+from .attention import _run
 
 # FlashAttention-4 arguments without a warpsched kernel: refused unless left at their defaults
 _UNSUPPORTED = ("qv", "gather_kv_indices", "learnable_sink", "score_mod", "score_mod_bwd", "aux_tensors",
@@ -109,12 +112,21 @@ def _key_count(x, side, window_size, where):
 
 
 class _FlashAttention(torch.autograd.Function):
-    """O and the LSE of (B, H, S, D) views, with the LSE's gradient taken into the backward."""
+    """O and the LSE of (B, H, S, D) views, with the LSE's gradient taken into the backward. Without a
+    ``mask_mod`` the forward and backward are the ops ``nn.scaled_dot_product_attention`` runs (``nn.attention._run``:
+    launched from C++ where ``warpsched.native`` is built, the custom ops under a tracer), so an eager call costs
+    what that one does and ``torch.compile`` traces the call without a graph break; a backward with the LSE's
+    gradient or ``deterministic=True`` goes through ``torch.ops.warpsched.attention_bwd``, which takes both. With
+    a ``mask_mod`` (a Python function no op schema carries): ``warpsched.ops``, eager only."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, window, softcap, mask_mod, deterministic):
-        out, lse = ops.attention(q, k, v, causal=causal, scale=scale, return_lse=True, window_size=window,
-                                 softcap=softcap, mask_mod=mask_mod)
+        if mask_mod is None:
+            left, right = _sides(window)
+            out, lse = _run("attention_fwd", q)(q, k, v, causal, scale, left, right, softcap)
+        else:
+            out, lse = ops.attention(q, k, v, causal=causal, scale=scale, return_lse=True, window_size=window,
+                                     softcap=softcap, mask_mod=mask_mod)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = dict(causal=causal, scale=scale, window_size=window, softcap=softcap, mask_mod=mask_mod,
                         deterministic=deterministic)
@@ -126,10 +138,25 @@ class _FlashAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         if dout is None:
             dout = torch.zeros_like(out)
+        a = ctx.args
         # deterministic as asked, or as torch's deterministic mode says (as nn.scaled_dot_product_attention)
-        exact = bool(ctx.args["deterministic"]) or torch.are_deterministic_algorithms_enabled()
-        dq, dk, dv = ops.attention_backward(q, k, v, out, dout, lse, dlse=dlse, **dict(ctx.args, deterministic=exact))
+        exact = bool(a["deterministic"]) or torch.are_deterministic_algorithms_enabled()
+        if a["mask_mod"] is not None:
+            dq, dk, dv = ops.attention_backward(q, k, v, out, dout, lse, dlse=dlse, **dict(a, deterministic=exact))
+        else:
+            left, right = _sides(a["window_size"])
+            args = (q, k, v, out, dout, lse, a["causal"], a["scale"], left, right, a["softcap"])
+            if dlse is None and not a["deterministic"]:  # the op nn.scaled_dot_product_attention's backward runs
+                dq, dk, dv = _run("attention_bwd", dout)(*args)
+            else:  # the custom op takes both (its host reads torch's deterministic mode too)
+                bwd = torch_ops.attention_bwd if eager(dout) else torch.ops.warpsched.attention_bwd
+                dq, dk, dv = bwd(*args, dlse=dlse, deterministic=bool(a["deterministic"]))
         return dq, dk, dv, None, None, None, None, None, None
+
+
+def _sides(window):
+    """(left, right) of a top-left window for the ops (-1: no bound on that side)."""
+    return (-1, -1) if window is None else tuple(-1 if w is None else int(w) for w in window)
 
 
 class _FlashVarlen(torch.autograd.Function):
@@ -185,9 +212,13 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(None
         k, v = k[:, start:], v[:, start:]
     qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
     if not _wants_grad(q, k, v):
-        out, lse = ops.attention(qh, kh, vh, causal=causal, scale=softmax_scale, return_lse=True, window_size=window,
-                                 softcap=softcap, mask_mod=mask_mod, num_splits=None if num_splits in (0, 1) else
-                                 num_splits, pack_gqa=pack_gqa)
+        hints = num_splits not in (0, 1) or pack_gqa is not None
+        if mask_mod is None and not (hints and eager(q)):  # the forward op (native, or traceable: ``_run``)
+            out, lse = _run("attention_fwd", q)(qh, kh, vh, causal, softmax_scale, *_sides(window), softcap)
+        else:  # a mask_mod, or hints to pass on: the ops' host (eager)
+            out, lse = ops.attention(qh, kh, vh, causal=causal, scale=softmax_scale, return_lse=True,
+                                     window_size=window, softcap=softcap, mask_mod=mask_mod,
+                                     num_splits=None if num_splits in (0, 1) else num_splits, pack_gqa=pack_gqa)
         return out.transpose(1, 2), (lse if return_lse else None)
     out, lse = _FlashAttention.apply(qh, kh, vh, causal, softmax_scale, window, softcap, mask_mod, bool(deterministic))
     return out.transpose(1, 2), lse

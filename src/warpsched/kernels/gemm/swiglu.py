@@ -178,7 +178,7 @@ def swiglu_backward(dh, z):
 # tokens: from here a SwiGLU layer's forward under autograd is one GEMM storing z and h (``swiglu_keep``), below
 # the GEMM writing z and ``swiglu_forward``; read by nn.functional's node and pushed into the native node
 # (``nn.functional.swiglu_keep_from`` changes both). docs/torch.md ("The SwiGLU GEMM that keeps z") has the timing.
-KEEP_FROM = 512
+KEEP_FROM = 1024
 _KEEP = {}  # (shapes, strides, dtypes, device, bias) -> the swiglu_keep GemmPlan
 
 
