@@ -390,3 +390,51 @@ def test_native_attention_op_has_its_autograd_node_in_cpp(op):
     with torch.no_grad():  # below autograd: the forward alone
         torch.testing.assert_close(torch.ops.warpsched_native.attention(q0, k0, v0, True, 0.3, -1, -1, None),
                                    _attention_ref(q0, k0, v0, True, 0.3)[0])
+
+
+@pytest.fixture
+def host_backward():
+    """A CPU stand-in for the custom op ``warpsched::attention_bwd`` (the Python host; CUDA-only otherwise) that
+    records its ``dlse`` and ``deterministic`` and returns the reference gradients of O alone."""
+    from warpsched import torch_ops  # noqa: F401 (defines the op)
+
+    seen = []
+
+    def standin(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None,
+                dlse=None, deterministic=False):
+        seen.append((dlse, deterministic))
+        return tuple(g.contiguous() for g in _grads_ref(q, k, v, dout, causal, scale))
+    lib = torch.library.Library("warpsched", "IMPL")  # noqa: TOR901
+    lib.impl("attention_bwd", standin, "CPU")
+    yield seen
+    lib._destroy()
+
+
+def test_native_attention_lse_op_returns_a_differentiable_lse(op, host_backward):
+    """``warpsched_native::attention_lse`` (flash_attn_func's eager calls with a gradient): (O, LSE) from a C++
+    node; a loss on O alone runs the native backward program; a loss that reaches the LSE, or ``deterministic``,
+    the host's op with the LSE's gradient and the flag."""
+    standin = TrainingStandIn()
+    native.register_resolver(standin)
+    q0, k0, v0, _, dout, _ = _backward_case(10)
+    ref_o, ref_m = _attention_ref(q0, k0, v0, True, 0.3)
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q0, k0, v0))
+    out, lse = torch.ops.warpsched_native.attention_lse(q, k, v, True, 0.3, -1, -1, None, False)
+    assert "Python" not in type(out.grad_fn).__name__ and lse.grad_fn is out.grad_fn
+    torch.testing.assert_close(out, ref_o)
+    torch.testing.assert_close(lse, ref_m)
+    out.backward(dout)
+    for got, want in zip((q.grad, k.grad, v.grad), _grads_ref(q0, k0, v0, dout, True, 0.3)):
+        torch.testing.assert_close(got, want)
+    assert standin.backward.resolves == 1 and not host_backward
+    dlse = torch.randn(lse.shape, generator=torch.Generator().manual_seed(3))
+    for deterministic in (False, True):
+        q, k, v = (t.detach().clone().requires_grad_() for t in (q0, k0, v0))
+        out, lse = torch.ops.warpsched_native.attention_lse(q, k, v, True, 0.3, -1, -1, None, deterministic)
+        ((out * dout).sum() + (lse * dlse).sum()).backward()
+        got_dlse, got_det = host_backward[-1]
+        assert torch.equal(got_dlse, dlse) and got_det is deterministic
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q0, k0, v0))
+    out, _ = torch.ops.warpsched_native.attention_lse(q, k, v, True, 0.3, -1, -1, None, True)
+    out.backward(dout)  # deterministic without the LSE's gradient: the host too, dlse None
+    assert host_backward[-1] == (None, True) and len(host_backward) == 3

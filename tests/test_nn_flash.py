@@ -43,13 +43,13 @@ class T:
         return T(*s, requires_grad=self.requires_grad, tag=f"{self.tag}^T")
 
 
-EAGER = {"on": True}
+EAGER = {"on": True, "native": False}
 
 
 @pytest.fixture
 def flash(monkeypatch):
     calls = []
-    EAGER["on"] = True
+    EAGER["on"], EAGER["native"] = True, False
     torch = types.ModuleType("torch")
     torch.Tensor = T
     torch.is_grad_enabled = lambda: True
@@ -87,6 +87,13 @@ def flash(monkeypatch):
     attention._run = lambda name, t: run[name]  # the op nn.scaled_dot_product_attention runs (native or custom)
     eager_mod = types.ModuleType("warpsched.nn._eager")
     eager_mod.eager = lambda t: EAGER["on"]
+    functional = types.ModuleType("warpsched.nn.functional")
+    functional._native_ready = lambda: EAGER["native"]
+
+    def attention_lse(*args):
+        calls.append(("native.attention_lse", args, {}))
+        return T(*args[0].shape, tag="out-native"), T(1, tag="lse-native")
+    torch.ops.warpsched_native = types.SimpleNamespace(attention_lse=types.SimpleNamespace(default=attention_lse))
     ops.attention_varlen = recorder("attention_varlen", lambda q, *a: T(*q.shape, tag="out"))
     ops.attention_paged = recorder("attention_paged", lambda q, *a: T(*q.shape, tag="out"))
     pkg = types.ModuleType("warpsched")
@@ -95,6 +102,7 @@ def flash(monkeypatch):
     masks.AttentionConfigError = ConfigError
     mods = {"torch": torch, "warpsched": pkg, "warpsched.ops": ops, "warpsched.torch_ops": torch_ops,
             "warpsched.nn.attention": attention, "warpsched.nn._eager": eager_mod,
+            "warpsched.nn.functional": functional,
             "warpsched.nn": types.ModuleType("warpsched.nn"), "warpsched.kernels": types.ModuleType("k"),
             "warpsched.kernels.attention": types.ModuleType("a"), "warpsched.kernels.attention.masks": masks}
     mods["warpsched.nn"].__path__ = []
@@ -223,6 +231,24 @@ def test_a_mask_mod_runs_on_the_ops_host(flash):
     mod._FlashAttention.forward(ctx, q, q, q, False, None, None, None, mask, False)
     mod._FlashAttention.backward(ctx, T(1, 4, 16, 64, tag="do"), None)
     assert [c[0] for c in calls] == ["attention", "attention_backward"] and calls[1][2]["mask_mod"] is mask
+
+
+def test_an_eager_cuda_call_with_a_gradient_takes_the_native_node(flash):
+    """Where warpsched.native is built, an eager call wanting a gradient is the C++ node ``attention_lse`` (O and a
+    differentiable LSE); a mask_mod or a traced call keeps the Python node."""
+    mod, calls = flash
+    EAGER["native"] = True
+    q = T(1, 16, 4, 128, requires_grad=True, tag="q")
+    q.is_cuda = True
+    k = T(1, 16, 2, 128, tag="kv")
+    out, lse = mod.flash_attn_func(q, k, k, causal=True, window_size=(8, 0), deterministic=True)
+    name, args, _ = calls[-1]
+    assert name == "native.attention_lse" and args[3:] == (True, None, 8, 0, None, True)
+    assert out.shape == (1, 16, 4, 128) and lse.tag == "lse-native"
+    mod.flash_attn_func(q, k, k, mask_mod=lambda b, h, i, j: True)
+    EAGER["on"] = False
+    mod.flash_attn_func(q, k, k)
+    assert [c[0] for c in calls[-2:]] == ["_FlashAttention", "_FlashAttention"]
 
 
 def test_flash_attention_4_arguments_without_a_kernel_are_refused_by_name(flash):

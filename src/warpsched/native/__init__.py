@@ -124,6 +124,14 @@ def _register_fakes(torch):
 
         return empty_out(q)
 
+    @torch.library.register_fake("warpsched_native::attention_lse")
+    def _attention_lse_fake(q, k, v, causal=False, scale=None, window_left=-1, window_right=-1, softcap=None,
+                            deterministic=False):
+        from ..kernels.attention import empty_out
+
+        B, H, S, _ = q.shape
+        return empty_out(q), q.new_empty((B, H, S), dtype=torch.float32)
+
     @torch.library.register_fake("warpsched_native::attention_bwd")
     def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None, window_left=-1, window_right=-1,
                             softcap=None):

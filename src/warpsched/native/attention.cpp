@@ -204,6 +204,76 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 };
 
+// The custom op warpsched::attention_bwd (warpsched/torch_ops.py: the Python host), which takes the LSE's gradient
+// and a deterministic flag: what a flash_attn_func backward with either runs
+Grads call_host_attention_bwd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                              const at::Tensor& dout, const at::Tensor& lse, bool causal,
+                              c10::optional<double> scale, int64_t left, int64_t right,
+                              c10::optional<double> softcap, const c10::optional<at::Tensor>& dlse,
+                              bool deterministic) {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("warpsched::attention_bwd", "")
+                       .typed<Grads(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                    const at::Tensor&, const at::Tensor&, bool, c10::optional<double>, int64_t,
+                                    int64_t, c10::optional<double>, const c10::optional<at::Tensor>&, bool)>();
+  return op.call(q, k, v, out, dout, lse, causal, scale, left, right, softcap, dlse, deterministic);
+}
+
+// (O, LSE) = attention(q, k, v) with its autograd node in C++, the LSE differentiable too (flash_attn_func's eager
+// calls with a gradient: FlashAttention-4 returns the LSE then): a backward with neither the LSE's gradient nor
+// `deterministic` is attention_bwd's (the C++ program); with either, the host's (warpsched::attention_bwd)
+struct AttentionLseFunction : public torch::autograd::Function<AttentionLseFunction> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               bool causal, c10::optional<double> scale, int64_t left, int64_t right,
+                               c10::optional<double> softcap, bool deterministic) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [out, lse] = call_attention_fwd(q, k, v, causal, scale, left, right, softcap);
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["left"] = left;
+    ctx->saved_data["right"] = right;
+    ctx->saved_data["softcap"] = softcap;
+    ctx->saved_data["deterministic"] = deterministic;
+    ctx->set_materialize_grads(false);
+    return {out, lse};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto optional = [&](const char* name) {
+      const auto& value = ctx->saved_data[name];
+      return value.isNone() ? c10::optional<double>() : c10::optional<double>(value.toDouble());
+    };
+    const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(saved[3]);
+    const bool causal = ctx->saved_data["causal"].toBool(), deterministic = ctx->saved_data["deterministic"].toBool();
+    const int64_t left = ctx->saved_data["left"].toInt(), right = ctx->saved_data["right"].toInt();
+    Grads g = grads[1].defined() || deterministic
+                  ? call_host_attention_bwd(saved[0], saved[1], saved[2], saved[3], dout, saved[4], causal,
+                                            optional("scale"), left, right, optional("softcap"),
+                                            grads[1].defined() ? c10::optional<at::Tensor>(grads[1]) : c10::nullopt,
+                                            deterministic)
+                  : call_attention_bwd(saved[0], saved[1], saved[2], saved[3], dout, saved[4], causal,
+                                       optional("scale"), left, right, optional("softcap"));
+    auto [dq, dk, dv] = g;
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> attention_lse_autograd(const at::Tensor& q, const at::Tensor& k,
+                                                          const at::Tensor& v, bool causal,
+                                                          c10::optional<double> scale, int64_t left, int64_t right,
+                                                          c10::optional<double> softcap, bool deterministic) {
+  auto outs = AttentionLseFunction::apply(q, k, v, causal, scale, left, right, softcap, deterministic);
+  return {outs[0], outs[1]};
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_lse_kernel(const at::Tensor& q, const at::Tensor& k,
+                                                        const at::Tensor& v, bool causal,
+                                                        c10::optional<double> scale, int64_t left, int64_t right,
+                                                        c10::optional<double> softcap, bool deterministic) {
+  return call_attention_fwd(q, k, v, causal, scale, left, right, softcap);
+}
+
 at::Tensor attention_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
                               c10::optional<double> scale, int64_t left, int64_t right,
                               c10::optional<double> softcap) {
@@ -226,6 +296,12 @@ TORCH_LIBRARY_IMPL(warpsched_native, CPU, m) {  // the CPU tests' stand-in kerne
   m.impl("attention_fwd", &attention_fwd_op);
   m.impl("attention_bwd", &attention_bwd_op);
 }
-TORCH_LIBRARY_IMPL(warpsched_native, Autograd, m) { m.impl("attention", &attention_autograd); }
+TORCH_LIBRARY_IMPL(warpsched_native, Autograd, m) {
+  m.impl("attention", &attention_autograd);
+  m.impl("attention_lse", &attention_lse_autograd);
+}
 // below autograd (no gradient wanted, or a tracer's modes): the forward alone
-TORCH_LIBRARY_IMPL(warpsched_native, CompositeExplicitAutograd, m) { m.impl("attention", &attention_kernel); }
+TORCH_LIBRARY_IMPL(warpsched_native, CompositeExplicitAutograd, m) {
+  m.impl("attention", &attention_kernel);
+  m.impl("attention_lse", &attention_lse_kernel);
+}

@@ -201,6 +201,10 @@ TORCH_LIBRARY(warpsched_native, m) {
   // O of attention_fwd with an autograd node in C++ whose backward is attention_bwd (eager models' calls)
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
         "int window_right=-1, float? softcap=None) -> Tensor");
+  // (O, LSE) with the node in C++, the LSE differentiable (flash_attn_func's eager calls; its backward takes the
+  // LSE's gradient and `deterministic` through warpsched::attention_bwd)
+  m.def("attention_lse(Tensor q, Tensor k, Tensor v, bool causal=False, float? scale=None, int window_left=-1, "
+        "int window_right=-1, float? softcap=None, bool deterministic=False) -> (Tensor, Tensor)");
   m.def("swiglu_keep_from(int tokens) -> int", &swiglu_keep_from);
   m.def("plan_count() -> int", &plan_count);
   m.def("clear_plans() -> int", &clear_plans);

@@ -36,6 +36,7 @@ from .. import torch_ops  # registers torch.ops.warpsched.*
 from ..kernels.attention.masks import AttentionConfigError
 from ._eager import eager
 from .attention import _run
+from .functional import _native_ready
 
 # FlashAttention-4 arguments without a warpsched kernel: refused unless left at their defaults
 _UNSUPPORTED = ("qv", "gather_kv_indices", "learnable_sink", "score_mod", "score_mod_bwd", "aux_tensors",
@@ -220,6 +221,11 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, window_size=(None
                                      window_size=window, softcap=softcap, mask_mod=mask_mod,
                                      num_splits=None if num_splits in (0, 1) else num_splits, pack_gqa=pack_gqa)
         return out.transpose(1, 2), (lse if return_lse else None)
+    if mask_mod is None and eager(q) and getattr(q, "is_cuda", False) and _native_ready():
+        # the autograd node in C++ too (warpsched.native): an eager training call's host cost
+        out, lse = torch.ops.warpsched_native.attention_lse.default(qh, kh, vh, causal, softmax_scale, *_sides(window),
+                                                                   softcap, bool(deterministic))
+        return out.transpose(1, 2), lse
     out, lse = _FlashAttention.apply(qh, kh, vh, causal, softmax_scale, window, softcap, mask_mod, bool(deterministic))
     return out.transpose(1, 2), lse
 
