@@ -161,4 +161,8 @@ def test_the_attention_ops_call_the_kernels_hosts_with_the_ops_arguments(monkeyp
     assert seen[0] == ("fwd", ("q", "k", "v", True, None, None, None, True, None, None, None), {})
     assert seen[1] == ("fwd", ("q", "k", "v", False, 0.5, None, None, True, None, 30.0, (8, 0)), {})
     assert seen[2] == ("bwd", ("q", "k", "v", "o", "do", "lse"), dict(causal=True, scale=None, window_size=(-1, 4),
-                                                                      softcap=None, deterministic=False))
+                                                                      softcap=None, deterministic=False, dlse=None))
+    # flash_attn_func's backward with the LSE's gradient and deterministic=True (what the op carries on)
+    tops.attention_bwd("q", "k", "v", "o", "do", "lse", False, None, -1, -1, None, "dlse", True)
+    assert seen[3][2] == dict(causal=False, scale=None, window_size=None, softcap=None, deterministic=True,
+                              dlse="dlse")
