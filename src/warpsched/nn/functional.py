@@ -28,7 +28,8 @@ plain GEMM (with its swap-AB tiles) and the product in torch. With one, the GEMM
 pre-activation z and the product and its gradient are one elementwise kernel each on z as it is
 (``kernels.gemm.swiglu``: 16-byte accesses to its 8-wide gate / up runs, where torch's elementwise kernels on
 them made a prefill block's forward + backward 12% slower on the H200, docs/torch.md), so neither the weight
-nor its gradient is reordered.
+nor its gradient is reordered. From ``kernels.gemm.swiglu.KEEP_FROM`` tokens the forward is one GEMM whose
+epilogue stores both z and the product (``swiglu_keep``; ``swiglu_keep_from`` moves the threshold).
 
 The activation's gradient dZ = dY * act'(Z):
 - relu and relu2 are computed from the saved output Y (relu' = [Y > 0]; relu2' = 2 relu(Z) = 2 sqrt(Y)),
@@ -86,7 +87,8 @@ SWIGLU_FUSED_FROM = 16  # tokens: below, the unfused SwiGLU (docs/torch.md "Fuse
 
 class _SwiGLULinear(torch.autograd.Function):
     """h = silu(gate) * up of z = x W^T + bias, the GEMM's interleaved pre-activation, as one autograd node: the
-    GEMM, then the product on z as it is (``kernels.gemm.swiglu``: one elementwise kernel each way); the backward
+    GEMM, then the product on z as it is (``kernels.gemm.swiglu``: one elementwise kernel each way; from
+    ``KEEP_FROM`` tokens one GEMM storing z and h, ``swiglu_keep``); the backward
     makes dz interleaved like the weight and runs the GEMM's backward on it. Eager (without the native path): one
     node where a linear and a separate product took two (each Python backward is a hand-over to autograd's device
     thread: docs/torch.md, "The decode backward's host path"). Under a tracer with the native path: the same node
