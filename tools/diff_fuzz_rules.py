@@ -26,7 +26,8 @@ RULES = [
      "leader warp arrives) and counts that warp; the reference allows it on TMA producers only"),
     ("only reference", None, r"ProducerCommit from \w+ not consumed", WS_GAP,
      "a commit no consumer waits for before the kernel ends (producer runs more iterations than a "
-     "consumer): warpsched on main accepts; the balance check of branch hw-agree rejects it"),
+     "consumer): the checker's balance check (verify/checker/balance.py) rejects it, so a hit here is a "
+     "regression of that check"),
     ("only reference", None, r"Loop guards can only be used with ScheduleStageType.Loop", DELIBERATE,
      "when_true in the head / tail (outside domain_loop): warpsched lowers it as a runtime if and checks "
      "both branches; the reference's legacy schedule lists allow guards on loop entries only"),
@@ -46,7 +47,8 @@ RULES = [
      "nested guards (first_iter in first_iter, when_true in first_iter): warpsched lowers and checks "
      "nested ifs; the reference forbids nesting"),
     ("only reference", None, r"condition token is stale", WS_GAP,
-     "a when_true on a token whose slot was written again: fixed on this branch (value routing)"),
+     "a when_true on a token whose slot was written again: fixed (value routing checks guards too), so a hit "
+     "here is a regression"),
     ("only warpsched", r"try_(acquire|wait)\(\) on \w+ (is not followed by its blocking|runs where)", r"^$",
      DELIBERATE, "stricter: a try_* probe's next call on its resource must be its blocking call, under the same "
      "guards (else the probe answers for another stage, or is dropped at a guard's end); the reference accepts it"),
@@ -64,7 +66,7 @@ RULES = [
      "one-sided guard): the reference gives each when_true key one value for the whole run"),
     ("only reference", None, r"ProducerAcquire from \w+ not matched by ConsumerRelease", WS_GAP,
      "a waited stage never released before the kernel ends: the producer_tail the lowering emits then waits "
-     "forever; warpsched on main accepts, the balance check of branch hw-agree rejects it"),
+     "forever; the checker's balance check rejects it, so a hit here is a regression of that check"),
     ("only warpsched", r"(acquire|wait)\(\) while the stage (acquired|waited) at .* is not (committed|released)",
      r"^$", REF_GAP, "an acquire (wait) before the previous stage's commit (release): the late commit / release "
      "lands on another stage; the reference only balances the counts"),
