@@ -51,3 +51,38 @@ def test_a_gradient_that_is_not_half_of_z_is_refused_naming_the_shapes():
 
     with pytest.raises(GemmArgumentError, match=r"dh \(4, 16\) must be z \(4, 48\) with half"):
         swiglu.swiglu_backward(torch.zeros(4, 16), torch.zeros(4, 48))
+
+
+@pytest.mark.parametrize("x, w, words", [
+    ((4, 64), (32, 48), r"x \(4, 64\), weight \(32, 48\): expected x \(\.\.\., K\)"),
+    ((4, 64), (24, 64), "a multiple of 16"),
+    ((4, 64), (32,), "weight \\(32,\\)"),
+    (None, (32, 64), "x"),
+])
+def test_swiglu_keep_refuses_operands_no_layer_has_naming_them(x, w, words):
+    torch = pytest.importorskip("torch")
+    from warpsched.kernels.gemm import swiglu
+    from warpsched.kernels.gemm.ops import GemmArgumentError
+
+    xt = None if x is None else torch.zeros(x, dtype=torch.bfloat16)
+    with pytest.raises(GemmArgumentError, match=words):
+        swiglu.swiglu_keep(xt, torch.zeros(w, dtype=torch.bfloat16))
+
+
+def test_swiglu_keep_off_cuda_is_the_gemm_and_the_product():
+    """Without the kernels (a CPU tensor here) z is the plain product and h torch's SwiGLU of it."""
+    torch = pytest.importorskip("torch")
+    from warpsched.kernels.gemm import ops as gemm_ops
+    from warpsched.kernels.gemm import swiglu
+
+    calls = []
+    real = gemm_ops.linear
+    try:
+        gemm_ops.linear = lambda x, w, b=None, act=None: calls.append(act) or torch.nn.functional.linear(x, w, b)
+        x, w = torch.randn(2, 3, 32), torch.randn(64, 32)
+        z, h = swiglu.swiglu_keep(x, w)
+    finally:
+        gemm_ops.linear = real
+    assert calls == [None] and z.shape == (2, 3, 64) and h.shape == (2, 3, 32)
+    torch.testing.assert_close(z, torch.nn.functional.linear(x, w))
+    torch.testing.assert_close(h, gemm_ops.swiglu_interleaved(z))

@@ -212,6 +212,11 @@ def swiglu_keep(x, weight, bias=None):
 
     from . import ops as gemm_ops
 
+    gemm_ops._require_tensors(x=x, weight=weight, bias=bias)
+    if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1] or weight.shape[0] % (2 * RUN):
+        raise GemmArgumentError(f"swiglu_keep: x {tuple(x.shape)}, weight {tuple(weight.shape)}: expected x (..., K) "
+                                "and weight (2 I, K), gate and up interleaved in 8-row blocks (ops.interleave_gate_up: "
+                                "2 I a multiple of 16)")
     K = weight.shape[-1]
     x2 = x if x.dim() == 2 else x.reshape(-1, K)
     plan = swiglu_keep_plan(x2, weight, bias) if _kernels_take(x2, weight) and x2.shape[0] else None
