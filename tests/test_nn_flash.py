@@ -85,6 +85,10 @@ def flash(monkeypatch):
     run = {"attention_fwd": recorder("attention_fwd", lambda q, *a: T(*q.shape, tag="out")),
            "attention_bwd": grads("attention_bwd")}
     attention._run = lambda name, t: run[name]  # the op nn.scaled_dot_product_attention runs (native or custom)
+    attention._sides = lambda w: (-1, -1) if w is None else tuple(-1 if x is None else int(x) for x in w)
+    torch.ops.warpsched.attention_varlen_fwd = recorder("op.attention_varlen_fwd", lambda q, *a: T(*q.shape, tag="out"))
+    torch.ops.warpsched.attention_varlen_bwd = grads("op.attention_varlen_bwd")
+    ops.attention_varlen_backward = grads("attention_varlen_backward")
     eager_mod = types.ModuleType("warpsched.nn._eager")
     eager_mod.eager = lambda t: EAGER["on"]
     functional = types.ModuleType("warpsched.nn.functional")
@@ -275,6 +279,28 @@ def test_varlen_with_causal_needs_equal_query_and_key_offsets(flash):
         mod.flash_attn_varlen_func(q, q, q, cu, other, 20, 20, causal=True)
     with pytest.raises(ConfigError, match="cu_seqlens_q, cu_seqlens_k"):
         mod.flash_attn_varlen_func(q, q, q, cu, None, 20, 20)
+
+
+def test_a_traced_varlen_call_is_the_custom_ops(flash):
+    """Under a tracer (no mask_mod) the varlen forward and backward are torch.ops.warpsched.attention_varlen_fwd /
+    _bwd (positional: ..., max lengths, causal, scale, window left / right, softcap); equal offsets can only be
+    seen as one tensor there, so distinct ones with causal are refused, saying so; a mask_mod stays on the ops."""
+    mod, calls = flash
+    EAGER["on"] = False
+    q, cu = T(30, 4, 64, tag="q"), T(3, tag="cu")
+    mod.flash_attn_varlen_func(q, q, q, cu, cu, 20, 20, causal=True, window_size=(8, 0), softcap=5.0)
+    name, args, _ = calls[-1]
+    assert name == "op.attention_varlen_fwd" and args[5:] == (20, 20, True, None, 8, 0, 5.0)
+    ctx = _Ctx()
+    mod._FlashVarlen.forward(ctx, q, q, q, cu, cu, 20, 20, True, 0.5, (8, 0), None, None)
+    dq, dk, dv = mod._FlashVarlen.backward(ctx, T(30, 4, 64, tag="do"), None)[:3]
+    name, args, _ = calls[-1]
+    assert name == "op.attention_varlen_bwd" and args[6:] == (cu, cu, 20, 20, True, 0.5, 8, 0, None)
+    assert (dq.tag, dk.tag, dv.tag) == ("dq", "dk", "dv")
+    with pytest.raises(ConfigError, match="pass one tensor as both"):
+        mod.flash_attn_varlen_func(q, q, q, cu, T(3, tag="cu"), 20, 20, causal=True)
+    mod.flash_attn_varlen_func(q, q, q, cu, cu, 20, 20, mask_mod=lambda b, h, i, j: True)
+    assert calls[-1][0] == "attention_varlen"
 
 
 def test_a_paged_cache_runs_the_paged_kernel_for_inference_only(flash):

@@ -63,3 +63,39 @@ def test_the_custom_op_schema_takes_the_lse_gradient_and_the_deterministic_flag(
     schema = torch.ops.warpsched.attention_bwd.default._schema
     names = [a.name for a in schema.arguments]
     assert names[-2:] == ["dlse", "deterministic"]
+
+
+def _traced_varlen(fn, node):
+    """The ops of ``fn(q, k, v, cu)`` (a varlen call's forward) and of its autograd ``node``'s backward (called
+    directly: the autograd engine wants a device), as make_fx records them."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def backward(q, k, v, out, lse, cu, dout):
+        ctx = types.SimpleNamespace(saved_tensors=(q, k, v, out, lse, cu, cu), args=(128, 128, True, None),
+                                    masks=dict(window_size=None, softcap=None, mask_mod=None))
+        return node.backward(ctx, dout, *([None] if node is flash._FlashVarlen else []))
+
+    with FakeTensorMode():
+        q = torch.empty(300, 4, 64, device="cuda", dtype=torch.bfloat16)
+        k = torch.empty(300, 2, 64, device="cuda", dtype=torch.bfloat16)
+        cu = torch.empty(4, device="cuda", dtype=torch.int32)
+        lse = torch.empty(4, 300, device="cuda", dtype=torch.float32)
+        fwd = make_fx(lambda q, k, v, cu: fn(q, k, v, cu))(q, k, k, cu)
+        bwd = make_fx(backward)(q, k, k, torch.empty_like(q), lse, cu, torch.empty_like(q))
+    return _ops(fwd) | _ops(bwd)
+
+
+def test_a_traced_flash_varlen_call_is_the_varlen_custom_ops():
+    ops = _traced_varlen(lambda q, k, v, cu: flash.flash_attn_varlen_func(q, k, v, cu, cu, 128, 128, causal=True)[0],
+                         flash._FlashVarlen)
+    assert {"warpsched.attention_varlen_fwd.default", "warpsched.attention_varlen_bwd.default"} <= ops, ops
+
+
+def test_a_traced_nn_attention_varlen_call_is_the_varlen_custom_ops():
+    from warpsched import nn as wnn
+    from warpsched.nn import attention as nna
+
+    ops = _traced_varlen(lambda q, k, v, cu: wnn.attention_varlen(q, k, v, cu, cu, 128, 128, causal=True),
+                         nna._VarlenAttention)
+    assert {"warpsched.attention_varlen_fwd.default", "warpsched.attention_varlen_bwd.default"} <= ops, ops

@@ -13,6 +13,12 @@
   ``warpsched.ops.attention_backward`` (``dlse``: the LSE's own gradient; dQ in a fixed order with
   ``deterministic`` or torch's deterministic mode).
 
+- ``torch.ops.warpsched.attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+  causal=False, scale=None, window_left=-1, window_right=-1, softcap=None) -> (out, lse)`` and
+  ``attention_varlen_bwd(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
+  -> (dq, dk, dv)``: ``warpsched.ops.attention_varlen`` / ``attention_varlen_backward`` (packed sequences; what
+  ``nn.flash.flash_attn_varlen_func`` and ``nn.attention_varlen`` call under a tracer).
+
 Each has a fake (meta) implementation, so ``torch.compile(fullgraph=True)`` traces a model that calls
 them without a graph break, and CUDA-graph capture works (fp8 scales are read on the device). The
 ops are functional (they return new tensors); the kernels are the ones ``warpsched.ops`` runs, so a
@@ -40,6 +46,13 @@ _LIB.define("attention_fwd(Tensor q, Tensor k, Tensor v, bool causal=False, floa
 _LIB.define("attention_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, bool causal=False, "
             "float? scale=None, int window_left=-1, int window_right=-1, float? softcap=None, Tensor? dlse=None, "
             "bool deterministic=False) -> (Tensor, Tensor, Tensor)")
+_LIB.define("attention_varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+            "int max_seqlen_q, int max_seqlen_k, bool causal=False, float? scale=None, int window_left=-1, "
+            "int window_right=-1, float? softcap=None) -> (Tensor, Tensor)")
+_LIB.define("attention_varlen_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, "
+            "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, bool causal=False, "
+            "float? scale=None, int window_left=-1, int window_right=-1, float? softcap=None) "
+            "-> (Tensor, Tensor, Tensor)")
 
 
 def gemm(a, b, scale_a=None, scale_b=None, out_dtype=None, bias=None, activation=None, residual=None, alpha=None):
@@ -88,10 +101,27 @@ def attention_bwd(q, k, v, out, dout, lse, causal=False, scale=None, window_left
                                             dlse=dlse)
 
 
+def attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None,
+                         window_left=-1, window_right=-1, softcap=None):
+    """(out (total_q, H, D), lse (H, total_q)) of packed sequences (``warpsched.ops.attention_varlen``)."""
+    return ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                return_lse=True, window_size=_window(window_left, window_right), softcap=softcap)
+
+
+def attention_varlen_bwd(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
+    """(dq, dk, dv) of ``attention_varlen_fwd`` (``warpsched.ops.attention_varlen_backward``)."""
+    return ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                         max_seqlen_k, causal, scale, window_size=_window(window_left, window_right),
+                                         softcap=softcap)
+
+
 _LIB.impl("gemm", gemm, "CUDA")
 _LIB.impl("linear", linear, "CUDA")
 _LIB.impl("attention_fwd", attention_fwd, "CUDA")
 _LIB.impl("attention_bwd", attention_bwd, "CUDA")
+_LIB.impl("attention_varlen_fwd", attention_varlen_fwd, "CUDA")
+_LIB.impl("attention_varlen_bwd", attention_varlen_bwd, "CUDA")
 
 
 @torch.library.register_fake("warpsched::gemm", lib=_LIB)
@@ -120,4 +150,17 @@ def _attention_bwd_fake(q, k, v, out, dout, lse, causal=False, scale=None, windo
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-__all__ = ["attention_bwd", "attention_fwd", "gemm", "linear"]
+@torch.library.register_fake("warpsched::attention_varlen_fwd", lib=_LIB)
+def _attention_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                               scale=None, window_left=-1, window_right=-1, softcap=None):
+    total_q, H, D = q.shape
+    return q.new_empty((total_q, H, D)), q.new_empty((H, total_q), dtype=torch.float32)
+
+
+@torch.library.register_fake("warpsched::attention_varlen_bwd", lib=_LIB)
+def _attention_varlen_bwd_fake(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+__all__ = ["attention_bwd", "attention_fwd", "attention_varlen_bwd", "attention_varlen_fwd", "gemm", "linear"]

@@ -61,10 +61,19 @@ class _MaskedAttention(torch.autograd.Function):
 
 
 class _VarlenAttention(torch.autograd.Function):
+    """Packed sequences: ``warpsched.ops`` eagerly (and with a ``mask_mod``), the custom ops
+    ``torch.ops.warpsched.attention_varlen_fwd`` / ``_bwd`` under a tracer."""
+
     @staticmethod
     def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_size, softcap, mask_mod):
-        out, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale,
-                                        return_lse=True, window_size=window_size, softcap=softcap, mask_mod=mask_mod)
+        if mask_mod is None and not eager(q):
+            left, right = _sides(window_size)
+            out, lse = torch.ops.warpsched.attention_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, left,
+                                                                right, softcap)
+        else:
+            out, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale,
+                                            return_lse=True, window_size=window_size, softcap=softcap,
+                                            mask_mod=mask_mod)
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
         ctx.args = (max_q, max_k, causal, scale)
         ctx.masks = dict(window_size=window_size, softcap=softcap, mask_mod=mask_mod)
@@ -73,8 +82,18 @@ class _VarlenAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-        dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **ctx.masks)
+        m = ctx.masks
+        if m["mask_mod"] is None and not eager(dout):
+            dq, dk, dv = torch.ops.warpsched.attention_varlen_bwd(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args,
+                                                                  *_sides(m["window_size"]), m["softcap"])
+        else:
+            dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **m)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+def _sides(window_size):
+    """(left, right) of a window for the ops (-1: no bound on that side)."""
+    return (-1, -1) if window_size is None else tuple(-1 if w is None else int(w) for w in window_size)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None,
@@ -82,7 +101,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """Attention over packed variable-length sequences with gradients for q, k and v, as flash_attn's
     ``flash_attn_varlen_func``: q (total_q, H, D), k / v (total_k, H_kv, D), int32 ``cu_seqlens_*`` offsets
     (B + 1) and the longest lengths as ints (``warpsched.ops.attention_varlen``). D 64, 128 or 256.
-    Eager (the kernels are called through ``warpsched.ops``, not torch custom ops)."""
+    Eager calls go to ``warpsched.ops``; under ``torch.compile`` (no ``mask_mod``) the custom ops
+    ``torch.ops.warpsched.attention_varlen_fwd`` / ``_bwd``, which trace without a graph break."""
     return _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                   bool(causal), scale, window_size, softcap, mask_mod)
 

@@ -16,7 +16,11 @@ What it maps, and why:
   causal) the call is refused, naming the case.
   Varlen batches align per sequence: warpsched's kernels and flash_attn's agree where each sequence has as many
   queries as keys, which is checked (free when ``cu_seqlens_q is cu_seqlens_k``, one comparison on the device
-  and a host sync otherwise); a batch where they differ is refused with causal or a window.
+  and a host sync otherwise; under a tracer only the first); a batch where they differ is refused with causal or
+  a window.
+- **Eager and compiled.** Without a ``mask_mod`` the calls are torch ops: eager ``flash_attn_func`` with a
+  gradient is a C++ autograd node (``warpsched.native``), and under ``torch.compile`` both functions trace to
+  warpsched's custom ops (``torch.ops.warpsched.attention_*``) without a graph break.
 - **Return value.** ``(out, lse)``, as FlashAttention-4: lse (B, H, S_q) fp32 (varlen: (H, total_q)), or None
   when neither ``return_lse`` nor a gradient asked for it. A gradient that reaches the LSE (a loss that uses
   it) flows back through ``warpsched.ops.attention_backward(dlse=...)`` (dense batches; varlen refuses it).
@@ -35,7 +39,7 @@ from .. import ops
 from .. import torch_ops  # registers torch.ops.warpsched.*
 from ..kernels.attention.masks import AttentionConfigError
 from ._eager import eager
-from .attention import _run
+from .attention import _run, _sides
 from .functional import _native_ready
 
 # FlashAttention-4 arguments without a warpsched kernel: refused unless left at their defaults
@@ -155,19 +159,14 @@ class _FlashAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None, None, None
 
 
-def _sides(window):
-    """(left, right) of a top-left window for the ops (-1: no bound on that side)."""
-    return (-1, -1) if window is None else tuple(-1 if w is None else int(w) for w in window)
-
-
 class _FlashVarlen(torch.autograd.Function):
     """O and the (H, total_q) LSE of packed sequences; the LSE's gradient is refused (varlen's pre-pass pads delta
-    per sequence, where the dense one takes it)."""
+    per sequence, where the dense one takes it). Under a tracer (no ``mask_mod``): the custom ops
+    ``torch.ops.warpsched.attention_varlen_fwd`` / ``_bwd`` (``_varlen_op``)."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, softcap, mask_mod):
-        out, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, return_lse=True,
-                                        window_size=window, softcap=softcap, mask_mod=mask_mod)
+        out, lse = _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, softcap, mask_mod)
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
         ctx.args = (max_q, max_k, causal, scale)
         ctx.masks = dict(window_size=window, softcap=softcap, mask_mod=mask_mod)
@@ -182,8 +181,23 @@ class _FlashVarlen(torch.autograd.Function):
                                        "flash_attn_func)")
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
         dout = torch.zeros_like(out) if dout is None else dout
-        dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **ctx.masks)
+        m = ctx.masks
+        if m["mask_mod"] is None and not eager(dout):
+            dq, dk, dv = torch.ops.warpsched.attention_varlen_bwd(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args,
+                                                                  *_sides(m["window_size"]), m["softcap"])
+        else:
+            dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **m)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+def _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, softcap, mask_mod):
+    """(O, LSE) of packed sequences: ``warpsched.ops`` eagerly (and with a ``mask_mod``, which no op schema carries),
+    the custom op under a tracer."""
+    if mask_mod is None and not eager(q):
+        return torch.ops.warpsched.attention_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale,
+                                                        *_sides(window), softcap)
+    return ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, return_lse=True,
+                                window_size=window, softcap=softcap, mask_mod=mask_mod)
 
 
 def _wants_grad(*ts):
@@ -263,21 +277,25 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_se
         raise AttentionConfigError(
             "flash_attn_varlen_func: causal or a window over sequences whose query and key counts differ: flash_attn "
             "aligns the diagonal bottom-right in each sequence, warpsched's varlen kernels top-left; they agree only "
-            "where every sequence has as many queries as keys. Call warpsched.ops.attention_varlen (top-left) or "
+            "where every sequence has as many queries as keys (under torch.compile, which cannot compare the offsets "
+            "on the device, pass one tensor as both). Call warpsched.ops.attention_varlen (top-left) or "
             "flash_attn.cute for this batch")
     max_q, max_k = int(max_seqlen_q), int(max_seqlen_k)
     if not _wants_grad(q, k, v):
-        out, lse = ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, softmax_scale,
-                                        return_lse=True, window_size=window, softcap=softcap, mask_mod=mask_mod)
+        out, lse = _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, softmax_scale, window,
+                                   softcap, mask_mod)
         return out, (lse if return_lse else None)
     return _FlashVarlen.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, softmax_scale, window,
                               softcap, mask_mod)
 
 
 def _same_lengths(cu_q, cu_k):
-    """Whether every sequence has as many queries as keys: the same offsets (one tensor, or equal ones)."""
+    """Whether every sequence has as many queries as keys: the same offsets (one tensor, or equal ones; under a
+    tracer, which cannot read a device value, the same tensor only)."""
     if cu_q is cu_k:
         return True
+    if not eager(cu_q):
+        return False
     try:
         return tuple(cu_q.shape) == tuple(cu_k.shape) and bool(torch.equal(cu_q, cu_k))
     except (AttributeError, TypeError, RuntimeError):
