@@ -7,7 +7,8 @@ flows into warpsched's backward through ``dlse``); outputs land in memory the ca
 PASS: finite, and every max relative error within 2x FA4's own + 2e-3 (FA4's where it runs the case; else within
 1e-2 of the reference). Varlen batches (empty and one-token sequences among them) and a paged decode go the same
 way. Then the compiled call: ``torch.compile(fullgraph=True)`` of a function calling ``flash_attn_func`` (forward and
-backward, with the LSE's gradient and with ``deterministic=True``) bitwise equal to the eager call. Last, what an
+backward, with the LSE's gradient and with ``deterministic=True``; and ``flash_attn_varlen_func``'s) bitwise equal to
+the eager call (varlen's dQ within 1e-3: its atomics add in the order the CTAs arrive). Last, what an
 eager call costs with the host included (a small shape, where the host shows): warpsched's ``flash_attn_func``
 against FA4's and torch's SDPA, forward (inference) and forward + backward, us per call. Exit code 1 on any FAIL.
 
@@ -230,6 +231,27 @@ def compiled_cases():
             ok, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
         bad += not ok
         print(f"{'PASS' if ok else 'FAIL'} compiled flash_attn_func ({label}): {msg}", flush=True)
+    # varlen: the custom ops warpsched::attention_varlen_fwd / _bwd under the tracer, warpsched.ops eagerly
+    lens = [0, 1, 300, 77, 513]
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device="cuda", dtype=torch.int32)
+    torch.manual_seed(6)
+    q = torch.randn(sum(lens), 8, 128, device="cuda", dtype=DT)
+    k, v = (torch.randn(sum(lens), 2, 128, device="cuda", dtype=DT) for _ in range(2))
+    dout = torch.randn_like(q)
+
+    def varlen(q, k, v):
+        return ws_flash.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True)
+    try:
+        eager = run_side(varlen, q, k, v, dout, None)
+        torch._dynamo.reset()
+        compiled = run_side(torch.compile(varlen, fullgraph=True), q, k, v, dout, None)
+        same = [torch.equal(eager[i], compiled[i]) for i in (0, 3, 4)]
+        dq = rel(compiled[2], eager[2].double())  # atomics: the order of the adds may differ between runs
+        ok, msg = all(same) and dq <= 1e-3, f"O, dK, dV bitwise equal {same}, dQ within {dq:.1e}"
+    except Exception as e:  # noqa: BLE001 - a graph break under fullgraph=True raises
+        ok, msg = False, f"{type(e).__name__}: {str(e)[:300]}"
+    bad += not ok
+    print(f"{'PASS' if ok else 'FAIL'} compiled flash_attn_varlen_func (lengths {lens}, causal): {msg}", flush=True)
     return bad
 
 
