@@ -173,33 +173,41 @@ Grads call_attention_bwd(const at::Tensor& q, const at::Tensor& k, const at::Ten
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The forward of both autograd nodes below: (O, LSE), saving q, k, v, O, the LSE and the scalars the backward needs
+std::tuple<at::Tensor, at::Tensor> forward_saving(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                                                  const at::Tensor& v, bool causal, c10::optional<double> scale,
+                                                  int64_t left, int64_t right, c10::optional<double> softcap) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  auto [out, lse] = call_attention_fwd(q, k, v, causal, scale, left, right, softcap);
+  ctx->save_for_backward({q, k, v, out, lse});
+  ctx->saved_data["causal"] = causal;
+  ctx->saved_data["scale"] = scale;
+  ctx->saved_data["left"] = left;
+  ctx->saved_data["right"] = right;
+  ctx->saved_data["softcap"] = softcap;
+  return {out, lse};
+}
+
+c10::optional<double> saved_optional(AutogradContext* ctx, const char* name) {  // a saved float? scalar
+  const auto& value = ctx->saved_data[name];
+  return value.isNone() ? c10::optional<double>() : c10::optional<double>(value.toDouble());
+}
+
 // O = attention(q, k, v) with its autograd node in C++ (nn.scaled_dot_product_attention's eager calls): the
 // forward saves q, k, v, O and the LSE; the backward is attention_bwd's
 struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             bool causal, c10::optional<double> scale, int64_t left, int64_t right,
                             c10::optional<double> softcap) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    auto [out, lse] = call_attention_fwd(q, k, v, causal, scale, left, right, softcap);
-    ctx->save_for_backward({q, k, v, out, lse});
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["scale"] = scale;
-    ctx->saved_data["left"] = left;
-    ctx->saved_data["right"] = right;
-    ctx->saved_data["softcap"] = softcap;
-    return out;
+    return std::get<0>(forward_saving(ctx, q, k, v, causal, scale, left, right, softcap));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto optional = [&](const char* name) {
-      const auto& value = ctx->saved_data[name];
-      return value.isNone() ? c10::optional<double>() : c10::optional<double>(value.toDouble());
-    };
     auto [dq, dk, dv] = call_attention_bwd(saved[0], saved[1], saved[2], saved[3], grads[0], saved[4],
-                                           ctx->saved_data["causal"].toBool(), optional("scale"),
+                                           ctx->saved_data["causal"].toBool(), saved_optional(ctx, "scale"),
                                            ctx->saved_data["left"].toInt(), ctx->saved_data["right"].toInt(),
-                                           optional("softcap"));
+                                           saved_optional(ctx, "softcap"));
     return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -225,14 +233,7 @@ struct AttentionLseFunction : public torch::autograd::Function<AttentionLseFunct
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                bool causal, c10::optional<double> scale, int64_t left, int64_t right,
                                c10::optional<double> softcap, bool deterministic) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    auto [out, lse] = call_attention_fwd(q, k, v, causal, scale, left, right, softcap);
-    ctx->save_for_backward({q, k, v, out, lse});
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["scale"] = scale;
-    ctx->saved_data["left"] = left;
-    ctx->saved_data["right"] = right;
-    ctx->saved_data["softcap"] = softcap;
+    auto [out, lse] = forward_saving(ctx, q, k, v, causal, scale, left, right, softcap);
     ctx->saved_data["deterministic"] = deterministic;
     ctx->set_materialize_grads(false);
     return {out, lse};
@@ -240,10 +241,7 @@ struct AttentionLseFunction : public torch::autograd::Function<AttentionLseFunct
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto optional = [&](const char* name) {
-      const auto& value = ctx->saved_data[name];
-      return value.isNone() ? c10::optional<double>() : c10::optional<double>(value.toDouble());
-    };
+    auto optional = [&](const char* name) { return saved_optional(ctx, name); };
     const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(saved[3]);
     const bool causal = ctx->saved_data["causal"].toBool(), deterministic = ctx->saved_data["deterministic"].toBool();
     const int64_t left = ctx->saved_data["left"].toInt(), right = ctx->saved_data["right"].toInt();
