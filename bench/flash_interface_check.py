@@ -174,8 +174,30 @@ def varlen_case():
     mine = run_side(ws_flash.flash_attn_varlen_func, q, k, v, dout, None, **kw)
     theirs = peer_side(fa4_varlen, "varlen", q, k, v, dout, None, **kw)
     sel = [0, 2, 3, 4]
-    return judge(f"flash_attn_varlen_func lengths {lens} 8/2 d128 causal", [mine[i] for i in sel],
-                 None if theirs is None else [theirs[i] for i in sel], [refs[i] for i in sel], ["O", "dQ", "dK", "dV"])
+    bad = judge(f"flash_attn_varlen_func lengths {lens} 8/2 d128 causal", [mine[i] for i in sel],
+                None if theirs is None else [theirs[i] for i in sel], [refs[i] for i in sel], ["O", "dQ", "dK", "dV"])
+    # a loss on the returned LSE too: its gradient folded into delta per row (varlen.fold_dlse), against fp64
+    dlse = torch.randn(H, T, device="cuda")
+    refs = [torch.zeros(T, H, D, device="cuda", dtype=torch.float64), torch.zeros(H, T, device="cuda",
+                                                                                 dtype=torch.float64),
+            torch.zeros(T, H, D, device="cuda", dtype=torch.float64),
+            torch.zeros(T, Hk, D, device="cuda", dtype=torch.float64),
+            torch.zeros(T, Hk, D, device="cuda", dtype=torch.float64)]
+    for a, n in zip(cu[:-1].tolist(), lens):
+        if n == 0:
+            continue
+        sl = slice(a, a + n)
+        o, lse, dq, dk, dv = reference(q[sl][None], k[sl][None], v[sl][None], keep_mask(n, n, True, (None, None),
+                                                                                        "cuda"),
+                                       scale, 0.0, dout[sl][None], dlse[:, sl][None])
+        refs[0][sl], refs[1][:, sl], refs[2][sl], refs[3][sl], refs[4][sl] = o[0], lse[0], dq[0], dk[0], dv[0]
+    mine = run_side(ws_flash.flash_attn_varlen_func, q, k, v, dout, dlse, return_lse=True, **kw)
+    theirs = peer_side(fa4_varlen, "varlen with a loss on the LSE", q, k, v, dout, dlse, return_lse=True, **kw)
+    keep = [i for i in range(5) if theirs is None or theirs[i] is not None]
+    bad += judge(f"flash_attn_varlen_func lengths {lens} 8/2 d128 causal, a loss on the LSE",
+                 [mine[i] for i in keep], None if theirs is None else [theirs[i] for i in keep],
+                 [refs[i] for i in keep], [["O", "LSE", "dQ", "dK", "dV"][i] for i in keep])
+    return bad
 
 
 def paged_case():

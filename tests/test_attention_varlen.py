@@ -153,3 +153,35 @@ def test_the_varlen_backward_is_the_backwards_program():
 def test_the_varlen_backward_compiles_for_sm90a():
     ptx = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **default_options(128, varlen=True)).artifacts.PTX
     assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's TMA reduce-add into the packed accumulator
+
+
+@pytest.mark.parametrize("lengths", [[0, 1, 300, 77, 513], [64, 64, 0, 0, 1], [129], [0, 0, 5]] + _RANDOM)
+def test_stats_rows_is_where_the_varlen_pre_pass_puts_each_row(lengths):
+    """``stats_rows`` (the LSE gradient's destination rows, computed on the device) against the rows
+    ``VarlenStatsPrep`` writes, read off its indexing in Python: sequence b's row s at padded_first_block(start,
+    b) * BLOCK_M + s; unique, inside ``padded_stats_rows``; unpadded, the row itself."""
+    torch = pytest.importorskip("torch")
+    from warpsched.kernels.attention.backward_units import BLOCK_M, padded_first_block
+
+    cu = _offsets(lengths)
+    want = [padded_first_block(cu[b], b) * BLOCK_M + s for b, n in enumerate(lengths) for s in range(n)]
+    got = varlen.stats_rows(torch.tensor(cu, dtype=torch.int32), cu[-1], True).tolist()
+    assert got == want and len(set(got)) == len(got)
+    assert all(r < varlen.padded_stats_rows(cu[-1], len(lengths)) for r in got)
+    assert varlen.stats_rows(torch.tensor(cu, dtype=torch.int32), cu[-1], False).tolist() == list(range(cu[-1]))
+
+
+def test_fold_dlse_subtracts_each_rows_gradient_from_its_delta():
+    torch = pytest.importorskip("torch")
+
+    lengths = [3, 0, 70]
+    cu = torch.tensor(_offsets(lengths), dtype=torch.int32)
+    rows = varlen.padded_stats_rows(73, 3)
+    delta = torch.full((1, 2, rows), 5.0)
+    dlse = torch.randn(2, 73)
+    varlen.fold_dlse(delta, dlse, cu, True)
+    at = varlen.stats_rows(cu, 73, True)
+    torch.testing.assert_close(delta[0][:, at], 5.0 - dlse)
+    untouched = torch.ones(rows, dtype=torch.bool)
+    untouched[at] = False
+    assert (delta[0][:, untouched] == 5.0).all()  # the padding rows keep the pre-pass's values

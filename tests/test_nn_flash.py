@@ -295,12 +295,28 @@ def test_a_traced_varlen_call_is_the_custom_ops(flash):
     mod._FlashVarlen.forward(ctx, q, q, q, cu, cu, 20, 20, True, 0.5, (8, 0), None, None)
     dq, dk, dv = mod._FlashVarlen.backward(ctx, T(30, 4, 64, tag="do"), None)[:3]
     name, args, _ = calls[-1]
-    assert name == "op.attention_varlen_bwd" and args[6:] == (cu, cu, 20, 20, True, 0.5, 8, 0, None)
+    assert name == "op.attention_varlen_bwd" and args[6:] == (cu, cu, 20, 20, True, 0.5, 8, 0, None, None)
     assert (dq.tag, dk.tag, dv.tag) == ("dq", "dk", "dv")
     with pytest.raises(ConfigError, match="pass one tensor as both"):
         mod.flash_attn_varlen_func(q, q, q, cu, T(3, tag="cu"), 20, 20, causal=True)
     mod.flash_attn_varlen_func(q, q, q, cu, cu, 20, 20, mask_mod=lambda b, h, i, j: True)
     assert calls[-1][0] == "attention_varlen"
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_the_varlen_lse_gradient_reaches_the_backward(flash, eager):
+    mod, calls = flash
+    EAGER["on"] = eager
+    q, cu = T(30, 4, 64, tag="q"), T(3, tag="cu")
+    ctx = _Ctx()
+    mod._FlashVarlen.forward(ctx, q, q, q, cu, cu, 20, 20, True, None, None, None, None)
+    dlse = T(4, 30, tag="dlse")
+    mod._FlashVarlen.backward(ctx, T(30, 4, 64, tag="do"), dlse)
+    name, args, kwargs = calls[-1]
+    if eager:
+        assert name == "attention_varlen_backward" and kwargs["dlse"] is dlse
+    else:
+        assert name == "op.attention_varlen_bwd" and args[-1] is dlse
 
 
 def test_a_paged_cache_runs_the_paged_kernel_for_inference_only(flash):

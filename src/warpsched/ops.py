@@ -74,16 +74,17 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
 
 
 def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              causal=False, scale=None, *, window_size=None, softcap=None, mask_mod=None):
+                              causal=False, scale=None, *, window_size=None, softcap=None, mask_mod=None, dlse=None):
     """The gradients (dq, dk, dv) of ``out = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, ...)`` for
     the upstream ``dout``, given the forward's (H, total_q) ``lse`` (``return_lse=True``); dq has q's and dk /
     dv k's (total, heads, D) shape (GQA: summed over each K/V head's query heads). D 64, 128 or 256;
     ``max_seqlen_q`` / ``max_seqlen_k`` ints at least the longest sequences (they size the grid). The kernel is
-    the backward's program (``attention_backward``) reading each sequence's rows in place."""
+    the backward's program (``attention_backward``) reading each sequence's rows in place. ``dlse`` (H, total_q):
+    the upstream gradient of the LSE too, where a caller used it, as ``attention_backward``'s."""
     from warpsched.kernels.attention import varlen as _varlen
 
     return _varlen.attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                             max_seqlen_k, causal, scale, window_size, softcap, mask_mod)
+                                             max_seqlen_k, causal, scale, window_size, softcap, mask_mod, dlse=dlse)
 
 
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, window_size=None, mask_mod=None,

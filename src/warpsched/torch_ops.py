@@ -51,7 +51,7 @@ _LIB.define("attention_varlen_fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlen
             "int window_right=-1, float? softcap=None) -> (Tensor, Tensor)")
 _LIB.define("attention_varlen_bwd(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse, "
             "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, bool causal=False, "
-            "float? scale=None, int window_left=-1, int window_right=-1, float? softcap=None) "
+            "float? scale=None, int window_left=-1, int window_right=-1, float? softcap=None, Tensor? dlse=None) "
             "-> (Tensor, Tensor, Tensor)")
 
 
@@ -109,11 +109,12 @@ def attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
 
 
 def attention_varlen_bwd(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                         causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
-    """(dq, dk, dv) of ``attention_varlen_fwd`` (``warpsched.ops.attention_varlen_backward``)."""
+                         causal=False, scale=None, window_left=-1, window_right=-1, softcap=None, dlse=None):
+    """(dq, dk, dv) of ``attention_varlen_fwd`` (``warpsched.ops.attention_varlen_backward``), with ``dlse`` the
+    gradient of its LSE output if one reached it."""
     return ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                          max_seqlen_k, causal, scale, window_size=_window(window_left, window_right),
-                                         softcap=softcap)
+                                         softcap=softcap, dlse=dlse)
 
 
 _LIB.impl("gemm", gemm, "CUDA")
@@ -159,7 +160,7 @@ def _attention_varlen_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q
 
 @torch.library.register_fake("warpsched::attention_varlen_bwd", lib=_LIB)
 def _attention_varlen_bwd_fake(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               causal=False, scale=None, window_left=-1, window_right=-1, softcap=None):
+                               causal=False, scale=None, window_left=-1, window_right=-1, softcap=None, dlse=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 

@@ -23,7 +23,7 @@ What it maps, and why:
   warpsched's custom ops (``torch.ops.warpsched.attention_*``) without a graph break.
 - **Return value.** ``(out, lse)``, as FlashAttention-4: lse (B, H, S_q) fp32 (varlen: (H, total_q)), or None
   when neither ``return_lse`` nor a gradient asked for it. A gradient that reaches the LSE (a loss that uses
-  it) flows back through ``warpsched.ops.attention_backward(dlse=...)`` (dense batches; varlen refuses it).
+  it) flows back through ``warpsched.ops.attention_backward(dlse=...)`` (varlen: ``attention_varlen_backward``'s).
 - **Hints and the rest.** ``num_splits`` and ``pack_gqa`` are speed hints: warpsched decides both itself (the
   results are the same). ``deterministic`` is the backward's deterministic dQ. Arguments warpsched has no
   kernel for (``qv``, ``learnable_sink``, ``score_mod``, block sparsity, gathered KV, ``seqused_q``) are refused
@@ -160,9 +160,9 @@ class _FlashAttention(torch.autograd.Function):
 
 
 class _FlashVarlen(torch.autograd.Function):
-    """O and the (H, total_q) LSE of packed sequences; the LSE's gradient is refused (varlen's pre-pass pads delta
-    per sequence, where the dense one takes it). Under a tracer (no ``mask_mod``): the custom ops
-    ``torch.ops.warpsched.attention_varlen_fwd`` / ``_bwd`` (``_varlen_op``)."""
+    """O and the (H, total_q) LSE of packed sequences, the LSE's gradient taken into the backward (``varlen.fold_dlse``:
+    delta's rows in the pre-pass's per-sequence layout). Under a tracer (no ``mask_mod``): the custom ops
+    ``torch.ops.warpsched.attention_varlen_fwd`` / ``_bwd``."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, softcap, mask_mod):
@@ -175,18 +175,14 @@ class _FlashVarlen(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        if dlse is not None:
-            raise AttentionConfigError("flash_attn_varlen_func: a gradient reached the returned LSE; warpsched's "
-                                       "varlen backward takes O's gradient only (dense batches take the LSE's too: "
-                                       "flash_attn_func)")
         q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
         dout = torch.zeros_like(out) if dout is None else dout
         m = ctx.masks
         if m["mask_mod"] is None and not eager(dout):
             dq, dk, dv = torch.ops.warpsched.attention_varlen_bwd(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args,
-                                                                  *_sides(m["window_size"]), m["softcap"])
+                                                                  *_sides(m["window_size"]), m["softcap"], dlse)
         else:
-            dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **m)
+            dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **m, dlse=dlse)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 

@@ -13,7 +13,7 @@ import cutlass.cute as cute
 
 from .. import _host
 from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen
-from .backward_units import BLOCK_M as BWD_BLOCK_M, padded_stats_rows
+from .backward_units import BLOCK_M as BWD_BLOCK_M, padded_first_block, padded_stats_rows
 from .forward import HEAD_DIMS, FlashAttentionVarlen
 from .host import _tma_ready, softmax_scale, tuned_options
 from .masks import AttentionConfigError, with_masks
@@ -200,17 +200,41 @@ def compile_backward_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128
                         make_fake_stream(), options=_host.ptx_options(arch))
 
 
+def stats_rows(cu_seqlens_q, total_q, padded):
+    """The row of delta / the LSE the backward reads for each packed query row, (total_q,) int64 on the offsets'
+    device (no host sync): the row itself, or with ``padded`` (``tma_stats``) where ``VarlenStatsPrep`` puts it,
+    sequence b's rows from block ``backward_units.padded_first_block`` on."""
+    import torch
+
+    rows = torch.arange(total_q, device=cu_seqlens_q.device)
+    if not padded:
+        return rows
+    cu = cu_seqlens_q.long()
+    seq = torch.searchsorted(cu[1:], rows, right=True)  # the sequence of each row (empty ones hold none)
+    start = cu[seq]
+    return padded_first_block(start, seq) * BWD_BLOCK_M + (rows - start)
+
+
+def fold_dlse(delta, dlse, cu_seqlens_q, padded):
+    """delta -= dlse, row by row: d LSE_i / d s_ij = P_ij, so the LSE's gradient enters the backward as delta's
+    (``backward_host``'s dense path does the same). delta (1, H, rows) in the backward's layout, dlse (H, total_q)."""
+    rows = stats_rows(cu_seqlens_q, dlse.shape[1], padded)
+    delta[0].index_add_(1, rows, dlse, alpha=-1.0)
+
+
 def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                              causal=False, scale=None, window_size=None, softcap=None, mask_mod=None, options=None):
+                              causal=False, scale=None, window_size=None, softcap=None, mask_mod=None, options=None,
+                              dlse=None):
     """``warpsched.ops.attention_varlen_backward``: (dq, dk, dv) in q's / k's (total, heads, D) layout for the
     upstream ``dout``, given the forward's ``out`` and (H, total_q) ``lse``. dQ is accumulated in fp32 (TMA
     reduce-adds; a tile's rows past its sequence add zeros: their P is 0) and converted last. ``options``: the
     kernel's (default ``default_options(D, varlen=True)``; ``tma_stats`` pads LSE / delta per sequence,
-    ``backward_prep.VarlenStatsPrep``)."""
+    ``backward_prep.VarlenStatsPrep``). ``dlse`` (H, total_q): the LSE's own gradient where a caller used it
+    (``fold_dlse``)."""
     import torch
 
-    from .backward_host import (compiled_prep, compiled_varlen_post, compiled_varlen_prep, default_options,
-                                dq_from_accum, flat_dq_tile)
+    from .backward_host import (checked_dlse, compiled_prep, compiled_varlen_post, compiled_varlen_prep,
+                                default_options, dq_from_accum, flat_dq_tile)
 
     check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
     total_q, H, D = q.shape
@@ -254,13 +278,16 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
         compiled_varlen_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, lse_v, cu[0], delta, lse_p,
                                                               int(max_seqlen_q))
         lse_v = lse_p
+    elif _host.ffi_enabled():
+        compiled_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, delta)
+    else:
+        delta.copy_((dov.float() * ov.float()).sum(-1))
+    if dlse is not None:
+        fold_dlse(delta, checked_dlse(dlse, (H, total_q), q.device), cu[0], padded)
     if _host.ffi_enabled():
-        if not padded:
-            compiled_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, delta)
         _compiled(key, backward=True)(qv, kv, vv, dov, lse_v, delta, dq_acc, dkv, dvv, *cu, int(max_seqlen_q),
                                 int(max_seqlen_k), scale)
     else:
-        delta.copy_((dov.float() * ov.float()).sum(-1))
         args = ([_host.to_cute(t, 3) for t in (qv, kv, vv, dov)] + [_host.to_cute(lse_v, 2), _host.to_cute(delta, 2)]
                 + [_host.to_cute(t, 3) for t in (dq_acc, dkv, dvv)] + [_host.to_cute(t, 0) for t in cu]
                 + [cutlass.Int32(max_seqlen_q), cutlass.Int32(max_seqlen_k), cutlass.Float32(scale),
