@@ -422,3 +422,37 @@ def test_fuzzed_arguments_are_answered_or_refused_by_name_never_crash(flash):
             assert "unexpected keyword argument" in str(e), (kwargs, e)
         checked += 1
     assert checked == 3000
+
+
+def test_fuzzed_varlen_arguments_are_answered_or_refused_by_name_never_crash(flash):
+    """flash_attn_varlen_func with random values for what the interface reads itself (offsets, longest lengths,
+    windows, flags, a page table, eager or traced): a result, or an AttentionConfigError / TypeError."""
+    import random
+
+    mod, _ = flash
+    rng = random.Random(50)
+    junk = [None, -1, 0, 1, 7, 1.5, True, "x", (), (1,), (None, -1), (3, 0), _Index(4), float("nan")]
+    cus = [None, T(3, tag="cu"), T(3, tag="cu"), "offsets", 5]
+    checked = 0
+    for _ in range(3000):
+        EAGER["on"] = rng.random() < 0.5
+        q = rng.choice([T(30, 4, 64), T(2, 30, 4, 64), T(30, 4), "q"])
+        cu_q = rng.choice(cus)
+        cu_k = cu_q if rng.random() < 0.5 else rng.choice(cus)
+        kwargs = dict(window_size=rng.choice(junk + [(rng.choice(junk), rng.choice(junk))]),
+                      causal=rng.choice([True, False, None, 1]), softcap=rng.choice([0.0, None, 5.0]),
+                      return_lse=rng.choice([True, False]), max_seqlen_q=rng.choice(junk),
+                      max_seqlen_k=rng.choice(junk))
+        if rng.random() < 0.2:
+            kwargs["page_table"] = rng.choice([T(2, 3), None])
+            kwargs["seqused_k"] = rng.choice([T(2), None])
+        if rng.random() < 0.1:
+            kwargs[rng.choice(["qv", "typo", "seqused_q"])] = rng.choice(junk)
+        try:
+            mod.flash_attn_varlen_func(q, q, q, cu_q, cu_k, **kwargs)
+        except ConfigError:
+            pass
+        except TypeError as e:  # only the misspelled keyword's, as any Python function raises it
+            assert "unexpected keyword argument" in str(e), (kwargs, e)
+        checked += 1
+    assert checked == 3000

@@ -276,13 +276,25 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_se
             "where every sequence has as many queries as keys (under torch.compile, which cannot compare the offsets "
             "on the device, pass one tensor as both). Call warpsched.ops.attention_varlen (top-left) or "
             "flash_attn.cute for this batch")
-    max_q, max_k = int(max_seqlen_q), int(max_seqlen_k)
+    max_q, max_k = (_length(n, name) for n, name in ((max_seqlen_q, "max_seqlen_q"), (max_seqlen_k, "max_seqlen_k")))
     if not _wants_grad(q, k, v):
         out, lse = _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, softmax_scale, window,
                                    softcap, mask_mod)
         return out, (lse if return_lse else None)
     return _FlashVarlen.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, causal, softmax_scale, window,
                               softcap, mask_mod)
+
+
+def _length(n, name):
+    """A longest-sequence length as an int (any integer type: operator.index), or AttentionConfigError naming it."""
+    try:
+        value = None if isinstance(n, bool) else operator.index(n)
+    except TypeError:
+        value = None
+    if value is None or value < 0:
+        raise AttentionConfigError(f"flash_attn_varlen_func: {name}={n!r}: expected the longest sequence's length, "
+                                   "an int >= 0 (it sizes the grid)")
+    return value
 
 
 def _same_lengths(cu_q, cu_k):
