@@ -386,3 +386,14 @@ def test_a_traced_swiglu_layer_keeps_z_from_one_gemm_from_the_threshold(op):
     assert "warpsched_native.swiglu_keep.default" in forward, forward
     assert "warpsched_native.swiglu_forward.default" not in forward
     assert "warpsched_native.swiglu_backward.default" in backward
+
+
+@pytest.mark.parametrize("tokens", [-1, 1.5, "512", True, None])
+def test_swiglu_keep_from_refuses_what_is_no_token_count(tokens):
+    from warpsched.kernels.gemm import swiglu
+
+    before = swiglu.KEEP_FROM
+    with pytest.raises(ValueError, match="expected a token count"):
+        with wf.swiglu_keep_from(tokens):
+            pass
+    assert swiglu.KEEP_FROM == before  # nothing changed

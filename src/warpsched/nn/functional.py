@@ -270,8 +270,10 @@ def swiglu_keep_from(tokens):
     """Within it, a SwiGLU layer with a gradient runs its forward as one GEMM storing z and h (``swiglu_keep``)
     from ``tokens`` tokens on (``kernels.gemm.swiglu.KEEP_FROM`` outside), in the Python and the native node: the
     A / B side of the benchmarks (a very large ``tokens``: never). Not for use across threads."""
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError(f"swiglu_keep_from({tokens!r}): expected a token count, an int >= 0 (a very large one: never)")
     saved = _swiglu.KEEP_FROM
-    _set_keep_from(int(tokens))
+    _set_keep_from(tokens)
     try:
         yield
     finally:
