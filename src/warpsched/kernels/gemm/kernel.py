@@ -47,7 +47,8 @@ class PersistentGemm:
     operand, 0), "normal" (EVICT_NORMAL on both, CUTLASS C++'s default), "a_last" (A EVICT_LAST:
     the raster group's A strip is reused across every N tile it visits) or "a_last_b_first".
     ``bias`` (None, "c": the output's dtype, "f32"), ``activation`` (None, "relu", "relu2", "gelu",
-    "gelu_tanh", "silu", "swiglu"), ``residual``, ``scale_out`` (16-bit inputs: multiply by alpha):
+    "gelu_tanh", "silu", "swiglu", "swiglu_keep": C = z and h into ``mAux``), ``residual``, ``scale_out`` (16-bit
+    inputs: multiply by alpha):
     the fused epilogue (gemm_epilogue: its order of operations and SwiGLU's interleaved B); work
     bodies only, the checked program is the same. ``batched``: A (M, K, L), B (N, K, L), C (M, N, L)
     (CuTe's L mode): the work tiles of the L products are numbered as one M range of L x tiles_m
