@@ -43,6 +43,17 @@ def checker_runs(monkeypatch):
     VERDICTS.clear()
 
 
+@pytest.fixture
+def cuda_build_torch():
+    """torch, for tests that trace calls on fake CUDA tensors (what torch.compile sees of a GPU call, no GPU
+    needed): those need a CUDA build of torch; a CPU-only build (``torch==2.13.0`` from this machine's disk, say)
+    aborts the process on them, so the test is skipped there, saying why."""
+    torch = pytest.importorskip("torch")
+    if torch.version.cuda is None:
+        pytest.skip("fake CUDA tensors need a CUDA build of torch; this one is CPU-only")
+    return torch
+
+
 @pytest.fixture(scope="module")
 def native_op():
     """``torch.ops.warpsched_native.linear`` built here (torch-only tests: the extension's CPU stand-in kernels);

@@ -366,7 +366,7 @@ def _traced_swiglu_step(tokens=64):
         return ops(make_fx(forward)(x, w)), ops(make_fx(backward)(dh, x.detach(), w.detach(), z))
 
 
-def test_a_traced_swiglu_layer_runs_the_native_swiglu_kernels(op):
+def test_a_traced_swiglu_layer_runs_the_native_swiglu_kernels(op, cuda_build_torch):
     """Under a tracer (torch.compile's) the SwiGLU layer is the one node over the native ops: the GEMMs and the
     CuTe SwiGLU kernels (faster than inductor's fusion of the product on z's 8-wide runs), not torch's silu."""
     forward, backward = _traced_swiglu_step()
@@ -378,7 +378,7 @@ def test_a_traced_swiglu_layer_runs_the_native_swiglu_kernels(op):
     assert not any(o.startswith("warpsched_native") for o in forward) and any("silu" in o for o in forward), forward
 
 
-def test_a_traced_swiglu_layer_keeps_z_from_one_gemm_from_the_threshold(op):
+def test_a_traced_swiglu_layer_keeps_z_from_one_gemm_from_the_threshold(op, cuda_build_torch):
     """Under a tracer, from ``swiglu.KEEP_FROM`` tokens the forward is the one-GEMM op (its fake gives z and h)."""
     from warpsched.kernels.gemm import swiglu
 

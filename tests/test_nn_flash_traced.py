@@ -13,6 +13,8 @@ torch = pytest.importorskip("torch")
 
 from warpsched.nn import flash  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("cuda_build_torch")  # fake CUDA tensors (conftest.cuda_build_torch)
+
 
 def _ops(gm):
     return {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
