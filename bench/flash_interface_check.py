@@ -148,6 +148,27 @@ def dense_cases(picked):
     return bad
 
 
+def varlen_reference(q, k, v, cu, lens, scale, dout, dlse):
+    """fp64 [O, LSE (H, T), dQ, dK, dV] of packed causal sequences, each its own square (``reference`` per
+    sequence; rows of empty sequences: none)."""
+    T, H, D = q.shape
+    Hk = k.shape[1]
+    refs = [torch.zeros(T, H, D, device="cuda", dtype=torch.float64),
+            torch.zeros(H, T, device="cuda", dtype=torch.float64),
+            torch.zeros(T, H, D, device="cuda", dtype=torch.float64),
+            torch.zeros(T, Hk, D, device="cuda", dtype=torch.float64),
+            torch.zeros(T, Hk, D, device="cuda", dtype=torch.float64)]
+    for a, n in zip(cu[:-1].tolist(), lens):
+        if n == 0:
+            continue
+        sl = slice(a, a + n)
+        o, lse, dq, dk, dv = reference(q[sl][None], k[sl][None], v[sl][None],
+                                       keep_mask(n, n, True, (None, None), "cuda"), scale, 0.0, dout[sl][None],
+                                       None if dlse is None else dlse[:, sl][None])
+        refs[0][sl], refs[1][:, sl], refs[2][sl], refs[3][sl], refs[4][sl] = o[0], lse[0], dq[0], dk[0], dv[0]
+    return refs
+
+
 def varlen_case():
     """Packed sequences of 0, 1, 300, 77 and 513 tokens, causal, GQA 8/2, d128 (each sequence its own square)."""
     lens = [0, 1, 300, 77, 513]
@@ -158,17 +179,7 @@ def varlen_case():
     k, v = (torch.randn(T, Hk, D, device="cuda", dtype=DT) for _ in range(2))
     dout = torch.randn(T, H, D, device="cuda", dtype=DT)
     scale = 1 / math.sqrt(D)
-    refs = [torch.zeros(T, H, D, device="cuda", dtype=torch.float64), None,
-            torch.zeros(T, H, D, device="cuda", dtype=torch.float64),
-            torch.zeros(T, Hk, D, device="cuda", dtype=torch.float64),
-            torch.zeros(T, Hk, D, device="cuda", dtype=torch.float64)]
-    for a, n in zip(cu[:-1].tolist(), lens):
-        if n == 0:
-            continue
-        sl = slice(a, a + n)
-        o, _, dq, dk, dv = reference(q[sl][None], k[sl][None], v[sl][None], keep_mask(n, n, True, (None, None), "cuda"),
-                                     scale, 0.0, dout[sl][None], None)
-        refs[0][sl], refs[2][sl], refs[3][sl], refs[4][sl] = o[0], dq[0], dk[0], dv[0]
+    refs = varlen_reference(q, k, v, cu, lens, scale, dout, None)
     kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens), max_seqlen_k=max(lens), softmax_scale=scale,
               causal=True)
     mine = run_side(ws_flash.flash_attn_varlen_func, q, k, v, dout, None, **kw)
@@ -178,19 +189,7 @@ def varlen_case():
                 None if theirs is None else [theirs[i] for i in sel], [refs[i] for i in sel], ["O", "dQ", "dK", "dV"])
     # a loss on the returned LSE too: its gradient folded into delta per row (varlen.fold_dlse), against fp64
     dlse = torch.randn(H, T, device="cuda")
-    refs = [torch.zeros(T, H, D, device="cuda", dtype=torch.float64), torch.zeros(H, T, device="cuda",
-                                                                                 dtype=torch.float64),
-            torch.zeros(T, H, D, device="cuda", dtype=torch.float64),
-            torch.zeros(T, Hk, D, device="cuda", dtype=torch.float64),
-            torch.zeros(T, Hk, D, device="cuda", dtype=torch.float64)]
-    for a, n in zip(cu[:-1].tolist(), lens):
-        if n == 0:
-            continue
-        sl = slice(a, a + n)
-        o, lse, dq, dk, dv = reference(q[sl][None], k[sl][None], v[sl][None], keep_mask(n, n, True, (None, None),
-                                                                                        "cuda"),
-                                       scale, 0.0, dout[sl][None], dlse[:, sl][None])
-        refs[0][sl], refs[1][:, sl], refs[2][sl], refs[3][sl], refs[4][sl] = o[0], lse[0], dq[0], dk[0], dv[0]
+    refs = varlen_reference(q, k, v, cu, lens, scale, dout, dlse)
     mine = run_side(ws_flash.flash_attn_varlen_func, q, k, v, dout, dlse, return_lse=True, **kw)
     theirs = peer_side(fa4_varlen, "varlen with a loss on the LSE", q, k, v, dout, dlse, return_lse=True, **kw)
     keep = [i for i in range(5) if theirs is None or theirs[i] is not None]

@@ -395,6 +395,17 @@ def test_any_integer_type_is_a_window_bound(flash):
     assert mod._bounds((_Index(-1), None), False, 10, 10, "f") == (False, None, 0)
 
 
+def _answered_or_refused(fn, args, kwargs):
+    """fn(*args, **kwargs) returns, or raises AttentionConfigError, or the TypeError of a misspelled keyword (as any
+    Python function raises it); anything else fails the test."""
+    try:
+        fn(*args, **kwargs)
+    except ConfigError:
+        pass
+    except TypeError as e:
+        assert "unexpected keyword argument" in str(e), (kwargs, e)
+
+
 def test_fuzzed_arguments_are_answered_or_refused_by_name_never_crash(flash):
     """Random values for every argument the interface reads itself (windows, flags, shapes, hints): a result, or
     an AttentionConfigError / TypeError, never another exception from inside warpsched."""
@@ -414,12 +425,7 @@ def test_fuzzed_arguments_are_answered_or_refused_by_name_never_crash(flash):
                       pack_gqa=rng.choice([None, True]), return_lse=rng.choice([True, False]))
         if rng.random() < 0.1:
             kwargs[rng.choice(["qv", "learnable_sink", "typo", "gather_bwd_token_chunk"])] = rng.choice(junk)
-        try:
-            mod.flash_attn_func(q, k, k, **kwargs)
-        except ConfigError:
-            pass
-        except TypeError as e:  # only the misspelled keyword's, as any Python function raises it
-            assert "unexpected keyword argument" in str(e), (kwargs, e)
+        _answered_or_refused(mod.flash_attn_func, (q, k, k), kwargs)
         checked += 1
     assert checked == 3000
 
@@ -448,11 +454,6 @@ def test_fuzzed_varlen_arguments_are_answered_or_refused_by_name_never_crash(fla
             kwargs["seqused_k"] = rng.choice([T(2), None])
         if rng.random() < 0.1:
             kwargs[rng.choice(["qv", "typo", "seqused_q"])] = rng.choice(junk)
-        try:
-            mod.flash_attn_varlen_func(q, q, q, cu_q, cu_k, **kwargs)
-        except ConfigError:
-            pass
-        except TypeError as e:  # only the misspelled keyword's, as any Python function raises it
-            assert "unexpected keyword argument" in str(e), (kwargs, e)
+        _answered_or_refused(mod.flash_attn_varlen_func, (q, q, q, cu_q, cu_k), kwargs)
         checked += 1
     assert checked == 3000
