@@ -4,8 +4,9 @@ refused by name. The numbers (against FlashAttention-4's own functions and an fp
 the H200 by ``bench/flash_interface_check.py``.
 
 This machine has no torch: ``nn/flash.py`` runs against a stand-in torch (tensors with a shape and
-``transpose``) and stand-ins for ``warpsched.ops``, the ops ``nn.attention._run`` picks and the custom op, which
-record each call (``EAGER["on"]`` says whether the call is eager or traced)."""
+``transpose``), the real ``nn/attention.py`` beside it, and stand-ins for ``warpsched.ops``, the ops
+``nn.attention._run`` picks and the custom ops, which record each call (``EAGER["on"]`` says whether the call is
+eager or traced)."""
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ import pytest
 from _module_file import exec_module_file
 
 FLASH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "warpsched", "nn", "flash.py")
+ATTENTION = os.path.join(os.path.dirname(FLASH), "attention.py")
 
 
 class ConfigError(ValueError):
@@ -81,11 +83,8 @@ def flash(monkeypatch):
     torch_ops = types.ModuleType("warpsched.torch_ops")
     torch_ops.attention_bwd = grads("torch_ops.attention_bwd")
     torch.ops = types.SimpleNamespace(warpsched=types.SimpleNamespace(attention_bwd=grads("op.attention_bwd")))
-    attention = types.ModuleType("warpsched.nn.attention")
     run = {"attention_fwd": recorder("attention_fwd", lambda q, *a: T(*q.shape, tag="out")),
            "attention_bwd": grads("attention_bwd")}
-    attention._run = lambda name, t: run[name]  # the op nn.scaled_dot_product_attention runs (native or custom)
-    attention._sides = lambda w: (-1, -1) if w is None else tuple(-1 if x is None else int(x) for x in w)
     torch.ops.warpsched.attention_varlen_fwd = recorder("op.attention_varlen_fwd", lambda q, *a: T(*q.shape, tag="out"))
     torch.ops.warpsched.attention_varlen_bwd = grads("op.attention_varlen_bwd")
     ops.attention_varlen_backward = grads("attention_varlen_backward")
@@ -105,13 +104,16 @@ def flash(monkeypatch):
     masks = types.ModuleType("warpsched.kernels.attention.masks")
     masks.AttentionConfigError = ConfigError
     mods = {"torch": torch, "warpsched": pkg, "warpsched.ops": ops, "warpsched.torch_ops": torch_ops,
-            "warpsched.nn.attention": attention, "warpsched.nn._eager": eager_mod,
+            "warpsched.nn._eager": eager_mod,
             "warpsched.nn.functional": functional,
             "warpsched.nn": types.ModuleType("warpsched.nn"), "warpsched.kernels": types.ModuleType("k"),
             "warpsched.kernels.attention": types.ModuleType("a"), "warpsched.kernels.attention.masks": masks}
     mods["warpsched.nn"].__path__ = []
     for name, mod in mods.items():
         monkeypatch.setitem(sys.modules, name, mod)
+    # nn/attention.py itself (its varlen routing and window sides), its op choice (_run) the recorders
+    attention = exec_module_file("warpsched.nn.attention", ATTENTION, monkeypatch)
+    attention._run = lambda name, t: run[name]  # the op nn.scaled_dot_product_attention runs (native or custom)
     return exec_module_file("warpsched.nn.flash", FLASH), calls
 
 

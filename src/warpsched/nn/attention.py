@@ -62,18 +62,11 @@ class _MaskedAttention(torch.autograd.Function):
 
 class _VarlenAttention(torch.autograd.Function):
     """Packed sequences: ``warpsched.ops`` eagerly (and with a ``mask_mod``), the custom ops
-    ``torch.ops.warpsched.attention_varlen_fwd`` / ``_bwd`` under a tracer."""
+    ``torch.ops.warpsched.attention_varlen_fwd`` / ``_bwd`` under a tracer (``_varlen_forward`` / ``_backward``)."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_size, softcap, mask_mod):
-        if mask_mod is None and not eager(q):
-            left, right = _sides(window_size)
-            out, lse = torch.ops.warpsched.attention_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, left,
-                                                                right, softcap)
-        else:
-            out, lse = ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale,
-                                            return_lse=True, window_size=window_size, softcap=softcap,
-                                            mask_mod=mask_mod)
+        out, lse = _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_size, softcap, mask_mod)
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
         ctx.args = (max_q, max_k, causal, scale)
         ctx.masks = dict(window_size=window_size, softcap=softcap, mask_mod=mask_mod)
@@ -81,14 +74,30 @@ class _VarlenAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-        m = ctx.masks
-        if m["mask_mod"] is None and not eager(dout):
-            dq, dk, dv = torch.ops.warpsched.attention_varlen_bwd(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args,
-                                                                  *_sides(m["window_size"]), m["softcap"])
-        else:
-            dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **m)
+        dq, dk, dv = _varlen_backward(ctx, dout)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None
+
+
+def _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window_size, softcap, mask_mod):
+    """(O, LSE) of packed sequences: ``warpsched.ops`` eagerly (and with a ``mask_mod``, which no op schema
+    carries), the custom op under a tracer."""
+    if mask_mod is None and not eager(q):
+        return torch.ops.warpsched.attention_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale,
+                                                        *_sides(window_size), softcap)
+    return ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, return_lse=True,
+                                window_size=window_size, softcap=softcap, mask_mod=mask_mod)
+
+
+def _varlen_backward(ctx, dout, dlse=None):
+    """(dq, dk, dv) of a varlen node (``ctx``: what ``_VarlenAttention`` / ``flash._FlashVarlen`` saved: the tensors,
+    ``args`` (max_q, max_k, causal, scale) and ``masks``), ``dlse`` the LSE's gradient if one reached it; routed as
+    ``_varlen_forward``."""
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    m = ctx.masks
+    if m["mask_mod"] is None and not eager(dout):
+        return torch.ops.warpsched.attention_varlen_bwd(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args,
+                                                        *_sides(m["window_size"]), m["softcap"], dlse)
+    return ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **m, dlse=dlse)
 
 
 def _sides(window_size):

@@ -39,7 +39,7 @@ from .. import ops
 from .. import torch_ops  # registers torch.ops.warpsched.*
 from ..kernels.attention.masks import AttentionConfigError
 from ._eager import eager
-from .attention import _run, _sides
+from .attention import _run, _sides, _varlen_backward, _varlen_forward
 from .functional import _native_ready
 
 # FlashAttention-4 arguments without a warpsched kernel: refused unless left at their defaults
@@ -175,25 +175,9 @@ class _FlashVarlen(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dlse):
-        q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-        dout = torch.zeros_like(out) if dout is None else dout
-        m = ctx.masks
-        if m["mask_mod"] is None and not eager(dout):
-            dq, dk, dv = torch.ops.warpsched.attention_varlen_bwd(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args,
-                                                                  *_sides(m["window_size"]), m["softcap"], dlse)
-        else:
-            dq, dk, dv = ops.attention_varlen_backward(q, k, v, out, dout, lse, cu_q, cu_k, *ctx.args, **m, dlse=dlse)
+        dout = torch.zeros_like(ctx.saved_tensors[3]) if dout is None else dout
+        dq, dk, dv = _varlen_backward(ctx, dout, dlse)
         return dq, dk, dv, None, None, None, None, None, None, None, None, None
-
-
-def _varlen_forward(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window, softcap, mask_mod):
-    """(O, LSE) of packed sequences: ``warpsched.ops`` eagerly (and with a ``mask_mod``, which no op schema carries),
-    the custom op under a tracer."""
-    if mask_mod is None and not eager(q):
-        return torch.ops.warpsched.attention_varlen_fwd(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale,
-                                                        *_sides(window), softcap)
-    return ops.attention_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, return_lse=True,
-                                window_size=window, softcap=softcap, mask_mod=mask_mod)
 
 
 def _wants_grad(*ts):
