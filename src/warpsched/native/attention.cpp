@@ -241,17 +241,17 @@ struct AttentionLseFunction : public torch::autograd::Function<AttentionLseFunct
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto optional = [&](const char* name) { return saved_optional(ctx, name); };
+    const c10::optional<double> scale = saved_optional(ctx, "scale"), softcap = saved_optional(ctx, "softcap");
     const at::Tensor dout = grads[0].defined() ? grads[0] : at::zeros_like(saved[3]);
     const bool causal = ctx->saved_data["causal"].toBool(), deterministic = ctx->saved_data["deterministic"].toBool();
     const int64_t left = ctx->saved_data["left"].toInt(), right = ctx->saved_data["right"].toInt();
     Grads g = grads[1].defined() || deterministic
-                  ? call_host_attention_bwd(saved[0], saved[1], saved[2], saved[3], dout, saved[4], causal,
-                                            optional("scale"), left, right, optional("softcap"),
+                  ? call_host_attention_bwd(saved[0], saved[1], saved[2], saved[3], dout, saved[4], causal, scale,
+                                            left, right, softcap,
                                             grads[1].defined() ? c10::optional<at::Tensor>(grads[1]) : c10::nullopt,
                                             deterministic)
-                  : call_attention_bwd(saved[0], saved[1], saved[2], saved[3], dout, saved[4], causal,
-                                       optional("scale"), left, right, optional("softcap"));
+                  : call_attention_bwd(saved[0], saved[1], saved[2], saved[3], dout, saved[4], causal, scale, left,
+                                       right, softcap);
     auto [dq, dk, dv] = g;
     return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

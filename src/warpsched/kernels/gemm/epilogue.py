@@ -112,7 +112,7 @@ def swiglu_pairs(g):
 
     bM, bN, _ = g.tile_mnk
     full = g._make_tiled_mma().get_slice(0).partition_C(cute.make_identity_tensor((bM, bN)))
-    half = g._make_tiled_mma(bN // 2).get_slice(0).partition_C(cute.make_identity_tensor((bM, bN // 2)))
+    half = h_coords(g, 0)
     where = {tuple(full[i]): i for i in range(cute.size(full))}
     pairs = []
     for j in range(cute.size(half)):
@@ -161,8 +161,8 @@ def apply(g, acc, frag, m, n, thread, l=0):
 
 
 def h_coords(g, thread):
-    """swiglu_keep: the (row, column) in tile's h block (bM x bN / 2) of each register of a thread's half-width
-    fragment (the order of ``g.swiglu_pairs``)."""
+    """The (row, column) in the tile's half-width block (bM x bN / 2: SwiGLU's h) of each register of a thread's
+    half-width fragment (the order of ``g.swiglu_pairs``)."""
     import cutlass.cute as cute
 
     bM, bN, _ = g.tile_mnk
@@ -183,10 +183,9 @@ def h_groups(g):
     thread 0. None where the tile's h width is not a multiple of 32 (four 8-column chunks a row): scalar stores."""
     import cutlass.cute as cute
 
-    bM, bN, _ = g.tile_mnk
-    if (bN // 2) % 32:
+    if (g.tile_mnk[1] // 2) % 32:
         return None
-    coords = g._make_tiled_mma(bN // 2).get_slice(0).partition_C(cute.make_identity_tensor((bM, bN // 2)))
+    coords = h_coords(g, 0)
     where = {tuple(coords[j]): j for j in range(cute.size(coords))}
     groups = []
     for (r, c), j in sorted(where.items()):
