@@ -61,7 +61,8 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  # tile, and the (rows, columns) tiles before it
                  "flat": dict(_D64, flat_dq=True), "flat4": dict(_D64, flat_dq=True, flat_boxes=4),
                  "rows": dict(_D64, flat_dq=False),
-                 "es": dict(_D64, early_stats=True)},  # the LSE read before the S / dP GEMMs are issued
+                 "es": dict(_D64, early_stats=True),  # the LSE read before the S / dP GEMMs are issued
+                 "fin": dict(_D64, dq_finish=True)},  # dQ converted in the kernel (attention.dq_finish)
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
                   "q3": dict(_D128, qdo_stages=3, dq_stages=1), "dq2": dict(_D128, dq_stages=2),
@@ -75,7 +76,8 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   # 80-row Q blocks, dQ computed transposed (FA4's non-causal tile), with and without the LSE
                   # read before the S / dP GEMMs
                   "m80": dict(_D128, block_m=80, dq_stages=1),
-                  "m80ne": dict(_D128, block_m=80, dq_stages=1, early_stats=False)},
+                  "m80ne": dict(_D128, block_m=80, dq_stages=1, early_stats=False),
+                  "fin": dict(_D128, dq_finish=True)},
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4),
@@ -98,6 +100,7 @@ def variants_for(head_dim, causal):
 SPEED = [  # B, H, S, D, causal
     (8, 32, 2048, 128, True), (4, 16, 4096, 128, False), (16, 16, 1024, 64, True), (2, 16, 8192, 128, True),
     (4, 16, 4096, 64, False), (16, 16, 1024, 128, False), (4, 16, 2048, 256, False), (8, 16, 2048, 256, True),
+    (16, 16, 1024, 128, True), (16, 16, 1024, 64, False),
 ]
 
 
@@ -151,7 +154,15 @@ def correctness():
             torch.cuda.synchronize()
             ours = [err(a, r) for a, r in zip((dq, dk, dv), ref)]
             ok = all(o == o and o <= 2 * t + 1e-3 for o, t in zip(ours, theirs))
-            if options.get("flat_dq"):  # the post-pass kernel against its torch twin, on one accumulator
+            if options.get("dq_finish"):  # the kernel's own dQ, every row written: into a NaN-poisoned tensor
+                launch, dq_own, _, _, _ = bwd._prepare(q, k, v, out, dout, lse, causal=causal, **options)
+                dq_own.fill_(float("nan"))
+                launch()
+                own = err(dq_own, ref[0])
+                same = own == own and own <= 2 * theirs[0] + 1e-3
+                ok = ok and same
+                name += "" if same else f" (poisoned dQ: {own:.2e})"
+            elif options.get("flat_dq"):  # the post-pass kernel against its torch twin, on one accumulator
                 launch, dq_acc, _, _, flat = bwd._prepare(q, k, v, out, dout, lse, causal=causal, **options)
                 launch()
                 same = torch.equal(bwd.finish_dq(dq_acc, flat, scale, dt, Sq),

@@ -47,7 +47,7 @@ from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
 from .backward_units import BLOCK_M, BackwardUnits
-from . import dq_order
+from . import dq_finish, dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
 FLAT_ROW = 256  # flat_dq: values per row of the dQ reduce-add's TMA box (a box dimension holds at most 256)
@@ -76,8 +76,9 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
     dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.dq_stages, producer_group=threads(128),
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
+    finish = {"finish": True} if g.dq_finish else {}  # the dQ finish's work (a planted twin may not take it)
     writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
-                  num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n))
+                  num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish))
     tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     smem_dss = []
     if g.shared_ds:
@@ -125,7 +126,7 @@ class FlashAttentionBackward(BackwardUnits):
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
-                 stage_first=False, lpt=False, lpt_heads=None, early_stats=False):
+                 stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -241,6 +242,17 @@ class FlashAttentionBackward(BackwardUnits):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "
                                        "longest-first order, an int >= 1 with lpt=True (None: every head at once)")
         self.lpt_heads = lpt_heads
+        # dQ converted inside the kernel by the key block that adds last into each Q block (attention.dq_finish),
+        # not by a post-pass over the whole fp32 buffer
+        if dq_finish and (not self.flat_dq or self.dq_swap or self.d_split or flat_boxes != 1 or self.varlen
+                          or self.deterministic or self.window_left is not None or self.window_right is not None):
+            raise AttentionConfigError(
+                f"dq_finish=True with flat_dq={self.flat_dq}, block_m={block_m}, head_dim={head_dim}, flat_boxes="
+                f"{flat_boxes}, varlen={self.varlen}, deterministic={self.deterministic}, window_size={window_size}: "
+                "the in-kernel dQ finish converts whole flat 64 x 64 tiles of a dense batch (flat_dq=True, head dim "
+                "64 or 128, block_m 64 or 128, flat_boxes=1), where every Q block has a key block that adds into it "
+                "(no sliding window) and the adds' order is free (deterministic=False); else dq_finish=False")
+        self.dq_finish = bool(dq_finish)
         self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -271,7 +283,7 @@ class FlashAttentionBackward(BackwardUnits):
             + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
             + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
-            + (("early_stats",) if self.early_stats else ()))
+            + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
@@ -411,7 +423,7 @@ class FlashAttentionBackward(BackwardUnits):
         self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream)
 
     def _launch(self, mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mCuQ=None, mCuK=None,
-                max_seqlen_q=None, max_seqlen_k=None, mSem=None):
+                max_seqlen_q=None, max_seqlen_k=None, mSem=None, mdQ=None):
         """The launch both entry points trace (``FlashAttentionBackwardVarlen`` passes the cu_seqlens)."""
         lay = self._layouts()
         sdp_mma, dkv_mma, dq_mma = self._mmas()
@@ -443,7 +455,8 @@ class FlashAttentionBackward(BackwardUnits):
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
-                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem, *stats, *stores).launch(
+                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem, mdQ,
+                    mdQacc if self.dq_finish else None, *stats, *stores).launch(
                         grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
@@ -453,7 +466,8 @@ class FlashAttentionBackward(BackwardUnits):
                mDelta: cute.Tensor, tma_dq: cute.CopyAtom, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
                sdp_mma: cute.TiledMma, dkv_mma: cute.TiledMma, dq_mma: cute.TiledMma, scale: cutlass.Float32,
                mCuQ: Optional[cute.Tensor], mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32],
-               max_seqlen_k: Optional[cutlass.Int32], mSem: Optional[cute.Tensor], tma_lse: Optional[cute.CopyAtom],
+               max_seqlen_k: Optional[cutlass.Int32], mSem: Optional[cute.Tensor], mdQ: Optional[cute.Tensor],
+               mdQsum: Optional[cute.Tensor], tma_lse: Optional[cute.CopyAtom],
                mLSEt: Optional[cute.Tensor], tma_delta: Optional[cute.CopyAtom], mDeltat: Optional[cute.Tensor],
                tma_dk: Optional[cute.CopyAtom], mdKt: Optional[cute.Tensor], tma_dv: Optional[cute.CopyAtom],
                mdVt: Optional[cute.Tensor]):
@@ -479,6 +493,8 @@ class FlashAttentionBackward(BackwardUnits):
         mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
         if cutlass.const_expr(self.deterministic):
             dq_order.require_safe(self)  # the hand-over between CTAs, by the grid checker
+        if cutlass.const_expr(self.dq_finish):
+            dq_finish.require_safe(self)
         self.checked = _host.checked(mgr)  # the verdict its compile reports (attention.backward_host.VERDICT_OF)
         mgr.setup_resources_and_tasks()
         zeros = self._mmas()
@@ -505,7 +521,7 @@ class FlashAttentionBackward(BackwardUnits):
             s.update(tma_dk=tma_dk, mdKt=mdKt, tma_dv=tma_dv, mdVt=mdVt)
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, tma_do=tma_do, mQ=mQ, mK=mK, mV=mV, mdO=mdO, mLSE=mLSE,
                 mDelta=mDelta, tma_dq=tma_dq, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
-                dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale, mSem=mSem,
+                dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale, mSem=mSem, mdQ=mdQ, mdQsum=mdQsum,
                 scale_log2=scale * math.log2(math.e), **s)
 
 
@@ -541,3 +557,19 @@ class FlashAttentionBackwardDeterministic(FlashAttentionBackward):
                  mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor, mSem: cute.Tensor,
                  scale: cutlass.Float32, stream):
         self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mSem=mSem)
+
+
+class FlashAttentionBackwardFinish(FlashAttentionBackward):
+    """The backward that writes dQ itself (``dq_finish=True``, attention.dq_finish): the arguments of
+    ``FlashAttentionBackward``, ``mSem`` (one Int32 word per (batch, query head, Q block), zero at launch: the
+    pre-pass zeroes them) and ``mdQ`` (B, H, S_q, D) in the input dtype. Same program but for the writer warp's
+    finish work; the hand-over between CTAs is ``dq_finish.finish_protocol``'s, proven by the grid checker."""
+
+    def __init__(self, **options):
+        super().__init__(**dict(options, dq_finish=True))
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor,
+                 mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor, mSem: cute.Tensor,
+                 mdQ: cute.Tensor, scale: cutlass.Float32, stream):
+        self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mSem=mSem, mdQ=mdQ)

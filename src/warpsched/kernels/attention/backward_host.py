@@ -9,10 +9,11 @@ import cutlass.cute as cute
 
 from .. import _host
 from .forward import AttentionConfigError
-from .backward import BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic
+from .backward import (BLOCK_M, BWD_HEAD_DIMS, FlashAttentionBackward, FlashAttentionBackwardDeterministic,
+                       FlashAttentionBackwardFinish)
 from .backward_math import LOG2E
 from .backward_post import DQConvert, DQConvertVarlen, flat_to_rows
-from .backward_prep import DeltaPrep, StatsPrep, VarlenStatsPrep
+from .backward_prep import DeltaPrep, StatsPrep, StatsPrepCounts, VarlenStatsPrep
 from .host import _tma_aligned, _tma_ready, check_args as _check_qkv, softmax_scale
 
 _CACHE = {}
@@ -40,10 +41,10 @@ def check_args(q, k, v, out, dout, lse):
                                    "forward's log-sum-exp (ops.attention(..., return_lse=True))")
 
 
-def fake_operands(dtype, head_dim, deterministic=False, tma_stats=False):
+def fake_operands(dtype, head_dim, deterministic=False, tma_stats=False, dq_finish=False):
     """Fake q, k, v, dout (B, H, S, D), lse and delta (B, H, S_q) fp32 (``tma_stats``: (B, H, S_pad), strides
     16-byte multiples), dq_accum (B, H, S_pad, D) fp32, dk, dv: sizes but D symbolic, 16-byte aligned
-    strides; ``deterministic``: and the Int32 turn words."""
+    strides; ``deterministic``: and the Int32 turn words; ``dq_finish``: the Int32 count words and dQ."""
     from cutlass.cute.runtime import make_fake_tensor
 
     B, H, Hk, Sq, Sk, Sp = (cute.sym_int32() for _ in range(6))
@@ -55,8 +56,10 @@ def fake_operands(dtype, head_dim, deterministic=False, tma_stats=False):
         return _host.fake_rows(B, H, Sp, stride_divisibility=4) if tma_stats else _host.fake_rows(B, H, Sq)
     out = (bhsd(H, Sq), bhsd(Hk, Sk), bhsd(Hk, Sk), bhsd(H, Sq), rows(), rows(), bhsd(H, Sp, cutlass.Float32),
            bhsd(Hk, Sk), bhsd(Hk, Sk))
-    if deterministic:
+    if deterministic or dq_finish:
         out += (make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=4),)
+    if dq_finish:
+        out += (bhsd(H, Sq),)
     return out
 
 
@@ -65,6 +68,8 @@ def _kernel(kern_key):
     options = dict(options)
     if options.pop("deterministic", False):
         return FlashAttentionBackwardDeterministic(dtype=dtype, head_dim=head_dim, causal=causal, **options)
+    if options.get("dq_finish", False):
+        return FlashAttentionBackwardFinish(dtype=dtype, head_dim=head_dim, causal=causal, **options)
     return FlashAttentionBackward(dtype=dtype, head_dim=head_dim, causal=causal, **options)
 
 
@@ -90,11 +95,12 @@ def _prep_target(arch):
     return (_host.ptx_options(arch), make_fake_stream()) if arch else (_host.ffi_options(), _host.fake_env_stream())
 
 
-def compiled_prep(dtype, head_dim, arch=None, padded=False):
+def compiled_prep(dtype, head_dim, arch=None, padded=False, counts=None):
     """The delta pre-pass for TVM-FFI calls ``f(out, dout, delta)`` (``arch``: a CPU compile for that arch);
     ``padded``: ``StatsPrep``, ``f(out, dout, lse, delta, lse_padded, dq_accum)`` with (B, H, S_pad) outputs,
-    dq_accum (B, H, S_pad, D) fp32 zeroed."""
-    key = ("prep", dtype, head_dim, arch, padded)
+    dq_accum (B, H, S_pad, D) fp32 zeroed; ``counts`` (a Q block's rows): ``StatsPrepCounts``, and the in-kernel dQ
+    finish's Int32 words (one per (batch, head, Q block)) zeroed, ``f(..., dq_accum, counts)``."""
+    key = ("prep", dtype, head_dim, arch, padded, counts)
     if key not in _CACHE:
         options, stream = _prep_target(arch)
         if padded:
@@ -103,7 +109,13 @@ def compiled_prep(dtype, head_dim, arch=None, padded=False):
                      _host.fake_rows(B, H, S, assumed_align=None), _host.fake_rows(B, H, Sp, stride_divisibility=4),
                      _host.fake_rows(B, H, Sp, stride_divisibility=4),
                      _host.fake_bhsd(cutlass.Float32, B, H, Sp, head_dim))
-            _CACHE[key] = cute.compile(StatsPrep(dtype, head_dim), *fakes, stream, options=options)
+            if counts:
+                from cutlass.cute.runtime import make_fake_tensor
+
+                fakes += (make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=4),)
+                _CACHE[key] = cute.compile(StatsPrepCounts(dtype, head_dim, counts), *fakes, stream, options=options)
+            else:
+                _CACHE[key] = cute.compile(StatsPrep(dtype, head_dim), *fakes, stream, options=options)
         else:
             _CACHE[key] = cute.compile(DeltaPrep(dtype, head_dim), *fake_prep_operands(dtype, head_dim), stream,
                                        options=options)
@@ -175,7 +187,8 @@ def compiled_ffi(kern_key):
     key = kern_key + ("tvm-ffi",)
     if key not in _CACHE:
         kern = _kernel(kern_key)
-        _CACHE[key] = cute.compile(kern, *fake_operands(kern_key[0], kern_key[1], kern.deterministic, kern.tma_stats),
+        _CACHE[key] = cute.compile(kern, *fake_operands(kern_key[0], kern_key[1], kern.deterministic, kern.tma_stats,
+                                                        kern.dq_finish),
                                    cutlass.Float32(0.125), _host.fake_env_stream(), options=_host.ffi_options())
         _host.record_verdict(VERDICT_OF, kern_key, kern)
     return _CACHE[key]
@@ -240,6 +253,11 @@ def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None
     lse = lse.contiguous()
     block_m = options.get("block_m", BLOCK_M)  # the kernel's Q block: dQaccum, LSE / delta padded to whole ones
     sp = (Sq + block_m - 1) // block_m * block_m
+    finish = bool(options.get("dq_finish"))  # the kernel writes dQ: one Int32 word per Q block, zeroed with dQaccum
+    counts = None
+    if finish:  # StatsPrepCounts zeroes them with TVM FFI (it needs tma_stats: refused by the kernel without it)
+        counts = (torch.empty if _host.ffi_enabled() else torch.zeros)(B * H * (sp // block_m), device=q.device,
+                                                                       dtype=torch.int32)
     if options.get("tma_stats") and _host.ffi_enabled():  # the pre-pass zeroes dQ's accumulator too
         dq_acc = torch.empty(B, H, sp, D, device=q.device, dtype=torch.float32)
     else:
@@ -248,7 +266,9 @@ def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None
         delta = torch.empty(B, H, sp, device=q.device, dtype=torch.float32)
         lse_padded = torch.empty(B, H, sp, device=q.device, dtype=torch.float32)
         if _host.ffi_enabled():
-            compiled_prep(_host.cutlass_dtype(q.dtype), D, padded=True)(out, dout, lse, delta, lse_padded, dq_acc)
+            counted = {"counts": block_m} if finish else {}  # StatsPrepCounts zeroes the finish's words too
+            compiled_prep(_host.cutlass_dtype(q.dtype), D, padded=True, **counted)(
+                out, dout, lse, delta, lse_padded, dq_acc, *([counts] if finish else []))
         else:
             delta.fill_(0.0)
             lse_padded.fill_(float("inf"))
@@ -272,14 +292,27 @@ def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None
     scale = softmax_scale(D, scale)
     # deterministic: one Int32 turn word per (batch, query head, Q block), zero at launch (dq_order)
     turns = (torch.zeros(B * H * (sp // block_m), device=q.device, dtype=torch.int32),) if deterministic else ()
+    if finish:
+        dq = torch.empty(B, H, Sq, D, device=q.device, dtype=q.dtype)
+        turns = (counts, dq)
     if _host.ffi_enabled():
         f, args = compiled_ffi(kern_key), (q, k, v, dout, lse, delta, dq_acc, dk, dv, *turns, scale)
     else:
         args = ([_host.to_cute(t, 3) for t in (q, k, v, dout)] + [_host.to_cute(lse, 2), _host.to_cute(delta, 2)]
-                + [_host.to_cute(t, 3) for t in (dq_acc, dk, dv)] + [_host.to_cute(t, 0) for t in turns]
+                + [_host.to_cute(t, 3) for t in (dq_acc, dk, dv)]
+                + [_host.to_cute(t, 3 if t.dim() == 4 else 0) for t in turns]
                 + [cutlass.Float32(scale), _host.current_stream()])
         f = compiled(kern_key, args)
     flat = flat_dq_tile(kern_key)
+    if finish:
+        launches = []
+
+        def launch():  # the words count each Q block's key blocks: zeroed again before every later launch
+            if launches:
+                counts.zero_()
+            launches.append(1)
+            f(*args)
+        return launch, dq, dk, dv, FINISHED
     if turns:
         def launch():  # the words are left at the last key block's turn: zeroed before every launch
             turns[0].zero_()
@@ -390,12 +423,17 @@ def _plan(dtype, head_dim, causal, scale, window_size, softcap, deterministic):
     return run
 
 
+FINISHED = "finished in the kernel"  # _prepare's flat tile for a dq_finish kernel: its second value is dQ
+
+
 def finish_dq(dq_acc, flat, scale, dtype, seqlen):
     """dQ (B, H, seqlen, D) in ``dtype`` of the kernel's dQaccum: rows and columns (``flat`` None:
     ``dq_from_accum``), or flat tiles of ``flat = (dq_cols, parts, rows)`` (``backward_post``: its kernel with TVM
-    FFI, else the same permutation in torch)."""
+    FFI, else the same permutation in torch); ``flat`` FINISHED: ``dq_acc`` is dQ already (``dq_finish``)."""
     import torch
 
+    if flat is FINISHED:
+        return dq_acc
     if flat is None:
         return dq_from_accum(dq_acc[:, :, :seqlen], scale, dtype)
     B, H, _, D = dq_acc.shape
@@ -411,6 +449,6 @@ def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=
     from cutlass.cute.runtime import make_fake_stream
 
     kern = _kernel((dtype, head_dim, causal, tuple(options.items())))
-    return cute.compile(kern, *fake_operands(dtype, head_dim, kern.deterministic, kern.tma_stats),
+    return cute.compile(kern, *fake_operands(dtype, head_dim, kern.deterministic, kern.tma_stats, kern.dq_finish),
                         cutlass.Float32(0.125),
                         make_fake_stream(), options=_host.ptx_options(arch))

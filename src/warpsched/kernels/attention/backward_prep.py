@@ -9,6 +9,7 @@ copies of the tensors.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import cutlass
 import cutlass.cute as cute
@@ -78,12 +79,12 @@ class StatsPrep(DeltaPrep):
                  mLSEp: cute.Tensor, mdQacc: cute.Tensor, stream):
         rows = cute.size(mDelta, mode=[0]) * cute.size(mDelta, mode=[1]) * cute.size(mDelta, mode=[2])
         per_cta = THREADS // (self.head_dim // VEC)
-        self.kernel(mO, mdO, mLSE, mDelta, mLSEp, mdQacc).launch(grid=[(rows + per_cta - 1) // per_cta, 1, 1],
-                                                                 block=[THREADS, 1, 1], stream=stream)
+        self.kernel(mO, mdO, mLSE, mDelta, mLSEp, mdQacc, None).launch(grid=[(rows + per_cta - 1) // per_cta, 1, 1],
+                                                                       block=[THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mDelta: cute.Tensor,
-               mLSEp: cute.Tensor, mdQacc: cute.Tensor):
+               mLSEp: cute.Tensor, mdQacc: cute.Tensor, mCount: Optional[cute.Tensor]):
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         lanes = self.head_dim // VEC  # threads per row (8, 16 or 32: a row's threads are in one warp)
@@ -110,12 +111,32 @@ class StatsPrep(DeltaPrep):
             zero.fill(0.0)
             cute.autovec_copy(zero, cute.flat_divide(mdQacc[(b, h, s, None)], (VEC,))[(None, lane)])
             if lane == 0:
+                if cutlass.const_expr(mCount is not None):  # StatsPrepCounts: the Q block's word, by its first row
+                    if s % self.block_m == 0:
+                        mCount[bh * (padded // self.block_m) + s // self.block_m] = cutlass.Int32(0)
                 if s < seq:
                     mDelta[(b, h, s)] = part
                     mLSEp[(b, h, s)] = mLSE[(b, h, s)] * LOG2E
                 else:
                     mDelta[(b, h, s)] = cutlass.Float32(0.0)
                     mLSEp[(b, h, s)] = cutlass.Float32.inf
+
+
+class StatsPrepCounts(StatsPrep):
+    """``StatsPrep`` that also zeroes the in-kernel dQ finish's words (``FlashAttentionBackward(dq_finish=True)``:
+    one Int32 per (batch, head, ``block_m``-row Q block), ``mCount``)."""
+
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, block_m=BLOCK_M):
+        super().__init__(dtype, head_dim)
+        self.block_m = block_m
+
+    @cute.jit
+    def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mDelta: cute.Tensor,
+                 mLSEp: cute.Tensor, mdQacc: cute.Tensor, mCount: cute.Tensor, stream):
+        rows = cute.size(mDelta, mode=[0]) * cute.size(mDelta, mode=[1]) * cute.size(mDelta, mode=[2])
+        per_cta = THREADS // (self.head_dim // VEC)
+        self.kernel(mO, mdO, mLSE, mDelta, mLSEp, mdQacc, mCount).launch(
+            grid=[(rows + per_cta - 1) // per_cta, 1, 1], block=[THREADS, 1, 1], stream=stream)
 
 
 class VarlenStatsPrep(DeltaPrep):

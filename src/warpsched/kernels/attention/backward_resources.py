@@ -14,9 +14,11 @@ from cutlass.cute.nvgpu import warpgroup
 from warpsched import MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work, wgmma_wait
 
 from . import backward_math as bmath
-from . import dq_order
+from . import dq_finish, dq_order
 from . import register_math as amath
 from .backward_math import HALF
+from . import dq_finish_io as finish_io
+from .dq_finish_io import DQFinishIO
 from .dq_turns import DQTurnIO
 from ..gemm.fixup import runtime_branch
 
@@ -424,3 +426,19 @@ class SmemDQ(MemoryResource):
             dq_order.dq_part_calls(slot, order, last, self.wg, flag=io, acc=io, branch=runtime_branch)
         else:
             bmath.reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage_info.stage_idx)
+
+    @consumer_work(work_attrs=WorkAttr.WRITES)
+    def finish(self, stage_info: StageInfo):
+        """``dq_finish`` (after the step's second ``reduce_add``): once the previous step's adds are complete (at the
+        last step, this one's too), count this key block on their Q blocks' words; where it counted last, convert
+        the Q block's finished fp32 tiles into dQ's rows through this stage (attention.dq_finish: the hand-over the
+        grid checker proves, run here on the kernel's values)."""
+        g, v = self.g, stage_info.context.values
+        step, steps = stage_info.loop_offset, g.steps_of(v.unit)
+        finish_io.wait_adds(step == steps - 1)
+        io = DQFinishIO(g=g, v=v, s_dq=getattr(v, f"sdQ{self.wg}"), stage=stage_info.stage_idx)
+
+        def turn(s):
+            slot, _, last = dq_order.dq_turn(g, v.unit, s)
+            return slot, last
+        dq_finish.finish_step_calls(step, steps, turn, flag=io, acc=io, out=io, when=io.when, branch=runtime_branch)

@@ -129,10 +129,14 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
 
 
 @schedule
-def dq_writer_schedule(smem_dq0, smem_dq1, steps):
-    """The dQ writer warp: per step, each warp group's dQ part added into dQaccum by TMA."""
+def dq_writer_schedule(smem_dq0, smem_dq1, steps, finish=False):
+    """The dQ writer warp: per step, each warp group's dQ part added into dQaccum by TMA. ``finish``
+    (``dq_finish``): once both of a step's adds are complete, the writer counts the key block on the Q block
+    and, if it counted last, converts the Q block's dQ through the second warp group's stage it still holds."""
     with domain_loop(0, steps, 1):
         for smem_dq in (smem_dq0, smem_dq1):
             smem_dq.wait()
             smem_dq.reduce_add()
+            if finish and smem_dq is smem_dq1:
+                smem_dq.finish()
             smem_dq.release()
