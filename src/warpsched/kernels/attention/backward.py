@@ -521,8 +521,8 @@ class FlashAttentionBackward(BackwardUnits):
             s.update(tma_dk=tma_dk, mdKt=mdKt, tma_dv=tma_dv, mdVt=mdVt)
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, tma_do=tma_do, mQ=mQ, mK=mK, mV=mV, mdO=mdO, mLSE=mLSE,
                 mDelta=mDelta, tma_dq=tma_dq, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
-                dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale, mSem=mSem, mdQ=mdQ, mdQsum=mdQsum,
-                scale_log2=scale * math.log2(math.e), **s)
+                dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale, mSem=mSem, mdQ=mdQ,
+                mdQsum=mdQsum, scale_log2=scale * math.log2(math.e), **s)
 
 
 class FlashAttentionBackwardVarlen(FlashAttentionBackward):

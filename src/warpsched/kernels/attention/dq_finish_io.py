@@ -89,7 +89,8 @@ class DQFinishIO:
             tile = ((batch * g.heads + head) * row_blocks + row_block) * col_blocks + col_block
             for k in cutlass.range_constexpr(4):
                 for j in cutlass.range_constexpr(chunks):
-                    cute.copy(to_smem, acc[(None, 32 * k + lane, j, tile)], staged[(None, 32 * k + lane, j, self.stage)])
+                    t = 32 * k + lane  # the WGMMA thread whose chunks these are (rows 16 k + r, 16 k + 8 + r)
+                    cute.copy(to_smem, acc[(None, t, j, tile)], staged[(None, t, j, self.stage)])
             cute.arch.cp_async_commit_group()
             cute.arch.cp_async_wait_group(0)
             for k in cutlass.range_constexpr(4):
