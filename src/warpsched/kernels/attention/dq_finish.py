@@ -64,25 +64,8 @@ def finish_protocol(backward_class, causal=False, seqlen_q=256, heads=2, kv_head
     so residency does not matter, and ``resident=False`` adds the launches where CTAs run one after another);
     each unit runs ``step_calls`` (the planted twins pass a mutated one as ``calls``) for every step."""
     calls = calls or step_calls
-    units_of = {}
 
-    def kernel(n_keys):
-        if n_keys not in units_of:
-            g = backward_class(head_dim=head_dim, causal=causal, block_m=block_m, tma_stats=True, flat_dq=True)
-            g.grid_setup(seqlen_q, n_keys * g.block_n, heads, kv_heads, batches)
-            units_of[n_keys] = g
-        return units_of[n_keys]
-
-    def units(n_keys):
-        return kernel(n_keys).num_units
-
-    def assignment(cta, ctas, n_keys):
-        return [(n_keys, cta)] if cta < units(n_keys) else []
-
-    def body(grid, unit):
-        n_keys, u = unit
-        g = kernel(n_keys)
-
+    def run_unit(g, u):
         def turn(step):
             slot, _, last = dq_order.dq_turn(g, u, step)
             return slot, last
@@ -91,8 +74,8 @@ def finish_protocol(backward_class, causal=False, seqlen_q=256, heads=2, kv_head
             calls(step, steps, turn)
 
     name = f"attention backward dQ finished in the kernel ({'causal' if causal else 'full'})"
-    return CrossCtaProtocol(name, assignment, body, grids=[units(n) for n in key_blocks], unit_counts=key_blocks,
-                            valid=lambda ctas, n: ctas == units(n), resident=False)
+    return dq_order.grid_protocol(name, backward_class, run_unit, seqlen_q, heads, kv_heads, batches, key_blocks,
+                                  head_dim=head_dim, causal=causal, block_m=block_m, flat_dq=True)
 
 
 _PROVEN = {}

@@ -74,13 +74,29 @@ def dq_protocol(backward_class, causal=False, window_size=None, seqlen_q=256, he
     key-block count in ``key_blocks`` (S_k = block_n x that); each unit
     runs the kernel's steps with ``calls`` (default ``dq_part_calls``; the planted twins pass a mutated one)."""
     calls = calls or dq_part_calls
+
+    def run_unit(g, u):
+        for step in range(g.steps_of(u)):
+            slot, order, last = dq_turn(g, u, step)
+            for part in range(PARTS):
+                calls(slot, order, last, part)
+
+    name = f"attention backward deterministic dQ ({'causal' if causal else 'full'}, window {window_size})"
+    return grid_protocol(name, backward_class, run_unit, seqlen_q, heads, kv_heads, batches, key_blocks, grids,
+                         head_dim=head_dim, causal=causal, window_size=window_size, block_m=block_m)
+
+
+def grid_protocol(name, backward_class, run_unit, seqlen_q, heads, kv_heads, batches, key_blocks, grids=None,
+                  **options) -> CrossCtaProtocol:
+    """A ``CrossCtaProtocol`` over the grid of ``backward_class(**options)``: one CTA per unit (the backward's grid),
+    CTAs interleaving or starting in order (``resident=False``), every key-block count in ``key_blocks`` (S_k =
+    block_n x that); each unit runs ``run_unit(g, unit)`` on the kernel object ``g`` of its launch."""
     units_of = {}
 
     def kernel(n_keys):
         if n_keys not in units_of:
             # tma_stats: what 128-row blocks need to build (the units do not depend on it)
-            g = backward_class(head_dim=head_dim, causal=causal, window_size=window_size, block_m=block_m,
-                               tma_stats=True)
+            g = backward_class(tma_stats=True, **options)
             g.grid_setup(seqlen_q, n_keys * g.block_n, heads, kv_heads, batches)
             units_of[n_keys] = g
         return units_of[n_keys]
@@ -93,13 +109,8 @@ def dq_protocol(backward_class, causal=False, window_size=None, seqlen_q=256, he
 
     def body(grid, unit):
         n_keys, u = unit
-        g = kernel(n_keys)
-        for step in range(g.steps_of(u)):
-            slot, order, last = dq_turn(g, u, step)
-            for part in range(PARTS):
-                calls(slot, order, last, part)
+        run_unit(kernel(n_keys), u)
 
-    name = f"attention backward deterministic dQ ({'causal' if causal else 'full'}, window {window_size})"
     return CrossCtaProtocol(name, assignment, body, grids=grids or [units(n) for n in key_blocks],
                             unit_counts=key_blocks, valid=lambda ctas, n: ctas == units(n), resident=False)
 
