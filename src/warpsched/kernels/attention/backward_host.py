@@ -223,7 +223,8 @@ def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None,
     """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
     return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
     from the pre-pass); dq_accum (and with ``deterministic`` the turn words) must be zeroed before each
-    launch. dq_accum receives dQ / scale (fp32): ``finish_dq`` makes dQ of it."""
+    launch. dq_accum receives dQ / scale (fp32): ``finish_dq`` makes dQ of it. With ``dq_finish=True`` the
+    second value is dQ itself, which the kernel writes (``launch`` zeroes the count words before a repeat)."""
     return _prepare(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size, mask_mod, softcap, deterministic,
                     **options)[:4]
 
