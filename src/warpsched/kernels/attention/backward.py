@@ -317,6 +317,12 @@ class FlashAttentionBackward(BackwardUnits):
         rows = m_block * 2 + wg if self.dq_rows < self.block_m else m_block
         return rows, (wg if self.dq_cols < self.head_dim else 0)
 
+    def flat_tile_index(self, batch, head, row_block, col_block):
+        """``flat_dq``, dense batches: the index of dQ tile (``row_block``, ``col_block``) of (batch, head) in the
+        flat dQaccum (tiles in (batch, head, row block, column block) order)."""
+        row_blocks = self.m_blocks * (self.block_m // self.dq_rows)
+        return ((batch * self.heads + head) * row_blocks + row_block) * (self.head_dim // self.dq_cols) + col_block
+
     def dq_operands(self, wg, half):
         """``shared_ds``: (the part of dS tile ``half``, the ``sKt`` stage) warp group ``wg``'s dQ GEMM reads:
         with ``ds_rows`` its own row half against K's key half ``half``, else the whole tile against K's

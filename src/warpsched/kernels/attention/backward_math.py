@@ -216,8 +216,7 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutl
             row_blocks = cute.size(v.mLSE, mode=[2]) // g.dq_rows
             tile = (head * row_blocks + g.padded_block0(v.unit) + m_block) * col_blocks + col_block
         else:
-            row_blocks = g.m_blocks * (g.block_m // g.dq_rows)
-            tile = ((batch * g.heads + head) * row_blocks + m_block) * col_blocks + col_block
+            tile = g.flat_tile_index(batch, head, m_block, col_block)
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),
                                                     cute.group_modes(v.mdQacc, 0, 2))
         for box in cutlass.range_constexpr(g.flat_boxes):  # the tile's boxes, stage by stage in SMEM too

@@ -78,6 +78,13 @@ def flat_to_rows(acc, dq_cols, parts, rows, scale, dtype, seqlen, out=None):
     return torch.mul(src[:, :, :seqlen], scale, out=out)
 
 
+def flat_tiles(t, chunks, tile_floats):
+    """A flat dQ buffer or stage (``t``, fp32) as (value of a 16-byte chunk, WGMMA thread, chunk, tile): each tile
+    of ``tile_floats`` values holds, chunk by chunk, the 128 threads' 4-value chunks side by side."""
+    return cute.make_tensor(t.iterator, cute.make_layout((4, THREADS, chunks, cute.size(t) // tile_floats),
+                                                         stride=(1, 4, 4 * THREADS, tile_floats)))
+
+
 class DQConvert:
     """dQ[b, h, s, :] (``dtype``, (B, H, S, D)) = scale * the flat dQaccum (fp32, (B, H, S_pad, D))."""
 
@@ -124,8 +131,7 @@ class DQConvert:
         ``col_block`` of the (S, D) ``rows_out``, times ``scale``."""
         tidx, _, _ = cute.arch.thread_idx()
         chunks = self.acc_tile[1] // 8
-        flat = cute.make_tensor(mAcc.iterator, cute.make_layout(
-            (4, THREADS, self.parts * chunks, cute.size(mAcc) // self.tile), stride=(1, 4, 4 * THREADS, self.tile)))
+        flat = flat_tiles(mAcc, self.parts * chunks, self.tile)
         mine = cute.flat_divide(flat[(None, tidx, None, tile)], (4, chunks))
         mma = self._mma()
         thr = mma.get_slice(tidx)

@@ -17,8 +17,7 @@ from . import backward_math as bmath
 from . import dq_finish, dq_order
 from . import register_math as amath
 from .backward_math import HALF
-from . import dq_finish_io as finish_io
-from .dq_finish_io import DQFinishIO
+from .dq_finish_io import DQFinishIO, wait_adds
 from .dq_turns import DQTurnIO
 from ..gemm.fixup import runtime_branch
 
@@ -435,7 +434,7 @@ class SmemDQ(MemoryResource):
         grid checker proves, run here on the kernel's values)."""
         g, v = self.g, stage_info.context.values
         step, steps = stage_info.loop_offset, g.steps_of(v.unit)
-        finish_io.wait_adds(step == steps - 1)
+        wait_adds(step == steps - 1)
         io = DQFinishIO(g=g, v=v, s_dq=getattr(v, f"sdQ{self.wg}"), stage=stage_info.stage_idx)
 
         def turn(s):

@@ -19,8 +19,8 @@ import cutlass.cute as cute
 
 from ...lower.gmem_flags import bind
 from ..gemm.fixup import runtime_branch
-from . import dq_finish
-from .backward_post import ROWS, THREADS
+from . import dq_finish, dq_order
+from .backward_post import ROWS, flat_tiles
 
 
 @cute.jit
@@ -68,25 +68,18 @@ class DQFinishIO:
         """dQ's rows of Q block ``slot`` ((batch x H + head) x Q blocks + Q block, ``dq_order.dq_turn``'s word) =
         scale x its two finished tiles (one per warp group's dQ part)."""
         g, v = self.g, self.v
-        m_block, bh = slot % g.m_blocks, slot // g.m_blocks
-        head, batch = bh % g.heads, bh // g.heads
+        batch, head, m_block = dq_order.slot_coords(g, slot)
         chunks = g.dq_cols // 8
-        tile_floats = g.dq_tile_floats
         lane = cute.arch.lane_idx()
         r, c = lane // 4, lane % 4
-        row_blocks = g.m_blocks * (g.block_m // g.dq_rows)
-        col_blocks = g.head_dim // g.dq_cols
-        flat = cute.make_layout((4, THREADS, chunks, cute.size(v.mdQsum) // tile_floats),
-                                stride=(1, 4, 4 * THREADS, tile_floats))
-        acc = cute.make_tensor(v.mdQsum.iterator, flat)  # the fp32 buffer itself (mdQacc is the TMA's view)
-        staged = cute.make_tensor(self.s_dq.iterator, cute.make_layout(
-            (4, THREADS, chunks, cute.size(self.s_dq) // tile_floats), stride=(1, 4, 4 * THREADS, tile_floats)))
+        acc = flat_tiles(v.mdQsum, chunks, g.dq_tile_floats)  # the fp32 buffer itself (mdQacc is the TMA's view)
+        staged = flat_tiles(self.s_dq, chunks, g.dq_tile_floats)
         to_smem = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), cutlass.Float32, num_bits_per_copy=128)
         rows_out = v.mdQ[(batch, head, None, None)]
         seqlen = cute.size(v.mdQ, mode=[2])
         for part in cutlass.range_constexpr(2):
             row_block, col_block = g.dq_block(m_block, part)
-            tile = ((batch * g.heads + head) * row_blocks + row_block) * col_blocks + col_block
+            tile = g.flat_tile_index(batch, head, row_block, col_block)
             for k in cutlass.range_constexpr(4):
                 for j in cutlass.range_constexpr(chunks):
                     t = 32 * k + lane  # the WGMMA thread whose chunks these are (rows 16 k + r, 16 k + 8 + r)

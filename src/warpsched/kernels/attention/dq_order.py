@@ -56,6 +56,12 @@ def dq_turn(g, unit, step):
     return slot, n_block - first, last - first
 
 
+def slot_coords(g, slot):
+    """(batch, query head, Q block) of ``dq_turn``'s word ``slot``."""
+    m_block, bh = slot % g.m_blocks, slot // g.m_blocks
+    return bh // g.heads, bh % g.heads, m_block
+
+
 def dq_part_calls(slot, order, last, part, flag=DQ_TURNS, acc=DQ_ACCUM, branch=python_branch):
     """One step's dQ part ``part`` (0, then 1): the first part waits for the key block's turn on the Q
     block (the first key block's turn is the word's launch value, 0: it does not wait), every part adds
