@@ -38,7 +38,7 @@ def opcode(source):
     return text.split()[0] if text else "?"
 
 
-def summarize(rows, top, context):
+def summarize(rows, top, context, stalled=3):
     count = lambda d, k: int(d.get(k) or 0)  # noqa: E731
     executed, stalls = collections.Counter(), collections.Counter()
     for d in rows:
@@ -50,7 +50,7 @@ def summarize(rows, top, context):
     for op, n in executed.most_common(top):
         print(f"  | {op} | {n / 1e6:.2f} | {100 * n / total:.1f}% | {100 * stalls[op] / samples:.1f}% |")
     ranked = sorted(range(len(rows)), key=lambda i: -count(rows[i], "Warp Stall Sampling (All Samples)"))
-    for i in ranked[:3]:
+    for i in ranked[:stalled]:
         print(f"  most stalled: {100 * count(rows[i], 'Warp Stall Sampling (All Samples)') / samples:.1f}% of samples")
         for d in rows[max(0, i - context): i + context + 1]:
             mark = ">" if d is rows[i] else " "
@@ -62,11 +62,12 @@ def main():
     ap.add_argument("csv", nargs="+", help="ncu --page source --csv --print-source sass exports")
     ap.add_argument("--top", type=int, default=25, help="opcodes listed")
     ap.add_argument("--context", type=int, default=4, help="instructions shown around each most-stalled one")
+    ap.add_argument("--stalled", type=int, default=3, help="most-stalled instructions shown")
     args = ap.parse_args()
     for path in args.csv:
         for name, rows in kernels(path):
             print(f"== {path}: {name[:100]}")
-            summarize(rows, args.top, args.context)
+            summarize(rows, args.top, args.context, args.stalled)
 
 
 if __name__ == "__main__":
