@@ -14,7 +14,9 @@ if TYPE_CHECKING:  # diff_fuzz imports this module
 # matches (class prefix, warpsched check + message regex, reference check + message regex);
 # the first match labels the disagreement. A disagreement no rule matches prints UNCLASSIFIED.
 DELIBERATE, REF_GAP, WS_GAP, BUDGET = "deliberate", "reference gap", "warpsched gap", "search budget"
-RULES = [
+RULES = [  # a program with a malformed declaration first: its other findings follow from it
+    ("only warpsched", r"\[task declaration\] warps .* overlap", r"^$", REF_GAP,
+     "two tasks on overlapping warp ranges are accepted"),
     ("only warpsched", r"runs before this task has waited on \w+, which \w+ depends on, and takes no value", r"^$",
      REF_GAP, "work that takes no value on an iteration whose every() guard skips the task's wait (phases out of "
      "step): it reads its upstream before any stage is ready; the reference reads the loop body as written (it "
@@ -75,8 +77,6 @@ RULES = [
     ("only warpsched", r"(producer|consumer) work \S+ runs outside an? ", r"^$", REF_GAP,
      "work outside its acquire/commit (wait/release) bracket in the head / tail: not flagged by the reference "
      "there (a race on a thread-arrival pipeline; harmless on TMA, whose commit is a no-op)"),
-    ("only warpsched", r"\[task declaration\] warps .* overlap", r"^$", REF_GAP,
-     "two tasks on overlapping warp ranges are accepted"),
     ("only warpsched", r"race: .* \(between its acquire and commit\)", r"^$", DELIBERATE,
      "conservative: TS's pipeline window (a producer holds the stage from acquire to commit); here the "
      "commit moved past another acquire. On TMA the commit is a no-op, so the hardware would not race"),
