@@ -72,14 +72,13 @@ class KernelContext:
         """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""
         return smem_pointer(self.smem_ptr, allocation, dtype=dtype)
 
-    def smem_view(self, allocation, layout, dtype=None):
+    def smem_view(self, allocation, layout):
         """A tensor over ``allocation``'s bytes: ``layout`` is a cute Layout, or a ComposedLayout
         (swizzle o layout, what ``sm90_utils.make_smem_layout_a`` / ``_b`` / ``_epi`` return) whose
         swizzle goes onto the pointer, as CuTe's own ``get_tensor(outer, swizzle=inner)`` does.
-        ``dtype``: the elements as another type than the allocation's (a buffer reused for other data).
         A static layout that reaches past the allocation is refused (it would overlap its neighbours,
         which the checker's memory model assumes it does not)."""
-        ptr = self.smem(allocation, dtype=dtype)
+        ptr = self.smem(allocation)
         need = cute.cosize(layout)
         if isinstance(need, int) and need * ptr.dtype.width // 8 > allocation.size_bytes:
             raise LoweringError(f"SMEM view of {allocation.name!r} spans {need} x {ptr.dtype.__name__} = "

@@ -233,13 +233,12 @@ class SmemAllocator:
 
     get_typed_ptr = get_as_type
 
-    def view(self, allocation: SmemAllocation, layout: Any, dtype: Any = None):
+    def view(self, allocation: SmemAllocation, layout: Any):
         """Inside a kernel: a tensor over ``allocation`` with a cute Layout, or a ComposedLayout
-        (swizzle o layout, e.g. ``sm90_utils.make_smem_layout_a``) whose swizzle goes onto the pointer;
-        ``dtype``: its bytes read as that element type (None: the allocation's)."""
+        (swizzle o layout, e.g. ``sm90_utils.make_smem_layout_a``) whose swizzle goes onto the pointer."""
         if not self.is_bound:
             raise LayoutError("SmemAllocator.view() is only available after setup_resources_and_tasks()")
-        return self._kernel.smem_view(allocation, layout, dtype=dtype)
+        return self._kernel.smem_view(allocation, layout)
 
     def print_usage_report(self) -> None:
         print(self.usage_report())

@@ -536,8 +536,10 @@ class FlashAttentionBackward(BackwardUnits):
             s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdSB" if self.dq_swap else "sdS"])
             s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])[(None, None, 0)]
             s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
-            if cutlass.const_expr(self.dv_writer):
-                s[f"sdVq{wg}"] = view(self.alloc_dq[wg], lay["sdVq"], dtype=self.dtype)
+            if cutlass.const_expr(self.dv_writer):  # the dQ tiles' bytes as 16-bit dV tiles (swizzle on the pointer)
+                ptr = mgr.smem_allocator.get_as_type(self.alloc_dq[wg], self.dtype)
+                s[f"sdVq{wg}"] = cute.make_tensor(cute.recast_ptr(ptr, lay["sdVq"].inner, dtype=self.dtype),
+                                                  lay["sdVq"].outer)
         if cutlass.const_expr(self.tma_stats):
             stats = cute.make_layout((self.block_m, self.qdo_stages), stride=(1, self.stats_stride))
             s.update(sLSE=view(self.alloc_lse, stats), sDelta=view(self.alloc_delta, stats),
