@@ -35,7 +35,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads, trip_count
+from warpsched import (PdlWaitBarrier, PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads,
+                       trip_count)
 from warpsched.model.memory import BARRIER_BYTES_PER_STAGE
 
 from .. import _host
@@ -71,8 +72,11 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         **({"partial_stage": True} if g.tma_stats and g.stats_stride != g.block_m else {}))
     smem_kv = SmemKV(name="SmemKV", pipeline_config=kv_cfg, g=g)
     smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
-    load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
-                num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n))
+    # pdl: launched while the pre-pass still runs; K / V are loaded before the wait for it, Q / dO with the
+    # pre-pass's LSE / delta after (every dQ add and dK / dV store follows a Q / dO stage, so the wait too)
+    pdl = [PdlWaitBarrier(name="PdlWait")] if g.pdl else []
+    load = Task(name="LoadTask", src_resources=list(pdl), dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
+                num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n, *pdl))
     dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.dq_stages, producer_group=threads(128),
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
@@ -81,7 +85,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         finish["dv"] = True
     writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
                   num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish))
-    tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
+    tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: list(pdl), **{p: [] for p in pdl}}, []
     smem_dss = []
     if g.shared_ds:
         ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
@@ -129,7 +133,7 @@ class FlashAttentionBackward(BackwardUnits):
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
-                 dv_writer=False):
+                 dv_writer=False, pdl=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -266,6 +270,12 @@ class FlashAttentionBackward(BackwardUnits):
                 "the dQ tile the writer has already read (dq_stages=2), in whole dV tiles (a dQ tile a multiple of "
                 "dV's), beside dK's TMA store (tma_store_dkv=True), without the in-kernel finish; else dv_writer=False")
         self.dv_writer = bool(dv_writer)
+        # launched with programmatic dependent launch after the pre-pass (StatsPrep triggers it); the LSE / delta
+        # come with Q / dO only by TMA (tma_stats), so the load warp's wait orders every read of them
+        if pdl and not tma_stats:
+            raise AttentionConfigError("pdl=True with tma_stats=False: the warp groups would read the pre-pass's LSE "
+                                       "and delta from global memory without waiting for it (tma_stats=True)")
+        self.pdl = bool(pdl)
         self.dv_per_dq = dq_tile_bytes // dv_bytes  # dV tiles per dQ tile (the view's stage stride)
         self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
@@ -298,7 +308,7 @@ class FlashAttentionBackward(BackwardUnits):
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
             + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
             + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
-            + (("dv_writer",) if self.dv_writer else ()))
+            + (("dv_writer",) if self.dv_writer else ()) + (("pdl",) if self.pdl else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
@@ -481,7 +491,7 @@ class FlashAttentionBackward(BackwardUnits):
                     dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem, mdQ,
                     mdQacc if self.dq_finish else None, *stats, *stores).launch(
                         grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
-                                                   min_blocks_per_mp=1, stream=stream)
+                                                   min_blocks_per_mp=1, stream=stream, use_pdl=self.pdl)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,

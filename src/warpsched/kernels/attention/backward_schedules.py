@@ -8,10 +8,14 @@ from warpsched import domain_loop, schedule
 
 
 @schedule
-def load_schedule(smem_kv, smem_qdo, steps):
+def load_schedule(smem_kv, smem_qdo, steps, pdl=None):
+    """K / V once, then each step's Q / dO stage; ``pdl``: the pre-pass (whose LSE / delta come with Q / dO)
+    waited for between them, so the K / V load runs under its end."""
     smem_kv.acquire()
     smem_kv.tma_load()
     smem_kv.commit()
+    if pdl is not None:
+        pdl.wait_griddep()
     with domain_loop(0, steps, 1):
         smem_qdo.acquire()
         smem_qdo.tma_load()
