@@ -1,17 +1,32 @@
 """Eager timing as a model runs it (host included): sides timed in alternating rounds."""
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
 
+def round_order(names, r):
+    """The sides' order in round ``r``: reversed in every odd round and rotated by one every two rounds, so
+    each side's mean position is the same after any even number of rounds. A fixed order biased the A / B of
+    long kernels: the GPU's clock sags at its power limit over a round of heavy sides (docs/attention.md,
+    "Where a side runs in the round")."""
+    names = list(names)
+    if os.environ.get("WS_FIXED_ORDER") == "1":  # the order before (to measure what it did)
+        return names
+    k = (r // 2) % len(names) if names else 0
+    names = names[k:] + names[:k]
+    return names[::-1] if r % 2 else names
+
+
 def alternate(torch, sides, rounds=5, iters=30):
     """{name: fn} -> {name: median ms per call}: each round runs every side once to warm up, then
-    ``iters`` calls between two synchronizations; the sides alternate within every round, so a drifting
-    clock or a busy host hits them alike."""
+    ``iters`` calls between two synchronizations; the sides alternate within every round (``round_order``),
+    so a drifting clock or a busy host hits them alike."""
     times = {name: [] for name in sides}
-    for _ in range(rounds):
-        for name, fn in sides.items():
+    for r in range(rounds):
+        for name in round_order(sides, r):
+            fn = sides[name]
             fn()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
