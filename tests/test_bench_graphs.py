@@ -139,3 +139,18 @@ def test_run_child_exits_with_the_childs_status_or_124(capsys):
     with pytest.raises(SystemExit) as done:
         _graphs.run_child([sys.executable, "-c", "import time; time.sleep(30)"], limit=1)
     assert done.value.code == 124 and "ran past 1 s" in capsys.readouterr().out
+
+
+def test_eager_rounds_balance_every_sides_position(monkeypatch):
+    """bench/_eager.round_order: after any even number of rounds every side's mean position is the same (the
+    order reversed every other round, rotated every two), so a clock that sags over a round of heavy sides
+    hits them alike; WS_FIXED_ORDER=1 keeps the old fixed order."""
+    import _eager
+
+    sides = ["ws call", "ws default", "ws a", "cuDNN", "FA4"]
+    for rounds in (2, 4, 6):
+        pos = {s: sum(_eager.round_order(sides, r).index(s) for r in range(rounds)) / rounds for s in sides}
+        assert set(pos.values()) == {(len(sides) - 1) / 2}, pos
+    assert sorted(_eager.round_order(sides, 3)) == sorted(sides)
+    monkeypatch.setenv("WS_FIXED_ORDER", "1")
+    assert all(_eager.round_order(sides, r) == sides for r in range(4))
