@@ -62,10 +62,7 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  "flat": dict(_D64, flat_dq=True), "flat4": dict(_D64, flat_dq=True, flat_boxes=4),
                  "rows": dict(_D64, flat_dq=False),
                  "es": dict(_D64, early_stats=True),  # the LSE read before the S / dP GEMMs are issued
-                 "fin": dict(_D64, dq_finish=True),  # dQ converted in the kernel (attention.dq_finish)
-                 "dvw": dict(_D64, dv_writer=True),  # dV staged in a dQ tile, stored by the writer warp
-                 # launched with PDL after the pre-pass (K / V loaded under its end), alone and with dvw
-                 "pdl": dict(_D64, pdl=True), "dvw+pdl": dict(_D64, dv_writer=True, pdl=True)},
+                 "fin": dict(_D64, dq_finish=True)},  # dQ converted in the kernel (attention.dq_finish)
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
                   "q3": dict(_D128, qdo_stages=3, dq_stages=1), "dq2": dict(_D128, dq_stages=2),
@@ -80,8 +77,7 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   # read before the S / dP GEMMs
                   "m80": dict(_D128, block_m=80, dq_stages=1),
                   "m80ne": dict(_D128, block_m=80, dq_stages=1, early_stats=False),
-                  "fin": dict(_D128, dq_finish=True), "dvw": dict(_D128, dv_writer=True),
-                  "pdl": dict(_D128, pdl=True), "dvw+pdl": dict(_D128, dv_writer=True, pdl=True)},
+                  "fin": dict(_D128, dq_finish=True)},
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4),

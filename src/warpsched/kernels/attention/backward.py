@@ -35,8 +35,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from warpsched import (PdlWaitBarrier, PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads,
-                       trip_count)
+from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads, trip_count
 from warpsched.model.memory import BARRIER_BYTES_PER_STAGE
 
 from .. import _host
@@ -72,20 +71,15 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         **({"partial_stage": True} if g.tma_stats and g.stats_stride != g.block_m else {}))
     smem_kv = SmemKV(name="SmemKV", pipeline_config=kv_cfg, g=g)
     smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
-    # pdl: launched while the pre-pass still runs; K / V are loaded before the wait for it, Q / dO with the
-    # pre-pass's LSE / delta after (every dQ add and dK / dV store follows a Q / dO stage, so the wait too)
-    pdl = [PdlWaitBarrier(name="PdlWait")] if g.pdl else []
-    load = Task(name="LoadTask", src_resources=list(pdl), dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
-                num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n, *pdl))
+    load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
+                num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n))
     dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.dq_stages, producer_group=threads(128),
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
     finish = {"finish": True} if g.dq_finish else {}  # the dQ finish's work (a planted twin may not take it)
-    if g.dv_writer:
-        finish["dv"] = True
     writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
                   num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish))
-    tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: list(pdl), **{p: [] for p in pdl}}, []
+    tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     smem_dss = []
     if g.shared_ds:
         ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
@@ -103,7 +97,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
         turn = {} if order is None else {"order": order}
         turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats",
-                                       "early_stats", "dv_writer") if getattr(g, n)})
+                                       "early_stats") if getattr(g, n)})
         if g.dq_parts > 1:
             turn["dq_parts"] = g.dq_parts
         if order is not None:
@@ -132,8 +126,7 @@ class FlashAttentionBackward(BackwardUnits):
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
-                 stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
-                 dv_writer=False, pdl=False):
+                 stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -260,23 +253,6 @@ class FlashAttentionBackward(BackwardUnits):
                 "64 or 128, block_m 64 or 128, flat_boxes=1), where every Q block has a key block that adds into it "
                 "(no sliding window) and the adds' order is free (deterministic=False); else dq_finish=False")
         self.dq_finish = bool(dq_finish)
-        # dV staged (bf16) in a free dQ tile after the last step and stored by the dQ writer warp, so the warp
-        # group's dK store through its V half no longer waits behind dV's (backward_math.stage_dv)
-        dq_tile_bytes, dv_bytes = self.dq_rows * self.dq_cols * 4, HALF * head_dim * (dtype.width // 8)
-        if dv_writer and (not self.tma_store_dkv or dq_stages != 2 or dq_finish or dq_tile_bytes % dv_bytes):
-            raise AttentionConfigError(
-                f"dv_writer=True with tma_store_dkv={self.tma_store_dkv}, dq_stages={dq_stages}, dq_finish="
-                f"{bool(dq_finish)}, a {dq_tile_bytes}-byte dQ tile and a {dv_bytes}-byte dV tile: dV goes out through "
-                "the dQ tile the writer has already read (dq_stages=2), in whole dV tiles (a dQ tile a multiple of "
-                "dV's), beside dK's TMA store (tma_store_dkv=True), without the in-kernel finish; else dv_writer=False")
-        self.dv_writer = bool(dv_writer)
-        # launched with programmatic dependent launch after the pre-pass (StatsPrep triggers it); the LSE / delta
-        # come with Q / dO only by TMA (tma_stats), so the load warp's wait orders every read of them
-        if pdl and not tma_stats:
-            raise AttentionConfigError("pdl=True with tma_stats=False: the warp groups would read the pre-pass's LSE "
-                                       "and delta from global memory without waiting for it (tma_stats=True)")
-        self.pdl = bool(pdl)
-        self.dv_per_dq = dq_tile_bytes // dv_bytes  # dV tiles per dQ tile (the view's stage stride)
         self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -307,8 +283,7 @@ class FlashAttentionBackward(BackwardUnits):
             + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
             + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
-            + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
-            + (("dv_writer",) if self.dv_writer else ()) + (("pdl",) if self.pdl else ()))
+            + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
@@ -410,8 +385,6 @@ class FlashAttentionBackward(BackwardUnits):
             # half) blocks and sdS's (queries, keys) tile (tests/test_attention_bwd_m80.py compares the offsets)
             "sKtA": sm90_utils.make_smem_layout_a(C, (HALF, self.block_m, HALF), dt, 4),
             "sdSB": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, HALF), dt, 1),
-            # dv_writer: a dQ tile's bytes as bf16 / fp16 (keys, D) dV tiles, the V half's layout (its TMA store's)
-            "sdVq": sm90_utils.make_smem_layout_a(R, (HALF, self.block_m, d), dt, self.dq_stages * self.dv_per_dq),
             "sdQ": (cute.make_layout((FLAT_ROW, self.dq_box_floats // FLAT_ROW, self.dq_stages * self.flat_boxes))
                     if self.flat_dq
                     else sm90_utils.make_smem_layout_a(R, (self.dq_rows, self.dq_cols, self.dq_cols), cutlass.Float32,
@@ -491,7 +464,7 @@ class FlashAttentionBackward(BackwardUnits):
                     dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem, mdQ,
                     mdQacc if self.dq_finish else None, *stats, *stores).launch(
                         grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
-                                                   min_blocks_per_mp=1, stream=stream, use_pdl=self.pdl)
+                                                   min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
@@ -546,10 +519,6 @@ class FlashAttentionBackward(BackwardUnits):
             s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdSB" if self.dq_swap else "sdS"])
             s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])[(None, None, 0)]
             s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
-            if cutlass.const_expr(self.dv_writer):  # the dQ tiles' bytes as 16-bit dV tiles (swizzle on the pointer)
-                ptr = mgr.smem_allocator.get_as_type(self.alloc_dq[wg], self.dtype)
-                s[f"sdVq{wg}"] = cute.make_tensor(cute.recast_ptr(ptr, lay["sdVq"].inner, dtype=self.dtype),
-                                                  lay["sdVq"].outer)
         if cutlass.const_expr(self.tma_stats):
             stats = cute.make_layout((self.block_m, self.qdo_stages), stride=(1, self.stats_stride))
             s.update(sLSE=view(self.alloc_lse, stats), sDelta=view(self.alloc_delta, stats),

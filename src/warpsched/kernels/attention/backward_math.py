@@ -272,54 +272,23 @@ def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Cons
 
 
 @cute.jit
-def _stage_output(acc, factor, g, v, tile):
-    """An fp32 dK / dV accumulator (times ``factor``) rounded into a (keys, D) SMEM tile in the dV / dK GEMM's
-    C partition, fenced for the TMA store (async proxy) that reads it."""
-    tidx, _, _ = cute.arch.thread_idx()
-    cute.autovec_copy(_output(acc, factor, g.dtype), v.dkv_mma.get_slice(tidx % 128).partition_C(tile))
-    cute.arch.fence_proxy("async.shared", space="cta")
-
-
-@cute.jit
-def _tma_store_keys(g, tma, m_t, tiles, index, key_block, kv_head, batch):
-    """One TMA store of the (keys, D) tile ``tiles[:, :, index]`` to the 64 keys ``key_block`` of the (S_k, D)
-    output ``m_t`` (rows past S_k clipped), waited until it has read the tile. The whole warp calls it (the
-    copy elects one lane)."""
-    g_x = cute.flat_divide(m_t, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
-    src, dst = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(tiles, 0, 2),
-                                                cute.group_modes(g_x, 0, 2))
-    cute.copy(tma, src[(None, index)], dst[(None, key_block)])
-    cute.arch.cp_async_bulk_commit_group()
-    cute.arch.cp_async_bulk_wait_group(0, read=True)
-
-
-@cute.jit
 def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
     """``tma_store_dkv``: dV, then dK * scale, through this warp group's half of the V tile (only its own dP
     GEMMs read it, and they have all retired) and one TMA store each; the TMA clips rows past S_k. The
-    warp group waits until each store has read the tile before it is written again or released.
-    ``acc_dv`` None (``dv_writer``): dK alone (dV left through a dQ tile: ``stage_dv``)."""
+    warp group waits until each store has read the tile before it is written again or released."""
+    tidx, _, _ = cute.arch.thread_idx()
+    thr = v.dkv_mma.get_slice(tidx % 128)
+    t_s = thr.partition_C(v.sV[(None, None, wg)])
     first_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0
-    outs = ((acc_dk, v.tma_dk, v.mdKt, v.scale),) if acc_dv is None else \
-        ((acc_dv, v.tma_dv, v.mdVt, None), (acc_dk, v.tma_dk, v.mdKt, v.scale))
-    for acc, tma, m_t, factor in outs:
-        _stage_output(acc, factor, g, v, v.sV[(None, None, wg)])
+    for acc, tma, m_t, factor in ((acc_dv, v.tma_dv, v.mdVt, None), (acc_dk, v.tma_dk, v.mdKt, v.scale)):
+        cute.autovec_copy(_output(acc, factor, g.dtype), t_s)
+        cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
         cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
         if first_warp:
-            _tma_store_keys(g, tma, m_t, v.sV, wg, n_block * 2 + wg, kv_head, batch)
+            g_x = cute.flat_divide(m_t, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+            src, dst = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
+                                                        cute.group_modes(g_x, 0, 2))
+            cute.copy(tma, src[(None, wg)], dst[(None, n_block * 2 + wg)])
+            cute.arch.cp_async_bulk_commit_group()
+            cute.arch.cp_async_bulk_wait_group(0, read=True)
         cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # the store has read the tile
-
-
-@cute.jit
-def stage_dv(acc_dv, g, v, wg: cutlass.Constexpr, stage):
-    """``dv_writer``: dV of this warp group's 64 keys into its dQ tile ``stage`` (the writer has read the dQ it
-    held), as the V half's tile for the writer's TMA store (``store_dv_tma``)."""
-    tiles = getattr(v, f"sdVq{wg}")
-    _stage_output(acc_dv, None, g, v, tiles[(None, None, stage * g.dv_per_dq)])
-
-
-@cute.jit
-def store_dv_tma(g, v, wg: cutlass.Constexpr, stage, n_block, kv_head, batch):
-    """``dv_writer``, in the dQ writer warp: the dV tile ``stage_dv`` put in dQ tile ``stage`` to dV's rows."""
-    _tma_store_keys(g, v.tma_dv, v.mdVt, getattr(v, f"sdVq{wg}"), stage * g.dv_per_dq, n_block * 2 + wg,
-                    kv_head, batch)

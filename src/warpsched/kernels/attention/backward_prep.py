@@ -89,9 +89,6 @@ class StatsPrep(DeltaPrep):
     @cute.kernel
     def kernel(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mDelta: cute.Tensor,
                mLSEp: cute.Tensor, mdQacc: cute.Tensor, mCount: Optional[cute.Tensor]):
-        # a backward launched with programmatic dependent launch (``pdl``) may start its K / V loads now; it
-        # waits (griddepcontrol.wait) for this grid to complete before it reads anything written here
-        cute.arch.griddepcontrol_launch_dependents()
         tidx, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         lanes = self.head_dim // VEC  # threads per row (8, 16 or 32: a row's threads are in one warp)

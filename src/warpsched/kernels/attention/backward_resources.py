@@ -128,14 +128,12 @@ class SmemKV(MemoryResource):
         return {"K": "r", f"V{wg}": "rw" if self.g.tma_store_dkv else "r"}
 
     @consumer_work(work_attrs=WorkAttr.WRITES)
-    def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0,
-                    dv: cutlass.Constexpr = True):
+    def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0):
         """``tma_store_dkv``: dV and dK leave through this warp group's V half, which only its own dP GEMMs
-        read (all retired), before the stage is released (``backward_math.store_dkv_tma``; ``dv=False``: dK
-        alone, dV went to the writer warp: ``SmemDQ.stage_dv``)."""
+        read (all retired), before the stage is released (``backward_math.store_dkv_tma``)."""
         g, v = self.g, stage_info.context.values
         n_block, kv_head, batch = g.unit_coords(v.unit)
-        bmath.store_dkv_tma(acc_dk, acc_dv if dv else None, g, v, n_block, kv_head, batch, wg=wg)
+        bmath.store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=wg)
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K, V (and Q, dO: SmemQdO.gemm_operand) until the retire
     @cute.jit
@@ -427,21 +425,6 @@ class SmemDQ(MemoryResource):
             dq_order.dq_part_calls(slot, order, last, self.wg, flag=io, acc=io, branch=runtime_branch)
         else:
             bmath.reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage_info.stage_idx)
-
-    @producer_work
-    def stage_dv(self, stage_info: StageInfo, acc_dv):
-        """``dv_writer``: dV (bf16 / fp16) into the stage as the V half's (keys, D) tile, fenced for the TMA
-        store the writer issues (``store_dv``)."""
-        v = stage_info.context.values
-        bmath.stage_dv(acc_dv, self.g, v, self.wg, stage_info.stage_idx)
-
-    @consumer_work
-    def store_dv(self, stage_info: StageInfo):
-        """``dv_writer``: the dV tile ``stage_dv`` staged, to this warp group's 64 keys of dV by one TMA store,
-        waited until it has read the stage (so the release after this work frees it)."""
-        g, v = self.g, stage_info.context.values
-        n_block, kv_head, batch = g.unit_coords(v.unit)
-        bmath.store_dv_tma(g, v, self.wg, stage_info.stage_idx, n_block, kv_head, batch)
 
     @consumer_work(work_attrs=WorkAttr.WRITES)
     def finish(self, stage_info: StageInfo):

@@ -8,14 +8,10 @@ from warpsched import domain_loop, schedule
 
 
 @schedule
-def load_schedule(smem_kv, smem_qdo, steps, pdl=None):
-    """K / V once, then each step's Q / dO stage; ``pdl``: the pre-pass (whose LSE / delta come with Q / dO)
-    waited for between them, so the K / V load runs under its end."""
+def load_schedule(smem_kv, smem_qdo, steps):
     smem_kv.acquire()
     smem_kv.tma_load()
     smem_kv.commit()
-    if pdl is not None:
-        pdl.wait_griddep()
     with domain_loop(0, steps, 1):
         smem_qdo.acquire()
         smem_qdo.tma_load()
@@ -47,7 +43,7 @@ def read_stage_stats(smem_qdo, lse2, delta, split_stats):
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
                   overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False,
-                  dq_parts=1, early_stats=False, dv_writer=False):
+                  dq_parts=1, early_stats=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -60,9 +56,7 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     ``dq_parts`` (head dim 256): dQ's columns in that many GEMMs in turn, each staged before the next is
     issued into the same accumulator. ``early_stats`` (with ``tma_stats``): the LSE / delta (with ``split_stats``
     the LSE alone) read from the stage before the S / dP GEMMs are issued, not among them (where the
-    shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program").
-    ``dv_writer`` (with ``tma_store_dkv``): after the last step dV goes into a dQ tile for the writer warp to
-    store, so only dK's store through the V half is waited for here."""
+    shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program")."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
@@ -126,12 +120,8 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
         if overlap_dq:  # dQ went out to its stage while the dK GEMM ran
             smem_qdo.retire()
             smem_qdo.release()
-    if dv_writer:
-        smem_dq.acquire()  # a tile the writer has read (two steps back)
-        smem_dq.stage_dv(acc_dv=acc_dv)
-        smem_dq.commit()
     if tma_store_dkv:
-        smem_kv.store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg, dv=not dv_writer)
+        smem_kv.store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)
         smem_kv.release()
     else:
         smem_kv.release()
@@ -139,20 +129,14 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
 
 
 @schedule
-def dq_writer_schedule(smem_dq0, smem_dq1, steps, finish=False, dv=False):
+def dq_writer_schedule(smem_dq0, smem_dq1, steps, finish=False):
     """The dQ writer warp: per step, each warp group's dQ part added into dQaccum by TMA. ``finish``
     (``dq_finish``): once both of a step's adds are complete, the writer counts the key block on the Q block
-    and, if it counted last, converts the Q block's dQ through the second warp group's stage it still holds.
-    ``dv`` (``dv_writer``): then each warp group's dV, staged in its next dQ tile, stored by TMA."""
+    and, if it counted last, converts the Q block's dQ through the second warp group's stage it still holds."""
     with domain_loop(0, steps, 1):
         for smem_dq in (smem_dq0, smem_dq1):
             smem_dq.wait()
             smem_dq.reduce_add()
             if finish and smem_dq is smem_dq1:
                 smem_dq.finish()
-            smem_dq.release()
-    if dv:
-        for smem_dq in (smem_dq0, smem_dq1):
-            smem_dq.wait()
-            smem_dq.store_dv()
             smem_dq.release()
