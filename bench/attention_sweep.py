@@ -8,7 +8,7 @@ restricted to one backend each (cuDNN, flash, efficient; a backend that refuses 
 listed as n/a), and FlashAttention-4's CuTe DSL forward (``flash_attn.cute``, side ``fa4``) where it
 is installed, counted among the backends (the best of them is the ratio's denominator; a last line
 gives each warpsched side's geomean against FA4 alone). TFLOP/s = 4 B H S^2 D / time, halved for
-causal. Timing: ``--rounds`` rounds, the sides in a rotated order each round, each a triton do_bench
+causal. Timing: ``--rounds`` rounds, the sides in a balanced order (reversed every other round), each a triton do_bench
 median; the table reports each side's median over the rounds and warpsched's ratio to the best
 backend; the last lines give the geomean ratio and the worst shape. Runs in a child with a timeout
 (``--timeout``).
@@ -145,13 +145,15 @@ def backward_sides(q, k, v, causal, backends):
 
 
 def timed(fns, rounds, flops):
-    """{side: TFLOP/s}: ``rounds`` rounds in a rotated order, each a do_bench median; the median round."""
+    """{side: TFLOP/s}: ``rounds`` rounds in a balanced order (``_eager.round_order``: every side's mean position
+    the same after an even number of rounds), each a do_bench median; the median round."""
     from triton.testing import do_bench
 
+    from _eager import round_order
+
     times = {n: [] for n in fns}
-    order = list(fns)
     for r in range(rounds):
-        for n in order[r % len(order):] + order[:r % len(order)]:
+        for n in round_order(fns, r):
             times[n].append(do_bench(fns[n], warmup=10, rep=40, return_mode="median"))
     return {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}
 
