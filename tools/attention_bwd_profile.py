@@ -8,7 +8,8 @@ of the dQ reduce-adds):
   ncu -i bwd.ncu-rep --page source --csv --print-source sass > sass.csv   # stall samples per instruction
 
 Every kernel runs once before the profiled range (compiles, autotuners and caches warm). ``--variants``
-picks ours by name (``default``: the call's default options); ``--options k=v,...`` adds one more.
+picks ours by name (``default``: the call's default options); ``--options k=v,...`` adds one more (those options
+over the default ones, e.g. ``dq_finish=1``).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def main():
     ap.add_argument("--dim", type=int, default=128, choices=(64, 128))
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--variants", help="comma-separated VARIANTS names (default: all for the head dim)")
-    ap.add_argument("--options", help="one more of ours: kernel options k=v,...")
+    ap.add_argument("--options", help="one more of ours: kernel options k=v,... over the default ones")
     ap.add_argument("--no-cudnn", action="store_true")
     ap.add_argument("--no-fa4", action="store_true")
     a = ap.parse_args()
@@ -56,8 +57,8 @@ def main():
     out, lse = ops.attention(q, k, v, causal=a.causal, return_lse=True)
     runs = {}
     ours = {n: o for n, o in VARIANTS[a.dim].items() if not a.variants or n in a.variants.split(",")}
-    if a.options:
-        ours[a.options] = parse_options(a.options)
+    if a.options:  # on top of the call's default options, as the benchmarks' variants are
+        ours[a.options] = dict(bwd.default_options(a.dim), **parse_options(a.options))
     for name, options in ours.items():
         launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=a.causal, **options)
         runs[f"warpsched {name}"] = launch

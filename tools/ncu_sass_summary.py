@@ -3,7 +3,7 @@ executed instructions and stall samples per opcode, and the most-stalled instruc
 neighbours. Each kernel of the export is summarized on its own.
 
     ncu -i report.ncu-rep --page source --csv --print-source sass > sass.csv
-    python3 tools/ncu_sass_summary.py sass.csv [--top 25] [--context 4]
+    python3 tools/ncu_sass_summary.py sass.csv [--top 25] [--context 4] [--stalled 3] [--by-count]
 
 Read next to docs/attention.md "Head dim 256": the doubled MUFU.EX2 count and the PRMTs showed there,
 and the stall samples on ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` at the top of the softmax.
@@ -57,17 +57,38 @@ def summarize(rows, top, context, stalled=3):
             print(f"   {mark} {count(d, 'Instructions Executed'):>10} {d['Source'].strip()[:90]}")
 
 
+def by_count(rows, top=8):
+    """Stall samples grouped by how often each instruction ran: in a warp-specialized kernel the count names
+    the code (a math warp group's step loop runs 4 x steps times a CTA, its prologue / epilogue 4 times, a
+    producer warp's loop steps times), so the groups say which role's which part waits, and on what."""
+    reasons = [k for k in (rows[0] if rows else {}) if k.startswith("stall_") and "Not Issued" not in k]
+    groups = collections.defaultdict(collections.Counter)
+    for d in rows:
+        for r in reasons:
+            groups[int(d.get("Instructions Executed") or 0)][r[6:]] += int(d.get(r) or 0)
+    total = sum(sum(c.values()) for c in groups.values()) or 1
+    print(f"  stall samples by execution count ({total} samples; the top {top} counts):")
+    for count, c in sorted(groups.items(), key=lambda kv: -sum(kv[1].values()))[:top]:
+        n = sum(c.values())
+        print(f"    ran {count:>9}: {100 * n / total:5.1f}%  " + ", ".join(
+            f"{r} {100 * v / total:.1f}%" for r, v in c.most_common(4) if v))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", nargs="+", help="ncu --page source --csv --print-source sass exports")
     ap.add_argument("--top", type=int, default=25, help="opcodes listed")
     ap.add_argument("--context", type=int, default=4, help="instructions shown around each most-stalled one")
     ap.add_argument("--stalled", type=int, default=3, help="most-stalled instructions shown")
+    ap.add_argument("--by-count", action="store_true", help="also the stall samples grouped by how often each "
+                    "instruction ran, with their reasons (which warp role's which code waits)")
     args = ap.parse_args()
     for path in args.csv:
         for name, rows in kernels(path):
             print(f"== {path}: {name[:100]}")
             summarize(rows, args.top, args.context, args.stalled)
+            if args.by_count:
+                by_count(rows)
 
 
 if __name__ == "__main__":
