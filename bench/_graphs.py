@@ -39,12 +39,14 @@ def graph_ms(torch, do_bench, launch, est_ms, rep_ms):
 
 def time_rounds(shape, runs, rounds, time_one):
     """Time every side of ``runs`` ({side: launch}, "torch" among them) ``rounds`` times, in a
-    rotated order each round so a drifting clock hits every side alike; print one line with each
-    side's median (us, TFLOP/s, torch / side) and its rounds; return {side: median ms}."""
+    balanced order (``_eager.round_order``) so a drifting clock hits every side alike; print one line
+    with each side's median (us, TFLOP/s, torch / side) and its rounds; return {side: median ms}."""
+    from _eager import round_order
+
     sides = list(runs)
     times = {s: [] for s in sides}
     for r in range(rounds):
-        for s in sides[r % len(sides):] + sides[:r % len(sides)]:
+        for s in round_order(sides, r):
             times[s].append(time_one(runs[s]))
     med = {s: statistics.median(v) for s, v in times.items()}
     flop = 2.0 * shape[0] * shape[1] * shape[2]

@@ -280,6 +280,8 @@ def host_costs(calls=200, rounds=3):
     """us per eager call, host included, on a small shape: warpsched's flash_attn_func, FA4's, torch's SDPA."""
     import statistics
 
+    from _eager import round_order
+
     import torch.nn.functional as F
 
     q = torch.randn(1, 128, 8, 64, device="cuda", dtype=DT, requires_grad=True)
@@ -304,7 +306,7 @@ def host_costs(calls=200, rounds=3):
         for n in sides:
             one(sides[n])
         for r in range(rounds):
-            for n in sides:
+            for n in round_order(sides, r):
                 torch.cuda.synchronize()
                 t = time.perf_counter()
                 for _ in range(calls):

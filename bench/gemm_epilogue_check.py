@@ -15,7 +15,7 @@
    takes (K = 300 given to ops.gemm directly, a 500-feature Linear), and
    ``torch.ops.warpsched.gemm`` with an epilogue bitwise equal to ``ops.gemm``; ``torch.ops.warpsched.linear``
    bitwise equal to the eager path, compiled (fwd + bwd through ``nn.functional.linear``) and in a CUDA graph.
-2. Time (CUDA graphs of back-to-back launches, triton do_bench medians, sides in rotated order over
+2. Time (CUDA graphs of back-to-back launches, triton do_bench medians, sides in a balanced order over
    ``ROUNDS`` rounds): the fused GEMM against torch's unfused equivalent (cuBLAS matmul, then the bias /
    activation / product / residual as torch kernels) and against warpsched's own GEMM without the
    epilogue (what the epilogue costs). Prints one line per case and the ratios torch / side.
@@ -215,7 +215,7 @@ def swiglu_autograd():
 
 def time_swiglu_elementwise():
     """Forward + backward of the SwiGLU product at Llama-3-8B's width: torch on [gate | up] halves (its best
-    layout) against the interleaved kernels; device time, CUDA graphs, rotated rounds."""
+    layout) against the interleaved kernels; device time, CUDA graphs, balanced rounds."""
     import triton.testing
     from _graphs import graph_ms
     from warpsched.kernels.gemm import swiglu
@@ -359,9 +359,10 @@ def linear_op():
 
 def timing():
     import triton.testing
+    from _eager import round_order
     from _graphs import graph_ms
 
-    print(f"== 2. time (CUDA graphs, {ROUNDS} rotated rounds; ratio = torch / side, > 1: faster than torch)",
+    print(f"== 2. time (CUDA graphs, {ROUNDS} balanced rounds; ratio = torch / side, > 1: faster than torch)",
           flush=True)
     results = []
 
@@ -373,7 +374,7 @@ def timing():
             sides[s]()
         torch.cuda.synchronize()
         for r in range(ROUNDS):
-            for s in order[r % len(order):] + order[:r % len(order)]:
+            for s in round_order(order, r):
                 times[s].append(graph_ms(torch, triton.testing.do_bench, sides[s], est, 40))
         med = {s: sorted(v)[len(v) // 2] for s, v in times.items()}
         line = ", ".join(f"{s} {med[s] * 1e3:.1f} us (x{med['torch'] / med[s]:.3f})" for s in order)

@@ -7,7 +7,7 @@ time, on small and odd shapes: M in {1, 16, 32, 64, 1000} and N, K that are not 
 
 Correctness first: every side on every shape with fresh random inputs, ours into a NaN-poisoned output,
 relative Frobenius error against the fp64 product (< 1e-2). Time: each side a CUDA graph of back-to-back
-launches (``_graphs.graph_ms``: triton's do_bench median over replays), sides in a rotated order over
+launches (``_graphs.graph_ms``: triton's do_bench median over replays), sides in a balanced order (``_eager.round_order``) over
 ``--rounds`` rounds, median. The table gives ours against the faster peer (the floor: >= 0.95x) and the
 configuration the autotuner chose. ``--candidates`` also times every autotune candidate for the shapes
 below the floor (what a better choice would give; ``--every``: for every shape), and the ``--extra``
@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.join(ROOT, "src"))
 import torch  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
+from _eager import round_order  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.gemm import autotune as tune  # noqa: E402
@@ -139,7 +140,7 @@ def time_shape(M, N, K, quack, rounds, rep_ms):
     times = {s: [] for s in sides}
     names = list(sides)
     for r in range(rounds):
-        for s in names[r % len(names):] + names[:r % len(names)]:
+        for s in round_order(names, r):
             times[s].append(graph_ms(torch, do_bench, sides[s], est[s], rep_ms))
     return {s: statistics.median(v) for s, v in times.items()}, times
 

@@ -12,7 +12,7 @@ every variant on every timed shape, then the in-kernel split-K variants on ragge
 N not a tile multiple, K not a multiple of the K tile, K < one tile, several units per CTA) with
 explicit split counts, each launched three times in a row plus once from a CUDA graph (the
 atomic workspace and flags must be left zero by every launch). Timing: ``--rounds`` rounds, the
-sides in a rotated order each round, each a triton do_bench median over replays of a CUDA graph
+sides in a balanced order (``_eager.round_order``), each a triton do_bench median over replays of a CUDA graph
 of back-to-back launches; the table gives each side's median over the rounds and its ratio to
 torch (> 1: faster than torch)."""
 from __future__ import annotations
@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 sys.path.insert(0, os.environ.get("WARPSCHED_SRC", os.path.join(ROOT, "src")))
 
+from _eager import round_order  # noqa: E402
 from _graphs import capture  # noqa: E402
 
 TOL = 1e-2
@@ -252,7 +253,7 @@ class Bench:
         names = [n for n, _ in live if n in graphs]
         times = {n: [] for n in names}
         for r in range(self.args.rounds):
-            for n in names[r % len(names):] + names[:r % len(names)]:
+            for n in round_order(names, r):
                 ms = self.do_bench(graphs[n].replay, warmup=self.args.rep_ms // 4, rep=self.args.rep_ms,
                                    return_mode="median") / reps
                 times[n].append(ms)

@@ -27,7 +27,7 @@ correctness checks), picked per shape by ``gemm_autotune.select`` (each timed on
 within 25 % of the best timed twice more in rotated order, the lowest median wins; ``tune_set``). Every side runs on fresh random inputs with a NaN-poisoned output and is
 compared with an fp64 reference (relative Frobenius error, any non-finite value fails) on every
 shape, plus untimed ragged shapes. warpsched.ops.gemm (autotune with its disk cache under $OUT) is checked on three shapes.
-Timing: 3 rounds, the sides in a rotated order each round,
+Timing: 3 rounds, the sides in a balanced order (``_eager.round_order``),
 each a triton do_bench median over CUDA-graph replays of back-to-back launches (host launch cost
 out of the numbers for every side alike); the table reports each side's median of the rounds.
 

@@ -7,6 +7,7 @@ import os
 import time
 import traceback
 
+from _eager import round_order
 from _graphs import capture, reps_for
 from gemm_sweep_configs import (CONFIGS, FIXED, FP8_RAGGED, FP8_SIDES, FP16, OPS_SHAPES, RAGGED, SIDES, SK_RAGGED, STREAM_K,
                         TOL, emit, fp8_tune_set, phase, tune_set)
@@ -296,7 +297,7 @@ class Child:
             if not graph_ok[cfg]:
                 live.remove(s)
         for r in range(self.rounds):
-            order = live[r % len(live):] + live[:r % len(live)]  # rotate: no side always goes first
+            order = round_order(live, r)  # balanced: every side's mean position the same
             for s in order:
                 phase("time", 60, sides[s], shape)
                 ms, how = self.graph_time(sides[s], self.launcher(sides[s], a, b, c), est_ms)

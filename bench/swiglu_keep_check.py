@@ -139,6 +139,7 @@ def check_autograd(T, K, N):
 def time_case(T, K, N, rounds):
     from triton.testing import do_bench
 
+    from _eager import round_order
     from _graphs import graph_ms
 
     x, w, b = operands(T, K, N, False)
@@ -155,7 +156,7 @@ def time_case(T, K, N, rounds):
     times = {s: [] for s in sides}
     names = list(sides)
     for r in range(rounds):
-        for s in names[r % len(names):] + names[:r % len(names)]:
+        for s in round_order(names, r):
             times[s].append(graph_ms(torch, do_bench, sides[s], est, 200))
     med = {s: statistics.median(v) for s, v in times.items()}
     print(f"  {T}x{N}x{K}: " + ", ".join(f"{s} {med[s] * 1e3:.1f} us" for s in names)

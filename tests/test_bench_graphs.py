@@ -1,4 +1,4 @@
-"""bench/_graphs.py (the GEMM benchmarks' timing and tables) on the CPU: rotated rounds,
+"""bench/_graphs.py (the GEMM benchmarks' timing and tables) on the CPU: balanced rounds,
 medians, the printed ratios and geomeans, and graph_ms with a stand-in torch and do_bench."""
 import contextlib
 import math
@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import _graphs  # noqa: E402
 
 
-def test_time_rounds_rotates_the_order_and_returns_medians(capsys):
+def test_time_rounds_balances_the_order_and_returns_medians(capsys):
     order = []
     fake = {"torch": [1.0, 3.0, 2.0], "a": [0.5, 0.4, 9.0]}  # ms per round
 
@@ -18,7 +18,7 @@ def test_time_rounds_rotates_the_order_and_returns_medians(capsys):
         return fake[side][sum(1 for s in order if s == side) - 1]
 
     med = _graphs.time_rounds((64, 32, 16), {"torch": "torch", "a": "a"}, 3, time_one)
-    assert order == ["torch", "a", "a", "torch", "torch", "a"]  # each round starts one side later
+    assert order == ["torch", "a", "a", "torch", "a", "torch"]  # _eager.round_order: reversed, then rotated
     assert med == {"torch": 2.0, "a": 0.5}
     line = capsys.readouterr().out
     assert line.startswith("64x32x16: torch 2000.0 us") and "x4.000" in line and "rounds torch 1000/3000/2000" in line
