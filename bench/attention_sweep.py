@@ -17,7 +17,9 @@ Variants (``--variants "qring:q_stages=2,n192:block_n=192;hd=64"``) are timed in
 rounds as the default and the backends, with their own ratio to the best backend and to the
 default (``hd=64`` restricts a variant to that head dim, ``causal_only=1`` to the causal shapes, ``full_only=1``
 to the others,
-``tuned=1`` starts it from the default's options: ``nofence:tuned=1;pv_wait_fence=0``).
+``tuned=1`` starts it from the default's options for the head dim and mask: ``nofence:tuned=1;pv_wait_fence=0``;
+``default=1`` from the options the default runs on that shape, sequence-length choices included, so
+``again:default=1`` times the default a second time: a control for a close A / B).
 ``--shapes 16x16x1024,4x16x4096``, ``--dims`` and ``--backends`` keep a GPU run short;
 ``--only-passed FILE`` (written by ``attention_correctness.py --passed-out FILE``) times only the
 variants that passed there.
@@ -77,6 +79,8 @@ def sides(q, k, v, causal, variants):
             continue
         if options.pop("tuned", 0):  # on top of what the default runs for this head dim and mask
             options = dict(att.tuned_options(q.shape[3], causal), **options)
+        if options.pop("default", 0):  # on top of what the default runs for this shape (its sequence lengths too)
+            options = dict(att.tuned_options(q.shape[3], causal, q.shape[2], k.shape[2]), **options)
         try:
             o2 = q.new_empty(q.shape)
             launch2, _, _ = att.prepare(q, k, v, causal=causal, out=o2, **options)
