@@ -38,8 +38,12 @@ def opcode(source):
     return text.split()[0] if text else "?"
 
 
+def count(d, key):
+    """A row's integer column (blank in the export: 0)."""
+    return int(d.get(key) or 0)
+
+
 def summarize(rows, top, context, stalled=3):
-    count = lambda d, k: int(d.get(k) or 0)  # noqa: E731
     executed, stalls = collections.Counter(), collections.Counter()
     for d in rows:
         executed[opcode(d["Source"])] += count(d, "Instructions Executed")
@@ -65,12 +69,12 @@ def by_count(rows, top=8):
     groups = collections.defaultdict(collections.Counter)
     for d in rows:
         for r in reasons:
-            groups[int(d.get("Instructions Executed") or 0)][r[6:]] += int(d.get(r) or 0)
+            groups[count(d, "Instructions Executed")][r[6:]] += count(d, r)
     total = sum(sum(c.values()) for c in groups.values()) or 1
     print(f"  stall samples by execution count ({total} samples; the top {top} counts):")
-    for count, c in sorted(groups.items(), key=lambda kv: -sum(kv[1].values()))[:top]:
+    for ran, c in sorted(groups.items(), key=lambda kv: -sum(kv[1].values()))[:top]:
         n = sum(c.values())
-        print(f"    ran {count:>9}: {100 * n / total:5.1f}%  " + ", ".join(
+        print(f"    ran {ran:>9}: {100 * n / total:5.1f}%  " + ", ".join(
             f"{r} {100 * v / total:.1f}%" for r, v in c.most_common(4) if v))
 
 
