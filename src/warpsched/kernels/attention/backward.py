@@ -97,7 +97,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
         turn = {} if order is None else {"order": order}
         turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats",
-                                       "early_stats") if getattr(g, n)})
+                                       "early_stats", "dkv_in_ds") if getattr(g, n)})
         if g.dq_parts > 1:
             turn["dq_parts"] = g.dq_parts
         if order is not None:
@@ -126,7 +126,8 @@ class FlashAttentionBackward(BackwardUnits):
                  consumer_regs=240, shared_ds=False, wg_order=False, window_size=None, mask_mod=None, softcap=None,
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
-                 stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False):
+                 stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
+                 dkv_in_ds=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -192,6 +193,12 @@ class FlashAttentionBackward(BackwardUnits):
             raise AttentionConfigError("tma_store_dkv=True with varlen: a tile's rows past its sequence are the "
                                        "next sequence's keys, which a TMA store would overwrite (tma_store_dkv=False)")
         self.tma_store_dkv = bool(tma_store_dkv)  # dK / dV through the V halves and a TMA store each
+        if dkv_in_ds and not (self.ds_rows and self.tma_store_dkv):
+            raise AttentionConfigError(
+                f"dkv_in_ds=True with head_dim={head_dim}, block_m={block_m}, shared_ds={shared_ds}, tma_store_dkv="
+                f"{tma_store_dkv}: dK and dV fill a warp group's dS tile at head dim 64 with 128-row Q blocks "
+                "(head_dim=64, block_m=128, shared_ds=True, tma_store_dkv=True); else dkv_in_ds=False")
+        self.dkv_in_ds = bool(dkv_in_ds)  # both staged at once in the dS tile, one wait for their stores
         if dq_stages not in (1, 2):
             raise AttentionConfigError(f"dq_stages={dq_stages}: expected 1 or 2")
         self.dq_stages = dq_stages  # dQ tiles per warp group on their way to the writer warp
@@ -283,7 +290,8 @@ class FlashAttentionBackward(BackwardUnits):
             + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
             + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
-            + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ()))
+            + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
+            + (("dkv_in_ds",) if self.dkv_in_ds else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
@@ -519,6 +527,8 @@ class FlashAttentionBackward(BackwardUnits):
             s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdSB" if self.dq_swap else "sdS"])
             s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])[(None, None, 0)]
             s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
+            if cutlass.const_expr(self.dkv_in_ds):  # dV, dK as two tiles in the V halves' layout
+                s[f"sdKV{wg}"] = view(self.alloc_ds[wg], lay["sV"])
         if cutlass.const_expr(self.tma_stats):
             stats = cute.make_layout((self.block_m, self.qdo_stages), stride=(1, self.stats_stride))
             s.update(sLSE=view(self.alloc_lse, stats), sDelta=view(self.alloc_delta, stats),

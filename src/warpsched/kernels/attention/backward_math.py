@@ -272,23 +272,45 @@ def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Cons
 
 
 @cute.jit
+def _store_staged(tma, m_t, staged, stage, g, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
+    """One TMA store of ``staged``'s 64-key tile ``stage`` to this warp group's keys of dK or dV (issued by one
+    warp; the caller commits the bulk group and waits for its reads)."""
+    g_x = cute.flat_divide(m_t, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+    src, dst = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(staged, 0, 2),
+                                                cute.group_modes(g_x, 0, 2))
+    cute.copy(tma, src[(None, stage)], dst[(None, n_block * 2 + wg)])
+
+
+@cute.jit
 def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
-    """``tma_store_dkv``: dV, then dK * scale, through this warp group's half of the V tile (only its own dP
-    GEMMs read it, and they have all retired) and one TMA store each; the TMA clips rows past S_k. The
-    warp group waits until each store has read the tile before it is written again or released."""
+    """``tma_store_dkv``: dV and dK * scale, one TMA store each; the TMA clips rows past S_k. Staged one after
+    the other in this warp group's half of the V tile (only its own dP GEMMs read it, and they have all
+    retired), each store read before the half is written again or released; or with ``dkv_in_ds`` both at
+    once in the two 64 x 64 halves of the warp group's dS tile (``SmemDS.store_grads``), one wait for both."""
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dkv_mma.get_slice(tidx % 128)
-    t_s = thr.partition_C(v.sV[(None, None, wg)])
     first_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0
-    for acc, tma, m_t, factor in ((acc_dv, v.tma_dv, v.mdVt, None), (acc_dk, v.tma_dk, v.mdKt, v.scale)):
-        cute.autovec_copy(_output(acc, factor, g.dtype), t_s)
+    outs = ((acc_dv, v.tma_dv, v.mdVt, None, 0), (acc_dk, v.tma_dk, v.mdKt, v.scale, 1))
+    if cutlass.const_expr(g.dkv_in_ds):
+        staged = getattr(v, f"sdKV{wg}")  # (keys, D, 2): dV's tile, dK's tile
+        for acc, tma, m_t, factor, i in outs:
+            cute.autovec_copy(_output(acc, factor, g.dtype), thr.partition_C(staged[(None, None, i)]))
         cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
         cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
         if first_warp:
-            g_x = cute.flat_divide(m_t, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
-            src, dst = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(v.sV, 0, 2),
-                                                        cute.group_modes(g_x, 0, 2))
-            cute.copy(tma, src[(None, wg)], dst[(None, n_block * 2 + wg)])
+            for acc, tma, m_t, factor, i in outs:
+                _store_staged(tma, m_t, staged, i, g, n_block, kv_head, batch, wg=wg)
             cute.arch.cp_async_bulk_commit_group()
             cute.arch.cp_async_bulk_wait_group(0, read=True)
-        cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # the store has read the tile
+        cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # both stores have read the tile
+    else:
+        t_s = thr.partition_C(v.sV[(None, None, wg)])
+        for acc, tma, m_t, factor, i in outs:
+            cute.autovec_copy(_output(acc, factor, g.dtype), t_s)
+            cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
+            cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
+            if first_warp:
+                _store_staged(tma, m_t, v.sV, wg, g, n_block, kv_head, batch, wg=wg)
+                cute.arch.cp_async_bulk_commit_group()
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # the store has read the tile

@@ -125,7 +125,7 @@ class SmemKV(MemoryResource):
         if self.g.d_split:
             return {"K": "r", "V": "r"}
         wg = int(task_name[-1])
-        return {"K": "r", f"V{wg}": "rw" if self.g.tma_store_dkv else "r"}
+        return {"K": "r", f"V{wg}": "rw" if self.g.tma_store_dkv and not self.g.dkv_in_ds else "r"}
 
     @consumer_work(work_attrs=WorkAttr.WRITES)
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0):
@@ -379,6 +379,14 @@ class SmemDS(MemoryResource):
     def store(self, stage_info: StageInfo, ds, acc_dp):
         v = stage_info.context.values
         bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}"), wg=self.wg)
+
+    @producer_work
+    def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv):
+        """``dkv_in_ds``: after the last step, dV and dK leave through this tile (its two 64 x 64 halves) by TMA,
+        once the other warp group's last dQ GEMM has read it (``backward_math.store_dkv_tma``)."""
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
+        bmath.store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg)
 
     @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand(self, stage_info: StageInfo):

@@ -43,7 +43,7 @@ def read_stage_stats(smem_qdo, lse2, delta, split_stats):
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
                   overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False,
-                  dq_parts=1, early_stats=False):
+                  dq_parts=1, early_stats=False, dkv_in_ds=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -56,7 +56,9 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     ``dq_parts`` (head dim 256): dQ's columns in that many GEMMs in turn, each staged before the next is
     issued into the same accumulator. ``early_stats`` (with ``tma_stats``): the LSE / delta (with ``split_stats``
     the LSE alone) read from the stage before the S / dP GEMMs are issued, not among them (where the
-    shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program")."""
+    shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program").
+    ``dkv_in_ds`` (with ``tma_store_dkv``): dK and dV leave through this warp group's dS tile, taken back once
+    more after the last step, and the other warp group's tile is taken and returned once more to match."""
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
@@ -120,7 +122,14 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
         if overlap_dq:  # dQ went out to its stage while the dK GEMM ran
             smem_qdo.retire()
             smem_qdo.release()
-    if tma_store_dkv:
+    if dkv_in_ds:
+        smem_kv.release()
+        ds_mine.acquire()  # the other warp group's last dQ GEMM has read this tile
+        ds_mine.store_grads(acc_dk=acc_dk, acc_dv=acc_dv)
+        ds_mine.commit()
+        ds_other.wait()  # the other warp group's tile after its stores: the hand-overs stay paired
+        ds_other.release()
+    elif tma_store_dkv:
         smem_kv.store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)
         smem_kv.release()
     else:
