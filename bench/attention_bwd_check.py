@@ -63,7 +63,10 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  "rows": dict(_D64, flat_dq=False),
                  "es": dict(_D64, early_stats=True),  # the LSE read before the S / dP GEMMs are issued
                  "fin": dict(_D64, dq_finish=True),  # dQ converted in the kernel (attention.dq_finish)
-                 "kvds": dict(_D64, dkv_in_ds=True)},  # dK / dV staged in the dS tile, one store wait
+                 "kvds": dict(_D64, dkv_in_ds=True),  # dK / dV staged in the dS tile, one store wait
+                 # each step's dQ GEMM issued at the next step (two dS stages), alone and with kvds / es
+                 "defer": dict(_D64, dq_defer=True), "defer+kvds": dict(_D64, dq_defer=True, dkv_in_ds=True),
+                 "defer+es": dict(_D64, dq_defer=True, early_stats=True)},
             128: {"no-sds": {"shared_ds": False}, "sds": {"shared_ds": True}, "default": {},
                   "sds+ts": {"shared_ds": True, "tma_stats": True},
                   "q3": dict(_D128, qdo_stages=3, dq_stages=1), "dq2": dict(_D128, dq_stages=2),

@@ -31,26 +31,24 @@ from typing import Optional
 
 import cutlass
 import cutlass.cute as cute
-import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
-from cutlass.tensor_utils import LayoutEnum
 
 from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads, trip_count
 from warpsched.model.memory import BARRIER_BYTES_PER_STAGE
 
 from .. import _host
 from .backward_resources import Grads, MathOrder, SmemDQ, SmemDS, SmemKV, SmemQdO
-from .backward_schedules import dq_writer_schedule, grad_schedule, load_schedule
+from .backward_schedules import dq_writer_schedule, grad_schedule, grad_schedule_deferred, load_schedule
 from .config import AttentionConfig
 from .forward import AttentionConfigError
 from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
+from .backward_layouts import FLAT_ROW, BackwardLayouts
 from .backward_units import BLOCK_M, BackwardUnits
 from . import dq_finish, dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
-FLAT_ROW = 256  # flat_dq: values per row of the dQ reduce-add's TMA box (a box dimension holds at most 256)
 
 
 # ---------------------------------------------------------------------------------- program
@@ -82,7 +80,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
     tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     smem_dss = []
     if g.shared_ds:
-        ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=1, producer_group=threads(128),
+        ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.ds_stages, producer_group=threads(128),
                                                                 consumer_group=threads(128))
         smem_dss = [SmemDS(name=f"SmemDS{wg}", pipeline_config=ds_cfg, g=g, wg=wg) for wg in range(2)]
     order = None
@@ -103,8 +101,8 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         if order is not None:
             (dst if wg == 0 else src).append(order)
         if g.shared_ds:
-            sched = grad_schedule(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg],
-                                  **turn)
+            grad = grad_schedule_deferred if g.dq_defer else grad_schedule
+            sched = grad(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg], **turn)
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
             graph[smem_dss[wg]] = [smem_kv, smem_qdo]
         else:
@@ -119,7 +117,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
 
 
 # ---------------------------------------------------------------------------------- kernel
-class FlashAttentionBackward(BackwardUnits):
+class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
     """Compile-time configuration (dtype, head dim, causal, Q / dO stages) and the kernel."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, causal=False, qdo_stages=None, producer_regs=24,
@@ -127,7 +125,7 @@ class FlashAttentionBackward(BackwardUnits):
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
-                 dkv_in_ds=False):
+                 dkv_in_ds=False, dq_defer=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -199,6 +197,18 @@ class FlashAttentionBackward(BackwardUnits):
                 f"{tma_store_dkv}: dK and dV fill a warp group's dS tile at head dim 64 with 128-row Q blocks "
                 "(head_dim=64, block_m=128, shared_ds=True, tma_store_dkv=True); else dkv_in_ds=False")
         self.dkv_in_ds = bool(dkv_in_ds)  # both staged at once in the dS tile, one wait for their stores
+        if dq_defer and not (self.ds_rows and self.overlap_scores and not (overlap_dq or wg_order or deterministic
+                                                                          or dq_finish)):
+            raise AttentionConfigError(
+                f"dq_defer=True with head_dim={head_dim}, block_m={block_m}, shared_ds={shared_ds}, overlap_dq="
+                f"{overlap_dq}, wg_order={wg_order}, deterministic={deterministic}, dq_finish={dq_finish}: the dQ "
+                "GEMM one step late is built for head dim 64's 128-row Q blocks with dQ shared by rows (head_dim=64, "
+                "block_m=128, shared_ds=True, tma_stats=True), without overlap_dq, wg_order, deterministic or "
+                "dq_finish; else dq_defer=False")
+        # a step's dQ GEMM issued at the next step, from dS tiles of two stages (backward_schedules)
+        self.dq_defer = bool(dq_defer)
+        self.ds_stages = 2 if self.dq_defer else 1
+        self.ds_parts = 2 if self.ds_rows else 1  # the dQ GEMM's A tiles per dS stage (row halves with ds_rows)
         if dq_stages not in (1, 2):
             raise AttentionConfigError(f"dq_stages={dq_stages}: expected 1 or 2")
         self.dq_stages = dq_stages  # dQ tiles per warp group on their way to the writer warp
@@ -275,7 +285,8 @@ class FlashAttentionBackward(BackwardUnits):
         self.stats_stride = -(-self.block_m // 32) * 32
         self.alloc_lse, self.alloc_delta = (SmemAllocation(n, dtype=cutlass.Float32, count=qdo_stages * self.stats_stride,
                                                            alignment=128) for n in ("sLSE", "sDelta"))
-        self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=HALF * self.block_m, alignment=1024)
+        self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=self.ds_stages * HALF * self.block_m,
+                                        alignment=1024)
                          for wg in range(2)]
         self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32,
                                         count=dq_stages * self.dq_rows * self.dq_cols, alignment=1024)
@@ -291,7 +302,7 @@ class FlashAttentionBackward(BackwardUnits):
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
             + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
             + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
-            + (("dkv_in_ds",) if self.dkv_in_ds else ()))
+            + (("dkv_in_ds",) if self.dkv_in_ds else ()) + (("dq_defer",) if self.dq_defer else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
@@ -302,7 +313,7 @@ class FlashAttentionBackward(BackwardUnits):
         for a in [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_dq]:
             scratch.add(copy.copy(a))  # copies: compute_layout assigns offsets, the kernel's are build's to set
         # mbarrier stages: Q / dO, K / V, each warp group's dQ ring and with shared_ds its dS tile
-        stages = self.qdo_stages + 1 + 2 * self.dq_stages + (2 if self.shared_ds else 0)
+        stages = self.qdo_stages + 1 + 2 * self.dq_stages + (2 * self.ds_stages if self.shared_ds else 0)
         need = scratch.compute_layout() + BARRIER_BYTES_PER_STAGE * stages
         capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         if need > capacity:
@@ -341,79 +352,6 @@ class FlashAttentionBackward(BackwardUnits):
         """Without ``shared_ds``: the ``sKt`` stage warp group ``wg``'s dQ GEMM ``part`` reads: its own key
         half, or with ``d_split`` the 64-column quarter ``part`` of its half of D."""
         return 2 * wg + part if self.d_split else wg
-
-    # ---- compile-time layouts
-    def _mmas(self):
-        k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
-
-        def mma(a_major, b_major, tile, a_source=warpgroup.OperandSource.SMEM):
-            return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, a_major, b_major, cutlass.Float32,
-                                                     (1, 1, 1), tile, a_source)
-        sdp = mma(k_major, k_major, (HALF, self.block_m))  # S^T, dP^T: (keys, queries), contraction over D
-        dkv = mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
-        # dQ: (queries, D or its half), over keys; one 64-row WGMMA M, repeated over a 128-row Q block;
-        # dq_swap: dQ^T (D half, queries), A = K^T (D contiguous: MN-major), B = dS (keys contiguous: K-major)
-        dq = (mma(mn_major, k_major, self.dq_acc_tile) if self.dq_swap
-              else mma(k_major, mn_major, (HALF, self.dq_part_cols)))
-        return sdp, dkv, dq
-
-    @property
-    def dq_acc_tile(self):
-        """(rows, columns) of a warp group's dQ accumulator: (queries, D part), or with ``dq_swap`` (D half,
-        queries)."""
-        return (HALF, self.block_m) if self.dq_swap else (self.dq_rows, self.dq_part_cols)
-
-    def _layouts(self):
-        """Each SMEM buffer and, for the ones a GEMM also reads transposed, the same bytes as the other
-        operand kind: a K-major (rows, D) tile and an MN-major (D, rows) one have one physical layout."""
-        d, dt, R, C = self.head_dim, self.dtype, LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
-        st = self.qdo_stages
-        halves = self.key_halves
-        # d_split: (D half, queries, 2 * stage + D half), the dV / dK GEMMs' B operand of warp group w
-        rows_t = (sm90_utils.make_smem_layout_b(C, (HALF, d // 2, self.block_m), dt, 2 * st) if self.d_split
-                  else sm90_utils.make_smem_layout_b(C, (HALF, d, self.block_m), dt, st))  # (D, queries, stage)
-        return {
-            "sK": sm90_utils.make_smem_layout_a(R, (HALF, self.block_m, d), dt, halves),  # (keys, D, key half)
-            "sV": sm90_utils.make_smem_layout_a(R, (HALF, self.block_m, d), dt, halves),
-            # (D, keys, key half); shared_ds: (D half, keys, 2 * key half + D half); d_split: (64 columns, keys,
-            # D quarter), the dQ parts' B operands (dq_kt_view): the same bytes (64-column swizzle atoms, keys
-            # before columns in both)
-            "sKt": (sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, HALF), dt, 4)
-                    if (self.shared_ds and not self.ds_rows) or self.d_split
-                    else sm90_utils.make_smem_layout_b(C, (self.block_m, self.dq_cols, HALF), dt, 2)),
-            "sQ": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, d), dt, st),  # (queries, D, stage)
-            "sdO": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, d), dt, st),
-            "sQt": rows_t,
-            "sdOt": rows_t,
-            # (queries, keys); ds_rows: (64 queries, keys, row half), the same bytes as the 128-row tile
-            "sdS": (sm90_utils.make_smem_layout_a(R, (HALF, d, HALF), dt, 2) if self.ds_rows
-                    else sm90_utils.make_smem_layout_a(R, (self.block_m, d, HALF), dt, 1)),
-            "sdSt": sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, self.block_m), dt, 1),  # (keys, queries)
-            # dq_swap: the swapped dQ GEMM's operands, the same bytes as sKt's (D half, keys, 2 * key half + D
-            # half) blocks and sdS's (queries, keys) tile (tests/test_attention_bwd_m80.py compares the offsets)
-            "sKtA": sm90_utils.make_smem_layout_a(C, (HALF, self.block_m, HALF), dt, 4),
-            "sdSB": sm90_utils.make_smem_layout_b(R, (HALF, self.block_m, HALF), dt, 1),
-            "sdQ": (cute.make_layout((FLAT_ROW, self.dq_box_floats // FLAT_ROW, self.dq_stages * self.flat_boxes))
-                    if self.flat_dq
-                    else sm90_utils.make_smem_layout_a(R, (self.dq_rows, self.dq_cols, self.dq_cols), cutlass.Float32,
-                                                       self.dq_stages)),
-        }
-
-    @property
-    def flat_tile(self):
-        """``flat_dq``: (dq_cols, parts, transposed rows) of a flat dQ tile, what the post-pass (``backward_post``)
-        undoes; the third is 0, or with ``dq_swap`` the Q block's rows (the tile is dQ^T)."""
-        return self.dq_cols, self.dq_parts, self.block_m if self.dq_swap else 0
-
-    @property
-    def dq_tile_floats(self):
-        """fp32 values in one warp group's dQ tile."""
-        return self.dq_rows * self.dq_cols
-
-    @property
-    def dq_box_floats(self):
-        """``flat_dq``: fp32 values in one TMA box of the reduce-add (``flat_boxes`` boxes a tile)."""
-        return self.dq_tile_floats // self.flat_boxes
 
     def _dq_target(self, mdQacc):
         """What the dQ reduce-add's TMA tiles: (S, D, H, B), or with ``flat_dq`` the buffer as (FLAT_ROW,
@@ -525,10 +463,10 @@ class FlashAttentionBackward(BackwardUnits):
                  sdOt=view(self.alloc_do, lay["sdOt"]))
         for wg in cutlass.range_constexpr(2):
             s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdSB" if self.dq_swap else "sdS"])
-            s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])[(None, None, 0)]
+            s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])
             s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
-            if cutlass.const_expr(self.dkv_in_ds):  # dV, dK as two tiles in the V halves' layout
-                s[f"sdKV{wg}"] = view(self.alloc_ds[wg], lay["sV"])
+            if cutlass.const_expr(self.dkv_in_ds):  # dV, dK as two tiles per dS stage in the V halves' layout
+                s[f"sdKV{wg}"] = view(self.alloc_ds[wg], lay["sdKV"])
         if cutlass.const_expr(self.tma_stats):
             stats = cute.make_layout((self.block_m, self.qdo_stages), stride=(1, self.stats_stride))
             s.update(sLSE=view(self.alloc_lse, stats), sDelta=view(self.alloc_delta, stats),

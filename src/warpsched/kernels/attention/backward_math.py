@@ -282,24 +282,25 @@ def _store_staged(tma, m_t, staged, stage, g, n_block, kv_head, batch, *, wg: cu
 
 
 @cute.jit
-def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
+def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr, ds_stage=0):
     """``tma_store_dkv``: dV and dK * scale, one TMA store each; the TMA clips rows past S_k. Staged one after
     the other in this warp group's half of the V tile (only its own dP GEMMs read it, and they have all
     retired), each store read before the half is written again or released; or with ``dkv_in_ds`` both at
-    once in the two 64 x 64 halves of the warp group's dS tile (``SmemDS.store_grads``), one wait for both."""
+    once in the two 64 x 64 halves of the warp group's dS tile (``SmemDS.store_grads``: its stage ``ds_stage``),
+    one wait for both."""
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dkv_mma.get_slice(tidx % 128)
     first_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0
     outs = ((acc_dv, v.tma_dv, v.mdVt, None, 0), (acc_dk, v.tma_dk, v.mdKt, v.scale, 1))
     if cutlass.const_expr(g.dkv_in_ds):
-        staged = getattr(v, f"sdKV{wg}")  # (keys, D, 2): dV's tile, dK's tile
+        staged = getattr(v, f"sdKV{wg}")  # (keys, D, 2 x dS stages): dV's tile, dK's tile of each stage
         for acc, tma, m_t, factor, i in outs:
-            cute.autovec_copy(_output(acc, factor, g.dtype), thr.partition_C(staged[(None, None, i)]))
+            cute.autovec_copy(_output(acc, factor, g.dtype), thr.partition_C(staged[(None, None, 2 * ds_stage + i)]))
         cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
         cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
         if first_warp:
             for acc, tma, m_t, factor, i in outs:
-                _store_staged(tma, m_t, staged, i, g, n_block, kv_head, batch, wg=wg)
+                _store_staged(tma, m_t, staged, 2 * ds_stage + i, g, n_block, kv_head, batch, wg=wg)
             cute.arch.cp_async_bulk_commit_group()
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # both stores have read the tile

@@ -20,6 +20,7 @@ from .backward_math import HALF
 from .dq_finish_io import DQFinishIO, wait_adds
 from .dq_turns import DQTurnIO
 from ..gemm.fixup import runtime_branch
+from ...lower import LoweringError
 
 
 def _gemm_over_rows(g, v, acc, a_regs, s_bt, stage, wg):
@@ -44,6 +45,19 @@ def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr):
         mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
         b = frag_b[(None, None, kb)] if g.stage_first else frag_b[(None, None, kb, stage)]
         cute.gemm(mma, acc, frag_a[(None, None, kb, half)], b, acc)
+
+
+def declared_stage(g, task, wg):
+    """``dq_defer``: the stage of warp group ``wg``'s dS tile that ``task``'s last declaration of it named
+    (``SmemDS._declare``), taken back for the dQ GEMM that reads it; else 0 (one stage)."""
+    if not g.dq_defer:
+        return 0
+    stage = getattr(g, "declared_ds", {}).pop((task.name, wg), None)
+    if stage is None:
+        raise LoweringError(f"SmemKV.mma_dq in {task.name} reads SmemDS{wg}'s tile, which no gemm_operand() / "
+                            "own_gemm_operand() declared since its last dQ GEMM", task=task,
+                            fix=f"declare SmemDS{wg}'s tile right before the dQ GEMM")
+    return stage
 
 
 def _fragment(mma, thr, tile, as_a):
@@ -169,18 +183,21 @@ class SmemKV(MemoryResource):
         """dQ's part of this warp group. ``shared_ds``: dQ[:, 64 wg : 64 wg + 64] over all 128 keys, A from
         both warp groups' dS tiles (the other's through ``SmemDS``), B from K's (D half, key half) blocks
         (``ds_rows``: dQ[64 wg : 64 wg + 64, :], A from row half wg of both tiles, B from K's key halves;
-        ``dq_swap``: its transpose, A from K's blocks and B from the dS tiles);
+        ``dq_swap``: its transpose, A from K's blocks and B from the dS tiles; ``dq_defer``: each dS tile at the stage its
+        declaration named, ``SmemDS._declare``);
         else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile; ``d_split``: the 64 columns
         ``part`` of its half of D, ``FlashAttentionBackward.dq_kt_view``)."""
         g, v = self.g, stage_info.context.values
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
         if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
+            stages = [declared_stage(g, stage_info.context.task, half) for half in range(2)]
             # dq_swap: dQ^T = K^T dS^T, the same views with K^T as A and dS as B
             frag_kt = _fragment(v.dq_mma, thr, v.sKt, as_a=g.dq_swap)
             warpgroup.fence()
             for half in cutlass.range_constexpr(2):
                 ds_part, kt_stage = g.dq_operands(wg, half)
+                ds_part = ds_part + stages[half] * g.ds_parts  # the stage's tile (its row halves with ds_rows)
                 frag_ds = _fragment(v.dq_mma, thr, getattr(v, f"sdS{half}"), as_a=not g.dq_swap)
                 for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
                     mma = v.dq_mma_zero if cutlass.const_expr(kb == 0 and half == 0) else v.dq_mma
@@ -322,7 +339,7 @@ class Grads(MemoryResource):
 
     def _ds_tile(self, v):
         """Where ``dscores`` writes dS^T: this warp group's tile, or None with ``shared_ds`` (SmemDS.store)."""
-        return None if self.g.shared_ds else getattr(v, f"sdSt{self.wg}")
+        return None if self.g.shared_ds else getattr(v, f"sdSt{self.wg}")[(None, None, 0)]
 
     @producer_work
     def scores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds):
@@ -375,10 +392,19 @@ class SmemDS(MemoryResource):
     def get_smem_requirements(self):
         return [self.g.alloc_ds[self.wg]]
 
+    def _declare(self, stage_info):
+        """``dq_defer`` (while tracing): the stage this declaration names (the waited one, or on the writer's
+        side the one it committed last), which the task's next ``SmemKV.mma_dq`` reads and takes back: the GEMM
+        reads exactly the stage the checker holds the read of (a two-stage tile's stage is a run-time value)."""
+        if self.g.dq_defer:
+            if not hasattr(self.g, "declared_ds"):
+                self.g.declared_ds = {}
+            self.g.declared_ds[(stage_info.context.task.name, self.wg)] = stage_info.stage_idx
+
     @producer_work
     def store(self, stage_info: StageInfo, ds, acc_dp):
         v = stage_info.context.values
-        bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}"), wg=self.wg)
+        bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}")[(None, None, stage_info.stage_idx)], wg=self.wg)
 
     @producer_work
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv):
@@ -386,16 +412,19 @@ class SmemDS(MemoryResource):
         once the other warp group's last dQ GEMM has read it (``backward_math.store_dkv_tma``)."""
         g, v = self.g, stage_info.context.values
         n_block, kv_head, batch = g.unit_coords(v.unit)
-        bmath.store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg)
+        bmath.store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg, ds_stage=stage_info.stage_idx)
 
     @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand(self, stage_info: StageInfo):
         """Declares that the dQ GEMM issued next (``SmemKV.mma_dq``) reads this tile until its retire."""
+        self._declare(stage_info)
+
 
     @producer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def own_gemm_operand(self, stage_info: StageInfo):
         """The writer's side: its own dQ GEMM issued next (``SmemKV.mma_dq``) reads the tile it just
         committed, until its retire (a declaration: nothing runs)."""
+        self._declare(stage_info)
 
 
 @dataclass(kw_only=True)

@@ -59,7 +59,8 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program").
     ``dkv_in_ds`` (with ``tma_store_dkv``): dK and dV leave through this warp group's dS tile, taken back once
     more after the last step, and the other warp group's tile is taken and returned once more to match."""
-    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    regs = acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    lse2 = delta = None
     if overlap_scores:
         lse2, delta = smem_kv.init_stats(acc_s=acc_s)
     idx = smem_qdo.init_index()
@@ -67,29 +68,8 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     smem_kv.wait()
     with domain_loop(0, steps, 1):
         smem_qdo.wait()
-        take_turn(order, wg)
-        if early_stats:
-            read_stage_stats(smem_qdo, lse2, delta, split_stats)
-        smem_qdo.gemm_operand(idx=idx)
-        if overlap_scores:
-            smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
-            smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
-            pass_turn(order, wg)
-            if tma_stats and not early_stats:
-                read_stage_stats(smem_qdo, lse2, delta, split_stats)
-            elif not tma_stats:
-                grads.stats(lse2=lse2, delta=delta)
-            smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
-            grads.probs(acc_s=acc_s, lse2=lse2)
-            if split_stats:
-                smem_qdo.load_delta(delta=delta)
-            smem_kv.retire()
-            grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
-        else:
-            smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
-            pass_turn(order, wg)
-            smem_kv.retire()
-            grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+        step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats,
+                    split_stats, early_stats)
         if ds_mine is not None:
             ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
             ds_mine.store(ds=ds, acc_dp=acc_dp)
@@ -122,6 +102,43 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
         if overlap_dq:  # dQ went out to its stage while the dK GEMM ran
             smem_qdo.retire()
             smem_qdo.release()
+    store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
+
+
+def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats, split_stats,
+                early_stats):
+    """A step's S / dP GEMMs (issued in turn with ``order``), then P^T and dS^T in registers (with
+    ``overlap_scores``: S and dP in two commit groups, P computed while dP's runs; the LSE / delta from the stage
+    with ``tma_stats``, before the GEMMs with ``early_stats``, delta after P with ``split_stats``)."""
+    acc_s, acc_dp, _, _, _, p, ds = regs
+    take_turn(order, wg)
+    if early_stats:
+        read_stage_stats(smem_qdo, lse2, delta, split_stats)
+    smem_qdo.gemm_operand(idx=idx)
+    if overlap_scores:
+        smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
+        smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
+        pass_turn(order, wg)
+        if tma_stats and not early_stats:
+            read_stage_stats(smem_qdo, lse2, delta, split_stats)
+        elif not tma_stats:
+            grads.stats(lse2=lse2, delta=delta)
+        smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
+        grads.probs(acc_s=acc_s, lse2=lse2)
+        if split_stats:
+            smem_qdo.load_delta(delta=delta)
+        smem_kv.retire()
+        grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
+    else:
+        smem_kv.mma_sdp(acc_s=acc_s, acc_dp=acc_dp, idx=idx, wg=wg)
+        pass_turn(order, wg)
+        smem_kv.retire()
+        grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
+
+
+def store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds):
+    """After the last step: dK and dV out (by TMA through the V half, or with ``dkv_in_ds`` through the dS tile
+    taken back once more; else from registers) and K / V released."""
     if dkv_in_ds:
         smem_kv.release()
         ds_mine.acquire()  # the other warp group's last dQ GEMM has read this tile
@@ -135,6 +152,61 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     else:
         smem_kv.release()
         grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg):
+    """``dq_defer``: the dQ GEMM of the step whose dS tiles both warp groups committed last (the other's waited
+    here; this warp group's own is the stage it last handed over)."""
+    ds_other.wait()
+    ds_other.gemm_operand()
+    ds_mine.own_gemm_operand()
+    smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+
+
+def stage_dq(smem_dq, acc_dq):
+    smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
+    smem_dq.store(acc_dq=acc_dq)
+    smem_dq.commit()
+
+
+@schedule
+def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, tma_stats=False,
+                           tma_store_dkv=False, split_stats=False, early_stats=False, dkv_in_ds=False, **_):
+    """``dq_defer`` (head dim 64, 128-row Q blocks): a step's dQ GEMM is issued at the next step, after that step's
+    dS is computed and before its dS tile is written (two stages per warp group), and the last step's at the
+    step's end. By then the other warp group committed its tile of the step long ago, so neither waits for the
+    other's dS of the step it is on; the dV / dK GEMMs and the deferred dQ GEMM retire together.
+
+    The issue is unconditional (ptxas serializes every wgmma of a kernel whose wgmma is in flight across a
+    branch): at the first step it reads an empty hand-over of both warp groups and its result is dropped."""
+    regs = _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+    lse2, delta = smem_kv.init_stats(acc_s=regs[0])
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+    smem_kv.wait()
+    with domain_loop(0, steps, 1) as d:
+        with d.first_iter():  # an empty tile handed over, so that every step has a previous one to read
+            ds_mine.acquire()
+            ds_mine.commit()
+        smem_qdo.wait()
+        step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, tma_stats, split_stats,
+                    early_stats)
+        issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg)  # the previous step's dQ (at the first, dropped)
+        ds_mine.acquire()  # the other warp group's dQ GEMM of two steps back has read this stage
+        ds_mine.store(ds=ds, acc_dp=acc_dp)
+        ds_mine.commit()
+        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+        smem_qdo.retire()  # the dV / dK GEMMs and the previous step's dQ GEMM
+        ds_other.release()
+        smem_qdo.release()
+        with d.every(1, start=1):
+            stage_dq(smem_dq, acc_dq)
+        with d.last_iter():  # this step's dQ: no next step to issue it
+            issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg)
+            smem_kv.retire()
+            ds_other.release()
+            stage_dq(smem_dq, acc_dq)
+    store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
 
 
 @schedule

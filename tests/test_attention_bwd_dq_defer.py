@@ -1,0 +1,137 @@
+"""The backward's ``dq_defer`` program (head dim 64, 128-row Q blocks): each step's dQ GEMM is issued at the next
+step, from dS tiles of two stages per warp group, so neither warp group waits for the other's dS of the step it is
+on (the last step's dQ at the step's end; at the first step the GEMM reads an empty hand-over and is dropped, so
+that the issue is unconditional). The program is SAFE with and without ``dkv_in_ds`` and ``early_stats``, twins
+that read the other's tile before waiting for it, hand it back before the GEMM retires, or never issue the last
+dQ are rejected, options it cannot serve are refused by name, and the kernel compiles with the checked program.
+On the H200: bench/attention_bwd_check.py (variant ``defer``)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("cutlass")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+
+import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
+from warpsched import ValidationError, domain_loop, schedule  # noqa: E402
+from warpsched.kernels.attention import backward as ab  # noqa: E402
+from warpsched.kernels.attention import backward_host as bh  # noqa: E402
+from warpsched.kernels.attention import backward_schedules as bs  # noqa: E402
+from warpsched.kernels.attention.masks import AttentionConfigError  # noqa: E402
+from _planting import planted  # noqa: E402
+
+QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
+
+
+def _options(**more):
+    return dict(bh.default_options(64), dq_defer=True, **more)
+
+
+def _planted_line(marker):
+    lines = open(__file__).read().splitlines()
+    return f"test_attention_bwd_dq_defer.py:{1 + next(i for i, l in enumerate(lines) if marker in l)}"
+
+
+@pytest.mark.parametrize("causal,more", [(True, {}), (False, {}), (True, {"dkv_in_ds": True}),
+                                         (True, {"early_stats": True})])
+def test_the_program_is_safe_and_is_not_the_default_one(causal, more):
+    g = ab.FlashAttentionBackward(head_dim=64, causal=causal, **_options(**more))
+    assert g.ds_stages == 2 and g.alloc_ds[0].size_bytes == 2 * 128 * 64 * 2  # two 128 x 64 bf16 dS tiles
+    program = ab.build(g, **QUIET)  # raises ValidationError unless every check and the exhaustive checker pass
+    plain = ab.build(ab.FlashAttentionBackward(head_dim=64, causal=causal, **dict(bh.default_options(64), **more)),
+                     **QUIET)
+    assert program.fingerprint != plain.fingerprint
+
+
+def _twin(read_before_wait=False, release_before_retire=False, last_dq=True):
+    @schedule
+    def twin(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, tma_stats=False, tma_store_dkv=False,
+             split_stats=False, early_stats=False, dkv_in_ds=False, **_):
+        regs = _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
+        lse2, delta = smem_kv.init_stats(acc_s=regs[0])
+        idx = smem_qdo.init_index()
+        grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
+        smem_kv.wait()
+        with domain_loop(0, steps, 1) as d:
+            with d.first_iter():
+                ds_mine.acquire()
+                ds_mine.commit()
+            smem_qdo.wait()
+            bs.step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, tma_stats, split_stats,
+                           early_stats)
+            if read_before_wait:
+                ds_other.gemm_operand()  # planted: read before the wait
+                ds_other.wait()
+                ds_mine.own_gemm_operand()
+                smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+            else:
+                bs.issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg)
+            ds_mine.acquire()
+            ds_mine.store(ds=ds, acc_dp=acc_dp)
+            ds_mine.commit()
+            smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+            if release_before_retire:
+                ds_other.release()  # planted: before the retire
+            smem_qdo.retire()
+            if not release_before_retire:
+                ds_other.release()
+            smem_qdo.release()
+            with d.every(1, start=1):
+                bs.stage_dq(smem_dq, acc_dq)
+            if last_dq:
+                with d.last_iter():
+                    bs.issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg)
+                    smem_kv.retire()
+                    ds_other.release()
+                    bs.stage_dq(smem_dq, acc_dq)
+        bs.store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
+    return twin
+
+
+def test_the_twin_builder_is_the_program():
+    """The twins below differ from the shipped schedule in their planted line only: unplanted, the builder's
+    program is SAFE (build raises ValidationError otherwise)."""
+    g = ab.FlashAttentionBackward(head_dim=64, causal=True, **_options())
+    with planted(ab, grad_schedule_deferred=_twin()):
+        ab.build(g, **QUIET)
+
+
+@pytest.mark.parametrize("twin,marker,named", [
+    (_twin(read_before_wait=True), "planted: read before the wait", "gemm_operand"),
+    (_twin(release_before_retire=True), "planted: before the retire", "SmemDS"),
+    (_twin(last_dq=False), None, "SmemD"),
+])
+def test_planted_deferred_twins_are_rejected(twin, marker, named):
+    g = ab.FlashAttentionBackward(head_dim=64, causal=True, **_options())
+    with planted(ab, grad_schedule_deferred=twin):
+        with pytest.raises(ValidationError) as e:
+            ab.build(g, **QUIET)
+    msg = str(e.value)
+    assert named in msg, msg
+    if marker:
+        assert _planted_line(marker) in msg, msg
+
+
+@pytest.mark.parametrize("head_dim,options,named", [
+    (128, {}, "head_dim=128"),
+    (64, {"overlap_dq": True}, "overlap_dq=True"),
+    (64, {"deterministic": True}, "deterministic=True"),
+])
+def test_what_it_cannot_serve_is_refused_by_name(head_dim, options, named):
+    with pytest.raises(AttentionConfigError) as e:
+        ab.FlashAttentionBackward(head_dim=head_dim, **dict(bh.default_options(head_dim), dq_defer=True, **options))
+    assert "dq_defer=True" in str(e.value) and named in str(e.value), str(e.value)
+
+
+def test_the_kernel_traces_the_checked_program():
+    from warpsched.verify.verdicts import VERDICTS
+
+    bh.compile_for_cpu(head_dim=64, causal=True, **_options())
+    fingerprint = VERDICTS.looked_up[-1]
+    assert VERDICTS.get(fingerprint).verdict == "SAFE"
+    g = ab.FlashAttentionBackward(head_dim=64, causal=True, **_options())
+    assert fingerprint == ab.build(g, verbose=False, exhaustive_deadlock_race_check=False).fingerprint
