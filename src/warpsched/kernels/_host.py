@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import re
 import shutil
 import tempfile
 
@@ -35,10 +37,37 @@ def ptx_dir():
     return _PTX_DIR[0]
 
 
+_PTXAS_REMARKS = []
+
+
 def ptx_options(arch=None):
     """A compile whose PTX is read (the CPU tests and tools count its instructions): keep the PTX,
-    and pin the target when compiling on the CPU. Not for what a model launches: launch_options."""
-    return f"--keep-ptx --dump-dir={ptx_dir()}" + (f" --gpu-arch {arch}" if arch else "")
+    and pin the target when compiling on the CPU (inside ``ptxas_remarks``, with ptxas's report). Not for
+    what a model launches: launch_options."""
+    return (f"--keep-ptx --dump-dir={ptx_dir()}" + (f" --gpu-arch {arch}" if arch else "")
+            + (" remarks{ptx}" if _PTXAS_REMARKS else ""))
+
+
+@contextlib.contextmanager
+def ptxas_remarks():
+    """Within it, a ``ptx_options`` compile prints the report of the ptxas CuTe DSL runs (registers, spills,
+    and its warnings, such as C7512: every wgmma of the kernel serialized) to stderr; ``ptxas_findings``
+    reads it."""
+    _PTXAS_REMARKS.append(True)
+    try:
+        yield
+    finally:
+        _PTXAS_REMARKS.pop()
+
+
+def ptxas_findings(report):
+    """(spill store bytes, spill load bytes, serialized) from the stderr of a compile in ``ptxas_remarks``;
+    None when the report has no spill line (ptxas did not run)."""
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    if not spills:
+        return None
+    return (sum(int(a) for a, _ in spills), sum(int(b) for _, b in spills),
+            "C7512" in report or "are serialized" in report)
 
 
 def launch_options():
