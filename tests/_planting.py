@@ -4,6 +4,17 @@ production builders take no test hooks; the twins live in the tests."""
 from __future__ import annotations
 
 import contextlib
+import os
+
+# build() options for a quick check in a test: no printout, no progress lines, no verdict cache
+QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
+
+
+def planted_line(test_file, marker):
+    """``name.py:N`` for the line of ``test_file`` holding the comment ``marker``: where a planted twin goes
+    wrong, which a rejection must name."""
+    lines = open(test_file).read().splitlines()
+    return f"{os.path.basename(test_file)}:{1 + next(i for i, l in enumerate(lines) if marker in l)}"
 
 
 @contextlib.contextmanager
@@ -19,3 +30,20 @@ def planted(module, **replacements):
     finally:
         for name, value in saved.items():
             setattr(module, name, value)
+
+
+def rejected(module, g, test_file, named, marker=None, **replacements):
+    """Build ``g`` with ``module.build`` while ``replacements`` are planted: the ValidationError's text, which must
+    name ``named`` and, given a ``marker``, the line of ``test_file`` holding it (``planted_line``)."""
+    import pytest
+
+    from warpsched import ValidationError
+
+    with planted(module, **replacements):
+        with pytest.raises(ValidationError) as e:
+            module.build(g, **QUIET)
+    msg = str(e.value)
+    assert named in msg, msg
+    if marker:
+        assert planted_line(test_file, marker) in msg, msg
+    return msg

@@ -12,15 +12,9 @@ import pytest
 from warpsched import ValidationError, domain_loop, schedule
 from warpsched.kernels.attention import backward as ab
 from warpsched.kernels.attention import backward_host as host
-from _planting import planted
-
-QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
+from _planting import QUIET, planted, planted_line
 
 
-def _planted_line(marker):
-    """``test_attention_bwd_overlap.py:N``, N the line with the comment ``marker`` (where a twin goes wrong)."""
-    lines = open(__file__).read().splitlines()
-    return f"test_attention_bwd_overlap.py:{1 + next(i for i, l in enumerate(lines) if marker in l)}"
 
 
 @pytest.mark.parametrize("options", [
@@ -119,14 +113,14 @@ def test_p_read_before_the_s_group_retires_is_rejected_there():
     with pytest.raises(ValidationError) as e:
         _twin(_p_before_s_retires)
     msg = str(e.value)
-    assert "probs" in msg and "mma_s" in msg and _planted_line("reads S^T while") in msg, msg
+    assert "probs" in msg and "mma_s" in msg and planted_line(__file__, "reads S^T while") in msg, msg
 
 
 def test_qdo_released_under_the_dk_gemm_is_rejected_there():
     with pytest.raises(ValidationError) as e:
         _twin(_qdo_released_under_the_dk_gemm)
     msg = str(e.value)
-    assert "SmemQdO" in msg and _planted_line("planted: before the retire") in msg, msg
+    assert "SmemQdO" in msg and planted_line(__file__, "planted: before the retire") in msg, msg
 
 
 @schedule
@@ -165,7 +159,7 @@ def test_stats_read_before_the_wait_is_rejected_there():
     with pytest.raises(ValidationError) as e:
         _twin(_stats_read_before_the_stage_is_waited, tma_stats=True)
     msg = str(e.value)
-    assert "SmemQdO" in msg and "load_stats" in msg and _planted_line("planted: before the wait") in msg, msg
+    assert "SmemQdO" in msg and "load_stats" in msg and planted_line(__file__, "planted: before the wait") in msg, msg
 
 
 def test_tma_stats_kernel_loads_lse_and_delta_with_q_and_do():
@@ -251,7 +245,7 @@ def test_grads_staged_after_the_kv_release_are_rejected_there():
         with pytest.raises(ValidationError) as e:
             ab.build(g, **QUIET)
     msg = str(e.value)
-    assert "SmemKV" in msg and "store_grads" in msg and _planted_line("planted: after the release") in msg, msg
+    assert "SmemKV" in msg and "store_grads" in msg and planted_line(__file__, "planted: after the release") in msg, msg
 
 
 def test_tma_store_dkv_kernel_stores_by_tma_only():

@@ -59,13 +59,8 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program").
     ``dkv_in_ds`` (with ``tma_store_dkv``): dK and dV leave through this warp group's dS tile, taken back once
     more after the last step, and the other warp group's tile is taken and returned once more to match."""
-    regs = acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
-    lse2 = delta = None
-    if overlap_scores:
-        lse2, delta = smem_kv.init_stats(acc_s=acc_s)
-    idx = smem_qdo.init_index()
-    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
-    smem_kv.wait()
+    regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, overlap_scores)
+    acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
     with domain_loop(0, steps, 1):
         smem_qdo.wait()
         step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats,
@@ -103,6 +98,20 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
             smem_qdo.retire()
             smem_qdo.release()
     store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
+
+
+def start_unit(smem_kv, smem_qdo, grads, stats):
+    """A warp group's start of its unit: its registers, with ``stats`` (``overlap_scores``) those of the
+    queries' LSE / delta too, the Q / dO ring's index, dK / dV zeroed, K / V waited. Returns
+    (registers, lse2, delta, index); lse2 and delta are None without ``stats``."""
+    regs = smem_kv.init()
+    lse2 = delta = None
+    if stats:
+        lse2, delta = smem_kv.init_stats(acc_s=regs[0])
+    idx = smem_qdo.init_index()
+    grads.reset(acc_dv=regs[2], acc_dk=regs[3])
+    smem_kv.wait()
+    return regs, lse2, delta, idx
 
 
 def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats, split_stats,
@@ -179,11 +188,8 @@ def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine
 
     The issue is unconditional (ptxas serializes every wgmma of a kernel whose wgmma is in flight across a
     branch): at the first step it reads an empty hand-over of both warp groups and its result is dropped."""
-    regs = _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = smem_kv.init()
-    lse2, delta = smem_kv.init_stats(acc_s=regs[0])
-    idx = smem_qdo.init_index()
-    grads.reset(acc_dv=acc_dv, acc_dk=acc_dk)
-    smem_kv.wait()
+    regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, True)
+    _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
     with domain_loop(0, steps, 1) as d:
         with d.first_iter():  # an empty tile handed over, so that every step has a previous one to read
             ds_mine.acquire()
