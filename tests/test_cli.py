@@ -154,6 +154,13 @@ def test_user_exception_exits_2_with_only_user_frames(write):
     assert "cli.py" not in err and "importlib" not in err and "warpsched/" not in err
 
 
+def test_interrupt_exits_130_with_one_line(write):
+    """Ctrl-C while the user's build() or the search runs: exit 130 and one line, no warpsched traceback."""
+    rc, out, err = cli("check", write("def build():\n    raise KeyboardInterrupt\n"))
+    assert rc == 130
+    assert "interrupted (Ctrl-C)" in err and "nothing is proven" in err and "Traceback" not in err
+
+
 # ------------------------------------------------------------------ options
 def test_quiet_prints_only_verdict_and_findings(write):
     rc, out, err = cli("check", write(GOOD), "--quiet")

@@ -79,6 +79,7 @@ verdicts and exit codes:
   3  UNPROVEN  no errors found, but the exhaustive search stopped at --max-states
                or --max-seconds before covering every interleaving: nothing is
                proven about deadlocks or races (never exit 0)
+  130 interrupted (Ctrl-C): the check did not finish, nothing is proven
 
   A search running longer than 2 s prints a progress line on stderr about every
   2 s, also with --quiet.
@@ -445,7 +446,18 @@ def _positive(kind):
     return parse
 
 
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by SIGINT
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C in a long search or in the user's build(): a line, not our stack
+        print("warpsched: interrupted (Ctrl-C): the check did not finish, nothing is proven", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "prove":
