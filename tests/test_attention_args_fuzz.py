@@ -123,3 +123,16 @@ def test_the_entry_points_name_an_argument_that_is_not_a_tensor(seed):
                 args.append(r.choice([0, 16, 128]))  # max_seqlen_q
             with pytest.raises(AttentionConfigError):
                 entry(*args, causal=r.random() < 0.5)
+
+
+def test_attention_names_operands_that_are_not_4d_before_reading_their_shapes():
+    """ops.attention's plan lookup and GQA packing read q / k / v shapes first: a 0-D or 3-D tensor gets the
+    4-dimension refusal, not an IndexError from inside."""
+    from _fake_tensor import FakeTensor
+    from warpsched.kernels.attention import host
+
+    four = FakeTensor((1, 2, 16, 64))
+    for q, k, v in ((FakeTensor(()), FakeTensor(()), four), (four, FakeTensor((2, 16, 64)), four)):
+        with pytest.raises(AttentionConfigError, match="expected 4 dimensions"):
+            host.attention(q, k, v)
+

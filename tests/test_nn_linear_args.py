@@ -11,6 +11,7 @@ installed."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import types
 
@@ -132,6 +133,15 @@ def test_unaligned_features_are_refused(nnf, in_f, out_f, needle):
         f.linear(Tok((17, in_f)), Tok((out_f, in_f)))
     assert calls == []  # refused before any GEMM
     f.check_features(512, 1024)  # the aligned twin
+
+
+@pytest.mark.parametrize("in_f,out_f,name", [(2.5, 8, "in_features = 2.5"), (8, "8", "out_features = '8'"),
+                                             (True, 8, "in_features = True"), (0, 8, "in_features = 0"),
+                                             (8, (8,), "out_features = (8,)")])
+def test_features_that_are_not_positive_ints_are_refused(nnf, in_f, out_f, name):
+    f, calls, _ = nnf
+    with pytest.raises(gemm_ops.GemmArgumentError, match=rf"warpsched.nn.Linear: {re.escape(name)}: expected a positive int"):
+        f.check_features(in_f, out_f)
 
 
 def test_any_token_count_runs_the_forward(nnf):

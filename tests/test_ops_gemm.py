@@ -449,6 +449,12 @@ def test_an_operand_that_is_not_a_tensor_is_named(junk):
         kind = type(junk).__name__
         with pytest.raises(gops.GemmArgumentError, match=f"^{name} is an? {kind}; pass a torch.Tensor"):
             call()
+    if junk is not None:  # out, bias and residual may be None, nothing else but a tensor
+        for call, name in ((lambda: ops.gemm(w, w, junk), "out"), (lambda: ops.gemm(w, w, bias=junk), "bias"),
+                           (lambda: ops.gemm(w, w, residual=junk), "residual")):
+            kind = type(junk).__name__
+            with pytest.raises(gops.GemmArgumentError, match=f"^{name} is an? {kind}; pass a torch.Tensor or None"):
+                call()
 
 
 def test_wave_fit_tiles_fill_one_wave_where_128x256_leaves_sms_idle():

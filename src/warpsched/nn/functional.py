@@ -151,6 +151,9 @@ def _check_dtypes(x, weight):
 def check_features(in_features, out_features, where="warpsched.nn.Linear"):
     """Refuse a layer the GEMM cannot run: in_features (the forward's K) and out_features (its N)
     must be multiples of 8."""
+    for name, n in (("in_features", in_features), ("out_features", out_features)):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise GemmArgumentError(f"{where}: {name} = {n!r}: expected a positive int, as torch.nn.Linear takes")
     for name, n, fix in (("in_features", in_features, "zero columns to the weight and zero features to x"),
                          ("out_features", out_features, "zero rows to the weight (and zeros to the bias), then "
                                                         f"use the output's first {out_features} features")):

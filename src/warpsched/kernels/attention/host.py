@@ -334,8 +334,9 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
     allocates the outputs and launches (the kernel call checks shapes, strides and alignment).
     ``pack_gqa``: None (default) or True run a GQA decode as its K/V heads (``gqa_packed``) where that
     applies; False never."""
-    if not (hasattr(q, "stride") and hasattr(k, "stride") and hasattr(v, "stride")):
-        check_args(q, k, v)  # names what is not a tensor (the plan lookup and the packing read shapes first)
+    if not (hasattr(q, "stride") and hasattr(k, "stride") and hasattr(v, "stride")) or not (
+            q.dim() == k.dim() == v.dim() == 4):
+        check_args(q, k, v)  # names what is not a 4-D tensor (the plan lookup and the packing read shapes first)
     if isinstance(window_size, list):
         window_size = tuple(window_size)
     packed = gqa_packed(q, k.shape[1], causal, mask_mod, window_size) if pack_gqa is not False else None

@@ -406,8 +406,9 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     The first call for a (shapes, strides, dtypes, device, config, scale and epilogue kinds) key
     checks the operands, looks up (or tunes) the configuration and compiles; the launch plan is then
     kept in memory, and later calls with that key only launch (through TVM FFI where installed)."""
-    if not (hasattr(a, "dim") and hasattr(b, "dim")):
-        _require_tensors(a=a, b=b)
+    if not (hasattr(a, "dim") and hasattr(b, "dim")) or not all(
+            x is None or hasattr(x, "stride") for x in (out, bias, residual)):
+        _require_tensors(a=a, b=b, out=out, bias=bias, residual=residual)
     a_dim = a.dim()
     if a_dim > 2:
         if b.dim() == 3 and a_dim == 3:
@@ -427,10 +428,11 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
 
 
 def _require_tensors(**named):
-    """Refuse an operand that is not a tensor (``None`` allowed only for a bias), naming it."""
+    """Refuse an operand that is not a tensor (``None`` allowed for a bias, an out and a residual), naming it."""
     from .. import _host  # stdlib only
 
-    refusal = _host.non_tensor(named, ("shape", "stride"), optional=("bias",))
+    refusal = _host.non_tensor(named, ("shape", "stride"), optional=("bias", "out", "residual"),
+                               hints={"out": " or None", "bias": " or None", "residual": " or None"})
     if refusal:
         raise GemmArgumentError(refusal)
 
