@@ -11,14 +11,14 @@ HEADER = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sa
           '"# Samples","Instructions Executed"')
 
 
-def _export(tmp_path, kernels):
+def _export(tmp_path, kernels, *extra):
     lines = []
     for name, rows in kernels:
         lines += [f'"Kernel Name","{name}",', HEADER]
         lines += [f'"0x{i:x}","{src}","{stall}","0","{stall}","{n}"' for i, (src, n, stall) in enumerate(rows)]
     path = tmp_path / "sass.csv"
     path.write_text("\n".join(lines) + "\n")
-    return subprocess.run([sys.executable, TOOL, str(path), "--context", "1"], capture_output=True, text=True)
+    return subprocess.run([sys.executable, TOOL, str(path), "--context", "1", *extra], capture_output=True, text=True)
 
 
 def test_opcodes_stalls_and_kernels(tmp_path):
@@ -34,3 +34,17 @@ def test_opcodes_stalls_and_kernels(tmp_path):
     assert "| WARPGROUP.DEPBAR.LE | 0.00 | 40.0% | 90.0% |" in a
     assert "most stalled: 90.0% of samples" in a and ">        400 WARPGROUP.DEPBAR.LE gsb0, 0x0" in a
     assert "kernel_b" in b and "| FMUL | 0.00 | 100.0% | 100.0% |" in b and "MUFU" not in b
+
+
+def test_regions_sum_each_stretch_of_a_count(tmp_path):
+    """--regions 8: the instructions that ran 8 times, in stretches (a gap of up to 3 others bridged); the
+    others are not counted."""
+    rows = [("      BAR.SYNC 0x2, 0x80", 8, 40), ("      ULDC UR6, c[0x0][0x66c]", 8, 60),
+            ("      FFMA R1, R2, R3, R4", 64, 500), ("      STS [R5], R6", 8, 5),
+            *[("      NOP", 64, 0)] * 6, ("      SYNCS.ARRIVE R7", 8, 30)]
+    out = _export(tmp_path, [("kernel_a", rows)], "--regions", "8")
+    assert out.returncode == 0, out.stderr
+    assert "instructions that ran 8 times: 135 stall samples in 2 stretches" in out.stdout
+    assert "[    0-    3]    105  BAR.SYNC 0x2, 0x80 ... STS [R5], R6" in out.stdout
+    assert "[   10-   10]     30  SYNCS.ARRIVE R7" in out.stdout
+

@@ -78,6 +78,28 @@ def by_count(rows, top=8):
             f"{r} {100 * v / total:.1f}%" for r, v in c.most_common(4) if v))
 
 
+def regions(rows, ran, least=10):
+    """The stall samples of the instructions that ran exactly ``ran`` times, summed over each contiguous stretch
+    of them in the listing (gaps of up to 3 other instructions bridged, none across an EXIT): a stretch is one
+    piece of one role's code, e.g. a warp group's epilogue, so the list says where its once-per-CTA time goes.
+    Stretches with fewer than ``least`` samples are left out."""
+    runs = []
+    for i, d in enumerate(rows):
+        if count(d, "Instructions Executed") != ran:
+            continue
+        s = count(d, "Warp Stall Sampling (All Samples)")
+        if runs and i - runs[-1][1] <= 4 and not rows[runs[-1][1]]["Source"].strip().startswith("EXIT"):
+            runs[-1][1], runs[-1][2] = i, runs[-1][2] + s
+        else:
+            runs.append([i, i, s])
+    total = sum(r[2] for r in runs)
+    print(f"  instructions that ran {ran} times: {total} stall samples in {len(runs)} stretches")
+    for first, last, n in runs:
+        if n >= least:
+            print(f"    [{first:>5}-{last:>5}] {n:>6}  {rows[first]['Source'].strip()[:44]} ... "
+                  f"{rows[last]['Source'].strip()[:44]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", nargs="+", help="ncu --page source --csv --print-source sass exports")
@@ -86,6 +108,9 @@ def main():
     ap.add_argument("--stalled", type=int, default=3, help="most-stalled instructions shown")
     ap.add_argument("--by-count", action="store_true", help="also the stall samples grouped by how often each "
                     "instruction ran, with their reasons (which warp role's which code waits)")
+    ap.add_argument("--regions", type=int, metavar="RAN", help="also the stall samples of the instructions that "
+                    "ran exactly RAN times, by contiguous stretch of code (e.g. 4 x CTAs: a warp group's "
+                    "prologue and epilogue)")
     args = ap.parse_args()
     for path in args.csv:
         for name, rows in kernels(path):
@@ -93,6 +118,8 @@ def main():
             summarize(rows, args.top, args.context, args.stalled)
             if args.by_count:
                 by_count(rows)
+            if args.regions:
+                regions(rows, args.regions)
 
 
 if __name__ == "__main__":
