@@ -335,7 +335,7 @@ def attention(q, k, v, causal=False, scale=None, out=None, lse=None, return_lse=
     ``pack_gqa``: None (default) or True run a GQA decode as its K/V heads (``gqa_packed``) where that
     applies; False never."""
     if not (hasattr(q, "stride") and hasattr(k, "stride") and hasattr(v, "stride")) or not (
-            q.dim() == k.dim() == v.dim() == 4):
+            len(q.shape) == len(k.shape) == len(v.shape) == 4):
         check_args(q, k, v)  # names what is not a 4-D tensor (the plan lookup and the packing read shapes first)
     if isinstance(window_size, list):
         window_size = tuple(window_size)
