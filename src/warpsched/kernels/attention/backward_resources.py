@@ -48,11 +48,9 @@ def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr):
 
 
 def declared_stage(g, task, wg):
-    """``dq_defer``: the stage of warp group ``wg``'s dS tile that ``task``'s last declaration of it named
-    (``SmemDS._declare``), taken back for the dQ GEMM that reads it; else 0 (one stage)."""
-    if not g.dq_defer:
-        return 0
-    stage = getattr(g, "declared_ds", {}).pop((task.name, wg), None)
+    """``shared_ds``: the stage of warp group ``wg``'s dS tile that ``task``'s last declaration of it named
+    (``SmemDS._declare``), taken back for the dQ GEMM that reads it."""
+    stage = g.declared_ds.pop((task.name, wg), None)
     if stage is None:
         raise LoweringError(f"SmemKV.mma_dq in {task.name} reads SmemDS{wg}'s tile, which no gemm_operand() / "
                             "own_gemm_operand() declared since its last dQ GEMM", task=task,
@@ -393,13 +391,11 @@ class SmemDS(MemoryResource):
         return [self.g.alloc_ds[self.wg]]
 
     def _declare(self, stage_info):
-        """``dq_defer`` (while tracing): the stage this declaration names (the waited one, or on the writer's
-        side the one it committed last), which the task's next ``SmemKV.mma_dq`` reads and takes back: the GEMM
-        reads exactly the stage the checker holds the read of (a two-stage tile's stage is a run-time value)."""
-        if self.g.dq_defer:
-            if not hasattr(self.g, "declared_ds"):
-                self.g.declared_ds = {}
-            self.g.declared_ds[(stage_info.context.task.name, self.wg)] = stage_info.stage_idx
+        """While tracing: the stage this declaration names (the waited one, or on the writer's side the one it
+        committed last), which the task's next ``SmemKV.mma_dq`` takes back and reads: the GEMM reads exactly
+        the stage the checker holds the read of (with ``dq_defer`` a run-time value; else the only one, 0), and a
+        dQ GEMM that no declaration announced does not trace (the checker would not have seen its read)."""
+        self.g.declared_ds[(stage_info.context.task.name, self.wg)] = stage_info.stage_idx if self.g.dq_defer else 0
 
     @producer_work
     def store(self, stage_info: StageInfo, ds, acc_dp):
