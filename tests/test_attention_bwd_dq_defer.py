@@ -1,4 +1,4 @@
-"""The backward's ``dq_defer`` program (head dim 64, 128-row Q blocks): each step's dQ GEMM is issued at the next
+"""The backward's ``dq_defer`` program (dQ shared between the warp groups: head dims 64 and 128): each step's dQ GEMM is issued at the next
 step, from dS tiles of two stages per warp group, so neither warp group waits for the other's dS of the step it is
 on (the last step's dQ at the step's end; at the first step the GEMM reads an empty hand-over and is dropped, so
 that the issue is unconditional). The program is SAFE with and without ``dkv_in_ds`` and ``early_stats``, twins
@@ -31,14 +31,22 @@ def _options(**more):
 
 
 
-@pytest.mark.parametrize("causal,more", [(True, {}), (False, {}), (True, {"dkv_in_ds": True}),
-                                         (True, {"early_stats": True})])
-def test_the_program_is_safe_and_is_not_the_default_one(causal, more):
-    g = ab.FlashAttentionBackward(head_dim=64, causal=causal, **_options(**more))
-    assert g.ds_stages == 2 and g.alloc_ds[0].size_bytes == 2 * 128 * 64 * 2  # two 128 x 64 bf16 dS tiles
+def _options128(**more):
+    options = dict(bh.default_options(128), dq_defer=True, **more)
+    del options["overlap_dq"]  # the head dim 128 default's dK-last order, which the deferred schedule replaces
+    return options
+
+
+@pytest.mark.parametrize("head_dim,causal,more", [(64, True, {}), (64, False, {}), (64, True, {"dkv_in_ds": True}),
+                                                  (64, True, {"early_stats": True}), (128, True, {}), (128, False, {})])
+def test_the_program_is_safe_and_is_not_the_default_one(head_dim, causal, more):
+    options = _options(**more) if head_dim == 64 else _options128(**more)
+    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, **options)
+    rows = 128 if head_dim == 64 else 64  # the dS tile: 64 keys x the Q block's rows, two stages of it
+    assert g.ds_stages == 2 and g.alloc_ds[0].size_bytes == 2 * 64 * rows * 2
     program = ab.build(g, **QUIET)  # raises ValidationError unless every check and the exhaustive checker pass
-    plain = ab.build(ab.FlashAttentionBackward(head_dim=64, causal=causal, **dict(bh.default_options(64), **more)),
-                     **QUIET)
+    plain = ab.build(ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, **dict(
+        bh.default_options(head_dim), **more)), **QUIET)
     assert program.fingerprint != plain.fingerprint
 
 
@@ -103,8 +111,9 @@ def test_planted_deferred_twins_are_rejected(twin, marker, named):
 
 
 @pytest.mark.parametrize("head_dim,options,named", [
-    (128, {}, "head_dim=128"),
-    (64, {"overlap_dq": True}, "overlap_dq=True"),
+    (128, {}, "overlap_dq=True"),  # the head dim 128 default's
+    (128, {"overlap_dq": False, "block_m": 80, "dq_stages": 1}, "block_m=80"),
+    (128, {"overlap_dq": False, "shared_ds": False}, "shared_ds=False"),
     (64, {"deterministic": True}, "deterministic=True"),
 ])
 def test_what_it_cannot_serve_is_refused_by_name(head_dim, options, named):

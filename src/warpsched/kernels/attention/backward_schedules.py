@@ -181,7 +181,7 @@ def stage_dq(smem_dq, acc_dq):
 @schedule
 def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, tma_stats=False,
                            tma_store_dkv=False, split_stats=False, early_stats=False, dkv_in_ds=False, **_):
-    """``dq_defer`` (head dim 64, 128-row Q blocks): a step's dQ GEMM is issued at the next step, after that step's
+    """``dq_defer`` (``shared_ds``): a step's dQ GEMM is issued at the next step, after that step's
     dS is computed and before its dS tile is written (two stages per warp group), and the last step's at the
     step's end. By then the other warp group committed its tile of the step long ago, so neither waits for the
     other's dS of the step it is on; the dV / dK GEMMs and the deferred dQ GEMM retire together.
