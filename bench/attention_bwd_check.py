@@ -82,8 +82,8 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "m80": dict(_D128, block_m=80, dq_stages=1),
                   "m80ne": dict(_D128, block_m=80, dq_stages=1, early_stats=False),
                   "fin": dict(_D128, dq_finish=True),
-                  # each step's dQ GEMM issued at the next step (in place of overlap_dq's dK-last order)
-                  "defer": {k: v for k, v in dict(_D128, dq_defer=True).items() if k != "overlap_dq"}},
+                  # each step's dQ GEMM issued at the next step (staged under the dK GEMM), and without overlap_dq
+                  "defer": dict(_D128, dq_defer=True), "defer-odq": dict(_D128, dq_defer=True, overlap_dq=False)},
             256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4),

@@ -32,13 +32,12 @@ def _options(**more):
 
 
 def _options128(**more):
-    options = dict(bh.default_options(128), dq_defer=True, **more)
-    del options["overlap_dq"]  # the head dim 128 default's dK-last order, which the deferred schedule replaces
-    return options
+    return dict(bh.default_options(128), dq_defer=True, **more)  # with the default's overlap_dq: dK issued last
 
 
 @pytest.mark.parametrize("head_dim,causal,more", [(64, True, {}), (64, False, {}), (64, True, {"dkv_in_ds": True}),
-                                                  (64, True, {"early_stats": True}), (128, True, {}), (128, False, {})])
+                                                  (64, True, {"early_stats": True}), (64, True, {"overlap_dq": True}),
+                                                  (128, True, {}), (128, False, {}), (128, True, {"overlap_dq": False})])
 def test_the_program_is_safe_and_is_not_the_default_one(head_dim, causal, more):
     options = _options(**more) if head_dim == 64 else _options128(**more)
     g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, **options)
@@ -111,9 +110,8 @@ def test_planted_deferred_twins_are_rejected(twin, marker, named):
 
 
 @pytest.mark.parametrize("head_dim,options,named", [
-    (128, {}, "overlap_dq=True"),  # the head dim 128 default's
-    (128, {"overlap_dq": False, "block_m": 80, "dq_stages": 1}, "block_m=80"),
-    (128, {"overlap_dq": False, "shared_ds": False}, "shared_ds=False"),
+    (128, {"block_m": 80, "dq_stages": 1}, "block_m=80"),
+    (128, {"shared_ds": False, "overlap_dq": False}, "shared_ds=False"),
     (64, {"deterministic": True}, "deterministic=True"),
 ])
 def test_what_it_cannot_serve_is_refused_by_name(head_dim, options, named):

@@ -55,8 +55,7 @@ def test_dq_defer_keeps_its_wgmma_async(capfd):
         head_dim=64, causal=True, **dict(bh.default_options(64), dq_defer=True)))
     assert not serialized
     assert stores <= 48 and loads <= 48, (stores, loads)
-    options = dict(bh.default_options(128), dq_defer=True)
-    del options["overlap_dq"]
+    options = dict(bh.default_options(128), dq_defer=True)  # with overlap_dq: dQ staged under the dK GEMM
     assert _report(capfd, lambda: bh.compile_for_cpu(head_dim=128, causal=True, **options)) == (0, 0, False)
 
 

@@ -40,8 +40,8 @@ def variants():
     table["att_varlen_128_causal"] = lambda: varlen.compile_for_cpu(head_dim=128, causal=True)
     table["bwd_deterministic_128"] = lambda: bwd.compile_for_cpu(
         head_dim=128, causal=True, **dict(bwd.default_options(128), deterministic=True))
-    table["bwd_128_defer"] = lambda: bwd.compile_for_cpu(head_dim=128, causal=True, **{
-        k: v for k, v in dict(bwd.default_options(128), dq_defer=True).items() if k != "overlap_dq"})
+    table["bwd_128_defer"] = lambda: bwd.compile_for_cpu(head_dim=128, causal=True, **dict(
+        bwd.default_options(128), dq_defer=True))
     for name, extra in (("kvds", dict(dkv_in_ds=True)), ("defer", dict(dq_defer=True)),
                         ("es", dict(early_stats=True))):
         table[f"bwd_64_{name}"] = lambda extra=extra: bwd.compile_for_cpu(

@@ -197,13 +197,13 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 f"{tma_store_dkv}: dK and dV fill a warp group's dS tile at head dim 64 with 128-row Q blocks "
                 "(head_dim=64, block_m=128, shared_ds=True, tma_store_dkv=True); else dkv_in_ds=False")
         self.dkv_in_ds = bool(dkv_in_ds)  # both staged at once in the dS tile, one wait for their stores
-        if dq_defer and (not self.shared_ds or self.dq_swap or not self.overlap_scores or overlap_dq or wg_order
-                         or deterministic or dq_finish):
+        if dq_defer and (not self.shared_ds or self.dq_swap or not self.overlap_scores or wg_order or deterministic
+                         or dq_finish):
             raise AttentionConfigError(
-                f"dq_defer=True with shared_ds={shared_ds}, block_m={block_m}, tma_stats={tma_stats}, overlap_dq="
-                f"{overlap_dq}, wg_order={wg_order}, deterministic={deterministic}, dq_finish={dq_finish}: the dQ "
-                "GEMM one step late is built for dQ shared between the warp groups (shared_ds=True, block_m 64 or "
-                "128, tma_stats=True), without overlap_dq, wg_order, deterministic or dq_finish; else dq_defer=False")
+                f"dq_defer=True with shared_ds={shared_ds}, block_m={block_m}, tma_stats={tma_stats}, wg_order="
+                f"{wg_order}, deterministic={deterministic}, dq_finish={dq_finish}: the dQ GEMM one step late is "
+                "built for dQ shared between the warp groups (shared_ds=True, block_m 64 or 128, tma_stats=True), "
+                "without wg_order, deterministic or dq_finish; else dq_defer=False")
         # a step's dQ GEMM issued at the next step, from dS tiles of two stages (backward_schedules)
         self.dq_defer = bool(dq_defer)
         self.ds_stages = 2 if self.dq_defer else 1

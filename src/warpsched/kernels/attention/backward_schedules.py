@@ -180,11 +180,13 @@ def stage_dq(smem_dq, acc_dq):
 
 @schedule
 def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, tma_stats=False,
-                           tma_store_dkv=False, split_stats=False, early_stats=False, dkv_in_ds=False, **_):
+                           tma_store_dkv=False, split_stats=False, early_stats=False, dkv_in_ds=False,
+                           overlap_dq=False, **_):
     """``dq_defer`` (``shared_ds``): a step's dQ GEMM is issued at the next step, after that step's
     dS is computed and before its dS tile is written (two stages per warp group), and the last step's at the
     step's end. By then the other warp group committed its tile of the step long ago, so neither waits for the
-    other's dS of the step it is on; the dV / dK GEMMs and the deferred dQ GEMM retire together.
+    other's dS of the step it is on; the dV / dK GEMMs and the deferred dQ GEMM retire together (with
+    ``overlap_dq``, the dK GEMM issued last and the deferred dQ staged while it runs).
 
     The issue is unconditional (ptxas serializes every wgmma of a kernel whose wgmma is in flight across a
     branch): at the first step it reads an empty hand-over of both warp groups and its result is dropped."""
@@ -201,12 +203,22 @@ def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine
         ds_mine.acquire()  # the other warp group's dQ GEMM of two steps back has read this stage
         ds_mine.store(ds=ds, acc_dp=acc_dp)
         ds_mine.commit()
-        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
-        smem_qdo.retire()  # the dV / dK GEMMs and the previous step's dQ GEMM
-        ds_other.release()
-        smem_qdo.release()
-        with d.every(1, start=1):
-            stage_dq(smem_dq, acc_dq)
+        if overlap_dq:  # the previous step's dQ staged while this step's dK GEMM runs
+            smem_qdo.mma_dv(p=p, acc_dv=acc_dv, wg=wg)
+            smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk, wg=wg)
+            smem_qdo.retire(pending=1)  # the previous step's dQ GEMM and the dV GEMM
+            ds_other.release()
+            with d.every(1, start=1):
+                stage_dq(smem_dq, acc_dq)
+            smem_qdo.retire()
+            smem_qdo.release()
+        else:
+            smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+            smem_qdo.retire()  # the dV / dK GEMMs and the previous step's dQ GEMM
+            ds_other.release()
+            smem_qdo.release()
+            with d.every(1, start=1):
+                stage_dq(smem_dq, acc_dq)
         with d.last_iter():  # this step's dQ: no next step to issue it
             issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg)
             smem_kv.retire()
