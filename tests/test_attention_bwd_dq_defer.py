@@ -49,7 +49,7 @@ def test_the_program_is_safe_and_is_not_the_default_one(head_dim, causal, more):
     assert program.fingerprint != plain.fingerprint
 
 
-def _twin(read_before_wait=False, release_before_retire=False, last_dq=True):
+def _twin(read_before_wait=False, release_before_retire=False, last_dq=True, staged_under_dk=False):
     @schedule
     def twin(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, tma_stats=False, tma_store_dkv=False,
              split_stats=False, early_stats=False, dkv_in_ds=False, **_):
@@ -72,15 +72,24 @@ def _twin(read_before_wait=False, release_before_retire=False, last_dq=True):
             ds_mine.acquire()
             ds_mine.store(ds=ds, acc_dp=acc_dp)
             ds_mine.commit()
-            smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
-            if release_before_retire:
-                ds_other.release()  # planted: before the retire
-            smem_qdo.retire()
-            if not release_before_retire:
+            if staged_under_dk:  # overlap_dq's order: dV, dK, the previous dQ staged while dK runs
+                smem_qdo.mma_dv(p=p, acc_dv=acc_dv, wg=wg)
+                smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk, wg=wg)
+                with d.every(1, start=1):  # planted: staged with no retire, the previous dQ's GEMM may still run
+                    bs.stage_dq(smem_dq, acc_dq)
+                smem_qdo.retire()
                 ds_other.release()
-            smem_qdo.release()
-            with d.every(1, start=1):
-                bs.stage_dq(smem_dq, acc_dq)
+                smem_qdo.release()
+            else:
+                smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+                if release_before_retire:
+                    ds_other.release()  # planted: before the retire
+                smem_qdo.retire()
+                if not release_before_retire:
+                    ds_other.release()
+                smem_qdo.release()
+                with d.every(1, start=1):
+                    bs.stage_dq(smem_dq, acc_dq)
             if last_dq:
                 with d.last_iter():
                     bs.issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg)
@@ -103,6 +112,7 @@ def test_the_twin_builder_is_the_program():
     (_twin(read_before_wait=True), "planted: read before the wait", "gemm_operand"),
     (_twin(release_before_retire=True), "planted: before the retire", "SmemDS"),
     (_twin(last_dq=False), None, "SmemD"),
+    (_twin(staged_under_dk=True), None, "is still writing"),
 ])
 def test_planted_deferred_twins_are_rejected(twin, marker, named):
     g = ab.FlashAttentionBackward(head_dim=64, causal=True, **_options())
