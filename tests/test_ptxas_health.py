@@ -17,6 +17,7 @@ import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anythi
 from warpsched.kernels import _host  # noqa: E402
 from warpsched.kernels.attention import backward_host as bh  # noqa: E402
 from warpsched.kernels.attention import host as fh  # noqa: E402
+from warpsched.kernels.attention import varlen  # noqa: E402
 from warpsched.kernels.gemm import host as gh  # noqa: E402
 
 CASES = {
@@ -26,6 +27,17 @@ CASES = {
     "forward hd128 causal": lambda: fh.compile_for_cpu(head_dim=128, causal=True, **fh.tuned_options(128, True)),
     "forward hd64 full": lambda: fh.compile_for_cpu(head_dim=64, causal=False, **fh.tuned_options(64, False)),
     "gemm pingpong": lambda: gh.compile_for_cpu(),
+    "gemm cooperative swiglu + bias + residual": lambda: gh.compile_for_cpu(
+        schedule="cooperative", activation="swiglu", bias="c", residual=True),
+    "forward hd64 causal long": lambda: fh.compile_for_cpu(
+        head_dim=64, causal=True, **fh.tuned_options(64, True, fh.LONG_CAUSAL_HD64)),
+    "forward hd128 full long": lambda: fh.compile_for_cpu(
+        head_dim=128, causal=False, **fh.tuned_options(128, False, None, fh.LONG_FULL_HD128)),
+    "forward varlen hd128 causal": lambda: varlen.compile_for_cpu(head_dim=128, causal=True),
+    "backward hd128 deterministic": lambda: bh.compile_for_cpu(
+        head_dim=128, causal=True, **dict(bh.default_options(128), deterministic=True)),
+    "backward hd64 dkv_in_ds": lambda: bh.compile_for_cpu(
+        head_dim=64, causal=True, **dict(bh.default_options(64), dkv_in_ds=True)),
 }
 QUICK = ("backward hd64 causal", "backward hd128 causal")
 
