@@ -139,39 +139,3 @@ def test_the_kernel_traces_the_checked_program():
     g = ab.FlashAttentionBackward(head_dim=64, causal=True, **_options())
     assert fingerprint == ab.build(g, verbose=False, exhaustive_deadlock_race_check=False).fingerprint
 
-
-@schedule
-def _dq_gemm_without_declarations(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, tma_stats=False,
-                                  tma_store_dkv=False, split_stats=False, early_stats=False, dkv_in_ds=False, **_):
-    regs, lse2, delta, idx = bs.start_unit(smem_kv, smem_qdo, grads, True)
-    _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
-    with domain_loop(0, steps, 1):
-        smem_qdo.wait()
-        bs.step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, tma_stats, split_stats,
-                       early_stats)
-        ds_mine.acquire()
-        ds_mine.store(ds=ds, acc_dp=acc_dp)
-        ds_mine.commit()
-        smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
-        ds_other.wait()
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)  # planted: no gemm_operand() / own_gemm_operand() before it
-        smem_qdo.retire()
-        ds_other.release()
-        smem_qdo.release()
-        bs.stage_dq(smem_dq, acc_dq)
-    bs.store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
-
-
-@pytest.mark.parametrize("defer", [True, False])
-def test_a_dq_gemm_with_no_declared_stage_does_not_trace(defer):
-    """The dQ GEMM reads the dS stages its declarations named; without them the checker sees no read of the tiles
-    (declarations are trusted, so it accepts the program), and the trace stops there instead of reading tiles
-    whose reads nobody checked: with dq_defer and with the default program."""
-    from warpsched.lower import LoweringError
-
-    name = "grad_schedule_deferred" if defer else "grad_schedule"
-    options = _options() if defer else bh.default_options(64)
-    with planted(ab, **{name: _dq_gemm_without_declarations}):
-        ab.build(ab.FlashAttentionBackward(head_dim=64, causal=True, **options), **QUIET)  # accepted: SAFE
-        with pytest.raises(LoweringError, match="no gemm_operand"):
-            bh.compile_for_cpu(head_dim=64, causal=True, **options)

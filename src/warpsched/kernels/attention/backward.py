@@ -448,6 +448,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             dq_finish.require_safe(self)
         self.checked = _host.checked(mgr)  # the verdict its compile reports (attention.backward_host.VERDICT_OF)
         self.declared_ds = {}  # shared_ds: the dS stages this trace's declarations name (SmemDS._declare)
+        self.declared_qdo = set()  # the tasks whose next S / dP GEMM a Q / dO declaration announced
         mgr.setup_resources_and_tasks()
         zeros = self._mmas()
         sdp_zero, dq_zero = zeros[0], zeros[2]

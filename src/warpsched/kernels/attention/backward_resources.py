@@ -47,6 +47,16 @@ def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr):
         cute.gemm(mma, acc, frag_a[(None, None, kb, half)], b, acc)
 
 
+def declared_qdo(g, task, gemm):
+    """The Q / dO stage's declaration (``SmemQdO.gemm_operand``) that ``task``'s ``gemm`` (``SmemKV.mma_s`` /
+    ``mma_dp`` / ``mma_sdp``) reads under, taken back: each GEMM group needs its own."""
+    if task.name not in g.declared_qdo:
+        raise LoweringError(f"SmemKV.{gemm} in {task.name} reads the Q / dO stage, which no SmemQdO.gemm_operand() "
+                            "declared for its commit group", task=task,
+                            fix=f"call smem_qdo.gemm_operand(idx=idx) right before {gemm}")
+    g.declared_qdo.discard(task.name)
+
+
 def declared_stage(g, task, wg):
     """``shared_ds``: the stage of warp group ``wg``'s dS tile that ``task``'s last declaration of it named
     (``SmemDS._declare``), taken back for the dQ GEMM that reads it."""
@@ -152,6 +162,7 @@ class SmemKV(MemoryResource):
     def mma_sdp(self, stage_info: StageInfo, acc_s, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
         v = stage_info.context.values
+        declared_qdo(self.g, stage_info.context.task, "mma_sdp")
         warpgroup.fence()
         _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
         _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
@@ -163,15 +174,17 @@ class SmemKV(MemoryResource):
         """``overlap_scores``: S^T = K_w Q_i^T in a commit group of its own, so P is computed while the
         dP GEMM (``mma_dp``, the next group) still runs."""
         v = stage_info.context.values
+        declared_qdo(self.g, stage_info.context.task, "mma_s")
         warpgroup.fence()
         _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
-    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO) until its retire
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO: SmemQdO.gemm_operand) until its retire
     @cute.jit
     def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
         v = stage_info.context.values
+        declared_qdo(self.g, stage_info.context.task, "mma_dp")
         _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
@@ -277,9 +290,17 @@ class SmemQdO(MemoryResource):
 
     @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand(self, stage_info: StageInfo, idx):
-        """Declares that the S / dP GEMMs issued next (``SmemKV.mma_sdp``, same commit group) read this
-        stage, so the checker holds it until their retire; records the stage for them."""
+        """Declares that the GEMM issued next (``SmemKV.mma_sdp``, ``mma_s`` or ``mma_dp``: its commit group)
+        reads this stage, so the checker holds it until that group's retire; records the stage for it. The GEMM
+        does not trace without it (``declared_qdo``): it would read a stage the checker never saw it read."""
         idx[0] = stage_info.stage_idx
+        self.g.declared_qdo.add(stage_info.context.task.name)
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def gemm_operand_again(self, stage_info: StageInfo):
+        """``gemm_operand`` for the next GEMM group of the same stage (``overlap_scores``: dP's, after S's), whose
+        ``idx`` the first declaration recorded (rewriting it while S's group still reads it would race)."""
+        self.g.declared_qdo.add(stage_info.context.task.name)
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     @cute.jit

@@ -126,6 +126,7 @@ def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, ove
     smem_qdo.gemm_operand(idx=idx)
     if overlap_scores:
         smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
+        smem_qdo.gemm_operand_again()  # dP's group reads the stage too (dO), until its own retire
         smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
         pass_turn(order, wg)
         if tma_stats and not early_stats:
