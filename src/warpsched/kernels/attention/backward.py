@@ -46,7 +46,7 @@ from .masks import window_bounds
 from .backward_math import HALF
 from .backward_layouts import FLAT_ROW, BackwardLayouts
 from .backward_units import BLOCK_M, BackwardUnits
-from . import dq_finish, dq_order
+from . import declared, dq_finish, dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
 
@@ -447,8 +447,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         if cutlass.const_expr(self.dq_finish):
             dq_finish.require_safe(self)
         self.checked = _host.checked(mgr)  # the verdict its compile reports (attention.backward_host.VERDICT_OF)
-        self.declared_ds = {}  # shared_ds: the dS stages this trace's declarations name (SmemDS._declare)
-        self.declared_qdo = set()  # the tasks whose next S / dP GEMM a Q / dO declaration announced
+        declared.reset(self)  # the GEMMs read only declared stages (attention.declared)
         mgr.setup_resources_and_tasks()
         zeros = self._mmas()
         sdp_zero, dq_zero = zeros[0], zeros[2]

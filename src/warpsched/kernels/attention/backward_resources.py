@@ -14,13 +14,12 @@ from cutlass.cute.nvgpu import warpgroup
 from warpsched import MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work, wgmma_wait
 
 from . import backward_math as bmath
-from . import dq_finish, dq_order
+from . import declared, dq_finish, dq_order
 from . import register_math as amath
 from .backward_math import HALF
 from .dq_finish_io import DQFinishIO, wait_adds
 from .dq_turns import DQTurnIO
 from ..gemm.fixup import runtime_branch
-from ...lower import LoweringError
 
 
 def _gemm_over_rows(g, v, acc, a_regs, s_bt, stage, wg):
@@ -45,27 +44,6 @@ def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr):
         mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
         b = frag_b[(None, None, kb)] if g.stage_first else frag_b[(None, None, kb, stage)]
         cute.gemm(mma, acc, frag_a[(None, None, kb, half)], b, acc)
-
-
-def declared_qdo(g, task, gemm):
-    """The Q / dO stage's declaration (``SmemQdO.gemm_operand``) that ``task``'s ``gemm`` (``SmemKV.mma_s`` /
-    ``mma_dp`` / ``mma_sdp``) reads under, taken back: each GEMM group needs its own."""
-    if task.name not in g.declared_qdo:
-        raise LoweringError(f"SmemKV.{gemm} in {task.name} reads the Q / dO stage, which no SmemQdO.gemm_operand() "
-                            "declared for its commit group", task=task,
-                            fix=f"call smem_qdo.gemm_operand(idx=idx) right before {gemm}")
-    g.declared_qdo.discard(task.name)
-
-
-def declared_stage(g, task, wg):
-    """``shared_ds``: the stage of warp group ``wg``'s dS tile that ``task``'s last declaration of it named
-    (``SmemDS._declare``), taken back for the dQ GEMM that reads it."""
-    stage = g.declared_ds.pop((task.name, wg), None)
-    if stage is None:
-        raise LoweringError(f"SmemKV.mma_dq in {task.name} reads SmemDS{wg}'s tile, which no gemm_operand() / "
-                            "own_gemm_operand() declared since its last dQ GEMM", task=task,
-                            fix=f"declare SmemDS{wg}'s tile right before the dQ GEMM")
-    return stage
 
 
 def _fragment(mma, thr, tile, as_a):
@@ -162,7 +140,7 @@ class SmemKV(MemoryResource):
     def mma_sdp(self, stage_info: StageInfo, acc_s, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
         v = stage_info.context.values
-        declared_qdo(self.g, stage_info.context.task, "mma_sdp")
+        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_sdp")
         warpgroup.fence()
         _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
         _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
@@ -174,7 +152,7 @@ class SmemKV(MemoryResource):
         """``overlap_scores``: S^T = K_w Q_i^T in a commit group of its own, so P is computed while the
         dP GEMM (``mma_dp``, the next group) still runs."""
         v = stage_info.context.values
-        declared_qdo(self.g, stage_info.context.task, "mma_s")
+        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_s")
         warpgroup.fence()
         _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
@@ -184,7 +162,7 @@ class SmemKV(MemoryResource):
     def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
         v = stage_info.context.values
-        declared_qdo(self.g, stage_info.context.task, "mma_dp")
+        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_dp")
         _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
@@ -202,7 +180,7 @@ class SmemKV(MemoryResource):
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
         if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
-            stages = [declared_stage(g, stage_info.context.task, half) for half in range(2)]
+            stages = [declared.take(g, stage_info, f"SmemDS{half}'s tile", "SmemKV.mma_dq") for half in range(2)]
             # dq_swap: dQ^T = K^T dS^T, the same views with K^T as A and dS as B
             frag_kt = _fragment(v.dq_mma, thr, v.sKt, as_a=g.dq_swap)
             warpgroup.fence()
@@ -292,15 +270,15 @@ class SmemQdO(MemoryResource):
     def gemm_operand(self, stage_info: StageInfo, idx):
         """Declares that the GEMM issued next (``SmemKV.mma_sdp``, ``mma_s`` or ``mma_dp``: its commit group)
         reads this stage, so the checker holds it until that group's retire; records the stage for it. The GEMM
-        does not trace without it (``declared_qdo``): it would read a stage the checker never saw it read."""
+        does not trace without it (``attention.declared``): it would read a stage the checker never saw it read."""
         idx[0] = stage_info.stage_idx
-        self.g.declared_qdo.add(stage_info.context.task.name)
+        declared.note(self.g, stage_info, "the Q / dO stage")
 
     @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand_again(self, stage_info: StageInfo):
         """``gemm_operand`` for the next GEMM group of the same stage (``overlap_scores``: dP's, after S's), whose
         ``idx`` the first declaration recorded (rewriting it while S's group still reads it would race)."""
-        self.g.declared_qdo.add(stage_info.context.task.name)
+        declared.note(self.g, stage_info, "the Q / dO stage")
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
     @cute.jit
@@ -416,7 +394,7 @@ class SmemDS(MemoryResource):
         committed last), which the task's next ``SmemKV.mma_dq`` takes back and reads: the GEMM reads exactly
         the stage the checker holds the read of (with ``dq_defer`` a run-time value; else the only one, 0), and a
         dQ GEMM that no declaration announced does not trace (the checker would not have seen its read)."""
-        self.g.declared_ds[(stage_info.context.task.name, self.wg)] = stage_info.stage_idx if self.g.dq_defer else 0
+        declared.note(self.g, stage_info, f"SmemDS{self.wg}'s tile", stage_info.stage_idx if self.g.dq_defer else 0)
 
     @producer_work
     def store(self, stage_info: StageInfo, ds, acc_dp):

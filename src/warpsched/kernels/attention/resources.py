@@ -14,7 +14,7 @@ from cutlass.cute.nvgpu import warpgroup
 from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
                        wgmma_wait)
 
-from . import epilogue
+from . import declared, epilogue
 from . import masks as amasks
 from . import register_math as amath
 from .ahead import KAheadWorks, ScoresAheadWorks
@@ -63,9 +63,11 @@ class SmemQ(MemoryResource):
         """Declares that the S GEMM issued next (``SmemK.mma_qk``, same wgmma commit group) reads
         this stage: a wgmma reads two SMEM operands but a work method belongs to one resource, so
         Q's side is stated here and the checker holds Q until the wgmma.wait_group that retires
-        the S GEMM's group. With a Q ring (``q_idx``): records the stage for ``SmemK.mma_qk``."""
+        the S GEMM's group. With a Q ring (``q_idx``): records the stage for ``SmemK.mma_qk``, which does not
+        trace without this declaration (``attention.declared``)."""
         if q_idx is not None:
             q_idx[0] = stage_info.stage_idx
+        declared.note(self.g, stage_info, "Q")
 
     def consumer_footprint(self, task_name):
         """Each softmax warp group reads (and with ``tma_store_o`` writes, ``store_o``) only its own 64-row
@@ -145,6 +147,7 @@ class SmemK(KAheadWorks, MemoryResource):
     @cute.jit
     def mma_qk(self, stage_info: StageInfo, acc_s, q_idx=None, *, wg: cutlass.Constexpr = 0):
         v, s = stage_info.context.values, stage_info.stage_idx
+        declared.take(self.g, stage_info, "Q", "SmemK.mma_qk")
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.qk_mma.get_slice(tidx % 128)
         frag_q = v.qk_mma.make_fragment_A(thr.partition_A(v.sQ))

@@ -1,9 +1,11 @@
-"""The backward's GEMMs read only the shared-memory stages the checker saw them read. A GEMM's second operand
-(the Q / dO stage of the S and dP GEMMs, the dS tiles of the dQ GEMM) is declared by a ``WGMMA_OPERAND`` work,
+"""The attention kernels' GEMMs read only the shared-memory stages the checker saw them read
+(``warpsched.kernels.attention.declared``). A GEMM's second operand (the forward's Q of the S GEMM; the
+backward's Q / dO stage of the S and dP GEMMs and the dS tiles of the dQ GEMM) is declared by a ``WGMMA_OPERAND`` work,
 and the checker trusts declarations: a program that leaves one out is accepted without that read. So each
 declaration records its stage while the kernel is traced and the GEMM takes it back, and a GEMM without one
 stops the trace (``LoweringError``). Planted here: a dQ GEMM with neither dS tile declared (with ``dq_defer``
-and in the default program), and a dP GEMM without the declaration of its read of dO."""
+and in the default program), a dP GEMM without the declaration of its read of dO, and the forward's S GEMM
+without its Q declaration."""
 from __future__ import annotations
 
 import os
@@ -20,6 +22,9 @@ from warpsched import domain_loop, schedule  # noqa: E402
 from warpsched.kernels.attention import backward as ab  # noqa: E402
 from warpsched.kernels.attention import backward_host as bh  # noqa: E402
 from warpsched.kernels.attention import backward_schedules as bs  # noqa: E402
+from warpsched.kernels.attention import forward as fw  # noqa: E402
+from warpsched.kernels.attention import host as fh  # noqa: E402
+from warpsched.kernels.attention import schedules as fs  # noqa: E402
 from _planting import QUIET, planted  # noqa: E402
 
 
@@ -94,3 +99,32 @@ def test_a_dp_gemm_with_no_declaration_of_its_stage_does_not_trace():
         ab.build(ab.FlashAttentionBackward(head_dim=64, causal=True, **options), **QUIET)  # accepted: SAFE
         with pytest.raises(LoweringError, match="mma_dp in Grad0 reads the Q / dO stage"):
             bh.compile_for_cpu(head_dim=64, causal=True, **options)
+
+
+class _WithoutQDeclaration:
+    """A schedule argument standing for SmemQ that drops its ``gemm_operand`` declarations."""
+
+    def __init__(self, proxy):
+        self._proxy = proxy
+
+    def gemm_operand(self, **_):
+        pass
+
+    def __getattr__(self, name):
+        return getattr(self._proxy, name)
+
+
+@schedule
+def _softmax_without_q_declaration(smem_q, *args, **kwargs):
+    fs.softmax_schedule.fn(_WithoutQDeclaration(smem_q), *args, **kwargs)
+
+
+def test_a_forward_s_gemm_with_no_q_declaration_does_not_trace():
+    """The forward's S GEMM (``SmemK.mma_qk``) reads Q through a declaration of SmemQ; without it the trace
+    stops at the GEMM."""
+    from warpsched.lower import LoweringError
+
+    with planted(fw, softmax_schedule=_softmax_without_q_declaration):
+        with pytest.raises(LoweringError, match="SmemK.mma_qk in Softmax0 reads Q"):
+            fh.compile_for_cpu(head_dim=128, causal=True)
+
