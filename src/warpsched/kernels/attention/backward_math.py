@@ -291,27 +291,19 @@ def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dkv_mma.get_slice(tidx % 128)
     first_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0
-    outs = ((acc_dv, v.tma_dv, v.mdVt, None, 0), (acc_dk, v.tma_dk, v.mdKt, v.scale, 1))
-    if cutlass.const_expr(g.dkv_in_ds):
-        staged = getattr(v, f"sdKV{wg}")  # (keys, D, 2 x dS stages): dV's tile, dK's tile of each stage
-        for acc, tma, m_t, factor, i in outs:
-            cute.autovec_copy(_output(acc, factor, g.dtype), thr.partition_C(staged[(None, None, 2 * ds_stage + i)]))
+    dv, dk = (acc_dv, v.tma_dv, v.mdVt, None), (acc_dk, v.tma_dk, v.mdKt, v.scale)
+    if cutlass.const_expr(g.dkv_in_ds):  # one round: both in the dS stage's (keys, D) tiles 2 s, 2 s + 1
+        staged, rounds = getattr(v, f"sdKV{wg}"), (((dv, 2 * ds_stage), (dk, 2 * ds_stage + 1)),)
+    else:  # two rounds through the same V half
+        staged, rounds = v.sV, (((dv, wg),), ((dk, wg),))
+    for parts in rounds:
+        for out, i in parts:
+            cute.autovec_copy(_output(out[0], out[3], g.dtype), thr.partition_C(staged[(None, None, i)]))
         cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
         cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
         if first_warp:
-            for acc, tma, m_t, factor, i in outs:
-                _store_staged(tma, m_t, staged, 2 * ds_stage + i, g, n_block, kv_head, batch, wg=wg)
+            for out, i in parts:
+                _store_staged(out[1], out[2], staged, i, g, n_block, kv_head, batch, wg=wg)
             cute.arch.cp_async_bulk_commit_group()
             cute.arch.cp_async_bulk_wait_group(0, read=True)
-        cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # both stores have read the tile
-    else:
-        t_s = thr.partition_C(v.sV[(None, None, wg)])
-        for acc, tma, m_t, factor, i in outs:
-            cute.autovec_copy(_output(acc, factor, g.dtype), t_s)
-            cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
-            cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
-            if first_warp:
-                _store_staged(tma, m_t, v.sV, wg, g, n_block, kv_head, batch, wg=wg)
-                cute.arch.cp_async_bulk_commit_group()
-                cute.arch.cp_async_bulk_wait_group(0, read=True)
-            cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # the store has read the tile
+        cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # the round's stores have read it

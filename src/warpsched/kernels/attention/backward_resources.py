@@ -172,7 +172,7 @@ class SmemKV(MemoryResource):
         """dQ's part of this warp group. ``shared_ds``: dQ[:, 64 wg : 64 wg + 64] over all 128 keys, A from
         both warp groups' dS tiles (the other's through ``SmemDS``), B from K's (D half, key half) blocks
         (``ds_rows``: dQ[64 wg : 64 wg + 64, :], A from row half wg of both tiles, B from K's key halves;
-        ``dq_swap``: its transpose, A from K's blocks and B from the dS tiles; ``dq_defer``: each dS tile at the stage its
+        ``dq_swap``: its transpose, A from K's blocks and B from the dS tiles; each tile at the stage its
         declaration named, ``SmemDS._declare``);
         else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile; ``d_split``: the 64 columns
         ``part`` of its half of D, ``FlashAttentionBackward.dq_kt_view``)."""
@@ -390,10 +390,9 @@ class SmemDS(MemoryResource):
         return [self.g.alloc_ds[self.wg]]
 
     def _declare(self, stage_info):
-        """While tracing: the stage this declaration names (the waited one, or on the writer's side the one it
-        committed last), which the task's next ``SmemKV.mma_dq`` takes back and reads: the GEMM reads exactly
-        the stage the checker holds the read of (with ``dq_defer`` a run-time value; else the only one, 0), and a
-        dQ GEMM that no declaration announced does not trace (the checker would not have seen its read)."""
+        """The stage this declaration names (the waited one, or on the writer's side the one it committed last)
+        for the task's next ``SmemKV.mma_dq`` (``attention.declared``): a run-time value with ``dq_defer``, else
+        the only stage, 0."""
         declared.note(self.g, stage_info, f"SmemDS{self.wg}'s tile", stage_info.stage_idx if self.g.dq_defer else 0)
 
     @producer_work
@@ -413,7 +412,6 @@ class SmemDS(MemoryResource):
     def gemm_operand(self, stage_info: StageInfo):
         """Declares that the dQ GEMM issued next (``SmemKV.mma_dq``) reads this tile until its retire."""
         self._declare(stage_info)
-
 
     @producer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def own_gemm_operand(self, stage_info: StageInfo):

@@ -12,14 +12,13 @@ from ...lower import LoweringError
 
 
 def reset(g):
-    """A fresh table at the start of a trace (a failed trace leaves nothing behind for the next)."""
+    """A fresh table at the start of a kernel's trace, before any work runs (a failed trace leaves nothing
+    behind for the next)."""
     g.declared_reads = {}
 
 
 def note(g, stage_info, what, stage=0):
     """The declaration in ``stage_info``'s task names ``what`` (at ``stage``) for the task's next GEMM group."""
-    if not hasattr(g, "declared_reads"):
-        reset(g)
     g.declared_reads[(stage_info.context.task.name, what)] = stage
 
 
@@ -27,7 +26,7 @@ def take(g, stage_info, what, gemm):
     """The stage the declaration of ``what`` named for ``gemm``, taken back; a ``LoweringError`` naming the fix
     when none did."""
     task = stage_info.context.task
-    stage = getattr(g, "declared_reads", {}).pop((task.name, what), None)
+    stage = g.declared_reads.pop((task.name, what), None)
     if stage is None:
         raise LoweringError(f"{gemm} in {task.name} reads {what}, which no gemm_operand() / own_gemm_operand() "
                             "declared for its commit group", task=task,

@@ -406,8 +406,8 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
     The first call for a (shapes, strides, dtypes, device, config, scale and epilogue kinds) key
     checks the operands, looks up (or tunes) the configuration and compiles; the launch plan is then
     kept in memory, and later calls with that key only launch (through TVM FFI where installed)."""
-    if not (hasattr(a, "dim") and hasattr(b, "dim")) or not all(
-            x is None or hasattr(x, "stride") for x in (out, bias, residual)):
+    if not (hasattr(a, "dim") and hasattr(b, "dim") and (out is None or hasattr(out, "stride"))
+            and (bias is None or hasattr(bias, "stride")) and (residual is None or hasattr(residual, "stride"))):
         _require_tensors(a=a, b=b, out=out, bias=bias, residual=residual)
     a_dim = a.dim()
     if a_dim > 2:
