@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 
+from _barriers import foreign_barriers, named_barriers  # noqa: E402
 from warpsched.kernels import _host  # noqa: E402
 from warpsched.kernels.attention import forward as att  # noqa: E402
 from warpsched.kernels.attention import host  # noqa: E402
@@ -150,6 +151,7 @@ def test_traced_program_is_the_cpu_program(ptx, key):
                     exhaustive_deadlock_race_check=False)
     assert TRACED[key] == cpu.fingerprint
     assert VERDICTS.get(TRACED[key]).verdict == "SAFE"  # what the kernel trace was checked with
+    assert not foreign_barriers(ptx[key], cpu.program.tasks), named_barriers(ptx[key])  # the O epilogue's: its task's
 
 
 @pytest.mark.parametrize("overlap", [True, False])

@@ -13,6 +13,7 @@ from warpsched.kernels import _host
 from warpsched.kernels.attention import backward as ab
 from warpsched.kernels.attention import backward_host as host
 from warpsched.kernels.attention.forward import AttentionConfigError
+from _barriers import foreign_barriers, named_barriers
 from _planting import planted
 
 QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
@@ -218,6 +219,8 @@ def test_kernel_traces_the_checked_program(head_dim, causal, shared_ds):
                    exhaustive_deadlock_race_check=False)
     assert verdict == "SAFE"
     assert fingerprint == cpu.fingerprint
+    # the dS tile's and the epilogue's syncs run on each warp group's own named barrier, no id picked by hand
+    assert named_barriers(ptx) and not foreign_barriers(ptx, cpu.program.tasks), named_barriers(ptx)
 
 
 # ------------------------------------------------------------------ host argument errors

@@ -20,6 +20,7 @@ import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anythi
 import gemm_persistent as gp  # noqa: E402
 
 import _gemm_twins  # noqa: E402
+from _barriers import foreign_barriers, named_barriers  # noqa: E402
 from _planting import planted  # noqa: E402
 from warpsched import ValidationError  # noqa: E402
 from warpsched.kernels.gemm import program as gemm_program  # noqa: E402
@@ -39,13 +40,13 @@ EXPECTED = {
                     "cp.async.bulk.tensor": 10, "wgmma.mma_async": 8, "wgmma.mma_async.sync.aligned.m64n256k16": 8,
                     "wgmma.commit_group": 2, "wgmma.wait_group": 2, "setmaxnreg": 2,
                     "setmaxnreg.inc.sync.aligned.u32 \t232": 1, "setmaxnreg.dec.sync.aligned.u32 \t40": 1,
-                    "bar.sync \t1, 256;": 16, "bar.sync \t2, 128;": 0, "cp.async.bulk.wait_group.read \t3;": 8,
+                    "bar.sync \t14, 256;": 16, "bar.sync \t13, 128;": 0, "cp.async.bulk.wait_group.read \t3;": 8,
                     "cp.async.bulk.wait_group.read \t0;": 1, "stmatrix": 16},
     "pingpong": {"mbarrier.init": 14, "mbarrier.arrive": 8, "mbarrier.try_wait": 15, "expect_tx": 2,
                  "cp.async.bulk.tensor": 12, "wgmma.mma_async": 32, "wgmma.mma_async.sync.aligned.m64n128k16": 32,
                  "wgmma.commit_group": 4, "wgmma.wait_group": 4, "setmaxnreg": 2,
                  "setmaxnreg.inc.sync.aligned.u32 \t232": 1, "setmaxnreg.dec.sync.aligned.u32 \t40": 1,
-                 "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8, "cp.async.bulk.wait_group.read \t1;": 8,
+                 "bar.sync \t14, 128;": 8, "bar.sync \t12, 128;": 8, "cp.async.bulk.wait_group.read \t1;": 8,
                  "cp.async.bulk.wait_group.read \t0;": 2, "stmatrix": 32},
     # pingpong_shared 128x128 (one ring of S = 6 stages, no MathOrder): init 2S; arrive = expect_tx + 2 tasks x
     #   (in-loop release + tail release); try_wait = acquire + producer_tail (S) + 2 x (peeled + loop wait);
@@ -54,7 +55,7 @@ EXPECTED = {
                         "cp.async.bulk.tensor": 10, "wgmma.mma_async": 32,
                         "wgmma.mma_async.sync.aligned.m64n128k16": 32, "wgmma.commit_group": 4,
                         "wgmma.wait_group": 4, "setmaxnreg": 2, "setmaxnreg.inc.sync.aligned.u32 \t232": 1,
-                        "setmaxnreg.dec.sync.aligned.u32 \t40": 1, "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8,
+                        "setmaxnreg.dec.sync.aligned.u32 \t40": 1, "bar.sync \t14, 128;": 8, "bar.sync \t13, 128;": 8,
                         "cp.async.bulk.wait_group.read \t1;": 8, "cp.async.bulk.wait_group.read \t0;": 2,
                         "stmatrix": 32},
 }
@@ -93,6 +94,8 @@ def test_traced_program_is_the_cpu_program(ptx, schedule):
     cpu = gp.build(schedule=schedule, verbose=False, exhaustive_deadlock_race_check=False)
     assert TRACED[schedule] == cpu.fingerprint
     assert VERDICTS.get(TRACED[schedule]).verdict == "SAFE"  # what the kernel trace was checked with
+    # the epilogue's syncs run on each math task's own named barrier (KernelContext.task_named_barrier)
+    assert named_barriers(ptx[schedule]) and not foreign_barriers(ptx[schedule], cpu.program.tasks)
 
 
 @pytest.mark.parametrize("schedule", _SCHEDULES)
@@ -146,9 +149,9 @@ def test_shared_ring_program_shape():
 # sub-tile; the store warp's wait moves before it and allows epi_stage - 2 stores in flight), epi_n=64 halves
 # the sub-tiles (4 TMA stores of 128x64, 2 buffers); the mainloop (wgmma, mbarrier) is the default's
 EPILOGUE_VARIANTS = {
-    (32, "single"): {"bar.sync \t1, 256;": 8, "cp.async.bulk.wait_group.read \t2;": 8, "cp.async.bulk.tensor": 10},
-    (64, "pair"): {"bar.sync \t1, 256;": 8, "cp.async.bulk.wait_group.read \t1;": 4, "cp.async.bulk.tensor": 6},
-    (64, "single"): {"bar.sync \t1, 256;": 4, "cp.async.bulk.wait_group.read \t0;": 5, "cp.async.bulk.tensor": 6},
+    (32, "single"): {"bar.sync \t14, 256;": 8, "cp.async.bulk.wait_group.read \t2;": 8, "cp.async.bulk.tensor": 10},
+    (64, "pair"): {"bar.sync \t14, 256;": 8, "cp.async.bulk.wait_group.read \t1;": 4, "cp.async.bulk.tensor": 6},
+    (64, "single"): {"bar.sync \t14, 256;": 4, "cp.async.bulk.wait_group.read \t0;": 5, "cp.async.bulk.tensor": 6},
 }
 
 
@@ -191,7 +194,7 @@ def test_half_deep_k_tiles_double_the_ring():
     out = gp.compile_for_cpu(schedule="cooperative", block_k=32).artifacts.PTX
     assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
     want = {"wgmma.mma_async.sync.aligned.m64n256k16": 4, "mbarrier.try_wait": 3 + 8, "wgmma.wait_group": 2,
-            "bar.sync \t1, 256;": 16}
+            "bar.sync \t14, 256;": 16}
     assert _common.count_ptx(out, want) == want
     with pytest.raises(gp.GemmConfigError, match="block_k=48 for BFloat16: the K tile is 64"):
         gp.PersistentGemm(schedule="cooperative", block_k=48)
@@ -211,9 +214,9 @@ def test_epilogue_option_errors():
 def test_cooperative_256_rows_compiles():
     """Two warp groups with two 64-row MMA halves each: the epilogue's sub-tile gather is exercised."""
     ptx = gp.compile_for_cpu(schedule="cooperative", tile_mn=(256, 128)).artifacts.PTX
-    counts = _common.count_ptx(ptx, ["wgmma.mma_async.sync.aligned.m64n128k16", "stmatrix", "bar.sync \t1, 256;"])
+    counts = _common.count_ptx(ptx, ["wgmma.mma_async.sync.aligned.m64n128k16", "stmatrix", "bar.sync \t14, 256;"])
     # 2 M halves x 4 k-blocks x (peeled + loop); 4 sub-tiles of 256x32, each 2 x 16 rows-of-8 per thread pair
-    assert counts == {"wgmma.mma_async.sync.aligned.m64n128k16": 16, "stmatrix": 16, "bar.sync \t1, 256;": 8}
+    assert counts == {"wgmma.mma_async.sync.aligned.m64n128k16": 16, "stmatrix": 16, "bar.sync \t14, 256;": 8}
 
 
 EPILOGUE_TILES = [("cooperative", (128, 256), False), ("cooperative", (256, 128), False),
@@ -496,7 +499,7 @@ def test_choose_splits_counts_fp8_k_tiles_of_128():
 # order (128 values per thread: 32 each way, gemm.fixup.fragment_block).
 SERIAL = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8, "stmatrix": 16,
           "cp.async.bulk.tensor": 10, "ld.acquire.gpu": 2, "st.release.gpu": 1, "st.relaxed.gpu": 1,
-          "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 18, "ld.global.v4.b32": 32, "st.global.v4.b32": 32, "ld.global.v2.b32": 0}
+          "fence.acq_rel.gpu": 2, "bar.sync \t14, 256;": 18, "ld.global.v4.b32": 32, "st.global.v4.b32": 32, "ld.global.v2.b32": 0}
 
 
 @pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
@@ -532,7 +535,7 @@ def test_split_reduce_errors():
 # loads in the accumulators' order); GPU-scope fences on both sides, one more epilogue barrier on each side.
 PARALLEL = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8, "stmatrix": 16,
             "cp.async.bulk.tensor": 10, "ld.acquire.gpu": 2, "atom.global.release.add": 1, "st.release.gpu": 0,
-            "st.relaxed.gpu": 1, "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 18, "ld.global.v4.b32": 32,
+            "st.relaxed.gpu": 1, "fence.acq_rel.gpu": 2, "bar.sync \t14, 256;": 18, "ld.global.v4.b32": 32,
             "st.global.v4.b32": 32, "ld.global.v2.b32": 0}
 
 
@@ -555,7 +558,7 @@ def test_parallel_split_k_compiles_and_is_safe():
 ATOMIC = {"mbarrier.init": 8, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "wgmma.mma_async": 8, "stmatrix": 16,
           "cp.async.bulk.tensor": 10, "red.relaxed.gpu.global.add.v2.f32": 64, "atom.global.acq_rel.add": 1,
           "bar.red.or.pred \t%p": 1, "ld.acquire.gpu": 0, "st.release.gpu": 0, "st.relaxed.gpu": 1,
-          "fence.acq_rel.gpu": 2, "bar.sync \t1, 256;": 17, "ld.global.v2.b32": 64, "st.global.v2.b32": 64}
+          "fence.acq_rel.gpu": 2, "bar.sync \t14, 256;": 17, "ld.global.v2.b32": 64, "st.global.v2.b32": 64}
 
 
 @pytest.mark.parametrize("ab", ["BFloat16", "Float8E4M3FN"])
@@ -580,6 +583,6 @@ def test_atomic_split_k_64_row_tile_reduces_on_one_warp_group():
                              ).artifacts.PTX
     assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
     want = {"red.relaxed.gpu.global.add.v2.f32": 32, "atom.global.acq_rel.add": 1, "ld.global.v2.b32": 32,
-            "st.global.v2.b32": 32, "bar.sync \t1, 128;": 9, "wgmma.mma_async.sync.aligned.m64n128k16": 8}
+            "st.global.v2.b32": 32, "bar.sync \t14, 128;": 9, "wgmma.mma_async.sync.aligned.m64n128k16": 8}
     assert _common.count_ptx(ptx, want) == want
     assert ", 1, 128, %p" in ptx

@@ -35,7 +35,7 @@ def test_64x32_tile_compiles_and_is_safe(cluster):
     assert g.ab_stage == 8 and g.epi_stage == 1 and g.consumer_wgs == 1
     ptx = gp.compile_for_cpu(schedule="cooperative", tile_mn=(64, 32), cluster_mn=cluster).artifacts.PTX
     assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
-    want = {"wgmma.mma_async.sync.aligned.m64n32k16": 8, "bar.sync \t1, 128;": 2, "stmatrix": 2,
+    want = {"wgmma.mma_async.sync.aligned.m64n32k16": 8, "bar.sync \t14, 128;": 2, "stmatrix": 2,
             "cp.async.bulk.tensor.2d.global.shared::cta": 1, "multicast::cluster": 0 if cluster == (1, 1) else 1,
             "cp.async.bulk.tensor.2d.shared::cta.global": 2 if cluster == (1, 1) else 1}
     assert _common.count_ptx(ptx, want) == want
@@ -55,7 +55,7 @@ def test_block_k_128_compiles_and_is_safe_for_every_k_and_unit_count(cluster):
     traced = VERDICTS.looked_up[-1]
     assert VERDICTS.get(traced).verdict == "SAFE"
     want = {"wgmma.mma_async.sync.aligned.m64n32k16": 16, "wgmma.mma_async": 16, "wgmma.commit_group": 2,
-            "mbarrier.init": 16, "mbarrier.try_wait": 11, "expect_tx": 1, "bar.sync \t1, 128;": 2,
+            "mbarrier.init": 16, "mbarrier.try_wait": 11, "expect_tx": 1, "bar.sync \t14, 128;": 2,
             "cp.async.bulk.tensor.2d.global.shared::cta": 1, "multicast::cluster": 0 if cluster == (1, 1) else 2,
             "cp.async.bulk.tensor.2d.shared::cta.global": 4 if cluster == (1, 1) else 2}
     assert _common.count_ptx(ptx, want) == want
@@ -171,14 +171,14 @@ def test_skip_ring_ptx_counts():
     ptx = gp.compile_for_cpu(**SKIP_S2).artifacts.PTX
     want = {"mbarrier.init": 8, "mbarrier.arrive": 9, "mbarrier.try_wait": 13, "expect_tx": 1,
             "cp.async.bulk.tensor": 10, "wgmma.mma_async": 32, "wgmma.commit_group": 4, "wgmma.wait_group": 4,
-            "setmaxnreg": 2, "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8, "stmatrix": 32}
+            "setmaxnreg": 2, "bar.sync \t14, 128;": 8, "bar.sync \t13, 128;": 8, "stmatrix": 32}
     assert _common.count_ptx(ptx, want) == want
     assert VERDICTS.get(VERDICTS.looked_up[-1]).verdict == "SAFE"
 
 
 PTX_S6 = {"mbarrier.init": 16, "mbarrier.arrive": 9, "mbarrier.try_wait": 17, "expect_tx": 1,
           "cp.async.bulk.tensor": 10, "wgmma.mma_async": 32, "wgmma.commit_group": 4, "wgmma.wait_group": 4,
-          "setmaxnreg": 2, "bar.sync \t1, 128;": 8, "bar.sync \t2, 128;": 8, "stmatrix": 32}
+          "setmaxnreg": 2, "bar.sync \t14, 128;": 8, "bar.sync \t13, 128;": 8, "stmatrix": 32}
 
 
 @pytest.mark.slow
@@ -230,7 +230,7 @@ def test_224_column_tile_compiles_with_a_drained_epilogue(ab):
     mma = "m64n224k16" if ab == "BFloat16" else "m64n224k32"
     # 4 k-blocks x (peeled + loop); 7 sub-tiles: 2 stmatrix and 2 barriers each, 6 waits that keep 3
     # stores in flight, the tile's drain and the kernel's final drain; TMA: A, B and 7 stores
-    want = {f"wgmma.mma_async.sync.aligned.{mma}": 8, "stmatrix": 14, "bar.sync \t1, 256;": 14,
+    want = {f"wgmma.mma_async.sync.aligned.{mma}": 8, "stmatrix": 14, "bar.sync \t14, 256;": 14,
             "cp.async.bulk.wait_group.read \t3;": 6, "cp.async.bulk.wait_group.read \t0;": 2,
             "cp.async.bulk.tensor": 9}
     assert _common.count_ptx(ptx, want) == want
@@ -273,7 +273,7 @@ def test_wide_pingpong_tile_is_safe_and_its_ptx_pinned(ab, bN):
     mma = f"m64n{bN}k16" if ab == "BFloat16" else f"m64n{bN}k32"
     subs = bN // opts["epi_n"]
     want = {f"wgmma.mma_async.sync.aligned.{mma}": 32, "stmatrix": 44 if bN == 176 else 48,
-            "bar.sync \t1, 128;": 2 * subs, "bar.sync \t2, 128;": 2 * subs, "cp.async.bulk.tensor": 2 * subs + 2,
+            "bar.sync \t14, 128;": 2 * subs, "bar.sync \t13, 128;": 2 * subs, "cp.async.bulk.tensor": 2 * subs + 2,
             "mbarrier.init": 12}
     if bN == 176:
         want.update({"cp.async.bulk.wait_group.read \t3;": 20, "cp.async.bulk.wait_group.read \t0;": 4})

@@ -129,7 +129,7 @@ class GmemC(MemoryResource):
         """Epilogue per 128x32 sub-tile: registers -> stmatrix -> SMEM (4 buffers) -> TMA store."""
         g, v, warp_idx = self.g, stage_info.context.values, stage_info.context.warp_idx
         tidx, _, _ = cute.arch.thread_idx()
-        epi_bar = pipeline.NamedBarrier(barrier_id=1, num_threads=g.num_consumer_threads)
+        epi_bar = stage_info.context.task_named_barrier()  # the task's own named barrier, no id to pick
         copy_atom_r2s = sm90_utils.sm90_get_smem_store_op(g.layout, elem_ty_d=g.c_dtype, elem_ty_acc=g.acc_dtype)
         copy_atom_C = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(g.layout.is_m_major_c(), 4), g.c_dtype)
         tiled_copy_r2s = cute.make_tiled_copy_S(copy_atom_r2s, cute.make_tiled_copy_C_atom(copy_atom_C, v.tiled_mma))

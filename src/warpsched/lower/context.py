@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import cutlass.cute as cute
+from cutlass import pipeline
 
 from . import LoweringError
 from .memory import smem_pointer
@@ -67,6 +68,9 @@ class KernelContext:
     extra: Dict[str, Any] = field(default_factory=dict)
     # per tma_copy(): (bytes into this CTA, what, the destination's address alignment or None, its layout)
     tma_copies: List[Tuple[int, str, Optional[int], str]] = field(default_factory=list)
+    # per StageInfo.touches(): (the resource or its name, None for the work's own; part; "r" / "w")
+    touches: List[Tuple[Any, str, str]] = field(default_factory=list)
+    task_barrier_id: Optional[int] = None  # the running task's named barrier (lower/pipelines.task_barrier_id)
 
     def smem(self, allocation, dtype=None):
         """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""
@@ -88,6 +92,29 @@ class KernelContext:
         if isinstance(layout, cute.ComposedLayout):
             return cute.make_tensor(cute.recast_ptr(ptr, layout.inner, dtype=ptr.dtype), layout.outer)
         return cute.make_tensor(ptr, layout)
+
+    def touch(self, resource, part, mode):
+        """``StageInfo.touches``: record the access for the task's FootprintLedger (lower/footprints.py)."""
+        self.touches.append((resource, part, mode))
+
+    def sync_task(self):
+        """``bar.sync`` over the warps of the task running the work, on the task's own named barrier (the one
+        the lowering's leader-only arrivals use): a work orders its warps' SMEM writes before one thread's
+        TMA store without picking a barrier id by hand, so no id can be shared with another task's."""
+        cute.arch.barrier(barrier_id=self.sync_task_id(), number_of_threads=self.task.num_warps * 32)
+
+    def task_named_barrier(self):
+        """The running task's named barrier as a ``cutlass.pipeline.NamedBarrier`` (``arrive_and_wait()``...,
+        for code that takes one): ``sync_task()``'s barrier."""
+        return pipeline.NamedBarrier(barrier_id=self.sync_task_id(), num_threads=self.task.num_warps * 32)
+
+    def sync_task_id(self) -> int:
+        """The running task's named-barrier id; a LoweringError outside a task or past 15 tasks."""
+        if self.task is None or self.task_barrier_id is None:
+            raise LoweringError("KernelContext.sync_task() outside a task's work, or in a task past the 15 that "
+                                "have a named barrier", task=self.task,
+                                fix="call it from a work method, in a program of at most 15 tasks")
+        return self.task_barrier_id
 
     def tma_copy(self, info, atom, src, dst, *, mcast_mode=None, **copy_kwargs):
         """``StageInfo.tma_copy``: issue the copy on ``info``'s barrier and record what it delivers

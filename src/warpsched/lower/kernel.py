@@ -22,7 +22,7 @@ from .loops import TaskEmitter
 from .context import KernelContext, KernelValues, cluster_coordinate
 from .memory import SmemSetup, tmem_columns
 from .groups import GroupLowering
-from .pipelines import PipelineLowering, cluster_shape_mn
+from .pipelines import PipelineLowering, cluster_shape_mn, task_barrier_id
 
 
 class KernelLowering:
@@ -108,6 +108,10 @@ class KernelLowering:
     def context_for(self, task) -> KernelContext:
         ctx = self.context
         ctx.task = task
+        try:  # for KernelContext.sync_task(), which reports the LoweringError if a work asks for it
+            ctx.task_barrier_id = task_barrier_id(self.program, task)
+        except LoweringError:
+            ctx.task_barrier_id = None
         return ctx
 
     # ------------------------------------------------------------------ run

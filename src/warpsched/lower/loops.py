@@ -29,6 +29,7 @@ from . import LoweringError
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
 from .pipelines import make_state
+from .footprints import FootprintLedger
 from .tx_bytes import TxLedger
 
 WORK_KINDS = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.ConsumerWork, StepKind.ConsumerAux}
@@ -96,6 +97,7 @@ class TaskEmitter:
         self.plan = lowering.plan
         self._readers: Dict[int, List[int]] = {}
         self.tx = TxLedger(task, self.program.options.skip_validation)  # TMA bytes each producer bracket delivers
+        self.footprints = FootprintLedger(self.program, task, self.program.options.skip_validation)
         for s in self.steps:
             for tok in s.token_args.values():
                 self._readers.setdefault(id(tok), []).append(s.index)
@@ -544,7 +546,7 @@ class TaskEmitter:
         info = StageInfo(loop_offset=frame.loop_offset, stage_idx=stage_idx, barrier=barrier,
                          work_tile=frame.work_tile, context=self.L.context_for(self.task),
                          loop_start=frame.start, loop_end=frame.end, loop_step=frame.step)
-        kwargs, copies = dict(s.const_args), len(info.context.tma_copies)
+        kwargs, copies, touches = dict(s.const_args), len(info.context.tma_copies), len(info.context.touches)
         for pname, tok in s.token_args.items():
             key = self._tkey(tok)
             if key not in env:
@@ -555,6 +557,7 @@ class TaskEmitter:
             kwargs[pname] = env[key]
         out = spec.fn(res, info, **kwargs)
         self.tx.worked(res, s, info.context.tma_copies[copies:])
+        self.footprints.worked(res, s, info.context.touches[touches:])
         if not s.returns:
             return
         values = (out,) if len(s.returns) == 1 else tuple(out) if isinstance(out, (tuple, list)) else (out,)

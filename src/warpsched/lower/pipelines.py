@@ -269,13 +269,18 @@ def cluster_shape_mn(program) -> Tuple[int, int]:
     return shapes.pop() if shapes else (1, 1)
 
 
-def task_sync(program, task) -> None:
-    """Named barrier over one task's warps (ids from 15 down, one per task; 0 is the CTA barrier)."""
+def task_barrier_id(program, task) -> int:
+    """The named barrier of one task's warps: ids from 15 down, one per task (0 is the CTA barrier)."""
     idx = next(i for i, t in enumerate(program.tasks) if t is task)
     bid = 15 - idx
     if bid < 1:
         raise LoweringError("more than 15 tasks need a task-wide named barrier", task=task, location=task.location)
-    cute.arch.barrier(barrier_id=bid, number_of_threads=task.num_warps * 32)
+    return bid
+
+
+def task_sync(program, task) -> None:
+    """``bar.sync`` over one task's warps on its own named barrier."""
+    cute.arch.barrier(barrier_id=task_barrier_id(program, task), number_of_threads=task.num_warps * 32)
 
 
 # ---------------------------------------------------------------------- counters

@@ -142,6 +142,21 @@ class StageInfo:
                                "the lowering's KernelContext)")
         return copy(self, atom, src, dst, mcast_mode=mcast_mode, **copy_kwargs)
 
+    def touches(self, part, mode="r", *, resource=None):
+        """Reports that the work is about to read (``mode`` "r") or write ("w") part ``part`` of the stage of
+        its resource, or of ``resource`` (the resource or its name: an operand read through another resource's
+        ``WGMMA_OPERAND`` declaration). Where that resource declares ``consumer_footprint``, the lowering holds
+        the report to the running task's footprint, and a ``WRITES`` work must report what it writes: the
+        checker proved the footprints disjoint, and this ties the body to them (lower/footprints.py). Only
+        inside a kernel."""
+        touch = getattr(self.context, "touch", None)
+        if touch is None:
+            raise RuntimeError("StageInfo.touches() runs only while a kernel is traced (StageInfo.context is "
+                               "the lowering's KernelContext)")
+        if mode not in ("r", "w"):
+            raise ValueError(f"StageInfo.touches(mode={mode!r}): 'r' (reads) or 'w' (writes)")
+        touch(resource, part, mode)
+
 
 # ------------------------------------------------------------------ work decorators
 @dataclass(frozen=True)

@@ -19,18 +19,17 @@ from . import register_math as amath
 LOG2E = math.log2(math.e)
 HALF = 64  # keys per consumer warp group (one WGMMA M); a CTA's K/V block is 2 * HALF keys
 FLAT_THREADS = 128  # flat_dq: a warp group's threads, each one 16-byte chunk per 8 dQ columns
-DS_BARRIER = 2  # named barriers 2, 3: a warp group's dS tile is written before its dQ GEMM reads it
 
 
 @cute.jit
-def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, wg: cutlass.Constexpr):
+def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, ctx):
     """From S^T and dP^T (keys ``n0 + row``, queries ``m0 + column``), in this order after both GEMMs
     retired: the queries' LSE and delta (``query_stats``), P^T (``probs``), dS^T (``dscores``)."""
     lse2, delta = make_stats(acc_s, v)
     bounds = g.seq_bounds(v.unit)  # read once: (first query row, query rows, first key, keys)
     query_stats(lse2, delta, g, v, m0, head, batch, bounds)
     probs(acc_s, lse2, g, v, n0, m0, head, batch, bounds[3])
-    dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, wg=wg)
+    dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, ctx=ctx)
 
 
 def make_stats(acc_s, v):
@@ -103,7 +102,7 @@ def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
 
 
 @cute.jit
-def dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, *, wg: cutlass.Constexpr):
+def dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, *, ctx):
     """dS^T = P^T (dP^T - delta) in place of dP^T (times the softcap's derivative); P^T and dS^T rounded to
     16 bits into the A-operand registers ``p`` / ``ds``, and dS^T into this warp group's SMEM tile ``s_ds``
     (when given: viewed (key, query), fenced for the async proxy and synchronized over the warp group, so
@@ -119,7 +118,7 @@ def dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, *, wg: cutlass.Conste
     amath.store_p(acc_s, p, g.dtype)
     amath.store_p(acc_dp, ds, g.dtype)
     if cutlass.const_expr(s_ds is not None):
-        write_ds(ds, acc_dp, v, s_ds, wg=wg)
+        write_ds(ds, acc_dp, v, s_ds, ctx=ctx)
 
 
 @cute.jit
@@ -164,7 +163,7 @@ def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k):
 
 
 @cute.jit
-def write_ds(ds, acc_dp, v, s_ds, *, wg: cutlass.Constexpr):
+def write_ds(ds, acc_dp, v, s_ds, *, ctx):
     """dS^T (16-bit registers in ``acc_dp``'s layout) into the warp group's SMEM tile, viewed (key, query);
     fenced for the async proxy (the dQ wgmma) and synchronized over the warp group."""
     tidx, _, _ = cute.arch.thread_idx()
@@ -175,7 +174,7 @@ def write_ds(ds, acc_dp, v, s_ds, *, wg: cutlass.Constexpr):
     thr = tiled.get_slice(tidx % 128)
     cute.copy(tiled, tiled.retile(cute.make_tensor(ds.iterator, acc_dp.layout)), thr.partition_D(s_ds))
     cute.arch.fence_proxy("async.shared", space="cta")  # the dQ wgmma (async proxy) reads these writes
-    cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
+    ctx.sync_task()  # the warp group's named barrier (KernelContext.sync_task)
 
 
 @cute.jit
@@ -282,12 +281,13 @@ def _store_staged(tma, m_t, staged, stage, g, n_block, kv_head, batch, *, wg: cu
 
 
 @cute.jit
-def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr, ds_stage=0):
+def store_dkv_tma(acc_dk, acc_dv, g, ctx, n_block, kv_head, batch, *, wg: cutlass.Constexpr, ds_stage=0):
     """``tma_store_dkv``: dV and dK * scale, one TMA store each; the TMA clips rows past S_k. Staged one after
     the other in this warp group's half of the V tile (only its own dP GEMMs read it, and they have all
     retired), each store read before the half is written again or released; or with ``dkv_in_ds`` both at
     once in the two 64 x 64 halves of the warp group's dS tile (``SmemDS.store_grads``: its stage ``ds_stage``),
     one wait for both."""
+    v = ctx.values
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dkv_mma.get_slice(tidx % 128)
     first_warp = cute.arch.make_warp_uniform(cute.arch.warp_idx()) % 4 == 0
@@ -300,10 +300,10 @@ def store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.
         for out, i in parts:
             cute.autovec_copy(_output(out[0], out[3], g.dtype), thr.partition_C(staged[(None, None, i)]))
         cute.arch.fence_proxy("async.shared", space="cta")  # the TMA (async proxy) reads these writes
-        cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)
+        ctx.sync_task()
         if first_warp:
             for out, i in parts:
                 _store_staged(out[1], out[2], staged, i, g, n_block, kv_head, batch, wg=wg)
             cute.arch.cp_async_bulk_commit_group()
             cute.arch.cp_async_bulk_wait_group(0, read=True)
-        cute.arch.barrier(barrier_id=DS_BARRIER + wg, number_of_threads=128)  # the round's stores have read it
+        ctx.sync_task()  # the round's stores have read it

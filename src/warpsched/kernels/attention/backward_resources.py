@@ -127,13 +127,18 @@ class SmemKV(MemoryResource):
         wg = int(task_name[-1])
         return {"K": "r", f"V{wg}": "rw" if self.g.tma_store_dkv and not self.g.dkv_in_ds else "r"}
 
+    def _v_part(self, wg):
+        """The part of V warp group ``wg``'s dP GEMM reads (``consumer_footprint``)."""
+        return "V" if self.g.d_split else f"V{wg}"
+
     @consumer_work(work_attrs=WorkAttr.WRITES)
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0):
         """``tma_store_dkv``: dV and dK leave through this warp group's V half, which only its own dP GEMMs
         read (all retired), before the stage is released (``backward_math.store_dkv_tma``)."""
         g, v = self.g, stage_info.context.values
         n_block, kv_head, batch = g.unit_coords(v.unit)
-        bmath.store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=wg)
+        stage_info.touches(f"V{wg}", "w")  # held to consumer_footprint (lower/footprints.py)
+        bmath.store_dkv_tma(acc_dk, acc_dv, g, stage_info.context, n_block, kv_head, batch, wg=wg)
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K, V (and Q, dO: SmemQdO.gemm_operand) until the retire
     @cute.jit
@@ -141,6 +146,8 @@ class SmemKV(MemoryResource):
         """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
         v = stage_info.context.values
         declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_sdp")
+        stage_info.touches("K")
+        stage_info.touches(self._v_part(wg))
         warpgroup.fence()
         _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
         _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
@@ -153,6 +160,7 @@ class SmemKV(MemoryResource):
         dP GEMM (``mma_dp``, the next group) still runs."""
         v = stage_info.context.values
         declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_s")
+        stage_info.touches("K")
         warpgroup.fence()
         _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
@@ -163,6 +171,7 @@ class SmemKV(MemoryResource):
         """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
         v = stage_info.context.values
         declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_dp")
+        stage_info.touches(self._v_part(wg))
         _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
 
@@ -177,6 +186,7 @@ class SmemKV(MemoryResource):
         else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile; ``d_split``: the 64 columns
         ``part`` of its half of D, ``FlashAttentionBackward.dq_kt_view``)."""
         g, v = self.g, stage_info.context.values
+        stage_info.touches("K")
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
         if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
@@ -342,7 +352,7 @@ class Grads(MemoryResource):
     def scores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds):
         """P^T and dS^T of this step (``attention.backward_math.grads_of_scores``)."""
         g, v, n0, m0, head, batch = self._step(stage_info)
-        bmath.grads_of_scores(acc_s, acc_dp, p, ds, self._ds_tile(v), g, v, n0, m0, head, batch, wg=self.wg)
+        bmath.grads_of_scores(acc_s, acc_dp, p, ds, self._ds_tile(v), g, v, n0, m0, head, batch, ctx=stage_info.context)
 
     @producer_work
     def stats(self, stage_info: StageInfo, lse2, delta):
@@ -360,7 +370,7 @@ class Grads(MemoryResource):
     def dscores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds, lse2, delta):
         """``overlap_scores``: dS^T from P^T and dP^T; P^T, dS^T into the A-operand registers."""
         v = stage_info.context.values
-        bmath.dscores(acc_s, acc_dp, p, ds, lse2, delta, self._ds_tile(v), self.g, v, wg=self.wg)
+        bmath.dscores(acc_s, acc_dp, p, ds, lse2, delta, self._ds_tile(v), self.g, v, ctx=stage_info.context)
 
     @producer_work
     def store(self, stage_info: StageInfo, acc_dk, acc_dv):
@@ -398,7 +408,8 @@ class SmemDS(MemoryResource):
     @producer_work
     def store(self, stage_info: StageInfo, ds, acc_dp):
         v = stage_info.context.values
-        bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}")[(None, None, stage_info.stage_idx)], wg=self.wg)
+        bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}")[(None, None, stage_info.stage_idx)],
+                       ctx=stage_info.context)
 
     @producer_work
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv):
@@ -406,7 +417,8 @@ class SmemDS(MemoryResource):
         once the other warp group's last dQ GEMM has read it (``backward_math.store_dkv_tma``)."""
         g, v = self.g, stage_info.context.values
         n_block, kv_head, batch = g.unit_coords(v.unit)
-        bmath.store_dkv_tma(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg, ds_stage=stage_info.stage_idx)
+        bmath.store_dkv_tma(acc_dk, acc_dv, g, stage_info.context, n_block, kv_head, batch, wg=self.wg,
+                            ds_stage=stage_info.stage_idx)
 
     @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand(self, stage_info: StageInfo):

@@ -15,7 +15,6 @@ from warpsched import MemoryResource, StageInfo, producer_work
 from . import register_math as amath
 from .register_math import WG_ROWS
 
-O_BARRIER = 2  # named barriers 2, 3 (, 4): a warp group's TMA-store epilogue (warpsched's task barriers count down from 15)
 
 
 @dataclass(kw_only=True)
@@ -107,7 +106,7 @@ def store_o_tma(g, stage_info, acc_o, softmax_state, *, wg: cutlass.Constexpr = 
     out.store(acc_o.load().to(g.dtype))
     cute.autovec_copy(out, thr.partition_C(v.sQ[(None, None, q_stage)]))
     cute.arch.fence_proxy("async.shared", space="cta")  # the TMA store (async proxy) reads these writes
-    cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)
+    stage_info.context.sync_task()
     q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
     if tidx % 128 == 0:
         gO = cute.flat_divide(v.mO_tma, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]
@@ -116,7 +115,7 @@ def store_o_tma(g, stage_info, acc_o, softmax_state, *, wg: cutlass.Constexpr = 
         cute.copy(v.tma_o, t_s[(None, q_stage)], t_g[(None, q_block * g.wgs + wg)])
         cute.arch.cp_async_bulk_commit_group()
         cute.arch.cp_async_bulk_wait_group(0, read=True)
-    cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)  # reads done before the release
+    stage_info.context.sync_task()  # reads done before the release
     _store_lse(g, v, thr, lse, q_block * g.wgs + wg, head, batch)
 
 
@@ -151,11 +150,11 @@ def _store_buffered(g, stage_info, acc_o, lse, wg: cutlass.Constexpr):
     out.store(acc_o.load().to(g.dtype))
     if tidx % 128 == 0:
         cute.arch.cp_async_bulk_wait_group(0, read=True)  # the previous unit's store has read the tile
-    cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)
+    stage_info.context.sync_task()
     s_o = getattr(v, f"sO{wg}")  # wg is a compile-time constant
     cute.autovec_copy(out, thr.partition_C(s_o[(None, None, 0)]))
     cute.arch.fence_proxy("async.shared", space="cta")  # the TMA store (async proxy) reads these writes
-    cute.arch.barrier(barrier_id=O_BARRIER + wg, number_of_threads=128)
+    stage_info.context.sync_task()
     q_block, head, batch, _ = g.unit_coords(g.unit_of(stage_info))
     if tidx % 128 == 0:
         gO = cute.flat_divide(v.mO_tma, (WG_ROWS, g.head_dim))[(None, None, None, 0, head, batch)]

@@ -79,6 +79,7 @@ class SmemQ(MemoryResource):
         """``tma_store_o``: O / sum through this warp group's tile of the Q stage (every S GEMM that read
         it has retired) and one TMA store; its SMEM reads finish before the work returns, so the
         stage may be released after it (``attention.epilogue.store_o_tma``)."""
+        stage_info.touches(f"Q{wg}", "w")  # held to consumer_footprint (lower/footprints.py)
         epilogue.store_o_tma(self.g, stage_info, acc_o, softmax_state, wg=wg)
 
 
@@ -148,6 +149,7 @@ class SmemK(KAheadWorks, MemoryResource):
     def mma_qk(self, stage_info: StageInfo, acc_s, q_idx=None, *, wg: cutlass.Constexpr = 0):
         v, s = stage_info.context.values, stage_info.stage_idx
         declared.take(self.g, stage_info, "Q", "SmemK.mma_qk")
+        stage_info.touches(f"Q{wg}", resource="SmemQ")  # its warp group's tile (SmemQ.consumer_footprint)
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.qk_mma.get_slice(tidx % 128)
         frag_q = v.qk_mma.make_fragment_A(thr.partition_A(v.sQ))

@@ -135,7 +135,7 @@ class SmemAB(MemoryResource):
 
 @dataclass(kw_only=True)
 class GmemC(MemoryResource):
-    """The output; ``which`` picks the epilogue's SMEM buffers, warps and named barrier."""
+    """The output; ``which`` picks the epilogue's SMEM buffers and warps."""
 
     g: Any = None
     which: int = 0
@@ -168,7 +168,7 @@ class GmemC(MemoryResource):
         tidx, _, _ = cute.arch.thread_idx()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         sC = g.smem_c(self.which)
-        epi_bar = pipeline.NamedBarrier(barrier_id=1 + self.which, num_threads=self.num_threads)
+        epi_bar = stage_info.context.task_named_barrier()  # the task's own id: none to pick by hand
         # the fragment stored: the accumulator, or SwiGLU's half-width silu(gate) * up (gemm_epilogue)
         frag = acc
         if cutlass.const_expr(g.epi.swiglu):

@@ -1,0 +1,94 @@
+"""Trace-time footprint accounting: the parts of a stage a work really touches, against the
+``consumer_footprint`` the checker trusted.
+
+A resource whose stage two consumer tasks hold at once, and one of them writes, declares
+``consumer_footprint(task_name) -> {part: "r" | "rw"}``; the static check (verify/checks_writes.py)
+proves the declared parts disjoint where one is written. Work bodies are opaque to it, so a body that
+indexes another warp group's part (a warp-group index passed wrong from the schedule) runs a race the
+checker never saw. A work body reports each part it indexes with ``StageInfo.touches(part, mode)``
+(``resource=`` for an operand it reads through another resource's declaration, e.g. a WGMMA's second
+operand); here each report is held to the running task's footprint, and a ``WorkAttr.WRITES`` work of a
+resource with a footprint must report the part it writes. Works of resources without a footprint are
+not checked (nothing was declared to hold them to)."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, List, Tuple
+
+from ..errors import Finding, ValidationError, ValidationWarning
+from ..model.enums import WorkAttr
+from ..model.resources import work_spec_of
+
+CHECK = "consumer writes"
+
+
+class FootprintLedger:
+    """One task's reports, checked as each work returns."""
+
+    def __init__(self, program, task, skip_validation: bool = False):
+        self.program, self.task, self.skip_validation = program, task, skip_validation
+
+    def worked(self, resource, step, touches: List[Tuple[Any, str, str]]) -> None:
+        for target, part, mode in touches:
+            self._hold(resource, step, self._resolve(target, resource, step), part, mode)
+        spec = work_spec_of(getattr(type(resource), step.method, None))
+        if (spec is not None and spec.attrs & WorkAttr.WRITES and callable(getattr(resource, "consumer_footprint", None))
+                and not any(mode == "w" and self._resolve(t, resource, step) is resource for t, _, mode in touches)):
+            name = _name(resource)
+            self._report(Finding(
+                check=CHECK, task=self.task.name, resource=name, location=step.location,
+                message=(f"{name}.{step.method}() is a WRITES work of a resource with a consumer_footprint, and "
+                         "reported no part it writes while the kernel was traced"),
+                expected=f"stage_info.touches(part, 'w') in {step.method}() for each part of the stage it writes",
+                fix=("call stage_info.touches('<part>', 'w') in the work body before it writes (the checker "
+                     "trusts the footprint; the report holds the body to it)")))
+
+    def _resolve(self, target, resource, step):
+        if target is None:
+            return resource
+        if not isinstance(target, str):
+            return target
+        found = [r for r in self.program.resources if getattr(r, "name", None) == target]
+        if not found:
+            known = ", ".join(sorted(_name(r) for r in self.program.resources))
+            self._report(Finding(
+                check=CHECK, task=self.task.name, resource=_name(resource), location=step.location,
+                message=f"{_name(resource)}.{step.method}() reports touching resource {target!r}, which the program "
+                        "does not have", expected=f"one of: {known}", fix="pass the resource (or its exact name)"))
+            return resource
+        return found[0]
+
+    def _hold(self, resource, step, target, part, mode) -> None:
+        footprint = getattr(target, "consumer_footprint", None)
+        if not callable(footprint):
+            return
+        parts = footprint(self.task.name)
+        held = parts.get(part) if isinstance(parts, dict) else None
+        if held is not None and (mode == "r" or held == "rw"):
+            return
+        verb = "writes" if mode == "w" else "reads"
+        tname, rname = self.task.name, _name(target)
+        why = (f"which consumer_footprint({tname!r}) does not name" if held is None
+               else f"which consumer_footprint({tname!r}) marks read-only")
+        self._report(Finding(
+            check=CHECK, task=tname, resource=rname, location=step.location,
+            message=(f"{_name(resource)}.{step.method}() in task {tname!r} {verb} part {part!r} of {rname}'s stage, "
+                     f"{why} ({parts!r}): the checker proved the footprints, not this access"),
+            expected=f"the parts of {rname}'s stage task {tname!r} touches named in its footprint"
+                     + (" ('rw' for a write)" if mode == "w" else ""),
+            fix=(f"index the task's own part (a warp-group index passed to {step.method}() that is not the "
+                 f"task's own?), or declare the access in {type(target).__name__}.consumer_footprint")))
+
+    def _report(self, finding) -> None:
+        """TaskManager(skip_validation=True): a warning, else the traced kernel is rejected."""
+        if self.skip_validation:
+            warnings.warn(ValidationWarning(finding.format()), stacklevel=3)
+            return
+        raise ValidationError([finding], title="warpsched rejected the traced kernel")
+
+
+def _name(resource) -> str:
+    return getattr(resource, "name", None) or type(resource).__name__
+
+
+__all__ = ["FootprintLedger"]
