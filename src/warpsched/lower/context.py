@@ -71,6 +71,8 @@ class KernelContext:
     # per StageInfo.touches(): (the resource or its name, None for the work's own; part; "r" / "w")
     touches: List[Tuple[Any, str, str]] = field(default_factory=list)
     task_barrier_id: Optional[int] = None  # the running task's named barrier (lower/pipelines.task_barrier_id)
+    # wgmma commit_group / wait_group calls traced (lower/wgmma_watch.py): ("commit", None) / ("wait", pending)
+    wgmma_events: List[Tuple[str, Any]] = field(default_factory=list)
 
     def smem(self, allocation, dtype=None):
         """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""

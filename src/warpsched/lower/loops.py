@@ -25,7 +25,7 @@ from ..model.iteration import ITERATION_GUARDS, forward_form, guard_on_value, is
 from ..model.tripcount import TripCount, runtime_bound
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
-from . import LoweringError
+from . import LoweringError, wgmma_watch
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
 from .pipelines import make_state
@@ -547,6 +547,7 @@ class TaskEmitter:
                          work_tile=frame.work_tile, context=self.L.context_for(self.task),
                          loop_start=frame.start, loop_end=frame.end, loop_step=frame.step)
         kwargs, copies, touches = dict(s.const_args), len(info.context.tma_copies), len(info.context.touches)
+        wgmma = len(info.context.wgmma_events)
         for pname, tok in s.token_args.items():
             key = self._tkey(tok)
             if key not in env:
@@ -558,6 +559,8 @@ class TaskEmitter:
         out = spec.fn(res, info, **kwargs)
         self.tx.worked(res, s, info.context.tma_copies[copies:])
         self.footprints.worked(res, s, info.context.touches[touches:])
+        wgmma_watch.check_work(self.task, res, s, info.context.wgmma_events[wgmma:],
+                               self.program.options.skip_validation)
         if not s.returns:
             return
         values = (out,) if len(s.returns) == 1 else tuple(out) if isinstance(out, (tuple, list)) else (out,)
