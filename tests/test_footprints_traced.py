@@ -88,6 +88,14 @@ def test_a_writes_work_of_a_footprinted_resource_must_report_its_write():
     _ledger(_Plain()).worked(_Plain(), _step("store"), [])  # no footprint declared: nothing to hold it to
 
 
+def test_a_consumer_write_without_the_writes_attribute_is_refused():
+    """The checker takes an unmarked consumer work for a reader, so the write would go unchecked."""
+    stage = _Stage()
+    msg = _finding(_ledger(stage), stage, "read", [(None, "T1", "w")])
+    assert "Stage.read() writes part 'T1'" in msg and "not marked WorkAttr.WRITES" in msg, msg
+    _ledger(_Plain()).worked(_Plain(), _step("store"), [(None, "any", "w")])  # marked: held by nothing else here
+
+
 def test_another_resource_is_found_by_name_and_an_unknown_name_is_refused():
     stage, plain = _Stage(), _Plain()
     _ledger(stage, plain).worked(plain, _step("read"), [("Stage", "T1", "r")])

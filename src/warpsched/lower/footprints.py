@@ -29,9 +29,13 @@ class FootprintLedger:
         self.program, self.task, self.skip_validation = program, task, skip_validation
 
     def worked(self, resource, step, touches: List[Tuple[Any, str, str]]) -> None:
-        for target, part, mode in touches:
-            self._hold(resource, step, self._resolve(target, resource, step), part, mode)
         spec = work_spec_of(getattr(type(resource), step.method, None))
+        for target, part, mode in touches:
+            target = self._resolve(target, resource, step)
+            if (mode == "w" and target is resource and spec is not None and spec.role == "consumer"
+                    and not spec.attrs & WorkAttr.WRITES):
+                self._unmarked_write(resource, step, part)
+            self._hold(resource, step, target, part, mode)
         if (spec is not None and spec.attrs & WorkAttr.WRITES and callable(getattr(resource, "consumer_footprint", None))
                 and not any(mode == "w" and self._resolve(t, resource, step) is resource for t, _, mode in touches)):
             name = _name(resource)
@@ -42,6 +46,15 @@ class FootprintLedger:
                 expected=f"stage_info.touches(part, 'w') in {step.method}() for each part of the stage it writes",
                 fix=("call stage_info.touches('<part>', 'w') in the work body before it writes (the checker "
                      "trusts the footprint; the report holds the body to it)")))
+
+    def _unmarked_write(self, resource, step, part) -> None:
+        name = _name(resource)
+        self._report(Finding(
+            check=CHECK, task=self.task.name, resource=name, location=step.location,
+            message=(f"{name}.{step.method}() writes part {part!r} of the stage it holds as a consumer, but is not "
+                     "marked WorkAttr.WRITES: the checker takes it for a read, which other consumers may overlap"),
+            expected=f"@consumer_work(work_attrs=WorkAttr.WRITES) on {type(resource).__name__}.{step.method}",
+            fix="mark the work WRITES (and declare consumer_footprint where two consumer tasks hold the stage)"))
 
     def _resolve(self, target, resource, step):
         if target is None:

@@ -25,12 +25,11 @@ from ..model.iteration import ITERATION_GUARDS, forward_form, guard_on_value, is
 from ..model.tripcount import TripCount, runtime_bound
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
-from . import LoweringError, wgmma_watch
+from . import LoweringError
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
 from .pipelines import make_state
-from .footprints import FootprintLedger
-from .tx_bytes import TxLedger
+from .traced_checks import TracedWorkChecks
 
 WORK_KINDS = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.ConsumerWork, StepKind.ConsumerAux}
 
@@ -96,8 +95,8 @@ class TaskEmitter:
         self.steps = list(self.sched.steps) if self.sched is not None else []
         self.plan = lowering.plan
         self._readers: Dict[int, List[int]] = {}
-        self.tx = TxLedger(task, self.program.options.skip_validation)  # TMA bytes each producer bracket delivers
-        self.footprints = FootprintLedger(self.program, task, self.program.options.skip_validation)
+        self.checks = TracedWorkChecks(self.program, task)  # what work bodies report, held to the checked program
+        self.tx = self.checks.tx  # TMA bytes each producer bracket delivers
         for s in self.steps:
             for tok in s.token_args.values():
                 self._readers.setdefault(id(tok), []).append(s.index)
@@ -546,8 +545,7 @@ class TaskEmitter:
         info = StageInfo(loop_offset=frame.loop_offset, stage_idx=stage_idx, barrier=barrier,
                          work_tile=frame.work_tile, context=self.L.context_for(self.task),
                          loop_start=frame.start, loop_end=frame.end, loop_step=frame.step)
-        kwargs, copies, touches = dict(s.const_args), len(info.context.tma_copies), len(info.context.touches)
-        wgmma = len(info.context.wgmma_events)
+        kwargs, mark = dict(s.const_args), self.checks.mark(info.context)
         for pname, tok in s.token_args.items():
             key = self._tkey(tok)
             if key not in env:
@@ -557,10 +555,7 @@ class TaskEmitter:
                                         "TaskLocalVariable with dtype= and default=")
             kwargs[pname] = env[key]
         out = spec.fn(res, info, **kwargs)
-        self.tx.worked(res, s, info.context.tma_copies[copies:])
-        self.footprints.worked(res, s, info.context.touches[touches:])
-        wgmma_watch.check_work(self.task, res, s, info.context.wgmma_events[wgmma:],
-                               self.program.options.skip_validation)
+        self.checks.worked(res, s, info.context, mark)
         if not s.returns:
             return
         values = (out,) if len(s.returns) == 1 else tuple(out) if isinstance(out, (tuple, list)) else (out,)

@@ -147,8 +147,8 @@ class StageInfo:
         its resource, or of ``resource`` (the resource or its name: an operand read through another resource's
         ``WGMMA_OPERAND`` declaration). Where that resource declares ``consumer_footprint``, the lowering holds
         the report to the running task's footprint, and a ``WRITES`` work must report what it writes: the
-        checker proved the footprints disjoint, and this ties the body to them (lower/footprints.py). Only
-        inside a kernel."""
+        checker proved the footprints disjoint, and this ties the body to them (lower/footprints.py). A
+        consumer work that reports a write must be marked ``WRITES``. Only inside a kernel."""
         touch = getattr(self.context, "touch", None)
         if touch is None:
             raise RuntimeError("StageInfo.touches() runs only while a kernel is traced (StageInfo.context is "
