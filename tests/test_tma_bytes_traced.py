@@ -114,3 +114,23 @@ def test_skip_validation_reports_the_byte_mismatch_as_a_warning(gemm, tmp_path):
                      ("verbose=False)  # checked here", "verbose=False, skip_validation=True)  # checked here"))
     with pytest.warns(ValidationWarning, match="each of its 2 warps issues TMA copies of 49152 bytes"):
         mod.compile_for_cpu()
+
+
+
+def test_copies_outside_a_producer_bracket_are_refused():
+    """A copy completes bytes on the stage's barrier; with no acquire of the task open on the resource (a consumer
+    work, or a producer work after its commit) no arrive.expect_tx armed the phase for them. (An AUXILIARY
+    producer load is already a deadlock to the checker, which delivers bytes only from bracketed works.)"""
+    from types import SimpleNamespace
+
+    from warpsched.lower.tx_bytes import TxLedger
+    from warpsched.model.source import SourceLoc
+
+    ledger = TxLedger(SimpleNamespace(name="MmaTask"))
+    res = SimpleNamespace(name="SmemAB")
+    step = SimpleNamespace(method="peek", location=SourceLoc("k.py", 3))
+    with pytest.raises(ValidationError) as e:
+        ledger.worked(res, step, [(16384, "8192 x 2 B", 128, "L")])
+    f = e.value.findings[0]
+    assert (f.task, f.resource, f.location.line) == ("MmaTask", "SmemAB", 3)
+    assert "outside a producer acquire / commit bracket" in f.message and "1 TMA copy (8192 x 2 B)" in f.message

@@ -39,6 +39,22 @@ class TxLedger:
         if bracket is not None and copies:
             bracket[0].extend(copies)
             bracket[1].append(step)
+        elif copies:
+            self._outside(resource, step, copies)
+
+    def _outside(self, resource, step, copies) -> None:
+        """A copy completes transaction bytes on the stage's barrier: with no acquire of this task armed for it
+        (an AUXILIARY or consumer work, or a producer work after its commit), the bytes count against a phase
+        nobody expects them in, so it completes early or never."""
+        name = getattr(resource, "name", None) or type(resource).__name__
+        self._report(Finding(
+            check=CHECK, task=self.task.name, resource=name, location=step.location,
+            message=(f"{name}.{step.method}() issues {len(copies)} TMA cop{'y' if len(copies) == 1 else 'ies'} "
+                     f"({' + '.join(c[1] for c in copies)}) on the stage's barrier outside a producer acquire / "
+                     "commit bracket of the task: no arrive.expect_tx armed the phase for those bytes"),
+            expected=f"StageInfo.tma_copy() only in producer works between {name}.acquire() and .commit() of a "
+                     "transaction-byte pipeline",
+            fix=f"move {step.method}() inside the producer bracket (and drop WorkAttr.AUXILIARY if it has it)"))
 
     def _check_alignment(self, resource, step, copies) -> None:
         """A copy into an SMEM address CuTe cannot prove 128-byte aligned (a stage stride that is not a multiple
