@@ -38,6 +38,22 @@ class _Stage:
     def read(self, stage_info):
         pass
 
+    @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
+    def declare(self, stage_info):
+        pass
+
+
+class _Gemm:
+    name = "Ring"
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    def gemm(self, stage_info):
+        pass
+
+    @consumer_work
+    def plain(self, stage_info):
+        pass
+
 
 class _Plain:
     name = "Plain"
@@ -56,11 +72,11 @@ def _step(method):
     return SimpleNamespace(method=method, location=SourceLoc("kernel.py", 42))
 
 
-def _finding(ledger, resource, method, touches):
+def _finding(ledger, resource, method, touches, check="consumer writes"):
     with pytest.raises(ValidationError) as e:
         ledger.worked(resource, _step(method), touches)
     msg = str(e.value)
-    assert "[consumer writes]" in msg and "kernel.py:42" in msg and "fix:" in msg, msg
+    assert f"[{check}]" in msg and "kernel.py:42" in msg and "fix:" in msg, msg
     return msg
 
 
@@ -96,13 +112,23 @@ def test_a_consumer_write_without_the_writes_attribute_is_refused():
     _ledger(_Plain()).worked(_Plain(), _step("store"), [(None, "any", "w")])  # marked: held by nothing else here
 
 
-def test_another_resource_is_found_by_name_and_an_unknown_name_is_refused():
-    stage, plain = _Stage(), _Plain()
-    _ledger(stage, plain).worked(plain, _step("read"), [("Stage", "T1", "r")])
-    msg = _finding(_ledger(stage, plain), plain, "read", [("Stage", "T0", "r")])
-    assert "Plain.read() in task 'WG1' reads part 'T0' of Stage's stage" in msg, msg
-    msg = _finding(_ledger(stage, plain), plain, "read", [("Nope", "T1", "r")])
-    assert "'Nope'" in msg and "Plain, Stage" in msg, msg
+def test_another_resources_stage_is_read_only_by_a_wgmma_through_a_declaration():
+    """The forward's S GEMM reads Q (SmemQ) from a work of SmemK: only as a WGMMA, and only with a WGMMA_OPERAND
+    declaration of SmemQ made for that commit group (each group takes the declarations made before it)."""
+    stage, ring = _Stage(), _Gemm()
+    ledger = _ledger(stage, ring)
+    ledger.worked(stage, _step("declare"), [])
+    ledger.worked(ring, _step("gemm"), [("Stage", "T1", "r")])
+    msg = _finding(ledger, ring, "gemm", [("Stage", "T1", "r")], "WGMMA groups")  # the next group: undeclared
+    assert "Ring.gemm() reads part 'T1' of Stage's stage, which no WGMMA_OPERAND work of Stage declared" in msg, msg
+    msg = _finding(_ledger(stage, ring), ring, "plain", [("Stage", "T1", "r")], "WGMMA groups")
+    assert "which only a WGMMA work may read" in msg, msg
+    declared = _ledger(stage, ring)
+    declared.worked(stage, _step("declare"), [])
+    msg = _finding(declared, ring, "gemm", [("Stage", "T0", "r")])  # declared, but the other task's part
+    assert "reads part 'T0' of Stage's stage, which consumer_footprint('WG1') does not name" in msg, msg
+    msg = _finding(_ledger(stage, ring), ring, "plain", [("Nope", "T1", "r")])
+    assert "'Nope'" in msg and "Ring, Stage" in msg, msg
 
 
 def test_skip_validation_turns_the_finding_into_a_warning():

@@ -27,16 +27,23 @@ class FootprintLedger:
 
     def __init__(self, program, task, skip_validation: bool = False):
         self.program, self.task, self.skip_validation = program, task, skip_validation
+        self.declared = set()  # resources a WGMMA_OPERAND work named for the task's next WGMMA group
 
     def worked(self, resource, step, touches: List[Tuple[Any, str, str]]) -> None:
         spec = work_spec_of(getattr(type(resource), step.method, None))
+        attrs = spec.attrs if spec is not None else WorkAttr.NONE
+        if attrs & WorkAttr.WGMMA_OPERAND:
+            self.declared.add(id(resource))
         for target, part, mode in touches:
             target = self._resolve(target, resource, step)
-            if (mode == "w" and target is resource and spec is not None and spec.role == "consumer"
-                    and not spec.attrs & WorkAttr.WRITES):
+            if target is not resource:
+                self._declared_read(resource, step, target, part, mode, attrs)
+            elif mode == "w" and spec is not None and spec.role == "consumer" and not attrs & WorkAttr.WRITES:
                 self._unmarked_write(resource, step, part)
             self._hold(resource, step, target, part, mode)
-        if (spec is not None and spec.attrs & WorkAttr.WRITES and callable(getattr(resource, "consumer_footprint", None))
+        if attrs & WorkAttr.WGMMA:
+            self.declared.clear()  # the group took its declarations
+        if (attrs & WorkAttr.WRITES and callable(getattr(resource, "consumer_footprint", None))
                 and not any(mode == "w" and self._resolve(t, resource, step) is resource for t, _, mode in touches)):
             name = _name(resource)
             self._report(Finding(
@@ -46,6 +53,26 @@ class FootprintLedger:
                 expected=f"stage_info.touches(part, 'w') in {step.method}() for each part of the stage it writes",
                 fix=("call stage_info.touches('<part>', 'w') in the work body before it writes (the checker "
                      "trusts the footprint; the report holds the body to it)")))
+
+    def _declared_read(self, resource, step, target, part, mode, attrs) -> None:
+        """A work touches another resource's stage only as a WGMMA's second operand, read (not written) through a
+        ``WGMMA_OPERAND`` declaration of that resource made by this task for this commit group: the checker
+        sees the read only there."""
+        if attrs & WorkAttr.WGMMA and mode == "r" and id(target) in self.declared:
+            return
+        name, other = _name(resource), _name(target)
+        if not attrs & WorkAttr.WGMMA or mode != "r":
+            why = (f"{'writes' if mode == 'w' else 'reads'} part {part!r} of {other}'s stage, which only a WGMMA "
+                   "work may read (through a WGMMA_OPERAND declaration)")
+        else:
+            why = (f"reads part {part!r} of {other}'s stage, which no WGMMA_OPERAND work of {other} declared for "
+                   f"this commit group in task {self.task.name!r}")
+        self._report(Finding(
+            check="WGMMA groups", task=self.task.name, resource=other, location=step.location,
+            message=f"{name}.{step.method}() {why}: the checker does not see that access",
+            expected=f"{other}.<declaration>() (work_attrs=WorkAttr.WGMMA_OPERAND) in the task, after its previous "
+                     f"WGMMA work and before {step.method}()",
+            fix=f"declare the read right before {step.method}() (e.g. {other}.gemm_operand())"))
 
     def _unmarked_write(self, resource, step, part) -> None:
         name = _name(resource)

@@ -145,7 +145,7 @@ class SmemKV(MemoryResource):
     def mma_sdp(self, stage_info: StageInfo, acc_s, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """S^T = K_w Q_i^T and dP^T = V_w dO_i^T, one commit group (``idx``: the Q / dO stage)."""
         v = stage_info.context.values
-        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_sdp")
+        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_sdp", "SmemQdO")
         stage_info.touches("K")
         stage_info.touches(self._v_part(wg))
         warpgroup.fence()
@@ -159,7 +159,7 @@ class SmemKV(MemoryResource):
         """``overlap_scores``: S^T = K_w Q_i^T in a commit group of its own, so P is computed while the
         dP GEMM (``mma_dp``, the next group) still runs."""
         v = stage_info.context.values
-        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_s")
+        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_s", "SmemQdO")
         stage_info.touches("K")
         warpgroup.fence()
         _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
@@ -170,7 +170,7 @@ class SmemKV(MemoryResource):
     def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
         """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
         v = stage_info.context.values
-        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_dp")
+        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_dp", "SmemQdO")
         stage_info.touches(self._v_part(wg))
         _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
         warpgroup.commit_group()
@@ -190,7 +190,8 @@ class SmemKV(MemoryResource):
         tidx, _, _ = cute.arch.thread_idx()
         thr = v.dq_mma.get_slice(tidx % 128)
         if cutlass.const_expr(g.shared_ds):  # both warp groups' dS tiles (FlashAttentionBackward.dq_operands)
-            stages = [declared.take(g, stage_info, f"SmemDS{half}'s tile", "SmemKV.mma_dq") for half in range(2)]
+            stages = [declared.take(g, stage_info, f"SmemDS{half}'s tile", "SmemKV.mma_dq", f"SmemDS{half}")
+                      for half in range(2)]
             # dq_swap: dQ^T = K^T dS^T, the same views with K^T as A and dS as B
             frag_kt = _fragment(v.dq_mma, thr, v.sKt, as_a=g.dq_swap)
             warpgroup.fence()

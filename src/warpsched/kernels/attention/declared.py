@@ -22,10 +22,13 @@ def note(g, stage_info, what, stage=0):
     g.declared_reads[(stage_info.context.task.name, what)] = stage
 
 
-def take(g, stage_info, what, gemm):
+def take(g, stage_info, what, gemm, resource=None):
     """The stage the declaration of ``what`` named for ``gemm``, taken back; a ``LoweringError`` naming the fix
-    when none did."""
+    when none did. ``resource``: the declared resource's name, whose read is also reported
+    (``StageInfo.touches``: the lowering holds it to a declaration in the same commit group)."""
     task = stage_info.context.task
+    if resource is not None:
+        stage_info.touches(what, resource=resource)
     stage = g.declared_reads.pop((task.name, what), None)
     if stage is None:
         raise LoweringError(f"{gemm} in {task.name} reads {what}, which no gemm_operand() / own_gemm_operand() "
