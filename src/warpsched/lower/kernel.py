@@ -15,8 +15,7 @@ from ..compat.dsl import smem_block_array
 from ..model.resources import WorkQueue
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SyncPlan
-from . import LoweringError
-from . import wgmma_watch
+from . import LoweringError, wgmma_watch
 from .dispatch import dispatch
 from .dsl import dyn_if
 from .loops import TaskEmitter

@@ -10,6 +10,7 @@ work that returns with a group committed and not waited to 0 inside it must carr
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
 from typing import Any, List, Tuple
 
@@ -20,27 +21,47 @@ from ..model.resources import work_spec_of
 CHECK = "WGMMA groups"
 
 
-@contextlib.contextmanager
-def watching(events: List[Tuple[str, Any]]):
-    """Record ("commit", None) / ("wait", pending) into ``events`` for every wgmma commit / wait traced
-    inside the block (the calls themselves run unchanged)."""
+_LOCAL = threading.local()  # the events list of the kernel this thread is tracing, if any
+_INSTALLED = []
+
+
+def _install():
+    """Wrap ``warpgroup.commit_group`` / ``wait_group`` once: the wrappers record into this thread's current
+    events list (none outside ``watching``) and call the originals unchanged. Installed once and never
+    restored, so kernels traced at once in several threads each see their own calls."""
+    if _INSTALLED:
+        return
     from cutlass.cute.nvgpu import warpgroup
 
     commit, wait = warpgroup.commit_group, warpgroup.wait_group
 
     def commit_group(*args, **kwargs):
-        events.append(("commit", None))
+        events = getattr(_LOCAL, "events", None)
+        if events is not None:
+            events.append(("commit", None))
         return commit(*args, **kwargs)
 
     def wait_group(group, *args, **kwargs):
-        events.append(("wait", group))
+        events = getattr(_LOCAL, "events", None)
+        if events is not None:
+            events.append(("wait", group))
         return wait(group, *args, **kwargs)
 
     warpgroup.commit_group, warpgroup.wait_group = commit_group, wait_group
+    _INSTALLED.append((commit, wait))
+
+
+@contextlib.contextmanager
+def watching(events: List[Tuple[str, Any]]):
+    """Record ("commit", None) / ("wait", pending) into ``events`` for every wgmma commit / wait this thread
+    traces inside the block (the calls themselves run unchanged)."""
+    _install()
+    outer = getattr(_LOCAL, "events", None)
+    _LOCAL.events = events
     try:
         yield
     finally:
-        warpgroup.commit_group, warpgroup.wait_group = commit, wait
+        _LOCAL.events = outer
 
 
 def in_flight(events: List[Tuple[str, Any]]) -> bool:
