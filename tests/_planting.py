@@ -17,6 +17,17 @@ def planted_line(test_file, marker):
     return f"{os.path.basename(test_file)}:{1 + next(i for i, l in enumerate(lines) if marker in l)}"
 
 
+class Standin:
+    """A schedule argument standing for a resource, with some of its work calls replaced:
+    ``Standin(smem_v, retire=lambda **_: None)`` drops the retire a schedule calls on it."""
+
+    def __init__(self, resource, **works):
+        self._resource, self._works = resource, works
+
+    def __getattr__(self, name):
+        return self._works[name] if name in self._works else getattr(self._resource, name)
+
+
 @contextlib.contextmanager
 def planted(module, **replacements):
     missing = [name for name in replacements if not hasattr(module, name)]

@@ -25,7 +25,7 @@ from warpsched.kernels.attention import backward_schedules as bs  # noqa: E402
 from warpsched.kernels.attention import forward as fw  # noqa: E402
 from warpsched.kernels.attention import host as fh  # noqa: E402
 from warpsched.kernels.attention import schedules as fs  # noqa: E402
-from _planting import QUIET, planted  # noqa: E402
+from _planting import QUIET, Standin, planted  # noqa: E402
 
 
 def _options(**more):
@@ -101,22 +101,9 @@ def test_a_dp_gemm_with_no_declaration_of_its_stage_does_not_trace():
             bh.compile_for_cpu(head_dim=64, causal=True, **options)
 
 
-class _WithoutQDeclaration:
-    """A schedule argument standing for SmemQ that drops its ``gemm_operand`` declarations."""
-
-    def __init__(self, proxy):
-        self._proxy = proxy
-
-    def gemm_operand(self, **_):
-        pass
-
-    def __getattr__(self, name):
-        return getattr(self._proxy, name)
-
-
 @schedule
 def _softmax_without_q_declaration(smem_q, *args, **kwargs):
-    fs.softmax_schedule.fn(_WithoutQDeclaration(smem_q), *args, **kwargs)
+    fs.softmax_schedule.fn(Standin(smem_q, gemm_operand=lambda **_: None), *args, **kwargs)  # no Q declaration
 
 
 def test_a_forward_s_gemm_with_no_q_declaration_does_not_trace():

@@ -140,21 +140,13 @@ def test_skip_validation_turns_the_finding_into_a_warning():
 
 
 # ---------------------------------------------------------------------- the attention kernels, planted
-class _Proxy:
-    """A schedule argument standing for a resource, with one work's ``wg`` swapped to the other warp group's."""
+def _swapped(resource, method):
+    """``resource`` (a schedule argument) with ``method``'s ``wg`` swapped to the other warp group's."""
+    from _planting import Standin
 
-    def __init__(self, proxy, method):
-        self._proxy, self._method = proxy, method
-
-    def __getattr__(self, name):
-        fn = getattr(self._proxy, name)
-        if name != self._method:
-            return fn
-
-        def swapped(**kwargs):
-            kwargs["wg"] = 1 - kwargs.get("wg", 0)
-            return fn(**kwargs)
-        return swapped
+    def call(**kwargs):
+        return getattr(resource, method)(**dict(kwargs, wg=1 - kwargs.get("wg", 0)))
+    return Standin(resource, **{method: call})
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +191,7 @@ def test_the_forward_touching_the_other_warp_groups_q_tile_does_not_trace(kernel
     @schedule
     def twin(*args, **kwargs):
         args = list(args)
-        args[argument] = _Proxy(args[argument], method)  # smem_q (store_o) or smem_k (mma_qk)
+        args[argument] = _swapped(args[argument], method)  # smem_q (store_o) or smem_k (mma_qk)
         k.fs.softmax_schedule.fn(*args, **kwargs)
 
     with planted(k.fw, softmax_schedule=twin):
@@ -221,7 +213,7 @@ def test_the_backward_touching_the_other_warp_groups_v_half_does_not_trace(kerne
 
     @schedule
     def twin(smem_kv, *args, **kwargs):
-        k.bs.grad_schedule.fn(_Proxy(smem_kv, method), *args, **kwargs)
+        k.bs.grad_schedule.fn(_swapped(smem_kv, method), *args, **kwargs)
 
     with planted(k.ab, grad_schedule=twin):
         g = k.ab.FlashAttentionBackward(head_dim=64, causal=True, **options)

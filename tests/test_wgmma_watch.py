@@ -107,24 +107,11 @@ def test_the_watch_is_per_thread_and_a_nested_block_restores_the_outer_one():
     assert warpgroup.commit_group is not wgmma_watch._INSTALLED[0][0]  # wrapped once, for good
 
 
-class _NoRetire:
-    """A schedule argument standing for SmemV whose ``retire`` is dropped: V is released with the GEMM in flight."""
-
-    def __init__(self, proxy):
-        self._proxy = proxy
-
-    def retire(self, **_):
-        pass
-
-    def __getattr__(self, name):
-        return getattr(self._proxy, name)
-
-
 def test_an_unmarked_gemm_released_before_its_retire_does_not_trace():
     pytest.importorskip("cutlass")
     sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
     import _common  # noqa: F401  (pins the arch before cutlass compiles anything)
-    from _planting import QUIET, planted
+    from _planting import QUIET, Standin, planted
     from warpsched import schedule
     from warpsched.kernels.attention import forward as fw
     from warpsched.kernels.attention import host as fh
@@ -136,7 +123,7 @@ def test_an_unmarked_gemm_released_before_its_retire_does_not_trace():
 
     @schedule
     def twin(smem_q, smem_k, smem_v, *args, **kwargs):
-        fs.softmax_schedule.fn(smem_q, smem_k, _NoRetire(smem_v), *args, **kwargs)
+        fs.softmax_schedule.fn(smem_q, smem_k, Standin(smem_v, retire=lambda **_: None), *args, **kwargs)  # no retire
 
     with planted(fw, SmemV=SmemV, softmax_schedule=twin):
         g = fw.FlashAttention(head_dim=128, causal=True, overlap=False)

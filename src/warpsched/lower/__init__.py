@@ -75,4 +75,18 @@ class LoweringError(ValueError):
         self.task, self.resource, self.location, self.fix = task, resource, location, fix
 
 
-__all__ = ["LoweringError"]
+def reject_traced(finding, skip_validation=False, stacklevel=4) -> None:
+    """A finding about what a work body did while the kernel was traced (lower/tx_bytes.py, footprints.py,
+    wgmma_watch.py): the traced kernel is rejected with it, or with ``TaskManager(skip_validation=True)`` it is
+    a warning, as the static findings are."""
+    from ..errors import ValidationError, ValidationWarning
+
+    if skip_validation:
+        import warnings
+
+        warnings.warn(ValidationWarning(finding.format()), stacklevel=stacklevel)
+        return
+    raise ValidationError([finding], title="warpsched rejected the traced kernel")
+
+
+__all__ = ["LoweringError", "reject_traced"]

@@ -12,12 +12,12 @@ resource with a footprint must report the part it writes. Works of resources wit
 not checked (nothing was declared to hold them to)."""
 from __future__ import annotations
 
-import warnings
 from typing import Any, List, Tuple
 
-from ..errors import Finding, ValidationError, ValidationWarning
+from ..errors import Finding
 from ..model.enums import WorkAttr
 from ..model.resources import work_spec_of
+from . import reject_traced
 
 CHECK = "consumer writes"
 
@@ -120,11 +120,7 @@ class FootprintLedger:
                  f"task's own?), or declare the access in {type(target).__name__}.consumer_footprint")))
 
     def _report(self, finding) -> None:
-        """TaskManager(skip_validation=True): a warning, else the traced kernel is rejected."""
-        if self.skip_validation:
-            warnings.warn(ValidationWarning(finding.format()), stacklevel=3)
-            return
-        raise ValidationError([finding], title="warpsched rejected the traced kernel")
+        reject_traced(finding, self.skip_validation)
 
 
 def _name(resource) -> str:

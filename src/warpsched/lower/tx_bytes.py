@@ -11,11 +11,11 @@ or completes the phase while copies still land (more), so it fails the compilati
 finding. Works that issue copies any other way are not counted (the opt-in is the helper)."""
 from __future__ import annotations
 
-import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..errors import Finding, ValidationError, ValidationWarning
+from ..errors import Finding
 from ..protocol.plan import config_of, tma_bytes_per_cta
+from . import reject_traced
 from .context import TMA_SMEM_ALIGN
 
 CHECK = "pipeline thread counts and bytes"
@@ -73,11 +73,7 @@ class TxLedger:
                  f"stride and its SmemAllocation's count), and give the allocation alignment >= {TMA_SMEM_ALIGN}")))
 
     def _report(self, finding) -> None:
-        """TaskManager(skip_validation=True): a warning, else the traced kernel is rejected."""
-        if self.skip_validation:
-            warnings.warn(ValidationWarning(finding.format()), stacklevel=3)
-            return
-        raise ValidationError([finding], title="warpsched rejected the traced kernel")
+        reject_traced(finding, self.skip_validation)
 
     def committed(self, resource) -> None:
         copies, works = self.open.pop(id(resource), ([], []))

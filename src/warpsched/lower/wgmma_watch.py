@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import warnings
 from typing import Any, List, Tuple
 
-from ..errors import Finding, ValidationError, ValidationWarning
+from ..errors import Finding
 from ..model.enums import WorkAttr
 from ..model.resources import work_spec_of
+from . import reject_traced
 
 CHECK = "WGMMA groups"
 
@@ -86,12 +86,8 @@ def check_work(task, resource, step, events, skip_validation=False) -> None:
         finding = _unmarked(task, name, type(resource).__name__, spec.role, step)
     else:
         return
-    if finding is None:
-        return
-    if skip_validation:
-        warnings.warn(ValidationWarning(finding.format()), stacklevel=3)
-        return
-    raise ValidationError([finding], title="warpsched rejected the traced kernel")
+    if finding is not None:
+        reject_traced(finding, skip_validation)
 
 
 def _short_wait(task, name, step, events):
