@@ -39,6 +39,7 @@ CASES = [
     ("varlen_copy", {}, {}),
     ("relu_pipeline", {}, {}),
     ("relu_pipeline", dict(coalesced=True), dict(coalesced_barriers=True)),
+    ("shared_stage", {}, {}),
     ("interleaved_copy", dict(mode="warp"), dict(mode="warp")),
     ("interleaved_copy", dict(mode="domain"), dict(mode="domain")),
     ("group_add", dict(mode="merge"), dict(mode="merge")),

@@ -187,6 +187,22 @@ def run_relu():
             guarded("relu_pipeline", name, case)
 
 
+def run_shared_stage():
+    import shared_stage as ex
+
+    for n in (1, 2, 7, 1000):
+        name = f"f32[{n}x{ex.WIDTH}]"
+
+        def case():
+            x = torch.randn(n, ex.WIDTH, device="cuda")
+            y = torch.full_like(x, float("nan"))
+            ex.run(x, y)
+            torch.cuda.synchronize()
+            ok = bool(torch.equal(y, 2 * x))
+            record("shared_stage", name, ok, 0.0 if ok else 1.0)
+        guarded("shared_stage", name, case)
+
+
 def run_interleaved():
     import interleaved_copy as ex
 
@@ -251,8 +267,8 @@ def run_patterns():
 
 
 RUNNERS = {"grid_stride": run_grid_stride, "tma_copy": run_tma_copy, "persistent": run_persistent,
-           "varlen": run_varlen, "relu": run_relu, "interleaved": run_interleaved, "groups": run_groups, "gemm": run_gemm,
-           "gemm_cluster": run_gemm_cluster, "patterns": run_patterns}
+           "varlen": run_varlen, "relu": run_relu, "shared_stage": run_shared_stage, "interleaved": run_interleaved,
+           "groups": run_groups, "gemm": run_gemm, "gemm_cluster": run_gemm_cluster, "patterns": run_patterns}
 
 
 def main():
