@@ -75,6 +75,11 @@ class LoweringError(ValueError):
         self.task, self.resource, self.location, self.fix = task, resource, location, fix
 
 
+def resource_name(resource) -> str:
+    """How a traced finding names a resource: its name, else its class's."""
+    return getattr(resource, "name", None) or type(resource).__name__
+
+
 def reject_traced(finding, skip_validation=False, stacklevel=4) -> None:
     """A finding about what a work body did while the kernel was traced (lower/tx_bytes.py, footprints.py,
     wgmma_watch.py): the traced kernel is rejected with it, or with ``TaskManager(skip_validation=True)`` it is
@@ -89,4 +94,4 @@ def reject_traced(finding, skip_validation=False, stacklevel=4) -> None:
     raise ValidationError([finding], title="warpsched rejected the traced kernel")
 
 
-__all__ = ["LoweringError", "reject_traced"]
+__all__ = ["LoweringError", "reject_traced", "resource_name"]

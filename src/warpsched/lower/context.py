@@ -22,6 +22,7 @@ from cutlass import pipeline
 
 from . import LoweringError
 from .memory import smem_pointer
+from .pipelines import task_barrier_id
 
 TMA_SMEM_ALIGN = 128  # bytes: the SMEM address of a cp.async.bulk.tensor copy
 
@@ -70,7 +71,7 @@ class KernelContext:
     tma_copies: List[Tuple[int, str, Optional[int], str]] = field(default_factory=list)
     # per StageInfo.touches(): (the resource or its name, None for the work's own; part; "r" / "w")
     touches: List[Tuple[Any, str, str]] = field(default_factory=list)
-    task_barrier_id: Optional[int] = None  # the running task's named barrier (lower/pipelines.task_barrier_id)
+    program: Any = None  # the program being lowered (a task's named barrier is its index in it)
     # wgmma commit_group / wait_group calls traced (lower/wgmma_watch.py): ("commit", None) / ("wait", pending)
     wgmma_events: List[Tuple[str, Any]] = field(default_factory=list)
 
@@ -111,12 +112,12 @@ class KernelContext:
         return pipeline.NamedBarrier(barrier_id=self.sync_task_id(), num_threads=self.task.num_warps * 32)
 
     def sync_task_id(self) -> int:
-        """The running task's named-barrier id; a LoweringError outside a task or past 15 tasks."""
-        if self.task is None or self.task_barrier_id is None:
-            raise LoweringError("KernelContext.sync_task() outside a task's work, or in a task past the 15 that "
-                                "have a named barrier", task=self.task,
-                                fix="call it from a work method, in a program of at most 15 tasks")
-        return self.task_barrier_id
+        """The running task's named-barrier id (``pipelines.task_barrier_id``); a LoweringError outside a task's
+        work or past 15 tasks."""
+        if self.task is None or self.program is None:
+            raise LoweringError("KernelContext.sync_task() outside a task's work",
+                                fix="call it from a work method while the kernel is traced")
+        return task_barrier_id(self.program, self.task)
 
     def tma_copy(self, info, atom, src, dst, *, mcast_mode=None, **copy_kwargs):
         """``StageInfo.tma_copy``: issue the copy on ``info``'s barrier and record what it delivers

@@ -17,7 +17,7 @@ from typing import Any, List, Tuple
 from ..errors import Finding
 from ..model.enums import WorkAttr
 from ..model.resources import work_spec_of
-from . import reject_traced
+from . import reject_traced, resource_name
 
 CHECK = "consumer writes"
 
@@ -34,8 +34,8 @@ class FootprintLedger:
         attrs = spec.attrs if spec is not None else WorkAttr.NONE
         if attrs & WorkAttr.WGMMA_OPERAND:
             self.declared.add(id(resource))
+        touches = [(self._resolve(target, resource, step), part, mode) for target, part, mode in touches]
         for target, part, mode in touches:
-            target = self._resolve(target, resource, step)
             if target is not resource:
                 self._declared_read(resource, step, target, part, mode, attrs)
             elif mode == "w" and spec is not None and spec.role == "consumer" and not attrs & WorkAttr.WRITES:
@@ -44,8 +44,8 @@ class FootprintLedger:
         if attrs & WorkAttr.WGMMA:
             self.declared.clear()  # the group took its declarations
         if (attrs & WorkAttr.WRITES and callable(getattr(resource, "consumer_footprint", None))
-                and not any(mode == "w" and self._resolve(t, resource, step) is resource for t, _, mode in touches)):
-            name = _name(resource)
+                and not any(mode == "w" and t is resource for t, _, mode in touches)):
+            name = resource_name(resource)
             self._report(Finding(
                 check=CHECK, task=self.task.name, resource=name, location=step.location,
                 message=(f"{name}.{step.method}() is a WRITES work of a resource with a consumer_footprint, and "
@@ -60,7 +60,7 @@ class FootprintLedger:
         sees the read only there."""
         if attrs & WorkAttr.WGMMA and mode == "r" and id(target) in self.declared:
             return
-        name, other = _name(resource), _name(target)
+        name, other = resource_name(resource), resource_name(target)
         if not attrs & WorkAttr.WGMMA or mode != "r":
             why = (f"{'writes' if mode == 'w' else 'reads'} part {part!r} of {other}'s stage, which only a WGMMA "
                    "work may read (through a WGMMA_OPERAND declaration)")
@@ -75,7 +75,7 @@ class FootprintLedger:
             fix=f"declare the read right before {step.method}() (e.g. {other}.gemm_operand())"))
 
     def _unmarked_write(self, resource, step, part) -> None:
-        name = _name(resource)
+        name = resource_name(resource)
         self._report(Finding(
             check=CHECK, task=self.task.name, resource=name, location=step.location,
             message=(f"{name}.{step.method}() writes part {part!r} of the stage it holds as a consumer, but is not "
@@ -90,10 +90,10 @@ class FootprintLedger:
             return target
         found = [r for r in self.program.resources if getattr(r, "name", None) == target]
         if not found:
-            known = ", ".join(sorted(_name(r) for r in self.program.resources))
+            known = ", ".join(sorted(resource_name(r) for r in self.program.resources))
             self._report(Finding(
-                check=CHECK, task=self.task.name, resource=_name(resource), location=step.location,
-                message=f"{_name(resource)}.{step.method}() reports touching resource {target!r}, which the program "
+                check=CHECK, task=self.task.name, resource=resource_name(resource), location=step.location,
+                message=f"{resource_name(resource)}.{step.method}() reports touching resource {target!r}, which the program "
                         "does not have", expected=f"one of: {known}", fix="pass the resource (or its exact name)"))
             return resource
         return found[0]
@@ -107,12 +107,12 @@ class FootprintLedger:
         if held is not None and (mode == "r" or held == "rw"):
             return
         verb = "writes" if mode == "w" else "reads"
-        tname, rname = self.task.name, _name(target)
+        tname, rname = self.task.name, resource_name(target)
         why = (f"which consumer_footprint({tname!r}) does not name" if held is None
                else f"which consumer_footprint({tname!r}) marks read-only")
         self._report(Finding(
             check=CHECK, task=tname, resource=rname, location=step.location,
-            message=(f"{_name(resource)}.{step.method}() in task {tname!r} {verb} part {part!r} of {rname}'s stage, "
+            message=(f"{resource_name(resource)}.{step.method}() in task {tname!r} {verb} part {part!r} of {rname}'s stage, "
                      f"{why} ({parts!r}): the checker proved the footprints, not this access"),
             expected=f"the parts of {rname}'s stage task {tname!r} touches named in its footprint"
                      + (" ('rw' for a write)" if mode == "w" else ""),
@@ -121,10 +121,6 @@ class FootprintLedger:
 
     def _report(self, finding) -> None:
         reject_traced(finding, self.skip_validation)
-
-
-def _name(resource) -> str:
-    return getattr(resource, "name", None) or type(resource).__name__
 
 
 __all__ = ["FootprintLedger"]

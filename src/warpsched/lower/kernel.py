@@ -22,7 +22,7 @@ from .loops import TaskEmitter
 from .context import KernelContext, KernelValues, cluster_coordinate
 from .memory import SmemSetup, tmem_columns
 from .groups import GroupLowering
-from .pipelines import PipelineLowering, cluster_shape_mn, task_barrier_id
+from .pipelines import PipelineLowering, cluster_shape_mn
 
 
 class KernelLowering:
@@ -52,7 +52,7 @@ class KernelLowering:
             ba.compute_layout()
         base = smem.block(sa)
         block = smem_block_array(base, sa.total_bytes) if base is not None else None
-        self.context = KernelContext(smem_allocator=sa, smem_base=block, smem_ptr=base,
+        self.context = KernelContext(program=program, smem_allocator=sa, smem_base=block, smem_ptr=base,
                                      tmem_allocator=program.tmem_allocator, warp_idx=self.warp_idx)
         if sa is not None:
             sa.bind(self.context)  # SmemAllocator.get() / .smem_base read the context's block
@@ -108,10 +108,6 @@ class KernelLowering:
     def context_for(self, task) -> KernelContext:
         ctx = self.context
         ctx.task = task
-        try:  # for KernelContext.sync_task(), which reports the LoweringError if a work asks for it
-            ctx.task_barrier_id = task_barrier_id(self.program, task)
-        except LoweringError:
-            ctx.task_barrier_id = None
         return ctx
 
     # ------------------------------------------------------------------ run

@@ -96,7 +96,6 @@ class TaskEmitter:
         self.plan = lowering.plan
         self._readers: Dict[int, List[int]] = {}
         self.checks = TracedWorkChecks(self.program, task)  # what work bodies report, held to the checked program
-        self.tx = self.checks.tx  # TMA bytes each producer bracket delivers
         for s in self.steps:
             for tok in s.token_args.values():
                 self._readers.setdefault(id(tok), []).append(s.index)
@@ -511,12 +510,12 @@ class TaskEmitter:
         token = env.pop(self._trykey(res, side), None)
         if kind is StepKind.ProducerAcquire:
             pipe.acquire(self.task, warp, state, token)
-            self.tx.acquired(res, pipe.proto)
+            self.checks.tx.acquired(res, pipe.proto)
         elif kind is StepKind.ConsumerWait:
             pipe.wait(self.task, warp, state, token)
         elif kind is StepKind.ProducerCommit:
             pipe.commit(self.task, warp, state)
-            self.tx.committed(res)
+            self.checks.tx.committed(res)
         elif kind is StepKind.ConsumerRelease:
             pipe.release(self.task, warp, state)
         if kind in (StepKind.ProducerAcquire, StepKind.ConsumerWait):

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import Finding
 from ..protocol.plan import config_of, tma_bytes_per_cta
-from . import reject_traced
+from . import reject_traced, resource_name
 from .context import TMA_SMEM_ALIGN
 
 CHECK = "pipeline thread counts and bytes"
@@ -46,7 +46,7 @@ class TxLedger:
         """A copy completes transaction bytes on the stage's barrier: with no acquire of this task armed for it
         (an AUXILIARY or consumer work, or a producer work after its commit), the bytes count against a phase
         nobody expects them in, so it completes early or never."""
-        name = getattr(resource, "name", None) or type(resource).__name__
+        name = resource_name(resource)
         self._report(Finding(
             check=CHECK, task=self.task.name, resource=name, location=step.location,
             message=(f"{name}.{step.method}() issues {len(copies)} TMA cop{'y' if len(copies) == 1 else 'ies'} "
@@ -62,7 +62,7 @@ class TxLedger:
         bad = [(align, dst) for _, _, align, dst in copies if align is not None and align < TMA_SMEM_ALIGN]
         if not bad:
             return
-        name = getattr(resource, "name", None) or type(resource).__name__
+        name = resource_name(resource)
         align, dst = bad[0]
         self._report(Finding(
             check="TMA alignment", task=self.task.name, resource=name, location=step.location,
@@ -84,7 +84,7 @@ class TxLedger:
         per_warp = sum(c[0] for c in copies)
         if per_warp * warps == want:
             return
-        name = getattr(resource, "name", None) or type(resource).__name__
+        name = resource_name(resource)
         calls = ", ".join(f"{s.method}()" for s in works)
         each = " + ".join(c[1] for c in copies)
         many = f"each of its {warps} warps issues" if warps > 1 else "its warp issues"

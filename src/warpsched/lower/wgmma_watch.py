@@ -16,7 +16,7 @@ from typing import Any, List, Tuple
 from ..errors import Finding
 from ..model.enums import WorkAttr
 from ..model.resources import work_spec_of
-from . import reject_traced
+from . import reject_traced, resource_name
 
 CHECK = "WGMMA groups"
 
@@ -79,7 +79,7 @@ def check_work(task, resource, step, events, skip_validation=False) -> None:
     spec = work_spec_of(getattr(type(resource), step.method, None))
     if spec is None:
         return
-    name = getattr(resource, "name", None) or type(resource).__name__
+    name = resource_name(resource)
     if spec.attrs & WorkAttr.WGMMA_WAIT:
         finding = _short_wait(task, name, step, events)
     elif not spec.attrs & WorkAttr.WGMMA and in_flight(events):

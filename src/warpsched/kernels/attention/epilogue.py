@@ -16,7 +16,6 @@ from . import register_math as amath
 from .register_math import WG_ROWS
 
 
-
 @dataclass(kw_only=True)
 class GmemO(MemoryResource):
     """A warp group's 64 output rows and their LSE (direct stores, rows past S_q skipped)."""
