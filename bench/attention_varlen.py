@@ -34,6 +34,7 @@ from _eager import alternate, check_then_time, fa4  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
 from warpsched import nn as wnn  # noqa: E402
 from warpsched import ops  # noqa: E402
+from warpsched.kernels.attention import live_units, varlen  # noqa: E402
 
 import _bwd_defaults  # noqa: E402,F401  (WS_BWD_VARLEN_DEFAULTS: options on trial as defaults)
 
@@ -105,8 +106,8 @@ def err(a, ref, floor=1e-6):
 def correctness():
     bad = 0
     print("| case | sequences (q lengths) | H/Hk | D | O err | LSE max abs err | rows without keys O = 0, LSE = +inf | "
-          "dQ / dK / dV err (autograd) | result |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "dQ / dK / dV err (autograd) | live table, O = every block's | result |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, lq, lk, H, Hk, D, dtype, causal, window, softcap, mask_mod in CASES:
         lk = lk or lq
         q = torch.randn(sum(lq), H, D, device="cuda", dtype=dtype)
@@ -130,16 +131,35 @@ def correctness():
         grad_errs = [err(g, r, floor=1e-2) for g, r in zip(grads, ref_grads)]
         bar = 1e-2 if dtype == torch.bfloat16 else 2e-3
         grads_ok = all(e == e and e <= bar for e in grad_errs) and torch.equal(o, out)
+        # the live-unit table as the device wrote it, and the same O from every block of every sequence (the form
+        # before the table: each unit's arithmetic is the same, only the order of the units differs)
+        table_ok = all(live_units.build_table(cu_q, sum(lq), bm)[:2 + 2 * sum(-(-n // bm) for n in lq)].tolist()
+                       == live_units.reference_table(lq, bm) for bm in (64, 128, 192))
+        every_block = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal, window_size=window,
+                                           softcap=softcap, mask_mod=mask_mod,
+                                           options=dict(varlen.varlen_options(D, causal), live_units=False))
+        longest_first = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
+                                             window_size=window, softcap=softcap, mask_mod=mask_mod,
+                                             options=dict(varlen.varlen_options(D, causal), lpt_units=True))
+        table_ok = table_ok and torch.equal(every_block, out) and torch.equal(longest_first, out)
+        for bm in (64, 192):  # the longest-first table: the same blocks, by level from the top
+            levels = live_units.levels_for(max(lq), bm)
+            got = live_units.build_table(cu_q, sum(lq), bm, causal, max(lq)).tolist()
+            order, level = live_units.reference_levels(lq, bm, causal, levels)
+            pairs = list(zip(got[2:2 + 2 * got[0]:2], got[3:2 + 2 * got[0]:2]))
+            table_ok = (table_ok and got[0] == len(order) and sorted(pairs) == sorted(order)
+                        and [level[p] for p in pairs] == [level[p] for p in order])
         lse_err = (lse.double() - ref_lse)[vis].abs().max().item()
         rows_vis = vis.transpose(0, 1)  # (total_q, H)
         empty_ok = bool((out[~rows_vis] == 0).all() and (lse[~vis] == float("inf")).all())
         ok = (o_err < (8e-3 if dtype == torch.bfloat16 else 4e-3) and lse_err < 1e-2 and empty_ok and grads_ok
-              and not out.isnan().any() and not lse.isnan().any())
+              and table_ok and not out.isnan().any() and not lse.isnan().any())
         bad += not ok
         shown = str(lq) if len(lq) <= 6 else f"{len(lq)} of {min(lq)}..{max(lq)}"
         shown_grads = " / ".join(f"{e:.1e}" for e in grad_errs)
         print(f"| {name} | {shown} | {H}/{Hk} | {D} | {o_err:.2e} | {lse_err:.1e} | "
-              f"{empty_ok if (~vis).any() else 'none'} | {shown_grads} | {'PASS' if ok else 'FAIL'} |", flush=True)
+              f"{empty_ok if (~vis).any() else 'none'} | {shown_grads} | {table_ok} | {'PASS' if ok else 'FAIL'} |",
+              flush=True)
     print(f"correctness: {len(CASES) - bad}/{len(CASES)} PASS", flush=True)
     return bad
 
@@ -153,14 +173,25 @@ BATCHES = [  # name, lengths, H, Hk, D, causal
 ]
 
 
+def variants():
+    """``VARLEN_VARIANTS="every:live_units=0;wgs2:wgs=2"``: more warpsched forms timed beside the default, each
+    its options over ``varlen_options`` (ints; 0 / 1 for switches)."""
+    out = {}
+    for item in filter(None, os.environ.get("VARLEN_VARIANTS", "").split(";")):
+        name, _, opts = item.partition(":")
+        out[name] = {k: int(v) for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
+    return out
+
+
 def speed(rounds):
     from triton.testing import do_bench
 
     flash_attn_varlen_func = fa4("flash_attn_varlen_func")
-    print("\ndevice time (CUDA graphs), us; TFLOP/s over visible pairs")
+    extra = variants()
+    print("\ndevice time (CUDA graphs), us; TFLOP/s over visible pairs; a variant's column: its time / the default's")
     print("| batch | H/Hk | D | causal | warpsched varlen | FA4 varlen | warpsched padded | ws TFLOP/s | FA4 / ws | "
-          "padded / ws |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "padded / ws |" + "".join(f" {n} |" for n in extra))
+    print("|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(extra))
     rows = []
     for name, lengths, H, Hk, D, causal in BATCHES:
         total, top, B = sum(lengths), max(lengths), len(lengths)
@@ -173,6 +204,12 @@ def speed(rounds):
         if flash_attn_varlen_func is not None:
             sides["fa4"] = lambda: flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
                                                           max_seqlen_k=top, causal=causal)
+        for n, opts in extra.items():
+            chosen = dict(varlen.varlen_options(D, causal), **opts)
+            if (chosen.get("wgs", 2) == 3 and D != 64) or chosen == varlen.varlen_options(D, causal):
+                continue
+            sides[n] = (lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
+                                                                      options=chosen))
         times = {n: [] for n in sides}
         for _ in range(rounds):
             for n, fn in sides.items():
@@ -182,7 +219,9 @@ def speed(rounds):
         tflops = 4 * D * H * pairs / (us["ws"] * 1e-6) / 1e12
         print(f"| {name} | {H}/{Hk} | {D} | {causal} | {us['ws']:.0f} | {us.get('fa4', float('nan')):.0f} | "
               f"{us['padded']:.0f} | {tflops:.0f} | {us.get('fa4', float('nan')) / us['ws']:.3f}x | "
-              f"{us['padded'] / us['ws']:.3f}x |", flush=True)
+              f"{us['padded'] / us['ws']:.3f}x |"
+              + "".join(f" {us[n]:.0f} ({us[n] / us['ws']:.3f}x) |" if n in us else " - |" for n in extra),
+              flush=True)
         rows.append((name, lengths, H, Hk, D, causal, q, k, v, cu))
     print("\ntraining step (forward + backward through autograd, eager, host included), us")
     print("| batch | H/Hk | D | causal | warpsched | FA4 | FA4 / ws |")

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 from warpsched.kernels.attention import forward as att  # noqa: E402
-from warpsched.kernels.attention import varlen  # noqa: E402
+from warpsched.kernels.attention import live_units, varlen  # noqa: E402
 from warpsched.kernels.attention.masks import AttentionConfigError  # noqa: E402
 
 
@@ -32,14 +32,29 @@ LENGTHS = [([5, 0, 1, 300, 129], [5, 7, 0, 300, 1000]), ([1], [1]), ([0, 0, 64],
     (lengths, lengths) for lengths in _RANDOM]
 
 
+def _longest_first_table(lengths, block_m, causal, levels):
+    """A table LongestFirstTable may write: by level from the top (any order within a level)."""
+    order, _ = live_units.reference_levels(lengths, block_m, causal, levels)
+    return [len(order), 0] + [w for p in order for w in p]
+
+
+@pytest.mark.parametrize("live", ["lpt", "seq", None])
 @pytest.mark.parametrize("causal,window,hd", [(False, None, 128), (True, None, 64), (False, (100, 37), 128),
                                               (True, (255, 0), 256)])
 @pytest.mark.parametrize("lq,lk", LENGTHS)
-def test_a_unit_reads_its_sequence_and_the_tiles_its_rows_see(causal, window, hd, lq, lk):
-    options = varlen.varlen_options(hd, causal)
-    g = att.FlashAttentionVarlen(head_dim=hd, causal=causal, window_size=window, **options)
+def test_a_unit_reads_its_sequence_and_the_tiles_its_rows_see(causal, window, hd, lq, lk, live):
+    options = dict(varlen.varlen_options(hd, causal), live_units=bool(live), lpt_units=live == "lpt")
+    g = varlen.forward_kernel(hd, causal, window_size=window, **options)
     g.cu_q, g.cu_k = _offsets(lq), _offsets(lk)
-    g.grid_setup(max(lq), max(lk), 4, 2, len(lq))
+    if live == "seq":  # the table LiveUnitTable writes on the device; its size bounds the count
+        g.unit_table = live_units.reference_table(lq, g.block_m)
+    elif live == "lpt":
+        g.unit_table = _longest_first_table(lq, g.block_m, causal, 3)
+    if live:
+        assert g.unit_table[0] <= live_units.max_blocks(sum(lq), len(lq), g.block_m)
+    g.grid_setup(max(lq), max(lk), 4, 2, len(lq), live=g.unit_table[0] if live else None)
+    if live:
+        g.ctas = 5  # the launched grid: the snake rounds (lpt) must still name every unit once
     left, right = (None, 0) if causal and window is None else (window or (None, None))
     seen = set()
     for u in range(g.num_units):
@@ -49,6 +64,7 @@ def test_a_unit_reads_its_sequence_and_the_tiles_its_rows_see(causal, window, hd
         assert count >= 1 and first >= 0  # the checker proves every count >= 1
         rows = range(q_block * g.block_m, min(lq[b], (q_block + 1) * g.block_m))
         seen |= {(b, head, r) for r in rows}
+        assert rows or not live  # the live units are the blocks that hold rows
         if not rows:  # a block past its sequence's rows: one tile, whatever the keys
             assert count == 1
         for r in rows:  # every key the row sees is in a visited tile of its own sequence
@@ -60,12 +76,68 @@ def test_a_unit_reads_its_sequence_and_the_tiles_its_rows_see(causal, window, hd
 
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():
     for hd, causal in ((128, False), (64, True)):
-        options = varlen.varlen_options(hd, causal)
+        options = dict(varlen.varlen_options(hd, causal), live_units=False)
         plain = att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), verbose=False,
                           exhaustive_deadlock_race_check=False)
         packed = att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **options), verbose=False,
                            exhaustive_deadlock_race_check=False)
         assert packed.fingerprint == plain.fingerprint  # shipped.py lists the varlen forms: test_proof_manifest
+
+
+def test_live_units_are_proven_for_a_cta_without_units():
+    """The live-unit grid is sized from the table's bound, so a CTA may get no unit: its proof must say so."""
+    mgr = att.build(varlen.forward_kernel(128, True, **varlen.varlen_options(128, True)), verbose=False)
+    result = mgr._run_checker()
+    assert result.verdict == "SAFE"
+    assert "every units_per_cta >= 0" in result.loop_note
+
+
+@pytest.mark.parametrize("lengths,block_m", [([5, 0, 1, 300, 129], 128), ([0, 0], 64), ([64] * 40, 64),
+                                             ([1] * 70 + [1000], 192), (_RANDOM[0], 128)])
+def test_the_live_table_lists_every_block_that_holds_rows_within_its_bound(lengths, block_m):
+    table = live_units.reference_table(lengths, block_m)
+    pairs = list(zip(table[2::2], table[3::2]))
+    assert table[0] == len(pairs) == sum(-(-n // block_m) for n in lengths)
+    assert all(j * block_m < lengths[b] for b, j in pairs) and len(set(pairs)) == len(pairs)
+    assert len(table) <= live_units.table_size(sum(lengths), len(lengths), block_m)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("lengths,block_m,levels", [([5, 0, 1, 300, 129], 128, 3), ([1000, 64, 3, 700], 64, 4),
+                                                    (_RANDOM[1], 128, 6), ([130] * 9, 64, 1)])
+def test_longest_first_levels_are_work_order(lengths, block_m, levels, causal):
+    order, level = live_units.reference_levels(lengths, block_m, causal, levels)
+    assert sorted(order) == sorted(zip(live_units.reference_table(lengths, block_m)[2::2],
+                                       live_units.reference_table(lengths, block_m)[3::2]))
+    assert [level[p] for p in order] == sorted((level[p] for p in order), reverse=True)
+    assert all(0 <= lv < levels for lv in level.values())
+    if levels >= max(-(-n // block_m) for n in lengths):  # exact levels: more K/V tiles never comes later
+        tiles = {(b, j): (j + 1 if causal else -(-lengths[b] // block_m)) for b, j in order}
+        assert [tiles[p] for p in order] == sorted(tiles.values(), reverse=True)
+
+
+@pytest.mark.parametrize("units,ctas", [(23, 5), (20, 5), (4, 5), (1, 1), (133, 132)])
+def test_snake_rounds_name_every_unit_once(units, ctas):
+    g = varlen.forward_kernel(128, True, **dict(varlen.varlen_options(128, True), lpt_units=True))
+    g.num_units, g.ctas = units, ctas
+    assert sorted(g._snake(t) for t in range(units)) == list(range(units))
+    if units >= 2 * ctas:  # the second round reversed: CTA 0 takes its last position
+        assert g._snake(ctas) == 2 * ctas - 1
+
+
+def test_the_plain_varlen_class_refuses_live_units():
+    with pytest.raises(AttentionConfigError, match="FlashAttentionVarlenLive"):
+        att.FlashAttentionVarlen(live_units=True, **att.TUNED)
+    with pytest.raises(AttentionConfigError, match="persistent=True"):
+        att.FlashAttention(live_units=True)
+
+
+def test_the_live_table_kernels_compile_for_sm90a():
+    ptx = live_units.compiled(128, arch="sm_90a").artifacts.PTX
+    assert "shfl.sync.up" in ptx and "st.global" in ptx
+    for causal in (True, False):
+        ptx = live_units.compiled(192, arch="sm_90a", longest_first=causal).artifacts.PTX
+        assert "atom.shared" in ptx and "bar.sync" in ptx and "st.global" in ptx
 
 
 def test_varlen_refuses_the_tma_store_epilogue():

@@ -93,7 +93,7 @@ def programs() -> Dict[str, Callable[..., object]]:
     from .attention import backward as ab
     from .attention.backward_host import default_options as default_bwd
     from .gemm import host as gemm_host
-    from .attention.varlen import varlen_options
+    from .attention.varlen import forward_kernel as varlen_kernel, varlen_options
     from .gemm.kernel import PersistentGemm
 
     out: Dict[str, Callable[..., object]] = {}
@@ -116,7 +116,7 @@ def programs() -> Dict[str, Callable[..., object]]:
         for causal in (False, True):
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
                 lambda hd=hd, causal=causal, **mo:
-                att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **varlen_options(hd, causal)), **mo))
+                att.build(varlen_kernel(hd, causal, **varlen_options(hd, causal)), **mo))
     for hd in ab.BWD_HEAD_DIMS:
         for causal in (False, True):
             for opts in [dict(o) for o in dict.fromkeys(

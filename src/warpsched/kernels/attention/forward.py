@@ -38,6 +38,7 @@ from typing import Optional
 from .. import _host
 from .._device import H200_SMS
 from . import declared
+from . import live_units
 from . import masks as amasks
 from .masks import AttentionConfigError  # noqa: F401 (where the kernels and hosts import it from)
 from .ahead import load_ahead_schedule, softmax_ahead_schedule
@@ -99,7 +100,7 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
     wq = units = None
     if g.persistent:
         wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
-        units = trip_count("units_per_cta", units_per_cta)
+        units = trip_count("units_per_cta", units_per_cta, min=0 if g.live_units else 1)
     else:
         kv = trip_count("kv_tiles", kv_tiles)
     q_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.q_stages, num_bytes=g.q_bytes)
@@ -173,7 +174,7 @@ class FlashAttention(WorkUnits):
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
                  varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0, k_ahead=False, early_rescale=False,
-                 max_chains=1, slice_stages=False):
+                 max_chains=1, slice_stages=False, live_units=False, lpt_units=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -226,6 +227,18 @@ class FlashAttention(WorkUnits):
                                        "64-row tile would write into the next sequence): it takes neither "
                                        "tma_store_o / o_buffer, unit_overlap nor split_kv (pass tma_store_o=False)")
         self.varlen = bool(varlen)  # packed sequences, FlashAttentionVarlen's cu_seqlens (units.seq_bounds)
+        if live_units and not (self.varlen and self.persistent):
+            raise AttentionConfigError(f"live_units=True with varlen={self.varlen}, persistent={self.persistent}: the "
+                                       "live-unit table (attention.live_units) lists a packed batch's Q blocks for a "
+                                       "persistent grid; pass varlen=True and persistent=True")
+        # live_units: the units are the blocks that hold rows (live_units.LiveUnitTable), not max_seqlen_q's blocks
+        # for every sequence; a CTA may have none, so the work-tile count is declared >= 0 (build)
+        self.live_units = bool(live_units)
+        if lpt_units and not self.live_units:
+            raise AttentionConfigError("lpt_units=True orders the live-unit table longest first: it needs "
+                                       "live_units=True (FlashAttentionVarlenLive)")
+        # lpt_units: the table longest first (live_units.LongestFirstTable), dealt to the CTAs in snake rounds
+        self.lpt_units = bool(lpt_units)
         if paged and (self.varlen or self.unit_overlap):
             raise AttentionConfigError("paged=True reads K / V by page (FlashAttentionPaged): it takes neither varlen "
                                        "nor unit_overlap")
@@ -296,7 +309,8 @@ class FlashAttention(WorkUnits):
         self.alloc_o = [SmemAllocation(f"sO{wg}", dtype=dtype, count=WG_ROWS * head_dim, alignment=1024)
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
-                    "unit_overlap", "split_kv", "varlen", "paged", "pv_wait_fence", "k_ahead", "early_rescale")
+                    "unit_overlap", "split_kv", "varlen", "live_units", "lpt_units", "paged", "pv_wait_fence",
+                    "k_ahead", "early_rescale")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
@@ -338,7 +352,7 @@ class FlashAttention(WorkUnits):
         self._launch(mQ, mK, mV, mO, mLSE, scale, stream)
 
     def _launch(self, mQ, mK, mV, mO, mLSE, scale, stream, mCuQ=None, mCuK=None, max_seqlen_q=None, mPages=None,
-                mCacheLens=None):
+                mCacheLens=None, mUnits=None):
         """The launch the entry points trace (``FlashAttentionVarlen`` passes the cu_seqlens,
         ``FlashAttentionPaged`` the page table and the cache lengths)."""
         q_staged, k_staged, v_staged = self._layouts()
@@ -359,15 +373,18 @@ class FlashAttention(WorkUnits):
                                                                self._sdhb(mO, [2, 3, 1, 0]),
                                                                cute.slice_(q_staged, (None, None, 0)),
                                                                (WG_ROWS, self.head_dim))
-        if cutlass.const_expr(self.varlen):
+        if cutlass.const_expr(self.varlen):  # live_units: the count is on the device, the grid from the table's bound
+            live = None
+            if cutlass.const_expr(self.live_units):
+                live = (cute.size(mUnits, mode=[0]) - live_units.HEADER) // 2
             self.grid_setup(max_seqlen_q, cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]), cute.size(mK, mode=[1]),
-                            cute.size(mCuQ, mode=[0]) - 1)
+                            cute.size(mCuQ, mode=[0]) - 1, live=live)
         else:
             self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]), self._splits(mQ, mO))
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
-                    scale, mCuQ, mCuK, max_seqlen_q, mPages, mCacheLens).launch(
+                    scale, mCuQ, mCuK, max_seqlen_q, mPages, mCacheLens, mUnits).launch(
                         grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
@@ -377,7 +394,7 @@ class FlashAttention(WorkUnits):
                pv_mma: cute.TiledMma, q_staged: cute.ComposedLayout, k_staged: cute.ComposedLayout,
                v_staged: cute.ComposedLayout, scale: cutlass.Float32, mCuQ: Optional[cute.Tensor],
                mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32], mPages: Optional[cute.Tensor],
-               mCacheLens: Optional[cute.Tensor]):
+               mCacheLens: Optional[cute.Tensor], mUnits: Optional[cute.Tensor]):
         bid, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -389,8 +406,13 @@ class FlashAttention(WorkUnits):
         # mQ / mK are the TMA views: (S, D, H, B)
         if cutlass.const_expr(self.varlen):
             self.cu_q, self.cu_k = mCuQ, mCuK
+            if cutlass.const_expr(self.live_units):
+                self.unit_table = mUnits
             self.grid_setup(max_seqlen_q, cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
-                            cute.size(mCuQ, mode=[0]) - 1)
+                            cute.size(mCuQ, mode=[0]) - 1,
+                            live=mUnits[0] if cutlass.const_expr(self.live_units) else None)
+            if cutlass.const_expr(self.live_units):
+                self.ctas = grid  # the launched grid (from the table's bound), not one from the count
         else:
             if cutlass.const_expr(self.paged):  # K / V: the cache as one batch of pages (units.physical_tile)
                 self.page_table, self.cache_seqlens = mPages, mCacheLens
@@ -426,15 +448,33 @@ class FlashAttentionVarlen(FlashAttention):
     """The forward over packed variable-length sequences (flash_attn_varlen_func's layout): q (1, H, total_q,
     D) and k, v (1, H_kv, total_k, D) views of (total, heads, D) tensors, ``mCuQ`` / ``mCuK`` the int32 first
     rows of each sequence and the end (B + 1), ``max_seqlen_q`` the longest sequence's rows; out as q and
-    lse (1, H, total_q). The program is the register-store forward's (units.seq_bounds picks the rows)."""
+    lse (1, H, total_q). The program is the register-store forward's (units.seq_bounds picks the rows).
+    ``FlashAttentionVarlenLive`` runs the blocks that hold rows only."""
 
     def __init__(self, **options):
+        if options.get("live_units"):
+            raise AttentionConfigError("FlashAttentionVarlen(live_units=True): the live-unit form takes the table as "
+                                       "an argument; use FlashAttentionVarlenLive (varlen.forward_kernel picks it)")
         super().__init__(varlen=True, **options)
 
     @cute.jit
     def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor,
                  mCuQ: cute.Tensor, mCuK: cute.Tensor, max_seqlen_q: cutlass.Int32, scale: cutlass.Float32, stream):
         self._launch(mQ, mK, mV, mO, mLSE, scale, stream, mCuQ, mCuK, max_seqlen_q)
+
+
+class FlashAttentionVarlenLive(FlashAttention):
+    """``FlashAttentionVarlen`` over the live blocks only (``live_units``): ``mUnits`` the int32 table that
+    ``live_units.LiveUnitTable`` wrote from ``mCuQ`` (its size bounds the persistent grid)."""
+
+    def __init__(self, **options):
+        super().__init__(varlen=True, **{**options, "live_units": True})
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor,
+                 mCuQ: cute.Tensor, mCuK: cute.Tensor, mUnits: cute.Tensor, max_seqlen_q: cutlass.Int32,
+                 scale: cutlass.Float32, stream):
+        self._launch(mQ, mK, mV, mO, mLSE, scale, stream, mCuQ, mCuK, max_seqlen_q, mUnits=mUnits)
 
 
 class FlashAttentionPaged(FlashAttention):

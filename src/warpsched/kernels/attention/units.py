@@ -7,6 +7,8 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
+from .live_units import HEADER
+
 
 def grouped_longest_first(unit, blocks, pairs, group):
     """Position ``unit`` of the order that takes ``pairs`` (batch, head) pairs ``group`` at a time and,
@@ -34,16 +36,20 @@ class WorkUnits:
     ``varlen``: the batch is packed sequences, ``cu_q`` / ``cu_k`` their first rows and keys (as
     flash_attn_varlen_func's cu_seqlens); ``seqlen_q`` is the longest sequence's rows (max_seqlen_q), a
     unit is a Q block of one (sequence, head), and a block past its sequence's rows stores nothing.
+    ``live_units``: the units are ``unit_table``'s blocks (``live_units.LiveUnitTable``: only blocks that hold
+    rows) times the heads; ``grid_setup``'s ``live`` is their count (word 0 of the table).
 
     ``paged``: K and V live in pages of ``block_n`` keys (a K/V cache), ``page_table[b, j]`` the page of
     sequence b's j-th K/V tile and ``cache_seqlens[b]`` its keys; ``physical_tile`` maps a tile."""
 
-    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, splits=1):
+    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, splits=1, live=None):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
         self.nblocks = (seqlen_q + self.block_m - 1) // self.block_m
         self.splits = splits
-        self.base_units = self.nblocks * heads * batches  # (Q block, head, batch) triples
+        self.live_count = live  # live_units: the table's block count
+        # (Q block, head, batch) triples
+        self.base_units = live * heads if self.live_units else self.nblocks * heads * batches
         self.num_units = self.base_units * splits
         self.ctas = cutlass.min(self.num_units, self.max_ctas)  # the persistent grid
 
@@ -80,6 +86,8 @@ class WorkUnits:
         head. ``split_kv``: the coordinates of the unit's block (``split_of`` says which run)."""
         if cutlass.const_expr(self.split_kv):
             unit = unit % self.base_units
+        if cutlass.const_expr(self.live_units):
+            return self._live_coords(unit)
         hb = self.heads * self.batches
         if cutlass.const_expr(self.causal_pairs):
             z = self.paired_position(unit)
@@ -95,6 +103,32 @@ class WorkUnits:
             q_block, bh = unit % self.nblocks, unit // self.nblocks
         head, batch = bh % self.heads, bh // self.heads
         return q_block, head, batch, head // (self.heads // self.kv_heads)
+
+    def _live_coords(self, unit):
+        """``live_units``: unit_coords from the table. Order: K/V head, then the table's blocks, then the Q heads
+        that share that K/V head (GQA), so the CTAs running at once read few heads' K / V (one, without GQA);
+        causal: the table from its end (each sequence's last, longest blocks first)."""
+        group = self.heads // self.kv_heads
+        if cutlass.const_expr(self.lpt_units):  # the table is longest first: its blocks outermost, in snake rounds
+            v, head = self._snake(unit) // self.heads, self._snake(unit) % self.heads
+            batch, q_block = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
+            return q_block, head, batch, head // group
+        rest, g = unit // group, unit % group
+        kv_head, v = rest // self.live_count, rest % self.live_count
+        if cutlass.const_expr(self.causal):
+            v = self.live_count - 1 - v
+        batch, q_block = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
+        return q_block, kv_head * group + g, batch, kv_head
+
+    def _snake(self, t):
+        """``lpt_units``: the table position of work tile ``t`` (CTA ``t % ctas``, round ``t // ctas``): odd full
+        rounds reversed, so the CTA that takes a round's longest unit takes the next round's shortest (longest
+        first, dealt in turn, leaves CTA 0 the most work; in snake order the rounds even out). The last, partial
+        round is in order (reversed, it would name positions past the units)."""
+        full = self.num_units // self.ctas
+        r, i = t // self.ctas, t % self.ctas
+        flip = (r % 2) * cutlass.min(1, cutlass.max(0, full - r))  # 1: an odd round before the partial one
+        return t + flip * (self.ctas - 1 - 2 * i)
 
     def split_of(self, unit):
         """``split_kv``: which of the block's K/V runs ``unit`` takes (0 without splits)."""
@@ -134,7 +168,7 @@ class WorkUnits:
             tiles = cutlass.max(tiles - self._block_first_tile(unit), 1)
         elif cutlass.const_expr(self.varlen or self.paged):  # a sequence without keys: one tile, fully masked
             tiles = cutlass.max(tiles, 1)
-        if cutlass.const_expr(self.varlen):  # a Q block past its sequence's rows stores nothing: one tile
+        if cutlass.const_expr(self.varlen and not self.live_units):  # a block past its sequence's rows: one tile
             live = cutlass.min(1, cutlass.max(0, self.seq_bounds(unit)[1] - self.unit_coords(unit)[0] * self.block_m))
             tiles = live * tiles + (1 - live)
         return tiles

@@ -14,9 +14,11 @@ import cutlass.cute as cute
 from .. import _host
 from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen
 from .backward_units import BLOCK_M as BWD_BLOCK_M, padded_first_block, padded_stats_rows
-from .forward import HEAD_DIMS, FlashAttentionVarlen
+from . import live_units
+from .forward import HEAD_DIMS, FlashAttentionVarlen, FlashAttentionVarlenLive
 from .host import _tma_ready, softmax_scale, tuned_options
 from .masks import AttentionConfigError, with_masks
+from .register_math import WG_ROWS
 
 _CACHE = {}
 _PLANS = {}
@@ -25,8 +27,14 @@ VERDICT_OF = {}
 
 def varlen_options(head_dim, causal):
     """The tuned forward's options for packed sequences: rows stored from registers (a 64-row TMA store
-    would write into the next sequence)."""
-    return dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False)
+    would write into the next sequence), and the units only the Q blocks that hold rows (``live_units``:
+    ``live_units.LiveUnitTable`` lists them on the device before each launch)."""
+    return dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False, live_units=True)
+
+
+def block_rows(options):
+    """The Q rows of one forward unit for these kernel options (64 per consumer warp group)."""
+    return WG_ROWS * options.get("wgs", 2)
 
 
 def check_args(q, k, v, cu_seqlens_q, cu_seqlens_k):
@@ -70,29 +78,38 @@ def _packed(t):
     return _tma_ready(t.permute(1, 0, 2).unsqueeze(0))
 
 
+def forward_kernel(head_dim, causal, dtype=cutlass.BFloat16, **options):
+    """The forward for packed sequences: ``FlashAttentionVarlenLive`` with ``live_units``, else
+    ``FlashAttentionVarlen``."""
+    live = options.pop("live_units", False)
+    cls = FlashAttentionVarlenLive if live else FlashAttentionVarlen
+    return cls(dtype=dtype, head_dim=head_dim, causal=causal, **options)
+
+
 def _kernel(key):
     dtype, head_dim, causal, options = key
-    return FlashAttentionVarlen(dtype=dtype, head_dim=head_dim, causal=causal,
-                                **{"max_ctas": _host.num_sms(), **dict(options)})
+    return forward_kernel(head_dim, causal, dtype, **{"max_ctas": _host.num_sms(), **dict(options)})
 
 
-def fake_operands(dtype, head_dim):
-    """Fake packed q, k, v, out (1, H, total, D), lse (1, H, total_q), the two int32 offset tensors and
-    ``max_seqlen_q``: every size but D symbolic."""
+def fake_operands(dtype, head_dim, live=False):
+    """Fake packed q, k, v, out (1, H, total, D), lse (1, H, total_q), the two int32 offset tensors (``live``: and
+    the live-unit table) and ``max_seqlen_q``: every size but D symbolic."""
     from cutlass.cute.runtime import make_fake_tensor
 
     H, Hk, Tq, Tk, B1 = (cute.sym_int32() for _ in range(5))
     q, k, v, out = (_host.fake_bhsd(dtype, 1, h, s, head_dim) for h, s in ((H, Tq), (Hk, Tk), (Hk, Tk), (H, Tq)))
     cu_q, cu_k = (make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4) for _ in range(2))
-    return q, k, v, out, _host.fake_rows(1, H, Tq, assumed_align=4), cu_q, cu_k, cutlass.Int32(1)
+    table = (make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=8),) if live else ()
+    return (q, k, v, out, _host.fake_rows(1, H, Tq, assumed_align=4), cu_q, cu_k, *table, cutlass.Int32(1))
 
 
 def compile_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128, causal=False, **options):
     """Compile the varlen kernel for ``arch`` with fake operands (the CPU tests read its PTX)."""
     from cutlass.cute.runtime import make_fake_stream
 
-    kern = FlashAttentionVarlen(dtype=dtype, head_dim=head_dim, causal=causal, **options)
-    return cute.compile(kern, *fake_operands(dtype, head_dim), cutlass.Float32(0.125), make_fake_stream(),
+    live = options.get("live_units", False)
+    kern = forward_kernel(head_dim, causal, dtype, **options)
+    return cute.compile(kern, *fake_operands(dtype, head_dim, live), cutlass.Float32(0.125), make_fake_stream(),
                         options=_host.ptx_options(arch))
 
 
@@ -105,7 +122,7 @@ def _compiled(key, args=None, backward=False):
         kern = (_backward_kernel if backward else _kernel)(key)
         if ffi:
             fakes = (fake_backward_operands(key[0], key[1], dict(key[3]).get("tma_stats", False)) if backward
-                     else fake_operands(key[0], key[1]))
+                     else fake_operands(key[0], key[1], dict(key[3]).get("live_units", False)))
             _CACHE[ck] = cute.compile(kern, *fakes, cutlass.Float32(0.125), _host.fake_env_stream(),
                                       options=_host.ffi_options())
         else:
@@ -115,11 +132,12 @@ def _compiled(key, args=None, backward=False):
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k=None, causal=False, scale=None,
-                     return_lse=False, window_size=None, softcap=None, mask_mod=None, out=None, lse=None):
+                     return_lse=False, window_size=None, softcap=None, mask_mod=None, out=None, lse=None, options=None):
     """``warpsched.ops.attention_varlen``: out (total_q, H, D) and with ``return_lse`` the (H, total_q) fp32
     log-sum-exp (flash_attn_varlen_func's layout). ``max_seqlen_q`` must be at least the longest sequence's
     query count (rows past it are not computed, as in flash-attention); ``max_seqlen_k`` is accepted for
-    flash_attn's signature and not needed. ``out`` / ``lse``: preallocated results of those shapes."""
+    flash_attn's signature and not needed. ``out`` / ``lse``: preallocated results of those shapes.
+    ``options``: the kernel's (default ``varlen_options(D, causal)``)."""
     if not all(hasattr(t, "stride") for t in (q, k, v, cu_seqlens_q)):
         check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)  # names what is not a tensor (the plan key reads strides)
     import torch
@@ -127,7 +145,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     if isinstance(window_size, list):
         window_size = tuple(window_size)
     pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.get_device(),
-            cu_seqlens_q.shape, causal, scale, window_size, softcap, mask_mod)
+            cu_seqlens_q.shape, causal, scale, window_size, softcap, mask_mod,
+            None if options is None else tuple(sorted(options.items())))
     plan = _PLANS.get(pkey)
     if plan is None:
         check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
@@ -135,8 +154,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise AttentionConfigError(f"max_seqlen_q={max_seqlen_q!r}: expected the longest sequence's query count, "
                                        "an int (cu_seqlens_q.diff().max().item() computes it, with a host sync)")
         D = q.shape[2]
-        options = with_masks(varlen_options(D, causal), window_size, softcap, mask_mod)
-        key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(options.items())))
+        chosen = varlen_options(D, causal) if options is None else dict(options)
+        chosen = with_masks(chosen, window_size, softcap, mask_mod)
+        key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(chosen.items())))
         plan = (key, softmax_scale(D, scale))
     key, scale_v = plan
     total_q, H, D = q.shape
@@ -153,6 +173,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         return (out, lse) if return_lse else out
     operands = [_packed(q), _packed(k), _packed(v), out.permute(1, 0, 2).unsqueeze(0), lse.unsqueeze(0)]
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
+    chosen = dict(key[3])
+    if chosen.get("live_units", False):  # the Q blocks that hold rows, listed on the device
+        cu.append(live_units.build_table(cu[0], total_q, block_rows(chosen),
+                                         key[2] if chosen.get("lpt_units", False) else None, int(max_seqlen_q)))
     if _host.ffi_enabled():
         _compiled(key)(*operands, *cu, int(max_seqlen_q), scale_v)
     else:

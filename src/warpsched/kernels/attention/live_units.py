@@ -1,0 +1,212 @@
+"""The live-unit table of the packed-sequence forward (``FlashAttentionVarlen(live_units=True)``).
+
+Without it a varlen forward has ``max_seqlen_q``'s Q blocks for every sequence, and a block past its
+sequence's rows still runs one fully masked K/V tile: a batch of short sequences with one long one is
+mostly such blocks. The table lists only the blocks that hold rows, sequence after sequence: entry ``v``
+is (sequence, Q block), and word 0 is their count. A one-warp kernel (``LiveUnitTable``) writes it from
+``cu_seqlens_q`` on the device, so the host never reads the offsets (no sync; CUDA graphs capture it).
+
+The host knows only an upper bound of the count without reading the offsets: a sequence of ``n`` rows
+that starts at packed row ``s`` has at most ``(s + n) // block_m - s // block_m + 1`` blocks, so
+``total_q // block_m + B`` bounds them all (``table_size``). The persistent grid is sized from that bound
+and the kernel reads the count: a CTA may then have no unit at all, which its proof covers (the work-tile
+count is declared ``>= 0`` for this form).
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory  # noqa: F401 (SmemAllocator)
+
+HEADER = 2  # word 0: the live block count; word 1 unused, so every (sequence, block) pair is 8-byte aligned
+LANES = 32
+THREADS = 256  # LongestFirstTable's CTA
+MAX_LEVELS = 2048  # LongestFirstTable's levels in shared memory (2 x 8 KB)
+
+
+def levels_for(max_seqlen_q, block_m):
+    """``LongestFirstTable``'s level count for a launch: the longest sequence's blocks, within 1..MAX_LEVELS."""
+    return max(1, min(MAX_LEVELS, -(-max_seqlen_q // block_m)))
+
+
+def max_blocks(total_q, seqs, block_m):
+    """An upper bound of the live blocks of ``seqs`` sequences of ``total_q`` rows in all (see the module)."""
+    return total_q // block_m + seqs
+
+
+def table_size(total_q, seqs, block_m):
+    """Words of the table for those sequences: the header and two per possible block."""
+    return HEADER + 2 * max_blocks(total_q, seqs, block_m)
+
+
+def reference_table(lengths, block_m):
+    """What ``LiveUnitTable`` writes, in Python: [count, 0, b0, j0, b1, j1, ...] (entries past the count are not
+    written by the kernel and not listed here)."""
+    pairs = [(b, j) for b, n in enumerate(lengths) for j in range(-(-n // block_m))]
+    return [len(pairs), 0] + [w for p in pairs for w in p]
+
+
+def reference_levels(lengths, block_m, causal, levels):
+    """``LongestFirstTable``'s table as a list of (level, count) from the top level down, and each block's level:
+    the order within a level is the device's atomics', so tests compare levels, not slots."""
+    def level(n, j):
+        return min(j, levels - 1) if causal else min(n, levels) - 1
+    blocks = [(b, j) for b, n in enumerate(lengths) for j in range(-(-n // block_m))]
+    of = {(b, j): level(-(-lengths[b] // block_m), j) for b, j in blocks}
+    return sorted(blocks, key=lambda p: -of[p]), of
+
+
+class LiveUnitTable:
+    """One warp: each lane takes a sequence of a 32-sequence chunk, counts its blocks, and an inclusive scan
+    over the lanes (``shuffle_sync_up``) gives each lane where its blocks go; the chunk's total carries to the
+    next chunk."""
+
+    def __init__(self, block_m):
+        self.block_m = block_m
+
+    @cute.jit
+    def __call__(self, mCuQ: cute.Tensor, mTable: cute.Tensor, stream):
+        self.kernel(mCuQ, mTable).launch(grid=[1, 1, 1], block=[LANES, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, mCuQ: cute.Tensor, mTable: cute.Tensor):
+        lane, _, _ = cute.arch.thread_idx()
+        seqs = cute.size(mCuQ, mode=[0]) - 1
+        count = cutlass.Int32(0)
+        for chunk in cutlass.range(0, seqs, LANES, unroll=1):
+            b = chunk + lane
+            n = cutlass.Int32(0)
+            if b < seqs:
+                n = (mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m
+            total = n
+            for i in cutlass.range_constexpr(5):  # inclusive scan over the 32 lanes
+                below = cute.arch.shuffle_sync_up(total, offset=1 << i)
+                if lane >= (1 << i):
+                    total = total + below
+            first = count + total - n
+            for j in cutlass.range(n, unroll=1):
+                mTable[HEADER + 2 * (first + j)] = b
+                mTable[HEADER + 2 * (first + j) + 1] = j
+            count = count + cute.arch.shuffle_sync(total, LANES - 1)
+        if lane == 0:
+            mTable[0] = count
+            mTable[1] = cutlass.Int32(0)
+
+
+class LongestFirstTable(LiveUnitTable):
+    """The same blocks, longest first (``lpt_units``): by level, the top level first, where a block's level is
+    its Q block index (causal: block j sees about j + 1 K/V tiles) or, without a causal mask, its sequence's
+    block count less one (every block of a sequence sees all its keys). Levels at or past ``levels`` (the
+    launch's ``ceil(max_seqlen_q / block_m)``, at most ``MAX_LEVELS``) share the top one: the order is then
+    approximate, the table still complete. One CTA: a histogram of the levels in shared memory
+    (``atomic_add``), their starts by one thread from the top level down, then each block takes the next
+    slot of its level (the order within a level is the atomics', which changes no result: units are
+    independent)."""
+
+    def __init__(self, block_m, causal):
+        super().__init__(block_m)
+        self.causal = causal
+
+    @cute.jit
+    def __call__(self, mCuQ: cute.Tensor, mTable: cute.Tensor, levels: cutlass.Int32, stream):
+        self.kernel(mCuQ, mTable, levels).launch(grid=[1, 1, 1], block=[THREADS, 1, 1], stream=stream,
+                                                 smem=2 * 4 * (MAX_LEVELS + 2) + 64)
+
+    @cute.kernel
+    def kernel(self, mCuQ: cute.Tensor, mTable: cute.Tensor, levels: cutlass.Int32):
+        tid, _, _ = cute.arch.thread_idx()
+        smem = cutlass.memory.SmemAllocator()
+        # counts[MAX_LEVELS + 1], causal: the blocks past the top level (they join it)
+        counts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
+        starts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
+        for i in cutlass.range(tid, MAX_LEVELS + 2, THREADS, unroll=1):
+            counts[i] = cutlass.Int32(0)
+        cute.arch.sync_threads()
+        seqs = cute.size(mCuQ, mode=[0]) - 1
+        for b in cutlass.range(tid, seqs, THREADS, unroll=1):
+            n = (mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m
+            if n > 0:
+                if cutlass.const_expr(self.causal):  # sequences by block count: level j holds those with n > j
+                    cute.arch.atomic_add((counts.iterator + cutlass.min(n, levels)).llvm_ptr, cutlass.Int32(1))
+                    if n > levels:
+                        cute.arch.atomic_add((counts.iterator + MAX_LEVELS + 1).llvm_ptr, n - levels)
+                else:  # n blocks at level n - 1
+                    cute.arch.atomic_add((counts.iterator + cutlass.min(n, levels) - 1).llvm_ptr, n)
+        cute.arch.sync_threads()
+        if tid == 0:
+            run = cutlass.Int32(0)
+            above = counts[MAX_LEVELS + 1]  # causal: the blocks at this level (the top: also those past it)
+            for k in cutlass.range(levels, unroll=1):
+                level = levels - 1 - k
+                size = counts[level]
+                if cutlass.const_expr(self.causal):
+                    above = above + counts[level + 1]
+                    size = above
+                starts[level] = run
+                run = run + size
+            mTable[0] = run
+            mTable[1] = cutlass.Int32(0)
+        cute.arch.sync_threads()
+        for b in cutlass.range(tid, seqs, THREADS, unroll=1):
+            n = (mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m
+            for j in cutlass.range(n, unroll=1):
+                level = cutlass.min(n, levels) - 1
+                if cutlass.const_expr(self.causal):
+                    level = cutlass.min(j, levels - 1)
+                slot = cute.arch.atomic_add((starts.iterator + level).llvm_ptr, cutlass.Int32(1))
+                mTable[HEADER + 2 * slot] = b
+                mTable[HEADER + 2 * slot + 1] = j
+
+
+_CACHE = {}
+
+
+def fake_operands():
+    """Fake int32 offsets (B + 1) and table, both sizes symbolic."""
+    from cutlass.cute.runtime import make_fake_tensor
+
+    return tuple(make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=4) for _ in range(2))
+
+
+def compiled(block_m, arch=None, args=None, longest_first=None):
+    """The table kernel for ``block_m``-row blocks (``longest_first``: None for ``LiveUnitTable``, else the causal
+    flag of ``LongestFirstTable``): for TVM-FFI calls ``f(cu_seqlens_q, table[, levels])`` with torch tensors, or
+    with ``args`` (CuTe tensors, [levels,] a stream) for the JIT executor; ``arch``: a CPU compile for that arch
+    (tests read its PTX)."""
+    from .. import _host
+
+    key = (block_m, arch, args is None, longest_first)
+    if key not in _CACHE:
+        kern = LiveUnitTable(block_m) if longest_first is None else LongestFirstTable(block_m, longest_first)
+        levels = () if longest_first is None else (cutlass.Int32(1),)
+        if arch is not None:
+            from cutlass.cute.runtime import make_fake_stream
+
+            _CACHE[key] = cute.compile(kern, *fake_operands(), *levels, make_fake_stream(),
+                                       options=_host.ptx_options(arch))
+        elif args is None:
+            _CACHE[key] = cute.compile(kern, *fake_operands(), *levels, _host.fake_env_stream(),
+                                       options=_host.ffi_options())
+        else:
+            _CACHE[key] = cute.compile(kern, *args, options=_host.launch_options())
+    return _CACHE[key]
+
+
+def build_table(cu_seqlens_q, total_q, block_m, longest_first=None, max_seqlen_q=0):
+    """The table for torch offsets ``cu_seqlens_q`` (int32, on the GPU), built on their stream: a new int32
+    tensor of ``table_size`` words (no host sync: the count stays on the device). ``longest_first``: None for
+    sequence order, else the causal flag of the longest-first order (``max_seqlen_q`` gives its levels)."""
+    import torch
+
+    from .. import _host
+
+    seqs = cu_seqlens_q.shape[0] - 1
+    table = torch.empty(table_size(total_q, seqs, block_m), device=cu_seqlens_q.device, dtype=torch.int32)
+    levels = () if longest_first is None else (levels_for(max_seqlen_q, block_m),)
+    if _host.ffi_enabled():
+        compiled(block_m, longest_first=longest_first)(cu_seqlens_q, table, *levels)
+    else:
+        args = [_host.to_cute(cu_seqlens_q, 0), _host.to_cute(table, 0), *map(cutlass.Int32, levels),
+                _host.current_stream()]
+        compiled(block_m, args=args, longest_first=longest_first)(*args)
+    return table
