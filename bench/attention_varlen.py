@@ -137,10 +137,10 @@ def correctness():
                        == live_units.reference_table(lq, bm) for bm in (64, 128, 192))
         every_block = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal, window_size=window,
                                            softcap=softcap, mask_mod=mask_mod,
-                                           options=dict(varlen.varlen_options(D, causal), live_units=False))
+                                           options=dict(varlen.varlen_options(D, causal, max(lq)), live_units=False))
         longest_first = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
                                              window_size=window, softcap=softcap, mask_mod=mask_mod,
-                                             options=dict(varlen.varlen_options(D, causal), lpt_units=True))
+                                             options=dict(varlen.varlen_options(D, causal, max(lq)), lpt_units=True))
         table_ok = table_ok and torch.equal(every_block, out) and torch.equal(longest_first, out)
         for bm in (64, 192):  # the longest-first table: the same blocks, by level from the top
             levels = live_units.levels_for(max(lq), bm)
@@ -164,13 +164,15 @@ def correctness():
     return bad
 
 
-BATCHES = [  # name, lengths, H, Hk, D, causal
+BATCHES = [  # name, lengths, H, Hk, D, causal (VARLEN_BATCHES=LONGFULL adds a long non-causal head dim 64 batch)
     ("16 x 64..4096", _rand_lengths(10, 16, 64, 4096), 16, 16, 128, True),
     ("16 x 64..4096", _rand_lengths(10, 16, 64, 4096), 16, 16, 128, False),
     ("64 x 16..1024", _rand_lengths(11, 64, 16, 1024), 32, 8, 128, True),
     ("8 x 1000..8000", _rand_lengths(12, 8, 1000, 8000), 16, 4, 64, True),
     ("128 x 1..512", _rand_lengths(13, 128, 1, 512), 16, 16, 64, False),
-]
+] + ([("8 x 1000..8000", _rand_lengths(12, 8, 1000, 8000), 16, 4, 64, False),
+      ("32 x 16..2048", _rand_lengths(14, 32, 16, 2048), 16, 16, 64, False)]
+     if "LONGFULL" in os.environ.get("VARLEN_BATCHES", "") else [])
 
 
 def variants():
@@ -181,6 +183,58 @@ def variants():
         name, _, opts = item.partition(":")
         out[name] = {k: int(v) for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
     return out
+
+
+def backward_variants(rows, rounds):
+    """``VARLEN_BWD_VARIANTS="flat:flat_dq=1;..."``: the packed backward's kernel options over its defaults
+    (``backward_host.default_options(D, varlen=True)``), each checked against the default's gradients (within
+    1e-2 of their max; the default is checked against fp64 above) and timed beside it (device time, CUDA graphs,
+    the call: pre-pass, kernel, dQ conversion)."""
+    from warpsched.kernels.attention.backward_host import default_options
+    from warpsched.kernels.attention.masks import AttentionConfigError
+
+    extra = {}
+    for item in filter(None, os.environ.get("VARLEN_BWD_VARIANTS", "").split(";")):
+        name, _, opts = item.partition(":")
+        extra[name] = {k: bool(int(v)) if k not in ("dq_stages", "block_m") else int(v)
+                       for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
+    if not extra:
+        return
+    from triton.testing import do_bench
+
+    print("\nthe packed backward's call, device time (CUDA graphs), us; a variant: its time / the default's, and its "
+          "gradients' max error against the default's")
+    print("| batch | H/Hk | D | causal | default |" + "".join(f" {n} |" for n in extra))
+    print("|---|---|---|---|---|" + "---|" * len(extra))
+    for name, lengths, H, Hk, D, causal, q, k, v, cu in rows:
+        top = max(lengths)
+        out, lse = ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, return_lse=True)
+        dout = torch.randn_like(q)
+        sides = {"default": dict(default_options(D, varlen=True))}
+        for n, opts in extra.items():
+            sides[n] = dict(default_options(D, varlen=True), **opts)
+        fns, grads, cells = {}, {}, {}
+        for n, opts in sides.items():
+            def call(opts=opts):
+                return varlen.attention_varlen_backward(q, k, v, out, dout, lse, cu, cu, top, top, causal=causal,
+                                                        options=opts)
+            try:
+                grads[n] = call()
+                fns[n] = call
+            except AttentionConfigError as e:
+                cells[n] = f"refused ({str(e)[:40]})"
+        times = {n: [] for n in fns}
+        for _ in range(rounds):
+            for n, fn in fns.items():
+                times[n].append(graph_ms(torch, do_bench, fn, 0.3, 50))
+        us = {n: statistics.median(t) * 1e3 for n, t in times.items()}
+        for n in extra:
+            if n in us:
+                e = max(((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-2)).item()
+                        for g, r in zip(grads[n], grads["default"]))
+                cells[n] = f"{us[n]:.0f} ({us[n] / us['default']:.3f}x, err {e:.1e}{'' if e < 1e-2 else ' FAIL'})"
+        print(f"| {name} | {H}/{Hk} | {D} | {causal} | {us['default']:.0f} |"
+              + "".join(f" {cells[n]} |" for n in extra), flush=True)
 
 
 def speed(rounds):
@@ -205,8 +259,8 @@ def speed(rounds):
             sides["fa4"] = lambda: flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
                                                           max_seqlen_k=top, causal=causal)
         for n, opts in extra.items():
-            chosen = dict(varlen.varlen_options(D, causal), **opts)
-            if (chosen.get("wgs", 2) == 3 and D != 64) or chosen == varlen.varlen_options(D, causal):
+            chosen = dict(varlen.varlen_options(D, causal, top), **opts)
+            if chosen.get("wgs", 2) == 3 and D != 64:
                 continue
             sides[n] = (lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
                                                                       options=chosen))
@@ -223,6 +277,9 @@ def speed(rounds):
               + "".join(f" {us[n]:.0f} ({us[n] / us['ws']:.3f}x) |" if n in us else " - |" for n in extra),
               flush=True)
         rows.append((name, lengths, H, Hk, D, causal, q, k, v, cu))
+    backward_variants(rows, rounds)
+    if os.environ.get("VARLEN_NO_TRAIN"):  # the call budget's choice: the forward and backward tables only
+        return
     print("\ntraining step (forward + backward through autograd, eager, host included), us")
     print("| batch | H/Hk | D | causal | warpsched | FA4 | FA4 / ws |")
     print("|---|---|---|---|---|---|---|")

@@ -117,6 +117,8 @@ def programs() -> Dict[str, Callable[..., object]]:
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
                 lambda hd=hd, causal=causal, **mo:
                 att.build(varlen_kernel(hd, causal, **varlen_options(hd, causal)), **mo))
+    out["attention hd64 full varlen short"] = (  # max_seqlen_q < SHORT_HD64_FULL: 128-row Q blocks
+        lambda **mo: att.build(varlen_kernel(64, False, **varlen_options(64, False, 1)), **mo))
     for hd in ab.BWD_HEAD_DIMS:
         for causal in (False, True):
             for opts in [dict(o) for o in dict.fromkeys(

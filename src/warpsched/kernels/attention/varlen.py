@@ -25,11 +25,21 @@ _PLANS = {}
 VERDICT_OF = {}
 
 
-def varlen_options(head_dim, causal):
+# non-causal head dim 64 over sequences shorter than this: two consumer warp groups (128-row Q blocks), not the
+# dense kernel's three (192 rows), which leave more of a short sequence's last block empty (docs/attention.md,
+# "Variable-length batches")
+SHORT_HD64_FULL = 1024
+
+
+def varlen_options(head_dim, causal, max_seqlen_q=None):
     """The tuned forward's options for packed sequences: rows stored from registers (a 64-row TMA store
     would write into the next sequence), and the units only the Q blocks that hold rows (``live_units``:
-    ``live_units.LiveUnitTable`` lists them on the device before each launch)."""
-    return dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False, live_units=True)
+    ``live_units.LiveUnitTable`` lists them on the device before each launch); non-causal head dim 64 with
+    ``max_seqlen_q`` < ``SHORT_HD64_FULL``: 128-row Q blocks."""
+    options = dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False, live_units=True)
+    if head_dim == 64 and not causal and max_seqlen_q is not None and max_seqlen_q < SHORT_HD64_FULL:
+        options["wgs"] = 2
+    return options
 
 
 def block_rows(options):
@@ -137,7 +147,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     log-sum-exp (flash_attn_varlen_func's layout). ``max_seqlen_q`` must be at least the longest sequence's
     query count (rows past it are not computed, as in flash-attention); ``max_seqlen_k`` is accepted for
     flash_attn's signature and not needed. ``out`` / ``lse``: preallocated results of those shapes.
-    ``options``: the kernel's (default ``varlen_options(D, causal)``)."""
+    ``options``: the kernel's (default ``varlen_options(D, causal, max_seqlen_q)``)."""
     if not all(hasattr(t, "stride") for t in (q, k, v, cu_seqlens_q)):
         check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)  # names what is not a tensor (the plan key reads strides)
     import torch
@@ -146,6 +156,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         window_size = tuple(window_size)
     pkey = (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.get_device(),
             cu_seqlens_q.shape, causal, scale, window_size, softcap, mask_mod,
+            isinstance(max_seqlen_q, int) and max_seqlen_q < SHORT_HD64_FULL,
             None if options is None else tuple(sorted(options.items())))
     plan = _PLANS.get(pkey)
     if plan is None:
@@ -154,7 +165,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise AttentionConfigError(f"max_seqlen_q={max_seqlen_q!r}: expected the longest sequence's query count, "
                                        "an int (cu_seqlens_q.diff().max().item() computes it, with a host sync)")
         D = q.shape[2]
-        chosen = varlen_options(D, causal) if options is None else dict(options)
+        chosen = varlen_options(D, causal, max_seqlen_q) if options is None else dict(options)
         chosen = with_masks(chosen, window_size, softcap, mask_mod)
         key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(chosen.items())))
         plan = (key, softmax_scale(D, scale))
