@@ -37,7 +37,13 @@ def variants():
         head_dim=64, causal=True, **att.tuned_options(64, True, att.LONG_CAUSAL_HD64))
     table["att_tuned_128_full_long"] = lambda: att.compile_for_cpu(
         head_dim=128, causal=False, **att.tuned_options(128, False, None, att.LONG_FULL_HD128))
-    table["att_varlen_128_causal"] = lambda: varlen.compile_for_cpu(head_dim=128, causal=True)
+    table["att_varlen_128_causal"] = lambda: varlen.compile_for_cpu(head_dim=128, causal=True,
+                                                                    **varlen.varlen_options(128, True))
+    table["att_varlen_64_full_short"] = lambda: varlen.compile_for_cpu(head_dim=64, causal=False,
+                                                                       **varlen.varlen_options(64, False, 1))
+    for d in (64, 128):
+        table[f"bwd_varlen_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
+            head_dim=d, causal=True, **bwd.default_options(d, varlen=True)))
     table["bwd_deterministic_128"] = lambda: bwd.compile_for_cpu(
         head_dim=128, causal=True, **dict(bwd.default_options(128), deterministic=True))
     table["bwd_128_defer"] = lambda: bwd.compile_for_cpu(head_dim=128, causal=True, **dict(

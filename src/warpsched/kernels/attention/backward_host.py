@@ -200,13 +200,17 @@ def default_options(head_dim, varlen=False):
     ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
     writer warp), ``flat_dq`` (dQ tiles in register order, ``backward_post``) and at head dim 128
     ``overlap_dq`` with ``early_stats``; the packed (``varlen``)
-    kernel takes ``tma_stats`` (its LSE / delta padded per sequence, ``VarlenStatsPrep``, 64-row blocks) but
-    stores dK / dV from registers, since its rows are not whole blocks; head dim 256 splits D between the warp
+    kernel takes ``tma_stats`` (its LSE / delta padded per sequence, ``VarlenStatsPrep``, 64-row blocks),
+    ``flat_dq``, ``overlap_dq`` with ``early_stats`` and ``dq_stages=2`` (at head dims 64 and 128), but stores
+    dK / dV from registers, since its rows are not whole blocks; head dim 256 splits D between the warp
     groups and takes ``tma_stats``. What each is worth on the H200: docs/attention.md ("Backward")."""
     if head_dim == 256:  # the warp groups split D (backward.FlashAttentionBackward.d_split): LSE / delta by TMA
         return {"tma_stats": True}
-    if varlen:  # 64-row Q blocks (the packed LSE / delta padding is per 64 rows)
-        return dict({"shared_ds": True} if head_dim == 128 else {}, tma_stats=True)
+    if varlen:  # 64-row Q blocks (the packed LSE / delta padding is per 64 rows); flat_dq + overlap_dq +
+        # early_stats + dq_stages=2: the call 0.85-0.95x the time of tma_stats alone over 7 packed batches
+        # (docs/attention.md, "Variable-length batches")
+        return dict({"shared_ds": True} if head_dim == 128 else {}, tma_stats=True, flat_dq=True, overlap_dq=True,
+                    early_stats=True, dq_stages=2)
     # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
     # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there);
     # head dim 128: overlap_dq (dQ staged under the dK GEMM) with early_stats (LSE / delta read before the S / dP
