@@ -72,24 +72,25 @@ class LiveUnitTable:
     def kernel(self, mCuQ: cute.Tensor, mTable: cute.Tensor):
         lane, _, _ = cute.arch.thread_idx()
         seqs = cute.size(mCuQ, mode=[0]) - 1
+        capacity = (cute.size(mTable, mode=[0]) - HEADER) // 2
         count = cutlass.Int32(0)
         for chunk in cutlass.range(0, seqs, LANES, unroll=1):
             b = chunk + lane
             n = cutlass.Int32(0)
-            if b < seqs:
-                n = (mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m
+            if b < seqs:  # offsets that go back count no block
+                n = cutlass.max((mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m, 0)
             total = n
             for i in cutlass.range_constexpr(5):  # inclusive scan over the 32 lanes
                 below = cute.arch.shuffle_sync_up(total, offset=1 << i)
                 if lane >= (1 << i):
                     total = total + below
             first = count + total - n
-            for j in cutlass.range(n, unroll=1):
+            for j in cutlass.range(cutlass.min(n, capacity - first), unroll=1):  # offsets past total_q: no overflow
                 mTable[HEADER + 2 * (first + j)] = b
                 mTable[HEADER + 2 * (first + j) + 1] = j
             count = count + cute.arch.shuffle_sync(total, LANES - 1)
         if lane == 0:
-            mTable[0] = count
+            mTable[0] = cutlass.min(count, capacity)
             mTable[1] = cutlass.Int32(0)
 
 
@@ -123,6 +124,7 @@ class LongestFirstTable(LiveUnitTable):
             counts[i] = cutlass.Int32(0)
         cute.arch.sync_threads()
         seqs = cute.size(mCuQ, mode=[0]) - 1
+        capacity = (cute.size(mTable, mode=[0]) - HEADER) // 2
         for b in cutlass.range(tid, seqs, THREADS, unroll=1):
             n = (mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m
             if n > 0:
@@ -144,18 +146,19 @@ class LongestFirstTable(LiveUnitTable):
                     size = above
                 starts[level] = run
                 run = run + size
-            mTable[0] = run
+            mTable[0] = cutlass.min(run, capacity)
             mTable[1] = cutlass.Int32(0)
         cute.arch.sync_threads()
         for b in cutlass.range(tid, seqs, THREADS, unroll=1):
-            n = (mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m
+            n = cutlass.max((mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m, 0)
             for j in cutlass.range(n, unroll=1):
                 level = cutlass.min(n, levels) - 1
                 if cutlass.const_expr(self.causal):
                     level = cutlass.min(j, levels - 1)
                 slot = cute.arch.atomic_add((starts.iterator + level).llvm_ptr, cutlass.Int32(1))
-                mTable[HEADER + 2 * slot] = b
-                mTable[HEADER + 2 * slot + 1] = j
+                if slot < capacity:  # offsets past total_q: the table keeps what fits
+                    mTable[HEADER + 2 * slot] = b
+                    mTable[HEADER + 2 * slot + 1] = j
 
 
 _CACHE = {}
