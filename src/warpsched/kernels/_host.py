@@ -134,6 +134,14 @@ def fake_env_stream():
     return make_fake_stream(use_tvm_ffi_env_stream=True)
 
 
+def fake_target(arch=None):
+    """(compile options, stream argument) of a compile with fake operands: PTX for ``arch`` on the CPU, else
+    TVM FFI (called with torch tensors on the current stream)."""
+    from cutlass.cute.runtime import make_fake_stream
+
+    return (ptx_options(arch), make_fake_stream()) if arch else (ffi_options(), fake_env_stream())
+
+
 def cutlass_dtype(torch_dtype):
     """The CuTe DSL type of a torch dtype (or its name: ``torch.bfloat16`` and "bfloat16" alike)."""
     import cutlass

@@ -88,13 +88,6 @@ def fake_prep_operands(dtype, head_dim):
             _host.fake_rows(B, H, S, assumed_align=None))
 
 
-def _prep_target(arch):
-    """(compile options, stream argument) of a pre-pass compile: PTX for ``arch`` on the CPU, else TVM FFI."""
-    from cutlass.cute.runtime import make_fake_stream
-
-    return (_host.ptx_options(arch), make_fake_stream()) if arch else (_host.ffi_options(), _host.fake_env_stream())
-
-
 def compiled_prep(dtype, head_dim, arch=None, padded=False, counts=None):
     """The delta pre-pass for TVM-FFI calls ``f(out, dout, delta)`` (``arch``: a CPU compile for that arch);
     ``padded``: ``StatsPrep``, ``f(out, dout, lse, delta, lse_padded, dq_accum)`` with (B, H, S_pad) outputs,
@@ -102,7 +95,7 @@ def compiled_prep(dtype, head_dim, arch=None, padded=False, counts=None):
     finish's Int32 words (one per (batch, head, Q block)) zeroed, ``f(..., dq_accum, counts)``."""
     key = ("prep", dtype, head_dim, arch, padded, counts)
     if key not in _CACHE:
-        options, stream = _prep_target(arch)
+        options, stream = _host.fake_target(arch)
         if padded:
             B, H, S, Sp = (cute.sym_int32() for _ in range(4))
             fakes = (_host.fake_bhsd(dtype, B, H, S, head_dim), _host.fake_bhsd(dtype, B, H, S, head_dim),
@@ -129,7 +122,7 @@ def compiled_varlen_prep(dtype, head_dim, arch=None):
 
     key = ("varlen_prep", dtype, head_dim, arch)
     if key not in _CACHE:
-        options, stream = _prep_target(arch)
+        options, stream = _host.fake_target(arch)
         H, T, Tp, B1 = (cute.sym_int32() for _ in range(4))
         fakes = (_host.fake_bhsd(dtype, 1, H, T, head_dim), _host.fake_bhsd(dtype, 1, H, T, head_dim),
                  _host.fake_rows(1, H, T, assumed_align=4),
@@ -145,7 +138,7 @@ def compiled_post(dtype, head_dim, dq_cols, parts, rows=0, arch=None):
     ``rows`` > 0: transposed tiles of that many query rows)."""
     key = ("post", dtype, head_dim, dq_cols, parts, rows, arch)
     if key not in _CACHE:
-        options, stream = _prep_target(arch)
+        options, stream = _host.fake_target(arch)
         B, H, S, Sp = (cute.sym_int32() for _ in range(4))
         fakes = (_host.fake_bhsd(cutlass.Float32, B, H, Sp, head_dim), _host.fake_bhsd(dtype, B, H, S, head_dim))
         _CACHE[key] = cute.compile(DQConvert(dtype, head_dim, dq_cols, parts, rows), *fakes, cutlass.Float32(1.0),
@@ -163,7 +156,7 @@ def compiled_varlen_post(dtype, head_dim, dq_cols, parts, rows=0, arch=None):
 
     key = ("varlen_post", dtype, head_dim, dq_cols, parts, arch)
     if key not in _CACHE:
-        options, stream = _prep_target(arch)
+        options, stream = _host.fake_target(arch)
         H, T, Tp, B1 = (cute.sym_int32() for _ in range(4))
         fakes = (_host.fake_bhsd(cutlass.Float32, 1, H, Tp, head_dim), _host.fake_bhsd(dtype, 1, H, T, head_dim),
                  make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4), cutlass.Int32(1))

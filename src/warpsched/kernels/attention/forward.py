@@ -406,11 +406,11 @@ class FlashAttention(WorkUnits):
         # mQ / mK are the TMA views: (S, D, H, B)
         if cutlass.const_expr(self.varlen):
             self.cu_q, self.cu_k = mCuQ, mCuK
+            live = None
             if cutlass.const_expr(self.live_units):
-                self.unit_table = mUnits
+                self.unit_table, live = mUnits, mUnits[0]
             self.grid_setup(max_seqlen_q, cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
-                            cute.size(mCuQ, mode=[0]) - 1,
-                            live=mUnits[0] if cutlass.const_expr(self.live_units) else None)
+                            cute.size(mCuQ, mode=[0]) - 1, live=live)
             if cutlass.const_expr(self.live_units):
                 self.ctas = grid  # the launched grid (from the table's bound), not one from the count
         else:

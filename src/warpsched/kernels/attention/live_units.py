@@ -1,4 +1,4 @@
-"""The live-unit table of the packed-sequence forward (``FlashAttentionVarlen(live_units=True)``).
+"""The live-unit table of the packed-sequence forward (``FlashAttentionVarlenLive``, ``live_units=True``).
 
 Without it a varlen forward has ``max_seqlen_q``'s Q blocks for every sequence, and a block past its
 sequence's rows still runs one fully masked K/V tile: a batch of short sequences with one long one is
@@ -39,21 +39,25 @@ def table_size(total_q, seqs, block_m):
     return HEADER + 2 * max_blocks(total_q, seqs, block_m)
 
 
+def _blocks(lengths, block_m):
+    """The (sequence, Q block) pairs that hold rows, sequence after sequence."""
+    return [(b, j) for b, n in enumerate(lengths) for j in range(-(-n // block_m))]
+
+
 def reference_table(lengths, block_m):
     """What ``LiveUnitTable`` writes, in Python: [count, 0, b0, j0, b1, j1, ...] (entries past the count are not
     written by the kernel and not listed here)."""
-    pairs = [(b, j) for b, n in enumerate(lengths) for j in range(-(-n // block_m))]
+    pairs = _blocks(lengths, block_m)
     return [len(pairs), 0] + [w for p in pairs for w in p]
 
 
 def reference_levels(lengths, block_m, causal, levels):
-    """``LongestFirstTable``'s table as a list of (level, count) from the top level down, and each block's level:
+    """``LongestFirstTable``'s blocks in an order it may write (from the top level down) and each block's level:
     the order within a level is the device's atomics', so tests compare levels, not slots."""
-    def level(n, j):
-        return min(j, levels - 1) if causal else min(n, levels) - 1
-    blocks = [(b, j) for b, n in enumerate(lengths) for j in range(-(-n // block_m))]
-    of = {(b, j): level(-(-lengths[b] // block_m), j) for b, j in blocks}
-    return sorted(blocks, key=lambda p: -of[p]), of
+    def level(b, j):
+        return min(j, levels - 1) if causal else min(-(-lengths[b] // block_m), levels) - 1
+    of = {p: level(*p) for p in _blocks(lengths, block_m)}
+    return sorted(of, key=lambda p: -of[p]), of
 
 
 class LiveUnitTable:
@@ -63,6 +67,10 @@ class LiveUnitTable:
 
     def __init__(self, block_m):
         self.block_m = block_m
+
+    def blocks_of(self, mCuQ, b):
+        """Sequence ``b``'s Q blocks (offsets that go back count none)."""
+        return cutlass.max((mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m, 0)
 
     @cute.jit
     def __call__(self, mCuQ: cute.Tensor, mTable: cute.Tensor, stream):
@@ -77,8 +85,8 @@ class LiveUnitTable:
         for chunk in cutlass.range(0, seqs, LANES, unroll=1):
             b = chunk + lane
             n = cutlass.Int32(0)
-            if b < seqs:  # offsets that go back count no block
-                n = cutlass.max((mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m, 0)
+            if b < seqs:
+                n = self.blocks_of(mCuQ, b)
             total = n
             for i in cutlass.range_constexpr(5):  # inclusive scan over the 32 lanes
                 below = cute.arch.shuffle_sync_up(total, offset=1 << i)
@@ -126,7 +134,7 @@ class LongestFirstTable(LiveUnitTable):
         seqs = cute.size(mCuQ, mode=[0]) - 1
         capacity = (cute.size(mTable, mode=[0]) - HEADER) // 2
         for b in cutlass.range(tid, seqs, THREADS, unroll=1):
-            n = (mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m
+            n = self.blocks_of(mCuQ, b)
             if n > 0:
                 if cutlass.const_expr(self.causal):  # sequences by block count: level j holds those with n > j
                     cute.arch.atomic_add((counts.iterator + cutlass.min(n, levels)).llvm_ptr, cutlass.Int32(1))
@@ -150,9 +158,10 @@ class LongestFirstTable(LiveUnitTable):
             mTable[1] = cutlass.Int32(0)
         cute.arch.sync_threads()
         for b in cutlass.range(tid, seqs, THREADS, unroll=1):
-            n = cutlass.max((mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m, 0)
+            n = self.blocks_of(mCuQ, b)
+            seq_level = cutlass.min(n, levels) - 1  # without a causal mask: every block of the sequence
             for j in cutlass.range(n, unroll=1):
-                level = cutlass.min(n, levels) - 1
+                level = seq_level
                 if cutlass.const_expr(self.causal):
                     level = cutlass.min(j, levels - 1)
                 slot = cute.arch.atomic_add((starts.iterator + level).llvm_ptr, cutlass.Int32(1))
@@ -181,15 +190,10 @@ def compiled(block_m, arch=None, args=None, longest_first=None):
     key = (block_m, arch, args is None, longest_first)
     if key not in _CACHE:
         kern = LiveUnitTable(block_m) if longest_first is None else LongestFirstTable(block_m, longest_first)
-        levels = () if longest_first is None else (cutlass.Int32(1),)
-        if arch is not None:
-            from cutlass.cute.runtime import make_fake_stream
-
-            _CACHE[key] = cute.compile(kern, *fake_operands(), *levels, make_fake_stream(),
-                                       options=_host.ptx_options(arch))
-        elif args is None:
-            _CACHE[key] = cute.compile(kern, *fake_operands(), *levels, _host.fake_env_stream(),
-                                       options=_host.ffi_options())
+        if args is None:
+            options, stream = _host.fake_target(arch)
+            levels = () if longest_first is None else (cutlass.Int32(1),)
+            _CACHE[key] = cute.compile(kern, *fake_operands(), *levels, stream, options=options)
         else:
             _CACHE[key] = cute.compile(kern, *args, options=_host.launch_options())
     return _CACHE[key]

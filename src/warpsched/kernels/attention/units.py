@@ -110,7 +110,8 @@ class WorkUnits:
         causal: the table from its end (each sequence's last, longest blocks first)."""
         group = self.heads // self.kv_heads
         if cutlass.const_expr(self.lpt_units):  # the table is longest first: its blocks outermost, in snake rounds
-            v, head = self._snake(unit) // self.heads, self._snake(unit) % self.heads
+            position = self._snake(unit)
+            v, head = position // self.heads, position % self.heads
             batch, q_block = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
             return q_block, head, batch, head // group
         rest, g = unit // group, unit % group

@@ -168,8 +168,11 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         chosen = varlen_options(D, causal, max_seqlen_q) if options is None else dict(options)
         chosen = with_masks(chosen, window_size, softcap, mask_mod)
         key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(chosen.items())))
-        plan = (key, softmax_scale(D, scale))
-    key, scale_v = plan
+        # live_units: the table kernel's block rows and order (None: sequence order, else the causal flag)
+        table = ((block_rows(chosen), bool(causal) if chosen.get("lpt_units", False) else None)
+                 if chosen.get("live_units", False) else None)
+        plan = (key, softmax_scale(D, scale), table)
+    key, scale_v, table = plan
     total_q, H, D = q.shape
     if out is None:
         out = torch.empty(total_q, H, D, device=q.device, dtype=q.dtype)
@@ -184,10 +187,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         return (out, lse) if return_lse else out
     operands = [_packed(q), _packed(k), _packed(v), out.permute(1, 0, 2).unsqueeze(0), lse.unsqueeze(0)]
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
-    chosen = dict(key[3])
-    if chosen.get("live_units", False):  # the Q blocks that hold rows, listed on the device
-        cu.append(live_units.build_table(cu[0], total_q, block_rows(chosen),
-                                         key[2] if chosen.get("lpt_units", False) else None, int(max_seqlen_q)))
+    if table is not None:  # the Q blocks that hold rows, listed on the device
+        cu.append(live_units.build_table(cu[0], total_q, *table, int(max_seqlen_q)))
     if _host.ffi_enabled():
         _compiled(key)(*operands, *cu, int(max_seqlen_q), scale_v)
     else:
