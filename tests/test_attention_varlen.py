@@ -188,17 +188,39 @@ from warpsched.kernels.attention import backward as ab  # noqa: E402
 from warpsched.kernels.attention.backward_host import default_options  # noqa: E402
 
 
+def _sequence_order_table(lengths_k, heads, block_n, garbage=-7):
+    """A table SequenceOrderTable may write (ties between sequences in sequence order), its unwritten words
+    past the count left as ``garbage``."""
+    entries = live_units.reference_sequence_order(lengths_k, heads, block_n)
+    words = [len(entries), 0] + [w for b, h, j in entries for w in (b, h << live_units.KEY_BITS | j)]
+    size = live_units.backward_table_size(sum(lengths_k), len(lengths_k), heads, block_n)
+    assert len(words) <= size
+    return words + [garbage] * (size - len(words))
+
+
+@pytest.mark.parametrize("live", [False, True])
 @pytest.mark.parametrize("causal,window", [(False, None), (True, None), (False, (100, 37))])
 @pytest.mark.parametrize("lq,lk", LENGTHS)
-def test_a_key_blocks_steps_are_its_sequences_q_blocks_that_see_it(causal, window, lq, lk):
+def test_a_key_blocks_steps_are_its_sequences_q_blocks_that_see_it(causal, window, lq, lk, live):
     """Backward, packed: a key block's steps walk, per query head of its group, exactly the Q blocks of its
-    own sequence with a query that sees one of its keys; a block past its sequence's keys has none."""
-    g = ab.FlashAttentionBackwardVarlen(head_dim=64, causal=causal, window_size=window)
+    own sequence with a query that sees one of its keys; a block past its sequence's keys has none. With
+    ``live_units`` every key block that holds keys is exactly one unit, the sequences with more key blocks
+    first, and a unit past the table's count (whatever its unwritten words hold) has no step and no keys."""
+    g = (ab.FlashAttentionBackwardVarlenLive if live else ab.FlashAttentionBackwardVarlen)(
+        head_dim=64, causal=causal, window_size=window)
     g.cu_q, g.cu_k = _offsets(lq), _offsets(lk)
-    g.grid_setup(max(lq), max(lk), 4, 2, len(lq))
+    table = _sequence_order_table(lk, 2, g.block_n) if live else None
+    g.grid_setup(max(lq), max(lk), 4, 2, len(lq), table)
     left, right = (None, 0) if causal and window is None else (window or (None, None))
+    seen = []
     for unit in range(g.num_units):
         n_block, kv_head, b = g.unit_coords(unit)
+        if n_block * g.block_n < lk[b]:
+            seen.append((b, kv_head, n_block))
+        elif live:
+            assert unit >= table[0] and g.steps_of(unit) == 0
+        if live and unit >= table[0]:
+            assert (n_block, kv_head, b) == (g.n_blocks, 0, 0)
         assert g.seq_bounds(unit) == (g.cu_q[b], lq[b], g.cu_k[b], lk[b])
         keys = range(n_block * g.block_n, min(lk[b], (n_block + 1) * g.block_n))
 
@@ -210,6 +232,42 @@ def test_a_key_blocks_steps_are_its_sequences_q_blocks_that_see_it(causal, windo
         steps = [g.step_coords(unit, s) for s in range(g.steps_of(unit))]
         want = [(kv_head * 2 + h, m, b) for h in range(2) for m in blocks]
         assert steps == want, (unit, steps[:3], want[:3])  # a block past its sequence's keys: no step
+    assert sorted(seen) == sorted(set(seen)) == [(b, h, j) for b, n in enumerate(lk) for h in range(2)
+                                                 for j in range(-(-n // g.block_n))]
+    if live:
+        blocks = [-(-lk[b] // g.block_n) for b, _, _ in seen]
+        assert blocks == sorted(blocks, reverse=True)  # the sequences with more key blocks first
+        assert len(seen) == table[0] and g.num_units >= table[0]
+
+
+@pytest.mark.parametrize("lengths", [[0, 1, 300, 77, 513], [64, 64, 0, 0, 1], [129], [0, 0, 5], [700, 700, 3]]
+                         + _RANDOM)
+def test_the_sequence_order_lists_each_sequences_key_blocks_together_in_head_order(lengths):
+    """The Python twin of SequenceOrderTable: every (sequence, K/V head, key block) with keys once, within a
+    sequence head after head and key blocks in order (the dense grid's head-major order), within the bound
+    the host sizes the table from."""
+    entries = live_units.reference_sequence_order(lengths, 3, 128)
+    assert sorted(entries) == [(b, h, j) for b, n in enumerate(lengths) for h in range(3) for j in range(-(-n // 128))]
+    for b in {e[0] for e in entries}:
+        mine = [i for i, e in enumerate(entries) if e[0] == b]
+        assert mine == list(range(mine[0], mine[0] + len(mine)))
+        assert [entries[i][1:] for i in mine] == sorted(entries[i][1:] for i in mine)
+    assert len(entries) <= 3 * live_units.max_blocks(sum(lengths), len(lengths), 128)
+    assert all(live_units.decode_entry(b, h << live_units.KEY_BITS | j) == (b, h, j) for b, h, j in entries)
+
+
+def test_live_units_are_for_the_packed_backward_in_its_own_order():
+    for kw, word in ((dict(), "varlen=False"), (dict(varlen=True, lpt=True), "lpt=True")):
+        with pytest.raises(AttentionConfigError, match=f"live_units=True with .*{word}"):
+            ab.FlashAttentionBackward(head_dim=128, tma_stats=True, live_units=True, **kw)
+
+
+def test_the_sequence_order_table_and_the_live_backward_compile_for_sm90a():
+    ptx = live_units.compiled_sequence_order(128, arch="sm_90a").artifacts.PTX
+    assert "atom.shared" in ptx or "atom.add" in ptx or "red.shared" in ptx  # the level histogram
+    options = dict(default_options(128, varlen=True), live_units=True)
+    ptx = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **options).artifacts.PTX
+    assert "cp.reduce.async.bulk.tensor" in ptx
 
 
 def test_the_varlen_backward_is_the_backwards_program():
@@ -217,9 +275,10 @@ def test_the_varlen_backward_is_the_backwards_program():
         options = default_options(hd, varlen=True)  # the packed kernel's (no TMA for LSE / delta or dK / dV)
         plain = ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **options), verbose=False,
                          exhaustive_deadlock_race_check=False)
-        packed = ab.build(ab.FlashAttentionBackwardVarlen(head_dim=hd, causal=causal, **options),
-                          verbose=False, exhaustive_deadlock_race_check=False)
-        assert packed.fingerprint == plain.fingerprint  # the backward's shipped proof covers it
+        for cls in (ab.FlashAttentionBackwardVarlen, ab.FlashAttentionBackwardVarlenLive):
+            packed = ab.build(cls(head_dim=hd, causal=causal, **options), verbose=False,
+                              exhaustive_deadlock_race_check=False)
+            assert packed.fingerprint == plain.fingerprint  # the backward's shipped proof covers it
 
 
 def test_the_varlen_backward_compiles_for_sm90a():

@@ -44,6 +44,8 @@ def variants():
     for d in (64, 128):
         table[f"bwd_varlen_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
             head_dim=d, causal=True, **bwd.default_options(d, varlen=True)))
+        table[f"bwd_varlen_live_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
+            head_dim=d, causal=True, **dict(bwd.default_options(d, varlen=True), live_units=True)))
     table["bwd_deterministic_128"] = lambda: bwd.compile_for_cpu(
         head_dim=128, causal=True, **dict(bwd.default_options(128), deterministic=True))
     table["bwd_128_defer"] = lambda: bwd.compile_for_cpu(head_dim=128, causal=True, **dict(

@@ -125,7 +125,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
-                 dkv_in_ds=False, dq_defer=False):
+                 dkv_in_ds=False, dq_defer=False, live_units=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -248,11 +248,17 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         # dQ added in key-block order per Q block (attention.dq_order): FlashAttentionBackwardDeterministic
         self.deterministic = bool(deterministic)
         # causal: the grid's units longest first across every (batch, K/V head) (backward_units.unit_coords)
-        if lpt and (not self.causal or self.varlen or self.deterministic):
+        if lpt and (not (self.causal or self.varlen) or self.deterministic):
             raise AttentionConfigError(f"lpt=True with causal={self.causal}, varlen={self.varlen}, deterministic="
-                                       f"{self.deterministic}: the longest-first order is for causal dense batches "
-                                       "(the deterministic dQ's hand-over is proven for the head-major order)")
+                                       f"{self.deterministic}: the longest-first order is for causal or packed "
+                                       "batches (the deterministic dQ's hand-over is proven for the head-major order)")
         self.lpt = bool(lpt)
+        # packed batches: the units are live_units.SequenceOrderTable's entries (no CTA for a key block past its
+        # sequence's keys; the longest sequences first), read by backward_units.unit_coords
+        if live_units and (not self.varlen or self.lpt):
+            raise AttentionConfigError(f"live_units=True with varlen={self.varlen}, lpt={self.lpt}: the unit table "
+                                       "lists a packed batch's key blocks in its own order (varlen=True, lpt=False)")
+        self.live_units = bool(live_units)
         # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
         if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "
@@ -300,6 +306,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
             + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
+            + (("live_units",) if self.live_units else ())
             + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
             + (("dkv_in_ds",) if self.dkv_in_ds else ()) + (("dq_defer",) if self.dq_defer else ()))
 
@@ -374,7 +381,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream)
 
     def _launch(self, mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mCuQ=None, mCuK=None,
-                max_seqlen_q=None, max_seqlen_k=None, mSem=None, mdQ=None):
+                max_seqlen_q=None, max_seqlen_k=None, mSem=None, mdQ=None, mUnits=None):
         """The launch both entry points trace (``FlashAttentionBackwardVarlen`` passes the cu_seqlens)."""
         lay = self._layouts()
         sdp_mma, dkv_mma, dq_mma = self._mmas()
@@ -400,13 +407,13 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 tile))
         if cutlass.const_expr(self.varlen):
             self.grid_setup(max_seqlen_q, max_seqlen_k, cute.size(mQ, mode=[1]), cute.size(mK, mode=[1]),
-                            cute.size(mCuQ, mode=[0]) - 1)
+                            cute.size(mCuQ, mode=[0]) - 1, mUnits)
         else:
             self.grid_setup(cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]), cute.size(mQ, mode=[1]),
                             cute.size(mK, mode=[1]), cute.size(mQ, mode=[0]))
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0], atoms[2][1], atoms[3][0],
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
-                    dkv_mma, dq_mma, scale, mCuQ, mCuK, max_seqlen_q, max_seqlen_k, mSem, mdQ,
+                    dkv_mma, dq_mma, scale, mCuQ, mCuK, mUnits, max_seqlen_q, max_seqlen_k, mSem, mdQ,
                     mdQacc if self.dq_finish else None, *stats, *stores).launch(
                         grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
@@ -416,7 +423,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                tma_v: cute.CopyAtom, mV: cute.Tensor, tma_do: cute.CopyAtom, mdO: cute.Tensor, mLSE: cute.Tensor,
                mDelta: cute.Tensor, tma_dq: cute.CopyAtom, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor,
                sdp_mma: cute.TiledMma, dkv_mma: cute.TiledMma, dq_mma: cute.TiledMma, scale: cutlass.Float32,
-               mCuQ: Optional[cute.Tensor], mCuK: Optional[cute.Tensor], max_seqlen_q: Optional[cutlass.Int32],
+               mCuQ: Optional[cute.Tensor], mCuK: Optional[cute.Tensor], mUnits: Optional[cute.Tensor],
+               max_seqlen_q: Optional[cutlass.Int32],
                max_seqlen_k: Optional[cutlass.Int32], mSem: Optional[cute.Tensor], mdQ: Optional[cute.Tensor],
                mdQsum: Optional[cute.Tensor], tma_lse: Optional[cute.CopyAtom],
                mLSEt: Optional[cute.Tensor], tma_delta: Optional[cute.CopyAtom], mDeltat: Optional[cute.Tensor],
@@ -437,7 +445,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         if cutlass.const_expr(self.varlen):
             self.cu_q, self.cu_k = mCuQ, mCuK
             self.grid_setup(max_seqlen_q, max_seqlen_k, cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
-                            cute.size(mCuQ, mode=[0]) - 1)
+                            cute.size(mCuQ, mode=[0]) - 1, mUnits)
         else:
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
@@ -495,6 +503,23 @@ class FlashAttentionBackwardVarlen(FlashAttentionBackward):
                  stream):
         self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mCuQ, mCuK, max_seqlen_q,
                      max_seqlen_k)
+
+
+class FlashAttentionBackwardVarlenLive(FlashAttentionBackwardVarlen):
+    """``FlashAttentionBackwardVarlen`` over ``live_units.SequenceOrderTable``'s units (``live_units=True``): the
+    table ``mUnits`` (int32, ``live_units.backward_table_size`` words) comes after the offsets, and the grid is
+    its capacity; a CTA past the table's count has no step (``backward_units.BackwardUnits.unit_coords``)."""
+
+    def __init__(self, **options):
+        super().__init__(live_units=True, **options)
+
+    @cute.jit
+    def __call__(self, mQ: cute.Tensor, mK: cute.Tensor, mV: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor,
+                 mDelta: cute.Tensor, mdQacc: cute.Tensor, mdK: cute.Tensor, mdV: cute.Tensor, mCuQ: cute.Tensor,
+                 mCuK: cute.Tensor, mUnits: cute.Tensor, max_seqlen_q: cutlass.Int32, max_seqlen_k: cutlass.Int32,
+                 scale: cutlass.Float32, stream):
+        self._launch(mQ, mK, mV, mdO, mLSE, mDelta, mdQacc, mdK, mdV, scale, stream, mCuQ, mCuK, max_seqlen_q,
+                     max_seqlen_k, mUnits=mUnits)
 
 
 class FlashAttentionBackwardDeterministic(FlashAttentionBackward):

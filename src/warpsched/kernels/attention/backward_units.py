@@ -10,6 +10,7 @@ import cutlass
 import cutlass.cute as cute
 
 from .backward_math import HALF
+from .live_units import HEADER, KEY_BITS, MAX_KEY_BLOCKS
 from .units import grouped_longest_first
 
 BLOCK_N = 2 * HALF  # keys per CTA at head dims 64 / 128: one 64-key half per consumer warp group
@@ -32,15 +33,21 @@ def padded_stats_rows(total_q, batches):
 
 class BackwardUnits:
     """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right``,
-    ``varlen``, ``lpt`` and ``lpt_heads``."""
+    ``varlen``, ``lpt``, ``lpt_heads`` and ``live_units``."""
 
-    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches):
+    def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, units_table=None):
+        """``units_table`` (``live_units``): ``live_units.SequenceOrderTable``'s table (a tensor, or in the tests
+        a list of ints); the grid is then its capacity."""
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
         self.group = heads // kv_heads
         self.n_blocks = (seqlen_k + self.block_n - 1) // self.block_n
         self.m_blocks = (seqlen_q + self.block_m - 1) // self.block_m
         self.num_units = self.n_blocks * kv_heads * batches
+        if cutlass.const_expr(self.live_units):
+            self.units_table = units_table
+            words = len(units_table) if isinstance(units_table, list) else cute.size(units_table, mode=[0])
+            self.num_units = (words - HEADER) // 2
 
     def unit_coords(self, unit):
         """(key block, K/V head, batch) of CTA ``unit``: the key blocks of one (batch, K/V head) are
@@ -51,6 +58,8 @@ class BackwardUnits:
         last head's long blocks start late and run alone: a 3-7% tail, docs/attention.md); ``lpt_heads``: the
         same within groups of that many (batch, K/V head) pairs (``units.grouped_longest_first``), so the
         CTAs running at once share fewer heads' Q / dO / dQ."""
+        if cutlass.const_expr(self.live_units):
+            return self._table_coords(unit)
         if cutlass.const_expr(self.lpt):
             bhs = self.kv_heads * self.batches
             if cutlass.const_expr(self.lpt_heads is not None):
@@ -60,6 +69,16 @@ class BackwardUnits:
         else:
             n_block, bh = unit % self.n_blocks, unit // self.n_blocks
         return n_block, bh % self.kv_heads, bh // self.kv_heads
+
+    def _table_coords(self, unit):
+        """``live_units``: entry ``unit`` of the table (``live_units.decode_entry``); a unit past the table's count
+        gets key block ``n_blocks`` of sequence 0, past its keys (no step, nothing stored). Selected by
+        multiplying, not branching: this runs in plain Python in the tests and inside traced code on the GPU."""
+        t = self.units_table
+        live = cutlass.min(1, cutlass.max(0, t[0] - unit))
+        first, second = t[HEADER + 2 * unit], t[HEADER + 2 * unit + 1]
+        n_block = (second & (MAX_KEY_BLOCKS - 1)) * live + self.n_blocks * (1 - live)
+        return n_block, (second >> KEY_BITS) * live, first * live
 
     def first_m_block(self, n_block):
         """The first Q block that sees a key of ``n_block`` (causal: query i sees keys j <= i; a window:

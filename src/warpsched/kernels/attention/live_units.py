@@ -170,6 +170,88 @@ class LongestFirstTable(LiveUnitTable):
                     mTable[HEADER + 2 * slot + 1] = j
 
 
+KEY_BITS = 16  # SequenceOrderTable: an entry's second word is K/V head << KEY_BITS | key block
+MAX_KEY_BLOCKS = 1 << KEY_BITS
+
+
+def backward_table_size(total_k, seqs, heads, block_n):
+    """Words of ``SequenceOrderTable``'s table: the header and two per possible (K/V head, key block)."""
+    return HEADER + 2 * heads * max_blocks(total_k, seqs, block_n)
+
+
+def reference_sequence_order(lengths_k, heads, block_n):
+    """What ``SequenceOrderTable`` lists, in Python: (sequence, K/V head, key block) triples, the sequences with
+    more key blocks first (ties in sequence order here; on the device in the atomics' order), each sequence's
+    triples together, head after head, key blocks in order."""
+    blocks = [-(-n // block_n) for n in lengths_k]
+    order = sorted((b for b, n in enumerate(blocks) if n > 0), key=lambda b: -blocks[b])
+    return [(b, h, j) for b in order for h in range(heads) for j in range(blocks[b])]
+
+
+def decode_entry(first, second):
+    """(sequence, K/V head, key block) of a ``SequenceOrderTable`` entry's two words."""
+    return first, second >> KEY_BITS, second & (MAX_KEY_BLOCKS - 1)
+
+
+class SequenceOrderTable(LiveUnitTable):
+    """The packed backward's units (``FlashAttentionBackwardVarlen`` with ``live_units``): one entry per
+    (sequence, K/V head, key block) that holds keys, so no CTA runs for a key block past its sequence's keys;
+    the sequences with the most key blocks first, so a long sequence's key blocks (the longest units: the
+    most Q blocks see them) start before the short sequences' and the short ones fill the SMs at the end;
+    within a sequence head after head, key blocks in order, as the dense grid's head-major order, so the
+    CTAs running at once read the same heads' Q / dO and add into the same dQ tiles (L2). One CTA: a
+    histogram of the sequences' entry counts by block count (``atomic_add`` in shared memory), the levels'
+    starts from the top one down, then one warp per sequence takes its range of its level and its lanes
+    write the entries. Block counts at or past ``levels`` share the top level (the order is then
+    approximate, the table still complete)."""
+
+    @cute.jit
+    def __call__(self, mCuK: cute.Tensor, mTable: cute.Tensor, heads: cutlass.Int32, levels: cutlass.Int32,
+                 stream):
+        self.kernel(mCuK, mTable, heads, levels).launch(grid=[1, 1, 1], block=[THREADS, 1, 1], stream=stream,
+                                                        smem=2 * 4 * (MAX_LEVELS + 2) + 64)
+
+    @cute.kernel
+    def kernel(self, mCuK: cute.Tensor, mTable: cute.Tensor, heads: cutlass.Int32, levels: cutlass.Int32):
+        tid, _, _ = cute.arch.thread_idx()
+        lane, warp = tid % LANES, tid // LANES
+        smem = cutlass.memory.SmemAllocator()
+        counts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
+        starts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
+        for i in cutlass.range(tid, MAX_LEVELS + 2, THREADS, unroll=1):
+            counts[i] = cutlass.Int32(0)
+        cute.arch.sync_threads()
+        seqs = cute.size(mCuK, mode=[0]) - 1
+        capacity = (cute.size(mTable, mode=[0]) - HEADER) // 2
+        for b in cutlass.range(tid, seqs, THREADS, unroll=1):
+            n = self.blocks_of(mCuK, b)
+            if n > 0:  # level n - 1: the sequence's entries, heads x blocks
+                cute.arch.atomic_add((counts.iterator + cutlass.min(n, levels) - 1).llvm_ptr, n * heads)
+        cute.arch.sync_threads()
+        if tid == 0:
+            run = cutlass.Int32(0)
+            for k in cutlass.range(levels, unroll=1):
+                level = levels - 1 - k
+                starts[level] = run
+                run = run + counts[level]
+            mTable[0] = cutlass.min(run, capacity)
+            mTable[1] = cutlass.Int32(0)
+        cute.arch.sync_threads()
+        for b in cutlass.range(warp, seqs, THREADS // LANES, unroll=1):
+            n = self.blocks_of(mCuK, b)  # the same for the whole warp
+            if n > 0:
+                first = cutlass.Int32(0)
+                if lane == 0:
+                    first = cute.arch.atomic_add((starts.iterator + cutlass.min(n, levels) - 1).llvm_ptr,
+                                                 n * heads)
+                first = cute.arch.shuffle_sync(first, 0)
+                for i in cutlass.range(lane, n * heads, LANES, unroll=1):
+                    if first + i < capacity:  # offsets past total_k: the table keeps what fits
+                        h = i // n
+                        mTable[HEADER + 2 * (first + i)] = b
+                        mTable[HEADER + 2 * (first + i) + 1] = (h << KEY_BITS) | (i - h * n)
+
+
 _CACHE = {}
 
 
@@ -216,4 +298,41 @@ def build_table(cu_seqlens_q, total_q, block_m, longest_first=None, max_seqlen_q
         args = [_host.to_cute(cu_seqlens_q, 0), _host.to_cute(table, 0), *map(cutlass.Int32, levels),
                 _host.current_stream()]
         compiled(block_m, args=args, longest_first=longest_first)(*args)
+    return table
+
+
+def compiled_sequence_order(block_n, arch=None, args=None):
+    """``SequenceOrderTable`` for ``block_n``-key blocks: for TVM-FFI calls ``f(cu_seqlens_k, table, heads,
+    levels)`` with torch tensors, or with ``args`` for the JIT executor; ``arch``: a CPU compile for that arch."""
+    from .. import _host
+
+    key = ("sequence order", block_n, arch, args is None)
+    if key not in _CACHE:
+        kern = SequenceOrderTable(block_n)
+        if args is None:
+            options, stream = _host.fake_target(arch)
+            _CACHE[key] = cute.compile(kern, *fake_operands(), cutlass.Int32(1), cutlass.Int32(1), stream,
+                                       options=options)
+        else:
+            _CACHE[key] = cute.compile(kern, *args, options=_host.launch_options())
+    return _CACHE[key]
+
+
+def build_backward_table(cu_seqlens_k, total_k, block_n, heads, max_seqlen_k):
+    """``SequenceOrderTable``'s table for torch offsets ``cu_seqlens_k`` (int32, on the GPU) and ``heads`` K/V
+    heads, built on their stream with no host sync: a new int32 tensor of ``backward_table_size`` words."""
+    import torch
+
+    from .. import _host
+
+    seqs = cu_seqlens_k.shape[0] - 1
+    table = torch.empty(backward_table_size(total_k, seqs, heads, block_n), device=cu_seqlens_k.device,
+                        dtype=torch.int32)
+    levels = levels_for(max_seqlen_k, block_n)
+    if _host.ffi_enabled():
+        compiled_sequence_order(block_n)(cu_seqlens_k, table, heads, levels)
+    else:
+        args = [_host.to_cute(cu_seqlens_k, 0), _host.to_cute(table, 0), cutlass.Int32(heads), cutlass.Int32(levels),
+                _host.current_stream()]
+        compiled_sequence_order(block_n, args=args)(*args)
     return table

@@ -7,12 +7,14 @@ checks on later calls, as ``attention.host.attention``'s. The backward
 (``attention_varlen_backward``, ``backward.FlashAttentionBackwardVarlen``) takes the same layout."""
 from __future__ import annotations
 
+import functools
+
 
 import cutlass
 import cutlass.cute as cute
 
 from .. import _host
-from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen
+from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen, FlashAttentionBackwardVarlenLive
 from .backward_units import BLOCK_M as BWD_BLOCK_M, padded_first_block, padded_stats_rows
 from . import live_units
 from .forward import HEAD_DIMS, FlashAttentionVarlen, FlashAttentionVarlenLive
@@ -131,7 +133,8 @@ def _compiled(key, args=None, backward=False):
     if ck not in _CACHE:
         kern = (_backward_kernel if backward else _kernel)(key)
         if ffi:
-            fakes = (fake_backward_operands(key[0], key[1], dict(key[3]).get("tma_stats", False)) if backward
+            fakes = (fake_backward_operands(key[0], key[1], dict(key[3]).get("tma_stats", False),
+                                            dict(key[3]).get("live_units", False)) if backward
                      else fake_operands(key[0], key[1], dict(key[3]).get("live_units", False)))
             _CACHE[ck] = cute.compile(kern, *fakes, cutlass.Float32(0.125), _host.fake_env_stream(),
                                       options=_host.ffi_options())
@@ -202,10 +205,18 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def _backward_kernel(key):
     dtype, head_dim, causal, options = key
-    return FlashAttentionBackwardVarlen(dtype=dtype, head_dim=head_dim, causal=causal, **dict(options))
+    options = dict(options)
+    cls = FlashAttentionBackwardVarlenLive if options.pop("live_units", False) else FlashAttentionBackwardVarlen
+    return cls(dtype=dtype, head_dim=head_dim, causal=causal, **options)
 
 
-def fake_backward_operands(dtype, head_dim, tma_stats=False):
+@functools.lru_cache(maxsize=None)
+def _backward_block_n(key):
+    """Keys per unit of the backward for ``key`` (the table's block size)."""
+    return _backward_kernel(key).block_n
+
+
+def fake_backward_operands(dtype, head_dim, tma_stats=False, live_units=False):
     """Fake packed q, k, v, dout (1, H, total, D), lse and delta (1, H, total_q; ``tma_stats``: (1, H, padded
     rows), strides 16-byte multiples), dq_accum (1, H, padded, D) fp32, dk, dv, the offsets and both longest
     lengths."""
@@ -222,8 +233,9 @@ def fake_backward_operands(dtype, head_dim, tma_stats=False):
         return _host.fake_rows(1, H, Tq, assumed_align=4)
 
     cu_q, cu_k = (make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4) for _ in range(2))
+    table = (make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=4),) if live_units else ()
     return (packed(H, Tq), packed(Hk, Tk), packed(Hk, Tk), packed(H, Tq), rows(), rows(),
-            packed(H, Tp, cutlass.Float32), packed(Hk, Tk), packed(Hk, Tk), cu_q, cu_k, cutlass.Int32(1),
+            packed(H, Tp, cutlass.Float32), packed(Hk, Tk), packed(Hk, Tk), cu_q, cu_k, *table, cutlass.Int32(1),
             cutlass.Int32(1))
 
 
@@ -231,9 +243,9 @@ def compile_backward_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128
     """Compile the varlen backward for ``arch`` with fake operands (the CPU tests read its PTX)."""
     from cutlass.cute.runtime import make_fake_stream
 
-    kern = FlashAttentionBackwardVarlen(dtype=dtype, head_dim=head_dim, causal=causal, **options)
-    return cute.compile(kern, *fake_backward_operands(dtype, head_dim, kern.tma_stats), cutlass.Float32(0.125),
-                        make_fake_stream(), options=_host.ptx_options(arch))
+    kern = _backward_kernel((dtype, head_dim, causal, tuple(sorted(options.items()))))
+    return cute.compile(kern, *fake_backward_operands(dtype, head_dim, kern.tma_stats, kern.live_units),
+                        cutlass.Float32(0.125), make_fake_stream(), options=_host.ptx_options(arch))
 
 
 def stats_rows(cu_seqlens_q, total_q, padded):
@@ -320,6 +332,13 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
         delta.copy_((dov.float() * ov.float()).sum(-1))
     if dlse is not None:
         fold_dlse(delta, checked_dlse(dlse, (H, total_q), q.device), cu[0], padded)
+    if options.get("live_units", False):  # the key blocks that hold keys, longest sequences first (on the device)
+        if -(-max_seqlen_k // _backward_block_n(key)) > live_units.MAX_KEY_BLOCKS:
+            raise AttentionConfigError(f"max_seqlen_k={max_seqlen_k}: the unit table numbers at most "
+                                       f"{live_units.MAX_KEY_BLOCKS} key blocks a sequence; pass options without "
+                                       "live_units for longer sequences")
+        cu.append(live_units.build_backward_table(cu[1], k.shape[0], _backward_block_n(key), k.shape[1],
+                                                  int(max_seqlen_k)))
     if _host.ffi_enabled():
         _compiled(key, backward=True)(qv, kv, vv, dov, lse_v, delta, dq_acc, dkv, dvv, *cu, int(max_seqlen_q),
                                 int(max_seqlen_k), scale)
