@@ -189,10 +189,11 @@ def test_tma_stats_with_varlen_is_the_same_program_and_loads_no_stats_from_globa
     assert len(re.findall(r"ld\.global", plain)) - len(re.findall(r"ld\.global", ptx)) == 2 * 2 * 16 - 1
 
 
-def test_padded_sequences_get_disjoint_whole_blocks_inside_the_buffer():
-    """backward_units.padded_block0 (and VarlenStatsPrep's rows): sequence b's ceil(len / 64) blocks start at a
-    block boundary, never overlap the next sequence's, and end inside T + 64 B rows, for random batches with
-    empty and one-token sequences."""
+@pytest.mark.parametrize("block_m", [64, 128])
+def test_padded_sequences_get_disjoint_whole_blocks_inside_the_buffer(block_m):
+    """backward_units.padded_block0 (and VarlenStatsPrep's rows): sequence b's ceil(len / block_m) blocks start
+    at a block boundary, never overlap the next sequence's, and end inside T + block_m B rows, for random
+    batches with empty and one-token sequences (64-row blocks; 128 at head dim 64)."""
     import random
 
     from warpsched.kernels.attention.backward_units import padded_stats_rows
@@ -203,16 +204,16 @@ def test_padded_sequences_get_disjoint_whole_blocks_inside_the_buffer():
         cu = [0]
         for n in lengths:
             cu.append(cu[-1] + n)
-        g = ab.FlashAttentionBackward(varlen=True, tma_stats=True)
+        g = ab.FlashAttentionBackward(varlen=True, tma_stats=True, head_dim=64, block_m=block_m)
         g.grid_setup(max(lengths), 128, 1, 1, len(lengths))
         g.cu_q = cu
         end = 0
         for b, n in enumerate(lengths):
             first = g.padded_block0(b * g.n_blocks)  # any unit of sequence b
-            assert first * 64 >= end, (lengths, b)
-            end = (first + -(-n // 64)) * 64
-        assert end <= padded_stats_rows(cu[-1], len(lengths)), lengths
-        assert padded_stats_rows(cu[-1], len(lengths)) % 4 == 0  # a 16-byte head stride for the TMA
+            assert first * block_m >= end, (lengths, b)
+            end = (first + -(-n // block_m)) * block_m
+        assert end <= padded_stats_rows(cu[-1], len(lengths), block_m), lengths
+        assert padded_stats_rows(cu[-1], len(lengths), block_m) % 4 == 0  # a 16-byte head stride for the TMA
 
 
 @schedule

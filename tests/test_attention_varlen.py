@@ -286,19 +286,20 @@ def test_the_varlen_backward_compiles_for_sm90a():
     assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's TMA reduce-add into the packed accumulator
 
 
+@pytest.mark.parametrize("block_m", [64, 128])
 @pytest.mark.parametrize("lengths", [[0, 1, 300, 77, 513], [64, 64, 0, 0, 1], [129], [0, 0, 5]] + _RANDOM)
-def test_stats_rows_is_where_the_varlen_pre_pass_puts_each_row(lengths):
+def test_stats_rows_is_where_the_varlen_pre_pass_puts_each_row(lengths, block_m):
     """``stats_rows`` (the LSE gradient's destination rows, computed on the device) against the rows
     ``VarlenStatsPrep`` writes, read off its indexing in Python: sequence b's row s at padded_first_block(start,
-    b) * BLOCK_M + s; unique, inside ``padded_stats_rows``; unpadded, the row itself."""
+    b, block_m) * block_m + s; unique, inside ``padded_stats_rows``; unpadded, the row itself."""
     torch = pytest.importorskip("torch")
-    from warpsched.kernels.attention.backward_units import BLOCK_M, padded_first_block
+    from warpsched.kernels.attention.backward_units import padded_first_block
 
     cu = _offsets(lengths)
-    want = [padded_first_block(cu[b], b) * BLOCK_M + s for b, n in enumerate(lengths) for s in range(n)]
-    got = varlen.stats_rows(torch.tensor(cu, dtype=torch.int32), cu[-1], True).tolist()
+    want = [padded_first_block(cu[b], b, block_m) * block_m + s for b, n in enumerate(lengths) for s in range(n)]
+    got = varlen.stats_rows(torch.tensor(cu, dtype=torch.int32), cu[-1], True, block_m).tolist()
     assert got == want and len(set(got)) == len(got)
-    assert all(r < varlen.padded_stats_rows(cu[-1], len(lengths)) for r in got)
+    assert all(r < varlen.padded_stats_rows(cu[-1], len(lengths), block_m) for r in got)
     assert varlen.stats_rows(torch.tensor(cu, dtype=torch.int32), cu[-1], False).tolist() == list(range(cu[-1]))
 
 

@@ -146,10 +146,10 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         self.key_halves = 1 if self.d_split else 2  # 64-key halves of the CTA's K / V block
         if block_m not in (64, 80, 128):
             raise AttentionConfigError(f"block_m={block_m}: expected 64, 80 or 128 query rows per step")
-        if block_m == 128 and (head_dim != 64 or varlen or not tma_stats):
-            raise AttentionConfigError(f"block_m=128 with head_dim={head_dim}, varlen={varlen}, tma_stats={tma_stats}: "
-                                       "128-row Q blocks fit the registers at head dim 64, for unpacked batches, "
-                                       "with the LSE / delta read from the stage (tma_stats=True); else block_m=64")
+        if block_m == 128 and (head_dim != 64 or not tma_stats):
+            raise AttentionConfigError(f"block_m=128 with head_dim={head_dim}, tma_stats={tma_stats}: 128-row Q blocks "
+                                       "fit the registers at head dim 64, with the LSE / delta read from the stage "
+                                       "(tma_stats=True); else block_m=64")
         if block_m == 80 and (head_dim != 128 or varlen or deterministic or not (shared_ds and flat_dq and tma_stats)
                               or dq_stages != 1):
             raise AttentionConfigError(

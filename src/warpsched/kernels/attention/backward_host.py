@@ -115,12 +115,13 @@ def compiled_prep(dtype, head_dim, arch=None, padded=False, counts=None):
     return _CACHE[key]
 
 
-def compiled_varlen_prep(dtype, head_dim, arch=None):
+def compiled_varlen_prep(dtype, head_dim, arch=None, block_m=BLOCK_M):
     """``backward_prep.VarlenStatsPrep`` for TVM-FFI calls ``f(out, dout, lse, cu_seqlens_q, delta, lse_padded,
-    max_seqlen_q)`` on (1, H, T) views and (1, H, T_pad) outputs (``arch``: a CPU compile for that arch)."""
+    max_seqlen_q)`` on (1, H, T) views and (1, H, T_pad) outputs, padded per ``block_m`` rows (``arch``: a CPU
+    compile for that arch)."""
     from cutlass.cute.runtime import make_fake_tensor
 
-    key = ("varlen_prep", dtype, head_dim, arch)
+    key = ("varlen_prep", dtype, head_dim, arch, block_m)
     if key not in _CACHE:
         options, stream = _host.fake_target(arch)
         H, T, Tp, B1 = (cute.sym_int32() for _ in range(4))
@@ -129,7 +130,7 @@ def compiled_varlen_prep(dtype, head_dim, arch=None):
                  make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4),
                  _host.fake_rows(1, H, Tp, stride_divisibility=4), _host.fake_rows(1, H, Tp, stride_divisibility=4),
                  cutlass.Int32(1))
-        _CACHE[key] = cute.compile(VarlenStatsPrep(dtype, head_dim), *fakes, stream, options=options)
+        _CACHE[key] = cute.compile(VarlenStatsPrep(dtype, head_dim, block_m), *fakes, stream, options=options)
     return _CACHE[key]
 
 
@@ -146,21 +147,22 @@ def compiled_post(dtype, head_dim, dq_cols, parts, rows=0, arch=None):
     return _CACHE[key]
 
 
-def compiled_varlen_post(dtype, head_dim, dq_cols, parts, rows=0, arch=None):
+def compiled_varlen_post(dtype, head_dim, dq_cols, parts, rows=0, arch=None, pad=BLOCK_M):
     """``backward_post.DQConvertVarlen`` for TVM-FFI calls ``f(dq_accum, dq, cu_seqlens_q, max_seqlen_q, scale)``
-    on a (1, H, T_pad, D) flat accumulator and a (1, H, T, D) view of dQ (``arch``: a CPU compile; ``rows``:
-    0, the packed kernel's tiles are never transposed)."""
+    on a (1, H, T_pad, D) flat accumulator (sequences padded per ``pad`` rows, the kernel's ``block_m``) and a
+    (1, H, T, D) view of dQ (``arch``: a CPU compile; ``rows``: 0, the packed kernel's tiles are never
+    transposed)."""
     from cutlass.cute.runtime import make_fake_tensor
 
     assert rows == 0, "the packed backward refuses block_m=80 (FlashAttentionBackward)"
 
-    key = ("varlen_post", dtype, head_dim, dq_cols, parts, arch)
+    key = ("varlen_post", dtype, head_dim, dq_cols, parts, arch, pad)
     if key not in _CACHE:
         options, stream = _host.fake_target(arch)
         H, T, Tp, B1 = (cute.sym_int32() for _ in range(4))
         fakes = (_host.fake_bhsd(cutlass.Float32, 1, H, Tp, head_dim), _host.fake_bhsd(dtype, 1, H, T, head_dim),
                  make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4), cutlass.Int32(1))
-        _CACHE[key] = cute.compile(DQConvertVarlen(dtype, head_dim, dq_cols, parts), *fakes, cutlass.Float32(1.0),
+        _CACHE[key] = cute.compile(DQConvertVarlen(dtype, head_dim, dq_cols, parts, pad), *fakes, cutlass.Float32(1.0),
                                    stream, options=options)
     return _CACHE[key]
 

@@ -213,7 +213,8 @@ def reduce_dq(g, v, s_dq, m_block, head, batch, col_block, stage, complete: cutl
         col_blocks = g.head_dim // g.dq_cols
         if cutlass.const_expr(g.varlen):  # the sequence's tiles from its padded block on (as its LSE / delta)
             row_blocks = cute.size(v.mLSE, mode=[2]) // g.dq_rows
-            tile = (head * row_blocks + g.padded_block0(v.unit) + m_block) * col_blocks + col_block
+            first = g.padded_block0(v.unit) * (g.block_m // g.dq_rows)  # in dQ tiles' rows
+            tile = (head * row_blocks + first + m_block) * col_blocks + col_block
         else:
             tile = g.flat_tile_index(batch, head, m_block, col_block)
         t_s, t_g = cute.nvgpu.cpasync.tma_partition(v.tma_dq, 0, cute.make_layout(1), cute.group_modes(s_dq, 0, 2),

@@ -177,7 +177,12 @@ class DQConvert:
 class DQConvertVarlen(DQConvert):
     """``DQConvert`` for packed sequences: the flat dQaccum (1, H, T_pad, D) holds sequence b's tiles from
     padded block ``backward_units.padded_first_block(cu_q[b], b)`` on (the padded LSE / delta's rows), dQ is
-    (1, H, T, D) (a view of the (T, H, D) tensor). One CTA per (row block x column block, head, sequence)."""
+    (1, H, T, D) (a view of the (T, H, D) tensor). One CTA per (row block x column block, head, sequence).
+    ``pad``: the rows of the padded blocks (the kernel's ``block_m``)."""
+
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, dq_cols=64, parts=1, pad=64):
+        super().__init__(dtype, head_dim, dq_cols, parts)
+        self.pad = pad
 
     @cute.jit
     def __call__(self, mAcc: cute.Tensor, mdQ: cute.Tensor, mCuQ: cute.Tensor, max_seqlen_q: cutlass.Int32,
@@ -195,7 +200,7 @@ class DQConvertVarlen(DQConvert):
         start = mCuQ[b]
         seqlen = mCuQ[b + 1] - start
         if row_block * ROWS < seqlen:
-            row = padded_first_block(start, b) + row_block
+            row = padded_first_block(start, b, self.pad) * (self.pad // ROWS) + row_block
             tile = (head * (cute.size(mAcc, mode=[2]) // ROWS) + row) * col_blocks + col_block
             self.convert(mAcc, tile, cute.domain_offset((start, 0), mdQ[(0, head, None, None)]), row_block, seqlen,
                          col_block, scale)

@@ -144,12 +144,16 @@ class VarlenStatsPrep(DeltaPrep):
     """``StatsPrep`` for packed sequences: (1, H, T) O / dO / LSE and int32 offsets ``mCuQ`` (B + 1) in, delta and
     the LSE times log2 e out into (1, H, T_pad) buffers (``backward_units.padded_stats_rows``) where sequence b's rows
     start at block ``backward_units.padded_first_block``, each followed by delta 0 / LSE +inf up to its last
-    whole block. One CTA per (128 rows of a sequence, head, sequence)."""
+    whole block (of ``block_m`` rows, the kernel's). One CTA per (128 rows of a sequence, head, sequence)."""
+
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, block_m=BLOCK_M):
+        super().__init__(dtype, head_dim)
+        self.block_m = block_m
 
     @cute.jit
     def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mCuQ: cute.Tensor, mDelta: cute.Tensor,
                  mLSEp: cute.Tensor, max_seqlen_q: cutlass.Int32, stream):
-        blocks = (max_seqlen_q + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+        blocks = (max_seqlen_q + self.block_m - 1) // self.block_m * self.block_m
         self.kernel(mO, mdO, mLSE, mCuQ, mDelta, mLSEp).launch(
             grid=[(blocks + THREADS - 1) // THREADS, cute.size(mO, mode=[1]), cute.size(mCuQ, mode=[0]) - 1],
             block=[THREADS, 1, 1], stream=stream)
@@ -162,8 +166,8 @@ class VarlenStatsPrep(DeltaPrep):
         start = mCuQ[b]
         rows = mCuQ[b + 1] - start
         s = blk * THREADS + tidx
-        if s < (rows + BLOCK_M - 1) // BLOCK_M * BLOCK_M:
-            p = padded_first_block(start, b) * BLOCK_M + s
+        if s < (rows + self.block_m - 1) // self.block_m * self.block_m:
+            p = padded_first_block(start, b, self.block_m) * self.block_m + s
             if s < rows:
                 mDelta[(0, h, p)] = self.row_delta(mO, mdO, 0, h, start + s)
                 mLSEp[(0, h, p)] = mLSE[(0, h, start + s)] * LOG2E

@@ -17,18 +17,18 @@ BLOCK_N = 2 * HALF  # keys per CTA at head dims 64 / 128: one 64-key half per co
 BLOCK_M = 64  # Q rows per step (the default; 128 at head dim 64: FlashAttentionBackward(block_m=))
 
 
-def padded_first_block(q_start, batch):
-    """``varlen`` with ``tma_stats``: the padded LSE / delta block where sequence ``batch`` (first packed row
-    ``q_start``) starts: (q_start + 64 batch) rounded down to a block, which leaves every sequence its rows
-    rounded up to whole blocks, apart from the next one's (``backward_prep.VarlenStatsPrep`` writes there,
-    the load warp reads there). Python ints or device values."""
-    return (q_start + BLOCK_M * batch) // BLOCK_M
+def padded_first_block(q_start, batch, block=BLOCK_M):
+    """``varlen`` with ``tma_stats``: the padded LSE / delta block (of ``block`` rows: the kernel's ``block_m``)
+    where sequence ``batch`` (first packed row ``q_start``) starts: (q_start + block * batch) rounded down to a
+    block, which leaves every sequence its rows rounded up to whole blocks, apart from the next one's
+    (``backward_prep.VarlenStatsPrep`` writes there, the load warp reads there). Python ints or device values."""
+    return (q_start + block * batch) // block
 
 
-def padded_stats_rows(total_q, batches):
-    """The padded LSE / delta rows that hold every sequence's blocks: T + 64 B, rounded up to a block (so the
-    head stride is a multiple of 16 bytes, as TMA needs)."""
-    return -(-(total_q + BLOCK_M * batches) // BLOCK_M) * BLOCK_M
+def padded_stats_rows(total_q, batches, block=BLOCK_M):
+    """The padded LSE / delta rows that hold every sequence's blocks: T + block * B, rounded up to a block (so
+    the head stride is a multiple of 16 bytes, as TMA needs)."""
+    return -(-(total_q + block * batches) // block) * block
 
 
 class BackwardUnits:
@@ -136,7 +136,7 @@ class BackwardUnits:
         """``varlen`` with ``tma_stats``: the first padded LSE / delta block of ``unit``'s sequence
         (``padded_first_block``)."""
         b = self.unit_coords(unit)[2]
-        return padded_first_block(self.cu_q[b], b)
+        return padded_first_block(self.cu_q[b], b, self.block_m)
 
     def rows_of(self, t, unit, head, batch, key=False):
         """``t[:, :, head, batch]`` of an (S, D, H, B) TMA or global view; ``varlen``: the packed tensor's

@@ -248,7 +248,7 @@ def compile_backward_for_cpu(arch="sm_90a", dtype=cutlass.BFloat16, head_dim=128
                         cutlass.Float32(0.125), make_fake_stream(), options=_host.ptx_options(arch))
 
 
-def stats_rows(cu_seqlens_q, total_q, padded):
+def stats_rows(cu_seqlens_q, total_q, padded, block_m=BWD_BLOCK_M):
     """The row of delta / the LSE the backward reads for each packed query row, (total_q,) int64 on the offsets'
     device (no host sync): the row itself, or with ``padded`` (``tma_stats``) where ``VarlenStatsPrep`` puts it,
     sequence b's rows from block ``backward_units.padded_first_block`` on."""
@@ -260,13 +260,13 @@ def stats_rows(cu_seqlens_q, total_q, padded):
     cu = cu_seqlens_q.long()
     seq = torch.searchsorted(cu[1:], rows, right=True)  # the sequence of each row (empty ones hold none)
     start = cu[seq]
-    return padded_first_block(start, seq) * BWD_BLOCK_M + (rows - start)
+    return padded_first_block(start, seq, block_m) * block_m + (rows - start)
 
 
-def fold_dlse(delta, dlse, cu_seqlens_q, padded):
+def fold_dlse(delta, dlse, cu_seqlens_q, padded, block_m=BWD_BLOCK_M):
     """delta -= dlse, row by row: d LSE_i / d s_ij = P_ij, so the LSE's gradient enters the backward as delta's
     (``backward_host``'s dense path does the same). delta (1, H, rows) in the backward's layout, dlse (H, total_q)."""
-    rows = stats_rows(cu_seqlens_q, dlse.shape[1], padded)
+    rows = stats_rows(cu_seqlens_q, dlse.shape[1], padded, block_m)
     delta[0].index_add_(1, rows, dlse, alpha=-1.0)
 
 
@@ -307,11 +307,12 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     options = with_masks(default_options(D, varlen=True) if options is None else dict(options), window_size,
                          softcap, mask_mod)
     padded = options.get("tma_stats", False)
+    block_m = options.get("block_m", BWD_BLOCK_M)
     # tma_stats: each sequence's rows from a block boundary (VarlenStatsPrep, backward_units.padded_stats_rows)
-    rows = padded_stats_rows(total_q, cu_seqlens_q.shape[0] - 1) if padded else total_q
+    rows = padded_stats_rows(total_q, cu_seqlens_q.shape[0] - 1, block_m) if padded else total_q
     delta = torch.empty(1, H, rows, device=q.device, dtype=torch.float32)
     flat = options.get("flat_dq", False)  # dQ tiles in register order, padded per sequence as LSE / delta
-    acc_rows = rows if flat else -(-total_q // BWD_BLOCK_M) * BWD_BLOCK_M
+    acc_rows = rows if flat else -(-total_q // block_m) * block_m
     dq_acc = torch.zeros(1, H, acc_rows, D, device=q.device, dtype=torch.float32)
     dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
     lse_v = lse.contiguous().unsqueeze(0)
@@ -323,7 +324,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                                    "(or pass options without tma_stats)")
     if padded:
         lse_p = torch.empty_like(delta)
-        compiled_varlen_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, lse_v, cu[0], delta, lse_p,
+        compiled_varlen_prep(_host.cutlass_dtype(q.dtype), D, block_m=block_m)(ov, dov, lse_v, cu[0], delta, lse_p,
                                                               int(max_seqlen_q))
         lse_v = lse_p
     elif _host.ffi_enabled():
@@ -331,7 +332,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     else:
         delta.copy_((dov.float() * ov.float()).sum(-1))
     if dlse is not None:
-        fold_dlse(delta, checked_dlse(dlse, (H, total_q), q.device), cu[0], padded)
+        fold_dlse(delta, checked_dlse(dlse, (H, total_q), q.device), cu[0], padded, block_m)
     if options.get("live_units", False):  # the key blocks that hold keys, longest sequences first (on the device)
         if -(-max_seqlen_k // _backward_block_n(key)) > live_units.MAX_KEY_BLOCKS:
             raise AttentionConfigError(f"max_seqlen_k={max_seqlen_k}: the unit table numbers at most "
@@ -349,7 +350,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                    _host.current_stream()])
         _compiled(key, args, backward=True)(*args)
     if flat:  # (flat_dq needs tma_stats, which needs TVM FFI: checked above)
-        compiled_varlen_post(_host.cutlass_dtype(q.dtype), D, *flat_dq_tile(key))(
+        compiled_varlen_post(_host.cutlass_dtype(q.dtype), D, *flat_dq_tile(key), pad=block_m)(
             dq_acc, dq.permute(1, 0, 2).unsqueeze(0), cu[0], int(max_seqlen_q), scale)
     else:
         dq_from_accum(dq_acc[0, :, :total_q].transpose(0, 1), scale, dq.dtype, out=dq)
