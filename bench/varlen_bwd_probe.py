@@ -38,12 +38,17 @@ UNIFORM = [("16 x 2048 (equal)", [2048] * 16, 16, 16, 128, True), ("8 x 4096 (eq
 
 
 def parse_variants(text):
+    """``"name:a=1,b=0;name2@64:..."``: kernel options over the packed defaults; ``@D``: at head dim D only."""
     out = {}
     for item in filter(None, text.split(";")):
         name, _, opts = item.partition(":")
         out[name] = {k: bool(int(v)) if k not in ("dq_stages", "block_m", "lpt_heads") else int(v)
                      for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
     return out
+
+
+def for_dim(variants, D):
+    return {n.partition("@")[0]: o for n, o in variants.items() if "@" not in n or int(n.partition("@")[2]) == D}
 
 
 def event_us(fn, iters=10):
@@ -91,6 +96,7 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds, dense):
     k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     dout = torch.randn_like(q)
     out, lse = ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, return_lse=True)
+    variants = for_dim(variants, D)
     sides, grads = {}, {}
     for n, opts in [("ws", None)] + list(variants.items()):
         chosen = None if opts is None else dict(default_options(D, varlen=True), **opts)
@@ -150,6 +156,35 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds, dense):
     for n in variants:
         if n in sides:
             show_kernels(n, kernels(sides[n]), top=3)
+    train_step(name, H, Hk, D, causal, q, k, v, cu, top, rounds)
+
+
+def train_step(name, H, Hk, D, causal, q, k, v, cu, top, rounds):
+    """Forward + backward through autograd, eager (host included), warpsched's nn.attention_varlen and FA4's
+    flash_attn_varlen_func, alternating."""
+    from warpsched import nn as wnn
+
+    flash_varlen = fa4("flash_attn_varlen_func")
+    qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+
+    def ws_step():
+        o = wnn.attention_varlen(qq, kk, vv, cu, cu, top, top, causal=causal)
+        torch.autograd.grad(o, (qq, kk, vv), dout)
+    sides = {"ws": ws_step}
+    if flash_varlen is not None:
+        def fa_step():
+            o = flash_varlen(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top, max_seqlen_k=top,
+                             causal=causal)
+            torch.autograd.grad(o[0] if isinstance(o, tuple) else o, (qq, kk, vv), dout)
+        sides["fa4"] = fa_step
+    times = {n: [] for n in sides}
+    for r in range(rounds):
+        for n in (list(sides) if r % 2 == 0 else list(reversed(sides))):
+            times[n].append(event_us(sides[n]))
+    us = {n: statistics.median(t) for n, t in times.items()}
+    print(f"  training step {name} {H}/{Hk} d{D} {'causal' if causal else 'full'}: ws {us['ws']:.0f} us, FA4 "
+          f"{us.get('fa4', float('nan')):.0f} us, FA4 / ws {us.get('fa4', float('nan')) / us['ws']:.3f}x", flush=True)
 
 
 def check_tables():

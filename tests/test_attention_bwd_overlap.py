@@ -251,15 +251,17 @@ def test_grads_staged_after_the_kv_release_are_rejected_there():
 
 def test_tma_store_dkv_kernel_stores_by_tma_only():
     """tma_store_dkv: dK and dV leave by bulk tensor stores (two 64-column boxes each per warp group at head
-    dim 128), no st.global; refused with varlen, naming the fix."""
-    from warpsched.kernels.attention.forward import AttentionConfigError
+    dim 128), no st.global. Packed (varlen): the same TMA stores, and the register stores of a sequence's
+    last, partial 64 keys beside them (the TMA would write the next sequence's rows)."""
+    from warpsched.kernels.attention import varlen
 
-    ptx = host.compile_for_cpu(head_dim=128, causal=True, shared_ds=True, tma_stats=True, overlap_dq=True,
-                               tma_store_dkv=True).artifacts.PTX
+    options = dict(head_dim=128, causal=True, shared_ds=True, tma_stats=True, overlap_dq=True, tma_store_dkv=True)
+    ptx = host.compile_for_cpu(**options).artifacts.PTX
     assert len(re.findall(r"cp\.async\.bulk\.tensor\.4d\.global\.shared::cta", ptx)) == 2 * 2 * 2
     assert not re.findall(r"st\.global", ptx)
-    with pytest.raises(AttentionConfigError, match="tma_store_dkv=False"):
-        ab.FlashAttentionBackward(tma_store_dkv=True, varlen=True)
+    packed = varlen.compile_backward_for_cpu(**options).artifacts.PTX
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.3d\.global\.shared::cta", packed)) == 2 * 2 * 2  # (S, D, H)
+    assert re.findall(r"st\.global", packed)
 
 
 def test_kernel_traces_the_overlapped_waits():

@@ -187,10 +187,9 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         self.wg_order = bool(wg_order)  # the warp groups take turns issuing their S / dP GEMMs
         # P computed while the dP GEMM runs (LSE / delta loaded under both); dQ staged while the dK GEMM runs
         self.overlap_scores, self.overlap_dq = bool(overlap_scores or tma_stats), bool(overlap_dq)
-        if tma_store_dkv and varlen:
-            raise AttentionConfigError("tma_store_dkv=True with varlen: a tile's rows past its sequence are the "
-                                       "next sequence's keys, which a TMA store would overwrite (tma_store_dkv=False)")
-        self.tma_store_dkv = bool(tma_store_dkv)  # dK / dV through the V halves and a TMA store each
+        # dK / dV through the V halves and a TMA store each; varlen: a sequence's last, partial 64 keys from
+        # registers (the TMA would write the next sequence's rows: backward_math.store_dkv_tma)
+        self.tma_store_dkv = bool(tma_store_dkv)
         if dkv_in_ds and not (self.ds_rows and self.tma_store_dkv):
             raise AttentionConfigError(
                 f"dkv_in_ds=True with head_dim={head_dim}, block_m={block_m}, shared_ds={shared_ds}, tma_store_dkv="
@@ -446,6 +445,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             self.cu_q, self.cu_k = mCuQ, mCuK
             self.grid_setup(max_seqlen_q, max_seqlen_k, cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
                             cute.size(mCuQ, mode=[0]) - 1, mUnits)
+            self.hold_own_unit(bid)
         else:
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))

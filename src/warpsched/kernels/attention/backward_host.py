@@ -115,13 +115,13 @@ def compiled_prep(dtype, head_dim, arch=None, padded=False, counts=None):
     return _CACHE[key]
 
 
-def compiled_varlen_prep(dtype, head_dim, arch=None, block_m=BLOCK_M):
+def compiled_varlen_prep(dtype, head_dim, arch=None, block_m=BLOCK_M, zero_dq=False):
     """``backward_prep.VarlenStatsPrep`` for TVM-FFI calls ``f(out, dout, lse, cu_seqlens_q, delta, lse_padded,
-    max_seqlen_q)`` on (1, H, T) views and (1, H, T_pad) outputs, padded per ``block_m`` rows (``arch``: a CPU
-    compile for that arch)."""
+    dq_accum, max_seqlen_q)`` on (1, H, T) views and (1, H, T_pad) outputs, padded per ``block_m`` rows, with
+    ``zero_dq`` the flat (1, H, T_pad, D) dQ accumulator zeroed there (``arch``: a CPU compile for that arch)."""
     from cutlass.cute.runtime import make_fake_tensor
 
-    key = ("varlen_prep", dtype, head_dim, arch, block_m)
+    key = ("varlen_prep", dtype, head_dim, arch, block_m, zero_dq)
     if key not in _CACHE:
         options, stream = _host.fake_target(arch)
         H, T, Tp, B1 = (cute.sym_int32() for _ in range(4))
@@ -129,8 +129,9 @@ def compiled_varlen_prep(dtype, head_dim, arch=None, block_m=BLOCK_M):
                  _host.fake_rows(1, H, T, assumed_align=4),
                  make_fake_tensor(cutlass.Int32, (B1,), (1,), assumed_align=4),
                  _host.fake_rows(1, H, Tp, stride_divisibility=4), _host.fake_rows(1, H, Tp, stride_divisibility=4),
-                 cutlass.Int32(1))
-        _CACHE[key] = cute.compile(VarlenStatsPrep(dtype, head_dim, block_m), *fakes, stream, options=options)
+                 _host.fake_bhsd(cutlass.Float32, 1, H, cute.sym_int32(), head_dim), cutlass.Int32(1))
+        _CACHE[key] = cute.compile(VarlenStatsPrep(dtype, head_dim, block_m, zero_dq), *fakes, stream,
+                                   options=options)
     return _CACHE[key]
 
 
@@ -194,18 +195,15 @@ def default_options(head_dim, varlen=False):
     64: with 128-row Q blocks, ``block_m=128``, split by rows), ``tma_stats`` (LSE / delta by TMA with Q / dO),
     ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
     writer warp), ``flat_dq`` (dQ tiles in register order, ``backward_post``) and at head dim 128
-    ``overlap_dq`` with ``early_stats``; the packed (``varlen``)
-    kernel takes ``tma_stats`` (its LSE / delta padded per sequence, ``VarlenStatsPrep``, 64-row blocks),
-    ``flat_dq``, ``overlap_dq`` with ``early_stats`` and ``dq_stages=2`` (at head dims 64 and 128), but stores
-    dK / dV from registers, since its rows are not whole blocks; head dim 256 splits D between the warp
-    groups and takes ``tma_stats``. What each is worth on the H200: docs/attention.md ("Backward")."""
+    ``overlap_dq`` with ``early_stats``; the packed (``varlen``) kernel takes the same (its LSE / delta and flat
+    dQ padded per sequence to whole Q blocks, ``VarlenStatsPrep``; a sequence's last, partial 64 keys store
+    dK / dV from registers); head dim 256 splits D between the warp groups and takes ``tma_stats``. What each
+    is worth on the H200: docs/attention.md ("Backward")."""
     if head_dim == 256:  # the warp groups split D (backward.FlashAttentionBackward.d_split): LSE / delta by TMA
         return {"tma_stats": True}
-    if varlen:  # 64-row Q blocks (the packed LSE / delta padding is per 64 rows); flat_dq + overlap_dq +
-        # early_stats + dq_stages=2: the call 0.85-0.95x the time of tma_stats alone over 7 packed batches
-        # (docs/attention.md, "Variable-length batches")
-        return dict({"shared_ds": True} if head_dim == 128 else {}, tma_stats=True, flat_dq=True, overlap_dq=True,
-                    early_stats=True, dq_stages=2)
+    if varlen:  # the dense kernel's options (the packed LSE / delta / dQ padded per block_m rows; dK / dV of a
+        # sequence's partial last 64 keys from registers): docs/attention.md, "Variable-length batches"
+        return default_options(head_dim)
     # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
     # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there);
     # head dim 128: overlap_dq (dQ staged under the dK GEMM) with early_stats (LSE / delta read before the S / dP

@@ -272,10 +272,15 @@ def store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, *, wg: cutlass.Cons
 
 
 @cute.jit
-def _store_staged(tma, m_t, staged, stage, g, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
+def _store_staged(tma, m_t, staged, stage, g, v, n_block, kv_head, batch, *, wg: cutlass.Constexpr):
     """One TMA store of ``staged``'s 64-key tile ``stage`` to this warp group's keys of dK or dV (issued by one
-    warp; the caller commits the bulk group and waits for its reads)."""
-    g_x = cute.flat_divide(m_t, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+    warp; the caller commits the bulk group and waits for its reads); ``varlen``: from the unit's sequence's
+    first key of the packed tensor on."""
+    if cutlass.const_expr(g.varlen):
+        g_x = cute.flat_divide(g.rows_of(m_t, v.unit, kv_head, batch, key=True), (HALF, g.head_dim))[
+            (None, None, None, 0)]
+    else:
+        g_x = cute.flat_divide(m_t, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
     src, dst = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(staged, 0, 2),
                                                 cute.group_modes(g_x, 0, 2))
     cute.copy(tma, src[(None, stage)], dst[(None, n_block * 2 + wg)])
@@ -287,7 +292,23 @@ def store_dkv_tma(acc_dk, acc_dv, g, ctx, n_block, kv_head, batch, *, wg: cutlas
     the other in this warp group's half of the V tile (only its own dP GEMMs read it, and they have all
     retired), each store read before the half is written again or released; or with ``dkv_in_ds`` both at
     once in the two 64 x 64 halves of the warp group's dS tile (``SmemDS.store_grads``: its stage ``ds_stage``),
-    one wait for both."""
+    one wait for both. ``varlen``: a warp group whose 64 keys run past its sequence's (the sequence's last
+    block) stores from registers instead (``store_dkv``), since the TMA would write the next sequence's rows;
+    the condition is the same for the whole warp group, so its named barriers stay matched."""
+    v = ctx.values
+    if cutlass.const_expr(g.varlen):
+        keys_end = (n_block * g.key_halves + g.key_half(wg)) * HALF + HALF
+        if keys_end <= g.seq_bounds(v.unit)[3]:
+            _store_dkv_rounds(acc_dk, acc_dv, g, ctx, n_block, kv_head, batch, wg=wg, ds_stage=ds_stage)
+        else:
+            store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=wg)
+    else:
+        _store_dkv_rounds(acc_dk, acc_dv, g, ctx, n_block, kv_head, batch, wg=wg, ds_stage=ds_stage)
+
+
+@cute.jit
+def _store_dkv_rounds(acc_dk, acc_dv, g, ctx, n_block, kv_head, batch, *, wg: cutlass.Constexpr, ds_stage=0):
+    """``store_dkv_tma``'s TMA stores, staged in SMEM round by round."""
     v = ctx.values
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.dkv_mma.get_slice(tidx % 128)
@@ -304,7 +325,7 @@ def store_dkv_tma(acc_dk, acc_dv, g, ctx, n_block, kv_head, batch, *, wg: cutlas
         ctx.sync_task()
         if first_warp:
             for out, i in parts:
-                _store_staged(out[1], out[2], staged, i, g, n_block, kv_head, batch, wg=wg)
+                _store_staged(out[1], out[2], staged, i, g, v, n_block, kv_head, batch, wg=wg)
             cute.arch.cp_async_bulk_commit_group()
             cute.arch.cp_async_bulk_wait_group(0, read=True)
         ctx.sync_task()  # the round's stores have read it

@@ -144,23 +144,26 @@ class VarlenStatsPrep(DeltaPrep):
     """``StatsPrep`` for packed sequences: (1, H, T) O / dO / LSE and int32 offsets ``mCuQ`` (B + 1) in, delta and
     the LSE times log2 e out into (1, H, T_pad) buffers (``backward_units.padded_stats_rows``) where sequence b's rows
     start at block ``backward_units.padded_first_block``, each followed by delta 0 / LSE +inf up to its last
-    whole block (of ``block_m`` rows, the kernel's). One CTA per (128 rows of a sequence, head, sequence)."""
+    whole block (of ``block_m`` rows, the kernel's). One CTA per (128 rows of a sequence, head, sequence).
+    ``zero_dq``: also zeroes the flat dQ accumulator (1, H, T_pad, D) over the sequence's padded rows (the
+    kernel's flat tiles of those rows are those floats: ``backward_math.reduce_dq``), so no fill kernel runs
+    before the backward; the rows between sequences are never read."""
 
-    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, block_m=BLOCK_M):
+    def __init__(self, dtype=cutlass.BFloat16, head_dim=128, block_m=BLOCK_M, zero_dq=False):
         super().__init__(dtype, head_dim)
-        self.block_m = block_m
+        self.block_m, self.zero_dq = block_m, zero_dq
 
     @cute.jit
     def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mCuQ: cute.Tensor, mDelta: cute.Tensor,
-                 mLSEp: cute.Tensor, max_seqlen_q: cutlass.Int32, stream):
+                 mLSEp: cute.Tensor, mdQacc: cute.Tensor, max_seqlen_q: cutlass.Int32, stream):
         blocks = (max_seqlen_q + self.block_m - 1) // self.block_m * self.block_m
-        self.kernel(mO, mdO, mLSE, mCuQ, mDelta, mLSEp).launch(
+        self.kernel(mO, mdO, mLSE, mCuQ, mDelta, mLSEp, mdQacc).launch(
             grid=[(blocks + THREADS - 1) // THREADS, cute.size(mO, mode=[1]), cute.size(mCuQ, mode=[0]) - 1],
             block=[THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mCuQ: cute.Tensor, mDelta: cute.Tensor,
-               mLSEp: cute.Tensor):
+               mLSEp: cute.Tensor, mdQacc: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
         blk, h, b = cute.arch.block_idx()
         start = mCuQ[b]
@@ -168,6 +171,10 @@ class VarlenStatsPrep(DeltaPrep):
         s = blk * THREADS + tidx
         if s < (rows + self.block_m - 1) // self.block_m * self.block_m:
             p = padded_first_block(start, b, self.block_m) * self.block_m + s
+            if cutlass.const_expr(self.zero_dq):  # D floats of the head's padded rows (16-byte stores)
+                zero = cute.make_rmem_tensor(cute.make_layout(self.head_dim), cutlass.Float32)
+                zero.fill(0.0)
+                cute.autovec_copy(zero, mdQacc[(0, h, p, None)])
             if s < rows:
                 mDelta[(0, h, p)] = self.row_delta(mO, mdO, 0, h, start + s)
                 mLSEp[(0, h, p)] = mLSE[(0, h, start + s)] * LOG2E

@@ -58,6 +58,9 @@ class BackwardUnits:
         last head's long blocks start late and run alone: a 3-7% tail, docs/attention.md); ``lpt_heads``: the
         same within groups of that many (batch, K/V head) pairs (``units.grouped_longest_first``), so the
         CTAs running at once share fewer heads' Q / dO / dQ."""
+        own = self._own(unit)
+        if own is not None:
+            return own[0]
         if cutlass.const_expr(self.live_units):
             return self._table_coords(unit)
         if cutlass.const_expr(self.lpt):
@@ -69,6 +72,19 @@ class BackwardUnits:
         else:
             n_block, bh = unit % self.n_blocks, unit // self.n_blocks
         return n_block, bh % self.kv_heads, bh // self.kv_heads
+
+    def hold_own_unit(self, unit):
+        """``varlen``, while the kernel is traced: the CTA's own unit's coordinates and sequence bounds read once,
+        at the top, so the per-step work (masks, TMA coordinates) reuses them instead of loading the offsets
+        (and the unit table) again after every barrier wait."""
+        self.own_unit = None
+        if cutlass.const_expr(self.varlen):
+            self.own_unit = (unit, self.unit_coords(unit), self.seq_bounds(unit))
+
+    def _own(self, unit):
+        """(coordinates, bounds) held by ``hold_own_unit`` when ``unit`` is that unit (the same traced value)."""
+        own = getattr(self, "own_unit", None)
+        return own[1:] if own is not None and unit is own[0] else None
 
     def _table_coords(self, unit):
         """``live_units``: entry ``unit`` of the table (``live_units.decode_entry``); a unit past the table's count
@@ -128,6 +144,9 @@ class BackwardUnits:
         ``varlen`` its sequence's, from ``cu_q`` / ``cu_k``."""
         if cutlass.const_expr(not self.varlen):
             return 0, self.seqlen_q, 0, self.seqlen_k
+        own = self._own(unit)
+        if own is not None:
+            return own[1]
         b = self.unit_coords(unit)[2]
         q0, k0 = self.cu_q[b], self.cu_k[b]
         return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0

@@ -298,11 +298,13 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise AttentionConfigError(f"{name}={n!r}: expected the longest sequence's length, an int")
-    dq = torch.zeros_like(q, memory_format=torch.contiguous_format)
-    dk = torch.zeros(k.shape, device=k.device, dtype=k.dtype)
-    dv = torch.zeros(v.shape, device=v.device, dtype=v.dtype)
     if total_q == 0 or k.shape[0] == 0 or max_seqlen_q == 0 or max_seqlen_k == 0:
-        return dq, dk, dv
+        return (torch.zeros_like(q, memory_format=torch.contiguous_format),
+                torch.zeros(k.shape, device=k.device, dtype=k.dtype), torch.zeros(v.shape, device=v.device, dtype=v.dtype))
+    # every row is written: dQ's by the post-pass, dK / dV's by their key block (zeros where no query sees it)
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
+    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
     qv, kv, vv, ov, dov = (_packed(t) for t in (q, k, v, out, dout))
     options = with_masks(default_options(D, varlen=True) if options is None else dict(options), window_size,
                          softcap, mask_mod)
@@ -313,7 +315,8 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     delta = torch.empty(1, H, rows, device=q.device, dtype=torch.float32)
     flat = options.get("flat_dq", False)  # dQ tiles in register order, padded per sequence as LSE / delta
     acc_rows = rows if flat else -(-total_q // block_m) * block_m
-    dq_acc = torch.zeros(1, H, acc_rows, D, device=q.device, dtype=torch.float32)
+    # flat: zeroed by the pre-pass over each sequence's padded rows (VarlenStatsPrep(zero_dq=True))
+    dq_acc = (torch.empty if flat else torch.zeros)(1, H, acc_rows, D, device=q.device, dtype=torch.float32)
     dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
     lse_v = lse.contiguous().unsqueeze(0)
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
@@ -324,8 +327,8 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                                    "(or pass options without tma_stats)")
     if padded:
         lse_p = torch.empty_like(delta)
-        compiled_varlen_prep(_host.cutlass_dtype(q.dtype), D, block_m=block_m)(ov, dov, lse_v, cu[0], delta, lse_p,
-                                                              int(max_seqlen_q))
+        compiled_varlen_prep(_host.cutlass_dtype(q.dtype), D, block_m=block_m, zero_dq=flat)(
+            ov, dov, lse_v, cu[0], delta, lse_p, dq_acc, int(max_seqlen_q))
         lse_v = lse_p
     elif _host.ffi_enabled():
         compiled_prep(_host.cutlass_dtype(q.dtype), D)(ov, dov, delta)
