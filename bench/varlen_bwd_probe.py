@@ -1,6 +1,6 @@
 """H200: where the packed (varlen) attention backward's time goes, against FlashAttention-4's.
 
-    python3 bench/varlen_bwd_probe.py [--rounds 3] [--variants "lpt:lpt=1;lpt8:lpt=1,lpt_heads=8"]
+    python3 bench/varlen_bwd_probe.py [--rounds 3] [--batches 0,3] [--variants "cand:candidate;live:live_units=1"]
 
 For each batch of ``attention_varlen.py`` and two batches of equal sequences (where the packed kernel can be
 set beside the dense one on the same work):
@@ -32,18 +32,20 @@ from _eager import fa4  # noqa: E402
 from attention_varlen import BATCHES, _offsets  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import varlen  # noqa: E402
-from warpsched.kernels.attention.backward_host import default_options  # noqa: E402
+from warpsched.kernels.attention.backward_host import default_options, varlen_candidate_options  # noqa: E402
 
 UNIFORM = [("16 x 2048 (equal)", [2048] * 16, 16, 16, 128, True), ("8 x 4096 (equal)", [4096] * 8, 16, 4, 64, True)]
 
 
 def parse_variants(text):
-    """``"name:a=1,b=0;name2@64:..."``: kernel options over the packed defaults; ``@D``: at head dim D only."""
+    """``"name:a=1,b=0;name2@64:..."``: kernel options over the packed defaults; ``@D``: at head dim D only;
+    ``"cand:candidate"``: ``backward_host.varlen_candidate_options(D)`` as they are."""
     out = {}
     for item in filter(None, text.split(";")):
         name, _, opts = item.partition(":")
-        out[name] = {k: bool(int(v)) if k not in ("dq_stages", "block_m", "lpt_heads") else int(v)
-                     for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
+        out[name] = opts if opts == "candidate" else {
+            k: bool(int(v)) if k not in ("dq_stages", "block_m", "lpt_heads") else int(v)
+            for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
     return out
 
 
@@ -99,7 +101,8 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds, dense):
     variants = for_dim(variants, D)
     sides, grads = {}, {}
     for n, opts in [("ws", None)] + list(variants.items()):
-        chosen = None if opts is None else dict(default_options(D, varlen=True), **opts)
+        chosen = (None if opts is None else varlen_candidate_options(D) if opts == "candidate"
+                  else dict(default_options(D, varlen=True), **opts))
 
         def ws(chosen=chosen):
             return varlen.attention_varlen_backward(q, k, v, out, dout, lse, cu, cu, top, top, causal=causal,

@@ -317,3 +317,49 @@ def test_fold_dlse_subtracts_each_rows_gradient_from_its_delta():
     untouched = torch.ones(rows, dtype=torch.bool)
     untouched[at] = False
     assert (delta[0][:, untouched] == 5.0).all()  # the padding rows keep the pre-pass's values
+
+
+def test_unit_in_regs_reads_the_units_offsets_once():
+    """unit_in_regs: the CTA's unit and its sequence's bounds are read at the top, not after every barrier wait
+    (the same traced values reused: fewer global loads in the kernel); refused for unpacked batches."""
+    import re
+
+    options = default_options(128, varlen=True)
+    plain = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **options).artifacts.PTX
+    held = varlen.compile_backward_for_cpu(head_dim=128, causal=True, unit_in_regs=True, **options).artifacts.PTX
+    assert len(re.findall(r"ld\.global", held)) < len(re.findall(r"ld\.global", plain)) // 2
+    with pytest.raises(AttentionConfigError, match="unit_in_regs=True with varlen=False"):
+        ab.FlashAttentionBackward(head_dim=128, unit_in_regs=True)
+
+
+def test_the_candidate_options_compile_and_keep_the_backwards_program():
+    """backward_host.varlen_candidate_options: the dense kernel's options on packed batches (TMA stores of dK / dV
+    beside register stores for a sequence's partial last keys; 128-row Q blocks at head dim 64), the unit held
+    in registers; the program is the dense one (its shipped proof), the pre-pass zeroing the flat dQ compiles."""
+    import re
+
+    import cutlass
+
+    from warpsched.kernels.attention.backward_host import compiled_varlen_prep, varlen_candidate_options
+
+    for hd in (64, 128):
+        options = varlen_candidate_options(hd)
+        assert options.pop("zero_in_prep") is True
+        ptx = varlen.compile_backward_for_cpu(head_dim=hd, causal=True, **options).artifacts.PTX
+        assert re.findall(r"cp\.async\.bulk\.tensor\.3d\.global\.shared::cta", ptx) and "st.global" in ptx
+        plain = ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=True, **default_options(hd)), verbose=False,
+                         exhaustive_deadlock_race_check=False)
+        packed = ab.build(ab.FlashAttentionBackwardVarlen(head_dim=hd, causal=True, **options), verbose=False,
+                          exhaustive_deadlock_race_check=False)
+        assert packed.fingerprint == plain.fingerprint
+    prep = compiled_varlen_prep(cutlass.BFloat16, 128, arch="sm_90a", block_m=128, zero_dq=True).artifacts.PTX
+    assert "st.global.v4.f32" in prep or "st.global.v4.b32" in prep  # the accumulator's rows, 16 bytes a store
+    assert varlen_candidate_options(256) == default_options(256, varlen=True)
+
+
+def test_zero_in_prep_needs_the_flat_padded_accumulator():
+    torch = pytest.importorskip("torch")
+    assert varlen.backward_fill(default_options(128, varlen=True)) is torch.zeros
+    assert varlen.backward_fill(dict(default_options(128, varlen=True), zero_in_prep=True)) is torch.empty
+    with pytest.raises(AttentionConfigError, match="zero_in_prep=True with tma_stats=True, flat_dq=False"):
+        varlen.backward_fill(dict(tma_stats=True, zero_in_prep=True))

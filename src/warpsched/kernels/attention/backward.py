@@ -125,7 +125,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
-                 dkv_in_ds=False, dq_defer=False, live_units=False):
+                 dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -258,6 +258,12 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             raise AttentionConfigError(f"live_units=True with varlen={self.varlen}, lpt={self.lpt}: the unit table "
                                        "lists a packed batch's key blocks in its own order (varlen=True, lpt=False)")
         self.live_units = bool(live_units)
+        # packed batches: the CTA's unit coordinates and sequence bounds read once at the top, not after every
+        # barrier wait (backward_units.hold_own_unit)
+        if unit_in_regs and not self.varlen:
+            raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
+                                       "(unit_in_regs=False)")
+        self.unit_in_regs = bool(unit_in_regs)
         # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
         if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "
@@ -305,7 +311,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
             + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
             + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
-            + (("live_units",) if self.live_units else ())
+            + (("live_units",) if self.live_units else ()) + (("unit_in_regs",) if self.unit_in_regs else ())
             + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
             + (("dkv_in_ds",) if self.dkv_in_ds else ()) + (("dq_defer",) if self.dq_defer else ()))
 
@@ -445,7 +451,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             self.cu_q, self.cu_k = mCuQ, mCuK
             self.grid_setup(max_seqlen_q, max_seqlen_k, cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
                             cute.size(mCuQ, mode=[0]) - 1, mUnits)
-            self.hold_own_unit(bid)
+            if cutlass.const_expr(self.unit_in_regs):
+                self.hold_own_unit(bid)
         else:
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))

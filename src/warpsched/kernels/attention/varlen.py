@@ -206,6 +206,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 def _backward_kernel(key):
     dtype, head_dim, causal, options = key
     options = dict(options)
+    options.pop("zero_in_prep", None)  # the host's (attention_varlen_backward)
     cls = FlashAttentionBackwardVarlenLive if options.pop("live_units", False) else FlashAttentionBackwardVarlen
     return cls(dtype=dtype, head_dim=head_dim, causal=causal, **options)
 
@@ -270,6 +271,23 @@ def fold_dlse(delta, dlse, cu_seqlens_q, padded, block_m=BWD_BLOCK_M):
     delta[0].index_add_(1, rows, dlse, alpha=-1.0)
 
 
+def backward_fill(options):
+    """How the packed backward allocates dQ, dK, dV and the dQ accumulator: ``torch.zeros``, or with
+    ``zero_in_prep`` ``torch.empty`` (no fill kernels: every row of a sequence is written, dQ's by the
+    post-pass, dK / dV's by their key block, zeros where no query sees it; rows outside every sequence are
+    not, as in flash_attn's backward; the pre-pass zeroes the flat dQ accumulator's rows of each sequence,
+    ``VarlenStatsPrep(zero_dq=True)``, which needs ``tma_stats`` and ``flat_dq``)."""
+    import torch
+
+    padded, flat = options.get("tma_stats", False), options.get("flat_dq", False)
+    if not options.get("zero_in_prep", False):
+        return torch.zeros
+    if not (padded and flat):
+        raise AttentionConfigError(f"zero_in_prep=True with tma_stats={padded}, flat_dq={flat}: the pre-pass zeroes "
+                                   "the flat dQ accumulator it pads (tma_stats=True, flat_dq=True)")
+    return torch.empty
+
+
 def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, scale=None, window_size=None, softcap=None, mask_mod=None, options=None,
                               dlse=None):
@@ -298,25 +316,24 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise AttentionConfigError(f"{name}={n!r}: expected the longest sequence's length, an int")
-    if total_q == 0 or k.shape[0] == 0 or max_seqlen_q == 0 or max_seqlen_k == 0:
-        return (torch.zeros_like(q, memory_format=torch.contiguous_format),
-                torch.zeros(k.shape, device=k.device, dtype=k.dtype), torch.zeros(v.shape, device=v.device, dtype=v.dtype))
-    # every row is written: dQ's by the post-pass, dK / dV's by their key block (zeros where no query sees it)
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
-    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
-    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
-    qv, kv, vv, ov, dov = (_packed(t) for t in (q, k, v, out, dout))
     options = with_masks(default_options(D, varlen=True) if options is None else dict(options), window_size,
                          softcap, mask_mod)
     padded = options.get("tma_stats", False)
+    flat = options.get("flat_dq", False)  # dQ tiles in register order, padded per sequence as LSE / delta
+    zero_in_prep = bool(options.get("zero_in_prep", False))
+    fill = backward_fill(options)
+    dq = fill(q.shape, device=q.device, dtype=q.dtype)
+    dk = fill(k.shape, device=k.device, dtype=k.dtype)
+    dv = fill(v.shape, device=v.device, dtype=v.dtype)
+    if total_q == 0 or k.shape[0] == 0 or max_seqlen_q == 0 or max_seqlen_k == 0:
+        return tuple(t.zero_() for t in (dq, dk, dv)) if zero_in_prep else (dq, dk, dv)
+    qv, kv, vv, ov, dov = (_packed(t) for t in (q, k, v, out, dout))
     block_m = options.get("block_m", BWD_BLOCK_M)
     # tma_stats: each sequence's rows from a block boundary (VarlenStatsPrep, backward_units.padded_stats_rows)
     rows = padded_stats_rows(total_q, cu_seqlens_q.shape[0] - 1, block_m) if padded else total_q
     delta = torch.empty(1, H, rows, device=q.device, dtype=torch.float32)
-    flat = options.get("flat_dq", False)  # dQ tiles in register order, padded per sequence as LSE / delta
     acc_rows = rows if flat else -(-total_q // block_m) * block_m
-    # flat: zeroed by the pre-pass over each sequence's padded rows (VarlenStatsPrep(zero_dq=True))
-    dq_acc = (torch.empty if flat else torch.zeros)(1, H, acc_rows, D, device=q.device, dtype=torch.float32)
+    dq_acc = fill(1, H, acc_rows, D, device=q.device, dtype=torch.float32)
     dkv, dvv = (t.permute(1, 0, 2).unsqueeze(0) for t in (dk, dv))
     lse_v = lse.contiguous().unsqueeze(0)
     cu = [cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()]
@@ -327,7 +344,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                                    "(or pass options without tma_stats)")
     if padded:
         lse_p = torch.empty_like(delta)
-        compiled_varlen_prep(_host.cutlass_dtype(q.dtype), D, block_m=block_m, zero_dq=flat)(
+        compiled_varlen_prep(_host.cutlass_dtype(q.dtype), D, block_m=block_m, zero_dq=zero_in_prep)(
             ov, dov, lse_v, cu[0], delta, lse_p, dq_acc, int(max_seqlen_q))
         lse_v = lse_p
     elif _host.ffi_enabled():
