@@ -11,6 +11,10 @@ that starts at packed row ``s`` has at most ``(s + n) // block_m - s // block_m 
 ``total_q // block_m + B`` bounds them all (``table_size``). The persistent grid is sized from that bound
 and the kernel reads the count: a CTA may then have no unit at all, which its proof covers (the work-tile
 count is declared ``>= 0`` for this form).
+
+The packed backward's option of the same name (``FlashAttentionBackwardVarlenLive``) takes
+``SequenceOrderTable``'s table: one entry per (sequence, K/V head, key block) that holds keys, the longest
+sequences first, bounded the same way from ``total_k``.
 """
 from __future__ import annotations
 
