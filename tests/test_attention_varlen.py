@@ -363,3 +363,25 @@ def test_zero_in_prep_needs_the_flat_padded_accumulator():
     assert varlen.backward_fill(dict(default_options(128, varlen=True), zero_in_prep=True)) is torch.empty
     with pytest.raises(AttentionConfigError, match="zero_in_prep=True with tma_stats=True, flat_dq=False"):
         varlen.backward_fill(dict(tma_stats=True, zero_in_prep=True))
+
+
+@pytest.mark.parametrize("live", [False, True])
+@pytest.mark.parametrize("hd", [64, 128])
+def test_the_hosts_own_compile_takes_the_candidate_and_live_options(hd, live, monkeypatch):
+    """``attention_varlen_backward``'s compile path for the candidates (and ``live_units``), as a call builds it:
+    the unit table's block and the post-pass's flat tile come from the packed kernel (the dense one refuses
+    ``unit_in_regs`` / ``live_units`` and does not know ``zero_in_prep``), and the TVM-FFI compile takes the
+    table after the offsets."""
+    pytest.importorskip("tvm_ffi")
+    import cutlass
+
+    from warpsched.kernels.attention.backward_host import varlen_candidate_options
+
+    from warpsched.kernels import _host
+
+    # the arch a GPU would give the compile (as tests/test_gemm_launch.py does)
+    monkeypatch.setattr(_host, "ffi_options", lambda arch=None: _host.ptx_options("sm_90a") + " --enable-tvm-ffi")
+    options = dict(varlen_candidate_options(hd), **({"live_units": True} if live else {}))
+    key = (cutlass.BFloat16, hd, True, tuple(sorted(options.items())))
+    assert varlen.backward_facts(key) == (128, (64, 1, 0))
+    assert varlen._compiled(key, backward=True) is not None

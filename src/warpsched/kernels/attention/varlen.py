@@ -212,9 +212,12 @@ def _backward_kernel(key):
 
 
 @functools.lru_cache(maxsize=None)
-def _backward_block_n(key):
-    """Keys per unit of the backward for ``key`` (the table's block size)."""
-    return _backward_kernel(key).block_n
+def backward_facts(key):
+    """(keys per unit, flat dQ tile or None) of the packed backward for ``key``: the unit table's block size and
+    the post-pass's tile (``backward_host.flat_dq_tile``'s answer, from the packed kernel, which takes options
+    the dense one refuses: ``live_units``, ``unit_in_regs``, ``zero_in_prep``)."""
+    kern = _backward_kernel(key)
+    return kern.block_n, (kern.flat_tile if kern.flat_dq else None)
 
 
 def fake_backward_operands(dtype, head_dim, tma_stats=False, live_units=False):
@@ -300,7 +303,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     import torch
 
     from .backward_host import (checked_dlse, compiled_prep, compiled_varlen_post, compiled_varlen_prep,
-                                default_options, dq_from_accum, flat_dq_tile)
+                                default_options, dq_from_accum)
 
     check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
     total_q, H, D = q.shape
@@ -354,11 +357,11 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     if dlse is not None:
         fold_dlse(delta, checked_dlse(dlse, (H, total_q), q.device), cu[0], padded, block_m)
     if options.get("live_units", False):  # the key blocks that hold keys, longest sequences first (on the device)
-        if -(-max_seqlen_k // _backward_block_n(key)) > live_units.MAX_KEY_BLOCKS:
+        if -(-max_seqlen_k // backward_facts(key)[0]) > live_units.MAX_KEY_BLOCKS:
             raise AttentionConfigError(f"max_seqlen_k={max_seqlen_k}: the unit table numbers at most "
                                        f"{live_units.MAX_KEY_BLOCKS} key blocks a sequence; pass options without "
                                        "live_units for longer sequences")
-        cu.append(live_units.build_backward_table(cu[1], k.shape[0], _backward_block_n(key), k.shape[1],
+        cu.append(live_units.build_backward_table(cu[1], k.shape[0], backward_facts(key)[0], k.shape[1],
                                                   int(max_seqlen_k)))
     if _host.ffi_enabled():
         _compiled(key, backward=True)(qv, kv, vv, dov, lse_v, delta, dq_acc, dkv, dvv, *cu, int(max_seqlen_q),
@@ -370,7 +373,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                    _host.current_stream()])
         _compiled(key, args, backward=True)(*args)
     if flat:  # (flat_dq needs tma_stats, which needs TVM FFI: checked above)
-        compiled_varlen_post(_host.cutlass_dtype(q.dtype), D, *flat_dq_tile(key), pad=block_m)(
+        compiled_varlen_post(_host.cutlass_dtype(q.dtype), D, *backward_facts(key)[1], pad=block_m)(
             dq_acc, dq.permute(1, 0, 2).unsqueeze(0), cu[0], int(max_seqlen_q), scale)
     else:
         dq_from_accum(dq_acc[0, :, :total_q].transpose(0, 1), scale, dq.dtype, out=dq)
