@@ -237,6 +237,31 @@ def backward_variants(rows, rounds):
               + "".join(f" {cells[n]} |" for n in extra), flush=True)
 
 
+def training_steps(q, k, v, cu, top, causal, flash_attn_varlen_func):
+    """{"ws": step[, "fa4": step]}: forward + backward through autograd on copies of q, k, v that need
+    gradients, warpsched's ``nn.attention_varlen`` and FA4's ``flash_attn_varlen_func`` (when given and it
+    takes the shape)."""
+    qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    dout = torch.randn_like(q)
+
+    def ws_step():
+        o = wnn.attention_varlen(qq, kk, vv, cu, cu, top, top, causal=causal)
+        torch.autograd.grad(o, (qq, kk, vv), dout)
+    sides = {"ws": ws_step}
+    if flash_attn_varlen_func is not None:
+        def fa_step():
+            o = flash_attn_varlen_func(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
+                                       max_seqlen_k=top, causal=causal)
+            o = o[0] if isinstance(o, tuple) else o
+            torch.autograd.grad(o, (qq, kk, vv), dout)
+        try:
+            fa_step()
+            sides["fa4"] = fa_step
+        except Exception as e:  # noqa: BLE001 - FA4's varlen backward may refuse a shape
+            print(f"  (FA4 varlen backward: {type(e).__name__}: {str(e)[:120]})", flush=True)
+    return sides
+
+
 def speed(rounds):
     from triton.testing import do_bench
 
@@ -284,25 +309,7 @@ def speed(rounds):
     print("| batch | H/Hk | D | causal | warpsched | FA4 | FA4 / ws |")
     print("|---|---|---|---|---|---|---|")
     for name, lengths, H, Hk, D, causal, q, k, v, cu in rows:
-        top = max(lengths)
-        qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
-        dout = torch.randn_like(q)
-
-        def ws_step():
-            o = wnn.attention_varlen(qq, kk, vv, cu, cu, top, top, causal=causal)
-            torch.autograd.grad(o, (qq, kk, vv), dout)
-        sides = {"ws": ws_step}
-        if flash_attn_varlen_func is not None:
-            def fa_step():
-                o = flash_attn_varlen_func(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
-                                           max_seqlen_k=top, causal=causal)
-                o = o[0] if isinstance(o, tuple) else o
-                torch.autograd.grad(o, (qq, kk, vv), dout)
-            try:
-                fa_step()
-                sides["fa4"] = fa_step
-            except Exception as e:  # noqa: BLE001 - FA4's varlen backward may refuse a shape
-                print(f"  (FA4 varlen backward: {type(e).__name__}: {str(e)[:120]})", flush=True)
+        sides = training_steps(q, k, v, cu, max(lengths), causal, flash_attn_varlen_func)
         us = {n: ms * 1e3 for n, ms in alternate(torch, sides, rounds=rounds, iters=10).items()}
         print(f"| {name} | {H}/{Hk} | {D} | {causal} | {us['ws']:.0f} | {us.get('fa4', float('nan')):.0f} | "
               f"{us.get('fa4', float('nan')) / us['ws']:.3f}x |", flush=True)

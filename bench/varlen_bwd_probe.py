@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from _eager import fa4  # noqa: E402
-from attention_varlen import BATCHES, _offsets  # noqa: E402
+from attention_varlen import BATCHES, _offsets, training_steps  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import varlen  # noqa: E402
 from warpsched.kernels.attention.backward_host import default_options, varlen_candidate_options  # noqa: E402
@@ -164,23 +164,8 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds, dense):
 
 def train_step(name, H, Hk, D, causal, q, k, v, cu, top, rounds):
     """Forward + backward through autograd, eager (host included), warpsched's nn.attention_varlen and FA4's
-    flash_attn_varlen_func, alternating."""
-    from warpsched import nn as wnn
-
-    flash_varlen = fa4("flash_attn_varlen_func")
-    qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    dout = torch.randn_like(q)
-
-    def ws_step():
-        o = wnn.attention_varlen(qq, kk, vv, cu, cu, top, top, causal=causal)
-        torch.autograd.grad(o, (qq, kk, vv), dout)
-    sides = {"ws": ws_step}
-    if flash_varlen is not None:
-        def fa_step():
-            o = flash_varlen(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top, max_seqlen_k=top,
-                             causal=causal)
-            torch.autograd.grad(o[0] if isinstance(o, tuple) else o, (qq, kk, vv), dout)
-        sides["fa4"] = fa_step
+    flash_attn_varlen_func (``attention_varlen.training_steps``), alternating."""
+    sides = training_steps(q, k, v, cu, top, causal, fa4("flash_attn_varlen_func"))
     times = {n: [] for n in sides}
     for r in range(rounds):
         for n in (list(sides) if r % 2 == 0 else list(reversed(sides))):
@@ -211,8 +196,11 @@ def check_tables():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--variants", default=os.environ.get("VARLEN_BWD_VARIANTS", ""))
+    ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds (the median is shown)")
+    ap.add_argument("--variants", default=os.environ.get("VARLEN_BWD_VARIANTS", ""),
+                    help='more warpsched forms: "name:opt=1,opt=0;name@64:..." (kernel options over the packed '
+                         'defaults; @D: at head dim D only) or "name:candidate" '
+                         "(backward_host.varlen_candidate_options)")
     ap.add_argument("--batches", default="", help="comma-separated indices into the batches (default: all), "
                     f"0..{len(BATCHES) - 1} attention_varlen.py's, then {len(BATCHES)}.. the equal ones")
     args = ap.parse_args()

@@ -64,6 +64,19 @@ def reference_levels(lengths, block_m, causal, levels):
     return sorted(of, key=lambda p: -of[p]), of
 
 
+@cute.jit
+def _level_arrays(tid):
+    """The level tables' shared memory: (counts, starts), MAX_LEVELS + 2 int32 each, counts zeroed by the CTA's
+    THREADS threads and synchronized."""
+    smem = cutlass.memory.SmemAllocator()
+    counts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
+    starts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
+    for i in cutlass.range(tid, MAX_LEVELS + 2, THREADS, unroll=1):
+        counts[i] = cutlass.Int32(0)
+    cute.arch.sync_threads()
+    return counts, starts
+
+
 class LiveUnitTable:
     """One warp: each lane takes a sequence of a 32-sequence chunk, counts its blocks, and an inclusive scan
     over the lanes (``shuffle_sync_up``) gives each lane where its blocks go; the chunk's total carries to the
@@ -128,13 +141,8 @@ class LongestFirstTable(LiveUnitTable):
     @cute.kernel
     def kernel(self, mCuQ: cute.Tensor, mTable: cute.Tensor, levels: cutlass.Int32):
         tid, _, _ = cute.arch.thread_idx()
-        smem = cutlass.memory.SmemAllocator()
         # counts[MAX_LEVELS + 1], causal: the blocks past the top level (they join it)
-        counts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
-        starts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
-        for i in cutlass.range(tid, MAX_LEVELS + 2, THREADS, unroll=1):
-            counts[i] = cutlass.Int32(0)
-        cute.arch.sync_threads()
+        counts, starts = _level_arrays(tid)
         seqs = cute.size(mCuQ, mode=[0]) - 1
         capacity = (cute.size(mTable, mode=[0]) - HEADER) // 2
         for b in cutlass.range(tid, seqs, THREADS, unroll=1):
@@ -219,12 +227,7 @@ class SequenceOrderTable(LiveUnitTable):
     def kernel(self, mCuK: cute.Tensor, mTable: cute.Tensor, heads: cutlass.Int32, levels: cutlass.Int32):
         tid, _, _ = cute.arch.thread_idx()
         lane, warp = tid % LANES, tid // LANES
-        smem = cutlass.memory.SmemAllocator()
-        counts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
-        starts = smem.allocate_tensor(cutlass.Int32, cute.make_layout(MAX_LEVELS + 2), byte_alignment=16)
-        for i in cutlass.range(tid, MAX_LEVELS + 2, THREADS, unroll=1):
-            counts[i] = cutlass.Int32(0)
-        cute.arch.sync_threads()
+        counts, starts = _level_arrays(tid)
         seqs = cute.size(mCuK, mode=[0]) - 1
         capacity = (cute.size(mTable, mode=[0]) - HEADER) // 2
         for b in cutlass.range(tid, seqs, THREADS, unroll=1):
