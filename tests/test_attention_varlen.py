@@ -366,7 +366,7 @@ def test_zero_in_prep_needs_the_flat_padded_accumulator():
 
 
 @pytest.mark.parametrize("live", [False, True])
-@pytest.mark.parametrize("hd", [64, 128])
+@pytest.mark.parametrize("hd", [64, 128, 256])
 def test_the_hosts_own_compile_takes_the_candidate_and_live_options(hd, live, monkeypatch):
     """``attention_varlen_backward``'s compile path for the candidates (and ``live_units``), as a call builds it:
     the unit table's block and the post-pass's flat tile come from the packed kernel (the dense one refuses
@@ -383,5 +383,6 @@ def test_the_hosts_own_compile_takes_the_candidate_and_live_options(hd, live, mo
     monkeypatch.setattr(_host, "ffi_options", lambda arch=None: _host.ptx_options("sm_90a") + " --enable-tvm-ffi")
     options = dict(varlen_candidate_options(hd), **({"live_units": True} if live else {}))
     key = (cutlass.BFloat16, hd, True, tuple(sorted(options.items())))
-    assert varlen.backward_facts(key) == (128, (64, 1, 0))
+    # head dim 256: 64-key units (the warp groups split D), dQ in rows and columns (no flat tiles)
+    assert varlen.backward_facts(key) == ((64, None) if hd == 256 else (128, (64, 1, 0)))
     assert varlen._compiled(key, backward=True) is not None
