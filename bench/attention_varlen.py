@@ -185,13 +185,31 @@ def variants():
     return out
 
 
+def backward_calls(q, k, v, out, dout, lse, cu, top, causal, sides):
+    """The packed backward call for each of ``sides`` ({name: kernel options, None for the defaults}), each run
+    once: ({name: call}, {name: its (dq, dk, dv)}, {name: why it was refused}) (a refusal is an
+    ``AttentionConfigError``)."""
+    from warpsched.kernels.attention.masks import AttentionConfigError
+
+    fns, grads, refused = {}, {}, {}
+    for n, opts in sides.items():
+        def call(opts=opts):
+            return varlen.attention_varlen_backward(q, k, v, out, dout, lse, cu, cu, top, top, causal=causal,
+                                                    options=opts)
+        try:
+            grads[n] = call()
+            fns[n] = call
+        except AttentionConfigError as e:
+            refused[n] = str(e)
+    return fns, grads, refused
+
+
 def backward_variants(rows, rounds):
     """``VARLEN_BWD_VARIANTS="flat:flat_dq=1;..."``: the packed backward's kernel options over its defaults
     (``backward_host.default_options(D, varlen=True)``), each checked against the default's gradients (within
     1e-2 of their max; the default is checked against fp64 above) and timed beside it (device time, CUDA graphs,
     the call: pre-pass, kernel, dQ conversion)."""
     from warpsched.kernels.attention.backward_host import default_options
-    from warpsched.kernels.attention.masks import AttentionConfigError
 
     extra = {}
     for item in filter(None, os.environ.get("VARLEN_BWD_VARIANTS", "").split(";")):
@@ -213,16 +231,8 @@ def backward_variants(rows, rounds):
         sides = {"default": dict(default_options(D, varlen=True))}
         for n, opts in extra.items():
             sides[n] = dict(default_options(D, varlen=True), **opts)
-        fns, grads, cells = {}, {}, {}
-        for n, opts in sides.items():
-            def call(opts=opts):
-                return varlen.attention_varlen_backward(q, k, v, out, dout, lse, cu, cu, top, top, causal=causal,
-                                                        options=opts)
-            try:
-                grads[n] = call()
-                fns[n] = call
-            except AttentionConfigError as e:
-                cells[n] = f"refused ({str(e)[:40]})"
+        fns, grads, refused = backward_calls(q, k, v, out, dout, lse, cu, top, causal, sides)
+        cells = {n: f"refused ({why[:40]})" for n, why in refused.items()}
         times = {n: [] for n in fns}
         for _ in range(rounds):
             for n, fn in fns.items():

@@ -29,9 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from _eager import fa4  # noqa: E402
-from attention_varlen import BATCHES, _offsets, training_steps  # noqa: E402
+from attention_varlen import BATCHES, _offsets, backward_calls, training_steps  # noqa: E402
 from warpsched import ops  # noqa: E402
-from warpsched.kernels.attention import varlen  # noqa: E402
 from warpsched.kernels.attention.backward_host import default_options, varlen_candidate_options  # noqa: E402
 
 UNIFORM = [("16 x 2048 (equal)", [2048] * 16, 16, 16, 128, True), ("8 x 4096 (equal)", [4096] * 8, 16, 4, 64, True)]
@@ -99,19 +98,13 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds, dense):
     dout = torch.randn_like(q)
     out, lse = ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, return_lse=True)
     variants = for_dim(variants, D)
-    sides, grads = {}, {}
-    for n, opts in [("ws", None)] + list(variants.items()):
-        chosen = (None if opts is None else varlen_candidate_options(D) if opts == "candidate"
-                  else dict(default_options(D, varlen=True), **opts))
-
-        def ws(chosen=chosen):
-            return varlen.attention_varlen_backward(q, k, v, out, dout, lse, cu, cu, top, top, causal=causal,
-                                                    options=chosen)
-        try:
-            grads[n] = ws()
-            sides[n] = ws
-        except Exception as e:  # noqa: BLE001 - a variant may be refused; the table says so
-            print(f"  {n}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+    chosen = {"ws": None}
+    for n, opts in variants.items():
+        chosen[n] = (varlen_candidate_options(D) if opts == "candidate"
+                     else dict(default_options(D, varlen=True), **opts))
+    sides, grads, refused = backward_calls(q, k, v, out, dout, lse, cu, top, causal, chosen)
+    for n, why in refused.items():
+        print(f"  {n}: refused: {why[:160]}", flush=True)
     if flash_varlen is not None:
         qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
         o = flash_varlen(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top, max_seqlen_k=top,

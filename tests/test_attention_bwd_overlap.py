@@ -206,7 +206,7 @@ def test_padded_sequences_get_disjoint_whole_blocks_inside_the_buffer(block_m):
             cu.append(cu[-1] + n)
         g = ab.FlashAttentionBackward(varlen=True, tma_stats=True, head_dim=64, block_m=block_m)
         g.grid_setup(max(lengths), 128, 1, 1, len(lengths))
-        g.cu_q = cu
+        g.cu_q = g.cu_k = cu  # (padded_block0 reads the unit's sequence bounds)
         end = 0
         for b, n in enumerate(lengths):
             first = g.padded_block0(b * g.n_blocks)  # any unit of sequence b

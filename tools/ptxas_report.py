@@ -46,10 +46,9 @@ def variants():
             head_dim=d, causal=True, **bwd.default_options(d, varlen=True)))
         table[f"bwd_varlen_live_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
             head_dim=d, causal=True, **dict(bwd.default_options(d, varlen=True), live_units=True)))
-    table["bwd_varlen_dense_opts_64_causal"] = lambda: varlen.compile_backward_for_cpu(
-        head_dim=64, causal=True, **bwd.default_options(64))
-    table["bwd_varlen_dense_opts_128_causal"] = lambda: varlen.compile_backward_for_cpu(
-        head_dim=128, causal=True, **bwd.default_options(128))
+    for d in (64, 128):  # the packed backward's candidate defaults (the dense options, unit_in_regs)
+        table[f"bwd_varlen_candidate_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
+            head_dim=d, causal=True, **bwd.varlen_candidate_options(d)))
     table["bwd_deterministic_128"] = lambda: bwd.compile_for_cpu(
         head_dim=128, causal=True, **dict(bwd.default_options(128), deterministic=True))
     table["bwd_128_defer"] = lambda: bwd.compile_for_cpu(head_dim=128, causal=True, **dict(

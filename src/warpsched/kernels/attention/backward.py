@@ -264,6 +264,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
                                        "(unit_in_regs=False)")
         self.unit_in_regs = bool(unit_in_regs)
+        self.own_unit = None  # set while traced (unit_in_regs): backward_units.hold_own_unit
         # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
         if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "

@@ -77,13 +77,12 @@ class BackwardUnits:
         """``varlen``, while the kernel is traced: the CTA's own unit's coordinates and sequence bounds read once,
         at the top, so the per-step work (masks, TMA coordinates) reuses them instead of loading the offsets
         (and the unit table) again after every barrier wait."""
-        self.own_unit = None
-        if cutlass.const_expr(self.varlen):
-            self.own_unit = (unit, self.unit_coords(unit), self.seq_bounds(unit))
+        self.own_unit = None  # unit_coords / seq_bounds compute them here, once
+        self.own_unit = (unit, self.unit_coords(unit), self.seq_bounds(unit))
 
     def _own(self, unit):
         """(coordinates, bounds) held by ``hold_own_unit`` when ``unit`` is that unit (the same traced value)."""
-        own = getattr(self, "own_unit", None)
+        own = self.own_unit
         return own[1:] if own is not None and unit is own[0] else None
 
     def _table_coords(self, unit):
@@ -154,8 +153,7 @@ class BackwardUnits:
     def padded_block0(self, unit):
         """``varlen`` with ``tma_stats``: the first padded LSE / delta block of ``unit``'s sequence
         (``padded_first_block``)."""
-        b = self.unit_coords(unit)[2]
-        return padded_first_block(self.cu_q[b], b, self.block_m)
+        return padded_first_block(self.seq_bounds(unit)[0], self.unit_coords(unit)[2], self.block_m)
 
     def rows_of(self, t, unit, head, batch, key=False):
         """``t[:, :, head, batch]`` of an (S, D, H, B) TMA or global view; ``varlen``: the packed tensor's

@@ -269,77 +269,66 @@ def fake_operands():
     return tuple(make_fake_tensor(cutlass.Int32, (cute.sym_int32(),), (1,), assumed_align=4) for _ in range(2))
 
 
+def _compiled_table(key, make, ints, arch, args):
+    """A table kernel ``make()`` (called ``f(offsets, table, *ints)``) compiled once per ``key``: with fake
+    operands for TVM-FFI calls with torch tensors, with ``args`` (CuTe tensors, the ints, a stream) for the JIT
+    executor, or with ``arch`` on the CPU (tests read its PTX)."""
+    from .. import _host
+
+    key = key + (arch, args is None)
+    if key not in _CACHE:
+        if args is None:
+            options, stream = _host.fake_target(arch)
+            _CACHE[key] = cute.compile(make(), *fake_operands(), *(cutlass.Int32(1),) * ints, stream, options=options)
+        else:
+            _CACHE[key] = cute.compile(make(), *args, options=_host.launch_options())
+    return _CACHE[key]
+
+
+def _run_table(compiled_for, offsets, words, ints):
+    """A new int32 table of ``words`` words, written on the offsets' stream by the kernel ``compiled_for(args)``
+    returns (no host sync: the count stays on the device)."""
+    import torch
+
+    from .. import _host
+
+    table = torch.empty(words, device=offsets.device, dtype=torch.int32)
+    if _host.ffi_enabled():
+        compiled_for(None)(offsets, table, *ints)
+    else:
+        args = [_host.to_cute(offsets, 0), _host.to_cute(table, 0), *map(cutlass.Int32, ints), _host.current_stream()]
+        compiled_for(args)(*args)
+    return table
+
+
 def compiled(block_m, arch=None, args=None, longest_first=None):
     """The table kernel for ``block_m``-row blocks (``longest_first``: None for ``LiveUnitTable``, else the causal
     flag of ``LongestFirstTable``): for TVM-FFI calls ``f(cu_seqlens_q, table[, levels])`` with torch tensors, or
     with ``args`` (CuTe tensors, [levels,] a stream) for the JIT executor; ``arch``: a CPU compile for that arch
     (tests read its PTX)."""
-    from .. import _host
-
-    key = (block_m, arch, args is None, longest_first)
-    if key not in _CACHE:
-        kern = LiveUnitTable(block_m) if longest_first is None else LongestFirstTable(block_m, longest_first)
-        if args is None:
-            options, stream = _host.fake_target(arch)
-            levels = () if longest_first is None else (cutlass.Int32(1),)
-            _CACHE[key] = cute.compile(kern, *fake_operands(), *levels, stream, options=options)
-        else:
-            _CACHE[key] = cute.compile(kern, *args, options=_host.launch_options())
-    return _CACHE[key]
+    def make():
+        return LiveUnitTable(block_m) if longest_first is None else LongestFirstTable(block_m, longest_first)
+    return _compiled_table((block_m, longest_first), make, 0 if longest_first is None else 1, arch, args)
 
 
 def build_table(cu_seqlens_q, total_q, block_m, longest_first=None, max_seqlen_q=0):
     """The table for torch offsets ``cu_seqlens_q`` (int32, on the GPU), built on their stream: a new int32
     tensor of ``table_size`` words (no host sync: the count stays on the device). ``longest_first``: None for
     sequence order, else the causal flag of the longest-first order (``max_seqlen_q`` gives its levels)."""
-    import torch
-
-    from .. import _host
-
-    seqs = cu_seqlens_q.shape[0] - 1
-    table = torch.empty(table_size(total_q, seqs, block_m), device=cu_seqlens_q.device, dtype=torch.int32)
     levels = () if longest_first is None else (levels_for(max_seqlen_q, block_m),)
-    if _host.ffi_enabled():
-        compiled(block_m, longest_first=longest_first)(cu_seqlens_q, table, *levels)
-    else:
-        args = [_host.to_cute(cu_seqlens_q, 0), _host.to_cute(table, 0), *map(cutlass.Int32, levels),
-                _host.current_stream()]
-        compiled(block_m, args=args, longest_first=longest_first)(*args)
-    return table
+    return _run_table(lambda args: compiled(block_m, args=args, longest_first=longest_first), cu_seqlens_q,
+                      table_size(total_q, cu_seqlens_q.shape[0] - 1, block_m), levels)
 
 
 def compiled_sequence_order(block_n, arch=None, args=None):
     """``SequenceOrderTable`` for ``block_n``-key blocks: for TVM-FFI calls ``f(cu_seqlens_k, table, heads,
     levels)`` with torch tensors, or with ``args`` for the JIT executor; ``arch``: a CPU compile for that arch."""
-    from .. import _host
-
-    key = ("sequence order", block_n, arch, args is None)
-    if key not in _CACHE:
-        kern = SequenceOrderTable(block_n)
-        if args is None:
-            options, stream = _host.fake_target(arch)
-            _CACHE[key] = cute.compile(kern, *fake_operands(), cutlass.Int32(1), cutlass.Int32(1), stream,
-                                       options=options)
-        else:
-            _CACHE[key] = cute.compile(kern, *args, options=_host.launch_options())
-    return _CACHE[key]
+    return _compiled_table(("sequence order", block_n), lambda: SequenceOrderTable(block_n), 2, arch, args)
 
 
 def build_backward_table(cu_seqlens_k, total_k, block_n, heads, max_seqlen_k):
     """``SequenceOrderTable``'s table for torch offsets ``cu_seqlens_k`` (int32, on the GPU) and ``heads`` K/V
     heads, built on their stream with no host sync: a new int32 tensor of ``backward_table_size`` words."""
-    import torch
-
-    from .. import _host
-
-    seqs = cu_seqlens_k.shape[0] - 1
-    table = torch.empty(backward_table_size(total_k, seqs, heads, block_n), device=cu_seqlens_k.device,
-                        dtype=torch.int32)
-    levels = levels_for(max_seqlen_k, block_n)
-    if _host.ffi_enabled():
-        compiled_sequence_order(block_n)(cu_seqlens_k, table, heads, levels)
-    else:
-        args = [_host.to_cute(cu_seqlens_k, 0), _host.to_cute(table, 0), cutlass.Int32(heads), cutlass.Int32(levels),
-                _host.current_stream()]
-        compiled_sequence_order(block_n, args=args)(*args)
-    return table
+    return _run_table(lambda args: compiled_sequence_order(block_n, args=args), cu_seqlens_k,
+                      backward_table_size(total_k, cu_seqlens_k.shape[0] - 1, heads, block_n),
+                      (heads, levels_for(max_seqlen_k, block_n)))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 
-
 import cutlass
 import cutlass.cute as cute
 
@@ -357,12 +356,12 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     if dlse is not None:
         fold_dlse(delta, checked_dlse(dlse, (H, total_q), q.device), cu[0], padded, block_m)
     if options.get("live_units", False):  # the key blocks that hold keys, longest sequences first (on the device)
-        if -(-max_seqlen_k // backward_facts(key)[0]) > live_units.MAX_KEY_BLOCKS:
+        block_n = backward_facts(key)[0]
+        if -(-max_seqlen_k // block_n) > live_units.MAX_KEY_BLOCKS:
             raise AttentionConfigError(f"max_seqlen_k={max_seqlen_k}: the unit table numbers at most "
                                        f"{live_units.MAX_KEY_BLOCKS} key blocks a sequence; pass options without "
                                        "live_units for longer sequences")
-        cu.append(live_units.build_backward_table(cu[1], k.shape[0], backward_facts(key)[0], k.shape[1],
-                                                  int(max_seqlen_k)))
+        cu.append(live_units.build_backward_table(cu[1], k.shape[0], block_n, k.shape[1], int(max_seqlen_k)))
     if _host.ffi_enabled():
         _compiled(key, backward=True)(qv, kv, vv, dov, lse_v, delta, dq_acc, dkv, dvv, *cu, int(max_seqlen_q),
                                 int(max_seqlen_k), scale)
