@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from warpsched import (MemoryResource, PipelineConfig, ScheduleError, TaskLocalVariable, ValidationError, WorkQueue,
+from warpsched import (MemoryResource, PipelineConfig, PipelineGroup, PipelineGroupMode, ScheduleError, TaskLocalVariable, ValidationError, WorkQueue,
                        consumer_work, domain_loop, producer_work, schedule, when_false, when_true, work_tile_loop)
 
 N = 4
@@ -155,6 +155,29 @@ def test_plain_fields_stay_readable():
         r.load()
 
     assert len(reads_field(Res(name="r")).steps) == 1 and seen == [7]
+
+
+# CuTe DSL's FrontendNext probes the values a traced body handles (getattr(value, "_mutable_ref", None),
+# getattr(val, "ir_value", None)) from its own modules; a probe stands in for that code here.
+_DSL_PROBE = {}
+exec(compile("def probe(value, attr):\n    return getattr(value, attr, None)\n",
+             "/site/nvidia_cutlass_dsl/python_packages/cutlass/base_dsl/pyir_entrypoints.py", "exec"), _DSL_PROBE)
+
+
+def test_dsl_front_end_probes_are_not_schedule_calls():
+    seen = []
+
+    @schedule
+    def probed(r, group):
+        seen.extend(_DSL_PROBE["probe"](x, a) for x in (r, group) for a in ("_mutable_ref", "ir_value"))
+        r.load()
+
+    r = Res(name="r", pipeline_config=cfg())
+    group = PipelineGroup(name="g", members=[r], mode=PipelineGroupMode.Merge)
+    assert len(probed(r, group).steps) == 1 and seen == [None] * 4
+    # the same lookups from the user's own code are still named mistakes
+    f = capture_error(calls_missing, Res(name="r")).finding
+    assert f.check == "named work dispatch"
 
 
 def test_sync_verb_takes_no_arguments():

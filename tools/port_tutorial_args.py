@@ -11,6 +11,9 @@ from __future__ import annotations
 TUTORIALS = {
     "01_copy_grid_stride": ("01_copy_basics_ts/01_copy_grid_stride.py", "sm_90a", "gmem_copy_kernel"),
     "02_copy_tma": ("01_copy_basics_ts/02_copy_tma.py", "sm_90a", "tma_copy_kernel"),
+    # added to the CUTLASS repository after the others (schedule guards: first_iter, every, when_true, last_iter)
+    "03_copy_tma_conditional": ("01_copy_basics_ts/03_copy_tma_conditional.py", "sm_90a",
+                                "tma_copy_conditional_kernel"),
     "03_copy_persistent_skip_tile": ("03_persistent_scheduling_dynamic_domain_ts/01_copy_persistent_skip_tile.py",
                                      "sm_90a", "tma_copy_persistent_skip_kernel"),
     "03_copy_varlen_dynamic_domain": ("03_persistent_scheduling_dynamic_domain_ts/02_copy_varlen_dynamic_domain.py",
@@ -24,6 +27,8 @@ TUTORIALS = {
     "07_01_merge_copy": ("07_group_pipeline_ts/01_merge_copy.py", "sm_90a", "merge_copy_kernel"),
     "07_01_merge_copy_no_tma": ("07_group_pipeline_ts/01_merge_copy.py", "sm_90a", "merge_copy_kernel"),
     "07_02_merge_gemm": ("07_group_pipeline_ts/02_merge_gemm.py", "sm_100a", "merge_gemm_kernel"),
+    # the later version's --ab-sync-mode fused: one full and one empty barrier for the A / B group
+    "07_02_merge_gemm_fused": ("07_group_pipeline_ts/02_merge_gemm.py", "sm_100a", "merge_gemm_kernel"),
     "07_03_resadd_gmem": ("07_group_pipeline_ts/03_merge_gemm_resadd.py", "sm_100a", "kernel"),
     "07_03_resadd_tma": ("07_group_pipeline_ts/03_merge_gemm_resadd.py", "sm_100a", "kernel"),
     "07_04_fork_tma": ("07_group_pipeline_ts/04_fork_load_gemm_act.py", "sm_100a", "fork_kernel"),
@@ -33,7 +38,8 @@ OLD = ["01_copy_grid_stride", "02_copy_tma", "03_copy_persistent_skip_tile", "03
        "02_gemm_simple", "06_gemm_split_k"]
 NEW = [k for k in TUTORIALS if k not in OLD]
 # what the tutorial's command line selects, as it sets it (its CLI flag in the table)
-FLAGS = {"07_01_merge_copy": "", "07_01_merge_copy_no_tma": "--no-tma", "07_03_resadd_gmem": "--mode gmem",
+FLAGS = {"07_01_merge_copy": "", "07_01_merge_copy_no_tma": "--no-tma",
+         "07_02_merge_gemm_fused": "--ab-sync-mode fused", "07_03_resadd_gmem": "--mode gmem",
          "07_03_resadd_tma": "--mode tma", "07_04_fork_tma": "--mode tma", "07_04_fork_gmem": "--mode gmem"}
 
 
@@ -62,6 +68,11 @@ def fake_args(key: str, mod):
         rows, cols = 256, 512
         return mod.tma_copy_kernel_host, ((rows, cols), fake(cutlass.Float16, (rows, cols)),
                                           fake(cutlass.Float16, (rows, cols)), False)
+    if key == "03_copy_tma_conditional":
+        rows, cols = 256, 512  # the tutorial's --rows_cols default; its --highlight-row default is 128
+        f16 = cutlass.Float16
+        return mod.tma_copy_conditional_kernel_host, ((rows, cols), 128, fake(f16, (rows, cols)),
+                                                      fake(f16, (rows, cols)), fake(f16, (rows, 4)))
     if key == "03_copy_persistent_skip_tile":
         rows, cols = 256, 512
         return mod.tma_copy_persistent_skip_kernel_host, ((rows, cols), fake(cutlass.Float16, (rows, cols)),
@@ -103,8 +114,15 @@ def fake_args(key: str, mod):
     m, n, k = 256, 256, 256  # the 07 GEMMs' --mnk default
     dt = mod.io_dtype
     a, b, d = fake(dt, (m, k)), fake(dt, (n, k)), fake(dt, (m, n))
-    if key == "07_02_merge_gemm":
-        return mod.host_function, (a, b, d, (m, n, k))
+    if key.startswith("07_02"):
+        import inspect
+
+        if "ab_sync_mode" not in inspect.signature(mod.host_function).parameters:  # the first version: Merge only
+            if key.endswith("fused"):
+                raise KeyError(f"{key}: this version of the tutorial has no --ab-sync-mode")
+            return mod.host_function, (a, b, d, (m, n, k))
+        mode = mod.PipelineGroupMode.FusedMerge if key.endswith("fused") else mod.PipelineGroupMode.Merge
+        return mod.host_function, (a, b, d, (m, n, k), mode)
     if key.startswith("07_03"):
         return mod.host_function, (a, b, d, fake(dt, (m, n)), (m, n, k), key == "07_03_resadd_tma")
     if key.startswith("07_04"):

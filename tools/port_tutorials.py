@@ -136,7 +136,8 @@ def child(key: str, path: str, impl: str, unroll: str = "default") -> dict:
         fn, args = fake_args(key, mod)
         # --keep-ptx writes files into the cwd (run_child starts the child in a scratch directory).
         # With --dump-dir, artifacts.PTX is at times the path of a file already removed.
-        compiled = cute.compile(fn, *args, options=f"--keep-ptx --gpu-arch {arch}")
+        compiler = cute.compile[cute.FrontendNext] if os.environ.get("PORT_FRONTEND") == "next" else cute.compile
+        compiled = compiler(fn, *args, options=f"--keep-ptx --gpu-arch {arch}")
         text = compiled.artifacts.PTX
         if "\n" not in text:
             raise RuntimeError(f"no PTX text from the compile (got {text[:80]!r})")
@@ -341,6 +342,9 @@ def main(argv=None):
     ap.add_argument("--from-json", metavar="FILE", help="render the table from a --json file (no compiles)")
     ap.add_argument("--dsl-481-fix", action="store_true",
                     help="apply the tutorials' DSL 4.8.1 type fix (DSL_481_FIX) to both copies")
+    ap.add_argument("--frontend", choices=("classic", "next"), default="classic",
+                    help="compile with CuTe DSL's default front end or with cute.compile[cute.FrontendNext] "
+                         "(what the later tutorials' own runners call)")
     ap.add_argument("--set", choices=("old", "new", "all"), default="all",
                     help="the 6 tutorials 4.8.1 ships, the 10 configurations added since, or all 16")
     ap.add_argument("--child", nargs=5, metavar=("MODE", "KEY", "PATH", "IMPL", "UNROLL"), help=argparse.SUPPRESS)
@@ -357,6 +361,7 @@ def main(argv=None):
         return 0
     if not args.cutlass:
         ap.error("--cutlass PATH is required")
+    os.environ["PORT_FRONTEND"] = args.frontend  # the children inherit it
     keys = args.only or (COPIES if args.gpu else {"old": OLD, "new": NEW, "all": list(TUTORIALS)}[args.set])
     scratch = tempfile.mkdtemp(prefix="warpsched_port_")
     if args.dump_ptx:

@@ -15,7 +15,7 @@ from ..compat.dsl import smem_block_array
 from ..model.resources import WorkQueue
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SyncPlan
-from . import LoweringError, wgmma_watch
+from . import LoweringError, region_state, wgmma_watch
 from .dispatch import dispatch
 from .dsl import dyn_if
 from .loops import TaskEmitter
@@ -116,8 +116,8 @@ class KernelLowering:
         if not self._setup_done:
             raise LoweringError("run() before setup_resources_and_tasks()")
         self.context.values = KernelValues(values or {})
-        with wgmma_watch.watching(self.context.wgmma_events):  # WGMMA groups a work leaves in flight
-            dispatch(self, lambda t: TaskEmitter(self, t).emit())
+        with wgmma_watch.watching(self.context.wgmma_events), region_state.carrying(self.program.resources):
+            dispatch(self, lambda t: TaskEmitter(self, t).emit())  # works' state in resources: region_state
         if self._tmem_cols:
             cute.arch.barrier()  # every task is done with TMEM
             if self.two_cta:  # the leader's MMAs write the peer's TMEM: free once both CTAs are done

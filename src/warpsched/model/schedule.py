@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import re
 import sys
 from contextlib import contextmanager
 from typing import Any, Dict, List, Optional, Tuple
@@ -81,6 +82,18 @@ def _unpack_count(frame) -> Optional[int]:
     return None
 
 
+# CuTe DSL's own modules: its front ends probe the values a schedule body handles (hasattr-style lookups
+# such as ``_mutable_ref`` or ``ir_value`` under FrontendNext); those lookups are not schedule calls.
+_DSL_FILE = re.compile(r"[/\\](nvidia_cutlass_dsl|dsl_packages)[/\\]|[/\\]cutlass[/\\](base_dsl|cute|_mlir)[/\\]")
+
+
+def _is_probe(attr: str, frame) -> bool:
+    """Whether ``attr`` is looked up by Python's protocols or by the DSL's front end, not by the schedule."""
+    if attr.startswith("__") and attr.endswith("__"):
+        return True
+    return frame is not None and bool(_DSL_FILE.search(frame.f_code.co_filename))
+
+
 class _ResourceProxy:
     """Stands in for a resource inside a schedule body and records every call."""
 
@@ -89,9 +102,9 @@ class _ResourceProxy:
         object.__setattr__(self, "_group", via_group)
 
     def __getattr__(self, attr: str):
-        if attr.startswith("__") and attr.endswith("__"):  # protocol probes (hasattr), e.g. by the DSL
-            raise AttributeError(attr)
         res = self._res
+        if _is_probe(attr, sys._getframe(1)) and getattr(res, attr, _MISSING) is _MISSING:
+            raise AttributeError(attr)
         name = getattr(res, "name", None) or type(res).__name__
         kind = _verb_kind(res, attr)
         spec = work_spec_of(getattr(type(res), attr, None))
@@ -207,6 +220,8 @@ class _GroupProxy:
     def __getattr__(self, attr: str):
         group = self._group
         member = group.member(attr)
+        if member is None and _is_probe(attr, sys._getframe(1)):
+            raise AttributeError(attr)
         if member is not None:
             return _ResourceProxy(member, via_group=group)
         if attr in SYNC_VERBS:

@@ -1,0 +1,140 @@
+"""State that work bodies keep in their resources' attributes, across the runtime regions the lowering opens.
+
+A work body may keep per-tile state on its resource (``self.scale_d = cutlass.Boolean(False)`` in a tile's
+setup work, ``self.scale_d = True`` after the first MMA of a K loop). The lowering's loops and ifs are
+``scf`` regions traced once, so without help such state would not reach the next iteration: the traced
+body would read the loop's entry value in every iteration (an accumulator cleared at every K step), and a
+DSL value created inside a region would escape it (an MLIR dominance error far from its cause).
+
+While ``carrying(resources)`` is active, every region ``lower.dsl`` opens:
+
+- carries each attribute holding a CuTe DSL scalar (``cutlass.Numeric``) through the region as an
+  ``scf`` value: the body sees the carried value, what the body leaves there (a Python scalar converted to
+  the attribute's type) is yielded, and the attribute holds the region's result afterwards. This is the
+  semantics CuTe DSL gives an object carried through a runtime ``for`` / ``if``, and NVIDIA's TS relies on
+  it;
+- puts back other DSL values (tensors, pointers, arrays) that the region rebound: CuTe DSL's own ``if``
+  inside a work re-yields an object's fields, so after the work they are values defined inside the
+  region; their value before the region is the one valid outside it;
+- refuses a plain Python scalar (bool / int / float) that a loop body changes, or that a runtime ``if``
+  changes: a body traced once cannot give later iterations (or the untaken branch) the new value, and
+  running on with the entry value would compute something other than the program says.
+
+Not seen: a Python scalar that a body changes and a later work's own runtime ``if`` then re-yields (CuTe
+DSL turns it into a DSL value there); it is put back like any re-yielded value. Keep such state as a DSL
+scalar from the start, as the refusal's fix says.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
+
+import cutlass
+
+_HOLDERS: List[Tuple[Any, ...]] = []  # stack: the objects whose attributes regions carry
+
+
+@contextlib.contextmanager
+def carrying(holders: Iterable[Any]):
+    """Regions opened inside the block carry the DSL scalars held in these objects' attributes."""
+    _HOLDERS.append(tuple(h for h in holders if isinstance(getattr(h, "__dict__", None), dict)))
+    try:
+        yield
+    finally:
+        _HOLDERS.pop()
+
+
+def _is_dsl_value(v: Any) -> bool:
+    return hasattr(type(v), "__extract_mlir_values__")
+
+
+def _is_python_scalar(v: Any) -> bool:
+    return type(v) in (bool, int, float)
+
+
+class RegionState:
+    """The holders' attributes at a region's entry: what to carry, and what to check at its end."""
+
+    def __init__(self, kind: str):
+        self.kind = kind  # "loop" or "if": what the refusal names
+        self.holders = _HOLDERS[-1] if _HOLDERS else ()
+        self.entry: Dict[int, Dict[str, Any]] = {id(h): dict(vars(h)) for h in self.holders}
+        self.places: List[Tuple[Any, str]] = [(h, n) for h in self.holders for n, v in vars(h).items()
+                                              if isinstance(v, cutlass.Numeric)]
+
+    def values(self) -> List[Any]:
+        return [getattr(h, n) for h, n in self.places]
+
+    def bind(self, carried: Sequence[Any]) -> None:
+        """Inside the region: the attributes hold the region's carried values."""
+        for (h, n), v in zip(self.places, carried):
+            setattr(h, n, v)
+
+    def yielded(self) -> List[Any]:
+        """At the end of a region's body: the carried attributes' values, as their entry types."""
+        out = []
+        for (h, n), before in zip(self.places, self.entry_values()):
+            v = getattr(h, n, None)
+            if not isinstance(v, cutlass.Numeric) or type(v) is not type(before):
+                try:
+                    v = type(before)(v)
+                except Exception as e:  # noqa: BLE001 - named below
+                    raise _refusal(h, n, f"holds {type(before).__name__} at the region's entry and "
+                                         f"{type(v).__name__} at its end ({e})",
+                                   "keep one CuTe DSL type for the attribute") from e
+            out.append(v)
+        return out
+
+    def entry_values(self) -> List[Any]:
+        return [self.entry[id(h)][n] for h, n in self.places]
+
+    def check_body(self) -> None:
+        """At the end of a body: refuse Python scalars the body changed (see the module's docstring)."""
+        carried = {(id(h), n) for h, n in self.places}
+        for h in self.holders:
+            before = self.entry[id(h)]
+            for n, v in vars(h).items():
+                if (id(h), n) in carried or n not in before:
+                    continue
+                old = before[n]
+                if _is_python_scalar(old) and _is_python_scalar(v) and v != old:
+                    where = "a loop body, which is traced once" if self.kind == "loop" else \
+                        "a runtime if, whose untaken branch would keep the old value"
+                    raise _refusal(h, n, f"changes from {old!r} to {v!r} inside {where}",
+                                   f"hold it as a CuTe DSL value (e.g. cutlass.{_dsl_name(old)}({old!r})) so "
+                                   "the region carries it, or derive it from stage_info.loop_offset")
+
+    def finish(self, results: Sequence[Any]) -> None:
+        """After the region: carried attributes hold its results; other DSL values it rebound are put back."""
+        self.restore_uncarried()
+        for (h, n), v in zip(self.places, results):
+            setattr(h, n, v)
+
+    def restore_uncarried(self) -> None:
+        """Put back the DSL values (other than the carried scalars) that the region rebound or added."""
+        carried = {(id(h), n) for h, n in self.places}
+        for h in self.holders:
+            before = self.entry[id(h)]
+            d = vars(h)
+            for n in list(d):
+                if (id(h), n) in carried:
+                    continue
+                v = d[n]
+                if n in before and v is before[n]:
+                    continue
+                if _is_dsl_value(v):  # defined inside the region: its entry value is the one valid here
+                    if n in before:
+                        d[n] = before[n]
+                    else:
+                        del d[n]
+
+
+def _dsl_name(v: Any) -> str:
+    return {bool: "Boolean", int: "Int32", float: "Float32"}[type(v)]
+
+
+def _refusal(holder: Any, attr: str, what: str, fix: str):
+    from . import LoweringError
+
+    return LoweringError(f"attribute {attr!r} of resource {getattr(holder, 'name', type(holder).__name__)!r} "
+                         f"{what}", resource=holder, fix=fix)

@@ -1,0 +1,156 @@
+"""State a work keeps in its resource's attributes, across the lowering's runtime loops and ifs
+(``lower.region_state``): DSL scalars are carried, other DSL values rebound inside a region are put back,
+and a Python scalar a loop body changes is refused with the attribute, the resource and the fix."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+pytest.importorskip("cutlass")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
+
+import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
+import cutlass  # noqa: E402
+import cutlass.cute as cute  # noqa: E402
+import cutlass.pipeline as pipeline  # noqa: E402
+from cutlass.cute.runtime import make_fake_tensor  # noqa: E402
+
+from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskManager, WorkAttr,  # noqa: E402
+                       consumer_work, domain_loop, producer_work, schedule)
+from warpsched.lower import LoweringError  # noqa: E402
+
+SEEN = []  # what the works saw while the kernel was traced
+
+
+def _cfg():
+    g = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
+    return PipelineConfig.create_async_async_pipeline_cfg(num_stages=2, producer_group=g, consumer_group=g)
+
+
+@dataclass(kw_only=True)
+class Ring(MemoryResource):
+    @producer_work
+    def put(self, stage_info: StageInfo):
+        pass
+
+    @consumer_work
+    def get(self, stage_info: StageInfo):
+        pass
+
+
+@dataclass(kw_only=True)
+class Accumulate(MemoryResource):
+    """Keeps a per-tile flag like an MMA's "accumulate into D" (cleared for a tile, set after its first step)."""
+
+    out: Any = None
+    python_flag: bool = False  # the flag as a plain Python bool: what a loop cannot carry
+    flag: Any = field(init=False, default=None)
+
+    @producer_work(work_attrs=WorkAttr.AUXILIARY)
+    def start_tile(self, stage_info: StageInfo):
+        self.flag = cutlass.Boolean(False)
+        if self.python_flag:
+            self.flag = False
+
+    @producer_work
+    def step(self, stage_info: StageInfo):
+        SEEN.append(("step", self.flag))
+        self.flag = True
+
+    @producer_work
+    @cute.jit
+    def mark(self, stage_info: StageInfo):
+        bx, _, _ = cute.arch.block_idx()
+        if bx == 0:  # CuTe DSL's own runtime if: it re-yields self's fields
+            self.out[stage_info.loop_offset] = cutlass.Int32(1)
+
+    @producer_work
+    def finish(self, stage_info: StageInfo):
+        SEEN.append(("after", self.flag))
+
+
+@schedule
+def producer(ring, acc, n):
+    acc.start_tile()
+    with domain_loop(0, n, 1):
+        ring.acquire()
+        ring.put()
+        ring.commit()
+        acc.step()
+        acc.mark()
+    acc.finish()
+
+
+@schedule
+def producer_without_if(ring, acc, n):
+    acc.start_tile()
+    with domain_loop(0, n, 1):
+        ring.acquire()
+        ring.put()
+        ring.commit()
+        acc.step()
+    acc.finish()
+
+
+@schedule
+def consumer(ring, acc, n):
+    with domain_loop(0, n, 1):
+        ring.wait()
+        ring.get()
+        ring.release()
+        acc.mark()  # the other task's works use the tensor the first task's runtime if re-yielded
+
+
+def _compile(python_flag=False):
+    SEEN.clear()
+
+    @cute.kernel
+    def kern(out: cute.Tensor, n: cutlass.Int32, python_flag: cutlass.Constexpr):
+        ring, acc = Ring(name="Ring", pipeline_config=_cfg()), Accumulate(name="Acc", out=out,
+                                                                          python_flag=python_flag)
+        tasks = [Task(name="P", dst_resources=[ring, acc], warp_idx=0, num_warps=1, schedule=(producer_without_if if python_flag else producer)(ring, acc, n)),
+                 Task(name="C", src_resources=[ring], dst_resources=[acc], warp_idx=1, num_warps=1,
+                      schedule=consumer(ring, acc, n))]
+        mgr = TaskManager(tasks=tasks, resource_dependency_graph={acc: [ring]}, verbose=False)
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+    @cute.jit
+    def host(out: cute.Tensor, n: cutlass.Int32, python_flag: cutlass.Constexpr):
+        kern(out, n, python_flag).launch(grid=[1, 1, 1], block=[64, 1, 1])
+
+    out = make_fake_tensor(cutlass.Int32, (16,), (1,), assumed_align=16)
+    compiled = cute.compile(host, out, cutlass.Int32(4), python_flag, options=_common.ptx_options())
+    assert SEEN, "the kernel was not traced"
+    return compiled
+
+
+def _is_constant(v) -> bool:
+    return isinstance(v, bool) or isinstance(getattr(v, "value", None), (bool, int))
+
+
+def test_a_dsl_scalar_in_a_resource_is_carried_through_the_loop():
+    compiled = _compile()
+    seen = dict(SEEN)
+    # the loop body reads the carried value, not the tile's constant False in every iteration ...
+    assert isinstance(seen["step"], cutlass.Boolean) and not _is_constant(seen["step"])
+    # ... and after the loop the attribute is the loop's result, not the Python True of the last trace
+    assert isinstance(seen["after"], cutlass.Boolean) and not _is_constant(seen["after"])
+    assert compiled.artifacts.PTX  # the tensor the DSL's if re-yielded in task P is put back for task C
+
+
+def test_a_python_scalar_a_loop_body_changes_is_refused():
+    with pytest.raises(Exception) as ei:
+        _compile(python_flag=True)
+    e = ei.value
+    while e is not None and not isinstance(e, LoweringError):
+        e = e.__cause__ or e.__context__
+    assert isinstance(e, LoweringError), ei.value
+    msg = str(e)
+    assert "'flag'" in msg and "'Acc'" in msg and "False to True" in msg and "loop body" in msg
+    assert "cutlass.Boolean(False)" in e.fix
