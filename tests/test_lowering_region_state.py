@@ -75,25 +75,15 @@ class Accumulate(MemoryResource):
 
 
 @schedule
-def producer(ring, acc, n):
+def producer(ring, acc, n, with_if=True):
     acc.start_tile()
     with domain_loop(0, n, 1):
         ring.acquire()
         ring.put()
         ring.commit()
         acc.step()
-        acc.mark()
-    acc.finish()
-
-
-@schedule
-def producer_without_if(ring, acc, n):
-    acc.start_tile()
-    with domain_loop(0, n, 1):
-        ring.acquire()
-        ring.put()
-        ring.commit()
-        acc.step()
+        if with_if:  # trace-time Python: whether a work with its own runtime if runs after step
+            acc.mark()
     acc.finish()
 
 
@@ -113,7 +103,7 @@ def _compile(python_flag=False):
     def kern(out: cute.Tensor, n: cutlass.Int32, python_flag: cutlass.Constexpr):
         ring, acc = Ring(name="Ring", pipeline_config=_cfg()), Accumulate(name="Acc", out=out,
                                                                           python_flag=python_flag)
-        tasks = [Task(name="P", dst_resources=[ring, acc], warp_idx=0, num_warps=1, schedule=(producer_without_if if python_flag else producer)(ring, acc, n)),
+        tasks = [Task(name="P", dst_resources=[ring, acc], warp_idx=0, num_warps=1, schedule=producer(ring, acc, n, with_if=not python_flag)),
                  Task(name="C", src_resources=[ring], dst_resources=[acc], warp_idx=1, num_warps=1,
                       schedule=consumer(ring, acc, n))]
         mgr = TaskManager(tasks=tasks, resource_dependency_graph={acc: [ring]}, verbose=False)
