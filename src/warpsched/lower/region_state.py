@@ -31,6 +31,8 @@ from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 import cutlass
 
+from . import LoweringError
+
 _HOLDERS: List[Tuple[Any, ...]] = []  # stack: the objects whose attributes regions carry
 
 
@@ -61,9 +63,7 @@ class RegionState:
         self.entry: Dict[int, Dict[str, Any]] = {id(h): dict(vars(h)) for h in self.holders}
         self.places: List[Tuple[Any, str]] = [(h, n) for h in self.holders for n, v in vars(h).items()
                                               if isinstance(v, cutlass.Numeric)]
-
-    def values(self) -> List[Any]:
-        return [getattr(h, n) for h, n in self.places]
+        self.carried = {(id(h), n) for h, n in self.places}
 
     def bind(self, carried: Sequence[Any]) -> None:
         """Inside the region: the attributes hold the region's carried values."""
@@ -90,11 +90,10 @@ class RegionState:
 
     def check_body(self) -> None:
         """At the end of a body: refuse Python scalars the body changed (see the module's docstring)."""
-        carried = {(id(h), n) for h, n in self.places}
         for h in self.holders:
             before = self.entry[id(h)]
             for n, v in vars(h).items():
-                if (id(h), n) in carried or n not in before:
+                if (id(h), n) in self.carried or n not in before:
                     continue
                 old = before[n]
                 if _is_python_scalar(old) and _is_python_scalar(v) and v != old:
@@ -112,12 +111,11 @@ class RegionState:
 
     def restore_uncarried(self) -> None:
         """Put back the DSL values (other than the carried scalars) that the region rebound or added."""
-        carried = {(id(h), n) for h, n in self.places}
         for h in self.holders:
             before = self.entry[id(h)]
             d = vars(h)
             for n in list(d):
-                if (id(h), n) in carried:
+                if (id(h), n) in self.carried:
                     continue
                 v = d[n]
                 if n in before and v is before[n]:
@@ -133,8 +131,6 @@ def _dsl_name(v: Any) -> str:
     return {bool: "Boolean", int: "Int32", float: "Float32"}[type(v)]
 
 
-def _refusal(holder: Any, attr: str, what: str, fix: str):
-    from . import LoweringError
-
+def _refusal(holder: Any, attr: str, what: str, fix: str) -> LoweringError:
     return LoweringError(f"attribute {attr!r} of resource {getattr(holder, 'name', type(holder).__name__)!r} "
                          f"{what}", resource=holder, fix=fix)
