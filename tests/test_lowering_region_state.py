@@ -74,6 +74,18 @@ class Accumulate(MemoryResource):
         SEEN.append(("after", self.flag))
 
 
+@dataclass(kw_only=True)
+class DeclaredFlag(Accumulate):
+    """The TS documentation's per-tile state: a field declared ``cutlass.Boolean``, set to a Python ``False``
+    per tile and to ``True`` by each step."""
+
+    flag: cutlass.Boolean = field(init=False, default=None)
+
+    @producer_work(work_attrs=WorkAttr.AUXILIARY)
+    def start_tile(self, stage_info: StageInfo):
+        self.flag = False
+
+
 @schedule
 def producer(ring, acc, n, with_if=True):
     acc.start_tile()
@@ -96,13 +108,13 @@ def consumer(ring, acc, n):
         acc.mark()  # the other task's works use the tensor the first task's runtime if re-yielded
 
 
-def _compile(python_flag=False):
+def _compile(python_flag=False, acc_type=Accumulate):
     SEEN.clear()
 
     @cute.kernel
     def kern(out: cute.Tensor, n: cutlass.Int32, python_flag: cutlass.Constexpr):
-        ring, acc = Ring(name="Ring", pipeline_config=_cfg()), Accumulate(name="Acc", out=out,
-                                                                          python_flag=python_flag)
+        ring, acc = Ring(name="Ring", pipeline_config=_cfg()), acc_type(name="Acc", out=out,
+                                                                        python_flag=python_flag)
         tasks = [Task(name="P", dst_resources=[ring, acc], warp_idx=0, num_warps=1, schedule=producer(ring, acc, n, with_if=not python_flag)),
                  Task(name="C", src_resources=[ring], dst_resources=[acc], warp_idx=1, num_warps=1,
                       schedule=consumer(ring, acc, n))]
@@ -134,6 +146,15 @@ def test_a_dsl_scalar_in_a_resource_is_carried_through_the_loop():
     assert compiled.artifacts.PTX  # the tensor the DSL's if re-yielded in task P is put back for task C
 
 
+def test_a_python_scalar_in_a_field_declared_as_a_dsl_type_is_carried():
+    """NVIDIA's TS traces this loop body once with ``False`` (every K step clears the accumulator); the
+    field's declaration says the value is a ``cutlass.Boolean``, so warpsched carries it as one."""
+    _compile(acc_type=DeclaredFlag)
+    seen = dict(SEEN)
+    assert isinstance(seen["step"], cutlass.Boolean) and not _is_constant(seen["step"])
+    assert isinstance(seen["after"], cutlass.Boolean) and not _is_constant(seen["after"])
+
+
 def test_a_python_scalar_a_loop_body_changes_is_refused():
     with pytest.raises(Exception) as ei:
         _compile(python_flag=True)
@@ -143,4 +164,4 @@ def test_a_python_scalar_a_loop_body_changes_is_refused():
     assert isinstance(e, LoweringError), ei.value
     msg = str(e)
     assert "'flag'" in msg and "'Acc'" in msg and "False to True" in msg and "loop body" in msg
-    assert "cutlass.Boolean(False)" in e.fix
+    assert "cutlass.Boolean(False)" in e.fix and "flag: cutlass.Boolean" in e.fix

@@ -16,18 +16,26 @@ While ``carrying(resources)`` is active, every region ``lower.dsl`` opens:
 - puts back other DSL values (tensors, pointers, arrays) that the region rebound: CuTe DSL's own ``if``
   inside a work re-yields an object's fields, so after the work they are values defined inside the
   region; their value before the region is the one valid outside it;
-- refuses a plain Python scalar (bool / int / float) that a loop body changes, or that a runtime ``if``
-  changes: a body traced once cannot give later iterations (or the untaken branch) the new value, and
+- takes a plain Python scalar in a field the resource's dataclass declares as a CuTe DSL scalar type
+  (``scale_d: cutlass.Boolean = field(init=False, default=None)`` set to ``False`` per tile, the TS
+  documentation's own per-tile state) as that type at the region's entry, and carries it: the
+  declaration says what the value is, and without it the K loop would read ``False`` at every step (NVIDIA's
+  TS 4.8.1 compiles exactly that: the loop body traced once with ``False``);
+- refuses any other plain Python scalar (bool / int / float) that a loop body changes, or that a runtime
+  ``if`` changes: a body traced once cannot give later iterations (or the untaken branch) the new value, and
   running on with the entry value would compute something other than the program says.
 
-Not seen: a Python scalar that a body changes and a later work's own runtime ``if`` then re-yields (CuTe
-DSL turns it into a DSL value there); it is put back like any re-yielded value. Keep such state as a DSL
-scalar from the start, as the refusal's fix says.
+Not seen: an undeclared Python scalar that a body changes and a later work's own runtime ``if`` then
+re-yields (CuTe DSL turns it into a DSL value there); it is put back like any re-yielded value. Declare
+such state with its DSL type, or hold it as a DSL scalar from the start, as the refusal's fix says.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+import dataclasses
+import sys
+import typing
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import cutlass
 
@@ -54,12 +62,55 @@ def _is_python_scalar(v: Any) -> bool:
     return type(v) in (bool, int, float)
 
 
+_DECLARED: Dict[type, Dict[str, type]] = {}  # per resource class: field name -> declared DSL scalar type
+
+
+def _declared_dsl_types(cls: type) -> Dict[str, type]:
+    """The dataclass fields of ``cls`` annotated with a CuTe DSL scalar type (``cutlass.Boolean``, ...)."""
+    if cls not in _DECLARED:
+        found: Dict[str, type] = {}
+        if dataclasses.is_dataclass(cls):
+            try:  # string annotations (``from __future__ import annotations``) resolved in their module
+                hints = typing.get_type_hints(cls)
+            except Exception:  # noqa: BLE001 - an unresolvable annotation declares nothing we can use
+                hints = {}
+            for f in dataclasses.fields(cls):
+                ann = hints.get(f.name, f.type)
+                if isinstance(ann, str):
+                    ann = _resolve(cls, ann)
+                if isinstance(ann, type) and issubclass(ann, cutlass.Numeric):
+                    found[f.name] = ann
+        _DECLARED[cls] = found
+    return _DECLARED[cls]
+
+
+def _resolve(cls: type, text: str) -> Optional[type]:
+    module = sys.modules.get(cls.__module__)
+    try:
+        return eval(text, dict(vars(module)) if module else {}, {})  # noqa: S307 - the class's own annotation
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _promote_declared(holder: Any) -> None:
+    """Python scalars in fields declared as a DSL scalar type become that type (see the module's docstring)."""
+    for name, dsl_type in _declared_dsl_types(type(holder)).items():
+        v = vars(holder).get(name)
+        if _is_python_scalar(v):
+            try:
+                setattr(holder, name, dsl_type(v))
+            except Exception:  # noqa: BLE001 - left as is: the body check names it if a region changes it
+                pass
+
+
 class RegionState:
     """The holders' attributes at a region's entry: what to carry, and what to check at its end."""
 
     def __init__(self, kind: str):
         self.kind = kind  # "loop" or "if": what the refusal names
         self.holders = _HOLDERS[-1] if _HOLDERS else ()
+        for h in self.holders:
+            _promote_declared(h)
         self.entry: Dict[int, Dict[str, Any]] = {id(h): dict(vars(h)) for h in self.holders}
         self.places: List[Tuple[Any, str]] = [(h, n) for h in self.holders for n, v in vars(h).items()
                                               if isinstance(v, cutlass.Numeric)]
@@ -100,8 +151,9 @@ class RegionState:
                     where = "a loop body, which is traced once" if self.kind == "loop" else \
                         "a runtime if, whose untaken branch would keep the old value"
                     raise _refusal(h, n, f"changes from {old!r} to {v!r} inside {where}",
-                                   f"hold it as a CuTe DSL value (e.g. cutlass.{_dsl_name(old)}({old!r})) so "
-                                   "the region carries it, or derive it from stage_info.loop_offset")
+                                   f"declare the field with its DSL type ({n}: cutlass.{_dsl_name(old)} = ...) "
+                                   f"or hold it as a CuTe DSL value (cutlass.{_dsl_name(old)}({old!r})) so the "
+                                   "region carries it, or derive it from stage_info.loop_offset")
 
     def finish(self, results: Sequence[Any]) -> None:
         """After the region: carried attributes hold its results; other DSL values it rebound are put back."""
