@@ -165,3 +165,83 @@ def test_a_python_scalar_a_loop_body_changes_is_refused():
     msg = str(e)
     assert "'flag'" in msg and "'Acc'" in msg and "False to True" in msg and "loop body" in msg
     assert "cutlass.Boolean(False)" in e.fix and "flag: cutlass.Boolean" in e.fix
+
+
+@dataclass(kw_only=True)
+class Cursor(MemoryResource):
+    """A view that each step advances by one element: a DSL value other than a scalar, carried like one."""
+
+    view: Any = None
+
+    @producer_work
+    @cute.jit
+    def write_and_advance(self, stage_info: StageInfo):
+        SEEN.append(("step", self.view))
+        self.view[0] = cutlass.Int32(stage_info.loop_offset)
+        self.view = cute.domain_offset((1,), self.view)
+
+    @producer_work
+    def finish(self, stage_info: StageInfo):
+        SEEN.append(("after", self.view))
+
+
+@schedule
+def fill(ring, n):
+    with domain_loop(0, n, 1):
+        ring.acquire()
+        ring.put()
+        ring.commit()
+
+
+@schedule
+def cursor_steps(ring, cur, n):
+    with domain_loop(0, n, 1):
+        ring.wait()
+        ring.get()
+        ring.release()
+        cur.write_and_advance()
+    cur.finish()
+
+
+def _compile_cursor(align: int):
+    SEEN.clear()
+    ENTRY = []
+
+    @cute.kernel
+    def kern(out: cute.Tensor, n: cutlass.Int32):
+        ring, cur = Ring(name="Ring", pipeline_config=_cfg()), Cursor(name="Cursor", view=out)
+        ENTRY.append(cur.view)
+        tasks = [Task(name="P", dst_resources=[ring], warp_idx=0, num_warps=1, schedule=fill(ring, n)),
+                 Task(name="C", src_resources=[ring], dst_resources=[cur], warp_idx=1, num_warps=1,
+                      schedule=cursor_steps(ring, cur, n))]
+        mgr = TaskManager(tasks=tasks, resource_dependency_graph={cur: [ring]}, verbose=False)
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+    @cute.jit
+    def host(out: cute.Tensor, n: cutlass.Int32):
+        kern(out, n).launch(grid=[1, 1, 1], block=[64, 1, 1])
+
+    out = make_fake_tensor(cutlass.Int32, (16,), (1,), assumed_align=align)
+    cute.compile(host, out, cutlass.Int32(4), options=_common.ptx_options())
+    seen = dict(SEEN)  # plain facts only: MLIR values must not be printed once the compile has closed
+    return {k: (v is not ENTRY[0], isinstance(v, cute.Tensor)) for k, v in seen.items()}
+
+
+def test_a_tensor_view_a_loop_body_advances_is_carried():
+    seen = _compile_cursor(align=4)
+    # each step sees the previous step's view (a loop-carried value), not the view the loop started with,
+    # and the work after the loop sees the loop's result: (not the entry view, a tensor)
+    assert seen == {"step": (True, True), "after": (True, True)}
+
+
+def test_a_view_whose_type_changes_in_a_loop_is_refused_with_the_attribute_and_the_fix():
+    with pytest.raises(Exception) as ei:
+        _compile_cursor(align=16)  # the offset view loses the 16-byte alignment: another MLIR type
+    e = ei.value
+    while e is not None and not isinstance(e, LoweringError):
+        e = e.__cause__ or e.__context__
+    assert isinstance(e, LoweringError), ei.value
+    msg = str(e)
+    assert "'view'" in msg and "'Cursor'" in msg and "align<16>" in msg and "keeps its type" in msg
+    assert "stage_info" in e.fix

@@ -25,7 +25,7 @@ def _as_list(out: Any, n: int) -> List[Any]:
 
 
 class _Carry:
-    """A region's carried values: the ``env`` entries it rebinds, then the resources' DSL scalars
+    """A region's carried values: the ``env`` entries it rebinds, then the resources' DSL values
     (``region_state``), in the order the ``scf`` op takes and yields them."""
 
     def __init__(self, env: Dict[Any, Any], keys: Sequence[Any], kind: str):

@@ -8,14 +8,13 @@ DSL value created inside a region would escape it (an MLIR dominance error far f
 
 While ``carrying(resources)`` is active, every region ``lower.dsl`` opens:
 
-- carries each attribute holding a CuTe DSL scalar (``cutlass.Numeric``) through the region as an
-  ``scf`` value: the body sees the carried value, what the body leaves there (a Python scalar converted to
-  the attribute's type) is yielded, and the attribute holds the region's result afterwards. This is the
-  semantics CuTe DSL gives an object carried through a runtime ``for`` / ``if``, and NVIDIA's TS relies on
-  it;
-- puts back other DSL values (tensors, pointers, arrays) that the region rebound: CuTe DSL's own ``if``
-  inside a work re-yields an object's fields, so after the work they are values defined inside the
-  region; their value before the region is the one valid outside it;
+- carries each attribute holding a CuTe DSL value (a ``cutlass.Numeric`` scalar, a tensor, a pointer, ...)
+  through the region as ``scf`` values: the body sees the carried value, what the body leaves there is
+  yielded (a Python scalar converted to the scalar attribute's type), and the attribute holds the region's
+  result afterwards. This is the semantics CuTe DSL gives an object carried through a runtime ``for`` /
+  ``if`` (a view a work advances each step reaches the next step; a work's own ``if`` that re-yields the
+  resource's fields yields them unchanged), and NVIDIA's TS tutorials rely on it. A value whose MLIR type
+  changes inside the region (a view that loses its alignment) is refused: no ``scf`` value can carry it;
 - takes a plain Python scalar in a field the resource's dataclass declares as a CuTe DSL scalar type
   (``scale_d: cutlass.Boolean = field(init=False, default=None)`` set to ``False`` per tile, the TS
   documentation's own per-tile state) as that type at the region's entry, and carries it: the
@@ -23,11 +22,14 @@ While ``carrying(resources)`` is active, every region ``lower.dsl`` opens:
   TS 4.8.1 compiles exactly that: the loop body traced once with ``False``);
 - refuses any other plain Python scalar (bool / int / float) that a loop body changes, or that a runtime
   ``if`` changes: a body traced once cannot give later iterations (or the untaken branch) the new value, and
-  running on with the entry value would compute something other than the program says.
+  running on with the entry value would compute something other than the program says;
+- drops DSL values the region bound to attributes that held no DSL value at its entry: they are defined
+  inside the region and invalid outside it.
 
-Not seen: an undeclared Python scalar that a body changes and a later work's own runtime ``if`` then
-re-yields (CuTe DSL turns it into a DSL value there); it is put back like any re-yielded value. Declare
-such state with its DSL type, or hold it as a DSL scalar from the start, as the refusal's fix says.
+Not seen: an undeclared attribute that holds a Python scalar or ``None`` at a loop's entry and a DSL value
+after a body sets it (directly, or through a work's own ``if``): it goes back to its entry value after the
+region, and a later iteration that reads it before setting it reads the entry value. Declare such state with
+its DSL type, or hold it as a DSL value from the start, as the refusal's fix says.
 """
 from __future__ import annotations
 
@@ -85,9 +87,11 @@ def _declared_dsl_types(cls: type) -> Dict[str, type]:
 
 
 def _resolve(cls: type, text: str) -> Optional[type]:
+    """A string annotation, in its class's module (``cutlass`` known even where the module imports it locally)."""
     module = sys.modules.get(cls.__module__)
+    names = {"cutlass": cutlass, **(vars(module) if module else {})}
     try:
-        return eval(text, dict(vars(module)) if module else {}, {})  # noqa: S307 - the class's own annotation
+        return eval(text, names, {})  # noqa: S307 - the class's own annotation
     except Exception:  # noqa: BLE001
         return None
 
@@ -113,7 +117,7 @@ class RegionState:
             _promote_declared(h)
         self.entry: Dict[int, Dict[str, Any]] = {id(h): dict(vars(h)) for h in self.holders}
         self.places: List[Tuple[Any, str]] = [(h, n) for h in self.holders for n, v in vars(h).items()
-                                              if isinstance(v, cutlass.Numeric)]
+                                              if _is_dsl_value(v) and not isinstance(v, type)]
         self.carried = {(id(h), n) for h, n in self.places}
 
     def bind(self, carried: Sequence[Any]) -> None:
@@ -126,6 +130,13 @@ class RegionState:
         out = []
         for (h, n), before in zip(self.places, self.entry_values()):
             v = getattr(h, n, None)
+            if not isinstance(before, cutlass.Numeric):
+                if _ir_types(v) != _ir_types(before):
+                    raise _refusal(h, n, f"is {_describe(before)} at the region's entry and {_describe(v)} "
+                                         "at its end; a value carried through a runtime loop or if keeps "
+                                         "its type", _VIEW_FIX)
+                out.append(v)
+                continue
             if not isinstance(v, cutlass.Numeric) or type(v) is not type(before):
                 try:
                     v = type(before)(v)
@@ -162,7 +173,7 @@ class RegionState:
             setattr(h, n, v)
 
     def restore_uncarried(self) -> None:
-        """Put back the DSL values (other than the carried scalars) that the region rebound or added."""
+        """Put back attributes the region gave a DSL value that none carried (it is defined inside the region)."""
         for h in self.holders:
             before = self.entry[id(h)]
             d = vars(h)
@@ -177,6 +188,25 @@ class RegionState:
                         d[n] = before[n]
                     else:
                         del d[n]
+
+
+_VIEW_FIX = ("compute the value from stage_info inside the work that uses it (e.g. "
+            "cute.domain_offset((stage_info.loop_offset,), self.base) rather than advancing self.view each "
+            "step), or keep what changes as a CuTe DSL scalar (an Int32 offset)")
+
+
+def _ir_types(v: Any) -> Optional[List[str]]:
+    """The MLIR types a DSL value carries through a region (None: not a DSL value)."""
+    if not _is_dsl_value(v):
+        return None
+    return [str(x.type) for x in v.__extract_mlir_values__()]
+
+
+def _describe(v: Any) -> str:
+    types = _ir_types(v)
+    if types is None:
+        return f"a {type(v).__name__} ({v!r})" if _is_python_scalar(v) or v is None else f"a {type(v).__name__}"
+    return f"a {type(v).__name__} of type {', '.join(types)}"
 
 
 def _dsl_name(v: Any) -> str:
