@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,13 +204,39 @@ def cursor_steps(ring, cur, n):
     cur.finish()
 
 
-def _compile_cursor(align: int):
+@dataclass(kw_only=True)
+class UndeclaredCount(Cursor):
+    """An undeclared Python int that each step turns into a runtime value (a sum of loop offsets)."""
+
+    count: int = 0
+
+    @producer_work
+    @cute.jit
+    def write_and_advance(self, stage_info: StageInfo):
+        self.count = self.count + stage_info.loop_offset
+
+
+@dataclass(kw_only=True)
+class ChangedInOwnIf(Cursor):
+    """An undeclared Python int that a work's own runtime if changes (CuTe DSL's if yields 0 or 5)."""
+
+    count: int = 0
+
+    @producer_work
+    @cute.jit
+    def write_and_advance(self, stage_info: StageInfo):
+        bx, _, _ = cute.arch.block_idx()
+        if bx == 0:
+            self.count = 5
+
+
+def _compile_cursor(align: int, state_type=Cursor):
     SEEN.clear()
     ENTRY = []
 
     @cute.kernel
     def kern(out: cute.Tensor, n: cutlass.Int32):
-        ring, cur = Ring(name="Ring", pipeline_config=_cfg()), Cursor(name="Cursor", view=out)
+        ring, cur = Ring(name="Ring", pipeline_config=_cfg()), state_type(name="Cursor", view=out)
         ENTRY.append(cur.view)
         tasks = [Task(name="P", dst_resources=[ring], warp_idx=0, num_warps=1, schedule=fill(ring, n)),
                  Task(name="C", src_resources=[ring], dst_resources=[cur], warp_idx=1, num_warps=1,
@@ -235,13 +262,33 @@ def test_a_tensor_view_a_loop_body_advances_is_carried():
     assert seen == {"step": (True, True), "after": (True, True)}
 
 
-def test_a_view_whose_type_changes_in_a_loop_is_refused_with_the_attribute_and_the_fix():
-    with pytest.raises(Exception) as ei:
-        _compile_cursor(align=16)  # the offset view loses the 16-byte alignment: another MLIR type
+def _lowering_error(ei) -> LoweringError:
     e = ei.value
     while e is not None and not isinstance(e, LoweringError):
         e = e.__cause__ or e.__context__
     assert isinstance(e, LoweringError), ei.value
+    return e
+
+
+def test_a_view_whose_type_changes_in_a_loop_is_refused_with_the_attribute_and_the_fix():
+    with pytest.raises(Exception) as ei:
+        _compile_cursor(align=16)  # the offset view loses the 16-byte alignment: another MLIR type
+    e = _lowering_error(ei)
     msg = str(e)
+    package = os.path.dirname(os.path.abspath(__import__("warpsched").__file__)) + os.sep
+    frames = [f.filename for f in traceback.extract_tb(e.__traceback__)]
+    assert frames and not any(f.startswith(package) for f in frames), frames  # the user's frames only
     assert "'view'" in msg and "'Cursor'" in msg and "align<16>" in msg and "keeps its type" in msg
     assert "stage_info" in e.fix
+
+
+@pytest.mark.parametrize("state_type,what", [(UndeclaredCount, "Int32"), (ChangedInOwnIf, "Int32")])
+def test_an_undeclared_python_scalar_that_becomes_a_runtime_value_is_refused(state_type, what):
+    # after the loop the attribute would go back to the Python 0, and every step would read 0: refused, where a
+    # work's own if that re-yields an unchanged Python field (test_a_dsl_scalar_... above) is not
+    with pytest.raises(Exception) as ei:
+        _compile_cursor(align=4, state_type=state_type)
+    e = _lowering_error(ei)
+    msg = str(e)
+    assert "'count'" in msg and "'Cursor'" in msg and f"from the Python 0 to a runtime {what}" in msg
+    assert "count: cutlass.Int32" in e.fix

@@ -1,6 +1,11 @@
 """Findings and the errors that carry them. Every finding says where and how to fix."""
 from __future__ import annotations
 
+import functools
+import os
+import sys
+import sysconfig
+import types
 from dataclasses import dataclass
 from typing import Iterable, List, Optional
 
@@ -82,3 +87,69 @@ class ScheduleError(ValidationError):
     def __init__(self, finding: Finding):
         super().__init__([finding], title="malformed schedule")
         self.finding = finding
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+ENV_TRACEBACK = "WARPSCHED_TRACEBACK"  # "full": keep warpsched's own frames (for reports of warpsched's bugs)
+
+
+def _user_frames(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
+    """``tb`` without warpsched's own frames, nor the library frames (CuTe DSL, the standard library) that lead
+    into them (a ``with domain_loop`` entered, a runtime loop the lowering opens): the user's frames, their work
+    bodies' included, remain."""
+    entries = []
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    kinds = [_kind(t.tb_frame.f_code.co_filename) for t in entries]
+    keep = []
+    for i, (t, k) in enumerate(zip(entries, kinds)):
+        if k == "warpsched":
+            continue
+        if k == "library":
+            after = next((x for x in kinds[i + 1:] if x != "library"), None)
+            if after == "warpsched" or (after is None and "warpsched" in kinds[:i]):
+                continue
+        keep.append(t)
+    out = None
+    for t in reversed(keep):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
+
+
+def _library_dirs() -> tuple:
+    dirs = [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")]
+    dsl = sys.modules.get("cutlass")  # loaded where a kernel is traced; never imported here
+    if getattr(dsl, "__file__", None):
+        dirs.append(os.path.dirname(os.path.dirname(os.path.abspath(dsl.__file__))))
+    return tuple(os.path.join(d, "") for d in dirs)
+
+
+def _kind(filename: str) -> str:
+    if filename.startswith(_PACKAGE_DIR):
+        return "warpsched"
+    if filename.startswith(_library_dirs()):
+        return "library"
+    return "user"
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """A rejection warpsched raises on purpose (its message names the fix), not an internal error."""
+    return isinstance(e, ValueError) and type(e).__module__.startswith("warpsched.")
+
+
+def user_facing(fn):
+    """An entry point users call: a rejection it raises shows the user's frames only (the message already names
+    the schedule call's file:line); an internal error keeps its whole traceback. ``WARPSCHED_TRACEBACK=full``
+    keeps every frame."""
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as e:
+            if _is_user_error(e) and os.environ.get(ENV_TRACEBACK) != "full":
+                e.__traceback__ = _user_frames(e.__traceback__)
+            raise
+
+    return entry

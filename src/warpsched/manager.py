@@ -8,7 +8,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional
 
-from .errors import Finding, HasFindings, ValidationError, ValidationWarning
+from .errors import Finding, HasFindings, ValidationError, ValidationWarning, user_facing
 from .model.task import Task
 from .protocol.plan import SyncPlan
 from .report.printout import memory_summary, register_summary, schedule_table
@@ -78,6 +78,7 @@ class TaskManager:
     accepted and ignored (docs/porting.md).
     """
 
+    @user_facing
     def __init__(self, *, tasks: List[Task], resource_dependency_graph: Optional[Dict[Any, List[Any]]] = None,
                  smem_allocator=None, tmem_allocator=None, barrier_allocator=None, verbose: bool = True,
                  skip_validation: bool = False, exhaustive_deadlock_race_check: bool = True,
@@ -216,6 +217,7 @@ class TaskManager:
         return render_manager(self)
 
     # ------------------------------------------------------------------ lowering
+    @user_facing
     def setup_resources_and_tasks(self):
         """Inside a ``@cute.kernel``: allocate SMEM, create and initialize barriers."""
         from .lower.kernel import KernelLowering
@@ -224,6 +226,7 @@ class TaskManager:
         self._lowering.setup()
         return self._lowering
 
+    @user_facing
     def run(self, **values):
         """Inside a ``@cute.kernel``: dispatch every task to its warps and run its schedule.
 

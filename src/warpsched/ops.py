@@ -7,7 +7,10 @@ returns the checker's verdict per compiled variant.
 """
 from __future__ import annotations
 
+from .errors import user_facing
 
+
+@user_facing
 def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_lse=False, mask_mod=None,
               softcap=None, window_size=None, num_splits=None, pack_gqa=None):
     """Scaled dot-product attention forward on Hopper (sm_90a), as
@@ -40,6 +43,7 @@ def attention(q, k, v, causal=False, scale=None, *, out=None, lse=None, return_l
                                 pack_gqa=pack_gqa)
 
 
+@user_facing
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k=None, causal=False, scale=None,
                      *, return_lse=False, window_size=None, softcap=None, mask_mod=None, out=None, lse=None):
     """Attention over packed variable-length sequences on Hopper, as ``flash_attn_varlen_func``: ``q``
@@ -57,6 +61,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
                                     return_lse, window_size, softcap, mask_mod, out, lse)
 
 
+@user_facing
 def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False, scale=None, *, num_splits=None,
                     return_lse=False, window_size=None, softcap=None, mask_mod=None, pack_gqa=None):
     """Attention over a paged K/V cache on Hopper, as flash_attn's ``page_table`` / ``seqused_k``: ``q`` (B, H,
@@ -73,6 +78,7 @@ def attention_paged(q, k_cache, v_cache, page_table, cache_seqlens, causal=False
                                   return_lse, window_size, softcap, mask_mod, pack_gqa)
 
 
+@user_facing
 def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, scale=None, *, window_size=None, softcap=None, mask_mod=None, dlse=None):
     """The gradients (dq, dk, dv) of ``out = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, ...)`` for
@@ -87,6 +93,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
                                              max_seqlen_k, causal, scale, window_size, softcap, mask_mod, dlse=dlse)
 
 
+@user_facing
 def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, window_size=None, mask_mod=None,
                        softcap=None, deterministic=False, dlse=None):
     """The gradients (dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
@@ -111,6 +118,7 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, win
                                    mask_mod=mask_mod, softcap=softcap, deterministic=deterministic, dlse=dlse)
 
 
+@user_facing
 def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=None, scale_a=None, scale_b=None,
          out_dtype=None, config="auto", cache=None):
     """out = act(alpha * (a @ b) + bias) + residual on Hopper: bf16 / fp16 (out the same dtype), or
@@ -142,6 +150,7 @@ def gemm(a, b, out=None, *, bias=None, activation=None, residual=None, alpha=Non
                       scale_b=scale_b, out_dtype=out_dtype, config=config, cache=cache)
 
 
+@user_facing
 def interleave_gate_up(w_gate, w_up, bias_gate=None, bias_up=None):
     """SwiGLU's weight for ``gemm(x, w.t(), activation="swiglu")``: the (I, K) gate and up weights
     interleaved in blocks of 8 rows as one (2 I, K) weight (and their biases as one (2 I,) bias, or

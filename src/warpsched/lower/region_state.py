@@ -20,16 +20,17 @@ While ``carrying(resources)`` is active, every region ``lower.dsl`` opens:
   documentation's own per-tile state) as that type at the region's entry, and carries it: the
   declaration says what the value is, and without it the K loop would read ``False`` at every step (NVIDIA's
   TS 4.8.1 compiles exactly that: the loop body traced once with ``False``);
-- refuses any other plain Python scalar (bool / int / float) that a loop body changes, or that a runtime
-  ``if`` changes: a body traced once cannot give later iterations (or the untaken branch) the new value, and
-  running on with the entry value would compute something other than the program says;
+- refuses any other plain Python scalar (bool / int / float) that a loop body or a runtime ``if`` changes,
+  to another Python value or to a runtime one (``self.count = self.count + stage_info.loop_offset``): a body
+  traced once cannot give later iterations (or the untaken branch, or the code after the region) the new
+  value, and running on with the entry value would compute something other than the program says;
 - drops DSL values the region bound to attributes that held no DSL value at its entry: they are defined
   inside the region and invalid outside it.
 
-Not seen: an undeclared attribute that holds a Python scalar or ``None`` at a loop's entry and a DSL value
-after a body sets it (directly, or through a work's own ``if``): it goes back to its entry value after the
-region, and a later iteration that reads it before setting it reads the entry value. Declare such state with
-its DSL type, or hold it as a DSL value from the start, as the refusal's fix says.
+Not seen: an attribute that holds ``None`` at a loop's entry and a DSL value after a body sets it (per-tile
+state set in each tile before use, the common case, is right): it goes back to ``None`` after the region,
+and a later iteration that tests ``is None`` before setting it sees ``None``. Declare such state with its
+DSL type and a value, or hold it as a DSL value from the start.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ import typing
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import cutlass
+from cutlass._mlir import ir
 
 from . import LoweringError
 
@@ -158,9 +160,17 @@ class RegionState:
                 if (id(h), n) in self.carried or n not in before:
                     continue
                 old = before[n]
-                if _is_python_scalar(old) and _is_python_scalar(v) and v != old:
-                    where = "a loop body, which is traced once" if self.kind == "loop" else \
-                        "a runtime if, whose untaken branch would keep the old value"
+                if not _is_python_scalar(old):
+                    continue
+                where = "a loop body, which is traced once" if self.kind == "loop" else \
+                    "a runtime if, whose untaken branch would keep the old value"
+                if isinstance(v, cutlass.Numeric) and not _is_constant(v, old):  # a runtime value, where the
+                    # entry held a constant (a work's own runtime if re-yields unchanged fields as constants)
+                    raise _refusal(h, n, f"changes from the Python {old!r} to a runtime {type(v).__name__} inside "
+                                         f"{where}; only a DSL value at the region's entry can be carried",
+                                   f"declare the field with its DSL type ({n}: cutlass.{_dsl_name(old)} = ...) "
+                                   f"or hold it as a CuTe DSL value from the start (cutlass.{_dsl_name(old)}({old!r}))")
+                if _is_python_scalar(v) and v != old:
                     raise _refusal(h, n, f"changes from {old!r} to {v!r} inside {where}",
                                    f"declare the field with its DSL type ({n}: cutlass.{_dsl_name(old)} = ...) "
                                    f"or hold it as a CuTe DSL value (cutlass.{_dsl_name(old)}({old!r})) so the "
@@ -207,6 +217,36 @@ def _describe(v: Any) -> str:
     if types is None:
         return f"a {type(v).__name__} ({v!r})" if _is_python_scalar(v) or v is None else f"a {type(v).__name__}"
     return f"a {type(v).__name__} of type {', '.join(types)}"
+
+
+def _is_constant(v: Any, old: Any) -> bool:
+    """Whether DSL scalar ``v`` is the constant ``old``: an ``arith.constant``, or an ``scf.if`` result that
+    every branch yields as that constant (CuTe DSL's own ``if`` re-yields an object's unchanged fields)."""
+    try:
+        return _constant_of(v.ir_value(), depth=0) == old
+    except Exception:  # noqa: BLE001 - an IR shape not read here is not a known constant
+        return False
+
+
+_NOT_CONSTANT = object()
+
+
+def _constant_of(value: Any, depth: int) -> Any:
+    op = value.owner
+    op = getattr(op, "operation", op)
+    if depth > 16:
+        return _NOT_CONSTANT
+    if op.name == "arith.constant":
+        attr = op.attributes["value"]
+        got = attr.value
+        return bool(got) if str(value.type) == "i1" else got
+    if op.name == "scf.if":
+        index = ir.OpResult(value).result_number
+        seen = [_constant_of(list(region.blocks[0].operations)[-1].operands[index], depth + 1)
+                for region in op.regions if len(region.blocks)]
+        if seen and all(x is not _NOT_CONSTANT and x == seen[0] for x in seen):
+            return seen[0]
+    return _NOT_CONSTANT
 
 
 def _dsl_name(v: Any) -> str:

@@ -13,6 +13,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..errors import user_facing
 from .capture import ACTIVE as _ACTIVE
 from .capture import fail as _fail
 from .tripcount import TripCount
@@ -401,6 +402,7 @@ class ScheduleFunction:
         code = fn.__code__
         self.location = SourceLoc(code.co_filename, code.co_firstlineno)
 
+    @user_facing
     def __call__(self, *args, **kwargs) -> ScheduleResult:
         cap = _Capture(self.fn.__name__)
         proxied = [_proxy(a) for a in args]
