@@ -98,3 +98,10 @@ def test_an_internal_error_keeps_its_frames():
         broken()
     assert any("test_user_tracebacks" in f for f in _files(info.value))
     assert len(_files(info.value)) >= 2
+
+
+def test_a_rejected_pipeline_configuration_shows_the_users_call(monkeypatch):
+    monkeypatch.delenv("WARPSCHED_TRACEBACK", raising=False)
+    with pytest.raises(ValidationError) as info:
+        PipelineConfig.create_async_async_pipeline_cfg(num_stages=0, producer_group=32, consumer_group=32)
+    assert _files(info.value) == [__file__]  # no factory, dataclass __init__ or __post_init__ frame

@@ -128,7 +128,7 @@ def _library_dirs() -> tuple:
 def _kind(filename: str) -> str:
     if filename.startswith(_PACKAGE_DIR):
         return "warpsched"
-    if filename.startswith(_library_dirs()):
+    if filename.startswith(_library_dirs()) or filename == "<string>":  # exec'd code: a dataclass's __init__
         return "library"
     return "user"
 

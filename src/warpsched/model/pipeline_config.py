@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple, Union
 
-from ..errors import ValidationError
+from ..errors import ValidationError, user_facing
 from .enums import AsyncProducerOp, PipelineType, SignalingThreads
 from .pipeline_fields import field_findings, parse_strides
 from .source import SourceLoc, caller_location
@@ -46,6 +46,7 @@ class PipelineConfig:
     barrier_ptr: Any = None
     location: SourceLoc = field(default_factory=caller_location, repr=False)
 
+    @user_facing
     def __post_init__(self):
         findings = field_findings(self)
         if findings:
@@ -95,6 +96,7 @@ class PipelineConfig:
 
     # ---- factories (the only supported constructors) ----
     @classmethod
+    @user_facing
     def create_async_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
                                         async_producer_op=AsyncProducerOp.AsyncThread, **kw):
         """Threads write the stage, threads read it (SMEM produced by ordinary stores or cp.async).
@@ -108,6 +110,7 @@ class PipelineConfig:
                          async_producer_op=async_producer_op, **kw)
 
     @classmethod
+    @user_facing
     def create_tma_async_pipeline_cfg(cls, *, num_stages, num_bytes, producer_group=None,
                                       consumer_group=None, **kw):
         """A TMA bulk copy writes the stage, threads read it (the Hopper mainloop shape).
@@ -122,6 +125,7 @@ class PipelineConfig:
                          num_bytes=num_bytes, **kw)
 
     @classmethod
+    @user_facing
     def create_tma_umma_pipeline_cfg(cls, *, num_stages, num_bytes, producer_group=None,
                                      consumer_group=None, **kw):
         """A TMA bulk copy writes the stage, a tcgen05 MMA reads it (Blackwell mainloop).
@@ -132,6 +136,7 @@ class PipelineConfig:
                          num_bytes=num_bytes, **kw)
 
     @classmethod
+    @user_facing
     def create_umma_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None, **kw):
         """A tcgen05 MMA writes the stage (a TMEM accumulator), threads read it (the epilogue).
 
@@ -140,6 +145,7 @@ class PipelineConfig:
         return cls._make(PipelineType.UmmaAsync, num_stages, producer_group, consumer_group, **kw)
 
     @classmethod
+    @user_facing
     def create_async_umma_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
                                        umma_consumer_producer_op=AsyncProducerOp.AsyncThread, **kw):
         """Threads write the stage, a tcgen05 MMA reads it (e.g. P of attention written by softmax warps).
@@ -150,11 +156,13 @@ class PipelineConfig:
                          async_producer_op=umma_consumer_producer_op, **kw)
 
     @classmethod
+    @user_facing
     def create_umma_umma_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None, **kw):
         """One tcgen05 MMA chain writes the stage, another reads it (TMEM to TMEM hand-off)."""
         return cls._make(PipelineType.UmmaUmma, num_stages, producer_group, consumer_group, **kw)
 
     @classmethod
+    @user_facing
     def create_clc_fetch_async_pipeline_cfg(cls, *, num_stages, producer_group=None, consumer_group=None,
                                             num_bytes=16, **kw):
         """Cluster launch control: the hardware writes the next work tile (``num_bytes=16``, the CLC
