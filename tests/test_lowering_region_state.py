@@ -18,30 +18,16 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-import cutlass.pipeline as pipeline  # noqa: E402
 from cutlass.cute.runtime import make_fake_tensor  # noqa: E402
 
-from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskManager, WorkAttr,  # noqa: E402
-                       consumer_work, domain_loop, producer_work, schedule)
+from warpsched import (MemoryResource, StageInfo, Task, TaskManager, WorkAttr, domain_loop,  # noqa: E402
+                       producer_work, schedule)
 from warpsched.lower import LoweringError  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from region_state_gpu import Ring, fill, ring_config  # noqa: E402  (the GPU check's ring and producer)
+
 SEEN = []  # what the works saw while the kernel was traced
-
-
-def _cfg():
-    g = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
-    return PipelineConfig.create_async_async_pipeline_cfg(num_stages=2, producer_group=g, consumer_group=g)
-
-
-@dataclass(kw_only=True)
-class Ring(MemoryResource):
-    @producer_work
-    def put(self, stage_info: StageInfo):
-        pass
-
-    @consumer_work
-    def get(self, stage_info: StageInfo):
-        pass
 
 
 @dataclass(kw_only=True)
@@ -114,7 +100,7 @@ def _compile(python_flag=False, acc_type=Accumulate):
 
     @cute.kernel
     def kern(out: cute.Tensor, n: cutlass.Int32, python_flag: cutlass.Constexpr):
-        ring, acc = Ring(name="Ring", pipeline_config=_cfg()), acc_type(name="Acc", out=out,
+        ring, acc = Ring(name="Ring", pipeline_config=ring_config()), acc_type(name="Acc", out=out,
                                                                         python_flag=python_flag)
         tasks = [Task(name="P", dst_resources=[ring, acc], warp_idx=0, num_warps=1, schedule=producer(ring, acc, n, with_if=not python_flag)),
                  Task(name="C", src_resources=[ring], dst_resources=[acc], warp_idx=1, num_warps=1,
@@ -187,14 +173,6 @@ class Cursor(MemoryResource):
 
 
 @schedule
-def fill(ring, n):
-    with domain_loop(0, n, 1):
-        ring.acquire()
-        ring.put()
-        ring.commit()
-
-
-@schedule
 def cursor_steps(ring, cur, n):
     with domain_loop(0, n, 1):
         ring.wait()
@@ -236,7 +214,7 @@ def _compile_cursor(align: int, state_type=Cursor):
 
     @cute.kernel
     def kern(out: cute.Tensor, n: cutlass.Int32):
-        ring, cur = Ring(name="Ring", pipeline_config=_cfg()), state_type(name="Cursor", view=out)
+        ring, cur = Ring(name="Ring", pipeline_config=ring_config()), state_type(name="Cursor", view=out)
         ENTRY.append(cur.view)
         tasks = [Task(name="P", dst_resources=[ring], warp_idx=0, num_warps=1, schedule=fill(ring, n)),
                  Task(name="C", src_resources=[ring], dst_resources=[cur], warp_idx=1, num_warps=1,

@@ -38,7 +38,7 @@ from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskMana
 SIZE = 64  # elements of the output; n + 1 <= SIZE
 
 
-def _ring_config():
+def ring_config():
     g = pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
     return PipelineConfig.create_async_async_pipeline_cfg(num_stages=2, producer_group=g, consumer_group=g)
 
@@ -137,7 +137,7 @@ def build(kind: str):
 
     @cute.kernel
     def kern(out: cute.Tensor, n: cutlass.Int32):
-        ring, state = Ring(name="Ring", pipeline_config=_ring_config()), state_type(name="State", out=out)
+        ring, state = Ring(name="Ring", pipeline_config=ring_config()), state_type(name="State", out=out)
         tasks = [Task(name="Producer", dst_resources=[ring], warp_idx=0, num_warps=1, schedule=fill(ring, n)),
                  Task(name="Consumer", src_resources=[ring], dst_resources=[state], warp_idx=1, num_warps=1,
                       schedule=steps(ring, state, n))]
