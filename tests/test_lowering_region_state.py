@@ -270,3 +270,51 @@ def test_an_undeclared_python_scalar_that_becomes_a_runtime_value_is_refused(sta
     msg = str(e)
     assert "'count'" in msg and "'Cursor'" in msg and f"from the Python 0 to a runtime {what}" in msg
     assert "count: cutlass.Int32" in e.fix
+
+
+@dataclass
+class Totals:
+    """A user's dataclass held in a resource field: its fields cross the regions as the resource's do."""
+
+    count: cutlass.Int32 = 0  # declared: a Python 0 taken as an Int32 at the loop's entry
+
+
+@dataclass(kw_only=True)
+class Counting(Cursor):
+    totals: Any = None
+
+    @producer_work
+    def write_and_advance(self, stage_info: StageInfo):
+        if self.totals is None:  # trace time: the first step traced creates it (before any region opens)
+            raise AssertionError("the kernel builds totals")
+        SEEN.append(("step", self.totals.count))
+        self.totals.count = self.totals.count + 1
+
+    @producer_work
+    def finish(self, stage_info: StageInfo):
+        SEEN.append(("after", self.totals.count))
+
+
+def test_a_dataclass_held_in_a_resource_field_is_carried_like_the_resource():
+    SEEN.clear()
+
+    @cute.kernel
+    def kern(out: cute.Tensor, n: cutlass.Int32):
+        ring, cur = Ring(name="Ring", pipeline_config=ring_config()), Counting(name="Cursor", view=out,
+                                                                               totals=Totals())
+        tasks = [Task(name="P", dst_resources=[ring], warp_idx=0, num_warps=1, schedule=fill(ring, n)),
+                 Task(name="C", src_resources=[ring], dst_resources=[cur], warp_idx=1, num_warps=1,
+                      schedule=cursor_steps(ring, cur, n))]
+        mgr = TaskManager(tasks=tasks, resource_dependency_graph={cur: [ring]}, verbose=False)
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+    @cute.jit
+    def host(out: cute.Tensor, n: cutlass.Int32):
+        kern(out, n).launch(grid=[1, 1, 1], block=[64, 1, 1])
+
+    cute.compile(host, make_fake_tensor(cutlass.Int32, (16,), (1,), assumed_align=4), cutlass.Int32(4),
+                 options=_common.ptx_options())
+    seen = {k: (type(v).__name__, _is_constant(v)) for k, v in SEEN}
+    # each step reads the previous step's count (a loop-carried Int32), and so does the work after the loop
+    assert seen == {"step": ("Int32", False), "after": ("Int32", False)}, seen

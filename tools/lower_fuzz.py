@@ -11,8 +11,8 @@ inside a ``@cute.kernel``, lowered and compiled on the CPU with fake tensors, fo
 
 With ``--stateful`` (the default) the work bodies keep state the way TS programs do, so the
 lowering's runtime regions must carry it (``lower/region_state.py``): every stage buffer counts
-its fills and reads in a field declared ``cutlass.Int32`` that starts as a Python ``0``, and every
-output keeps a ``cutlass.Boolean`` set by its first store. ``--plain`` keeps the bodies empty.
+its fills and reads in a field declared ``cutlass.Int32`` that starts as a Python ``0`` (the reads also in
+a dataclass the buffer holds), and every output keeps a ``cutlass.Boolean`` set by its first store. ``--plain`` keeps the bodies empty.
 
 Outcomes: ``compiled``; ``refused`` (a warpsched ``ValidationError`` / ``LoweringError`` anywhere
 in the exception chain: a clean rejection that names the fix, e.g. a TMA pipeline whose empty fill
@@ -60,9 +60,14 @@ def stateful_lib() -> D.Lib:
     lib.name = "warpsched (stateful works)"
     MR, cw, pw = lib.MemoryResource, lib.consumer_work, lib.producer_work
 
+    @dataclasses.dataclass
+    class Reads:  # a user's dataclass in a resource field: carried like the resource's own fields
+        total: cutlass.Int32 = 0
+
     @dataclasses.dataclass(kw_only=True, eq=False)
     class Buf(MR):
         count: cutlass.Int32 = 0  # a Python 0 until a region carries it as the declared type
+        reads: Any = dataclasses.field(default_factory=Reads)
 
         @pw
         def fill(self, stage_info):
@@ -72,6 +77,7 @@ def stateful_lib() -> D.Lib:
         def read(self, stage_info):
             step = stage_info.loop_offset  # None outside a domain_loop
             self.count = self.count + (1 if step is None else step)
+            self.reads.total = self.reads.total + 1
 
     @dataclasses.dataclass(kw_only=True, eq=False)
     class GmemIn(MR):

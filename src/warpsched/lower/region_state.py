@@ -27,6 +27,9 @@ While ``carrying(resources)`` is active, every region ``lower.dsl`` opens:
 - drops DSL values the region bound to attributes that held no DSL value at its entry: they are defined
   inside the region and invalid outside it.
 
+A user's dataclass a resource field holds (``self.totals = Totals(count=cutlass.Int32(0))``) is treated like
+the resource, three levels deep, as CuTe DSL flattens a dataclass it carries.
+
 Not seen: an attribute that holds ``None`` at a loop's entry and a DSL value after a body sets it (per-tile
 state set in each tile before use, the common case, is right): it goes back to ``None`` after the region,
 and a later iteration that tests ``is None`` before setting it sees ``None``. Declare such state with its
@@ -50,7 +53,8 @@ _HOLDERS: List[Tuple[Any, ...]] = []  # stack: the objects whose attributes regi
 
 @contextlib.contextmanager
 def carrying(holders: Iterable[Any]):
-    """Regions opened inside the block carry the DSL scalars held in these objects' attributes."""
+    """Regions opened inside the block carry the DSL values held in these objects' attributes (and in the user's
+    dataclasses those hold)."""
     _HOLDERS.append(tuple(h for h in holders if isinstance(getattr(h, "__dict__", None), dict)))
     try:
         yield
@@ -114,7 +118,9 @@ class RegionState:
 
     def __init__(self, kind: str):
         self.kind = kind  # "loop" or "if": what the refusal names
-        self.holders = _HOLDERS[-1] if _HOLDERS else ()
+        found = _with_nested(_HOLDERS[-1] if _HOLDERS else ())
+        self.holders = tuple(obj for obj, _, _ in found)
+        self.labels = {id(obj): (label, resource) for obj, label, resource in found}
         for h in self.holders:
             _promote_declared(h)
         self.entry: Dict[int, Dict[str, Any]] = {id(h): dict(vars(h)) for h in self.holders}
@@ -134,7 +140,7 @@ class RegionState:
             v = getattr(h, n, None)
             if not isinstance(before, cutlass.Numeric):
                 if _ir_types(v) != _ir_types(before):
-                    raise _refusal(h, n, f"is {_describe(before)} at the region's entry and {_describe(v)} "
+                    raise self._refusal(h, n, f"is {_describe(before)} at the region's entry and {_describe(v)} "
                                          "at its end; a value carried through a runtime loop or if keeps "
                                          "its type", _VIEW_FIX)
                 out.append(v)
@@ -143,7 +149,7 @@ class RegionState:
                 try:
                     v = type(before)(v)
                 except Exception as e:  # noqa: BLE001 - named below
-                    raise _refusal(h, n, f"holds {type(before).__name__} at the region's entry and "
+                    raise self._refusal(h, n, f"holds {type(before).__name__} at the region's entry and "
                                          f"{type(v).__name__} at its end ({e})",
                                    "keep one CuTe DSL type for the attribute") from e
             out.append(v)
@@ -151,6 +157,11 @@ class RegionState:
 
     def entry_values(self) -> List[Any]:
         return [self.entry[id(h)][n] for h, n in self.places]
+
+    def _refusal(self, holder: Any, attr: str, what: str, fix: str) -> LoweringError:
+        label, resource = self.labels.get(id(holder), (repr(type(holder).__name__), holder))
+        where = f"resource {label}" if "." not in label else f"{label} (a dataclass in resource {label.split('.')[0]})"
+        return LoweringError(f"attribute {attr!r} of {where} {what}", resource=resource, fix=fix)
 
     def check_body(self) -> None:
         """At the end of a body: refuse Python scalars the body changed (see the module's docstring)."""
@@ -166,12 +177,12 @@ class RegionState:
                     "a runtime if, whose untaken branch would keep the old value"
                 if isinstance(v, cutlass.Numeric) and not _is_constant(v, old):  # a runtime value, where the
                     # entry held a constant (a work's own runtime if re-yields unchanged fields as constants)
-                    raise _refusal(h, n, f"changes from the Python {old!r} to a runtime {type(v).__name__} inside "
+                    raise self._refusal(h, n, f"changes from the Python {old!r} to a runtime {type(v).__name__} inside "
                                          f"{where}; only a DSL value at the region's entry can be carried",
                                    f"declare the field with its DSL type ({n}: cutlass.{_dsl_name(old)} = ...) "
                                    f"or hold it as a CuTe DSL value from the start (cutlass.{_dsl_name(old)}({old!r}))")
                 if _is_python_scalar(v) and v != old:
-                    raise _refusal(h, n, f"changes from {old!r} to {v!r} inside {where}",
+                    raise self._refusal(h, n, f"changes from {old!r} to {v!r} inside {where}",
                                    f"declare the field with its DSL type ({n}: cutlass.{_dsl_name(old)} = ...) "
                                    f"or hold it as a CuTe DSL value (cutlass.{_dsl_name(old)}({old!r})) so the "
                                    "region carries it, or derive it from stage_info.loop_offset")
@@ -253,6 +264,34 @@ def _dsl_name(v: Any) -> str:
     return {bool: "Boolean", int: "Int32", float: "Float32"}[type(v)]
 
 
-def _refusal(holder: Any, attr: str, what: str, fix: str) -> LoweringError:
-    return LoweringError(f"attribute {attr!r} of resource {getattr(holder, 'name', type(holder).__name__)!r} "
-                         f"{what}", resource=holder, fix=fix)
+_NESTING = 3  # dataclass levels below a resource whose fields are carried
+
+
+def _with_nested(resources: Sequence[Any]) -> List[Tuple[Any, str, Any]]:
+    """(object, label, resource): the resources, and the user's dataclass instances their fields hold (as CuTe
+    DSL flattens a dataclass it carries), ``_NESTING`` levels deep."""
+    out: List[Tuple[Any, str, Any]] = []
+    seen = set()
+
+    def visit(obj, label, resource, depth):
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        out.append((obj, label, resource))
+        if depth == _NESTING:
+            return
+        for n, v in list(vars(obj).items()):
+            if _is_user_dataclass(v):
+                visit(v, f"{label}.{n}", resource, depth + 1)
+
+    for r in resources:
+        visit(r, repr(getattr(r, "name", type(r).__name__)), r, 0)
+    return out
+
+
+def _is_user_dataclass(v: Any) -> bool:
+    """A dataclass instance of the user's (not warpsched's or CuTe DSL's, not a DSL value) with attributes."""
+    module = type(v).__module__ or ""
+    return (dataclasses.is_dataclass(v) and not isinstance(v, type) and not _is_dsl_value(v)
+            and isinstance(getattr(v, "__dict__", None), dict)
+            and not module.startswith(("warpsched.", "cutlass.", "cutlass_dsl")))
