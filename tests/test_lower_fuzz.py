@@ -21,3 +21,12 @@ def test_accepted_random_programs_compile_without_an_internal_error(arch, seed):
     report = "\n".join(lines)
     assert counts["crash"] == 0 and counts["timeout"] == 0, report
     assert counts["compiled"] >= 8, report  # the seed yields accepted programs, and they compile
+
+
+def test_an_undeclared_count_is_refused_cleanly_wherever_a_region_changes_it():
+    lines = []
+    counts = lower_fuzz.fuzz(60, 11, "sm_90a", timeout=120, show=2, undeclared=True,
+                             log=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    report = "\n".join(lines)
+    assert counts["crash"] == 0 and counts["timeout"] == 0, report
+    assert counts["refused"] >= 8 and "declare the field with its DSL type" in report, report

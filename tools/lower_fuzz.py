@@ -50,8 +50,9 @@ UMMA = ("TmaUmma", "UmmaAsync")
 
 
 @functools.lru_cache(maxsize=None)
-def stateful_lib() -> D.Lib:
-    """warpsched's names, with resource classes whose works keep state across the program's regions."""
+def stateful_lib(undeclared: bool = False) -> D.Lib:
+    """warpsched's names, with resource classes whose works keep state across the program's regions;
+    ``undeclared``: the count is a plain ``int`` field, a mistake every region that changes it must refuse."""
     import cutlass
 
     base = D.warpsched_lib()
@@ -64,10 +65,9 @@ def stateful_lib() -> D.Lib:
     class Reads:  # a user's dataclass in a resource field: carried like the resource's own fields
         total: cutlass.Int32 = 0
 
-    @dataclasses.dataclass(kw_only=True, eq=False)
     class Buf(MR):
-        count: cutlass.Int32 = 0  # a Python 0 until a region carries it as the declared type
-        reads: Any = dataclasses.field(default_factory=Reads)
+        count = 0  # a Python 0 until a region carries it as the declared type (annotated below)
+        reads = dataclasses.field(default_factory=Reads)
 
         @pw
         def fill(self, stage_info):
@@ -78,6 +78,9 @@ def stateful_lib() -> D.Lib:
             step = stage_info.loop_offset  # None outside a domain_loop
             self.count = self.count + (1 if step is None else step)
             self.reads.total = self.reads.total + 1
+
+    Buf.__annotations__ = {"count": int if undeclared else cutlass.Int32, "reads": Any}
+    Buf = dataclasses.dataclass(kw_only=True, eq=False)(Buf)
 
     @dataclasses.dataclass(kw_only=True, eq=False)
     class GmemIn(MR):
@@ -134,13 +137,13 @@ def _signature(text: str) -> str:
     return " ".join(text.split())[:90]
 
 
-def compile_program(prog: Prog, arch: str, stateful: bool = True) -> None:
+def compile_program(prog: Prog, arch: str, stateful: bool = True, undeclared: bool = False) -> None:
     """Build ``prog`` inside a kernel, lower it and compile it for ``arch`` (raises what the compile raises)."""
     import _common
     import cutlass
     import cutlass.cute as cute
 
-    lib = stateful_lib() if stateful else D.warpsched_lib()
+    lib = stateful_lib(undeclared) if stateful else D.warpsched_lib()
     warps = max(t.warp_idx + t.num_warps for t in prog.tasks)
 
     @cute.kernel
@@ -168,7 +171,8 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 
-def run_one(prog: Prog, arch: str, timeout: float, stateful: bool = True) -> Tuple[str, str, str]:
+def run_one(prog: Prog, arch: str, timeout: float, stateful: bool = True,
+            undeclared: bool = False) -> Tuple[str, str, str]:
     """(outcome, bucket signature, detail) for one accepted program."""
     old = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -176,7 +180,7 @@ def run_one(prog: Prog, arch: str, timeout: float, stateful: bool = True) -> Tup
     try:
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the checker's warnings were seen when the verdict was taken
-            compile_program(prog, arch, stateful)
+            compile_program(prog, arch, stateful, undeclared)
         return "compiled", "", ""
     except _Timeout:
         return "timeout", "", ""
@@ -193,7 +197,7 @@ def run_one(prog: Prog, arch: str, timeout: float, stateful: bool = True) -> Tup
 
 
 def fuzz(n: int, seed: int, arch: str, timeout: float, show: int, stateful: bool = True,
-         log=print) -> collections.Counter:
+         log=print, undeclared: bool = False) -> collections.Counter:
     rng = random.Random(seed)
     ws = D.warpsched_lib()
     counts: collections.Counter = collections.Counter()
@@ -208,13 +212,14 @@ def fuzz(n: int, seed: int, arch: str, timeout: float, show: int, stateful: bool
         if verdict.kind != "accept":
             counts[f"not accepted ({verdict.kind})"] += 1
             continue
-        outcome, sig, detail = run_one(prog, arch, timeout, stateful)
+        outcome, sig, detail = run_one(prog, arch, timeout, stateful, undeclared)
         counts[outcome] += 1
         if outcome in ("refused", "crash"):
             buckets[(outcome, sig)].append((i, prog, detail))
         if (i + 1) % 20 == 0:
             log(f"  {i + 1}/{n} programs, {time.time() - t0:.0f} s: {dict(counts)}", file=sys.stderr)
-    log(f"lower_fuzz seed={seed} n={n} arch={arch} {'stateful' if stateful else 'plain'} works: {dict(counts)} "
+    kind = "plain" if not stateful else "stateful (undeclared count)" if undeclared else "stateful"
+    log(f"lower_fuzz seed={seed} n={n} arch={arch} {kind} works: {dict(counts)} "
         f"in {time.time() - t0:.0f} s")
     for (outcome, sig), items in sorted(buckets.items(), key=lambda kv: (kv[0][0] != "crash", -len(kv[1]))):
         log(f"\n[{outcome}] x{len(items)}: {sig}")
@@ -233,10 +238,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per check / compile")
     ap.add_argument("--show", type=int, default=3, help="programs printed per bucket")
     ap.add_argument("--plain", action="store_true", help="empty work bodies (no state for regions to carry)")
+    ap.add_argument("--undeclared", action="store_true",
+                    help="the stage buffers' count is a plain int: programs whose regions change it must be refused "
+                         "cleanly (LoweringError), never crash")
     args = ap.parse_args(argv)
     os.environ["CUTE_DSL_ARCH"] = args.arch
     counts = fuzz(args.n, args.seed, args.arch, args.timeout, args.show, not args.plain,
-                  log=lambda *a, **k: print(*a, **k, flush=True))
+                  log=lambda *a, **k: print(*a, **k, flush=True), undeclared=args.undeclared)
     return 1 if counts["crash"] else 0
 
 
