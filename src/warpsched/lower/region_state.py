@@ -19,7 +19,9 @@ While ``carrying(resources)`` is active, every region ``lower.dsl`` opens:
   (``scale_d: cutlass.Boolean = field(init=False, default=None)`` set to ``False`` per tile, the TS
   documentation's own per-tile state) as that type at the region's entry, and carries it: the
   declaration says what the value is, and without it the K loop would read ``False`` at every step (NVIDIA's
-  TS 4.8.1 compiles exactly that: the loop body traced once with ``False``);
+  TS 4.8.1 compiles exactly that: the loop body traced once with ``False``). The declaration holds in every
+  region, one that only reads the field included, as for a ``@cute.jit`` argument annotated with a DSL type:
+  keep compile-time configuration (a tile size) in a field annotated ``int`` or ``cutlass.Constexpr``;
 - refuses any other plain Python scalar (bool / int / float) that a loop body or a runtime ``if`` changes,
   to another Python value or to a runtime one (``self.count = self.count + stage_info.loop_offset``): a body
   traced once cannot give later iterations (or the untaken branch, or the code after the region) the new
