@@ -270,6 +270,11 @@ def test_an_undeclared_python_scalar_that_becomes_a_runtime_value_is_refused(sta
     msg = str(e)
     assert "'count'" in msg and "'Cursor'" in msg and f"from the Python 0 to a runtime {what}" in msg
     assert "count: cutlass.Int32" in e.fix
+    # the schedule call whose work set it, in its task
+    with open(__file__) as fh:
+        line = next(i for i, text in enumerate(fh, 1) if "cur.write_and_advance()" in text)
+    assert (e.location.file, e.location.line) == (__file__, line) and e.task.name == "C"
+    assert "last set by Cursor.write_and_advance()" in msg
 
 
 @dataclass

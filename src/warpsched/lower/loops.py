@@ -25,7 +25,7 @@ from ..model.iteration import ITERATION_GUARDS, forward_form, guard_on_value, is
 from ..model.tripcount import TripCount, runtime_bound
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
-from . import LoweringError
+from . import LoweringError, region_state
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
 from .pipelines import make_state
@@ -553,7 +553,8 @@ class TaskEmitter:
                                     fix="produce it earlier in the same iteration, or declare its "
                                         "TaskLocalVariable with dtype= and default=")
             kwargs[pname] = env[key]
-        out = spec.fn(res, info, **kwargs)
+        with region_state.writing(res, self.task, s):
+            out = spec.fn(res, info, **kwargs)
         self.checks.worked(res, s, info.context, mark)
         if not s.returns:
             return

@@ -58,10 +58,29 @@ def carrying(holders: Iterable[Any]):
     """Regions opened inside the block carry the DSL values held in these objects' attributes (and in the user's
     dataclasses those hold)."""
     _HOLDERS.append(tuple(h for h in holders if isinstance(getattr(h, "__dict__", None), dict)))
+    _WRITERS.clear()
     try:
         yield
     finally:
         _HOLDERS.pop()
+        _WRITERS.clear()
+
+
+# (id(holder), attribute) -> (task, schedule step) of the work call that last set it: what a refusal names
+_WRITERS: Dict[Tuple[int, str], Tuple[Any, Any]] = {}
+
+
+@contextlib.contextmanager
+def writing(resource: Any, task: Any, step: Any):
+    """Around a work call: remember the schedule call that last set each attribute of its resource."""
+    before = dict(vars(resource)) if isinstance(getattr(resource, "__dict__", None), dict) else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            for n, v in vars(resource).items():
+                if n not in before or before[n] is not v:
+                    _WRITERS[(id(resource), n)] = (task, step)
 
 
 def _is_dsl_value(v: Any) -> bool:
@@ -163,7 +182,11 @@ class RegionState:
     def _refusal(self, holder: Any, attr: str, what: str, fix: str) -> LoweringError:
         label, resource = self.labels.get(id(holder), (repr(type(holder).__name__), holder))
         where = f"resource {label}" if "." not in label else f"{label} (a dataclass in resource {label.split('.')[0]})"
-        return LoweringError(f"attribute {attr!r} of {where} {what}", resource=resource, fix=fix)
+        task, step = _WRITERS.get((id(holder), attr), (None, None))
+        if step is not None:
+            what += f" (last set by {getattr(resource, 'name', label)}.{step.method}())"
+        return LoweringError(f"attribute {attr!r} of {where} {what}", resource=resource, fix=fix, task=task,
+                             location=getattr(step, "location", None))
 
     def check_body(self) -> None:
         """At the end of a body: refuse Python scalars the body changed (see the module's docstring)."""
