@@ -208,13 +208,15 @@ class ChangedInOwnIf(Cursor):
             self.count = 5
 
 
-def _compile_cursor(align: int, state_type=Cursor):
+def _compile_cursor(align: int, state_type=Cursor, facts=None, **fields):
+    """Compile the cursor program with ``state_type(**fields)`` as its state; what the works saw, as
+    ``facts(value, entry_view)`` (default: whether it is not the entry view, whether it is a tensor)."""
     SEEN.clear()
     ENTRY = []
 
     @cute.kernel
     def kern(out: cute.Tensor, n: cutlass.Int32):
-        ring, cur = Ring(name="Ring", pipeline_config=ring_config()), state_type(name="Cursor", view=out)
+        ring, cur = Ring(name="Ring", pipeline_config=ring_config()), state_type(name="Cursor", view=out, **fields)
         ENTRY.append(cur.view)
         tasks = [Task(name="P", dst_resources=[ring], warp_idx=0, num_warps=1, schedule=fill(ring, n)),
                  Task(name="C", src_resources=[ring], dst_resources=[cur], warp_idx=1, num_warps=1,
@@ -229,8 +231,9 @@ def _compile_cursor(align: int, state_type=Cursor):
 
     out = make_fake_tensor(cutlass.Int32, (16,), (1,), assumed_align=align)
     cute.compile(host, out, cutlass.Int32(4), options=_common.ptx_options())
-    seen = dict(SEEN)  # plain facts only: MLIR values must not be printed once the compile has closed
-    return {k: (v is not ENTRY[0], isinstance(v, cute.Tensor)) for k, v in seen.items()}
+    facts = facts or (lambda v, entry: (v is not entry, isinstance(v, cute.Tensor)))
+    # plain facts only: MLIR values must not be printed once the compile has closed
+    return {k: facts(v, ENTRY[0]) for k, v in dict(SEEN).items()}
 
 
 def test_a_tensor_view_a_loop_body_advances_is_carried():
@@ -301,25 +304,6 @@ class Counting(Cursor):
 
 
 def test_a_dataclass_held_in_a_resource_field_is_carried_like_the_resource():
-    SEEN.clear()
-
-    @cute.kernel
-    def kern(out: cute.Tensor, n: cutlass.Int32):
-        ring, cur = Ring(name="Ring", pipeline_config=ring_config()), Counting(name="Cursor", view=out,
-                                                                               totals=Totals())
-        tasks = [Task(name="P", dst_resources=[ring], warp_idx=0, num_warps=1, schedule=fill(ring, n)),
-                 Task(name="C", src_resources=[ring], dst_resources=[cur], warp_idx=1, num_warps=1,
-                      schedule=cursor_steps(ring, cur, n))]
-        mgr = TaskManager(tasks=tasks, resource_dependency_graph={cur: [ring]}, verbose=False)
-        mgr.setup_resources_and_tasks()
-        mgr.run()
-
-    @cute.jit
-    def host(out: cute.Tensor, n: cutlass.Int32):
-        kern(out, n).launch(grid=[1, 1, 1], block=[64, 1, 1])
-
-    cute.compile(host, make_fake_tensor(cutlass.Int32, (16,), (1,), assumed_align=4), cutlass.Int32(4),
-                 options=_common.ptx_options())
-    seen = {k: (type(v).__name__, _is_constant(v)) for k, v in SEEN}
+    seen = _compile_cursor(4, Counting, facts=lambda v, entry: (type(v).__name__, _is_constant(v)), totals=Totals())
     # each step reads the previous step's count (a loop-carried Int32), and so does the work after the loop
     assert seen == {"step": ("Int32", False), "after": ("Int32", False)}, seen
