@@ -3,14 +3,16 @@
     python3 tools/region_state_gpu.py                                   # H200: launch, compare, PASS / FAIL
     CUTE_DSL_ARCH=sm_90a PYTHONPATH=src .venv/bin/python tools/region_state_gpu.py --cpu   # compiles only
 
-Three TS programs (a 2-stage ring between a producer warp and a consumer warp, ``n`` steps at run
+Four TS programs (a 2-stage ring between a producer warp and a consumer warp, ``n`` steps at run
 time); the consumer's loop work first stores what it reads, then changes it (``lower/region_state.py``):
 
 - ``declared``: the TS documentation's per-tile state, a field declared ``cutlass.Boolean`` set to a
   Python ``False`` per tile and to ``True`` by each step: out = [0, 1, 1, ...], then 1 after the loop;
 - ``dsl``: the same flag held as ``cutlass.Boolean(False)``, as NVIDIA's tutorials write it: the same;
 - ``cursor``: a tensor view the step writes ``100 + k`` through and then advances by one element:
-  out = [100, 101, ...] (a view not carried would write every step to element 0).
+  out = [100, 101, ...] (a view not carried would write every step to element 0);
+- ``nested``: a count kept in a user's dataclass held by the resource, stored and then incremented by each
+  step: out = [0, 1, 2, ...], then n after the loop.
 
 Outputs are poisoned (-1) before each launch, ``n`` is drawn at random per launch (3 launches each).
 """
@@ -104,6 +106,34 @@ class Cursor(MemoryResource):
         pass
 
 
+@dataclass
+class Totals:
+    count: cutlass.Int32 = 0
+
+
+@dataclass(kw_only=True)
+class NestedCount(MemoryResource):
+    out: Any = None
+    totals: Any = field(default_factory=Totals)
+
+    @producer_work(work_attrs=WorkAttr.AUXILIARY)
+    def start_tile(self, stage_info: StageInfo):
+        pass
+
+    @producer_work
+    @cute.jit
+    def step(self, stage_info: StageInfo):
+        if cute.arch.lane_idx() == 0:
+            self.out[stage_info.loop_offset] = cutlass.Int32(self.totals.count)
+        self.totals.count = self.totals.count + 1
+
+    @producer_work
+    @cute.jit
+    def finish(self, stage_info: StageInfo, n: cutlass.Int32):
+        if cute.arch.lane_idx() == 0:
+            self.out[n] = cutlass.Int32(self.totals.count)
+
+
 @schedule
 def fill(ring, n):
     with domain_loop(0, n, 1):
@@ -123,12 +153,14 @@ def steps(ring, state, n):
     state.finish(n=n)
 
 
-KINDS = {"declared": DeclaredFlag, "dsl": DslFlag, "cursor": Cursor}
+KINDS = {"declared": DeclaredFlag, "dsl": DslFlag, "cursor": Cursor, "nested": NestedCount}
 
 
 def expected(kind: str, n: int):
     if kind == "cursor":
         return [100 + k for k in range(n)] + [-1] * (SIZE - n)
+    if kind == "nested":
+        return list(range(n + 1)) + [-1] * (SIZE - n - 1)
     return [0] + [1] * (n - 1) + [1] + [-1] * (SIZE - n - 1)
 
 
