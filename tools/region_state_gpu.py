@@ -57,9 +57,33 @@ class Ring(MemoryResource):
 
 
 @dataclass(kw_only=True)
-class DeclaredFlag(MemoryResource):
+class State(MemoryResource):
+    """What the programs' state resources share: the output, a per-tile start, and after the loop the value
+    ``final()`` gives (if any) stored at ``out[n]``."""
+
     out: Any = None
+
+    def final(self):
+        return None
+
+    @producer_work(work_attrs=WorkAttr.AUXILIARY)
+    def start_tile(self, stage_info: StageInfo):
+        pass
+
+    @producer_work
+    @cute.jit
+    def finish(self, stage_info: StageInfo, n: cutlass.Int32):
+        if cutlass.const_expr(self.final() is not None):
+            if cute.arch.lane_idx() == 0:
+                self.out[n] = cutlass.Int32(self.final())
+
+
+@dataclass(kw_only=True)
+class DeclaredFlag(State):
     flag: cutlass.Boolean = field(init=False, default=None)
+
+    def final(self):
+        return self.flag
 
     @producer_work(work_attrs=WorkAttr.AUXILIARY)
     def start_tile(self, stage_info: StageInfo):
@@ -72,12 +96,6 @@ class DeclaredFlag(MemoryResource):
             self.out[stage_info.loop_offset] = cutlass.Int32(self.flag)
         self.flag = True
 
-    @producer_work
-    @cute.jit
-    def finish(self, stage_info: StageInfo, n: cutlass.Int32):
-        if cute.arch.lane_idx() == 0:
-            self.out[n] = cutlass.Int32(self.flag)
-
 
 @dataclass(kw_only=True)
 class DslFlag(DeclaredFlag):
@@ -87,23 +105,13 @@ class DslFlag(DeclaredFlag):
 
 
 @dataclass(kw_only=True)
-class Cursor(MemoryResource):
-    out: Any = None
-
-    @producer_work(work_attrs=WorkAttr.AUXILIARY)
-    def start_tile(self, stage_info: StageInfo):
-        pass
-
+class Cursor(State):
     @producer_work
     @cute.jit
     def step(self, stage_info: StageInfo):
         if cute.arch.lane_idx() == 0:
             self.out[0] = cutlass.Int32(100 + stage_info.loop_offset)
         self.out = cute.domain_offset((1,), self.out)
-
-    @producer_work
-    def finish(self, stage_info: StageInfo, n: cutlass.Int32):
-        pass
 
 
 @dataclass
@@ -112,13 +120,11 @@ class Totals:
 
 
 @dataclass(kw_only=True)
-class NestedCount(MemoryResource):
-    out: Any = None
+class NestedCount(State):
     totals: Any = field(default_factory=Totals)
 
-    @producer_work(work_attrs=WorkAttr.AUXILIARY)
-    def start_tile(self, stage_info: StageInfo):
-        pass
+    def final(self):
+        return self.totals.count
 
     @producer_work
     @cute.jit
@@ -126,12 +132,6 @@ class NestedCount(MemoryResource):
         if cute.arch.lane_idx() == 0:
             self.out[stage_info.loop_offset] = cutlass.Int32(self.totals.count)
         self.totals.count = self.totals.count + 1
-
-    @producer_work
-    @cute.jit
-    def finish(self, stage_info: StageInfo, n: cutlass.Int32):
-        if cute.arch.lane_idx() == 0:
-            self.out[n] = cutlass.Int32(self.totals.count)
 
 
 @schedule
