@@ -140,7 +140,6 @@ def _signature(text: str) -> str:
 def compile_program(prog: Prog, arch: str, stateful: bool = True, undeclared: bool = False) -> None:
     """Build ``prog`` inside a kernel, lower it and compile it for ``arch`` (raises what the compile raises)."""
     import _common
-    import cutlass
     import cutlass.cute as cute
 
     lib = stateful_lib(undeclared) if stateful else D.warpsched_lib()
@@ -160,21 +159,12 @@ def compile_program(prog: Prog, arch: str, stateful: bool = True, undeclared: bo
     compiled = cute.compile(host, options=_common.ptx_options(arch))
     if "mbarrier" not in compiled.artifacts.PTX and prog.pipes:
         raise AssertionError("the compiled kernel has no mbarrier instruction, though the program has pipelines")
-    del cutlass
-
-
-class _Timeout(BaseException):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Timeout()
 
 
 def run_one(prog: Prog, arch: str, timeout: float, stateful: bool = True,
             undeclared: bool = False) -> Tuple[str, str, str]:
     """(outcome, bucket signature, detail) for one accepted program."""
-    old = signal.signal(signal.SIGALRM, _alarm)
+    old = signal.signal(signal.SIGALRM, D._alarm)  # the verdict fuzzer's per-program limit
     signal.setitimer(signal.ITIMER_REAL, timeout)
     buf = io.StringIO()
     try:
@@ -182,7 +172,7 @@ def run_one(prog: Prog, arch: str, timeout: float, stateful: bool = True,
             warnings.simplefilter("ignore")  # the checker's warnings were seen when the verdict was taken
             compile_program(prog, arch, stateful, undeclared)
         return "compiled", "", ""
-    except _Timeout:
+    except D.Timeout:
         return "timeout", "", ""
     except Exception as e:  # noqa: BLE001 - sorted below: a clean rejection or an internal error
         clean = _clean_in_chain(e)

@@ -101,7 +101,8 @@ def _user_frames(tb: Optional[types.TracebackType]) -> Optional[types.TracebackT
     while tb is not None:
         entries.append(tb)
         tb = tb.tb_next
-    kinds = [_kind(t.tb_frame.f_code.co_filename) for t in entries]
+    libraries = _library_dirs()
+    kinds = [_kind(t.tb_frame.f_code.co_filename, libraries) for t in entries]
     keep = []
     for i, (t, k) in enumerate(zip(entries, kinds)):
         if k == "warpsched":
@@ -125,10 +126,10 @@ def _library_dirs() -> tuple:
     return tuple(os.path.join(d, "") for d in dirs)
 
 
-def _kind(filename: str) -> str:
+def _kind(filename: str, libraries: tuple) -> str:
     if filename.startswith(_PACKAGE_DIR):
         return "warpsched"
-    if filename.startswith(_library_dirs()) or filename == "<string>":  # exec'd code: a dataclass's __init__
+    if filename.startswith(libraries) or filename == "<string>":  # exec'd code: a dataclass's __init__
         return "library"
     return "user"
 

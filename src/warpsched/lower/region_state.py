@@ -51,6 +51,8 @@ from cutlass._mlir import ir
 from . import LoweringError
 
 _HOLDERS: List[Tuple[Any, ...]] = []  # stack: the objects whose attributes regions carry
+# (id(holder), attribute) -> (task, schedule step) of the work call that last set it: what a refusal names
+_WRITERS: Dict[Tuple[int, str], Tuple[Any, Any]] = {}
 
 
 @contextlib.contextmanager
@@ -64,10 +66,6 @@ def carrying(holders: Iterable[Any]):
     finally:
         _HOLDERS.pop()
         _WRITERS.clear()
-
-
-# (id(holder), attribute) -> (task, schedule step) of the work call that last set it: what a refusal names
-_WRITERS: Dict[Tuple[int, str], Tuple[Any, Any]] = {}
 
 
 @contextlib.contextmanager
