@@ -57,10 +57,20 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
     packed = varlen.varlen_options(D, causal, top)
     qb, kb, vb = (t.view(B, top, -1, D).transpose(1, 2).contiguous() for t in (q, k, v))
     sides = {"ws": lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal)}
+    variants_here = {}
     for n, opts in variants.items():
+        name_, _, dim = n.partition("@")
+        if dim and int(dim) != D:
+            continue
         chosen = dict(packed, **opts)
-        sides[n] = lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
-                                                                 options=chosen)
+        try:  # compiled here, so that a refused form is named and left out rather than ending the run
+            varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, options=chosen)
+        except Exception as e:  # noqa: BLE001 - a variant the kernel refuses (SMEM, an option it cannot serve)
+            print(f"  {name_}: refused: {type(e).__name__}: {str(e)[:160]}", flush=True)
+            continue
+        variants_here[name_] = chosen
+        sides[name_] = lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
+                                                                     options=chosen)
     same = {k_: v_ for k_, v_ in packed.items() if k_ != "live_units"}
     o_same = torch.empty_like(qb)
     launch_same, _, _ = att.prepare(qb, kb, vb, causal=causal, out=o_same, **same)
@@ -81,6 +91,15 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
     launch_dense()
     errs = [((o.float() - o_packed).abs().max() / o_packed.abs().max()).item() for o in (o_same, o_dense)]
     bad = [e for e in errs if not e < 1e-2]  # NaN fails too
+    # each variant's O against the default's (bit for bit where it changes only where values are computed)
+    o_ref = sides["ws"]()
+    for n in variants_here:
+        o_var = torch.full_like(o_ref, float("nan"))
+        varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, options=variants_here[n], out=o_var)
+        e = ((o_var.float() - o_ref.float()).abs().max() / o_ref.float().abs().max()).item()
+        print(f"  {n}: O " + ("bit for bit the default's" if torch.equal(o_var, o_ref) else
+                             f"within {e:.1e} of the default's"), flush=True)
+        bad += [] if e < 1e-2 else [n]
     times = {n: [] for n in sides}
     for r in range(rounds):
         for n in round_order(list(sides), r):
@@ -97,8 +116,8 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="balanced timing rounds (the median is shown)")
-    ap.add_argument("--variants", default="", help='packed forms: "name:opt=1,opt=0;..." over varlen_options '
-                    "(ints; 0 / 1 for switches)")
+    ap.add_argument("--variants", default="", help='packed forms: "name:opt=1,opt=0;name@64:..." over '
+                    "varlen_options (ints; 0 / 1 for switches; @D: at head dim D only)")
     ap.add_argument("--batches", default="", help=f"comma-separated indices 0..{len(EQUAL) - 1} (default: all)")
     args = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)

@@ -150,6 +150,28 @@ def test_the_varlen_kernel_compiles_for_sm90a():
     assert "cp.async.bulk.tensor" in c.artifacts.PTX and "st.global" in c.artifacts.PTX
 
 
+@pytest.mark.parametrize("hd,causal", [(64, True), (128, False)])
+def test_the_forward_holds_its_unit_once_a_tile(hd, causal):
+    """unit_in_regs (forward): each task computes its unit's coordinates and bounds when the tile starts, so the
+    consumer warp groups' K/V loop loads neither the live table nor the offsets (the default kernel loads both
+    before every S tile's mask): fewer global loads, the same program; refused for unpacked batches."""
+    import re
+
+    options = varlen.varlen_options(hd, causal, 4096)
+    plain = varlen.compile_for_cpu(head_dim=hd, causal=causal, **options).artifacts.PTX
+    held = varlen.compile_for_cpu(head_dim=hd, causal=causal, unit_in_regs=True, **options).artifacts.PTX
+    n_plain, n_held = (len(re.findall(r"ld\.global", p)) for p in (plain, held))
+    assert n_held <= n_plain * 2 // 3, (n_held, n_plain)
+    # the same program: the mask and the loads read the held values only
+    loose = att.build(varlen.forward_kernel(hd, causal, **options), verbose=False,
+                      exhaustive_deadlock_race_check=False)
+    tight = att.build(varlen.forward_kernel(hd, causal, unit_in_regs=True, **options), verbose=False,
+                      exhaustive_deadlock_race_check=False)
+    assert tight.fingerprint == loose.fingerprint
+    with pytest.raises(AttentionConfigError, match="unit_in_regs=True with varlen=False"):
+        att.FlashAttention(head_dim=hd, unit_in_regs=True)
+
+
 class _Fake:
     """Enough of a torch tensor for the argument checks (no GPU, no torch)."""
 

@@ -174,7 +174,7 @@ class FlashAttention(WorkUnits):
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
                  varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0, k_ahead=False, early_rescale=False,
-                 max_chains=1, slice_stages=False, live_units=False, lpt_units=False):
+                 max_chains=1, slice_stages=False, live_units=False, lpt_units=False, unit_in_regs=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -239,6 +239,12 @@ class FlashAttention(WorkUnits):
                                        "live_units=True (FlashAttentionVarlenLive)")
         # lpt_units: the table longest first (live_units.LongestFirstTable), dealt to the CTAs in snake rounds
         self.lpt_units = bool(lpt_units)
+        if unit_in_regs and not self.varlen:
+            raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
+                                       "(unit_in_regs=False)")
+        # unit_in_regs: a unit's coordinates and sequence bounds read once when its tile starts (units.hold_unit)
+        self.unit_in_regs = bool(unit_in_regs)
+        self.held_unit = None  # set while traced: units.hold_unit
         if paged and (self.varlen or self.unit_overlap):
             raise AttentionConfigError("paged=True reads K / V by page (FlashAttentionPaged): it takes neither varlen "
                                        "nor unit_overlap")
@@ -310,7 +316,7 @@ class FlashAttention(WorkUnits):
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
                     "unit_overlap", "split_kv", "varlen", "live_units", "lpt_units", "paged", "pv_wait_fence",
-                    "k_ahead", "early_rescale")
+                    "k_ahead", "early_rescale", "unit_in_regs")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,

@@ -76,6 +76,21 @@ class WorkUnits:
         pair = slot // 2 * 2 * ctas + 2 * cta + slot % 2
         return in_pairs * pair + (1 - in_pairs) * rest
 
+    def hold_unit(self, unit):
+        """``unit_in_regs``, while the kernel is traced, at the top of a task's work tile: ``unit``'s coordinates
+        and sequence bounds computed once, so the works of its K/V loop (the mask's key count, the K / V loads'
+        rows) and its epilogue reuse them. Without it each reads the unit table and the offsets again, and
+        ptxas cannot hoist those loads past the loop's barrier waits: two dependent loads before every S
+        tile's mask. Only a call with the same traced unit (the tile's ``tile_idx[0]``) takes them, so a
+        task's works before its hold, or another task's, compute their own."""
+        if self.unit_in_regs:
+            self.held_unit = None  # unit_coords / seq_bounds compute them here, once
+            self.held_unit = (unit, self.unit_coords(unit), self.seq_bounds(unit))
+
+    def _held(self, unit):
+        held = getattr(self, "held_unit", None)
+        return held[1:] if held is not None and unit is held[0] else None
+
     def unit_coords(self, unit):
         """(q_block, head, batch, kv_head) of work unit ``unit``. Causal: Q blocks from the last
         (the longest K/V loop) to the first, every (batch, head) of a block in turn; with ``lpt_heads``
@@ -84,6 +99,9 @@ class WorkUnits:
         ``causal_pairs`` long / short pairs of one head (``paired_position``); else the Q blocks of
         one (batch, head) in turn (they share K and V in L2). GQA: consecutive Q heads share a K/V
         head. ``split_kv``: the coordinates of the unit's block (``split_of`` says which run)."""
+        held = self._held(unit)
+        if held is not None:
+            return held[0]
         if cutlass.const_expr(self.split_kv):
             unit = unit % self.base_units
         if cutlass.const_expr(self.live_units):
@@ -204,6 +222,9 @@ class WorkUnits:
             return 0, self.seqlen_q, 0, self.cache_seqlens[self.unit_coords(unit)[2]]
         if cutlass.const_expr(not self.varlen):
             return 0, self.seqlen_q, 0, self.seqlen_k
+        held = self._held(unit)
+        if held is not None:
+            return held[1]
         b = self.unit_coords(unit)[2]
         q0, k0 = self.cu_q[b], self.cu_k[b]
         return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0
