@@ -142,6 +142,16 @@ def correctness():
                                              window_size=window, softcap=softcap, mask_mod=mask_mod,
                                              options=dict(varlen.varlen_options(D, causal, max(lq)), lpt_units=True))
         table_ok = table_ok and torch.equal(every_block, out) and torch.equal(longest_first, out)
+        # VARLEN_VARIANTS' forms on the same inputs: each within the bar of the reference (bit for bit the
+        # default's where a form changes only where values are computed, e.g. unit_in_regs)
+        for vn, vopts in variants().items():
+            o_var = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
+                                            window_size=window, softcap=softcap, mask_mod=mask_mod,
+                                            options=dict(varlen.varlen_options(D, causal, max(lq)), **vopts))
+            v_err = err(o_var, ref)
+            table_ok = table_ok and v_err < (8e-3 if dtype == torch.bfloat16 else 4e-3)
+            print(f"  variant {vn}: O " + ("bit for bit the default's" if torch.equal(o_var, out)
+                                          else f"err {v_err:.2e}"), flush=True)
         for bm in (64, 192):  # the longest-first table: the same blocks, by level from the top
             levels = live_units.levels_for(max(lq), bm)
             got = live_units.build_table(cu_q, sum(lq), bm, causal, max(lq)).tolist()
@@ -205,46 +215,50 @@ def backward_calls(q, k, v, out, dout, lse, cu, top, causal, sides):
 
 
 def backward_variants(rows, rounds):
-    """``VARLEN_BWD_VARIANTS="flat:flat_dq=1;..."``: the packed backward's kernel options over its defaults
+    """``VARLEN_BWD_VARIANTS="flat:flat_dq=1;old@64:..."``: the packed backward's kernel options over its defaults
+    (``name@D``: at head dim D only)
     (``backward_host.default_options(D, varlen=True)``), each checked against the default's gradients (within
     1e-2 of their max; the default is checked against fp64 above) and timed beside it (device time, CUDA graphs,
     the call: pre-pass, kernel, dQ conversion)."""
     from warpsched.kernels.attention.backward_host import default_options
 
-    extra = {}
+    extra = {}  # "name@D": at head dim D only (its column: name)
     for item in filter(None, os.environ.get("VARLEN_BWD_VARIANTS", "").split(";")):
         name, _, opts = item.partition(":")
         extra[name] = {k: bool(int(v)) if k not in ("dq_stages", "block_m") else int(v)
                        for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
+    columns = list(dict.fromkeys(n.partition("@")[0] for n in extra))
     if not extra:
         return
     from triton.testing import do_bench
 
     print("\nthe packed backward's call, device time (CUDA graphs), us; a variant: its time / the default's, and its "
           "gradients' max error against the default's")
-    print("| batch | H/Hk | D | causal | default |" + "".join(f" {n} |" for n in extra))
-    print("|---|---|---|---|---|" + "---|" * len(extra))
+    print("| batch | H/Hk | D | causal | default |" + "".join(f" {n} |" for n in columns))
+    print("|---|---|---|---|---|" + "---|" * len(columns))
     for name, lengths, H, Hk, D, causal, q, k, v, cu in rows:
         top = max(lengths)
         out, lse = ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, return_lse=True)
         dout = torch.randn_like(q)
         sides = {"default": dict(default_options(D, varlen=True))}
         for n, opts in extra.items():
-            sides[n] = dict(default_options(D, varlen=True), **opts)
+            base, _, dim = n.partition("@")
+            if not dim or int(dim) == D:
+                sides[base] = dict(default_options(D, varlen=True), **opts)
         fns, grads, refused = backward_calls(q, k, v, out, dout, lse, cu, top, causal, sides)
-        cells = {n: f"refused ({why[:40]})" for n, why in refused.items()}
+        cells = dict({n: "-" for n in columns}, **{n: f"refused ({why[:40]})" for n, why in refused.items()})
         times = {n: [] for n in fns}
         for _ in range(rounds):
             for n, fn in fns.items():
                 times[n].append(graph_ms(torch, do_bench, fn, 0.3, 50))
         us = {n: statistics.median(t) * 1e3 for n, t in times.items()}
-        for n in extra:
+        for n in columns:
             if n in us:
                 e = max(((g.float() - r.float()).abs().max() / r.float().abs().max().clamp_min(1e-2)).item()
                         for g, r in zip(grads[n], grads["default"]))
                 cells[n] = f"{us[n]:.0f} ({us[n] / us['default']:.3f}x, err {e:.1e}{'' if e < 1e-2 else ' FAIL'})"
         print(f"| {name} | {H}/{Hk} | {D} | {causal} | {us['default']:.0f} |"
-              + "".join(f" {cells[n]} |" for n in extra), flush=True)
+              + "".join(f" {cells[n]} |" for n in columns), flush=True)
 
 
 def training_steps(q, k, v, cu, top, causal, flash_attn_varlen_func):
