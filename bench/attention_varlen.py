@@ -216,8 +216,8 @@ def backward_calls(q, k, v, out, dout, lse, cu, top, causal, sides):
 
 def backward_variants(rows, rounds):
     """``VARLEN_BWD_VARIANTS="flat:flat_dq=1;old@64:..."``: the packed backward's kernel options over its defaults
-    (``name@D``: at head dim D only)
-    (``backward_host.default_options(D, varlen=True)``), each checked against the default's gradients (within
+    (``backward_host.default_options(D, varlen=True)``; ``name@D``: at head dim D only, in column ``name``), each
+    checked against the default's gradients (within
     1e-2 of their max; the default is checked against fp64 above) and timed beside it (device time, CUDA graphs,
     the call: pre-pass, kernel, dQ conversion)."""
     from warpsched.kernels.attention.backward_host import default_options
