@@ -41,6 +41,11 @@ def variants():
                                                                     **varlen.varlen_options(128, True))
     table["att_varlen_64_full_short"] = lambda: varlen.compile_for_cpu(head_dim=64, causal=False,
                                                                        **varlen.varlen_options(64, False, 1))
+    for d, causal, top in ((64, True, 4096), (64, False, 4096), (128, True, 4096), (128, False, 4096)):
+        # the packed forward holding its unit's coordinates and bounds (unit_in_regs): wgs=3 at hd64 full (160 regs)
+        table[f"att_varlen_regs_{d}_{'causal' if causal else 'full'}"] = (
+            lambda d=d, c=causal, t=top: varlen.compile_for_cpu(head_dim=d, causal=c, unit_in_regs=True,
+                                                                **varlen.varlen_options(d, c, t)))
     for d in (64, 128):
         table[f"bwd_varlen_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
             head_dim=d, causal=True, **bwd.default_options(d, varlen=True)))
