@@ -185,11 +185,11 @@ BATCHES = [  # name, lengths, H, Hk, D, causal (VARLEN_BATCHES=LONGFULL adds a l
      if "LONGFULL" in os.environ.get("VARLEN_BATCHES", "") else [])
 
 
-def variants():
-    """``VARLEN_VARIANTS="every:live_units=0;wgs2:wgs=2"``: more warpsched forms timed beside the default, each
-    its options over ``varlen_options`` (ints; 0 / 1 for switches)."""
+def variants(text=None):
+    """``VARLEN_VARIANTS="every:live_units=0;wgs2:wgs=2"`` (or ``text`` in that form): more warpsched forms timed
+    beside the default, each its options over ``varlen_options`` (ints; 0 / 1 for switches)."""
     out = {}
-    for item in filter(None, os.environ.get("VARLEN_VARIANTS", "").split(";")):
+    for item in filter(None, (os.environ.get("VARLEN_VARIANTS", "") if text is None else text).split(";")):
         name, _, opts = item.partition(":")
         out[name] = {k: int(v) for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
     return out

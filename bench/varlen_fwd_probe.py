@@ -32,7 +32,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from _eager import fa4, round_order  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
-from attention_varlen import _offsets  # noqa: E402
+from attention_varlen import _offsets, variants as parse_variants  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import host as att, varlen  # noqa: E402
 
@@ -40,11 +40,6 @@ from warpsched.kernels.attention import host as att, varlen  # noqa: E402
 EQUAL = [("8 x 4096", [4096] * 8, 16, 4, 64, True), ("8 x 4096", [4096] * 8, 16, 4, 64, False),
          ("16 x 2048", [2048] * 16, 16, 16, 128, True), ("16 x 2048", [2048] * 16, 16, 16, 128, False),
          ("32 x 1024", [1024] * 32, 16, 16, 64, False)]
-
-
-def parse_variants(text):
-    return {name: {k: int(v) for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
-            for name, _, opts in (item.partition(":") for item in filter(None, text.split(";")))}
 
 
 def probe(name, lengths, H, Hk, D, causal, variants, rounds):
@@ -57,18 +52,19 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
     packed = varlen.varlen_options(D, causal, top)
     qb, kb, vb = (t.view(B, top, -1, D).transpose(1, 2).contiguous() for t in (q, k, v))
     sides = {"ws": lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal)}
-    variants_here = {}
+    variant_out = {}  # each variant's O from its first call, into a NaN-poisoned buffer
     for n, opts in variants.items():
         name_, _, dim = n.partition("@")
         if dim and int(dim) != D:
             continue
         chosen = dict(packed, **opts)
+        o_var = torch.full_like(q, float("nan"))
         try:  # compiled here, so that a refused form is named and left out rather than ending the run
-            varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, options=chosen)
+            varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, options=chosen, out=o_var)
         except Exception as e:  # noqa: BLE001 - a variant the kernel refuses (SMEM, an option it cannot serve)
             print(f"  {name_}: refused: {type(e).__name__}: {str(e)[:160]}", flush=True)
             continue
-        variants_here[name_] = chosen
+        variant_out[name_] = o_var
         sides[name_] = lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
                                                                      options=chosen)
     same = {k_: v_ for k_, v_ in packed.items() if k_ != "live_units"}
@@ -86,16 +82,14 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
         qd, kd, vd = (t.view(B, top, -1, D) for t in (q, k, v))
         sides["fa4 dense"] = lambda: fd(qd, kd, vd, causal=causal)
     # packed and dense O on the same sequences: the same math, so they agree to bf16 rounding
-    o_packed = sides["ws"]().view(B, top, H, D).transpose(1, 2).float()
+    o_ref = sides["ws"]()
+    o_packed = o_ref.view(B, top, H, D).transpose(1, 2).float()
     launch_same()
     launch_dense()
     errs = [((o.float() - o_packed).abs().max() / o_packed.abs().max()).item() for o in (o_same, o_dense)]
     bad = [e for e in errs if not e < 1e-2]  # NaN fails too
     # each variant's O against the default's (bit for bit where it changes only where values are computed)
-    o_ref = sides["ws"]()
-    for n in variants_here:
-        o_var = torch.full_like(o_ref, float("nan"))
-        varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, options=variants_here[n], out=o_var)
+    for n, o_var in variant_out.items():
         e = ((o_var.float() - o_ref.float()).abs().max() / o_ref.float().abs().max()).item()
         print(f"  {n}: O " + ("bit for bit the default's" if torch.equal(o_var, o_ref) else
                              f"within {e:.1e} of the default's"), flush=True)

@@ -259,12 +259,11 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                                        "lists a packed batch's key blocks in its own order (varlen=True, lpt=False)")
         self.live_units = bool(live_units)
         # packed batches: the CTA's unit coordinates and sequence bounds read once at the top, not after every
-        # barrier wait (backward_units.hold_own_unit)
+        # barrier wait (units.HeldUnit)
         if unit_in_regs and not self.varlen:
             raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
                                        "(unit_in_regs=False)")
         self.unit_in_regs = bool(unit_in_regs)
-        self.own_unit = None  # set while traced (unit_in_regs): backward_units.hold_own_unit
         # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
         if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "
@@ -453,7 +452,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             self.grid_setup(max_seqlen_q, max_seqlen_k, cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
                             cute.size(mCuQ, mode=[0]) - 1, mUnits)
             if cutlass.const_expr(self.unit_in_regs):
-                self.hold_own_unit(bid)
+                self._hold(bid)  # units.HeldUnit: the CTA's one unit
         else:
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))

@@ -11,7 +11,7 @@ import cutlass.cute as cute
 
 from .backward_math import HALF
 from .live_units import HEADER, KEY_BITS, MAX_KEY_BLOCKS
-from .units import grouped_longest_first
+from .units import HeldUnit, grouped_longest_first
 
 BLOCK_N = 2 * HALF  # keys per CTA at head dims 64 / 128: one 64-key half per consumer warp group
 BLOCK_M = 64  # Q rows per step (the default; 128 at head dim 64: FlashAttentionBackward(block_m=))
@@ -31,7 +31,7 @@ def padded_stats_rows(total_q, batches, block=BLOCK_M):
     return -(-(total_q + block * batches) // block) * block
 
 
-class BackwardUnits:
+class BackwardUnits(HeldUnit):
     """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right``,
     ``varlen``, ``lpt``, ``lpt_heads`` and ``live_units``."""
 
@@ -58,9 +58,9 @@ class BackwardUnits:
         last head's long blocks start late and run alone: a 3-7% tail, docs/attention.md); ``lpt_heads``: the
         same within groups of that many (batch, K/V head) pairs (``units.grouped_longest_first``), so the
         CTAs running at once share fewer heads' Q / dO / dQ."""
-        own = self._own(unit)
-        if own is not None:
-            return own[0]
+        held = self._held(unit)
+        if held is not None:
+            return held[0]
         if cutlass.const_expr(self.live_units):
             return self._table_coords(unit)
         if cutlass.const_expr(self.lpt):
@@ -72,18 +72,6 @@ class BackwardUnits:
         else:
             n_block, bh = unit % self.n_blocks, unit // self.n_blocks
         return n_block, bh % self.kv_heads, bh // self.kv_heads
-
-    def hold_own_unit(self, unit):
-        """``varlen``, while the kernel is traced: the CTA's own unit's coordinates and sequence bounds read once,
-        at the top, so the per-step work (masks, TMA coordinates) reuses them instead of loading the offsets
-        (and the unit table) again after every barrier wait."""
-        self.own_unit = None  # unit_coords / seq_bounds compute them here, once
-        self.own_unit = (unit, self.unit_coords(unit), self.seq_bounds(unit))
-
-    def _own(self, unit):
-        """(coordinates, bounds) held by ``hold_own_unit`` when ``unit`` is that unit (the same traced value)."""
-        own = self.own_unit
-        return own[1:] if own is not None and unit is own[0] else None
 
     def _table_coords(self, unit):
         """``live_units``: entry ``unit`` of the table (``live_units.decode_entry``); a unit past the table's count
@@ -143,9 +131,9 @@ class BackwardUnits:
         ``varlen`` its sequence's, from ``cu_q`` / ``cu_k``."""
         if cutlass.const_expr(not self.varlen):
             return 0, self.seqlen_q, 0, self.seqlen_k
-        own = self._own(unit)
-        if own is not None:
-            return own[1]
+        held = self._held(unit)
+        if held is not None:
+            return held[1]
         b = self.unit_coords(unit)[2]
         q0, k0 = self.cu_q[b], self.cu_k[b]
         return q0, self.cu_q[b + 1] - q0, k0, self.cu_k[b + 1] - k0

@@ -244,7 +244,6 @@ class FlashAttention(WorkUnits):
                                        "(unit_in_regs=False)")
         # unit_in_regs: a unit's coordinates and sequence bounds read once when its tile starts (units.hold_unit)
         self.unit_in_regs = bool(unit_in_regs)
-        self.held_unit = None  # set while traced: units.hold_unit
         if paged and (self.varlen or self.unit_overlap):
             raise AttentionConfigError("paged=True reads K / V by page (FlashAttentionPaged): it takes neither varlen "
                                        "nor unit_overlap")

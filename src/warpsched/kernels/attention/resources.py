@@ -43,8 +43,7 @@ class SmemQ(MemoryResource):
     @producer_work
     def tma_load(self, stage_info: StageInfo, unit_xy=None):
         g, v = self.g, stage_info.context.values
-        if cutlass.const_expr(unit_xy is None and not g.unit_overlap):  # the load task's first work of a tile
-            g.hold_unit(g.unit_of(stage_info))
+        g.hold_unit(stage_info)  # the load task's first work of a tile (unit_in_regs, packed batches only)
         if cutlass.const_expr(unit_xy is not None):  # unit_overlap, in the loop: the next unit's Q
             q_block, head, batch = unit_xy[3], unit_xy[4], unit_xy[5]
         else:
@@ -284,7 +283,7 @@ class Scores(ScoresAheadWorks, MemoryResource):
     @producer_work
     def reset(self, stage_info: StageInfo, acc_o, softmax_state):
         """A new work tile: O = 0, running max -inf, running sum 0 (``unit_in_regs``: the unit held, units.hold_unit)."""
-        self.g.hold_unit(self.g.unit_of(stage_info))
+        self.g.hold_unit(stage_info)
         acc_o.fill(0.0)
         softmax_state.reset()
 

@@ -23,7 +23,25 @@ def grouped_longest_first(unit, blocks, pairs, group):
     return rest // size, chunk * group + rest % size
 
 
-class WorkUnits:
+class HeldUnit:
+    """``unit_in_regs`` (packed batches), while a kernel is traced: one unit's coordinates and sequence bounds
+    computed once (``_hold``), so that ``unit_coords`` / ``seq_bounds`` for that same traced unit (compared by
+    identity) return them rather than load the unit table and the offsets again after every barrier wait, which
+    ptxas cannot hoist past the waits. A call for any other unit computes its own. Shared by the forward's units
+    (held per work tile) and the backward's (one unit per CTA, held at the top)."""
+
+    held_unit = None
+
+    def _hold(self, unit):
+        self.held_unit = None  # unit_coords / seq_bounds compute them here, once
+        self.held_unit = (unit, self.unit_coords(unit), self.seq_bounds(unit))
+
+    def _held(self, unit):
+        held = self.held_unit
+        return held[1:] if held is not None and unit is held[0] else None
+
+
+class WorkUnits(HeldUnit):
     """Unit order and sizes; needs ``causal``, ``causal_pairs``, ``lpt_heads``, ``persistent``, ``block_m``,
     ``block_n``, ``max_ctas``, ``window_left`` / ``window_right`` and ``split_kv`` from the kernel
     configuration.
@@ -76,20 +94,13 @@ class WorkUnits:
         pair = slot // 2 * 2 * ctas + 2 * cta + slot % 2
         return in_pairs * pair + (1 - in_pairs) * rest
 
-    def hold_unit(self, unit):
-        """``unit_in_regs``, while the kernel is traced, at the top of a task's work tile: ``unit``'s coordinates
-        and sequence bounds computed once, so the works of its K/V loop (the mask's key count, the K / V loads'
-        rows) and its epilogue reuse them. Without it each reads the unit table and the offsets again, and
-        ptxas cannot hoist those loads past the loop's barrier waits: two dependent loads before every S
-        tile's mask. Only a call with the same traced unit (the tile's ``tile_idx[0]``) takes them, so a
-        task's works before its hold, or another task's, compute their own."""
+    def hold_unit(self, stage_info):
+        """``unit_in_regs``: in a task's first work of a tile, hold its unit (``HeldUnit``), so the works of its K/V
+        loop (the mask's key count, the K / V loads' rows) and its epilogue reuse it: without it two dependent
+        loads ran before every S tile's mask. A task's works before its hold, or another task's, compute their
+        own."""
         if self.unit_in_regs:
-            self.held_unit = None  # unit_coords / seq_bounds compute them here, once
-            self.held_unit = (unit, self.unit_coords(unit), self.seq_bounds(unit))
-
-    def _held(self, unit):
-        held = getattr(self, "held_unit", None)
-        return held[1:] if held is not None and unit is held[0] else None
+            self._hold(self.unit_of(stage_info))
 
     def unit_coords(self, unit):
         """(q_block, head, batch, kv_head) of work unit ``unit``. Causal: Q blocks from the last
