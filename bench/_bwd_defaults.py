@@ -2,8 +2,7 @@
 module: ``WS_BWD_DEFAULTS="dq_stages=2"`` adds options to what ``ops.attention_backward`` (and autograd)
 run for dense batches, ``WS_BWD_VARLEN_DEFAULTS="tma_stats=1"`` to what the packed (varlen) kernel runs;
 ``WS_BWD_DEFAULTS_DIMS="128"`` limits both to those head dims (the others keep their defaults). Values are
-integers (``1`` / ``0`` for flags); ``WS_BWD_VARLEN_DEFAULTS=candidate``: the packed kernel runs
-``backward_host.varlen_candidate_options(D)`` at each head dim. A candidate is adopted as a default only after the
+integers (``1`` / ``0`` for flags). A candidate is adopted as a default only after the
 correctness, deterministic, mask and varlen checks have run with it this way."""
 from __future__ import annotations
 
@@ -28,18 +27,14 @@ def _parse(text):
 
 
 DENSE = _parse(os.environ.get("WS_BWD_DEFAULTS", ""))
-CANDIDATE = os.environ.get("WS_BWD_VARLEN_DEFAULTS", "") == "candidate"
-PACKED = {} if CANDIDATE else _parse(os.environ.get("WS_BWD_VARLEN_DEFAULTS", ""))
+PACKED = _parse(os.environ.get("WS_BWD_VARLEN_DEFAULTS", ""))
 DIMS = {int(d) for d in os.environ.get("WS_BWD_DEFAULTS_DIMS", "").split(",") if d.strip()}
-if DENSE or PACKED or CANDIDATE:
+if DENSE or PACKED:
     _stock = _bwd_host.default_options
-    _candidate = _bwd_host.varlen_candidate_options
 
     def _trial(head_dim, varlen=False):
         if DIMS and head_dim not in DIMS:
             return _stock(head_dim, varlen)
-        if varlen and CANDIDATE:  # head dim 256's candidate is its packed default (asked of _stock: no recursion)
-            return _stock(head_dim, True) if head_dim == 256 else _candidate(head_dim)
         return dict(_stock(head_dim, varlen), **(PACKED if varlen else DENSE))
 
     _bwd_host.default_options = _trial

@@ -1,6 +1,6 @@
 """H200: where the packed (varlen) attention backward's time goes, against FlashAttention-4's.
 
-    python3 bench/varlen_bwd_probe.py [--rounds 3] [--batches 0,3] [--variants "cand:candidate;live:live_units=1"]
+    python3 bench/varlen_bwd_probe.py [--rounds 3] [--batches 0,3] [--variants "live:live_units=1"]
 
 For each batch of ``attention_varlen.py`` and two batches of equal sequences (where the packed kernel can be
 set beside the dense one on the same work):
@@ -31,18 +31,17 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 from _eager import fa4  # noqa: E402
 from attention_varlen import BATCHES, _offsets, backward_calls, training_steps  # noqa: E402
 from warpsched import ops  # noqa: E402
-from warpsched.kernels.attention.backward_host import default_options, varlen_candidate_options  # noqa: E402
+from warpsched.kernels.attention.backward_host import default_options  # noqa: E402
 
 UNIFORM = [("16 x 2048 (equal)", [2048] * 16, 16, 16, 128, True), ("8 x 4096 (equal)", [4096] * 8, 16, 4, 64, True)]
 
 
 def parse_variants(text):
-    """``"name:a=1,b=0;name2@64:..."``: kernel options over the packed defaults; ``@D``: at head dim D only;
-    ``"cand:candidate"``: ``backward_host.varlen_candidate_options(D)`` as they are."""
+    """``"name:a=1,b=0;name2@64:..."``: kernel options over the packed defaults; ``@D``: at head dim D only."""
     out = {}
     for item in filter(None, text.split(";")):
         name, _, opts = item.partition(":")
-        out[name] = opts if opts == "candidate" else {
+        out[name] = {
             k: bool(int(v)) if k not in ("dq_stages", "block_m", "lpt_heads") else int(v)
             for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
     return out
@@ -100,8 +99,7 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds, dense):
     variants = for_dim(variants, D)
     chosen = {"ws": None}
     for n, opts in variants.items():
-        chosen[n] = (varlen_candidate_options(D) if opts == "candidate"
-                     else dict(default_options(D, varlen=True), **opts))
+        chosen[n] = dict(default_options(D, varlen=True), **opts)
     sides, grads, refused = backward_calls(q, k, v, out, dout, lse, cu, top, causal, chosen)
     for n, why in refused.items():
         print(f"  {n}: refused: {why[:160]}", flush=True)
@@ -192,8 +190,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="alternating timing rounds (the median is shown)")
     ap.add_argument("--variants", default=os.environ.get("VARLEN_BWD_VARIANTS", ""),
                     help='more warpsched forms: "name:opt=1,opt=0;name@64:..." (kernel options over the packed '
-                         'defaults; @D: at head dim D only) or "name:candidate" '
-                         "(backward_host.varlen_candidate_options)")
+                         'defaults; @D: at head dim D only)')
     ap.add_argument("--batches", default="", help="comma-separated indices into the batches (default: all), "
                     f"0..{len(BATCHES) - 1} attention_varlen.py's, then {len(BATCHES)}.. the equal ones")
     args = ap.parse_args()

@@ -67,7 +67,7 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
         variant_out[name_] = o_var
         sides[name_] = lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
                                                                      options=chosen)
-    same = {k_: v_ for k_, v_ in packed.items() if k_ != "live_units"}
+    same = {k_: v_ for k_, v_ in packed.items() if k_ not in ("live_units", "unit_in_regs")}
     o_same = torch.empty_like(qb)
     launch_same, _, _ = att.prepare(qb, kb, vb, causal=causal, out=o_same, **same)
     sides["ws dense same"] = launch_same

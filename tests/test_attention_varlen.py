@@ -74,9 +74,36 @@ def test_a_unit_reads_its_sequence_and_the_tiles_its_rows_see(causal, window, hd
     assert seen == {(b, h, r) for b in range(len(lq)) for h in range(4) for r in range(lq[b])}  # every row once
 
 
+@pytest.mark.parametrize("lengths,heads,kv_heads,hd", [([2048] * 16, 16, 16, 128), ([4096] * 8, 16, 4, 64),
+                                                       ([1920] * 12 + [640] * 3, 8, 8, 128)])
+def test_causal_pairs_give_every_cta_the_same_work_on_equal_sequences(lengths, heads, kv_heads, hd):
+    """The packed causal forward deals its live units in zigzag pairs (``causal_pairs``): on the H200's 132 CTAs
+    each one's K/V tiles are within 3 % of the mean on equal sequences, where the table dealt in turn gave
+    16 x 2048 some CTAs 1.2x the mean; every (sequence, head, Q block) is still one unit."""
+    def per_cta(pairs):
+        options = dict(varlen.varlen_options(hd, True), causal_pairs=pairs, max_ctas=132)
+        g = varlen.forward_kernel(hd, True, **options)
+        g.cu_q = g.cu_k = _offsets(lengths)
+        g.unit_table = live_units.reference_table(lengths, g.block_m)
+        g.grid_setup(max(lengths), max(lengths), heads, kv_heads, len(lengths), live=g.unit_table[0])
+        assert g.causal_pairs == pairs
+        work, units = [0] * g.ctas, set()
+        for t in range(g.num_units):
+            q_block, head, b, _ = g.unit_coords(t)
+            units.add((b, head, q_block))
+            work[t % g.ctas] += g.kv_tiles_of(t)
+        assert units == {(b, h, j) for b, n in enumerate(lengths) for h in range(heads)
+                         for j in range(-(-n // g.block_m))}
+        return max(work) / (sum(work) / len(work))
+
+    assert per_cta(True) <= 1.03
+    if heads == kv_heads == 16:
+        assert per_cta(False) >= 1.15  # the order before: the table from its end, dealt in turn
+
+
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():
     for hd, causal in ((128, False), (64, True)):
-        options = dict(varlen.varlen_options(hd, causal), live_units=False)
+        options = dict(varlen.varlen_options(hd, causal), live_units=False, unit_in_regs=False)
         plain = att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), verbose=False,
                           exhaustive_deadlock_race_check=False)
         packed = att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **options), verbose=False,
@@ -152,20 +179,20 @@ def test_the_varlen_kernel_compiles_for_sm90a():
 
 @pytest.mark.parametrize("hd,causal", [(64, True), (128, False)])
 def test_the_forward_holds_its_unit_once_a_tile(hd, causal):
-    """unit_in_regs (forward): each task computes its unit's coordinates and bounds when the tile starts, so the
-    consumer warp groups' K/V loop loads neither the live table nor the offsets (the default kernel loads both
-    before every S tile's mask): fewer global loads, the same program; refused for unpacked batches."""
+    """unit_in_regs (forward, a packed default): each task computes its unit's coordinates and bounds when the tile
+    starts, so the consumer warp groups' K/V loop loads neither the live table nor the offsets (without it both are
+    loaded before every S tile's mask): fewer global loads, the same program; refused for unpacked batches."""
     import re
 
-    options = varlen.varlen_options(hd, causal, 4096)
+    options = dict(varlen.varlen_options(hd, causal, 4096), unit_in_regs=False)
     plain = varlen.compile_for_cpu(head_dim=hd, causal=causal, **options).artifacts.PTX
-    held = varlen.compile_for_cpu(head_dim=hd, causal=causal, unit_in_regs=True, **options).artifacts.PTX
+    held = varlen.compile_for_cpu(head_dim=hd, causal=causal, **dict(options, unit_in_regs=True)).artifacts.PTX
     n_plain, n_held = (len(re.findall(r"ld\.global", p)) for p in (plain, held))
     assert n_held <= n_plain * 2 // 3, (n_held, n_plain)
     # the same program: the mask and the loads read the held values only
     loose = att.build(varlen.forward_kernel(hd, causal, **options), verbose=False,
                       exhaustive_deadlock_race_check=False)
-    tight = att.build(varlen.forward_kernel(hd, causal, unit_in_regs=True, **options), verbose=False,
+    tight = att.build(varlen.forward_kernel(hd, causal, **dict(options, unit_in_regs=True)), verbose=False,
                       exhaustive_deadlock_race_check=False)
     assert tight.fingerprint == loose.fingerprint
     with pytest.raises(AttentionConfigError, match="unit_in_regs=True with varlen=False"):
@@ -294,9 +321,10 @@ def test_the_sequence_order_table_and_the_live_backward_compile_for_sm90a():
 
 def test_the_varlen_backward_is_the_backwards_program():
     for hd, causal in ((128, True), (64, False)):
-        options = default_options(hd, varlen=True)  # the packed kernel's (no TMA for LSE / delta or dK / dV)
-        plain = ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **options), verbose=False,
-                         exhaustive_deadlock_race_check=False)
+        options = default_options(hd, varlen=True)
+        options.pop("zero_in_prep")  # the host's
+        plain = ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **dict(options, unit_in_regs=False)),
+                         verbose=False, exhaustive_deadlock_race_check=False)
         for cls in (ab.FlashAttentionBackwardVarlen, ab.FlashAttentionBackwardVarlenLive):
             packed = ab.build(cls(head_dim=hd, causal=causal, **options), verbose=False,
                               exhaustive_deadlock_race_check=False)
@@ -347,25 +375,25 @@ def test_unit_in_regs_reads_the_units_offsets_once():
     import re
 
     options = default_options(128, varlen=True)
-    plain = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **options).artifacts.PTX
-    held = varlen.compile_backward_for_cpu(head_dim=128, causal=True, unit_in_regs=True, **options).artifacts.PTX
+    plain = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **dict(options, unit_in_regs=False)).artifacts.PTX
+    held = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **options).artifacts.PTX
     assert len(re.findall(r"ld\.global", held)) < len(re.findall(r"ld\.global", plain)) // 2
     with pytest.raises(AttentionConfigError, match="unit_in_regs=True with varlen=False"):
         ab.FlashAttentionBackward(head_dim=128, unit_in_regs=True)
 
 
-def test_the_candidate_options_compile_and_keep_the_backwards_program():
-    """backward_host.varlen_candidate_options: the dense kernel's options on packed batches (TMA stores of dK / dV
+def test_the_packed_default_options_compile_and_keep_the_backwards_program():
+    """backward_host.default_options(D, varlen=True): the dense kernel's options on packed batches (TMA stores of dK / dV
     beside register stores for a sequence's partial last keys; 128-row Q blocks at head dim 64), the unit held
     in registers; the program is the dense one (its shipped proof), the pre-pass zeroing the flat dQ compiles."""
     import re
 
     import cutlass
 
-    from warpsched.kernels.attention.backward_host import compiled_varlen_prep, varlen_candidate_options
+    from warpsched.kernels.attention.backward_host import compiled_varlen_prep
 
     for hd in (64, 128):
-        options = varlen_candidate_options(hd)
+        options = default_options(hd, varlen=True)
         assert options.pop("zero_in_prep") is True
         ptx = varlen.compile_backward_for_cpu(head_dim=hd, causal=True, **options).artifacts.PTX
         assert re.findall(r"cp\.async\.bulk\.tensor\.3d\.global\.shared::cta", ptx) and "st.global" in ptx
@@ -376,34 +404,32 @@ def test_the_candidate_options_compile_and_keep_the_backwards_program():
         assert packed.fingerprint == plain.fingerprint
     prep = compiled_varlen_prep(cutlass.BFloat16, 128, arch="sm_90a", block_m=128, zero_dq=True).artifacts.PTX
     assert "st.global.v4.f32" in prep or "st.global.v4.b32" in prep  # the accumulator's rows, 16 bytes a store
-    assert varlen_candidate_options(256) == default_options(256, varlen=True)
+    assert default_options(256, varlen=True) == default_options(256)
 
 
 def test_zero_in_prep_needs_the_flat_padded_accumulator():
     torch = pytest.importorskip("torch")
-    assert varlen.backward_fill(default_options(128, varlen=True)) is torch.zeros
-    assert varlen.backward_fill(dict(default_options(128, varlen=True), zero_in_prep=True)) is torch.empty
+    assert varlen.backward_fill(dict(default_options(128, varlen=True), zero_in_prep=False)) is torch.zeros
+    assert varlen.backward_fill(default_options(128, varlen=True)) is torch.empty
     with pytest.raises(AttentionConfigError, match="zero_in_prep=True with tma_stats=True, flat_dq=False"):
         varlen.backward_fill(dict(tma_stats=True, zero_in_prep=True))
 
 
 @pytest.mark.parametrize("live", [False, True])
 @pytest.mark.parametrize("hd", [64, 128, 256])
-def test_the_hosts_own_compile_takes_the_candidate_and_live_options(hd, live, monkeypatch):
-    """``attention_varlen_backward``'s compile path for the candidates (and ``live_units``), as a call builds it:
+def test_the_hosts_own_compile_takes_the_default_and_live_options(hd, live, monkeypatch):
+    """``attention_varlen_backward``'s compile path for the packed defaults (and ``live_units``), as a call builds it:
     the unit table's block and the post-pass's flat tile come from the packed kernel (the dense one refuses
     ``unit_in_regs`` / ``live_units`` and does not know ``zero_in_prep``), and the TVM-FFI compile takes the
     table after the offsets."""
     pytest.importorskip("tvm_ffi")
     import cutlass
 
-    from warpsched.kernels.attention.backward_host import varlen_candidate_options
-
     from warpsched.kernels import _host
 
     # the arch a GPU would give the compile (as tests/test_gemm_launch.py does)
     monkeypatch.setattr(_host, "ffi_options", lambda arch=None: _host.ptx_options("sm_90a") + " --enable-tvm-ffi")
-    options = dict(varlen_candidate_options(hd), **({"live_units": True} if live else {}))
+    options = dict(default_options(hd, varlen=True), **({"live_units": True} if live else {}))
     key = (cutlass.BFloat16, hd, True, tuple(sorted(options.items())))
     # head dim 256: 64-key units (the warp groups split D), dQ in rows and columns (no flat tiles)
     assert varlen.backward_facts(key) == ((64, None) if hd == 256 else (128, (64, 1, 0)))

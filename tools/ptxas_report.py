@@ -42,18 +42,14 @@ def variants():
     table["att_varlen_64_full_short"] = lambda: varlen.compile_for_cpu(head_dim=64, causal=False,
                                                                        **varlen.varlen_options(64, False, 1))
     for d, causal, top in ((64, True, 4096), (64, False, 4096), (128, True, 4096), (128, False, 4096)):
-        # the packed forward holding its unit's coordinates and bounds (unit_in_regs): wgs=3 at hd64 full (160 regs)
+        # the packed forward's defaults over long sequences (wgs=3 at hd64 full: 160 registers)
         table[f"att_varlen_regs_{d}_{'causal' if causal else 'full'}"] = (
-            lambda d=d, c=causal, t=top: varlen.compile_for_cpu(head_dim=d, causal=c, unit_in_regs=True,
-                                                                **varlen.varlen_options(d, c, t)))
+            lambda d=d, c=causal, t=top: varlen.compile_for_cpu(head_dim=d, causal=c, **varlen.varlen_options(d, c, t)))
     for d in (64, 128):
         table[f"bwd_varlen_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
             head_dim=d, causal=True, **bwd.default_options(d, varlen=True)))
         table[f"bwd_varlen_live_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
             head_dim=d, causal=True, **dict(bwd.default_options(d, varlen=True), live_units=True)))
-    for d in (64, 128):  # the packed backward's candidate defaults (the dense options, unit_in_regs)
-        table[f"bwd_varlen_candidate_{d}_causal"] = (lambda d=d: varlen.compile_backward_for_cpu(
-            head_dim=d, causal=True, **bwd.varlen_candidate_options(d)))
     table["bwd_deterministic_128"] = lambda: bwd.compile_for_cpu(
         head_dim=128, causal=True, **dict(bwd.default_options(128), deterministic=True))
     table["bwd_128_defer"] = lambda: bwd.compile_for_cpu(head_dim=128, causal=True, **dict(

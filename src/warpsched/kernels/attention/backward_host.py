@@ -195,17 +195,12 @@ def default_options(head_dim, varlen=False):
     64: with 128-row Q blocks, ``block_m=128``, split by rows), ``tma_stats`` (LSE / delta by TMA with Q / dO),
     ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
     writer warp), ``flat_dq`` (dQ tiles in register order, ``backward_post``) and at head dim 128
-    ``overlap_dq`` with ``early_stats``; the packed (``varlen``) kernel takes ``tma_stats`` (its LSE / delta
-    padded per sequence, ``VarlenStatsPrep``), ``flat_dq``, ``overlap_dq`` with ``early_stats`` and ``dq_stages=2``
-    (64-row Q blocks at head dims 64 and 128); head dim 256 splits D between the warp groups and takes
-    ``tma_stats``. What each is worth on the H200: docs/attention.md ("Backward")."""
+    ``overlap_dq`` with ``early_stats``; the packed (``varlen``) kernel takes the same, with ``unit_in_regs``
+    (the CTA's unit and sequence bounds read once a tile) and ``zero_in_prep`` (the pre-pass zeroes the flat dQ
+    accumulator: no fill kernel); head dim 256 splits D between the warp groups and takes ``tma_stats``. What each
+    is worth on the H200: docs/attention.md ("Backward", "Variable-length batches")."""
     if head_dim == 256:  # the warp groups split D (backward.FlashAttentionBackward.d_split): LSE / delta by TMA
         return {"tma_stats": True}
-    if varlen:  # 64-row Q blocks; flat_dq + overlap_dq + early_stats + dq_stages=2: the call 0.85-0.95x the time
-        # of tma_stats alone over 7 packed batches (docs/attention.md, "Variable-length batches", which also lists
-        # the candidates not yet timed: varlen_candidate_options)
-        return dict({"shared_ds": True} if head_dim == 128 else {}, tma_stats=True, flat_dq=True, overlap_dq=True,
-                    early_stats=True, dq_stages=2)
     # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
     # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there);
     # head dim 128: overlap_dq (dQ staged under the dK GEMM) with early_stats (LSE / delta read before the S / dP
@@ -214,18 +209,11 @@ def default_options(head_dim, varlen=False):
         options = {"shared_ds": True, "overlap_dq": True, "early_stats": True}
     else:
         options = {"shared_ds": True, "block_m": 128}
-    return dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2, flat_dq=True)
-
-
-def varlen_candidate_options(head_dim):
-    """The packed backward's next defaults, compiled and tested on the CPU but not yet run on a GPU (so not the
-    defaults): the dense kernel's options (``tma_store_dkv``: whole 64-key halves by TMA, a sequence's partial
-    last one from registers; head dim 64: 128-row Q blocks with ``shared_ds``), ``unit_in_regs`` (the CTA's unit
-    and sequence bounds read once) and ``zero_in_prep`` (no fill kernels: the pre-pass zeroes the flat dQ
-    accumulator). Head dim 256 keeps its defaults. ``bench/varlen_bwd_probe.py`` times them against these."""
-    if head_dim == 256:
-        return default_options(head_dim, varlen=True)
-    return dict(default_options(head_dim), unit_in_regs=True, zero_in_prep=True)
+    options = dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2, flat_dq=True)
+    if varlen:  # the packed call 0.72-1.04x the time of the packed options before
+        # (64-row Q blocks, dK / dV from registers; hd64 causal 0.72x; docs/attention.md)
+        options.update(unit_in_regs=True, zero_in_prep=True)
+    return options
 
 
 def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,

@@ -259,9 +259,10 @@ class FlashAttention(WorkUnits):
         if pinned_exp2 is None and self.unit_overlap:  # its hd128 loop otherwise evaluates 45 of 66 exp2 twice
             self.pinned_exp2 = True
         # causal + persistent: a CTA's consecutive slots hold a long and a short Q block of one head
-        # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords)
+        # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords); packed
+        # batches with live_units: two neighbouring blocks of a sequence's zigzag (units._paired_live_coords)
         self.causal_pairs = (bool(causal_pairs) and self.causal and self.persistent
-                             and not (self.split_kv or self.varlen))
+                             and not (self.split_kv or self.lpt_units or (self.varlen and not self.live_units)))
         # causal: longest-first within groups of lpt_heads (batch, head) pairs (units.grouped_longest_first);
         # with persistent=False the hardware hands the next unit to the first free SM, so each group's short
         # units fill its tail while the CTAs that run at once read about lpt_heads heads' K / V

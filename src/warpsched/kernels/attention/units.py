@@ -136,18 +136,42 @@ class WorkUnits(HeldUnit):
     def _live_coords(self, unit):
         """``live_units``: unit_coords from the table. Order: K/V head, then the table's blocks, then the Q heads
         that share that K/V head (GQA), so the CTAs running at once read few heads' K / V (one, without GQA);
-        causal: the table from its end (each sequence's last, longest blocks first)."""
+        causal: the table from its end (each sequence's last, longest blocks first), or with ``causal_pairs`` (the
+        tuned default) in zigzag pairs (``_paired_live_coords``)."""
         group = self.heads // self.kv_heads
         if cutlass.const_expr(self.lpt_units):  # the table is longest first: its blocks outermost, in snake rounds
             position = self._snake(unit)
             v, head = position // self.heads, position % self.heads
             batch, q_block = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
             return q_block, head, batch, head // group
+        if cutlass.const_expr(self.causal_pairs):
+            return self._paired_live_coords(unit, group)
         rest, g = unit // group, unit % group
         kv_head, v = rest // self.live_count, rest % self.live_count
         if cutlass.const_expr(self.causal):
             v = self.live_count - 1 - v
         batch, q_block = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
+        return q_block, kv_head * group + g, batch, kv_head
+
+    def _paired_live_coords(self, unit, group):
+        """``causal_pairs`` over the live table (causal): work tile ``unit`` takes position ``paired_position`` of
+        the order K/V head, table pair (entries 2P, 2P + 1), Q head of the group, entry of the pair; a table entry
+        (sequence b, its k-th block) names Q block ``zigzag(k, n)`` of b's n blocks: n - 1, 0, n - 2, 1, ... So a
+        CTA's two slots of a pair round hold neighbours of that zigzag, n or n + 1 K/V tiles together, whatever
+        the table's parity at the sequence's start (only a pair across two sequences differs): on a batch of equal
+        sequences every CTA does the same work, where the table's own order dealt in turn gave some CTAs 1.2x the
+        mean. An odd table's last entry closes each K/V head, one unit per Q head. Branch-free."""
+        z = self.paired_position(unit)
+        per_head = self.live_count * group
+        kv_head, u = z // per_head, z % per_head
+        paired = self.live_count // 2 * 2 * group  # the units of full table pairs
+        in_pairs = cutlass.min(1, cutlass.max(0, paired - u))  # 1: u < paired
+        v = in_pairs * (u // (2 * group) * 2 + u % 2) + (1 - in_pairs) * (self.live_count - 1)
+        g = in_pairs * (u // 2 % group) + (1 - in_pairs) * (u - paired)
+        batch, k = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
+        n = (self.cu_q[batch + 1] - self.cu_q[batch] + self.block_m - 1) // self.block_m
+        odd = k % 2
+        q_block = odd * (k // 2) + (1 - odd) * (n - 1 - k // 2)
         return q_block, kv_head * group + g, batch, kv_head
 
     def _snake(self, t):
