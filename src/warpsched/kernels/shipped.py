@@ -119,10 +119,12 @@ def programs() -> Dict[str, Callable[..., object]]:
                 att.build(varlen_kernel(hd, causal, **varlen_options(hd, causal)), **mo))
     out["attention hd64 full varlen short"] = (  # max_seqlen_q < SHORT_HD64_FULL: 128-row Q blocks
         lambda **mo: att.build(varlen_kernel(64, False, **varlen_options(64, False, 1)), **mo))
+    packed_only = ("unit_in_regs", "zero_in_prep")  # the packed backward is the dense program (same fingerprint)
     for hd in ab.BWD_HEAD_DIMS:
+        packed = {k: v for k, v in default_bwd(hd, varlen=True).items() if k not in packed_only}
         for causal in (False, True):
             for opts in [dict(o) for o in dict.fromkeys(
-                    tuple(sorted(o.items())) for o in ({}, default_bwd(hd, varlen=True), default_bwd(hd)))]:
+                    tuple(sorted(o.items())) for o in ({}, packed, default_bwd(hd)))]:
 
                 def build_bwd(hd=hd, causal=causal, opts=opts, **mo):
                     return ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **opts), **mo)
