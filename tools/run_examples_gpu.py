@@ -115,6 +115,26 @@ def run_persistent():
         guarded("persistent_skip_copy", name, case)
 
 
+def run_dynamic():
+    import dynamic_copy as ex
+
+    for rows, cols, ctas in ((256, 1024, 3), (1000, 4096 + 77, 5), (7, 128, 1), (64, 128 * 700, 132)):
+        name = f"f32[{rows}x{cols}] {ctas} CTAs"
+
+        def case():
+            ok = True
+            for _ in range(2):
+                x = torch.randn(rows, cols, device="cuda")
+                y = torch.zeros_like(x)  # y += x: a tile run twice (or never) is wrong
+                counter = ex.copy(x, y, ctas)
+                torch.cuda.synchronize()
+                tiles = -(-cols // ex.TILE)
+                drawn = int(counter.item())  # one fetch per tile run: the tiles past the grid, a miss per CTA
+                ok &= bool(torch.equal(x, y)) and drawn == tiles
+            record("dynamic_copy", name, ok, 0.0 if ok else float((x - y).abs().max()), note=f"counter {drawn}")
+        guarded("dynamic_copy", name, case)
+
+
 def run_varlen():
     import varlen_copy as ex
 
@@ -267,7 +287,7 @@ def run_patterns():
 
 
 RUNNERS = {"grid_stride": run_grid_stride, "tma_copy": run_tma_copy, "persistent": run_persistent,
-           "varlen": run_varlen, "relu": run_relu, "shared_stage": run_shared_stage, "interleaved": run_interleaved,
+           "varlen": run_varlen, "dynamic": run_dynamic, "relu": run_relu, "shared_stage": run_shared_stage, "interleaved": run_interleaved,
            "groups": run_groups, "gemm": run_gemm, "gemm_cluster": run_gemm_cluster, "patterns": run_patterns}
 
 

@@ -23,9 +23,8 @@ from ..model.ir import Section, StepKind
 from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
 from ..model.iteration import ITERATION_GUARDS, forward_form, guard_on_value, is_nonempty, value_of_forward
 from ..model.tripcount import TripCount, runtime_bound
-from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
-from . import LoweringError, region_state
+from . import LoweringError, region_state, tile_queues
 from .dsl import dyn_for, dyn_if, dyn_while
 from .pdl import emit_pdl
 from .pipelines import make_state
@@ -373,8 +372,7 @@ class TaskEmitter:
         ``get_and_advance_work_tile()`` decodes the waited response into the next one; the loop ends
         when a response carries no tile."""
         wq = wtl.work_queue
-        bx, by, bz = cute.arch.block_idx()
-        env.update(zip(TILE_KEYS, (cutlass.Int32(bx), cutlass.Int32(by), cutlass.Int32(bz), cutlass.Int32(1))))
+        env.update(zip(TILE_KEYS, tile_queues.first_tile(wq)))
         inner_steps = [s for s in self.steps if s.section in (Section.HEAD, Section.LOOP, Section.TAIL)]
         self._seed(env, inner_steps, True)
         keys = [k for k in self._writes(inner_steps) if k in env]
@@ -398,16 +396,13 @@ class TaskEmitter:
         wq = s.resource
         cur = env[self._cur(wq, "producer")]
         mbar = self._pipe(wq).pipe.producer_get_barrier(cur)
-        resp = (self.L.clc_response[id(wq)] + cur.index * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
-        with cute.arch.elect_one():
-            cute.arch.issue_clc_query(mbar, resp)
+        tile_queues.fetch(wq, mbar, tile_queues.response(wq, self.L.clc_response[id(wq)], cur.index))
 
     def _clc_advance(self, env, s):
         """``get_and_advance_work_tile()``: decode the waited stage's response into the next tile."""
         wq = s.resource
         cur = env[self._cur(wq, "consumer")]
-        resp = (self.L.clc_response[id(wq)] + cur.index * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
-        x, y, z, valid = cute.arch.clc_response(resp)
+        x, y, z, valid = tile_queues.decode(wq, tile_queues.response(wq, self.L.clc_response[id(wq)], cur.index))
         # the next query (async proxy) may overwrite this stage once it is released
         cute.arch.fence_proxy("async.shared", space="cta")
         env.update(zip(TILE_KEYS, (x, y, z, valid)))

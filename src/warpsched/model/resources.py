@@ -283,6 +283,9 @@ class TileSchedulerConfig:
     max_active_clusters: Any = None
     tile_scheduler_params: Any = None  # cutlass.utils.PersistentTileSchedulerParams (or the CLC one)
     response_ptr: Any = None  # CLC: accepted; the lowering keeps its own response buffer per stage
+    # a dynamic queue on Hopper: a one-word int32 tensor, zero before each launch, whose atomic add hands out the
+    # tiles past the grid's own (lower/tile_queues.py); None: Cluster Launch Control (sm_100)
+    counter: Any = None
 
     @classmethod
     def create_static_persistent_tile_scheduler_params(cls, tile_scheduler_params) -> "TileSchedulerConfig":
@@ -300,8 +303,9 @@ class TileSchedulerConfig:
 
 @dataclass(kw_only=True, eq=False)
 class WorkQueue(MemoryResource):
-    """Persistent tile queue. Static when ``pipeline_config`` is None, CLC dynamic with a
-    ``ClcFetchAsync`` pipeline (then a scheduler task drives the fetch side)."""
+    """Persistent tile queue. Static when ``pipeline_config`` is None, dynamic with a ``ClcFetchAsync``
+    pipeline (then a scheduler task drives the fetch side): Cluster Launch Control, or with
+    ``TileSchedulerConfig.counter`` an atomic counter (Hopper)."""
 
     tile_scheduler_config: Optional[TileSchedulerConfig] = None
 

@@ -1,0 +1,75 @@
+"""How a dynamic WorkQueue's stage gets its next tile: Blackwell's Cluster Launch Control, or on Hopper an
+atomic counter in global memory.
+
+Both fill one 16-byte response per stage and complete the stage's full barrier by its transaction bytes (the
+``ClcFetchAsync`` protocol the checker proves: the producer arms 16 bytes at acquire, the write completes them),
+so the schedule, the proof and the barrier counts are the same; only the fetch and the decoding differ.
+
+- CLC (``TileSchedulerConfig.counter`` None, sm_100): ``clusterlaunchcontrol.try_cancel`` cancels a CTA
+  not yet started and the hardware writes its coordinates; the first tile is the CTA's own block index and
+  the loop ends when a response names none.
+- Counter (``counter``: a one-word int32 tensor, zero before each launch): the fetching thread takes the
+  counter's next value by an atomic add; tile ``gridDim.x + value`` (the first ``gridDim.x`` tiles are the
+  CTAs' own block indices) is written with ``st.async``, whose completion counts the 16 bytes on the
+  barrier, as ``{tile, 0, 0, tile < num_tiles}``. Tiles are handed out in index order to whichever CTA asks
+  first, so a CTA that drew short tiles takes more of them (what the hardware scheduler does for one CTA per
+  tile, without a launch per tile)."""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+from ..protocol.barriers import CLC_RESPONSE_BYTES
+
+
+def uses_counter(wq) -> bool:
+    cfg = wq.tile_scheduler_config
+    return cfg is not None and cfg.counter is not None
+
+
+def tile_total(wq):
+    """The queue's tile count: ``num_tiles`` (an int, a device value or an (m, n, l) tuple), multiplied out."""
+    dims = wq.tile_scheduler_config.num_tiles
+    dims = dims if isinstance(dims, tuple) else (dims,)
+    total = dims[0]
+    for d in dims[1:]:
+        total = total * d
+    return total
+
+
+def first_tile(wq):
+    """(x, y, z, valid) of the CTA's first tile: its own block index; with a counter valid only while it names a
+    tile (a grid sized from a bound may have CTAs past the count)."""
+    bx, by, bz = cute.arch.block_idx()
+    valid = cutlass.Int32(1)
+    if uses_counter(wq):
+        valid = cutlass.Int32(cutlass.Int32(bx) < tile_total(wq))
+    return cutlass.Int32(bx), cutlass.Int32(by), cutlass.Int32(bz), valid
+
+
+def response(wq, base, index):
+    """The 16-byte response slot of stage ``index``."""
+    return (base + index * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
+
+
+def fetch(wq, mbar, resp):
+    """One elected thread asks for the next tile; the response lands in ``resp`` and completes ``mbar``."""
+    with cute.arch.elect_one():
+        if uses_counter(wq):
+            counter = wq.tile_scheduler_config.counter
+            drawn = cute.arch.atomic_add(counter.iterator.llvm_ptr, cutlass.Int32(1), sem="relaxed", scope="gpu")
+            grid, _, _ = cute.arch.grid_dim()
+            tile = cutlass.Int32(grid) + drawn
+            valid = cutlass.Int32(tile < tile_total(wq))
+            cute.arch.store_async_dsmem(cute.recast_ptr(resp, dtype=cutlass.Int32), (tile, 0, 0, valid), mbar,
+                                        cute.arch.block_idx_in_cluster())
+        else:
+            cute.arch.issue_clc_query(mbar, resp)
+
+
+def decode(wq, resp):
+    """(x, y, z, valid) of a waited response."""
+    if uses_counter(wq):
+        words = cute.make_tensor(cute.recast_ptr(resp, dtype=cutlass.Int32), cute.make_layout(4))
+        return words[0], words[1], words[2], words[3]
+    return cute.arch.clc_response(resp)
