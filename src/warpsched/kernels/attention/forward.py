@@ -42,7 +42,7 @@ from . import live_units
 from . import masks as amasks
 from .masks import AttentionConfigError  # noqa: F401 (where the kernels and hosts import it from)
 from .ahead import load_ahead_schedule, softmax_ahead_schedule
-from .schedules import load_schedule, softmax_schedule
+from .schedules import load_schedule, softmax_schedule, unit_fetch_schedule
 from .schedules import next_tile as _next_tile  # noqa: F401 (tests write twins with them)
 from .schedules import tile_loop as _tiles  # noqa: F401
 from .epilogue import GmemO
@@ -99,8 +99,13 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
         g = FlashAttention()
     wq = units = None
     if g.persistent:
-        wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
         units = trip_count("units_per_cta", units_per_cta, min=0 if g.live_units else 1)
+        wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
+        if g.dynamic_units:  # a scheduler warp fetches each next unit into a 2-stage ring every task reads
+            wq = WorkQueue(name="UnitQueue", pipeline_config=PipelineConfig.create_clc_fetch_async_pipeline_cfg(
+                num_stages=2, producer_group=threads(1), consumer_group=threads(64 + 128 * g.wgs),
+                cta_layout_vmnk=(1, 1, 1, 1)),
+                tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units, counter=g.unit_counter))
     else:
         kv = trip_count("kv_tiles", kv_tiles)
     q_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.q_stages, num_bytes=g.q_bytes)
@@ -124,6 +129,12 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
         load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units,
                                       **({"k_ahead": True} if g.k_ahead else {}))
     tasks, outs = [load], []
+    if g.dynamic_units:  # warp 1 of the load warp group (warps 1-3 are otherwise idle)
+        sched = AttentionTask(name="UnitTask", src_resources=queue, dst_resources=queue, warp_idx=1, num_warps=1,
+                              num_registers=g.producer_regs)
+        sched.g = g
+        sched.schedule = unit_fetch_schedule(wq, units)
+        tasks.append(sched)
     graph = {smem_q: list(queue), smem_k: list(queue), smem_v: list(queue),
              **{o: [] for o in orders + [ring_order] if o is not None}}
     for wg in range(g.wgs):
@@ -174,7 +185,8 @@ class FlashAttention(WorkUnits):
                  tma_store_o=False, causal_pairs=False, o_buffer=False, wgs=2, ring_order=False, pinned_exp2=None,
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
                  varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0, k_ahead=False, early_rescale=False,
-                 max_chains=1, slice_stages=False, live_units=False, lpt_units=False, unit_in_regs=False):
+                 max_chains=1, slice_stages=False, live_units=False, lpt_units=False, unit_in_regs=False,
+                 dynamic_units=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -239,6 +251,13 @@ class FlashAttention(WorkUnits):
                                        "live_units=True (FlashAttentionVarlenLive)")
         # lpt_units: the table longest first (live_units.LongestFirstTable), dealt to the CTAs in snake rounds
         self.lpt_units = bool(lpt_units)
+        if dynamic_units and not (self.live_units and not lpt_units and not unit_overlap):
+            raise AttentionConfigError(f"dynamic_units=True with live_units={self.live_units}, lpt_units={lpt_units}, "
+                                       f"unit_overlap={unit_overlap}: the units are handed out in table order by the "
+                                       "table's counter word; pass live_units=True, lpt_units=False, unit_overlap=False")
+        # dynamic_units: a CTA takes the next live unit when it is free (a WorkQueue on the table's counter word,
+        # lower/tile_queues.py), not every ctas-th one: short units no longer leave CTAs idle at the end
+        self.dynamic_units = bool(dynamic_units)
         if unit_in_regs and not self.varlen:
             raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
                                        "(unit_in_regs=False)")
@@ -262,7 +281,8 @@ class FlashAttention(WorkUnits):
         # (equal work per pair) and a round covers few heads, whose K / V stay in L2 (unit_coords); packed
         # batches with live_units: two neighbouring blocks of a sequence's zigzag (units._paired_live_coords)
         self.causal_pairs = (bool(causal_pairs) and self.causal and self.persistent
-                             and not (self.split_kv or self.lpt_units or (self.varlen and not self.live_units)))
+                             and not (self.split_kv or self.lpt_units or self.dynamic_units
+                                      or (self.varlen and not self.live_units)))
         # causal: longest-first within groups of lpt_heads (batch, head) pairs (units.grouped_longest_first);
         # with persistent=False the hardware hands the next unit to the first free SM, so each group's short
         # units fill its tail while the CTAs that run at once read about lpt_heads heads' K / V
@@ -316,7 +336,7 @@ class FlashAttention(WorkUnits):
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
                     "unit_overlap", "split_kv", "varlen", "live_units", "lpt_units", "paged", "pv_wait_fence",
-                    "k_ahead", "early_rescale", "unit_in_regs")
+                    "k_ahead", "early_rescale", "unit_in_regs", "dynamic_units")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
@@ -415,6 +435,8 @@ class FlashAttention(WorkUnits):
             live = None
             if cutlass.const_expr(self.live_units):
                 self.unit_table, live = mUnits, mUnits[0]
+                # word 1, zeroed by the table's kernel before each launch: dynamic_units' counter
+                self.unit_counter = cute.make_tensor(mUnits.iterator + 1, cute.make_layout(1))
             self.grid_setup(max_seqlen_q, cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]), cute.size(mK, mode=[2]),
                             cute.size(mCuQ, mode=[0]) - 1, live=live)
             if cutlass.const_expr(self.live_units):

@@ -23,6 +23,17 @@ def next_tile(wq):
 
 
 @schedule
+def unit_fetch_schedule(wq, units):
+    """``dynamic_units``: the scheduler warp asks for the CTA's next unit as each one starts, up to the queue's
+    two stages ahead of the slowest task (every task releases a unit's response when it moves on)."""
+    with tile_loop(wq, units):
+        wq.acquire()
+        wq.fetch_work_tile()
+        wq.commit()
+        next_tile(wq)
+
+
+@schedule
 def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None, k_ahead=False):
     """Per unit: Q, then K_j and V_j in turn. ``k_ahead`` (FlashAttention-3's order): K_0, then K_j before
     V_{j-1}, V of the last tile after the loop, so a K load no longer queues behind the previous V

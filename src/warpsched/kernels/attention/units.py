@@ -60,6 +60,8 @@ class WorkUnits(HeldUnit):
     ``paged``: K and V live in pages of ``block_n`` keys (a K/V cache), ``page_table[b, j]`` the page of
     sequence b's j-th K/V tile and ``cache_seqlens[b]`` its keys; ``physical_tile`` maps a tile."""
 
+    unit_counter = None  # dynamic_units: the live table's word 1, the queue's counter (set while traced)
+
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, splits=1, live=None):
         self.seqlen_q, self.seqlen_k = seqlen_q, seqlen_k
         self.heads, self.kv_heads, self.batches = heads, kv_heads, batches
