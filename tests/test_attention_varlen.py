@@ -100,6 +100,26 @@ def test_causal_pairs_give_every_cta_the_same_work_on_equal_sequences(lengths, h
         assert per_cta(False) >= 1.15  # the order before: the table from its end, dealt in turn
 
 
+def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
+    """dynamic_units: a scheduler warp takes each CTA's next unit from the live table's word 1 (an atomic add, the
+    unit written into the queue's stage by st.async): the program has the fetch task and is SAFE; the option
+    needs the live table and refuses the static orders."""
+    import re
+
+    options = dict(varlen.varlen_options(128, True), dynamic_units=True)
+    g = varlen.forward_kernel(128, True, **options)
+    assert not g.causal_pairs  # a static order: the queue hands units out in table order
+    mgr = att.build(g, verbose=False)
+    result = mgr._run_checker()
+    assert result.verdict == "SAFE" and "UnitTask" in result.loop_note and "units_per_cta >= 0" in result.loop_note
+    ptx = varlen.compile_for_cpu(head_dim=128, causal=True, **options).artifacts.PTX
+    assert len(re.findall(r"atom\.global\.add", ptx)) == 1
+    assert len(re.findall(r"st\.async\.shared::cluster\.mbarrier::complete_tx::bytes\.v4", ptx)) == 1
+    for bad in (dict(live_units=False), dict(lpt_units=True)):
+        with pytest.raises(AttentionConfigError, match="dynamic_units=True"):
+            att.FlashAttention(**dict(options, varlen=True, **bad))
+
+
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():
     for hd, causal in ((128, False), (64, True)):
         options = dict(varlen.varlen_options(hd, causal), live_units=False, unit_in_regs=False)
