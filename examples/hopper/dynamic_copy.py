@@ -105,8 +105,9 @@ def dynamic_copy_kernel(mx: cute.Tensor, my: cute.Tensor, mcounter: cute.Tensor)
 
 @cute.jit
 def dynamic_copy_host(mx: cute.Tensor, my: cute.Tensor, mcounter: cute.Tensor, ctas: cutlass.Int32, stream):
+    # a cluster launch (of one CTA): the queue's barrier ops and st.async address the cluster's shared memory
     dynamic_copy_kernel(mx, my, mcounter).launch(grid=[ctas, 1, 1], block=[(COPY_WARPS + 1) * 32, 1, 1],
-                                                 stream=stream)
+                                                 cluster=[1, 1, 1], stream=stream)
 
 
 def _fakes():

@@ -411,7 +411,9 @@ class FlashAttention(WorkUnits):
         grid = cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent) else self.num_units
         self.kernel(tma_q, tQ, tma_k, tK, tma_v, tV, tma_o, tO, mO, mLSE, qk_mma, pv_mma, q_staged, k_staged, v_staged,
                     scale, mCuQ, mCuK, max_seqlen_q, mPages, mCacheLens, mUnits).launch(
-                        grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
+                        grid=[grid, 1, 1], block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream,
+                        # dynamic_units: the queue's cluster-scoped barrier ops (lower/tile_queues.py) need a cluster
+                        **({"cluster": [1, 1, 1]} if self.dynamic_units else {}))
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,
