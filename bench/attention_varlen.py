@@ -137,17 +137,19 @@ def correctness():
                        == live_units.reference_table(lq, bm) for bm in (64, 128, 192))
         every_block = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal, window_size=window,
                                            softcap=softcap, mask_mod=mask_mod,
-                                           options=dict(varlen.varlen_options(D, causal, max(lq)), live_units=False))
+                                           options=dict(varlen.varlen_options(D, causal, max(lq), H // Hk),
+                                                        live_units=False))
         longest_first = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
                                              window_size=window, softcap=softcap, mask_mod=mask_mod,
-                                             options=dict(varlen.varlen_options(D, causal, max(lq)), lpt_units=True))
+                                             options=dict(varlen.varlen_options(D, causal, max(lq), H // Hk),
+                                                          lpt_units=True))
         table_ok = table_ok and torch.equal(every_block, out) and torch.equal(longest_first, out)
         # VARLEN_VARIANTS' forms on the same inputs: each within the bar of the reference (bit for bit the
         # default's where a form changes only where values are computed, e.g. unit_in_regs)
         for vn, vopts in variants().items():
             o_var = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
                                             window_size=window, softcap=softcap, mask_mod=mask_mod,
-                                            options=dict(varlen.varlen_options(D, causal, max(lq)), **vopts))
+                                            options=dict(varlen.varlen_options(D, causal, max(lq), H // Hk), **vopts))
             v_err = err(o_var, ref)
             table_ok = table_ok and v_err < (8e-3 if dtype == torch.bfloat16 else 4e-3)
             print(f"  variant {vn}: O " + ("bit for bit the default's" if torch.equal(o_var, out)
@@ -308,7 +310,7 @@ def speed(rounds):
             sides["fa4"] = lambda: flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
                                                           max_seqlen_k=top, causal=causal)
         for n, opts in extra.items():
-            chosen = dict(varlen.varlen_options(D, causal, top), **opts)
+            chosen = dict(varlen.varlen_options(D, causal, top, H // Hk), **opts)
             if chosen.get("wgs", 2) == 3 and D != 64:
                 continue
             sides[n] = (lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,

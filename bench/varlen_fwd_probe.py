@@ -49,7 +49,7 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
     cu = _offsets(lengths)
     q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    packed = varlen.varlen_options(D, causal, top)
+    packed = varlen.varlen_options(D, causal, top, H // Hk)
     qb, kb, vb = (t.view(B, top, -1, D).transpose(1, 2).contiguous() for t in (q, k, v))
     sides = {"ws": lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal)}
     variant_out = {}  # each variant's O from its first call, into a NaN-poisoned buffer

@@ -96,6 +96,8 @@ def test_causal_pairs_give_every_cta_the_same_work_on_equal_sequences(lengths, h
         return max(work) / (sum(work) / len(work))
 
     assert per_cta(True) <= 1.035
+    # GQA keeps the table's own order (the H200 measured the pairs 1-5 % slower there)
+    assert varlen.varlen_options(hd, True, group=heads // kv_heads).get("causal_pairs") is (heads == kv_heads)
     if heads == kv_heads == 16:
         assert per_cta(False) >= 1.15  # the order before: the table from its end, dealt in turn
 

@@ -117,6 +117,9 @@ def programs() -> Dict[str, Callable[..., object]]:
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
                 lambda hd=hd, causal=causal, **mo:
                 att.build(varlen_kernel(hd, causal, **varlen_options(hd, causal)), **mo))
+    for hd in att.HEAD_DIMS:  # GQA: causal units in the table's order (varlen_options' group)
+        out[f"attention hd{hd} causal varlen gqa"] = (
+            lambda hd=hd, **mo: att.build(varlen_kernel(hd, True, **varlen_options(hd, True, group=2)), **mo))
     out["attention hd64 full varlen short"] = (  # max_seqlen_q < SHORT_HD64_FULL: 128-row Q blocks
         lambda **mo: att.build(varlen_kernel(64, False, **varlen_options(64, False, 1)), **mo))
     packed_only = ("unit_in_regs", "zero_in_prep")  # the packed backward is the dense program (same fingerprint)

@@ -32,15 +32,18 @@ VERDICT_OF = {}
 SHORT_HD64_FULL = 1024
 
 
-def varlen_options(head_dim, causal, max_seqlen_q=None):
+def varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
     """The tuned forward's options for packed sequences: rows stored from registers (a 64-row TMA store
     would write into the next sequence), and the units only the Q blocks that hold rows (``live_units``:
     ``live_units.LiveUnitTable`` lists them on the device before each launch), each task's unit read once a
-    tile (``unit_in_regs``: 0.94-0.98x the time without), causal units in zigzag pairs (the tuned
-    ``causal_pairs``, ``units._paired_live_coords``); non-causal head dim 64 with ``max_seqlen_q`` <
+    tile (``unit_in_regs``: 0.94-0.98x the time without), causal units in zigzag pairs without GQA (the
+    tuned ``causal_pairs``, ``units._paired_live_coords``; with ``group`` > 1 query heads per K/V head the
+    table's own order measured 0.95-0.99x their time); non-causal head dim 64 with ``max_seqlen_q`` <
     ``SHORT_HD64_FULL``: 128-row Q blocks."""
     options = dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False, live_units=True,
                    unit_in_regs=True)
+    if causal and group > 1:
+        options["causal_pairs"] = False
     if head_dim == 64 and not causal and max_seqlen_q is not None and max_seqlen_q < SHORT_HD64_FULL:
         options["wgs"] = 2
     return options
@@ -152,7 +155,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     log-sum-exp (flash_attn_varlen_func's layout). ``max_seqlen_q`` must be at least the longest sequence's
     query count (rows past it are not computed, as in flash-attention); ``max_seqlen_k`` is accepted for
     flash_attn's signature and not needed. ``out`` / ``lse``: preallocated results of those shapes.
-    ``options``: the kernel's (default ``varlen_options(D, causal, max_seqlen_q)``)."""
+    ``options``: the kernel's (default ``varlen_options(D, causal, max_seqlen_q, H // H_kv)``)."""
     if not all(hasattr(t, "stride") for t in (q, k, v, cu_seqlens_q)):
         check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)  # names what is not a tensor (the plan key reads strides)
     import torch
@@ -170,7 +173,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise AttentionConfigError(f"max_seqlen_q={max_seqlen_q!r}: expected the longest sequence's query count, "
                                        "an int (cu_seqlens_q.diff().max().item() computes it, with a host sync)")
         D = q.shape[2]
-        chosen = varlen_options(D, causal, max_seqlen_q) if options is None else dict(options)
+        group = q.shape[1] // max(k.shape[1], 1)
+        chosen = varlen_options(D, causal, max_seqlen_q, group) if options is None else dict(options)
         chosen = with_masks(chosen, window_size, softcap, mask_mod)
         key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(chosen.items())))
         # live_units: the table kernel's block rows and order (None: sequence order, else the causal flag)
