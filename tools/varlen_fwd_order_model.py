@@ -1,0 +1,71 @@
+"""A CTA-load model of the packed attention forward's unit orders (CPU, no GPU).
+
+    CUTE_DSL_ARCH=sm_90a .venv/bin/python tools/varlen_fwd_order_model.py [--ctas 132]
+
+For each causal batch of ``bench/attention_varlen.py`` and two batches of equal sequences: the most loaded CTA's
+K/V tiles over the mean (1.00: every CTA the same work), a unit costing its K/V tile count plus one (its Q load
+and O store). Static orders deal work tile t to CTA t % ctas, as the persistent kernel does: ``table`` (each head's
+table from its end), ``pairs`` (``causal_pairs``: zigzag pairs, ``units._paired_live_coords``). ``dynamic``:
+each CTA takes the next unit of the table order when it is free (``dynamic_units``; list scheduling). The units,
+their order and their tile counts are the kernel's own (``unit_coords`` / ``kv_tiles_of`` on Python ints). It
+counts no L2: an order that runs many heads at once (``lpt_units``) models well and measures badly
+(docs/attention.md, "Variable-length batches").
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from attention_varlen import BATCHES  # noqa: E402
+from warpsched.kernels.attention import live_units, varlen  # noqa: E402
+
+EQUAL = [("16 x 2048 (equal)", [2048] * 16, 16, 16, 128), ("8 x 4096 (equal)", [4096] * 8, 16, 4, 64)]
+
+
+def unit_costs(lengths, heads, kv_heads, hd, ctas, **options):
+    """The kernel's units in work-tile order, each its K/V tiles plus one."""
+    g = varlen.forward_kernel(hd, True, **dict(varlen.varlen_options(hd, True), max_ctas=ctas, **options))
+    g.cu_q = g.cu_k = [0] + list(itertools.accumulate(lengths))
+    g.unit_table = live_units.reference_table(lengths, g.block_m)
+    g.grid_setup(max(lengths), max(lengths), heads, kv_heads, len(lengths), live=g.unit_table[0])
+    return [g.kv_tiles_of(t) + 1 for t in range(g.num_units)], g.ctas
+
+
+def static_load(costs, ctas):
+    load = [0] * ctas
+    for t, c in enumerate(costs):
+        load[t % ctas] += c
+    return max(load) / (sum(load) / ctas)
+
+
+def dynamic_load(costs, ctas):
+    free = [(0, i) for i in range(ctas)]
+    for c in costs:
+        at, i = heapq.heappop(free)
+        heapq.heappush(free, (at + c, i))
+    return max(at for at, _ in free) / (sum(costs) / ctas)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ctas", type=int, default=132, help="persistent CTAs (the H200's SMs)")
+    ctas = ap.parse_args().ctas
+    print("| batch | H/Hk | D | table | pairs | dynamic |\n|---|---|---|---|---|---|")
+    batches = [(n, lq, h, hk, d) for n, lq, h, hk, d, causal in BATCHES if causal] + EQUAL
+    for name, lengths, heads, kv_heads, hd in batches:
+        table, n = unit_costs(lengths, heads, kv_heads, hd, ctas, causal_pairs=False)
+        pairs, _ = unit_costs(lengths, heads, kv_heads, hd, ctas, causal_pairs=True)
+        print(f"| {name} | {heads}/{kv_heads} | {hd} | {static_load(table, n):.3f} | {static_load(pairs, n):.3f} | "
+              f"{dynamic_load(table, n):.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
