@@ -1,7 +1,7 @@
 """H200: where the packed (varlen) attention forward's time goes: the packed kernel beside the dense one on the
 same work.
 
-    python3 bench/varlen_fwd_probe.py [--rounds 3] [--variants "w3:wgs=3,ring_order=1"]
+    python3 bench/varlen_fwd_probe.py [--rounds 3] [--variants "w3:wgs=3,ring_order=1"] [--ragged 0,2,3]
 
 On batches of equal sequences (where packed and dense attention do the same work), device time (CUDA graphs,
 triton's do_bench median, sides in a balanced order per round), us:
@@ -32,7 +32,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from _eager import fa4, round_order  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
-from attention_varlen import _offsets, variants as parse_variants  # noqa: E402
+from attention_varlen import BATCHES, _offsets, variants as parse_variants  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import host as att, varlen  # noqa: E402
 
@@ -50,7 +50,8 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
     q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     packed = varlen.varlen_options(D, causal, top, H // Hk)
-    qb, kb, vb = (t.view(B, top, -1, D).transpose(1, 2).contiguous() for t in (q, k, v))
+    qb, kb, vb = ((t.view(B, top, -1, D).transpose(1, 2).contiguous() for t in (q, k, v)) if len(set(lengths)) == 1
+                  else (None, None, None))
     sides = {"ws": lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal)}
     variant_out = {}  # each variant's O from its first call, into a NaN-poisoned buffer
     for n, opts in variants.items():
@@ -67,14 +68,16 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
         variant_out[name_] = o_var
         sides[name_] = lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
                                                                      options=chosen)
-    same = {k_: v_ for k_, v_ in packed.items() if k_ not in ("live_units", "unit_in_regs")}
-    o_same = torch.empty_like(qb)
-    launch_same, _, _ = att.prepare(qb, kb, vb, causal=causal, out=o_same, **same)
-    sides["ws dense same"] = launch_same
-    o_dense = torch.empty_like(qb)
-    launch_dense, _, _ = att.prepare(qb, kb, vb, causal=causal, out=o_dense)
-    sides["ws dense"] = launch_dense
-    fv, fd = fa4("flash_attn_varlen_func"), fa4("flash_attn_func")
+    equal = len(set(lengths)) == 1  # ragged batches (--ragged): no dense sides
+    if equal:
+        same = {k_: v_ for k_, v_ in packed.items() if k_ not in ("live_units", "unit_in_regs")}
+        o_same = torch.empty_like(qb)
+        launch_same, _, _ = att.prepare(qb, kb, vb, causal=causal, out=o_same, **same)
+        sides["ws dense same"] = launch_same
+        o_dense = torch.empty_like(qb)
+        launch_dense, _, _ = att.prepare(qb, kb, vb, causal=causal, out=o_dense)
+        sides["ws dense"] = launch_dense
+    fv, fd = fa4("flash_attn_varlen_func"), fa4("flash_attn_func") if equal else None
     if fv is not None:
         sides["fa4"] = lambda: fv(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top, max_seqlen_k=top,
                                   causal=causal)
@@ -83,11 +86,13 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
         sides["fa4 dense"] = lambda: fd(qd, kd, vd, causal=causal)
     # packed and dense O on the same sequences: the same math, so they agree to bf16 rounding
     o_ref = sides["ws"]()
-    o_packed = o_ref.view(B, top, H, D).transpose(1, 2).float()
-    launch_same()
-    launch_dense()
-    errs = [((o.float() - o_packed).abs().max() / o_packed.abs().max()).item() for o in (o_same, o_dense)]
-    bad = [e for e in errs if not e < 1e-2]  # NaN fails too
+    errs, bad = [0.0, 0.0], []
+    if equal:
+        o_packed = o_ref.view(B, top, H, D).transpose(1, 2).float()
+        launch_same()
+        launch_dense()
+        errs = [((o.float() - o_packed).abs().max() / o_packed.abs().max()).item() for o in (o_same, o_dense)]
+        bad = [e for e in errs if not e < 1e-2]  # NaN fails too
     # each variant's O against the default's (bit for bit where it changes only where values are computed)
     for n, o_var in variant_out.items():
         e = ((o_var.float() - o_ref.float()).abs().max() / o_ref.float().abs().max()).item()
@@ -103,7 +108,8 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
     flops = 4 * D * H * pairs
     print(f"| {name} | {H}/{Hk} | {D} | {causal} | " + " | ".join(
         f"{n} {us[n]:.0f} ({flops / us[n] / 1e6:.0f} TF, {us[n] / us['ws']:.3f}x)" for n in sides)
-        + f" | dense vs packed O {errs[0]:.1e} / {errs[1]:.1e}{' MISMATCH' if bad else ''} |", flush=True)
+        + (f" | dense vs packed O {errs[0]:.1e} / {errs[1]:.1e}" if equal else " | ragged (no dense sides)")
+        + f"{' MISMATCH' if bad else ''} |", flush=True)
     return len(bad)
 
 
@@ -113,12 +119,15 @@ def main():
     ap.add_argument("--variants", default="", help='packed forms: "name:opt=1,opt=0;name@64:..." over '
                     "varlen_options (ints; 0 / 1 for switches; @D: at head dim D only)")
     ap.add_argument("--batches", default="", help=f"comma-separated indices 0..{len(EQUAL) - 1} (default: all)")
+    ap.add_argument("--ragged", default="", help="comma-separated indices into attention_varlen.py's batches, "
+                    "timed without the dense sides")
     args = ap.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     torch.manual_seed(0)
-    pick = [int(i) for i in args.batches.split(",")] if args.batches else range(len(EQUAL))
+    pick = [EQUAL[int(i)] for i in args.batches.split(",")] if args.batches else ([] if args.ragged else EQUAL)
+    pick += [BATCHES[int(i)] for i in args.ragged.split(",") if i]
     print("device us per call (TFLOP/s over visible pairs, time / the packed default's)")
-    bad = sum(probe(*EQUAL[i], parse_variants(args.variants), args.rounds) for i in pick)
+    bad = sum(probe(*batch, parse_variants(args.variants), args.rounds) for batch in pick)
     sys.exit(1 if bad else 0)
 
 

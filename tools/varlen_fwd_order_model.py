@@ -6,7 +6,8 @@ For each causal batch of ``bench/attention_varlen.py`` and two batches of equal 
 K/V tiles over the mean (1.00: every CTA the same work), a unit costing its K/V tile count plus one (its Q load
 and O store). Static orders deal work tile t to CTA t % ctas, as the persistent kernel does: ``table`` (each head's
 table from its end), ``pairs`` (``causal_pairs``: zigzag pairs, ``units._paired_live_coords``). ``dynamic``:
-each CTA takes the next unit of the table order when it is free (``dynamic_units``; list scheduling). The units,
+each CTA claims the next unit of the table order as it starts one, ``--ahead`` units beyond the one it runs
+(``dynamic_units``: 1, its queue's one stage; 0 is list scheduling, a claim when free). The units,
 their order and their tile counts are the kernel's own (``unit_coords`` / ``kv_tiles_of`` on Python ints). It
 counts no L2: an order that runs many heads at once (``lpt_units``) models well and measures badly
 (docs/attention.md, "Variable-length batches").
@@ -14,6 +15,7 @@ counts no L2: an order that runs many heads at once (``lpt_units``) models well 
 from __future__ import annotations
 
 import argparse
+import collections
 import heapq
 import itertools
 import os
@@ -46,25 +48,42 @@ def static_load(costs, ctas):
     return max(load) / (sum(load) / ctas)
 
 
-def dynamic_load(costs, ctas):
-    free = [(0, i) for i in range(ctas)]
-    for c in costs:
-        at, i = heapq.heappop(free)
-        heapq.heappush(free, (at + c, i))
-    return max(at for at, _ in free) / (sum(costs) / ctas)
+def dynamic_load(costs, ctas, ahead=1):
+    """Each CTA starts with unit ``cta`` and, as it starts a unit, claims units of the shared order until it holds
+    ``ahead`` beyond that one (0: it claims one when it is free)."""
+    n = min(ctas, len(costs))
+    claimed = [collections.deque([costs[c]]) for c in range(n)]
+    taken, end = n, [0] * n
+    starts = [(0, c) for c in range(n)]
+    while starts:
+        at, c = heapq.heappop(starts)
+        if not claimed[c] and ahead == 0 and taken < len(costs):  # free: list scheduling claims now
+            claimed[c].append(costs[taken])
+            taken += 1
+        if not claimed[c]:
+            end[c] = at
+            continue
+        cost = claimed[c].popleft()
+        while len(claimed[c]) < ahead and taken < len(costs):
+            claimed[c].append(costs[taken])
+            taken += 1
+        heapq.heappush(starts, (at + cost, c))
+    return max(end) / (sum(costs) / ctas)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ctas", type=int, default=132, help="persistent CTAs (the H200's SMs)")
-    ctas = ap.parse_args().ctas
-    print("| batch | H/Hk | D | table | pairs | dynamic |\n|---|---|---|---|---|---|")
+    ap.add_argument("--ahead", type=int, default=1, help="units a CTA claims beyond the one it runs (dynamic)")
+    args = ap.parse_args()
+    ctas = args.ctas
+    print(f"| batch | H/Hk | D | table | pairs | dynamic, {args.ahead} ahead |\n|---|---|---|---|---|---|")
     batches = [(n, lq, h, hk, d) for n, lq, h, hk, d, causal in BATCHES if causal] + EQUAL
     for name, lengths, heads, kv_heads, hd in batches:
         table, n = unit_costs(lengths, heads, kv_heads, hd, ctas, causal_pairs=False)
         pairs, _ = unit_costs(lengths, heads, kv_heads, hd, ctas, causal_pairs=True)
         print(f"| {name} | {heads}/{kv_heads} | {hd} | {static_load(table, n):.3f} | {static_load(pairs, n):.3f} | "
-              f"{dynamic_load(table, n):.3f} |", flush=True)
+              f"{dynamic_load(table, n, args.ahead):.3f} |", flush=True)
 
 
 if __name__ == "__main__":

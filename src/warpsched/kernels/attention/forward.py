@@ -101,9 +101,11 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
     if g.persistent:
         units = trip_count("units_per_cta", units_per_cta, min=0 if g.live_units else 1)
         wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
-        if g.dynamic_units:  # a scheduler warp fetches each next unit into a 2-stage ring every task reads
+        if g.dynamic_units:  # a scheduler warp fetches each next unit into one stage every task reads: it claims
+            # unit k + 1 once every task has started unit k (two stages claimed two ahead: the H200 measured
+            # 1.02-1.04x the static order on equal sequences, tools/varlen_fwd_order_model.py --ahead 2 explains it)
             wq = WorkQueue(name="UnitQueue", pipeline_config=PipelineConfig.create_clc_fetch_async_pipeline_cfg(
-                num_stages=2, producer_group=threads(1), consumer_group=threads(64 + 128 * g.wgs),
+                num_stages=1, producer_group=threads(1), consumer_group=threads(64 + 128 * g.wgs),
                 cta_layout_vmnk=(1, 1, 1, 1)),
                 tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units, counter=g.unit_counter))
     else:
