@@ -120,6 +120,9 @@ def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
     for bad in (dict(live_units=False), dict(lpt_units=True)):
         with pytest.raises(AttentionConfigError, match="dynamic_units=True"):
             att.FlashAttention(**dict(options, varlen=True, **bad))
+    # the one-stage queue: three warp groups (head dim 64, non-causal) are proven too
+    three = varlen.forward_kernel(64, False, **dict(varlen.varlen_options(64, False, 4096), dynamic_units=True))
+    assert three.wgs == 3 and att.build(three, verbose=False)._run_checker().verdict == "SAFE"
 
 
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():
