@@ -12,22 +12,23 @@ import os
 from warpsched.kernels.attention import backward_host as _bwd_host
 
 
-def _parse(text):
-    """"a=1,b=2" -> {a: True, b: 2}: an option whose default is a flag (FlashAttentionBackward's signature)
-    becomes a bool, a count stays an int."""
+def parse_options(text):
+    """"a=1,b=2" -> {a: True, b: 2}: an option whose default is a flag (FlashAttentionBackward's signature, or the
+    packed call's host flags such as ``zero_in_prep``) becomes a bool, a count stays an int."""
     from warpsched.kernels.attention.backward import FlashAttentionBackward
 
     defaults = inspect.signature(FlashAttentionBackward.__init__).parameters
+    flags = ({n for n, p in defaults.items() if isinstance(p.default, bool)}
+             | {n for n, x in _bwd_host.default_options(128, varlen=True).items() if isinstance(x, bool)})
     out = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, _, value = item.partition("=")
-        flag = name in defaults and isinstance(defaults[name].default, bool)
-        out[name] = bool(int(value)) if flag else int(value)
+        out[name] = bool(int(value)) if name in flags else int(value)
     return out
 
 
-DENSE = _parse(os.environ.get("WS_BWD_DEFAULTS", ""))
-PACKED = _parse(os.environ.get("WS_BWD_VARLEN_DEFAULTS", ""))
+DENSE = parse_options(os.environ.get("WS_BWD_DEFAULTS", ""))
+PACKED = parse_options(os.environ.get("WS_BWD_VARLEN_DEFAULTS", ""))
 DIMS = {int(d) for d in os.environ.get("WS_BWD_DEFAULTS_DIMS", "").split(",") if d.strip()}
 if DENSE or PACKED:
     _stock = _bwd_host.default_options

@@ -36,7 +36,7 @@ from warpsched import nn as wnn  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import live_units, varlen  # noqa: E402
 
-import _bwd_defaults  # noqa: E402,F401  (WS_BWD_VARLEN_DEFAULTS: options on trial as defaults)
+import _bwd_defaults  # noqa: E402  (WS_BWD_VARLEN_DEFAULTS: options on trial as defaults; parse_options)
 
 
 def per_sequence_prefix(b, h, q, kv):  # sequence b: its first 50 * (b + 1) keys bidirectional, then causal
@@ -216,6 +216,18 @@ def backward_calls(q, k, v, out, dout, lse, cu, top, causal, sides):
     return fns, grads, refused
 
 
+def backward_variants_of(text):
+    """``"name:a=1,b=0;name2@64:..."``: the packed backward's kernel options over its defaults, flags and counts
+    typed by the kernel's signature (``_bwd_defaults.parse_options``); ``name@D``: at head dim D only (``for_dim``)."""
+    return {name: _bwd_defaults.parse_options(opts)
+            for name, _, opts in (item.partition(":") for item in filter(None, text.split(";")))}
+
+
+def for_dim(variants, D):
+    """The variants that apply at head dim ``D``, by their names without ``@D``."""
+    return {n.partition("@")[0]: o for n, o in variants.items() if "@" not in n or int(n.partition("@")[2]) == D}
+
+
 def backward_variants(rows, rounds):
     """``VARLEN_BWD_VARIANTS="flat:flat_dq=1;old@64:..."``: the packed backward's kernel options over its defaults
     (``backward_host.default_options(D, varlen=True)``; ``name@D``: at head dim D only, in column ``name``), each
@@ -224,12 +236,8 @@ def backward_variants(rows, rounds):
     the call: pre-pass, kernel, dQ conversion)."""
     from warpsched.kernels.attention.backward_host import default_options
 
-    extra = {}  # "name@D": at head dim D only (its column: name)
-    for item in filter(None, os.environ.get("VARLEN_BWD_VARIANTS", "").split(";")):
-        name, _, opts = item.partition(":")
-        extra[name] = {k: bool(int(v)) if k not in ("dq_stages", "block_m") else int(v)
-                       for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
-    columns = list(dict.fromkeys(n.partition("@")[0] for n in extra))
+    extra = backward_variants_of(os.environ.get("VARLEN_BWD_VARIANTS", ""))
+    columns = list(dict.fromkeys(n.partition("@")[0] for n in extra))  # "name@D": in column name
     if not extra:
         return
     from triton.testing import do_bench
@@ -243,10 +251,8 @@ def backward_variants(rows, rounds):
         out, lse = ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, return_lse=True)
         dout = torch.randn_like(q)
         sides = {"default": dict(default_options(D, varlen=True))}
-        for n, opts in extra.items():
-            base, _, dim = n.partition("@")
-            if not dim or int(dim) == D:
-                sides[base] = dict(default_options(D, varlen=True), **opts)
+        for n, opts in for_dim(extra, D).items():
+            sides[n] = dict(default_options(D, varlen=True), **opts)
         fns, grads, refused = backward_calls(q, k, v, out, dout, lse, cu, top, causal, sides)
         cells = dict({n: "-" for n in columns}, **{n: f"refused ({why[:40]})" for n, why in refused.items()})
         times = {n: [] for n in fns}

@@ -29,26 +29,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from _eager import fa4  # noqa: E402
-from attention_varlen import BATCHES, _offsets, backward_calls, training_steps  # noqa: E402
+from attention_varlen import (BATCHES, _offsets, backward_calls, backward_variants_of, for_dim,  # noqa: E402
+                             training_steps)
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention.backward_host import default_options  # noqa: E402
 
 UNIFORM = [("16 x 2048 (equal)", [2048] * 16, 16, 16, 128, True), ("8 x 4096 (equal)", [4096] * 8, 16, 4, 64, True)]
-
-
-def parse_variants(text):
-    """``"name:a=1,b=0;name2@64:..."``: kernel options over the packed defaults; ``@D``: at head dim D only."""
-    out = {}
-    for item in filter(None, text.split(";")):
-        name, _, opts = item.partition(":")
-        out[name] = {
-            k: bool(int(v)) if k not in ("dq_stages", "block_m", "lpt_heads") else int(v)
-            for k, v in (kv.split("=") for kv in opts.split(",") if kv)}
-    return out
-
-
-def for_dim(variants, D):
-    return {n.partition("@")[0]: o for n, o in variants.items() if "@" not in n or int(n.partition("@")[2]) == D}
 
 
 def event_us(fn, iters=10):
@@ -195,7 +181,7 @@ def main():
                     f"0..{len(BATCHES) - 1} attention_varlen.py's, then {len(BATCHES)}.. the equal ones")
     args = ap.parse_args()
     check_tables()
-    variants = parse_variants(args.variants)
+    variants = backward_variants_of(args.variants)
     print(f"{torch.cuda.get_device_name()} {torch.__version__}; packed defaults hd128 "
           f"{default_options(128, varlen=True)}, hd64 {default_options(64, varlen=True)}")
     print("the backward alone, eager, us per call (TFLOP/s at 2.5x the forward's visible pairs; ws / side)")

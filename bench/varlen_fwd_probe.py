@@ -32,7 +32,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from _eager import fa4, round_order  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
-from attention_varlen import BATCHES, _offsets, variants as parse_variants  # noqa: E402
+from attention_varlen import BATCHES, _offsets, for_dim, variants as parse_variants  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import host as att, varlen  # noqa: E402
 
@@ -50,14 +50,12 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
     q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     packed = varlen.varlen_options(D, causal, top, H // Hk)
-    qb, kb, vb = ((t.view(B, top, -1, D).transpose(1, 2).contiguous() for t in (q, k, v)) if len(set(lengths)) == 1
+    equal = len(set(lengths)) == 1  # ragged batches (--ragged): no dense sides
+    qb, kb, vb = ((t.view(B, top, -1, D).transpose(1, 2).contiguous() for t in (q, k, v)) if equal
                   else (None, None, None))
     sides = {"ws": lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal)}
     variant_out = {}  # each variant's O from its first call, into a NaN-poisoned buffer
-    for n, opts in variants.items():
-        name_, _, dim = n.partition("@")
-        if dim and int(dim) != D:
-            continue
+    for name_, opts in for_dim(variants, D).items():
         chosen = dict(packed, **opts)
         o_var = torch.full_like(q, float("nan"))
         try:  # compiled here, so that a refused form is named and left out rather than ending the run
@@ -68,7 +66,6 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
         variant_out[name_] = o_var
         sides[name_] = lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
                                                                      options=chosen)
-    equal = len(set(lengths)) == 1  # ragged batches (--ragged): no dense sides
     if equal:
         same = {k_: v_ for k_, v_ in packed.items() if k_ not in ("live_units", "unit_in_regs")}
         o_same = torch.empty_like(qb)

@@ -191,3 +191,24 @@ def test_value_escaping_a_loop_without_typed_default_is_refused():
         _trace(lambda: _cfg())
     msg = _message(ei)
     assert "produced inside a runtime loop or guard" in msg and "task: C" in msg and "TaskLocalVariable" in msg
+
+
+def test_a_counter_queue_without_a_tile_count_is_refused():
+    """TileSchedulerConfig(counter=...) hands out tiles up to num_tiles: without it the lowering names the queue."""
+    import dynamic_copy
+    from cutlass.cute.runtime import make_fake_stream
+
+    @cute.kernel
+    def kern(mx: cute.Tensor, my: cute.Tensor, mc: cute.Tensor):
+        mgr = dynamic_copy.build(mx, my, mc, None, rows=cute.size(mx, mode=[0]), verbose=False)
+        mgr.setup_resources_and_tasks()
+        mgr.run()
+
+    @cute.jit
+    def host(mx: cute.Tensor, my: cute.Tensor, mc: cute.Tensor, stream):
+        kern(mx, my, mc).launch(grid=[1, 1, 1], block=[160, 1, 1], cluster=[1, 1, 1], stream=stream)
+
+    with pytest.raises(Exception) as ei:
+        cute.compile(host, *dynamic_copy._fakes(), make_fake_stream(), options=_common.ptx_options())
+    msg = _message(ei)
+    assert "atomic counter needs the tile count" in msg and "CounterQueue" in msg and "num_tiles=" in msg

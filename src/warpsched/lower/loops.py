@@ -318,10 +318,7 @@ class TaskEmitter:
         if cfg is None or cfg.num_tiles is None:
             raise LoweringError("a static WorkQueue needs tile_scheduler_config=TileSchedulerConfig(num_tiles=...)",
                                 task=self.task, resource=wq, location=wtl.location)
-        dims = cfg.num_tiles if isinstance(cfg.num_tiles, tuple) else (cfg.num_tiles,)
-        total = dims[0]
-        for d in dims[1:]:
-            total = total * d
+        dims, total = tile_queues.tile_dims(wq), tile_queues.tile_total(wq)
         bid, _, _ = cute.arch.block_idx()
         gdim, _, _ = cute.arch.grid_dim()
         inner_steps = [s for s in self.steps if s.section in (Section.HEAD, Section.LOOP, Section.TAIL)]
@@ -372,6 +369,10 @@ class TaskEmitter:
         ``get_and_advance_work_tile()`` decodes the waited response into the next one; the loop ends
         when a response carries no tile."""
         wq = wtl.work_queue
+        if tile_queues.uses_counter(wq) and wq.tile_scheduler_config.num_tiles is None:
+            raise LoweringError("a WorkQueue on an atomic counter needs the tile count it hands out",
+                                task=self.task, resource=wq, location=wtl.location,
+                                fix="pass TileSchedulerConfig(num_tiles=..., counter=...)")
         env.update(zip(TILE_KEYS, tile_queues.first_tile(wq)))
         inner_steps = [s for s in self.steps if s.section in (Section.HEAD, Section.LOOP, Section.TAIL)]
         self._seed(env, inner_steps, True)
@@ -396,13 +397,13 @@ class TaskEmitter:
         wq = s.resource
         cur = env[self._cur(wq, "producer")]
         mbar = self._pipe(wq).pipe.producer_get_barrier(cur)
-        tile_queues.fetch(wq, mbar, tile_queues.response(wq, self.L.clc_response[id(wq)], cur.index))
+        tile_queues.fetch(wq, mbar, tile_queues.response(self.L.clc_response[id(wq)], cur.index))
 
     def _clc_advance(self, env, s):
         """``get_and_advance_work_tile()``: decode the waited stage's response into the next tile."""
         wq = s.resource
         cur = env[self._cur(wq, "consumer")]
-        x, y, z, valid = tile_queues.decode(wq, tile_queues.response(wq, self.L.clc_response[id(wq)], cur.index))
+        x, y, z, valid = tile_queues.decode(wq, tile_queues.response(self.L.clc_response[id(wq)], cur.index))
         # the next query (async proxy) may overwrite this stage once it is released
         cute.arch.fence_proxy("async.shared", space="cta")
         env.update(zip(TILE_KEYS, (x, y, z, valid)))

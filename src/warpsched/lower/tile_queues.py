@@ -27,10 +27,15 @@ def uses_counter(wq) -> bool:
     return cfg is not None and cfg.counter is not None
 
 
+def tile_dims(wq) -> tuple:
+    """The queue's ``num_tiles`` as a tuple (an int or a device value is one dimension)."""
+    dims = wq.tile_scheduler_config.num_tiles
+    return dims if isinstance(dims, tuple) else (dims,)
+
+
 def tile_total(wq):
     """The queue's tile count: ``num_tiles`` (an int, a device value or an (m, n, l) tuple), multiplied out."""
-    dims = wq.tile_scheduler_config.num_tiles
-    dims = dims if isinstance(dims, tuple) else (dims,)
+    dims = tile_dims(wq)
     total = dims[0]
     for d in dims[1:]:
         total = total * d
@@ -47,7 +52,7 @@ def first_tile(wq):
     return cutlass.Int32(bx), cutlass.Int32(by), cutlass.Int32(bz), valid
 
 
-def response(wq, base, index):
+def response(base, index):
     """The 16-byte response slot of stage ``index``."""
     return (base + index * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
 

@@ -100,7 +100,6 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
     wq = units = None
     if g.persistent:
         units = trip_count("units_per_cta", units_per_cta, min=0 if g.live_units else 1)
-        wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
         if g.dynamic_units:  # a scheduler warp fetches each next unit into one stage every task reads: it claims
             # unit k + 1 once every task has started unit k (two stages claimed two ahead: the H200 measured
             # 1.02-1.04x the static order on equal sequences, tools/varlen_fwd_order_model.py --ahead 2 explains it)
@@ -108,6 +107,8 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
                 num_stages=1, producer_group=threads(1), consumer_group=threads(64 + 128 * g.wgs),
                 cta_layout_vmnk=(1, 1, 1, 1)),
                 tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units, counter=g.unit_counter))
+        else:
+            wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
     else:
         kv = trip_count("kv_tiles", kv_tiles)
     q_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=g.q_stages, num_bytes=g.q_bytes)

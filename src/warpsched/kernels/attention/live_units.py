@@ -43,6 +43,12 @@ def table_size(total_q, seqs, block_m):
     return HEADER + 2 * max_blocks(total_q, seqs, block_m)
 
 
+def sequence_blocks(cu, b, block_m):
+    """Sequence ``b``'s blocks of ``block_m`` rows from the offsets ``cu`` (offsets that go back count none): what
+    the tables list, and what a unit reading an entry counts its sequence's blocks by. Device values or ints."""
+    return cutlass.max((cu[b + 1] - cu[b] + block_m - 1) // block_m, 0)
+
+
 def _blocks(lengths, block_m):
     """The (sequence, Q block) pairs that hold rows, sequence after sequence."""
     return [(b, j) for b, n in enumerate(lengths) for j in range(-(-n // block_m))]
@@ -86,8 +92,7 @@ class LiveUnitTable:
         self.block_m = block_m
 
     def blocks_of(self, mCuQ, b):
-        """Sequence ``b``'s Q blocks (offsets that go back count none)."""
-        return cutlass.max((mCuQ[b + 1] - mCuQ[b] + self.block_m - 1) // self.block_m, 0)
+        return sequence_blocks(mCuQ, b, self.block_m)
 
     @cute.jit
     def __call__(self, mCuQ: cute.Tensor, mTable: cute.Tensor, stream):

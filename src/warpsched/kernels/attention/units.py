@@ -7,7 +7,7 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from .live_units import HEADER
+from .live_units import HEADER, sequence_blocks
 
 
 def grouped_longest_first(unit, blocks, pairs, group):
@@ -144,7 +144,7 @@ class WorkUnits(HeldUnit):
         if cutlass.const_expr(self.lpt_units):  # the table is longest first: its blocks outermost, in snake rounds
             position = self._snake(unit)
             v, head = position // self.heads, position % self.heads
-            batch, q_block = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
+            batch, q_block = self._table_entry(v)
             return q_block, head, batch, head // group
         if cutlass.const_expr(self.causal_pairs):
             return self._paired_live_coords(unit, group)
@@ -152,8 +152,12 @@ class WorkUnits(HeldUnit):
         kv_head, v = rest // self.live_count, rest % self.live_count
         if cutlass.const_expr(self.causal):
             v = self.live_count - 1 - v
-        batch, q_block = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
+        batch, q_block = self._table_entry(v)
         return q_block, kv_head * group + g, batch, kv_head
+
+    def _table_entry(self, v):
+        """(sequence, Q block) of the live table's entry ``v``."""
+        return self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
 
     def _paired_live_coords(self, unit, group):
         """``causal_pairs`` over the live table (causal): work tile ``unit`` takes position ``paired_position`` of
@@ -170,8 +174,8 @@ class WorkUnits(HeldUnit):
         in_pairs = cutlass.min(1, cutlass.max(0, paired - u))  # 1: u < paired
         v = in_pairs * (u // (2 * group) * 2 + u % 2) + (1 - in_pairs) * (self.live_count - 1)
         g = in_pairs * (u // 2 % group) + (1 - in_pairs) * (u - paired)
-        batch, k = self.unit_table[HEADER + 2 * v], self.unit_table[HEADER + 2 * v + 1]
-        n = (self.cu_q[batch + 1] - self.cu_q[batch] + self.block_m - 1) // self.block_m
+        batch, k = self._table_entry(v)
+        n = sequence_blocks(self.cu_q, batch, self.block_m)
         odd = k % 2
         q_block = odd * (k // 2) + (1 - odd) * (n - 1 - k // 2)
         return q_block, kv_head * group + g, batch, kv_head

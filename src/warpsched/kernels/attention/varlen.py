@@ -173,7 +173,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
             raise AttentionConfigError(f"max_seqlen_q={max_seqlen_q!r}: expected the longest sequence's query count, "
                                        "an int (cu_seqlens_q.diff().max().item() computes it, with a host sync)")
         D = q.shape[2]
-        group = q.shape[1] // max(k.shape[1], 1)
+        group = q.shape[1] // k.shape[1]  # check_args: a whole number of query heads per K/V head
         chosen = varlen_options(D, causal, max_seqlen_q, group) if options is None else dict(options)
         chosen = with_masks(chosen, window_size, softcap, mask_mod)
         key = (_host.cutlass_dtype(q.dtype), D, bool(causal), tuple(sorted(chosen.items())))
