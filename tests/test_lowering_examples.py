@@ -31,17 +31,19 @@ EXPECTED = {
                          "cp.async.bulk.tensor": 0, "setmaxnreg": 0, "ld.global": 4, "st.global": 4},
     "tma_copy": {"mbarrier.init": 6, "mbarrier.arrive": 3, "mbarrier.try_wait": 5, "expect_tx": 1,
                  "cp.async.bulk.tensor": 2, "cp.async.bulk.commit_group": 1, "cp.async.bulk.wait_group": 2,
-                 "wgmma.mma_async": 0, "setmaxnreg": 0, "bar.sync": 1},
+                 "wgmma.mma_async": 0, "setmaxnreg": 0, "bar.sync": 1, "%is_explicit_cluster": 0},
     "persistent_copy": {"mbarrier.init": 0, "mbarrier.arrive": 0, "mbarrier.try_wait": 0, "ld.global": 1,
                         "st.global": 1},
     "varlen_copy": {"mbarrier.init": 0, "mbarrier.arrive": 0, "ld.global": 4, "st.global": 1},
     # dynamic_copy (a ClcFetchAsync queue on an atomic counter, 2 stages): init 2 + 2; arrive = the scheduler's
     # arrive.expect_tx (16 bytes) + one release per task; try_wait = scheduler (acquire + try + wait +
     # producer_tail 2) + copy task (try + wait); one atomic add and one st.async (the response, completing the
-    # 16 bytes) instead of try_cancel; each task reads its response from SMEM (no clusterlaunchcontrol decode).
+    # 16 bytes) instead of try_cancel; each task reads its response from SMEM (no clusterlaunchcontrol decode);
+    # each task checks the launch has a cluster before its first tile (a trap each, the scheduler's message).
     "dynamic_copy": {"mbarrier.init": 4, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "expect_tx": 1,
                      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4": 1, "atom.global.add": 1,
-                     "clusterlaunchcontrol": 0, "fence.proxy.async.shared::cta": 2, "ld.shared": 2},
+                     "clusterlaunchcontrol": 0, "fence.proxy.async.shared::cta": 2, "ld.shared": 2,
+                     "%is_explicit_cluster": 2, "trap;": 2, "vprintf, (": 1},
     # relu_pipeline (AsyncAsync, 2 stages): init 2 + 2; arrive = the leader-gated commit + the release;
     # try_wait = try_acquire + acquire + try_wait + wait + producer_tail (2); PDL wait + launch;
     # bar.sync = the CTA barrier after init + the producer task's named barrier before its leader commits.

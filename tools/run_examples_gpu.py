@@ -134,6 +134,35 @@ def run_dynamic():
             record("dynamic_copy", name, ok, 0.0 if ok else float((x - y).abs().max()), note=f"counter {drawn}")
         guarded("dynamic_copy", name, case)
 
+    def no_cluster():
+        # launched without a cluster, the kernel must stop with warpsched's message, not an illegal instruction;
+        # in its own process, since a trapped kernel leaves the CUDA context unusable
+        import subprocess
+
+        from warpsched.lower.tile_queues import NEEDS_CLUSTER
+
+        r = subprocess.run([sys.executable, "-c", _NO_CLUSTER], cwd=os.path.join(ROOT, "examples", "hopper"),
+                           capture_output=True, text=True, timeout=300)
+        said = NEEDS_CLUSTER in r.stdout + r.stderr
+        lines = (r.stdout + r.stderr).strip().splitlines()
+        record("dynamic_copy", "launched without a cluster", r.returncode != 0 and said, 0.0,
+               note=f"exit {r.returncode}, message {'printed' if said else 'missing'}; {lines[-1][:160] if lines else ''}")
+    guarded("dynamic_copy", "launched without a cluster", no_cluster)
+
+
+_NO_CLUSTER = """
+import sys, torch, cutlass, cutlass.cute as cute
+sys.path.insert(0, "../../src")
+import _common, dynamic_copy as ex
+@cute.jit
+def host(mx: cute.Tensor, my: cute.Tensor, mc: cute.Tensor, ctas: cutlass.Int32, stream):
+    ex.dynamic_copy_kernel(mx, my, mc).launch(grid=[ctas, 1, 1], block=[(ex.COPY_WARPS + 1) * 32, 1, 1], stream=stream)
+x = torch.randn(64, 1024, device="cuda"); y = torch.zeros_like(x); c = torch.zeros(1, dtype=torch.int32, device="cuda")
+args = (_common.to_cute(x, 1), _common.to_cute(y, 1), _common.to_cute(c), cutlass.Int32(2), _common.current_stream())
+cute.compile(host, *args, options=_common.PTX_OPTIONS)(*args)
+torch.cuda.synchronize()
+"""
+
 
 def run_varlen():
     import varlen_copy as ex
