@@ -141,8 +141,14 @@ def run_dynamic():
 
         from warpsched.lower.tile_queues import NEEDS_CLUSTER
 
-        r = subprocess.run([sys.executable, "-c", _NO_CLUSTER], cwd=os.path.join(ROOT, "examples", "hopper"),
-                           capture_output=True, text=True, timeout=300)
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:  # CuTe DSL reads a jit function's source from its file
+            script = os.path.join(tmp, "no_cluster.py")
+            with open(script, "w") as f:
+                f.write(_NO_CLUSTER)
+            r = subprocess.run([sys.executable, script], cwd=os.path.join(ROOT, "examples", "hopper"),
+                               capture_output=True, text=True, timeout=300)
         said = NEEDS_CLUSTER in r.stdout + r.stderr
         lines = (r.stdout + r.stderr).strip().splitlines()
         record("dynamic_copy", "launched without a cluster", r.returncode != 0 and said, 0.0,
@@ -151,8 +157,9 @@ def run_dynamic():
 
 
 _NO_CLUSTER = """
-import sys, torch, cutlass, cutlass.cute as cute
-sys.path.insert(0, "../../src")
+import os, sys
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "..", "..", "src")]
+import torch, cutlass, cutlass.cute as cute
 import _common, dynamic_copy as ex
 @cute.jit
 def host(mx: cute.Tensor, my: cute.Tensor, mc: cute.Tensor, ctas: cutlass.Int32, stream):

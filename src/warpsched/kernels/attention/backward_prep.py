@@ -144,10 +144,14 @@ class VarlenStatsPrep(DeltaPrep):
     """``StatsPrep`` for packed sequences: (1, H, T) O / dO / LSE and int32 offsets ``mCuQ`` (B + 1) in, delta and
     the LSE times log2 e out into (1, H, T_pad) buffers (``backward_units.padded_stats_rows``) where sequence b's rows
     start at block ``backward_units.padded_first_block``, each followed by delta 0 / LSE +inf up to its last
-    whole block (of ``block_m`` rows, the kernel's). One CTA per (128 rows of a sequence, head, sequence).
-    ``zero_dq``: also zeroes the flat dQ accumulator (1, H, T_pad, D) over the sequence's padded rows (the
-    kernel's flat tiles of those rows are those floats: ``backward_math.reduce_dq``), so no fill kernel runs
-    before the backward; the rows between sequences are never read."""
+    whole block (of ``block_m`` rows, the kernel's). ``zero_dq``: also zeroes the flat dQ accumulator
+    (1, H, T_pad, D) over the sequence's padded rows (the kernel's flat tiles of those rows are those floats:
+    ``backward_math.reduce_dq``), so no fill kernel runs before the backward; the rows between sequences are
+    never read.
+
+    Row-parallel as ``StatsPrep``: D / 8 threads a row, one 16-byte load of O and of dO each and one 32-byte
+    zero of dQ (a warp's loads and stores are whole rows, coalesced), so a CTA covers 128 / (D / 8) rows of one
+    (sequence, head): grid (ceil(padded max_seqlen_q / rows a CTA), H, B)."""
 
     def __init__(self, dtype=cutlass.BFloat16, head_dim=128, block_m=BLOCK_M, zero_dq=False):
         super().__init__(dtype, head_dim)
@@ -157,8 +161,9 @@ class VarlenStatsPrep(DeltaPrep):
     def __call__(self, mO: cute.Tensor, mdO: cute.Tensor, mLSE: cute.Tensor, mCuQ: cute.Tensor, mDelta: cute.Tensor,
                  mLSEp: cute.Tensor, mdQacc: cute.Tensor, max_seqlen_q: cutlass.Int32, stream):
         blocks = (max_seqlen_q + self.block_m - 1) // self.block_m * self.block_m
+        per_cta = THREADS // (self.head_dim // VEC)
         self.kernel(mO, mdO, mLSE, mCuQ, mDelta, mLSEp, mdQacc).launch(
-            grid=[(blocks + THREADS - 1) // THREADS, cute.size(mO, mode=[1]), cute.size(mCuQ, mode=[0]) - 1],
+            grid=[(blocks + per_cta - 1) // per_cta, cute.size(mO, mode=[1]), cute.size(mCuQ, mode=[0]) - 1],
             block=[THREADS, 1, 1], stream=stream)
 
     @cute.kernel
@@ -166,18 +171,33 @@ class VarlenStatsPrep(DeltaPrep):
                mLSEp: cute.Tensor, mdQacc: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
         blk, h, b = cute.arch.block_idx()
+        lanes = self.head_dim // VEC  # threads per row (8, 16 or 32: a row's threads are in one warp)
         start = mCuQ[b]
         rows = mCuQ[b + 1] - start
-        s = blk * THREADS + tidx
-        if s < (rows + self.block_m - 1) // self.block_m * self.block_m:
+        s = blk * (THREADS // lanes) + tidx // lanes
+        lane = tidx % lanes
+        in_seq = s < (rows + self.block_m - 1) // self.block_m * self.block_m
+        part = cutlass.Float32(0.0)
+        if s < rows:
+            o = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
+            do = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
+            cute.autovec_copy(cute.flat_divide(mO[(0, h, start + s, None)], (VEC,))[(None, lane)], o)
+            cute.autovec_copy(cute.flat_divide(mdO[(0, h, start + s, None)], (VEC,))[(None, lane)], do)
+            prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
+            part = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+        # every lane of the warp shuffles (rows past the sequence with 0), so no lane waits on an absent one
+        for i in cutlass.range_constexpr(int(math.log2(lanes))):
+            part = part + cute.arch.shuffle_sync_bfly(part, offset=lanes >> (i + 1))
+        if in_seq:
             p = padded_first_block(start, b, self.block_m) * self.block_m + s
-            if cutlass.const_expr(self.zero_dq):  # D floats of the head's padded rows (16-byte stores)
-                zero = cute.make_rmem_tensor(cute.make_layout(self.head_dim), cutlass.Float32)
+            if cutlass.const_expr(self.zero_dq):  # this lane's 8 floats of the row (two 16-byte stores)
+                zero = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32)
                 zero.fill(0.0)
-                cute.autovec_copy(zero, mdQacc[(0, h, p, None)])
-            if s < rows:
-                mDelta[(0, h, p)] = self.row_delta(mO, mdO, 0, h, start + s)
-                mLSEp[(0, h, p)] = mLSE[(0, h, start + s)] * LOG2E
-            else:
-                mDelta[(0, h, p)] = cutlass.Float32(0.0)
-                mLSEp[(0, h, p)] = cutlass.Float32.inf
+                cute.autovec_copy(zero, cute.flat_divide(mdQacc[(0, h, p, None)], (VEC,))[(None, lane)])
+            if lane == 0:
+                if s < rows:
+                    mDelta[(0, h, p)] = part
+                    mLSEp[(0, h, p)] = mLSE[(0, h, start + s)] * LOG2E
+                else:
+                    mDelta[(0, h, p)] = cutlass.Float32(0.0)
+                    mLSEp[(0, h, p)] = cutlass.Float32.inf
