@@ -138,10 +138,9 @@ def run_dynamic():
         # launched without a cluster, the kernel must stop with warpsched's message, not an illegal instruction;
         # in its own process, since a trapped kernel leaves the CUDA context unusable
         import subprocess
+        import tempfile
 
         from warpsched.lower.tile_queues import NEEDS_CLUSTER
-
-        import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:  # CuTe DSL reads a jit function's source from its file
             script = os.path.join(tmp, "no_cluster.py")
@@ -150,9 +149,11 @@ def run_dynamic():
             r = subprocess.run([sys.executable, script], cwd=os.path.join(ROOT, "examples", "hopper"),
                                capture_output=True, text=True, timeout=300)
         said = NEEDS_CLUSTER in r.stdout + r.stderr
-        lines = (r.stdout + r.stderr).strip().splitlines()
+        lines = [line for line in (r.stdout + r.stderr).strip().splitlines() if "Warning" not in line]
+        print("\n".join("    | " + line for line in lines[-12:]))
         record("dynamic_copy", "launched without a cluster", r.returncode != 0 and said, 0.0,
-               note=f"exit {r.returncode}, message {'printed' if said else 'missing'}; {lines[-1][:160] if lines else ''}")
+               note=f"exit {r.returncode}, message {'printed' if said else 'missing'}; "
+                    + next((line[:160] for line in reversed(lines) if "Error" in line), ""))
     guarded("dynamic_copy", "launched without a cluster", no_cluster)
 
 
