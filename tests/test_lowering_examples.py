@@ -39,11 +39,11 @@ EXPECTED = {
     # arrive.expect_tx (16 bytes) + one release per task; try_wait = scheduler (acquire + try + wait +
     # producer_tail 2) + copy task (try + wait); one atomic add and one st.async (the response, completing the
     # 16 bytes) instead of try_cancel; each task reads its response from SMEM (no clusterlaunchcontrol decode);
-    # each task checks the launch has a cluster before its first tile (a trap each, the scheduler's message).
+    # each task traps before its first tile unless the launch has a cluster (tile_queues._require_cluster_launch).
     "dynamic_copy": {"mbarrier.init": 4, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "expect_tx": 1,
                      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4": 1, "atom.global.add": 1,
                      "clusterlaunchcontrol": 0, "fence.proxy.async.shared::cta": 2, "ld.shared": 2,
-                     "%is_explicit_cluster": 2, "trap;": 2, "vprintf, (": 1},
+                     "%is_explicit_cluster": 2, "@!p trap;": 2},
     # relu_pipeline (AsyncAsync, 2 stages): init 2 + 2; arrive = the leader-gated commit + the release;
     # try_wait = try_acquire + acquire + try_wait + wait + producer_tail (2); PDL wait + launch;
     # bar.sync = the CTA barrier after init + the producer task's named barrier before its leader commits.

@@ -373,7 +373,7 @@ class TaskEmitter:
             raise LoweringError("a WorkQueue on an atomic counter needs the tile count it hands out",
                                 task=self.task, resource=wq, location=wtl.location,
                                 fix="pass TileSchedulerConfig(num_tiles=..., counter=...)")
-        env.update(zip(TILE_KEYS, tile_queues.first_tile(wq, report=any(r is wq for r in self.task.dst_resources))))
+        env.update(zip(TILE_KEYS, tile_queues.first_tile(wq)))
         inner_steps = [s for s in self.steps if s.section in (Section.HEAD, Section.LOOP, Section.TAIL)]
         self._seed(env, inner_steps, True)
         keys = [k for k in self._writes(inner_steps) if k in env]

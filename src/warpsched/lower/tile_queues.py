@@ -19,12 +19,9 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
+from cutlass.cutlass_dsl import dsl_user_op
 
 from ..protocol.barriers import CLC_RESPONSE_BYTES
-
-NEEDS_CLUSTER = ("warpsched: a WorkQueue on an atomic counter needs a cluster launch; launch the kernel with "
-                 "cluster=[1, 1, 1] (the queue's barriers and st.async address the cluster's shared memory)")
 
 
 def uses_counter(wq) -> bool:
@@ -48,39 +45,23 @@ def tile_total(wq):
 
 
 @dsl_user_op
-def _explicit_cluster(*, loc=None, ip=None):
-    """1 when the kernel was launched with a cluster shape (``%is_explicit_cluster``), else 0."""
-    return cutlass.Int32(llvm.inline_asm(
-        T.i32(), [], "{\n\t.reg .pred p;\n\tmov.pred p, %is_explicit_cluster;\n\tselp.u32 $0, 1, 0, p;\n\t}",
-        "=r", has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
-
-
-@dsl_user_op
-def _trap(*, loc=None, ip=None):
-    llvm.inline_asm(res=None, operands_=[], asm_string="trap;", constraints="", has_side_effects=True,
+def _require_cluster_launch(*, loc=None, ip=None):
+    """Trap at once when the kernel was launched without a cluster shape (``%is_explicit_cluster`` false): the
+    queue's barrier ops and ``st.async`` address the cluster's shared memory and would fault later, part-way
+    through a tile, as an illegal instruction. The host cannot see a launch the user writes; the device can.
+    (A ``printf`` before the trap never reaches the host: the trap ends the context before its buffer is read.)"""
+    llvm.inline_asm(res=None, operands_=[], asm_string="{\n\t.reg .pred p;\n\tmov.pred p, %is_explicit_cluster;"
+                    "\n\t@!p trap;\n\t}", constraints="", has_side_effects=True,
                     asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
 
 
-@cute.jit
-def _require_cluster_launch(report: cutlass.Constexpr):
-    """Stop the kernel with a message, not an illegal instruction, when it was launched without a cluster: the
-    host cannot see the launch a user writes, the device can. ``report``: this task (the one that fetches) prints, from CTA 0's lane 0."""
-    if _explicit_cluster() == 0:
-        if cutlass.const_expr(report):
-            bx, _, _ = cute.arch.block_idx()
-            if bx == 0 and cute.arch.thread_idx()[0] % 32 == 0:
-                cute.printf(NEEDS_CLUSTER)
-        _trap()
-
-
-def first_tile(wq, report=False):
+def first_tile(wq):
     """(x, y, z, valid) of the CTA's first tile: its own block index; with a counter valid only while it names a
-    tile (a grid sized from a bound may have CTAs past the count), after checking the launch has a cluster
-    (``report``: the calling task is the one that prints why not)."""
+    tile (a grid sized from a bound may have CTAs past the count), once the launch is known to have a cluster."""
     bx, by, bz = cute.arch.block_idx()
     valid = cutlass.Int32(1)
     if uses_counter(wq):
-        _require_cluster_launch(report)
+        _require_cluster_launch()
         valid = cutlass.Int32(cutlass.Int32(bx) < tile_total(wq))
     return cutlass.Int32(bx), cutlass.Int32(by), cutlass.Int32(bz), valid
 
