@@ -125,6 +125,23 @@ def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
     assert three.wgs == 3 and att.build(three, verbose=False)._run_checker().verdict == "SAFE"
 
 
+def test_dynamic_units_takes_the_queues_stage_count():
+    """dynamic_units=n: the unit queue has n stages (units claimed n ahead of the warp groups', so the load warp
+    is not held to one unit ahead), a program of its own that is proven; True is one stage; other values refused."""
+    base = varlen.varlen_options(128, True)
+    one = varlen.forward_kernel(128, True, **dict(base, dynamic_units=True))
+    two = varlen.forward_kernel(128, True, **dict(base, dynamic_units=2))
+    assert one.dynamic_units == 1 and two.dynamic_units == 2 and one.config != two.config
+    mgr = att.build(two, verbose=False)
+    queue = next(r for t in mgr.tasks for r in t.src_resources if r.name == "UnitQueue")
+    assert queue.pipeline_config.num_stages == 2
+    assert mgr.fingerprint != att.build(one, verbose=False).fingerprint
+    assert mgr._run_checker().verdict == "SAFE"
+    for bad in (5, -1, 1.5, "2"):
+        with pytest.raises(AttentionConfigError, match="dynamic_units="):
+            varlen.forward_kernel(128, True, **dict(base, dynamic_units=bad))
+
+
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():
     for hd, causal in ((128, False), (64, True)):
         options = dict(varlen.varlen_options(hd, causal), live_units=False, unit_in_regs=False)

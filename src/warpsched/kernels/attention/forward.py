@@ -100,11 +100,10 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
     wq = units = None
     if g.persistent:
         units = trip_count("units_per_cta", units_per_cta, min=0 if g.live_units else 1)
-        if g.dynamic_units:  # a scheduler warp fetches each next unit into one stage every task reads: it claims
-            # unit k + 1 once every task has started unit k (two stages claimed two ahead: the H200 measured
-            # 1.02-1.04x the static order on equal sequences, tools/varlen_fwd_order_model.py --ahead 2 explains it)
+        if g.dynamic_units:  # a scheduler warp fetches each next unit into a stage every task reads: with one
+            # stage it claims unit k + 1 once every task has started unit k; with n, n units ahead (docs/attention.md)
             wq = WorkQueue(name="UnitQueue", pipeline_config=PipelineConfig.create_clc_fetch_async_pipeline_cfg(
-                num_stages=1, producer_group=threads(1), consumer_group=threads(64 + 128 * g.wgs),
+                num_stages=g.dynamic_units, producer_group=threads(1), consumer_group=threads(64 + 128 * g.wgs),
                 cta_layout_vmnk=(1, 1, 1, 1)),
                 tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units, counter=g.unit_counter))
         else:
@@ -259,8 +258,14 @@ class FlashAttention(WorkUnits):
                                        f"unit_overlap={unit_overlap}: the units are handed out in table order by the "
                                        "table's counter word; pass live_units=True, lpt_units=False, unit_overlap=False")
         # dynamic_units: a CTA takes the next live unit when it is free (a WorkQueue on the table's counter word,
-        # lower/tile_queues.py), not every ctas-th one: short units no longer leave CTAs idle at the end
-        self.dynamic_units = bool(dynamic_units)
+        # lower/tile_queues.py), not every ctas-th one: short units no longer leave CTAs idle at the end. An int
+        # is the queue's stage count (True: one): a CTA claims up to that many units beyond the one its warp
+        # groups run, so its load warp may start that far ahead
+        if isinstance(dynamic_units, bool) or dynamic_units in (0, 1, 2, 3, 4):
+            self.dynamic_units = int(dynamic_units)
+        else:
+            raise AttentionConfigError(f"dynamic_units={dynamic_units!r}: expected False, True (one stage) or the "
+                                       "unit queue's stage count, 1 to 4")
         if unit_in_regs and not self.varlen:
             raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
                                        "(unit_in_regs=False)")
@@ -344,6 +349,7 @@ class FlashAttention(WorkUnits):
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,
             tuple(n for n in switches if getattr(self, n)) + (f"q_stages={q_stages}", f"wgs={wgs}")
+            + ((f"unit_queue_stages={self.dynamic_units}",) if self.dynamic_units > 1 else ())
             + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
             + ((f"max_chains={max_chains}",) if max_chains > 1 else ()))
 

@@ -25,7 +25,8 @@ def next_tile(wq):
 @schedule
 def unit_fetch_schedule(wq, units):
     """``dynamic_units``: the scheduler warp asks for the CTA's next unit as each one starts; with the queue's one
-    stage that is once every task has moved on to the unit (each releases the response it advanced by)."""
+    stage that is once every task has moved on to the unit (each releases the response it advanced by), with n
+    stages once every task has moved on to the unit n - 1 before it."""
     with tile_loop(wq, units):
         wq.acquire()
         wq.fetch_work_tile()
