@@ -142,6 +142,27 @@ def test_dynamic_units_takes_the_queues_stage_count():
             varlen.forward_kernel(128, True, **dict(base, dynamic_units=bad))
 
 
+def test_the_load_warp_can_fetch_the_units_itself():
+    """load_fetches_units: the load warp asks for the next unit once a unit's loads are issued (in its work-tile
+    tail, where a queue's fetch belongs), and no scheduler warp runs; proven at one and two stages, compiled with
+    one atomic add; refused without dynamic_units."""
+    import re
+
+    base = varlen.varlen_options(128, True)
+    for stages in (1, 2):
+        g = varlen.forward_kernel(128, True, **dict(base, dynamic_units=stages, load_fetches_units=True))
+        mgr = att.build(g, verbose=False)
+        assert [t.name for t in mgr.tasks] == ["LoadTask", "Softmax0", "Softmax1"]
+        load = mgr.tasks[0]
+        assert any(r.name == "UnitQueue" for r in load.dst_resources)
+        assert mgr._run_checker().verdict == "SAFE"
+    ptx = varlen.compile_for_cpu(head_dim=128, causal=True, **dict(base, dynamic_units=2,
+                                                                   load_fetches_units=True)).artifacts.PTX
+    assert len(re.findall(r"atom\.global\.add", ptx)) == 1
+    with pytest.raises(AttentionConfigError, match="load_fetches_units=True"):
+        varlen.forward_kernel(128, True, **dict(base, load_fetches_units=True))
+
+
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():
     for hd, causal in ((128, False), (64, True)):
         options = dict(varlen.varlen_options(hd, causal), live_units=False, unit_in_regs=False)

@@ -102,8 +102,10 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
         units = trip_count("units_per_cta", units_per_cta, min=0 if g.live_units else 1)
         if g.dynamic_units:  # a scheduler warp fetches each next unit into a stage every task reads: with one
             # stage it claims unit k + 1 once every task has started unit k; with n, n units ahead (docs/attention.md)
+            # (load_fetches_units: the load warp fetches, as it starts each unit, and there is no scheduler warp)
+            readers = (32 if g.load_fetches_units else 64) + 128 * g.wgs
             wq = WorkQueue(name="UnitQueue", pipeline_config=PipelineConfig.create_clc_fetch_async_pipeline_cfg(
-                num_stages=g.dynamic_units, producer_group=threads(1), consumer_group=threads(64 + 128 * g.wgs),
+                num_stages=g.dynamic_units, producer_group=threads(1), consumer_group=threads(readers),
                 cta_layout_vmnk=(1, 1, 1, 1)),
                 tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units, counter=g.unit_counter))
         else:
@@ -122,16 +124,18 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
               for wg in range(g.wgs - 1)]  # warp group wg hands the tensor cores to wg + 1
     ring_order = MathOrder(name="MathOrder02", pipeline_config=turn) if g.ring_order else None  # 2 hands it to 0
     queue = [wq] if wq is not None else []
-    load = AttentionTask(name="LoadTask", src_resources=queue, dst_resources=[smem_q, smem_k, smem_v], warp_idx=0,
-                         num_warps=1, num_registers=g.producer_regs)
+    fetching = queue if g.load_fetches_units else []
+    load = AttentionTask(name="LoadTask", src_resources=queue, dst_resources=[smem_q, smem_k, smem_v] + fetching,
+                         warp_idx=0, num_warps=1, num_registers=g.producer_regs)
     load.g = g
     if g.unit_overlap:
         load.schedule = load_ahead_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of, wq, units)
     else:
         load.schedule = load_schedule(smem_q, smem_k, smem_v, load.kv_tiles_of if g.persistent else kv, wq, units,
-                                      **({"k_ahead": True} if g.k_ahead else {}))
+                                      **({"k_ahead": True} if g.k_ahead else {}),
+                                      **({"fetch": True} if g.load_fetches_units else {}))
     tasks, outs = [load], []
-    if g.dynamic_units:  # warp 1 of the load warp group (warps 1-3 are otherwise idle)
+    if g.dynamic_units and not g.load_fetches_units:  # warp 1 of the load warp group (warps 1-3 are otherwise idle)
         sched = AttentionTask(name="UnitTask", src_resources=queue, dst_resources=queue, warp_idx=1, num_warps=1,
                               num_registers=g.producer_regs)
         sched.g = g
@@ -188,7 +192,7 @@ class FlashAttention(WorkUnits):
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
                  varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0, k_ahead=False, early_rescale=False,
                  max_chains=1, slice_stages=False, live_units=False, lpt_units=False, unit_in_regs=False,
-                 dynamic_units=False):
+                 dynamic_units=False, load_fetches_units=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -266,6 +270,11 @@ class FlashAttention(WorkUnits):
         else:
             raise AttentionConfigError(f"dynamic_units={dynamic_units!r}: expected False, True (one stage) or the "
                                        "unit queue's stage count, 1 to 4")
+        # load_fetches_units: the load warp claims each next unit as it starts a unit (the claim follows the loads,
+        # not the warp groups' epilogues), in place of the scheduler warp
+        if load_fetches_units and not self.dynamic_units:
+            raise AttentionConfigError("load_fetches_units=True fetches dynamic_units' queue: pass dynamic_units too")
+        self.load_fetches_units = bool(load_fetches_units)
         if unit_in_regs and not self.varlen:
             raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
                                        "(unit_in_regs=False)")
@@ -344,7 +353,7 @@ class FlashAttention(WorkUnits):
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
                     "unit_overlap", "split_kv", "varlen", "live_units", "lpt_units", "paged", "pv_wait_fence",
-                    "k_ahead", "early_rescale", "unit_in_regs", "dynamic_units")
+                    "k_ahead", "early_rescale", "unit_in_regs", "dynamic_units", "load_fetches_units")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,

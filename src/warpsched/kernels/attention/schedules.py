@@ -35,10 +35,11 @@ def unit_fetch_schedule(wq, units):
 
 
 @schedule
-def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None, k_ahead=False):
+def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None, k_ahead=False, fetch=False):
     """Per unit: Q, then K_j and V_j in turn. ``k_ahead`` (FlashAttention-3's order): K_0, then K_j before
     V_{j-1}, V of the last tile after the loop, so a K load no longer queues behind the previous V
-    stage's release (the late one: V_{j-2} is released after the P V GEMM of step j - 1)."""
+    stage's release (the late one: V_{j-2} is released after the P V GEMM of step j - 1). ``fetch``
+    (``load_fetches_units``): once the unit's loads are issued, ask the unit queue for the CTA's next unit."""
     with tile_loop(wq, units):
         smem_q.acquire()  # persistent: the previous tile's Q is released after its last S GEMM
         smem_q.tma_load()
@@ -60,6 +61,10 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None, k_ahead
             smem_v.acquire()
             smem_v.tma_load(last=True)  # V of the unit's last tile
             smem_v.commit()
+        if fetch:
+            wq.acquire()
+            wq.fetch_work_tile()
+            wq.commit()
         next_tile(wq)
 
 
