@@ -102,7 +102,7 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
         units = trip_count("units_per_cta", units_per_cta, min=0 if g.live_units else 1)
         if g.dynamic_units:  # a scheduler warp fetches each next unit into a stage every task reads: with one
             # stage it claims unit k + 1 once every task has started unit k; with n, n units ahead (docs/attention.md)
-            # (load_fetches_units: the load warp fetches, as it starts each unit, and there is no scheduler warp)
+            # (load_fetches_units: the load warp fetches, once a unit's loads are issued; no scheduler warp)
             readers = (32 if g.load_fetches_units else 64) + 128 * g.wgs
             wq = WorkQueue(name="UnitQueue", pipeline_config=PipelineConfig.create_clc_fetch_async_pipeline_cfg(
                 num_stages=g.dynamic_units, producer_group=threads(1), consumer_group=threads(readers),
@@ -270,8 +270,8 @@ class FlashAttention(WorkUnits):
         else:
             raise AttentionConfigError(f"dynamic_units={dynamic_units!r}: expected False, True (one stage) or the "
                                        "unit queue's stage count, 1 to 4")
-        # load_fetches_units: the load warp claims each next unit as it starts a unit (the claim follows the loads,
-        # not the warp groups' epilogues), in place of the scheduler warp
+        # load_fetches_units: the load warp claims the next unit once it has issued a unit's loads (the claim
+        # follows the loads, not the warp groups' epilogues), in place of the scheduler warp
         if load_fetches_units and not self.dynamic_units:
             raise AttentionConfigError("load_fetches_units=True fetches dynamic_units' queue: pass dynamic_units too")
         self.load_fetches_units = bool(load_fetches_units)
