@@ -16,6 +16,13 @@ head dim 256, docs/attention.md "Head dim 256"):
       python3 tools/attention_profile.py --shape 4x16x4096 --dim 256 --no-cudnn --fa4
   ncu -i fwd.ncu-rep --page source --csv --print-source sass > fwd_sass.csv
   python3 tools/ncu_sass_summary.py fwd_sass.csv
+
+``--varlen N`` profiles the packed forward instead, on batch N of bench/attention_varlen.py (its lengths, heads
+and head dim; ``--shape`` / ``--dim`` / ``--causal`` are ignored): ``ops.attention_varlen``'s default, each
+variant's options over ``varlen.varlen_options``, and with ``--fa4`` FA4's ``flash_attn_varlen_func``, e.g.
+
+  ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats \
+      python3 tools/attention_profile.py --varlen 3 --variants "dyn:dynamic_units=1" --fa4
 """
 from __future__ import annotations
 
@@ -40,7 +47,11 @@ def main():
     ap.add_argument("--variants", default="")
     ap.add_argument("--no-cudnn", action="store_true")
     ap.add_argument("--fa4", action="store_true", help="also FlashAttention-4's forward (flash_attn.cute)")
+    ap.add_argument("--varlen", type=int, default=None, help="the packed forward on bench/attention_varlen.py's "
+                                                             "batch N (no cuDNN side)")
     args = ap.parse_args()
+    if args.varlen is not None:
+        return profile(varlen_launches(args.varlen, args.variants, args.fa4))
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -65,6 +76,42 @@ def main():
 
         qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
         launches.append(("fa4", lambda: flash_attn_func(qt, kt, vt, causal=args.causal)))
+    profile(launches)
+
+
+def varlen_launches(index, variants, with_fa4):
+    """(name, launch) pairs for the packed forward on batch ``index`` of bench/attention_varlen.py."""
+    import torch
+    from attention_varlen import BATCHES, _offsets, variants as parse_varlen_variants
+
+    from warpsched import ops
+    from warpsched.kernels.attention import varlen
+
+    name, lengths, H, Hk, D, causal = BATCHES[index]
+    print(f"batch {name}: H/Hk {H}/{Hk}, D {D}, causal {causal}", flush=True)
+    torch.manual_seed(0)
+    total, top = sum(lengths), max(lengths)
+    cu = _offsets(lengths)
+    q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    packed = varlen.varlen_options(D, causal, top, H // Hk)
+    launches = [("default", lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal))]
+    for n, opts in parse_varlen_variants(variants).items():
+        chosen = dict(packed, **opts)
+        launches.append((n, lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
+                                                                          options=chosen)))
+    if with_fa4:
+        from flash_attn.cute import flash_attn_varlen_func
+
+        launches.append(("fa4", lambda: flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                                               max_seqlen_q=top, max_seqlen_k=top, causal=causal)))
+    return launches
+
+
+def profile(launches):
+    """Each launch twice (compile, warm up), then once each between cudaProfilerStart / Stop."""
+    import torch
+
     for _, fn in launches:  # compile and warm up outside the profiled range
         fn()
         fn()
