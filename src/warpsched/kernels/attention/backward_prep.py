@@ -63,7 +63,38 @@ class DeltaPrep:
         return total
 
 
-class StatsPrep(DeltaPrep):
+class RowParallel(DeltaPrep):
+    """The row work of the padded pre-passes, D / 8 threads a row (a row's threads are in one warp): each
+    thread's 8 columns of O * dO, summed over the row by butterfly shuffles, and its 8 floats of the dQ
+    accumulator's row zeroed. ``StatsPrep`` and ``VarlenStatsPrep`` differ only in which row a thread has."""
+
+    @cute.jit
+    def lane_product(self, mO: cute.Tensor, mdO: cute.Tensor, b, h, s, lane):
+        """sum over this lane's 8 columns of O[b, h, s] * dO[b, h, s] (fp32; one 16-byte load of each)."""
+        o = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
+        do = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
+        cute.autovec_copy(cute.flat_divide(mO[(b, h, s, None)], (VEC,))[(None, lane)], o)
+        cute.autovec_copy(cute.flat_divide(mdO[(b, h, s, None)], (VEC,))[(None, lane)], do)
+        prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
+        return prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
+
+    def row_sum(self, part):
+        """The row's total in every lane of it: every lane of the warp must call this (rows outside the grid with
+        0), so no lane waits on an absent one."""
+        lanes = self.head_dim // VEC
+        for i in range(int(math.log2(lanes))):  # traced Python: unrolled
+            part = part + cute.arch.shuffle_sync_bfly(part, offset=lanes >> (i + 1))
+        return part
+
+    @cute.jit
+    def zero_lane(self, mdQacc: cute.Tensor, b, h, s, lane):
+        """This lane's 8 floats of the dQ accumulator's row (two 16-byte stores)."""
+        zero = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32)
+        zero.fill(0.0)
+        cute.autovec_copy(zero, cute.flat_divide(mdQacc[(b, h, s, None)], (VEC,))[(None, lane)])
+
+
+class StatsPrep(RowParallel):
     """delta (as ``DeltaPrep``) and the LSE times log2 e (what the backward's exp2 subtracts, so no step
     multiplies it) into (B, H, S_pad) fp32 buffers, S_pad = S rounded up
     to whole Q blocks: rows past S get delta 0 and LSE +inf (P = 0 there), so the backward
@@ -101,19 +132,10 @@ class StatsPrep(DeltaPrep):
         part = cutlass.Float32(0.0)
         if in_grid:
             if s < seq:
-                o = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
-                do = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
-                cute.autovec_copy(cute.flat_divide(mO[(b, h, s, None)], (VEC,))[(None, lane)], o)
-                cute.autovec_copy(cute.flat_divide(mdO[(b, h, s, None)], (VEC,))[(None, lane)], do)
-                prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
-                part = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
-        # every lane of the warp shuffles (rows past the grid with 0), so no lane waits on an absent one
-        for i in cutlass.range_constexpr(int(math.log2(lanes))):
-            part = part + cute.arch.shuffle_sync_bfly(part, offset=lanes >> (i + 1))
+                part = self.lane_product(mO, mdO, b, h, s, lane)
+        part = self.row_sum(part)
         if in_grid:
-            zero = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32)
-            zero.fill(0.0)
-            cute.autovec_copy(zero, cute.flat_divide(mdQacc[(b, h, s, None)], (VEC,))[(None, lane)])
+            self.zero_lane(mdQacc, b, h, s, lane)
             if lane == 0:
                 if cutlass.const_expr(mCount is not None):  # StatsPrepCounts: the Q block's word, by its first row
                     if s % self.block_m == 0:
@@ -140,7 +162,7 @@ class StatsPrepCounts(StatsPrep):
         self._launch(mO, mdO, mLSE, mDelta, mLSEp, mdQacc, mCount, stream)
 
 
-class VarlenStatsPrep(DeltaPrep):
+class VarlenStatsPrep(RowParallel):
     """``StatsPrep`` for packed sequences: (1, H, T) O / dO / LSE and int32 offsets ``mCuQ`` (B + 1) in, delta and
     the LSE times log2 e out into (1, H, T_pad) buffers (``backward_units.padded_stats_rows``) where sequence b's rows
     start at block ``backward_units.padded_first_block``, each followed by delta 0 / LSE +inf up to its last
@@ -179,21 +201,12 @@ class VarlenStatsPrep(DeltaPrep):
         in_seq = s < (rows + self.block_m - 1) // self.block_m * self.block_m
         part = cutlass.Float32(0.0)
         if s < rows:
-            o = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
-            do = cute.make_rmem_tensor(cute.make_layout(VEC), self.dtype)
-            cute.autovec_copy(cute.flat_divide(mO[(0, h, start + s, None)], (VEC,))[(None, lane)], o)
-            cute.autovec_copy(cute.flat_divide(mdO[(0, h, start + s, None)], (VEC,))[(None, lane)], do)
-            prod = o.load().to(cutlass.Float32) * do.load().to(cutlass.Float32)
-            part = prod.reduce(cute.ReductionOp.ADD, cutlass.Float32.zero, 0)
-        # every lane of the warp shuffles (rows past the sequence with 0), so no lane waits on an absent one
-        for i in cutlass.range_constexpr(int(math.log2(lanes))):
-            part = part + cute.arch.shuffle_sync_bfly(part, offset=lanes >> (i + 1))
+            part = self.lane_product(mO, mdO, 0, h, start + s, lane)
+        part = self.row_sum(part)
         if in_seq:
             p = padded_first_block(start, b, self.block_m) * self.block_m + s
-            if cutlass.const_expr(self.zero_dq):  # this lane's 8 floats of the row (two 16-byte stores)
-                zero = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32)
-                zero.fill(0.0)
-                cute.autovec_copy(zero, cute.flat_divide(mdQacc[(0, h, p, None)], (VEC,))[(None, lane)])
+            if cutlass.const_expr(self.zero_dq):
+                self.zero_lane(mdQacc, 0, h, p, lane)
             if lane == 0:
                 if s < rows:
                     mDelta[(0, h, p)] = part
