@@ -82,7 +82,7 @@ def main():
 def varlen_launches(index, variants, with_fa4):
     """(name, launch) pairs for the packed forward on batch ``index`` of bench/attention_varlen.py."""
     import torch
-    from attention_varlen import BATCHES, _offsets, variants as parse_varlen_variants
+    from attention_varlen import BATCHES, _offsets, for_dim, variants as parse_varlen_variants
 
     from warpsched import ops
     from warpsched.kernels.attention import varlen
@@ -96,7 +96,7 @@ def varlen_launches(index, variants, with_fa4):
     k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     packed = varlen.varlen_options(D, causal, top, H // Hk)
     launches = [("default", lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal))]
-    for n, opts in parse_varlen_variants(variants).items():
+    for n, opts in for_dim(parse_varlen_variants(variants), D).items():  # name@D: at head dim D only, as the probes
         chosen = dict(packed, **opts)
         launches.append((n, lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
                                                                           options=chosen)))
