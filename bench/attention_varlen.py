@@ -137,16 +137,18 @@ def correctness():
                        == live_units.reference_table(lq, bm) for bm in (64, 128, 192))
         every_block = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal, window_size=window,
                                            softcap=softcap, mask_mod=mask_mod,
-                                           options=dict(varlen.varlen_options(D, causal, max(lq), H // Hk),
+                                           options=dict(varlen.static_varlen_options(D, causal, max(lq), H // Hk),
                                                         live_units=False))
         longest_first = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
                                              window_size=window, softcap=softcap, mask_mod=mask_mod,
-                                             options=dict(varlen.varlen_options(D, causal, max(lq), H // Hk),
+                                             options=dict(varlen.static_varlen_options(D, causal, max(lq), H // Hk),
                                                           lpt_units=True))
         table_ok = table_ok and torch.equal(every_block, out) and torch.equal(longest_first, out)
         # VARLEN_VARIANTS' forms on the same inputs: each within the bar of the reference (bit for bit the
         # default's where a form changes only where values are computed, e.g. unit_in_regs)
         for vn, vopts in variants().items():
+            if vopts.get("wgs", 2) == 3 and D != 64:  # three warp groups: a hd64 form
+                continue
             o_var = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
                                             window_size=window, softcap=softcap, mask_mod=mask_mod,
                                             options=dict(varlen.varlen_options(D, causal, max(lq), H // Hk), **vopts))

@@ -8,8 +8,9 @@ triton's do_bench median, sides in a balanced order per round), us:
 
 - ``ws``: ``ops.attention_varlen`` with its defaults (``varlen.varlen_options``: O stored from registers, live
   units); each ``--variants`` entry: kernel options over those;
-- ``ws dense same``: the dense kernel (``attention.host.prepare``) with the packed kernel's options but for the
-  varlen-only ``live_units`` (O from registers too): what the packing alone costs;
+- ``ws dense same``: the dense kernel (``attention.host.prepare``) with the static packed options
+  (``varlen.static_varlen_options``) but for the varlen-only ``live_units`` (O from registers too): what the
+  packing alone costs;
 - ``ws dense``: the dense kernel with its tuned options (O by TMA through its own SMEM tile): what storing O from
   registers costs on top;
 - FA4's ``flash_attn_varlen_func`` and ``flash_attn_func`` on the same sequences.
@@ -67,7 +68,8 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
         sides[name_] = lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
                                                                      options=chosen)
     if equal:
-        same = {k_: v_ for k_, v_ in packed.items() if k_ not in ("live_units", "unit_in_regs")}
+        same = {k_: v_ for k_, v_ in varlen.static_varlen_options(D, causal, top, H // Hk).items()
+                if k_ not in ("live_units", "unit_in_regs", "dynamic_units", "load_fetches_units")}
         o_same = torch.empty_like(qb)
         launch_same, _, _ = att.prepare(qb, kb, vb, causal=causal, out=o_same, **same)
         sides["ws dense same"] = launch_same

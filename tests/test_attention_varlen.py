@@ -43,7 +43,7 @@ def _longest_first_table(lengths, block_m, causal, levels):
                                               (True, (255, 0), 256)])
 @pytest.mark.parametrize("lq,lk", LENGTHS)
 def test_a_unit_reads_its_sequence_and_the_tiles_its_rows_see(causal, window, hd, lq, lk, live):
-    options = dict(varlen.varlen_options(hd, causal), live_units=bool(live), lpt_units=live == "lpt")
+    options = dict(varlen.static_varlen_options(hd, causal), live_units=bool(live), lpt_units=live == "lpt")
     g = varlen.forward_kernel(hd, causal, window_size=window, **options)
     g.cu_q, g.cu_k = _offsets(lq), _offsets(lk)
     if live == "seq":  # the table LiveUnitTable writes on the device; its size bounds the count
@@ -80,7 +80,7 @@ def test_causal_pairs_give_every_cta_the_same_work_on_equal_sequences(lengths, h
     each one's K/V tiles are within 3.5 % of the mean on equal sequences (the last, partial round's share), where the table dealt in turn gave
     16 x 2048 some CTAs 1.2x the mean; every (sequence, head, Q block) is still one unit."""
     def per_cta(pairs):
-        options = dict(varlen.varlen_options(hd, True), causal_pairs=pairs, max_ctas=132)
+        options = dict(varlen.static_varlen_options(hd, True), causal_pairs=pairs, max_ctas=132)
         g = varlen.forward_kernel(hd, True, **options)
         g.cu_q = g.cu_k = _offsets(lengths)
         g.unit_table = live_units.reference_table(lengths, g.block_m)
@@ -97,7 +97,7 @@ def test_causal_pairs_give_every_cta_the_same_work_on_equal_sequences(lengths, h
 
     assert per_cta(True) <= 1.035
     # GQA keeps the table's own order (the H200 measured the pairs 1-5 % slower there)
-    assert varlen.varlen_options(hd, True, group=heads // kv_heads).get("causal_pairs") is (heads == kv_heads)
+    assert varlen.static_varlen_options(hd, True, group=heads // kv_heads).get("causal_pairs") is (heads == kv_heads)
     if heads == kv_heads == 16:
         assert per_cta(False) >= 1.15  # the order before: the table from its end, dealt in turn
 
@@ -108,7 +108,7 @@ def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
     needs the live table and refuses the static orders."""
     import re
 
-    options = dict(varlen.varlen_options(128, True), dynamic_units=True)
+    options = dict(varlen.static_varlen_options(128, True), dynamic_units=True)
     g = varlen.forward_kernel(128, True, **options)
     assert not g.causal_pairs  # a static order: the queue hands units out in table order
     mgr = att.build(g, verbose=False)
@@ -121,14 +121,14 @@ def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
         with pytest.raises(AttentionConfigError, match="dynamic_units=True"):
             att.FlashAttention(**dict(options, varlen=True, **bad))
     # the one-stage queue: three warp groups (head dim 64, non-causal) are proven too
-    three = varlen.forward_kernel(64, False, **dict(varlen.varlen_options(64, False, 4096), dynamic_units=True))
+    three = varlen.forward_kernel(64, False, **dict(varlen.static_varlen_options(64, False, 4096), dynamic_units=True))
     assert three.wgs == 3 and att.build(three, verbose=False)._run_checker().verdict == "SAFE"
 
 
 def test_dynamic_units_takes_the_queues_stage_count():
     """dynamic_units=n: the unit queue has n stages (units claimed n ahead of the warp groups', so the load warp
     is not held to one unit ahead), a program of its own that is proven; True is one stage; other values refused."""
-    base = varlen.varlen_options(128, True)
+    base = varlen.static_varlen_options(128, True)
     one = varlen.forward_kernel(128, True, **dict(base, dynamic_units=True))
     two = varlen.forward_kernel(128, True, **dict(base, dynamic_units=2))
     assert one.dynamic_units == 1 and two.dynamic_units == 2 and one.config != two.config
@@ -148,7 +148,7 @@ def test_the_load_warp_can_fetch_the_units_itself():
     one atomic add; refused without dynamic_units."""
     import re
 
-    base = varlen.varlen_options(128, True)
+    base = varlen.static_varlen_options(128, True)
     for stages in (1, 2):
         g = varlen.forward_kernel(128, True, **dict(base, dynamic_units=stages, load_fetches_units=True))
         mgr = att.build(g, verbose=False)
@@ -163,9 +163,29 @@ def test_the_load_warp_can_fetch_the_units_itself():
         varlen.forward_kernel(128, True, **dict(base, load_fetches_units=True))
 
 
+def test_the_packed_forward_hands_its_units_out_as_ctas_free_up():
+    """The packed default: the load warp claims each next live unit from a two-stage queue (no scheduler warp,
+    no causal pairs: the queue hands units out in table order); the static form differs only there, and the
+    static unit orders (lpt_units, every block) start from it."""
+    for hd, causal, top, group in ((128, True, None, 1), (64, True, 8000, 4), (64, False, 512, 1),
+                                   (64, False, 4096, 1), (256, False, None, 1)):
+        options = varlen.varlen_options(hd, causal, top, group)
+        static = varlen.static_varlen_options(hd, causal, top, group)
+        assert options["dynamic_units"] == 2 and options["load_fetches_units"] and not options["causal_pairs"]
+        assert not static["dynamic_units"] and not static["load_fetches_units"]
+        assert ({k: v for k, v in options.items() if options[k] != static.get(k)}.keys()
+                <= {"dynamic_units", "load_fetches_units", "causal_pairs"})
+        g = varlen.forward_kernel(hd, causal, **options)
+        assert g.dynamic_units == 2 and g.load_fetches_units and not g.causal_pairs
+        assert g.wgs == varlen.forward_kernel(hd, causal, **static).wgs  # the same Q blocks
+    with pytest.raises(AttentionConfigError, match="lpt_units"):
+        varlen.forward_kernel(128, True, **dict(varlen.varlen_options(128, True), lpt_units=True))
+    varlen.forward_kernel(128, True, **dict(varlen.static_varlen_options(128, True), lpt_units=True))
+
+
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():
     for hd, causal in ((128, False), (64, True)):
-        options = dict(varlen.varlen_options(hd, causal), live_units=False, unit_in_regs=False)
+        options = dict(varlen.static_varlen_options(hd, causal), live_units=False, unit_in_regs=False)
         plain = att.build(att.FlashAttention(head_dim=hd, causal=causal, **options), verbose=False,
                           exhaustive_deadlock_race_check=False)
         packed = att.build(att.FlashAttentionVarlen(head_dim=hd, causal=causal, **options), verbose=False,
@@ -207,7 +227,7 @@ def test_longest_first_levels_are_work_order(lengths, block_m, levels, causal):
 
 @pytest.mark.parametrize("units,ctas", [(23, 5), (20, 5), (4, 5), (1, 1), (133, 132)])
 def test_snake_rounds_name_every_unit_once(units, ctas):
-    g = varlen.forward_kernel(128, True, **dict(varlen.varlen_options(128, True), lpt_units=True))
+    g = varlen.forward_kernel(128, True, **dict(varlen.static_varlen_options(128, True), lpt_units=True))
     g.num_units, g.ctas = units, ctas
     assert sorted(g._snake(t) for t in range(units)) == list(range(units))
     if units >= 2 * ctas:  # the second round reversed: CTA 0 takes its last position
@@ -246,7 +266,7 @@ def test_the_forward_holds_its_unit_once_a_tile(hd, causal):
     loaded before every S tile's mask): fewer global loads, the same program; refused for unpacked batches."""
     import re
 
-    options = dict(varlen.varlen_options(hd, causal, 4096), unit_in_regs=False)
+    options = dict(varlen.static_varlen_options(hd, causal, 4096), unit_in_regs=False)
     plain = varlen.compile_for_cpu(head_dim=hd, causal=causal, **options).artifacts.PTX
     held = varlen.compile_for_cpu(head_dim=hd, causal=causal, **dict(options, unit_in_regs=True)).artifacts.PTX
     n_plain, n_held = (len(re.findall(r"ld\.global", p)) for p in (plain, held))
@@ -385,6 +405,7 @@ def test_the_varlen_backward_is_the_backwards_program():
     for hd, causal in ((128, True), (64, False)):
         options = default_options(hd, varlen=True)
         options.pop("zero_in_prep")  # the host's
+        assert options.pop("live_units")  # the packed default: FlashAttentionBackwardVarlenLive's own
         plain = ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **dict(options, unit_in_regs=False)),
                          verbose=False, exhaustive_deadlock_race_check=False)
         for cls in (ab.FlashAttentionBackwardVarlen, ab.FlashAttentionBackwardVarlenLive):

@@ -34,7 +34,7 @@ EQUAL = [("16 x 2048 (equal)", [2048] * 16, 16, 16, 128), ("8 x 4096 (equal)", [
 
 def unit_costs(lengths, heads, kv_heads, hd, ctas, **options):
     """The kernel's units in work-tile order, each its K/V tiles plus one."""
-    g = varlen.forward_kernel(hd, True, **dict(varlen.varlen_options(hd, True), max_ctas=ctas, **options))
+    g = varlen.forward_kernel(hd, True, **dict(varlen.static_varlen_options(hd, True), max_ctas=ctas, **options))
     g.cu_q = g.cu_k = [0] + list(itertools.accumulate(lengths))
     g.unit_table = live_units.reference_table(lengths, g.block_m)
     g.grid_setup(max(lengths), max(lengths), heads, kv_heads, len(lengths), live=g.unit_table[0])

@@ -122,7 +122,7 @@ def programs() -> Dict[str, Callable[..., object]]:
             lambda hd=hd, **mo: att.build(varlen_kernel(hd, True, **varlen_options(hd, True, group=2)), **mo))
     out["attention hd64 full varlen short"] = (  # max_seqlen_q < SHORT_HD64_FULL: 128-row Q blocks
         lambda **mo: att.build(varlen_kernel(64, False, **varlen_options(64, False, 1)), **mo))
-    packed_only = ("unit_in_regs", "zero_in_prep")  # the packed backward is the dense program (same fingerprint)
+    packed_only = ("unit_in_regs", "zero_in_prep", "live_units")  # the packed backward is the dense program (same fingerprint)
     for hd in ab.BWD_HEAD_DIMS:
         packed = {k: v for k, v in default_bwd(hd, varlen=True).items() if k not in packed_only}
         for causal in (False, True):

@@ -31,17 +31,32 @@ VERDICT_OF = {}
 # "Variable-length batches")
 SHORT_HD64_FULL = 1024
 
+# the packed forward's unit order: a CTA claims its next live unit from the table's counter word (a two-stage
+# WorkQueue the load warp fetches), or (STATIC_UNITS) takes every ctas-th unit of the table
+DYNAMIC_UNITS = {"dynamic_units": 2, "load_fetches_units": True}
+STATIC_UNITS = {"dynamic_units": False, "load_fetches_units": False}
+
 
 def varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
-    """The tuned forward's options for packed sequences: rows stored from registers (a 64-row TMA store
-    would write into the next sequence), and the units only the Q blocks that hold rows (``live_units``:
-    ``live_units.LiveUnitTable`` lists them on the device before each launch), each task's unit read once a
-    tile (``unit_in_regs``: 0.94-0.98x the time without), causal units in zigzag pairs without GQA (the
-    tuned ``causal_pairs``, ``units._paired_live_coords``; with ``group`` > 1 query heads per K/V head the
-    table's own order measured 0.95-0.99x their time); non-causal head dim 64 with ``max_seqlen_q`` <
-    ``SHORT_HD64_FULL``: 128-row Q blocks."""
+    """The tuned forward's options for packed sequences: ``static_varlen_options`` with the units handed out as
+    CTAs free up (``DYNAMIC_UNITS``): the load warp claims a CTA's next live unit from a two-stage queue on the
+    table's counter word once a unit's loads are issued. On five ragged and equal batches this took 0.92-0.99x
+    the time of the table dealt in fixed turns (docs/attention.md, "Variable-length batches"); the queue hands
+    units out in table order, so causal units are not paired."""
+    return dict(static_varlen_options(head_dim, causal, max_seqlen_q, group), causal_pairs=False, **DYNAMIC_UNITS)
+
+
+def static_varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
+    """The packed forward's options with the live units dealt in fixed turns (unit t to CTA t mod ctas), the
+    base the other unit orders (``lpt_units``, every block with ``live_units=False``) start from: rows stored
+    from registers (a 64-row TMA store would write into the next sequence), the units only the Q blocks that
+    hold rows (``live_units``: ``live_units.LiveUnitTable`` lists them on the device before each launch), each
+    task's unit read once a tile (``unit_in_regs``: 0.94-0.98x the time without), causal units in zigzag pairs
+    without GQA (the tuned ``causal_pairs``, ``units._paired_live_coords``; with ``group`` > 1 query heads per
+    K/V head the table's own order measured 0.95-0.99x their time); non-causal head dim 64 with
+    ``max_seqlen_q`` < ``SHORT_HD64_FULL``: 128-row Q blocks."""
     options = dict(tuned_options(head_dim, causal), tma_store_o=False, o_buffer=False, live_units=True,
-                   unit_in_regs=True)
+                   unit_in_regs=True, **STATIC_UNITS)
     if causal and group > 1:
         options["causal_pairs"] = False
     if head_dim == 64 and not causal and max_seqlen_q is not None and max_seqlen_q < SHORT_HD64_FULL:
