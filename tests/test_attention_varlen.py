@@ -104,7 +104,7 @@ def test_causal_pairs_give_every_cta_the_same_work_on_equal_sequences(lengths, h
 
 def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
     """dynamic_units: a scheduler warp takes each CTA's next unit from the live table's word 1 (an atomic add, the
-    unit written into the queue's stage by st.async): the program has the fetch task and is SAFE; the option
+    unit stored into the queue's stage, its 16 bytes completed on the stage's barrier): the program has the fetch task and is SAFE; the option
     needs the live table and refuses the static orders."""
     import re
 
@@ -116,7 +116,8 @@ def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
     assert result.verdict == "SAFE" and "UnitTask" in result.loop_note and "units_per_cta >= 0" in result.loop_note
     ptx = varlen.compile_for_cpu(head_dim=128, causal=True, **options).artifacts.PTX
     assert len(re.findall(r"atom\.global\.add", ptx)) == 1
-    assert len(re.findall(r"st\.async\.shared::cluster\.mbarrier::complete_tx::bytes\.v4", ptx)) == 1
+    assert "st.async" not in ptx  # undefined in a cluster of one CTA: a shared store, then complete_tx
+    assert len(re.findall(r"mbarrier\.complete_tx\.relaxed\.cta\.shared::cta\.b64", ptx)) == 1
     for bad in (dict(live_units=False), dict(lpt_units=True)):
         with pytest.raises(AttentionConfigError, match="dynamic_units=True"):
             att.FlashAttention(**dict(options, varlen=True, **bad))
@@ -163,23 +164,25 @@ def test_the_load_warp_can_fetch_the_units_itself():
         varlen.forward_kernel(128, True, **dict(base, load_fetches_units=True))
 
 
-def test_the_packed_forward_hands_its_units_out_as_ctas_free_up():
-    """The packed default: the load warp claims each next live unit from a two-stage queue (no scheduler warp,
-    no causal pairs: the queue hands units out in table order); the static form differs only there, and the
-    static unit orders (lpt_units, every block) start from it."""
+def test_the_queued_options_hand_the_units_out_as_ctas_free_up():
+    """queued_varlen_options: the load warp claims each next live unit from a two-stage queue (no scheduler
+    warp, no causal pairs: the queue hands units out in table order); it differs from the static form only
+    there, and the static unit orders (lpt_units, every block) start from the static form, which is the default
+    until the queue's fetch has run on the GPU."""
     for hd, causal, top, group in ((128, True, None, 1), (64, True, 8000, 4), (64, False, 512, 1),
                                    (64, False, 4096, 1), (256, False, None, 1)):
-        options = varlen.varlen_options(hd, causal, top, group)
+        options = varlen.queued_varlen_options(hd, causal, top, group)
         static = varlen.static_varlen_options(hd, causal, top, group)
+        assert varlen.varlen_options(hd, causal, top, group) == static
         assert options["dynamic_units"] == 2 and options["load_fetches_units"] and not options["causal_pairs"]
         assert not static["dynamic_units"] and not static["load_fetches_units"]
-        assert ({k: v for k, v in options.items() if options[k] != static.get(k)}.keys()
+        assert ({k for k in options if options[k] != static.get(k)}
                 <= {"dynamic_units", "load_fetches_units", "causal_pairs"})
         g = varlen.forward_kernel(hd, causal, **options)
         assert g.dynamic_units == 2 and g.load_fetches_units and not g.causal_pairs
         assert g.wgs == varlen.forward_kernel(hd, causal, **static).wgs  # the same Q blocks
     with pytest.raises(AttentionConfigError, match="lpt_units"):
-        varlen.forward_kernel(128, True, **dict(varlen.varlen_options(128, True), lpt_units=True))
+        varlen.forward_kernel(128, True, **dict(varlen.queued_varlen_options(128, True), lpt_units=True))
     varlen.forward_kernel(128, True, **dict(varlen.static_varlen_options(128, True), lpt_units=True))
 
 

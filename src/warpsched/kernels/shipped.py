@@ -93,7 +93,7 @@ def programs() -> Dict[str, Callable[..., object]]:
     from .attention import backward as ab
     from .attention.backward_host import default_options as default_bwd
     from .gemm import host as gemm_host
-    from .attention.varlen import forward_kernel as varlen_kernel, varlen_options
+    from .attention.varlen import forward_kernel as varlen_kernel, queued_varlen_options, varlen_options
     from .gemm.kernel import PersistentGemm
 
     out: Dict[str, Callable[..., object]] = {}
@@ -122,7 +122,13 @@ def programs() -> Dict[str, Callable[..., object]]:
             lambda hd=hd, **mo: att.build(varlen_kernel(hd, True, **varlen_options(hd, True, group=2)), **mo))
     out["attention hd64 full varlen short"] = (  # max_seqlen_q < SHORT_HD64_FULL: 128-row Q blocks
         lambda **mo: att.build(varlen_kernel(64, False, **varlen_options(64, False, 1)), **mo))
-    packed_only = ("unit_in_regs", "zero_in_prep", "live_units")  # the packed backward is the dense program (same fingerprint)
+    for hd in att.HEAD_DIMS:  # the units handed out by a queue the load warp fetches (queued_varlen_options)
+        for causal in (False, True):
+            out[f"attention hd{hd} {'causal' if causal else 'full'} varlen queued"] = (
+                lambda hd=hd, causal=causal, **mo:
+                att.build(varlen_kernel(hd, causal, **queued_varlen_options(hd, causal)), **mo))
+    # the packed backward is the dense program (same fingerprint)
+    packed_only = ("unit_in_regs", "zero_in_prep", "live_units")
     for hd in ab.BWD_HEAD_DIMS:
         packed = {k: v for k, v in default_bwd(hd, varlen=True).items() if k not in packed_only}
         for causal in (False, True):

@@ -10,16 +10,18 @@ so the schedule, the proof and the barrier counts are the same; only the fetch a
   the loop ends when a response names none.
 - Counter (``counter``: a one-word int32 tensor, zero before each launch): the fetching thread takes the
   counter's next value by an atomic add; tile ``gridDim.x + value`` (the first ``gridDim.x`` tiles are the
-  CTAs' own block indices) is written with ``st.async``, whose completion counts the 16 bytes on the
-  barrier, as ``{tile, 0, 0, tile < num_tiles}``. Tiles are handed out in index order to whichever CTA asks
-  first, so a CTA that drew short tiles takes more of them (what the hardware scheduler does for one CTA per
-  tile, without a launch per tile)."""
+  CTAs' own block indices) is stored into the stage as ``{tile, 0, 0, tile < num_tiles}`` by a plain shared
+  store, then a CTA-scope release fence and ``mbarrier.complete_tx`` count its 16 bytes on the barrier.
+  (Not ``st.async``: PTX leaves it undefined in a cluster of one CTA, ``%cluster_nctarank`` must be > 1,
+  and compute-sanitizer's memcheck stops the kernel there.) Tiles are handed out in index order to whichever
+  CTA asks first, so a CTA that drew short tiles takes more of them (what the hardware scheduler does for one
+  CTA per tile, without a launch per tile)."""
 from __future__ import annotations
 
 import cutlass
 import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import dsl_user_op
+from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 
@@ -47,7 +49,7 @@ def tile_total(wq):
 @dsl_user_op
 def _require_cluster_launch(*, loc=None, ip=None):
     """Trap at once when the kernel was launched without a cluster shape (``%is_explicit_cluster`` false): the
-    queue's barrier ops and ``st.async`` address the cluster's shared memory and would fault later, part-way
+    queue's cluster-scoped barrier ops address the cluster's shared memory and would fault later, part-way
     through a tile, as an illegal instruction. The host cannot see a launch the user writes; the device can.
     (A ``printf`` before the trap never reaches the host: the trap ends the context before its buffer is read.)"""
     llvm.inline_asm(res=None, operands_=[], asm_string="{\n\t.reg .pred p;\n\tmov.pred p, %is_explicit_cluster;"
@@ -71,6 +73,20 @@ def response(base, index):
     return (base + index * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
 
 
+@dsl_user_op
+def _store_response(resp, words, mbar, *, loc=None, ip=None):
+    """Store the four response words into the stage's slot and complete its 16 armed bytes on ``mbar``: the
+    fence makes the store visible to whoever sees the barrier's phase complete (``complete_tx`` itself is
+    relaxed)."""
+    operands = [llvm.ptrtoint(T.i32(), p.to_llvm_ptr(loc=loc, ip=ip), loc=loc, ip=ip) for p in (resp, mbar)]
+    operands += [cutlass.Int32(w).ir_value(loc=loc, ip=ip) for w in words]
+    llvm.inline_asm(res=None, operands_=operands,
+                    asm_string="st.shared.v4.b32 [$0], {$2, $3, $4, $5};\n\tfence.acq_rel.cta;\n\t"
+                               f"mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [$1], {CLC_RESPONSE_BYTES};",
+                    constraints="r,r,r,r,r,r", has_side_effects=True, asm_dialect=llvm.AsmDialect.AD_ATT,
+                    loc=loc, ip=ip)
+
+
 def fetch(wq, mbar, resp):
     """One elected thread asks for the next tile; the response lands in ``resp`` and completes ``mbar``."""
     with cute.arch.elect_one():
@@ -80,8 +96,7 @@ def fetch(wq, mbar, resp):
             grid, _, _ = cute.arch.grid_dim()
             tile = cutlass.Int32(grid) + drawn
             valid = cutlass.Int32(tile < tile_total(wq))
-            cute.arch.store_async_dsmem(cute.recast_ptr(resp, dtype=cutlass.Int32), (tile, 0, 0, valid), mbar,
-                                        cute.arch.block_idx_in_cluster())
+            _store_response(resp, (tile, 0, 0, valid), mbar)
         else:
             cute.arch.issue_clc_query(mbar, resp)
 

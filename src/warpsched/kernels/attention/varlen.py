@@ -38,11 +38,17 @@ STATIC_UNITS = {"dynamic_units": False, "load_fetches_units": False}
 
 
 def varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
-    """The tuned forward's options for packed sequences: ``static_varlen_options`` with the units handed out as
-    CTAs free up (``DYNAMIC_UNITS``): the load warp claims a CTA's next live unit from a two-stage queue on the
-    table's counter word once a unit's loads are issued. On five ragged and equal batches this took 0.92-0.99x
-    the time of the table dealt in fixed turns (docs/attention.md, "Variable-length batches"); the queue hands
-    units out in table order, so causal units are not paired."""
+    """The packed forward's default options: ``static_varlen_options``. ``queued_varlen_options`` (the units
+    handed out as CTAs free up) measured 0.92-0.99x its time on five ragged and equal batches
+    (docs/attention.md, "Variable-length batches"); it becomes the default once its queue's fetch, which no
+    longer uses ``st.async`` (undefined in a cluster of one CTA), has run on the GPU."""
+    return static_varlen_options(head_dim, causal, max_seqlen_q, group)
+
+
+def queued_varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
+    """``static_varlen_options`` with the live units handed out as CTAs free up (``DYNAMIC_UNITS``): the load
+    warp claims a CTA's next unit from a two-stage queue on the table's counter word once a unit's loads are
+    issued. The queue hands units out in table order, so causal units are not paired."""
     return dict(static_varlen_options(head_dim, causal, max_seqlen_q, group), causal_pairs=False, **DYNAMIC_UNITS)
 
 
