@@ -83,7 +83,7 @@ def _store_response(resp, words, mbar, *, loc=None, ip=None):
     llvm.inline_asm(res=None, operands_=operands,
                     asm_string="st.shared.v4.b32 [$0], {$2, $3, $4, $5};\n\tfence.acq_rel.cta;\n\t"
                                f"mbarrier.complete_tx.relaxed.cta.shared::cta.b64 [$1], {CLC_RESPONSE_BYTES};",
-                    constraints="r,r,r,r,r,r", has_side_effects=True, asm_dialect=llvm.AsmDialect.AD_ATT,
+                    constraints="r,r,r,r,r,r,~{memory}", has_side_effects=True, asm_dialect=llvm.AsmDialect.AD_ATT,
                     loc=loc, ip=ip)
 
 
