@@ -1,0 +1,43 @@
+"""tools/sass_loops.py's reading of nvdisasm text: loops are backward branches, HGMMA loops only, and the code a
+predicated forward branch jumps over inside a loop is counted apart from the straight-line rest."""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+
+import sass_loops  # noqa: E402
+
+SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
+        /*0020*/                   ISETP.LT.AND P1, PT, R6, UR8, PT ;
+        /*0030*/              @!P1 BRA `(.L_x_2) ;
+        /*0040*/                   FSEL R25, R25, -INF , P3 ;
+        /*0050*/               @!P3 FSEL R24, R24, -INF , P6 ;
+        /*0060*/                   FSEL R26, R26, -INF , P3 ;
+.L_x_2:
+        /*0070*/                   FMNMX R5, R24, R25, !PT ;
+        /*0080*/                   MUFU.EX2 R7, R5 ;
+        /*0090*/               @P0 BRA `(.L_x_1) ;
+.L_x_3:
+        /*00a0*/                   IADD3 R1, R1, 0x1, RZ ;
+        /*00b0*/               @P2 BRA `(.L_x_3) ;
+        /*00c0*/                   EXIT ;
+"""
+
+
+def test_a_loop_its_skippable_region_and_opcodes():
+    instrs, labels = sass_loops.parse(SASS)
+    assert len(instrs) == 13 and labels == {".L_x_1": 1, ".L_x_2": 7, ".L_x_3": 10}
+    (start, end, skippable, counts), = sass_loops.loops(instrs, labels)  # the IADD3 loop has no HGMMA
+    assert (start, end, skippable) == (1, 9, 3)
+    assert counts["FSEL"] == 3 and counts["HGMMA"] == 1 and counts["MUFU"] == 1 and counts["BRA"] == 2
+
+
+def test_opcodes_drop_predicates_and_modifiers():
+    assert sass_loops.opcode("@!P0 FSEL.FTZ R1, R2, -INF , P3") == "FSEL"
+    assert sass_loops.opcode("@UP1 UIADD3 UR4, UR4, 0x1, URZ") == "UIADD3"
+    assert sass_loops.opcode("HGMMA.64x64x16.F32.BF16 R88, R120, gdesc[UR8].tnspB, R88") == "HGMMA"
