@@ -5,6 +5,7 @@ the backward (``warpsched.nn.attention_varlen``'s autograd) checked the same way
 
     python3 bench/attention_varlen.py [--rounds 3] [--no-time]
     WS_BWD_VARLEN_DEFAULTS=tma_stats=1 python3 bench/attention_varlen.py   # the packed backward with tma_stats
+    VARLEN_PARTS=training python3 bench/attention_varlen.py                 # after correctness, one table only
 
 Correctness: fresh random inputs, O and the LSE poisoned with NaN, an fp64 reference per sequence; O's max
 error relative to max |ref| (bar 8e-3, bf16's rounding; 4e-3 for fp16) and the LSE's max abs error (bar
@@ -301,10 +302,14 @@ def speed(rounds):
 
     flash_attn_varlen_func = fa4("flash_attn_varlen_func")
     extra = variants()
-    print("\ndevice time (CUDA graphs), us; TFLOP/s over visible pairs; a variant's column: its time / the default's")
-    print("| batch | H/Hk | D | causal | warpsched varlen | FA4 varlen | warpsched padded | ws TFLOP/s | FA4 / ws | "
-          "padded / ws |" + "".join(f" {n} |" for n in extra))
-    print("|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(extra))
+    # VARLEN_PARTS (a call budget's choice): which of the forward, backward and training tables run
+    parts = set(os.environ.get("VARLEN_PARTS", "forward,backward,training").split(","))
+    if "forward" in parts:
+        print("\ndevice time (CUDA graphs), us; TFLOP/s over visible pairs; a variant's column: its time / the "
+              "default's")
+        print("| batch | H/Hk | D | causal | warpsched varlen | FA4 varlen | warpsched padded | ws TFLOP/s | FA4 / ws | "
+              "padded / ws |" + "".join(f" {n} |" for n in extra))
+        print("|---|---|---|---|---|---|---|---|---|---|" + "---|" * len(extra))
     rows = []
     for name, lengths, H, Hk, D, causal in BATCHES:
         total, top, B = sum(lengths), max(lengths), len(lengths)
@@ -317,6 +322,9 @@ def speed(rounds):
         if flash_attn_varlen_func is not None:
             sides["fa4"] = lambda: flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
                                                           max_seqlen_k=top, causal=causal)
+        rows.append((name, lengths, H, Hk, D, causal, q, k, v, cu))
+        if "forward" not in parts:
+            continue
         for n, opts in extra.items():
             chosen = dict(varlen.varlen_options(D, causal, top, H // Hk), **opts)
             if chosen.get("wgs", 2) == 3 and D != 64:
@@ -335,9 +343,9 @@ def speed(rounds):
               f"{us['padded'] / us['ws']:.3f}x |"
               + "".join(f" {us[n]:.0f} ({us[n] / us['ws']:.3f}x) |" if n in us else " - |" for n in extra),
               flush=True)
-        rows.append((name, lengths, H, Hk, D, causal, q, k, v, cu))
-    backward_variants(rows, rounds)
-    if os.environ.get("VARLEN_NO_TRAIN"):  # the call budget's choice: the forward and backward tables only
+    if "backward" in parts:
+        backward_variants(rows, rounds)
+    if os.environ.get("VARLEN_NO_TRAIN") or "training" not in parts:
         return
     print("\ntraining step (forward + backward through autograd, eager, host included), us")
     print("| batch | H/Hk | D | causal | warpsched | FA4 | FA4 / ws |")
