@@ -177,9 +177,11 @@ def test_the_queued_options_hand_the_units_out_as_ctas_free_up():
         assert options["dynamic_units"] == 2 and options["load_fetches_units"] and not options["causal_pairs"]
         assert not static["dynamic_units"] and not static["load_fetches_units"]
         assert ({k for k in options if options[k] != static.get(k)}
-                <= {"dynamic_units", "load_fetches_units", "causal_pairs"})
+                <= {"dynamic_units", "load_fetches_units", "causal_pairs", "producer_regs", "consumer_regs"})
         g = varlen.forward_kernel(hd, causal, **options)
         assert g.dynamic_units == 2 and g.load_fetches_units and not g.causal_pairs
+        # the load warp group's fetch gets room (two warp groups: 32 registers, 232 for the warp groups)
+        assert (g.producer_regs, g.consumer_regs) == ((32, 232) if g.wgs == 2 else (24, 160))
         assert g.wgs == varlen.forward_kernel(hd, causal, **static).wgs  # the same Q blocks
     with pytest.raises(AttentionConfigError, match="lpt_units"):
         varlen.forward_kernel(128, True, **dict(varlen.queued_varlen_options(128, True), lpt_units=True))

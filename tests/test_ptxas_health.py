@@ -34,6 +34,9 @@ CASES = {
     "forward hd128 full long": lambda: fh.compile_for_cpu(
         head_dim=128, causal=False, **fh.tuned_options(128, False, None, fh.LONG_FULL_HD128)),
     "forward varlen hd128 causal": lambda: varlen.compile_for_cpu(head_dim=128, causal=True),
+    # the unit queue the load warp fetches: at 24 load-warp registers it spilled 72 bytes
+    "forward varlen hd128 causal queued": lambda: varlen.compile_for_cpu(
+        head_dim=128, causal=True, **varlen.queued_varlen_options(128, True)),
     "backward hd128 deterministic": lambda: bh.compile_for_cpu(
         head_dim=128, causal=True, **dict(bh.default_options(128), deterministic=True)),
     "backward hd64 dkv_in_ds": lambda: bh.compile_for_cpu(

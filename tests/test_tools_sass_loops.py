@@ -37,6 +37,23 @@ def test_a_loop_its_skippable_region_and_opcodes():
     assert counts["FSEL"] == 3 and counts["HGMMA"] == 1 and counts["MUFU"] == 1 and counts["BRA"] == 2
 
 
+def test_nested_forward_branches_skip_an_instruction_once():
+    sass = "\n".join([
+        ".L_x_1:",
+        "        /*0000*/                   HGMMA.64x64x16.F32.BF16 R8, gdesc[UR8], RZ ;",
+        "        /*0010*/               @P1 BRA `(.L_x_3) ;",
+        "        /*0020*/               @P2 BRA `(.L_x_2) ;",
+        "        /*0030*/                   FSEL R1, R1, -INF , P3 ;",
+        ".L_x_2:",
+        "        /*0040*/                   FSEL R2, R2, -INF , P3 ;",
+        ".L_x_3:",
+        "        /*0050*/                   FMNMX R5, R1, R2, !PT ;",
+        "        /*0060*/               @P0 BRA `(.L_x_1) ;",
+    ])
+    (start, end, skippable, _), = sass_loops.loops(*sass_loops.parse(sass))
+    assert (start, end, skippable) == (0, 6, 3)  # the two FSELs and the inner branch, each once
+
+
 def test_opcodes_drop_predicates_and_modifiers():
     assert sass_loops.opcode("@!P0 FSEL.FTZ R1, R2, -INF , P3") == "FSEL"
     assert sass_loops.opcode("@UP1 UIADD3 UR4, UR4, 0x1, URZ") == "UIADD3"

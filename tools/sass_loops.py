@@ -57,13 +57,13 @@ def loops(instrs, labels, min_hgmma=1):
         counts = collections.Counter(opcode(x) for x in body)
         if counts["HGMMA"] < min_hgmma:
             continue
-        skippable = 0
+        skipped = set()  # a union: nested and overlapping forward branches count an instruction once
         for i, x in enumerate(body):
             f = BRANCH.search(x)
             target = labels.get(f.group(1), -1) if f else -1
             if x.startswith("@") and start + i < target <= end:
-                skippable += target - (start + i) - 1
-        out.append((start, end, skippable, counts))
+                skipped.update(range(start + i + 1, target))
+        out.append((start, end, len(skipped), counts))
     return out
 
 

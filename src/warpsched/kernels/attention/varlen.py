@@ -48,8 +48,14 @@ def varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
 def queued_varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
     """``static_varlen_options`` with the live units handed out as CTAs free up (``DYNAMIC_UNITS``): the load
     warp claims a CTA's next unit from a two-stage queue on the table's counter word once a unit's loads are
-    issued. The queue hands units out in table order, so causal units are not paired."""
-    return dict(static_varlen_options(head_dim, causal, max_seqlen_q, group), causal_pairs=False, **DYNAMIC_UNITS)
+    issued. The queue hands units out in table order, so causal units are not paired. With two warp groups the
+    load warp group gets 32 registers (the warp groups 232): at 24 the fetch spilled, and ptxas then kept the
+    warp groups' WGMMA descriptors in per-thread registers (48 ``R2UR`` a K/V tile at head dim 128 causal;
+    ``tools/sass_loops.py``)."""
+    options = dict(static_varlen_options(head_dim, causal, max_seqlen_q, group), causal_pairs=False, **DYNAMIC_UNITS)
+    if options.get("wgs", 2) == 2:
+        options.update(producer_regs=32, consumer_regs=232)
+    return options
 
 
 def static_varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
