@@ -419,6 +419,20 @@ def test_the_varlen_backward_is_the_backwards_program():
             assert packed.fingerprint == plain.fingerprint  # the backward's shipped proof covers it
 
 
+def test_the_backward_defaults_drop_the_unit_table_past_its_key_blocks():
+    """The packed backward's defaults take live_units; past the key blocks its table numbers a sequence (millions of
+    keys) they fall back to the plain packed kernel instead of refusing a call that passed no options, and a
+    caller's own options are kept as given (the host refuses live_units there by name)."""
+    limit = live_units.MAX_KEY_BLOCKS * 64
+    assert varlen.backward_options(128, None, limit)["live_units"]
+    assert "live_units" not in varlen.backward_options(128, None, limit + 1)
+    rest = {k: v for k, v in varlen.backward_options(128, None, 1).items() if k != "live_units"}
+    assert varlen.backward_options(128, None, limit + 1) == rest
+    own = dict(default_options(128, varlen=True))
+    assert varlen.backward_options(128, own, limit + 1)["live_units"]
+    assert varlen.backward_options(64, None, 100, window_size=(16, 0))["window_size"] == (16, 0)
+
+
 def test_the_varlen_backward_compiles_for_sm90a():
     ptx = varlen.compile_backward_for_cpu(head_dim=128, causal=True, **default_options(128, varlen=True)).artifacts.PTX
     assert "cp.reduce.async.bulk.tensor" in ptx  # dQ's TMA reduce-add into the packed accumulator

@@ -14,7 +14,7 @@ import cutlass.cute as cute
 
 from .. import _host
 from .backward import BWD_HEAD_DIMS, FlashAttentionBackwardVarlen, FlashAttentionBackwardVarlenLive
-from .backward_units import BLOCK_M as BWD_BLOCK_M, padded_first_block, padded_stats_rows
+from .backward_units import BLOCK_M as BWD_BLOCK_M, HALF, padded_first_block, padded_stats_rows
 from . import live_units
 from .forward import HEAD_DIMS, FlashAttentionVarlen, FlashAttentionVarlenLive
 from .host import _tma_ready, softmax_scale, tuned_options
@@ -324,6 +324,20 @@ def backward_fill(options):
     return torch.empty
 
 
+def backward_options(head_dim, options, max_seqlen_k, window_size=None, softcap=None, mask_mod=None):
+    """The packed backward kernel's options: the caller's, or ``backward_host.default_options(D, varlen=True)``,
+    with the masks (``with_masks``). The defaults' ``live_units`` table numbers at most
+    ``live_units.MAX_KEY_BLOCKS`` key blocks a sequence; past that (millions of keys) the defaults drop it and the
+    plain packed kernel runs (the same program), where a caller's own ``live_units`` is refused by name."""
+    from .backward_host import default_options
+
+    chosen = with_masks(default_options(head_dim, varlen=True) if options is None else dict(options), window_size,
+                        softcap, mask_mod)
+    if options is None and -(-max_seqlen_k // HALF) > live_units.MAX_KEY_BLOCKS:
+        chosen.pop("live_units", None)
+    return chosen
+
+
 def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                               causal=False, scale=None, window_size=None, softcap=None, mask_mod=None, options=None,
                               dlse=None):
@@ -335,8 +349,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     (``fold_dlse``)."""
     import torch
 
-    from .backward_host import (checked_dlse, compiled_prep, compiled_varlen_post, compiled_varlen_prep,
-                                default_options, dq_from_accum)
+    from .backward_host import checked_dlse, compiled_prep, compiled_varlen_post, compiled_varlen_prep, dq_from_accum
 
     check_args(q, k, v, cu_seqlens_q, cu_seqlens_k)
     total_q, H, D = q.shape
@@ -352,8 +365,7 @@ def attention_varlen_backward(q, k, v, out, dout, lse, cu_seqlens_q, cu_seqlens_
     for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise AttentionConfigError(f"{name}={n!r}: expected the longest sequence's length, an int")
-    options = with_masks(default_options(D, varlen=True) if options is None else dict(options), window_size,
-                         softcap, mask_mod)
+    options = backward_options(D, options, max_seqlen_k, window_size, softcap, mask_mod)
     padded = options.get("tma_stats", False)
     flat = options.get("flat_dq", False)  # dQ tiles in register order, padded per sequence as LSE / delta
     zero_in_prep = bool(options.get("zero_in_prep", False))
