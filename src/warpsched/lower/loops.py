@@ -404,8 +404,6 @@ class TaskEmitter:
         wq = s.resource
         cur = env[self._cur(wq, "consumer")]
         x, y, z, valid = tile_queues.decode(wq, tile_queues.response(self.L.clc_response[id(wq)], cur.index))
-        if not tile_queues.uses_counter(wq):  # the next CLC query (async proxy) may overwrite this stage once
-            cute.arch.fence_proxy("async.shared", space="cta")  # released; a counter's store is generic
         env.update(zip(TILE_KEYS, (x, y, z, valid)))
 
     def _drop_try(self, env, steps):

@@ -102,8 +102,11 @@ def fetch(wq, mbar, resp):
 
 
 def decode(wq, resp):
-    """(x, y, z, valid) of a waited response."""
+    """(x, y, z, valid) of a waited response. A CLC stage is written next by the async proxy (the next query, once
+    the stage is released), so its reads are fenced against that; a counter's next response is a generic store."""
     if uses_counter(wq):
         words = cute.make_tensor(cute.recast_ptr(resp, dtype=cutlass.Int32), cute.make_layout(4))
         return words[0], words[1], words[2], words[3]
-    return cute.arch.clc_response(resp)
+    tile = cute.arch.clc_response(resp)
+    cute.arch.fence_proxy("async.shared", space="cta")
+    return tile
