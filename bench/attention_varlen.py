@@ -316,15 +316,15 @@ def speed(rounds):
         cu = _offsets(lengths)
         q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        rows.append((name, lengths, H, Hk, D, causal, q, k, v, cu))
+        if "forward" not in parts:
+            continue
         qp, kp, vp = (torch.randn(B, h, top, D, device="cuda", dtype=torch.bfloat16) for h in (H, Hk, Hk))
         sides = {"ws": lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal),
                  "padded": lambda: ops.attention(qp, kp, vp, causal=causal)}
         if flash_attn_varlen_func is not None:
             sides["fa4"] = lambda: flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
                                                           max_seqlen_k=top, causal=causal)
-        rows.append((name, lengths, H, Hk, D, causal, q, k, v, cu))
-        if "forward" not in parts:
-            continue
         for n, opts in extra.items():
             chosen = dict(varlen.varlen_options(D, causal, top, H // Hk), **opts)
             if chosen.get("wgs", 2) == 3 and D != 64:

@@ -18,8 +18,10 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
+from attention_varlen import _offsets  # noqa: E402
 from warpsched.kernels.attention import varlen  # noqa: E402
 
 # (head dim, causal, query heads, K/V heads): few forms, so that few kernels compile
@@ -32,14 +34,18 @@ def random_lengths(rng):
     return [rng.choice(pick) if rng.random() < 0.5 else rng.randint(0, 3000) for _ in range(rng.randint(1, 24))]
 
 
-def one_batch(rng, D, causal, H, Hk):
-    """A random batch: (its lengths, whether the queued form's O equals the static order's bit for bit)."""
-    lengths = random_lengths(rng)
-    top = max(max(lengths), 1)
-    cu = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(len(lengths))], dtype=torch.int32, device="cuda")
+def packed(lengths, H, Hk, D):
+    """(the longest length, at least 1; the offsets; random q, k, v over the sequences packed, at least one row)."""
     total = max(sum(lengths), 1)
     q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    return max(max(lengths), 1), _offsets(lengths), q, k, v
+
+
+def one_batch(rng, D, causal, H, Hk):
+    """A random batch: (its lengths, whether the queued form's O equals the static order's bit for bit)."""
+    lengths = random_lengths(rng)
+    top, cu, q, k, v = packed(lengths, H, Hk, D)
     outs = []
     for options in (varlen.queued_varlen_options(D, causal, top, H // Hk),
                     varlen.static_varlen_options(D, causal, top, H // Hk)):
@@ -70,11 +76,7 @@ def main():
             if not equal and first is None:
                 first = lengths
         # one batch, many launches of the queued form: every O bit-identical to the first
-        lengths = [rng.randint(0, 3000) for _ in range(16)]
-        top, total = max(lengths), sum(lengths)
-        cu = torch.tensor([0] + [sum(lengths[:i + 1]) for i in range(16)], dtype=torch.int32, device="cuda")
-        q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        top, cu, q, k, v = packed([rng.randint(0, 3000) for _ in range(16)], H, Hk, D)
         queued = varlen.queued_varlen_options(D, causal, top, H // Hk)
         ref = varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, options=queued)
         repeats_ok = all(torch.equal(varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
