@@ -152,7 +152,7 @@ def correctness():
                 continue
             o_var = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
                                             window_size=window, softcap=softcap, mask_mod=mask_mod,
-                                            options=dict(varlen.varlen_options(D, causal, max(lq), H // Hk), **vopts))
+                                            options=variant_options(vopts, D, causal, max(lq), H // Hk))
             v_err = err(o_var, ref)
             table_ok = table_ok and v_err < (8e-3 if dtype == torch.bfloat16 else 4e-3)
             print(f"  variant {vn}: O " + ("bit for bit the default's" if torch.equal(o_var, out)
@@ -190,9 +190,19 @@ BATCHES = [  # name, lengths, H, Hk, D, causal (VARLEN_BATCHES=LONGFULL adds a l
      if "LONGFULL" in os.environ.get("VARLEN_BATCHES", "") else [])
 
 
+def variant_options(opts, D, causal, top, group):
+    """A variant's kernel options: ``opts`` over ``varlen_options``, or over ``queued_varlen_options`` where
+    ``opts`` has ``queued=1`` (the queue's registers depend on the warp groups, so they cannot be written as one
+    variant for every batch)."""
+    opts = dict(opts)
+    base = varlen.queued_varlen_options if opts.pop("queued", 0) else varlen.varlen_options
+    return dict(base(D, causal, top, group), **opts)
+
+
 def variants(text=None):
-    """``VARLEN_VARIANTS="every:live_units=0;wgs2:wgs=2"`` (or ``text`` in that form): more warpsched forms timed
-    beside the default, each its options over ``varlen_options`` (ints; 0 / 1 for switches)."""
+    """``VARLEN_VARIANTS="every:live_units=0;wgs2:wgs=2;q:queued=1"`` (or ``text`` in that form): more warpsched
+    forms timed beside the default, each its options over ``varlen_options`` (ints; 0 / 1 for switches;
+    ``queued=1``: over ``queued_varlen_options``)."""
     out = {}
     for item in filter(None, (os.environ.get("VARLEN_VARIANTS", "") if text is None else text).split(";")):
         name, _, opts = item.partition(":")
@@ -326,7 +336,7 @@ def speed(rounds):
             sides["fa4"] = lambda: flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=top,
                                                           max_seqlen_k=top, causal=causal)
         for n, opts in extra.items():
-            chosen = dict(varlen.varlen_options(D, causal, top, H // Hk), **opts)
+            chosen = variant_options(opts, D, causal, top, H // Hk)
             if chosen.get("wgs", 2) == 3 and D != 64:
                 continue
             sides[n] = (lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,

@@ -33,7 +33,7 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from _eager import fa4, round_order  # noqa: E402
 from _graphs import graph_ms  # noqa: E402
-from attention_varlen import BATCHES, _offsets, for_dim, variants as parse_variants  # noqa: E402
+from attention_varlen import BATCHES, _offsets, for_dim, variant_options, variants as parse_variants  # noqa: E402
 from warpsched import ops  # noqa: E402
 from warpsched.kernels.attention import host as att, varlen  # noqa: E402
 
@@ -50,14 +50,13 @@ def probe(name, lengths, H, Hk, D, causal, variants, rounds):
     cu = _offsets(lengths)
     q = torch.randn(total, H, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(total, Hk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    packed = varlen.varlen_options(D, causal, top, H // Hk)
     equal = len(set(lengths)) == 1  # ragged batches (--ragged): no dense sides
     qb, kb, vb = ((t.view(B, top, -1, D).transpose(1, 2).contiguous() for t in (q, k, v)) if equal
                   else (None, None, None))
     sides = {"ws": lambda: ops.attention_varlen(q, k, v, cu, cu, top, top, causal=causal)}
     variant_out = {}  # each variant's O from its first call, into a NaN-poisoned buffer
     for name_, opts in for_dim(variants, D).items():
-        chosen = dict(packed, **opts)
+        chosen = variant_options(opts, D, causal, top, H // Hk)
         o_var = torch.full_like(q, float("nan"))
         try:  # compiled here, so that a refused form is named and left out rather than ending the run
             varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal, options=chosen, out=o_var)
@@ -116,7 +115,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="balanced timing rounds (the median is shown)")
     ap.add_argument("--variants", default="", help='packed forms: "name:opt=1,opt=0;name@64:..." over '
-                    "varlen_options (ints; 0 / 1 for switches; @D: at head dim D only)")
+                    "varlen_options (ints; 0 / 1 for switches; @D: at head dim D only; queued=1: over queued_varlen_options)")
     ap.add_argument("--batches", default="", help=f"comma-separated indices 0..{len(EQUAL) - 1} (default: all)")
     ap.add_argument("--ragged", default="", help="comma-separated indices into attention_varlen.py's batches, "
                     "timed without the dense sides")
