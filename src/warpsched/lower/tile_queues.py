@@ -94,13 +94,17 @@ def _staging(base, wq, index):
 @dsl_user_op
 def _store_response(resp, staging, words, mbar, *, loc=None, ip=None):
     """Write the four response words into ``staging``, make them visible to the async proxy, and bulk-copy
-    them into the stage's response slot ``resp``; the copy completes the 16 bytes armed on ``mbar``."""
+    them into the stage's response slot ``resp``; the copy completes the 16 bytes armed on ``mbar``. The copy's
+    destination and barrier are ``shared::cluster`` addresses, so both are mapped to this CTA's rank (``mapa``;
+    memcheck refuses a ``shared::cta`` address there)."""
     operands = [llvm.ptrtoint(T.i32(), p.to_llvm_ptr(loc=loc, ip=ip), loc=loc, ip=ip) for p in (resp, staging, mbar)]
     operands += [cutlass.Int32(w).ir_value(loc=loc, ip=ip) for w in words]
     llvm.inline_asm(res=None, operands_=operands,
-                    asm_string="st.shared.v4.b32 [$1], {$3, $4, $5, $6};\n\tfence.proxy.async.shared::cta;\n\t"
+                    asm_string="{\n\t.reg .b32 rank, dst, bar;\n\tmov.u32 rank, %cluster_ctarank;\n\t"
+                               "mapa.shared::cluster.u32 dst, $0, rank;\n\tmapa.shared::cluster.u32 bar, $2, rank;\n\t"
+                               "st.shared.v4.b32 [$1], {$3, $4, $5, $6};\n\tfence.proxy.async.shared::cta;\n\t"
                                "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
-                               f"[$0], [$1], {CLC_RESPONSE_BYTES}, [$2];",
+                               f"[dst], [$1], {CLC_RESPONSE_BYTES}, [bar];\n\t}}",
                     constraints="r,r,r,r,r,r,r,~{memory}", has_side_effects=True, asm_dialect=llvm.AsmDialect.AD_ATT,
                     loc=loc, ip=ip)
 
