@@ -116,10 +116,11 @@ def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
     assert result.verdict == "SAFE" and "UnitTask" in result.loop_note and "units_per_cta >= 0" in result.loop_note
     ptx = varlen.compile_for_cpu(head_dim=128, causal=True, **options).artifacts.PTX
     assert len(re.findall(r"atom\.global\.add", ptx)) == 1
-    # not st.async (undefined in a cluster of one CTA) nor a shared store + relaxed complete_tx (no release for
-    # the readers' wait): the words staged in SMEM, then a shared-to-shared bulk copy completes the 16 bytes
-    assert "st.async" not in ptx and "mbarrier.complete_tx" not in ptx
-    assert len(re.findall(r"cp\.async\.bulk\.shared::cluster\.shared::cta\.mbarrier::complete_tx::bytes", ptx)) == 1
+    # the response stored, then the fetching thread's release arrival (not st.async: undefined in a cluster of
+    # one CTA; not a relaxed complete_tx: racecheck reports the readers; not a shared-to-shared bulk copy:
+    # memcheck refuses one into the issuing CTA)
+    assert "st.async" not in ptx and "mbarrier.complete_tx" not in ptx and "shared::cluster.shared::cta" not in ptx
+    assert len(re.findall(r"st\.shared\.v4\.b32[^\n]*\n\s*mbarrier\.arrive\.release\.cta\.shared::cta\.b64", ptx)) == 1
     for bad in (dict(live_units=False), dict(lpt_units=True)):
         with pytest.raises(AttentionConfigError, match="dynamic_units=True"):
             att.FlashAttention(**dict(options, varlen=True, **bad))

@@ -35,19 +35,18 @@ EXPECTED = {
     "persistent_copy": {"mbarrier.init": 0, "mbarrier.arrive": 0, "mbarrier.try_wait": 0, "ld.global": 1,
                         "st.global": 1},
     "varlen_copy": {"mbarrier.init": 0, "mbarrier.arrive": 0, "ld.global": 4, "st.global": 1},
-    # dynamic_copy (a ClcFetchAsync queue on an atomic counter, 2 stages): init 2 + 2; arrive = the scheduler's
-    # arrive.expect_tx (16 bytes) + one release per task; try_wait = scheduler (acquire + try + wait +
-    # producer_tail 2) + copy task (try + wait); one atomic add, then the words stored by st.shared into a
-    # staging slot, a proxy fence and a shared-to-shared bulk copy into the response that completes its 16
-    # bytes (no st.async: undefined in a cluster of one CTA; no generic store + relaxed complete_tx: racecheck
-    # sees no release there) instead of try_cancel; each task reads its response from SMEM (no
-    # clusterlaunchcontrol decode) and fences against the next bulk copy (1 + 2 proxy fences); each task traps
-    # before its first tile unless the launch has a cluster (tile_queues._require_cluster_launch).
-    "dynamic_copy": {"mbarrier.init": 4, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "expect_tx": 1,
-                     "st.async": 0, "st.shared.v4.b32": 1, "fence.acq_rel.cta": 0, "mbarrier.complete_tx": 0,
-                     "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes": 1,
-                     "atom.global.add": 1, "clusterlaunchcontrol": 0, "fence.proxy.async": 3, "ld.shared": 2,
-                     "%is_explicit_cluster": 2, "@!p trap;": 2},
+    # dynamic_copy (a ClcFetchAsync queue on an atomic counter, 2 stages): init 2 + 2; arrive = the fetching
+    # thread's release arrival after its store + one release per task (no arrive.expect_tx: a counter queue arms
+    # no transaction bytes); try_wait = scheduler (acquire + try + wait + producer_tail 2) + copy task (try +
+    # wait); one atomic add, then the response stored by st.shared and the release arrival (not st.async:
+    # undefined in a cluster of one CTA; not complete_tx: relaxed, racecheck reports the readers) instead of
+    # try_cancel; each task reads its response from SMEM (no clusterlaunchcontrol decode) with no proxy fence
+    # (the next response is a generic store); each task traps before its first tile unless the launch has a
+    # cluster (tile_queues._require_cluster_launch).
+    "dynamic_copy": {"mbarrier.init": 4, "mbarrier.arrive": 3, "mbarrier.try_wait": 7, "expect_tx": 0,
+                     "st.async": 0, "st.shared.v4.b32": 1, "mbarrier.arrive.release.cta.shared::cta.b64": 1,
+                     "complete_tx": 0, "cp.async.bulk": 0, "atom.global.add": 1, "clusterlaunchcontrol": 0,
+                     "fence.proxy.async": 0, "ld.shared": 2, "%is_explicit_cluster": 2, "@!p trap;": 2},
     # relu_pipeline (AsyncAsync, 2 stages): init 2 + 2; arrive = the leader-gated commit + the release;
     # try_wait = try_acquire + acquire + try_wait + wait + producer_tail (2); PDL wait + launch;
     # bar.sync = the CTA barrier after init + the producer task's named barrier before its leader commits.

@@ -3,12 +3,12 @@
 The program is Blackwell's CLC copy (examples/blackwell/clc_copy.py): a scheduler warp fetches the next tile
 into a 2-stage ``ClcFetchAsync`` ring and every task ends each tile with the queue epilogue. With
 ``TileSchedulerConfig(num_tiles=..., counter=...)`` the fetch is an atomic add on a global word (zero before
-the launch), a shared store of the tile into a staging slot and a shared-to-shared bulk copy into the stage that
-completes its 16 transaction bytes, as the hardware's response would (lower/tile_queues.py): a small grid takes
-the tiles in order, each CTA the next one when it is free.
+the launch), a shared store of the tile into the stage and the fetching thread's release arrival on the stage's
+full barrier (lower/tile_queues.py; the CLC hardware instead completes 16 armed transaction bytes): a small
+grid takes the tiles in order, each CTA the next one when it is free.
 
     SchedTask (warp 4):   with work_tile_loop(wq):
-                              wq.acquire(); wq.fetch_work_tile(); wq.commit()     # atom.add + st.shared + bulk copy
+                              wq.acquire(); wq.fetch_work_tile(); wq.commit()     # atom.add + st.shared + arrive
                               wq.try_wait(); wq.wait(); wq.get_and_advance_work_tile(); wq.release()
     CopyTask (warps 0-3): with work_tile_loop(wq):
                               with domain_loop(0, rows, 1): copy.add_tile_row()  # y += x, once per tile
@@ -146,4 +146,4 @@ def copy(x, y, ctas):
 
 
 if __name__ == "__main__":
-    print(_common.count_ptx(compile_for_cpu().artifacts.PTX, _common.PTX_PATTERNS + ["cp.async.bulk.shared::cluster", "atom.global"]))
+    print(_common.count_ptx(compile_for_cpu().artifacts.PTX, _common.PTX_PATTERNS + ["mbarrier.arrive.release", "atom.global"]))

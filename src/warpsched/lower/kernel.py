@@ -15,7 +15,7 @@ from ..compat.dsl import smem_block_array
 from ..model.resources import WorkQueue
 from ..protocol.barriers import CLC_RESPONSE_BYTES
 from ..protocol.plan import SyncPlan
-from . import LoweringError, region_state, tile_queues, wgmma_watch
+from . import LoweringError, region_state, wgmma_watch
 from .dispatch import dispatch
 from .dsl import dyn_if
 from .loops import TaskEmitter
@@ -79,8 +79,8 @@ class KernelLowering:
                 continue
             self.pipes[id(res)] = PipelineLowering(self.plan, res, smem.barriers_for(res))
             if isinstance(res, WorkQueue):  # one response per stage (tile_queues)
-                self.clc_response[id(res)] = smem.cutlass_alloc.allocate(tile_queues.response_bytes(res),
-                                                                         CLC_RESPONSE_BYTES)
+                self.clc_response[id(res)] = smem.cutlass_alloc.allocate(
+                    CLC_RESPONSE_BYTES * res.pipeline_config.num_stages, CLC_RESPONSE_BYTES)
         cluster = cluster_shape_mn(program)
         self.context.cluster_mn = cluster
         self.context.cluster_coord = cluster_coordinate(cluster)

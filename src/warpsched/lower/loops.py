@@ -397,7 +397,7 @@ class TaskEmitter:
         wq = s.resource
         cur = env[self._cur(wq, "producer")]
         mbar = self._pipe(wq).pipe.producer_get_barrier(cur)
-        tile_queues.fetch(wq, mbar, self.L.clc_response[id(wq)], cur.index)
+        tile_queues.fetch(wq, mbar, tile_queues.response(self.L.clc_response[id(wq)], cur.index))
 
     def _clc_advance(self, env, s):
         """``get_and_advance_work_tile()``: decode the waited stage's response into the next tile."""

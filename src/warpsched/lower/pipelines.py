@@ -93,8 +93,8 @@ class PipelineLowering:
             # consumer releases reach every CTA whose TMA multicasts into this one (cutlass picks the
             # signaling lanes and destination ranks from the layout and the multicast mode)
             kw["mcast_mode_mn"] = _mcast_mode(cfg.mcast_mode_mn)
-        if self.proto.transaction_bytes:
-            kw["tx_count"] = self.tx_count
+        if self.proto.transaction_bytes or cfg.pipeline_type is PipelineType.ClcFetchAsync:
+            kw["tx_count"] = self.tx_count  # a counter queue's (no transaction bytes): 0, never armed
         if cfg.pipeline_type is PipelineType.UmmaUmma:  # no cutlass class in 4.8.1: assembled here
             self.pipe = make_umma_umma(cfg.num_stages, full, empty, barrier_ptr)
         else:
@@ -198,8 +198,10 @@ class PipelineLowering:
             dyn_if({}, [], token == 0, lambda env: self.pipe.sync_object_empty.wait(state.index, state.phase))
 
     def commit(self, task, warp_idx, state):
-        if self.arms_on_acquire:
-            return  # the TMA / CLC transaction completes the full barrier
+        if self.arms_on_acquire or getattr(self.resource, "counter_fed", False):
+            # the TMA / CLC transaction completes the full barrier; a counter queue's fetching thread arrived
+            # right after its store (lower/tile_queues.py), the arrival the plan places here
+            return
         self._cta(task, StepKind.ProducerCommit,
                   lambda: self._gate(task, StepKind.ProducerCommit, warp_idx, lambda: self.pipe.producer_commit(state)))
 

@@ -1,25 +1,25 @@
 """How a dynamic WorkQueue's stage gets its next tile: Blackwell's Cluster Launch Control, or on Hopper an
 atomic counter in global memory.
 
-Both fill one 16-byte response per stage by an async-proxy write that completes the stage's full barrier by its
-transaction bytes (the ``ClcFetchAsync`` protocol the checker proves: the producer arms 16 bytes at acquire, the
-write completes them),
-so the schedule, the proof and the barrier counts are the same; only the fetch and the decoding differ.
+Both fill one 16-byte response per stage and complete the stage's full barrier with one producer arrival
+(``ClcFetchAsync``): CLC arms 16 transaction bytes at acquire that the hardware's write completes; a counter
+queue's fetching thread arrives after its own store. The schedule and the barrier counts are the same; the
+plan says where each arms (``protocol.plan``), and the fetch and the decoding differ.
 
 - CLC (``TileSchedulerConfig.counter`` None, sm_100): ``clusterlaunchcontrol.try_cancel`` cancels a CTA
   not yet started and the hardware writes its coordinates; the first tile is the CTA's own block index and
   the loop ends when a response names none.
 - Counter (``counter``: a one-word int32 tensor, zero before each launch): the fetching thread takes the
   counter's next value by an atomic add; tile ``gridDim.x + value`` (the first ``gridDim.x`` tiles are the
-  CTAs' own block indices) is written as ``{tile, 0, 0, tile < num_tiles}`` into the stage's staging slot by a
-  plain shared store, and a shared-to-shared bulk copy (``cp.async.bulk ... mbarrier::complete_tx``) moves it
-  into the stage's response: the async proxy writes the response and completes its 16 bytes, as the CLC
-  hardware does. (Not ``st.async``: PTX leaves it undefined in a cluster of one CTA, and memcheck stops the
-  kernel there. Not a shared store followed by a fence and ``mbarrier.complete_tx``: ``complete_tx`` is relaxed,
-  no release the readers' wait acquires, and compute-sanitizer's racecheck reports the response's readers
-  racing that store.) Tiles are handed out in index order to whichever CTA asks first, so a CTA that drew
-  short tiles takes more of them (what the hardware scheduler does for one CTA per tile, without a launch per
-  tile)."""
+  CTAs' own block indices) is stored into the stage as ``{tile, 0, 0, tile < num_tiles}`` by a plain shared
+  store, and the same thread then arrives on the stage's full barrier (``mbarrier.arrive``, release): the
+  stage's one producer arrival, with no transaction bytes (``WorkQueue.counter_fed``: the plan arms at commit,
+  the lowering's acquire only waits for the empty stage). Not ``st.async`` (undefined in a cluster of one
+  CTA; memcheck stops the kernel), nor a shared store with a relaxed ``mbarrier.complete_tx`` (no release for
+  the readers' wait to acquire; racecheck reports it), nor a shared-to-shared bulk copy (memcheck refuses one
+  whose destination is not a peer CTA). Tiles are handed out in index order to whichever CTA asks first, so a
+  CTA that drew short tiles takes more of them (what the hardware scheduler does for one CTA per tile, without
+  a launch per tile)."""
 from __future__ import annotations
 
 import cutlass
@@ -72,47 +72,26 @@ def first_tile(wq):
     return cutlass.Int32(bx), cutlass.Int32(by), cutlass.Int32(bz), valid
 
 
-def response_bytes(wq) -> int:
-    """SMEM the queue's responses take: one 16-byte response a stage, and with a counter one staging slot a
-    stage (where the fetching thread writes the words the bulk copy moves)."""
-    slots = 2 if uses_counter(wq) else 1
-    return slots * CLC_RESPONSE_BYTES * wq.pipeline_config.num_stages
-
-
 def response(base, index):
     """The 16-byte response slot of stage ``index``."""
     return (base + index * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
 
 
-def _staging(base, wq, index):
-    """The counter's staging slot of stage ``index`` (after every stage's response). A stage's slot is written
-    again only once the stage is acquired again, after its readers saw the copy complete."""
-    stages = wq.pipeline_config.num_stages
-    return (base + (stages + index) * CLC_RESPONSE_BYTES).align(min_align=CLC_RESPONSE_BYTES)
-
-
 @dsl_user_op
-def _store_response(resp, staging, words, mbar, *, loc=None, ip=None):
-    """Write the four response words into ``staging``, make them visible to the async proxy, and bulk-copy
-    them into the stage's response slot ``resp``; the copy completes the 16 bytes armed on ``mbar``. The copy's
-    destination and barrier are ``shared::cluster`` addresses, so both are mapped to this CTA's rank (``mapa``;
-    memcheck refuses a ``shared::cta`` address there)."""
-    operands = [llvm.ptrtoint(T.i32(), p.to_llvm_ptr(loc=loc, ip=ip), loc=loc, ip=ip) for p in (resp, staging, mbar)]
+def _store_response(resp, words, mbar, *, loc=None, ip=None):
+    """Store the four response words into the stage's slot, then arrive on ``mbar`` (release at CTA scope: the
+    readers' wait acquires the store)."""
+    operands = [llvm.ptrtoint(T.i32(), p.to_llvm_ptr(loc=loc, ip=ip), loc=loc, ip=ip) for p in (resp, mbar)]
     operands += [cutlass.Int32(w).ir_value(loc=loc, ip=ip) for w in words]
     llvm.inline_asm(res=None, operands_=operands,
-                    asm_string="{\n\t.reg .b32 rank, dst, bar;\n\tmov.u32 rank, %cluster_ctarank;\n\t"
-                               "mapa.shared::cluster.u32 dst, $0, rank;\n\tmapa.shared::cluster.u32 bar, $2, rank;\n\t"
-                               "st.shared.v4.b32 [$1], {$3, $4, $5, $6};\n\tfence.proxy.async.shared::cta;\n\t"
-                               "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes "
-                               f"[dst], [$1], {CLC_RESPONSE_BYTES}, [bar];\n\t}}",
-                    constraints="r,r,r,r,r,r,r,~{memory}", has_side_effects=True, asm_dialect=llvm.AsmDialect.AD_ATT,
+                    asm_string="st.shared.v4.b32 [$0], {$2, $3, $4, $5};\n\t"
+                               "mbarrier.arrive.release.cta.shared::cta.b64 _, [$1];",
+                    constraints="r,r,r,r,r,r,~{memory}", has_side_effects=True, asm_dialect=llvm.AsmDialect.AD_ATT,
                     loc=loc, ip=ip)
 
 
-def fetch(wq, mbar, base, index):
-    """One elected thread asks for the next tile; the response lands in stage ``index``'s slot (of the
-    responses at ``base``) and completes ``mbar``."""
-    resp = response(base, index)
+def fetch(wq, mbar, resp):
+    """One elected thread asks for the next tile; the response lands in ``resp`` and completes ``mbar``."""
     with cute.arch.elect_one():
         if uses_counter(wq):
             counter = wq.tile_scheduler_config.counter
@@ -120,18 +99,17 @@ def fetch(wq, mbar, base, index):
             grid, _, _ = cute.arch.grid_dim()
             tile = cutlass.Int32(grid) + drawn
             valid = cutlass.Int32(tile < tile_total(wq))
-            _store_response(resp, _staging(base, wq, index), (tile, 0, 0, valid), mbar)
+            _store_response(resp, (tile, 0, 0, valid), mbar)
         else:
             cute.arch.issue_clc_query(mbar, resp)
 
 
 def decode(wq, resp):
-    """(x, y, z, valid) of a waited response. Either form's stage is written next by the async proxy (the next
-    query or bulk copy, once the stage is released), so its reads are fenced against that."""
+    """(x, y, z, valid) of a waited response. A CLC stage is written next by the async proxy (the next query, once
+    the stage is released), so its reads are fenced against that; a counter's next response is a generic store."""
     if uses_counter(wq):
         words = cute.make_tensor(cute.recast_ptr(resp, dtype=cutlass.Int32), cute.make_layout(4))
-        tile = words[0], words[1], words[2], words[3]
-    else:
-        tile = cute.arch.clc_response(resp)
+        return words[0], words[1], words[2], words[3]
+    tile = cute.arch.clc_response(resp)
     cute.arch.fence_proxy("async.shared", space="cta")
     return tile

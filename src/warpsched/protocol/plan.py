@@ -25,7 +25,7 @@ Pure Python (model and protocol imports only).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from ..model.enums import PipelineGroupMode, SignalingThreads
@@ -462,6 +462,10 @@ def _plain_pipeline(resource, init) -> PipelinePlan:
     full = BarrierArray(resource, FULL, cfg.num_stages, max(1, init.full_arrivals), init.full_tx_bytes,
                         proto.producer_op, 0)
     empty = BarrierArray(resource, EMPTY, cfg.num_stages, max(1, init.empty_arrivals), 0, proto.consumer_op, 1)
+    if getattr(resource, "counter_fed", False):
+        # a counter queue's fetching thread stores the response, then arrives (release) on full[s]: no
+        # transaction bytes, the arrival modelled at commit, the verb after the fetch (lower/tile_queues.py)
+        proto = replace(proto, transaction_bytes=False, producer_arms_on_acquire=False)
     arming = Arming.AT_ACQUIRE if proto.producer_arms_on_acquire else Arming.AT_COMMIT
     pair_full, pair_empty = pair_route(cfg, PRODUCER), pair_route(cfg, CONSUMER)
     return PipelinePlan(resource, cfg, proto, full, empty, arming, init.full_tx_bytes, mcast_partners(cfg), init,
