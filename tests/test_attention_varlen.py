@@ -21,6 +21,7 @@ import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anythi
 from warpsched.kernels.attention import forward as att  # noqa: E402
 from warpsched.kernels.attention import live_units, varlen  # noqa: E402
 from warpsched.kernels.attention.masks import AttentionConfigError  # noqa: E402
+from warpsched import LAUNCH_COUNTER, WorkQueue  # noqa: E402
 
 
 def _offsets(lengths):
@@ -559,3 +560,26 @@ def test_the_hosts_own_compile_takes_the_default_and_live_options(hd, live, monk
     # head dim 256: 64-key units (the warp groups split D), dQ in rows and columns (no flat tiles)
     assert varlen.backward_facts(key) == ((64, None) if hd == 256 else (128, (64, 1, 0)))
     assert varlen._compiled(key, backward=True) is not None
+
+
+def test_the_queued_kernel_is_the_program_its_proof_is_about():
+    """The queue's counter exists only when the kernel is traced; the program ``warpsched prove`` checked (its
+    counter ``LAUNCH_COUNTER``) must be the one the compile traces: the same fingerprint (which tells a counter
+    queue from a CLC one: their barrier protocols differ), served from the manifest."""
+    from warpsched.manager import capture_managers
+    from warpsched.verify.manifest import MANIFEST
+
+    options = varlen.queued_varlen_options(128, True, 4096, 1)
+    proven = att.build(varlen.forward_kernel(128, True, **options), verbose=False,
+                       exhaustive_deadlock_race_check=False)
+    queue = next(r for r in proven.program.resources if isinstance(r, WorkQueue))
+    assert queue.counter_fed and queue.tile_scheduler_config.counter is LAUNCH_COUNTER
+    with capture_managers() as managers:
+        varlen.compile_for_cpu(head_dim=128, causal=True, **options)
+    traced = [m for m in managers if any(isinstance(r, WorkQueue) and r.counter_fed for r in m.program.resources)]
+    assert traced and all(m.fingerprint == proven.fingerprint for m in traced)
+    assert MANIFEST.lookup(proven.fingerprint) is not None
+    clc = att.build(varlen.forward_kernel(128, True, **options), verbose=False, exhaustive_deadlock_race_check=False)
+    next(r for r in clc.program.resources if isinstance(r, WorkQueue)).tile_scheduler_config.counter = None
+    clc._fingerprint = None
+    assert clc.fingerprint != proven.fingerprint  # a CLC queue is another program

@@ -185,3 +185,72 @@ def test_skip_predicate_must_be_a_method_of_the_loop_queue(pred):
                                   lambda tile: False, lambda wq, tile: False])
 def test_skip_predicate_accepted_forms(pred):
     accepted(*_skip_program(pred))
+
+
+def test_a_counter_queue_commits_right_after_its_fetch():
+    """A counter queue's fetching thread stores the response and arrives on full[s] in ``fetch_work_tile()``;
+    the plan models that arrival at ``commit()``, so nothing may come between the two (checks_persistent)."""
+    from warpsched import LAUNCH_COUNTER, TileSchedulerConfig
+
+    @schedule
+    def late(src, copy_res, wq):
+        with work_tile_loop(wq):
+            wq.acquire()
+            wq.fetch_work_tile()  # @late_fetch
+            v = src.load()
+            wq.commit()
+            copy_res.store(value=v)
+            wq.wait()
+            wq.get_and_advance_work_tile()
+            wq.release()
+
+    @schedule
+    def direct(src, copy_res, wq):
+        with work_tile_loop(wq):
+            wq.acquire()
+            wq.fetch_work_tile()
+            wq.commit()
+            v = src.load()
+            copy_res.store(value=v)
+            wq.wait()
+            wq.get_and_advance_work_tile()
+            wq.release()
+
+    for sched, counter in ((late, LAUNCH_COUNTER), (direct, LAUNCH_COUNTER), (late, None)):
+        tasks, graph = copy_program(sched)
+        wq = tasks[0].src_resources[1]
+        tasks[0].dst_resources.append(wq)
+        wq.pipeline_config = PipelineConfig.create_clc_fetch_async_pipeline_cfg(
+            num_stages=1, producer_group=cg(1), consumer_group=cg(32), cta_layout_vmnk=(1, 1, 1, 1))
+        wq.tile_scheduler_config = TileSchedulerConfig(num_tiles=8, counter=counter)
+        if sched is late and counter is LAUNCH_COUNTER:
+            f = expect(rejected(tasks, graph), "workqueue placement", "copy", "wq", line("late_fetch"))
+            assert "commit() directly after fetch_work_tile()" in f.expected
+        else:  # the CLC hardware completes armed bytes whenever it writes: a later commit() is fine there
+            accepted(tasks, graph)
+
+
+def test_the_plan_gives_a_counter_queue_a_thread_arrival_and_clc_its_armed_bytes():
+    """One plan for the checker and the lowering: a counter queue (``WorkQueue.counter_fed``, also before its
+    tensor exists) arrives at commit with no transaction bytes; a CLC queue arms 16 bytes at acquire."""
+    import importlib
+    import os
+    import sys
+
+    from warpsched.protocol.plan import Arming
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for arch in ("hopper", "blackwell"):
+        if os.path.join(root, "examples", arch) not in sys.path:
+            sys.path.insert(0, os.path.join(root, "examples", arch))
+    dynamic_copy, clc_copy = importlib.import_module("dynamic_copy"), importlib.import_module("clc_copy")
+
+    plans = {}
+    for mod in (dynamic_copy, clc_copy):
+        mgr = mod.build(verbose=False)
+        wq = next(r for r in mgr.plan.program.resources if isinstance(r, WorkQueue))
+        pp = mgr.plan.pipeline(wq)
+        plans[mod.__name__] = (wq.counter_fed, pp.arming, pp.protocol.transaction_bytes, pp.protocol.ptype)
+    assert plans["dynamic_copy"][:3] == (True, Arming.AT_COMMIT, False)
+    assert plans["clc_copy"][:3] == (False, Arming.AT_ACQUIRE, True)
+    assert plans["dynamic_copy"][3] is plans["clc_copy"][3]  # both ClcFetchAsync

@@ -30,8 +30,9 @@ except ImportError:
 import cutlass
 import cutlass.cute as cute
 
-from warpsched import (MemoryResource, PipelineConfig, StageInfo, Task, TaskManager, TileSchedulerConfig, WorkQueue,
-                       domain_loop, producer_work, schedule, threads, trip_count, work_tile_loop)
+from warpsched import (LAUNCH_COUNTER, MemoryResource, PipelineConfig, StageInfo, Task, TaskManager,
+                       TileSchedulerConfig, WorkQueue, domain_loop, producer_work, schedule, threads, trip_count,
+                       work_tile_loop)
 
 TILE = 128
 COPY_WARPS = 4
@@ -86,7 +87,8 @@ def build(src=None, dst=None, counter=None, tiles=None, rows=None, verbose=True,
         consumer_group=threads((COPY_WARPS + 1) * 32),  # every thread of both tasks releases a response
         cta_layout_vmnk=(1, 1, 1, 1))
     wq = WorkQueue(name="CounterQueue", pipeline_config=cfg,
-                   tile_scheduler_config=TileSchedulerConfig(num_tiles=tiles, counter=counter))
+                   tile_scheduler_config=TileSchedulerConfig(
+                       num_tiles=tiles, counter=LAUNCH_COUNTER if counter is None else counter))
     copy = AddColumns(name="Add", src=src, dst=dst)
     tasks = [Task(name="CopyTask", src_resources=[wq], dst_resources=[copy], warp_idx=0, num_warps=COPY_WARPS,
                   schedule=copy_schedule(copy, wq, rows)),
@@ -146,4 +148,5 @@ def copy(x, y, ctas):
 
 
 if __name__ == "__main__":
-    print(_common.count_ptx(compile_for_cpu().artifacts.PTX, _common.PTX_PATTERNS + ["mbarrier.arrive.release", "atom.global"]))
+    print(_common.count_ptx(compile_for_cpu().artifacts.PTX,
+                            _common.PTX_PATTERNS + ["mbarrier.arrive.release", "atom.global"]))

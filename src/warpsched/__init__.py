@@ -13,7 +13,7 @@ from .model.memory import (BarrierAllocator, SmemAllocation, SmemAllocator, Tmem
                            TmemAllocator)
 from .model.pipeline_config import PipelineConfig
 from .model.pipeline_group import PipelineGroup
-from .model.resources import (MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, StageInfo,
+from .model.resources import (LAUNCH_COUNTER, MemoryResource, PdlLaunchBarrier, PdlWaitBarrier, StageInfo,
                               TaskLocalVariable, TileSchedulerConfig, WorkQueue, WorkTileInfo,
                               consumer_work, producer_work)
 from .model.schedule import domain_loop, schedule, when_false, when_true, work_tile_loop
@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncLoad", "AsyncProducerOp", "AsyncThread", "BarrierAllocator", "CrossCtaProtocol", "Finding",
-    "GmemFlag", "GmemWorkspace", "GridPoint", "GridResult", "MemoryResource",
+    "GmemFlag", "GmemWorkspace", "GridPoint", "GridResult", "LAUNCH_COUNTER", "MemoryResource",
     "PdlLaunchBarrier", "PdlWaitBarrier", "PipelineConfig", "PipelineGroup", "PipelineGroupMode",
     "PipelineType", "ScheduleError", "ScheduleResult", "SignalingThreads", "SmemAllocation", "SmemAllocator",
     "StageInfo", "Task", "TaskLocalVariable", "TaskManager", "TileSchedulerConfig", "TmemAllocation",

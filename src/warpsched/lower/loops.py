@@ -20,7 +20,7 @@ import cutlass
 import cutlass.cute as cute
 
 from ..model.ir import Section, StepKind
-from ..model.resources import StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
+from ..model.resources import LAUNCH_COUNTER, StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
 from ..model.iteration import ITERATION_GUARDS, forward_form, guard_on_value, is_nonempty, value_of_forward
 from ..model.tripcount import TripCount, runtime_bound
 from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
@@ -373,6 +373,11 @@ class TaskEmitter:
             raise LoweringError("a WorkQueue on an atomic counter needs the tile count it hands out",
                                 task=self.task, resource=wq, location=wtl.location,
                                 fix="pass TileSchedulerConfig(num_tiles=..., counter=...)")
+        if tile_queues.uses_counter(wq) and wq.tile_scheduler_config.counter is LAUNCH_COUNTER:
+            raise LoweringError("a WorkQueue on an atomic counter needs the counter's tensor in the kernel",
+                                task=self.task, resource=wq, location=wtl.location,
+                                fix="pass TileSchedulerConfig(counter=<a one-word int32 tensor>) when the kernel is "
+                                    "traced (LAUNCH_COUNTER only stands for it where the program is checked)")
         env.update(zip(TILE_KEYS, tile_queues.first_tile(wq)))
         inner_steps = [s for s in self.steps if s.section in (Section.HEAD, Section.LOOP, Section.TAIL)]
         self._seed(env, inner_steps, True)

@@ -31,8 +31,7 @@ from ..protocol.barriers import CLC_RESPONSE_BYTES
 
 
 def uses_counter(wq) -> bool:
-    cfg = wq.tile_scheduler_config
-    return cfg is not None and cfg.counter is not None
+    return wq.counter_fed
 
 
 def tile_dims(wq) -> tuple:

@@ -284,7 +284,8 @@ class TileSchedulerConfig:
     tile_scheduler_params: Any = None  # cutlass.utils.PersistentTileSchedulerParams (or the CLC one)
     response_ptr: Any = None  # CLC: accepted; the lowering keeps its own response buffer per stage
     # a dynamic queue on Hopper: a one-word int32 tensor, zero before each launch, whose atomic add hands out the
-    # tiles past the grid's own (lower/tile_queues.py); None: Cluster Launch Control (sm_100)
+    # tiles past the grid's own (lower/tile_queues.py); LAUNCH_COUNTER where the program is built before the
+    # tensor exists (``warpsched check``, proofs); None: Cluster Launch Control (sm_100)
     counter: Any = None
 
     @classmethod
@@ -299,6 +300,18 @@ class TileSchedulerConfig:
         from ..compat import tile_scheduler_fields
 
         return cls(response_ptr=response_ptr, **tile_scheduler_fields(tile_scheduler_params))
+
+
+class _LaunchCounter:
+    """``TileSchedulerConfig(counter=LAUNCH_COUNTER)``: a counter queue whose word is bound when the kernel is
+    traced. The checker proves the counter's protocol (``WorkQueue.counter_fed``) for a build that has no
+    tensor yet; the lowering needs the tensor itself."""
+
+    def __repr__(self) -> str:
+        return "LAUNCH_COUNTER"
+
+
+LAUNCH_COUNTER = _LaunchCounter()
 
 
 @dataclass(kw_only=True, eq=False)

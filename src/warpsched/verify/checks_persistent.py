@@ -133,11 +133,34 @@ def _queue_kind(program: Program, q: WorkQueue, persistent: List[Task]) -> List[
         out.append(F(PLACEMENT, f"{rname(q)} has a {good.pipeline_type.value} pipeline", resource=q,
                      location=good.location, expected="ClcFetchAsync (a CLC dynamic persistent queue) or no pipeline",
                      fix="use PipelineConfig.create_clc_fetch_async_pipeline_cfg(...)"))
+    if q.counter_fed:
+        out += _counter_commits(program, q, fetchers)
     if not fetchers:
         out.append(F(PLACEMENT, f"{rname(q)} is a dynamic (CLC) queue but no task fetches work tiles", resource=q,
                      location=getattr(cfg, "location", None),
                      expected="one scheduler task: acquire / fetch_work_tile / commit, then the queue epilogue",
                      fix="add a scheduler task, or drop the queue's pipeline_config for static scheduling"))
+    return out
+
+
+def _counter_commits(program: Program, q: WorkQueue, fetchers: List[Task]) -> List[Finding]:
+    """A counter queue's fetching thread arrives on full[s] right after its store, where the plan (and so the
+    checker) places the arrival at ``commit()``: the two are one point only when ``commit()`` is the task's next
+    step after ``fetch_work_tile()``."""
+    out = []
+    for t in fetchers:
+        seq = list(steps(program, t))
+        for i, s in enumerate(seq):
+            if s.kind is not StepKind.QueueFetch or not any(r is q for r in targets(s)):
+                continue
+            nxt = seq[i + 1] if i + 1 < len(seq) else None
+            if nxt is None or nxt.kind is not StepKind.ProducerCommit or not any(r is q for r in targets(nxt)):
+                got = "nothing" if nxt is None else f"{nxt.kind.value}"
+                out.append(F(PLACEMENT, f"{rname(q)} hands out tiles by an atomic counter, and task {t.name!r} "
+                             f"follows {rname(q)}.fetch_work_tile() with {got}", task=t, resource=q,
+                             location=s.location, expected=f"{rname(q)}.commit() directly after fetch_work_tile() "
+                             "(the fetch itself arrives on the stage's full barrier)",
+                             fix=f"move the other calls after {rname(q)}.commit()"))
     return out
 
 

@@ -190,7 +190,7 @@ class _Canon:
         if isinstance(obj, WorkQueue):
             tsc = obj.tile_scheduler_config
             queue = (obj.is_dynamic, self.value(getattr(tsc, "cluster_shape_mn", None)) if tsc is not None else None,
-                     _qualname(type(obj).skip_work_tile_if))
+                     _qualname(type(obj).skip_work_tile_if), obj.counter_fed)  # a counter's protocol differs
         return ("resource", type(obj).__qualname__, obj.name, obj.display_name, self.config(obj.pipeline_config),
                 methods, tuple(reqs), queue)
 

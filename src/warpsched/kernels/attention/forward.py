@@ -58,8 +58,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
-from warpsched import (PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, TileSchedulerConfig,
-                       WorkQueue, threads, trip_count)
+from warpsched import (LAUNCH_COUNTER, PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager,
+                       TileSchedulerConfig, WorkQueue, threads, trip_count)
 
 HEAD_DIMS = (64, 128, 256)
 # What attention.host.prepare() / ops.attention compile without tuning keywords; each option is
@@ -107,7 +107,8 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
             wq = WorkQueue(name="UnitQueue", pipeline_config=PipelineConfig.create_clc_fetch_async_pipeline_cfg(
                 num_stages=g.dynamic_units, producer_group=threads(1), consumer_group=threads(readers),
                 cta_layout_vmnk=(1, 1, 1, 1)),
-                tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units, counter=g.unit_counter))
+                tile_scheduler_config=TileSchedulerConfig(
+                    num_tiles=g.num_units, counter=LAUNCH_COUNTER if g.unit_counter is None else g.unit_counter))
         else:
             wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=g.num_units))
     else:
