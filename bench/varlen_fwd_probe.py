@@ -115,7 +115,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="balanced timing rounds (the median is shown)")
     ap.add_argument("--variants", default="", help='packed forms: "name:opt=1,opt=0;name@64:..." over '
-                    "varlen_options (ints; 0 / 1 for switches; @D: at head dim D only; queued=1: over queued_varlen_options)")
+                    "varlen_options (ints; 0 / 1 for switches; @D: at head dim D only; "
+                    "queued=1: over queued_varlen_options)")
     ap.add_argument("--batches", default="", help=f"comma-separated indices 0..{len(EQUAL) - 1} (default: all)")
     ap.add_argument("--ragged", default="", help="comma-separated indices into attention_varlen.py's batches, "
                     "timed without the dense sides")

@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import warpsched
-from warpsched import (PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, PipelineGroup,
+from warpsched import (LAUNCH_COUNTER, PdlLaunchBarrier, PdlWaitBarrier, PipelineConfig, PipelineGroup,
                        PipelineGroupMode, ScheduleError, SignalingThreads, SmemAllocation, SmemAllocator, Task,
-                       TaskManager, TmemAllocation, TmemAllocator, ValidationError, WorkQueue, domain_loop,
-                       schedule, trip_count, when_false, when_true, work_tile_loop)
+                       TaskManager, TileSchedulerConfig, TmemAllocation, TmemAllocator, ValidationError, WorkQueue,
+                       domain_loop, schedule, trip_count, when_false, when_true, work_tile_loop)
 from warpsched.model.memory import LayoutError
 from warpsched.model.schedule import ScheduleFunction
 
@@ -94,6 +94,10 @@ def draw_resources(data):
             r = (WgmmaBuf if data.draw(st.booleans()) else Buf)(name=name, pipeline_config=cfg)
         elif cls == "queue":
             r = FuzzQueue(name=name, pipeline_config=cfg if data.draw(st.booleans()) else None)
+            if data.draw(st.booleans()):  # a counter queue (Hopper), or garbage where its config goes
+                r.tile_scheduler_config = data.draw(st.sampled_from(
+                    [TileSchedulerConfig(num_tiles=8, counter=LAUNCH_COUNTER), TileSchedulerConfig(num_tiles=4),
+                     "garbage", TileSchedulerConfig(counter=3)]))
         elif cls == "pdl_wait":
             r = PdlWaitBarrier(name=name)
         else:

@@ -13,8 +13,9 @@ plan says where each arms (``protocol.plan``), and the fetch and the decoding di
   counter's next value by an atomic add; tile ``gridDim.x + value`` (the first ``gridDim.x`` tiles are the
   CTAs' own block indices) is stored into the stage as ``{tile, 0, 0, tile < num_tiles}`` by a plain shared
   store, and the same thread then arrives on the stage's full barrier (``mbarrier.arrive``, release): the
-  stage's one producer arrival, with no transaction bytes (``WorkQueue.counter_fed``: the plan arms at commit,
-  the lowering's acquire only waits for the empty stage). Not ``st.async`` (undefined in a cluster of one
+  stage's one producer arrival, with no transaction bytes (``WorkQueue.counter_fed``: the plan places the
+  arrival at the ``commit()`` that must follow the fetch directly, which emits nothing; the acquire only waits
+  for the empty stage). Not ``st.async`` (undefined in a cluster of one
   CTA; memcheck stops the kernel), nor a shared store with a relaxed ``mbarrier.complete_tx`` (no release for
   the readers' wait to acquire; racecheck reports it), nor a shared-to-shared bulk copy (memcheck refuses one
   whose destination is not a peer CTA). Tiles are handed out in index order to whichever CTA asks first, so a

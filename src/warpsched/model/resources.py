@@ -330,8 +330,7 @@ class WorkQueue(MemoryResource):
     def counter_fed(self) -> bool:
         """A dynamic queue on an atomic counter: its fetching thread writes each response and arrives on the
         stage's full barrier itself (no transaction bytes), where the CLC hardware completes armed bytes."""
-        cfg = self.tile_scheduler_config
-        return self.is_dynamic and cfg is not None and cfg.counter is not None
+        return self.is_dynamic and getattr(self.tile_scheduler_config, "counter", None) is not None
 
     def skip_work_tile_if(self, work_tile) -> bool:  # default predicate: never skip
         return False
