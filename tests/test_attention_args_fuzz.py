@@ -61,7 +61,7 @@ def test_split_counts_and_kernel_options_answer_every_input_with_a_named_error(s
         options = {name: r.choice([False, True, None, 0, 2]) for name in
                    r.sample(["split_kv", "varlen", "paged", "tma_store_o", "o_buffer", "unit_overlap", "q_stages",
                              "causal", "causal_pairs", "persistent", "lpt_heads", "k_ahead", "early_rescale",
-                             "max_chains", "overlap"], r.randrange(1, 6))}
+                             "max_chains", "overlap", "try_waits"], r.randrange(1, 6))}
         if "lpt_heads" in options and r.random() < 0.5:
             options["lpt_heads"] = r.choice([-3, 1, 8, 2.0, "8", 10 ** 6])
         try:

@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 import _common  # noqa: E402,F401  (pins the arch before cutlass compiles anything)
 
 from warpsched import ValidationError, domain_loop, schedule  # noqa: E402
+from warpsched.model.ir import StepKind  # noqa: E402
 from warpsched.kernels.attention import forward as att  # noqa: E402
 from warpsched.kernels.attention import host  # noqa: E402
 from warpsched.kernels.attention import register_math as amath  # noqa: E402
@@ -34,7 +35,7 @@ def _options(head_dim, persistent, **kw):
 @pytest.mark.parametrize("head_dim", [128, 256])
 @pytest.mark.parametrize("persistent", [True, False])
 @pytest.mark.parametrize("kw", [dict(k_ahead=True), dict(early_rescale=True),
-                                dict(k_ahead=True, early_rescale=True, max_chains=4)])
+                                dict(k_ahead=True, early_rescale=True, max_chains=4), dict(try_waits=True)])
 def test_reordered_programs_are_safe(head_dim, persistent, kw):
     g = att.FlashAttention(head_dim=head_dim, **_options(head_dim, persistent, **kw))
     mgr = att.build(g, verbose=False, progress=False, cache_verdict=False)
@@ -109,6 +110,8 @@ def test_row_max_chains_equal_the_sequential_max(monkeypatch, chains, n):
      "unit_overlap=True has schedules of its own"),
     (dict(early_rescale=True, overlap=False), "needs overlap=True"),
     (dict(max_chains=3), "max_chains=3"),
+    (dict(try_waits=True, unit_overlap=True, o_buffer=True, tma_store_o=True, q_stages=2, head_dim=64),
+     "unit_overlap=True has schedules of its own"),
 ])
 def test_option_errors(kwargs, needle):
     with pytest.raises(att.AttentionConfigError, match=needle):
@@ -123,3 +126,22 @@ def test_slice_stages_is_code_generation_only():
         a, b = (att.build(att.FlashAttention(head_dim=hd, **options, slice_stages=flag), verbose=False,
                           progress=False) for flag in (False, True))
         assert a.fingerprint == b.fingerprint
+
+
+def test_try_waits_probe_before_each_blocking_wait():
+    """try_waits leads the softmax loop's K / V / MathOrder waits (and the first warp group's MathOrder acquire)
+    with their try_waits: another program, proven (test_reordered_programs_are_safe), whose PTX probes each of
+    those barriers without blocking (``mbarrier.try_wait.parity.acquire``) before the blocking loop; with three
+    warp groups too (head dim 64, non-causal)."""
+    import re
+
+    for hd, causal in ((128, True), (64, False)):
+        plain, led = (att.build(att.FlashAttention(head_dim=hd, causal=causal, **dict(
+            host.tuned_options(hd, causal), try_waits=flag)), verbose=False, progress=False) for flag in (False, True))
+        assert plain.fingerprint != led.fingerprint
+        kinds = [s.kind for t in led.program.tasks if t.name.startswith("Softmax") for s in t.schedule.steps]
+        assert sum(k is StepKind.ConsumerTryWait for k in kinds) >= 2 * 2  # K and V in each warp group at least
+    probes = [len(re.findall(r"mbarrier\.try_wait\.parity\.acquire", host.compile_for_cpu(
+        head_dim=128, causal=True, try_waits=flag).artifacts.PTX)) for flag in (False, True)]
+    # K and V (the first turn's and the loop's V waits) in both warp groups, MathOrder's wait and acquire
+    assert probes[0] == 0 and probes[1] >= 6, probes

@@ -161,6 +161,8 @@ def build(g=None, *, kv_tiles=None, units_per_cta=None, verbose=True, **manager_
         ring = {"q_ring": True} if g.q_stages > 1 else {}  # the default program stays as it was
         if g.early_rescale:
             ring["early_rescale"] = True
+        if g.try_waits:
+            ring["try_waits"] = True
         if g.o_through_q:
             ring["tma_store_o"] = True
         if g.o_buffer:
@@ -193,7 +195,7 @@ class FlashAttention(WorkUnits):
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
                  varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0, k_ahead=False, early_rescale=False,
                  max_chains=1, slice_stages=False, live_units=False, lpt_units=False, unit_in_regs=False,
-                 dynamic_units=False, load_fetches_units=False):
+                 dynamic_units=False, load_fetches_units=False, try_waits=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -322,6 +324,13 @@ class FlashAttention(WorkUnits):
         # of after the P V GEMM's wait (FlashAttention-3 at head dim 256: 128 multiplies a thread off the path
         # from that wait to the next turn's GEMMs)
         self.early_rescale = bool(early_rescale)
+        # try_waits: each wait of the K / V / MathOrder stages in the softmax loop is led by a try_wait, so the
+        # compiled wait is one non-blocking probe and a branch around the blocking loop (FA4's form), not the
+        # blocking loop's probe, sleep and re-probe inline; code generation only, the barrier protocol is the same
+        if try_waits and self.unit_overlap:
+            raise AttentionConfigError("try_waits=True leads the default softmax schedule's waits: unit_overlap=True "
+                                       "has schedules of its own (attention/ahead.py)")
+        self.try_waits = bool(try_waits)
         if type(max_chains) is not int or max_chains not in (1, 2, 4, 8):
             raise AttentionConfigError(f"max_chains={max_chains!r}: expected 1, 2, 4 or 8 running maxima per row")
         self.max_chains = max_chains  # the softmax's row max in that many independent chains (register_math)
@@ -354,7 +363,8 @@ class FlashAttention(WorkUnits):
                         for wg in range(wgs)]  # o_buffer: one per warp group (the checker sees them apart)
         switches = ("overlap", "persistent", "tma_store_o", "o_buffer", "causal_pairs", "ring_order", "pinned_exp2",
                     "unit_overlap", "split_kv", "varlen", "live_units", "lpt_units", "paged", "pv_wait_fence",
-                    "k_ahead", "early_rescale", "unit_in_regs", "dynamic_units", "load_fetches_units")
+                    "k_ahead", "early_rescale", "unit_in_regs", "dynamic_units", "load_fetches_units",
+                    "try_waits")
         self.config = AttentionConfig(
             "forward", dtype.__name__, head_dim, self.causal, self.block_m, block_n, self.kv_stages, self.window_left,
             self.window_right, getattr(mask_mod, "__name__", None), softcap,

@@ -71,7 +71,7 @@ def load_schedule(smem_q, smem_k, smem_v, kv_tiles, wq=None, units=None, k_ahead
 @schedule
 def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg, overlap=True, wq=None,
                      units=None, q_ring=False, tma_store_o=False, drain_o=False, chain=False, order_out=None,
-                     ring=None, early_rescale=False):
+                     ring=None, early_rescale=False, try_waits=False):
     """Two warp groups: ``wg`` 0 produces the math order (it goes first), 1 consumes it. ``chain`` (three,
     0 -> 1 -> 2): ``order`` is the turn this warp group waits for (None: 0), ``order_out`` the one it hands
     on (None: the last); ``ring`` (``ring_order``): MathOrder02, produced by 0 and consumed by 2, so 0's next
@@ -82,7 +82,20 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
     softmax_j, O += P_j V_j, wait. ``q_ring``: the S GEMM reads the Q stage this unit waited on.
     ``tma_store_o``: O leaves through Q's stage. ``drain_o`` (``o_buffer``): wait for the last O store's reads.
     ``early_rescale`` (with overlap): O *= the last softmax's correction in the turn, between the S GEMM's
-    issue and the P V GEMM's, not after the P V GEMM's wait (which then only converts P)."""
+    issue and the P V GEMM's, not after the P V GEMM's wait (which then only converts P). ``try_waits``: each
+    K / V / MathOrder wait in the loop is led by its try_wait (the compiled wait probes once and branches around
+    the blocking loop)."""
+
+    def wait(res):
+        if try_waits:
+            res.try_wait()
+        res.wait()
+
+    def acquire(res):
+        if try_waits:
+            res.try_acquire()
+        res.acquire()
+
     if not chain:  # two warp groups, one MathOrder: 0 hands the turn to 1
         order, order_out = (None, order) if wg == 0 else (order, None)
     acc_s, acc_o, softmax_state, p = smem_k.init()
@@ -92,12 +105,12 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
         smem_q.wait()
         with domain_loop(0, kv_tiles, 1) as d:
             if order is not None:
-                order.wait()  # the previous warp group has issued this turn's GEMMs
+                wait(order)  # the previous warp group has issued this turn's GEMMs
             if order_out is not None:
-                order_out.acquire()  # the next warp group has issued its previous GEMMs
+                acquire(order_out)  # the next warp group has issued its previous GEMMs
             if ring is not None:
                 ring.acquire() if wg == 0 else ring.wait()  # 0: warp group 2 had its previous turn
-            smem_k.wait()
+            wait(smem_k)
             if q_ring:
                 smem_q.gemm_operand(q_idx=q_idx)  # Q is read by the S GEMM too, until its retire
                 smem_k.mma_qk(acc_s=acc_s, q_idx=q_idx, wg=wg)
@@ -108,7 +121,7 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                 with d.every(1, start=1):
                     if early_rescale:
                         scores.rescale_o(acc_o=acc_o, softmax_state=softmax_state)  # corr_{j-1}
-                    smem_v.wait()
+                    wait(smem_v)
                     smem_v.mma_pv(p=p, acc_o=acc_o)  # P_{j-1} V_{j-1}
             if order is not None:
                 order.release()
@@ -135,7 +148,7 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                     scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
             else:
                 scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-                smem_v.wait()
+                wait(smem_v)
                 smem_v.mma_pv(p=p, acc_o=acc_o)
                 smem_v.retire()
                 smem_v.release()
@@ -144,7 +157,7 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
         if overlap:
             if early_rescale:
                 scores.rescale_o(acc_o=acc_o, softmax_state=softmax_state)
-            smem_v.wait()
+            wait(smem_v)
             smem_v.mma_pv(p=p, acc_o=acc_o)
             smem_v.retire()
             smem_v.release()
