@@ -86,16 +86,6 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
     K / V / MathOrder wait in the loop is led by its try_wait (the compiled wait probes once and branches around
     the blocking loop)."""
 
-    def wait(res):
-        if try_waits:
-            res.try_wait()
-        res.wait()
-
-    def acquire(res):
-        if try_waits:
-            res.try_acquire()
-        res.acquire()
-
     if not chain:  # two warp groups, one MathOrder: 0 hands the turn to 1
         order, order_out = (None, order) if wg == 0 else (order, None)
     acc_s, acc_o, softmax_state, p = smem_k.init()
@@ -105,12 +95,18 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
         smem_q.wait()
         with domain_loop(0, kv_tiles, 1) as d:
             if order is not None:
-                wait(order)  # the previous warp group has issued this turn's GEMMs
+                if try_waits:
+                    order.try_wait()
+                order.wait()  # the previous warp group has issued this turn's GEMMs
             if order_out is not None:
-                acquire(order_out)  # the next warp group has issued its previous GEMMs
+                if try_waits:
+                    order_out.try_acquire()
+                order_out.acquire()  # the next warp group has issued its previous GEMMs
             if ring is not None:
                 ring.acquire() if wg == 0 else ring.wait()  # 0: warp group 2 had its previous turn
-            wait(smem_k)
+            if try_waits:
+                smem_k.try_wait()
+            smem_k.wait()
             if q_ring:
                 smem_q.gemm_operand(q_idx=q_idx)  # Q is read by the S GEMM too, until its retire
                 smem_k.mma_qk(acc_s=acc_s, q_idx=q_idx, wg=wg)
@@ -121,7 +117,9 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                 with d.every(1, start=1):
                     if early_rescale:
                         scores.rescale_o(acc_o=acc_o, softmax_state=softmax_state)  # corr_{j-1}
-                    wait(smem_v)
+                    if try_waits:
+                        smem_v.try_wait()
+                    smem_v.wait()
                     smem_v.mma_pv(p=p, acc_o=acc_o)  # P_{j-1} V_{j-1}
             if order is not None:
                 order.release()
@@ -148,7 +146,9 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
                     scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
             else:
                 scores.rescale(acc_s=acc_s, p=p, acc_o=acc_o, softmax_state=softmax_state)
-                wait(smem_v)
+                if try_waits:
+                    smem_v.try_wait()
+                smem_v.wait()
                 smem_v.mma_pv(p=p, acc_o=acc_o)
                 smem_v.retire()
                 smem_v.release()
@@ -157,7 +157,9 @@ def softmax_schedule(smem_q, smem_k, smem_v, scores, order, gmem_o, kv_tiles, wg
         if overlap:
             if early_rescale:
                 scores.rescale_o(acc_o=acc_o, softmax_state=softmax_state)
-            wait(smem_v)
+            if try_waits:
+                smem_v.try_wait()
+            smem_v.wait()
             smem_v.mma_pv(p=p, acc_o=acc_o)
             smem_v.retire()
             smem_v.release()
