@@ -137,19 +137,21 @@ def test_persistent_task_must_advance_the_queue_once_per_tile():
     expect(rejected(*copy_program(twice)), "workqueue placement", "copy", "wq", line("twice"))
 
 
-def test_static_queue_has_no_scheduler_task_and_clc_queue_needs_one():
-    @schedule
-    def fetcher(src, copy_res, wq):
-        with work_tile_loop(wq):  # @fetcher
-            wq.acquire()
-            wq.fetch_work_tile()
-            wq.commit()
-            v = src.load()
-            copy_res.store(value=v)
-            wq.wait()
-            wq.get_and_advance_work_tile()
-            wq.release()
+@schedule
+def fetcher(src, copy_res, wq):
+    """A task that fetches each next tile (commit() right after the fetch) and copies."""
+    with work_tile_loop(wq):  # @fetcher
+        wq.acquire()
+        wq.fetch_work_tile()
+        wq.commit()
+        v = src.load()
+        copy_res.store(value=v)
+        wq.wait()
+        wq.get_and_advance_work_tile()
+        wq.release()
 
+
+def test_static_queue_has_no_scheduler_task_and_clc_queue_needs_one():
     tasks, graph = copy_program(fetcher)
     wq = tasks[0].src_resources[1]
     tasks[0].dst_resources.append(wq)
@@ -204,19 +206,7 @@ def test_a_counter_queue_commits_right_after_its_fetch():
             wq.get_and_advance_work_tile()
             wq.release()
 
-    @schedule
-    def direct(src, copy_res, wq):
-        with work_tile_loop(wq):
-            wq.acquire()
-            wq.fetch_work_tile()
-            wq.commit()
-            v = src.load()
-            copy_res.store(value=v)
-            wq.wait()
-            wq.get_and_advance_work_tile()
-            wq.release()
-
-    for sched, counter in ((late, LAUNCH_COUNTER), (direct, LAUNCH_COUNTER), (late, None)):
+    for sched, counter in ((late, LAUNCH_COUNTER), (fetcher, LAUNCH_COUNTER), (late, None)):
         tasks, graph = copy_program(sched)
         wq = tasks[0].src_resources[1]
         tasks[0].dst_resources.append(wq)

@@ -193,14 +193,17 @@ def test_value_escaping_a_loop_without_typed_default_is_refused():
     assert "produced inside a runtime loop or guard" in msg and "task: C" in msg and "TaskLocalVariable" in msg
 
 
-def test_a_counter_queue_without_a_tile_count_is_refused():
-    """TileSchedulerConfig(counter=...) hands out tiles up to num_tiles: without it the lowering names the queue."""
+def _dynamic_copy_refusal(with_counter, with_tiles):
+    """The message of compiling examples/hopper/dynamic_copy.py's kernel with its counter tensor or not
+    (``LAUNCH_COUNTER`` then) and its tile count or not."""
     import dynamic_copy
     from cutlass.cute.runtime import make_fake_stream
 
     @cute.kernel
     def kern(mx: cute.Tensor, my: cute.Tensor, mc: cute.Tensor):
-        mgr = dynamic_copy.build(mx, my, mc, None, rows=cute.size(mx, mode=[0]), verbose=False)
+        tiles = cute.size(mx, mode=[1]) // dynamic_copy.TILE if with_tiles else None
+        mgr = dynamic_copy.build(mx, my, mc if with_counter else None, tiles, rows=cute.size(mx, mode=[0]),
+                                 verbose=False)
         mgr.setup_resources_and_tasks()
         mgr.run()
 
@@ -210,28 +213,17 @@ def test_a_counter_queue_without_a_tile_count_is_refused():
 
     with pytest.raises(Exception) as ei:
         cute.compile(host, *dynamic_copy._fakes(), make_fake_stream(), options=_common.ptx_options())
-    msg = _message(ei)
+    return _message(ei)
+
+
+def test_a_counter_queue_without_a_tile_count_is_refused():
+    """TileSchedulerConfig(counter=...) hands out tiles up to num_tiles: without it the lowering names the queue."""
+    msg = _dynamic_copy_refusal(with_counter=True, with_tiles=False)
     assert "atomic counter needs the tile count" in msg and "CounterQueue" in msg and "num_tiles=" in msg
 
 
 def test_a_counter_queue_traced_without_its_tensor_is_refused():
     """``LAUNCH_COUNTER`` stands for the counter where a program is only checked; a kernel traced with it names
     the queue and asks for the tensor."""
-    import dynamic_copy
-    from cutlass.cute.runtime import make_fake_stream
-
-    @cute.kernel
-    def kern(mx: cute.Tensor, my: cute.Tensor, mc: cute.Tensor):
-        mgr = dynamic_copy.build(mx, my, None, cute.size(mx, mode=[1]) // dynamic_copy.TILE,
-                                 rows=cute.size(mx, mode=[0]), verbose=False)
-        mgr.setup_resources_and_tasks()
-        mgr.run()
-
-    @cute.jit
-    def host(mx: cute.Tensor, my: cute.Tensor, mc: cute.Tensor, stream):
-        kern(mx, my, mc).launch(grid=[1, 1, 1], block=[160, 1, 1], cluster=[1, 1, 1], stream=stream)
-
-    with pytest.raises(Exception) as ei:
-        cute.compile(host, *dynamic_copy._fakes(), make_fake_stream(), options=_common.ptx_options())
-    msg = _message(ei)
+    msg = _dynamic_copy_refusal(with_counter=False, with_tiles=True)
     assert "needs the counter's tensor" in msg and "CounterQueue" in msg and "LAUNCH_COUNTER" in msg
