@@ -369,11 +369,11 @@ class TaskEmitter:
         ``get_and_advance_work_tile()`` decodes the waited response into the next one; the loop ends
         when a response carries no tile."""
         wq = wtl.work_queue
-        if tile_queues.uses_counter(wq) and wq.tile_scheduler_config.num_tiles is None:
+        if wq.counter_fed and wq.tile_scheduler_config.num_tiles is None:
             raise LoweringError("a WorkQueue on an atomic counter needs the tile count it hands out",
                                 task=self.task, resource=wq, location=wtl.location,
                                 fix="pass TileSchedulerConfig(num_tiles=..., counter=...)")
-        if tile_queues.uses_counter(wq) and wq.tile_scheduler_config.counter is LAUNCH_COUNTER:
+        if wq.counter_fed and wq.tile_scheduler_config.counter is LAUNCH_COUNTER:
             raise LoweringError("a WorkQueue on an atomic counter needs the counter's tensor in the kernel",
                                 task=self.task, resource=wq, location=wtl.location,
                                 fix="pass TileSchedulerConfig(counter=<a one-word int32 tensor>) when the kernel is "

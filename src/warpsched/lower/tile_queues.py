@@ -15,12 +15,10 @@ plan says where each arms (``protocol.plan``), and the fetch and the decoding di
   store, and the same thread then arrives on the stage's full barrier (``mbarrier.arrive``, release): the
   stage's one producer arrival, with no transaction bytes (``WorkQueue.counter_fed``: the plan places the
   arrival at the ``commit()`` that must follow the fetch directly, which emits nothing; the acquire only waits
-  for the empty stage). Not ``st.async`` (undefined in a cluster of one
-  CTA; memcheck stops the kernel), nor a shared store with a relaxed ``mbarrier.complete_tx`` (no release for
-  the readers' wait to acquire; racecheck reports it), nor a shared-to-shared bulk copy (memcheck refuses one
-  whose destination is not a peer CTA). Tiles are handed out in index order to whichever CTA asks first, so a
-  CTA that drew short tiles takes more of them (what the hardware scheduler does for one CTA per tile, without
-  a launch per tile)."""
+  for the empty stage). Only a release arrival orders the store for the readers in a cluster of one CTA
+  (docs/attention.md, "how the response reaches its stage", has the forms compute-sanitizer refused). Tiles
+  are handed out in index order to whichever CTA asks first, so a CTA that drew short tiles takes more of them
+  (what the hardware scheduler does for one CTA per tile, without a launch per tile)."""
 from __future__ import annotations
 
 import cutlass
@@ -29,10 +27,6 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from ..protocol.barriers import CLC_RESPONSE_BYTES
-
-
-def uses_counter(wq) -> bool:
-    return wq.counter_fed
 
 
 def tile_dims(wq) -> tuple:
@@ -66,7 +60,7 @@ def first_tile(wq):
     tile (a grid sized from a bound may have CTAs past the count), once the launch is known to have a cluster."""
     bx, by, bz = cute.arch.block_idx()
     valid = cutlass.Int32(1)
-    if uses_counter(wq):
+    if wq.counter_fed:
         _require_cluster_launch()
         valid = cutlass.Int32(cutlass.Int32(bx) < tile_total(wq))
     return cutlass.Int32(bx), cutlass.Int32(by), cutlass.Int32(bz), valid
@@ -93,7 +87,7 @@ def _store_response(resp, words, mbar, *, loc=None, ip=None):
 def fetch(wq, mbar, resp):
     """One elected thread asks for the next tile; the response lands in ``resp`` and completes ``mbar``."""
     with cute.arch.elect_one():
-        if uses_counter(wq):
+        if wq.counter_fed:
             counter = wq.tile_scheduler_config.counter
             drawn = cute.arch.atomic_add(counter.iterator.llvm_ptr, cutlass.Int32(1), sem="relaxed", scope="gpu")
             grid, _, _ = cute.arch.grid_dim()
@@ -107,7 +101,7 @@ def fetch(wq, mbar, resp):
 def decode(wq, resp):
     """(x, y, z, valid) of a waited response. A CLC stage is written next by the async proxy (the next query, once
     the stage is released), so its reads are fenced against that; a counter's next response is a generic store."""
-    if uses_counter(wq):
+    if wq.counter_fed:
         words = cute.make_tensor(cute.recast_ptr(resp, dtype=cutlass.Int32), cute.make_layout(4))
         return words[0], words[1], words[2], words[3]
     tile = cute.arch.clc_response(resp)
