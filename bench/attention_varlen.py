@@ -191,18 +191,21 @@ BATCHES = [  # name, lengths, H, Hk, D, causal (VARLEN_BATCHES=LONGFULL adds a l
 
 
 def variant_options(opts, D, causal, top, group):
-    """A variant's kernel options: ``opts`` over ``varlen_options``, or over ``queued_varlen_options`` where
-    ``opts`` has ``queued=1`` (the queue's registers depend on the warp groups, so they cannot be written as one
-    variant for every batch)."""
+    """A variant's kernel options: ``opts`` over ``varlen_options`` (the default, the queued units), over
+    ``queued_varlen_options`` where ``opts`` has ``queued=1`` or over ``static_varlen_options`` where it has
+    ``static=1`` (the queue's registers depend on the warp groups, so neither base can be written as one variant
+    for every batch)."""
     opts = dict(opts)
-    base = varlen.queued_varlen_options if opts.pop("queued", 0) else varlen.varlen_options
+    queued, static = opts.pop("queued", 0), opts.pop("static", 0)
+    base = (varlen.queued_varlen_options if queued else varlen.static_varlen_options if static
+            else varlen.varlen_options)
     return dict(base(D, causal, top, group), **opts)
 
 
 def variants(text=None):
     """``VARLEN_VARIANTS="every:live_units=0;wgs2:wgs=2;q:queued=1"`` (or ``text`` in that form): more warpsched
     forms timed beside the default, each its options over ``varlen_options`` (ints; 0 / 1 for switches;
-    ``queued=1``: over ``queued_varlen_options``)."""
+    ``queued=1``: over ``queued_varlen_options``; ``static=1``: over ``static_varlen_options``)."""
     out = {}
     for item in filter(None, (os.environ.get("VARLEN_VARIANTS", "") if text is None else text).split(";")):
         name, _, opts = item.partition(":")

@@ -1,7 +1,8 @@
 """GPU soak of the packed forward's unit queue (``varlen.queued_varlen_options``): many launches on random
 ragged batches, each O (NaN-poisoned first) compared bit for bit with the static order's
-(``varlen.static_varlen_options``, the default, checked against fp64 by ``attention_varlen.py``), and repeated
-launches of the queued form on one batch compared with each other. The queue changes which CTA runs a unit, never a unit's arithmetic, so any
+(``varlen.static_varlen_options``; ``attention_varlen.py`` checks both against fp64), and repeated launches of
+the queued form (the default) on one batch compared with each other. The queue changes which CTA runs a unit,
+never a unit's arithmetic, so any
 difference is a fault (a unit run twice or not at all, a stage read before it was written).
 
     python3 bench/varlen_soak.py [--batches 60] [--repeats 20] [--seed 0]

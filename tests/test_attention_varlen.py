@@ -171,13 +171,12 @@ def test_the_load_warp_can_fetch_the_units_itself():
 def test_the_queued_options_hand_the_units_out_as_ctas_free_up():
     """queued_varlen_options: the load warp claims each next live unit from a two-stage queue (no scheduler
     warp, no causal pairs: the queue hands units out in table order); it differs from the static form only
-    there, and the static unit orders (lpt_units, every block) start from the static form, which is the default
-    until the queue's fetch has run on the GPU."""
+    there; it is the default, and the static unit orders (lpt_units, every block) start from the static form."""
     for hd, causal, top, group in ((128, True, None, 1), (64, True, 8000, 4), (64, False, 512, 1),
                                    (64, False, 4096, 1), (256, False, None, 1)):
         options = varlen.queued_varlen_options(hd, causal, top, group)
         static = varlen.static_varlen_options(hd, causal, top, group)
-        assert varlen.varlen_options(hd, causal, top, group) == static
+        assert varlen.varlen_options(hd, causal, top, group) == options
         assert options["dynamic_units"] == 2 and options["load_fetches_units"] and not options["causal_pairs"]
         assert not static["dynamic_units"] and not static["load_fetches_units"]
         assert ({k for k in options if options[k] != static.get(k)}

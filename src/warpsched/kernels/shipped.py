@@ -93,7 +93,7 @@ def programs() -> Dict[str, Callable[..., object]]:
     from .attention import backward as ab
     from .attention.backward_host import default_options as default_bwd
     from .gemm import host as gemm_host
-    from .attention.varlen import forward_kernel as varlen_kernel, queued_varlen_options, varlen_options
+    from .attention.varlen import forward_kernel as varlen_kernel, queued_varlen_options, static_varlen_options
     from .gemm.kernel import PersistentGemm
 
     out: Dict[str, Callable[..., object]] = {}
@@ -116,17 +116,20 @@ def programs() -> Dict[str, Callable[..., object]]:
         for causal in (False, True):
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen"] = (
                 lambda hd=hd, causal=causal, **mo:
-                att.build(varlen_kernel(hd, causal, **varlen_options(hd, causal)), **mo))
-    for hd in att.HEAD_DIMS:  # GQA: causal units in the table's order (varlen_options' group)
+                att.build(varlen_kernel(hd, causal, **static_varlen_options(hd, causal)), **mo))
+    for hd in att.HEAD_DIMS:  # GQA: causal units in the table's order (static_varlen_options' group)
         out[f"attention hd{hd} causal varlen gqa"] = (
-            lambda hd=hd, **mo: att.build(varlen_kernel(hd, True, **varlen_options(hd, True, group=2)), **mo))
+            lambda hd=hd, **mo:
+            att.build(varlen_kernel(hd, True, **static_varlen_options(hd, True, group=2)), **mo))
     out["attention hd64 full varlen short"] = (  # max_seqlen_q < SHORT_HD64_FULL: 128-row Q blocks
-        lambda **mo: att.build(varlen_kernel(64, False, **varlen_options(64, False, 1)), **mo))
-    for hd in att.HEAD_DIMS:  # the units handed out by a queue the load warp fetches (queued_varlen_options)
+        lambda **mo: att.build(varlen_kernel(64, False, **static_varlen_options(64, False, 1)), **mo))
+    for hd in att.HEAD_DIMS:  # the default: a queue the load warp fetches (queued_varlen_options; GQA the same)
         for causal in (False, True):
             out[f"attention hd{hd} {'causal' if causal else 'full'} varlen queued"] = (
                 lambda hd=hd, causal=causal, **mo:
                 att.build(varlen_kernel(hd, causal, **queued_varlen_options(hd, causal)), **mo))
+    out["attention hd64 full varlen short queued"] = (
+        lambda **mo: att.build(varlen_kernel(64, False, **queued_varlen_options(64, False, 1)), **mo))
     # the packed backward is the dense program (same fingerprint)
     packed_only = ("unit_in_regs", "zero_in_prep", "live_units")
     for hd in ab.BWD_HEAD_DIMS:

@@ -38,12 +38,11 @@ STATIC_UNITS = {"dynamic_units": False, "load_fetches_units": False}
 
 
 def varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
-    """The packed forward's default options: ``static_varlen_options``. ``queued_varlen_options`` (the units
-    handed out as CTAs free up) measured 0.92-0.99x its time on five ragged batches and within 2.5 % either way
-    on equal ones (docs/attention.md, "Variable-length batches"); it becomes the default once its queue's fetch
-    in its present form (a shared store, then the fetching thread's release arrival; ``lower/tile_queues.py``) has
-    passed compute-sanitizer and the soak on the GPU."""
-    return static_varlen_options(head_dim, causal, max_seqlen_q, group)
+    """The packed forward's default options: ``queued_varlen_options``, the live units handed out as CTAs free
+    up. On the GPU (H100) it took 0.925-0.987x the time of the units dealt in fixed turns
+    (``static_varlen_options``) on five ragged batches, passed memcheck, racecheck and synccheck, and its O was
+    bit for bit the static order's over 120 random batches (docs/attention.md, "Variable-length batches")."""
+    return queued_varlen_options(head_dim, causal, max_seqlen_q, group)
 
 
 def queued_varlen_options(head_dim, causal, max_seqlen_q=None, group=1):
