@@ -222,7 +222,8 @@ def test_a_counter_queue_commits_right_after_its_fetch():
 
 def test_the_plan_gives_a_counter_queue_a_thread_arrival_and_clc_its_armed_bytes():
     """One plan for the checker and the lowering: a counter queue (``WorkQueue.counter_fed``, also before its
-    tensor exists) arrives at commit with no transaction bytes; a CLC queue arms 16 bytes at acquire."""
+    tensor exists) arrives at commit with no transaction bytes, an arrival its fetch makes (the lowering's commit
+    emits nothing); a CLC queue arms 16 bytes at acquire."""
     import importlib
     import os
     import sys
@@ -240,7 +241,8 @@ def test_the_plan_gives_a_counter_queue_a_thread_arrival_and_clc_its_armed_bytes
         mgr = mod.build(verbose=False)
         wq = next(r for r in mgr.plan.program.resources if isinstance(r, WorkQueue))
         pp = mgr.plan.pipeline(wq)
-        plans[mod.__name__] = (wq.counter_fed, pp.arming, pp.protocol.transaction_bytes, pp.protocol.ptype)
-    assert plans["dynamic_copy"][:3] == (True, Arming.AT_COMMIT, False)
-    assert plans["clc_copy"][:3] == (False, Arming.AT_ACQUIRE, True)
-    assert plans["dynamic_copy"][3] is plans["clc_copy"][3]  # both ClcFetchAsync
+        plans[mod.__name__] = (wq.counter_fed, pp.arming, pp.protocol.transaction_bytes, pp.arrives_in_fetch,
+                               pp.protocol.ptype)
+    assert plans["dynamic_copy"][:4] == (True, Arming.AT_COMMIT, False, True)
+    assert plans["clc_copy"][:4] == (False, Arming.AT_ACQUIRE, True, False)
+    assert plans["dynamic_copy"][4] is plans["clc_copy"][4]  # both ClcFetchAsync

@@ -68,6 +68,7 @@ class PipelineLowering:
         self.resource, self.config, self.proto = target, cfg, pp.protocol
         self.pair = pp.pair_full is not PairRoute.LOCAL or pp.pair_empty is not PairRoute.LOCAL
         self.arms_on_acquire = pp.arming is Arming.AT_ACQUIRE  # a Fork member's is group.commit()'s
+        self.arrives_in_fetch = pp.arrives_in_fetch
         loc = cfg.location
         self.cluster_shape = cfg.cluster_shape or (1, 1, 1, 1)
         if cfg.num_ctas != 1:
@@ -198,7 +199,7 @@ class PipelineLowering:
             dyn_if({}, [], token == 0, lambda env: self.pipe.sync_object_empty.wait(state.index, state.phase))
 
     def commit(self, task, warp_idx, state):
-        if self.arms_on_acquire or getattr(self.resource, "counter_fed", False):
+        if self.arms_on_acquire or self.arrives_in_fetch:
             # the TMA / CLC transaction completes the full barrier; a counter queue's fetching thread arrived
             # right after its store (lower/tile_queues.py), the arrival the plan places here
             return

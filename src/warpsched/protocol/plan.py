@@ -203,6 +203,9 @@ class PipelinePlan:
     pair_full: PairRoute = PairRoute.LOCAL  # where a pair CTA's producer arrivals / TMA bytes land
     pair_empty: PairRoute = PairRoute.LOCAL  # where a pair CTA's consumer arrivals land
     arms_in_leader: bool = False  # only the leader CTA's acquire arms full[s] (TmaUmma pair)
+    # the producer's arrival is made inside its fetch (a counter queue's thread, after storing the response) and
+    # modelled at the commit() that follows it: the lowering's commit emits nothing
+    arrives_in_fetch: bool = False
 
     @property
     def multicast(self) -> bool:
@@ -462,14 +465,16 @@ def _plain_pipeline(resource, init) -> PipelinePlan:
     full = BarrierArray(resource, FULL, cfg.num_stages, max(1, init.full_arrivals), init.full_tx_bytes,
                         proto.producer_op, 0)
     empty = BarrierArray(resource, EMPTY, cfg.num_stages, max(1, init.empty_arrivals), 0, proto.consumer_op, 1)
-    if getattr(resource, "counter_fed", False):
+    in_fetch = bool(getattr(resource, "counter_fed", False))
+    if in_fetch:
         # a counter queue's fetching thread stores the response, then arrives (release) on full[s]: no
         # transaction bytes, the arrival modelled at commit, the verb after the fetch (lower/tile_queues.py)
         proto = replace(proto, transaction_bytes=False, producer_arms_on_acquire=False)
     arming = Arming.AT_ACQUIRE if proto.producer_arms_on_acquire else Arming.AT_COMMIT
     pair_full, pair_empty = pair_route(cfg, PRODUCER), pair_route(cfg, CONSUMER)
     return PipelinePlan(resource, cfg, proto, full, empty, arming, init.full_tx_bytes, mcast_partners(cfg), init,
-                        None, pair_full, pair_empty, pair_full is not PairRoute.LOCAL and proto.pair_arms_in_leader)
+                        None, pair_full, pair_empty, pair_full is not PairRoute.LOCAL and proto.pair_arms_in_leader,
+                        in_fetch)
 
 
 def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
@@ -500,7 +505,8 @@ def _group_plan(group: PipelineGroup, own: List[PipelinePlan]) -> GroupPlan:
         if group.mode is PipelineGroupMode.Fork and arming is Arming.AT_ACQUIRE:
             arming = Arming.BY_GROUP_COMMIT  # the members are views of one buffer, loaded once
         plans.append(PipelinePlan(pp.resource, pp.config, pp.protocol, full, empty, arming, pp.arm_tx_bytes,
-                                  pp.mcast_partners, pp.init, group, pp.pair_full, pp.pair_empty, pp.arms_in_leader))
+                                  pp.mcast_partners, pp.init, group, pp.pair_full, pp.pair_empty, pp.arms_in_leader,
+                                  pp.arrives_in_fetch))
     if group.mode is PipelineGroupMode.Merge:
         arrays = [p.full for p in plans] + ([se] if se is not None else [])
     elif group.mode is PipelineGroupMode.Fork:
