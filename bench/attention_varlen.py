@@ -148,11 +148,11 @@ def correctness():
         # VARLEN_VARIANTS' forms on the same inputs: each within the bar of the reference (bit for bit the
         # default's where a form changes only where values are computed, e.g. unit_in_regs)
         for vn, vopts in variants().items():
-            if vopts.get("wgs", 2) == 3 and D != 64:  # three warp groups: a hd64 form
+            chosen = variant_options(vopts, D, causal, max(lq), H // Hk)
+            if not runs_at(chosen, D):
                 continue
             o_var = varlen.attention_varlen(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=causal,
-                                            window_size=window, softcap=softcap, mask_mod=mask_mod,
-                                            options=variant_options(vopts, D, causal, max(lq), H // Hk))
+                                            window_size=window, softcap=softcap, mask_mod=mask_mod, options=chosen)
             v_err = err(o_var, ref)
             table_ok = table_ok and v_err < (8e-3 if dtype == torch.bfloat16 else 4e-3)
             print(f"  variant {vn}: O " + ("bit for bit the default's" if torch.equal(o_var, out)
@@ -200,6 +200,11 @@ def variant_options(opts, D, causal, top, group):
     base = (varlen.queued_varlen_options if queued else varlen.static_varlen_options if static
             else varlen.varlen_options)
     return dict(base(D, causal, top, group), **opts)
+
+
+def runs_at(options, D):
+    """Whether a variant's resolved options serve head dim ``D``: three warp groups are a head dim 64 form."""
+    return options.get("wgs", 2) != 3 or D == 64
 
 
 def variants(text=None):
@@ -340,7 +345,7 @@ def speed(rounds):
                                                           max_seqlen_k=top, causal=causal)
         for n, opts in extra.items():
             chosen = variant_options(opts, D, causal, top, H // Hk)
-            if chosen.get("wgs", 2) == 3 and D != 64:
+            if not runs_at(chosen, D):
                 continue
             sides[n] = (lambda chosen=chosen: varlen.attention_varlen(q, k, v, cu, cu, top, top, causal=causal,
                                                                       options=chosen))
