@@ -106,7 +106,7 @@ def test_causal_pairs_give_every_cta_the_same_work_on_equal_sequences(lengths, h
 def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
     """dynamic_units: a scheduler warp takes each CTA's next unit from the live table's word 1 (an atomic add, the
     unit stored into the queue's stage, its 16 bytes completed on the stage's barrier): the program has the fetch task and is SAFE; the option
-    needs the live table and refuses the static orders."""
+    needs the live table."""
     import re
 
     options = dict(varlen.static_varlen_options(128, True), dynamic_units=True)
@@ -122,9 +122,8 @@ def test_dynamic_units_fetch_from_the_tables_counter_and_are_proven():
     # memcheck refuses one into the issuing CTA)
     assert "st.async" not in ptx and "mbarrier.complete_tx" not in ptx and "shared::cluster.shared::cta" not in ptx
     assert len(re.findall(r"st\.shared\.v4\.b32[^\n]*\n\s*mbarrier\.arrive\.release\.cta\.shared::cta\.b64", ptx)) == 1
-    for bad in (dict(live_units=False), dict(lpt_units=True)):
-        with pytest.raises(AttentionConfigError, match="dynamic_units=True"):
-            att.FlashAttention(**dict(options, varlen=True, **bad))
+    with pytest.raises(AttentionConfigError, match="dynamic_units=True"):
+        att.FlashAttention(**dict(options, varlen=True, live_units=False))
     # the one-stage queue: three warp groups (head dim 64, non-causal) are proven too
     three = varlen.forward_kernel(64, False, **dict(varlen.static_varlen_options(64, False, 4096), dynamic_units=True))
     assert three.wgs == 3 and att.build(three, verbose=False)._run_checker().verdict == "SAFE"
@@ -186,9 +185,40 @@ def test_the_queued_options_hand_the_units_out_as_ctas_free_up():
         # the load warp group's fetch gets room (two warp groups: 32 registers, 232 for the warp groups)
         assert (g.producer_regs, g.consumer_regs) == ((32, 232) if g.wgs == 2 else (24, 160))
         assert g.wgs == varlen.forward_kernel(hd, causal, **static).wgs  # the same Q blocks
-    with pytest.raises(AttentionConfigError, match="lpt_units"):
-        varlen.forward_kernel(128, True, **dict(varlen.queued_varlen_options(128, True), lpt_units=True))
     varlen.forward_kernel(128, True, **dict(varlen.static_varlen_options(128, True), lpt_units=True))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("lpt_heads", [0, 1, 2, 3])
+def test_the_queue_can_hand_out_the_longest_first_table_in_groups_of_heads(causal, lpt_heads):
+    """``lpt_units`` with the queue: the units in the longest-first table's order within groups of ``lpt_heads``
+    K/V heads (0: all), a group's K/V heads and their GQA query heads innermost; every (sequence, head, Q block)
+    is one unit, and within a group no unit's level is above an earlier one's, so the last units a group hands
+    out are its shortest."""
+    lengths, heads, kv_heads = [700, 0, 1, 3000, 130, 2048, 64], 8, 4
+    options = dict(varlen.queued_varlen_options(128, causal, max(lengths), heads // kv_heads), lpt_units=True,
+                   lpt_heads=lpt_heads, max_ctas=132)
+    g = varlen.forward_kernel(128, causal, **options)
+    assert g.lpt_units and g.dynamic_units and g.lpt_heads == lpt_heads
+    order, level = live_units.reference_levels(lengths, g.block_m, causal, live_units.levels_for(max(lengths),
+                                                                                                   g.block_m))
+    g.cu_q = g.cu_k = _offsets(lengths)
+    g.unit_table = [len(order), 0] + [w for p in order for w in p]
+    g.grid_setup(max(lengths), max(lengths), heads, kv_heads, len(lengths), live=len(order))
+    units = [g.unit_coords(t) for t in range(g.num_units)]
+    assert sorted((b, h, j) for j, h, b, _ in units) == sorted(
+        (b, h, j) for b, j in order for h in range(heads))
+    assert all(kv == h // (heads // kv_heads) for _, h, _, kv in units)
+    per = kv_heads if lpt_heads == 0 else min(lpt_heads, kv_heads)
+    groups = {}
+    for j, h, b, kv in units:
+        groups.setdefault(kv // per, []).append(level[(b, j)])
+    assert list(groups) == sorted(groups)  # group after group
+    for levels in groups.values():
+        assert levels == sorted(levels, reverse=True)
+    with pytest.raises(AttentionConfigError, match="lpt_heads"):
+        varlen.forward_kernel(128, causal, **dict(varlen.static_varlen_options(128, causal), lpt_units=True,
+                                                  lpt_heads=2))
 
 
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():

@@ -258,12 +258,13 @@ class FlashAttention(WorkUnits):
         if lpt_units and not self.live_units:
             raise AttentionConfigError("lpt_units=True orders the live-unit table longest first: it needs "
                                        "live_units=True (FlashAttentionVarlenLive)")
-        # lpt_units: the table longest first (live_units.LongestFirstTable), dealt to the CTAs in snake rounds
+        # lpt_units: the table longest first (live_units.LongestFirstTable), dealt to the CTAs in snake rounds, or
+        # with dynamic_units handed out by the queue in that order
         self.lpt_units = bool(lpt_units)
-        if dynamic_units and not (self.live_units and not lpt_units and not unit_overlap):
-            raise AttentionConfigError(f"dynamic_units=True with live_units={self.live_units}, lpt_units={lpt_units}, "
-                                       f"unit_overlap={unit_overlap}: the units are handed out in table order by the "
-                                       "table's counter word; pass live_units=True, lpt_units=False, unit_overlap=False")
+        if dynamic_units and not (self.live_units and not unit_overlap):
+            raise AttentionConfigError(f"dynamic_units=True with live_units={self.live_units}, unit_overlap="
+                                       f"{unit_overlap}: the live units are handed out in their order by the table's "
+                                       "counter word; pass live_units=True, unit_overlap=False")
         # dynamic_units: a CTA takes the next live unit when it is free (a WorkQueue on the table's counter word,
         # lower/tile_queues.py), not every ctas-th one: short units no longer leave CTAs idle at the end. An int
         # is the queue's stage count (True: one): a CTA claims up to that many units beyond the one its warp
@@ -306,10 +307,16 @@ class FlashAttention(WorkUnits):
         # causal: longest-first within groups of lpt_heads (batch, head) pairs (units.grouped_longest_first);
         # with persistent=False the hardware hands the next unit to the first free SM, so each group's short
         # units fill its tail while the CTAs that run at once read about lpt_heads heads' K / V
-        if not isinstance(lpt_heads, int) or lpt_heads < 0 or (lpt_heads and (not self.causal or self.causal_pairs)):
+        # packed batches whose queue hands out the longest-first table (lpt_units with dynamic_units): the table's
+        # blocks longest first within groups of lpt_heads K/V heads (0: all), causal or not (units._live_coords)
+        queued_lpt = self.lpt_units and bool(self.dynamic_units)
+        if (not isinstance(lpt_heads, int) or isinstance(lpt_heads, bool) or lpt_heads < 0
+                or (lpt_heads and not queued_lpt and (not self.causal or self.causal_pairs or self.live_units))):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with causal={self.causal}, causal_pairs="
-                                       f"{self.causal_pairs}: expected an int >= 0, and > 0 only for a causal kernel "
-                                       "without causal_pairs (its pair rounds are another order)")
+                                       f"{self.causal_pairs}, live_units={self.live_units}: expected an int >= 0, and "
+                                       "> 0 only for a causal kernel without causal_pairs (its pair rounds are another "
+                                       "order) or for packed units queued longest first (lpt_units=True with "
+                                       "dynamic_units)")
         self.lpt_heads = lpt_heads
         if (k_ahead or early_rescale) and self.unit_overlap:
             raise AttentionConfigError("k_ahead / early_rescale reorder the default schedules' loads / O rescale: "

@@ -141,6 +141,16 @@ class WorkUnits(HeldUnit):
         causal: the table from its end (each sequence's last, longest blocks first), or with ``causal_pairs`` (the
         tuned default) in zigzag pairs (``_paired_live_coords``)."""
         group = self.heads // self.kv_heads
+        if cutlass.const_expr(self.lpt_units and self.dynamic_units):
+            # queued longest first: the table's blocks (longest first) within groups of lpt_heads K/V heads, a
+            # group's K/V heads and then its query heads innermost; a CTA takes the next unit as it frees up, so
+            # the last units to start are the shortest, while the CTAs running at once read about lpt_heads K/V
+            # heads of a few sequences (all heads: best balanced, most K / V in flight)
+            rest, g = unit // group, unit % group
+            per = self.kv_heads if self.lpt_heads == 0 else cutlass.min(self.lpt_heads, self.kv_heads)
+            v, kv_head = grouped_longest_first(rest, self.live_count, self.kv_heads, per)
+            batch, q_block = self._table_entry(v)
+            return q_block, kv_head * group + g, batch, kv_head
         if cutlass.const_expr(self.lpt_units):  # the table is longest first: its blocks outermost, in snake rounds
             position = self._snake(unit)
             v, head = position // self.heads, position % self.heads
