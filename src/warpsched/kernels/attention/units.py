@@ -139,7 +139,8 @@ class WorkUnits(HeldUnit):
         """``live_units``: unit_coords from the table. Order: K/V head, then the table's blocks, then the Q heads
         that share that K/V head (GQA), so the CTAs running at once read few heads' K / V (one, without GQA);
         causal: the table from its end (each sequence's last, longest blocks first), or with ``causal_pairs`` (the
-        tuned default) in zigzag pairs (``_paired_live_coords``)."""
+        tuned default) in zigzag pairs (``_paired_live_coords``). ``lpt_units``: the longest-first table dealt in
+        snake rounds, or, handed out by the queue (``dynamic_units``), in groups of ``lpt_heads`` K/V heads."""
         group = self.heads // self.kv_heads
         if cutlass.const_expr(self.lpt_units and self.dynamic_units):
             # queued longest first: the table's blocks (longest first) within groups of lpt_heads K/V heads, a
