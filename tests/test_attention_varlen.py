@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import re
 import sys
 
 import pytest
@@ -219,6 +220,18 @@ def test_the_queue_can_hand_out_the_longest_first_table_in_groups_of_heads(causa
     with pytest.raises(AttentionConfigError, match="lpt_heads"):
         varlen.forward_kernel(128, causal, **dict(varlen.static_varlen_options(128, causal), lpt_units=True,
                                                   lpt_heads=2))
+
+
+def test_the_queued_longest_first_kernel_traces_and_fetches_from_the_counter():
+    """The same order traced on device values: it compiles for sm_90a with the queue's one counter fetch, and its
+    program is the queued default's (the order lives in the units' arithmetic, not in the barrier protocol)."""
+    options = varlen.queued_varlen_options(64, True, 8000, 4)
+    ptx = varlen.compile_for_cpu(head_dim=64, causal=True, **dict(options, lpt_units=True, lpt_heads=4)).artifacts.PTX
+    assert len(re.findall(r"atom\.global\.add", ptx)) == 1
+    plain = att.build(varlen.forward_kernel(64, True, **options), verbose=False, exhaustive_deadlock_race_check=False)
+    lpt = att.build(varlen.forward_kernel(64, True, **dict(options, lpt_units=True, lpt_heads=4)), verbose=False,
+                    exhaustive_deadlock_race_check=False)
+    assert lpt.fingerprint == plain.fingerprint
 
 
 def test_varlen_leaves_the_program_and_its_proof_as_they_are():
