@@ -42,9 +42,8 @@ def unit_costs(lengths, heads, kv_heads, hd, ctas, causal=True, **options):
     g = varlen.forward_kernel(hd, causal, **options)
     g.cu_q = g.cu_k = [0] + list(itertools.accumulate(lengths))
     if options.get("lpt_units"):
-        levels = live_units.levels_for(max(lengths), g.block_m)
-        order, _ = live_units.reference_levels(lengths, g.block_m, causal, levels)
-        g.unit_table = [len(order), 0] + [w for p in order for w in p]
+        g.unit_table = live_units.reference_longest_first_table(lengths, g.block_m, causal,
+                                                                live_units.levels_for(max(lengths), g.block_m))
     else:
         g.unit_table = live_units.reference_table(lengths, g.block_m)
     g.grid_setup(max(lengths), max(lengths), heads, kv_heads, len(lengths), live=g.unit_table[0])

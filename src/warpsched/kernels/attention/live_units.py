@@ -70,6 +70,13 @@ def reference_levels(lengths, block_m, causal, levels):
     return sorted(of, key=lambda p: -of[p]), of
 
 
+def reference_longest_first_table(lengths, block_m, causal, levels):
+    """A table ``LongestFirstTable`` may write, in Python: [count, 0, b, j, ...] by level from the top
+    (``reference_levels``' order; the device's order within a level is its atomics')."""
+    order, _ = reference_levels(lengths, block_m, causal, levels)
+    return [len(order), 0] + [w for p in order for w in p]
+
+
 @cute.jit
 def _level_arrays(tid):
     """The level tables' shared memory: (counts, starts), MAX_LEVELS + 2 int32 each, counts zeroed by the CTA's
