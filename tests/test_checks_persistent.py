@@ -151,14 +151,22 @@ def fetcher(src, copy_res, wq):
         wq.release()
 
 
-def test_static_queue_has_no_scheduler_task_and_clc_queue_needs_one():
-    tasks, graph = copy_program(fetcher)
+def _fetching_copy(sched, dynamic=True):
+    """copy_program(sched) whose copy task also produces into its queue (it fetches the tiles); ``dynamic``: the
+    queue gets a one-stage ClcFetchAsync pipeline. (tasks, graph, the queue)."""
+    tasks, graph = copy_program(sched)
     wq = tasks[0].src_resources[1]
     tasks[0].dst_resources.append(wq)
+    if dynamic:
+        wq.pipeline_config = PipelineConfig.create_clc_fetch_async_pipeline_cfg(
+            num_stages=1, producer_group=cg(1), consumer_group=cg(32), cta_layout_vmnk=(1, 1, 1, 1))
+    return tasks, graph, wq
+
+
+def test_static_queue_has_no_scheduler_task_and_clc_queue_needs_one():
+    tasks, graph, _ = _fetching_copy(fetcher, dynamic=False)
     expect(rejected(tasks, graph), "workqueue placement", "copy", "wq", line("fetcher"))
-    wq.pipeline_config = PipelineConfig.create_clc_fetch_async_pipeline_cfg(
-        num_stages=1, producer_group=cg(1), consumer_group=cg(32), cta_layout_vmnk=(1, 1, 1, 1))
-    accepted(tasks, graph)
+    accepted(*_fetching_copy(fetcher)[:2])
 
 
 # ------------------------------------------------------------------ skip predicate
@@ -207,11 +215,7 @@ def test_a_counter_queue_commits_right_after_its_fetch():
             wq.release()
 
     for sched, counter in ((late, LAUNCH_COUNTER), (fetcher, LAUNCH_COUNTER), (late, None)):
-        tasks, graph = copy_program(sched)
-        wq = tasks[0].src_resources[1]
-        tasks[0].dst_resources.append(wq)
-        wq.pipeline_config = PipelineConfig.create_clc_fetch_async_pipeline_cfg(
-            num_stages=1, producer_group=cg(1), consumer_group=cg(32), cta_layout_vmnk=(1, 1, 1, 1))
+        tasks, graph, wq = _fetching_copy(sched)
         wq.tile_scheduler_config = TileSchedulerConfig(num_tiles=8, counter=counter)
         if sched is late and counter is LAUNCH_COUNTER:
             f = expect(rejected(tasks, graph), "workqueue placement", "copy", "wq", line("late_fetch"))
