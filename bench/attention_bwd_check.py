@@ -88,7 +88,11 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "flat": dict(bwd.default_options(256), flat_dq=True),
                   "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4),
                   "es": dict(bwd.default_options(256), early_stats=True),
-                  "odq+es": dict(bwd.default_options(256), overlap_dq=True, early_stats=True)}}
+                  "odq+es": dict(bwd.default_options(256), overlap_dq=True, early_stats=True),
+                  # the step's queries split between the warp groups (P^T / dS^T swapped through SMEM), with and
+                  # without the LSE / delta read before the S / dP GEMMs
+                  "sq": dict(bwd.default_options(256), split_queries=True),
+                  "sq+es": dict(bwd.default_options(256), split_queries=True, early_stats=True)}}
 for _d in VARIANTS:  # a control: the default kernel again (its own buffers), what two equal sides differ by
     VARIANTS[_d]["again"] = dict(bwd.default_options(_d))
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16

@@ -74,16 +74,16 @@ def _scores_without_dp_declaration(smem_kv, smem_qdo, grads, wg, regs, idx, lse2
     """``step_scores`` with dP's GEMM issued without declaring that it reads the Q / dO stage too."""
     acc_s, acc_dp, _, _, _, p, ds = regs
     if early_stats:
-        bs.read_stage_stats(smem_qdo, lse2, delta, split_stats)
+        bs.read_stage_stats(smem_qdo, lse2, delta, split_stats, wg)
     smem_qdo.gemm_operand(idx=idx)
     smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
     smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)  # planted: no declaration of its read of dO
     if not early_stats:
-        bs.read_stage_stats(smem_qdo, lse2, delta, split_stats)
+        bs.read_stage_stats(smem_qdo, lse2, delta, split_stats, wg)
     smem_kv.retire(pending=1)
     grads.probs(acc_s=acc_s, lse2=lse2)
     if split_stats:
-        smem_qdo.load_delta(delta=delta)
+        smem_qdo.load_delta(delta=delta, wg=wg)
     smem_kv.retire()
     grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
 

@@ -44,6 +44,27 @@ def test_for_resources_lays_out_every_requirement():
         allocator.view(a, None)
 
 
+def test_adjacent_allocations_lie_back_to_back_whatever_the_sort():
+    """``add_adjacent``: a run placed in its order with no gap, before the rest (which the size sort would have
+    put between them); each allocation stays its resource's; one allocation cannot join two runs."""
+    small0 = SmemAllocation("small0", dtype=2, count=2048, alignment=1024)
+    big = SmemAllocation("big", dtype=2, count=8192, alignment=1024)
+    small1 = SmemAllocation("small1", dtype=2, count=2048, alignment=1024)
+    allocator = SmemAllocator()
+    allocator.add_adjacent([small0, small1])
+    for r in (Tiles(name="S0", allocs=(small0,)), Tiles(name="B", allocs=(big,)), Tiles(name="S1", allocs=(small1,))):
+        allocator.add_resource(r)
+    allocator.compute_layout()
+    assert (small0.offset, small1.offset, big.offset) == (0, 4096, 8192)
+    assert allocator.allocations == [small0, small1, big]
+    again = SmemAllocator()
+    again.add_adjacent([small0, small1])
+    with pytest.raises(LayoutError, match="already in an adjacent run"):
+        again.add_adjacent([small1, big])
+    with pytest.raises(LayoutError, match=r"view_span\(\) is only available after setup_resources_and_tasks"):
+        allocator.view_span([small0, small1], None)
+
+
 # ---------------------------------------------------------------- wgmma_wait through the checker
 @dataclass(kw_only=True)
 class Stages(MemoryResource):

@@ -22,6 +22,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+if os.environ.get("WS_BWD_DEFAULTS") or os.environ.get("WS_BWD_VARLEN_DEFAULTS"):  # options on trial as defaults
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import _bwd_defaults  # noqa: F401,E402
 
 
 def _close(torch, got, ref, tol=3e-2):
@@ -122,9 +125,10 @@ def case_attention_varlen(torch, ops):
     return ok, worst
 
 
-def case_attention_bwd(torch, ops):
+def case_attention_bwd(torch, ops, configs=((128, True, False), (64, False, False), (128, True, True),
+                                            (256, True, False))):
     ok, worst = True, 0.0
-    for d, causal, deterministic in ((128, True, False), (64, False, False), (128, True, True)):
+    for d, causal, deterministic in configs:
         q = torch.randn(1, 4, 300, d, device="cuda", dtype=torch.bfloat16)
         k, v = (torch.randn(1, 2, 300, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
@@ -136,6 +140,12 @@ def case_attention_bwd(torch, ops):
             good, err = _close(torch, g, r)
             ok, worst = ok and good, max(worst, err)
     return ok, worst
+
+
+def case_attention_bwd_hd256(torch, ops):
+    """Head dim 256 alone (its own kernel program: the warp groups split D, or with ``split_queries`` the
+    queries), causal, one compile."""
+    return case_attention_bwd(torch, ops, ((256, True, False),))
 
 
 def case_attention_varlen_bwd(torch, ops):

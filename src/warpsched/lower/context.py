@@ -79,17 +79,19 @@ class KernelContext:
         """Typed pointer of one SmemAllocation (``SmemAllocator.get()`` / ``get_as_type()`` call this)."""
         return smem_pointer(self.smem_ptr, allocation, dtype=dtype)
 
-    def smem_view(self, allocation, layout):
+    def smem_view(self, allocation, layout, span_bytes=None):
         """A tensor over ``allocation``'s bytes: ``layout`` is a cute Layout, or a ComposedLayout
         (swizzle o layout, what ``sm90_utils.make_smem_layout_a`` / ``_b`` / ``_epi`` return) whose
         swizzle goes onto the pointer, as CuTe's own ``get_tensor(outer, swizzle=inner)`` does.
         A static layout that reaches past the allocation is refused (it would overlap its neighbours,
-        which the checker's memory model assumes it does not)."""
+        which the checker's memory model assumes it does not). ``span_bytes``: the bytes of the adjacent run
+        that starts at ``allocation`` (``SmemAllocator.view_span``), the view's limit instead of its own."""
         ptr = self.smem(allocation)
         need = cute.cosize(layout)
-        if isinstance(need, int) and need * ptr.dtype.width // 8 > allocation.size_bytes:
+        limit = allocation.size_bytes if span_bytes is None else span_bytes
+        if isinstance(need, int) and need * ptr.dtype.width // 8 > limit:
             raise LoweringError(f"SMEM view of {allocation.name!r} spans {need} x {ptr.dtype.__name__} = "
-                                f"{need * ptr.dtype.width // 8} bytes; the allocation has {allocation.size_bytes}",
+                                f"{need * ptr.dtype.width // 8} bytes; the allocation has {limit}",
                                 location=allocation.location, fix="size the SmemAllocation for the layout "
                                 "(count = cute.cosize(layout)) or view it with a smaller layout")
         if isinstance(layout, cute.ComposedLayout):

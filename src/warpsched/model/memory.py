@@ -114,6 +114,7 @@ class SmemAllocator:
         self.resources: List[Any] = []
         self.allocations: List[SmemAllocation] = []
         self.alias_groups: List[List[List[SmemAllocation]]] = []
+        self.adjacent_runs: List[List[SmemAllocation]] = []
         self.pipeline_groups: List[Any] = []
         self.tmem_ptr: Optional[SmemAllocation] = None
         self.total_bytes: Optional[int] = None
@@ -185,6 +186,19 @@ class SmemAllocator:
                 if a not in self.allocations:
                     self.allocations.append(a)
 
+    def add_adjacent(self, allocations: List[SmemAllocation]) -> None:
+        """Place ``allocations`` back to back in this order (each at its alignment, with no gap if the sizes
+        keep it), so one GEMM operand can span them (``view_span``). Each stays its own resource's region for
+        the checker: a GEMM reading the span declares every resource it reads."""
+        if self.total_bytes is not None:
+            raise LayoutError("add_adjacent() after compute_layout(); declare adjacent runs first")
+        run = list(allocations)
+        if any(a in r for r in self.adjacent_runs for a in run) or any(id(a) in self.aliased() for a in run):
+            raise LayoutError("add_adjacent(): an allocation is already in an adjacent run or an alias group")
+        self.adjacent_runs.append(run)
+        for a in run:
+            self.add(a)
+
     def aliased(self) -> Dict[int, int]:
         """id(allocation) -> alias group number (1-based)."""
         return {id(a): gi + 1 for gi, g in enumerate(self.alias_groups) for p in g for a in p}
@@ -207,6 +221,11 @@ class SmemAllocator:
                     placed.add(id(a))
                 region = max(region, off - base)
             cursor = base + region
+        for run in self.adjacent_runs:  # each run back to back, before the rest
+            for a in run:
+                a.offset = cursor = _align(cursor, a.alignment)
+                cursor += a.size_bytes
+                placed.add(id(a))
         rest = sorted((a for a in self.allocations if id(a) not in placed),
                       key=lambda a: (-a.alignment, -a.size_bytes))
         for a in rest:
@@ -239,6 +258,19 @@ class SmemAllocator:
         if not self.is_bound:
             raise LayoutError("SmemAllocator.view() is only available after setup_resources_and_tasks()")
         return self._kernel.smem_view(allocation, layout)
+
+    def view_span(self, allocations: List[SmemAllocation], layout: Any):
+        """Inside a kernel: ``view`` over several allocations that ``add_adjacent`` placed back to back, as one
+        tensor from the first one's start; refused unless they are adjacent with no gap and ``layout`` covers
+        no more than their bytes."""
+        if not self.is_bound:
+            raise LayoutError("SmemAllocator.view_span() is only available after setup_resources_and_tasks()")
+        run = list(allocations)
+        for a, b in zip(run, run[1:]):
+            if a.offset is None or b.offset != a.offset + a.size_bytes:
+                raise LayoutError(f"view_span: {b.name!r} does not start where {a.name!r} ends; place them with "
+                                  "SmemAllocator.add_adjacent before compute_layout()")
+        return self._kernel.smem_view(run[0], layout, span_bytes=sum(a.size_bytes for a in run))
 
     def print_usage_report(self) -> None:
         print(self.usage_report())

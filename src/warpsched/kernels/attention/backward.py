@@ -38,7 +38,8 @@ from warpsched.model.memory import BARRIER_BYTES_PER_STAGE
 
 from .. import _host
 from .backward_resources import Grads, MathOrder, SmemDQ, SmemDS, SmemKV, SmemQdO
-from .backward_schedules import dq_writer_schedule, grad_schedule, grad_schedule_deferred, load_schedule
+from .backward_schedules import (dq_writer_schedule, grad_schedule, grad_schedule_deferred, grad_schedule_split,
+                                 load_schedule)
 from .config import AttentionConfig
 from .forward import AttentionConfigError
 from .masks import check as check_masks
@@ -79,7 +80,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
                   num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish))
     tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     smem_dss = []
-    if g.shared_ds:
+    if g.exchange:
         ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.ds_stages, producer_group=threads(128),
                                                                 consumer_group=threads(128))
         smem_dss = [SmemDS(name=f"SmemDS{wg}", pipeline_config=ds_cfg, g=g, wg=wg) for wg in range(2)]
@@ -100,7 +101,12 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
             turn["dq_parts"] = g.dq_parts
         if order is not None:
             (dst if wg == 0 else src).append(order)
-        if g.shared_ds:
+        if g.split_queries:
+            sched = grad_schedule_split(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg],
+                                        **{k: v for k, v in turn.items() if k in ("split_stats", "early_stats")})
+            src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
+            graph[smem_dss[wg]] = [smem_kv, smem_qdo]
+        elif g.shared_ds:
             grad = grad_schedule_deferred if g.dq_defer else grad_schedule
             sched = grad(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg], **turn)
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
@@ -111,7 +117,12 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
                           num_registers=g.consumer_regs, schedule=sched))
         graph[grads] = [smem_kv, smem_qdo]
         graph[smem_dqs[wg]] = [smem_kv, smem_qdo]
-    smem = SmemAllocator.for_resources(smem_kv, smem_qdo, *grads_all, *smem_dss, *smem_dqs)
+    smem = SmemAllocator()
+    if g.split_queries:  # the dQ GEMM's A operand spans both warp groups' dS tiles
+        smem.add_adjacent(g.alloc_ds)
+    for resource in (smem_kv, smem_qdo, *grads_all, *smem_dss, *smem_dqs):
+        smem.add_resource(resource)
+    smem.compute_layout()
     return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, verbose=verbose,
                        **manager_options)
 
@@ -125,7 +136,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
-                 dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False):
+                 dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -144,6 +155,16 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                                        "at head dim 256 the warp groups split D, not keys; both options need the "
                                        "64 / 128 split (shared_ds=False, tma_store_dkv=False)")
         self.key_halves = 1 if self.d_split else 2  # 64-key halves of the CTA's K / V block
+        # split_queries (head dim 256): warp group w computes S^T / dP^T for the step's queries [32 w, 32 w + 32)
+        # only, writes its P^T and dS^T into its SMEM tiles (SmemDS), and both warp groups' dV / dK / dQ GEMMs read
+        # both warp groups' tiles: the S / dP GEMMs are no longer done twice (10.5 MFLOP a step, not 14.7)
+        if split_queries and (not self.d_split or not tma_stats or overlap_dq or wg_order or block_m != BLOCK_M):
+            raise AttentionConfigError(
+                f"split_queries=True with head_dim={head_dim}, tma_stats={tma_stats}, overlap_dq={overlap_dq}, "
+                f"wg_order={wg_order}, block_m={block_m}: the query split is built for head dim 256's 64-row steps "
+                "with the LSE / delta from the stage (head_dim=256, tma_stats=True, block_m=64), without overlap_dq "
+                "or wg_order; else split_queries=False")
+        self.split_queries = bool(split_queries)
         if block_m not in (64, 80, 128):
             raise AttentionConfigError(f"block_m={block_m}: expected 64, 80 or 128 query rows per step")
         if block_m == 128 and (head_dim != 64 or not tma_stats):
@@ -159,6 +180,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 "shared_ds=True, flat_dq=True, tma_stats=True and dq_stages=1 (two dQ stages do not fit in SMEM "
                 "beside 80-row Q / dO stages); else block_m=64")
         self.block_m = block_m  # query rows per step (Q block)
+        self.sdp_cols = block_m // 2 if self.split_queries else block_m  # queries of one warp group's S^T / dP^T
         # 80-row Q blocks (FA3's / FA4's non-causal head dim 128 tile): dQ^T = K^T dS^T, each warp group 64
         # columns of D (WGMMA M) by the block's 80 queries (N)
         self.dq_swap = block_m == 80
@@ -206,6 +228,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         # a step's dQ GEMM issued at the next step, from dS tiles of two stages (backward_schedules)
         self.dq_defer = bool(dq_defer)
         self.ds_stages = 2 if self.dq_defer else 1
+        self.exchange = self.shared_ds or self.split_queries  # the warp groups swap SMEM tiles (SmemDS)
         self.ds_parts = 2 if self.ds_rows else 1  # the dQ GEMM's A tiles per dS stage (row halves with ds_rows)
         if dq_stages not in (1, 2):
             raise AttentionConfigError(f"dq_stages={dq_stages}: expected 1 or 2")
@@ -295,9 +318,13 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         self.stats_stride = -(-self.block_m // 32) * 32
         self.alloc_lse, self.alloc_delta = (SmemAllocation(n, dtype=cutlass.Float32, count=qdo_stages * self.stats_stride,
                                                            alignment=128) for n in ("sLSE", "sDelta"))
-        self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=self.ds_stages * HALF * self.block_m,
+        # split_queries: a warp group's dS tile holds its 32 queries' rows, and the two tiles lie back to back
+        # (SmemAllocator.add_adjacent), so the dQ GEMM reads them as one 64-row A operand; P^T's halves beside
+        self.alloc_ds = [SmemAllocation(f"sdS{wg}", dtype=dtype, count=self.ds_stages * HALF * self.sdp_cols,
                                         alignment=1024)
                          for wg in range(2)]
+        self.alloc_p = ([SmemAllocation(f"sP{wg}", dtype=dtype, count=HALF * self.sdp_cols, alignment=1024)
+                         for wg in range(2)] if self.split_queries else [])
         self.alloc_dq = [SmemAllocation(f"sdQ{wg}", dtype=cutlass.Float32,
                                         count=dq_stages * self.dq_rows * self.dq_cols, alignment=1024)
                          for wg in range(2)]
@@ -313,7 +340,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
             + (("live_units",) if self.live_units else ()) + (("unit_in_regs",) if self.unit_in_regs else ())
             + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
-            + (("dkv_in_ds",) if self.dkv_in_ds else ()) + (("dq_defer",) if self.dq_defer else ()))
+            + (("dkv_in_ds",) if self.dkv_in_ds else ()) + (("dq_defer",) if self.dq_defer else ())
+            + (("split_queries",) if self.split_queries else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
@@ -321,10 +349,11 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         the traced program's [smem capacity] finding."""
         stats = [self.alloc_lse, self.alloc_delta] if self.tma_stats else []
         scratch = SmemAllocator()
-        for a in [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_dq]:
+        for a in [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_p,
+                  *self.alloc_dq]:
             scratch.add(copy.copy(a))  # copies: compute_layout assigns offsets, the kernel's are build's to set
         # mbarrier stages: Q / dO, K / V, each warp group's dQ ring and with shared_ds its dS tile
-        stages = self.qdo_stages + 1 + 2 * self.dq_stages + (2 * self.ds_stages if self.shared_ds else 0)
+        stages = self.qdo_stages + 1 + 2 * self.dq_stages + (2 * self.ds_stages if self.exchange else 0)
         need = scratch.compute_layout() + BARRIER_BYTES_PER_STAGE * stages
         capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
         if need > capacity:
@@ -477,11 +506,18 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         s.update(sKt=view(self.alloc_k, lay["sKtA" if self.dq_swap else "sKt"]), sQt=view(self.alloc_q, lay["sQt"]),
                  sdOt=view(self.alloc_do, lay["sdOt"]))
         for wg in cutlass.range_constexpr(2):
-            s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdSB" if self.dq_swap else "sdS"])
+            if cutlass.const_expr(self.split_queries):  # 32-query tiles: P^T beside dS^T, both as A operands too
+                s.update({f"sPt{wg}": view(self.alloc_p[wg], lay["sdSt"]),
+                          f"sPA{wg}": view(self.alloc_p[wg], lay["sPA"]),
+                          f"sdSA{wg}": view(self.alloc_ds[wg], lay["sPA"])})
+            else:
+                s[f"sdS{wg}"] = view(self.alloc_ds[wg], lay["sdSB" if self.dq_swap else "sdS"])
             s[f"sdSt{wg}"] = view(self.alloc_ds[wg], lay["sdSt"])
             s[f"sdQ{wg}"] = view(self.alloc_dq[wg], lay["sdQ"])
             if cutlass.const_expr(self.dkv_in_ds):  # dV, dK as two tiles per dS stage in the V halves' layout
                 s[f"sdKV{wg}"] = view(self.alloc_ds[wg], lay["sdKV"])
+        if cutlass.const_expr(self.split_queries):  # the two warp groups' dS tiles as one (64 queries, keys) tile
+            s["sdS_both"] = mgr.smem_allocator.view_span(self.alloc_ds, lay["sdS"])
         if cutlass.const_expr(self.tma_stats):
             stats = cute.make_layout((self.block_m, self.qdo_stages), stride=(1, self.stats_stride))
             s.update(sLSE=view(self.alloc_lse, stats), sDelta=view(self.alloc_delta, stats),

@@ -24,8 +24,10 @@ class BackwardLayouts:
         def mma(a_major, b_major, tile, a_source=warpgroup.OperandSource.SMEM):
             return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, a_major, b_major, cutlass.Float32,
                                                      (1, 1, 1), tile, a_source)
-        sdp = mma(k_major, k_major, (HALF, self.block_m))  # S^T, dP^T: (keys, queries), contraction over D
-        dkv = mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM)  # dV, dK: over queries
+        sdp = mma(k_major, k_major, (HALF, self.sdp_cols))  # S^T, dP^T: (keys, queries), contraction over D
+        # dV, dK: over queries, A (P^T, dS^T) from registers; split_queries: from the SMEM tiles (keys contiguous)
+        dkv = (mma(mn_major, mn_major, (HALF, self.d_cols)) if self.split_queries
+               else mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM))
         # dQ: (queries, D or its half), over keys; one 64-row WGMMA M, repeated over a 128-row Q block;
         # dq_swap: dQ^T (D half, queries), A = K^T (D contiguous: MN-major), B = dS (keys contiguous: K-major)
         dq = (mma(mn_major, k_major, self.dq_acc_tile) if self.dq_swap
@@ -63,8 +65,11 @@ class BackwardLayouts:
             # (queries, keys); ds_rows: (64 queries, keys, row half), the same bytes as the 128-row tile
             "sdS": (sm90_utils.make_smem_layout_a(R, (HALF, d, HALF), dt, 2 * self.ds_stages) if self.ds_rows
                     else sm90_utils.make_smem_layout_a(R, (self.block_m, d, HALF), dt, self.ds_stages)),
-            # (keys, queries, dS stage)
-            "sdSt": sm90_utils.make_smem_layout_b(C, (self.block_m, HALF, self.block_m), dt, self.ds_stages),
+            # (keys, queries, dS stage); split_queries: a warp group's 32 queries (its sdS / sP tile), also as
+            # the dV / dK GEMMs' A operand (sPA: keys contiguous, MN-major), the same bytes
+            "sdSt": sm90_utils.make_smem_layout_b(C, (self.sdp_cols, HALF, self.sdp_cols), dt, self.ds_stages),
+            "sPA": (sm90_utils.make_smem_layout_a(C, (HALF, self.d_cols, self.sdp_cols), dt, self.ds_stages)
+                    if self.split_queries else None),
             # dq_swap: the swapped dQ GEMM's operands, the same bytes as sKt's (D half, keys, 2 * key half + D
             # half) blocks and sdS's (queries, keys) tile (tests/test_attention_bwd_m80.py compares the offsets)
             "sKtA": sm90_utils.make_smem_layout_a(C, (HALF, self.block_m, HALF), dt, 4),

@@ -43,7 +43,7 @@ def make_stats(acc_s, v):
 def _columns(g, v):
     tidx, _, _ = cute.arch.thread_idx()
     thr = v.sdp_mma.get_slice(tidx % 128)
-    return amath.rows_view(v.sdp_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.block_m))))
+    return amath.rows_view(v.sdp_mma, thr.partition_C(cute.make_identity_tensor((HALF, g.sdp_cols))))
 
 
 @cute.jit
@@ -148,7 +148,7 @@ def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k):
         mask_limit = cutlass.min(seqlen_k, m0 + (1 + right))
     need = n0 + HALF > mask_limit
     if cutlass.const_expr(g.window_left is not None):
-        need = need | (n0 < m0 + g.block_m - 1 - g.window_left)  # keys before the last query's first key
+        need = need | (n0 < m0 + g.sdp_cols - 1 - g.window_left)  # keys before the last query's first key
     if need:
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             for j in cutlass.range_constexpr(cols):
@@ -166,14 +166,23 @@ def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k):
 def write_ds(ds, acc_dp, v, s_ds, *, ctx):
     """dS^T (16-bit registers in ``acc_dp``'s layout) into the warp group's SMEM tile, viewed (key, query);
     fenced for the async proxy (the dQ wgmma) and synchronized over the warp group."""
+    write_tiles([(ds, s_ds)], acc_dp, v, ctx=ctx)
+
+
+@cute.jit
+def write_tiles(tiles, acc, v, *, ctx):
+    """``write_ds`` for each (16-bit registers in ``acc``'s layout, SMEM tile viewed (key, query)) of ``tiles``,
+    then one fence and one warp-group barrier for all of them."""
     tidx, _, _ = cute.arch.thread_idx()
     # stmatrix .trans: the tile is stored key-contiguous, across the accumulator's pairs of queries, so
     # element-wise 16-bit stores (and the shifts / permutes that feed them) become 16-byte rows of 8x8 blocks
-    atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4), ds.element_type)
-    tiled = cute.make_tiled_copy_C(atom, v.sdp_mma)
-    thr = tiled.get_slice(tidx % 128)
-    cute.copy(tiled, tiled.retile(cute.make_tensor(ds.iterator, acc_dp.layout)), thr.partition_D(s_ds))
-    cute.arch.fence_proxy("async.shared", space="cta")  # the dQ wgmma (async proxy) reads these writes
+    for regs, s_tile in tiles:
+        atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(transpose=True, num_matrices=4),
+                                   regs.element_type)
+        tiled = cute.make_tiled_copy_C(atom, v.sdp_mma)
+        thr = tiled.get_slice(tidx % 128)
+        cute.copy(tiled, tiled.retile(cute.make_tensor(regs.iterator, acc.layout)), thr.partition_D(s_tile))
+    cute.arch.fence_proxy("async.shared", space="cta")  # the wgmma (async proxy) that reads them
     ctx.sync_task()  # the warp group's named barrier (KernelContext.sync_task)
 
 

@@ -31,18 +31,23 @@ def _gemm_over_rows(g, v, acc, a_regs, s_bt, stage, wg):
 
 
 @cute.jit
-def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr):
+def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr, wg: cutlass.Constexpr = 0):
     """acc = A_h B_stage^T over the head dim: key half ``half`` of the K or V tile ``s_a``
     (``FlashAttentionBackward.key_half``) against the stage of the Q or dO ring ``s_b`` (the first k-block
     overwrites the accumulator). ``g.stage_first``: the stage's tile is sliced before it is partitioned (its
     address computed once, each k-block a fixed offset from it), else every k-block's descriptor indexes the
-    ring by the run-time stage."""
+    ring by the run-time stage. ``g.split_queries``: the stage's rows of warp group ``wg``'s queries."""
     thr = v.sdp_mma.get_slice(cute.arch.thread_idx()[0] % 128)
     frag_a = v.sdp_mma.make_fragment_A(thr.partition_A(s_a))
-    frag_b = v.sdp_mma.make_fragment_B(thr.partition_B(s_b[(None, None, stage)] if g.stage_first else s_b))
+    sliced = g.stage_first or g.split_queries
+    if cutlass.const_expr(g.split_queries):  # this warp group's 32 query rows of the stage
+        frag_b = v.sdp_mma.make_fragment_B(thr.partition_B(
+            cute.local_tile(s_b[(None, None, stage)], (g.sdp_cols, g.head_dim), (wg, 0))))
+    else:
+        frag_b = v.sdp_mma.make_fragment_B(thr.partition_B(s_b[(None, None, stage)] if g.stage_first else s_b))
     for kb in cutlass.range_constexpr(cute.size(frag_a, mode=[2])):
         mma = v.sdp_mma_zero if cutlass.const_expr(kb == 0) else v.sdp_mma
-        b = frag_b[(None, None, kb)] if g.stage_first else frag_b[(None, None, kb, stage)]
+        b = frag_b[(None, None, kb)] if sliced else frag_b[(None, None, kb, stage)]
         cute.gemm(mma, acc, frag_a[(None, None, kb, half)], b, acc)
 
 
@@ -84,13 +89,16 @@ class SmemKV(MemoryResource):
         v, g = stage_info.context.values, self.g
         tidx, _, _ = cute.arch.thread_idx()
         sdp = v.sdp_mma.get_slice(tidx % 128)
-        acc_s = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, g.block_m)), cutlass.Float32)
-        acc_dp = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, g.block_m)), cutlass.Float32)
+        acc_s = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, g.sdp_cols)), cutlass.Float32)
+        acc_dp = cute.make_rmem_tensor(sdp.partition_shape_C((HALF, g.sdp_cols)), cutlass.Float32)
         dkv = v.dkv_mma.get_slice(tidx % 128)
         acc_dv = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
         acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
         acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C(g.dq_acc_tile),
                                        cutlass.Float32)
+        if cutlass.const_expr(g.split_queries):  # P^T / dS^T only pass through registers on their way to SMEM
+            return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, cute.make_rmem_tensor_like(acc_s, g.dtype),
+                    cute.make_rmem_tensor_like(acc_dp, g.dtype))
         return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
                 amath.make_p(acc_dp, v.dkv_mma, g.dtype))
 
@@ -149,8 +157,8 @@ class SmemKV(MemoryResource):
         stage_info.touches("K")
         stage_info.touches(self._v_part(wg))
         warpgroup.fence()
-        _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
-        _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
+        _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg), wg)
+        _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg), wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and Q: SmemQdO.gemm_operand) until its retire
@@ -162,7 +170,7 @@ class SmemKV(MemoryResource):
         declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_s", "SmemQdO")
         stage_info.touches("K")
         warpgroup.fence()
-        _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg))
+        _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg), wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO: SmemQdO.gemm_operand) until its retire
@@ -172,7 +180,7 @@ class SmemKV(MemoryResource):
         v = stage_info.context.values
         declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_dp", "SmemQdO")
         stage_info.touches(self._v_part(wg))
-        _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg))
+        _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg), wg)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
@@ -184,7 +192,8 @@ class SmemKV(MemoryResource):
         ``dq_swap``: its transpose, A from K's blocks and B from the dS tiles; each tile at the stage its
         declaration named, ``SmemDS._declare``);
         else dQ_w = dS_w K_w over this warp group's 64 keys (A: its own dS tile; ``d_split``: the 64 columns
-        ``part`` of its half of D, ``FlashAttentionBackward.dq_kt_view``)."""
+        ``part`` of its half of D, ``FlashAttentionBackward.dq_kt_view``; ``split_queries``: A the two warp groups'
+        adjacent dS tiles as one, both declared)."""
         g, v = self.g, stage_info.context.values
         stage_info.touches("K")
         tidx, _, _ = cute.arch.thread_idx()
@@ -205,9 +214,15 @@ class SmemKV(MemoryResource):
                     a, b = (kt, ds) if g.dq_swap else (ds, kt)
                     cute.gemm(mma, acc_dq, a, b, acc_dq)
         else:
+            if cutlass.const_expr(g.split_queries):  # both warp groups' query halves, one 64-row A operand
+                _ = [declared.take(g, stage_info, f"SmemDS{half}'s tile", "SmemKV.mma_dq", f"SmemDS{half}")
+                     for half in range(2)]
+                tile = v.sdS_both
+            else:
+                tile = getattr(v, f"sdS{wg}")
             frag_kt = v.dq_mma.make_fragment_B(thr.partition_B(v.sKt))
             warpgroup.fence()
-            frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(getattr(v, f"sdS{wg}")))
+            frag_ds = v.dq_mma.make_fragment_A(thr.partition_A(tile))
             for kb in cutlass.range_constexpr(cute.size(frag_ds, mode=[2])):
                 mma = v.dq_mma_zero if cutlass.const_expr(kb == 0) else v.dq_mma
                 cute.gemm(mma, acc_dq, frag_ds[(None, None, kb, 0)], frag_kt[(None, None, kb, g.dq_kt_view(wg, part))],
@@ -258,24 +273,29 @@ class SmemQdO(MemoryResource):
                 stage_info.tma_copy(tma, t_g[(None, block)], t_s[(None, stage_info.stage_idx)])
 
     @consumer_work
-    def load_stats(self, stage_info: StageInfo, lse2, delta):
+    def load_stats(self, stage_info: StageInfo, lse2, delta, *, wg: cutlass.Constexpr = 0):
         """``tma_stats``: the step's queries' LSE * log2 e and delta from the stage into registers."""
         v = stage_info.context.values
-        bmath.stats_from_smem(lse2, delta, self.g, v, v.sLSE[(None, stage_info.stage_idx)],
-                              v.sDelta[(None, stage_info.stage_idx)])
+        bmath.stats_from_smem(lse2, delta, self.g, v, self._stats(v.sLSE, stage_info, wg),
+                              self._stats(v.sDelta, stage_info, wg))
+
+    def _stats(self, s_x, stage_info, wg):
+        """The stage's LSE or delta values of warp group ``wg``'s queries (``split_queries``: its 32)."""
+        s_x = s_x[(None, stage_info.stage_idx)]
+        return cute.domain_offset((wg * self.g.sdp_cols,), s_x) if self.g.split_queries else s_x
 
     @consumer_work
-    def load_lse(self, stage_info: StageInfo, lse2):
+    def load_lse(self, stage_info: StageInfo, lse2, *, wg: cutlass.Constexpr = 0):
         """``split_stats``: the LSE * log2 e alone (P needs it; delta is read after P, so the two never hold
         registers at once beside S and dP)."""
         v = stage_info.context.values
-        bmath.stats_from_smem(lse2, None, self.g, v, v.sLSE[(None, stage_info.stage_idx)], None)
+        bmath.stats_from_smem(lse2, None, self.g, v, self._stats(v.sLSE, stage_info, wg), None)
 
     @consumer_work
-    def load_delta(self, stage_info: StageInfo, delta):
+    def load_delta(self, stage_info: StageInfo, delta, *, wg: cutlass.Constexpr = 0):
         """``split_stats``: delta alone, for dS."""
         v = stage_info.context.values
-        bmath.stats_from_smem(None, delta, self.g, v, None, v.sDelta[(None, stage_info.stage_idx)])
+        bmath.stats_from_smem(None, delta, self.g, v, None, self._stats(v.sDelta, stage_info, wg))
 
     @consumer_work(work_attrs=WorkAttr.WGMMA_OPERAND)
     def gemm_operand(self, stage_info: StageInfo, idx):
@@ -300,6 +320,27 @@ class SmemQdO(MemoryResource):
         warpgroup.fence()  # P and dS were written by ordinary instructions
         _gemm_over_rows(self.g, v, acc_dv, p, v.sdOt, s, wg)
         _gemm_over_rows(self.g, v, acc_dk, ds, v.sQt, s, wg)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads both SmemDS tiles (declared) until the retire
+    @cute.jit
+    def mma_dkv_shared(self, stage_info: StageInfo, acc_dv, acc_dk, *, wg: cutlass.Constexpr = 0):
+        """``split_queries``: dV += P^T dO_i and dK += dS^T Q_i over the step's 64 queries, A from the two warp
+        groups' P^T / dS^T tiles (queries [32 h, 32 h + 32) from warp group h's), B this warp group's half of D
+        of the stage's dO / Q (one commit group)."""
+        g, v, s = self.g, stage_info.context.values, stage_info.stage_idx
+        _ = [declared.take(g, stage_info, f"SmemDS{half}'s tile", "SmemQdO.mma_dkv_shared", f"SmemDS{half}")
+             for half in range(2)]
+        thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        warpgroup.fence()
+        for acc, name, s_bt in ((acc_dv, "sPA", v.sdOt), (acc_dk, "sdSA", v.sQt)):
+            frag_b = v.dkv_mma.make_fragment_B(thr.partition_B(s_bt))[(None, None, None, 2 * s + wg)]
+            for half in cutlass.range_constexpr(2):
+                frag_a = v.dkv_mma.make_fragment_A(thr.partition_A(getattr(v, f"{name}{half}")))
+                blocks = cute.size(frag_a, mode=[2])
+                for kb in cutlass.range_constexpr(blocks):
+                    cute.gemm(v.dkv_mma, acc, frag_a[(None, None, kb, 0)], frag_b[(None, None, half * blocks + kb)],
+                              acc)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)
@@ -330,7 +371,7 @@ class Grads(MemoryResource):
     wg: int = 0
 
     def get_smem_requirements(self):
-        return [] if self.g.shared_ds else [self.g.alloc_ds[self.wg]]  # shared_ds: SmemDS owns the tile
+        return [] if self.g.exchange else [self.g.alloc_ds[self.wg]]  # shared_ds / split_queries: SmemDS's
 
     @producer_work
     def reset(self, stage_info: StageInfo, acc_dv, acc_dk):
@@ -343,11 +384,12 @@ class Grads(MemoryResource):
         n_block, _, _ = g.unit_coords(v.unit)
         head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
         first_key = n_block * g.block_n + g.key_half(self.wg) * HALF
-        return g, v, first_key, m_block * g.block_m, head, batch
+        first_query = m_block * g.block_m + (self.wg * g.sdp_cols if g.split_queries else 0)
+        return g, v, first_key, first_query, head, batch
 
     def _ds_tile(self, v):
         """Where ``dscores`` writes dS^T: this warp group's tile, or None with ``shared_ds`` (SmemDS.store)."""
-        return None if self.g.shared_ds else getattr(v, f"sdSt{self.wg}")[(None, None, 0)]
+        return None if self.g.exchange else getattr(v, f"sdSt{self.wg}")[(None, None, 0)]
 
     @producer_work
     def scores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds):
@@ -390,7 +432,8 @@ class MathOrder(MemoryResource):
 class SmemDS(MemoryResource):
     """``shared_ds``: a warp group's dS^T tile (64 keys x 64 queries, 16-bit), written by that warp group
     and read by both dQ GEMMs: an AsyncAsync stage from the writing warp group to the other one, which
-    releases it once its dQ GEMM has retired. The writer's own dQ GEMM reads it too (``own_gemm_operand``,
+    releases it once its dQ GEMM has retired. ``split_queries``: the warp group's 32 queries' dS^T and P^T
+    (two tiles), read by both warp groups' dV / dK and dQ GEMMs. The writer's own dQ GEMM reads it too (``own_gemm_operand``,
     after the commit): the checker holds that read until the writer's wgmma.wait_group retires the GEMM's
     group, and a ``store`` of the next tile before then is a race."""
 
@@ -398,7 +441,7 @@ class SmemDS(MemoryResource):
     wg: int = 0
 
     def get_smem_requirements(self):
-        return [self.g.alloc_ds[self.wg]]
+        return [self.g.alloc_ds[self.wg]] + self.g.alloc_p[self.wg:self.wg + 1]  # split_queries: P^T's tile too
 
     def _declare(self, stage_info):
         """The stage this declaration names (the waited one, or on the writer's side the one it committed last)
@@ -407,10 +450,14 @@ class SmemDS(MemoryResource):
         declared.note(self.g, stage_info, f"SmemDS{self.wg}'s tile", stage_info.stage_idx if self.g.dq_defer else 0)
 
     @producer_work
-    def store(self, stage_info: StageInfo, ds, acc_dp):
+    def store(self, stage_info: StageInfo, ds, acc_dp, p=None):
+        """dS^T into the tile (``split_queries``: this warp group's queries' dS^T, and P^T, given as ``p``, into
+        its P^T tile)."""
         v = stage_info.context.values
-        bmath.write_ds(ds, acc_dp, v, getattr(v, f"sdSt{self.wg}")[(None, None, stage_info.stage_idx)],
-                       ctx=stage_info.context)
+        tiles = [(ds, getattr(v, f"sdSt{self.wg}")[(None, None, stage_info.stage_idx)])]
+        if cutlass.const_expr(p is not None):
+            tiles.append((p, getattr(v, f"sPt{self.wg}")[(None, None, 0)]))
+        bmath.write_tiles(tiles, acc_dp, v, ctx=stage_info.context)
 
     @producer_work
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv):

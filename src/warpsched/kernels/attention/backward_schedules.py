@@ -1,6 +1,7 @@
 """The schedules of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``): the load
 task's, the dQ writer warp's and the two gradient warp groups' (dQ over each warp group's own keys, or
-with ``shared_ds`` over all keys through the swapped dS tiles; ``wg_order``: turns for the S / dP GEMMs).
+with ``shared_ds`` over all keys through the swapped dS tiles; ``wg_order``: turns for the S / dP GEMMs;
+``split_queries``: the queries split between the warp groups, P^T and dS^T swapped).
 docs/attention.md, "Backward"."""
 from __future__ import annotations
 
@@ -31,13 +32,13 @@ def pass_turn(order, wg):
         order.commit() if wg == 0 else order.release()
 
 
-def read_stage_stats(smem_qdo, lse2, delta, split_stats):
+def read_stage_stats(smem_qdo, lse2, delta, split_stats, wg):
     """``tma_stats``: the step's LSE and delta from the Q / dO stage, or with ``split_stats`` the LSE alone
-    (delta is read after P)."""
+    (delta is read after P); ``wg``: the warp group, whose queries they are with ``split_queries``."""
     if split_stats:
-        smem_qdo.load_lse(lse2=lse2)
+        smem_qdo.load_lse(lse2=lse2, wg=wg)
     else:
-        smem_qdo.load_stats(lse2=lse2, delta=delta)
+        smem_qdo.load_stats(lse2=lse2, delta=delta, wg=wg)
 
 
 @schedule
@@ -100,6 +101,45 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
 
 
+@schedule
+def grad_schedule_split(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, split_stats=False,
+                        early_stats=False):
+    """``split_queries`` (head dim 256): this warp group's S^T / dP^T cover its 32 of the step's queries; its P^T
+    and dS^T go into its ``SmemDS`` tiles, and once the other warp group's are in, the dV / dK GEMMs (this warp
+    group's half of D, over all 64 queries) and the dQ GEMM's two parts (all 64 queries, over the keys) read both
+    warp groups' tiles, each GEMM group declaring both. The other's tiles are released after the last dQ part
+    has retired; this warp group's own are written again only after the other released them (``acquire``)."""
+    regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, True)
+    _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, True, split_stats,
+                    early_stats)
+        ds_mine.acquire()  # the other warp group's GEMMs of the previous step have read these tiles
+        ds_mine.store(ds=ds, acc_dp=acc_dp, p=p)
+        ds_mine.commit()
+        ds_other.wait()
+        ds_other.gemm_operand()
+        ds_mine.own_gemm_operand()
+        smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+        ds_other.gemm_operand()
+        ds_mine.own_gemm_operand()
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        smem_qdo.release()
+        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
+        smem_dq.store(acc_dq=acc_dq)
+        ds_other.gemm_operand()
+        ds_mine.own_gemm_operand()
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
+        smem_kv.retire()
+        ds_other.release()
+        smem_dq.store(acc_dq=acc_dq, part=1)
+        smem_dq.commit()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
 def start_unit(smem_kv, smem_qdo, grads, stats):
     """A warp group's start of its unit: its registers, with ``stats`` (``overlap_scores``) those of the
     queries' LSE / delta too, the Q / dO ring's index, dK / dV zeroed, K / V waited. Returns
@@ -122,7 +162,7 @@ def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, ove
     acc_s, acc_dp, _, _, _, p, ds = regs
     take_turn(order, wg)
     if early_stats:
-        read_stage_stats(smem_qdo, lse2, delta, split_stats)
+        read_stage_stats(smem_qdo, lse2, delta, split_stats, wg)
     smem_qdo.gemm_operand(idx=idx)
     if overlap_scores:
         smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
@@ -130,13 +170,13 @@ def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, ove
         smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
         pass_turn(order, wg)
         if tma_stats and not early_stats:
-            read_stage_stats(smem_qdo, lse2, delta, split_stats)
+            read_stage_stats(smem_qdo, lse2, delta, split_stats, wg)
         elif not tma_stats:
             grads.stats(lse2=lse2, delta=delta)
         smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
         grads.probs(acc_s=acc_s, lse2=lse2)
         if split_stats:
-            smem_qdo.load_delta(delta=delta)
+            smem_qdo.load_delta(delta=delta, wg=wg)
         smem_kv.retire()
         grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
     else:

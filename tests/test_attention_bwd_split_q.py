@@ -1,0 +1,134 @@
+"""Head dim 256's backward with the step's queries split between the warp groups (``split_queries=True``): warp
+group w computes S^T and dP^T for its 32 queries only, writes P^T and dS^T into its SMEM tiles (``SmemDS``), and
+both warp groups' dV / dK GEMMs (their half of D, over all 64 queries) and dQ GEMMs (all 64 queries, over the
+keys, A = the two adjacent dS tiles as one) read both warp groups' tiles. Proven SAFE, traced as checked, its
+WGMMA shapes counted; twins that read the other warp group's tiles before they are in, or give them back before
+the last GEMM reading them retires, are rejected at the planted call. Numbers on the GPU: docs/attention.md
+("Head dim 256, and 128-row Q blocks")."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from warpsched import ValidationError, domain_loop, schedule
+from warpsched.kernels.attention import backward as ab
+from warpsched.kernels.attention import backward_host as host
+from warpsched.kernels.attention.backward_schedules import start_unit, step_scores
+from warpsched.kernels.attention.forward import AttentionConfigError
+
+from _planting import QUIET, planted, planted_line
+
+OPTS = dict(host.default_options(256), split_queries=True)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_query_split_is_safe_and_its_dS_tiles_lie_back_to_back(causal):
+    g = ab.FlashAttentionBackward(head_dim=256, causal=causal, **OPTS)
+    assert (g.sdp_cols, g.exchange, g.dq_parts) == (32, True, 2)
+    mgr = ab.build(g, **QUIET)
+    assert mgr.result.checker.verdict == "SAFE"
+    assert [t.name for t in mgr.tasks] == ["LoadTask", "DQWriter", "Grad0", "Grad1"]
+    ds0, ds1 = g.alloc_ds
+    # the dQ GEMM's A operand is one 64-row view over both (SmemAllocator.view_span)
+    assert ds0.size_bytes == ds1.size_bytes == 32 * 64 * 2 and ds1.offset == ds0.offset + ds0.size_bytes
+    # the same SMEM as the duplicated-GEMM kernel: a dS tile of 64 queries per warp group there, dS and P
+    # tiles of 32 here
+    plain = ab.FlashAttentionBackward(head_dim=256, causal=causal, **host.default_options(256))
+    assert sum(a.size_bytes for a in g.alloc_ds + g.alloc_p) == sum(a.size_bytes for a in plain.alloc_ds)
+
+
+def test_the_kernel_traces_the_checked_program():
+    from warpsched.verify.verdicts import VERDICTS
+
+    ptx = host.compile_for_cpu(head_dim=256, causal=True, **OPTS).artifacts.PTX
+    fingerprint = VERDICTS.looked_up[-1]
+    assert VERDICTS.get(fingerprint).verdict == "SAFE"
+    cpu = ab.build(ab.FlashAttentionBackward(head_dim=256, causal=True, **OPTS), verbose=False,
+                   exhaustive_deadlock_race_check=False)
+    assert fingerprint == cpu.fingerprint
+    # per warp group: S^T and dP^T of its 32 queries over D = 256 (16 k-steps of m64n32 each); dV and dK over
+    # the 64 queries (4 k-steps of m64n128, two from each warp group's tile); dQ's two 64-column parts over the
+    # 64 keys (4 k-steps of m64n64 each). The duplicated kernel issues the S / dP GEMMs as m64n64.
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)) == 2 * 2 * 16
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)) == 2 * 2 * 4
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16", ptx)) == 2 * 2 * 4
+    # P^T and dS^T into the warp group's tiles by stmatrix .trans: 64 keys x 32 queries a tile is two x4 stores
+    # of four 8x8 matrices per warp, per tile and warp group
+    assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.trans", ptx)) == 2 * 2 * 2
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"head_dim": 128, "tma_stats": True}, "head_dim=128"),
+    ({"head_dim": 256}, "tma_stats=False"),
+    ({"head_dim": 256, "tma_stats": True, "overlap_dq": True}, "overlap_dq=True"),
+])
+def test_options_the_split_is_not_built_for_are_refused_naming_the_fix(kw, words):
+    with pytest.raises(AttentionConfigError, match=rf"split_queries=True with .*{re.escape(words)}.*split_queries=False"):
+        ab.FlashAttentionBackward(split_queries=True, **kw)
+
+
+def _split_twin(early_tiles=False, early_release=False):
+    """``grad_schedule_split`` with one bug planted (``early_tiles``: the dV / dK GEMMs issued before the other
+    warp group's tiles are waited for; ``early_release``: the other warp group's tiles given back before the
+    second dQ part, which reads them, has retired)."""
+
+    @schedule
+    def twin(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, **_):
+        regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, True)
+        _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
+        with domain_loop(0, steps, 1):
+            smem_qdo.wait()
+            step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, True, False, False)
+            ds_mine.acquire()
+            ds_mine.store(ds=ds, acc_dp=acc_dp, p=p)
+            ds_mine.commit()
+            if early_tiles:
+                ds_other.gemm_operand()  # planted: the other warp group's tiles read before they are waited for
+                ds_mine.own_gemm_operand()
+                smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+                ds_other.wait()
+            else:
+                ds_other.wait()
+                ds_other.gemm_operand()
+                ds_mine.own_gemm_operand()
+                smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+            ds_other.gemm_operand()
+            ds_mine.own_gemm_operand()
+            smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+            smem_qdo.retire()
+            smem_qdo.release()
+            smem_dq.acquire()
+            smem_dq.store(acc_dq=acc_dq)
+            ds_other.gemm_operand()
+            ds_mine.own_gemm_operand()
+            smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
+            if early_release:
+                ds_other.release()  # planted: given back while the second dQ part may still read it
+                smem_kv.retire()
+            else:
+                smem_kv.retire()
+                ds_other.release()
+            smem_dq.store(acc_dq=acc_dq, part=1)
+            smem_dq.commit()
+        smem_kv.release()
+        grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+    return twin
+
+
+@pytest.mark.parametrize("bug, marker", [({"early_tiles": True}, "planted: the other warp group's tiles read"),
+                                         ({"early_release": True}, "planted: given back while")])
+def test_twins_that_read_the_other_tiles_too_early_or_free_them_too_soon_are_rejected(bug, marker):
+    g = ab.FlashAttentionBackward(head_dim=256, **OPTS)
+    with planted(ab, grad_schedule_split=_split_twin(**bug)):
+        with pytest.raises(ValidationError) as e:
+            ab.build(g, **QUIET)
+    msg = str(e.value)
+    assert "SmemDS" in msg and planted_line(__file__, marker) in msg, msg
+
+
+def test_the_twin_without_a_bug_is_safe():
+    """The twins' body with nothing planted: what the two rejections above differ from."""
+    g = ab.FlashAttentionBackward(head_dim=256, **OPTS)
+    with planted(ab, grad_schedule_split=_split_twin()):
+        assert ab.build(g, **QUIET).result.checker.verdict == "SAFE"
