@@ -92,7 +92,9 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   # the step's queries split between the warp groups (P^T / dS^T swapped through SMEM), with and
                   # without the LSE / delta read before the S / dP GEMMs
                   "sq": dict(bwd.default_options(256), split_queries=True),
-                  "sq+es": dict(bwd.default_options(256), split_queries=True, early_stats=True)}}
+                  "sq+es": dict(bwd.default_options(256), split_queries=True, early_stats=True),
+                  # the dV / dK k-blocks of the warp group's own queries issued before it waits for the other's
+                  "sq+own": dict(bwd.default_options(256), split_queries=True, own_first=True)}}
 for _d in VARIANTS:  # a control: the default kernel again (its own buffers), what two equal sides differ by
     VARIANTS[_d]["again"] = dict(bwd.default_options(_d))
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16

@@ -22,9 +22,11 @@ from _planting import QUIET, planted, planted_line
 OPTS = dict(host.default_options(256), split_queries=True)
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_query_split_is_safe_and_its_dS_tiles_lie_back_to_back(causal):
-    g = ab.FlashAttentionBackward(head_dim=256, causal=causal, **OPTS)
+@pytest.mark.parametrize("causal, own_first", [(False, False), (True, False), (True, True)])
+def test_the_query_split_is_safe_and_its_dS_tiles_lie_back_to_back(causal, own_first):
+    """``own_first``: the dV / dK k-blocks of the warp group's own queries issued before the wait for the other's
+    tiles (two commit groups), the same proof obligations."""
+    g = ab.FlashAttentionBackward(head_dim=256, causal=causal, own_first=own_first, **OPTS)
     assert (g.sdp_cols, g.exchange, g.dq_parts) == (32, True, 2)
     mgr = ab.build(g, **QUIET)
     assert mgr.result.checker.verdict == "SAFE"
@@ -56,6 +58,11 @@ def test_the_kernel_traces_the_checked_program():
     # P^T and dS^T into the warp group's tiles by stmatrix .trans: 64 keys x 32 queries a tile is two x4 stores
     # of four 8x8 matrices per warp, per tile and warp group
     assert len(re.findall(r"stmatrix\.sync\.aligned\.m8n8\.x4\.trans", ptx)) == 2 * 2 * 2
+
+
+def test_own_first_without_the_split_is_refused():
+    with pytest.raises(AttentionConfigError, match=r"own_first=True with split_queries=False.*own_first=False"):
+        ab.FlashAttentionBackward(head_dim=256, own_first=True, **host.default_options(256))
 
 
 @pytest.mark.parametrize("kw, words", [

@@ -103,6 +103,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
             (dst if wg == 0 else src).append(order)
         if g.split_queries:
             sched = grad_schedule_split(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg],
+                                        own_first=g.own_first,
                                         **{k: v for k, v in turn.items() if k in ("split_stats", "early_stats")})
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
             graph[smem_dss[wg]] = [smem_kv, smem_qdo]
@@ -136,7 +137,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  varlen=False, deterministic=False, overlap_scores=False, overlap_dq=False, tma_stats=False,
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
-                 dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False):
+                 dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
+                 own_first=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -165,6 +167,12 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 "with the LSE / delta from the stage (head_dim=256, tma_stats=True, block_m=64), without overlap_dq "
                 "or wg_order; else split_queries=False")
         self.split_queries = bool(split_queries)
+        if own_first and not self.split_queries:
+            raise AttentionConfigError("own_first=True with split_queries=False: it orders the query split's dV / dK "
+                                       "GEMMs (split_queries=True, or own_first=False)")
+        # split_queries: the dV / dK GEMMs' k-blocks of the warp group's own queries issued before it waits for
+        # the other warp group's tiles (backward_schedules.grad_schedule_split)
+        self.own_first = bool(own_first)
         if block_m not in (64, 80, 128):
             raise AttentionConfigError(f"block_m={block_m}: expected 64, 80 or 128 query rows per step")
         if block_m == 128 and (head_dim != 64 or not tma_stats):
@@ -341,7 +349,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             + (("live_units",) if self.live_units else ()) + (("unit_in_regs",) if self.unit_in_regs else ())
             + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
             + (("dkv_in_ds",) if self.dkv_in_ds else ()) + (("dq_defer",) if self.dq_defer else ())
-            + (("split_queries",) if self.split_queries else ()))
+            + (("split_queries",) if self.split_queries else ()) + (("own_first",) if self.own_first else ()))
 
     def _check_smem_fit(self):
         """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a

@@ -324,18 +324,19 @@ class SmemQdO(MemoryResource):
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads both SmemDS tiles (declared) until the retire
     @cute.jit
-    def mma_dkv_shared(self, stage_info: StageInfo, acc_dv, acc_dk, *, wg: cutlass.Constexpr = 0):
-        """``split_queries``: dV += P^T dO_i and dK += dS^T Q_i over the step's 64 queries, A from the two warp
-        groups' P^T / dS^T tiles (queries [32 h, 32 h + 32) from warp group h's), B this warp group's half of D
-        of the stage's dO / Q (one commit group)."""
+    def mma_dkv_shared(self, stage_info: StageInfo, acc_dv, acc_dk, *, wg: cutlass.Constexpr = 0,
+                       halves: cutlass.Constexpr = (0, 1)):
+        """``split_queries``: dV += P^T dO_i and dK += dS^T Q_i over the step's queries of warp groups ``halves``
+        (all 64 by default), A from those warp groups' P^T / dS^T tiles (queries [32 h, 32 h + 32) from warp group
+        h's), B this warp group's half of D of the stage's dO / Q (one commit group)."""
         g, v, s = self.g, stage_info.context.values, stage_info.stage_idx
         _ = [declared.take(g, stage_info, f"SmemDS{half}'s tile", "SmemQdO.mma_dkv_shared", f"SmemDS{half}")
-             for half in range(2)]
+             for half in halves]
         thr = v.dkv_mma.get_slice(cute.arch.thread_idx()[0] % 128)
         warpgroup.fence()
         for acc, name, s_bt in ((acc_dv, "sPA", v.sdOt), (acc_dk, "sdSA", v.sQt)):
             frag_b = v.dkv_mma.make_fragment_B(thr.partition_B(s_bt))[(None, None, None, 2 * s + wg)]
-            for half in cutlass.range_constexpr(2):
+            for half in halves:
                 frag_a = v.dkv_mma.make_fragment_A(thr.partition_A(getattr(v, f"{name}{half}")))
                 blocks = cute.size(frag_a, mode=[2])
                 for kb in cutlass.range_constexpr(blocks):
