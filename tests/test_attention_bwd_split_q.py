@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import re
 
+import cutlass
+import cutlass.cute as cute
 import pytest
 
 from warpsched import ValidationError, domain_loop, schedule
+from warpsched.kernels import _host
 from warpsched.kernels.attention import backward as ab
 from warpsched.kernels.attention import backward_host as host
 from warpsched.kernels.attention.backward_schedules import start_unit, step_scores
@@ -63,6 +66,32 @@ def test_the_kernel_traces_the_checked_program():
 def test_own_first_without_the_split_is_refused():
     with pytest.raises(AttentionConfigError, match=r"own_first=True with split_queries=False.*own_first=False"):
         ab.FlashAttentionBackward(head_dim=256, own_first=True, **host.default_options(256))
+
+
+@cute.jit
+def _probe(fill: cutlass.Constexpr, out: cutlass.Constexpr):
+    fill(out)  # plain Python run while a Hopper compile traces: layouts exist only there
+
+
+def _split_views(out):
+    g = ab.FlashAttentionBackward(head_dim=256, **OPTS)
+    lay = g._layouts()
+    tile = 32 * 64  # elements of one warp group's tile (32 queries x 64 keys)
+    span = {(q, k): lay["sdS"]((q, k, 0)) for q in range(64) for k in range(64)}
+    # write_ds stores warp group w's (key, query) tile from its start; the dQ GEMM reads query 32 w + q of the span
+    out["dS halves"] = all(lay["sdSt"]((k, q, 0)) + w * tile == span[(32 * w + q, k)]
+                           for w in range(2) for q in range(32) for k in range(64))
+    # the dV / dK GEMMs' A view of a tile (keys, queries; keys contiguous) is the bytes write_ds stored
+    out["A view"] = all(lay["sPA"]((k, q, 0)) == lay["sdSt"]((k, q, 0)) for q in range(32) for k in range(64))
+
+
+def test_the_tiles_each_warp_group_writes_are_the_bytes_both_gemms_read(monkeypatch):
+    """SMEM offsets, element by element: the two warp groups' dS^T tiles, stored (key, query) back to back, are the
+    (query, key) A operand of the dQ GEMM; a tile's MN-major A view (dV / dK) is the bytes stored."""
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    out = {}
+    cute.compile(_probe, _split_views, out, options=_host.ptx_options("sm_90a"))
+    assert out == {"dS halves": True, "A view": True}
 
 
 @pytest.mark.parametrize("kw, words", [
