@@ -84,17 +84,19 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "fin": dict(_D128, dq_finish=True),
                   # each step's dQ GEMM issued at the next step (staged under the dK GEMM), and without overlap_dq
                   "defer": dict(_D128, dq_defer=True), "defer-odq": dict(_D128, dq_defer=True, overlap_dq=False)},
-            256: {"default": {}, "odq": dict(bwd.default_options(256), overlap_dq=True),
-                  "flat": dict(bwd.default_options(256), flat_dq=True),
-                  "flat4": dict(bwd.default_options(256), flat_dq=True, flat_boxes=4),
-                  "es": dict(bwd.default_options(256), early_stats=True),
-                  "odq+es": dict(bwd.default_options(256), overlap_dq=True, early_stats=True),
-                  # the step's queries split between the warp groups (P^T / dS^T swapped through SMEM), with and
-                  # without the LSE / delta read before the S / dP GEMMs
-                  "sq": dict(bwd.default_options(256), split_queries=True),
-                  "sq+es": dict(bwd.default_options(256), split_queries=True, early_stats=True),
-                  # the dV / dK k-blocks of the warp group's own queries issued before it waits for the other's
-                  "sq+own": dict(bwd.default_options(256), split_queries=True, own_first=True)}}
+            # head dim 256: the default splits the step's queries between the warp groups (P^T / dS^T swapped
+            # through SMEM) with own_first (the dV / dK k-blocks of the warp group's own queries issued before it
+            # waits for the other's); "dsplit": the warp groups split D alone (both compute S / dP)
+            256: {"default": {}, "dsplit": dict(bwd.D_SPLIT_OPTIONS),
+                  "odq": dict(bwd.D_SPLIT_OPTIONS, overlap_dq=True),
+                  "flat": dict(bwd.D_SPLIT_OPTIONS, flat_dq=True),
+                  "flat4": dict(bwd.D_SPLIT_OPTIONS, flat_dq=True, flat_boxes=4),
+                  "es": dict(bwd.D_SPLIT_OPTIONS, early_stats=True),
+                  "odq+es": dict(bwd.D_SPLIT_OPTIONS, overlap_dq=True, early_stats=True),
+                  "sq": dict(bwd.D_SPLIT_OPTIONS, split_queries=True),
+                  "sq+es": dict(bwd.default_options(256), early_stats=True),
+                  # the own queries' dV / dK k-steps with A from the P^T / dS^T registers, not the tiles
+                  "regs": dict(bwd.default_options(256), own_regs=True)}}
 for _d in VARIANTS:  # a control: the default kernel again (its own buffers), what two equal sides differ by
     VARIANTS[_d]["again"] = dict(bwd.default_options(_d))
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16

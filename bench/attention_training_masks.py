@@ -46,6 +46,9 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, window, dtype, mask_mod, softcap
     (1, 4, 4, 700, 900, 64, False, NONE, torch.bfloat16, None, 30.0),
     (2, 8, 2, 2048, 2048, 128, True, (511, 0), torch.bfloat16, None, 50.0),
     (1, 4, 4, 1500, 1500, 128, True, NONE, torch.float16, prefix_lm, 20.0),
+    # head dim 256 (with WS_BWD_DEFAULTS=split_queries=1,own_first=1: the query split's window, mask and cap)
+    (1, 4, 2, 700, 900, 256, True, (200, 0), torch.bfloat16, None, None),
+    (1, 2, 2, 600, 600, 256, False, NONE, torch.bfloat16, prefix_lm, 30.0),
 ]
 
 

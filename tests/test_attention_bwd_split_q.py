@@ -22,14 +22,15 @@ from warpsched.kernels.attention.forward import AttentionConfigError
 
 from _planting import QUIET, planted, planted_line
 
-OPTS = dict(host.default_options(256), split_queries=True)
+OPTS = dict(host.D_SPLIT_OPTIONS, split_queries=True)
 
 
-@pytest.mark.parametrize("causal, own_first", [(False, False), (True, False), (True, True)])
-def test_the_query_split_is_safe_and_its_dS_tiles_lie_back_to_back(causal, own_first):
+@pytest.mark.parametrize("causal, order", [(False, {}), (True, {}), (True, {"own_first": True}),
+                                           (True, {"own_regs": True})])
+def test_the_query_split_is_safe_and_its_dS_tiles_lie_back_to_back(causal, order):
     """``own_first``: the dV / dK k-blocks of the warp group's own queries issued before the wait for the other's
-    tiles (two commit groups), the same proof obligations."""
-    g = ab.FlashAttentionBackward(head_dim=256, causal=causal, own_first=own_first, **OPTS)
+    tiles (two commit groups); ``own_regs``: those k-blocks with A from registers. The same proof obligations."""
+    g = ab.FlashAttentionBackward(head_dim=256, causal=causal, **dict(OPTS, **order))
     assert (g.sdp_cols, g.exchange, g.dq_parts) == (32, True, 2)
     mgr = ab.build(g, **QUIET)
     assert mgr.result.checker.verdict == "SAFE"
@@ -39,8 +40,39 @@ def test_the_query_split_is_safe_and_its_dS_tiles_lie_back_to_back(causal, own_f
     assert ds0.size_bytes == ds1.size_bytes == 32 * 64 * 2 and ds1.offset == ds0.offset + ds0.size_bytes
     # the same SMEM as the duplicated-GEMM kernel: a dS tile of 64 queries per warp group there, dS and P
     # tiles of 32 here
-    plain = ab.FlashAttentionBackward(head_dim=256, causal=causal, **host.default_options(256))
+    plain = ab.FlashAttentionBackward(head_dim=256, causal=causal, **host.D_SPLIT_OPTIONS)
     assert sum(a.size_bytes for a in g.alloc_ds + g.alloc_p) == sum(a.size_bytes for a in plain.alloc_ds)
+
+
+def test_the_default_at_head_dim_256_is_the_split_with_own_first_except_where_untried():
+    """Dense calls take the query split with ``own_first`` (measured on the H200); the packed kernel and calls with
+    a window, mask_mod, softcap or the deterministic order keep the D split alone."""
+    assert host.default_options(256) == dict(OPTS, own_first=True)
+    assert host.default_options(256, varlen=True) == host.default_options(256, masked=True) == host.D_SPLIT_OPTIONS
+    for extra in ({"window_size": (128, 0)}, {"softcap": 30.0}, {"deterministic": True}):
+        args = dict(dict(window_size=None, mask_mod=None, softcap=None, deterministic=False), **extra)
+        options, _ = host._options_and_key("bfloat16", 256, True, {}, args["window_size"], args["mask_mod"],
+                                           args["softcap"], args["deterministic"])
+        assert not options.get("split_queries"), extra
+    options, _ = host._options_and_key("bfloat16", 256, True, {}, None, None, None, False)
+    assert options["split_queries"] and options["own_first"]
+
+
+@pytest.mark.parametrize("extra", [{"window_size": (100, 0)}, {"softcap": 30.0}, {"deterministic": True}, "varlen"])
+def test_the_split_traces_with_masks_the_deterministic_order_and_packed_batches(extra, capfd):
+    """Not yet the default there (not run on a GPU): the traced program is checked and ptxas keeps it within its
+    registers with no wgmma serialized, so a GPU run with the options on trial is all that adoption needs."""
+    from warpsched.kernels.attention import varlen
+
+    options = dict(OPTS, own_first=True)
+    capfd.readouterr()
+    with _host.ptxas_remarks():
+        if extra == "varlen":
+            varlen.compile_backward_for_cpu(head_dim=256, causal=True, **options)
+        else:
+            host.compile_for_cpu(head_dim=256, causal=True, **dict(options, **extra))
+    out, err = capfd.readouterr()
+    assert _host.ptxas_findings(out + err) == (0, 0, False), (out + err)[-2000:]
 
 
 def test_the_kernel_traces_the_checked_program():
@@ -64,8 +96,61 @@ def test_the_kernel_traces_the_checked_program():
 
 
 def test_own_first_without_the_split_is_refused():
-    with pytest.raises(AttentionConfigError, match=r"own_first=True with split_queries=False.*own_first=False"):
-        ab.FlashAttentionBackward(head_dim=256, own_first=True, **host.default_options(256))
+    with pytest.raises(AttentionConfigError, match=r"own_first=True, own_regs=False with split_queries=False.*"
+                                                   r"or both False"):
+        ab.FlashAttentionBackward(head_dim=256, own_first=True, **host.D_SPLIT_OPTIONS)
+
+
+def test_own_regs_traces_with_its_register_sourced_gemms():
+    """``own_regs``: per warp group two of each dV / dK GEMM's four k-steps come from registers (the own
+    queries), two from the other warp group's tiles; 168 registers, no spills (test_ptxas_health's kind)."""
+    ptx = host.compile_for_cpu(head_dim=256, causal=True, **dict(OPTS, own_regs=True)).artifacts.PTX
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16", ptx)) == 2 * 2 * 4
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n32k16", ptx)) == 2 * 2 * 16
+
+
+@schedule
+def _tiles_written_while_the_own_gemm_reads_their_registers(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine,
+                                                           ds_other, **_):
+    """``own_regs`` with the own k-blocks issued before the tiles are written: the tile store reads P^T / dS^T
+    registers a wgmma in flight holds as its A operand (undefined behaviour in the PTX ISA)."""
+    regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, True)
+    _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, True, False, False)
+        smem_qdo.mma_dkv_own(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+        ds_mine.acquire()
+        ds_mine.store(ds=ds, acc_dp=acc_dp, p=p)  # planted: the registers the own GEMM still reads
+        ds_mine.commit()
+        ds_other.wait()
+        ds_other.gemm_operand()
+        smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg, halves=(1 - wg,))
+        ds_other.gemm_operand()
+        ds_mine.own_gemm_operand()
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        smem_qdo.retire()
+        smem_qdo.release()
+        smem_dq.acquire()
+        smem_dq.store(acc_dq=acc_dq)
+        ds_other.gemm_operand()
+        ds_mine.own_gemm_operand()
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
+        smem_kv.retire()
+        ds_other.release()
+        smem_dq.store(acc_dq=acc_dq, part=1)
+        smem_dq.commit()
+    smem_kv.release()
+    grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def test_tiles_written_from_registers_an_own_gemm_still_reads_are_rejected():
+    g = ab.FlashAttentionBackward(head_dim=256, **dict(OPTS, own_regs=True))
+    with planted(ab, grad_schedule_split=_tiles_written_while_the_own_gemm_reads_their_registers):
+        with pytest.raises(ValidationError) as e:
+            ab.build(g, **QUIET)
+    msg = str(e.value)
+    assert "mma_dkv_own" in msg and planted_line(__file__, "planted: the registers the own GEMM") in msg, msg
 
 
 @cute.jit

@@ -1,4 +1,5 @@
-"""The attention backward's other tile splits. Head dim 256 (``FlashAttentionBackward.d_split``): 64 keys per
+"""The attention backward's other tile splits. Head dim 256 (``FlashAttentionBackward.d_split``, here without the
+query split that the default adds: tests/test_attention_bwd_split_q.py): 64 keys per
 CTA, both warp groups compute S and dP over all 256 columns and each owns one 128-column half of dK, dV and
 dQ; the program is the 64 / 128 one (same tasks, same schedules), proven SAFE, fits the SMEM with one Q / dO
 stage and traces the checked program. 128-row Q blocks at head dim 64 (``block_m=128``, last section). Options
@@ -23,7 +24,7 @@ QUIET = {"verbose": False, "progress": False, "cache_verdict": False}
 
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_defaults_split_d_and_fit_the_smem(causal):
-    g = ab.FlashAttentionBackward(head_dim=256, causal=causal, **host.default_options(256))
+    g = ab.FlashAttentionBackward(head_dim=256, causal=causal, **host.D_SPLIT_OPTIONS)
     assert (g.block_n, g.key_halves, g.d_cols, g.dq_cols, g.qdo_stages) == (64, 1, 128, 128, 1)
     assert g.kv_bytes == 2 * 64 * 256 * 2 and g.tma_stats and not g.tma_store_dkv
     mgr = ab.build(g, **QUIET)
@@ -48,10 +49,10 @@ def test_key_split_options_are_refused_naming_the_fix(option):
 def test_the_kernel_traces_the_checked_program():
     from warpsched.verify.verdicts import VERDICTS
 
-    ptx = host.compile_for_cpu(head_dim=256, causal=True, **host.default_options(256)).artifacts.PTX
+    ptx = host.compile_for_cpu(head_dim=256, causal=True, **host.D_SPLIT_OPTIONS).artifacts.PTX
     fingerprint = VERDICTS.looked_up[-1]
     assert VERDICTS.get(fingerprint).verdict == "SAFE"
-    cpu = ab.build(ab.FlashAttentionBackward(head_dim=256, causal=True, **host.default_options(256)), verbose=False,
+    cpu = ab.build(ab.FlashAttentionBackward(head_dim=256, causal=True, **host.D_SPLIT_OPTIONS), verbose=False,
                    exhaustive_deadlock_race_check=False)
     assert fingerprint == cpu.fingerprint
     counts = _host.count_ptx(ptx)
@@ -101,7 +102,7 @@ def _second_dq_part_staged_before_it_retires(smem_kv, smem_qdo, grads, smem_dq, 
 def test_dq_parts_staged_before_their_gemm_retires_are_rejected():
     """Head dim 256 computes dQ as two 64-column GEMMs in turn into one accumulator; staging the second
     part before its GEMM has retired is a register race on that accumulator, named at the planted call."""
-    g = ab.FlashAttentionBackward(head_dim=256, **host.default_options(256))
+    g = ab.FlashAttentionBackward(head_dim=256, **host.D_SPLIT_OPTIONS)
     assert g.dq_parts == 2 and g.dq_part_cols == 64
     with planted(ab, grad_schedule=_second_dq_part_staged_before_it_retires):
         with pytest.raises(ValidationError) as e:

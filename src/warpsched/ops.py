@@ -99,7 +99,7 @@ def attention_backward(q, k, v, out, dout, lse, causal=False, scale=None, *, win
     """The gradients (dq, dk, dv) of ``out = attention(q, k, v, causal, scale)`` for the upstream gradient
     ``dout``, given the forward's ``lse`` (``attention(..., return_lse=True)``), on Hopper (sm_90a).
 
-    Shapes as ``attention``; D in (64, 128); dk / dv have k's shape (summed over the query heads that share
+    Shapes as ``attention``; D in (64, 128, 256); dk / dv have k's shape (summed over the query heads that share
     a K/V head: grouped-query attention). dQ is accumulated in fp32 and returned in q's dtype. The kernel is
     a warpsched program proven SAFE for every sequence length (``warpsched.kernels.attention.backward``).
     ``window_size``, ``mask_mod``, ``softcap``: the forward's (``attention``); with a window a key block

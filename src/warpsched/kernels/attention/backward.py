@@ -3,7 +3,8 @@
 Given Q, K, V, dO (B, H, S, D; K / V may have fewer heads: GQA), the forward's log-sum-exp and
 delta = rowsum(dO * O) (fp32, (B, H, S_q)), it computes dK and dV (in the input dtype) and adds dQ
 into an fp32 accumulation buffer (B, H, S_q rounded up to 64, D), which the host converts. bf16 or
-fp16; head dim 64 or 128; any S_q, S_k >= 1; causal top-left aligned, as the forward.
+fp16; head dim 64, 128 or 256 (at 256 the warp groups split D, and with ``split_queries`` each computes S^T /
+dP^T for half of the step's queries); any S_q, S_k >= 1; causal top-left aligned, as the forward.
 
 A work unit is a 128-key block of one (batch, K/V head); one CTA per unit (CTAs with the longest
 loops, the first key blocks of a causal problem, first). The CTA keeps its K and V in SMEM and walks
@@ -25,7 +26,6 @@ the last query has no step and writes zeros). docs/attention.md, "Backward".
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Optional
 
@@ -34,7 +34,6 @@ import cutlass.cute as cute
 from cutlass.cute.nvgpu import warpgroup
 
 from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads, trip_count
-from warpsched.model.memory import BARRIER_BYTES_PER_STAGE
 
 from .. import _host
 from .backward_resources import Grads, MathOrder, SmemDQ, SmemDS, SmemKV, SmemQdO
@@ -103,7 +102,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
             (dst if wg == 0 else src).append(order)
         if g.split_queries:
             sched = grad_schedule_split(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg],
-                                        own_first=g.own_first,
+                                        own_first=g.own_first, own_regs=g.own_regs,
                                         **{k: v for k, v in turn.items() if k in ("split_stats", "early_stats")})
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
             graph[smem_dss[wg]] = [smem_kv, smem_qdo]
@@ -138,7 +137,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
-                 own_first=False):
+                 own_first=False, own_regs=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -167,9 +166,13 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 "with the LSE / delta from the stage (head_dim=256, tma_stats=True, block_m=64), without overlap_dq "
                 "or wg_order; else split_queries=False")
         self.split_queries = bool(split_queries)
-        if own_first and not self.split_queries:
-            raise AttentionConfigError("own_first=True with split_queries=False: it orders the query split's dV / dK "
-                                       "GEMMs (split_queries=True, or own_first=False)")
+        if (own_first or own_regs) and not self.split_queries:
+            raise AttentionConfigError(f"own_first={own_first}, own_regs={own_regs} with split_queries=False: they "
+                                       "order the query split's dV / dK GEMMs (split_queries=True, or both False)")
+        # split_queries: the own queries' dV / dK k-blocks with A from the P^T / dS^T registers, not the tiles
+        # (implies own_first)
+        self.own_regs = bool(own_regs)
+        own_first = own_first or own_regs
         # split_queries: the dV / dK GEMMs' k-blocks of the warp group's own queries issued before it waits for
         # the other warp group's tiles (backward_schedules.grad_schedule_split)
         self.own_first = bool(own_first)
@@ -349,27 +352,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             + (("live_units",) if self.live_units else ()) + (("unit_in_regs",) if self.unit_in_regs else ())
             + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
             + (("dkv_in_ds",) if self.dkv_in_ds else ()) + (("dq_defer",) if self.dq_defer else ())
-            + (("split_queries",) if self.split_queries else ()) + (("own_first",) if self.own_first else ()))
-
-    def _check_smem_fit(self):
-        """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
-        scratch ``SmemAllocator`` on copies, and the pipelines' mbarriers) exceeds sm_90's, here rather than as
-        the traced program's [smem capacity] finding."""
-        stats = [self.alloc_lse, self.alloc_delta] if self.tma_stats else []
-        scratch = SmemAllocator()
-        for a in [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_p,
-                  *self.alloc_dq]:
-            scratch.add(copy.copy(a))  # copies: compute_layout assigns offsets, the kernel's are build's to set
-        # mbarrier stages: Q / dO, K / V, each warp group's dQ ring and with shared_ds its dS tile
-        stages = self.qdo_stages + 1 + 2 * self.dq_stages + (2 * self.ds_stages if self.exchange else 0)
-        need = scratch.compute_layout() + BARRIER_BYTES_PER_STAGE * stages
-        capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
-        if need > capacity:
-            raise AttentionConfigError(
-                f"head_dim={self.head_dim}, block_m={self.block_m}, qdo_stages={self.qdo_stages}, "
-                f"dq_stages={self.dq_stages}: SMEM needs about {need} bytes, more than sm_90's {capacity} (Q and dO "
-                f"{self.alloc_q.size_bytes} bytes each); lower qdo_stages or dq_stages"
-                + (", or use block_m=64" if self.block_m != 64 else ""))
+            + (("split_queries",) if self.split_queries else ()) + (("own_first",) if self.own_first else ())
+            + (("own_regs",) if self.own_regs else ()))
 
     # ---- which part of a block a warp group takes
     def key_half(self, wg):
@@ -505,7 +489,10 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         sdp_zero, dq_zero = zeros[0], zeros[2]
         sdp_zero.set(warpgroup.Field.ACCUMULATE, False)
         dq_zero.set(warpgroup.Field.ACCUMULATE, False)
-        for m in (sdp_mma, dkv_mma, dq_mma):
+        extra = {}
+        if cutlass.const_expr(self.own_regs):  # the own queries' dV / dK k-blocks, A from registers
+            extra["dkv_rs_mma"] = self._dkv_regs_mma()
+        for m in (sdp_mma, dkv_mma, dq_mma, *extra.values()):
             m.set(warpgroup.Field.ACCUMULATE, True)
         lay = self._layouts()
         view = mgr.smem_allocator.view
@@ -535,7 +522,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         mgr.run(tma_q=tma_q, tma_k=tma_k, tma_v=tma_v, tma_do=tma_do, mQ=mQ, mK=mK, mV=mV, mdO=mdO, mLSE=mLSE,
                 mDelta=mDelta, tma_dq=tma_dq, mdQacc=mdQacc, mdK=mdK, mdV=mdV, sdp_mma=sdp_mma, sdp_mma_zero=sdp_zero,
                 dkv_mma=dkv_mma, dq_mma=dq_mma, dq_mma_zero=dq_zero, unit=bid, scale=scale, mSem=mSem, mdQ=mdQ,
-                mdQsum=mdQsum, scale_log2=scale * math.log2(math.e), **s)
+                mdQsum=mdQsum, scale_log2=scale * math.log2(math.e), **s, **extra)
 
 
 class FlashAttentionBackwardVarlen(FlashAttentionBackward):

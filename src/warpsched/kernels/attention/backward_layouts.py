@@ -1,8 +1,10 @@
 """The compile-time layouts and MMAs of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``):
 each SMEM buffer's layout (and, for a buffer a GEMM also reads transposed, the same bytes as the other operand kind),
-the three tiled MMAs, and the shapes of a warp group's dQ tile. A mixin of ``FlashAttentionBackward``, which sets
+the three tiled MMAs, the shapes of a warp group's dQ tile, and the check that the SMEM fits. A mixin of ``FlashAttentionBackward``, which sets
 the fields these read (dtype, head dim, block_m, the stages and the dQ split)."""
 from __future__ import annotations
+
+import copy
 
 import cutlass
 import cutlass.cute as cute
@@ -10,7 +12,11 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
+from warpsched import SmemAllocator
+from warpsched.model.memory import BARRIER_BYTES_PER_STAGE
+
 from .backward_math import HALF
+from .forward import AttentionConfigError
 
 FLAT_ROW = 256  # flat_dq: values per row of the dQ reduce-add's TMA box (a box dimension holds at most 256)
 
@@ -33,6 +39,12 @@ class BackwardLayouts:
         dq = (mma(mn_major, k_major, self.dq_acc_tile) if self.dq_swap
               else mma(k_major, mn_major, (HALF, self.dq_part_cols)))
         return sdp, dkv, dq
+
+    def _dkv_regs_mma(self):
+        """``own_regs``: the dV / dK MMA with A (P^T, dS^T of the warp group's own queries) from registers."""
+        k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
+        return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, k_major, mn_major, cutlass.Float32, (1, 1, 1),
+                                                 (HALF, self.d_cols), warpgroup.OperandSource.RMEM)
 
     @property
     def dq_acc_tile(self):
@@ -96,3 +108,23 @@ class BackwardLayouts:
     def dq_box_floats(self):
         """``flat_dq``: fp32 values in one TMA box of the reduce-add (``flat_boxes`` boxes a tile)."""
         return self.dq_tile_floats // self.flat_boxes
+
+    def _check_smem_fit(self):
+        """Refuse, naming the knobs, a configuration whose SMEM (the regions ``build`` allocates, laid out by a
+        scratch ``SmemAllocator`` on copies, and the pipelines' mbarriers) exceeds sm_90's, here rather than as
+        the traced program's [smem capacity] finding."""
+        stats = [self.alloc_lse, self.alloc_delta] if self.tma_stats else []
+        scratch = SmemAllocator()
+        for a in [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_p,
+                  *self.alloc_dq]:
+            scratch.add(copy.copy(a))  # copies: compute_layout assigns offsets, the kernel's are build's to set
+        # mbarrier stages: Q / dO, K / V, each warp group's dQ ring and with shared_ds its dS tile
+        stages = self.qdo_stages + 1 + 2 * self.dq_stages + (2 * self.ds_stages if self.exchange else 0)
+        need = scratch.compute_layout() + BARRIER_BYTES_PER_STAGE * stages
+        capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
+        if need > capacity:
+            raise AttentionConfigError(
+                f"head_dim={self.head_dim}, block_m={self.block_m}, qdo_stages={self.qdo_stages}, "
+                f"dq_stages={self.dq_stages}: SMEM needs about {need} bytes, more than sm_90's {capacity} (Q and dO "
+                f"{self.alloc_q.size_bytes} bytes each); lower qdo_stages or dq_stages"
+                + (", or use block_m=64" if self.block_m != 64 else ""))

@@ -96,11 +96,12 @@ class SmemKV(MemoryResource):
         acc_dk = cute.make_rmem_tensor(dkv.partition_shape_C((HALF, g.d_cols)), cutlass.Float32)
         acc_dq = cute.make_rmem_tensor(v.dq_mma.get_slice(tidx % 128).partition_shape_C(g.dq_acc_tile),
                                        cutlass.Float32)
-        if cutlass.const_expr(g.split_queries):  # P^T / dS^T only pass through registers on their way to SMEM
+        if cutlass.const_expr(g.split_queries and not g.own_regs):  # P^T / dS^T only on their way to SMEM
             return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, cute.make_rmem_tensor_like(acc_s, g.dtype),
                     cute.make_rmem_tensor_like(acc_dp, g.dtype))
-        return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, v.dkv_mma, g.dtype),
-                amath.make_p(acc_dp, v.dkv_mma, g.dtype))
+        pv = v.dkv_rs_mma if g.own_regs else v.dkv_mma  # own_regs: A operands of the register-sourced MMA
+        return (acc_s, acc_dp, acc_dv, acc_dk, acc_dq, amath.make_p(acc_s, pv, g.dtype),
+                amath.make_p(acc_dp, pv, g.dtype))
 
     @consumer_work(returns=(lse2, delta), work_attrs=WorkAttr.AUXILIARY)
     def init_stats(self, stage_info: StageInfo, acc_s):
@@ -342,6 +343,22 @@ class SmemQdO(MemoryResource):
                 for kb in cutlass.range_constexpr(blocks):
                     cute.gemm(v.dkv_mma, acc, frag_a[(None, None, kb, 0)], frag_b[(None, None, half * blocks + kb)],
                               acc)
+        warpgroup.commit_group()
+
+    @consumer_work(work_attrs=WorkAttr.WGMMA)
+    @cute.jit
+    def mma_dkv_own(self, stage_info: StageInfo, p, ds, acc_dv, acc_dk, *, wg: cutlass.Constexpr = 0):
+        """``own_regs``: the dV / dK k-blocks of this warp group's own queries, A (P^T, dS^T) from its registers, B
+        those queries' rows of the stage's dO / Q in its half of D (one commit group; the registers are the GEMM's
+        until the retire)."""
+        v, s = stage_info.context.values, stage_info.stage_idx
+        thr = v.dkv_rs_mma.get_slice(cute.arch.thread_idx()[0] % 128)
+        warpgroup.fence()  # P and dS were written by ordinary instructions
+        for acc, a_regs, s_bt in ((acc_dv, p, v.sdOt), (acc_dk, ds, v.sQt)):
+            frag_b = v.dkv_rs_mma.make_fragment_B(thr.partition_B(s_bt))[(None, None, None, 2 * s + wg)]
+            blocks = cute.size(a_regs, mode=[2])
+            for kb in cutlass.range_constexpr(blocks):
+                cute.gemm(v.dkv_rs_mma, acc, a_regs[(None, None, kb)], frag_b[(None, None, wg * blocks + kb)], acc)
         warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)

@@ -103,14 +103,15 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
 
 @schedule
 def grad_schedule_split(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, split_stats=False,
-                        early_stats=False, own_first=False):
+                        early_stats=False, own_first=False, own_regs=False):
     """``split_queries`` (head dim 256): this warp group's S^T / dP^T cover its 32 of the step's queries; its P^T
     and dS^T go into its ``SmemDS`` tiles, and once the other warp group's are in, the dV / dK GEMMs (this warp
     group's half of D, over all 64 queries) and the dQ GEMM's two parts (all 64 queries, over the keys) read both
     warp groups' tiles, each GEMM group declaring both. The other's tiles are released after the last dQ part
     has retired; this warp group's own are written again only after the other released them (``acquire``).
     ``own_first``: the dV / dK GEMMs' k-blocks of this warp group's own queries issued before the wait for the
-    other's tiles, the other's k-blocks after it (two commit groups)."""
+    other's tiles, the other's k-blocks after it (two commit groups); ``own_regs``: those own k-blocks with A from
+    the P^T / dS^T registers (after the tiles are written: a wgmma's A registers may not be read until it retires)."""
     regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, True)
     _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
     with domain_loop(0, steps, 1):
@@ -120,7 +121,12 @@ def grad_schedule_split(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, d
         ds_mine.acquire()  # the other warp group's GEMMs of the previous step have read these tiles
         ds_mine.store(ds=ds, acc_dp=acc_dp, p=p)
         ds_mine.commit()
-        if own_first:  # this warp group's queries' k-blocks while the other warp group's tiles are on their way
+        if own_regs:  # this warp group's queries' k-blocks from its registers (read by nothing else until the retire)
+            smem_qdo.mma_dkv_own(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+            ds_other.wait()
+            ds_other.gemm_operand()
+            smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg, halves=(1 - wg,))
+        elif own_first:  # this warp group's queries' k-blocks while the other warp group's tiles are on their way
             ds_mine.own_gemm_operand()
             smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg, halves=(wg,))
             ds_other.wait()
