@@ -17,7 +17,7 @@ from warpsched import ValidationError, domain_loop, schedule
 from warpsched.kernels import _host
 from warpsched.kernels.attention import backward as ab
 from warpsched.kernels.attention import backward_host as host
-from warpsched.kernels.attention.backward_schedules import start_unit, step_scores
+from warpsched.kernels.attention.backward_schedules import split_dq, split_tiles, start_unit, step_scores
 from warpsched.kernels.attention.forward import AttentionConfigError
 
 from _planting import QUIET, planted, planted_line
@@ -126,20 +126,7 @@ def _tiles_written_while_the_own_gemm_reads_their_registers(smem_kv, smem_qdo, g
         ds_other.wait()
         ds_other.gemm_operand()
         smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg, halves=(1 - wg,))
-        ds_other.gemm_operand()
-        ds_mine.own_gemm_operand()
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-        smem_qdo.retire()
-        smem_qdo.release()
-        smem_dq.acquire()
-        smem_dq.store(acc_dq=acc_dq)
-        ds_other.gemm_operand()
-        ds_mine.own_gemm_operand()
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
-        smem_kv.retire()
-        ds_other.release()
-        smem_dq.store(acc_dq=acc_dq, part=1)
-        smem_dq.commit()
+        split_dq(smem_kv, smem_qdo, smem_dq, ds_mine, ds_other, acc_dq, wg)
     smem_kv.release()
     grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
 
@@ -189,6 +176,24 @@ def test_options_the_split_is_not_built_for_are_refused_naming_the_fix(kw, words
         ab.FlashAttentionBackward(split_queries=True, **kw)
 
 
+def _dq_released_early(smem_kv, smem_qdo, smem_dq, ds_mine, ds_other, acc_dq, wg):
+    """``split_dq`` with the other warp group's tiles given back before the second part has retired."""
+    ds_other.gemm_operand()
+    ds_mine.own_gemm_operand()
+    smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+    smem_qdo.retire()
+    smem_qdo.release()
+    smem_dq.acquire()
+    smem_dq.store(acc_dq=acc_dq)
+    ds_other.gemm_operand()
+    ds_mine.own_gemm_operand()
+    smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
+    ds_other.release()  # planted: given back while the second dQ part may still read it
+    smem_kv.retire()
+    smem_dq.store(acc_dq=acc_dq, part=1)
+    smem_dq.commit()
+
+
 def _split_twin(early_tiles=False, early_release=False):
     """``grad_schedule_split`` with one bug planted (``early_tiles``: the dV / dK GEMMs issued before the other
     warp group's tiles are waited for; ``early_release``: the other warp group's tiles given back before the
@@ -197,13 +202,9 @@ def _split_twin(early_tiles=False, early_release=False):
     @schedule
     def twin(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, **_):
         regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, True)
-        _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
+        _, _, acc_dv, acc_dk, acc_dq, _, _ = regs
         with domain_loop(0, steps, 1):
-            smem_qdo.wait()
-            step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, True, False, False)
-            ds_mine.acquire()
-            ds_mine.store(ds=ds, acc_dp=acc_dp, p=p)
-            ds_mine.commit()
+            split_tiles(smem_kv, smem_qdo, grads, ds_mine, wg, regs, idx, lse2, delta, False, False)
             if early_tiles:
                 ds_other.gemm_operand()  # planted: the other warp group's tiles read before they are waited for
                 ds_mine.own_gemm_operand()
@@ -214,24 +215,10 @@ def _split_twin(early_tiles=False, early_release=False):
                 ds_other.gemm_operand()
                 ds_mine.own_gemm_operand()
                 smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
-            ds_other.gemm_operand()
-            ds_mine.own_gemm_operand()
-            smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-            smem_qdo.retire()
-            smem_qdo.release()
-            smem_dq.acquire()
-            smem_dq.store(acc_dq=acc_dq)
-            ds_other.gemm_operand()
-            ds_mine.own_gemm_operand()
-            smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
             if early_release:
-                ds_other.release()  # planted: given back while the second dQ part may still read it
-                smem_kv.retire()
+                _dq_released_early(smem_kv, smem_qdo, smem_dq, ds_mine, ds_other, acc_dq, wg)
             else:
-                smem_kv.retire()
-                ds_other.release()
-            smem_dq.store(acc_dq=acc_dq, part=1)
-            smem_dq.commit()
+                split_dq(smem_kv, smem_qdo, smem_dq, ds_mine, ds_other, acc_dq, wg)
         smem_kv.release()
         grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
     return twin

@@ -115,12 +115,7 @@ def grad_schedule_split(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, d
     regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, True)
     _, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
     with domain_loop(0, steps, 1):
-        smem_qdo.wait()
-        step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, True, split_stats,
-                    early_stats)
-        ds_mine.acquire()  # the other warp group's GEMMs of the previous step have read these tiles
-        ds_mine.store(ds=ds, acc_dp=acc_dp, p=p)
-        ds_mine.commit()
+        split_tiles(smem_kv, smem_qdo, grads, ds_mine, wg, regs, idx, lse2, delta, split_stats, early_stats)
         if own_regs:  # this warp group's queries' k-blocks from its registers (read by nothing else until the retire)
             smem_qdo.mma_dkv_own(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
             ds_other.wait()
@@ -137,22 +132,40 @@ def grad_schedule_split(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, d
             ds_other.gemm_operand()
             ds_mine.own_gemm_operand()
             smem_qdo.mma_dkv_shared(acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
-        ds_other.gemm_operand()
-        ds_mine.own_gemm_operand()
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-        smem_qdo.retire()
-        smem_qdo.release()
-        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
-        smem_dq.store(acc_dq=acc_dq)
-        ds_other.gemm_operand()
-        ds_mine.own_gemm_operand()
-        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
-        smem_kv.retire()
-        ds_other.release()
-        smem_dq.store(acc_dq=acc_dq, part=1)
-        smem_dq.commit()
+        split_dq(smem_kv, smem_qdo, smem_dq, ds_mine, ds_other, acc_dq, wg)
     smem_kv.release()
     grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def split_tiles(smem_kv, smem_qdo, grads, ds_mine, wg, regs, idx, lse2, delta, split_stats, early_stats):
+    """``split_queries``: a step's S^T / dP^T of this warp group's queries, then its P^T and dS^T into its tiles,
+    handed to the other warp group."""
+    _, acc_dp, _, _, _, p, ds = regs
+    smem_qdo.wait()
+    step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, True, split_stats, early_stats)
+    ds_mine.acquire()  # the other warp group's GEMMs of the previous step have read these tiles
+    ds_mine.store(ds=ds, acc_dp=acc_dp, p=p)
+    ds_mine.commit()
+
+
+def split_dq(smem_kv, smem_qdo, smem_dq, ds_mine, ds_other, acc_dq, wg):
+    """``split_queries``: the step's dQ in two parts over both warp groups' dS tiles (each group declaring both), the
+    Q / dO stage released once the first part and the dV / dK GEMMs have retired, the other's tiles once the
+    second has."""
+    ds_other.gemm_operand()
+    ds_mine.own_gemm_operand()
+    smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+    smem_qdo.retire()
+    smem_qdo.release()
+    smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
+    smem_dq.store(acc_dq=acc_dq)
+    ds_other.gemm_operand()
+    ds_mine.own_gemm_operand()
+    smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=1)
+    smem_kv.retire()
+    ds_other.release()
+    smem_dq.store(acc_dq=acc_dq, part=1)
+    smem_dq.commit()
 
 
 def start_unit(smem_kv, smem_qdo, grads, stats):
