@@ -192,8 +192,8 @@ class SmemAllocator:
         the checker: a GEMM reading the span declares every resource it reads."""
         if self.total_bytes is not None:
             raise LayoutError("add_adjacent() after compute_layout(); declare adjacent runs first")
-        run = list(allocations)
-        if any(a in r for r in self.adjacent_runs for a in run) or any(id(a) in self.aliased() for a in run):
+        run, aliased = list(allocations), self.aliased()
+        if any(a in r for r in self.adjacent_runs for a in run) or any(id(a) in aliased for a in run):
             raise LayoutError("add_adjacent(): an allocation is already in an adjacent run or an alias group")
         self.adjacent_runs.append(run)
         for a in run:

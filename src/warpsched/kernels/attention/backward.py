@@ -104,15 +104,14 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
             sched = grad_schedule_split(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg],
                                         own_first=g.own_first, own_regs=g.own_regs,
                                         **{k: v for k, v in turn.items() if k in ("split_stats", "early_stats")})
-            src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
-            graph[smem_dss[wg]] = [smem_kv, smem_qdo]
         elif g.shared_ds:
             grad = grad_schedule_deferred if g.dq_defer else grad_schedule
             sched = grad(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, smem_dss[wg], smem_dss[1 - wg], **turn)
-            src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
-            graph[smem_dss[wg]] = [smem_kv, smem_qdo]
         else:
             sched = grad_schedule(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, **turn)
+        if g.exchange:  # this warp group writes its SmemDS tiles and reads the other's
+            src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
+            graph[smem_dss[wg]] = [smem_kv, smem_qdo]
         tasks.append(Task(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg), num_warps=4,
                           num_registers=g.consumer_regs, schedule=sched))
         graph[grads] = [smem_kv, smem_qdo]

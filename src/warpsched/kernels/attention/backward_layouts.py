@@ -1,7 +1,8 @@
 """The compile-time layouts and MMAs of warpsched's FlashAttention backward (``warpsched.kernels.attention.backward``):
 each SMEM buffer's layout (and, for a buffer a GEMM also reads transposed, the same bytes as the other operand kind),
-the three tiled MMAs, the shapes of a warp group's dQ tile, and the check that the SMEM fits. A mixin of ``FlashAttentionBackward``, which sets
-the fields these read (dtype, head dim, block_m, the stages and the dQ split)."""
+the three tiled MMAs, the shapes of a warp group's dQ tile, and the check that the SMEM fits. A mixin of
+``FlashAttentionBackward``, which sets the fields these read (dtype, head dim, block_m, the stages and the dQ
+split)."""
 from __future__ import annotations
 
 import copy
@@ -32,8 +33,7 @@ class BackwardLayouts:
                                                      (1, 1, 1), tile, a_source)
         sdp = mma(k_major, k_major, (HALF, self.sdp_cols))  # S^T, dP^T: (keys, queries), contraction over D
         # dV, dK: over queries, A (P^T, dS^T) from registers; split_queries: from the SMEM tiles (keys contiguous)
-        dkv = (mma(mn_major, mn_major, (HALF, self.d_cols)) if self.split_queries
-               else mma(k_major, mn_major, (HALF, self.d_cols), warpgroup.OperandSource.RMEM))
+        dkv = mma(mn_major, mn_major, (HALF, self.d_cols)) if self.split_queries else self._dkv_regs_mma()
         # dQ: (queries, D or its half), over keys; one 64-row WGMMA M, repeated over a 128-row Q block;
         # dq_swap: dQ^T (D half, queries), A = K^T (D contiguous: MN-major), B = dS (keys contiguous: K-major)
         dq = (mma(mn_major, k_major, self.dq_acc_tile) if self.dq_swap
@@ -41,7 +41,8 @@ class BackwardLayouts:
         return sdp, dkv, dq
 
     def _dkv_regs_mma(self):
-        """``own_regs``: the dV / dK MMA with A (P^T, dS^T of the warp group's own queries) from registers."""
+        """The dV / dK MMA with A (P^T, dS^T) from registers: the kernel's, or with ``split_queries`` and
+        ``own_regs`` the one for the warp group's own queries."""
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()
         return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, k_major, mn_major, cutlass.Float32, (1, 1, 1),
                                                  (HALF, self.d_cols), warpgroup.OperandSource.RMEM)
@@ -118,7 +119,7 @@ class BackwardLayouts:
         for a in [self.alloc_k, self.alloc_v, self.alloc_q, self.alloc_do, *stats, *self.alloc_ds, *self.alloc_p,
                   *self.alloc_dq]:
             scratch.add(copy.copy(a))  # copies: compute_layout assigns offsets, the kernel's are build's to set
-        # mbarrier stages: Q / dO, K / V, each warp group's dQ ring and with shared_ds its dS tile
+        # mbarrier stages: Q / dO, K / V, each warp group's dQ ring and with shared_ds / split_queries its SmemDS
         stages = self.qdo_stages + 1 + 2 * self.dq_stages + (2 * self.ds_stages if self.exchange else 0)
         need = scratch.compute_layout() + BARRIER_BYTES_PER_STAGE * stages
         capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")

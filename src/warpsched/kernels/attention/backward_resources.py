@@ -451,9 +451,9 @@ class SmemDS(MemoryResource):
     """``shared_ds``: a warp group's dS^T tile (64 keys x 64 queries, 16-bit), written by that warp group
     and read by both dQ GEMMs: an AsyncAsync stage from the writing warp group to the other one, which
     releases it once its dQ GEMM has retired. ``split_queries``: the warp group's 32 queries' dS^T and P^T
-    (two tiles), read by both warp groups' dV / dK and dQ GEMMs. The writer's own dQ GEMM reads it too (``own_gemm_operand``,
-    after the commit): the checker holds that read until the writer's wgmma.wait_group retires the GEMM's
-    group, and a ``store`` of the next tile before then is a race."""
+    (two tiles), read by both warp groups' dV / dK and dQ GEMMs. The writer's own dQ GEMM reads it too
+    (``own_gemm_operand``, after the commit): the checker holds that read until the writer's wgmma.wait_group
+    retires the GEMM's group, and a ``store`` of the next tile before then is a race."""
 
     g: Any = None
     wg: int = 0
