@@ -81,6 +81,7 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   # read before the S / dP GEMMs
                   "m80": dict(_D128, block_m=80, dq_stages=1),
                   "m80ne": dict(_D128, block_m=80, dq_stages=1, early_stats=False),
+                  "m80f": dict(_D128, block_m=80, dq_stages=1, full_only=True),  # m80 on the non-causal rows alone
                   "fin": dict(_D128, dq_finish=True),
                   # each step's dQ GEMM issued at the next step (staged under the dK GEMM), and without overlap_dq
                   "defer": dict(_D128, dq_defer=True), "defer-odq": dict(_D128, dq_defer=True, overlap_dq=False)},
@@ -108,9 +109,9 @@ for _d in VARIANTS:  # the grid's units longest first (causal rows only), over e
 def variants_for(head_dim, causal):
     """(name, kernel options) of the head dim's variants that apply to this mask (``causal_only``)."""
     for name, options in VARIANTS[head_dim].items():
-        if options.get("causal_only") and not causal:
+        if (options.get("causal_only") and not causal) or (options.get("full_only") and causal):
             continue
-        yield name, {k: v for k, v in options.items() if k != "causal_only"}
+        yield name, {k: v for k, v in options.items() if k not in ("causal_only", "full_only")}
 
 
 SPEED = [  # B, H, S, D, causal
