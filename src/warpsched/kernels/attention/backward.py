@@ -33,35 +33,46 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import warpgroup
 
-from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads, trip_count
+from warpsched import (PipelineConfig, SmemAllocation, SmemAllocator, TaskManager, TileSchedulerConfig, WorkQueue,
+                       threads, trip_count)
 
 from .. import _host
+from .._device import H200_SMS
 from .backward_resources import Grads, MathOrder, SmemDQ, SmemDS, SmemKV, SmemQdO
 from .backward_schedules import (dq_writer_schedule, grad_schedule, grad_schedule_deferred, grad_schedule_split,
                                  load_schedule)
-from .config import AttentionConfig
+from .config import AttentionConfig, switches_on
 from .forward import AttentionConfigError
 from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
 from .backward_layouts import FLAT_ROW, BackwardLayouts
-from .backward_units import BLOCK_M, BackwardUnits
+from .backward_units import BLOCK_M, BackwardTask, BackwardUnits
 from . import declared, dq_finish, dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
 
 
 # ---------------------------------------------------------------------------------- program
-def build(g=None, *, steps=None, verbose=True, **manager_options):
+def build(g=None, *, steps=None, units_per_cta=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the FlashAttentionBackward being traced (None on the CPU: bf16, hd128, not causal).
-    ``steps``: the CTA's runtime step count (None on the CPU); every count >= 0 is proven.
+    ``steps``: the CTA's runtime step count (None on the CPU); every count >= 0 is proven. ``persistent``: the
+    step count is read per work tile (every count >= 0 per tile), ``units_per_cta`` (the CTA's number of work
+    tiles) is declared: every count >= 1.
     The schedules are this module's names (``grad_schedule`` ...): a test plants a bug by replacing one
     (tests/_planting.py), not through a parameter of this function."""
     if g is None:
         g = FlashAttentionBackward()
-    n = trip_count("steps", steps, min=0)
+    loop, queue = {}, []
+    if g.persistent:  # every task walks the CTA's work tiles, each with its own step count (BackwardTask)
+        wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=getattr(g, "num_units",
+                                                                                                     None)))
+        loop = {"wq": wq, "units": trip_count("units_per_cta", units_per_cta), "count": trip_count("steps", min=0)}
+        queue = [wq]
+        manager_options.setdefault("max_states", 2_000_000)  # about 520k states: the tile loop around the steps
+    n = BackwardTask.steps_of_tile if g.persistent else trip_count("steps", steps, min=0)
     kv_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=g.kv_bytes)
     # partial_stage: an 80-row block's LSE / delta fill 80 of each stage's 96 floats (128-byte stage starts)
     qdo_cfg = PipelineConfig.create_tma_async_pipeline_cfg(
@@ -69,15 +80,15 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         **({"partial_stage": True} if g.tma_stats and g.stats_stride != g.block_m else {}))
     smem_kv = SmemKV(name="SmemKV", pipeline_config=kv_cfg, g=g)
     smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
-    load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
-                num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n))
+    load = BackwardTask(name="LoadTask", src_resources=list(queue), dst_resources=[smem_kv, smem_qdo], warp_idx=0,
+                         num_warps=1, num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n, **loop))
     dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.dq_stages, producer_group=threads(128),
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
     finish = {"finish": True} if g.dq_finish else {}  # the dQ finish's work (a planted twin may not take it)
-    writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
-                  num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish))
-    tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
+    writer = BackwardTask(name="DQWriter", src_resources=smem_dqs + queue, dst_resources=[], warp_idx=1, num_warps=1,
+                           num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish, **loop))
+    tasks, graph, grads_all = [load, writer], {smem_kv: list(queue), smem_qdo: list(queue)}, []
     smem_dss = []
     if g.exchange:
         ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.ds_stages, producer_group=threads(128),
@@ -92,8 +103,8 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
     for wg in range(2):
         grads = Grads(name=f"Grads{wg}", g=g, wg=wg)
         grads_all.append(grads)
-        src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
-        turn = {} if order is None else {"order": order}
+        src, dst = [smem_kv, smem_qdo] + queue, [grads, smem_dqs[wg]]
+        turn = dict(loop) if order is None else dict(loop, order=order)
         turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats",
                                        "early_stats", "dkv_in_ds") if getattr(g, n)})
         if g.dq_parts > 1:
@@ -112,10 +123,12 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         if g.exchange:  # this warp group writes its SmemDS tiles and reads the other's
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
             graph[smem_dss[wg]] = [smem_kv, smem_qdo]
-        tasks.append(Task(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg), num_warps=4,
-                          num_registers=g.consumer_regs, schedule=sched))
+        tasks.append(BackwardTask(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg),
+                                   num_warps=4, num_registers=g.consumer_regs, schedule=sched))
         graph[grads] = [smem_kv, smem_qdo]
-        graph[smem_dqs[wg]] = [smem_kv, smem_qdo]
+        graph[smem_dqs[wg]] = [smem_kv, smem_qdo] + queue
+    for task in tasks:  # persistent: BackwardTask.steps_of_tile reads the unit's step count from g
+        task.g = g
     smem = SmemAllocator()
     if g.split_queries:  # the dQ GEMM's A operand spans both warp groups' dS tiles
         smem.add_adjacent(g.alloc_ds)
@@ -136,7 +149,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
-                 own_first=False, own_regs=False):
+                 own_first=False, own_regs=False, persistent=False, max_ctas=H200_SMS):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -313,6 +326,15 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 "64 or 128, block_m 64 or 128, flat_boxes=1), where every Q block has a key block that adds into it "
                 "(no sliding window) and the adds' order is free (deterministic=False); else dq_finish=False")
         self.dq_finish = bool(dq_finish)
+        # one CTA per SM walking the units (a work-tile loop): a unit's loads and the CTA's start overlap the last
+        # unit's tail (backward_schedules); the grid-level hand-overs (deterministic, dq_finish) and the packed and
+        # split kernels keep one CTA per unit
+        if persistent and (self.varlen or self.deterministic or self.dq_finish or self.split_queries or self.dq_defer):
+            raise AttentionConfigError(
+                f"persistent=True with varlen={self.varlen}, deterministic={self.deterministic}, dq_finish="
+                f"{self.dq_finish}, split_queries={self.split_queries}, dq_defer={self.dq_defer}: the persistent grid "
+                "is built for the dense kernel with dQ by reduce-adds (all five False); else persistent=False")
+        self.persistent, self.max_ctas = bool(persistent), max_ctas
         self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -342,17 +364,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         self.seqlen_q = self.seqlen_k = self.heads = self.kv_heads = self.batches = None  # set while tracing
         self.config = AttentionConfig(
             "backward", dtype.__name__, head_dim, self.causal, self.block_m, self.block_n, qdo_stages, self.window_left,
-            self.window_right, getattr(mask_mod, "__name__", None), softcap,
-            tuple(n for n in ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq",
-                              "tma_stats", "tma_store_dkv") if getattr(self, n))
-            + (("dq_stages=2",) if self.dq_stages == 2 else ()) + (("flat_dq",) if self.flat_dq else ())
-            + ((f"flat_boxes={flat_boxes}",) if flat_boxes > 1 else ()) + (("stage_first",) if stage_first else ())
-            + (("lpt",) if self.lpt else ()) + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
-            + (("live_units",) if self.live_units else ()) + (("unit_in_regs",) if self.unit_in_regs else ())
-            + (("early_stats",) if self.early_stats else ()) + (("dq_finish",) if self.dq_finish else ())
-            + (("dkv_in_ds",) if self.dkv_in_ds else ()) + (("dq_defer",) if self.dq_defer else ())
-            + (("split_queries",) if self.split_queries else ()) + (("own_first",) if self.own_first else ())
-            + (("own_regs",) if self.own_regs else ()))
+            self.window_right, getattr(mask_mod, "__name__", None), softcap, switches_on(self))
 
     # ---- which part of a block a warp group takes
     def key_half(self, wg):
@@ -440,7 +452,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
                     dkv_mma, dq_mma, scale, mCuQ, mCuK, mUnits, max_seqlen_q, max_seqlen_k, mSem, mdQ,
                     mdQacc if self.dq_finish else None, *stats, *stores).launch(
-                        grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
+                        grid=[cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent)
+                              else self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
@@ -476,7 +489,11 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         else:
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
-        mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
+        if cutlass.const_expr(self.persistent):  # the CTA's work tiles: bid, bid + grid, ... (>= 1 each)
+            grid = cutlass.min(self.num_units, self.max_ctas)
+            mgr = build(self, units_per_cta=(self.num_units - bid + grid - 1) // grid, verbose=False)
+        else:
+            mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
         if cutlass.const_expr(self.deterministic):
             dq_order.require_safe(self)  # the hand-over between CTAs, by the grid checker
         if cutlass.const_expr(self.dq_finish):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
+from warpsched import Task
+
 from .backward_math import HALF
 from .live_units import HEADER, KEY_BITS, MAX_KEY_BLOCKS
 from .units import HeldUnit, grouped_longest_first
@@ -31,9 +33,27 @@ def padded_stats_rows(total_q, batches, block=BLOCK_M):
     return -(-(total_q + block * batches) // block) * block
 
 
+class BackwardTask(Task):
+    """A task of the backward; ``persistent``: its step count is read per work tile (``steps_of_tile``, a dynamic
+    domain provider), from the kernel ``g`` it is given."""
+
+    g = None
+
+    def steps_of_tile(self, tile_idx):
+        return self.g.steps_of(tile_idx[0])
+
+
 class BackwardUnits(HeldUnit):
     """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right``,
     ``varlen``, ``lpt``, ``lpt_heads`` and ``live_units``."""
+
+    persistent = False  # FlashAttentionBackward(persistent=True): CTAs walk the units (a work-tile loop)
+
+    def unit_of(self, stage_info):
+        """The unit a work method runs for: its work tile's (``persistent``), or the CTA's block index."""
+        if cutlass.const_expr(self.persistent):
+            return stage_info.work_tile.tile_idx[0]
+        return stage_info.context.values.unit
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, units_table=None):
         """``units_table`` (``live_units``): ``live_units.SequenceOrderTable``'s table (a tensor, or in the tests

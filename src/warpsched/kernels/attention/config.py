@@ -23,3 +23,25 @@ class AttentionConfig:
     mask_mod: Optional[str] = None
     softcap: Optional[float] = None
     options: tuple = ()  # the kernel's other tuning switches that are on, by name
+
+
+# FlashAttentionBackward's switches in AttentionConfig.options' order; a valued one (name: its value when off) is
+# named with its value
+BACKWARD_SWITCHES = ("shared_ds", "wg_order", "varlen", "deterministic", "overlap_scores", "overlap_dq", "tma_stats",
+                     "tma_store_dkv", "dq_stages", "flat_dq", "flat_boxes", "stage_first", "lpt", "lpt_heads",
+                     "live_units", "unit_in_regs", "early_stats", "dq_finish", "dkv_in_ds", "dq_defer",
+                     "split_queries", "own_first", "own_regs", "persistent")
+VALUED_OFF = {"dq_stages": 1, "flat_boxes": 1, "lpt_heads": None}
+
+
+def switches_on(kernel, names=BACKWARD_SWITCHES):
+    """The switches of ``kernel`` that are on, by name (``dq_stages=2``, ``flat_boxes=4``...), in ``names``' order."""
+    out = []
+    for name in names:
+        value = getattr(kernel, name)
+        if name in VALUED_OFF:
+            if value != VALUED_OFF[name]:
+                out.append(f"{name}={value}")
+        elif value:
+            out.append(name)
+    return tuple(out)
