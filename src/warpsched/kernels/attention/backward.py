@@ -33,11 +33,9 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import warpgroup
 
-from warpsched import (PipelineConfig, SmemAllocation, SmemAllocator, TaskManager, TileSchedulerConfig, WorkQueue,
-                       threads, trip_count)
+from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, TaskManager, threads, trip_count
 
 from .. import _host
-from .._device import H200_SMS
 from .backward_resources import Grads, MathOrder, SmemDQ, SmemDS, SmemKV, SmemQdO
 from .backward_schedules import (dq_writer_schedule, grad_schedule, grad_schedule_deferred, grad_schedule_split,
                                  load_schedule)
@@ -47,7 +45,7 @@ from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
 from .backward_layouts import FLAT_ROW, BackwardLayouts
-from .backward_units import BLOCK_M, BackwardTask, BackwardUnits
+from .backward_units import BLOCK_M, BackwardTask, BackwardUnits, unit_loop
 from . import declared, dq_finish, dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
@@ -65,13 +63,7 @@ def build(g=None, *, steps=None, units_per_cta=None, verbose=True, **manager_opt
     (tests/_planting.py), not through a parameter of this function."""
     if g is None:
         g = FlashAttentionBackward()
-    loop, queue = {}, []
-    if g.persistent:  # every task walks the CTA's work tiles, each with its own step count (BackwardTask)
-        wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=getattr(g, "num_units",
-                                                                                                     None)))
-        loop = {"wq": wq, "units": trip_count("units_per_cta", units_per_cta), "count": trip_count("steps", min=0)}
-        queue = [wq]
-        manager_options.setdefault("max_states", 2_000_000)  # about 520k states: the tile loop around the steps
+    loop, queue = unit_loop(g, units_per_cta, manager_options)  # persistent: every task walks the CTA's units
     n = BackwardTask.steps_of_tile if g.persistent else trip_count("steps", steps, min=0)
     kv_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=g.kv_bytes)
     # partial_stage: an 80-row block's LSE / delta fill 80 of each stage's 96 floats (128-byte stage starts)
@@ -149,7 +141,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
-                 own_first=False, own_regs=False, persistent=False, max_ctas=H200_SMS):
+                 own_first=False, own_regs=False, persistent=False, max_ctas=None):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -326,15 +318,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 "64 or 128, block_m 64 or 128, flat_boxes=1), where every Q block has a key block that adds into it "
                 "(no sliding window) and the adds' order is free (deterministic=False); else dq_finish=False")
         self.dq_finish = bool(dq_finish)
-        # one CTA per SM walking the units (a work-tile loop): a unit's loads and the CTA's start overlap the last
-        # unit's tail (backward_schedules); the grid-level hand-overs (deterministic, dq_finish) and the packed and
-        # split kernels keep one CTA per unit
-        if persistent and (self.varlen or self.deterministic or self.dq_finish or self.split_queries or self.dq_defer):
-            raise AttentionConfigError(
-                f"persistent=True with varlen={self.varlen}, deterministic={self.deterministic}, dq_finish="
-                f"{self.dq_finish}, split_queries={self.split_queries}, dq_defer={self.dq_defer}: the persistent grid "
-                "is built for the dense kernel with dQ by reduce-adds (all five False); else persistent=False")
-        self.persistent, self.max_ctas = bool(persistent), max_ctas
+        self._set_persistent(persistent, max_ctas)  # one CTA per SM walking the units (backward_units)
         self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -452,8 +436,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
                     dkv_mma, dq_mma, scale, mCuQ, mCuK, mUnits, max_seqlen_q, max_seqlen_k, mSem, mdQ,
                     mdQacc if self.dq_finish else None, *stats, *stores).launch(
-                        grid=[cutlass.min(self.num_units, self.max_ctas) if cutlass.const_expr(self.persistent)
-                              else self.num_units, 1, 1], block=[self.threads, 1, 1],
+                        grid=[self.grid_size(), 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
@@ -490,8 +473,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
         if cutlass.const_expr(self.persistent):  # the CTA's work tiles: bid, bid + grid, ... (>= 1 each)
-            grid = cutlass.min(self.num_units, self.max_ctas)
-            mgr = build(self, units_per_cta=(self.num_units - bid + grid - 1) // grid, verbose=False)
+            mgr = build(self, units_per_cta=(self.num_units - bid + self.grid_size() - 1) // self.grid_size(),
+                        verbose=False)
         else:
             mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
         if cutlass.const_expr(self.deterministic):

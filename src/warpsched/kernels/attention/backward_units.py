@@ -9,9 +9,11 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from warpsched import Task
+from warpsched import Task, TileSchedulerConfig, WorkQueue, trip_count
 
+from .._device import H200_SMS
 from .backward_math import HALF
+from .masks import AttentionConfigError
 from .live_units import HEADER, KEY_BITS, MAX_KEY_BLOCKS
 from .units import HeldUnit, grouped_longest_first
 
@@ -43,6 +45,17 @@ class BackwardTask(Task):
         return self.g.steps_of(tile_idx[0])
 
 
+def unit_loop(g, units_per_cta, manager_options):
+    """``persistent``: the schedules' work-tile loop ({"wq", "units", "count"}: the queue of ``g``'s units, the
+    CTA's tile count, every count >= 1, and the step count each tile is checked for, every count >= 0) and
+    [the queue] for the tasks' resources; otherwise ({}, [])."""
+    if not g.persistent:
+        return {}, []
+    wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=getattr(g, "num_units", None)))
+    manager_options.setdefault("max_states", 2_000_000)  # about 520k states: the tile loop around the steps
+    return {"wq": wq, "units": trip_count("units_per_cta", units_per_cta), "count": trip_count("steps", min=0)}, [wq]
+
+
 class BackwardUnits(HeldUnit):
     """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right``,
     ``varlen``, ``lpt``, ``lpt_heads`` and ``live_units``."""
@@ -54,6 +67,24 @@ class BackwardUnits(HeldUnit):
         if cutlass.const_expr(self.persistent):
             return stage_info.work_tile.tile_idx[0]
         return stage_info.context.values.unit
+
+    def _set_persistent(self, persistent, max_ctas=None):
+        """``persistent``: one CTA per SM (``max_ctas``, None: the H200's 132) walks the units through a work-tile
+        loop in every task (backward_schedules), so a unit's loads and the CTA's start overlap the previous unit's
+        tail. The grid-level hand-overs (deterministic, dq_finish) and the packed and split kernels keep one CTA per
+        unit."""
+        if persistent and (self.varlen or self.deterministic or self.dq_finish or self.split_queries or self.dq_defer):
+            raise AttentionConfigError(
+                f"persistent=True with varlen={self.varlen}, deterministic={self.deterministic}, dq_finish="
+                f"{self.dq_finish}, split_queries={self.split_queries}, dq_defer={self.dq_defer}: the persistent grid "
+                "is built for the dense kernel with dQ by reduce-adds (all five False); else persistent=False")
+        self.persistent, self.max_ctas = bool(persistent), H200_SMS if max_ctas is None else max_ctas
+
+    def grid_size(self):
+        """CTAs launched: one per unit, or ``persistent`` at most ``max_ctas``."""
+        if cutlass.const_expr(self.persistent):
+            return cutlass.min(self.num_units, self.max_ctas)
+        return self.num_units
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, units_table=None):
         """``units_table`` (``live_units``): ``live_units.SequenceOrderTable``'s table (a tensor, or in the tests
