@@ -54,10 +54,10 @@ def test_what_the_persistent_grid_cannot_serve_is_refused_by_name(extra, named):
         _kernel(64 if "dq_defer" in extra else 128, **extra)
 
 
-def test_the_packed_and_split_kernels_refuse_it():
-    with pytest.raises(AttentionConfigError, match=r"persistent=True with varlen=True"):
+def test_the_packed_kernel_and_head_dim_256_refuse_it():
+    with pytest.raises(AttentionConfigError, match=r"persistent=True with head_dim=128, varlen=True"):
         ab.FlashAttentionBackwardVarlen(head_dim=128, persistent=True, **host.default_options(128))
-    with pytest.raises(AttentionConfigError, match=r"split_queries=True.*else persistent=False"):
+    with pytest.raises(AttentionConfigError, match=r"persistent=True with head_dim=256.*head dims 64 and 128"):
         _kernel(256)
 
 

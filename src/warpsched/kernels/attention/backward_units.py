@@ -71,13 +71,15 @@ class BackwardUnits(HeldUnit):
     def _set_persistent(self, persistent, max_ctas=None):
         """``persistent``: one CTA per SM (``max_ctas``, None: the H200's 132) walks the units through a work-tile
         loop in every task (backward_schedules), so a unit's loads and the CTA's start overlap the previous unit's
-        tail. The grid-level hand-overs (deterministic, dq_finish) and the packed and split kernels keep one CTA per
+        tail. The grid-level hand-overs (deterministic, dq_finish), the packed kernel and head dim 256 keep one CTA per
         unit."""
-        if persistent and (self.varlen or self.deterministic or self.dq_finish or self.split_queries or self.dq_defer):
+        if persistent and (self.head_dim == 256 or self.varlen or self.deterministic or self.dq_finish
+                           or self.dq_defer):
             raise AttentionConfigError(
-                f"persistent=True with varlen={self.varlen}, deterministic={self.deterministic}, dq_finish="
-                f"{self.dq_finish}, split_queries={self.split_queries}, dq_defer={self.dq_defer}: the persistent grid "
-                "is built for the dense kernel with dQ by reduce-adds (all five False); else persistent=False")
+                f"persistent=True with head_dim={self.head_dim}, varlen={self.varlen}, deterministic="
+                f"{self.deterministic}, dq_finish={self.dq_finish}, dq_defer={self.dq_defer}: the persistent grid is "
+                "built for the dense kernel at head dims 64 and 128 with dQ by reduce-adds (varlen, deterministic, "
+                "dq_finish and dq_defer False); else persistent=False")
         self.persistent, self.max_ctas = bool(persistent), H200_SMS if max_ctas is None else max_ctas
 
     def grid_size(self):
