@@ -100,13 +100,6 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "regs": dict(bwd.default_options(256), own_regs=True)}}
 for _d in VARIANTS:  # a control: the default kernel again (its own buffers), what two equal sides differ by
     VARIANTS[_d]["again"] = dict(bwd.default_options(_d))
-for _d in (64, 128):  # one CTA per SM walking the units (persistent), with the units longest first on causal rows
-    VARIANTS[_d]["pers"] = dict(bwd.default_options(_d), persistent=True)
-    VARIANTS[_d]["pers+lpt"] = dict(bwd.default_options(_d), persistent=True, lpt=True, causal_only=True)
-    # seven CTAs: the small correctness cases give each CTA several units (the tile loop, units without steps)
-    VARIANTS[_d]["pers7"] = dict(bwd.default_options(_d), persistent=True, max_ctas=7)
-VARIANTS[64]["pers+kvds"] = dict(_D64, persistent=True, dkv_in_ds=True)  # K / V released before dK / dV leave
-VARIANTS[64]["pers+kvds7"] = dict(_D64, persistent=True, dkv_in_ds=True, max_ctas=7)
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16
     VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
     for _g in (4, 8, 16):

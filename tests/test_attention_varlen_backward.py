@@ -204,8 +204,9 @@ def test_the_packed_default_options_compile_and_keep_the_backwards_program():
         assert packed.fingerprint == plain.fingerprint
     prep = compiled_varlen_prep(cutlass.BFloat16, 128, arch="sm_90a", block_m=128, zero_dq=True).artifacts.PTX
     assert "st.global.v4.f32" in prep or "st.global.v4.b32" in prep  # the accumulator's rows, 16 bytes a store
-    # head dim 256: the packed kernel splits D alone (the dense default's query split has not run packed on a GPU)
-    assert default_options(256, varlen=True) == {"tma_stats": True}
+    # head dim 256: the packed kernel takes the dense default, the query split (8/8 packed cases on the H200)
+    assert default_options(256, varlen=True) == default_options(256) == {"tma_stats": True, "split_queries": True,
+                                                                         "own_first": True}
 
 
 @pytest.mark.parametrize("hd", [64, 128, 256])

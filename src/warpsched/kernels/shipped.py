@@ -4,7 +4,7 @@ plan can derive, and the deep-ring form it takes for a long K),
 ``ops.attention``'s tuned forward per head dim and mask (and its split-KV and varlen forms), and ``ops.attention_backward``'s kernels. What
 ``warpsched prove`` proves into the manifest (``warpsched.verify.manifest``) and what
 ``tests/test_proof_manifest.py`` checks against it. A configuration a user passes explicitly is not
-here (its first compile searches, as before), but for the backward's persistent grid, whose search is long."""
+here: its first compile searches, as before."""
 from __future__ import annotations
 
 from typing import Callable, Dict
@@ -142,13 +142,4 @@ def programs() -> Dict[str, Callable[..., object]]:
                     return ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **opts), **mo)
                 label = f"attention backward hd{hd} {'causal' if causal else 'full'}"
                 out[label + "".join(f" {k}" for k in opts)] = build_bwd
-    # the persistent grid (opt-in), proven here so that its first call needs no search (about 520k states each)
-    for hd, extra in ((64, {}), (64, {"dkv_in_ds": True}), (128, {})):
-        for causal in (False, True):
-            opts = dict(default_bwd(hd), persistent=True, **extra)
-
-            def build_persistent(hd=hd, causal=causal, opts=opts, **mo):
-                return ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **opts), **mo)
-            out[f"attention backward hd{hd} {'causal' if causal else 'full'} persistent"
-                + "".join(f" {k}" for k in extra)] = build_persistent
     return out

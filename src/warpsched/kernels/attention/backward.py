@@ -33,7 +33,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.nvgpu import warpgroup
 
-from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, TaskManager, threads, trip_count
+from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskManager, threads, trip_count
 
 from .. import _host
 from .backward_resources import Grads, MathOrder, SmemDQ, SmemDS, SmemKV, SmemQdO
@@ -45,26 +45,23 @@ from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
 from .backward_layouts import FLAT_ROW, BackwardLayouts
-from .backward_units import BLOCK_M, BackwardTask, BackwardUnits, unit_loop
+from .backward_units import BLOCK_M, BackwardUnits
 from . import declared, dq_finish, dq_order
 
 BWD_HEAD_DIMS = (64, 128, 256)
 
 
 # ---------------------------------------------------------------------------------- program
-def build(g=None, *, steps=None, units_per_cta=None, verbose=True, **manager_options):
+def build(g=None, *, steps=None, verbose=True, **manager_options):
     """The program, for ``warpsched check`` on the CPU and for the kernel while it is traced.
 
     ``g``: the FlashAttentionBackward being traced (None on the CPU: bf16, hd128, not causal).
-    ``steps``: the CTA's runtime step count (None on the CPU); every count >= 0 is proven. ``persistent``: the
-    step count is read per work tile (every count >= 0 per tile), ``units_per_cta`` (the CTA's number of work
-    tiles) is declared: every count >= 1.
+    ``steps``: the CTA's runtime step count (None on the CPU); every count >= 0 is proven.
     The schedules are this module's names (``grad_schedule`` ...): a test plants a bug by replacing one
     (tests/_planting.py), not through a parameter of this function."""
     if g is None:
         g = FlashAttentionBackward()
-    loop, queue = unit_loop(g, units_per_cta, manager_options)  # persistent: every task walks the CTA's units
-    n = BackwardTask.steps_of_tile if g.persistent else trip_count("steps", steps, min=0)
+    n = trip_count("steps", steps, min=0)
     kv_cfg = PipelineConfig.create_tma_async_pipeline_cfg(num_stages=1, num_bytes=g.kv_bytes)
     # partial_stage: an 80-row block's LSE / delta fill 80 of each stage's 96 floats (128-byte stage starts)
     qdo_cfg = PipelineConfig.create_tma_async_pipeline_cfg(
@@ -72,15 +69,15 @@ def build(g=None, *, steps=None, units_per_cta=None, verbose=True, **manager_opt
         **({"partial_stage": True} if g.tma_stats and g.stats_stride != g.block_m else {}))
     smem_kv = SmemKV(name="SmemKV", pipeline_config=kv_cfg, g=g)
     smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
-    load = BackwardTask(name="LoadTask", src_resources=list(queue), dst_resources=[smem_kv, smem_qdo], warp_idx=0,
-                         num_warps=1, num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n, **loop))
+    load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
+                num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n))
     dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.dq_stages, producer_group=threads(128),
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
     finish = {"finish": True} if g.dq_finish else {}  # the dQ finish's work (a planted twin may not take it)
-    writer = BackwardTask(name="DQWriter", src_resources=smem_dqs + queue, dst_resources=[], warp_idx=1, num_warps=1,
-                           num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish, **loop))
-    tasks, graph, grads_all = [load, writer], {smem_kv: list(queue), smem_qdo: list(queue)}, []
+    writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
+                  num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish))
+    tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     smem_dss = []
     if g.exchange:
         ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.ds_stages, producer_group=threads(128),
@@ -95,8 +92,8 @@ def build(g=None, *, steps=None, units_per_cta=None, verbose=True, **manager_opt
     for wg in range(2):
         grads = Grads(name=f"Grads{wg}", g=g, wg=wg)
         grads_all.append(grads)
-        src, dst = [smem_kv, smem_qdo] + queue, [grads, smem_dqs[wg]]
-        turn = dict(loop) if order is None else dict(loop, order=order)
+        src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
+        turn = {} if order is None else {"order": order}
         turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats",
                                        "early_stats", "dkv_in_ds") if getattr(g, n)})
         if g.dq_parts > 1:
@@ -115,12 +112,10 @@ def build(g=None, *, steps=None, units_per_cta=None, verbose=True, **manager_opt
         if g.exchange:  # this warp group writes its SmemDS tiles and reads the other's
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
             graph[smem_dss[wg]] = [smem_kv, smem_qdo]
-        tasks.append(BackwardTask(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg),
-                                   num_warps=4, num_registers=g.consumer_regs, schedule=sched))
+        tasks.append(Task(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg), num_warps=4,
+                          num_registers=g.consumer_regs, schedule=sched))
         graph[grads] = [smem_kv, smem_qdo]
-        graph[smem_dqs[wg]] = [smem_kv, smem_qdo] + queue
-    for task in tasks:  # persistent: BackwardTask.steps_of_tile reads the unit's step count from g
-        task.g = g
+        graph[smem_dqs[wg]] = [smem_kv, smem_qdo]
     smem = SmemAllocator()
     if g.split_queries:  # the dQ GEMM's A operand spans both warp groups' dS tiles
         smem.add_adjacent(g.alloc_ds)
@@ -141,7 +136,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
-                 own_first=False, own_regs=False, persistent=False, max_ctas=None):
+                 own_first=False, own_regs=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -318,7 +313,6 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 "64 or 128, block_m 64 or 128, flat_boxes=1), where every Q block has a key block that adds into it "
                 "(no sliding window) and the adds' order is free (deterministic=False); else dq_finish=False")
         self.dq_finish = bool(dq_finish)
-        self._set_persistent(persistent, max_ctas)  # one CTA per SM walking the units (backward_units)
         self.block_n = HALF * self.key_halves
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
@@ -436,7 +430,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
                     dkv_mma, dq_mma, scale, mCuQ, mCuK, mUnits, max_seqlen_q, max_seqlen_k, mSem, mdQ,
                     mdQacc if self.dq_finish else None, *stats, *stores).launch(
-                        grid=[self.grid_size(), 1, 1], block=[self.threads, 1, 1],
+                        grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
@@ -472,11 +466,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         else:
             self.grid_setup(cute.size(mQ, mode=[0]), cute.size(mK, mode=[0]), cute.size(mQ, mode=[2]),
                             cute.size(mK, mode=[2]), cute.size(mQ, mode=[3]))
-        if cutlass.const_expr(self.persistent):  # the CTA's work tiles: bid, bid + grid, ... (>= 1 each)
-            mgr = build(self, units_per_cta=(self.num_units - bid + self.grid_size() - 1) // self.grid_size(),
-                        verbose=False)
-        else:
-            mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
+        mgr = build(self, steps=self.steps_of(bid), verbose=False)  # checked here, while tracing
         if cutlass.const_expr(self.deterministic):
             dq_order.require_safe(self)  # the hand-over between CTAs, by the grid checker
         if cutlass.const_expr(self.dq_finish):

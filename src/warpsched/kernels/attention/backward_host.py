@@ -190,12 +190,12 @@ def compiled_ffi(kern_key):
     return _CACHE[key]
 
 
-# head dim 256 with the warp groups splitting D alone (FlashAttentionBackward.d_split), the LSE / delta by TMA: what
-# a call runs where the query split has not been run on the GPU (packed batches, masks, the deterministic order)
+# head dim 256 with the warp groups splitting D alone (FlashAttentionBackward.d_split), the LSE / delta by TMA: the
+# base the query split adds to (and the bench's "dsplit" side)
 D_SPLIT_OPTIONS = {"tma_stats": True}
 
 
-def default_options(head_dim, varlen=False, masked=False):
+def default_options(head_dim, varlen=False):
     """The kernel options a call without any uses: ``shared_ds`` (head dim 128: dQ split by columns; head dim
     64: with 128-row Q blocks, ``block_m=128``, split by rows), ``tma_stats`` (LSE / delta by TMA with Q / dO),
     ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
@@ -204,12 +204,10 @@ def default_options(head_dim, varlen=False, masked=False):
     (the CTA's unit and sequence bounds read once a tile), ``zero_in_prep`` (the pre-pass zeroes the flat dQ
     accumulator: no fill kernel) and ``live_units`` (a CTA per key block that holds keys, from a table built on
     the device, longest sequences first); head dim 256 splits D between the warp groups and takes ``tma_stats``,
-    and splits the step's queries between them for S / dP (``split_queries`` with ``own_first``; the packed kernel
-    keeps ``D_SPLIT_OPTIONS``, as a call does with ``masked``: a window, mask_mod, softcap or the deterministic
-    order). What each is worth: docs/attention.md ("Backward", "Variable-length batches")."""
+    and splits the step's queries between them for S / dP (``split_queries`` with ``own_first``), dense or
+    packed, with or without a window, mask_mod, softcap or the deterministic order. What each is worth:
+    docs/attention.md ("Backward", "Variable-length batches")."""
     if head_dim == 256:  # the query split: the kernel 1.03-1.08x the D split alone on the H200
-        if varlen or masked:  # the query split has not run with these on a GPU yet
-            return dict(D_SPLIT_OPTIONS)
         return dict(D_SPLIT_OPTIONS, split_queries=True, own_first=True)
     # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
     # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there);
@@ -242,8 +240,7 @@ def _options_and_key(dtype, head_dim, causal, options, window_size, mask_mod, so
     """(the kernel's options, its compile key): the caller's options or ``default_options``, with the forward's
     sliding window, mask_mod and softcap and the deterministic flag (the kernel validates them: attention.masks)."""
     if not options:
-        options = default_options(head_dim, masked=window_size is not None or mask_mod is not None
-                                  or softcap is not None or bool(deterministic))
+        options = default_options(head_dim)
     extra = {"window_size": None if window_size is None else tuple(window_size), "mask_mod": mask_mod,
              "softcap": softcap, "deterministic": True if deterministic else None}
     options = dict(options, **{k: x for k, x in extra.items() if x is not None})

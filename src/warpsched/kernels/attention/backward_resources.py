@@ -114,10 +114,10 @@ class SmemKV(MemoryResource):
     @producer_work
     def tma_load(self, stage_info: StageInfo):
         g, v = self.g, stage_info.context.values
-        n_block, kv_head, batch = g.unit_coords(g.unit_of(stage_info))
+        n_block, kv_head, batch = g.unit_coords(v.unit)
         for tma, m_x, s_x in ((v.tma_k, v.mK, v.sK), (v.tma_v, v.mV, v.sV)):
             if cutlass.const_expr(g.varlen):  # the unit's sequence's keys of the packed K / V
-                g_x = cute.flat_divide(g.rows_of(m_x, g.unit_of(stage_info), kv_head, batch, key=True),
+                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, kv_head, batch, key=True),
                                        (HALF, g.head_dim))[(None, None, None, 0)]
             else:
                 g_x = cute.flat_divide(m_x, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
@@ -144,8 +144,8 @@ class SmemKV(MemoryResource):
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0):
         """``tma_store_dkv``: dV and dK leave through this warp group's V half, which only its own dP GEMMs
         read (all retired), before the stage is released (``backward_math.store_dkv_tma``)."""
-        g = self.g
-        n_block, kv_head, batch = g.unit_coords(g.unit_of(stage_info))
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
         stage_info.touches(f"V{wg}", "w")  # held to consumer_footprint (lower/footprints.py)
         bmath.store_dkv_tma(acc_dk, acc_dv, g, stage_info.context, n_block, kv_head, batch, wg=wg)
 
@@ -253,10 +253,10 @@ class SmemQdO(MemoryResource):
     @producer_work
     def tma_load(self, stage_info: StageInfo):
         g, v = self.g, stage_info.context.values
-        head, m_block, batch = g.step_coords(g.unit_of(stage_info), stage_info.loop_offset)
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
         for tma, m_x, s_x in ((v.tma_q, v.mQ, v.sQ), (v.tma_do, v.mdO, v.sdO)):
             if cutlass.const_expr(g.varlen):  # the unit's sequence's rows of the packed Q / dO
-                g_x = cute.flat_divide(g.rows_of(m_x, g.unit_of(stage_info), head, batch),
+                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, head, batch),
                                        (g.block_m, g.head_dim))[(None, None, None, 0)]
             else:
                 g_x = cute.flat_divide(m_x, (g.block_m, g.head_dim))[(None, None, None, 0, head, batch)]
@@ -266,7 +266,7 @@ class SmemQdO(MemoryResource):
         if cutlass.const_expr(g.tma_stats):  # the step's 64 LSE and delta values (StatsPrep's padded rows)
             block = m_block
             if cutlass.const_expr(g.varlen):  # the sequence's blocks of the padded rows (VarlenStatsPrep)
-                block = g.padded_block0(g.unit_of(stage_info)) + m_block
+                block = g.padded_block0(v.unit) + m_block
             for tma, m_x, s_x in ((v.tma_lse, v.mLSEt, v.sLSE), (v.tma_delta, v.mDeltat, v.sDelta)):
                 g_x = cute.flat_divide(m_x, (g.block_m,))[(None, None, head, 0 if g.varlen else batch)]
                 t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 1),
@@ -399,8 +399,8 @@ class Grads(MemoryResource):
     def _step(self, stage_info):
         """(g, values, this warp group's first key, the step's first query, query head, batch)."""
         g, v = self.g, stage_info.context.values
-        n_block, _, _ = g.unit_coords(g.unit_of(stage_info))
-        head, m_block, batch = g.step_coords(g.unit_of(stage_info), stage_info.loop_offset)
+        n_block, _, _ = g.unit_coords(v.unit)
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
         first_key = n_block * g.block_n + g.key_half(self.wg) * HALF
         first_query = m_block * g.block_m + (self.wg * g.sdp_cols if g.split_queries else 0)
         return g, v, first_key, first_query, head, batch
@@ -419,13 +419,13 @@ class Grads(MemoryResource):
     def stats(self, stage_info: StageInfo, lse2, delta):
         """``overlap_scores``: the step's queries' LSE and delta, loaded while the S / dP GEMMs run."""
         g, v, _, m0, head, batch = self._step(stage_info)
-        bmath.query_stats(lse2, delta, g, v, m0, head, batch, g.seq_bounds(g.unit_of(stage_info)))
+        bmath.query_stats(lse2, delta, g, v, m0, head, batch, g.seq_bounds(v.unit))
 
     @producer_work
     def probs(self, stage_info: StageInfo, acc_s, lse2):
         """``overlap_scores``: P^T from S^T (its GEMM retired; dP's may still run)."""
         g, v, n0, m0, head, batch = self._step(stage_info)
-        bmath.probs(acc_s, lse2, g, v, n0, m0, head, batch, g.seq_bounds(g.unit_of(stage_info))[3])
+        bmath.probs(acc_s, lse2, g, v, n0, m0, head, batch, g.seq_bounds(v.unit)[3])
 
     @producer_work
     def dscores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds, lse2, delta):
@@ -436,7 +436,7 @@ class Grads(MemoryResource):
     @producer_work
     def store(self, stage_info: StageInfo, acc_dk, acc_dv):
         g, v = self.g, stage_info.context.values
-        n_block, kv_head, batch = g.unit_coords(g.unit_of(stage_info))
+        n_block, kv_head, batch = g.unit_coords(v.unit)
         bmath.store_dkv(acc_dk, acc_dv, g, v, n_block, kv_head, batch, wg=self.wg)
 
 
@@ -481,8 +481,8 @@ class SmemDS(MemoryResource):
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv):
         """``dkv_in_ds``: after the last step, dV and dK leave through this tile (its two 64 x 64 halves) by TMA,
         once the other warp group's last dQ GEMM has read it (``backward_math.store_dkv_tma``)."""
-        g = self.g
-        n_block, kv_head, batch = g.unit_coords(g.unit_of(stage_info))
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
         bmath.store_dkv_tma(acc_dk, acc_dv, g, stage_info.context, n_block, kv_head, batch, wg=self.wg,
                             ds_stage=stage_info.stage_idx)
 
@@ -523,11 +523,11 @@ class SmemDQ(MemoryResource):
         the stage, so the release after this work frees it). ``deterministic``: in the Q block's turn
         (attention.dq_order: the hand-over the grid checker proves, run here on the kernel's values)."""
         g, v = self.g, stage_info.context.values
-        head, m_block, batch = g.step_coords(g.unit_of(stage_info), stage_info.loop_offset)
+        head, m_block, batch = g.step_coords(v.unit, stage_info.loop_offset)
         m_block, col_block = g.dq_block(m_block, self.wg)  # this warp group's tile of the Q block's dQ
         s_dq = getattr(v, f"sdQ{self.wg}")
         if cutlass.const_expr(g.deterministic):
-            slot, order, last = dq_order.dq_turn(g, g.unit_of(stage_info), stage_info.loop_offset)
+            slot, order, last = dq_order.dq_turn(g, v.unit, stage_info.loop_offset)
             io = DQTurnIO(g=g, v=v, s_dq=s_dq, m_block=m_block, head=head, batch=batch, col_block=col_block,
                           stage=stage_info.stage_idx)
             dq_order.dq_part_calls(slot, order, last, self.wg, flag=io, acc=io, branch=runtime_branch)
@@ -541,11 +541,11 @@ class SmemDQ(MemoryResource):
         the Q block's finished fp32 tiles into dQ's rows through this stage (attention.dq_finish: the hand-over the
         grid checker proves, run here on the kernel's values)."""
         g, v = self.g, stage_info.context.values
-        step, steps = stage_info.loop_offset, g.steps_of(g.unit_of(stage_info))
+        step, steps = stage_info.loop_offset, g.steps_of(v.unit)
         wait_adds(step == steps - 1)
         io = DQFinishIO(g=g, v=v, s_dq=getattr(v, f"sdQ{self.wg}"), stage=stage_info.stage_idx)
 
         def turn(s):
-            slot, _, last = dq_order.dq_turn(g, g.unit_of(stage_info), s)
+            slot, _, last = dq_order.dq_turn(g, v.unit, s)
             return slot, last
         dq_finish.finish_step_calls(step, steps, turn, flag=io, acc=io, out=io, when=io.when, branch=runtime_branch)

@@ -7,22 +7,16 @@ from __future__ import annotations
 
 from warpsched import domain_loop, schedule
 
-from .schedules import next_tile, tile_loop
-
 
 @schedule
-def load_schedule(smem_kv, smem_qdo, steps, wq=None, units=None, count=None):
-    """K / V of the unit, then each step's Q / dO stage. ``wq`` (``persistent``): the same per work tile of the
-    CTA's ``units``, the step count ``steps`` a per-tile provider checked for every ``count``."""
-    with tile_loop(wq, units):
-        smem_kv.acquire()
-        smem_kv.tma_load()
-        smem_kv.commit()
-        with domain_loop(0, steps, 1, count=count):
-            smem_qdo.acquire()
-            smem_qdo.tma_load()
-            smem_qdo.commit()
-        next_tile(wq)
+def load_schedule(smem_kv, smem_qdo, steps):
+    smem_kv.acquire()
+    smem_kv.tma_load()
+    smem_kv.commit()
+    with domain_loop(0, steps, 1):
+        smem_qdo.acquire()
+        smem_qdo.tma_load()
+        smem_qdo.commit()
 
 
 def take_turn(order, wg):
@@ -50,7 +44,7 @@ def read_stage_stats(smem_qdo, lse2, delta, split_stats, wg):
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
                   overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False,
-                  dq_parts=1, early_stats=False, dkv_in_ds=False, wq=None, units=None, count=None):
+                  dq_parts=1, early_stats=False, dkv_in_ds=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -65,51 +59,46 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     the LSE alone) read from the stage before the S / dP GEMMs are issued, not among them (where the
     shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program").
     ``dkv_in_ds`` (with ``tma_store_dkv``): dK and dV leave through this warp group's dS tile, taken back once
-    more after the last step, and the other warp group's tile is taken and returned once more to match.
-    ``wq`` (``persistent``): the registers made once, then per work tile of the CTA's ``units`` dK / dV zeroed,
-    K / V waited, the steps (``count``: the per-tile step counts checked) and the tile's dK / dV stored."""
-    regs, lse2, delta, idx = unit_registers(smem_kv, smem_qdo, overlap_scores)
+    more after the last step, and the other warp group's tile is taken and returned once more to match."""
+    regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, overlap_scores)
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
-    with tile_loop(wq, units):
-        begin_unit(smem_kv, grads, regs)
-        with domain_loop(0, steps, 1, count=count):
-            smem_qdo.wait()
-            step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats,
-                        split_stats, early_stats)
-            if ds_mine is not None:
-                ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
-                ds_mine.store(ds=ds, acc_dp=acc_dp)
-                ds_mine.commit()
-            if overlap_dq:
-                smem_qdo.mma_dv(p=p, acc_dv=acc_dv, wg=wg)
-            else:
-                smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
-            if ds_other is not None:
-                ds_other.wait()
-                ds_other.gemm_operand()
-                ds_mine.own_gemm_operand()  # this warp group's dQ GEMM reads its own tile too
-            smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
-            if overlap_dq:
-                smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk, wg=wg)
-                smem_qdo.retire(pending=1)  # dV and dQ are done; dK's GEMM may still run
-            else:
-                smem_qdo.retire()
-            if ds_other is not None:
-                ds_other.release()
-            if not overlap_dq:
-                smem_qdo.release()
-            smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
-            smem_dq.store(acc_dq=acc_dq)
-            for part in range(1, dq_parts):  # the accumulator's registers are free again once staged
-                smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=part)
-                smem_kv.retire()
-                smem_dq.store(acc_dq=acc_dq, part=part)
-            smem_dq.commit()
-            if overlap_dq:  # dQ went out to its stage while the dK GEMM ran
-                smem_qdo.retire()
-                smem_qdo.release()
-        store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
-        next_tile(wq)
+    with domain_loop(0, steps, 1):
+        smem_qdo.wait()
+        step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats,
+                    split_stats, early_stats)
+        if ds_mine is not None:
+            ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
+            ds_mine.store(ds=ds, acc_dp=acc_dp)
+            ds_mine.commit()
+        if overlap_dq:
+            smem_qdo.mma_dv(p=p, acc_dv=acc_dv, wg=wg)
+        else:
+            smem_qdo.mma_dkv(p=p, ds=ds, acc_dv=acc_dv, acc_dk=acc_dk, wg=wg)
+        if ds_other is not None:
+            ds_other.wait()
+            ds_other.gemm_operand()
+            ds_mine.own_gemm_operand()  # this warp group's dQ GEMM reads its own tile too
+        smem_kv.mma_dq(acc_dq=acc_dq, wg=wg)
+        if overlap_dq:
+            smem_qdo.mma_dk(ds=ds, acc_dk=acc_dk, wg=wg)
+            smem_qdo.retire(pending=1)  # dV and dQ are done; dK's GEMM may still run
+        else:
+            smem_qdo.retire()
+        if ds_other is not None:
+            ds_other.release()
+        if not overlap_dq:
+            smem_qdo.release()
+        smem_dq.acquire()  # the dQ writer has read this warp group's previous dQ
+        smem_dq.store(acc_dq=acc_dq)
+        for part in range(1, dq_parts):  # the accumulator's registers are free again once staged
+            smem_kv.mma_dq(acc_dq=acc_dq, wg=wg, part=part)
+            smem_kv.retire()
+            smem_dq.store(acc_dq=acc_dq, part=part)
+        smem_dq.commit()
+        if overlap_dq:  # dQ went out to its stage while the dK GEMM ran
+            smem_qdo.retire()
+            smem_qdo.release()
+    store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
 
 
 @schedule
@@ -183,24 +172,14 @@ def start_unit(smem_kv, smem_qdo, grads, stats):
     """A warp group's start of its unit: its registers, with ``stats`` (``overlap_scores``) those of the
     queries' LSE / delta too, the Q / dO ring's index, dK / dV zeroed, K / V waited. Returns
     (registers, lse2, delta, index); lse2 and delta are None without ``stats``."""
-    regs, lse2, delta, idx = unit_registers(smem_kv, smem_qdo, stats)
-    begin_unit(smem_kv, grads, regs)
-    return regs, lse2, delta, idx
-
-
-def unit_registers(smem_kv, smem_qdo, stats):
-    """``start_unit``'s registers (made once per CTA): (registers, lse2, delta, the Q / dO ring's index)."""
     regs = smem_kv.init()
     lse2 = delta = None
     if stats:
         lse2, delta = smem_kv.init_stats(acc_s=regs[0])
-    return regs, lse2, delta, smem_qdo.init_index()
-
-
-def begin_unit(smem_kv, grads, regs):
-    """``start_unit``'s per-unit part: dK / dV zeroed, K / V waited."""
+    idx = smem_qdo.init_index()
     grads.reset(acc_dv=regs[2], acc_dk=regs[3])
     smem_kv.wait()
+    return regs, lse2, delta, idx
 
 
 def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats, split_stats,
@@ -318,17 +297,14 @@ def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine
 
 
 @schedule
-def dq_writer_schedule(smem_dq0, smem_dq1, steps, finish=False, wq=None, units=None, count=None):
+def dq_writer_schedule(smem_dq0, smem_dq1, steps, finish=False):
     """The dQ writer warp: per step, each warp group's dQ part added into dQaccum by TMA. ``finish``
     (``dq_finish``): once both of a step's adds are complete, the writer counts the key block on the Q block
-    and, if it counted last, converts the Q block's dQ through the second warp group's stage it still holds.
-    ``wq`` (``persistent``): the same per work tile of the CTA's ``units``."""
-    with tile_loop(wq, units):
-        with domain_loop(0, steps, 1, count=count):
-            for smem_dq in (smem_dq0, smem_dq1):
-                smem_dq.wait()
-                smem_dq.reduce_add()
-                if finish and smem_dq is smem_dq1:
-                    smem_dq.finish()
-                smem_dq.release()
-        next_tile(wq)
+    and, if it counted last, converts the Q block's dQ through the second warp group's stage it still holds."""
+    with domain_loop(0, steps, 1):
+        for smem_dq in (smem_dq0, smem_dq1):
+            smem_dq.wait()
+            smem_dq.reduce_add()
+            if finish and smem_dq is smem_dq1:
+                smem_dq.finish()
+            smem_dq.release()

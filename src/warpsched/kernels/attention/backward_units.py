@@ -9,11 +9,7 @@ from __future__ import annotations
 import cutlass
 import cutlass.cute as cute
 
-from warpsched import Task, TileSchedulerConfig, WorkQueue, trip_count
-
-from .._device import H200_SMS
 from .backward_math import HALF
-from .masks import AttentionConfigError
 from .live_units import HEADER, KEY_BITS, MAX_KEY_BLOCKS
 from .units import HeldUnit, grouped_longest_first
 
@@ -35,58 +31,9 @@ def padded_stats_rows(total_q, batches, block=BLOCK_M):
     return -(-(total_q + block * batches) // block) * block
 
 
-class BackwardTask(Task):
-    """A task of the backward; ``persistent``: its step count is read per work tile (``steps_of_tile``, a dynamic
-    domain provider), from the kernel ``g`` it is given."""
-
-    g = None
-
-    def steps_of_tile(self, tile_idx):
-        return self.g.steps_of(tile_idx[0])
-
-
-def unit_loop(g, units_per_cta, manager_options):
-    """``persistent``: the schedules' work-tile loop ({"wq", "units", "count"}: the queue of ``g``'s units, the
-    CTA's tile count, every count >= 1, and the step count each tile is checked for, every count >= 0) and
-    [the queue] for the tasks' resources; otherwise ({}, [])."""
-    if not g.persistent:
-        return {}, []
-    wq = WorkQueue(name="WorkQueue", tile_scheduler_config=TileSchedulerConfig(num_tiles=getattr(g, "num_units", None)))
-    manager_options.setdefault("max_states", 2_000_000)  # about 520k states: the tile loop around the steps
-    return {"wq": wq, "units": trip_count("units_per_cta", units_per_cta), "count": trip_count("steps", min=0)}, [wq]
-
-
 class BackwardUnits(HeldUnit):
     """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right``,
     ``varlen``, ``lpt``, ``lpt_heads`` and ``live_units``."""
-
-    persistent = False  # FlashAttentionBackward(persistent=True): CTAs walk the units (a work-tile loop)
-
-    def unit_of(self, stage_info):
-        """The unit a work method runs for: its work tile's (``persistent``), or the CTA's block index."""
-        if cutlass.const_expr(self.persistent):
-            return stage_info.work_tile.tile_idx[0]
-        return stage_info.context.values.unit
-
-    def _set_persistent(self, persistent, max_ctas=None):
-        """``persistent``: one CTA per SM (``max_ctas``, None: the H200's 132) walks the units through a work-tile
-        loop in every task (backward_schedules), so a unit's loads and the CTA's start overlap the previous unit's
-        tail. The grid-level hand-overs (deterministic, dq_finish), the packed kernel and head dim 256 keep one CTA per
-        unit."""
-        if persistent and (self.head_dim == 256 or self.varlen or self.deterministic or self.dq_finish
-                           or self.dq_defer):
-            raise AttentionConfigError(
-                f"persistent=True with head_dim={self.head_dim}, varlen={self.varlen}, deterministic="
-                f"{self.deterministic}, dq_finish={self.dq_finish}, dq_defer={self.dq_defer}: the persistent grid is "
-                "built for the dense kernel at head dims 64 and 128 with dQ by reduce-adds (varlen, deterministic, "
-                "dq_finish and dq_defer False); else persistent=False")
-        self.persistent, self.max_ctas = bool(persistent), H200_SMS if max_ctas is None else max_ctas
-
-    def grid_size(self):
-        """CTAs launched: one per unit, or ``persistent`` at most ``max_ctas``."""
-        if cutlass.const_expr(self.persistent):
-            return cutlass.min(self.num_units, self.max_ctas)
-        return self.num_units
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, units_table=None):
         """``units_table`` (``live_units``): ``live_units.SequenceOrderTable``'s table (a tensor, or in the tests
