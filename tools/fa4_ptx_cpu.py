@@ -52,7 +52,7 @@ def main():
         else:
             interface._flash_attn_fwd(q, k, v, causal=a.causal, num_splits=1, _arch=90)
     kind = "Backward" if a.backward else "Forward"
-    found = sorted(f for f in glob.glob(os.path.join(dump, f"*FlashAttention{kind}Sm90*.ptx")))
+    found = sorted(glob.glob(os.path.join(dump, f"*FlashAttention{kind}Sm90*.ptx")))
     if not found:
         sys.exit(f"fa4_ptx_cpu: no {kind.lower()} PTX in {dump}: {os.listdir(dump)}")
     shutil.copy(found[-1], a.out)

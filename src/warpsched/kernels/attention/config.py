@@ -34,10 +34,11 @@ BACKWARD_SWITCHES = ("shared_ds", "wg_order", "varlen", "deterministic", "overla
 VALUED_OFF = {"dq_stages": 1, "flat_boxes": 1, "lpt_heads": None}
 
 
-def switches_on(kernel, names=BACKWARD_SWITCHES):
-    """The switches of ``kernel`` that are on, by name (``dq_stages=2``, ``flat_boxes=4``...), in ``names``' order."""
+def switches_on(kernel):
+    """The switches of a FlashAttentionBackward ``kernel`` that are on, by name (``dq_stages=2``, ``flat_boxes=4``...),
+    in ``BACKWARD_SWITCHES``' order."""
     out = []
-    for name in names:
+    for name in BACKWARD_SWITCHES:
         value = getattr(kernel, name)
         if name in VALUED_OFF:
             if value != VALUED_OFF[name]:
