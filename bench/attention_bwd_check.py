@@ -100,6 +100,9 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "regs": dict(bwd.default_options(256), own_regs=True)}}
 for _d in VARIANTS:  # a control: the default kernel again (its own buffers), what two equal sides differ by
     VARIANTS[_d]["again"] = dict(bwd.default_options(_d))
+for _d in VARIANTS:  # every 4th / 2nd / 8th of P's exp2 on the FMA pipe (attention.poly_exp2)
+    for _k in (2, 4, 8):
+        VARIANTS[_d][f"p{_k}"] = dict(bwd.default_options(_d), poly_exp2=_k)
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16
     VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
     for _g in (4, 8, 16):

@@ -136,7 +136,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
-                 own_first=False, own_regs=False):
+                 own_first=False, own_regs=False, poly_exp2=0):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -273,6 +273,10 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             raise AttentionConfigError(f"early_stats=True with tma_stats={self.tma_stats}: it moves the stage's LSE / "
                                        "delta reads, which need tma_stats=True")
         self.early_stats = bool(early_stats)
+        if not isinstance(poly_exp2, int) or poly_exp2 < 0 or poly_exp2 == 1:
+            raise AttentionConfigError(f"poly_exp2={poly_exp2!r}: expected 0 (every exp2 on MUFU) or k >= 2 (every "
+                                       "k-th of P's exponentials by poly_exp2.exp2_poly on the FMA pipe)")
+        self.poly_exp2 = poly_exp2
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
         if deterministic and self.varlen:
             raise AttentionConfigError("deterministic=True with varlen: not yet; the packed backward adds dQ by "

@@ -14,6 +14,7 @@ import cutlass
 import cutlass.cute as cute
 
 from . import masks as amasks
+from . import poly_exp2
 from . import register_math as amath
 
 LOG2E = math.log2(math.e)
@@ -83,7 +84,8 @@ def stats_from_smem(lse2, delta, g, v, s_lse, s_delta):
 @cute.jit
 def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
     """P^T = exp2(S^T * scale * log2 e - LSE * log2 e) in place of S^T (the forward's softcap first), zero
-    where masked (key past S_k, or outside the query's window / causal range, or the user's mask_mod)."""
+    where masked (key past S_k, or outside the query's window / causal range, or the user's mask_mod); with
+    ``g.poly_exp2`` = k every k-th value by ``poly_exp2.exp2_poly`` (the FMA pipe), the rest by MUFU."""
     coords = _columns(g, v)
     s_mn = amath.rows_view(v.sdp_mma, acc_s)
     cols = cute.size(s_mn, mode=[1])
@@ -92,7 +94,10 @@ def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
         amasks.softcap_tile(acc_s, v.scale, g.softcap)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
-            s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
+            if cutlass.const_expr(poly_exp2.polynomial_column(i * cols + j, g.poly_exp2)):
+                s_mn[i, j] = poly_exp2.exp2_poly(s_mn[i, j] * scale_log2 - lse2[j], poly_exp2.degree_for(g.dtype))
+            else:
+                s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
     mask_keys(s_mn, coords, cols, g, n0, m0, seqlen_k)
     if cutlass.const_expr(g.mask_mod is not None):  # the user's mask, as the forward applied it
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):

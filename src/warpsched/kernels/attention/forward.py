@@ -195,7 +195,7 @@ class FlashAttention(WorkUnits):
                  unit_overlap=False, mask_mod=None, softcap=None, window_size=None, split_kv=False,
                  varlen=False, paged=False, pv_wait_fence=None, lpt_heads=0, k_ahead=False, early_rescale=False,
                  max_chains=1, slice_stages=False, live_units=False, lpt_units=False, unit_in_regs=False,
-                 dynamic_units=False, load_fetches_units=False, try_waits=False):
+                 dynamic_units=False, load_fetches_units=False, try_waits=False, poly_exp2=0):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in HEAD_DIMS:
@@ -341,6 +341,10 @@ class FlashAttention(WorkUnits):
         if type(max_chains) is not int or max_chains not in (1, 2, 4, 8):
             raise AttentionConfigError(f"max_chains={max_chains!r}: expected 1, 2, 4 or 8 running maxima per row")
         self.max_chains = max_chains  # the softmax's row max in that many independent chains (register_math)
+        if type(poly_exp2) is not int or poly_exp2 < 0 or poly_exp2 == 1:
+            raise AttentionConfigError(f"poly_exp2={poly_exp2!r}: expected 0 (every exp2 on MUFU) or k >= 2 (every "
+                                       "k-th of P's exponentials by poly_exp2.exp2_poly on the FMA pipe)")
+        self.poly_exp2 = poly_exp2
         # slice_stages: the GEMMs take their SMEM stage before the k-blocks, so each k-block's WGMMA descriptor
         # is one 64-bit add to the stage's (FA4's form) instead of both halves rebuilt per k-block (the profile
         # of docs/attention.md "Head dim 128, long and non-causal": 66 M more uniform instructions than FA4);
@@ -378,7 +382,8 @@ class FlashAttention(WorkUnits):
             tuple(n for n in switches if getattr(self, n)) + (f"q_stages={q_stages}", f"wgs={wgs}")
             + ((f"unit_queue_stages={self.dynamic_units}",) if self.dynamic_units > 1 else ())
             + ((f"lpt_heads={lpt_heads}",) if lpt_heads else ())
-            + ((f"max_chains={max_chains}",) if max_chains > 1 else ()))
+            + ((f"max_chains={max_chains}",) if max_chains > 1 else ())
+            + ((f"poly_exp2={poly_exp2}",) if poly_exp2 else ()))
 
     def _mmas(self):
         k_major, mn_major = LayoutEnum.ROW_MAJOR.sm90_mma_major_mode(), LayoutEnum.COL_MAJOR.sm90_mma_major_mode()

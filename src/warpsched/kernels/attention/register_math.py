@@ -17,6 +17,8 @@ import cutlass.cute as cute
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
+from . import poly_exp2
+
 WG_ROWS = 64  # Q rows per consumer warp group: its S tile's rows (one WGMMA M)
 LN2 = math.log(2.0)
 
@@ -162,13 +164,15 @@ def row_max_of(s_mn, i, prev, chains):
 
 @cute.jit
 def softmax_step(acc_s, row_max, row_sum, corr, qk_mma, scale_log2: cutlass.Float32,
-                 pinned_exp2: cutlass.Constexpr = False, max_chains: cutlass.Constexpr = 1):
+                 pinned_exp2: cutlass.Constexpr = False, max_chains: cutlass.Constexpr = 1,
+                 poly_every: cutlass.Constexpr = 0, poly_degree: cutlass.Constexpr = 3):
     """One step of the online softmax on a masked S tile, O untouched: the new running max per
     row, P = exp2(S * scale_log2 - max * scale_log2) in place of S, ``corr`` = exp2((old max -
     new max) * scale_log2) (0 while nothing was seen) and the running sum rescaled by it plus
     this tile's P. A row whose max is still -inf (all keys masked so far) keeps P = 0.
     ``pinned_exp2``: P's exp2 through ``exp2_pinned`` (computed once; same instruction). ``max_chains``: the
-    row max in that many independent chains (``row_max_of``)."""
+    row max in that many independent chains (``row_max_of``). ``poly_every`` = k: every k-th of a row's P by
+    ``poly_exp2.exp2_poly`` at ``poly_degree`` (the FMA pipe), the rest by MUFU."""
     s_mn = rows_view(qk_mma, acc_s)
     red = reduction_target_n(qk_mma)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
@@ -182,7 +186,9 @@ def softmax_step(acc_s, row_max, row_sum, corr, qk_mma, scale_log2: cutlass.Floa
             safe = 0.0
         max_scaled = safe * scale_log2
         for j in cutlass.range_constexpr(cute.size(s_mn, mode=[1])):
-            if cutlass.const_expr(pinned_exp2):
+            if cutlass.const_expr(poly_exp2.polynomial_column(i * cute.size(s_mn, mode=[1]) + j, poly_every)):
+                s_mn[i, j] = poly_exp2.exp2_poly(s_mn[i, j] * scale_log2 - max_scaled, poly_degree)
+            elif cutlass.const_expr(pinned_exp2):
                 s_mn[i, j] = exp2_pinned(s_mn[i, j] * scale_log2 - max_scaled)
             else:
                 s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - max_scaled, fastmath=True)

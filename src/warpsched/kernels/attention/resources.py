@@ -14,7 +14,7 @@ from cutlass.cute.nvgpu import warpgroup
 from warpsched import (MemoryResource, StageInfo, TaskLocalVariable, WorkAttr, consumer_work, producer_work,
                        wgmma_wait)
 
-from . import declared, epilogue
+from . import declared, epilogue, poly_exp2
 from . import masks as amasks
 from . import register_math as amath
 from .ahead import KAheadWorks, ScoresAheadWorks
@@ -278,7 +278,8 @@ class Scores(ScoresAheadWorks, MemoryResource):
         amath.mask_tile(acc_s, v.qk_mma, row0, col0, seqlen_k, bN, g.causal, g.window_left, g.window_right)
         if cutlass.const_expr(g.mask_mod is not None):
             amasks.mask_mod_tile(acc_s, v.qk_mma, row0, col0, bN, g.mask_mod, coords[2], coords[1])
-        softmax_state.step(acc_s, v.qk_mma, v.scale_log2, g.pinned_exp2, g.max_chains)
+        softmax_state.step(acc_s, v.qk_mma, v.scale_log2, g.pinned_exp2, g.max_chains, g.poly_exp2,
+                           poly_exp2.degree_for(g.dtype))
 
     @producer_work
     def reset(self, stage_info: StageInfo, acc_o, softmax_state):

@@ -33,10 +33,10 @@ class OnlineSoftmax:
         self.row_max.fill(-cutlass.Float32.inf)
         self.row_sum.fill(0.0)
 
-    def step(self, acc_s, qk_mma, scale_log2, pinned_exp2=False, max_chains=1):
+    def step(self, acc_s, qk_mma, scale_log2, pinned_exp2=False, max_chains=1, poly_every=0, poly_degree=3):
         """One masked S tile: P in place of S, the new max and sum, ``corr`` (``register_math.softmax_step``)."""
         amath.softmax_step(acc_s, self.row_max, self.row_sum, self.corr, qk_mma, scale_log2, pinned_exp2,
-                           max_chains)
+                           max_chains, poly_every, poly_degree)
 
     def rescale(self, acc_o, pv_mma):
         """O *= corr per row."""
