@@ -6,15 +6,51 @@ import statistics
 import time
 
 
+def williams_rows(n):
+    """A carryover-balanced order of n sides (Williams' Latin square): n rows for even n, 2n for odd n (the rows
+    and their reversals). Every side takes every position equally often, and every side runs right after every
+    other side equally often, so the side before another (how hot it left the GPU) biases no side."""
+    step, lo, hi = [0], 1, n - 1
+    while len(step) < n:
+        step.append(lo)
+        lo += 1
+        if len(step) < n:
+            step.append(hi)
+            hi -= 1
+    rows = [[(r + x) % n for x in step] for r in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 else rows
+
+
+def order_mode():
+    """``WS_ORDER``: ``williams`` (carryover-balanced, ``williams_rows``), ``fixed`` (one order every round; also
+    ``WS_FIXED_ORDER=1``) or ``balanced`` (reversed every other round, rotated every two)."""
+    if os.environ.get("WS_FIXED_ORDER") == "1":
+        return "fixed"
+    return os.environ.get("WS_ORDER", "balanced")
+
+
+def design_rounds(n_sides, rounds):
+    """The rounds to run for ``rounds`` asked: under ``williams`` rounded up to whole designs (``williams_rows``)."""
+    if order_mode() != "williams" or n_sides < 2:
+        return rounds
+    period = len(williams_rows(n_sides))
+    return -(-max(rounds, 1) // period) * period
+
+
 def round_order(names, r):
-    """The sides' order in round ``r``: reversed in every odd round and rotated by one every two rounds, so
-    each side's mean position is the same after any even number of rounds. A fixed order biased the A / B of
-    long kernels: the GPU's clock sags at its power limit over a round of heavy sides (docs/attention.md,
-    "Where a side runs in the round")."""
+    """The sides' order in round ``r`` (``order_mode``). ``balanced``: reversed in every odd round and rotated by
+    one every two rounds, so each side's mean position is the same after any even number of rounds; but a
+    rotation keeps every side's neighbours, so a side always runs after the same one or two others.
+    ``williams``: row ``r`` of ``williams_rows``. A fixed order biased the A / B of long kernels: the GPU's clock
+    sags at its power limit over a round of heavy sides (docs/attention.md, "Where a side runs in the round")."""
     names = list(names)
-    if os.environ.get("WS_FIXED_ORDER") == "1":  # the order before (to measure what it did)
+    mode = order_mode()
+    if mode == "fixed" or not names:
         return names
-    k = (r // 2) % len(names) if names else 0
+    if mode == "williams":
+        rows = williams_rows(len(names))
+        return [names[i] for i in rows[r % len(rows)]]
+    k = (r // 2) % len(names)
     names = names[k:] + names[:k]
     return names[::-1] if r % 2 else names
 
@@ -24,7 +60,7 @@ def alternate(torch, sides, rounds=5, iters=30):
     ``iters`` calls between two synchronizations; the sides alternate within every round (``round_order``),
     so a drifting clock or a busy host hits them alike."""
     times = {name: [] for name in sides}
-    for r in range(rounds):
+    for r in range(design_rounds(len(sides), rounds)):
         for name in round_order(sides, r):
             fn = sides[name]
             fn()

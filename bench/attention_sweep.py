@@ -153,10 +153,10 @@ def timed(fns, rounds, flops):
     the same after an even number of rounds), each a do_bench median; the median round."""
     from triton.testing import do_bench
 
-    from _eager import round_order
+    from _eager import design_rounds, round_order
 
     times = {n: [] for n in fns}
-    for r in range(rounds):
+    for r in range(design_rounds(len(fns), rounds)):
         for n in round_order(fns, r):
             times[n].append(do_bench(fns[n], warmup=10, rep=40, return_mode="median"))
     return {n: flops / (statistics.median(t) * 1e-3) / 1e12 for n, t in times.items()}

@@ -154,3 +154,28 @@ def test_eager_rounds_balance_every_sides_position(monkeypatch):
     assert sorted(_eager.round_order(sides, 3)) == sorted(sides)
     monkeypatch.setenv("WS_FIXED_ORDER", "1")
     assert all(_eager.round_order(sides, r) == sides for r in range(4))
+
+
+def test_the_williams_order_balances_positions_and_predecessors(monkeypatch):
+    """bench/_eager.williams_rows: every side at every position and right after every other side equally often
+    (the balanced order's rotation keeps each side's neighbours, so a side always follows the same ones);
+    ``design_rounds`` runs whole designs under WS_ORDER=williams."""
+    import collections
+
+    import _eager
+
+    for n in range(2, 9):
+        rows = _eager.williams_rows(n)
+        assert len(rows) == (n if n % 2 == 0 else 2 * n) and all(sorted(r) == list(range(n)) for r in rows)
+        after = collections.Counter((a, b) for r in rows for a, b in zip(r, r[1:]))
+        assert len(after) == n * (n - 1) and len(set(after.values())) == 1
+        at = collections.Counter((x, i) for r in rows for i, x in enumerate(r))
+        assert len(at) == n * n and len(set(at.values())) == 1
+    sides = ["call", "default", "again", "p8", "cuDNN", "flash", "FA4"]
+    assert _eager.design_rounds(len(sides), 2) == 2  # the balanced order keeps the rounds asked for
+    monkeypatch.setenv("WS_ORDER", "williams")
+    assert _eager.design_rounds(len(sides), 2) == 14 and _eager.design_rounds(4, 5) == 8
+    orders = [_eager.round_order(sides, r) for r in range(14)]
+    assert all(sorted(o) == sorted(sides) for o in orders) and orders[0] != orders[1]
+    before = {s: collections.Counter(o[o.index(s) - 1] for o in orders if o.index(s)) for s in sides}
+    assert all(set(c) == set(sides) - {s} and len(set(c.values())) == 1 for s, c in before.items())
