@@ -71,6 +71,21 @@ def parse_variants(text):
     return out
 
 
+def resolve_variant(att, options, d, causal, seqlen_q, seqlen_k):
+    """A variant's FlashAttention options for one call, or None where it does not apply (also
+    attention_sweep.py's): ``hd=D`` / ``causal_only=1`` / ``full_only=1`` restrict it; ``tuned=1`` starts from
+    the default's options for the head dim and mask, ``default=1`` from those the default runs on this shape."""
+    options = dict(options)
+    if (options.pop("hd", d) != d or (options.pop("causal_only", 0) and not causal)
+            or (options.pop("full_only", 0) and causal)):
+        return None
+    if options.pop("tuned", 0):
+        options = dict(att.tuned_options(d, causal), **options)
+    if options.pop("default", 0):
+        options = dict(att.tuned_options(d, causal, seqlen_q, seqlen_k), **options)
+    return options
+
+
 def run_config(dtype_name, d, causal, options=None, cases=None):
     import torch
     import torch.nn.functional as F
@@ -92,7 +107,8 @@ def run_config(dtype_name, d, causal, options=None, cases=None):
         t0 = time.time()
         ran_shape = q.shape  # the (B, H, S_q, D) the kernel ran: a packed GQA call runs its K/V heads
         if options:  # a variant: the same host path with FlashAttention options
-            att.prepare(q, k, v, causal=causal, out=out, lse=lse, **options)[0]()
+            att.prepare(q, k, v, causal=causal, out=out, lse=lse,
+                        **resolve_variant(att, options, d, causal, Sq, Sk))[0]()
         else:
             ops.attention(q, k, v, causal=causal, out=out, lse=lse)  # the public entry point
             packed = att.gqa_packed(q, Hk, causal)
@@ -177,10 +193,12 @@ def main():
     todo = []
     for (vname, options), (dtype_name, d, causal) in ((r, c) for r in runs for c in CONFIGS):
         options = dict(options)
-        if dtype_name not in args.dtypes.split(",") or options.pop("hd", d) != d or \
-                str(d) not in args.dims.split(","):
+        if dtype_name not in args.dtypes.split(",") or str(d) not in args.dims.split(","):
             continue
         if args.causal != "both" and causal != (args.causal == "yes"):
+            continue
+        if vname != "default" and (options.get("hd", d) != d or (options.get("causal_only") and not causal)
+                                   or (options.get("full_only") and causal)):
             continue
         todo.append((vname, options, dtype_name, d, causal))
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:  # children print whole JSON lines

@@ -49,7 +49,7 @@ SHAPES = [(4, 16, 4096), (2, 16, 8192), (16, 16, 1024), (1, 32, 16384)]
 BACKENDS = ("cudnn", "flash", "efficient", "fa4")  # fa4: FlashAttention-4's CuTe DSL forward, when installed
 
 
-from attention_correctness import parse_variants  # noqa: E402  (one spelling of --variants for both scripts)
+from attention_correctness import parse_variants, resolve_variant  # noqa: E402  (one spelling of --variants for both)
 
 
 def sdpa_kinds():
@@ -73,14 +73,9 @@ def sides(q, k, v, causal, variants):
     launch()
     out["warpsched"] = launch  # the compiled kernel on converted arguments: no host checks timed
     for name, options in variants.items():
-        options = dict(options)
-        if (options.pop("hd", q.shape[3]) != q.shape[3] or (options.pop("causal_only", 0) and not causal)
-                or (options.pop("full_only", 0) and causal)):
+        options = resolve_variant(att, options, q.shape[3], causal, q.shape[2], k.shape[2])
+        if options is None:  # hd= / causal_only / full_only: not this shape
             continue
-        if options.pop("tuned", 0):  # on top of what the default runs for this head dim and mask
-            options = dict(att.tuned_options(q.shape[3], causal), **options)
-        if options.pop("default", 0):  # on top of what the default runs for this shape (its sequence lengths too)
-            options = dict(att.tuned_options(q.shape[3], causal, q.shape[2], k.shape[2]), **options)
         try:
             o2 = q.new_empty(q.shape)
             launch2, _, _ = att.prepare(q, k, v, causal=causal, out=o2, **options)

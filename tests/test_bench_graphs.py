@@ -179,3 +179,31 @@ def test_the_williams_order_balances_positions_and_predecessors(monkeypatch):
     assert all(sorted(o) == sorted(sides) for o in orders) and orders[0] != orders[1]
     before = {s: collections.Counter(o[o.index(s) - 1] for o in orders if o.index(s)) for s in sides}
     assert all(set(c) == set(sides) - {s} and len(set(c.values())) == 1 for s, c in before.items())
+
+
+def test_both_attention_scripts_resolve_a_variant_the_same_way():
+    """bench/attention_correctness.py's ``resolve_variant`` (also attention_sweep.py's): ``tuned=1`` / ``default=1``
+    start from the default's options, ``hd=`` / ``causal_only`` / ``full_only`` restrict where a variant runs. The
+    correctness script used to pass ``tuned`` on to the kernel, which refused it, so a sweep's variant string
+    could not be checked there first."""
+    import types
+
+    import attention_correctness as ac
+
+    calls = []
+
+    def tuned_options(d, causal, sq=None, sk=None):
+        calls.append((d, causal, sq, sk))
+        return {"base": d, "long": sq}
+    att = types.SimpleNamespace(tuned_options=tuned_options)
+    variants = ac.parse_variants("p4:tuned=1;poly_exp2=4,again:default=1,c:causal_only=1;x=2,h:hd=128;y=1")
+    assert variants["p4"] == {"tuned": 1, "poly_exp2": 4}
+    assert ac.resolve_variant(att, variants["p4"], 64, False, 4096, 4096) == {"base": 64, "long": None,
+                                                                             "poly_exp2": 4}
+    assert ac.resolve_variant(att, variants["again"], 64, True, 4096, 1000) == {"base": 64, "long": 4096}
+    assert calls[-1] == (64, True, 4096, 1000)
+    assert ac.resolve_variant(att, variants["c"], 64, False, 1, 1) is None
+    assert ac.resolve_variant(att, variants["c"], 64, True, 1, 1) == {"x": 2}
+    assert ac.resolve_variant(att, variants["h"], 64, True, 1, 1) is None
+    assert ac.resolve_variant(att, variants["h"], 128, True, 1, 1) == {"y": 1}
+    assert variants["p4"] == {"tuned": 1, "poly_exp2": 4}  # the parsed variant is left as it was
