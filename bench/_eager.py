@@ -55,11 +55,13 @@ def round_order(names, r):
     return names[::-1] if r % 2 else names
 
 
-def alternate(torch, sides, rounds=5, iters=30):
+def alternate(torch, sides, rounds=5, iters=30, samples=None):
     """{name: fn} -> {name: median ms per call}: each round runs every side once to warm up, then
     ``iters`` calls between two synchronizations; the sides alternate within every round (``round_order``),
-    so a drifting clock or a busy host hits them alike."""
-    times = {name: [] for name in sides}
+    so a drifting clock or a busy host hits them alike. ``samples``: a dict to receive every side's ms per
+    round, in round order (for ``paired_ratio``)."""
+    times = {name: [] for name in sides} if samples is None else samples
+    times.update({name: [] for name in sides})
     for r in range(design_rounds(len(sides), rounds)):
         for name in round_order(sides, r):
             fn = sides[name]
@@ -71,6 +73,14 @@ def alternate(torch, sides, rounds=5, iters=30):
             torch.cuda.synchronize()
             times[name].append((time.perf_counter() - t0) / iters * 1e3)
     return {name: statistics.median(v) for name, v in times.items()}
+
+
+def paired_ratio(samples, side, base):
+    """(median, min, max) over the rounds of ``base``'s time over ``side``'s in the same round (above 1: ``side``
+    is faster). Pairing by round takes out what moves both sides alike (the clock over a run), which comparing
+    two medians does not."""
+    ratios = sorted(b / a for a, b in zip(samples[side], samples[base]))
+    return statistics.median(ratios), ratios[0], ratios[-1]
 
 
 def per_call_us(torch, fn, n=300):

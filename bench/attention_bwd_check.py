@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import _bwd_defaults  # noqa: F401  (WS_BWD_DEFAULTS: options on trial as the defaults)
-from _eager import alternate  # bench/_eager.py: sides alternated, host time included
+from _eager import alternate, paired_ratio  # bench/_eager.py: sides alternated, host time included
 from warpsched import ops
 from warpsched.kernels.attention import backward_host as bwd
 
@@ -298,6 +298,7 @@ def speed(rounds, calls=False):
           "conversion); TFLOP/s; ratios: ws call and the best kernel variant")
     print("| B x H x S | D | mask | " + " | ".join(cols) + " | call / cuDNN | call / FA4 | best kernel / FA4 |")
     print("|---|---|---|" + "---|" * (len(cols) + 3))
+    paired = []  # (row, variant, (median, min, max) of the default kernel's time / the variant's, round by round)
     for B, H, S, D, causal in SPEED:
         torch.manual_seed(0)
         q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
@@ -327,7 +328,12 @@ def speed(rounds, calls=False):
             except Exception as e:  # noqa: BLE001
                 print(f"FA4 failed for {B}x{H}x{S} d{D}: {type(e).__name__}: {e}")
         flop = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
-        med = alternate(torch, sides, rounds=rounds, iters=10)
+        samples = {}
+        med = alternate(torch, sides, rounds=rounds, iters=10, samples=samples)
+        for s in samples:
+            if s.startswith("ws ") and s not in ("ws call", "ws default") and "ws default" in samples:
+                paired.append((f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}", s[3:],
+                               paired_ratio(samples, s, "ws default")))
         tf = {s: flop / med[s] / 1e9 for s in med}
         cell = lambda s: f"{tf[s]:.0f}" if s in tf else "-"  # noqa: E731
         ratio = lambda a, b: f"{med[b] / med[a]:.3f}x" if a in med and b in med else "-"  # noqa: E731
@@ -336,6 +342,12 @@ def speed(rounds, calls=False):
             cell(s) for s in cols)
             + f" | {ratio('ws call', 'cuDNN')} | {ratio('ws call', 'FA4')} | {best[3:]} {ratio(best, 'FA4')} |",
             flush=True)
+    if paired:
+        print("\neach kernel variant against the default kernel, paired by round (the default's time over the "
+              "variant's in the same round; above 1: the variant is faster): median, min - max over the rounds")
+        print("| row | variant | median | min - max |\n|---|---|---|---|")
+        for row, name, (mid, lo, hi) in paired:
+            print(f"| {row} | {name} | {mid:.3f} | {lo:.3f} - {hi:.3f} |")
 
 
 DETERMINISTIC = [  # B, H, Hk, Sq, Sk, D, causal

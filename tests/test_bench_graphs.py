@@ -207,3 +207,22 @@ def test_both_attention_scripts_resolve_a_variant_the_same_way():
     assert ac.resolve_variant(att, variants["h"], 64, True, 1, 1) is None
     assert ac.resolve_variant(att, variants["h"], 128, True, 1, 1) == {"y": 1}
     assert variants["p4"] == {"tuned": 1, "poly_exp2": 4}  # the parsed variant is left as it was
+
+
+def test_alternate_records_each_round_and_pairs_ratios_by_round():
+    """bench/_eager.alternate(samples=...) keeps every side's time per round; paired_ratio divides within a
+    round, so a clock that slows both sides alike in one round leaves the ratio alone."""
+    import _eager
+
+    class FakeTorch:
+        class cuda:
+            @staticmethod
+            def synchronize():
+                pass
+
+    samples = {}
+    med = _eager.alternate(FakeTorch, {"a": lambda: None, "b": lambda: None}, rounds=4, iters=2, samples=samples)
+    assert set(samples) == {"a", "b"} and all(len(v) == 4 for v in samples.values()) and set(med) == {"a", "b"}
+    slow_round = {"base": [1.0, 2.0, 1.0], "side": [0.5, 1.0, 0.8]}  # round 2 twice as slow for both
+    mid, lo, hi = _eager.paired_ratio(slow_round, "side", "base")
+    assert (mid, lo, hi) == (2.0, 1.25, 2.0)
