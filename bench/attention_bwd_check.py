@@ -9,7 +9,9 @@ added in the order the CTAs finish) within its rounding.
 Speed (``_eager.alternate``: calls between two synchronizations, sides alternated): backward only, TFLOP/s counted as 2.5x the forward's FLOPs (the field's
 convention): warpsched (kernel alone, and the whole call with the delta pre-pass and dQ conversion),
 torch SDPA's cuDNN and flash backends, FlashAttention-4 (``flash_attn.cute``) when installed; then
-forward + backward as a model calls them (autograd, eager), TFLOP/s counted as 3.5x the forward's.
+forward + backward as a model calls them (autograd, eager), TFLOP/s counted as 3.5x the forward's. The kernel
+sides write the same dQaccum / dK / dV (``--own-buffers``: each its own), and each variant is also compared with
+the default kernel round by round (``_eager.paired_ratio``).
 
 Deterministic (``deterministic=True``): dQ bitwise equal over repeated runs, accurate, and its cost.
 
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 import _bwd_defaults  # noqa: F401  (WS_BWD_DEFAULTS: options on trial as the defaults)
 from _eager import alternate, paired_ratio  # bench/_eager.py: sides alternated, host time included
 from warpsched import ops
+from warpsched.kernels.attention.forward import AttentionConfigError
 from warpsched.kernels.attention import backward_host as bwd
 
 CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
@@ -283,7 +286,7 @@ def model_speed(rounds):
               f"{tf.get('FA4', '-')} | {ratio('cuDNN')} | {ratio('FA4')} |", flush=True)
 
 
-def speed(rounds, calls=False):
+def speed(rounds, calls=False, own_buffers=False):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     try:
@@ -304,8 +307,15 @@ def speed(rounds, calls=False):
         q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
         out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
         sides = {"ws call": lambda: bwd.attention_backward(q, k, v, out, dout, lse, causal=causal)}
+        shared = {}  # dq_acc / dk / dv of the first kernel side, reused by the others (unless --own-buffers)
         for name, options in variants_for(D, causal):  # the kernel alone, per variant
-            launch, dq_acc, _, _ = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **options)
+            try:
+                launch, dq_acc, dk, dv = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **shared,
+                                                              **options)
+            except AttentionConfigError:  # another Q block (a padded dq_acc of another shape): its own buffers
+                launch, dq_acc, dk, dv = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **options)
+            if not shared and not own_buffers:
+                shared = {"dq_acc": dq_acc, "dk": dk, "dv": dv}
             sides[f"ws {name}"] = lambda launch=launch, dq_acc=dq_acc: (dq_acc.zero_(), launch())
             if calls and name != "default":
                 sides[f"call {name}"] = (lambda options=options: bwd.attention_backward(q, k, v, out, dout, lse,
@@ -405,6 +415,8 @@ def main():
     ap.add_argument("--variants", help="comma-separated VARIANTS names to check and time (default: all)")
     ap.add_argument("--head-dims", help="comma-separated head dims to keep in every table (default: all)")
     ap.add_argument("--kernels-only", action="store_true", help="speed: skip the forward + backward autograd table")
+    ap.add_argument("--own-buffers", action="store_true", help="speed: each kernel side its own dQaccum / dK / dV "
+                    "(by default they share the first side's, so equal kernels write the same memory)")
     ap.add_argument("--calls", action="store_true", help="speed: also time each variant's whole call")
     a = ap.parse_args()
     if a.head_dims:
@@ -425,7 +437,7 @@ def main():
     if a.only in (None, "deterministic"):
         fails += deterministic_check(a.rounds)
     if a.only in (None, "speed") and not fails:
-        speed(a.rounds, a.calls)
+        speed(a.rounds, a.calls, a.own_buffers)
         if not a.kernels_only:
             model_speed(a.rounds)
     sys.exit(1 if fails else 0)

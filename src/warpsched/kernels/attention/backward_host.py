@@ -226,14 +226,16 @@ def default_options(head_dim, varlen=False):
 
 
 def prepare_backward(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
-                     mask_mod=None, softcap=None, deterministic=False, **options):
+                     mask_mod=None, softcap=None, deterministic=False, dq_acc=None, **options):
     """Check the inputs, run the delta pre-pass, compile (once per dtype / head dim / causal / options) and
     return ``(launch, dq_accum, dk, dv)``: ``launch()`` runs the kernel alone (what a benchmark times apart
     from the pre-pass); dq_accum (and with ``deterministic`` the turn words) must be zeroed before each
     launch. dq_accum receives dQ / scale (fp32): ``finish_dq`` makes dQ of it. With ``dq_finish=True`` the
-    second value is dQ itself, which the kernel writes (``launch`` zeroes the count words before a repeat)."""
+    second value is dQ itself, which the kernel writes (``launch`` zeroes the count words before a repeat).
+    ``dq_acc`` (with ``dk`` / ``dv``): the buffers of an earlier call to reuse, so that two kernels timed side by
+    side write the same memory (fp32, (B, H, S_q rounded up to the Q block, D), contiguous)."""
     return _prepare(q, k, v, out, dout, lse, causal, scale, dk, dv, window_size, mask_mod, softcap, deterministic,
-                    **options)[:4]
+                    dq_acc=dq_acc, **options)[:4]
 
 
 def _options_and_key(dtype, head_dim, causal, options, window_size, mask_mod, softcap, deterministic):
@@ -248,7 +250,7 @@ def _options_and_key(dtype, head_dim, causal, options, window_size, mask_mod, so
 
 
 def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None, window_size=None,
-             mask_mod=None, softcap=None, deterministic=False, dlse=None, **options):
+             mask_mod=None, softcap=None, deterministic=False, dlse=None, dq_acc=None, **options):
     """``prepare_backward``, and the kernel's flat dQ tile (``flat_dq_tile``) as a fifth value. ``dlse``: the
     upstream gradient of the LSE (``attention_backward``), folded into delta."""
     check_args(q, k, v, out, dout, lse)
@@ -266,7 +268,14 @@ def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None
     if finish:  # StatsPrepCounts zeroes them with TVM FFI (it needs tma_stats: refused by the kernel without it)
         counts = (torch.empty if _host.ffi_enabled() else torch.zeros)(B * H * (sp // block_m), device=q.device,
                                                                        dtype=torch.int32)
-    if options.get("tma_stats") and _host.ffi_enabled():  # the pre-pass zeroes dQ's accumulator too
+    if dq_acc is not None:  # a caller's buffer (prepare_backward): zeroed here, or by the pre-pass below
+        if (tuple(dq_acc.shape) != (B, H, sp, D) or dq_acc.dtype != torch.float32 or not dq_acc.is_contiguous()
+                or dq_acc.device != q.device):
+            raise AttentionConfigError(f"dq_acc {tuple(dq_acc.shape)} {dq_acc.dtype}: expected a contiguous float32 "
+                                       f"tensor of shape {(B, H, sp, D)} on {q.device} (S_q rounded up to the "
+                                       f"kernel's {block_m}-row Q block), or dq_acc=None")
+        dq_acc.zero_()
+    elif options.get("tma_stats") and _host.ffi_enabled():  # the pre-pass zeroes dQ's accumulator too
         dq_acc = torch.empty(B, H, sp, D, device=q.device, dtype=torch.float32)
     else:
         dq_acc = torch.zeros(B, H, sp, D, device=q.device, dtype=torch.float32)
