@@ -148,3 +148,36 @@ def test_arguments_that_are_not_tensors_get_the_full_paths_message(host):
     with pytest.raises(bwd.AttentionConfigError, match=r"^dout is a str; pass a torch.Tensor \(of q's shape and dtype\)$"):
         bwd.attention_backward(q, k, v, out, "dout", lse, causal=True)
     assert not bwd._PLANS
+
+
+class Strided(T):
+    def is_contiguous(self):
+        return False
+
+
+def test_a_reused_dq_accumulator_is_the_one_the_kernel_writes(host):
+    """``prepare_backward(..., dq_acc=, dk=, dv=)``: a benchmark's kernel sides reuse one set of output buffers, so
+    two kernels timed side by side write the same memory (bench/attention_bwd_check.py)."""
+    launches, _ = host
+    q, k, v, out, dout, lse = inputs(S=100)
+    first = bwd.prepare_backward(q, k, v, out, dout, lse, causal=True)
+    launch, dq_acc, dk, dv = bwd.prepare_backward(q, k, v, out, dout, lse, causal=True, dq_acc=first[1],
+                                                  dk=first[2], dv=first[3])
+    assert (dq_acc, dk, dv) == first[1:] and dq_acc.shape == (1, 8, 128, 128)  # S_q up to whole 64-row blocks
+    launch()
+    kernel_ptrs = [a for a in launches[-1][1] if isinstance(a, tuple)]
+    assert ((1, 8, 128, 128), "torch.float32") in kernel_ptrs
+
+
+@pytest.mark.parametrize("buf, words", [
+    (T((1, 8, 100, 128), "torch.float32", itemsize=4), r"\(1, 8, 128, 128\).*64-row Q block"),
+    (T((1, 8, 128, 128), "torch.float16"), "float32"),
+    (Strided((1, 8, 128, 128), "torch.float32", itemsize=4), "contiguous"),
+])
+def test_a_reused_dq_accumulator_of_another_shape_is_refused(host, buf, words):
+    """Refused naming what is expected, before anything is compiled or launched."""
+    launches, _ = host
+    n = len(launches)
+    with pytest.raises(bwd.AttentionConfigError, match=words) as err:
+        bwd.prepare_backward(*inputs(S=100), causal=True, dq_acc=buf)
+    assert "dq_acc=None" in str(err.value) and len(launches) == n
