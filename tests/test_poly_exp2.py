@@ -90,3 +90,25 @@ def test_bad_values_are_refused_naming_what_is_expected(value):
 def test_the_backward_records_the_option_by_value():
     assert "poly_exp2=8" in ab.FlashAttentionBackward(head_dim=128, poly_exp2=8).config.options
     assert not any(o.startswith("poly_exp2") for o in ab.FlashAttentionBackward(head_dim=128).config.options)
+
+
+def test_interleaved_polynomials_wait_for_the_mufu_value_before_them():
+    """``poly_interleave``: each polynomial's input gets a dependence on the MUFU value computed before it
+    (``fma(prev, 0, x)``), so ptxas spreads the polynomials among the MUFU instructions (without it, every
+    polynomial came ahead of one unbroken MUFU run). Same program, same exponentials."""
+    from warpsched.verify.verdicts import VERDICTS
+
+    base = dict(bwd_host.default_options(128), poly_exp2=4)
+    plain = bwd_host.compile_for_cpu(head_dim=128, **base).artifacts.PTX
+    fp = VERDICTS.looked_up[-1]
+    woven = bwd_host.compile_for_cpu(head_dim=128, **dict(base, poly_interleave=True)).artifacts.PTX
+    assert VERDICTS.looked_up[-1] == fp and VERDICTS.get(fp).verdict == "SAFE"
+    assert _ex2_count(woven) == _ex2_count(plain)
+    dependence = r"fma\.rn\.f32 x, %[rf]\d+, 0f00000000, %[rf]\d+;"  # the asm's operands, bound
+    assert len(re.findall(dependence, woven)) == 2 * 32 // 4 and not re.findall(dependence, plain)
+    assert "poly_interleave" in ab.FlashAttentionBackward(head_dim=128, poly_exp2=4, poly_interleave=True).config.options
+
+
+def test_interleaving_without_the_polynomial_is_refused():
+    with pytest.raises(AttentionConfigError, match=r"poly_interleave=True with poly_exp2=0.*set poly_exp2=k"):
+        ab.FlashAttentionBackward(head_dim=128, poly_interleave=True)

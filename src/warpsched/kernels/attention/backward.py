@@ -136,7 +136,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
-                 own_first=False, own_regs=False, poly_exp2=0):
+                 own_first=False, own_regs=False, poly_exp2=0, poly_interleave=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -277,6 +277,10 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             raise AttentionConfigError(f"poly_exp2={poly_exp2!r}: expected 0 (every exp2 on MUFU) or k >= 2 (every "
                                        "k-th of P's exponentials by poly_exp2.exp2_poly on the FMA pipe)")
         self.poly_exp2 = poly_exp2
+        if poly_interleave and not poly_exp2:
+            raise AttentionConfigError("poly_interleave=True with poly_exp2=0: it orders the polynomial exponentials "
+                                       "among MUFU's; set poly_exp2=k (k >= 2) or drop it")
+        self.poly_interleave = bool(poly_interleave)  # each polynomial waits for the MUFU value before it
         self.varlen = bool(varlen)  # packed sequences: FlashAttentionBackwardVarlen (backward_units.seq_bounds)
         if deterministic and self.varlen:
             raise AttentionConfigError("deterministic=True with varlen: not yet; the packed backward adds dQ by "

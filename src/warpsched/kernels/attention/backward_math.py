@@ -85,7 +85,9 @@ def stats_from_smem(lse2, delta, g, v, s_lse, s_delta):
 def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
     """P^T = exp2(S^T * scale * log2 e - LSE * log2 e) in place of S^T (the forward's softcap first), zero
     where masked (key past S_k, or outside the query's window / causal range, or the user's mask_mod); with
-    ``g.poly_exp2`` = k every k-th value by ``poly_exp2.exp2_poly`` (the FMA pipe), the rest by MUFU."""
+    ``g.poly_exp2`` = k every k-th value by ``poly_exp2.exp2_poly`` (the FMA pipe), the rest by MUFU; with
+    ``g.poly_interleave`` each polynomial depends on the MUFU value before it, so ptxas spreads the polynomials
+    among the MUFU instructions instead of placing them all ahead of the MUFU run."""
     coords = _columns(g, v)
     s_mn = amath.rows_view(v.sdp_mma, acc_s)
     cols = cute.size(s_mn, mode=[1])
@@ -95,7 +97,11 @@ def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
             if cutlass.const_expr(poly_exp2.polynomial_column(i * cols + j, g.poly_exp2)):
-                s_mn[i, j] = poly_exp2.exp2_poly(s_mn[i, j] * scale_log2 - lse2[j], poly_exp2.degree_for(g.dtype))
+                prev = None  # poly_interleave: the value before it (a MUFU one), which it is made to wait for
+                if cutlass.const_expr(g.poly_interleave):
+                    prev = s_mn[i, j - 1] if j > 0 else s_mn[i - 1, cols - 1]
+                s_mn[i, j] = poly_exp2.exp2_poly(s_mn[i, j] * scale_log2 - lse2[j], poly_exp2.degree_for(g.dtype),
+                                                 prev)
             else:
                 s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
     mask_keys(s_mn, coords, cols, g, n0, m0, seqlen_k)

@@ -41,13 +41,15 @@ def _hex(value: float) -> str:
     return "0f%08X" % struct.unpack("<I", struct.pack("<f", value))[0]
 
 
-def ptx(degree: int) -> str:
-    """The inline PTX of ``exp2_poly`` at ``degree`` ($0 = 2^$1)."""
+def ptx(degree: int, after: bool = False) -> str:
+    """The inline PTX of ``exp2_poly`` at ``degree`` ($0 = 2^$1); ``after``: x = fma($2, 0, $1) first, a
+    dependence on $2 that changes no finite x."""
     c = COEFFS[degree]
     horner = [f"fma.rn.ftz.f32 p, f, {_hex(c[degree])}, {_hex(c[degree - 1])};"]
     horner += [f"fma.rn.ftz.f32 p, p, f, {_hex(c[k])};" for k in range(degree - 2, -1, -1)]
     return "\n".join(["{", ".reg .f32 x, t, r, f, p;", ".reg .b32 ti, pi;",
-                      f"max.ftz.f32 x, $1, {_hex(CLAMP)};",
+                      *(["fma.rn.f32 x, $2, 0f00000000, $1;", f"max.ftz.f32 x, x, {_hex(CLAMP)};"] if after
+                        else [f"max.ftz.f32 x, $1, {_hex(CLAMP)};"]),
                       f"add.rn.ftz.f32 t, x, {_hex(ROUND_MAGIC)};",
                       f"sub.rn.ftz.f32 r, t, {_hex(ROUND_MAGIC)};",
                       "sub.rn.ftz.f32 f, x, r;", *horner,
@@ -56,12 +58,18 @@ def ptx(degree: int) -> str:
 
 
 @dsl_user_op
-def exp2_poly(x, degree: int = 3, *, loc=None, ip=None):
+def exp2_poly(x, degree: int = 3, after=None, *, loc=None, ip=None):
     """2^x on the FMA and integer pipes (no MUFU), at ``degree`` (3 or 4). An inline-PTX statement with side
-    effects, as ``register_math.exp2_pinned``: the compiler must not evaluate it twice."""
-    return cutlass.Float32(llvm.inline_asm(T.f32(), [cutlass.Float32(x).ir_value(loc=loc, ip=ip)], ptx(degree),
-                                           "=f,f", has_side_effects=True, is_align_stack=False,
-                                           asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+    effects, as ``register_math.exp2_pinned``: the compiler must not evaluate it twice. ``after``: a value x is
+    made to depend on (x + 0 * after: no compiler folds it, since 0 * inf is NaN), so the polynomial starts only
+    once ``after`` is ready; after a MUFU result, that interleaves the two pipes' instructions."""
+    args = [cutlass.Float32(x).ir_value(loc=loc, ip=ip)]
+    if after is not None:
+        args.append(cutlass.Float32(after).ir_value(loc=loc, ip=ip))
+    return cutlass.Float32(llvm.inline_asm(T.f32(), args, ptx(degree, after is not None),
+                                           "=f,f,f" if after is not None else "=f,f", has_side_effects=True,
+                                           is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc,
+                                           ip=ip))
 
 
 def polynomial_column(j: int, every: int) -> bool:
