@@ -8,11 +8,11 @@ instead, so a tile can send every ``k``-th column there (``poly_every``) and the
 
 2^x = 2^round(x) * 2^f, f = x - round(x) in [-0.5, 0.5]: round(x) comes from adding 1.5 * 2^23 (the sum's
 low mantissa bits hold it as an integer, so no F2I / FRND, which issue at MUFU's rate); 2^f is a minimax
-polynomial with p(0) = 1 (relative error 1.0e-4 at degree 3, a twentieth of a bf16 ulp, and 2.8e-6 at
-degree 4, used for fp16); 2^round(x) is added to the result's exponent bits by an integer shift and add. x is clamped to -127
-first, where the result is exactly +0.0, so -inf (a masked score) gives 0 as MUFU does; a NaN gives 0 too
-(``max.f32`` returns the other operand), where MUFU gives NaN: a NaN input still reaches the row's other
-columns.
+polynomial with p(0) = 1 (relative error 1.0e-4 at degree 3, well under bf16's rounding of P, and 2.8e-6 at
+degree 4, used for fp16); 2^round(x) is added to the result's exponent bits by an integer shift and add.
+x is clamped to -127 first, where the result is exactly +0.0, so -inf (a masked score) gives 0 as MUFU does;
+a NaN gives 0 too (``max.f32`` returns the other operand), where MUFU gives NaN: a NaN input still reaches the
+row's other columns.
 """
 from __future__ import annotations
 
