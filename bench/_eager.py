@@ -60,7 +60,7 @@ def alternate(torch, sides, rounds=5, iters=30, samples=None):
     ``iters`` calls between two synchronizations; the sides alternate within every round (``round_order``),
     so a drifting clock or a busy host hits them alike. ``samples``: a dict to receive every side's ms per
     round, in round order (for ``paired_ratio``)."""
-    times = {name: [] for name in sides} if samples is None else samples
+    times = {} if samples is None else samples
     times.update({name: [] for name in sides})
     for r in range(design_rounds(len(sides), rounds)):
         for name in round_order(sides, r):

@@ -71,14 +71,22 @@ def parse_variants(text):
     return out
 
 
+RESTRICTIONS = ("hd", "causal_only", "full_only")  # keys of a variant that say where it runs, not kernel options
+
+
+def applies(options, d, causal):
+    """Whether a variant runs at head dim ``d`` with this mask: ``hd=D`` / ``causal_only=1`` / ``full_only=1``."""
+    return not (options.get("hd", d) != d or (options.get("causal_only") and not causal)
+                or (options.get("full_only") and causal))
+
+
 def resolve_variant(att, options, d, causal, seqlen_q, seqlen_k):
-    """A variant's FlashAttention options for one call, or None where it does not apply (also
-    attention_sweep.py's): ``hd=D`` / ``causal_only=1`` / ``full_only=1`` restrict it; ``tuned=1`` starts from
-    the default's options for the head dim and mask, ``default=1`` from those the default runs on this shape."""
-    options = dict(options)
-    if (options.pop("hd", d) != d or (options.pop("causal_only", 0) and not causal)
-            or (options.pop("full_only", 0) and causal)):
+    """A variant's FlashAttention options for one call, or None where it does not apply (``applies``; also
+    attention_sweep.py's): ``tuned=1`` starts from the default's options for the head dim and mask,
+    ``default=1`` from those the default runs on this shape."""
+    if not applies(options, d, causal):
         return None
+    options = {k: x for k, x in options.items() if k not in RESTRICTIONS}
     if options.pop("tuned", 0):
         options = dict(att.tuned_options(d, causal), **options)
     if options.pop("default", 0):
@@ -192,13 +200,11 @@ def main():
 
     todo = []
     for (vname, options), (dtype_name, d, causal) in ((r, c) for r in runs for c in CONFIGS):
-        options = dict(options)
         if dtype_name not in args.dtypes.split(",") or str(d) not in args.dims.split(","):
             continue
         if args.causal != "both" and causal != (args.causal == "yes"):
             continue
-        if vname != "default" and (options.get("hd", d) != d or (options.get("causal_only") and not causal)
-                                   or (options.get("full_only") and causal)):
+        if not applies(options, d, causal):
             continue
         todo.append((vname, options, dtype_name, d, causal))
     with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:  # children print whole JSON lines

@@ -41,6 +41,7 @@ from .backward_schedules import (dq_writer_schedule, grad_schedule, grad_schedul
                                  load_schedule)
 from .config import AttentionConfig, switches_on
 from .forward import AttentionConfigError
+from .poly_exp2 import refusal as poly_exp2_refusal
 from .masks import check as check_masks
 from .masks import window_bounds
 from .backward_math import HALF
@@ -273,9 +274,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             raise AttentionConfigError(f"early_stats=True with tma_stats={self.tma_stats}: it moves the stage's LSE / "
                                        "delta reads, which need tma_stats=True")
         self.early_stats = bool(early_stats)
-        if not isinstance(poly_exp2, int) or poly_exp2 < 0 or poly_exp2 == 1:
-            raise AttentionConfigError(f"poly_exp2={poly_exp2!r}: expected 0 (every exp2 on MUFU) or k >= 2 (every "
-                                       "k-th of P's exponentials by poly_exp2.exp2_poly on the FMA pipe)")
+        if poly_exp2_refusal(poly_exp2):
+            raise AttentionConfigError(poly_exp2_refusal(poly_exp2))
         self.poly_exp2 = poly_exp2
         if poly_interleave and not poly_exp2:
             raise AttentionConfigError("poly_interleave=True with poly_exp2=0: it orders the polynomial exponentials "

@@ -268,14 +268,16 @@ def _prepare(q, k, v, out, dout, lse, causal=False, scale=None, dk=None, dv=None
     if finish:  # StatsPrepCounts zeroes them with TVM FFI (it needs tma_stats: refused by the kernel without it)
         counts = (torch.empty if _host.ffi_enabled() else torch.zeros)(B * H * (sp // block_m), device=q.device,
                                                                        dtype=torch.int32)
-    if dq_acc is not None:  # a caller's buffer (prepare_backward): zeroed here, or by the pre-pass below
+    prep_zeroes = options.get("tma_stats") and _host.ffi_enabled()  # the pre-pass zeroes dQ's accumulator too
+    if dq_acc is not None:  # a caller's buffer (prepare_backward)
         if (tuple(dq_acc.shape) != (B, H, sp, D) or dq_acc.dtype != torch.float32 or not dq_acc.is_contiguous()
                 or dq_acc.device != q.device):
             raise AttentionConfigError(f"dq_acc {tuple(dq_acc.shape)} {dq_acc.dtype}: expected a contiguous float32 "
                                        f"tensor of shape {(B, H, sp, D)} on {q.device} (S_q rounded up to the "
                                        f"kernel's {block_m}-row Q block), or dq_acc=None")
-        dq_acc.zero_()
-    elif options.get("tma_stats") and _host.ffi_enabled():  # the pre-pass zeroes dQ's accumulator too
+        if not prep_zeroes:
+            dq_acc.zero_()
+    elif prep_zeroes:
         dq_acc = torch.empty(B, H, sp, D, device=q.device, dtype=torch.float32)
     else:
         dq_acc = torch.zeros(B, H, sp, D, device=q.device, dtype=torch.float32)

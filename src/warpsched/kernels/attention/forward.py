@@ -49,6 +49,7 @@ from .epilogue import GmemO
 from .resources import MathOrder, Scores, SmemK, SmemQ, SmemV
 from .register_math import WG_ROWS
 from .config import AttentionConfig
+from .poly_exp2 import refusal as poly_exp2_refusal
 from .units import WorkUnits
 
 import cutlass
@@ -341,9 +342,8 @@ class FlashAttention(WorkUnits):
         if type(max_chains) is not int or max_chains not in (1, 2, 4, 8):
             raise AttentionConfigError(f"max_chains={max_chains!r}: expected 1, 2, 4 or 8 running maxima per row")
         self.max_chains = max_chains  # the softmax's row max in that many independent chains (register_math)
-        if type(poly_exp2) is not int or poly_exp2 < 0 or poly_exp2 == 1:
-            raise AttentionConfigError(f"poly_exp2={poly_exp2!r}: expected 0 (every exp2 on MUFU) or k >= 2 (every "
-                                       "k-th of P's exponentials by poly_exp2.exp2_poly on the FMA pipe)")
+        if poly_exp2_refusal(poly_exp2):
+            raise AttentionConfigError(poly_exp2_refusal(poly_exp2))
         self.poly_exp2 = poly_exp2
         # slice_stages: the GEMMs take their SMEM stage before the k-blocks, so each k-block's WGMMA descriptor
         # is one 64-bit add to the stage's (FA4's form) instead of both halves rebuilt per k-block (the profile

@@ -32,6 +32,14 @@ COEFFS = {3: (1.0, 0.6932829, 0.24221028, 0.05500861),
 MAX_REL_ERROR = {3: 1.1e-4, 4: 3.0e-6}  # over x in [-126, 64], what tests/test_poly_exp2.py holds each degree to
 
 
+def refusal(every):
+    """Why ``poly_exp2=every`` is not a kernel option (None: it is): 0 or an int k >= 2."""
+    if type(every) is not int or every < 0 or every == 1:
+        return (f"poly_exp2={every!r}: expected 0 (every exp2 on MUFU) or k >= 2 (every k-th of P's exponentials "
+                "by poly_exp2.exp2_poly on the FMA pipe)")
+    return None
+
+
 def degree_for(dtype) -> int:
     """The polynomial degree for P rounded to ``dtype``: 3 for bf16 (8 mantissa bits), 4 for fp16 (11)."""
     return 3 if dtype is cutlass.BFloat16 else 4
