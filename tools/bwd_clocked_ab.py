@@ -1,0 +1,160 @@
+"""Backward kernel variants A / B at locked clocks: each variant's kernel alone (and FlashAttention-4's backward
+kernel) timed by Nsight Compute with the SM clock locked to base and the caches flushed before every launch, so
+that two kernels are compared by the work they do per clock, free of the power-limit and neighbour effects that
+spread two equal kernels by about 2% in the alternating benchmark (docs/attention.md, "Where a side runs in the
+round").
+
+    python3 tools/bwd_clocked_ab.py --variants default,again,es [--shapes 16x16x1024:64:causal,...] [--repeat 6]
+
+The variants are ``bench/attention_bwd_check.py``'s (``VARIANTS``; ``default`` is what a call runs). Per shape
+the script runs itself under ``ncu --clock-control base --cache-control all --metrics gpu__time_duration.sum``:
+the child launches every side ``--repeat`` times in rotated order between cudaProfilerStart / Stop, and the
+parent reads the durations back in launch order. Printed per shape: each side's median µs, and each variant's
+median time over the default's, paired by repetition (above 1: slower than the default). Clocks locked to base
+are not the clocks a call runs at: the ratio is per clock, the alternating benchmark says what a user sees.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHAPES = "8x32x2048:128:causal,4x16x4096:128:full,16x16x1024:64:causal,4x16x4096:64:full,16x16x1024:128:full"
+KERNELS = r"regex:FlashAttentionBackward(_object|Sm90)"  # ours (every variant) and FA4's main kernel, not pre / post
+
+
+def parse_shape(text):
+    """``BxHxS:D:causal|full`` -> (B, H, S, D, causal)."""
+    dims, d, mask = text.split(":")
+    b, h, s = (int(x) for x in dims.split("x"))
+    if mask not in ("causal", "full"):
+        raise SystemExit(f"shape {text!r}: the mask is 'causal' or 'full'")
+    return b, h, s, int(d), mask == "causal"
+
+
+def rotated(names, rep):
+    """The side order of repetition ``rep``: the list rotated by ``rep`` places."""
+    k = rep % len(names)
+    return names[k:] + names[:k]
+
+
+def child(args):
+    """Under ncu: build every side, warm it, then launch them ``repeat`` times in rotated order; write the launch
+    order (one side name per profiled kernel) to ``args.order``."""
+    sys.path[:0] = [os.path.join(ROOT, "bench"), os.path.join(ROOT, "src")]
+    import torch
+
+    from attention_bwd_check import variants_for
+    from warpsched import ops
+    from warpsched.kernels.attention import backward_host as bwd
+
+    B, H, S, D, causal = parse_shape(args.shape)
+    torch.manual_seed(0)
+    q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
+    wanted = args.variants.split(",")
+    sides, shared = {}, {}
+    for name, options in variants_for(D, causal):
+        if name not in wanted:
+            continue
+        launch, dq_acc, dk, dv = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **dict(options, **shared))
+        shared = shared or {"dq_acc": dq_acc, "dk": dk, "dv": dv}
+        sides[name] = launch
+    if not args.no_fa4:
+        try:
+            from flash_attn.cute import flash_attn_func
+
+            xt = tuple(t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+            res = flash_attn_func(*xt, causal=causal)
+            o4, dot = (res[0] if isinstance(res, tuple) else res), dout.transpose(1, 2).contiguous()
+            sides["FA4"] = lambda: torch.autograd.grad(o4, xt, dot, retain_graph=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"FA4 left out: {type(e).__name__}: {e}", file=sys.stderr)
+    names = list(sides)
+    for fn in sides.values():
+        fn()
+    torch.cuda.synchronize()
+    order = []
+    torch.cuda.cudart().cudaProfilerStart()
+    for rep in range(args.repeat):
+        for name in rotated(names, rep):
+            sides[name]()
+            order.append(name)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    with open(args.order, "w") as f:
+        json.dump(order, f)
+
+
+def durations(report):
+    """Kernel durations (µs, launch order) from an ncu report's raw page."""
+    text = subprocess.run(["ncu", "-i", report, "--csv", "--page", "raw", "--metrics", "gpu__time_duration.sum"],
+                          check=True, capture_output=True, text=True).stdout
+    rows = list(csv.reader(io.StringIO(text)))
+    col = rows[0].index("gpu__time_duration.sum")
+    unit = rows[1][col]  # the units row: ns, us (usecond) or ms
+    scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3}.get(unit, 1.0)
+    return [float(r[col].replace(",", "")) * scale for r in rows[2:] if len(r) > col]
+
+
+def measure(shape, args):
+    """{side: [µs per repetition]} for one shape, from one ncu run of the child."""
+    with tempfile.TemporaryDirectory() as tmp:
+        order_path, report = os.path.join(tmp, "order.json"), os.path.join(tmp, "ab")
+        cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "base", "--cache-control", "all",
+               "--kernel-name", KERNELS, "--metrics", "gpu__time_duration.sum", "-f", "-o", report,
+               sys.executable, os.path.abspath(__file__), "--child", "--shape", shape, "--variants", args.variants,
+               "--repeat", str(args.repeat), "--order", order_path] + (["--no-fa4"] if args.no_fa4 else [])
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0 or not os.path.exists(order_path):
+            tail = "\n".join((run.stdout + run.stderr).splitlines()[-15:])
+            raise SystemExit(f"ncu run for {shape} failed (exit {run.returncode}):\n{tail}")
+        order = json.load(open(order_path))
+        times = durations(report + ".ncu-rep")
+    if len(times) != len(order):
+        raise SystemExit(f"{shape}: {len(times)} profiled kernels for {len(order)} launches: a side launched "
+                         f"more or fewer than one main kernel")
+    per_side = {}
+    for name, t in zip(order, times):
+        per_side.setdefault(name, []).append(t)
+    return per_side
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variants", default="default,again", help="attention_bwd_check.py VARIANTS names, comma-"
+                    "separated; the first is the baseline of the ratios")
+    ap.add_argument("--shapes", default=SHAPES, help="BxHxS:D:causal|full, comma-separated")
+    ap.add_argument("--repeat", type=int, default=6, help="launches of each side per shape")
+    ap.add_argument("--no-fa4", action="store_true", help="leave FlashAttention-4's kernel out")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--shape", help=argparse.SUPPRESS)
+    ap.add_argument("--order", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    base = args.variants.split(",")[0]
+    print("kernel µs at base clock (median of the repetitions); ratio: the side's time over "
+          f"{base!r}'s in the same repetition, median and range (above 1: slower)")
+    print("| shape | side | µs | / base (median) | min - max |\n|---|---|---|---|---|")
+    for shape in args.shapes.split(","):
+        per_side = measure(shape, args)
+        for name, ts in per_side.items():
+            if name == base or base not in per_side:
+                ratio = "" if name == base else "(no base)"
+                print(f"| {shape} | {name} | {statistics.median(ts):.1f} | {ratio} | |")
+                continue
+            r = [t / b for t, b in zip(ts, per_side[base])]
+            print(f"| {shape} | {name} | {statistics.median(ts):.1f} | {statistics.median(r):.4f} | "
+                  f"{min(r):.4f} - {max(r):.4f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
