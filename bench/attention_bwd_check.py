@@ -108,6 +108,8 @@ for _d in VARIANTS:  # every 2nd / 4th / 8th / 16th of P's exp2 on the FMA pipe 
         VARIANTS[_d][f"p{_k}"] = dict(bwd.default_options(_d), poly_exp2=_k)
         # each polynomial after the MUFU value before it (poly_interleave): spread among the MUFU instructions
         VARIANTS[_d][f"p{_k}i"] = dict(bwd.default_options(_d), poly_exp2=_k, poly_interleave=True)
+for _d in (64, 128):  # two dS stages per warp group without deferring the dQ GEMM (FA4's num_stages_PdS=2)
+    VARIANTS[_d]["ds2"] = dict(bwd.default_options(_d), ds_stages=2)
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16
     VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
     for _g in (4, 8, 16):

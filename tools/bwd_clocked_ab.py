@@ -60,12 +60,14 @@ def child(args):
     q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     out, lse = ops.attention(q, k, v, causal=causal, return_lse=True)
     wanted = args.variants.split(",")
-    sides, shared = {}, {}
+    sides, shared = {}, {}  # shared: per Q block size, the first such side's dQaccum / dK / dV, reused
     for name, options in variants_for(D, causal):
         if name not in wanted:
             continue
-        launch, dq_acc, dk, dv = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal, **dict(options, **shared))
-        shared = shared or {"dq_acc": dq_acc, "dk": dk, "dv": dv}
+        block = options.get("block_m", bwd.default_options(D).get("block_m"))
+        launch, dq_acc, dk, dv = bwd.prepare_backward(q, k, v, out, dout, lse, causal=causal,
+                                                      **dict(options, **shared.get(block, {})))
+        shared.setdefault(block, {"dq_acc": dq_acc, "dk": dk, "dv": dv})
         sides[name] = launch
     if not args.no_fa4:
         try:

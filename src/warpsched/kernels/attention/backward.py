@@ -137,7 +137,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
-                 own_first=False, own_regs=False, poly_exp2=0, poly_interleave=False):
+                 own_first=False, own_regs=False, poly_exp2=0, poly_interleave=False, ds_stages=1):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -238,7 +238,12 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                 "without wg_order, deterministic or dq_finish; else dq_defer=False")
         # a step's dQ GEMM issued at the next step, from dS tiles of two stages (backward_schedules)
         self.dq_defer = bool(dq_defer)
-        self.ds_stages = 2 if self.dq_defer else 1
+        if ds_stages not in (1, 2) or (ds_stages == 2 and not self.shared_ds):
+            raise AttentionConfigError(
+                f"ds_stages={ds_stages} with shared_ds={shared_ds}: the warp groups' swapped dS tiles take 1 or 2 "
+                "stages, and 2 only with shared_ds=True; else ds_stages=1")
+        # two dS stages without the deferral: a warp group writes step i + 1's dS while the other may still read i's
+        self.ds_stages = 2 if self.dq_defer or ds_stages == 2 else 1
         self.exchange = self.shared_ds or self.split_queries  # the warp groups swap SMEM tiles (SmemDS)
         self.ds_parts = 2 if self.ds_rows else 1  # the dQ GEMM's A tiles per dS stage (row halves with ds_rows)
         if dq_stages not in (1, 2):
