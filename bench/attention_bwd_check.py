@@ -101,8 +101,8 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "sq+es": dict(bwd.default_options(256), early_stats=True),
                   # the own queries' dV / dK k-steps with A from the P^T / dS^T registers, not the tiles
                   "regs": dict(bwd.default_options(256), own_regs=True)}}
-for _d in VARIANTS:  # a control: the default kernel again (its own buffers), what two equal sides differ by
-    VARIANTS[_d]["again"] = dict(bwd.default_options(_d))
+for _d in VARIANTS:  # a control: the call's default kernel again, what two equal sides differ by
+    VARIANTS[_d]["again"] = {}
 for _d in VARIANTS:  # every 2nd / 4th / 8th / 16th of P's exp2 on the FMA pipe (attention.poly_exp2)
     for _k in (2, 4, 8, 16):
         VARIANTS[_d][f"p{_k}"] = dict(bwd.default_options(_d), poly_exp2=_k)
@@ -110,6 +110,9 @@ for _d in VARIANTS:  # every 2nd / 4th / 8th / 16th of P's exp2 on the FMA pipe 
         VARIANTS[_d][f"p{_k}i"] = dict(bwd.default_options(_d), poly_exp2=_k, poly_interleave=True)
 for _d in (64, 128):  # two dS stages per warp group without deferring the dQ GEMM (FA4's num_stages_PdS=2)
     VARIANTS[_d]["ds2"] = dict(bwd.default_options(_d), ds_stages=2)
+# the deferred dQ GEMM with every 8th exp2 on the FMA pipe, interleaved (each measured faster alone on non-causal
+# head dim 64 rows at locked clocks: tools/bwd_clocked_ab.py)
+VARIANTS[64]["defer+p8i"] = dict(_D64, dq_defer=True, poly_exp2=8, poly_interleave=True)
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16
     VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
     for _g in (4, 8, 16):

@@ -139,3 +139,28 @@ def test_the_kernel_traces_the_checked_program():
     g = ab.FlashAttentionBackward(head_dim=64, causal=True, **_options())
     assert fingerprint == ab.build(g, verbose=False, exhaustive_deadlock_race_check=False).fingerprint
 
+
+
+@pytest.mark.parametrize("head_dim,causal,extra,deferred", [
+    (64, False, {}, True),                                   # a plain non-causal call: the default since measured
+    (64, True, {}, False),                                   # causal rows lose with it
+    (64, False, {"window_size": (100, 100)}, False),         # masks and the deterministic order keep the old default
+    (64, False, {"softcap": 30.0}, False),
+    (64, False, {"mask_mod": lambda b, h, q, kv: q >= kv}, False),
+    (64, False, {"deterministic": True}, False),
+    (128, False, {}, False), (256, False, {}, False)])
+def test_the_call_defers_dq_on_plain_non_causal_head_dim_64(head_dim, causal, extra, deferred):
+    args = dict(dict(window_size=None, mask_mod=None, softcap=None, deterministic=False), **extra)
+    options, key = bh._options_and_key("bfloat16", head_dim, causal, {}, args["window_size"], args["mask_mod"],
+                                       args["softcap"], args["deterministic"])
+    assert bool(options.get("dq_defer")) is deferred
+    assert (("dq_defer", True) in key[3]) is deferred
+    if not extra:
+        assert bh.default_options(head_dim, full=not causal).get("dq_defer", False) is deferred
+    # the options a caller names are theirs alone
+    mine, _ = bh._options_and_key("bfloat16", head_dim, causal, {"shared_ds": True}, None, None, None, False)
+    assert "dq_defer" not in mine
+    # the deferred kernel is the proven one the manifest lists for the full call
+    if deferred:
+        g = ab.FlashAttentionBackward(head_dim=64, causal=False, **bh.default_options(64, full=True))
+        assert g.dq_defer and g.ds_stages == 2

@@ -48,3 +48,21 @@ def test_regions_sum_each_stretch_of_a_count(tmp_path):
     assert "[    0-    3]    105  BAR.SYNC 0x2, 0x80 ... STS [R5], R6" in out.stdout
     assert "[   10-   10]     30  SYNCS.ARRIVE R7" in out.stdout
 
+
+
+def test_reasons_name_the_opcodes_that_wait(tmp_path):
+    """--reasons: each stall reason's total over the kernel, most first, with the opcodes holding it."""
+    header = HEADER + ',"stall_wait","stall_long_sb"'
+    lines = ['"Kernel Name","kernel_a",', header,
+             '"0x0","      MUFU.EX2 R1, R2","30","0","30","64","25","5"',
+             '"0x1","@!P0  BRA 0x10","50","0","50","64","0","50"',
+             '"0x2","      MUFU.EX2 R3, R4","10","0","10","64","10","0"']
+    path = tmp_path / "sass.csv"
+    path.write_text("\n".join(lines) + "\n")
+    out = subprocess.run([sys.executable, TOOL, str(path), "--reasons"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "stall samples by reason (90 samples)" in text
+    assert "long_sb               55 (61.1%): BRA 50, MUFU.EX2 5" in text
+    assert "wait                  35 (38.9%): MUFU.EX2 35" in text
+    assert text.index("long_sb ") < text.index("wait ")

@@ -3,7 +3,7 @@ executed instructions and stall samples per opcode, and the most-stalled instruc
 neighbours. Each kernel of the export is summarized on its own.
 
     ncu -i report.ncu-rep --page source --csv --print-source sass > sass.csv
-    python3 tools/ncu_sass_summary.py sass.csv [--top 25] [--context 4] [--stalled 3] [--by-count]
+    python3 tools/ncu_sass_summary.py sass.csv [--top 25] [--context 4] [--stalled 3] [--by-count] [--reasons]
 
 Read next to docs/attention.md "Head dim 256": the doubled MUFU.EX2 count and the PRMTs showed there,
 and the stall samples on ``WARPGROUP.DEPBAR.LE gsb0, 0x0`` at the top of the softmax.
@@ -78,6 +78,24 @@ def by_count(rows, top=8):
             f"{r} {100 * v / total:.1f}%" for r, v in c.most_common(4) if v))
 
 
+def by_reason(rows, top=6):
+    """Each stall reason's samples over the kernel, most first, with the opcodes that hold them: "wait" on
+    ``MUFU.EX2`` (a run of exponentials issued back to back) reads differently from "long_sb" on ``BRA`` (an mbarrier
+    try-wait loop) or "barrier" on ``WARPGROUP.DEPBAR`` (a retire)."""
+    reasons = [k for k in (rows[0] if rows else {}) if k.startswith("stall_") and "Not Issued" not in k]
+    per = {r: collections.Counter() for r in reasons}
+    for d in rows:
+        for r in reasons:
+            per[r][opcode(d["Source"])] += count(d, r)
+    total = sum(sum(c.values()) for c in per.values()) or 1
+    print(f"  stall samples by reason ({total} samples), with the opcodes that hold them:")
+    for r, c in sorted(per.items(), key=lambda kv: -sum(kv[1].values())):
+        n = sum(c.values())
+        if n:
+            print(f"    {r[6:]:<16} {n:>7} ({100 * n / total:4.1f}%): " + ", ".join(
+                f"{op} {v}" for op, v in c.most_common(top) if v))
+
+
 def regions(rows, ran, least=10):
     """The stall samples of the instructions that ran exactly ``ran`` times, summed over each contiguous stretch
     of them in the listing (gaps of up to 3 other instructions bridged, none across an EXIT): a stretch is one
@@ -108,6 +126,8 @@ def main():
     ap.add_argument("--stalled", type=int, default=3, help="most-stalled instructions shown")
     ap.add_argument("--by-count", action="store_true", help="also the stall samples grouped by how often each "
                     "instruction ran, with their reasons (which warp role's which code waits)")
+    ap.add_argument("--reasons", action="store_true", help="also the stall samples per reason, with the opcodes "
+                    "that hold them (two kernels' differences by kind of wait)")
     ap.add_argument("--regions", type=int, metavar="RAN", help="also the stall samples of the instructions that "
                     "ran exactly RAN times, by contiguous stretch of code (e.g. 4 x CTAs: a warp group's "
                     "prologue and epilogue)")
@@ -118,6 +138,8 @@ def main():
             summarize(rows, args.top, args.context, args.stalled)
             if args.by_count:
                 by_count(rows)
+            if args.reasons:
+                by_reason(rows)
             if args.regions:
                 regions(rows, args.regions)
 

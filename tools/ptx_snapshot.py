@@ -50,7 +50,7 @@ def variants():
         "bwd_128_causal": lambda: bwd.compile_for_cpu(head_dim=128, causal=True, shared_ds=True),
         "bwd_64_full": lambda: bwd.compile_for_cpu(head_dim=64, causal=False),
         "bwd_128_default": lambda: bwd.compile_for_cpu(head_dim=128, causal=True, **bwd.default_options(128)),
-        "bwd_64_default": lambda: bwd.compile_for_cpu(head_dim=64, causal=False, **bwd.default_options(64)),
+        "bwd_64_default": lambda: bwd.compile_for_cpu(head_dim=64, causal=False, **bwd.default_options(64, full=True)),
     }
 
 

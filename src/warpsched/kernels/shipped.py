@@ -136,7 +136,7 @@ def programs() -> Dict[str, Callable[..., object]]:
         packed = {k: v for k, v in default_bwd(hd, varlen=True).items() if k not in packed_only}
         for causal in (False, True):
             for opts in [dict(o) for o in dict.fromkeys(
-                    tuple(sorted(o.items())) for o in ({}, packed, default_bwd(hd)))]:
+                    tuple(sorted(o.items())) for o in ({}, packed, default_bwd(hd, full=not causal)))]:
 
                 def build_bwd(hd=hd, causal=causal, opts=opts, **mo):
                     return ab.build(ab.FlashAttentionBackward(head_dim=hd, causal=causal, **opts), **mo)

@@ -195,7 +195,7 @@ def compiled_ffi(kern_key):
 D_SPLIT_OPTIONS = {"tma_stats": True}
 
 
-def default_options(head_dim, varlen=False):
+def default_options(head_dim, varlen=False, full=False):
     """The kernel options a call without any uses: ``shared_ds`` (head dim 128: dQ split by columns; head dim
     64: with 128-row Q blocks, ``block_m=128``, split by rows), ``tma_stats`` (LSE / delta by TMA with Q / dO),
     ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
@@ -206,7 +206,9 @@ def default_options(head_dim, varlen=False):
     the device, longest sequences first); head dim 256 splits D between the warp groups and takes ``tma_stats``,
     and splits the step's queries between them for S / dP (``split_queries`` with ``own_first``), dense or
     packed, with or without a window, mask_mod, softcap or the deterministic order. What each is worth:
-    docs/attention.md ("Backward", "Variable-length batches")."""
+    docs/attention.md ("Backward", "Variable-length batches"). ``full``: the call is dense, not causal, and
+    has no window, mask_mod, softcap or deterministic order; at head dim 64 such a call also takes ``dq_defer``
+    (each step's dQ GEMM issued at the next step)."""
     if head_dim == 256:  # the query split: the kernel 1.03-1.08x the D split alone on the H200
         return dict(D_SPLIT_OPTIONS, split_queries=True, own_first=True)
     # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
@@ -218,6 +220,9 @@ def default_options(head_dim, varlen=False):
     else:
         options = {"shared_ds": True, "block_m": 128}
     options = dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2, flat_dq=True)
+    if full and head_dim == 64 and not varlen:  # the kernel 0.968-0.973x the time at locked clocks on the long
+        # non-causal rows, 0.992x on 16x16x1024; causal rows 1.02x slower, so not taken there
+        options["dq_defer"] = True
     if varlen:  # the packed call 0.72-1.04x the time of the packed options before
         # (64-row Q blocks, dK / dV from registers; hd64 causal 0.72x; docs/attention.md); live_units: only the
         # key blocks that hold keys, longest sequences first (0.985-1.0x in device time, 1.04-1.08x eager)
@@ -242,7 +247,8 @@ def _options_and_key(dtype, head_dim, causal, options, window_size, mask_mod, so
     """(the kernel's options, its compile key): the caller's options or ``default_options``, with the forward's
     sliding window, mask_mod and softcap and the deterministic flag (the kernel validates them: attention.masks)."""
     if not options:
-        options = default_options(head_dim)
+        plain = window_size is None and mask_mod is None and softcap is None and not deterministic
+        options = default_options(head_dim, full=plain and not causal)
     extra = {"window_size": None if window_size is None else tuple(window_size), "mask_mod": mask_mod,
              "softcap": softcap, "deterministic": True if deterministic else None}
     options = dict(options, **{k: x for k, x in extra.items() if x is not None})
