@@ -110,6 +110,9 @@ for _d in VARIANTS:  # every 2nd / 4th / 8th / 16th of P's exp2 on the FMA pipe 
         VARIANTS[_d][f"p{_k}i"] = dict(bwd.default_options(_d), poly_exp2=_k, poly_interleave=True)
 for _d in (64, 128):  # two dS stages per warp group without deferring the dQ GEMM (FA4's num_stages_PdS=2)
     VARIANTS[_d]["ds2"] = dict(bwd.default_options(_d), ds_stages=2)
+for _d in VARIANTS:  # the (key blocks, K/V heads, batches) grid: no division by the key-block count in the step
+    VARIANTS[_d]["g3"] = dict(bwd.default_options(_d), grid3d=True, causal_only=_d == 64)
+VARIANTS[64]["g3f"] = dict(bwd.default_options(64, full=True), grid3d=True, full_only=True)  # with dq_defer
 # the deferred dQ GEMM with every 8th exp2 on the FMA pipe, interleaved (each measured faster alone on non-causal
 # head dim 64 rows at locked clocks: tools/bwd_clocked_ab.py)
 VARIANTS[64]["defer+p8i"] = dict(_D64, dq_defer=True, poly_exp2=8, poly_interleave=True)

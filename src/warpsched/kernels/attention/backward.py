@@ -137,7 +137,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  tma_store_dkv=False, dq_stages=1, block_m=BLOCK_M, flat_dq=False, flat_boxes=1,
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
-                 own_first=False, own_regs=False, poly_exp2=0, poly_interleave=False, ds_stages=1):
+                 own_first=False, own_regs=False, poly_exp2=0, poly_interleave=False, ds_stages=1,
+                 grid3d=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -310,6 +311,14 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
                                        "(unit_in_regs=False)")
         self.unit_in_regs = bool(unit_in_regs)
+        # a (key blocks, K/V heads, batches) grid: the CTA's coordinates are its block index, where the 1-D grid
+        # divides by the key-block count, which ptxas redoes every step (backward_units.unit_coords)
+        if grid3d and (self.varlen or self.lpt or self.deterministic or dq_finish):
+            raise AttentionConfigError(f"grid3d=True with varlen={self.varlen}, lpt={self.lpt}, deterministic="
+                                       f"{self.deterministic}, dq_finish={dq_finish}: the 3-D grid is the dense "
+                                       "head-major order; those walk or count units by their linear index "
+                                       "(grid3d=False)")
+        self.grid3d = bool(grid3d)
         # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
         if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "
@@ -443,7 +452,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                     atoms[3][1], mLSE, mDelta, tma_dq, tdQ, self._sdhb(mdK), self._sdhb(mdV), sdp_mma,
                     dkv_mma, dq_mma, scale, mCuQ, mCuK, mUnits, max_seqlen_q, max_seqlen_k, mSem, mdQ,
                     mdQacc if self.dq_finish else None, *stats, *stores).launch(
-                        grid=[self.num_units, 1, 1], block=[self.threads, 1, 1],
+                        grid=[self.n_blocks, self.kv_heads, self.batches] if self.grid3d else [self.num_units, 1, 1],
+                        block=[self.threads, 1, 1],
                                                    min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel

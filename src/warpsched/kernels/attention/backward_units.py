@@ -33,7 +33,8 @@ def padded_stats_rows(total_q, batches, block=BLOCK_M):
 
 class BackwardUnits(HeldUnit):
     """Unit and step order; needs ``block_m``, ``block_n``, ``causal``, ``window_left`` / ``window_right``,
-    ``varlen``, ``lpt``, ``lpt_heads`` and ``live_units``."""
+    ``varlen``, ``lpt``, ``lpt_heads``, ``live_units`` and ``grid3d`` (the coordinates read from the block index of a
+    (key blocks, K/V heads, batches) grid: ``unit_coords`` then ignores its argument, the CTA's own unit)."""
 
     def grid_setup(self, seqlen_q, seqlen_k, heads, kv_heads, batches, units_table=None):
         """``units_table`` (``live_units``): ``live_units.SequenceOrderTable``'s table (a tensor, or in the tests
@@ -61,6 +62,8 @@ class BackwardUnits(HeldUnit):
         held = self._held(unit)
         if held is not None:
             return held[0]
+        if cutlass.const_expr(self.grid3d):  # the launching CTA's own unit: its block index
+            return cute.arch.block_idx()
         if cutlass.const_expr(self.live_units):
             return self._table_coords(unit)
         if cutlass.const_expr(self.lpt):
