@@ -240,11 +240,9 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         # a step's dQ GEMM issued at the next step, from dS tiles of two stages (backward_schedules)
         self.dq_defer = bool(dq_defer)
         if ds_stages not in (1, 2) or (ds_stages == 2 and not self.shared_ds):
-            raise AttentionConfigError(
-                f"ds_stages={ds_stages} with shared_ds={shared_ds}: the warp groups' swapped dS tiles take 1 or 2 "
-                "stages, and 2 only with shared_ds=True; else ds_stages=1")
-        # two dS stages without the deferral: a warp group writes step i + 1's dS while the other may still read i's
-        self.ds_stages = 2 if self.dq_defer or ds_stages == 2 else 1
+            raise AttentionConfigError(f"ds_stages={ds_stages} with shared_ds={shared_ds}: the swapped dS tiles take "
+                                       "1 or 2 stages, 2 only with shared_ds=True; else ds_stages=1")
+        self.ds_stages = 2 if self.dq_defer or ds_stages == 2 else 1  # 2: step i + 1's dS written while i's is read
         self.exchange = self.shared_ds or self.split_queries  # the warp groups swap SMEM tiles (SmemDS)
         self.ds_parts = 2 if self.ds_rows else 1  # the dQ GEMM's A tiles per dS stage (row halves with ds_rows)
         if dq_stages not in (1, 2):
@@ -311,14 +309,11 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
                                        "(unit_in_regs=False)")
         self.unit_in_regs = bool(unit_in_regs)
-        # a (key blocks, K/V heads, batches) grid: the CTA's coordinates are its block index, where the 1-D grid
-        # divides by the key-block count, which ptxas redoes every step (backward_units.unit_coords)
         if grid3d and (self.varlen or self.lpt or self.deterministic or dq_finish):
             raise AttentionConfigError(f"grid3d=True with varlen={self.varlen}, lpt={self.lpt}, deterministic="
-                                       f"{self.deterministic}, dq_finish={dq_finish}: the 3-D grid is the dense "
-                                       "head-major order; those walk or count units by their linear index "
-                                       "(grid3d=False)")
-        self.grid3d = bool(grid3d)
+                                       f"{self.deterministic}, dq_finish={dq_finish}: the 3-D grid is the dense head-"
+                                       "major order; those count units by their linear index (grid3d=False)")
+        self.grid3d = bool(grid3d)  # coordinates = block index, no division by the key-block count (backward_units)
         # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
         if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "
@@ -453,8 +448,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                     dkv_mma, dq_mma, scale, mCuQ, mCuK, mUnits, max_seqlen_q, max_seqlen_k, mSem, mdQ,
                     mdQacc if self.dq_finish else None, *stats, *stores).launch(
                         grid=[self.n_blocks, self.kv_heads, self.batches] if self.grid3d else [self.num_units, 1, 1],
-                        block=[self.threads, 1, 1],
-                                                   min_blocks_per_mp=1, stream=stream)
+                        block=[self.threads, 1, 1], min_blocks_per_mp=1, stream=stream)
 
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mQ: cute.Tensor, tma_k: cute.CopyAtom, mK: cute.Tensor,

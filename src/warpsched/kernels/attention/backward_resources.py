@@ -465,7 +465,8 @@ class SmemDS(MemoryResource):
         """The stage this declaration names (the waited one, or on the writer's side the one it committed last)
         for the task's next ``SmemKV.mma_dq`` (``attention.declared``): a run-time value with two stages (``dq_defer``,
         ``ds_stages=2``), else the only stage, 0."""
-        declared.note(self.g, stage_info, f"SmemDS{self.wg}'s tile", stage_info.stage_idx if self.g.ds_stages > 1 else 0)
+        stage = stage_info.stage_idx if self.g.ds_stages > 1 else 0
+        declared.note(self.g, stage_info, f"SmemDS{self.wg}'s tile", stage)
 
     @producer_work
     def store(self, stage_info: StageInfo, ds, acc_dp, p=None):
