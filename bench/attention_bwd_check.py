@@ -110,6 +110,8 @@ for _d in VARIANTS:  # every 2nd / 4th / 8th / 16th of P's exp2 on the FMA pipe 
         VARIANTS[_d][f"p{_k}i"] = dict(bwd.default_options(_d), poly_exp2=_k, poly_interleave=True)
 for _d in (64, 128):  # two dS stages per warp group without deferring the dQ GEMM (FA4's num_stages_PdS=2)
     VARIANTS[_d]["ds2"] = dict(bwd.default_options(_d), ds_stages=2)
+    # FA4's head dim 64 SMEM split: two dS stages, one dQ tile per warp group (the SMEM of today's default)
+    VARIANTS[_d]["ds2+dq1"] = dict(bwd.default_options(_d), ds_stages=2, dq_stages=1)
 for _d in VARIANTS:  # the (key blocks, K/V heads, batches) grid: no division by the key-block count in the step
     VARIANTS[_d]["g3"] = dict(bwd.default_options(_d), grid3d=True, causal_only=_d == 64)
 VARIANTS[64]["g3f"] = dict(bwd.default_options(64, full=True), grid3d=True, full_only=True)  # with dq_defer
