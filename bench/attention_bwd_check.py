@@ -116,7 +116,7 @@ for _d in VARIANTS:  # the (key blocks, K/V heads, batches) grid: no division by
     VARIANTS[_d]["g3"] = dict(bwd.default_options(_d), grid3d=True, causal_only=_d == 64)
 VARIANTS[64]["g3f"] = dict(bwd.default_options(64, full=True), grid3d=True, full_only=True)  # with dq_defer
 # the deferred dQ GEMM with every 8th exp2 on the FMA pipe, interleaved (each measured faster alone on non-causal
-# head dim 64 rows at locked clocks: tools/bwd_clocked_ab.py)
+# head dim 64 rows at locked clocks: tools/attention_clocked_ab.py)
 VARIANTS[64]["defer+p8i"] = dict(_D64, dq_defer=True, poly_exp2=8, poly_interleave=True)
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16
     VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
