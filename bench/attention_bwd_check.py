@@ -42,6 +42,7 @@ CASES = [  # B, H, Hk, Sq, Sk, D, causal, dtype
     (1, 2, 2, 700, 200, 128, True, torch.bfloat16),
     (2, 6, 3, 333, 333, 64, True, torch.float16),
     (1, 4, 2, 200, 700, 64, False, torch.bfloat16),
+    (2, 4, 2, 517, 333, 64, False, torch.float16),  # fp16 through the non-causal head dim 64 default (dq_defer)
     (3, 2, 2, 64, 64, 128, True, torch.float16),
     (1, 4, 2, 333, 500, 256, True, torch.bfloat16),
     (2, 2, 2, 129, 129, 256, False, torch.float16),
