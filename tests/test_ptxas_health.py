@@ -1,7 +1,8 @@
 """What ptxas makes of the shipped kernels, compiled on the CPU: no register spills, and no wgmma serialized
 (ptxas's C7512: when a wgmma may be in flight across a branch, or its registers do not fit, ptxas waits after
 every wgmma of the kernel, which has cost these kernels up to half their speed). Read from the report of the
-ptxas CuTe DSL runs (``_host.ptxas_remarks``). The opt-in ``dq_defer`` backward is held to its known 48 bytes."""
+ptxas CuTe DSL runs (``_host.ptxas_remarks``). The ``dq_defer`` backward (head dim 64's default for plain
+non-causal calls, opt-in elsewhere) is held to its known 48 bytes."""
 from __future__ import annotations
 
 import os
@@ -68,6 +69,11 @@ def test_dq_defer_keeps_its_wgmma_async(capfd):
     spills; at head dim 128 nothing."""
     stores, loads, serialized = _report(capfd, lambda: bh.compile_for_cpu(
         head_dim=64, causal=True, **dict(bh.default_options(64), dq_defer=True)))
+    assert not serialized
+    assert stores <= 48 and loads <= 48, (stores, loads)
+    # what a plain non-causal head dim 64 call runs (default_options(64, full=True))
+    stores, loads, serialized = _report(capfd, lambda: bh.compile_for_cpu(
+        head_dim=64, causal=False, **bh.default_options(64, full=True)))
     assert not serialized
     assert stores <= 48 and loads <= 48, (stores, loads)
     options = dict(bh.default_options(128), dq_defer=True)  # with overlap_dq: dQ staged under the dK GEMM
