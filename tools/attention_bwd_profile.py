@@ -25,6 +25,18 @@ VARIANTS = {64: {"default": {}, "plain": {"tma_stats": False}, "order": {"wg_ord
                   "sds+order": {"shared_ds": True, "wg_order": True}}}
 
 
+def fa4_backward(q, k, v, dout, causal):
+    """FlashAttention-4's backward of (B, H, S, D) inputs as a call (its forward run once here, in its (B, S, H, D)
+    layout): one pre-pass, its backward kernel and the dQ post-pass per call. Raises ImportError without it."""
+    import torch
+    from flash_attn.cute import flash_attn_func
+
+    xt = tuple(t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
+    res = flash_attn_func(*xt, causal=causal)
+    o4, dot = (res[0] if isinstance(res, tuple) else res), dout.transpose(1, 2).contiguous()
+    return lambda: torch.autograd.grad(o4, xt, dot, retain_graph=True)
+
+
 def parse_options(text):
     """``k=v,...`` -> kernel options (``1`` / ``true`` / ``0`` / ``false`` as booleans, digits as ints)."""
     out = {}
@@ -70,12 +82,7 @@ def main():
     try:
         if a.no_fa4:
             raise ImportError("--no-fa4")
-        from flash_attn.cute import flash_attn_func
-
-        xt = tuple(t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
-        res = flash_attn_func(*xt, causal=a.causal)
-        o4, dot = (res[0] if isinstance(res, tuple) else res), dout.transpose(1, 2).contiguous()
-        runs["FA4"] = lambda: torch.autograd.grad(o4, xt, dot, retain_graph=True)
+        runs["FA4"] = fa4_backward(q, k, v, dout, a.causal)
     except Exception as e:  # noqa: BLE001
         print(f"FA4 unavailable: {type(e).__name__}: {e}")
     for fn in runs.values():

@@ -106,12 +106,9 @@ def child(args):
         sides[name] = launch
     if not args.no_fa4:
         try:
-            from flash_attn.cute import flash_attn_func
+            from attention_bwd_profile import fa4_backward  # tools/, this script's folder
 
-            xt = tuple(t.transpose(1, 2).contiguous().requires_grad_() for t in (q, k, v))
-            res = flash_attn_func(*xt, causal=causal)
-            o4, dot = (res[0] if isinstance(res, tuple) else res), dout.transpose(1, 2).contiguous()
-            sides["FA4"] = lambda: torch.autograd.grad(o4, xt, dot, retain_graph=True)
+            sides["FA4"] = fa4_backward(q, k, v, dout, causal)
         except Exception as e:  # noqa: BLE001
             print(f"FA4 left out: {type(e).__name__}: {e}", file=sys.stderr)
     launch_all(sides, args)

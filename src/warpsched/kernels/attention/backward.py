@@ -278,8 +278,8 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
             raise AttentionConfigError(f"early_stats=True with tma_stats={self.tma_stats}: it moves the stage's LSE / "
                                        "delta reads, which need tma_stats=True")
         self.early_stats = bool(early_stats)
-        if poly_exp2_refusal(poly_exp2):
-            raise AttentionConfigError(poly_exp2_refusal(poly_exp2))
+        if (why := poly_exp2_refusal(poly_exp2)) is not None:
+            raise AttentionConfigError(why)
         self.poly_exp2 = poly_exp2
         if poly_interleave and not poly_exp2:
             raise AttentionConfigError("poly_interleave=True with poly_exp2=0: it orders the polynomial exponentials "

@@ -342,8 +342,8 @@ class FlashAttention(WorkUnits):
         if type(max_chains) is not int or max_chains not in (1, 2, 4, 8):
             raise AttentionConfigError(f"max_chains={max_chains!r}: expected 1, 2, 4 or 8 running maxima per row")
         self.max_chains = max_chains  # the softmax's row max in that many independent chains (register_math)
-        if poly_exp2_refusal(poly_exp2):
-            raise AttentionConfigError(poly_exp2_refusal(poly_exp2))
+        if (why := poly_exp2_refusal(poly_exp2)) is not None:
+            raise AttentionConfigError(why)
         self.poly_exp2 = poly_exp2
         # slice_stages: the GEMMs take their SMEM stage before the k-blocks, so each k-block's WGMMA descriptor
         # is one 64-bit add to the stage's (FA4's form) instead of both halves rebuilt per k-block (the profile
