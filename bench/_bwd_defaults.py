@@ -33,10 +33,10 @@ DIMS = {int(d) for d in os.environ.get("WS_BWD_DEFAULTS_DIMS", "").split(",") if
 if DENSE or PACKED:
     _stock = _bwd_host.default_options
 
-    def _trial(head_dim, varlen=False, full=False):
+    def _trial(head_dim, varlen=False, full=False, deterministic=False):
         if DIMS and head_dim not in DIMS:
-            return _stock(head_dim, varlen, full)
-        return dict(_stock(head_dim, varlen, full), **(PACKED if varlen else DENSE))
+            return _stock(head_dim, varlen, full, deterministic)
+        return dict(_stock(head_dim, varlen, full, deterministic), **(PACKED if varlen else DENSE))
 
     _bwd_host.default_options = _trial
     print(f"# backward defaults on trial: dense {_trial(128)} (hd128), packed {_trial(128, True)}", flush=True)

@@ -66,7 +66,7 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                  "flat": dict(_D64, flat_dq=True), "flat4": dict(_D64, flat_dq=True, flat_boxes=4),
                  "rows": dict(_D64, flat_dq=False),
                  "es": dict(_D64, early_stats=True),  # the LSE read before the S / dP GEMMs are issued
-                 "fin": dict(_D64, dq_finish=True),  # dQ converted in the kernel (attention.dq_finish)
+                 "fin": dict(_D64, dq_finish=True, grid3d=False),  # dQ converted in the kernel (attention.dq_finish)
                  "kvds": dict(_D64, dkv_in_ds=True),  # dK / dV staged in the dS tile, one store wait
                  # each step's dQ GEMM issued at the next step (two dS stages), alone and with kvds / es
                  "defer": dict(_D64, dq_defer=True), "defer+kvds": dict(_D64, dq_defer=True, dkv_in_ds=True),
@@ -116,13 +116,17 @@ for _d in (64, 128):  # two dS stages per warp group without deferring the dQ GE
 for _d in VARIANTS:  # the (key blocks, K/V heads, batches) grid: no division by the key-block count in the step
     VARIANTS[_d]["g3"] = dict(bwd.default_options(_d), grid3d=True, causal_only=_d == 64)
 VARIANTS[64]["g3f"] = dict(bwd.default_options(64, full=True), grid3d=True, full_only=True)  # with dq_defer
+for _d in VARIANTS:  # P's mask on the exponent before the exp2 (mask_first), or on P after it
+    VARIANTS[_d]["mf"] = dict(bwd.default_options(_d), mask_first=True)
+    VARIANTS[_d]["ml"] = dict(bwd.default_options(_d), mask_first=False)
 # the deferred dQ GEMM with every 8th exp2 on the FMA pipe, interleaved (each measured faster alone on non-causal
 # head dim 64 rows at locked clocks: tools/attention_clocked_ab.py)
 VARIANTS[64]["defer+p8i"] = dict(_D64, dq_defer=True, poly_exp2=8, poly_interleave=True)
 for _d in VARIANTS:  # the grid's units longest first (causal rows only), over every head or groups of 4 / 8 / 16
-    VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, causal_only=True)
+    VARIANTS[_d]["lpt"] = dict(bwd.default_options(_d), lpt=True, grid3d=False, causal_only=True)
     for _g in (4, 8, 16):
-        VARIANTS[_d][f"lpt{_g}"] = dict(bwd.default_options(_d), lpt=True, lpt_heads=_g, causal_only=True)
+        VARIANTS[_d][f"lpt{_g}"] = dict(bwd.default_options(_d), lpt=True, lpt_heads=_g, grid3d=False,
+                                           causal_only=True)
 
 
 def variants_for(head_dim, causal):

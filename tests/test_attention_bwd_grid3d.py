@@ -24,7 +24,7 @@ def _divisions(ptx):
 
 @pytest.mark.parametrize("head_dim,causal", [(64, True), (64, False), (128, True), (128, False), (256, True)])
 def test_same_program_and_recorded(head_dim, causal):
-    opts = bh.default_options(head_dim, full=not causal)
+    opts = dict(bh.default_options(head_dim, full=not causal), grid3d=False)
     g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, **dict(opts, grid3d=True))
     plain = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, **opts)
     assert ab.build(g, **QUIET).fingerprint == ab.build(plain, **QUIET).fingerprint
@@ -45,3 +45,22 @@ def test_the_kernel_divides_less():
     ptx = bh.compile_for_cpu(head_dim=128, causal=False, **dict(bh.default_options(128), grid3d=True)).artifacts.PTX
     assert _divisions(ptx) <= 3
     assert "%ctaid.y" in ptx and "%ctaid.z" in ptx
+
+
+@pytest.mark.parametrize("head_dim,causal,extra,taken", [
+    (64, True, {}, True), (64, False, {}, True),            # head dim 64: causal or not
+    (128, False, {}, True), (128, True, {}, False),         # head dim 128: non-causal only (causal measured slower)
+    (64, True, {"window_size": (100, 0)}, True),            # a mask keeps the block-index coordinates
+    (64, True, {"deterministic": True}, False),             # its turns count units by their linear index
+    (128, False, {"deterministic": True}, False),
+    (256, False, {}, False)])
+def test_which_calls_get_it_by_default(head_dim, causal, extra, taken):
+    """A call without options gets ``grid3d`` where it measured faster, never with an order it cannot serve, and the
+    kernel it picks is built (the refusals above would raise here)."""
+    args = dict(dict(window_size=None, mask_mod=None, softcap=None, deterministic=False), **extra)
+    options, key = bh._options_and_key("bfloat16", head_dim, causal, {}, args["window_size"], args["mask_mod"],
+                                       args["softcap"], args["deterministic"])
+    assert bool(options.get("grid3d")) is taken and (("grid3d", True) in key[3]) is taken
+    g = ab.FlashAttentionBackward(head_dim=head_dim, causal=causal, **options)
+    assert g.grid3d is taken
+    assert not bh.default_options(head_dim, varlen=True).get("grid3d")  # the packed kernel's units are a table

@@ -154,7 +154,7 @@ def test_the_backward_records_its_switches_by_name_and_value():
     one with its value and only when it differs from its default."""
     b = ab.FlashAttentionBackward(head_dim=128, **bwd_host.default_options(128)).config
     assert b.options == ("shared_ds", "overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "dq_stages=2",
-                         "flat_dq", "early_stats")
+                         "flat_dq", "early_stats", "mask_first")
     c = ab.FlashAttentionBackward(head_dim=64, causal=True, tma_stats=True, flat_dq=True, flat_boxes=4, lpt=True,
                                   lpt_heads=8).config
     assert c.options == ("overlap_scores", "tma_stats", "flat_dq", "flat_boxes=4", "lpt", "lpt_heads=8")

@@ -138,7 +138,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
                  own_first=False, own_regs=False, poly_exp2=0, poly_interleave=False, ds_stages=1,
-                 grid3d=False):
+                 grid3d=False, mask_first=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -314,6 +314,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                                        f"{self.deterministic}, dq_finish={dq_finish}: the 3-D grid is the dense head-"
                                        "major order; those count units by their linear index (grid3d=False)")
         self.grid3d = bool(grid3d)  # coordinates = block index, no division by the key-block count (backward_units)
+        self.mask_first = bool(mask_first)  # P's mask on the exponent, before the exp2 (backward_math.probs)
         # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
         if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "

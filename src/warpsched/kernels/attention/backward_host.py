@@ -195,7 +195,7 @@ def compiled_ffi(kern_key):
 D_SPLIT_OPTIONS = {"tma_stats": True}
 
 
-def default_options(head_dim, varlen=False, full=False):
+def default_options(head_dim, varlen=False, full=False, deterministic=False):
     """The kernel options a call without any uses: ``shared_ds`` (head dim 128: dQ split by columns; head dim
     64: with 128-row Q blocks, ``block_m=128``, split by rows), ``tma_stats`` (LSE / delta by TMA with Q / dO),
     ``tma_store_dkv`` (dK / dV by TMA), ``dq_stages=2`` (two dQ tiles per warp group on their way to the
@@ -208,21 +208,27 @@ def default_options(head_dim, varlen=False, full=False):
     packed, with or without a window, mask_mod, softcap or the deterministic order. What each is worth:
     docs/attention.md ("Backward", "Variable-length batches"). ``full``: the call is dense, not causal, and
     has no window, mask_mod, softcap or deterministic order; at head dim 64 such a call also takes ``dq_defer``
-    (each step's dQ GEMM issued at the next step)."""
+    (each step's dQ GEMM issued at the next step). ``grid3d`` (the CTA's unit read from a (key blocks, K/V heads,
+    batches) grid) at head dim 64, and at head dim 128 with ``full``; not with ``varlen`` or ``deterministic``,
+    whose units are counted by a linear index. Head dim 128 takes ``mask_first`` (P's mask on the exponent,
+    before the exp2, so the MUFU instructions interleave with dS's math)."""
     if head_dim == 256:  # the query split: the kernel 1.03-1.08x the D split alone on the H200
         return dict(D_SPLIT_OPTIONS, split_queries=True, own_first=True)
     # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
     # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there);
     # head dim 128: overlap_dq (dQ staged under the dK GEMM) with early_stats (LSE / delta read before the S / dP
     # GEMMs), the kernel 1.04-1.10x (at head dim 64 overlap_dq measured 0.98x)
-    if head_dim == 128:
-        options = {"shared_ds": True, "overlap_dq": True, "early_stats": True}
+    if head_dim == 128:  # mask_first: the kernel 0.987-0.993x the time at locked clocks (0.95x slower at head dim 64)
+        options = {"shared_ds": True, "overlap_dq": True, "early_stats": True, "mask_first": True}
     else:
         options = {"shared_ds": True, "block_m": 128}
     options = dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2, flat_dq=True)
     if full and head_dim == 64 and not varlen:  # the kernel 0.968-0.973x the time at locked clocks on the long
         # non-causal rows, 0.992x on 16x16x1024; causal rows 1.02x slower, so not taken there
         options["dq_defer"] = True
+    if not varlen and not deterministic and (head_dim == 64 or full):  # grid3d: the kernel 0.967-0.985x the time
+        # at locked clocks at head dim 64, 0.977-0.989x on non-causal head dim 128 (causal 1.02x slower: not taken)
+        options["grid3d"] = True
     if varlen:  # the packed call 0.72-1.04x the time of the packed options before
         # (64-row Q blocks, dK / dV from registers; hd64 causal 0.72x; docs/attention.md); live_units: only the
         # key blocks that hold keys, longest sequences first (0.985-1.0x in device time, 1.04-1.08x eager)
@@ -248,7 +254,7 @@ def _options_and_key(dtype, head_dim, causal, options, window_size, mask_mod, so
     sliding window, mask_mod and softcap and the deterministic flag (the kernel validates them: attention.masks)."""
     if not options:
         plain = window_size is None and mask_mod is None and softcap is None and not deterministic
-        options = default_options(head_dim, full=plain and not causal)
+        options = default_options(head_dim, full=plain and not causal, deterministic=bool(deterministic))
     extra = {"window_size": None if window_size is None else tuple(window_size), "mask_mod": mask_mod,
              "softcap": softcap, "deterministic": True if deterministic else None}
     options = dict(options, **{k: x for k, x in extra.items() if x is not None})

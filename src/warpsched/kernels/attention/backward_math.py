@@ -87,29 +87,49 @@ def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
     where masked (key past S_k, or outside the query's window / causal range, or the user's mask_mod); with
     ``g.poly_exp2`` = k every k-th value by ``poly_exp2.exp2_poly`` (the FMA pipe), the rest by MUFU; with
     ``g.poly_interleave`` each polynomial depends on the MUFU value before it, so ptxas spreads the polynomials
-    among the MUFU instructions instead of placing them all ahead of the MUFU run."""
+    among the MUFU instructions instead of placing them all ahead of the MUFU run.
+    ``g.mask_first``: the mask sets the exponent to -inf before the exp2 (2^-inf = +0 whatever the LSE), so its
+    branch comes before the exp2 run, which then shares one basic block with ``dscores``' math and ptxas spreads
+    the MUFU instructions among it; otherwise P is zeroed after the exp2 and the MUFU run stands alone."""
     coords = _columns(g, v)
     s_mn = amath.rows_view(v.sdp_mma, acc_s)
     cols = cute.size(s_mn, mode=[1])
     scale_log2 = v.scale_log2
     if cutlass.const_expr(g.softcap is not None):  # the forward's capped scores (masks.softcap_tile)
         amasks.softcap_tile(acc_s, v.scale, g.softcap)
+    fill = 0.0  # a masked P, or with mask_first a masked exponent
+    if cutlass.const_expr(g.mask_first):
+        fill = -math.inf
+    if cutlass.const_expr(g.mask_first):
+        for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+            for j in cutlass.range_constexpr(cols):
+                s_mn[i, j] = s_mn[i, j] * scale_log2 - lse2[j]
+        _mask(s_mn, coords, cols, g, n0, m0, head, batch, seqlen_k, fill)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
+            x = s_mn[i, j]
+            if cutlass.const_expr(not g.mask_first):
+                x = x * scale_log2 - lse2[j]
             if cutlass.const_expr(poly_exp2.polynomial_column(i * cols + j, g.poly_exp2)):
                 prev = None  # poly_interleave: the value before it (a MUFU one), which it is made to wait for
                 if cutlass.const_expr(g.poly_interleave):
                     prev = s_mn[i, j - 1] if j > 0 else s_mn[i - 1, cols - 1]
-                s_mn[i, j] = poly_exp2.exp2_poly(s_mn[i, j] * scale_log2 - lse2[j], poly_exp2.degree_for(g.dtype),
-                                                 prev)
+                s_mn[i, j] = poly_exp2.exp2_poly(x, poly_exp2.degree_for(g.dtype), prev)
             else:
-                s_mn[i, j] = cute.math.exp2(s_mn[i, j] * scale_log2 - lse2[j], fastmath=True)
-    mask_keys(s_mn, coords, cols, g, n0, m0, seqlen_k)
-    if cutlass.const_expr(g.mask_mod is not None):  # the user's mask, as the forward applied it
+                s_mn[i, j] = cute.math.exp2(x, fastmath=True)
+    if cutlass.const_expr(not g.mask_first):
+        _mask(s_mn, coords, cols, g, n0, m0, head, batch, seqlen_k, fill)
+
+
+@cute.jit
+def _mask(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, head, batch, seqlen_k, fill: cutlass.Constexpr):
+    """``mask_keys`` and the user's mask_mod (as the forward applied it), writing ``fill``."""
+    mask_keys(s_mn, coords, cols, g, n0, m0, seqlen_k, fill)
+    if cutlass.const_expr(g.mask_mod is not None):
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             for j in cutlass.range_constexpr(cols):
                 if not g.mask_mod(batch, head, m0 + coords[i, j][1], n0 + coords[i, j][0]):
-                    s_mn[i, j] = 0.0
+                    s_mn[i, j] = fill
 
 
 @cute.jit
@@ -147,10 +167,10 @@ def softcap_grad(s_mn, dp_mn, lse2, cols: cutlass.Constexpr, softcap: cutlass.Co
 
 
 @cute.jit
-def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k):
-    """P^T = 0 where key ``n0 + row`` is past ``seqlen_k`` or outside query ``m0 + column``'s keys [m - left,
-    m + right] (a None side unbounded; causal: right = 0); only a block the keys' end or a bound crosses
-    is masked."""
+def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k, fill: cutlass.Constexpr = 0.0):
+    """P^T (or with ``fill`` -inf its exponent) = ``fill`` where key ``n0 + row`` is past ``seqlen_k`` or outside
+    query ``m0 + column``'s keys [m - left, m + right] (a None side unbounded; causal: right = 0); only a block the
+    keys' end or a bound crosses is masked."""
     right = g.window_right
     if cutlass.const_expr(g.causal and g.window_right is None):
         right = 0
@@ -167,10 +187,10 @@ def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k):
                 if cutlass.const_expr(right is not None):
                     limit = cutlass.min(seqlen_k, m0 + coords[i, j][1] + (1 + right))
                 if n0 + coords[i, j][0] >= limit:
-                    s_mn[i, j] = 0.0
+                    s_mn[i, j] = fill
                 if cutlass.const_expr(g.window_left is not None):
                     if n0 + coords[i, j][0] < m0 + coords[i, j][1] - g.window_left:
-                        s_mn[i, j] = 0.0
+                        s_mn[i, j] = fill
 
 
 @cute.jit
