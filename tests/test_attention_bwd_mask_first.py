@@ -20,6 +20,9 @@ QUIET = {"verbose": False}
 def test_the_default_where_it_was_measured_faster():
     assert bh.default_options(128).get("mask_first") and bh.default_options(128, full=True).get("mask_first")
     assert bh.default_options(128, varlen=True).get("mask_first")
+    assert not bh.default_options(128, deterministic=True).get("mask_first")  # the order its checks ran with
+    options, _ = bh._options_and_key("bfloat16", 128, True, {}, None, None, None, True)
+    assert "mask_first" not in options and options["deterministic"]
     assert not bh.default_options(64).get("mask_first") and not bh.default_options(64, full=True).get("mask_first")
     assert not bh.default_options(256).get("mask_first")
 

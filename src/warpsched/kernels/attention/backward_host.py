@@ -211,15 +211,18 @@ def default_options(head_dim, varlen=False, full=False, deterministic=False):
     (each step's dQ GEMM issued at the next step). ``grid3d`` (the CTA's unit read from a (key blocks, K/V heads,
     batches) grid) at head dim 64, and at head dim 128 with ``full``; not with ``varlen`` or ``deterministic``,
     whose units are counted by a linear index. Head dim 128 takes ``mask_first`` (P's mask on the exponent,
-    before the exp2, so the MUFU instructions interleave with dS's math)."""
+    before the exp2, so the MUFU instructions interleave with dS's math), but not with ``deterministic``."""
     if head_dim == 256:  # the query split: the kernel 1.03-1.08x the D split alone on the H200
         return dict(D_SPLIT_OPTIONS, split_queries=True, own_first=True)
     # head dim 64: 128-row Q blocks, dQ shared by rows (1.06-1.07x the 64-row kernel on the H200); flat_dq:
     # the call 1.05-1.09x at head dim 64, 0.99-1.05x at head dim 128 (at head dim 256 0.95x: not taken there);
     # head dim 128: overlap_dq (dQ staged under the dK GEMM) with early_stats (LSE / delta read before the S / dP
     # GEMMs), the kernel 1.04-1.10x (at head dim 64 overlap_dq measured 0.98x)
-    if head_dim == 128:  # mask_first: the kernel 0.987-0.993x the time at locked clocks (0.95x slower at head dim 64)
-        options = {"shared_ds": True, "overlap_dq": True, "early_stats": True, "mask_first": True}
+    if head_dim == 128:
+        options = {"shared_ds": True, "overlap_dq": True, "early_stats": True}
+        if not deterministic:  # mask_first: the kernel 0.988-0.989x the time at locked clocks (1.05-1.06x slower at
+            # head dim 64); the deterministic kernel keeps the order its checks ran with
+            options["mask_first"] = True
     else:
         options = {"shared_ds": True, "block_m": 128}
     options = dict(options, tma_stats=True, tma_store_dkv=True, dq_stages=2, flat_dq=True)
