@@ -100,7 +100,6 @@ def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
     fill = 0.0  # a masked P, or with mask_first a masked exponent
     if cutlass.const_expr(g.mask_first):
         fill = -math.inf
-    if cutlass.const_expr(g.mask_first):
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             for j in cutlass.range_constexpr(cols):
                 s_mn[i, j] = s_mn[i, j] * scale_log2 - lse2[j]
