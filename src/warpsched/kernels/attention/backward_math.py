@@ -97,32 +97,31 @@ def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
     scale_log2 = v.scale_log2
     if cutlass.const_expr(g.softcap is not None):  # the forward's capped scores (masks.softcap_tile)
         amasks.softcap_tile(acc_s, v.scale, g.softcap)
-    fill = 0.0  # a masked P, or with mask_first a masked exponent
-    if cutlass.const_expr(g.mask_first):
-        fill = -math.inf
-        for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
-            for j in cutlass.range_constexpr(cols):
-                s_mn[i, j] = s_mn[i, j] * scale_log2 - lse2[j]
-        _mask(s_mn, coords, cols, g, n0, m0, head, batch, seqlen_k, fill)
     for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
         for j in cutlass.range_constexpr(cols):
-            x = s_mn[i, j]
-            if cutlass.const_expr(not g.mask_first):
-                x = x * scale_log2 - lse2[j]
+            s_mn[i, j] = s_mn[i, j] * scale_log2 - lse2[j]  # the exponent
+    if cutlass.const_expr(g.mask_first):
+        _mask(s_mn, coords, cols, g, n0, m0, head, batch, seqlen_k)
+    for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
+        for j in cutlass.range_constexpr(cols):
             if cutlass.const_expr(poly_exp2.polynomial_column(i * cols + j, g.poly_exp2)):
                 prev = None  # poly_interleave: the value before it (a MUFU one), which it is made to wait for
                 if cutlass.const_expr(g.poly_interleave):
                     prev = s_mn[i, j - 1] if j > 0 else s_mn[i - 1, cols - 1]
-                s_mn[i, j] = poly_exp2.exp2_poly(x, poly_exp2.degree_for(g.dtype), prev)
+                s_mn[i, j] = poly_exp2.exp2_poly(s_mn[i, j], poly_exp2.degree_for(g.dtype), prev)
             else:
-                s_mn[i, j] = cute.math.exp2(x, fastmath=True)
+                s_mn[i, j] = cute.math.exp2(s_mn[i, j], fastmath=True)
     if cutlass.const_expr(not g.mask_first):
-        _mask(s_mn, coords, cols, g, n0, m0, head, batch, seqlen_k, fill)
+        _mask(s_mn, coords, cols, g, n0, m0, head, batch, seqlen_k)
 
 
 @cute.jit
-def _mask(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, head, batch, seqlen_k, fill: cutlass.Constexpr):
-    """``mask_keys`` and the user's mask_mod (as the forward applied it), writing ``fill``."""
+def _mask(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, head, batch, seqlen_k):
+    """``mask_keys`` and the user's mask_mod (as the forward applied it): with ``g.mask_first`` the exponent
+    masked to -inf, else P to 0."""
+    fill = 0.0
+    if cutlass.const_expr(g.mask_first):
+        fill = -math.inf
     mask_keys(s_mn, coords, cols, g, n0, m0, seqlen_k, fill)
     if cutlass.const_expr(g.mask_mod is not None):
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
@@ -166,7 +165,7 @@ def softcap_grad(s_mn, dp_mn, lse2, cols: cutlass.Constexpr, softcap: cutlass.Co
 
 
 @cute.jit
-def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k, fill: cutlass.Constexpr = 0.0):
+def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k, fill: cutlass.Constexpr):
     """P^T (or with ``fill`` -inf its exponent) = ``fill`` where key ``n0 + row`` is past ``seqlen_k`` or outside
     query ``m0 + column``'s keys [m - left, m + right] (a None side unbounded; causal: right = 0); only a block the
     keys' end or a bound crosses is masked."""
