@@ -86,8 +86,6 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "m80": dict(_D128, block_m=80, dq_stages=1),
                   "m80ne": dict(_D128, block_m=80, dq_stages=1, early_stats=False),
                   "m80f": dict(_D128, block_m=80, dq_stages=1, full_only=True),  # m80 on the non-causal rows alone
-                  # m80 over the non-causal default (with grid3d)
-                  "m80g": dict(bwd.default_options(128, full=True), block_m=80, dq_stages=1, full_only=True),
                   "fin": dict(_D128, dq_finish=True),
                   # each step's dQ GEMM issued at the next step (staged under the dK GEMM), and without overlap_dq
                   "defer": dict(_D128, dq_defer=True), "defer-odq": dict(_D128, dq_defer=True, overlap_dq=False)},
@@ -121,12 +119,6 @@ VARIANTS[64]["g3f"] = dict(bwd.default_options(64, full=True), grid3d=True, full
 for _d in VARIANTS:  # P's mask on the exponent before the exp2 (mask_first), or on P after it
     VARIANTS[_d]["mf"] = dict(bwd.default_options(_d), mask_first=True)
     VARIANTS[_d]["ml"] = dict(bwd.default_options(_d), mask_first=False)
-# P rounded to 16 bits right after its exp2 (pack_early), with the mask after it (pe) or before (mfpe), over the
-# causal and the non-causal (f) defaults
-for _name, _mf in (("pe", False), ("mfpe", True)):
-    VARIANTS[128][_name] = dict(_D128, mask_first=_mf, pack_early=True, causal_only=True)
-    VARIANTS[128][_name + "f"] = dict(bwd.default_options(128, full=True), mask_first=_mf, pack_early=True,
-                                      full_only=True)
 # the deferred dQ GEMM with every 8th exp2 on the FMA pipe, interleaved (each measured faster alone on non-causal
 # head dim 64 rows at locked clocks: tools/attention_clocked_ab.py)
 VARIANTS[64]["defer+p8i"] = dict(_D64, dq_defer=True, poly_exp2=8, poly_interleave=True)

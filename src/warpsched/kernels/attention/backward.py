@@ -96,7 +96,7 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
         turn = {} if order is None else {"order": order}
         turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats",
-                                       "early_stats", "dkv_in_ds", "pack_early") if getattr(g, n)})
+                                       "early_stats", "dkv_in_ds") if getattr(g, n)})
         if g.dq_parts > 1:
             turn["dq_parts"] = g.dq_parts
         if order is not None:
@@ -138,7 +138,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
                  own_first=False, own_regs=False, poly_exp2=0, poly_interleave=False, ds_stages=1,
-                 grid3d=False, mask_first=False, pack_early=False):
+                 grid3d=False, mask_first=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -315,13 +315,6 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                                        "major order; those count units by their linear index (grid3d=False)")
         self.grid3d = bool(grid3d)  # coordinates = block index, no division by the key-block count (backward_units)
         self.mask_first = bool(mask_first)  # P's mask on the exponent, before the exp2 (backward_math.probs)
-        if pack_early and (not self.overlap_scores or self.split_queries):
-            raise AttentionConfigError(f"pack_early=True with overlap_scores={self.overlap_scores}, split_queries="
-                                       f"{self.split_queries}: P is rounded to 16 bits while the dP GEMM runs, which "
-                                       "needs S and dP in two commit groups (tma_stats=True or overlap_scores=True) "
-                                       "and the keys split between the warp groups (split_queries=False); else "
-                                       "pack_early=False")
-        self.pack_early = bool(pack_early)  # P rounded to 16 bits right after its exp2 (backward_math.probs)
         # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
         if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
             raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "

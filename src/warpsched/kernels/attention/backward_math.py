@@ -29,7 +29,7 @@ def grads_of_scores(acc_s, acc_dp, p, ds, s_ds, g, v, n0, m0, head, batch, *, ct
     lse2, delta = make_stats(acc_s, v)
     bounds = g.seq_bounds(v.unit)  # read once: (first query row, query rows, first key, keys)
     query_stats(lse2, delta, g, v, m0, head, batch, bounds)
-    probs(acc_s, lse2, g, v, n0, m0, head, batch, bounds[3], p)
+    probs(acc_s, lse2, g, v, n0, m0, head, batch, bounds[3])
     dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, ctx=ctx)
 
 
@@ -82,7 +82,7 @@ def stats_from_smem(lse2, delta, g, v, s_lse, s_delta):
 
 
 @cute.jit
-def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k, p=None):
+def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k):
     """P^T = exp2(S^T * scale * log2 e - LSE * log2 e) in place of S^T (the forward's softcap first), zero
     where masked (key past S_k, or outside the query's window / causal range, or the user's mask_mod); with
     ``g.poly_exp2`` = k every k-th value by ``poly_exp2.exp2_poly`` (the FMA pipe), the rest by MUFU; with
@@ -90,10 +90,7 @@ def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k, p=None):
     among the MUFU instructions instead of placing them all ahead of the MUFU run.
     ``g.mask_first``: the mask sets the exponent to -inf before the exp2 (2^-inf = +0 whatever the LSE), so its
     branch comes before the exp2 run, which then shares one basic block with ``dscores``' math and ptxas spreads
-    the MUFU instructions among it; otherwise P is zeroed after the exp2 and the MUFU run stands alone.
-    ``g.pack_early``: P^T rounded to 16 bits into ``p`` right after the exp2 run, in its basic block (ahead of the
-    mask's branch, which rounds again where it masks), so the conversions fill the MUFU run's issue slots while
-    the dP GEMM still runs, and ``dscores`` rounds dS^T alone."""
+    the MUFU instructions among it; otherwise P is zeroed after the exp2 and the MUFU run stands alone."""
     coords = _columns(g, v)
     s_mn = amath.rows_view(v.sdp_mma, acc_s)
     cols = cute.size(s_mn, mode=[1])
@@ -114,29 +111,23 @@ def probs(acc_s, lse2, g, v, n0, m0, head, batch, seqlen_k, p=None):
                 s_mn[i, j] = poly_exp2.exp2_poly(s_mn[i, j], poly_exp2.degree_for(g.dtype), prev)
             else:
                 s_mn[i, j] = cute.math.exp2(s_mn[i, j], fastmath=True)
-    repack = None  # pack_early with the mask after: where the mask zeroes P, P is rounded again
-    if cutlass.const_expr(g.pack_early):
-        amath.store_p(acc_s, p, g.dtype)
-        repack = (acc_s, p, g.dtype)
     if cutlass.const_expr(not g.mask_first):
-        _mask(s_mn, coords, cols, g, n0, m0, head, batch, seqlen_k, repack)
+        _mask(s_mn, coords, cols, g, n0, m0, head, batch, seqlen_k)
 
 
 @cute.jit
-def _mask(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, head, batch, seqlen_k, repack=None):
+def _mask(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, head, batch, seqlen_k):
     """``mask_keys`` and the user's mask_mod (as the forward applied it): with ``g.mask_first`` the exponent
-    masked to -inf, else P to 0 (and with ``repack``, ``(acc_s, p, dtype)``, P rounded into ``p`` again)."""
+    masked to -inf, else P to 0."""
     fill = 0.0
     if cutlass.const_expr(g.mask_first):
         fill = -math.inf
-    mask_keys(s_mn, coords, cols, g, n0, m0, seqlen_k, fill, repack)
+    mask_keys(s_mn, coords, cols, g, n0, m0, seqlen_k, fill)
     if cutlass.const_expr(g.mask_mod is not None):
         for i in cutlass.range_constexpr(cute.size(s_mn, mode=[0])):
             for j in cutlass.range_constexpr(cols):
                 if not g.mask_mod(batch, head, m0 + coords[i, j][1], n0 + coords[i, j][0]):
                     s_mn[i, j] = fill
-        if cutlass.const_expr(repack is not None):
-            amath.store_p(*repack)
 
 
 @cute.jit
@@ -153,8 +144,7 @@ def dscores(acc_s, acc_dp, p, ds, lse2, delta, s_ds, g, v, *, ctx):
             dp_mn[i, j] = s_mn[i, j] * (dp_mn[i, j] - delta[j])
     if cutlass.const_expr(g.softcap is not None):
         softcap_grad(s_mn, dp_mn, lse2, cols, g.softcap)
-    if cutlass.const_expr(not g.pack_early):  # else probs rounded P
-        amath.store_p(acc_s, p, g.dtype)
+    amath.store_p(acc_s, p, g.dtype)
     amath.store_p(acc_dp, ds, g.dtype)
     if cutlass.const_expr(s_ds is not None):
         write_ds(ds, acc_dp, v, s_ds, ctx=ctx)
@@ -175,7 +165,7 @@ def softcap_grad(s_mn, dp_mn, lse2, cols: cutlass.Constexpr, softcap: cutlass.Co
 
 
 @cute.jit
-def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k, fill: cutlass.Constexpr, repack=None):
+def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k, fill: cutlass.Constexpr):
     """P^T (or with ``fill`` -inf its exponent) = ``fill`` where key ``n0 + row`` is past ``seqlen_k`` or outside
     query ``m0 + column``'s keys [m - left, m + right] (a None side unbounded; causal: right = 0); only a block the
     keys' end or a bound crosses is masked."""
@@ -199,8 +189,6 @@ def mask_keys(s_mn, coords, cols: cutlass.Constexpr, g, n0, m0, seqlen_k, fill: 
                 if cutlass.const_expr(g.window_left is not None):
                     if n0 + coords[i, j][0] < m0 + coords[i, j][1] - g.window_left:
                         s_mn[i, j] = fill
-        if cutlass.const_expr(repack is not None):  # P was rounded before the mask (pack_early)
-            amath.store_p(*repack)
 
 
 @cute.jit

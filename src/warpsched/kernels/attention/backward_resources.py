@@ -422,11 +422,10 @@ class Grads(MemoryResource):
         bmath.query_stats(lse2, delta, g, v, m0, head, batch, g.seq_bounds(v.unit))
 
     @producer_work
-    def probs(self, stage_info: StageInfo, acc_s, lse2, p=None):
-        """``overlap_scores``: P^T from S^T (its GEMM retired; dP's may still run); with ``pack_early`` also
-        rounded into ``p``."""
+    def probs(self, stage_info: StageInfo, acc_s, lse2):
+        """``overlap_scores``: P^T from S^T (its GEMM retired; dP's may still run)."""
         g, v, n0, m0, head, batch = self._step(stage_info)
-        bmath.probs(acc_s, lse2, g, v, n0, m0, head, batch, g.seq_bounds(v.unit)[3], p)
+        bmath.probs(acc_s, lse2, g, v, n0, m0, head, batch, g.seq_bounds(v.unit)[3])
 
     @producer_work
     def dscores(self, stage_info: StageInfo, acc_s, acc_dp, p, ds, lse2, delta):

@@ -44,7 +44,7 @@ def read_stage_stats(smem_qdo, lse2, delta, split_stats, wg):
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
                   overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False,
-                  dq_parts=1, early_stats=False, dkv_in_ds=False, pack_early=False):
+                  dq_parts=1, early_stats=False, dkv_in_ds=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -59,15 +59,13 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     the LSE alone) read from the stage before the S / dP GEMMs are issued, not among them (where the
     shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program").
     ``dkv_in_ds`` (with ``tma_store_dkv``): dK and dV leave through this warp group's dS tile, taken back once
-    more after the last step, and the other warp group's tile is taken and returned once more to match.
-    ``pack_early`` (with ``overlap_scores``): P^T rounded into its 16-bit registers by the P work, before dP's
-    GEMM retires, not by the dS work."""
+    more after the last step, and the other warp group's tile is taken and returned once more to match."""
     regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, overlap_scores)
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
     with domain_loop(0, steps, 1):
         smem_qdo.wait()
         step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats,
-                    split_stats, early_stats, pack_early)
+                    split_stats, early_stats)
         if ds_mine is not None:
             ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
             ds_mine.store(ds=ds, acc_dp=acc_dp)
@@ -185,7 +183,7 @@ def start_unit(smem_kv, smem_qdo, grads, stats):
 
 
 def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats, split_stats,
-                early_stats, pack_early=False):
+                early_stats):
     """A step's S / dP GEMMs (issued in turn with ``order``), then P^T and dS^T in registers (with
     ``overlap_scores``: S and dP in two commit groups, P computed while dP's runs; the LSE / delta from the stage
     with ``tma_stats``, before the GEMMs with ``early_stats``, delta after P with ``split_stats``)."""
@@ -204,10 +202,7 @@ def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, ove
         elif not tma_stats:
             grads.stats(lse2=lse2, delta=delta)
         smem_kv.retire(pending=1)  # S is done; dP's GEMM may still run
-        if pack_early:  # P's 16-bit registers written with P, while dP's GEMM runs
-            grads.probs(acc_s=acc_s, lse2=lse2, p=p)
-        else:
-            grads.probs(acc_s=acc_s, lse2=lse2)
+        grads.probs(acc_s=acc_s, lse2=lse2)
         if split_stats:
             smem_qdo.load_delta(delta=delta, wg=wg)
         smem_kv.retire()
@@ -255,7 +250,7 @@ def stage_dq(smem_dq, acc_dq):
 @schedule
 def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, tma_stats=False,
                            tma_store_dkv=False, split_stats=False, early_stats=False, dkv_in_ds=False,
-                           overlap_dq=False, pack_early=False, **_):
+                           overlap_dq=False, **_):
     """``dq_defer`` (``shared_ds``): a step's dQ GEMM is issued at the next step, after that step's
     dS is computed and before its dS tile is written (two stages per warp group), and the last step's at the
     step's end. By then the other warp group committed its tile of the step long ago, so neither waits for the
@@ -272,7 +267,7 @@ def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine
             ds_mine.commit()
         smem_qdo.wait()
         step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, tma_stats, split_stats,
-                    early_stats, pack_early)
+                    early_stats)
         issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg)  # the previous step's dQ (at the first, dropped)
         ds_mine.acquire()  # the other warp group's dQ GEMM of two steps back has read this stage
         ds_mine.store(ds=ds, acc_dp=acc_dp)
