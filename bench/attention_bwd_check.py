@@ -86,6 +86,8 @@ VARIANTS = {64: {"plain": {"tma_stats": False}, "default": {}, "ts": {"tma_stats
                   "m80": dict(_D128, block_m=80, dq_stages=1),
                   "m80ne": dict(_D128, block_m=80, dq_stages=1, early_stats=False),
                   "m80f": dict(_D128, block_m=80, dq_stages=1, full_only=True),  # m80 on the non-causal rows alone
+                  # m80 over the non-causal default (with grid3d)
+                  "m80g": dict(bwd.default_options(128, full=True), block_m=80, dq_stages=1, full_only=True),
                   "fin": dict(_D128, dq_finish=True),
                   # each step's dQ GEMM issued at the next step (staged under the dK GEMM), and without overlap_dq
                   "defer": dict(_D128, dq_defer=True), "defer-odq": dict(_D128, dq_defer=True, overlap_dq=False)},
