@@ -58,3 +58,23 @@ def test_opcodes_drop_predicates_and_modifiers():
     assert sass_loops.opcode("@!P0 FSEL.FTZ R1, R2, -INF , P3") == "FSEL"
     assert sass_loops.opcode("@UP1 UIADD3 UR4, UR4, 0x1, URZ") == "UIADD3"
     assert sass_loops.opcode("HGMMA.64x64x16.F32.BF16 R88, R120, gdesc[UR8].tnspB, R88") == "HGMMA"
+
+
+def test_order_shows_runs_commits_waits_and_the_gaps_between():
+    """``--order``: HGMMAs up to their commit (``gsb0``) as one run, the wgmma wait with its count, a MUFU run with
+    other instructions among it as ``xN/S``, a back-to-back one as ``xN``, and long stretches of the rest as ``+N``."""
+    body = ["HGMMA.64x64x16.F32.BF16 R8, gdesc[UR8], RZ, !UPT", "UIADD3 UR8, UR8, 0x2, URZ",
+            "HGMMA.64x64x16.F32.BF16 R8, gdesc[UR8], R8, gsb0", "HGMMA.64x64x16.F32.BF16 R40, gdesc[UR12], RZ, !UPT",
+            "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
+    body += ["FFMA R1, R1, R2, R3"] * 10 + ["MUFU.EX2 R1, R1"] * 3
+    body += ["WARPGROUP.DEPBAR.LE gsb0, 0x0", "MUFU.EX2 R4, R4", "FADD R5, R5, R6", "FMUL R5, R5, R4",
+             "MUFU.EX2 R7, R7", "F2FP.BF16.F32.PACK_AB R8, R5, R4", "@!P0 BRA `(.L_x_9)",
+             "SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4+0x10], R3", "BAR.SYNC.DEFER_BLOCKING 0xd, 0x80",
+             "SYNCS.ARRIVE.TRANS64.A1T0 RZ, [UR4+0x18], RZ", "IADD3 R1, R1, 0x1, RZ"]
+    assert sass_loops.order(body) == ("HGMMAx2/3| HGMMA wait<=1 +10 MUFUx3 wait<=0 MUFUx2/4 F2FP BRA try_wait bar "
+                                      "arrive +1")
+
+
+def test_order_ends_a_run_at_a_long_gap():
+    body = ["MUFU.EX2 R1, R1"] + ["FFMA R1, R1, R2, R3"] * (sass_loops.GAP + 1) + ["MUFU.EX2 R2, R2"]
+    assert sass_loops.order(body) == f"MUFU +{sass_loops.GAP + 1} MUFU"
