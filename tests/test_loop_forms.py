@@ -1,7 +1,8 @@
 """One definition of a loop's iterations and guards (issue 30), checked three ways on a grid.
 
 For every ``domain_loop(start, end, step)`` with start, end, step in -7..7 (step != 0), with a
-head, a tail and every kind of iteration guard, the calls that run, in order, are computed by
+head, a tail (and a call under ``if_empty()`` after it) and every kind of iteration guard, the calls that run, in
+order, are computed by
 
 - an interpreter of the IR written here from Python's ``range`` and ts_schedules.rst's guard
   definitions (the oracle: it imports nothing from warpsched's loop code);
@@ -50,6 +51,10 @@ class Marks(MemoryResource):
 
     @consumer_work
     def tail(self, stage_info):
+        pass
+
+    @consumer_work
+    def empty(self, stage_info):  # after the loop, under if_empty()
         pass
 
     @consumer_work
@@ -103,6 +108,8 @@ def _build(form, tiles=None):
         with domain_loop(*form) as d:
             _loop_body(m, d)
         m.tail()
+        with d.if_empty():
+            m.empty()
 
     @schedule
     def persistent(m, q):
@@ -111,6 +118,8 @@ def _build(form, tiles=None):
             with domain_loop(*form) as d:
                 _loop_body(m, d)
             m.tail()
+            with d.if_empty():
+                m.empty()
             q.wait()
             q.get_and_advance_work_tile()
             q.release()
@@ -138,6 +147,8 @@ def _oracle(form, tiles=None, cap=None):
                 if fires:
                     out.append((name, value))
         out.append(("tail", None))
+        if n == 0:  # if_empty(): the loop ran no iteration
+            out.append(("empty", None))
     return out
 
 

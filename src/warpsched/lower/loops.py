@@ -21,7 +21,8 @@ import cutlass.cute as cute
 
 from ..model.ir import Section, StepKind
 from ..model.resources import LAUNCH_COUNTER, StageInfo, TaskLocalVariable, WorkQueue, WorkTileInfo, work_spec_of
-from ..model.iteration import ITERATION_GUARDS, forward_form, guard_on_value, is_nonempty, value_of_forward
+from ..model.iteration import (ITERATION_GUARDS, forward_form, guard_on_value, is_nonempty, loop_ran_none,
+                               value_of_forward)
 from ..model.tripcount import TripCount, runtime_bound
 from ..protocol.plan import SKIP_KIND, SYNC_KINDS, Counter, LaneMode, config_of
 from . import LoweringError, region_state, tile_queues
@@ -459,6 +460,11 @@ class TaskEmitter:
                 return v if g.kind == "when_true" else (not v)
             truth = v if isinstance(v, cutlass.Boolean) else (v != 0)
             return truth if g.kind == "when_true" else (truth == cutlass.Boolean(False))
+        if g.kind == "loop_empty":
+            if frame.start is None or frame.loop_offset is not None:
+                raise LoweringError(f"{g.describe()} outside the code after its domain loop", task=self.task,
+                                    location=g.location)
+            return loop_ran_none(frame.start, frame.end, frame.step)
         if g.kind == "skippable":
             if frame.skip is None:
                 return True

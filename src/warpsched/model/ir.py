@@ -88,7 +88,7 @@ TRY_PAIRS = {StepKind.ProducerTryAcquire: StepKind.ProducerAcquire, StepKind.Con
 class Guard:
     """A runtime condition enclosing a step."""
 
-    kind: str  # 'first_iter' | 'last_iter' | 'every' | 'when_true' | 'when_false' | 'skippable'
+    kind: str  # 'first_iter' | 'last_iter' | 'every' | 'when_true' | 'when_false' | 'skippable' | 'loop_empty'
     period: int = 0
     start: int = 0
     key: Any = None  # when_true/when_false correlation key
@@ -98,13 +98,15 @@ class Guard:
     @property
     def tag(self) -> str:
         return {"first_iter": "F", "last_iter": "L", "every": "N", "when_true": "?", "when_false": "!",
-                "skippable": "S"}[self.kind]
+                "skippable": "S", "loop_empty": "0"}[self.kind]
 
     def describe(self) -> str:
         if self.kind == "every":
             return f"every({self.period}, start={self.start})"
         if self.kind in ("when_true", "when_false"):
             return f"{self.kind}({self.key!r})"
+        if self.kind == "loop_empty":
+            return "if_empty()"
         return self.kind
 
     def __hash__(self) -> int:  # tokens hash by identity; keys may be any hashable

@@ -57,6 +57,13 @@ def is_nonempty(start: Any, end: Any, step: Any) -> Any:
     return start > end if is_reversed(step) else start < end
 
 
+def loop_ran_none(start: Any, end: Any, step: Any) -> Any:
+    """The loop ran no iteration (an ``if_empty()`` block's condition): ``is_nonempty`` negated as a comparison,
+    one expression for Python ints (a bool) and DSL integers (a Boolean; ``not`` does not apply to a traced
+    value)."""
+    return start <= end if is_reversed(step) else start >= end
+
+
 def count_of(value: Any, start: Any, step: Any) -> Any:
     """The zero-based iteration count of loop value ``value`` (exact: ``value - start`` is a
     multiple of ``step``, so the rounding of a negative division never matters)."""

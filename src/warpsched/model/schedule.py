@@ -268,6 +268,27 @@ class DomainLoopHandle:
                   "non-negative int start", location=loc)
         return self._guard(Guard("every", period=period, start=start, location=loc), f"every({period})")
 
+    def if_empty(self):
+        """Runs the enclosed calls after the loop, when it ran no iteration (its trip count was 0).
+
+        The counterpart of ``first_iter()`` for work that the first iteration does when there is one: a wait the
+        first iteration does inside the loop (to start its GEMM before a second operand lands) is done here when
+        the loop does not run, so every trip count >= 0 waits exactly once. Only after the ``domain_loop`` block
+        (in the same work tile), and only for a loop with calls in its body."""
+        loc = caller_location()
+        cap = _current("if_empty()")
+        if cap is not self._cap or cap.loop_open or cap.section is not Section.TAIL:
+            where = "inside its domain_loop" if cap is self._cap and cap.loop_open else "outside the code after its loop"
+            _fail("schedule capture", f"d.if_empty() is used {where}", location=loc,
+                  expected="d.if_empty() after the `with domain_loop(...) as d:` block, before its work_tile_loop ends",
+                  fix="open `with d.if_empty():` after the loop's block; inside the loop, d.first_iter() is the "
+                      "guard for the first iteration")
+        if not any(s.section is Section.LOOP for s in cap.steps):
+            _fail("schedule capture", "d.if_empty() after a domain_loop with no calls in its body", location=loc,
+                  expected="a loop body with at least one call (the checker reads the trip count from the loop)",
+                  fix="put the loop's calls in its body, or drop the if_empty() block")
+        return _push_guard(cap, Guard("loop_empty", location=loc))
+
 
 @contextmanager
 def _push_guard(cap: _Capture, guard: Guard):

@@ -166,7 +166,7 @@ def schedules_table(program: Program) -> str:
     legend = ("<p class='loc'>Rows are each task's captured steps in program order (not an interleaving). "
               "Sections: " + ", ".join(f"<span class='sec-{s.value}'>{s.value}</span>" for s in Section)
               + ". Tags: P prologue, H head, T tail, E epilogue, F first_iter, L last_iter, N every(n), "
-              "?/! when_true/when_false, S skippable.</p>")
+              "?/! when_true/when_false, S skippable, 0 if_empty().</p>")
     return legend + "<div class='wide'><table class='sched'><tr>" + head + "</tr>" + "".join(rows) + \
         "</table></div>"
 

@@ -24,7 +24,7 @@ ROUTING = "value routing"
 _CONSUMER_READS = {StepKind.ConsumerWork, StepKind.ConsumerAux, StepKind.QueueAdvance}
 _PRODUCER_WRITES = {StepKind.ProducerWork, StepKind.ProducerAux, StepKind.QueueFetch}
 # Guards under which a writer may not have run at all before the reader runs.
-_MAY_SKIP = {"when_true", "when_false", "skippable", "last_iter"}
+_MAY_SKIP = {"when_true", "when_false", "skippable", "last_iter", "loop_empty"}
 
 
 def check(program: Program) -> Iterable[Finding]:

@@ -19,7 +19,7 @@ from .findings_util import F, SECTION_ORDER, dedupe, graph_items, rname, steps, 
 from .program import Program
 
 PDL = "pdl ordering"
-_CONDITIONAL = {"when_true", "when_false", "skippable"}
+_CONDITIONAL = {"when_true", "when_false", "skippable", "loop_empty"}
 
 
 def check(program: Program) -> Iterable[Finding]:

@@ -26,6 +26,8 @@ def _trip_counts(sched: ScheduleResult) -> List[int]:
     n = d.trip_count
     if n is not None:
         return [min(n, enough)]
+    if any(g.kind == "loop_empty" for s in sched.steps for g in s.guards):  # its block runs at 0 iterations only
+        return sorted({0, 1, 2, 3, enough})
     return sorted({1, 2, 3, enough})
 
 
@@ -62,6 +64,8 @@ def runs(guard: Guard, i: Optional[int], n: int, keys: Dict[str, bool], skipped:
         return not keys.get(repr(guard.key), True)
     if k == "skippable":
         return not skipped
+    if k == "loop_empty":
+        return i is None and n == 0
     return True
 
 

@@ -11,6 +11,7 @@ import cutlass.cute as cute
 
 from .backward_math import HALF
 from .live_units import HEADER, KEY_BITS, MAX_KEY_BLOCKS
+from .masks import AttentionConfigError
 from .units import HeldUnit, grouped_longest_first
 
 BLOCK_N = 2 * HALF  # keys per CTA at head dims 64 / 128: one 64-key half per consumer warp group
@@ -49,6 +50,37 @@ class BackwardUnits(HeldUnit):
             self.units_table = units_table
             words = len(units_table) if isinstance(units_table, list) else cute.size(units_table, mode=[0])
             self.num_units = (words - HEADER) // 2
+
+    def unit_order_options(self, lpt, lpt_heads, live_units, unit_in_regs, grid3d, dq_finish):
+        """Set ``lpt``, ``lpt_heads``, ``live_units``, ``unit_in_regs`` and ``grid3d`` (``causal``, ``varlen`` and
+        ``deterministic`` set), or raise an AttentionConfigError naming the combination a unit order cannot serve."""
+        if lpt and (not (self.causal or self.varlen) or self.deterministic):
+            raise AttentionConfigError(f"lpt=True with causal={self.causal}, varlen={self.varlen}, deterministic="
+                                       f"{self.deterministic}: the longest-first order is for causal or packed "
+                                       "batches (the deterministic dQ's hand-over is proven for the head-major order)")
+        self.lpt = bool(lpt)
+        # packed batches: the units are live_units.SequenceOrderTable's entries (no CTA for a key block past its
+        # sequence's keys; the longest sequences first), read by unit_coords
+        if live_units and (not self.varlen or self.lpt):
+            raise AttentionConfigError(f"live_units=True with varlen={self.varlen}, lpt={self.lpt}: the unit table "
+                                       "lists a packed batch's key blocks in its own order (varlen=True, lpt=False)")
+        self.live_units = bool(live_units)
+        # packed batches: the CTA's unit coordinates and sequence bounds read once at the top, not after every
+        # barrier wait (units.HeldUnit)
+        if unit_in_regs and not self.varlen:
+            raise AttentionConfigError("unit_in_regs=True with varlen=False: an unpacked batch's bounds are constants "
+                                       "(unit_in_regs=False)")
+        self.unit_in_regs = bool(unit_in_regs)
+        if grid3d and (self.varlen or self.lpt or self.deterministic or dq_finish):
+            raise AttentionConfigError(f"grid3d=True with varlen={self.varlen}, lpt={self.lpt}, deterministic="
+                                       f"{self.deterministic}, dq_finish={dq_finish}: the 3-D grid is the dense head-"
+                                       "major order; those count units by their linear index (grid3d=False)")
+        self.grid3d = bool(grid3d)  # coordinates = block index, no division by the key-block count (unit_coords)
+        # lpt: longest-first over groups of lpt_heads (batch, K/V head) pairs (None: all of them at once)
+        if lpt_heads is not None and (not self.lpt or not isinstance(lpt_heads, int) or lpt_heads < 1):
+            raise AttentionConfigError(f"lpt_heads={lpt_heads!r} with lpt={self.lpt}: the group size of the "
+                                       "longest-first order, an int >= 1 with lpt=True (None: every head at once)")
+        self.lpt_heads = lpt_heads
 
     def unit_coords(self, unit):
         """(key block, K/V head, batch) of CTA ``unit``: the key blocks of one (batch, K/V head) are

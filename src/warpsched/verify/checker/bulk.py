@@ -31,6 +31,8 @@ def bulk_periods(builder, execs) -> None:
             g.gap_period = _lcm([g.lcm, g.gap_period] + cycles)
             g.jump_period = _lcm([g.jump_period] + cycles)
     for e in execs:
+        if e.uses_empty:  # an if_empty() block reads the loop's trip count, which an idle exit does not decide
+            continue
         heads = [i for i, ins in enumerate(e.program) if ins.kind == "loop_head"
                  and builder.groups[ins.group].jumpers]
         for h in heads:

@@ -139,6 +139,7 @@ class Executor:
     persistent: bool = False
     tile_group: int = -1
     uses_last: bool = False  # the last-iteration flag is kept only where a guard reads it
+    uses_empty: bool = False  # an if_empty() block after the loop: the exit records whether it ran (J = EMPTY)
     # (key, loop group, member, tile-head pc, producing pc, idle guards): the loop is idle on a
     # key value produced once per tile before it (see Engine._pre_idle)
     pre_idle: Optional[Tuple[int, int, int, int, int, Tuple]] = None

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from . import loops
-from .loops import ASYNC, CUR, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
+from .loops import ASYNC, CUR, EMPTY, J, KPOS, LAST, PC, PEND, SYNC, TOK, WAITED, LoopsMixin  # noqa: F401
 from .model import Compiled, Instr, Op
 from .macro import MacroMixin
 from .tables import fast_forward, maybe_local, merge_static, wait_at
@@ -200,6 +200,9 @@ class Engine(MacroMixin, LoopsMixin):
                     return False
             elif k == "skippable":
                 if self._record(state, e)[0]:
+                    return False
+            elif k == "loop_empty":
+                if es[J] != EMPTY:
                     return False
             elif k in ("when_true", "when_false"):
                 kid = self.c.key_names.index(repr(g.key))

@@ -14,6 +14,7 @@ ROUND_ENDS = True  # see _round_end (a switch so the tests can compare against t
 # jump_period) and no lifting of exact counts; meant for exact counts (a symbolic one is unbounded)
 BULK_REDUCTIONS = True
 EXITED = 1 << 40  # a member's value once it has left the loop
+EMPTY = -1  # an executor's loop counter after a loop that ran no iteration (read by if_empty() blocks)
 # fields of an executor's state tuple
 PC, J, LAST, CUR, SYNC, ASYNC, PEND, TOK, KPOS, WAITED = range(10)
 
@@ -229,6 +230,8 @@ class LoopsMixin:
                                                for g in idle_guards)
         if idle_guards is not None and gs[2][ins.member] == EXITED and not idle:  # see Engine._pre_idle
             raise Violation("fault", f"checker: {ex.name} left its loop before it ran it", e, None)
+        if ex.uses_empty:  # the exits below skip the trip count an if_empty() block reads (bulk: no idle_guards)
+            idle = False
         if idle:
             # every step of the body is off for this loop run and nothing in it changes that: the
             # iterations touch nothing, so the member leaves at once and decides nothing. Sound:
@@ -237,15 +240,15 @@ class LoopsMixin:
             # blocks, so every other behaviour and every deadlock stays (tests/test_checker_bulk_diff.py)
             choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
             choices = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what) for gs2, what in choices]
-        elif ins.all_skippable and rec[0]:
+        elif ins.all_skippable and rec[0] and not ex.uses_empty:
             choices = [((gs[0], gs[1], gs[2][:ins.member] + (EXITED,) + gs[2][ins.member + 1:]), "exit")]
             choices = [(self._normalize(gs2, grp.lcm, grp=grp)[0], what) for gs2, what in choices]
         else:
             choices = self._head_outcomes(ins, gs, grp)
         for gs2, what in choices:
             rec2 = (rec[0], rec[1][:ins.group] + (gs2,) + rec[1][ins.group + 1:])
-            if what == "exit":
-                es2 = (ins.target, None, False) + es[3:]
+            if what == "exit":  # an if_empty() block after the loop reads whether it ran an iteration
+                es2 = (ins.target, EMPTY if ex.uses_empty and es[J] is None else None, False) + es[3:]
             else:
                 j = _inc_counter(es[J], ex.counter_c, ex.counter_p) if es[J] is not None else 0
                 es2 = (es[PC] + 1, j, what == "last" and ex.uses_last) + es[3:]

@@ -230,15 +230,24 @@ class _Builder:
                     first = True
         ex.counter_c = max(starts) + 1 if (first or len(periods) > 1) else 0
         ex.uses_last = any(g.kind == "last_iter" for s in steps for g in s.guards)
+        ex.uses_empty = any(g.kind == "loop_empty" for s in steps for g in s.guards)
         ex.counter_p = _lcm(periods)
 
         prog = ex.program
         by = {sec: [s for s in steps if s.section is sec] for sec in Section}
+        d = sched.domain_loop
+        static_n = None if d is None else (d.trip_count if d.trip_count is not None else
+                                            (d.count if type(d.count) is int else None))
 
         def emit(sec):
             for s in by[sec]:
+                guards = tuple(s.guards)
+                if static_n is not None and any(g.kind == "loop_empty" for g in guards):
+                    if static_n:  # a compile-time trip count: the if_empty() block never runs, or always does
+                        continue
+                    guards = tuple(g for g in guards if g.kind != "loop_empty")
                 act = self._action(ex, s, produces.get(s.index, ()))
-                prog.append(Instr("step", act, tuple(s.guards), local=_is_local(act, self.regions)))
+                prog.append(Instr("step", act, guards, local=_is_local(act, self.regions)))
 
         emit(Section.PROLOGUE)
         tile_head = None
@@ -246,7 +255,6 @@ class _Builder:
             tile_head = len(prog)
             prog.append(Instr("tile_head"))
         emit(Section.HEAD)
-        d = sched.domain_loop
         loop_steps = by[Section.LOOP]
         if d is not None and loop_steps and not (d.trip_count == 0):
             head = len(prog)
@@ -272,7 +280,8 @@ class _Builder:
             else:
                 gkey = ("fn", getattr(end, "__func__", end))
                 label = f"domain end {getattr(end, '__name__', 'runtime value')}"
-            if not syncs:  # no barrier traffic in the body: its trip count need not match anyone's
+            if not syncs and not ex.uses_empty:  # no barrier traffic in the body (nor an if_empty() block after
+                # it, which reads the count): its trip count need not match anyone's
                 gkey, label = ("local", ex.index), f"{ex.name} local loop"
             gid = self._group(gkey, label)
             grp = self.groups[gid]
