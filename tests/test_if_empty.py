@@ -35,52 +35,33 @@ def load(k, v, q, steps):
         q.commit()
 
 
-@schedule
-def consume(k, v, q, out, steps):
-    k.wait()
-    with domain_loop(0, steps, 1) as d:
-        q.wait()
-        out.store(value=q.read())  # the first GEMM's operands: K and this step's stage
-        with d.first_iter():
-            v.wait()  # V for the second GEMM, waited for where the first iteration needs it
-        out.store(value=v.read())
-        q.release()
-    with d.if_empty():
-        v.wait()  # no iteration: V's load still completes its barrier before the buffers are reused
-    out.store(value=k.read())
-    k.release()
-    v.release()
-
-
-@schedule
-def consume_without_if_empty(k, v, q, out, steps):
-    k.wait()
-    with domain_loop(0, steps, 1) as d:
-        q.wait()
-        out.store(value=q.read())
-        with d.first_iter():
+def _consumer(after_loop):
+    """The math task: K waited for before the loop, V inside the first step (so that step's first GEMM starts
+    before V lands). ``after_loop``: "if_empty" (V waited for after a loop that ran no step: the pattern),
+    "nothing" (planted: at 0 steps V is released without a wait) or "unguarded" (planted: a second wait for V
+    after a loop that ran)."""
+    @schedule
+    def consume(k, v, q, out, steps):
+        k.wait()
+        with domain_loop(0, steps, 1) as d:
+            q.wait()
+            out.store(value=q.read())  # the first GEMM's operands: K and this step's stage
+            with d.first_iter():
+                v.wait()  # V for the second GEMM, waited for where the first iteration needs it
+            out.store(value=v.read())
+            q.release()
+        if after_loop == "if_empty":
+            with d.if_empty():
+                v.wait()  # no iteration: V's load still completes its barrier before the buffers are reused
+        elif after_loop == "unguarded":
             v.wait()
-        out.store(value=v.read())
-        q.release()
-    out.store(value=k.read())
-    k.release()
-    v.release()  # planted: at 0 steps V is released without a wait
+        out.store(value=k.read())
+        k.release()
+        v.release()
+    return consume
 
 
-@schedule
-def consume_waiting_twice(k, v, q, out, steps):
-    k.wait()
-    with domain_loop(0, steps, 1) as d:
-        q.wait()
-        out.store(value=q.read())
-        with d.first_iter():
-            v.wait()
-        out.store(value=v.read())
-        q.release()
-    v.wait()  # planted: unguarded, a second wait for V after a loop that ran
-    out.store(value=k.read())
-    k.release()
-    v.release()
+consume, consume_without_if_empty, consume_waiting_twice = (_consumer(m) for m in ("if_empty", "nothing", "unguarded"))
 
 
 def _program(consumer, steps, **kw):
