@@ -121,7 +121,7 @@ def draw_ops(data, n_res, group):
     ops = []
     for _ in range(data.draw(st.integers(0, 10))):
         target = data.draw(st.integers(-1 if group is not None else 0, n_res - 1))
-        ops.append((target, data.draw(st.integers(0, 1000)), data.draw(st.integers(0, 6)),
+        ops.append((target, data.draw(st.integers(0, 1000)), data.draw(st.integers(0, 7)),
                     data.draw(st.booleans())))
     return ops
 
@@ -150,9 +150,10 @@ def make_schedule(data, resources, group, K=3):
                     [(0, 4, 0), ("a", 4, 1), (0, None, 1), (0, 2.5, 1), (0, Gmem.store, 1)])
     has_loop = data.draw(st.booleans())
     split = data.draw(st.integers(0, len(ops)))
+    tail = data.draw(st.integers(split, len(ops)))  # ops[tail:] run after the loop, where if_empty() may guard them
     counts = [draw_count(data, K) for _ in range(3)]
 
-    def run_ops(proxies, g, d, wtl, chunk):
+    def run_ops(proxies, g, d, wtl, chunk, after=None):
         tokens = []
         for target, pick, guard, pass_token in chunk:
             obj = g if target < 0 else proxies[target]
@@ -171,6 +172,8 @@ def make_schedule(data, resources, group, K=3):
                 ctx = (when_true if pick % 2 else when_false)(tokens[pick % len(tokens)])
             elif guard == 5 and wtl is not None:
                 ctx = wtl.skippable()
+            elif guard == 6 and after is not None:
+                ctx = after.if_empty()  # the loop ran no iteration (after its block only)
             kwargs = {}
             if pass_token and tokens and attr not in VERBS:
                 kwargs[["value", "desc_a", "cur", "coord_k", "acc"][pick % 5]] = tokens[-1]
@@ -201,7 +204,8 @@ def make_schedule(data, resources, group, K=3):
             run_ops(proxies, g, None, wtl, ops[:split])
             if has_loop:
                 with domain_loop(*bounds) as d:
-                    run_ops(proxies, g, d, wtl, ops[split:])
+                    run_ops(proxies, g, d, wtl, ops[split:tail])
+                run_ops(proxies, g, None, wtl, ops[tail:], after=d)
             else:
                 run_ops(proxies, g, None, wtl, ops[split:])
 
