@@ -151,3 +151,14 @@ def test_the_per_task_checks_unroll_the_zero_trip_execution_where_a_block_reads_
         Buf(name="q", pipeline_config=_tma(2)), Gmem(name="out")
     assert 0 in _trip_counts(consume(k, v, q, out, steps))  # its if_empty() block runs there
     assert 0 not in _trip_counts(load(k, v, q, steps))  # no block reads the count: 1, 2, 3 and one long
+
+
+def test_the_printed_schedule_walks_past_the_block_after_a_loop_that_ran():
+    """The printout's walk (head, one iteration, tail) shows the if_empty() block with its tag and gives it no
+    credit: the wait there does not run after an iteration, so the table is not cut short as blocked."""
+    from warpsched.report.printout import schedule_table
+
+    m = _program(consume, trip_count("steps", min=0))
+    table = schedule_table(m.program)
+    assert "is blocked" not in table and "0 - if_empty()" in table
+    assert any("T0" in line and "ConsWai" in line for line in table.splitlines()), table

@@ -10,7 +10,8 @@ from ..verify.program import Program, name_of
 COL = 30
 PHASES = ("    Phase tags:  P - Prologue (before work_tile_loop) | H - Head (before the loop) |\n"
           "      F - FirstIter | L - LastIter | N - every(n) | ?/! - when_true/when_false |\n"
-          "      S - skippable | T - Tail (after the loop) | E - Epilogue (after work_tile_loop)")
+          "      S - skippable | T - Tail (after the loop) | E - Epilogue (after work_tile_loop) |\n"
+          "      0 - if_empty() (after a loop that ran no iteration)")
 
 _ARROWS = {StepKind.ProducerAcquire: ("", "<-"), StepKind.ProducerCommit: ("", "->"),
            StepKind.ConsumerWait: ("->", ""), StepKind.ConsumerRelease: ("<-", "")}
@@ -25,7 +26,9 @@ def cell(step: Step) -> str:
 
 
 def _not_in_iteration_0(step) -> bool:
-    return any(g.kind == "every" and g.start > 0 for g in step.guards)
+    """The step does not run in the walk's one iteration: ``every(n, start > 0)`` in the loop, or an
+    ``if_empty()`` block after it (the walk's loop ran)."""
+    return any((g.kind == "every" and g.start > 0) or g.kind == "loop_empty" for g in step.guards)
 
 
 def _simulate(program: Program) -> List[List[Optional[Step]]]:
@@ -33,7 +36,8 @@ def _simulate(program: Program) -> List[List[Optional[Step]]]:
     whose next step is not blocked takes one step. Blocked steps end the table. The iteration
     walked is iteration 0: a step under ``every(n, start=s)`` with s > 0 is shown in the loop body
     but takes and gives no credit (it does not run in iteration 0; a lagged wait would otherwise
-    take a credit the walk never gives back and stop the table)."""
+    take a credit the walk never gives back and stop the table), and so is one under ``if_empty()``
+    after the loop (the walk's loop ran an iteration)."""
     columns = [list(program.steps_of(t)) for t in program.tasks]
     # credits per consumer task: a broadcast stage is waited on by every consumer task of its
     # resource, and its empty slot comes back once all of them released it
