@@ -315,7 +315,8 @@ def domain_loop(start, end=None, step=1, *, unroll=_UNROLL_DEFAULT, count=None):
 
     Any non-zero step: ``domain_loop(5, 0, -1)`` runs 5 iterations (5, 4, 3, 2, 1), and its
     ``first_iter`` / ``last_iter`` / ``every`` guards count iterations from 0 whatever the
-    start and step (model/iteration.py).
+    start and step (model/iteration.py). After the ``with`` block, ``with d.if_empty():`` runs
+    its calls only when the loop ran no iteration (docs/checker.md).
 
     A bound may be a ``Task`` method (a dynamic, per-work-tile domain provider), a runtime value,
     or a ``trip_count(...)``. The checker reads the trip count from the end when start and step
