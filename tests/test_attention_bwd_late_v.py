@@ -63,31 +63,26 @@ def test_without_v_loaded_after_an_empty_loop_it_is_rejected():
 
 
 def test_the_dp_gemm_before_v_is_waited_for_is_rejected():
-    real = bs.step_scores
-
     def early(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats, split_stats,
               early_stats, v_first=None):
-        acc_s, acc_dp = regs[0], regs[1]
+        """``step_scores`` as the head dim 128 default runs it (``early_stats``, no ``split_stats``), with dP's
+        GEMM issued before V's wait."""
+        acc_s, acc_dp, _, _, _, p, ds = regs
         d, smem_v = v_first
-        if early_stats:
-            bs.read_stage_stats(smem_qdo, lse2, delta, split_stats, wg)
+        bs.read_stage_stats(smem_qdo, lse2, delta, split_stats, wg)
         smem_qdo.gemm_operand(idx=idx)
         smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
         smem_qdo.gemm_operand_again()
         smem_v.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)  # planted: V read before its wait
         with d.first_iter():
             smem_v.wait()
-        real_rest(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, tma_stats, split_stats)
-
-    def real_rest(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, tma_stats, split_stats):
-        acc_s, acc_dp, _, _, _, p, ds = regs  # the rest of the shipped step (early_stats, no split_stats)
         smem_kv.retire(pending=1)
         grads.probs(acc_s=acc_s, lse2=lse2)
         smem_kv.retire()
         grads.dscores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds, lse2=lse2, delta=delta)
 
-    assert real is not early
-    g = _kernel(128, True)  # early_stats: the stage's LSE / delta read before the GEMMs, as the twin does
+    g = _kernel(128, True)
+    assert g.early_stats and not g.split_stats  # the step the twin writes out
     with planted(bs, step_scores=early):
         rejected(ab, g, __file__, "SmemV", "planted: V read before its wait")
 

@@ -68,6 +68,11 @@ def load_key_tiles(g, stage_info, tiles):
             stage_info.tma_copy(tma, t_g[(None, n_block * g.key_halves + w)], t_s[(None, w)])
 
 
+def v_part(g, wg):
+    """The part of V warp group ``wg``'s dP GEMM reads: its own key half, or with ``d_split`` all of V."""
+    return "V" if g.d_split else f"V{wg}"
+
+
 def v_footprint(g, task_name):
     """What a gradient warp group's work touches of V: its own half (its dP GEMM; with ``tma_store_dkv`` also
     written, ``store_v_grads``), or with ``d_split`` all of it."""
@@ -82,7 +87,7 @@ def dp_gemm(g, stage_info, acc_dp, idx, wg, caller):
     declaration check)."""
     v = stage_info.context.values
     declared.take(g, stage_info, "the Q / dO stage", caller, "SmemQdO")
-    stage_info.touches("V" if g.d_split else f"V{wg}")
+    stage_info.touches(v_part(g, wg))
     _gemm_over_d(g, v, acc_dp, v.sV, v.sdO, idx[0], g.key_half(wg), wg)
     warpgroup.commit_group()
 
@@ -169,10 +174,6 @@ class SmemKV(MemoryResource):
         Checked for disjoint writes by verify/checks_writes.py."""
         return {"K": "r", **({} if self.g.late_v else v_footprint(self.g, task_name))}
 
-    def _v_part(self, wg):
-        """The part of V warp group ``wg``'s dP GEMM reads (``consumer_footprint``)."""
-        return "V" if self.g.d_split else f"V{wg}"
-
     @consumer_work(work_attrs=WorkAttr.WRITES)
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0):
         """``tma_store_dkv``: dV and dK leave through this warp group's V half (``store_v_grads``)."""
@@ -185,7 +186,7 @@ class SmemKV(MemoryResource):
         v = stage_info.context.values
         declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_sdp", "SmemQdO")
         stage_info.touches("K")
-        stage_info.touches(self._v_part(wg))
+        stage_info.touches(v_part(self.g, wg))
         warpgroup.fence()
         _gemm_over_d(self.g, v, acc_s, v.sK, v.sQ, idx[0], self.g.key_half(wg), wg)
         _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg), wg)

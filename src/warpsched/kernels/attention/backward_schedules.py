@@ -259,14 +259,17 @@ def store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tm
         ds_other.release()
     elif tma_store_dkv:
         (smem_kv if smem_v is None else smem_v).store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)
-        smem_kv.release()
-        if smem_v is not None:
-            smem_v.release()
+        release_kv(smem_kv, smem_v)
     else:
-        smem_kv.release()
-        if smem_v is not None:
-            smem_v.release()
+        release_kv(smem_kv, smem_v)
         grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
+
+
+def release_kv(smem_kv, smem_v):
+    """K / V released (``smem_v``, ``late_v``: V's own stage too)."""
+    smem_kv.release()
+    if smem_v is not None:
+        smem_v.release()
 
 
 def issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg):

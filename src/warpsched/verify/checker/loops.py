@@ -230,8 +230,6 @@ class LoopsMixin:
                                                for g in idle_guards)
         if idle_guards is not None and gs[2][ins.member] == EXITED and not idle:  # see Engine._pre_idle
             raise Violation("fault", f"checker: {ex.name} left its loop before it ran it", e, None)
-        if ex.uses_empty:  # the exits below skip the trip count an if_empty() block reads (bulk: no idle_guards)
-            idle = False
         if idle:
             # every step of the body is off for this loop run and nothing in it changes that: the
             # iterations touch nothing, so the member leaves at once and decides nothing. Sound:
