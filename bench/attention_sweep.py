@@ -91,7 +91,7 @@ def sides(q, k, v, causal, variants):
     def sdpa(kind):
         def fn():
             with sdpa_kernel([kind]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
         return fn
 
     for name in BACKENDS:
@@ -130,7 +130,7 @@ def backward_sides(q, k, v, causal, backends):
             else:
                 x = tuple(t.detach().clone().requires_grad_() for t in (q, k, v))
                 with sdpa_kernel([kinds[name]]):
-                    o = F.scaled_dot_product_attention(*x, is_causal=causal)
+                    o = F.scaled_dot_product_attention(*x, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
                 g = dout
             fn = (lambda o=o, x=x, g=g: torch.autograd.grad(o, x, g, retain_graph=True))
             theirs = fn()[0]
@@ -189,7 +189,8 @@ def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0, backward=
     import torch
 
     rows, rows_bwd, start = [], [], time.time()
-    for (B, H, S) in shapes:
+    for shape in shapes:
+        B, H, Hk, S = shape if len(shape) == 4 else (shape[0], shape[1], shape[1], shape[2])
         for D in dims:
             for causal in (False, True):
                 if budget and time.time() - start > budget:
@@ -197,8 +198,10 @@ def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0, backward=
                           "spent)", flush=True)
                     continue
                 torch.manual_seed(0)
-                q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-                name = f"{B}x{H}x{S} d{D} {'causal' if causal else 'full'}"
+                q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+                k, v = (torch.randn(B, Hk, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+                heads = f"{H}" if Hk == H else f"{H}/{Hk}"
+                name = f"{B}x{heads}x{S} d{D} {'causal' if causal else 'full'}"
                 print(name, flush=True)
                 fns = {n: f for n, f in sides(q, k, v, causal, variants).items() if n not in BACKENDS or n in backends}
                 flops = 4 * B * H * S * S * D / (2 if causal else 1)
@@ -242,6 +245,13 @@ def print_summaries(rows, extra):
             print(f"{side} / FA4: geomean {geo:.3f}x over {len(got)} shapes; worst {worst:.2f}x ({shape})")
 
 
+def parse_shape(text):
+    """``BxHxS`` or, with GQA, ``BxH/HkxS`` (H query heads over Hk K / V heads): (B, H, S) or (B, H, Hk, S)."""
+    b, h, s = text.split("x")
+    heads = tuple(int(x) for x in h.split("/"))
+    return (int(b),) + heads + (int(s),)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -249,7 +259,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="4x16x4096 only")
     ap.add_argument("--variants", default="", help="extra warpsched configurations timed alongside, e.g. "
                     "'simple:overlap=0,n176:block_n=176' (reported, not in the ratio)")
-    ap.add_argument("--shapes", default="", help="BxHxS list, e.g. 16x16x1024,4x16x4096 (default: all)")
+    ap.add_argument("--shapes", default="", help="BxHxS list, e.g. 16x16x1024,4x16x4096 (default: all); GQA: "
+                    "BxH/HkxS, e.g. 4x32/8x2048")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--backends", default=",".join(BACKENDS))
     ap.add_argument("--budget", type=float, default=0, help="seconds: start no shape after this (0: none)")
@@ -266,7 +277,7 @@ def main():
         args.variants = ",".join(keep)
     shapes = SHAPES[:1] if args.quick else SHAPES
     if args.shapes:
-        shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
+        shapes = [parse_shape(s) for s in args.shapes.split(",")]
     if args.child:
         run(args.rounds, shapes, tuple(int(d) for d in args.dims.split(",")), parse_variants(args.variants),
             tuple(b for b in args.backends.split(",") if b), args.budget, args.backward)

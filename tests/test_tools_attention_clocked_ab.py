@@ -15,8 +15,9 @@ _spec.loader.exec_module(ab)
 
 
 def test_parse_shape():
-    assert ab.parse_shape("16x16x1024:64:causal") == (16, 16, 1024, 64, True)
-    assert ab.parse_shape("4x8x4096:128:full") == (4, 8, 4096, 128, False)
+    assert ab.parse_shape("16x16x1024:64:causal") == (16, 16, 16, 1024, 64, True)
+    assert ab.parse_shape("4x8x4096:128:full") == (4, 8, 8, 4096, 128, False)
+    assert ab.parse_shape("4x32/8x2048:128:causal") == (4, 32, 8, 2048, 128, True)
     with pytest.raises(SystemExit, match="'causal' or 'full'"):
         ab.parse_shape("4x8x4096:128:window")
 

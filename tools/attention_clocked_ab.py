@@ -36,12 +36,14 @@ KERNELS = {"backward": r"regex:FlashAttentionBackward(_object|Sm90)",
 
 
 def parse_shape(text):
-    """``BxHxS:D:causal|full`` -> (B, H, S, D, causal)."""
+    """``BxHxS:D:causal|full`` (GQA: ``BxH/HkxS:...``, H query heads over Hk K / V heads) -> (B, H, Hk, S, D,
+    causal)."""
     dims, d, mask = text.split(":")
-    b, h, s = (int(x) for x in dims.split("x"))
+    b, h, s = dims.split("x")
+    h, _, hk = h.partition("/")
     if mask not in ("causal", "full"):
         raise SystemExit(f"shape {text!r}: the mask is 'causal' or 'full'")
-    return b, h, s, int(d), mask == "causal"
+    return int(b), int(h), int(hk or h), int(s), int(d), mask == "causal"
 
 
 def rotated(names, rep):
@@ -85,9 +87,10 @@ def child(args):
 
     from warpsched import ops
 
-    B, H, S, D, causal = parse_shape(args.shape)
+    B, H, Hk, S, D, causal = parse_shape(args.shape)
     torch.manual_seed(0)
-    q, k, v, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    q, dout = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    k, v = (torch.randn(B, Hk, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     if args.forward:
         return launch_all(forward_sides(args, q, k, v, causal), args)
     from attention_bwd_check import variants_for
@@ -176,7 +179,8 @@ def main():
                     "separated (default: default,again); --forward: name:key=value;... as attention_sweep.py's "
                     "(default: default:default=1,again:default=1); the first is the baseline of the ratios")
     ap.add_argument("--forward", action="store_true", help="the forward kernel instead of the backward")
-    ap.add_argument("--shapes", default=SHAPES, help="BxHxS:D:causal|full, comma-separated")
+    ap.add_argument("--shapes", default=SHAPES, help="BxHxS:D:causal|full (GQA: BxH/HkxS:...), "
+                    "comma-separated")
     ap.add_argument("--repeat", type=int, default=6, help="launches of each side per shape")
     ap.add_argument("--no-fa4", action="store_true", help="leave FlashAttention-4's kernel out")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
