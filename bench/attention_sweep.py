@@ -20,7 +20,8 @@ to the others,
 ``tuned=1`` starts it from the default's options for the head dim and mask: ``nofence:tuned=1;pv_wait_fence=0``;
 ``default=1`` from the options the default runs on that shape, sequence-length choices included, so
 ``again:default=1`` times the default a second time: a control for a close A / B).
-``--shapes 16x16x1024,4x16x4096``, ``--dims`` and ``--backends`` keep a GPU run short;
+``--shapes 16x16x1024,4x16x4096``, ``--dims`` and ``--backends`` keep a GPU run short (a GQA shape is written
+``BxH/HkxS``: ``4x32/8x2048``, H query heads over Hk K / V heads, SDPA called with ``enable_gqa``);
 ``--only-passed FILE`` (written by ``attention_correctness.py --passed-out FILE``) times only the
 variants that passed there.
 
