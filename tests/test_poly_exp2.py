@@ -1,7 +1,8 @@
 """``poly_exp2``: part of P's exponentials computed by a polynomial on the FMA pipe instead of MUFU.EX2
 (kernels/attention/poly_exp2.py). The arithmetic is checked on its numpy twin (the same float32 operations);
 the kernels are checked to trace the same program with fewer ``ex2.approx`` in their PTX, and bad values of the
-option to be refused naming the fix. What it is worth on the GPU: docs/attention.md ("exp2 on the FMA pipe")."""
+option to be refused naming the fix. What it is worth on the GPU: docs/history/attention_backward.md ("exp2 on the
+FMA pipe")."""
 from __future__ import annotations
 
 import re
