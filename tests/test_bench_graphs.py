@@ -226,3 +226,16 @@ def test_alternate_records_each_round_and_pairs_ratios_by_round():
     slow_round = {"base": [1.0, 2.0, 1.0], "side": [0.5, 1.0, 0.8]}  # round 2 twice as slow for both
     mid, lo, hi = _eager.paired_ratio(slow_round, "side", "base")
     assert (mid, lo, hi) == (2.0, 1.25, 2.0)
+
+
+def test_the_attention_sweep_reads_gqa_shapes():
+    """bench/attention_sweep.py's ``--shapes``: ``BxHxS`` as before, and ``BxH/HkxS`` for H query heads over Hk
+    K / V heads (the decoder block's GQA 32 / 8)."""
+    import pytest
+
+    import attention_sweep as sweep
+
+    assert sweep.parse_shape("16x16x1024") == (16, 16, 1024)
+    assert sweep.parse_shape("4x32/8x2048") == (4, 32, 8, 2048)
+    with pytest.raises(ValueError):
+        sweep.parse_shape("4x32x8x2048")
