@@ -46,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples", "hopper"))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-SHAPES = [(4, 16, 4096), (2, 16, 8192), (16, 16, 1024), (1, 32, 16384)]
+SHAPES = [(4, 16, 16, 4096), (2, 16, 16, 8192), (16, 16, 16, 1024), (1, 32, 32, 16384)]  # B, H, H_kv, S
 BACKENDS = ("cudnn", "flash", "efficient", "fa4")  # fa4: FlashAttention-4's CuTe DSL forward, when installed
 
 
@@ -190,8 +190,7 @@ def run(rounds, shapes, dims, variants, backends=BACKENDS, budget=0.0, backward=
     import torch
 
     rows, rows_bwd, start = [], [], time.time()
-    for shape in shapes:
-        B, H, Hk, S = shape if len(shape) == 4 else (shape[0], shape[1], shape[1], shape[2])
+    for B, H, Hk, S in shapes:
         for D in dims:
             for causal in (False, True):
                 if budget and time.time() - start > budget:
@@ -247,10 +246,10 @@ def print_summaries(rows, extra):
 
 
 def parse_shape(text):
-    """``BxHxS`` or, with GQA, ``BxH/HkxS`` (H query heads over Hk K / V heads): (B, H, S) or (B, H, Hk, S)."""
+    """``BxHxS`` or, with GQA, ``BxH/HkxS`` (H query heads over Hk K / V heads) -> (B, H, Hk, S)."""
     b, h, s = text.split("x")
-    heads = tuple(int(x) for x in h.split("/"))
-    return (int(b),) + heads + (int(s),)
+    h, _, hk = h.partition("/")
+    return int(b), int(h), int(hk or h), int(s)
 
 
 def main():

@@ -235,7 +235,7 @@ def test_the_attention_sweep_reads_gqa_shapes():
 
     import attention_sweep as sweep
 
-    assert sweep.parse_shape("16x16x1024") == (16, 16, 1024)
+    assert sweep.parse_shape("16x16x1024") == (16, 16, 16, 1024)
     assert sweep.parse_shape("4x32/8x2048") == (4, 32, 8, 2048)
     with pytest.raises(ValueError):
         sweep.parse_shape("4x32x8x2048")

@@ -29,6 +29,9 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from attention_sweep import parse_shape as parse_heads  # noqa: E402  (BxHxS or BxH/HkxS, as the sweep reads it)
+
 SHAPES = "8x32x2048:128:causal,4x16x4096:128:full,16x16x1024:64:causal,4x16x4096:64:full,16x16x1024:128:full"
 # ours (every variant) and FA4's main kernel, not the backward's pre- / post-passes
 KERNELS = {"backward": r"regex:FlashAttentionBackward(_object|Sm90)",
@@ -39,11 +42,9 @@ def parse_shape(text):
     """``BxHxS:D:causal|full`` (GQA: ``BxH/HkxS:...``, H query heads over Hk K / V heads) -> (B, H, Hk, S, D,
     causal)."""
     dims, d, mask = text.split(":")
-    b, h, s = dims.split("x")
-    h, _, hk = h.partition("/")
     if mask not in ("causal", "full"):
         raise SystemExit(f"shape {text!r}: the mask is 'causal' or 'full'")
-    return int(b), int(h), int(hk or h), int(s), int(d), mask == "causal"
+    return parse_heads(dims) + (int(d), mask == "causal")
 
 
 def rotated(names, rep):
