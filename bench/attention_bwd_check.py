@@ -121,9 +121,6 @@ VARIANTS[64]["g3f"] = dict(bwd.default_options(64, full=True), grid3d=True, full
 for _d in VARIANTS:  # P's mask on the exponent before the exp2 (mask_first), or on P after it
     VARIANTS[_d]["mf"] = dict(bwd.default_options(_d), mask_first=True)
     VARIANTS[_d]["ml"] = dict(bwd.default_options(_d), mask_first=False)
-for _d in (64, 128):  # V in a stage of its own, waited for in the first step (late_v: FA4's start of a unit)
-    VARIANTS[_d]["lv"] = dict(bwd.default_options(_d), late_v=True, causal_only=True)
-    VARIANTS[_d]["lvf"] = dict(bwd.default_options(_d, full=True), late_v=True, full_only=True)
 # the deferred dQ GEMM with every 8th exp2 on the FMA pipe, interleaved (each measured faster alone on non-causal
 # head dim 64 rows at locked clocks: tools/attention_clocked_ab.py)
 VARIANTS[64]["defer+p8i"] = dict(_D64, dq_defer=True, poly_exp2=8, poly_interleave=True)

@@ -70,7 +70,7 @@ def test_a_dq_gemm_with_no_declared_stage_does_not_trace(defer):
 
 
 def _scores_without_dp_declaration(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores,
-                                   tma_stats, split_stats, early_stats, after_s=None, v_first=None):
+                                   tma_stats, split_stats, early_stats, after_s=None):
     """``step_scores`` with dP's GEMM issued without declaring that it reads the Q / dO stage too."""
     acc_s, acc_dp, _, _, _, p, ds = regs
     if early_stats:

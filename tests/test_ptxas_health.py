@@ -42,11 +42,6 @@ CASES = {
         head_dim=128, causal=True, **dict(bh.default_options(128), deterministic=True)),
     "backward hd64 dkv_in_ds": lambda: bh.compile_for_cpu(
         head_dim=64, causal=True, **dict(bh.default_options(64), dkv_in_ds=True)),
-    # late_v (opt-in, a candidate default): the peeled first step with V's wait between the S and dP GEMMs
-    "backward hd64 causal late_v": lambda: bh.compile_for_cpu(
-        head_dim=64, causal=True, **dict(bh.default_options(64), late_v=True)),
-    "backward hd128 full late_v": lambda: bh.compile_for_cpu(
-        head_dim=128, causal=False, **dict(bh.default_options(128, full=True), late_v=True)),
 }
 QUICK = ("backward hd64 causal", "backward hd128 causal")
 

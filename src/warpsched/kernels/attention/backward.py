@@ -37,7 +37,6 @@ from warpsched import PipelineConfig, SmemAllocation, SmemAllocator, Task, TaskM
 
 from .. import _host
 from .backward_resources import Grads, MathOrder, SmemDQ, SmemDS, SmemKV, SmemQdO
-from .backward_late_v import late_v_option, v_stage
 from .backward_schedules import (dq_writer_schedule, grad_schedule, grad_schedule_deferred, grad_schedule_split,
                                  load_schedule)
 from .config import AttentionConfig, switches_on
@@ -71,17 +70,15 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
         **({"partial_stage": True} if g.tma_stats and g.stats_stride != g.block_m else {}))
     smem_kv = SmemKV(name="SmemKV", pipeline_config=kv_cfg, g=g)
     smem_qdo = SmemQdO(name="SmemQdO", pipeline_config=qdo_cfg, g=g)
-    smem_v = v_stage(g)  # late_v: V's own stage, else None
-    kv = [smem_kv] if smem_v is None else [smem_kv, smem_v]
-    load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo] + kv[1:], warp_idx=0,
-                num_warps=1, num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n, smem_v))
+    load = Task(name="LoadTask", src_resources=[], dst_resources=[smem_kv, smem_qdo], warp_idx=0, num_warps=1,
+                num_registers=g.producer_regs, schedule=load_schedule(smem_kv, smem_qdo, n))
     dq_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.dq_stages, producer_group=threads(128),
                                                             consumer_group=threads(32))
     smem_dqs = [SmemDQ(name=f"SmemDQ{wg}", pipeline_config=dq_cfg, g=g, wg=wg) for wg in range(2)]
     finish = {"finish": True} if g.dq_finish else {}  # the dQ finish's work (a planted twin may not take it)
     writer = Task(name="DQWriter", src_resources=list(smem_dqs), dst_resources=[], warp_idx=1, num_warps=1,
                   num_registers=g.producer_regs, schedule=dq_writer_schedule(*smem_dqs, n, **finish))
-    tasks, graph, grads_all = [load, writer], {r: [] for r in kv + [smem_qdo]}, []
+    tasks, graph, grads_all = [load, writer], {smem_kv: [], smem_qdo: []}, []
     smem_dss = []
     if g.exchange:
         ds_cfg = PipelineConfig.create_async_async_pipeline_cfg(num_stages=g.ds_stages, producer_group=threads(128),
@@ -96,14 +93,12 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
     for wg in range(2):
         grads = Grads(name=f"Grads{wg}", g=g, wg=wg)
         grads_all.append(grads)
-        src, dst = kv + [smem_qdo], [grads, smem_dqs[wg]]
+        src, dst = [smem_kv, smem_qdo], [grads, smem_dqs[wg]]
         turn = {} if order is None else {"order": order}
         turn.update({n: True for n in ("overlap_scores", "overlap_dq", "tma_stats", "tma_store_dkv", "split_stats",
                                        "early_stats", "dkv_in_ds") if getattr(g, n)})
         if g.dq_parts > 1:
             turn["dq_parts"] = g.dq_parts
-        if smem_v is not None:
-            turn["smem_v"] = smem_v
         if order is not None:
             (dst if wg == 0 else src).append(order)
         if g.split_queries:
@@ -117,15 +112,15 @@ def build(g=None, *, steps=None, verbose=True, **manager_options):
             sched = grad_schedule(smem_kv, smem_qdo, grads, smem_dqs[wg], n, wg, **turn)
         if g.exchange:  # this warp group writes its SmemDS tiles and reads the other's
             src, dst = src + [smem_dss[1 - wg]], dst + [smem_dss[wg]]
-            graph[smem_dss[wg]] = kv + [smem_qdo]
+            graph[smem_dss[wg]] = [smem_kv, smem_qdo]
         tasks.append(Task(name=f"Grad{wg}", src_resources=src, dst_resources=dst, warp_idx=4 * (1 + wg), num_warps=4,
                           num_registers=g.consumer_regs, schedule=sched))
-        graph[grads] = kv + [smem_qdo]
-        graph[smem_dqs[wg]] = kv + [smem_qdo]
+        graph[grads] = [smem_kv, smem_qdo]
+        graph[smem_dqs[wg]] = [smem_kv, smem_qdo]
     smem = SmemAllocator()
     if g.split_queries:  # the dQ GEMM's A operand spans both warp groups' dS tiles
         smem.add_adjacent(g.alloc_ds)
-    for resource in (*kv, smem_qdo, *grads_all, *smem_dss, *smem_dqs):
+    for resource in (smem_kv, smem_qdo, *grads_all, *smem_dss, *smem_dqs):
         smem.add_resource(resource)
     smem.compute_layout()
     return TaskManager(tasks=tasks, resource_dependency_graph=graph, smem_allocator=smem, verbose=verbose,
@@ -143,7 +138,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
                  stage_first=False, lpt=False, lpt_heads=None, early_stats=False, dq_finish=False,
                  dkv_in_ds=False, dq_defer=False, live_units=False, unit_in_regs=False, split_queries=False,
                  own_first=False, own_regs=False, poly_exp2=0, poly_interleave=False, ds_stages=1,
-                 grid3d=False, mask_first=False, late_v=False):
+                 grid3d=False, mask_first=False):
         if dtype not in (cutlass.BFloat16, cutlass.Float16):
             raise AttentionConfigError(f"dtype {dtype.__name__}: supported are BFloat16 and Float16")
         if head_dim not in BWD_HEAD_DIMS:
@@ -300,7 +295,6 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         # the units' order and where a CTA reads its unit (backward_units.BackwardUnits.unit_order_options)
         self.unit_order_options(lpt, lpt_heads, live_units, unit_in_regs, grid3d, dq_finish)
         self.mask_first = bool(mask_first)  # P's mask on the exponent, before the exp2 (backward_math.probs)
-        self.late_v = late_v_option(self, late_v)  # V's own stage, waited for in the first step (backward_late_v)
         # dQ converted inside the kernel by the key block that adds last into each Q block (attention.dq_finish),
         # not by a post-pass over the whole fp32 buffer
         if dq_finish and (not self.flat_dq or self.dq_swap or self.d_split or flat_boxes != 1 or self.varlen
@@ -316,8 +310,7 @@ class FlashAttentionBackward(BackwardUnits, BackwardLayouts):
         self.producer_regs, self.consumer_regs = producer_regs, consumer_regs
         self.threads = 384
         elem = dtype.width // 8
-        self.kv_bytes = (1 if late_v else 2) * self.block_n * head_dim * elem  # K and V of the block (late_v: K)
-        self.v_bytes = self.block_n * head_dim * elem
+        self.kv_bytes = 2 * self.block_n * head_dim * elem  # K and V of the block
         # Q and dO of a step (and with tma_stats its 64 fp32 LSE and delta values)
         self.qdo_bytes = 2 * self.block_m * head_dim * elem + (2 * self.block_m * 4 if self.tma_stats else 0)
         self.alloc_k = SmemAllocation("sK", dtype=dtype, count=self.block_n * head_dim, alignment=1024)

@@ -51,54 +51,9 @@ def _gemm_over_d(g, v, acc, s_a, s_b, stage, half: cutlass.Constexpr, wg: cutlas
         cute.gemm(mma, acc, frag_a[(None, None, kb, half)], b, acc)
 
 
-def load_key_tiles(g, stage_info, tiles):
-    """TMA loads of the unit's key block of each (tma, global tensor, SMEM tile) in ``tiles`` (K, V), one 64-key
-    half per warp group's part of the tile."""
-    v = stage_info.context.values
-    n_block, kv_head, batch = g.unit_coords(v.unit)
-    for tma, m_x, s_x in tiles:
-        if cutlass.const_expr(g.varlen):  # the unit's sequence's keys of the packed K / V
-            g_x = cute.flat_divide(g.rows_of(m_x, v.unit, kv_head, batch, key=True),
-                                   (HALF, g.head_dim))[(None, None, None, 0)]
-        else:
-            g_x = cute.flat_divide(m_x, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
-        t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
-                                                    cute.group_modes(g_x, 0, 2))
-        for w in range(g.key_halves):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
-            stage_info.tma_copy(tma, t_g[(None, n_block * g.key_halves + w)], t_s[(None, w)])
-
-
 def v_part(g, wg):
     """The part of V warp group ``wg``'s dP GEMM reads: its own key half, or with ``d_split`` all of V."""
     return "V" if g.d_split else f"V{wg}"
-
-
-def v_footprint(g, task_name):
-    """What a gradient warp group's work touches of V: its own half (its dP GEMM; with ``tma_store_dkv`` also
-    written, ``store_v_grads``), or with ``d_split`` all of it."""
-    if g.d_split:
-        return {"V": "r"}
-    wg = int(task_name[-1])
-    return {f"V{wg}": "rw" if g.tma_store_dkv and not g.dkv_in_ds else "r"}
-
-
-def dp_gemm(g, stage_info, acc_dp, idx, wg, caller):
-    """dP^T = V_w dO_i^T, a commit group of its own (``overlap_scores``; ``caller`` names the work for the
-    declaration check)."""
-    v = stage_info.context.values
-    declared.take(g, stage_info, "the Q / dO stage", caller, "SmemQdO")
-    stage_info.touches(v_part(g, wg))
-    _gemm_over_d(g, v, acc_dp, v.sV, v.sdO, idx[0], g.key_half(wg), wg)
-    warpgroup.commit_group()
-
-
-def store_v_grads(g, stage_info, acc_dk, acc_dv, wg):
-    """``tma_store_dkv``: dV and dK leave through warp group ``wg``'s V half, which only its own dP GEMMs read
-    (all retired), before V is released (``backward_math.store_dkv_tma``)."""
-    v = stage_info.context.values
-    n_block, kv_head, batch = g.unit_coords(v.unit)
-    stage_info.touches(f"V{wg}", "w")  # held to consumer_footprint (lower/footprints.py)
-    bmath.store_dkv_tma(acc_dk, acc_dv, g, stage_info.context, n_block, kv_head, batch, wg=wg)
 
 
 def _fragment(mma, thr, tile, as_a):
@@ -159,25 +114,41 @@ class SmemKV(MemoryResource):
         return bmath.make_stats(acc_s, stage_info.context.values)
 
     def get_smem_requirements(self):
-        return [self.g.alloc_k] + ([] if self.g.late_v else [self.g.alloc_v])
+        return [self.g.alloc_k, self.g.alloc_v]
 
     @producer_work
     def tma_load(self, stage_info: StageInfo):
-        """K and V (``late_v``: K alone; V is ``SmemV``'s)."""
-        v = stage_info.context.values
-        load_key_tiles(self.g, stage_info, ((v.tma_k, v.mK, v.sK),) + (() if self.g.late_v else
-                                                                        ((v.tma_v, v.mV, v.sV),)))
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
+        for tma, m_x, s_x in ((v.tma_k, v.mK, v.sK), (v.tma_v, v.mV, v.sV)):
+            if cutlass.const_expr(g.varlen):  # the unit's sequence's keys of the packed K / V
+                g_x = cute.flat_divide(g.rows_of(m_x, v.unit, kv_head, batch, key=True),
+                                       (HALF, g.head_dim))[(None, None, None, 0)]
+            else:
+                g_x = cute.flat_divide(m_x, (HALF, g.head_dim))[(None, None, None, 0, kv_head, batch)]
+            t_s, t_g = cute.nvgpu.cpasync.tma_partition(tma, 0, cute.make_layout(1), cute.group_modes(s_x, 0, 2),
+                                                        cute.group_modes(g_x, 0, 2))
+            for w in range(g.key_halves):  # keys [64 w, 64 w + 64) of the block go to warp group w's half
+                stage_info.tma_copy(tma, t_g[(None, n_block * g.key_halves + w)], t_s[(None, w)])
 
     def consumer_footprint(self, task_name):
         """What each gradient warp group's work touches in the stage: all of K (its S GEMM reads its half,
-        ``shared_ds``'s dQ GEMM both) and its own V half (``v_footprint``; ``late_v``: none, V is ``SmemV``'s).
-        Checked for disjoint writes by verify/checks_writes.py."""
-        return {"K": "r", **({} if self.g.late_v else v_footprint(self.g, task_name))}
+        ``shared_ds``'s dQ GEMM both) and its own V half (its dP GEMM; with ``tma_store_dkv`` also written:
+        ``store_grads``; ``d_split``: all of V, both warp groups' keys). Checked for disjoint writes by
+        verify/checks_writes.py."""
+        if self.g.d_split:
+            return {"K": "r", "V": "r"}
+        wg = int(task_name[-1])
+        return {"K": "r", f"V{wg}": "rw" if self.g.tma_store_dkv and not self.g.dkv_in_ds else "r"}
 
     @consumer_work(work_attrs=WorkAttr.WRITES)
     def store_grads(self, stage_info: StageInfo, acc_dk, acc_dv, *, wg: cutlass.Constexpr = 0):
-        """``tma_store_dkv``: dV and dK leave through this warp group's V half (``store_v_grads``)."""
-        store_v_grads(self.g, stage_info, acc_dk, acc_dv, wg)
+        """``tma_store_dkv``: dV and dK leave through this warp group's V half, which only its own dP GEMMs
+        read (all retired), before the stage is released (``backward_math.store_dkv_tma``)."""
+        g, v = self.g, stage_info.context.values
+        n_block, kv_head, batch = g.unit_coords(v.unit)
+        stage_info.touches(f"V{wg}", "w")  # held to consumer_footprint (lower/footprints.py)
+        bmath.store_dkv_tma(acc_dk, acc_dv, g, stage_info.context, n_block, kv_head, batch, wg=wg)
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K, V (and Q, dO: SmemQdO.gemm_operand) until the retire
     @cute.jit
@@ -207,8 +178,12 @@ class SmemKV(MemoryResource):
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads V (and dO: SmemQdO.gemm_operand) until its retire
     @cute.jit
     def mma_dp(self, stage_info: StageInfo, acc_dp, idx, *, wg: cutlass.Constexpr = 0):
-        """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group (``dp_gemm``)."""
-        dp_gemm(self.g, stage_info, acc_dp, idx, wg, "SmemKV.mma_dp")
+        """``overlap_scores``: dP^T = V_w dO_i^T, its own commit group."""
+        v = stage_info.context.values
+        declared.take(self.g, stage_info, "the Q / dO stage", "SmemKV.mma_dp", "SmemQdO")
+        stage_info.touches(v_part(self.g, wg))
+        _gemm_over_d(self.g, v, acc_dp, v.sV, v.sdO, idx[0], self.g.key_half(wg), wg)
+        warpgroup.commit_group()
 
     @consumer_work(work_attrs=WorkAttr.WGMMA)  # reads K (and the dS tiles) until the retire
     @cute.jit

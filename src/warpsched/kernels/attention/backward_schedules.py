@@ -9,28 +9,15 @@ from warpsched import domain_loop, schedule
 
 
 @schedule
-def load_schedule(smem_kv, smem_qdo, steps, smem_v=None):
-    """K / V, then each step's Q / dO stage. ``smem_v`` (``late_v``): K, the first Q / dO stage, then V (its own
-    pipeline), so the first S GEMM waits for neither V nor its bytes; a unit with no step loads V after the loop."""
+def load_schedule(smem_kv, smem_qdo, steps):
+    """K / V, then each step's Q / dO stage."""
     smem_kv.acquire()
     smem_kv.tma_load()
     smem_kv.commit()
-    with domain_loop(0, steps, 1) as d:
+    with domain_loop(0, steps, 1):
         smem_qdo.acquire()
         smem_qdo.tma_load()
         smem_qdo.commit()
-        if smem_v is not None:
-            with d.first_iter():
-                load_v(smem_v)
-    if smem_v is not None:
-        with d.if_empty():
-            load_v(smem_v)
-
-
-def load_v(smem_v):
-    smem_v.acquire()
-    smem_v.tma_load()
-    smem_v.commit()
 
 
 def take_turn(order, wg):
@@ -58,7 +45,7 @@ def read_stage_stats(smem_qdo, lse2, delta, split_stats, wg):
 @schedule
 def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds_other=None, order=None,
                   overlap_scores=False, overlap_dq=False, tma_stats=False, tma_store_dkv=False, split_stats=False,
-                  dq_parts=1, early_stats=False, dkv_in_ds=False, smem_v=None):
+                  dq_parts=1, early_stats=False, dkv_in_ds=False):
     """One consumer warp group: the S / dP GEMMs, P and dS, the dV / dK GEMMs and the dQ GEMM of every
     step, retired before the step's Q / dO stage is released; K / V released after the last step.
     ``ds_mine`` / ``ds_other`` (``shared_ds``): dS goes through ``SmemDS`` and the dQ GEMM covers all 128
@@ -73,15 +60,13 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
     the LSE alone) read from the stage before the S / dP GEMMs are issued, not among them (where the
     shared-memory loads waited behind the GEMMs' issue in the MIO queue: docs/attention.md, "The program").
     ``dkv_in_ds`` (with ``tma_store_dkv``): dK and dV leave through this warp group's dS tile, taken back once
-    more after the last step, and the other warp group's tile is taken and returned once more to match.
-    ``smem_v`` (``late_v``): V waited for in the first step, between the S and dP GEMMs (``step_scores``), or
-    after the loop when there is no step, and released with K."""
+    more after the last step, and the other warp group's tile is taken and returned once more to match."""
     regs, lse2, delta, idx = start_unit(smem_kv, smem_qdo, grads, overlap_scores)
     acc_s, acc_dp, acc_dv, acc_dk, acc_dq, p, ds = regs
-    with domain_loop(0, steps, 1) as d:
+    with domain_loop(0, steps, 1):
         smem_qdo.wait()
         step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats,
-                    split_stats, early_stats, v_first=None if smem_v is None else (d, smem_v))
+                    split_stats, early_stats)
         if ds_mine is not None:
             ds_mine.acquire()  # the other warp group's previous dQ GEMM has read this tile
             ds_mine.store(ds=ds, acc_dp=acc_dp)
@@ -114,8 +99,7 @@ def grad_schedule(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine=None, ds
         if overlap_dq:  # dQ went out to its stage while the dK GEMM ran
             smem_qdo.retire()
             smem_qdo.release()
-    wait_v_if_no_step(d, smem_v)
-    store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds, smem_v)
+    store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
 
 
 @schedule
@@ -200,12 +184,10 @@ def start_unit(smem_kv, smem_qdo, grads, stats):
 
 
 def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, overlap_scores, tma_stats, split_stats,
-                early_stats, v_first=None):
+                early_stats):
     """A step's S / dP GEMMs (issued in turn with ``order``), then P^T and dS^T in registers (with
     ``overlap_scores``: S and dP in two commit groups, P computed while dP's runs; the LSE / delta from the stage
-    with ``tma_stats``, before the GEMMs with ``early_stats``, delta after P with ``split_stats``).
-    ``v_first``: (the loop's handle, ``SmemV``) with ``late_v``: the first step waits for V after issuing the
-    S GEMM, and dP's GEMM reads V from there."""
+    with ``tma_stats``, before the GEMMs with ``early_stats``, delta after P with ``split_stats``)."""
     acc_s, acc_dp, _, _, _, p, ds = regs
     take_turn(order, wg)
     if early_stats:
@@ -214,13 +196,7 @@ def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, ove
     if overlap_scores:
         smem_kv.mma_s(acc_s=acc_s, idx=idx, wg=wg)
         smem_qdo.gemm_operand_again()  # dP's group reads the stage too (dO), until its own retire
-        if v_first is not None:
-            d, smem_v = v_first
-            with d.first_iter():  # V's load was issued after the first Q / dO stage's
-                smem_v.wait()
-            smem_v.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
-        else:
-            smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
+        smem_kv.mma_dp(acc_dp=acc_dp, idx=idx, wg=wg)
         pass_turn(order, wg)
         if tma_stats and not early_stats:
             read_stage_stats(smem_qdo, lse2, delta, split_stats, wg)
@@ -239,17 +215,9 @@ def step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, order, ove
         grads.scores(acc_s=acc_s, acc_dp=acc_dp, p=p, ds=ds)
 
 
-def wait_v_if_no_step(d, smem_v):
-    """``late_v``: a unit whose loop ran no step waits for V here (its first step would have)."""
-    if smem_v is not None:
-        with d.if_empty():
-            smem_v.wait()
-
-
-def store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds,
-                       smem_v=None):
+def store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds):
     """After the last step: dK and dV out (by TMA through the V half, or with ``dkv_in_ds`` through the dS tile
-    taken back once more; else from registers) and K / V released (``smem_v``: V's own stage too)."""
+    taken back once more; else from registers) and K / V released."""
     if dkv_in_ds:
         smem_kv.release()
         ds_mine.acquire()  # the other warp group's last dQ GEMM has read this tile
@@ -258,18 +226,11 @@ def store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tm
         ds_other.wait()  # the other warp group's tile after its stores: the hand-overs stay paired
         ds_other.release()
     elif tma_store_dkv:
-        (smem_kv if smem_v is None else smem_v).store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)
-        release_kv(smem_kv, smem_v)
+        smem_kv.store_grads(acc_dk=acc_dk, acc_dv=acc_dv, wg=wg)
+        smem_kv.release()
     else:
-        release_kv(smem_kv, smem_v)
+        smem_kv.release()
         grads.store(acc_dk=acc_dk, acc_dv=acc_dv)
-
-
-def release_kv(smem_kv, smem_v):
-    """K / V released (``smem_v``, ``late_v``: V's own stage too)."""
-    smem_kv.release()
-    if smem_v is not None:
-        smem_v.release()
 
 
 def issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg):
@@ -290,7 +251,7 @@ def stage_dq(smem_dq, acc_dq):
 @schedule
 def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine, ds_other, tma_stats=False,
                            tma_store_dkv=False, split_stats=False, early_stats=False, dkv_in_ds=False,
-                           overlap_dq=False, smem_v=None, **_):
+                           overlap_dq=False, **_):
     """``dq_defer`` (``shared_ds``): a step's dQ GEMM is issued at the next step, after that step's
     dS is computed and before its dS tile is written (two stages per warp group), and the last step's at the
     step's end. By then the other warp group committed its tile of the step long ago, so neither waits for the
@@ -307,7 +268,7 @@ def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine
             ds_mine.commit()
         smem_qdo.wait()
         step_scores(smem_kv, smem_qdo, grads, wg, regs, idx, lse2, delta, None, True, tma_stats, split_stats,
-                    early_stats, v_first=None if smem_v is None else (d, smem_v))
+                    early_stats)
         issue_dq(smem_kv, ds_mine, ds_other, acc_dq, wg)  # the previous step's dQ (at the first, dropped)
         ds_mine.acquire()  # the other warp group's dQ GEMM of two steps back has read this stage
         ds_mine.store(ds=ds, acc_dp=acc_dp)
@@ -333,8 +294,7 @@ def grad_schedule_deferred(smem_kv, smem_qdo, grads, smem_dq, steps, wg, ds_mine
             smem_kv.retire()
             ds_other.release()
             stage_dq(smem_dq, acc_dq)
-    wait_v_if_no_step(d, smem_v)
-    store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds, smem_v)
+    store_grads_at_end(smem_kv, grads, acc_dk, acc_dv, wg, ds_mine, ds_other, tma_store_dkv, dkv_in_ds)
 
 
 @schedule

@@ -31,7 +31,7 @@ BACKWARD_SWITCHES = ("shared_ds", "wg_order", "varlen", "deterministic", "overla
                      "tma_store_dkv", "dq_stages", "flat_dq", "flat_boxes", "stage_first", "lpt", "lpt_heads",
                      "live_units", "unit_in_regs", "early_stats", "dq_finish", "dkv_in_ds", "dq_defer",
                      "split_queries", "own_first", "own_regs", "poly_exp2", "poly_interleave", "ds_stages", "grid3d",
-                     "mask_first", "late_v")
+                     "mask_first")
 VALUED_OFF = {"dq_stages": 1, "flat_boxes": 1, "lpt_heads": None, "poly_exp2": 0, "ds_stages": 1}
 
 
