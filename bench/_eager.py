@@ -83,6 +83,16 @@ def paired_ratio(samples, side, base):
     return statistics.median(ratios), ratios[0], ratios[-1]
 
 
+def spread_line(row, samples, base="warpsched"):
+    """One line for a table row: each other side's time over ``base``'s, paired by round (``paired_ratio``: median
+    and range over the rounds), so a reader sees how far the row's ratio can be trusted."""
+    parts = []
+    for side in [n for n in samples if n != base]:
+        mid, lo, hi = paired_ratio(samples, base, side)
+        parts.append(f"{side} / {base} {mid:.3f}x ({lo:.3f}-{hi:.3f})")
+    return f"  {row}, by round: " + "; ".join(parts)
+
+
 def per_call_us(torch, fn, n=300):
     """(host issue µs, wall µs) per call of ``fn`` over ``n`` calls after a warm-up: the issue time stops
     when the host has queued the last call, the wall time after the device finished it."""

@@ -14,7 +14,8 @@ MLP``, the [gate | up] weight and torch's silu(gate) * up), ``torch`` (``F.linea
 autotuner). Passes: forward (under ``torch.no_grad``, as inference runs), and forward + backward (a loss on
 the output, gradients for every weight and the input). Modes: eager and ``torch.compile``. Sizes: decode
 (1 x 16 tokens), prefill (4 x 2048), training (8 x 4096; forward + backward only). First, gradients of a
-small block against an fp32 torch reference; last, the per-op host-overhead table (``bench/_host_ops.py``).
+small block against an fp32 torch reference; after the table, each row's ratios paired by round (median and
+range: how far one row can be trusted); last, the per-op host-overhead table (``bench/_host_ops.py``).
 
     python3 bench/model_block.py [--rounds 3] [--sizes decode,prefill,training] [--no-compile] [--no-host-table]
                                  [--unfused-mlp] [--composed-rmsnorm]
@@ -28,7 +29,7 @@ import types
 
 import torch
 import torch.nn.functional as F
-from _eager import alternate  # bench/_eager.py: sides alternated, host time included
+from _eager import alternate, spread_line  # bench/_eager.py: sides alternated, host time included
 from _host_ops import host_table  # bench/_host_ops.py: the per-op host-overhead table
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP = 4096, 32, 8, 128, 14336
@@ -248,6 +249,9 @@ def profiled_steps(size, pas, compiled=False):
     return steps
 
 
+SPREADS = []  # one line per table row: the ratios paired by round (_eager.spread_line), printed after the table
+
+
 def run(size, passes, compile_modes, rounds):
     B, S = SIZES[size]
     p = params()
@@ -285,7 +289,9 @@ def run(size, passes, compile_modes, rounds):
                 except Exception as e:  # noqa: BLE001
                     print(f"  {name} {size} {pas} {mode}: {type(e).__name__}: {str(e)[:160]} (left out)", flush=True)
                     del fns[name]
-            med = alternate(torch, fns, rounds=rounds, iters=20 if S <= 16 else 3)
+            samples = {}
+            med = alternate(torch, fns, rounds=rounds, iters=20 if S <= 16 else 3, samples=samples)
+            SPREADS.append(spread_line(f"{size} {B}x{S} {pas} {mode}", samples))
             print(f"| {size} {B}x{S} | {pas} | {mode} | "
                   + " | ".join(f"{med[s] * 1e3:.0f}" if s in med else "-" for s in sides_names())
                   + f" | {med['torch'] / med['warpsched']:.3f}x"
@@ -330,6 +336,8 @@ def main():
         ap.error("--compile-only with --no-compile leaves no rows; --passes takes forward and forward+backward")
     for size in a.sizes.split(","):
         run(size, passes, modes, a.rounds)
+    print(f"\nEach row's ratios paired by round ({a.rounds} rounds; median and range):")
+    print("\n".join(SPREADS), flush=True)
     if not a.no_host_table:
         print("\nHost cost per op (bench/_host_ops.py):", flush=True)
         host_table()

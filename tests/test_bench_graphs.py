@@ -239,3 +239,16 @@ def test_the_attention_sweep_reads_gqa_shapes():
     assert sweep.parse_shape("4x32/8x2048") == (4, 32, 8, 2048)
     with pytest.raises(ValueError):
         sweep.parse_shape("4x32x8x2048")
+
+
+def test_a_rows_spread_pairs_each_peer_with_warpsched_by_round():
+    """bench/_eager.spread_line (what model_block.py prints under its table): each peer's time over warpsched's,
+    paired by round, as the median and the range; a round where the clock sagged for both sides moves neither."""
+    import _eager
+
+    samples = {"warpsched": [10.0, 20.0, 10.0], "torch": [11.0, 20.0, 9.0], "quack+FA4": [12.0, 24.0, 12.0]}
+    line = _eager.spread_line("prefill 4x2048 forward compile", samples)
+    assert line.startswith("  prefill 4x2048 forward compile, by round: ")
+    assert "torch / warpsched 1.000x (0.900-1.100)" in line  # paired: 1.1, 1.0, 0.9
+    assert "quack+FA4 / warpsched 1.200x (1.200-1.200)" in line  # the doubled round pairs at 1.2 too
+    assert "warpsched / warpsched" not in line
