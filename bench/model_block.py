@@ -249,11 +249,11 @@ def profiled_steps(size, pas, compiled=False):
     return steps
 
 
-SPREADS = []  # one line per table row: the ratios paired by round (_eager.spread_line), printed after the table
-
-
 def run(size, passes, compile_modes, rounds):
+    """Print ``size``'s table rows; return one line per row of its ratios paired by round (``_eager.spread_line``),
+    for after the table."""
     B, S = SIZES[size]
+    spreads = []
     p = params()
     pf = fused_mlp_params(p)  # warpsched's side: the gate / up weight interleaved
     x = torch.randn(B, S, HIDDEN, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -291,12 +291,13 @@ def run(size, passes, compile_modes, rounds):
                     del fns[name]
             samples = {}
             med = alternate(torch, fns, rounds=rounds, iters=20 if S <= 16 else 3, samples=samples)
-            SPREADS.append(spread_line(f"{size} {B}x{S} {pas} {mode}", samples))
+            spreads.append(spread_line(f"{size} {B}x{S} {pas} {mode}", samples))
             print(f"| {size} {B}x{S} | {pas} | {mode} | "
                   + " | ".join(f"{med[s] * 1e3:.0f}" if s in med else "-" for s in sides_names())
                   + f" | {med['torch'] / med['warpsched']:.3f}x"
                   + "".join(f" | {med[p] / med['warpsched']:.3f}x" if p in med else " | -"
                             for p in ("torch+FA4", "quack+FA4")) + " |", flush=True)
+    return spreads
 
 
 def main():
@@ -334,10 +335,9 @@ def main():
     passes = [p_ for p_ in a.passes.split(",") if p_]
     if not modes or any(p_ not in ("forward", "forward+backward") for p_ in passes):
         ap.error("--compile-only with --no-compile leaves no rows; --passes takes forward and forward+backward")
-    for size in a.sizes.split(","):
-        run(size, passes, modes, a.rounds)
+    spreads = [line for size in a.sizes.split(",") for line in run(size, passes, modes, a.rounds)]
     print(f"\nEach row's ratios paired by round ({a.rounds} rounds; median and range):")
-    print("\n".join(SPREADS), flush=True)
+    print("\n".join(spreads), flush=True)
     if not a.no_host_table:
         print("\nHost cost per op (bench/_host_ops.py):", flush=True)
         host_table()
